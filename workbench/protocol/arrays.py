@@ -1,0 +1,44 @@
+"""numpy arrays as raw message buffers: content carries {dtype, shape, buffer}, the bytes travel apart.
+
+Only plain numeric dtypes are accepted on the way in, so a hostile peer cannot make us build object arrays.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from workbench.protocol.wire import ProtocolError
+
+_ALLOWED_KINDS = frozenset("biuf")  # bool, signed, unsigned, float: never object or void
+
+
+def array_to_buffer(array, buffers: list[bytes]) -> dict:
+    """Append the array's bytes to `buffers` and return the descriptor that goes in content."""
+    arr = np.ascontiguousarray(array)
+    if arr.dtype.kind not in _ALLOWED_KINDS:
+        raise TypeError(f"arrays of dtype {arr.dtype} cannot travel; use a numeric dtype")
+    buffers.append(arr.tobytes())
+    return {"dtype": arr.dtype.str, "shape": list(arr.shape), "buffer": len(buffers) - 1}
+
+
+def array_from_buffer(desc: dict, buffers: list[bytes]) -> np.ndarray:
+    """Rebuild an array from its descriptor, checking dtype, shape and size against the buffer."""
+    try:
+        dtype = np.dtype(desc["dtype"])
+        shape = tuple(int(n) for n in desc["shape"])
+        index = int(desc["buffer"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProtocolError(f"bad array descriptor {desc!r}: {exc}") from None
+    if dtype.kind not in _ALLOWED_KINDS:
+        raise ProtocolError(f"array dtype {dtype} is not allowed")
+    if any(n < 0 for n in shape):
+        raise ProtocolError(f"array shape {shape} has a negative dimension")
+    if not 0 <= index < len(buffers):
+        raise ProtocolError(f"array refers to buffer {index}, but the message has {len(buffers)}")
+    expected = math.prod(shape) * dtype.itemsize
+    data = buffers[index]
+    if len(data) != expected:
+        raise ProtocolError(f"array buffer holds {len(data)} bytes, shape {shape} of {dtype} needs {expected}")
+    return np.frombuffer(data, dtype=dtype).reshape(shape)

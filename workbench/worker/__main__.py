@@ -1,0 +1,50 @@
+"""`python -m workbench.worker --connection-file F`: start a worker that binds free ports and writes them to F."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import threading
+import time
+
+from workbench.protocol import ConnectionInfo
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workbench.worker", description=__doc__)
+    parser.add_argument("--connection-file", required=True,
+                        help="JSON file with the session key; the worker writes its ports into it")
+    parser.add_argument("--ip", default=None, help="address to bind (default: the file's, normally 127.0.0.1)")
+    parser.add_argument("--parent-pid", type=int, default=0,
+                        help="exit when this process (the GUI) is gone, so no orphan worker holds a GPU")
+    parser.add_argument("--debug", action="store_true", help="log debugging detail to stderr")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="worker %(levelname)s %(name)s: %(message)s")
+    try:
+        conn = ConnectionInfo.read(args.connection_file)
+    except ValueError as exc:
+        print(f"workbench worker: {exc}", file=sys.stderr)
+        return 2
+    if args.ip:
+        conn.ip = args.ip
+    from workbench.worker.kernel import Kernel
+
+    kernel = Kernel(conn)
+    conn.write(args.connection_file)  # now with the bound ports: the launcher waits for them
+    if args.parent_pid:
+        threading.Thread(target=_watch_parent, args=(args.parent_pid, kernel), daemon=True).start()
+    kernel.serve_forever()
+    return 0
+
+
+def _watch_parent(pid: int, kernel) -> None:
+    while os.getppid() == pid:
+        time.sleep(1.0)
+    kernel.request_shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

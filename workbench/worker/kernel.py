@@ -1,0 +1,257 @@
+"""The worker's kernel loop: shell requests, the event stream, and a control path that never queues.
+
+Threads: the main thread owns the shell (ROUTER) and event (PUB) sockets; a control thread owns the
+control socket, so ping, cancel and shutdown are answered while a job runs; a job thread runs "job"
+tasks one at a time and a small pool runs "query" tasks beside them. Sockets never cross threads:
+other threads hand outgoing messages to the main thread through a queue and an inproc wake-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import zmq
+
+from workbench import __version__
+from workbench.errors import WorkbenchError
+from workbench.protocol import ConnectionInfo, Message, ProtocolError, Signer, decode, encode, new_message
+from workbench.worker.registry import get_task, list_tasks
+from workbench.worker.runner import build_spec, run_task
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Job:
+    request: Message
+    identities: list[bytes]
+    task_name: str
+    stop: threading.Event = field(default_factory=threading.Event)
+    state: str = "queued"
+
+
+class Kernel:
+    def __init__(self, conn: ConnectionInfo, *, context: zmq.Context | None = None):
+        self.conn = conn
+        self.session = uuid.uuid4().hex
+        self.signer = Signer(conn.key)
+        self.ctx = context or zmq.Context.instance()
+        self._outgoing: queue.Queue = queue.Queue()
+        self._wake_addr = f"inproc://wake-{self.session}"
+        self._wake_lock = threading.Lock()
+        self._shutdown = threading.Event()
+        self._jobs: dict[str, Job] = {}
+        self._jobs_lock = threading.Lock()
+        self._job_queue: queue.Queue = queue.Queue()
+        self._queries = ThreadPoolExecutor(max_workers=2, thread_name_prefix="query")
+        self._bind()
+
+    # -- setup -----------------------------------------------------------------------------------
+    def _bind(self) -> None:
+        self.shell = self.ctx.socket(zmq.ROUTER)
+        self.control = self.ctx.socket(zmq.ROUTER)
+        self.iopub = self.ctx.socket(zmq.PUB)
+        self.iopub.setsockopt(zmq.SNDHWM, 100_000)  # drop events rather than block a job when nobody reads
+        for sock in (self.shell, self.control, self.iopub):
+            sock.setsockopt(zmq.LINGER, 500)
+        base = f"{self.conn.transport}://{self.conn.ip}"
+        for name, sock in (("shell", self.shell), ("control", self.control), ("iopub", self.iopub)):
+            port = getattr(self.conn, f"{name}_port")
+            if port:
+                sock.bind(f"{base}:{port}")
+            else:
+                port = sock.bind_to_random_port(base)
+            setattr(self.conn, f"{name}_port", port)
+        self.conn.pid = os.getpid()
+        self._wake_pull = self.ctx.socket(zmq.PULL)
+        self._wake_pull.bind(self._wake_addr)
+        self._wake_push = self.ctx.socket(zmq.PUSH)
+        self._wake_push.connect(self._wake_addr)
+
+    # -- sending (any thread) --------------------------------------------------------------------
+    def _queue_send(self, channel: str, msg: Message, identities: list[bytes] | None = None) -> None:
+        self._outgoing.put((channel, msg, identities or []))
+        with self._wake_lock:
+            self._wake_push.send(b"", zmq.NOBLOCK)
+
+    def publish(self, msg_type: str, content: dict, parent: Message | None = None, buffers=None) -> None:
+        self._queue_send("iopub", new_message(msg_type, content, session=self.session, parent=parent, buffers=buffers))
+
+    def _reply(self, request: Message, identities: list[bytes], content: dict, channel: str = "shell") -> None:
+        reply_type = request.msg_type.replace("_request", "_reply")
+        self._queue_send(channel, new_message(reply_type, content, session=self.session, parent=request), identities)
+
+    def _drain_outgoing(self) -> None:
+        while True:
+            try:
+                channel, msg, identities = self._outgoing.get_nowait()
+            except queue.Empty:
+                return
+            sock = self.iopub if channel == "iopub" else self.shell
+            try:
+                sock.send_multipart(encode(msg, self.signer, identities), copy=False)
+            except ProtocolError as exc:  # a task put something unencodable in content: say so, don't die
+                log.error("dropped %s: %s", msg.msg_type, exc)
+                if msg.msg_type.endswith("_reply"):
+                    fallback = {"status": "failed", "error": {"type": "ProtocolError", "message": str(exc)}}
+                    sock.send_multipart(encode(new_message(msg.msg_type, fallback, session=self.session,
+                                                           parent=msg.parent_header), self.signer, identities))
+
+    # -- main loop -------------------------------------------------------------------------------
+    def serve_forever(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self._on_interrupt_signal)
+            signal.signal(signal.SIGTERM, self._on_term_signal)
+        threading.Thread(target=self._control_loop, name="control", daemon=True).start()
+        threading.Thread(target=self._job_loop, name="jobs", daemon=True).start()
+        poller = zmq.Poller()
+        poller.register(self.shell, zmq.POLLIN)
+        poller.register(self._wake_pull, zmq.POLLIN)
+        self.publish("status", {"state": "starting", "pid": os.getpid()})
+        while not self._shutdown.is_set():
+            events = dict(poller.poll(200))
+            if self._wake_pull in events:
+                while self._wake_pull.poll(0):
+                    self._wake_pull.recv()
+            if self.shell in events:
+                self._handle_frames(self.shell.recv_multipart(copy=True))
+            self._drain_outgoing()
+        self._finish()
+
+    def _handle_frames(self, frames: list[bytes]) -> None:
+        try:
+            identities, msg = decode(frames, self.signer)
+        except ProtocolError as exc:
+            log.warning("rejected a shell message: %s", exc)  # never answer an unauthenticated peer
+            return
+        handler = getattr(self, f"_handle_{msg.msg_type}", None)
+        if handler is None:
+            self._reply(msg, identities, {"status": "error", "error": {
+                "type": "ProtocolError", "message": f"unknown request type {msg.msg_type!r}"}})
+            return
+        try:
+            handler(msg, identities)
+        except Exception as exc:  # a handler bug must not take the worker down
+            log.exception("handler for %s failed", msg.msg_type)
+            self._reply(msg, identities, {"status": "error", "error": {"type": type(exc).__name__, "message": str(exc)}})
+
+    # -- shell handlers --------------------------------------------------------------------------
+    def _handle_kernel_info_request(self, msg: Message, identities: list[bytes]) -> None:
+        self._reply(msg, identities, {
+            "status": "ok", "pid": os.getpid(), "version": __version__, "python": sys.version.split()[0],
+            "tasks": [{"name": t.name, "kind": t.kind, "description": t.description} for t in list_tasks()],
+        })
+
+    def _handle_job_request(self, msg: Message, identities: list[bytes]) -> None:
+        name = msg.content.get("task", "")
+        try:
+            task = get_task(name)
+            build_spec(task, msg.content.get("spec") or {})  # reject a bad spec now, not after the queue
+        except WorkbenchError as exc:
+            self._reply(msg, identities, {"status": "failed", "run_dir": None, "error": exc.to_dict()})
+            return
+        job = Job(msg, identities, name)
+        with self._jobs_lock:
+            self._jobs[msg.msg_id] = job
+        if task.kind == "query":
+            self._queries.submit(self._run_job, job)
+        else:
+            self.publish("status", {"state": "queued", "task": name}, parent=msg)
+            self._job_queue.put(job)
+
+    # -- jobs ------------------------------------------------------------------------------------
+    def _job_loop(self) -> None:
+        while not self._shutdown.is_set():
+            try:
+                job = self._job_queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self._run_job(job)
+
+    def _run_job(self, job: Job) -> None:
+        request = job.request
+        if job.stop.is_set():
+            result = {"status": "cancelled", "run_dir": None,
+                      "error": {"type": "JobCancelled", "message": "cancelled before it started"}}
+        else:
+            job.state = "running"
+
+            def emit(msg_type: str, content: dict, buffers: list) -> None:
+                self.publish(msg_type, content, parent=request, buffers=buffers)
+
+            result = run_task(get_task(job.task_name), request.content.get("spec") or {}, emit=emit,
+                              stop_event=job.stop, workspace=request.content.get("workspace"),
+                              job_id=request.msg_id)
+        with self._jobs_lock:
+            self._jobs.pop(request.msg_id, None)
+        self._reply(request, job.identities, result)
+
+    def running_jobs(self) -> list[dict]:
+        with self._jobs_lock:
+            return [{"job_id": jid, "task": j.task_name, "state": j.state} for jid, j in self._jobs.items()]
+
+    def cancel(self, job_id: str | None = None) -> bool:
+        with self._jobs_lock:
+            jobs = list(self._jobs.values()) if job_id is None else [self._jobs[job_id]] if job_id in self._jobs else []
+        for job in jobs:
+            job.stop.set()
+        return bool(jobs)
+
+    # -- control ---------------------------------------------------------------------------------
+    def _control_loop(self) -> None:
+        while not self._shutdown.is_set():
+            if not self.control.poll(100):
+                continue
+            try:
+                identities, msg = decode(self.control.recv_multipart(), self.signer)
+            except ProtocolError as exc:
+                log.warning("rejected a control message: %s", exc)
+                continue
+            content: dict = {"status": "ok"}
+            if msg.msg_type == "ping_request":
+                content.update(pid=os.getpid(), time=time.time(), jobs=self.running_jobs())
+                # Published too: seeing it proves the client's event subscription is live.
+                self.publish("status", {"state": "busy" if content["jobs"] else "idle"}, parent=msg)
+            elif msg.msg_type == "cancel_request":
+                content["found"] = self.cancel(msg.content.get("job_id"))
+            elif msg.msg_type == "shutdown_request":
+                self.cancel()
+            else:
+                content = {"status": "error", "error": {"type": "ProtocolError",
+                                                        "message": f"unknown control request {msg.msg_type!r}"}}
+            reply = new_message(msg.msg_type.replace("_request", "_reply"), content, session=self.session, parent=msg)
+            self.control.send_multipart(encode(reply, self.signer, identities))
+            if msg.msg_type == "shutdown_request":
+                self._shutdown.set()
+
+    def _on_interrupt_signal(self, signum, frame) -> None:
+        # SIGINT interrupts the running jobs (they stop at their next step) but keeps the worker.
+        self.cancel()
+
+    def _on_term_signal(self, signum, frame) -> None:
+        self.cancel()
+        self._shutdown.set()
+
+    def request_shutdown(self) -> None:
+        self.cancel()
+        self._shutdown.set()
+
+    def _finish(self) -> None:
+        # Give running jobs a moment to reach a step boundary and send their replies.
+        deadline = time.monotonic() + 2.0
+        while self.running_jobs() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.publish("status", {"state": "exiting"})
+        self._drain_outgoing()
+        self._queries.shutdown(wait=False, cancel_futures=True)
+        for sock in (self.shell, self.control, self.iopub, self._wake_pull, self._wake_push):
+            sock.close(linger=500)

@@ -1,0 +1,90 @@
+"""Runs one task to its end: builds the spec, opens the run directory, drives the task, writes the report.
+
+The worker kernel and the headless CLI both call `run_task`, so a job behaves the same in either.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from workbench.errors import JobCancelled, WorkbenchError
+from workbench.worker.context import Emit, TaskContext
+from workbench.worker.registry import TaskInfo
+
+log = logging.getLogger(__name__)
+
+
+def build_spec(task: TaskInfo, spec: dict):
+    """The task's typed spec from plain data; raises SpecError naming the field."""
+    if task.spec_type is None:
+        return dict(spec or {})
+    return task.spec_type.from_dict(spec or {})
+
+
+def _drive(task: TaskInfo, spec, ctx: TaskContext):
+    out = task.fn(spec, ctx)
+    if inspect.isgenerator(out):
+        # Each yield is a step boundary: the cheapest place to honour a cancel.
+        try:
+            while True:
+                next(out)
+                ctx.check_stop()
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            out.close()
+    return out
+
+
+def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threading.Event | None = None,
+             workspace: str | Path | None = None, job_id: str = "") -> dict:
+    """Run a task and return its result: always `status` and `run_dir`, plus `error` when it failed."""
+    run = None
+    result: dict = {"status": "failed", "run_dir": None}
+    started = time.time()
+    try:
+        spec = build_spec(task, spec_data)
+        if task.creates_run and workspace is not None:
+            from workbench.runs import RunStore
+
+            spec_dict = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
+            run = RunStore(Path(workspace)).create_run(task.name.split(".")[0], spec_dict, task=task.name)
+            run.set_status("running")
+            result["run_dir"] = str(run.dir)
+            emit("status", {"state": "running", "run_dir": str(run.dir)}, [])
+        else:
+            emit("status", {"state": "running"}, [])
+        ctx = TaskContext(emit, stop_event=stop_event, run=run, job_id=job_id)
+        try:
+            value = _drive(task, spec, ctx)
+        finally:
+            ctx.close()
+        if isinstance(value, dict):
+            result.update(value)
+        elif value is not None:
+            result["value"] = value
+        result["status"] = "done"
+    except JobCancelled as exc:
+        result.update(status="cancelled", error=exc.to_dict())
+    except WorkbenchError as exc:
+        result.update(status="failed", error=exc.to_dict())
+    except Exception as exc:  # a bug or an unexpected failure inside user code: report it, keep the worker
+        result.update(status="failed", error={"type": type(exc).__name__, "message": str(exc) or repr(exc)})
+        result["traceback"] = traceback.format_exc()
+    result["elapsed_s"] = round(time.time() - started, 6)
+    if run is not None:
+        try:
+            if "error" in result:
+                run.log_event("error", {**result["error"], "traceback": result.get("traceback", "")})
+            report = {k: v for k, v in result.items() if k != "traceback"}
+            run.write_report(report)
+            run.set_status(result["status"], result.get("error", {}).get("message", ""))
+        finally:
+            run.close()
+    emit("status", {"state": result["status"], **({"error": result["error"]} if "error" in result else {})}, [])
+    return result

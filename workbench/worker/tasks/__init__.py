@@ -1,0 +1,1 @@
+"""Built-in worker tasks; each module registers its tasks with workbench.worker.registry on import."""

@@ -1,0 +1,72 @@
+"""Diagnostic tasks that exercise the worker, the protocol and the run store without loading torch.
+
+`debug.count` is also what the window's "Run worker self-test" starts; its crash options let tests
+prove that a job whose worker died is reported as failed, with the signal or exit code.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import signal
+import time
+
+import numpy as np
+
+from workbench.errors import JobError
+from workbench.worker.registry import register_task
+
+CRASH_MODES = ("kill", "exit", "segfault", "raise", "job_error")
+
+
+@register_task("debug.count", kind="job")
+def count(spec: dict, ctx):
+    """Count steps, streaming a metric per step; crash or emit NaN on request (for tests and self-checks)."""
+    steps = int(spec.get("steps", 100))
+    delay = float(spec.get("delay", 0.01))
+    crash_at = int(spec.get("crash_at", -1))
+    crash_mode = spec.get("crash_mode", "kill")
+    if crash_mode not in CRASH_MODES:
+        raise JobError(f"crash_mode: {crash_mode!r} is not allowed; choose one of: {', '.join(CRASH_MODES)}")
+    for step in range(steps):
+        if step == crash_at:
+            _crash(crash_mode, step)
+        ctx.metrics(step, {"value": step, "sine": math.sin(step / 10)})
+        ctx.progress(step + 1, steps, f"step {step + 1}/{steps}")
+        if delay:
+            time.sleep(delay)
+        yield  # a step boundary: cancel is honoured here
+    return {"steps_completed": steps}
+
+
+def _crash(mode: str, step: int) -> None:
+    if mode == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif mode == "exit":
+        os._exit(3)
+    elif mode == "segfault":
+        ctypes.string_at(0)  # reads address 0: a real SIGSEGV, like a crashing CUDA kernel
+    elif mode == "raise":
+        raise RuntimeError(f"deliberate failure at step {step}")
+    raise JobError(f"deliberate job error at step {step}")
+
+
+@register_task("debug.echo", kind="query")
+def echo(spec: dict, ctx):
+    """Return the spec; with `array_size`, also send an array of that many float32 values."""
+    size = int(spec.get("array_size", 0))
+    if size:
+        ctx.array("ramp", np.arange(size, dtype=np.float32))
+    return {"echo": spec}
+
+
+@register_task("debug.sleep", kind="job", creates_run=False)
+def sleep(spec: dict, ctx):
+    """Sleep in small steps until done or cancelled (tests cancel latency)."""
+    seconds = float(spec.get("seconds", 10))
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+        yield
+    return {"slept_s": seconds}
