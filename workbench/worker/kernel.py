@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 import zmq
 
 from workbench import __version__
-from workbench.errors import WorkbenchError
+from workbench.errors import UsageError, WorkbenchError
 from workbench.protocol import ConnectionInfo, Message, ProtocolError, Signer, decode, encode, new_message
-from workbench.worker.registry import get_task, list_tasks
+from workbench.worker.registry import TaskInfo, get_task, list_tasks
 from workbench.worker.runner import build_spec, run_task
 
 log = logging.getLogger(__name__)
@@ -40,8 +40,10 @@ class Job:
 
 
 class Kernel:
-    def __init__(self, conn: ConnectionInfo, *, context: zmq.Context | None = None):
+    def __init__(self, conn: ConnectionInfo, *, context: zmq.Context | None = None,
+                 tasks: dict[str, TaskInfo] | None = None):
         self.conn = conn
+        self._task_overrides = tasks  # a test's fake worker serves its own tasks over the real protocol
         self.session = uuid.uuid4().hex
         self.signer = Signer(conn.key)
         self.ctx = context or zmq.Context.instance()
@@ -148,13 +150,13 @@ class Kernel:
     def _handle_kernel_info_request(self, msg: Message, identities: list[bytes]) -> None:
         self._reply(msg, identities, {
             "status": "ok", "pid": os.getpid(), "version": __version__, "python": sys.version.split()[0],
-            "tasks": [{"name": t.name, "kind": t.kind, "description": t.description} for t in list_tasks()],
+            "tasks": [{"name": t.name, "kind": t.kind, "description": t.description} for t in self._list_tasks()],
         })
 
     def _handle_job_request(self, msg: Message, identities: list[bytes]) -> None:
         name = msg.content.get("task", "")
         try:
-            task = get_task(name)
+            task = self._get_task(name)
             build_spec(task, msg.content.get("spec") or {})  # reject a bad spec now, not after the queue
         except WorkbenchError as exc:
             self._reply(msg, identities, {"status": "failed", "run_dir": None, "error": exc.to_dict()})
@@ -167,6 +169,16 @@ class Kernel:
         else:
             self.publish("status", {"state": "queued", "task": name}, parent=msg)
             self._job_queue.put(job)
+
+    def _get_task(self, name: str) -> TaskInfo:
+        if self._task_overrides is None:
+            return get_task(name)
+        if name not in self._task_overrides:
+            raise UsageError(f"no task named {name!r} in this worker; known tasks: {', '.join(sorted(self._task_overrides))}")
+        return self._task_overrides[name]
+
+    def _list_tasks(self) -> list[TaskInfo]:
+        return list_tasks() if self._task_overrides is None else list(self._task_overrides.values())
 
     # -- jobs ------------------------------------------------------------------------------------
     def _job_loop(self) -> None:
@@ -188,7 +200,7 @@ class Kernel:
             def emit(msg_type: str, content: dict, buffers: list) -> None:
                 self.publish(msg_type, content, parent=request, buffers=buffers)
 
-            result = run_task(get_task(job.task_name), request.content.get("spec") or {}, emit=emit,
+            result = run_task(self._get_task(job.task_name), request.content.get("spec") or {}, emit=emit,
                               stop_event=job.stop, workspace=request.content.get("workspace"),
                               job_id=request.msg_id)
         with self._jobs_lock:

@@ -1,0 +1,284 @@
+"""The `workbench` command: the window by default, and every job headless with the same spec and task code.
+
+Exit codes: 0 done, 1 the job failed (the JSON says why), 2 bad usage or spec. A traceback only with --debug.
+Nothing heavy is imported at module level: `workbench gui` must not pay for torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from workbench import __version__
+from workbench.errors import JobError, UsageError, WorkbenchError
+
+# The job verbs and the worker task each runs; the capability issues register these tasks.
+JOB_TASKS = {
+    "train": "train.classifier",
+    "quantize": "quant.analyze",
+    "export": "export.model",
+    "bench": "bench.latency",
+    "graph": "graph.build",
+}
+DIAG_TASKS = {"count": "debug.count", "sleep": "debug.sleep"}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's default exit code is already 2; keep its format, drop the noise
+        self.print_usage(sys.stderr)
+        raise SystemExit(f"{self.prog}: error: {message}") from None
+
+
+def _common(parser: argparse.ArgumentParser, *, spec: bool = True, json_flag: bool = True) -> None:
+    if spec:
+        parser.add_argument("spec", nargs="?", help="a spec file (.toml or .json); defaults are used without one")
+        parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                            help="override a spec field, e.g. --set lr=0.01 --set dataset.name=mnist (repeatable)")
+    parser.add_argument("--workspace", help="workspace folder for runs (default: the platform's user data folder)")
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="print exactly one JSON object (the result) on stdout")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="workbench", description="Torch Workbench: the window, and every job headless.")
+    parser.add_argument("--version", action="version", version=f"workbench {__version__}")
+    sub = parser.add_subparsers(dest="verb", parser_class=_Parser)
+
+    gui = sub.add_parser("gui", help="open the window (the default)")
+    gui.add_argument("--workspace", help="workspace folder for runs")
+    gui.add_argument("--connect", metavar="CONNECTION_FILE",
+                     help="attach to a worker started elsewhere (`workbench worker`) instead of launching one")
+    gui.add_argument("--debug", action="store_true", help="debug logging")
+
+    for verb, task in JOB_TASKS.items():
+        job = sub.add_parser(verb, help=f"run a {verb} job headless (task {task})")
+        _common(job)
+        if verb == "train":
+            job.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+
+    data = sub.add_parser("data", help="dataset tools")
+    data_sub = data.add_subparsers(dest="data_verb", required=True, parser_class=_Parser)
+    _common(data_sub.add_parser("info", help="sizes, classes, class counts, mean/std of a dataset"))
+
+    _common(sub.add_parser("devices", help="the devices torch can use here, with capabilities"), spec=False)
+
+    runs = sub.add_parser("runs", help="list, show or delete runs in the workspace")
+    runs_sub = runs.add_subparsers(dest="runs_verb", required=True, parser_class=_Parser)
+    _common(runs_sub.add_parser("list", help="every run, newest first"), spec=False)
+    show = runs_sub.add_parser("show", help="one run's status, spec, last metrics and report")
+    show.add_argument("run", help="run id, unique id prefix, or run folder")
+    _common(show, spec=False)
+    delete = runs_sub.add_parser("delete", help="delete a run folder")
+    delete.add_argument("run", help="run id, unique id prefix, or run folder")
+    _common(delete, spec=False)
+
+    diag = sub.add_parser("diag", help="diagnostic jobs that exercise the run store and progress (no torch)")
+    diag.add_argument("diag_task", choices=sorted(DIAG_TASKS))
+    _common(diag)
+
+    worker = sub.add_parser("worker", help="run a worker process (for a remote GPU box, say)")
+    worker.add_argument("--connection-file", required=True, help="where to write ports; must hold the key")
+    worker.add_argument("--ip", default=None, help="address to bind (default 127.0.0.1)")
+    worker.add_argument("--debug", action="store_true")
+    return parser
+
+
+# -- output ----------------------------------------------------------------------------------------
+def _print_result(result: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result, default=str))
+        return
+    status = result.get("status", "done")
+    if result.get("error"):
+        print(f"{status}: {result['error'].get('message')}", file=sys.stderr)
+    shown = {k: v for k, v in result.items() if k not in ("error", "traceback")}
+    print(json.dumps(shown, indent=2, default=str))
+
+
+def _load_spec(verb: str, path: str | None, overrides: list[str]):
+    from workbench.specs import apply_overrides, spec_for
+
+    spec_cls = spec_for(verb)
+    data = spec_cls.load(path).to_dict() if path else {}
+    return spec_cls.from_dict(apply_overrides(data, overrides, spec_cls))
+
+
+class _Progress:
+    """Progress to stderr (a rich bar on a terminal, plain lines otherwise); stdout stays for the result."""
+
+    def __init__(self, title: str):
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.console = Console(stderr=True)
+        self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
+                            TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[text]}"),
+                            console=self.console, transient=False, disable=not self.console.is_terminal)
+        self.task = self.bar.add_task(title, total=None, text="")
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.bar.__exit__(*exc)
+
+    def emit(self, msg_type: str, content: dict, buffers: list) -> None:
+        if msg_type == "progress":
+            self.bar.update(self.task, completed=content.get("done"), total=content.get("total"),
+                            text=content.get("text", ""))
+        elif msg_type == "log":
+            self.console.print(f"[{content.get('level', 'info')}] {content.get('text', '')}", markup=False)
+        elif msg_type == "status" and content.get("run_dir"):
+            self.console.print(f"run folder: {content['run_dir']}", markup=False, highlight=False)
+
+
+def run_headless(task_name: str, spec, *, workspace: Path | None, as_json: bool, debug: bool) -> int:
+    """Run a task in this process with the same runner the worker uses; Ctrl-C cancels at the next step."""
+    from workbench.worker.registry import get_task
+    from workbench.worker.runner import run_task
+
+    try:
+        task = get_task(task_name)
+    except UsageError:
+        raise JobError(f"this build has no {task_name!r} task yet, so this job cannot run") from None
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        with _Progress(task_name) as progress:
+            spec_data = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
+            result = run_task(task, spec_data, emit=progress.emit, stop_event=stop, workspace=workspace)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if debug and result.get("traceback"):
+        print(result["traceback"], file=sys.stderr)
+    result.pop("traceback", None)
+    _print_result(result, as_json)
+    return 0 if result.get("status") == "done" else 1
+
+
+# -- verbs -----------------------------------------------------------------------------------------
+def _workspace(args) -> Path:
+    from workbench.workspace import resolve_workspace
+
+    return resolve_workspace(getattr(args, "workspace", None))
+
+
+def _cmd_job(args, verb: str, task_name: str) -> int:
+    spec = _load_spec(verb, args.spec, args.overrides)
+    return run_headless(task_name, spec, workspace=_workspace(args), as_json=args.json, debug=args.debug)
+
+
+def _cmd_devices(args) -> int:
+    return run_headless("devices.list", {}, workspace=None, as_json=args.json, debug=args.debug)
+
+
+def _cmd_runs(args) -> int:
+    from workbench.runs import RunStore
+
+    store = RunStore(_workspace(args))
+    if args.runs_verb == "list":
+        runs = store.list_runs()
+        if args.json:
+            print(json.dumps({"workspace": str(store.workspace), "runs": runs}, default=str))
+        else:
+            for run in runs:
+                print(f"{run['id']:<40} {run['status']:<10} {run.get('task') or '':<20} {run['run_dir']}")
+            if not runs:
+                print(f"no runs in {store.workspace}", file=sys.stderr)
+        return 0
+    if args.runs_verb == "show":
+        with store.open_run(args.run) as run:
+            summary = run.summary()
+        print(json.dumps(summary, indent=None if args.json else 2, default=str))
+        return 0
+    store.delete_run(args.run)
+    if args.json:
+        print(json.dumps({"deleted": args.run, "status": "done"}))
+    return 0
+
+
+def _cmd_diag(args) -> int:
+    # Diagnostic tasks take plain dicts, so --set values are read as JSON scalars (3, 0.5, true) or strings.
+    data: dict = {}
+    for item in args.overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set {item}: expected KEY=VALUE")
+        try:
+            data[key] = json.loads(value)
+        except ValueError:
+            data[key] = value
+    return run_headless(DIAG_TASKS[args.diag_task], data, workspace=_workspace(args), as_json=args.json,
+                        debug=args.debug)
+
+
+def _cmd_gui(args) -> int:
+    from workbench.gui.app import run_gui
+
+    workspace = Path(args.workspace) if getattr(args, "workspace", None) else None
+    return run_gui(workspace, connection_file=getattr(args, "connect", None))
+
+
+def _cmd_worker(args) -> int:
+    from workbench.worker.__main__ import main as worker_main
+
+    argv = ["--connection-file", args.connection_file] + (["--ip", args.ip] if args.ip else [])
+    return worker_main(argv + (["--debug"] if args.debug else []))
+
+
+def dispatch(args) -> int:
+    verb = args.verb or "gui"
+    if verb == "gui":
+        return _cmd_gui(args)
+    if verb in JOB_TASKS:
+        return _cmd_job(args, verb, JOB_TASKS[verb])
+    if verb == "data":
+        return _cmd_job(args, "data", "data.info")
+    if verb == "devices":
+        return _cmd_devices(args)
+    if verb == "runs":
+        return _cmd_runs(args)
+    if verb == "diag":
+        return _cmd_diag(args)
+    return _cmd_worker(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    debug = getattr(args, "debug", False)
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    as_json = getattr(args, "json", False)
+    try:
+        return dispatch(args)
+    except WorkbenchError as exc:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        if as_json:
+            print(json.dumps({"run_dir": None, "status": "failed", "error": exc.to_dict()}))
+        print(f"workbench: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("workbench: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug of ours: say so briefly; the traceback is one flag away
+        if debug:
+            raise
+        if as_json:
+            print(json.dumps({"run_dir": None, "status": "failed",
+                              "error": {"type": type(exc).__name__, "message": str(exc)}}))
+        print(f"workbench: internal error: {type(exc).__name__}: {exc} (run again with --debug for details)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""The main window, "Torch Workbench": panels in docks and tabs, the device picker, the worker light, jobs and log.
+
+It holds GUI-side state only and never waits on the worker: everything from the worker arrives as a signal.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, Qt, QTimer, QUrl
+from PySide6.QtGui import QAction, QActionGroup, QDesktopServices, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QDockWidget,
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QPushButton,
+    QTabWidget,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
+
+from workbench import __version__
+from workbench.client import JobRecord, WorkerManager
+from workbench.gui.panels.jobs_panel import JobsPanel
+from workbench.gui.panels.log_panel import LogPanel
+from workbench.gui.panels.runs_panel import RunsPanel
+from workbench.gui.settings import Settings
+from workbench.gui.theme import THEMES, apply_theme
+from workbench.gui.widgets.device_picker import DevicePicker
+from workbench.gui.widgets.status_light import StatusLight
+from workbench.gui.worker_bridge import QtWorkerBridge
+from workbench.protocol import Message
+
+WINDOW_TITLE = "Torch Workbench"
+
+
+class WorkerBanner(QFrame):
+    """A plain-words bar over the panels when the worker is gone, with the restart right there."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("workerBanner")
+        self.setStyleSheet("#workerBanner { background: #fbe3e1; border: 1px solid #d0342c; border-radius: 4px; }"
+                           "#workerBanner QLabel { color: #5c1410; }")
+        self.label = QLabel(self)
+        self.label.setWordWrap(True)
+        self.restart_button = QPushButton("Restart worker", self)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(10, 6, 10, 6)
+        layout.addWidget(self.label, 1)
+        layout.addWidget(self.restart_button)
+        self.hide()
+
+    def show_message(self, text: str) -> None:
+        self.label.setText(text)
+        self.show()
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, manager: WorkerManager, workspace: str | Path, settings: Settings | None = None):
+        super().__init__()
+        self.manager = manager
+        self.workspace = Path(workspace)
+        self.settings = settings or Settings()
+        self.bridge = QtWorkerBridge(manager, self)
+        self._devices_job: str | None = None
+        self._quitting = False
+        self.setWindowTitle(WINDOW_TITLE)
+        self.resize(1280, 800)
+        self._build_panels()
+        self._build_toolbar()
+        self._build_menus()
+        self._connect()
+        self._restore_settings()
+        self.status_light.set_state(manager.state, manager.detail)
+        self._elapsed_timer = QTimer(self)
+        self._elapsed_timer.setInterval(1000)
+        self._elapsed_timer.timeout.connect(self.jobs_panel.model.refresh_elapsed)
+        self._elapsed_timer.start()
+        self.statusBar().showMessage(f"Workspace: {self.workspace}")
+        if manager.state == "ready":  # the worker was up before the window (tests, attach mode)
+            self._request_devices()
+
+    # -- construction ----------------------------------------------------------------------------
+    def _build_panels(self) -> None:
+        self.banner = WorkerBanner(self)
+        self.tabs = QTabWidget(self)
+        self.tabs.setDocumentMode(True)
+        self.runs_panel = RunsPanel(self.workspace, self)
+        self.tabs.addTab(self.runs_panel, "Runs")
+        central = QWidget(self)
+        layout = QVBoxLayout(central)
+        layout.setContentsMargins(6, 6, 6, 0)
+        layout.addWidget(self.banner)
+        layout.addWidget(self.tabs, 1)
+        self.setCentralWidget(central)
+        self.jobs_panel = JobsPanel(self)
+        self.log_panel = LogPanel(self)
+        self.jobs_dock = self._add_dock("Jobs", "jobsDock", self.jobs_panel, Qt.BottomDockWidgetArea)
+        self.log_dock = self._add_dock("Log", "logDock", self.log_panel, Qt.BottomDockWidgetArea)
+        self.splitDockWidget(self.jobs_dock, self.log_dock, Qt.Horizontal)
+
+    def _add_dock(self, title: str, name: str, widget: QWidget, area) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(name)  # saveState() needs stable names to restore the layout
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        return dock
+
+    def _build_toolbar(self) -> None:
+        bar = QToolBar("Main", self)
+        bar.setObjectName("mainToolbar")
+        bar.setMovable(False)
+        self.addToolBar(Qt.TopToolBarArea, bar)
+        device_label = QLabel(" Device ", bar)
+        self.device_picker = DevicePicker(bar)
+        bar.addWidget(device_label)
+        bar.addWidget(self.device_picker)
+        spacer = QWidget(bar)
+        spacer.setSizePolicy(spacer.sizePolicy().horizontalPolicy().Expanding, spacer.sizePolicy().verticalPolicy())
+        bar.addWidget(spacer)
+        self.status_light = StatusLight(bar)
+        bar.addWidget(self.status_light)
+
+    def _build_menus(self) -> None:
+        menu = self.menuBar()
+        file_menu = menu.addMenu("&File")
+        self.choose_workspace_action = file_menu.addAction("Choose &workspace…", self.choose_workspace)
+        self.choose_workspace_action.setToolTip("Pick the folder where runs, data caches and checkpoints live")
+        file_menu.addAction("&Open workspace folder", lambda: QDesktopServices.openUrl(
+            QUrl.fromLocalFile(str(self.workspace))))
+        file_menu.addSeparator()
+        quit_action = file_menu.addAction("&Quit", self.close)
+        quit_action.setShortcut(QKeySequence.Quit)
+
+        view_menu = menu.addMenu("&View")
+        view_menu.addAction(self.jobs_dock.toggleViewAction())
+        view_menu.addAction(self.log_dock.toggleViewAction())
+        view_menu.addSeparator()
+        theme_menu = view_menu.addMenu("&Theme")
+        self.theme_actions = QActionGroup(self)
+        for theme in THEMES:
+            action = QAction(theme.capitalize(), self, checkable=True)
+            action.setData(theme)
+            self.theme_actions.addAction(action)
+            theme_menu.addAction(action)
+        self.theme_actions.triggered.connect(lambda action: self.set_theme(action.data()))
+
+        worker_menu = menu.addMenu("&Worker")
+        self.restart_action = worker_menu.addAction("&Restart worker", self.restart_worker)
+        self.restart_action.setShortcut(QKeySequence("Ctrl+Shift+R"))
+        self.self_test_action = worker_menu.addAction("Run worker &self-test", self.run_self_test)
+        self.self_test_action.setToolTip("A short job that checks the worker, the event stream and the run store")
+        worker_menu.addAction("Refresh &devices", self._request_devices)
+
+        help_menu = menu.addMenu("&Help")
+        help_menu.addAction("&About Torch Workbench", self._show_about)
+
+    def _connect(self) -> None:
+        self.bridge.state_changed.connect(self._on_worker_state_changed)
+        self.bridge.job_changed.connect(self._on_worker_job_changed)
+        self.bridge.message_received.connect(self._on_worker_message)
+        self.status_light.restart_requested.connect(self.restart_worker)
+        self.banner.restart_button.clicked.connect(self.restart_worker)
+        self.jobs_panel.cancel_requested.connect(self._on_jobs_cancel_requested)
+        self.jobs_panel.open_run_requested.connect(self._on_jobs_open_run_requested)
+        self.device_picker.device_chosen.connect(lambda device: self.settings.set("device", device))
+        self.runs_panel.status_message.connect(self.statusBar().showMessage)
+
+    # -- settings --------------------------------------------------------------------------------
+    def _restore_settings(self) -> None:
+        geometry, state = self.settings.get("geometry"), self.settings.get("window_state")
+        if isinstance(geometry, QByteArray):
+            self.restoreGeometry(geometry)
+        if isinstance(state, QByteArray):
+            self.restoreState(state)
+        self.device_picker.set_preferred(self.settings.get("device") or "cpu")
+        self.set_theme(self.settings.get("theme"))
+        self.log_panel.show_debug.setChecked(self.settings.get("show_debug_details"))
+
+    def _save_settings(self) -> None:
+        self.settings.set("geometry", self.saveGeometry())
+        self.settings.set("window_state", self.saveState())
+        self.settings.set("show_debug_details", self.log_panel.show_debug.isChecked())
+        self.settings.sync()
+
+    def set_theme(self, theme: str) -> None:
+        app = QApplication.instance()
+        theme = apply_theme(app, theme) if app else "light"
+        self.settings.set("theme", theme)
+        for action in self.theme_actions.actions():
+            action.setChecked(action.data() == theme)
+
+    def choose_workspace(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Choose workspace", str(self.workspace))
+        if path:
+            self.set_workspace(path)
+
+    def set_workspace(self, path: str | Path) -> None:
+        from workbench.workspace import resolve_workspace
+
+        self.workspace = resolve_workspace(path)
+        self.settings.set("workspace", str(self.workspace))
+        self.runs_panel.set_workspace(self.workspace)
+        self.statusBar().showMessage(f"Workspace: {self.workspace}")
+
+    # -- worker ----------------------------------------------------------------------------------
+    def submit_job(self, task: str, spec: dict | None = None, *, with_run: bool = True) -> JobRecord | None:
+        """Start a job on the worker; returns None (and says why) when the worker cannot take it."""
+        try:
+            return self.manager.submit(task, spec or {}, self.workspace if with_run else None)
+        except RuntimeError as exc:
+            self.log_panel.append(f"Could not start {task}: {exc}", "error")
+            self.statusBar().showMessage(str(exc), 8000)
+            return None
+
+    def run_self_test(self) -> None:
+        record = self.submit_job("debug.count", {"steps": 200, "delay": 0.01})
+        if record:
+            self.log_panel.append("Started the worker self-test")
+
+    def restart_worker(self) -> None:
+        self.log_panel.append("Restarting the worker…", "warning")
+        self.banner.hide()
+        self.manager.restart(wait=False)
+
+    def _request_devices(self) -> None:
+        record = self.submit_job("devices.list", {}, with_run=False)
+        self._devices_job = record.job_id if record else None
+
+    def _on_worker_state_changed(self, state: str, detail: str) -> None:
+        self.status_light.set_state(state, detail)
+        if state == "ready":
+            self.banner.hide()
+            self.log_panel.append(f"Worker ready ({detail})" if detail else "Worker ready")
+            if not self.device_picker.devices:
+                self._request_devices()
+        elif state == "dead":
+            text = f"The worker process stopped: {detail.splitlines()[0] if detail else 'unknown reason'}."
+            self.log_panel.append(text, "error")
+            if detail.count("\n"):
+                self.log_panel.append(detail, "debug")
+            self.banner.show_message(text + " Your runs and this window's state are kept; running jobs were "
+                                     "marked failed. Restart the worker to go on.")
+        elif state == "unresponsive":
+            self.log_panel.append(f"The worker is not answering ({detail}); it may be busy in a long "
+                                  "operation. Restart it if this persists.", "warning")
+        elif state == "restarting":
+            self.banner.show_message(f"The worker stopped ({detail}); restarting it automatically…")
+        elif state == "starting":
+            pass
+        else:
+            self.log_panel.append(f"Worker {state}" + (f": {detail}" if detail else ""), "debug")
+
+    def _on_worker_job_changed(self, record: JobRecord) -> None:
+        if record.job_id == self._devices_job:
+            if record.state == "done" and record.result:
+                self.device_picker.set_devices(record.result.get("devices", []))
+            elif record.state == "failed":
+                self.log_panel.append(f"Could not list devices: {record.error_message}", "error")
+            return  # an internal query: not shown in the jobs list
+        self.jobs_panel.update_job(record)
+        if record.active:
+            return
+        if record.state == "done":
+            self.log_panel.append(f"{record.task} finished" + (f": {record.run_dir}" if record.run_dir else ""))
+        elif record.state == "cancelled":
+            self.log_panel.append(f"{record.task} cancelled", "warning")
+        else:
+            self.log_panel.append(f"{record.task} failed: {record.error_message}", "error")
+            traceback = (record.result or {}).get("traceback")
+            if traceback:
+                self.log_panel.append(traceback, "debug")
+        if record.run_dir:
+            self.runs_panel.refresh()
+
+    def _on_worker_message(self, msg: Message) -> None:
+        if msg.msg_type == "log":
+            self.log_panel.append(msg.content.get("text", ""), msg.content.get("level", "info"))
+
+    def _on_jobs_cancel_requested(self, job_id: str) -> None:
+        self.manager.cancel(job_id)
+        self.statusBar().showMessage("Cancel requested; the job stops at its next step", 4000)
+
+    def _on_jobs_open_run_requested(self, run_dir: str) -> None:
+        run_id = Path(run_dir).name
+        self.tabs.setCurrentWidget(self.runs_panel)
+        self.runs_panel.refresh()
+        self.runs_panel.select_run(run_id)
+
+    def _show_about(self) -> None:
+        QMessageBox.about(self, "About Torch Workbench",
+                          f"<b>Torch Workbench {__version__}</b><p>See and steer the whole life of a PyTorch "
+                          f"model. Torch runs in a separate worker process; this window never waits for it."
+                          f"<p>Workspace: {self.workspace}")
+
+    # -- closing ---------------------------------------------------------------------------------
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        self._save_settings()
+        self._elapsed_timer.stop()
+        if not self._quitting:
+            self._quitting = True
+            self.manager.shutdown()
+        super().closeEvent(event)

@@ -1,0 +1,531 @@
+"""The durable run store: run directories under workspace/runs, their SQLite metrics/events, atomic file writes.
+
+Stdlib and tomli_w only: no torch, no Qt, no numpy (the GUI, the worker and the command line all read runs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import secrets
+import shutil
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+import tomli_w
+
+from workbench.errors import JobError, UsageError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+STATUSES = ("created", "running", "done", "failed", "cancelled")
+SCHEMA_VERSION = 1
+DB_NAME = "metrics.db"
+_RUN_ID = re.compile(r"^(\d{8}-\d{6})-(.+)-([0-9a-f]{6})$")
+
+
+# --- atomic writes -----------------------------------------------------------------------------
+
+
+def _fsync_dir(directory: Path) -> None:
+    # Makes the rename itself durable; not possible on every platform (Windows), hence best effort.
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str | Path) -> Iterator[IO[bytes]]:
+    """Yield a binary file that replaces `path` only if the body finishes; otherwise `path` is untouched."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        # Same directory as the target so os.replace is a rename, never a copy across file systems.
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, flags, 0o666)  # 0o666 so the umask applies, as for an ordinary file
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    with atomic_writer(path) as f:
+        f.write(data)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
+
+
+# --- runs ----------------------------------------------------------------------------------------
+
+
+def _now() -> str:
+    return datetime.now().astimezone().isoformat()
+
+
+def _timestamp(iso: str | None) -> float | None:
+    try:
+        return datetime.fromisoformat(iso).timestamp() if iso else None
+    except ValueError:
+        return None
+
+
+def _list_files(directory: Path) -> list[str]:
+    # Hidden names are atomic_writer's temp files (or the user's dotfiles): not results.
+    if not directory.is_dir():
+        return []
+    return sorted(
+        p.relative_to(directory).as_posix()
+        for p in directory.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(directory).parts)
+    )
+
+
+def _real(value: float | None) -> float:
+    # SQLite stores NaN as NULL; the only NULLs in metrics.value come from NaN.
+    return math.nan if value is None else value
+
+
+def _init_db(db_path: Path, kind: str, task: str, created: str) -> None:
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.executescript(
+            f"""
+            BEGIN;
+            CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);
+            CREATE TABLE metrics(step INTEGER, name TEXT, value REAL, time REAL);
+            CREATE INDEX metrics_name_step ON metrics(name, step);
+            CREATE TABLE events(time REAL, type TEXT, content TEXT);
+            PRAGMA user_version = {SCHEMA_VERSION};
+            COMMIT;
+            """
+        )
+        meta = {
+            "kind": kind,
+            "task": task,
+            "created": created,
+            "updated": created,
+            "status": "created",
+            "message": "",
+        }
+        with _transaction(conn):
+            conn.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    conn.execute("BEGIN")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        # SQLite may already have rolled back (disk full, I/O error); a second ROLLBACK would hide the cause.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+class Run:
+    """One run directory: spec.toml, metrics.db, checkpoints/, artifacts/, report.json.
+
+    Safe to share between threads; several processes may read while one writes (WAL).
+    """
+
+    def __init__(self, run_dir: str | Path):
+        self.dir = Path(run_dir).absolute()
+        self.id = self.dir.name
+        self._db_path = self.dir / DB_NAME
+        self._lock = threading.RLock()
+        if not self._db_path.is_file():
+            raise JobError(f"Run database {self._db_path} is missing.")
+        try:
+            # mode=rw: opening must never create an empty database in place of a missing one.
+            self._conn = sqlite3.connect(
+                f"{self._db_path.as_uri()}?mode=rw",
+                uri=True,
+                check_same_thread=False,
+                isolation_level=None,
+                timeout=10,
+            )
+        except sqlite3.Error as exc:
+            raise JobError(f"Run database {self._db_path} cannot be opened: {exc}") from exc
+        try:
+            self._check_schema()
+            meta = self._meta()
+        except BaseException:
+            self._conn.close()
+            raise
+        self.kind = meta.get("kind", "")
+        self.task = meta.get("task", "")
+
+    def _check_schema(self) -> None:
+        try:
+            # The first statement reads the header: a damaged or foreign file fails here.
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.DatabaseError as exc:
+            raise JobError(f"Run database {self._db_path} is damaged or not a run database: {exc}") from exc
+        missing = {"meta", "metrics", "events"} - tables
+        if missing:
+            raise JobError(
+                f"Run database {self._db_path} is not a run database (missing tables: {', '.join(sorted(missing))})."
+            )
+        if version > SCHEMA_VERSION:
+            raise JobError(
+                f"Run database {self._db_path} was written by a newer workbench (schema {version})."
+            )
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                yield self._conn
+            except sqlite3.ProgrammingError:
+                raise  # misuse (e.g. a closed run), not a problem with the file
+            except sqlite3.DatabaseError as exc:
+                raise JobError(f"Run database {self._db_path} cannot be used: {exc}") from exc
+
+    # paths
+
+    @property
+    def spec_path(self) -> Path:
+        return self.dir / "spec.toml"
+
+    @property
+    def report_path(self) -> Path:
+        return self.dir / "report.json"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.dir / "checkpoints"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.dir / "artifacts"
+
+    # writing
+
+    def log_metrics(self, rows: Iterable[tuple[int, str, float, float]]) -> None:
+        """Append (step, name, value, wall time) rows in one transaction; callers batch."""
+        rows = [(int(step), str(name), float(value), float(t)) for step, name, value, t in rows]
+        if not rows:
+            return
+        with self._db() as conn, _transaction(conn):
+            conn.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?)", rows)
+            self._touch(conn)
+
+    def log_event(self, type: str, content: dict) -> None:
+        # default=str: an event about a Path or a dtype must not make the job fail.
+        text = json.dumps(content, default=str)
+        with self._db() as conn, _transaction(conn):
+            conn.execute("INSERT INTO events VALUES (?, ?, ?)", (datetime.now().timestamp(), type, text))
+            self._touch(conn)
+
+    def set_status(self, status: str, message: str = "") -> None:
+        if status not in STATUSES:
+            raise ValueError(f"unknown run status {status!r}; expected one of {', '.join(STATUSES)}")
+        with self._db() as conn, _transaction(conn):
+            conn.executemany(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)", [("status", status), ("message", message)]
+            )
+            self._touch(conn)
+
+    def _touch(self, conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT OR REPLACE INTO meta VALUES ('updated', ?)", (_now(),))
+
+    def write_report(self, report: dict) -> None:
+        # default=str: a stray Path or dtype in a result must not cost the user the whole report.
+        atomic_write_text(self.report_path, json.dumps(report, indent=2, default=str) + "\n")
+
+    # reading
+
+    def _meta(self) -> dict[str, str]:
+        with self._db() as conn:
+            return dict(conn.execute("SELECT key, value FROM meta"))
+
+    @property
+    def status(self) -> str:
+        return self._meta().get("status", "")
+
+    @property
+    def message(self) -> str:
+        return self._meta().get("message", "")
+
+    def read_report(self) -> dict | None:
+        try:
+            text = self.report_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise JobError(f"Run report {self.report_path} is not valid JSON: {exc}") from exc
+
+    def read_spec(self) -> dict:
+        try:
+            return tomllib.loads(self.spec_path.read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise JobError(f"Run spec {self.spec_path} is missing.") from exc
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise JobError(f"Run spec {self.spec_path} is not valid TOML: {exc}") from exc
+
+    def read_new_metrics(self, since_rowid: int = 0) -> tuple[dict[str, tuple[list[int], list[float]]], int]:
+        """Metrics appended after `since_rowid`, and the rowid to pass next time (for live plots)."""
+        with self._db() as conn, _transaction(conn):  # one snapshot for both queries
+            data = self._select_metrics(conn, None, since_rowid)
+            last = conn.execute("SELECT coalesce(max(rowid), 0) FROM metrics").fetchone()[0]
+        return data, max(last, since_rowid)
+
+    def read_metrics(
+        self, name: str | None = None, since_rowid: int = 0
+    ) -> dict[str, tuple[list[int], list[float]]]:
+        """{name: (steps, values)} in step order; NaN and inf come back as floats."""
+        with self._db() as conn:
+            return self._select_metrics(conn, name, since_rowid)
+
+    @staticmethod
+    def _select_metrics(conn: sqlite3.Connection, name: str | None, since_rowid: int) -> dict:
+        if name is None:
+            rows = conn.execute(
+                "SELECT name, step, value FROM metrics WHERE rowid > ? ORDER BY name, step, rowid",
+                (since_rowid,),
+            )
+        else:
+            rows = conn.execute(
+                "SELECT name, step, value FROM metrics WHERE name = ? AND rowid > ? ORDER BY step, rowid",
+                (name, since_rowid),
+            )
+        out: dict[str, tuple[list[int], list[float]]] = {}
+        for metric, step, value in rows:
+            steps, values = out.setdefault(metric, ([], []))
+            steps.append(step)
+            values.append(_real(value))
+        return out
+
+    def metric_names(self) -> list[str]:
+        with self._db() as conn:
+            return [r[0] for r in conn.execute("SELECT DISTINCT name FROM metrics ORDER BY name")]
+
+    def last_metrics(self) -> dict[str, tuple[int, float]]:
+        """{name: (step, value)} of the most recently logged row of each metric."""
+        with self._db() as conn:
+            rows = conn.execute(
+                "SELECT name, step, value FROM metrics WHERE rowid IN (SELECT max(rowid) FROM metrics GROUP BY name)"
+            ).fetchall()
+        return {name: (step, _real(value)) for name, step, value in sorted(rows)}
+
+    def events(self, type: str | None = None) -> list[dict]:
+        query = "SELECT time, type, content FROM events"
+        args: tuple = ()
+        if type is not None:
+            query, args = query + " WHERE type = ?", (type,)
+        with self._db() as conn:
+            rows = conn.execute(query + " ORDER BY rowid", args).fetchall()
+        return [{"time": t, "type": kind, "content": json.loads(content)} for t, kind, content in rows]
+
+    def summary(self) -> dict:
+        """Everything `workbench runs show` prints; a broken spec or report is reported, not raised."""
+        meta = self._meta()
+        problems = []
+        spec = report = None
+        try:
+            spec = self.read_spec()
+        except JobError as exc:
+            problems.append(str(exc))
+        try:
+            report = self.read_report()
+        except (JobError, OSError) as exc:
+            problems.append(str(exc))
+        with self._db() as conn:
+            event_count = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "task": self.task,
+            "status": meta.get("status", ""),
+            "message": meta.get("message", ""),
+            "created": meta.get("created"),
+            "updated": meta.get("updated"),
+            "run_dir": str(self.dir),
+            "spec": spec,
+            "report": report,
+            "last_metrics": self.last_metrics(),
+            "checkpoints": _list_files(self.checkpoints_dir),
+            "artifacts": _list_files(self.artifacts_dir),
+            "event_count": event_count,
+            "problems": problems,
+        }
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.dir)!r})"
+
+
+class RunStore:
+    """All runs of one workspace, in workspace/runs/<run_id>/."""
+
+    def __init__(self, workspace: str | Path):
+        self.workspace = Path(workspace).absolute()
+        self.runs_dir = self.workspace / "runs"
+
+    def create_run(self, kind: str, spec: dict, *, task: str) -> Run:
+        # Serialize first: a spec that is not TOML-able must not leave a half-made run behind.
+        spec_text = tomli_w.dumps(spec)
+        safe_kind = re.sub(r"[^A-Za-z0-9._]+", "_", kind).strip("._") or "run"
+        try:
+            self.runs_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise JobError(
+                f"Cannot create the runs directory {self.runs_dir}: {exc.strerror or exc}"
+            ) from exc
+        while True:
+            now = datetime.now().astimezone()
+            run_id = f"{now:%Y%m%d-%H%M%S}-{safe_kind}-{secrets.token_hex(3)}"
+            final = self.runs_dir / run_id
+            if not final.exists():
+                break
+        # Built under a hidden name and renamed at the end, so list_runs never sees a half-made run.
+        staging = self.runs_dir / f".creating-{run_id}"
+        try:
+            staging.mkdir()
+            (staging / "checkpoints").mkdir()
+            (staging / "artifacts").mkdir()
+            atomic_write_text(staging / "spec.toml", spec_text)
+            _init_db(staging / DB_NAME, kind, task, now.isoformat())
+            os.rename(staging, final)
+        except (OSError, sqlite3.Error) as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise JobError(f"Cannot create run {run_id} in {self.runs_dir}: {exc}") from exc
+        _fsync_dir(self.runs_dir)
+        return Run(final)
+
+    def _run_dirs(self) -> list[Path]:
+        if not self.runs_dir.is_dir():
+            return []
+        return [p for p in self.runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
+
+    def list_runs(self) -> list[dict]:
+        """Newest first; a run that cannot be read is listed with status "unreadable", never raised."""
+        entries = []
+        for run_dir in self._run_dirs():
+            try:
+                with Run(run_dir) as run:
+                    meta = run._meta()
+                entry = {
+                    "id": run_dir.name,
+                    "kind": meta.get("kind"),
+                    "task": meta.get("task"),
+                    "status": meta.get("status", ""),
+                    "created": meta.get("created"),
+                    "updated": meta.get("updated"),
+                    "run_dir": str(run_dir),
+                    "message": meta.get("message", ""),
+                }
+            except (JobError, OSError, sqlite3.Error) as exc:
+                entry = self._unreadable_entry(run_dir, str(exc))
+            entries.append(entry)
+        entries.sort(key=lambda e: (_timestamp(e["created"]) or 0.0, e["id"]), reverse=True)
+        return entries
+
+    @staticmethod
+    def _unreadable_entry(run_dir: Path, message: str) -> dict:
+        # Recover what the id itself says, so the broken run still sorts and reads sensibly.
+        match = _RUN_ID.match(run_dir.name)
+        created = None
+        if match:
+            with contextlib.suppress(ValueError):
+                created = datetime.strptime(match[1], "%Y%m%d-%H%M%S").astimezone().isoformat()
+        return {
+            "id": run_dir.name,
+            "kind": match[2] if match else None,
+            "task": None,
+            "status": "unreadable",
+            "created": created,
+            "updated": None,
+            "run_dir": str(run_dir),
+            "message": message,
+        }
+
+    def resolve(self, ref: str) -> Path:
+        """The run directory `ref` names: a run id, a unique id prefix, or a path to a run directory."""
+        ref = str(ref).strip()
+        if not ref:
+            raise UsageError("No run given: pass a run id, an id prefix or a run directory.")
+        if (
+            "/" not in ref
+            and os.sep not in ref
+            and (self.runs_dir / ref).is_dir()
+            and not ref.startswith(".")
+        ):
+            return self.runs_dir / ref
+        as_path = Path(ref).expanduser()
+        if as_path.is_dir():
+            if not (as_path / DB_NAME).exists() and not (as_path / "spec.toml").exists():
+                raise UsageError(f"{ref} is a directory but not a run directory (no {DB_NAME} or spec.toml).")
+            return as_path.absolute()
+        candidates = sorted(p.name for p in self._run_dirs() if p.name.startswith(ref))
+        if not candidates:
+            raise UsageError(f"No run matches {ref!r} in {self.runs_dir}.")
+        if len(candidates) > 1:
+            shown = ", ".join(candidates[:10]) + (
+                f" and {len(candidates) - 10} more" if len(candidates) > 10 else ""
+            )
+            raise UsageError(f"Run {ref!r} is ambiguous: it matches {shown}.")
+        return self.runs_dir / candidates[0]
+
+    def open_run(self, ref: str) -> Run:
+        return Run(self.resolve(ref))
+
+    def delete_run(self, ref: str) -> None:
+        """Delete a run directory; works on unreadable runs too, but only inside this workspace."""
+        run_dir = self.resolve(ref).resolve()
+        if run_dir.parent != self.runs_dir.resolve():
+            raise UsageError(f"Refusing to delete {run_dir}: it is not a run in {self.runs_dir}.")
+        try:
+            shutil.rmtree(run_dir)
+        except OSError as exc:
+            raise JobError(f"Cannot delete run {run_dir}: {exc}") from exc

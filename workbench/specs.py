@@ -1,0 +1,648 @@
+"""Typed job specs: plain dataclasses that validate with clear messages and round-trip through TOML/JSON.
+
+No torch, no Qt, no numpy: the GUI, the worker and the command line all import this module.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import functools
+import json
+import math
+import re
+import sys
+import types
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import tomli_w
+
+from workbench.errors import SpecError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 has no tomllib
+    import tomli as tomllib
+
+__all__ = [
+    "SPEC_TYPES",
+    "BenchSpec",
+    "DataInfoSpec",
+    "DataSpec",
+    "ExportSpec",
+    "GraphSpec",
+    "ModelSpec",
+    "QuantSpec",
+    "Spec",
+    "TrainSpec",
+    "apply_overrides",
+    "dump",
+    "option",
+    "spec_for",
+]
+
+S = TypeVar("S", bound="Spec")
+
+SUFFIXES = (".toml", ".json")
+_TRUE = frozenset({"true", "yes", "on", "1"})
+_FALSE = frozenset({"false", "no", "off", "0"})
+_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", dict: "a table"}
+
+
+def option(default: Any, help: str, **meta: Any) -> Any:
+    """Declare a spec field in one line: its default, its tooltip and its checks.
+
+    Metadata keys: help, min, max, min_exclusive, max_exclusive, choices, pattern, pattern_help (what the
+    pattern allows, in words), min_items, max_items (for lists) and str_key (a plain string stands for
+    the table {str_key: string}). Bounds, choices and patterns of a list field apply to each item.
+    """
+    metadata = {"help": help, **meta}
+    if isinstance(default, (list, dict, Spec)):
+        # Mutable defaults need a factory; deepcopy so two specs never share a list or a nested spec.
+        return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+# --- coercion and field checks ---------------------------------------------------------------------
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _is_spec(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, Spec)
+
+
+def _describe(hint: Any) -> str:
+    if get_origin(hint) is list:
+        return "a list"
+    if get_origin(hint) is Literal:
+        return "one of " + ", ".join(map(str, get_args(hint)))
+    if _is_spec(hint):
+        return "a table"
+    return _TYPE_NAMES.get(get_origin(hint) or hint, str(hint))
+
+
+def _suggest(word: str, allowed: list[str], prefix: str = "") -> str:
+    close = difflib.get_close_matches(word, allowed, n=1)
+    if close:
+        return f"did you mean {_join(prefix, close[0])!r}?"
+    return "allowed fields: " + ", ".join(_join(prefix, name) for name in allowed)
+
+
+def _to_bool(value: Any, path: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise SpecError(f"{path}: {value!r} is not a boolean; use true or false")
+
+
+def _to_int(value: Any, path: str) -> int:
+    # bool is an int subclass, but `epochs = true` is a mistake, not 1.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    number = value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            try:
+                number = float(value)
+            except ValueError:
+                number = None
+    if isinstance(number, float) and number.is_integer():
+        return int(number)
+    raise SpecError(f"{path}: {value!r} is not an integer")
+
+
+def _to_float(value: Any, path: str) -> float:
+    number: float | None = None
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except (ValueError, OverflowError):
+            pass
+    if number is None:
+        raise SpecError(f"{path}: {value!r} is not a number")
+    # TOML allows nan and inf, but JSON cannot write them back and no bound check catches nan.
+    if not math.isfinite(number):
+        raise SpecError(f"{path}: {value!r} is not a finite number")
+    return number
+
+
+def _range_text(meta: Mapping[str, Any]) -> str:
+    parts = []
+    if meta.get("min") is not None:
+        parts.append(f"{'>' if meta.get('min_exclusive') else '>='} {meta['min']}")
+    if meta.get("max") is not None:
+        parts.append(f"{'<' if meta.get('max_exclusive') else '<='} {meta['max']}")
+    return " and ".join(parts)
+
+
+def _check_value(value: Any, path: str, meta: Mapping[str, Any]) -> None:
+    low, high = meta.get("min"), meta.get("max")
+    too_low = low is not None and (value < low or (meta.get("min_exclusive") and value == low))
+    too_high = high is not None and (value > high or (meta.get("max_exclusive") and value == high))
+    if too_low or too_high:
+        raise SpecError(f"{path}: {value!r} is out of range; must be {_range_text(meta)}")
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        raise SpecError(f"{path}: {value!r} is not allowed; choose one of: {', '.join(choices)}")
+    pattern = meta.get("pattern")
+    if pattern is not None and not re.fullmatch(pattern, value):
+        allowed = meta.get("pattern_help") or f"of the form {pattern}"
+        raise SpecError(f"{path}: {value!r} is not allowed; must be {allowed}")
+
+
+def _check_count(items: list, path: str, meta: Mapping[str, Any]) -> None:
+    least, most = meta.get("min_items"), meta.get("max_items")
+    if least is not None and len(items) < least:
+        raise SpecError(f"{path}: {items!r} has too few items; must have at least {least}")
+    if most is not None and len(items) > most:
+        raise SpecError(f"{path}: {items!r} has too many items; must have at most {most}")
+
+
+def _coerce(value: Any, hint: Any, path: str, meta: Mapping[str, Any]) -> Any:
+    """Turn plain data (TOML, JSON or a command-line string) into a value of type `hint`, checked."""
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        options = [candidate for candidate in options if candidate is not type(None)]
+        if len(options) == 1:
+            return _coerce(value, options[0], path, meta)
+        for candidate in options:  # the first type that takes the value wins
+            try:
+                return _coerce(value, candidate, path, meta)
+            except SpecError:
+                continue
+        raise SpecError(f"{path}: {value!r} is not {' or '.join(_describe(o) for o in options)}")
+    if origin is Literal:
+        choices = get_args(hint)
+        if any(type(value) is type(choice) and value == choice for choice in choices):
+            return value
+        raise SpecError(f"{path}: {value!r} is not allowed; choose one of: {', '.join(map(str, choices))}")
+    if origin is list:
+        item_hint = (get_args(hint) or (Any,))[0]
+        if isinstance(value, str):  # the command line's "1,28,28"
+            value = [part.strip() for part in value.split(",")] if value.strip() else []
+        if not isinstance(value, (list, tuple)):
+            raise SpecError(f"{path}: {value!r} is not a list")
+        items = [_coerce(item, item_hint, f"{path}[{i}]", meta) for i, item in enumerate(value)]
+        _check_count(items, path, meta)
+        return items
+    if hint is dict or origin is dict:
+        if isinstance(value, str) and meta.get("str_key"):
+            return {meta["str_key"]: value}
+        if not isinstance(value, Mapping):
+            raise SpecError(f"{path}: {value!r} is not a table")
+        return copy.deepcopy(dict(value))
+    if _is_spec(hint):
+        return hint.from_dict(value.to_dict() if isinstance(value, Spec) else value, path=path)
+    if hint is Any:
+        return value
+    if hint is bool:
+        return _to_bool(value, path)
+    if hint is int:
+        result = _to_int(value, path)
+    elif hint is float:
+        result = _to_float(value, path)
+    elif hint is str:
+        if not isinstance(value, str):
+            raise SpecError(f"{path}: {value!r} is not a string")
+        result = value
+    else:  # a programming error in a spec declaration, not a user mistake
+        raise TypeError(f"{path}: unsupported field type {hint!r}")
+    _check_value(result, path, meta)
+    return result
+
+
+@functools.cache
+def _fields(cls: type) -> dict[str, tuple[Any, Mapping[str, Any]]]:
+    """Field name -> (resolved type hint, metadata), in declaration order."""
+    hints = get_type_hints(cls)
+    return {f.name: (hints[f.name], f.metadata) for f in dataclasses.fields(cls)}
+
+
+def _lookup(cls: type, dotted: str) -> tuple[Any, Mapping[str, Any]]:
+    """The type hint and metadata of a dotted field such as `dataset.name`."""
+    parts = dotted.split(".")
+    walked = ""
+    for i, part in enumerate(parts):
+        fields = _fields(cls)
+        if part not in fields:
+            raise SpecError(f"unknown field {dotted!r}; {_suggest(part, list(fields), walked)}")
+        hint, meta = fields[part]
+        walked = _join(walked, part)
+        if i < len(parts) - 1:
+            if not _is_spec(hint):
+                raise SpecError(f"unknown field {dotted!r}; {walked!r} has no fields")
+            cls = hint
+    return hint, meta
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Spec):
+        return value.to_dict()
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items() if item is not None}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+# --- files -----------------------------------------------------------------------------------------
+
+
+def _suffix(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise SpecError(f"{path}: unsupported file type {suffix or '(none)'!r}; use one of: .toml, .json")
+    return suffix
+
+
+def _parse(text: str, suffix: str, source: str) -> dict:
+    if suffix == ".toml":
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            message = str(exc)
+            found = re.search(r"\s*\(at line (\d+), column (\d+)\)", message)
+            if found:
+                detail = f"{message[: found.start()]} at column {found[2]}"
+                raise SpecError(f"{source}: line {found[1]}: invalid TOML ({detail})") from None
+            found = re.search(r"\s*\(at end of document\)", message)
+            if found:
+                line = text.count("\n") + 1
+                detail = f"{message[: found.start()]} at the end of the file"
+                raise SpecError(f"{source}: line {line}: invalid TOML ({detail})") from None
+            raise SpecError(f"{source}: invalid TOML ({message})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(
+            f"{source}: line {exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})"
+        ) from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: the top level must be an object of fields, not {type(data).__name__}")
+    return data
+
+
+# --- the base class --------------------------------------------------------------------------------
+
+
+class Spec:
+    """Base of the job specs: subclasses are dataclasses whose fields are all declared with `option`."""
+
+    @classmethod
+    def from_dict(cls: type[S], data: Mapping[str, Any], *, path: str = "") -> S:
+        """Build and validate a spec from plain data; `path` is where this spec sits in the top-level one."""
+        if not isinstance(data, Mapping):
+            raise SpecError(f"{path or cls.__name__}: {data!r} is not a table")
+        fields = _fields(cls)
+        values = {}
+        for key, raw in data.items():
+            if key not in fields:
+                raise SpecError(f"{_join(path, str(key))}: unknown field; {_suggest(str(key), list(fields))}")
+            hint, meta = fields[key]
+            values[key] = _coerce(raw, hint, _join(path, key), meta)
+        spec = cls(**values)
+        try:
+            spec.validate()
+        except SpecError as exc:
+            # validate() names fields relative to its own spec; prefix where this spec sits.
+            if not path:
+                raise
+            raise SpecError(_join(path, str(exc))) from None
+        return spec
+
+    def validate(self) -> None:
+        """Cross-field checks, run by from_dict after every field is coerced.
+
+        Raise SpecError whose message starts with the field name relative to this spec (`nproc: ...`);
+        from_dict adds the prefix of a nested spec. Overrides may also normalise values in place.
+        """
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data that from_dict turns back into an equal spec; None values are left out."""
+        return {
+            f.name: _plain(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None
+        }
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(self.to_dict())
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    @classmethod
+    def from_toml(cls: type[S], text: str, *, source: str = "<string>") -> S:
+        return cls.from_dict(_parse(text, ".toml", source))
+
+    @classmethod
+    def from_json(cls: type[S], text: str, *, source: str = "<string>") -> S:
+        return cls.from_dict(_parse(text, ".json", source))
+
+    @classmethod
+    def load(cls: type[S], path: str | Path) -> S:
+        """Read a .toml or .json spec file; every error names the file."""
+        path = Path(path)
+        suffix = _suffix(path)
+        try:
+            text = path.read_text(encoding="utf-8-sig")  # -sig: tolerate the BOM some editors write
+        except FileNotFoundError:
+            raise SpecError(f"{path}: no such file") from None
+        except UnicodeDecodeError:
+            raise SpecError(f"{path}: is not UTF-8 text") from None
+        except OSError as exc:
+            raise SpecError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        data = _parse(text, suffix, str(path))
+        try:
+            return cls.from_dict(data)
+        except SpecError as exc:
+            raise SpecError(f"{path}: {exc}") from None
+
+    @classmethod
+    def iter_fields(cls) -> Iterator[tuple[str, Any, Any, Mapping[str, Any]]]:
+        """Yield (dotted_path, type_hint, default, metadata) for every leaf field, nested specs included."""
+
+        def walk(spec_cls: type, defaults: Any, prefix: str) -> Iterator[tuple[str, Any, Any, Mapping]]:
+            for name, (hint, meta) in _fields(spec_cls).items():
+                default = getattr(defaults, name)
+                if _is_spec(hint):
+                    yield from walk(hint, default, _join(prefix, name))
+                else:
+                    yield _join(prefix, name), hint, default, meta
+
+        # Defaults come from an instance so a nested spec's default set by its parent is honoured.
+        yield from walk(cls, cls(), "")
+
+    @classmethod
+    def field_help(cls, dotted: str) -> str:
+        """The tooltip of a dotted field such as `dataset.name`."""
+        return _lookup(cls, dotted)[1]["help"]
+
+
+def dump(spec: Spec, path: str | Path) -> None:
+    """Write a spec as TOML or JSON, chosen by the file's suffix."""
+    path = Path(path)
+    text = spec.to_toml() if _suffix(path) == ".toml" else spec.to_json()
+    path.write_text(text, encoding="utf-8")
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: Iterable[str], spec_cls: type[Spec]) -> dict:
+    """Apply the command line's `--set key=value` items to plain spec data; returns a new dict.
+
+    Each value is coerced with its field's type, so `epochs=3` gives an int and `model.input_shape=1,28,28`
+    a list; nested tables missing from `data` are created.
+    """
+    result = copy.deepcopy(dict(data))
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SpecError(f"--set {item}: expected key=value, e.g. lr=0.01")
+        try:
+            hint, meta = _lookup(spec_cls, key)
+            if _is_spec(hint):
+                first = next(iter(_fields(hint)))
+                raise SpecError(f"{key!r} is a table; set one of its fields, e.g. {key}.{first}=...")
+            value = _coerce(raw.strip(), hint, key, meta)
+        except SpecError as exc:
+            raise SpecError(f"--set {item}: {exc}") from None
+        *parents, leaf = key.split(".")
+        node = result
+        for part in parents:
+            child = node.get(part)
+            if child is None:
+                child = {}
+            elif not isinstance(child, Mapping):
+                raise SpecError(f"--set {item}: {part!r} in the spec is {child!r}, not a table")
+            node[part] = child = dict(child)
+            node = child
+        node[leaf] = value
+    return result
+
+
+def _check_normalize(value: str | dict) -> str | dict:
+    """Check `normalize` and give back its canonical form ({mean: [float], std: [float]} for a table)."""
+    if isinstance(value, str):
+        if value not in ("auto", "none"):
+            raise SpecError(
+                f"normalize: {value!r} is not allowed; choose one of: auto, none, or a table {{mean=[...], std=[...]}}"
+            )
+        return value
+    for key in value:
+        if key not in ("mean", "std"):
+            raise SpecError(f"normalize.{key}: unknown field; {_suggest(str(key), ['mean', 'std'])}")
+    for key in ("mean", "std"):
+        if key not in value:
+            raise SpecError(f"normalize: {value!r} has no {key}; a table needs both mean and std")
+    mean = _coerce(value["mean"], list[float], "normalize.mean", {"min_items": 1})
+    std = _coerce(
+        value["std"], list[float], "normalize.std", {"min_items": 1, "min": 0, "min_exclusive": True}
+    )
+    if len(mean) != len(std):
+        raise SpecError(
+            f"normalize.std: {std!r} has {len(std)} values but mean has {len(mean)}; they must have the same length"
+        )
+    return {"mean": mean, "std": std}
+
+
+# --- the specs -------------------------------------------------------------------------------------
+# One line per field keeps each spec readable as a table, so the formatter is told to leave them alone.
+# fmt: off
+
+DATASETS = ("digits", "mnist", "fashion_mnist", "kmnist", "cifar10", "cifar100", "svhn", "imagefolder", "fake")
+AUGMENTATIONS = ("random_crop", "hflip", "vflip", "rotation", "color_jitter", "random_erasing")
+EXPORT_FORMATS = ("torchscript", "torch_export", "onnx", "tensorrt")
+RUNTIMES = ("torch", "torchscript", "torch_export", "onnxruntime", "tensorrt")
+DEVICE_PATTERN = r"auto|cpu|mps|cuda(:\d+)?"
+MODEL_PATTERN = r"mlp|cnn|torchvision:[A-Za-z_][A-Za-z0-9_]*|file:.+\.py:[A-Za-z_][A-Za-z0-9_]*"
+
+Amp = Literal["none", "bf16", "fp16"]
+
+
+def _device(default: str, help: str) -> Any:
+    return option(default, help, pattern=DEVICE_PATTERN, pattern_help="auto, cpu, mps, cuda or cuda:N")
+
+
+@dataclass
+class DataSpec(Spec):
+    """Which dataset to load and how to split, resize, normalise and augment it."""
+
+    name: str = option("digits", "Dataset to load; 'fake' makes random images, 'imagefolder' reads class folders under root.", choices=DATASETS)
+    root: str = option("", "Folder holding the dataset files; empty means the workspace's data folder.")
+    download: bool = option(False, "Download the dataset when it is not already under root.")
+    val_fraction: float = option(0.1, "Fraction of the training split held out for validation.", min=0, max=1, max_exclusive=True)
+    test_fraction: float = option(0.1, "Fraction held out for testing, used only where the dataset has no test split of its own.", min=0, max=1, max_exclusive=True)
+    seed: int = option(0, "Seed of the random train/validation/test split.", min=0)
+    image_size: list[int] = option([], "Resize images: empty keeps their size, one value makes a square, two values are height,width.", min=1, max_items=2)
+    normalize: str | dict = option("auto", "Normalisation: 'auto' uses the dataset's statistics, 'none' skips it, or a table {mean=[...], std=[...]}.")
+    augment: list[dict] = option([], "Training augmentations, each a table with a name and its parameters, e.g. {name='rotation', degrees=15}.", str_key="name")
+    num_workers: int = option(0, "Background processes that load batches; 0 loads them in the job's own process.", min=0)
+    pin_memory: bool = option(False, "Pin host memory so batches copy to a CUDA device faster.")
+    size: int = option(1000, "Number of samples the 'fake' dataset generates.", min=1)
+    num_classes: int = option(10, "Number of classes the 'fake' dataset generates.", min=2)
+
+    def validate(self) -> None:
+        total = self.val_fraction + self.test_fraction
+        if total >= 1:
+            raise SpecError(
+                f"val_fraction: {self.val_fraction!r} plus test_fraction {self.test_fraction!r} is {total:g}; "
+                "the sum must be < 1"
+            )
+        self.normalize = _check_normalize(self.normalize)
+        for i, item in enumerate(self.augment):
+            name = item.get("name")
+            if name not in AUGMENTATIONS:
+                what = f"{name!r} is not allowed" if "name" in item else f"{item!r} has no name"
+                raise SpecError(f"augment[{i}].name: {what}; choose one of: {', '.join(AUGMENTATIONS)}")
+
+
+@dataclass
+class ModelSpec(Spec):
+    """Which model to build and which weights to start from."""
+
+    name: str = option("cnn", "Model to build: mlp, cnn, torchvision:<arch> or file:<path.py>:<ClassOrFactory>.", pattern=MODEL_PATTERN, pattern_help="mlp, cnn, torchvision:<arch> or file:<path.py>:<ClassOrFactory>")
+    num_classes: int = option(10, "Number of outputs of the classifier.", min=1)
+    input_shape: list[int] = option([], "Shape of one input without the batch dimension, e.g. 1,28,28; empty takes it from the dataset.", min=1, max_items=3)
+    checkpoint: str = option("", "Weights file to load before the job starts; empty loads none.")
+    weights: str = option("", "Pretrained weights to start from, e.g. DEFAULT for a torchvision model; empty means none.")
+    replace_head: bool = option(False, "Replace the classifier head so it has num_classes outputs, e.g. to fine-tune pretrained weights.")
+    freeze: list[str] = option([], "Module-name prefixes whose parameters are not trained, or the word 'backbone' for all but the head.")
+
+
+@dataclass
+class TrainSpec(Spec):
+    """A training run: data, model, optimiser, schedule, precision and where it runs."""
+
+    dataset: DataSpec = option(DataSpec(), "The data to train and validate on.")
+    model: ModelSpec = option(ModelSpec(), "The model to train.")
+    epochs: int = option(10, "Number of passes over the training split.", min=1)
+    batch_size: int = option(64, "Samples per optimiser step (before gradient accumulation).", min=1)
+    lr: float = option(1e-3, "Learning rate (the peak rate for onecycle).", min=0, min_exclusive=True)
+    optimizer: Literal["sgd", "adam", "adamw", "rmsprop"] = option("adam", "Optimisation algorithm.")
+    momentum: float = option(0.9, "Momentum for sgd and rmsprop.", min=0, max=1)
+    weight_decay: float = option(0.0, "L2 weight decay (decoupled for adamw); 0 turns it off.", min=0)
+    no_decay_bias_norm: bool = option(True, "Exempt biases and normalisation weights from weight decay.")
+    scheduler: Literal["none", "step", "cosine", "onecycle"] = option("none", "Learning-rate schedule.")
+    step_size: int = option(5, "Epochs between learning-rate drops for the step schedule.", min=1)
+    gamma: float = option(0.1, "Factor the step schedule multiplies the learning rate by.", min=0, min_exclusive=True)
+    loss: Literal["cross_entropy", "nll", "mse"] = option("cross_entropy", "Loss function.")
+    label_smoothing: float = option(0.0, "Label smoothing for cross_entropy; 0 turns it off.", min=0, max=1, max_exclusive=True)
+    amp: Amp = option("none", "Mixed precision: autocast to bf16 or fp16, or none for full precision.")
+    grad_accum_steps: int = option(1, "Batches whose gradients add up before each optimiser step.", min=1)
+    clip_grad_norm: float = option(0.0, "Clip the gradient norm to this value; 0 turns it off.", min=0)
+    clip_grad_value: float = option(0.0, "Clip each gradient element to plus or minus this value; 0 turns it off.", min=0)
+    seed: int = option(0, "Seed for weight initialisation and data shuffling.", min=0)
+    deterministic: bool = option(False, "Use deterministic algorithms so reruns match exactly, at some cost in speed.")
+    compile: Literal["off", "default", "reduce-overhead", "max-autotune"] = option("off", "torch.compile mode, or off to run eagerly.")
+    channels_last: bool = option(False, "Store image tensors channels-last, which is faster for convolutions on some GPUs.")
+    checkpoint_every: int = option(1, "Save a checkpoint every this many epochs; 0 saves only at the end.", min=0)
+    keep_best: bool = option(True, "Also keep the checkpoint with the best validation score.")
+    early_stop_patience: int = option(0, "Stop after this many epochs without validation improvement; 0 turns it off.", min=0)
+    device: str = _device("auto", "Where to train: auto, cpu, mps, cuda or cuda:N.")
+    distributed: Literal["none", "ddp"] = option("none", "Distributed training across processes: none or ddp.")
+    nproc: int = option(1, "Number of processes for ddp; must be 1 without it.", min=1)
+    profile_steps: int = option(0, "Record a torch profiler trace of this many steps; 0 turns it off.", min=0)
+    log_every_steps: int = option(20, "How often, in steps, the loop reads losses back from the device.", min=1)
+
+    def validate(self) -> None:
+        if self.distributed == "none" and self.nproc != 1:
+            raise SpecError(f"nproc: {self.nproc} needs distributed=ddp; with distributed=none nproc must be 1")
+
+
+@dataclass
+class QuantSpec(Spec):
+    """Post-training int8 quantization with calibration data."""
+
+    model: ModelSpec = option(ModelSpec(), "The trained model to quantize.")
+    dataset: DataSpec = option(DataSpec(), "Calibration and evaluation data.")
+    backend: Literal["x86", "qnnpack", "fbgemm"] = option("x86", "Quantized kernel backend: x86 or fbgemm for servers, qnnpack for ARM.")
+    dtype: Literal["int8"] = option("int8", "Quantized data type.")
+    weight_scheme: Literal["per_tensor", "per_channel"] = option("per_channel", "Whether weights get one scale per tensor or per output channel.")
+    range_estimator: Literal["minmax", "moving_average", "histogram", "percentile"] = option("minmax", "How activation ranges are estimated from calibration data.")
+    percentile: float = option(99.99, "Percentile of activations kept by the percentile estimator.", min=50, min_exclusive=True, max=100)
+    calibration_count: int = option(256, "Number of samples used for calibration.", min=1)
+    calibration_seed: int = option(0, "Seed for choosing the calibration samples.", min=0)
+    eval_count: int = option(0, "Test samples used to compare accuracy before and after; 0 uses the whole test split.", min=0)
+    device: str = _device("cpu", "Where to calibrate and evaluate: auto, cpu, mps, cuda or cuda:N.")
+
+
+@dataclass
+class ExportSpec(Spec):
+    """Export a model to deployment formats and check the outputs still match."""
+
+    model: ModelSpec = option(ModelSpec(), "The model to export.")
+    formats: list[str] = option(["onnx"], "Formats to write: torchscript, torch_export, onnx and/or tensorrt.", choices=EXPORT_FORMATS, min_items=1)
+    opset: int = option(18, "ONNX opset version.", min=7, max=25)
+    dynamic_batch: bool = option(True, "Let the exported model take any batch size.")
+    check_parity: bool = option(True, "Compare the exported model's outputs with the PyTorch model's.")
+    parity_atol: float = option(1e-4, "Largest absolute difference the parity check accepts.", min=0, min_exclusive=True)
+    parity_samples: int = option(16, "Number of dataset samples the parity check runs.", min=1)
+    dataset: DataSpec = option(DataSpec(), "Data the parity check takes its inputs from.")
+    tensorrt_precision: Literal["fp32", "fp16", "int8"] = option("fp16", "Precision of the TensorRT engine.")
+    device: str = _device("cpu", "Where to trace and check the model: auto, cpu, mps, cuda or cuda:N.")
+
+
+@dataclass
+class BenchSpec(Spec):
+    """Measure latency and throughput of a model or an exported artifact."""
+
+    model: ModelSpec = option(ModelSpec(), "The model to benchmark, or the one the artifact was exported from.")
+    artifact: str = option("", "Exported file to benchmark; empty benchmarks the PyTorch model itself.")
+    runtimes: list[str] = option(["torch"], "Runtimes to measure: torch, torchscript, torch_export, onnxruntime and/or tensorrt.", choices=RUNTIMES, min_items=1)
+    batch_sizes: list[int] = option([1], "Batch sizes to measure, e.g. 1,8,64.", min=1, min_items=1)
+    warmup: int = option(10, "Untimed iterations before measuring.", min=0)
+    iters: int = option(100, "Timed iterations per batch size.", min=1)
+    amp: Amp = option("none", "Mixed precision: autocast to bf16 or fp16, or none for full precision.")
+    threads: int = option(0, "CPU threads for inference; 0 keeps torch's default.", min=0)
+    accuracy: bool = option(False, "Also measure accuracy on the dataset's test split.")
+    dataset: DataSpec = option(DataSpec(), "Data for inputs and the accuracy check.")
+    device: str = _device("cpu", "Where to run: auto, cpu, mps, cuda or cuda:N.")
+
+
+@dataclass
+class GraphSpec(Spec):
+    """Show a model's graph in Model Explorer."""
+
+    model: ModelSpec = option(ModelSpec(), "The model whose graph to show.")
+    const_element_count_limit: int = option(16, "Constants with more elements than this are shown without their values.", min=0)
+    port: int = option(0, "Port of the graph viewer's server; 0 picks a free one.", min=0, max=65535)
+    open_browser: bool = option(False, "Open the graph in the system web browser.")
+
+
+@dataclass
+class DataInfoSpec(Spec):
+    """Describe a dataset: sizes, classes, shapes and statistics (`workbench data info`)."""
+
+    dataset: DataSpec = option(DataSpec(), "The dataset to describe.")
+
+# fmt: on
+
+SPEC_TYPES: dict[str, type[Spec]] = {
+    "train": TrainSpec,
+    "quantize": QuantSpec,
+    "export": ExportSpec,
+    "bench": BenchSpec,
+    "graph": GraphSpec,
+    "data": DataInfoSpec,
+}
+
+
+def spec_for(verb: str) -> type[Spec]:
+    """The spec class of a job verb such as `train`."""
+    try:
+        return SPEC_TYPES[verb]
+    except KeyError:
+        raise SpecError(f"job: {verb!r} is not allowed; choose one of: {', '.join(SPEC_TYPES)}") from None
