@@ -48,6 +48,10 @@ def _common(parser: argparse.ArgumentParser, *, spec: bool = True, json_flag: bo
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="workbench", description="Torch Workbench: the window, and every job headless.")
     parser.add_argument("--version", action="version", version=f"workbench {__version__}")
+    # `workbench --workspace DIR` opens the window like `workbench gui --workspace DIR`.
+    parser.add_argument("--workspace", dest="top_workspace", help="workspace folder for the window's runs")
+    parser.add_argument("--connect", dest="top_connect", metavar="CONNECTION_FILE",
+                        help="attach the window to a worker started elsewhere")
     sub = parser.add_subparsers(dest="verb", parser_class=_Parser)
 
     gui = sub.add_parser("gui", help="open the window (the default)")
@@ -222,8 +226,9 @@ def _cmd_diag(args) -> int:
 def _cmd_gui(args) -> int:
     from workbench.gui.app import run_gui
 
-    workspace = Path(args.workspace) if getattr(args, "workspace", None) else None
-    return run_gui(workspace, connection_file=getattr(args, "connect", None))
+    workspace = getattr(args, "workspace", None) or args.top_workspace
+    connect = getattr(args, "connect", None) or args.top_connect
+    return run_gui(Path(workspace) if workspace else None, connection_file=connect)
 
 
 def _cmd_worker(args) -> int:

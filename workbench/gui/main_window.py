@@ -38,6 +38,8 @@ from workbench.gui.worker_bridge import QtWorkerBridge
 from workbench.protocol import Message
 
 WINDOW_TITLE = "Torch Workbench"
+# Queries the window makes for itself; they are not the user's jobs, so the jobs list does not show them.
+INTERNAL_TASKS = frozenset({"devices.list"})
 
 
 class WorkerBanner(QFrame):
@@ -259,7 +261,9 @@ class MainWindow(QMainWindow):
             self.log_panel.append(f"Worker {state}" + (f": {detail}" if detail else ""), "debug")
 
     def _on_worker_job_changed(self, record: JobRecord) -> None:
-        if record.job_id == self._devices_job:
+        if record.task in INTERNAL_TASKS:
+            if record.job_id != self._devices_job or record.active:
+                return
             if record.state == "done" and record.result:
                 self.device_picker.set_devices(record.result.get("devices", []))
             elif record.state == "failed":

@@ -1,0 +1,63 @@
+"""Drive the real app (real worker) through a short scene and save a PNG of the window, for README and reviews.
+
+Run under a virtual screen: `xvfb-run -a -s "-screen 0 1600x900x24" python packaging/screenshot.py OUT.png`.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+from workbench.client import WorkerManager
+from workbench.gui.main_window import MainWindow
+from workbench.gui.settings import Settings
+from workbench.workspace import resolve_workspace
+
+
+def main() -> int:
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "screenshot.png").absolute()
+    theme = sys.argv[2] if len(sys.argv) > 2 else "light"
+    app = QApplication(sys.argv[:1])
+    from PySide6.QtCore import QSettings
+
+    settings = Settings(QSettings(str(Path(tempfile.mkdtemp()) / "settings.ini"), QSettings.IniFormat))
+    settings.set("theme", theme)
+    workspace = resolve_workspace(Path(tempfile.mkdtemp(prefix="wb-shot-")))
+    manager = WorkerManager()
+    window = MainWindow(manager, workspace, settings)
+    window.resize(1400, 820)
+    window.show()
+    manager.start(wait=False)
+
+    def scene_start() -> None:
+        window.submit_job("debug.count", {"steps": 60, "delay": 0.005})
+        window.submit_job("debug.count", {"steps": 40, "crash_at": 25, "crash_mode": "raise"})
+
+    def scene_running() -> None:
+        window.submit_job("debug.count", {"steps": 3000, "delay": 0.01})
+        window.runs_panel.refresh()
+        window.runs_panel.view.selectRow(1)
+
+    def capture() -> None:
+        window.grab().save(str(out))
+        print(out)
+        window.close()
+
+    def when_ready() -> None:
+        if manager.state != "ready":
+            QTimer.singleShot(100, when_ready)
+            return
+        scene_start()
+        QTimer.singleShot(2500, scene_running)
+        QTimer.singleShot(4500, capture)
+
+    when_ready()
+    return app.exec()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""The main window against a fake worker that speaks the real protocol (and one test with the real worker)."""
+
+from __future__ import annotations
+
+
+import pytest
+from PySide6.QtCore import QSettings, Qt
+
+from fake_worker import FakeWorker
+from workbench.client import WorkerManager
+from workbench.gui.main_window import WINDOW_TITLE, MainWindow
+from workbench.gui.settings import Settings
+from workbench.runs import RunStore
+
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
+
+
+@pytest.fixture
+def fake_window(qtbot, tmp_path, settings):
+    worker = FakeWorker(tmp_path)
+    manager = WorkerManager(connection_file=worker.connection_file, heartbeat_interval=0.2)
+    window = MainWindow(manager, tmp_path / "workspace", settings)
+    qtbot.addWidget(window)
+    window.show()
+    manager.start(wait=False)
+    qtbot.waitUntil(lambda: window.status_light.state == "ready", timeout=10_000)
+    yield window
+    window.close()
+    worker.stop()
+
+
+def _job_rows(window):
+    return window.jobs_panel.model.records()
+
+
+def test_window_title_status_light_and_devices(fake_window, qtbot):
+    assert fake_window.windowTitle() == WINDOW_TITLE == "Torch Workbench"
+    qtbot.waitUntil(lambda: fake_window.device_picker.count() == 2, timeout=5000)
+    picker = fake_window.device_picker
+    assert [picker.itemData(i) for i in range(picker.count())] == ["cpu", "cuda:0"]
+    picker.setCurrentIndex(1)
+    assert "Fake GPU" in picker.toolTip() and "TensorRT: yes" in picker.toolTip()
+    assert fake_window.settings.get("device") == "cuda:0"
+    # The device query is the window's own business, not a job the user started.
+    assert _job_rows(fake_window) == []
+
+
+def test_job_progress_and_run_appear(fake_window, qtbot):
+    fake_window.run_self_test()
+    qtbot.waitUntil(lambda: _job_rows(fake_window) and _job_rows(fake_window)[0].state == "done", timeout=15_000)
+    record = _job_rows(fake_window)[0]
+    assert record.fraction == 1.0 and record.run_dir
+    runs = fake_window.runs_panel.model.runs
+    assert [r["run_dir"] for r in runs] == [record.run_dir]
+    fake_window.runs_panel.select_run(runs[0]["id"])
+    details = fake_window.runs_panel.details.toPlainText()
+    assert "debug.count" in details and "value" in details and "done" in details
+
+
+def test_cancel_button_stops_a_running_job(fake_window, qtbot):
+    record = fake_window.submit_job("debug.sleep", {"seconds": 30}, with_run=False)
+    qtbot.waitUntil(lambda: _job_rows(fake_window)[0].state == "running", timeout=5000)
+    panel = fake_window.jobs_panel
+    panel.view.selectRow(0)
+    assert panel.cancel_button.isEnabled()
+    qtbot.mouseClick(panel.cancel_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: _job_rows(fake_window)[0].state == "cancelled", timeout=3000)
+    assert _job_rows(fake_window)[0].job_id == record.job_id
+    assert not panel.cancel_button.isEnabled()
+    assert any("cancelled" in line for line in fake_window.log_panel.lines())
+
+
+def test_failed_job_shows_its_message_without_traceback(fake_window, qtbot):
+    fake_window.submit_job("debug.count", {"steps": 10, "crash_at": 2, "crash_mode": "raise", "delay": 0})
+    qtbot.waitUntil(lambda: _job_rows(fake_window)[0].state == "failed", timeout=5000)
+    assert _job_rows(fake_window)[0].error_message == "deliberate failure at step 2"
+    log = "\n".join(fake_window.log_panel.lines())
+    assert "deliberate failure at step 2" in log and "Traceback" not in log
+
+
+def test_theme_and_layout_persist(fake_window, tmp_path):
+    fake_window.set_theme("dark")
+    fake_window.close()
+    reread = Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
+    assert reread.get("theme") == "dark"
+    assert reread.get("geometry") is not None and reread.get("window_state") is not None
+
+
+def test_submit_while_worker_down_says_so(qtbot, tmp_path, settings):
+    manager = WorkerManager(connection_file=tmp_path / "nobody.json")  # never started
+    window = MainWindow(manager, tmp_path / "ws", settings)
+    qtbot.addWidget(window)
+    assert window.submit_job("debug.count", {}) is None
+    assert "worker is stopped" in window.log_panel.lines()[-1]
+    assert window.status_light.restart_button.isEnabled()
+
+
+@pytest.mark.slow
+def test_real_worker_crash_keeps_window_state_and_restarts(qtbot, tmp_path, settings):
+    """The real worker subprocess: a job that kills it fails with SIGKILL, the window says so and recovers."""
+    manager = WorkerManager(runtime_dir=tmp_path / "rt", max_restarts=0)
+    window = MainWindow(manager, tmp_path / "workspace", settings)
+    qtbot.addWidget(window)
+    window.show()
+    manager.start(wait=False)
+    qtbot.waitUntil(lambda: window.status_light.state == "ready", timeout=30_000)
+    window.submit_job("debug.count", {"steps": 5, "delay": 0})
+    qtbot.waitUntil(lambda: _job_rows(window)[0].state == "done", timeout=10_000)
+    window.submit_job("debug.count", {"steps": 1000, "delay": 0.01, "crash_at": 20, "crash_mode": "kill"})
+    qtbot.waitUntil(lambda: _job_rows(window)[0].state == "failed", timeout=10_000)
+    assert "SIGKILL" in _job_rows(window)[0].error_message
+    qtbot.waitUntil(lambda: window.status_light.state == "dead", timeout=5000)
+    assert window.banner.isVisible() and "SIGKILL" in window.banner.label.text()
+    # Nothing earlier is lost: the finished job and both runs are still listed.
+    assert [r.state for r in _job_rows(window)] == ["failed", "done"]
+    assert len(RunStore(tmp_path / "workspace").list_runs()) == 2
+    qtbot.mouseClick(window.banner.restart_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: window.status_light.state == "ready", timeout=30_000)
+    assert not window.banner.isVisible()
+    window.submit_job("debug.count", {"steps": 3, "delay": 0})
+    qtbot.waitUntil(lambda: _job_rows(window)[0].state == "done", timeout=10_000)
+    window.close()
+    assert manager.process.poll() is not None  # closing the window stops the worker
