@@ -29,9 +29,9 @@ DIAG_TASKS = {"count": "debug.count", "sleep": "debug.sleep"}
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse's default exit code is already 2; keep its format, drop the noise
+    def error(self, message: str):  # bad usage is exit code 2, like argparse's own
         self.print_usage(sys.stderr)
-        raise SystemExit(f"{self.prog}: error: {message}") from None
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _common(parser: argparse.ArgumentParser, *, spec: bool = True, json_flag: bool = True) -> None:
@@ -120,7 +120,8 @@ class _Progress:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-        self.console = Console(stderr=True)
+        # soft_wrap: a run folder path must come out on one line even in a narrow or piped stderr.
+        self.console = Console(stderr=True, soft_wrap=True)
         self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
                             TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[text]}"),
                             console=self.console, transient=False, disable=not self.console.is_terminal)

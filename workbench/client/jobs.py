@@ -25,6 +25,7 @@ class JobRecord:
     run_dir: str | None = None
     result: dict | None = None
     error: dict | None = None
+    internal: bool = False  # a query a panel made for itself (thumbnails, devices): not listed as a job
     submitted: float = field(default_factory=time.time)
     finished: float | None = None
 
@@ -44,9 +45,9 @@ class JobTable:
         self._jobs: dict[str, JobRecord] = {}
         self._lock = threading.Lock()
 
-    def add(self, job_id: str, task: str, spec: dict | None = None) -> JobRecord:
+    def add(self, job_id: str, task: str, spec: dict | None = None, *, internal: bool = False) -> JobRecord:
         with self._lock:
-            record = self._jobs[job_id] = JobRecord(job_id, task, dict(spec or {}))
+            record = self._jobs[job_id] = JobRecord(job_id, task, dict(spec or {}), internal=internal)
             return replace(record)
 
     def get(self, job_id: str) -> JobRecord | None:
@@ -79,6 +80,8 @@ class JobTable:
                 record.text = content.get("text", "")
             elif msg.msg_type == "job_reply":
                 self._finish(record, content.get("status", "failed"), content.get("error"), content)
+                if record.internal:  # nobody lists internal queries; keeping them would only grow memory
+                    del self._jobs[record.job_id]
             else:
                 return None
             return replace(record)

@@ -203,12 +203,13 @@ class WorkerManager:
         return self.start(wait=wait)
 
     # -- jobs ------------------------------------------------------------------------------------
-    def submit(self, task: str, spec: dict | None = None, workspace: str | Path | None = None) -> JobRecord:
+    def submit(self, task: str, spec: dict | None = None, workspace: str | Path | None = None, *,
+               internal: bool = False) -> JobRecord:
         client = self.client
         if client is None or self.state not in ("ready", "unresponsive"):
             raise RuntimeError(f"the worker is {self.state}; wait for it to be ready or restart it")
         msg = client.submit_job(task, spec, str(workspace) if workspace else None)
-        record = self.jobs.add(msg.msg_id, task, spec)
+        record = self.jobs.add(msg.msg_id, task, spec, internal=internal)
         self._notify("job", record)
         return record
 

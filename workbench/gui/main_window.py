@@ -30,6 +30,7 @@ from workbench.client import JobRecord, WorkerManager
 from workbench.gui.panels.jobs_panel import JobsPanel
 from workbench.gui.panels.log_panel import LogPanel
 from workbench.gui.panels.runs_panel import RunsPanel
+from workbench.gui.queries import QueryRunner
 from workbench.gui.settings import Settings
 from workbench.gui.theme import THEMES, apply_theme
 from workbench.gui.widgets.device_picker import DevicePicker
@@ -38,8 +39,6 @@ from workbench.gui.worker_bridge import QtWorkerBridge
 from workbench.protocol import Message
 
 WINDOW_TITLE = "Torch Workbench"
-# Queries the window makes for itself; they are not the user's jobs, so the jobs list does not show them.
-INTERNAL_TASKS = frozenset({"devices.list"})
 
 
 class WorkerBanner(QFrame):
@@ -71,7 +70,7 @@ class MainWindow(QMainWindow):
         self.workspace = Path(workspace)
         self.settings = settings or Settings()
         self.bridge = QtWorkerBridge(manager, self)
-        self._devices_job: str | None = None
+        self.queries = QueryRunner(self.bridge, self)
         self._quitting = False
         self.setWindowTitle(WINDOW_TITLE)
         self.resize(1280, 800)
@@ -233,8 +232,8 @@ class MainWindow(QMainWindow):
         self.manager.restart(wait=False)
 
     def _request_devices(self) -> None:
-        record = self.submit_job("devices.list", {}, with_run=False)
-        self._devices_job = record.job_id if record else None
+        self.queries.query("devices.list", {}, lambda result: self.device_picker.set_devices(result["devices"]),
+                           lambda error: self.log_panel.append(f"Could not list devices: {error['message']}", "error"))
 
     def _on_worker_state_changed(self, state: str, detail: str) -> None:
         self.status_light.set_state(state, detail)
@@ -261,14 +260,8 @@ class MainWindow(QMainWindow):
             self.log_panel.append(f"Worker {state}" + (f": {detail}" if detail else ""), "debug")
 
     def _on_worker_job_changed(self, record: JobRecord) -> None:
-        if record.task in INTERNAL_TASKS:
-            if record.job_id != self._devices_job or record.active:
-                return
-            if record.state == "done" and record.result:
-                self.device_picker.set_devices(record.result.get("devices", []))
-            elif record.state == "failed":
-                self.log_panel.append(f"Could not list devices: {record.error_message}", "error")
-            return  # an internal query: not shown in the jobs list
+        if record.internal:
+            return  # a panel's own query (devices, thumbnails): answered through QueryRunner
         self.jobs_panel.update_job(record)
         if record.active:
             return

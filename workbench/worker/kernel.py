@@ -19,11 +19,12 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
 import zmq
 
 from workbench import __version__
 from workbench.errors import UsageError, WorkbenchError
-from workbench.protocol import ConnectionInfo, Message, ProtocolError, Signer, decode, encode, new_message
+from workbench.protocol import ConnectionInfo, Message, array_to_buffer, ProtocolError, Signer, decode, encode, new_message
 from workbench.worker.registry import TaskInfo, get_task, list_tasks
 from workbench.worker.runner import build_spec, run_task
 
@@ -37,6 +38,17 @@ class Job:
     task_name: str
     stop: threading.Event = field(default_factory=threading.Event)
     state: str = "queued"
+
+
+def pack_arrays(value, buffers: list[bytes]):
+    """Replace numpy arrays anywhere in a result with buffer descriptors, so they travel as raw bytes."""
+    if isinstance(value, np.ndarray):
+        return array_to_buffer(value, buffers)
+    if isinstance(value, dict):
+        return {k: pack_arrays(v, buffers) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [pack_arrays(v, buffers) for v in value]
+    return value
 
 
 class Kernel:
@@ -205,7 +217,10 @@ class Kernel:
                               job_id=request.msg_id)
         with self._jobs_lock:
             self._jobs.pop(request.msg_id, None)
-        self._reply(request, job.identities, result)
+        buffers: list[bytes] = []
+        result = pack_arrays(result, buffers)
+        reply = new_message("job_reply", result, session=self.session, parent=request, buffers=buffers)
+        self._queue_send("shell", reply, job.identities)
 
     def running_jobs(self) -> list[dict]:
         with self._jobs_lock:

@@ -1,0 +1,518 @@
+"""The `workbench` command end to end: real subprocesses of `python -m workbench`, real run folders.
+
+Contract: with --json stdout is exactly one JSON object (always `run_dir` and `status`); progress goes to
+stderr; exit 0 done, 1 the job failed (`error: {type, message}`), 2 bad usage or spec; no traceback
+unless --debug.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+TRACEBACK = "Traceback (most recent call last)"
+ALLOWED_DATASETS = (
+    "digits",
+    "mnist",
+    "fashion_mnist",
+    "kmnist",
+    "cifar10",
+    "cifar100",
+    "svhn",
+    "imagefolder",
+    "fake",
+)
+
+pytestmark = pytest.mark.slow
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    # Deliberately a different folder from --workspace: the flag must win over the variable.
+    env["WORKBENCH_WORKSPACE"] = str(tmp_path / "env-workspace")
+    env.pop("COLUMNS", None)  # rich reads these; the tests want what a plain pipe gets
+    env.pop("LINES", None)
+    return env
+
+
+def _argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "workbench", *args]
+
+
+def count_args(**fields: object) -> list[str]:
+    """`diag count --set k=v ...` arguments."""
+    return ["diag", "count", *(arg for key, value in fields.items() for arg in ("--set", f"{key}={value}"))]
+
+
+def wb(
+    tmp_path: Path, *args: str, workspace: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
+    """Run `workbench ARGS --workspace WS` in tmp_path and return the finished process."""
+    ws = workspace if workspace is not None else tmp_path / "ws"
+    return subprocess.run(
+        _argv(*args, "--workspace", str(ws)),
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def one_json(proc: subprocess.CompletedProcess) -> dict:
+    """stdout must be exactly one JSON object: json.loads of the whole of it, nothing before or after."""
+    try:
+        result = json.loads(proc.stdout)
+    except ValueError as exc:
+        raise AssertionError(
+            f"stdout is not one JSON object ({exc}):\n{proc.stdout!r}\nstderr:\n{proc.stderr}"
+        ) from None
+    assert isinstance(result, dict), proc.stdout
+    assert "run_dir" in result and "status" in result, result
+    return result
+
+
+def no_traceback(proc: subprocess.CompletedProcess) -> None:
+    assert TRACEBACK not in proc.stdout, proc.stdout
+    assert TRACEBACK not in proc.stderr, proc.stderr
+
+
+def expect(proc: subprocess.CompletedProcess, code: int) -> None:
+    assert proc.returncode == code, (
+        f"exit {proc.returncode}, expected {code}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    )
+
+
+def run_dirs(workspace: Path) -> list[Path]:
+    runs = workspace / "runs"
+    return (
+        sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith("."))
+        if runs.is_dir()
+        else []
+    )
+
+
+def integrity(db: Path) -> str:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("PRAGMA integrity_check").fetchone()[0]
+    finally:
+        conn.close()
+
+
+# -- a run from start to delete --------------------------------------------------------------------
+
+
+def test_diag_count_done_then_list_show_delete(tmp_path: Path):
+    ws = tmp_path / "ws"
+    proc = wb(tmp_path, *count_args(steps=20, delay=0), "--json")
+    expect(proc, 0)
+    no_traceback(proc)
+    result = one_json(proc)
+    assert result["status"] == "done"
+    assert result["steps_completed"] == 20
+    assert "error" not in result
+    run_dir = Path(result["run_dir"])
+    assert run_dir.is_dir()
+    assert run_dir.parent == (ws / "runs").absolute()
+    for name in ("spec.toml", "metrics.db", "report.json"):
+        assert (run_dir / name).is_file(), name
+    assert tomllib.loads((run_dir / "spec.toml").read_text()) == {"steps": 20, "delay": 0}
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["status"] == "done" and report["steps_completed"] == 20
+    assert integrity(run_dir / "metrics.db") == "ok"
+    # Progress went to stderr, naming the run folder; stdout held only the result.
+    assert "run folder" in proc.stderr
+    # --workspace wins over WORKBENCH_WORKSPACE.
+    assert run_dirs(tmp_path / "env-workspace") == []
+
+    listed = wb(tmp_path, "runs", "list", "--json")
+    expect(listed, 0)
+    runs = json.loads(listed.stdout)["runs"]
+    assert [r["id"] for r in runs] == [run_dir.name]
+    assert runs[0]["status"] == "done" and runs[0]["task"] == "debug.count"
+    assert Path(runs[0]["run_dir"]) == run_dir
+
+    prefix = run_dir.name[:-2]  # a unique prefix, not the whole id
+    shown = wb(tmp_path, "runs", "show", prefix, "--json")
+    expect(shown, 0)
+    summary = json.loads(shown.stdout)
+    assert summary["id"] == run_dir.name
+    assert summary["status"] == "done"
+    assert summary["last_metrics"]["value"] == [19, 19.0]
+    assert summary["spec"] == {"steps": 20, "delay": 0}
+    assert summary["report"]["status"] == "done"
+    assert summary["problems"] == []
+
+    deleted = wb(tmp_path, "runs", "delete", run_dir.name, "--json")
+    expect(deleted, 0)
+    assert json.loads(deleted.stdout)["status"] == "done"
+    assert not run_dir.exists()
+    relisted = wb(tmp_path, "runs", "list", "--json")
+    expect(relisted, 0)
+    assert json.loads(relisted.stdout)["runs"] == []
+
+
+# -- failing jobs ----------------------------------------------------------------------------------
+
+
+def test_raise_exits_1_with_runtime_error_and_no_traceback(tmp_path: Path):
+    proc = wb(tmp_path, *count_args(steps=5, delay=0, crash_at=2, crash_mode="raise"), "--json")
+    expect(proc, 1)
+    no_traceback(proc)
+    result = one_json(proc)
+    assert result["status"] == "failed"
+    assert result["error"]["type"] == "RuntimeError"
+    assert "step 2" in result["error"]["message"]
+    assert "traceback" not in result
+    run_dir = Path(result["run_dir"])
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["status"] == "failed" and report["error"]["type"] == "RuntimeError"
+
+
+def test_raise_with_debug_shows_traceback_on_stderr_only(tmp_path: Path):
+    proc = wb(tmp_path, *count_args(steps=5, delay=0, crash_at=2, crash_mode="raise"), "--json", "--debug")
+    expect(proc, 1)
+    assert TRACEBACK in proc.stderr
+    assert "RuntimeError: deliberate failure at step 2" in proc.stderr
+    result = one_json(proc)  # stdout is still exactly one JSON object
+    assert result["status"] == "failed" and result["error"]["type"] == "RuntimeError"
+    assert "traceback" not in result
+
+
+def test_job_error_exits_1(tmp_path: Path):
+    proc = wb(tmp_path, *count_args(steps=5, delay=0, crash_at=1, crash_mode="job_error"), "--json")
+    expect(proc, 1)
+    no_traceback(proc)
+    result = one_json(proc)
+    assert result["status"] == "failed"
+    assert result["error"]["type"] == "JobError"
+    assert result["error"]["message"]
+
+
+def test_killed_process_leaves_a_sound_run(tmp_path: Path):
+    ws = tmp_path / "ws"
+    # delay so some metric batches are committed before the process SIGKILLs itself at step 20.
+    proc = wb(tmp_path, *count_args(steps=100, delay=0.02, crash_at=20, crash_mode="kill"), "--json")
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr)
+    assert proc.stdout == ""
+    (run_dir,) = run_dirs(ws)
+    assert (run_dir / "spec.toml").is_file()
+    assert tomllib.loads((run_dir / "spec.toml").read_text())["crash_mode"] == "kill"
+    assert not (run_dir / "report.json").exists()
+    assert integrity(run_dir / "metrics.db") == "ok"
+    conn = sqlite3.connect(run_dir / "metrics.db")
+    try:
+        rows, last = conn.execute("SELECT count(*), max(step) FROM metrics WHERE name = 'value'").fetchone()
+    finally:
+        conn.close()
+    assert rows > 0 and last < 20
+    # The store still reads it: shown as the running run it was when it died.
+    shown = wb(tmp_path, "runs", "show", run_dir.name, "--json")
+    expect(shown, 0)
+    summary = json.loads(shown.stdout)
+    assert summary["status"] == "running"
+    assert summary["report"] is None
+    assert summary["last_metrics"]["value"][0] == last
+
+
+# -- spec errors: exit 2, one JSON object, the field named -----------------------------------------
+
+
+def _spec_error(proc: subprocess.CompletedProcess, tmp_path: Path) -> str:
+    expect(proc, 2)
+    no_traceback(proc)
+    result = one_json(proc)
+    assert result["status"] == "failed"
+    assert result["run_dir"] is None
+    assert result["error"]["type"] == "SpecError"
+    message = result["error"]["message"]
+    assert message in proc.stderr  # the same words for a person reading the terminal
+    assert run_dirs(tmp_path / "ws") == []  # a bad spec never makes a run
+    return message
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        (["lr=-1"], ["lr", "out of range", "> 0"]),
+        (["lrr=0.1"], ["lrr", "did you mean 'lr'"]),
+        (["dataset.name=imagenet"], ["dataset.name", "imagenet", *ALLOWED_DATASETS]),
+        (["epochs=ten"], ["epochs", "ten", "not an integer"]),
+        (["novalue"], ["novalue", "key=value"]),
+        (["epochs=3", "model=cnn"], ["model", "table"]),
+    ],
+    ids=["negative-lr", "typo", "dataset", "not-int", "no-equals", "table"],
+)
+def test_bad_override_exits_2_naming_the_field(tmp_path: Path, overrides: list[str], words: list[str]):
+    args = [arg for item in overrides for arg in ("--set", item)]
+    message = _spec_error(wb(tmp_path, "train", *args, "--json"), tmp_path)
+    for word in words:
+        assert word in message, (word, message)
+
+
+def test_missing_spec_file_exits_2(tmp_path: Path):
+    message = _spec_error(wb(tmp_path, "train", "missing.toml", "--json"), tmp_path)
+    assert "missing.toml" in message and "no such file" in message
+
+
+def test_toml_syntax_error_names_file_and_line(tmp_path: Path):
+    spec = tmp_path / "broken.toml"
+    spec.write_text('epochs = 3\nlr = \n[dataset]\nname = "fake"\n')
+    message = _spec_error(wb(tmp_path, "train", str(spec), "--json"), tmp_path)
+    assert str(spec) in message
+    assert "line 2" in message
+    assert "TOML" in message
+
+
+def test_yaml_spec_file_exits_2(tmp_path: Path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("epochs: 3\n")
+    message = _spec_error(wb(tmp_path, "train", str(spec), "--json"), tmp_path)
+    assert str(spec) in message
+    assert ".yaml" in message and ".toml" in message
+
+
+def test_bad_field_inside_spec_file_names_file_and_field(tmp_path: Path):
+    spec = tmp_path / "train.toml"
+    spec.write_text('epochs = 2\n[dataset]\nname = "imagenet"\n')
+    message = _spec_error(wb(tmp_path, "train", str(spec), "--json"), tmp_path)
+    assert str(spec) in message and "dataset.name" in message and "imagenet" in message
+
+
+def test_bad_override_without_json_prints_nothing_on_stdout(tmp_path: Path):
+    proc = wb(tmp_path, "train", "--set", "lrr=0.1")
+    expect(proc, 2)
+    no_traceback(proc)
+    assert proc.stdout == ""
+    assert "did you mean 'lr'" in proc.stderr
+
+
+def test_spec_error_with_debug_shows_traceback_and_one_json(tmp_path: Path):
+    proc = wb(tmp_path, "train", "--set", "lr=-1", "--json", "--debug")
+    expect(proc, 2)
+    assert TRACEBACK in proc.stderr
+    assert one_json(proc)["error"]["type"] == "SpecError"
+
+
+# -- job verbs whose task is not built yet ---------------------------------------------------------
+
+
+def test_valid_train_spec_is_checked_then_fails_cleanly(tmp_path: Path):
+    spec = tmp_path / "train.toml"
+    spec.write_text(
+        'epochs = 2\nlr = 0.01\noptimizer = "sgd"\n'
+        '[dataset]\nname = "fake"\nsize = 64\nnum_classes = 4\n'
+        '[model]\nname = "mlp"\nnum_classes = 4\ninput_shape = [1, 8, 8]\n'
+    )
+    proc = wb(
+        tmp_path,
+        "train",
+        str(spec),
+        "--set",
+        "batch_size=8",
+        "--set",
+        "dataset.val_fraction=0.2",
+        "--set",
+        "model.input_shape=1,28,28",
+        "--json",
+    )
+    expect(proc, 1)
+    no_traceback(proc)
+    result = one_json(proc)
+    assert result["status"] == "failed"
+    assert result["error"]["type"] == "JobError"
+    assert "train.classifier" in result["error"]["message"]
+    # The same file with one bad override is a spec error (2), found before the missing task (1).
+    bad = wb(tmp_path, "train", str(spec), "--set", "dataset.val_fraction=1.5", "--json")
+    assert "dataset.val_fraction" in _spec_error(bad, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("verb", "task", "bad"),
+    [
+        (["quantize"], "quant.analyze", "backend=arm"),
+        (["export"], "export.model", "formats=onnx,coreml"),
+        (["bench"], "bench.latency", "batch_sizes=0"),
+        (["graph"], "graph.build", "port=70000"),
+        (["data", "info"], "data.info", "dataset.name=imagenet"),
+    ],
+)
+def test_other_job_verbs_validate_then_fail_cleanly(tmp_path: Path, verb: list[str], task: str, bad: str):
+    proc = wb(tmp_path, *verb, "--json")
+    expect(proc, 1)
+    no_traceback(proc)
+    result = one_json(proc)
+    assert result["status"] == "failed" and result["error"]["type"] == "JobError"
+    assert task in result["error"]["message"]
+    message = _spec_error(wb(tmp_path, *verb, "--set", bad, "--json"), tmp_path)
+    assert bad.split("=")[0] in message
+
+
+# -- devices ---------------------------------------------------------------------------------------
+
+
+def test_devices_lists_the_cpu_with_capabilities(tmp_path: Path):
+    proc = wb(tmp_path, "devices", "--json", timeout=120)  # imports torch: the slow one, called once
+    expect(proc, 0)
+    no_traceback(proc)
+    result = one_json(proc)
+    assert result["status"] == "done"
+    devices = result["devices"]
+    assert isinstance(devices, list) and devices
+    cpu = devices[0]
+    assert cpu["id"] == "cpu"
+    caps = cpu["capabilities"]
+    assert {"autocast_bf16", "autocast_fp16", "compile", "onnxruntime_providers", "tensorrt"} <= set(caps)
+    assert isinstance(caps["autocast_bf16"], bool) and isinstance(caps["autocast_fp16"], bool)
+    assert isinstance(caps["compile"]["available"], bool)
+    assert isinstance(caps["onnxruntime_providers"], list)
+    assert caps["tensorrt"]["available"] is False
+    assert caps["tensorrt"]["reason"]
+    assert result["torch"]
+
+
+# -- bad usage -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["frobnicate"], ["train", "--bogus"], ["runs"], ["diag", "explode"]],
+    ids=["unknown-verb", "bad-option", "missing-subverb", "bad-diag-task"],
+)
+def test_bad_usage_prints_usage_on_stderr(tmp_path: Path, args: list[str]):
+    proc = wb(tmp_path, *args)
+    assert proc.returncode != 0
+    no_traceback(proc)
+    assert proc.stdout == ""
+    assert "usage: workbench" in proc.stderr
+    assert "error:" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["frobnicate"], ["train", "--bogus"]],
+    ids=["unknown-verb", "bad-option"],
+)
+def test_bad_usage_exits_2(tmp_path: Path, args: list[str]):
+    expect(wb(tmp_path, *args), 2)
+
+
+def test_runs_show_unknown_run_exits_2_naming_it(tmp_path: Path):
+    proc = wb(tmp_path, "runs", "show", "nosuchrun", "--json")
+    expect(proc, 2)
+    no_traceback(proc)
+    result = one_json(proc)
+    assert result["status"] == "failed" and result["error"]["type"] == "UsageError"
+    assert "nosuchrun" in result["error"]["message"]
+    assert "nosuchrun" in proc.stderr
+
+
+def test_diag_set_without_equals_exits_2(tmp_path: Path):
+    proc = wb(tmp_path, "diag", "count", "--set", "novalue", "--json")
+    expect(proc, 2)
+    no_traceback(proc)
+    assert "novalue" in one_json(proc)["error"]["message"]
+    assert run_dirs(tmp_path / "ws") == []
+
+
+@pytest.mark.parametrize("args", [count_args(steps=1), ["runs", "list"]], ids=["job", "runs"])
+def test_workspace_that_is_a_file_exits_2_naming_it(tmp_path: Path, args: list[str]):
+    not_a_dir = tmp_path / "a-file"
+    not_a_dir.write_text("not a workspace\n")
+    proc = wb(tmp_path, *args, "--json", workspace=not_a_dir)
+    expect(proc, 2)
+    no_traceback(proc)
+    result = one_json(proc)
+    assert result["status"] == "failed"
+    assert str(not_a_dir) in result["error"]["message"]
+    assert str(not_a_dir) in proc.stderr
+    assert not_a_dir.read_text() == "not a workspace\n"
+
+
+# -- Ctrl-C ----------------------------------------------------------------------------------------
+
+
+def _start_long_count(tmp_path: Path, workspace: Path) -> tuple[subprocess.Popen, list[str], threading.Event]:
+    proc = subprocess.Popen(
+        _argv(*count_args(steps=100000, delay=0.01), "--json", "--workspace", str(workspace)),
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    started = threading.Event()
+
+    def read_stderr() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+            if "run folder" in line:
+                started.set()
+
+    threading.Thread(target=read_stderr, daemon=True).start()
+    return proc, lines, started
+
+
+def _interrupt(proc: subprocess.Popen, started: threading.Event) -> tuple[str, float]:
+    try:
+        started.wait(10)  # the interpreter start is slow on a loaded machine; usually well under 2 s
+        time.sleep(0.2)  # a few steps into the run
+        assert proc.poll() is None, "the job ended before it was interrupted"
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out = proc.stdout.read()
+        proc.wait(timeout=10)
+        return out, time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_ctrl_c_cancels_the_run(tmp_path: Path):
+    ws = tmp_path / "ws"
+    proc, lines, started = _start_long_count(tmp_path, ws)
+    out, took = _interrupt(proc, started)
+    assert started.is_set(), "stderr never reported the run folder"
+    assert proc.returncode == 1, (proc.returncode, out, "".join(lines))
+    assert took < 3, f"took {took:.1f} s to stop after SIGINT"
+    stderr = "".join(lines)
+    assert TRACEBACK not in stderr and TRACEBACK not in out
+    result = json.loads(out)
+    assert result["status"] == "cancelled"
+    assert result["error"]["type"] == "JobCancelled"
+    run_dir = Path(result["run_dir"])
+    assert json.loads((run_dir / "report.json").read_text())["status"] == "cancelled"
+    assert integrity(run_dir / "metrics.db") == "ok"
+    shown = wb(tmp_path, "runs", "show", run_dir.name, "--json")
+    expect(shown, 0)
+    summary = json.loads(shown.stdout)
+    assert summary["status"] == "cancelled"
+    assert summary["last_metrics"]["value"][0] >= 1
+
+
+def test_run_folder_line_on_stderr_is_not_wrapped(tmp_path: Path):
+    ws = tmp_path / ("workspace-with-a-long-name-" + "x" * 60)
+    proc = wb(tmp_path, *count_args(steps=2, delay=0), "--json", workspace=ws)
+    expect(proc, 0)
+    run_dir = one_json(proc)["run_dir"]
+    assert f"run folder: {run_dir}\n" in proc.stderr, proc.stderr
