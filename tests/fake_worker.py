@@ -8,6 +8,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import numpy as np
+
+from workbench.errors import JobError
 from workbench.protocol import ConnectionInfo
 from workbench.worker.kernel import Kernel
 from workbench.worker.registry import TaskInfo, get_task
@@ -30,10 +33,59 @@ def _fake_devices(spec, ctx):
     return {"devices": FAKE_DEVICES, "torch": "fake"}
 
 
+# A torch-free stand-in for the data engine with the same result shapes: 10 classes of 12x12 grey images
+# whose pixel value encodes the index, so tests can tell exactly which image arrived where.
+FAKE_SPLITS = {"train": 1500, "val": 300, "test": 200}
+FAKE_CLASSES = [f"class {i}" for i in range(10)]
+
+
+def _fake_image(split: str, index: int) -> np.ndarray:
+    image = np.zeros((12, 12, 1), dtype=np.uint8)
+    image[:, :, 0] = index % 256
+    image[0, 0, 0] = list(FAKE_SPLITS).index(split)
+    return image
+
+
+def _fake_info(spec, ctx):
+    if spec["dataset"].get("name") == "cifar10":
+        raise JobError("CIFAR-10 files are missing: put cifar-10-batches-py/ under /nowhere or set dataset.download=true")
+    counts = {split: [n // 10] * 10 for split, n in FAKE_SPLITS.items()}
+    return {"dataset": spec["dataset"].get("name", "digits"), "classes": FAKE_CLASSES, "num_samples": dict(FAKE_SPLITS),
+            "class_counts": counts, "sample_shape": [1, 12, 12], "mean": [0.5], "std": [0.25], "skipped_files": [],
+            "in_memory": True, "root": ""}
+
+
+def _fake_page(spec, ctx):
+    if spec["dataset"].get("name") == "cifar10":
+        raise JobError("CIFAR-10 files are missing")
+    split, label = spec["split"], spec.get("label", -1)
+    indices = [i for i in range(FAKE_SPLITS[split]) if label < 0 or i % 10 == label]
+    page = indices[spec["offset"]: spec["offset"] + spec["count"]]
+    images = np.stack([_fake_image(split, i) for i in page]) if page else np.zeros((0, 12, 12, 1), np.uint8)
+    ctx.log(f"page {spec['offset']}")
+    return {"request_id": spec["request_id"], "split": split, "offset": spec["offset"], "total": len(indices),
+            "indices": page, "labels": [i % 10 for i in page], "images": images}
+
+
+def _fake_sample(spec, ctx):
+    split, index = spec["split"], spec["index"]
+    image = _fake_image(split, index)
+    augmented = np.flip(image, axis=1).copy() if spec["dataset"].get("augment") else image
+    counts = np.zeros((1, 32), dtype=np.int64)
+    counts[0, image[1, 1, 0] // 8] = 143
+    counts[0, 0] += 1
+    return {"index": index, "split": split, "label": index % 10, "class_name": FAKE_CLASSES[index % 10],
+            "shape": [1, 12, 12], "image": image, "augmented": augmented,
+            "histogram": {"edges": np.linspace(0, 256, 33, dtype=np.float32), "counts": counts},
+            "path": "", "mean": [0.5], "std": [0.25]}
+
+
 class FakeWorker:
     def __init__(self, directory: Path):
         tasks = {name: get_task(name) for name in ("debug.count", "debug.sleep", "debug.echo")}
         tasks["devices.list"] = TaskInfo("devices.list", _fake_devices, "query", None, False, "canned devices")
+        for name, fn in (("data.info", _fake_info), ("data.page", _fake_page), ("data.sample", _fake_sample)):
+            tasks[name] = TaskInfo(name, fn, "query", None, False, "fake data")
         self.kernel = Kernel(ConnectionInfo.new(), tasks=tasks)
         self.connection_file = Path(directory) / "fake-worker.json"
         self.kernel.conn.write(self.connection_file)

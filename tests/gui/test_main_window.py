@@ -39,7 +39,7 @@ def _job_rows(window):
 
 def test_window_title_status_light_and_devices(fake_window, qtbot):
     assert fake_window.windowTitle() == WINDOW_TITLE == "Torch Workbench"
-    qtbot.waitUntil(lambda: fake_window.device_picker.count() == 2, timeout=5000)
+    qtbot.waitUntil(lambda: fake_window.device_picker.count() == 2, timeout=10_000)
     picker = fake_window.device_picker
     assert [picker.itemData(i) for i in range(picker.count())] == ["cpu", "cuda:0"]
     picker.setCurrentIndex(1)
@@ -63,12 +63,12 @@ def test_job_progress_and_run_appear(fake_window, qtbot):
 
 def test_cancel_button_stops_a_running_job(fake_window, qtbot):
     record = fake_window.submit_job("debug.sleep", {"seconds": 30}, with_run=False)
-    qtbot.waitUntil(lambda: _job_rows(fake_window)[0].state == "running", timeout=5000)
+    qtbot.waitUntil(lambda: _job_rows(fake_window)[0].state == "running", timeout=10_000)
     panel = fake_window.jobs_panel
     panel.view.selectRow(0)
     assert panel.cancel_button.isEnabled()
     qtbot.mouseClick(panel.cancel_button, Qt.LeftButton)
-    qtbot.waitUntil(lambda: _job_rows(fake_window)[0].state == "cancelled", timeout=3000)
+    qtbot.waitUntil(lambda: _job_rows(fake_window)[0].state == "cancelled", timeout=10_000)
     assert _job_rows(fake_window)[0].job_id == record.job_id
     assert not panel.cancel_button.isEnabled()
     assert any("cancelled" in line for line in fake_window.log_panel.lines())
@@ -76,7 +76,7 @@ def test_cancel_button_stops_a_running_job(fake_window, qtbot):
 
 def test_failed_job_shows_its_message_without_traceback(fake_window, qtbot):
     fake_window.submit_job("debug.count", {"steps": 10, "crash_at": 2, "crash_mode": "raise", "delay": 0})
-    qtbot.waitUntil(lambda: _job_rows(fake_window)[0].state == "failed", timeout=5000)
+    qtbot.waitUntil(lambda: _job_rows(fake_window)[0].state == "failed", timeout=10_000)
     assert _job_rows(fake_window)[0].error_message == "deliberate failure at step 2"
     log = "\n".join(fake_window.log_panel.lines())
     assert "deliberate failure at step 2" in log and "Traceback" not in log
@@ -113,7 +113,7 @@ def test_real_worker_crash_keeps_window_state_and_restarts(qtbot, tmp_path, sett
     window.submit_job("debug.count", {"steps": 1000, "delay": 0.01, "crash_at": 20, "crash_mode": "kill"})
     qtbot.waitUntil(lambda: _job_rows(window)[0].state == "failed", timeout=10_000)
     assert "SIGKILL" in _job_rows(window)[0].error_message
-    qtbot.waitUntil(lambda: window.status_light.state == "dead", timeout=5000)
+    qtbot.waitUntil(lambda: window.status_light.state == "dead", timeout=10_000)
     assert window.banner.isVisible() and "SIGKILL" in window.banner.label.text()
     # Nothing earlier is lost: the finished job and both runs are still listed.
     assert [r.state for r in _job_rows(window)] == ["failed", "done"]

@@ -27,16 +27,20 @@ from PySide6.QtWidgets import (
 
 from workbench import __version__
 from workbench.client import JobRecord, WorkerManager
+from workbench.errors import SpecError
+from workbench.gui.panels.data.dataset_panel import DatasetPanel
 from workbench.gui.panels.jobs_panel import JobsPanel
 from workbench.gui.panels.log_panel import LogPanel
 from workbench.gui.panels.runs_panel import RunsPanel
 from workbench.gui.queries import QueryRunner
 from workbench.gui.settings import Settings
+from workbench.gui.state import DatasetState
 from workbench.gui.theme import THEMES, apply_theme
 from workbench.gui.widgets.device_picker import DevicePicker
 from workbench.gui.widgets.status_light import StatusLight
 from workbench.gui.worker_bridge import QtWorkerBridge
 from workbench.protocol import Message
+from workbench.specs import DataSpec
 
 WINDOW_TITLE = "Torch Workbench"
 
@@ -70,7 +74,7 @@ class MainWindow(QMainWindow):
         self.workspace = Path(workspace)
         self.settings = settings or Settings()
         self.bridge = QtWorkerBridge(manager, self)
-        self.queries = QueryRunner(self.bridge, self)
+        self.queries = QueryRunner(self.bridge, self.workspace, self)
         self._quitting = False
         self.setWindowTitle(WINDOW_TITLE)
         self.resize(1280, 800)
@@ -87,12 +91,16 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"Workspace: {self.workspace}")
         if manager.state == "ready":  # the worker was up before the window (tests, attach mode)
             self._request_devices()
+            self.dataset_panel.ensure_loaded()
 
     # -- construction ----------------------------------------------------------------------------
     def _build_panels(self) -> None:
         self.banner = WorkerBanner(self)
         self.tabs = QTabWidget(self)
         self.tabs.setDocumentMode(True)
+        self.dataset_state = DatasetState(parent=self)
+        self.dataset_panel = DatasetPanel(self.dataset_state, self.queries, self)
+        self.tabs.addTab(self.dataset_panel, "Data")
         self.runs_panel = RunsPanel(self.workspace, self)
         self.tabs.addTab(self.runs_panel, "Runs")
         central = QWidget(self)
@@ -173,6 +181,8 @@ class MainWindow(QMainWindow):
         self.jobs_panel.open_run_requested.connect(self._on_jobs_open_run_requested)
         self.device_picker.device_chosen.connect(lambda device: self.settings.set("device", device))
         self.runs_panel.status_message.connect(self.statusBar().showMessage)
+        self.dataset_panel.status_message.connect(lambda text: self.statusBar().showMessage(text, 5000))
+        self.dataset_state.changed.connect(self._on_dataset_state_changed)
 
     # -- settings --------------------------------------------------------------------------------
     def _restore_settings(self) -> None:
@@ -182,6 +192,14 @@ class MainWindow(QMainWindow):
         if isinstance(state, QByteArray):
             self.restoreState(state)
         self.device_picker.set_preferred(self.settings.get("device") or "cpu")
+        saved_spec = self.settings.get("dataset_spec")
+        if saved_spec:
+            try:
+                self.dataset_state.spec = DataSpec.from_json(saved_spec, source="saved settings")
+            except SpecError as exc:  # a setting from an older version: fall back to the default dataset
+                self.log_panel.append(f"Ignoring the saved dataset choice: {exc}", "warning")
+        self.dataset_panel.zoom.setValue(int(self.settings.get("thumbnail_size") or 64))
+        self.tabs.setCurrentIndex(int(self.settings.get("current_tab") or 0))
         self.set_theme(self.settings.get("theme"))
         self.log_panel.show_debug.setChecked(self.settings.get("show_debug_details"))
 
@@ -189,6 +207,8 @@ class MainWindow(QMainWindow):
         self.settings.set("geometry", self.saveGeometry())
         self.settings.set("window_state", self.saveState())
         self.settings.set("show_debug_details", self.log_panel.show_debug.isChecked())
+        self.settings.set("thumbnail_size", self.dataset_panel.zoom.value())
+        self.settings.set("current_tab", self.tabs.currentIndex())
         self.settings.sync()
 
     def set_theme(self, theme: str) -> None:
@@ -209,6 +229,7 @@ class MainWindow(QMainWindow):
         self.workspace = resolve_workspace(path)
         self.settings.set("workspace", str(self.workspace))
         self.runs_panel.set_workspace(self.workspace)
+        self.queries.workspace = self.workspace
         self.statusBar().showMessage(f"Workspace: {self.workspace}")
 
     # -- worker ----------------------------------------------------------------------------------
@@ -242,6 +263,7 @@ class MainWindow(QMainWindow):
             self.log_panel.append(f"Worker ready ({detail})" if detail else "Worker ready")
             if not self.device_picker.devices:
                 self._request_devices()
+            self.dataset_panel.ensure_loaded()
         elif state == "dead":
             text = f"The worker process stopped: {detail.splitlines()[0] if detail else 'unknown reason'}."
             self.log_panel.append(text, "error")
@@ -258,6 +280,9 @@ class MainWindow(QMainWindow):
             pass
         else:
             self.log_panel.append(f"Worker {state}" + (f": {detail}" if detail else ""), "debug")
+
+    def _on_dataset_state_changed(self) -> None:
+        self.settings.set("dataset_spec", self.dataset_state.spec.to_json())
 
     def _on_worker_job_changed(self, record: JobRecord) -> None:
         if record.internal:

@@ -28,9 +28,10 @@ def unpack_arrays(value, buffers: list[bytes]):
 
 
 class QueryRunner(QObject):
-    def __init__(self, bridge: QtWorkerBridge, parent: QObject | None = None):
+    def __init__(self, bridge: QtWorkerBridge, workspace=None, parent: QObject | None = None):
         super().__init__(parent)
         self.bridge = bridge
+        self.workspace = workspace  # tells the worker where data roots and caches default to
         self._pending: dict[str, tuple[Callback, Callback | None]] = {}
         bridge.message_received.connect(self._on_bridge_message)
         bridge.job_changed.connect(self._on_bridge_job_changed)
@@ -38,7 +39,7 @@ class QueryRunner(QObject):
     def query(self, task: str, spec: dict, on_result: Callback, on_error: Callback | None = None) -> str | None:
         """Ask the worker; returns the job id, or None (after calling on_error) if the worker cannot take it."""
         try:
-            record = self.bridge.manager.submit(task, spec, internal=True)
+            record = self.bridge.manager.submit(task, spec, self.workspace, internal=True)
         except RuntimeError as exc:
             if on_error:
                 on_error({"type": "WorkerUnavailable", "message": str(exc)})

@@ -15,6 +15,9 @@ DEFAULTS = {
     "geometry": None,
     "window_state": None,
     "show_debug_details": False,
+    "dataset_spec": "",  # the chosen dataset as spec JSON
+    "thumbnail_size": 64,
+    "current_tab": 0,
 }
 
 

@@ -28,8 +28,10 @@ def _json_number(value: float):
 
 
 class TaskContext:
-    def __init__(self, emit: Emit, *, stop_event: threading.Event | None = None, run=None, job_id: str = ""):
+    def __init__(self, emit: Emit, *, stop_event: threading.Event | None = None, run=None, job_id: str = "",
+                 workspace: str | Path | None = None):
         self._emit = emit
+        self.workspace = Path(workspace) if workspace else None  # data roots and caches default to it
         self._stop = stop_event or threading.Event()
         self.run = run  # a workbench.runs.Run, or None for queries
         self.job_id = job_id

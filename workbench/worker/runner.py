@@ -59,7 +59,7 @@ def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threadi
             emit("status", {"state": "running", "run_dir": str(run.dir)}, [])
         else:
             emit("status", {"state": "running"}, [])
-        ctx = TaskContext(emit, stop_event=stop_event, run=run, job_id=job_id)
+        ctx = TaskContext(emit, stop_event=stop_event, run=run, job_id=job_id, workspace=workspace)
         try:
             value = _drive(task, spec, ctx)
         finally:

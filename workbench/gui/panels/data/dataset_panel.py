@@ -1,0 +1,285 @@
+"""The dataset browser panel: a virtual thumbnail grid with split and class filters and zoom, a sample view,
+class distribution charts, and the dataset picker. All data comes from the worker's data.* queries.
+"""
+
+from __future__ import annotations
+
+import random
+
+from PySide6.QtCore import QPoint, QSize, Qt, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QListView,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from workbench.gui.panels.data.class_chart import ClassChart
+from workbench.gui.panels.data.dataset_dialog import DatasetDialog
+from workbench.gui.panels.data.sample_view import SampleView
+from workbench.gui.panels.data.thumbnails import INDEX_ROLE, ThumbnailItemModel
+from workbench.gui.queries import QueryRunner
+from workbench.gui.state import DatasetState
+
+SPLITS = ("train", "val", "test")
+
+
+class DatasetPanel(QWidget):
+    status_message = Signal(str)
+
+    def __init__(self, state: DatasetState, queries: QueryRunner, parent=None):
+        super().__init__(parent)
+        self.state = state
+        self.queries = queries
+        self.info: dict | None = None
+        self._info_job: str | None = None
+        self._sample_job: str | None = None
+        self._augment_seed = 0
+        self._loaded_spec = None
+        self.model = ThumbnailItemModel(queries, self)
+        self._build()
+        self.model.visible_rows = self._visible_rows
+        self.model.load_failed.connect(self._on_model_load_failed)
+        self.model.total_changed.connect(self._on_model_total_changed)
+        state.changed.connect(self.reload)
+        state.calibration_changed.connect(self._sync_calibration)
+
+    # -- construction ----------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.summary = QLabel("No dataset loaded yet.")
+        self.summary.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.choose_button = QPushButton("Choose dataset…")
+        self.choose_button.setToolTip("Pick the dataset, its folder, splits, normalisation and augmentation (Ctrl+D)")
+        self.choose_button.setShortcut(QKeySequence("Ctrl+D"))
+        self.choose_button.clicked.connect(self.choose_dataset)
+        self.split_combo = QComboBox()
+        for split in SPLITS:
+            self.split_combo.addItem(split, split)
+        self.split_combo.setToolTip("Which split the grid shows")
+        self.class_combo = QComboBox()
+        self.class_combo.addItem("all classes", -1)
+        self.class_combo.setMinimumContentsLength(14)
+        self.class_combo.setToolTip("Show only one class")
+        self.zoom = QSlider(Qt.Horizontal)
+        self.zoom.setRange(24, 192)
+        self.zoom.setValue(64)
+        self.zoom.setFixedWidth(140)
+        self.zoom.setToolTip("Thumbnail size (Ctrl++ / Ctrl+-)")
+        self.calibration_count = QSpinBox()
+        self.calibration_count.setRange(1, 1_000_000)
+        self.calibration_count.setValue(self.state.calibration_count)
+        self.calibration_count.setToolTip("How many training samples quantization calibrates on")
+        self.calibration_seed = QSpinBox()
+        self.calibration_seed.setRange(0, 2**31 - 1)
+        self.calibration_seed.setToolTip("Seed that picks the calibration samples")
+        top = QHBoxLayout()
+        top.addWidget(self.choose_button)
+        top.addWidget(QLabel("Split"))
+        top.addWidget(self.split_combo)
+        top.addWidget(QLabel("Class"))
+        top.addWidget(self.class_combo)
+        top.addSpacing(12)
+        top.addWidget(QLabel("Zoom"))
+        top.addWidget(self.zoom)
+        top.addStretch(1)
+        top.addWidget(QLabel("Calibration subset"))
+        top.addWidget(self.calibration_count)
+        top.addWidget(QLabel("seed"))
+        top.addWidget(self.calibration_seed)
+        self.error = QLabel()
+        self.error.setWordWrap(True)
+        self.error.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.error.setStyleSheet("QLabel { background: #fbe3e1; color: #5c1410; border: 1px solid #d0342c;"
+                                 " border-radius: 4px; padding: 6px; }")
+        self.error.hide()
+        self.grid = QListView()
+        self.grid.setViewMode(QListView.IconMode)
+        self.grid.setResizeMode(QListView.Adjust)
+        self.grid.setMovement(QListView.Static)
+        self.grid.setUniformItemSizes(True)  # lets Qt lay out 60,000 items without asking each for its size
+        self.grid.setLayoutMode(QListView.Batched)
+        self.grid.setBatchSize(500)
+        self.grid.setSpacing(4)
+        self.grid.setSelectionMode(QListView.SingleSelection)
+        self.grid.setModel(self.model)
+        self._apply_zoom(self.zoom.value())
+        self.grid.selectionModel().currentChanged.connect(self._on_grid_current_changed)
+        self.sample_view = SampleView()
+        self.class_chart = ClassChart()
+        self.side_tabs = QTabWidget()
+        self.side_tabs.addTab(self.sample_view, "Sample")
+        self.side_tabs.addTab(self.class_chart, "Classes")
+        splitter = QSplitter(Qt.Horizontal)
+        splitter.addWidget(self.grid)
+        splitter.addWidget(self.side_tabs)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 2)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addLayout(top)
+        layout.addWidget(self.summary)
+        layout.addWidget(self.error)
+        layout.addWidget(splitter, 1)
+        self.split_combo.currentIndexChanged.connect(self._reconfigure_grid)
+        self.class_combo.currentIndexChanged.connect(self._reconfigure_grid)
+        self.zoom.valueChanged.connect(self._apply_zoom)
+        self.calibration_count.valueChanged.connect(self._on_calibration_edited)
+        self.calibration_seed.valueChanged.connect(self._on_calibration_edited)
+        self.sample_view.reroll_requested.connect(self._on_sample_reroll)
+        QShortcut(QKeySequence.ZoomIn, self, lambda: self.zoom.setValue(self.zoom.value() + 16))
+        QShortcut(QKeySequence.ZoomOut, self, lambda: self.zoom.setValue(self.zoom.value() - 16))
+
+    # -- loading ---------------------------------------------------------------------------------
+    def ensure_loaded(self) -> None:
+        """Load the current dataset unless it is already shown (called when the worker becomes ready)."""
+        if self._loaded_spec != self.state.spec:
+            self.reload()
+
+    def reload(self) -> None:
+        spec = self.state.spec
+        self._loaded_spec = spec
+        self.info = None
+        self.error.hide()
+        self.summary.setText(f"Loading <b>{spec.name}</b>…")
+        self.class_chart.clear("Computing class counts and statistics…")
+        self.sample_view.clear()
+        self.class_combo.blockSignals(True)
+        self.class_combo.clear()
+        self.class_combo.addItem("all classes", -1)
+        self.class_combo.blockSignals(False)
+        if self._info_job:
+            self.queries.forget(self._info_job)
+        self._info_job = self.queries.query("data.info", {"dataset": spec.to_dict()}, self._on_info, self._on_info_error)
+        self._reconfigure_grid()
+
+    def _reconfigure_grid(self, *args) -> None:
+        label = self.class_combo.currentData()
+        self.model.configure(self.state.spec.to_dict(), self.current_split(), -1 if label is None else int(label))
+        self.sample_view.clear()
+
+    def current_split(self) -> str:
+        return self.split_combo.currentData() or "train"
+
+    def _on_info(self, info: dict) -> None:
+        self._info_job = None
+        self.info = info
+        self.model.set_classes(info["classes"])
+        current = self.class_combo.currentData()
+        self.class_combo.blockSignals(True)
+        self.class_combo.clear()
+        self.class_combo.addItem("all classes", -1)
+        for i, name in enumerate(info["classes"]):
+            self.class_combo.addItem(f"{i}: {name}" if str(i) != str(name) else str(name), i)
+        self.class_combo.setCurrentIndex(max(0, self.class_combo.findData(current)))
+        self.class_combo.blockSignals(False)
+        self.class_chart.show_info(info)
+        n = info["num_samples"]
+        shape = "×".join(str(s) for s in info["sample_shape"])
+        where = f" · {info['root']}" if info.get("root") else ""
+        self.summary.setText(f"<b>{info['dataset']}</b> · {len(info['classes'])} classes · {shape} · "
+                             f"train {n['train']:,} · val {n['val']:,} · test {n['test']:,}{where}")
+        skipped = info.get("skipped_files") or []
+        if skipped:
+            listed = "\n".join(f"{s['path']}: {s['reason']}" for s in skipped[:10])
+            more = f"\n… and {len(skipped) - 10} more" if len(skipped) > 10 else ""
+            self._show_error(f"{len(skipped)} file(s) could not be read and are skipped:\n{listed}{more}",
+                             warning=True)
+        self.status_message.emit(f"Dataset {info['dataset']} loaded")
+
+    def _on_info_error(self, error: dict) -> None:
+        self._info_job = None
+        self.summary.setText(f"<b>{self.state.spec.name}</b> could not be loaded.")
+        self.class_chart.clear("")
+        self._show_error(error.get("message", "the dataset could not be loaded"))
+
+    def _show_error(self, text: str, warning: bool = False) -> None:
+        colours = ("#fff4e0", "#5c3b00", "#c77700") if warning else ("#fbe3e1", "#5c1410", "#d0342c")
+        self.error.setStyleSheet(f"QLabel {{ background: {colours[0]}; color: {colours[1]}; border: 1px solid "
+                                 f"{colours[2]}; border-radius: 4px; padding: 6px; }}")
+        self.error.setText(text)
+        self.error.show()
+
+    def _on_model_load_failed(self, message: str) -> None:
+        if self.info is not None or self._info_job is not None:
+            self._show_error(message)
+
+    def _on_model_total_changed(self, total: int) -> None:
+        self.grid.setToolTip(f"{total:,} images in {self.current_split()}")
+
+    # -- grid ------------------------------------------------------------------------------------
+    def _visible_rows(self) -> tuple[int, int]:
+        """First and last row on screen, found by probing the viewport (gaps between cells hit no item)."""
+        viewport = self.grid.viewport()
+        cell = self.grid.gridSize()
+        rows = []
+        for y in range(2, viewport.height(), max(4, cell.height() // 2)):
+            for x in range(2, viewport.width(), max(4, cell.width() // 2)):
+                row = self.grid.indexAt(QPoint(x, y)).row()
+                if row >= 0:
+                    rows.append(row)
+        if not rows:
+            return 0, 0
+        per_row = max(1, viewport.width() // max(1, cell.width()))
+        return min(rows), max(rows) + per_row  # and the partly visible row below
+
+    def _apply_zoom(self, size: int) -> None:
+        self.grid.setIconSize(QSize(size, size))
+        label_height = self.grid.fontMetrics().height() + 6
+        self.grid.setGridSize(QSize(size + 12, size + label_height + 6))
+        self.model.set_icon_size(size)
+
+    def _on_grid_current_changed(self, current, previous) -> None:
+        if not current.isValid():
+            return
+        index = current.data(INDEX_ROLE)
+        if index is None:
+            return
+        self._augment_seed = random.randrange(2**31)
+        self.request_sample(self.current_split(), int(index))
+
+    def request_sample(self, split: str, index: int) -> None:
+        if self._sample_job:
+            self.queries.forget(self._sample_job)  # only the latest click matters
+        self.sample_view.show_loading(f"Loading {split} #{index}…")
+        spec = {"dataset": self.state.spec.to_dict(), "split": split, "index": index,
+                "augment_seed": self._augment_seed}
+        self._sample_job = self.queries.query("data.sample", spec, self._on_sample,
+                                              lambda e: self.sample_view.clear(f"Could not load it: {e['message']}"))
+
+    def _on_sample(self, result: dict) -> None:
+        self._sample_job = None
+        self.sample_view.show_sample(result, self.state.spec.augment)
+        self.side_tabs.setCurrentWidget(self.sample_view)
+
+    def _on_sample_reroll(self, seed: int) -> None:
+        result = self.sample_view.result
+        if result is not None:
+            self._augment_seed = seed
+            self.request_sample(result["split"], int(result["index"]))
+
+    def show_sample(self, split: str, index: int) -> None:
+        """Open one sample (e.g. from the training evaluation's gallery of mistakes)."""
+        self.split_combo.setCurrentIndex(max(0, self.split_combo.findData(split)))
+        self.request_sample(split, index)
+
+    # -- dataset and calibration -----------------------------------------------------------------
+    def choose_dataset(self) -> None:
+        data_dir = str(self.queries.workspace / "data") if self.queries.workspace else ""
+        dialog = DatasetDialog(self.state.spec, data_dir, self)
+        if dialog.exec():
+            self.state.set_spec(dialog.spec())
+
+    def _on_calibration_edited(self, *args) -> None:
+        self.state.set_calibration(self.calibration_count.value(), self.calibration_seed.value())
+
+    def _sync_calibration(self) -> None:
+        self.calibration_count.setValue(self.state.calibration_count)
+        self.calibration_seed.setValue(self.state.calibration_seed)

@@ -1,0 +1,112 @@
+"""One sample at full size: label, index, shape, per-channel value histogram, and the augmentation before/after."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QGridLayout, QGroupBox, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
+
+from workbench.gui.images import scaled_pixmap, to_qimage
+from workbench.gui.plots import CHANNEL_COLOURS, make_plot
+
+
+def _image_label(size: int) -> QLabel:
+    label = QLabel()
+    label.setAlignment(Qt.AlignCenter)
+    label.setMinimumSize(size, size)
+    label.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Expanding)
+    label.setStyleSheet("QLabel { background: palette(alternate-base); border: 1px solid palette(mid); }")
+    return label
+
+
+class SampleView(QWidget):
+    reroll_requested = Signal(int)  # a new augmentation seed
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.result: dict | None = None
+        self.title = QLabel("Click a thumbnail to inspect it.")
+        self.title.setWordWrap(True)
+        font = self.title.font()
+        font.setPointSizeF(font.pointSizeF() * 1.15)
+        font.setBold(True)
+        self.title.setFont(font)
+        self.details = QLabel("")
+        self.details.setWordWrap(True)
+        self.details.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.image = _image_label(200)
+        self.histogram = make_plot("Pixel values", "count", "value (0–255)")
+        self.histogram.setMinimumHeight(150)
+        self.before = _image_label(96)
+        self.after = _image_label(96)
+        self.reroll_button = QPushButton("Re-roll augmentation")
+        self.reroll_button.setToolTip("Draw new random augmentation parameters for this sample (R)")
+        self.reroll_button.setShortcut("R")
+        self.reroll_button.clicked.connect(lambda: self.reroll_requested.emit(random.randrange(2**31)))
+        self.transform_note = QLabel("")
+        self.transform_note.setWordWrap(True)
+        transforms = QGroupBox("Transforms: before / after")
+        grid = QGridLayout(transforms)
+        grid.addWidget(QLabel("Before"), 0, 0, Qt.AlignHCenter)
+        grid.addWidget(QLabel("After augmentation"), 0, 1, Qt.AlignHCenter)
+        grid.addWidget(self.before, 1, 0)
+        grid.addWidget(self.after, 1, 1)
+        grid.addWidget(self.transform_note, 2, 0, 1, 2)
+        grid.addWidget(self.reroll_button, 3, 0, 1, 2)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addWidget(self.title)
+        layout.addWidget(self.image, 3)
+        layout.addWidget(self.details)
+        layout.addWidget(self.histogram, 2)
+        layout.addWidget(transforms, 2)
+        self.clear()
+
+    def clear(self, message: str = "Click a thumbnail to inspect it.") -> None:
+        self.result = None
+        self.title.setText(message)
+        self.details.setText("")
+        for label in (self.image, self.before, self.after):
+            label.clear()
+        self.histogram.clear()
+        self.reroll_button.setEnabled(False)
+
+    def show_loading(self, text: str) -> None:
+        self.title.setText(text)
+
+    def show_sample(self, result: dict, augment_steps: list[dict]) -> None:
+        self.result = result
+        shape = "×".join(str(n) for n in result["shape"])
+        self.title.setText(f"{result['split']} #{result['index']} — {result['class_name']} (label {result['label']})")
+        mean = ", ".join(f"{v:.3f}" for v in result.get("mean", []))
+        std = ", ".join(f"{v:.3f}" for v in result.get("std", []))
+        lines = [f"Tensor shape {shape} (C×H×W) · normalised with mean [{mean}] std [{std}]"]
+        if result.get("path"):
+            lines.append(f"File {result['path']}")
+        self.details.setText("\n".join(lines))
+        self._set_image(self.image, result["image"])
+        self._set_image(self.before, result["image"])
+        self._set_image(self.after, result["augmented"])
+        self._draw_histogram(result["histogram"])
+        if augment_steps:
+            names = ", ".join(step.get("name", "?") for step in augment_steps)
+            self.transform_note.setText(f"Augmentation: {names}")
+        else:
+            self.transform_note.setText("No augmentation is set: choose some in the dataset dialog (Ctrl+D).")
+        self.reroll_button.setEnabled(bool(augment_steps))
+
+    def _set_image(self, label: QLabel, image: np.ndarray) -> None:
+        size = max(32, min(label.width(), label.height()) - 4)
+        label.setPixmap(scaled_pixmap(to_qimage(image), size))
+
+    def _draw_histogram(self, histogram: dict) -> None:
+        self.histogram.clear()
+        edges, counts = np.asarray(histogram["edges"]), np.asarray(histogram["counts"])
+        colours = CHANNEL_COLOURS.get(counts.shape[0], CHANNEL_COLOURS[3])
+        for channel, row in enumerate(counts):
+            colour = colours[channel % len(colours)]
+            self.histogram.plot(edges, row, stepMode="center", pen=pg.mkPen(colour, width=2),
+                                fillLevel=0, fillBrush=pg.mkColor(colour + "40"))
