@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fake_worker import FakeWorker
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
-from fake_worker import FakeWorker
 from workbench.client import WorkerManager
 from workbench.gui.main_window import MainWindow
 from workbench.gui.panels.data.dataset_dialog import DatasetDialog

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-
 import pytest
+from fake_worker import FakeWorker
 from PySide6.QtCore import QSettings, Qt
 
-from fake_worker import FakeWorker
 from workbench.client import WorkerManager
 from workbench.gui.main_window import WINDOW_TITLE, MainWindow
 from workbench.gui.settings import Settings
 from workbench.runs import RunStore
-
 
 
 @pytest.fixture

@@ -24,7 +24,16 @@ import zmq
 
 from workbench import __version__
 from workbench.errors import UsageError, WorkbenchError
-from workbench.protocol import ConnectionInfo, Message, array_to_buffer, ProtocolError, Signer, decode, encode, new_message
+from workbench.protocol import (
+    ConnectionInfo,
+    Message,
+    ProtocolError,
+    Signer,
+    array_to_buffer,
+    decode,
+    encode,
+    new_message,
+)
 from workbench.worker.registry import TaskInfo, get_task, list_tasks
 from workbench.worker.runner import build_spec, run_task
 
