@@ -352,7 +352,6 @@ def test_valid_train_spec_is_checked_then_fails_cleanly(tmp_path: Path):
         (["export"], "export.model", "formats=onnx,coreml"),
         (["bench"], "bench.latency", "batch_sizes=0"),
         (["graph"], "graph.build", "port=70000"),
-        (["data", "info"], "data.info", "dataset.name=imagenet"),
     ],
 )
 def test_other_job_verbs_validate_then_fail_cleanly(tmp_path: Path, verb: list[str], task: str, bad: str):

@@ -144,7 +144,8 @@ class _Progress:
             self.console.print(f"run folder: {content['run_dir']}", markup=False, highlight=False)
 
 
-def run_headless(task_name: str, spec, *, workspace: Path | None, as_json: bool, debug: bool) -> int:
+def run_headless(task_name: str, spec, *, workspace: Path | None, as_json: bool, debug: bool,
+                 resume: str | None = None) -> int:
     """Run a task in this process with the same runner the worker uses; Ctrl-C cancels at the next step."""
     from workbench.worker.registry import get_task
     from workbench.worker.runner import run_task
@@ -158,7 +159,8 @@ def run_headless(task_name: str, spec, *, workspace: Path | None, as_json: bool,
     try:
         with _Progress(task_name) as progress:
             spec_data = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
-            result = run_task(task, spec_data, emit=progress.emit, stop_event=stop, workspace=workspace)
+            result = run_task(task, spec_data, emit=progress.emit, stop_event=stop, workspace=workspace,
+                              resume=resume)
     finally:
         signal.signal(signal.SIGINT, previous)
     if debug and result.get("traceback"):
@@ -176,8 +178,18 @@ def _workspace(args) -> Path:
 
 
 def _cmd_job(args, verb: str, task_name: str) -> int:
-    spec = _load_spec(verb, args.spec, args.overrides)
-    return run_headless(task_name, spec, workspace=_workspace(args), as_json=args.json, debug=args.debug)
+    workspace = _workspace(args)
+    resume = getattr(args, "resume", None)
+    if resume:
+        # The run's own spec, unless another is given; --set still applies (e.g. more epochs).
+        from workbench.runs import RunStore
+
+        run_dir = RunStore(workspace).resolve(resume)
+        resume = str(run_dir)
+        spec = _load_spec(verb, args.spec or str(run_dir / "spec.toml"), args.overrides)
+    else:
+        spec = _load_spec(verb, args.spec, args.overrides)
+    return run_headless(task_name, spec, workspace=workspace, as_json=args.json, debug=args.debug, resume=resume)
 
 
 def _cmd_devices(args) -> int:

@@ -120,9 +120,9 @@ def test_zoom_changes_thumbnail_size(panel, qtbot):
 
 def test_missing_dataset_error_is_shown(panel, qtbot):
     panel.state.set_spec(DataSpec.from_dict({"name": "cifar10"}))
-    qtbot.waitUntil(lambda: panel.error.isVisible(), timeout=10_000)
+    qtbot.waitUntil(lambda: "could not be loaded" in panel.summary.text(), timeout=10_000)
+    assert panel.error.isVisible()
     assert "CIFAR-10 files are missing" in panel.error.text()
-    assert "could not be loaded" in panel.summary.text()
 
 
 def test_calibration_subset_goes_to_state(panel):

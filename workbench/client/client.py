@@ -50,7 +50,13 @@ class WorkerClient:
     # -- sending (any thread) --------------------------------------------------------------------
     def send(self, msg_type: str, content: dict | None = None, *, channel: str = "shell",
              buffers: list[bytes] | None = None) -> Message:
-        msg = new_message(msg_type, content or {}, session=self.session, buffers=buffers)
+        return self.send_message(self.new(msg_type, content, buffers=buffers), channel=channel)
+
+    def new(self, msg_type: str, content: dict | None = None, *, buffers: list[bytes] | None = None) -> Message:
+        """A message of this session, not yet sent (so a caller can register its id first)."""
+        return new_message(msg_type, content or {}, session=self.session, buffers=buffers)
+
+    def send_message(self, msg: Message, *, channel: str = "shell") -> Message:
         self._outgoing.put((channel, msg))
         with self._wake_lock:
             self._wake_push.send(b"", zmq.NOBLOCK)
@@ -73,11 +79,19 @@ class WorkerClient:
         """Blocking request for scripts and tests; the GUI uses send() and waits for the event."""
         return self.request(msg_type, content, channel=channel).result(timeout)
 
-    def submit_job(self, task: str, spec: dict | None = None, workspace: str | None = None) -> Message:
+    def job_request(self, task: str, spec: dict | None = None, workspace: str | None = None,
+                    resume: str | None = None) -> Message:
+        """Build (not send) a job request; its msg_id is the job id every event about it carries."""
         content = {"task": task, "spec": spec or {}}
         if workspace:
             content["workspace"] = str(workspace)
-        return self.send("job_request", content)
+        if resume:
+            content["resume"] = str(resume)
+        return self.new("job_request", content)
+
+    def submit_job(self, task: str, spec: dict | None = None, workspace: str | None = None,
+                   resume: str | None = None) -> Message:
+        return self.send_message(self.job_request(task, spec, workspace, resume))
 
     def cancel(self, job_id: str) -> Message:
         return self.send("cancel_request", {"job_id": job_id}, channel="control")

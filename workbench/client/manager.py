@@ -204,12 +204,14 @@ class WorkerManager:
 
     # -- jobs ------------------------------------------------------------------------------------
     def submit(self, task: str, spec: dict | None = None, workspace: str | Path | None = None, *,
-               internal: bool = False) -> JobRecord:
+               internal: bool = False, resume: str | Path | None = None) -> JobRecord:
         client = self.client
         if client is None or self.state not in ("ready", "unresponsive"):
             raise RuntimeError(f"the worker is {self.state}; wait for it to be ready or restart it")
-        msg = client.submit_job(task, spec, str(workspace) if workspace else None)
+        msg = client.job_request(task, spec, str(workspace) if workspace else None, str(resume) if resume else None)
+        # Known before it is sent: the worker's first events can arrive before send_message returns.
         record = self.jobs.add(msg.msg_id, task, spec, internal=internal)
+        client.send_message(msg)
         self._notify("job", record)
         return record
 

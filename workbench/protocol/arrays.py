@@ -16,7 +16,9 @@ _ALLOWED_KINDS = frozenset("biuf")  # bool, signed, unsigned, float: never objec
 
 def array_to_buffer(array, buffers: list[bytes]) -> dict:
     """Append the array's bytes to `buffers` and return the descriptor that goes in content."""
-    arr = np.ascontiguousarray(array)
+    arr = np.asarray(array)  # not ascontiguousarray: that turns a 0-d array into a 1-d one
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")
     if arr.dtype.kind not in _ALLOWED_KINDS:
         raise TypeError(f"arrays of dtype {arr.dtype} cannot travel; use a numeric dtype")
     buffers.append(arr.tobytes())

@@ -72,6 +72,8 @@ def _loads(frame: bytes, what: str) -> dict:
         obj = json.loads(frame)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError(f"{what} frame is not valid JSON: {exc}") from None
+    except RecursionError:  # signed but absurdly nested: a hostile or broken peer, never real content
+        raise ProtocolError(f"{what} frame nests JSON too deeply") from None
     if not isinstance(obj, dict):
         raise ProtocolError(f"{what} frame must be a JSON object, got {type(obj).__name__}")
     return obj

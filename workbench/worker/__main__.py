@@ -41,8 +41,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _watch_parent(pid: int, kernel) -> None:
-    while os.getppid() == pid:
-        time.sleep(1.0)
+    """Shut down once `pid` is gone. For our own parent, a changed os.getppid() says so even while it is a
+    zombie; a process further up (a launcher script sits between) is polled with signal 0."""
+    is_parent = os.getppid() == pid
+    while True:
+        if is_parent:
+            if os.getppid() != pid:
+                break
+        else:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            except PermissionError:
+                pass  # it exists, owned by someone else
+        time.sleep(0.5)
     kernel.request_shutdown()
 
 

@@ -29,13 +29,15 @@ def _json_number(value: float):
 
 class TaskContext:
     def __init__(self, emit: Emit, *, stop_event: threading.Event | None = None, run=None, job_id: str = "",
-                 workspace: str | Path | None = None):
+                 workspace: str | Path | None = None, resuming: bool = False):
         self._emit = emit
+        self.resuming = resuming  # continue `run` from its last checkpoint rather than start afresh
         self.workspace = Path(workspace) if workspace else None  # data roots and caches default to it
         self._stop = stop_event or threading.Event()
         self.run = run  # a workbench.runs.Run, or None for queries
         self.job_id = job_id
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the pending rows; held only for an append or a swap
+        self._flush_lock = threading.Lock()  # one flush at a time, so batches go out in order
         self._pending: list[tuple[int, str, float, float]] = []
         self._last_flush = time.time()  # wall clock: metrics() already reads it for the row stamps
         self._last_progress = 0.0
@@ -78,7 +80,7 @@ class TaskContext:
         with self._lock:
             self._pending += rows
         if now - self._last_flush >= FLUSH_INTERVAL:
-            self.flush()
+            self.flush(blocking=False)
 
     def array(self, name: str, array, **meta) -> None:
         buffers: list[bytes] = []
@@ -102,16 +104,23 @@ class TaskContext:
         self._emit("log", {"level": level, "text": text}, [])
 
     # -- flushing --------------------------------------------------------------------------------
-    def flush(self) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, []
-            self._last_flush = time.time()
-        if not pending:
+    def flush(self, blocking: bool = True) -> None:
+        # Non-blocking from metrics(): if the flusher thread is mid-write, the loop goes on and the rows
+        # wait for the next flush, rather than the training step waiting for SQLite.
+        if not self._flush_lock.acquire(blocking=blocking):
             return
-        rows = [(step, name, float(value), t) for step, name, value, t in pending]
-        if self.run is not None:
-            self.run.log_metrics(rows)
-        self._emit("metrics", {"rows": [[s, n, _json_number(v), t] for s, n, v, t in rows]}, [])
+        try:
+            with self._lock:
+                pending, self._pending = self._pending, []
+                self._last_flush = time.time()
+            if not pending:
+                return
+            rows = [(step, name, float(value), t) for step, name, value, t in pending]
+            if self.run is not None:
+                self.run.log_metrics(rows)
+            self._emit("metrics", {"rows": [[s, n, _json_number(v), t] for s, n, v, t in rows]}, [])
+        finally:
+            self._flush_lock.release()
 
     def _flush_periodically(self) -> None:
         # Bounds what a crash can lose when the task stops calling metrics() (a long evaluation, say).

@@ -146,7 +146,11 @@ class Kernel:
                 while self._wake_pull.poll(0):
                     self._wake_pull.recv()
             if self.shell in events:
-                self._handle_frames(self.shell.recv_multipart(copy=True))
+                frames = self.shell.recv_multipart(copy=True)
+                try:
+                    self._handle_frames(frames)
+                except Exception:  # nothing a peer sends may stop the loop
+                    log.exception("shell message failed")
             self._drain_outgoing()
         self._finish()
 
@@ -223,7 +227,7 @@ class Kernel:
 
             result = run_task(self._get_task(job.task_name), request.content.get("spec") or {}, emit=emit,
                               stop_event=job.stop, workspace=request.content.get("workspace"),
-                              job_id=request.msg_id)
+                              job_id=request.msg_id, resume=request.content.get("resume"))
         with self._jobs_lock:
             self._jobs.pop(request.msg_id, None)
         buffers: list[bytes] = []
@@ -247,27 +251,34 @@ class Kernel:
         while not self._shutdown.is_set():
             if not self.control.poll(100):
                 continue
+            frames = self.control.recv_multipart()
             try:
-                identities, msg = decode(self.control.recv_multipart(), self.signer)
-            except ProtocolError as exc:
-                log.warning("rejected a control message: %s", exc)
-                continue
-            content: dict = {"status": "ok"}
-            if msg.msg_type == "ping_request":
-                content.update(pid=os.getpid(), time=time.time(), jobs=self.running_jobs())
-                # Published too: seeing it proves the client's event subscription is live.
-                self.publish("status", {"state": "busy" if content["jobs"] else "idle"}, parent=msg)
-            elif msg.msg_type == "cancel_request":
-                content["found"] = self.cancel(msg.content.get("job_id"))
-            elif msg.msg_type == "shutdown_request":
-                self.cancel()
-            else:
-                content = {"status": "error", "error": {"type": "ProtocolError",
-                                                        "message": f"unknown control request {msg.msg_type!r}"}}
-            reply = new_message(msg.msg_type.replace("_request", "_reply"), content, session=self.session, parent=msg)
-            self.control.send_multipart(encode(reply, self.signer, identities))
-            if msg.msg_type == "shutdown_request":
-                self._shutdown.set()
+                self._handle_control(frames)
+            except Exception:  # the control path must outlive any one bad message
+                log.exception("control message failed")
+
+    def _handle_control(self, frames: list[bytes]) -> None:
+        try:
+            identities, msg = decode(frames, self.signer)
+        except ProtocolError as exc:
+            log.warning("rejected a control message: %s", exc)
+            return
+        content: dict = {"status": "ok"}
+        if msg.msg_type == "ping_request":
+            content.update(pid=os.getpid(), time=time.time(), jobs=self.running_jobs())
+            # Published too: seeing it proves the client's event subscription is live.
+            self.publish("status", {"state": "busy" if content["jobs"] else "idle"}, parent=msg)
+        elif msg.msg_type == "cancel_request":
+            content["found"] = self.cancel(msg.content.get("job_id"))
+        elif msg.msg_type == "shutdown_request":
+            self.cancel()
+        else:
+            content = {"status": "error", "error": {"type": "ProtocolError",
+                                                    "message": f"unknown control request {msg.msg_type!r}"}}
+        reply = new_message(msg.msg_type.replace("_request", "_reply"), content, session=self.session, parent=msg)
+        self.control.send_multipart(encode(reply, self.signer, identities))
+        if msg.msg_type == "shutdown_request":
+            self._shutdown.set()
 
     def _on_interrupt_signal(self, signum, frame) -> None:
         # SIGINT interrupts the running jobs (they stop at their next step) but keeps the worker.

@@ -12,7 +12,7 @@ import time
 import traceback
 from pathlib import Path
 
-from workbench.errors import JobCancelled, WorkbenchError
+from workbench.errors import JobCancelled, UsageError, WorkbenchError
 from workbench.worker.context import Emit, TaskContext
 from workbench.worker.registry import TaskInfo
 
@@ -42,14 +42,30 @@ def _drive(task: TaskInfo, spec, ctx: TaskContext):
 
 
 def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threading.Event | None = None,
-             workspace: str | Path | None = None, job_id: str = "") -> dict:
-    """Run a task and return its result: always `status` and `run_dir`, plus `error` when it failed."""
+             workspace: str | Path | None = None, job_id: str = "", resume: str | Path | None = None) -> dict:
+    """Run a task and return its result: always `status` and `run_dir`, plus `error` when it failed.
+
+    With `resume` (a run directory or id) the task continues that run instead of starting a new one;
+    `ctx.resuming` tells it to pick up from the run's last checkpoint.
+    """
     run = None
     result: dict = {"status": "failed", "run_dir": None}
     started = time.time()
     try:
         spec = build_spec(task, spec_data)
-        if task.creates_run and workspace is not None:
+        if resume is not None:
+            from workbench.runs import RunStore, atomic_write_text
+
+            run = RunStore(Path(workspace) if workspace else Path(resume).parent.parent).open_run(str(resume))
+            if run.task != task.name:
+                raise UsageError(f"{run.dir} is a {run.task} run; it cannot be resumed as {task.name}")
+            if hasattr(spec, "to_toml"):  # the spec may have grown (more epochs, say): keep the file true
+                atomic_write_text(run.spec_path, spec.to_toml())
+            run.set_status("running")
+            run.log_event("resumed", {"job_id": job_id})
+            result["run_dir"] = str(run.dir)
+            emit("status", {"state": "running", "run_dir": str(run.dir), "resumed": True}, [])
+        elif task.creates_run and workspace is not None:
             from workbench.runs import RunStore
 
             spec_dict = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
@@ -59,7 +75,8 @@ def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threadi
             emit("status", {"state": "running", "run_dir": str(run.dir)}, [])
         else:
             emit("status", {"state": "running"}, [])
-        ctx = TaskContext(emit, stop_event=stop_event, run=run, job_id=job_id, workspace=workspace)
+        ctx = TaskContext(emit, stop_event=stop_event, run=run, job_id=job_id, workspace=workspace,
+                          resuming=resume is not None)
         try:
             value = _drive(task, spec, ctx)
         finally:

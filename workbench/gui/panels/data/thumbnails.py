@@ -149,12 +149,15 @@ class ThumbnailItemModel(QAbstractListModel):
     def _fetch_wanted(self) -> None:
         first, last = self.visible_rows()
         visible = set(range(max(0, first) // PAGE_SIZE, max(0, last) // PAGE_SIZE + 1))
-        # Only what is on screen now: pages that scrolled past in between are never asked for.
+        # Only what is on screen now: pages that scrolled past in between are never asked for. Visible
+        # pages beyond the in-flight limit stay wanted and go out as replies free a slot.
+        waiting = set()
         for page_no in sorted(self._wanted & visible):
             if len(self._in_flight) >= MAX_IN_FLIGHT:
-                break
-            self._request(page_no)
-        self._wanted.clear()
+                waiting.add(page_no)
+            else:
+                self._request(page_no)
+        self._wanted = waiting
 
     def _request(self, page_no: int) -> None:
         if self.dataset is None or page_no in self._in_flight or page_no in self._pages:
@@ -196,4 +199,5 @@ class ThumbnailItemModel(QAbstractListModel):
         if generation != self._generation:
             return
         self._in_flight.pop(page_no, None)
+        self._wanted.clear()  # do not hammer a dataset that cannot be read
         self.load_failed.emit(error.get("message", "the dataset could not be read"))

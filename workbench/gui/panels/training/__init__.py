@@ -1,0 +1,1 @@
+"""Training: the wizard, live curves, run comparison, evaluation and profiler views."""

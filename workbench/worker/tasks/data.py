@@ -1,0 +1,159 @@
+"""Dataset queries for the GUI and `workbench data info`: `data.info`, `data.page` (thumbnails) and `data.sample`.
+
+The result shapes are a contract with the GUI's dataset panel. torch loads inside the tasks, not at import,
+so listing the worker's tasks stays cheap.
+"""
+
+from __future__ import annotations
+
+from workbench.errors import JobError
+from workbench.specs import DataInfoSpec, DataSpec
+from workbench.worker.registry import register_task
+
+SPLIT_NAMES = ("train", "val", "test")
+MAX_PAGE = 2000  # thumbnails in one reply: a few MB at most
+MAX_THUMB = 1024
+
+
+def _check_keys(spec: dict, allowed: tuple[str, ...]) -> None:
+    if not isinstance(spec, dict):
+        raise JobError(f"the request must be a table of fields ({', '.join(allowed)}), not {spec!r}")
+    for key in spec:
+        if key not in allowed:
+            raise JobError(f"{key}: unknown field; allowed fields: {', '.join(allowed)}")
+
+
+def _int_field(spec: dict, key: str, default: int, low: int | None = None, high: int | None = None) -> int:
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise JobError(f"{key}: {value!r} is not an integer")
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = " and ".join(b for b in (f">= {low}" if low is not None else "",
+                                          f"<= {high}" if high is not None else "") if b)
+        raise JobError(f"{key}: {value!r} is out of range; must be {bounds}")
+    return value
+
+
+def _split_field(spec: dict) -> str:
+    split = spec.get("split", "train")
+    if split not in SPLIT_NAMES:
+        raise JobError(f"split: {split!r} is not allowed; choose one of: {', '.join(SPLIT_NAMES)}")
+    return split
+
+
+def _dataset_field(spec: dict) -> DataSpec:
+    value = spec.get("dataset", {})
+    if isinstance(value, DataSpec):
+        return value
+    if not isinstance(value, dict):
+        raise JobError(f"dataset: {value!r} is not a table of dataset fields")
+    return DataSpec.from_dict(value, path="dataset")  # a SpecError names the field, e.g. dataset.image_size
+
+
+@register_task("data.info", kind="query", spec=DataInfoSpec, creates_run=False)
+def info(spec: DataInfoSpec, ctx):
+    """Sizes, classes, class counts, shape and mean/std of a dataset; image folders are decoded in full."""
+    from workbench.worker.data import load_dataset
+
+    dataset = load_dataset(spec.dataset, ctx=ctx)
+    dataset.decode_all(progress=lambda done, total, text: ctx.progress(done, total, text), check_stop=ctx.check_stop)
+    mean, std = dataset.statistics(progress=lambda done, total, text: ctx.progress(done, total, text))
+    counts = {name: split.class_counts() for name, split in dataset.splits.items()}
+    return {
+        "dataset": dataset.name,
+        "classes": list(dataset.classes),
+        "num_samples": {name: sum(c) for name, c in counts.items()},
+        "class_counts": counts,
+        "sample_shape": list(dataset.sample_shape),
+        "mean": mean,
+        "std": std,
+        "skipped_files": dataset.skipped_files,
+        "in_memory": dataset.in_memory,
+        "root": dataset.root,
+    }
+
+
+@register_task("data.page", kind="query", creates_run=False)
+def page(spec: dict, ctx):
+    """A page of thumbnails of one split, optionally of one class: uint8 (n,H,W,C) and their indices and labels."""
+    _check_keys(spec, ("dataset", "split", "offset", "count", "label", "thumb_size", "request_id"))
+    dataset_spec = _dataset_field(spec)
+    split_name = _split_field(spec)
+    offset = _int_field(spec, "offset", 0, low=0)
+    count = _int_field(spec, "count", 200, low=0, high=MAX_PAGE)
+    label = _int_field(spec, "label", -1, low=-1)
+    thumb_size = _int_field(spec, "thumb_size", 64, low=1, high=MAX_THUMB)
+    request_id = _int_field(spec, "request_id", 0)
+
+    import torch
+
+    from workbench.worker.data import load_dataset
+    from workbench.worker.data.imageops import thumbnail_size, thumbnails
+
+    dataset = load_dataset(dataset_spec, ctx=ctx)
+    if label >= len(dataset.classes):
+        raise JobError(f"label: {label} is out of range; {dataset.name} has {len(dataset.classes)} classes "
+                       f"(0..{len(dataset.classes) - 1}), or use -1 for all")
+    split = dataset.splits[split_name]
+    keep = split.good()  # files already known not to decode are not listed
+    if label >= 0:
+        keep &= split.labels == label
+    listed = torch.nonzero(keep).flatten() if not bool(keep.all()) else torch.arange(len(split))
+    chosen = listed[offset:offset + count]
+    channels, height, width = dataset.sample_shape
+    if chosen.numel():
+        images = thumbnails(split.images(chosen), thumb_size)
+    else:
+        import numpy as np
+
+        thumb_h, thumb_w = thumbnail_size(height, width, thumb_size)
+        images = np.zeros((0, thumb_h, thumb_w, channels), dtype=np.uint8)
+    return {
+        "request_id": request_id,
+        "split": split_name,
+        "offset": offset,
+        "total": int(listed.numel()),
+        "indices": chosen.tolist(),
+        "labels": split.labels[chosen].tolist(),
+        "images": images,
+    }
+
+
+@register_task("data.sample", kind="query", creates_run=False)
+def sample(spec: dict, ctx):
+    """One sample at full size: the image, its augmented version for a seed, a histogram, label and file."""
+    _check_keys(spec, ("dataset", "split", "index", "augment_seed"))
+    dataset_spec = _dataset_field(spec)
+    split_name = _split_field(spec)
+    index = _int_field(spec, "index", 0, low=0)
+    seed = _int_field(spec, "augment_seed", 0, low=0)
+
+    from workbench.worker.data import augment_uint8, load_dataset
+    from workbench.worker.data.imageops import histogram, to_hwc
+
+    dataset = load_dataset(dataset_spec, ctx=ctx)
+    split = dataset.splits[split_name]
+    if index >= len(split):
+        raise JobError(f"index: {index} is out of range; the {split_name} split of {dataset.name} has "
+                       f"{len(split)} samples (0..{len(split) - 1})")
+    images, ok = split.fetch([index])
+    path = split.path(index)
+    if not bool(ok[0]):
+        reason = next((s["reason"] for s in dataset.skipped_files if s["path"] == path), "it cannot be decoded")
+        raise JobError(f"{path}: {reason}; this file is skipped in training. Replace or remove it.")
+    augmented = augment_uint8(dataset.augment, images, seed)
+    mean, std = dataset.normalization()
+    label = int(split.labels[index])
+    return {
+        "index": index,
+        "split": split_name,
+        "label": label,
+        "class_name": dataset.classes[label],
+        "shape": list(augmented.shape[1:]),
+        "image": to_hwc(images[0]),
+        "augmented": to_hwc(augmented[0]),
+        "histogram": histogram(images[0]),
+        "path": path,
+        "mean": mean,
+        "std": std,
+    }
