@@ -21,6 +21,7 @@ from workbench.workspace import resolve_workspace
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "screenshot.png").absolute()
     theme = sys.argv[2] if len(sys.argv) > 2 else "light"
+    scene = sys.argv[3] if len(sys.argv) > 3 else "runs"
     app = QApplication(sys.argv[:1])
     from PySide6.QtCore import QSettings
 
@@ -47,9 +48,29 @@ def main() -> int:
         print(out)
         window.close()
 
+    def data_scene() -> None:
+        panel = window.dataset_panel
+        window.tabs.setCurrentWidget(panel)
+        panel.zoom.setValue(56)
+        panel.state.set_spec(panel.state.spec.from_dict({"augment": ["rotation", "random_erasing"]}))
+
+    def data_pick() -> None:
+        panel = window.dataset_panel
+        panel.grid.setCurrentIndex(panel.model.index(12))
+
     def when_ready() -> None:
         if manager.state != "ready":
             QTimer.singleShot(100, when_ready)
+            return
+        if scene == "data":
+            data_scene()
+            QTimer.singleShot(6000, data_pick)
+            QTimer.singleShot(8000, capture)
+            return
+        if scene == "classes":
+            data_scene()
+            QTimer.singleShot(6000, lambda: window.dataset_panel.side_tabs.setCurrentIndex(1))
+            QTimer.singleShot(7000, capture)
             return
         scene_start()
         QTimer.singleShot(2500, scene_running)

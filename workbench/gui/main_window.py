@@ -33,6 +33,7 @@ from workbench.gui.panels.jobs_panel import JobsPanel
 from workbench.gui.panels.log_panel import LogPanel
 from workbench.gui.panels.runs_panel import RunsPanel
 from workbench.gui.queries import QueryRunner
+from workbench.gui.plots import restyle_plots
 from workbench.gui.settings import Settings
 from workbench.gui.state import DatasetState
 from workbench.gui.theme import THEMES, apply_theme
@@ -214,6 +215,7 @@ class MainWindow(QMainWindow):
     def set_theme(self, theme: str) -> None:
         app = QApplication.instance()
         theme = apply_theme(app, theme) if app else "light"
+        restyle_plots(self)
         self.settings.set("theme", theme)
         for action in self.theme_actions.actions():
             action.setChecked(action.data() == theme)

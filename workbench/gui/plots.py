@@ -11,6 +11,7 @@ CHANNEL_COLOURS = {1: ("#7a7f87",), 3: ("#d0342c", "#2e9d4a", "#2f6fd6")}
 
 
 def style_plot(plot: pg.PlotWidget) -> pg.PlotWidget:
+    """Colour a plot from the current palette; called again for every plot when the theme changes."""
     palette = QApplication.instance().palette() if QApplication.instance() else QPalette()
     plot.setBackground(palette.color(QPalette.Base))
     foreground = palette.color(QPalette.Text)
@@ -18,17 +19,28 @@ def style_plot(plot: pg.PlotWidget) -> pg.PlotWidget:
         item = plot.getAxis(axis)
         item.setPen(foreground)
         item.setTextPen(foreground)
+        item.label.setDefaultTextColor(foreground)
+    plot.plotItem.titleLabel.item.setDefaultTextColor(foreground)
+    legend = plot.plotItem.legend
+    if legend is not None:
+        legend.setLabelTextColor(foreground)
     plot.showGrid(x=True, y=True, alpha=0.15)
     return plot
 
 
+def restyle_plots(root) -> None:
+    for plot in root.findChildren(pg.PlotWidget):
+        style_plot(plot)
+
+
 def make_plot(title: str = "", left: str = "", bottom: str = "") -> pg.PlotWidget:
-    plot = style_plot(pg.PlotWidget())
+    plot = pg.PlotWidget()
     if title:
         plot.setTitle(title, size="10pt")
     if left:
         plot.setLabel("left", left)
     if bottom:
         plot.setLabel("bottom", bottom)
+    style_plot(plot)
     plot.setMenuEnabled(True)  # right-click: export, axis ranges, log scales
     return plot

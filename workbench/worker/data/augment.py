@@ -172,8 +172,8 @@ class VFlip(_Flip):
 
 class Rotation(Step):
     name = "rotation"
-    PARAMS = {"degrees": None, "fill": 0.0}
-    REQUIRED = ("degrees",)
+    # torchvision requires degrees; a bare "rotation" (--set dataset.augment=hflip,rotation) gets ±15°.
+    PARAMS = {"degrees": 15, "fill": 0.0}
 
     def setup(self, params: dict) -> None:
         self.degrees = _range(params["degrees"], f"{self.where}.degrees", -360, 360, None)

@@ -7,7 +7,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from workbench.gui.plots import SERIES_COLOURS, make_plot
+from workbench.gui.plots import SERIES_COLOURS, make_plot, style_plot
 
 SPLITS = ("train", "val", "test")
 
@@ -17,6 +17,7 @@ class ClassChart(QWidget):
         super().__init__(parent)
         self.plot = make_plot("Class distribution", "samples", "class")
         self.plot.addLegend(offset=(-10, 10))
+        style_plot(self.plot)
         self.summary = QLabel("")
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextSelectableByMouse)

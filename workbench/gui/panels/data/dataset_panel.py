@@ -49,6 +49,7 @@ class DatasetPanel(QWidget):
         self.model.visible_rows = self._visible_rows
         self.model.load_failed.connect(self._on_model_load_failed)
         self.model.total_changed.connect(self._on_model_total_changed)
+        self.model.page_loaded.connect(self._on_model_page_loaded)
         state.changed.connect(self.reload)
         state.calibration_changed.connect(self._sync_calibration)
 
@@ -211,6 +212,11 @@ class DatasetPanel(QWidget):
         if self.info is not None or self._info_job is not None:
             self._show_error(message)
 
+    def _on_model_page_loaded(self, page: int) -> None:
+        # Something worth looking at straight away: the first sample, until the user picks another.
+        if page == 0 and not self.grid.currentIndex().isValid() and self.model.total:
+            self.grid.setCurrentIndex(self.model.index(0))
+
     def _on_model_total_changed(self, total: int) -> None:
         self.grid.setToolTip(f"{total:,} images in {self.current_split()}")
 
@@ -232,8 +238,8 @@ class DatasetPanel(QWidget):
 
     def _apply_zoom(self, size: int) -> None:
         self.grid.setIconSize(QSize(size, size))
-        label_height = self.grid.fontMetrics().height() + 6
-        self.grid.setGridSize(QSize(size + 12, size + label_height + 6))
+        label_height = self.grid.fontMetrics().height()
+        self.grid.setGridSize(QSize(max(size, 3 * label_height) + 12, size + 2 * label_height + 4))
         self.model.set_icon_size(size)
 
     def _on_grid_current_changed(self, current, previous) -> None:

@@ -100,7 +100,11 @@ class ThumbnailItemModel(QAbstractListModel):
         page = self._pages.get(page_no)
         if page is None:
             self._want(page_no)
-            return self._placeholder if role == Qt.DecorationRole else None
+            if role == Qt.DecorationRole:
+                return self._placeholder
+            # A text placeholder too: with uniform item sizes, the first item's size hint sets every cell's,
+            # and one without text would clip every label.
+            return "…" if role == Qt.DisplayRole else None
         self._pages.move_to_end(page_no)
         if offset >= len(page.images):
             return None

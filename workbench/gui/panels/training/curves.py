@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
 
 from workbench.gui.metric_buffers import RunMetrics, ema
-from workbench.gui.plots import SERIES_COLOURS, make_plot
+from workbench.gui.plots import SERIES_COLOURS, make_plot, style_plot
 
 # The training engine's metric names (x is the global step; epoch metrics are logged at the epoch's last step).
 PLOTS = {
@@ -36,6 +36,7 @@ class CurvesWidget(QWidget):
                       for key, (title, _) in PLOTS.items()}
         for plot in self.plots.values():
             plot.addLegend(offset=(-10, 10), labelTextSize="8pt")
+            style_plot(plot)
         self.plots["accuracy"].setXLink(self.plots["loss"])
         self.plots["lr"].setXLink(self.plots["loss"])
         self.smoothing = QSlider(Qt.Horizontal)
