@@ -393,7 +393,6 @@ def test_augmented_batches_are_reproducible_and_off_for_validation(tmp_path):
     [
         ([{"name": "rotation", "degres": 10}], "augment[0].degres"),
         ([{"name": "hflip"}, {"name": "vflip", "p": 2}], "augment[1].p"),
-        ([{"name": "rotation"}], "augment[0].degrees"),
         ([{"name": "color_jitter", "hue": 0.9}], "augment[0].hue"),
         ([{"name": "random_crop", "size": "big"}], "augment[0].size"),
     ],

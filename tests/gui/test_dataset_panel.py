@@ -76,6 +76,7 @@ def test_stale_replies_are_dropped(panel, qtbot):
 def test_only_visible_pages_are_fetched(panel, qtbot):
     panel.zoom.setValue(24)
     qtbot.waitUntil(lambda: 0 in panel.model.cached_pages, timeout=10_000)
+    qtbot.wait(500)  # the grid lays items out in batches; let it reach the end before jumping there
     panel.grid.scrollToBottom()
     last_page = (panel.model.total - 1) // PAGE_SIZE
     qtbot.waitUntil(lambda: last_page in panel.model.cached_pages, timeout=10_000)
@@ -87,7 +88,7 @@ def test_only_visible_pages_are_fetched(panel, qtbot):
 def test_sample_view_shows_clicked_sample(panel, qtbot):
     qtbot.waitUntil(lambda: 0 in panel.model.cached_pages, timeout=10_000)
     panel.grid.setCurrentIndex(panel.model.index(5))
-    qtbot.waitUntil(lambda: panel.sample_view.result is not None, timeout=10_000)
+    qtbot.waitUntil(lambda: (panel.sample_view.result or {}).get("index") == 5, timeout=10_000)
     view = panel.sample_view
     assert "train #5" in view.title.text() and "class 5" in view.title.text()
     assert "1×12×12" in view.details.text()
@@ -100,7 +101,7 @@ def test_augmentation_before_after_and_reroll(panel, qtbot):
     panel.state.set_spec(DataSpec.from_dict({"augment": ["hflip"]}))
     qtbot.waitUntil(lambda: panel.info is not None and 0 in panel.model.cached_pages, timeout=10_000)
     panel.grid.setCurrentIndex(panel.model.index(2))
-    qtbot.waitUntil(lambda: panel.sample_view.result is not None, timeout=10_000)
+    qtbot.waitUntil(lambda: (panel.sample_view.result or {}).get("index") == 2, timeout=10_000)
     view = panel.sample_view
     assert view.reroll_button.isEnabled() and "hflip" in view.transform_note.text()
     before = np.asarray(view.result["image"])

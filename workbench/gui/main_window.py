@@ -32,8 +32,8 @@ from workbench.gui.panels.data.dataset_panel import DatasetPanel
 from workbench.gui.panels.jobs_panel import JobsPanel
 from workbench.gui.panels.log_panel import LogPanel
 from workbench.gui.panels.runs_panel import RunsPanel
-from workbench.gui.queries import QueryRunner
 from workbench.gui.plots import restyle_plots
+from workbench.gui.queries import QueryRunner
 from workbench.gui.settings import Settings
 from workbench.gui.state import DatasetState
 from workbench.gui.theme import THEMES, apply_theme
