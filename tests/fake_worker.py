@@ -5,13 +5,16 @@ Its `devices.list` answers with a canned CPU and GPU, so the window's device pic
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 
 from workbench.errors import JobError
 from workbench.protocol import ConnectionInfo
+from workbench.specs import TrainSpec
 from workbench.worker.kernel import Kernel
 from workbench.worker.registry import TaskInfo, get_task
 
@@ -80,12 +83,37 @@ def _fake_sample(spec, ctx):
             "path": "", "mean": [0.5], "std": [0.25]}
 
 
+def _fake_train(spec, ctx):
+    """Speaks like train.classifier (metric names, progress, evaluation.json) without torch."""
+    steps_per_epoch = 10
+    total = spec.epochs * steps_per_epoch
+    step = 0
+    for epoch in range(1, spec.epochs + 1):
+        for _ in range(steps_per_epoch):
+            step += 1
+            ctx.metrics(step, {"train/loss": 2.0 / step, "train/acc": 1 - 1.0 / step, "lr": spec.lr})
+            ctx.progress(step, total, f"epoch {epoch}/{spec.epochs}")
+            time.sleep(spec.seed / 1000)  # the seed doubles as a per-step delay (ms) for tests
+            yield
+        ctx.metrics(step, {"epoch": epoch, "epoch/train_loss": 1.0 / epoch, "epoch/train_acc": 1 - 0.5 / epoch,
+                           "val/loss": 1.2 / epoch, "val/acc": 1 - 0.6 / epoch})
+    evaluation = {"classes": FAKE_CLASSES, "confusion_matrix": (np.eye(10, dtype=int) * 18 + 1).tolist(),
+                  "per_class_accuracy": [0.9] * 10, "test_accuracy": 0.9,
+                  "worst": [{"split": "test", "index": i, "label": i % 10, "predicted": (i + 1) % 10,
+                             "confidence": 0.99 - i / 100} for i in range(6)]}
+    path = ctx.run.artifacts_dir / "evaluation.json"
+    path.write_text(json.dumps(evaluation))
+    ctx.artifact("evaluation", path, kind="evaluation")
+    return {"epochs_completed": spec.epochs, "final": {"val_accuracy": 1 - 0.6 / spec.epochs}}
+
+
 class FakeWorker:
     def __init__(self, directory: Path):
         tasks = {name: get_task(name) for name in ("debug.count", "debug.sleep", "debug.echo")}
         tasks["devices.list"] = TaskInfo("devices.list", _fake_devices, "query", None, False, "canned devices")
         for name, fn in (("data.info", _fake_info), ("data.page", _fake_page), ("data.sample", _fake_sample)):
             tasks[name] = TaskInfo(name, fn, "query", None, False, "fake data")
+        tasks["train.classifier"] = TaskInfo("train.classifier", _fake_train, "job", TrainSpec, True, "fake training")
         self.kernel = Kernel(ConnectionInfo.new(), tasks=tasks)
         self.connection_file = Path(directory) / "fake-worker.json"
         self.kernel.conn.write(self.connection_file)

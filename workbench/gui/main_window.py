@@ -32,6 +32,8 @@ from workbench.gui.panels.data.dataset_panel import DatasetPanel
 from workbench.gui.panels.jobs_panel import JobsPanel
 from workbench.gui.panels.log_panel import LogPanel
 from workbench.gui.panels.runs_panel import RunsPanel
+from workbench.gui.panels.training.training_panel import TrainingPanel
+from workbench.gui.panels.training.wizard import TrainingWizard
 from workbench.gui.plots import restyle_plots
 from workbench.gui.queries import QueryRunner
 from workbench.gui.settings import Settings
@@ -41,7 +43,7 @@ from workbench.gui.widgets.device_picker import DevicePicker
 from workbench.gui.widgets.status_light import StatusLight
 from workbench.gui.worker_bridge import QtWorkerBridge
 from workbench.protocol import Message
-from workbench.specs import DataSpec
+from workbench.specs import DataSpec, TrainSpec
 
 WINDOW_TITLE = "Torch Workbench"
 
@@ -102,6 +104,8 @@ class MainWindow(QMainWindow):
         self.dataset_state = DatasetState(parent=self)
         self.dataset_panel = DatasetPanel(self.dataset_state, self.queries, self)
         self.tabs.addTab(self.dataset_panel, "Data")
+        self.training_panel = TrainingPanel(self.workspace, self.queries, self)
+        self.tabs.addTab(self.training_panel, "Training")
         self.runs_panel = RunsPanel(self.workspace, self)
         self.tabs.addTab(self.runs_panel, "Runs")
         central = QWidget(self)
@@ -162,6 +166,11 @@ class MainWindow(QMainWindow):
             theme_menu.addAction(action)
         self.theme_actions.triggered.connect(lambda action: self.set_theme(action.data()))
 
+        training_menu = menu.addMenu("&Training")
+        new_run = training_menu.addAction("&New training run…", self.new_training_run)
+        new_run.setShortcut(QKeySequence("Ctrl+Shift+T"))
+        training_menu.addAction("&Choose dataset…", lambda: self.dataset_panel.choose_dataset())
+
         worker_menu = menu.addMenu("&Worker")
         self.restart_action = worker_menu.addAction("&Restart worker", self.restart_worker)
         self.restart_action.setShortcut(QKeySequence("Ctrl+Shift+R"))
@@ -184,6 +193,12 @@ class MainWindow(QMainWindow):
         self.runs_panel.status_message.connect(self.statusBar().showMessage)
         self.dataset_panel.status_message.connect(lambda text: self.statusBar().showMessage(text, 5000))
         self.dataset_state.changed.connect(self._on_dataset_state_changed)
+        self.bridge.job_changed.connect(self.training_panel.on_job_changed)
+        self.bridge.message_received.connect(self.training_panel.on_message)
+        self.training_panel.new_run_requested.connect(self.new_training_run)
+        self.training_panel.resume_requested.connect(self._on_training_resume_requested)
+        self.training_panel.cancel_requested.connect(self._on_jobs_cancel_requested)
+        self.training_panel.sample_requested.connect(self._on_training_sample_requested)
 
     # -- settings --------------------------------------------------------------------------------
     def _restore_settings(self) -> None:
@@ -231,6 +246,7 @@ class MainWindow(QMainWindow):
         self.workspace = resolve_workspace(path)
         self.settings.set("workspace", str(self.workspace))
         self.runs_panel.set_workspace(self.workspace)
+        self.training_panel.set_workspace(self.workspace)
         self.queries.workspace = self.workspace
         self.statusBar().showMessage(f"Workspace: {self.workspace}")
 
@@ -243,6 +259,42 @@ class MainWindow(QMainWindow):
             self.log_panel.append(f"Could not start {task}: {exc}", "error")
             self.statusBar().showMessage(str(exc), 8000)
             return None
+
+    def new_training_run(self) -> TrainSpec | None:
+        """Open the training wizard; on Start, submit the run. Returns the spec it started, if any."""
+        info = self.dataset_panel.info
+        wizard = TrainingWizard(self.dataset_state, self.device_picker.devices, self.device_picker.current_device(),
+                                num_classes=len(info["classes"]) if info else None,
+                                data_dir=str(self.workspace / "data"), parent=self)
+        if not wizard.exec() or wizard.spec is None:
+            return None
+        return self.start_training(wizard.spec)
+
+    def start_training(self, spec: TrainSpec) -> TrainSpec | None:
+        record = self.submit_job("train.classifier", spec.to_dict())
+        if record is None:
+            return None
+        self.tabs.setCurrentWidget(self.training_panel)
+        self.log_panel.append(f"Training {spec.model.name} on {spec.dataset.name} for {spec.epochs} epochs")
+        return spec
+
+    def _on_training_resume_requested(self, run_dir: str, spec: dict) -> None:
+        try:
+            self.manager.submit("train.classifier", spec, self.workspace, resume=run_dir)
+        except RuntimeError as exc:
+            self.log_panel.append(f"Could not resume: {exc}", "error")
+            return
+        self.log_panel.append(f"Resuming {Path(run_dir).name}")
+
+    def _on_training_sample_requested(self, dataset: dict, split: str, index: int) -> None:
+        try:
+            spec = DataSpec.from_dict(dataset)
+        except SpecError as exc:
+            self.log_panel.append(f"Cannot open that sample: {exc}", "error")
+            return
+        self.dataset_state.set_spec(spec)
+        self.tabs.setCurrentWidget(self.dataset_panel)
+        self.dataset_panel.show_sample(split, index)
 
     def run_self_test(self) -> None:
         record = self.submit_job("debug.count", {"steps": 200, "delay": 0.01})

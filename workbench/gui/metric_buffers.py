@@ -52,7 +52,11 @@ class MetricSeries:
 
 
 class RunMetrics:
-    """All series of one run, keyed by metric name."""
+    """All series of one run, keyed by metric name.
+
+    Steps only move forward per metric: a row at or before the last step held is a duplicate (the same
+    rows can arrive from the run store and from the live stream) and is dropped.
+    """
 
     def __init__(self, run_id: str):
         self.run_id = run_id
@@ -67,13 +71,18 @@ class RunMetrics:
             steps.append(step)
             values.append(float(value))  # "nan" / "inf" strings parse back to floats here
         for name, (steps, values) in grouped.items():
-            self.series.setdefault(name, MetricSeries()).extend(steps, values)
-        if grouped:
-            self.version += 1
+            self.add_series(name, steps, values)
 
     def add_series(self, name: str, steps, values) -> None:
-        self.series.setdefault(name, MetricSeries()).extend(steps, values)
-        self.version += 1
+        steps = np.asarray(steps, dtype=np.float64)
+        values = np.asarray(values, dtype=np.float64)
+        series = self.series.setdefault(name, MetricSeries())
+        if len(series):
+            keep = steps > series.x[-1]
+            steps, values = steps[keep], values[keep]
+        if len(steps):
+            series.extend(steps, values)
+            self.version += 1
 
     def get(self, name: str) -> MetricSeries | None:
         return self.series.get(name)

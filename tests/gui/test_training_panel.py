@@ -1,0 +1,164 @@
+"""The training wizard and panel against a fake worker whose train.classifier speaks the real metric names."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fake_worker import FAKE_DEVICES, FakeWorker
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import QWizard
+
+from workbench.client import WorkerManager
+from workbench.gui.main_window import MainWindow
+from workbench.gui.metric_buffers import MetricSeries, RunMetrics, ema
+from workbench.gui.panels.training.wizard import TrainingWizard
+from workbench.gui.settings import Settings
+from workbench.gui.state import DatasetState
+from workbench.specs import TrainSpec
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    worker = FakeWorker(tmp_path)
+    manager = WorkerManager(connection_file=worker.connection_file, heartbeat_interval=0.2)
+    settings = Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
+    window = MainWindow(manager, tmp_path / "workspace", settings)
+    qtbot.addWidget(window)
+    window.resize(1300, 850)
+    window.show()
+    manager.start(wait=False)
+    qtbot.waitUntil(lambda: window.status_light.state == "ready" and bool(window.device_picker.devices), timeout=10_000)
+    yield window
+    window.close()
+    worker.stop()
+
+
+def test_wizard_builds_the_expected_spec(qtbot):
+    state = DatasetState()
+    wizard = TrainingWizard(state, FAKE_DEVICES, "cpu", num_classes=10)
+    qtbot.addWidget(wizard)
+    wizard.model_page.name.setCurrentText("mlp")
+    hyper = wizard.hyper_page.form
+    hyper.widgets["epochs"].setValue(3)
+    hyper.widgets["lr"].setText("3e-4")
+    hyper.set_value("optimizer", "sgd")
+    hyper.set_value("scheduler", "cosine")
+    speed = wizard.speed_page
+    speed.amp.setCurrentIndex(speed.amp.findData("bf16"))
+    wizard.restart()
+    for _ in range(4):
+        wizard.next()
+    assert wizard.currentPage() is wizard.review_page
+    spec = wizard.spec
+    assert spec == TrainSpec.from_dict({"model": {"name": "mlp", "num_classes": 10}, "epochs": 3, "lr": 3e-4,
+                                        "optimizer": "sgd", "scheduler": "cosine", "amp": "bf16", "device": "cpu"})
+    assert 'optimizer = "sgd"' in wizard.review_page.text.toPlainText()
+    assert wizard.button(QWizard.FinishButton).isEnabled()
+
+
+def test_wizard_greys_out_what_the_device_cannot_do(qtbot):
+    wizard = TrainingWizard(DatasetState(), FAKE_DEVICES, "cpu")
+    qtbot.addWidget(wizard)
+    speed = wizard.speed_page
+    fp16 = speed.amp.findData("fp16")
+    assert not speed.amp.model().item(fp16).isEnabled()  # the fake CPU has no fp16 autocast
+    assert "fp16 autocast is not supported" in speed.reasons.text()
+    assert not speed.form.widgets["dataset.pin_memory"].isEnabled()
+    speed.device.setCurrentIndex(speed.device.findData("cuda:0"))
+    assert speed.amp.model().item(fp16).isEnabled()
+    assert speed.form.widgets["dataset.pin_memory"].isEnabled()
+
+
+def test_wizard_refuses_an_invalid_spec_and_says_why(qtbot):
+    wizard = TrainingWizard(DatasetState(), FAKE_DEVICES, "cpu")
+    qtbot.addWidget(wizard)
+    wizard.speed_page.form.set_value("nproc", 2)  # needs distributed=ddp
+    wizard.restart()
+    for _ in range(4):
+        wizard.next()
+    assert wizard.spec is None
+    assert "nproc" in wizard.review_page.error.text()
+    assert not wizard.button(QWizard.FinishButton).isEnabled()
+
+
+def test_file_model_warns_that_it_runs_user_code(qtbot):
+    wizard = TrainingWizard(DatasetState(), FAKE_DEVICES, "cpu")
+    qtbot.addWidget(wizard)
+    wizard.show()
+    page = wizard.model_page
+    assert page.user_code_note.isHidden()
+    page.name.setCurrentText("file")
+    page.file_path.setText("/tmp/net.py")
+    page.file_class.setText("Net")
+    assert not page.user_code_note.isHidden() and "runs the Python code" in page.user_code_note.text()
+    assert page.model_name() == "file:/tmp/net.py:Net"
+
+
+def test_live_curves_fill_from_batched_metrics_and_evaluation_shows(window, qtbot):
+    spec = TrainSpec.from_dict({"epochs": 4, "lr": 0.01, "seed": 5})
+    window.start_training(spec)
+    panel = window.training_panel
+    qtbot.waitUntil(lambda: len(panel.runs) == 1 and bool(panel.job_of_run), timeout=10_000)
+    run_id = next(iter(panel.runs))
+    assert window.tabs.currentWidget() is panel
+    qtbot.waitUntil(lambda: not panel.job_of_run, timeout=15_000)
+    metrics = panel.curves.runs[run_id]
+    loss = metrics.get("train/loss")
+    assert len(loss) == 40 and loss.x[0] == 1 and loss.x[-1] == 40  # every step, none dropped
+    assert len(metrics.get("val/acc")) == 4
+    panel.curves.redraw()
+    item = panel.curves._items[(run_id, "train/loss")]
+    x, y = item.getData()
+    assert len(x) == 40 and np.allclose(y, ema(loss.y, panel.curves.smoothing_weight))
+    assert "train/loss" in panel.curves.show_readout(20)
+    assert panel.runs[run_id]["status"] == "done" and panel.runs[run_id]["epochs"] == "4/4"
+    qtbot.waitUntil(lambda: panel.evaluation.evaluation is not None, timeout=5000)
+    assert "90.00%" in panel.evaluation.title.text()
+    assert panel.evaluation.gallery.count() == 6
+    qtbot.waitUntil(lambda: not panel.evaluation.gallery.item(0).icon().isNull(), timeout=5000)
+
+
+def test_stop_then_resume(window, qtbot):
+    window.start_training(TrainSpec.from_dict({"epochs": 50, "seed": 20}))  # 20 ms per step: stoppable
+    panel = window.training_panel
+    qtbot.waitUntil(lambda: bool(panel.job_of_run), timeout=10_000)
+    run_id = next(iter(panel.job_of_run))
+    panel.select_run(run_id)
+    qtbot.waitUntil(lambda: len(panel.curves.runs[run_id].series.get("train/loss", MetricSeries())) > 5,
+                    timeout=10_000)
+    assert panel.stop_button.isEnabled()
+    qtbot.mouseClick(panel.stop_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: not panel.job_of_run, timeout=10_000)
+    assert panel.runs[run_id]["status"] == "cancelled"
+    panel.select_run(run_id)
+    assert panel.resume_button.isEnabled() and not panel.stop_button.isEnabled()
+    qtbot.mouseClick(panel.resume_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: run_id in panel.job_of_run, timeout=10_000)
+    assert len(panel.runs) == 1  # the same run continues; no new one
+
+
+def test_overlay_and_compare_two_runs(window, qtbot):
+    panel = window.training_panel
+    window.start_training(TrainSpec.from_dict({"epochs": 1, "lr": 0.01}))
+    qtbot.waitUntil(lambda: len(panel.runs) == 1 and not panel.job_of_run, timeout=10_000)
+    window.start_training(TrainSpec.from_dict({"epochs": 2, "lr": 0.05}))
+    qtbot.waitUntil(lambda: len(panel.runs) == 2 and not panel.job_of_run, timeout=10_000)
+    for run_id in panel.runs:
+        panel.set_shown(run_id, True)
+    assert set(panel.curves.runs) == set(panel.runs)
+    panel.tabs.setCurrentIndex(3)
+    table = panel.spec_table
+    rows = {table.verticalHeaderItem(r).text() for r in range(table.rowCount())}
+    assert rows == {"epochs", "lr"}  # only the differences
+    panel.only_differences.setChecked(False)
+    assert panel.spec_table.rowCount() > 20
+
+
+def test_metric_buffers_keep_full_resolution():
+    run = RunMetrics("r")
+    for start in range(0, 100_000, 1000):
+        run.add_rows([[s, "train/loss", 1.0 / (s + 1), 0.0] for s in range(start, start + 1000)])
+    run.add_rows([[100_000, "train/loss", "nan", 0.0]])
+    series = run.get("train/loss")
+    assert len(series) == 100_001 and np.isnan(series.y[-1])
+    assert series.value_at(500.2) == (500.0, 1.0 / 501)

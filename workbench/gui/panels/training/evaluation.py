@@ -1,0 +1,142 @@
+"""The evaluation view of a finished run: confusion matrix heat map, per-class accuracy, and a gallery of
+the most confidently wrong test samples (click one to open it in the Data tab).
+
+It reads the run's artifacts/evaluation.json; the images come from the worker's data.sample query.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QIcon
+from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QSplitter, QVBoxLayout, QWidget
+
+from workbench.gui.images import scaled_pixmap, to_qimage
+from workbench.gui.plots import SERIES_COLOURS, make_plot
+
+
+def load_evaluation(run_dir: str | Path) -> dict | None:
+    path = Path(run_dir) / "artifacts" / "evaluation.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class EvaluationView(QWidget):
+    sample_requested = Signal(dict, str, int)  # dataset spec, split, index
+
+    def __init__(self, queries, parent=None):
+        super().__init__(parent)
+        self.queries = queries
+        self.evaluation: dict | None = None
+        self.dataset: dict | None = None
+        self._gallery_jobs: list[str] = []
+        self.title = QLabel("Select a finished training run to see how it does on the test split.")
+        self.title.setWordWrap(True)
+        self.confusion = make_plot("Confusion matrix (rows: true class, columns: predicted)", "true", "predicted")
+        self.confusion.getPlotItem().invertY(True)
+        self.confusion.setAspectLocked(True)
+        self.confusion_image = pg.ImageItem()
+        self.confusion.addItem(self.confusion_image)
+        self.colour_bar = None
+        self.cell_labels: list[pg.TextItem] = []
+        self.per_class = make_plot("Per-class accuracy", "accuracy", "class")
+        self.per_class.setYRange(0, 1)
+        self.gallery = QListWidget()
+        self.gallery.setViewMode(QListWidget.IconMode)
+        self.gallery.setIconSize(QSize(72, 72))
+        self.gallery.setGridSize(QSize(120, 120))
+        self.gallery.setResizeMode(QListWidget.Adjust)
+        self.gallery.setMovement(QListWidget.Static)
+        self.gallery.setToolTip("The most confidently wrong test samples; double-click to open one in the Data tab")
+        self.gallery.itemActivated.connect(self._on_gallery_activated)
+        top = QSplitter(Qt.Horizontal)
+        top.addWidget(self.confusion)
+        top.addWidget(self.per_class)
+        split = QSplitter(Qt.Vertical)
+        split.addWidget(top)
+        gallery_box = QWidget()
+        box = QVBoxLayout(gallery_box)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.addWidget(QLabel("Most confidently wrong (true → predicted, confidence)"))
+        box.addWidget(self.gallery)
+        split.addWidget(gallery_box)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addWidget(self.title)
+        layout.addWidget(split, 1)
+
+    def clear(self, message: str) -> None:
+        self.evaluation = None
+        self.title.setText(message)
+        self.confusion_image.clear()
+        for label in self.cell_labels:
+            self.confusion.removeItem(label)
+        self.cell_labels.clear()
+        self.per_class.clear()
+        self.gallery.clear()
+
+    def show_evaluation(self, evaluation: dict, dataset: dict, run_id: str = "") -> None:
+        self.clear("")
+        self.evaluation, self.dataset = evaluation, dataset
+        classes = evaluation["classes"]
+        matrix = np.asarray(evaluation["confusion_matrix"], dtype=float)
+        self.title.setText(f"<b>{run_id}</b> · test accuracy <b>{evaluation['test_accuracy']:.2%}</b> on "
+                           f"{int(matrix.sum()):,} samples")
+        # Row-normalised colours (recall per class) with the raw counts written in the cells.
+        rows = matrix.sum(axis=1, keepdims=True)
+        normalised = np.divide(matrix, rows, out=np.zeros_like(matrix), where=rows > 0)
+        self.confusion_image.setImage(normalised.T, levels=(0, 1))
+        self.confusion_image.setColorMap(pg.colormap.get("viridis"))
+        ticks = [(i + 0.5, str(name)) for i, name in enumerate(classes)]
+        step = max(1, len(classes) // 20)
+        for axis in ("left", "bottom"):
+            self.confusion.getAxis(axis).setTicks([ticks[::step]])
+        if len(classes) <= 20:
+            for i in range(len(classes)):
+                for j in range(len(classes)):
+                    if matrix[i, j]:
+                        colour = "#000000" if normalised[i, j] > 0.6 else "#ffffff"
+                        label = pg.TextItem(f"{int(matrix[i, j])}", color=colour, anchor=(0.5, 0.5))
+                        label.setPos(j + 0.5, i + 0.5)
+                        self.confusion.addItem(label)
+                        self.cell_labels.append(label)
+        accuracy = np.asarray(evaluation["per_class_accuracy"], dtype=float)
+        self.per_class.addItem(pg.BarGraphItem(x=np.arange(len(classes)), height=accuracy, width=0.7,
+                                               brush=SERIES_COLOURS[0], pen=None))
+        self.per_class.getAxis("bottom").setTicks([[(i, str(c)) for i, c in enumerate(classes)][::step]])
+        self._fill_gallery(evaluation.get("worst", []), classes)
+
+    def _fill_gallery(self, worst: list[dict], classes: list[str]) -> None:
+        for job_id in self._gallery_jobs:
+            self.queries.forget(job_id)
+        self._gallery_jobs.clear()
+        for row, item_info in enumerate(worst):
+            true, predicted = classes[item_info["label"]], classes[item_info["predicted"]]
+            item = QListWidgetItem(f"{true} → {predicted}\n{item_info['confidence']:.0%}")
+            item.setData(Qt.UserRole, item_info)
+            item.setToolTip(f"{item_info['split']} #{item_info['index']}: true {true}, predicted {predicted} "
+                            f"with confidence {item_info['confidence']:.3f}")
+            self.gallery.addItem(item)
+            spec = {"dataset": self.dataset, "split": item_info["split"], "index": item_info["index"],
+                    "augment_seed": 0}
+            job = self.queries.query("data.sample", spec, lambda result, row=row: self._on_gallery_image(row, result))
+            if job:
+                self._gallery_jobs.append(job)
+
+    def _on_gallery_image(self, row: int, result: dict) -> None:
+        item = self.gallery.item(row)
+        if item is not None:
+            item.setIcon(QIcon(scaled_pixmap(to_qimage(result["image"]), 72)))
+
+    def _on_gallery_activated(self, item: QListWidgetItem) -> None:
+        info = item.data(Qt.UserRole)
+        if info and self.dataset is not None:
+            self.sample_requested.emit(self.dataset, info["split"], int(info["index"]))

@@ -1,0 +1,356 @@
+"""The Training tab: start runs with the wizard, watch live curves, stop and resume, overlay and compare runs,
+and read a finished run's evaluation and profile.
+
+Live runs stream their metrics over the protocol; stored runs are read from their metrics.db. Either way the
+curves hold every point; only the plot down-samples.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtGui import QColor, QDesktopServices, QKeySequence
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QHBoxLayout,
+    QHeaderView,
+    QMessageBox,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from workbench.client import JobRecord
+from workbench.errors import WorkbenchError
+from workbench.gui.panels.training.curves import CurvesWidget
+from workbench.gui.panels.training.evaluation import EvaluationView, load_evaluation
+from workbench.gui.panels.training.profiler import ProfilerView
+from workbench.gui.theme import JOB_STATE_COLOURS
+from workbench.protocol import Message
+from workbench.runs import RunStore
+
+TRAIN_TASK = "train.classifier"
+RUN_COLUMNS = ("Show", "Run", "Status", "Model", "Epochs", "Val acc")
+
+
+def _flatten(data: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and key != "normalize":
+            flat.update(_flatten(value, path + "."))
+        else:
+            flat[path] = value
+    return flat
+
+
+class TrainingPanel(QWidget):
+    new_run_requested = Signal()
+    resume_requested = Signal(str, dict)  # run_dir, spec
+    cancel_requested = Signal(str)  # job_id
+    sample_requested = Signal(dict, str, int)  # dataset spec, split, index
+
+    def __init__(self, workspace, queries, parent=None):
+        super().__init__(parent)
+        self.store = RunStore(workspace)
+        self.queries = queries
+        self.runs: dict[str, dict] = {}  # run id -> list_runs() entry (plus live state)
+        self.live_jobs: dict[str, str] = {}  # job id -> run id
+        self.job_of_run: dict[str, str] = {}  # run id -> job id of a run training now
+        self._pending_rows: dict[str, list] = {}  # job id -> metric rows that came before the run dir
+        self._build()
+        self.refresh()
+
+    # -- construction ----------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.new_button = QPushButton("New training…")
+        self.new_button.setToolTip("Open the training wizard (Ctrl+T)")
+        self.new_button.setShortcut(QKeySequence("Ctrl+T"))
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Stop the selected run at its next step; a checkpoint is written so it can resume")
+        self.resume_button = QPushButton("Resume")
+        self.resume_button.setToolTip("Continue the selected stopped run from its last checkpoint")
+        self.open_button = QPushButton("Open folder")
+        self.delete_button = QPushButton("Delete…")
+        self.only_differences = QCheckBox("Only differences")
+        self.only_differences.setChecked(True)
+        self.only_differences.setToolTip("In the spec comparison, hide fields that are the same in every shown run")
+        bar = QHBoxLayout()
+        for button in (self.new_button, self.stop_button, self.resume_button, self.open_button, self.delete_button):
+            bar.addWidget(button)
+        bar.addStretch(1)
+        self.table = QTableWidget(0, len(RUN_COLUMNS))
+        self.table.setHorizontalHeaderLabels(RUN_COLUMNS)
+        self.table.verticalHeader().hide()
+        self.table.setSelectionBehavior(QTableWidget.SelectRows)
+        self.table.setSelectionMode(QTableWidget.SingleSelection)
+        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(1, QHeaderView.Stretch)
+        for column in (0, 2, 3, 4, 5):
+            header.setSectionResizeMode(column, QHeaderView.ResizeToContents)
+        self.table.setToolTip("Tick runs to overlay their curves and compare their specs")
+        self.curves = CurvesWidget()
+        self.evaluation = EvaluationView(self.queries)
+        self.profiler = ProfilerView()
+        self.spec_table = QTableWidget(0, 0)
+        self.spec_table.setEditTriggers(QTableWidget.NoEditTriggers)
+        spec_box = QWidget()
+        spec_layout = QVBoxLayout(spec_box)
+        spec_layout.setContentsMargins(6, 6, 6, 6)
+        spec_layout.addWidget(self.only_differences)
+        spec_layout.addWidget(self.spec_table)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.curves, "Curves")
+        self.tabs.addTab(self.evaluation, "Evaluation")
+        self.tabs.addTab(self.profiler, "Profiler")
+        self.tabs.addTab(spec_box, "Compare specs")
+        splitter = QSplitter(Qt.Horizontal)
+        splitter.addWidget(self.table)
+        splitter.addWidget(self.tabs)
+        splitter.setStretchFactor(0, 2)
+        splitter.setStretchFactor(1, 5)
+        splitter.setSizes([380, 900])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addLayout(bar)
+        layout.addWidget(splitter, 1)
+        self.new_button.clicked.connect(self.new_run_requested)
+        self.stop_button.clicked.connect(self._on_stop_clicked)
+        self.resume_button.clicked.connect(self._on_resume_clicked)
+        self.open_button.clicked.connect(self._on_open_clicked)
+        self.delete_button.clicked.connect(self._on_delete_clicked)
+        self.table.itemSelectionChanged.connect(self._on_table_selection_changed)
+        self.table.itemChanged.connect(self._on_table_item_changed)
+        self.only_differences.toggled.connect(self.update_spec_comparison)
+        self.evaluation.sample_requested.connect(self.sample_requested)
+        self._update_buttons()
+
+    # -- the runs list ---------------------------------------------------------------------------
+    def set_workspace(self, workspace) -> None:
+        self.store = RunStore(workspace)
+        self.curves.clear_runs()
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read the training runs of the workspace (live state wins over what the store says)."""
+        shown = set(self.shown_runs())
+        selected = self.selected_run_id()
+        entries = [r for r in self.store.list_runs() if r.get("task") == TRAIN_TASK]
+        for entry in entries:
+            if entry["id"] in self.job_of_run:
+                entry["status"] = "running"
+            entry.update(self._summary(entry))
+        self.runs = {entry["id"]: entry for entry in entries}
+        self.table.blockSignals(True)
+        self.table.setRowCount(len(entries))
+        for row, entry in enumerate(entries):
+            check = QTableWidgetItem()
+            check.setFlags(Qt.ItemIsUserCheckable | Qt.ItemIsEnabled | Qt.ItemIsSelectable)
+            check.setCheckState(Qt.Checked if entry["id"] in shown else Qt.Unchecked)
+            check.setData(Qt.UserRole, entry["id"])
+            self.table.setItem(row, 0, check)
+            values = (entry["id"], entry["status"], entry.get("model", ""), entry.get("epochs", ""),
+                      entry.get("val_acc", ""))
+            for column, value in enumerate(values, start=1):
+                item = QTableWidgetItem(str(value))
+                if column == 2:
+                    item.setForeground(QColor(JOB_STATE_COLOURS.get(entry["status"], "#888888")))
+                if column == 1:
+                    item.setToolTip(f"{entry['run_dir']}\n{entry.get('message') or ''}".strip())
+                self.table.setItem(row, column, item)
+        self.table.blockSignals(False)
+        if selected:
+            self.select_run(selected)
+        self._update_buttons()
+
+    def _summary(self, entry: dict) -> dict:
+        summary = {}
+        try:
+            with self.store.open_run(entry["id"]) as run:
+                spec = run.read_spec()
+                report = run.read_report() or {}
+                last = run.last_metrics()
+        except WorkbenchError:
+            return summary
+        summary["model"] = (spec.get("model") or {}).get("name", "")
+        summary["spec"] = spec
+        planned = spec.get("epochs", "")
+        done = report.get("epochs_completed") or (int(last["epoch"][1]) if "epoch" in last else 0)
+        summary["epochs"] = f"{done}/{planned}"
+        if "val/acc" in last:
+            summary["val_acc"] = f"{last['val/acc'][1]:.2%}"
+        return summary
+
+    def shown_runs(self) -> list[str]:
+        ids = []
+        for row in range(self.table.rowCount()):
+            item = self.table.item(row, 0)
+            if item is not None and item.checkState() == Qt.Checked:
+                ids.append(item.data(Qt.UserRole))
+        return ids
+
+    def selected_run_id(self) -> str | None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        item = self.table.item(rows[0].row(), 0)
+        return item.data(Qt.UserRole) if item else None
+
+    def select_run(self, run_id: str) -> bool:
+        for row in range(self.table.rowCount()):
+            if self.table.item(row, 0).data(Qt.UserRole) == run_id:
+                self.table.selectRow(row)
+                return True
+        return False
+
+    def set_shown(self, run_id: str, shown: bool = True) -> None:
+        for row in range(self.table.rowCount()):
+            item = self.table.item(row, 0)
+            if item.data(Qt.UserRole) == run_id:
+                item.setCheckState(Qt.Checked if shown else Qt.Unchecked)
+
+    def _on_table_item_changed(self, item: QTableWidgetItem) -> None:
+        if item.column() != 0:
+            return
+        run_id = item.data(Qt.UserRole)
+        if item.checkState() == Qt.Checked:
+            self._load_stored_metrics(run_id)
+        else:
+            self.curves.remove_run(run_id)
+        self.update_spec_comparison()
+
+    def _load_stored_metrics(self, run_id: str) -> None:
+        if run_id in self.curves.runs and run_id not in self.job_of_run:
+            return
+        metrics = self.curves.run(run_id)
+        try:
+            with self.store.open_run(run_id) as run:
+                for name, (steps, values) in run.read_metrics().items():
+                    metrics.add_series(name, steps, values)
+        except WorkbenchError as exc:
+            self.curves.readout.setText(f"Cannot read {run_id}: {exc}")
+
+    def _on_table_selection_changed(self) -> None:
+        self._update_buttons()
+        run_id = self.selected_run_id()
+        if run_id is None:
+            return
+        if run_id not in self.shown_runs():
+            # Selecting a run shows it alone, the way one would expect a click to behave.
+            for other in self.shown_runs():
+                self.set_shown(other, False)
+            self.set_shown(run_id, True)
+        self.show_details(run_id)
+
+    def show_details(self, run_id: str) -> None:
+        entry = self.runs.get(run_id)
+        if entry is None:
+            return
+        evaluation = load_evaluation(entry["run_dir"])
+        if evaluation is not None:
+            self.evaluation.show_evaluation(evaluation, (entry.get("spec") or {}).get("dataset") or {}, run_id)
+        else:
+            self.evaluation.clear("No evaluation yet: it is written when the run finishes.")
+        self.profiler.show_run(entry["run_dir"])
+
+    def update_spec_comparison(self, *args) -> None:
+        ids = [run_id for run_id in self.shown_runs() if run_id in self.runs]
+        flats = [_flatten(self.runs[run_id].get("spec") or {}) for run_id in ids]
+        keys = sorted(set().union(*flats)) if flats else []
+        if self.only_differences.isChecked() and len(flats) > 1:
+            keys = [k for k in keys if len({repr(f.get(k)) for f in flats}) > 1]
+        self.spec_table.clear()
+        self.spec_table.setColumnCount(len(ids))
+        self.spec_table.setRowCount(len(keys))
+        self.spec_table.setHorizontalHeaderLabels(ids)
+        self.spec_table.setVerticalHeaderLabels(keys)
+        for row, key in enumerate(keys):
+            values = [f.get(key) for f in flats]
+            differs = len({repr(v) for v in values}) > 1
+            for column, value in enumerate(values):
+                item = QTableWidgetItem("" if value is None else str(value))
+                if differs:
+                    item.setBackground(QColor(255, 200, 0, 60))
+                self.spec_table.setItem(row, column, item)
+        self.spec_table.resizeColumnsToContents()
+
+    def _update_buttons(self) -> None:
+        run_id = self.selected_run_id()
+        entry = self.runs.get(run_id or "")
+        live = run_id in self.job_of_run
+        self.stop_button.setEnabled(live)
+        self.resume_button.setEnabled(bool(entry) and not live and entry["status"] in ("cancelled", "failed",
+                                                                                          "running", "created"))
+        self.open_button.setEnabled(bool(entry))
+        self.delete_button.setEnabled(bool(entry) and not live)
+
+    # -- live runs -------------------------------------------------------------------------------
+    def on_job_changed(self, record: JobRecord) -> None:
+        if record.task != TRAIN_TASK or record.internal:
+            return
+        run_id = Path(record.run_dir).name if record.run_dir else None
+        if run_id and record.job_id not in self.live_jobs and record.active:
+            self.live_jobs[record.job_id] = run_id
+            self.job_of_run[run_id] = record.job_id
+            self.refresh()
+            # A resumed run's earlier curve comes from the store; rows that are both there and in the live
+            # stream are dropped as duplicates by RunMetrics.
+            self._load_stored_metrics(run_id)
+            for rows in self._pending_rows.pop(record.job_id, []):
+                self.curves.add_rows(run_id, rows)
+            self.select_run(run_id)
+        if not record.active:
+            run_id = self.live_jobs.pop(record.job_id, run_id)
+            if run_id:
+                self.job_of_run.pop(run_id, None)
+            self._pending_rows.pop(record.job_id, None)
+            self.refresh()
+            if run_id and run_id == self.selected_run_id():
+                self.show_details(run_id)
+
+    def on_message(self, msg: Message) -> None:
+        if msg.msg_type != "metrics":
+            return
+        job_id = msg.parent_id or ""
+        run_id = self.live_jobs.get(job_id)
+        rows = msg.content.get("rows", [])
+        if run_id is not None:
+            self.curves.add_rows(run_id, rows)
+        elif job_id:
+            # Metrics can overtake the job record's run folder by a moment; keep them until it arrives.
+            self._pending_rows.setdefault(job_id, []).append(rows)
+            if len(self._pending_rows) > 50:  # not ours after all (another task's metrics)
+                self._pending_rows.pop(next(iter(self._pending_rows)))
+
+    # -- buttons ---------------------------------------------------------------------------------
+    def _on_stop_clicked(self) -> None:
+        job_id = self.job_of_run.get(self.selected_run_id() or "")
+        if job_id:
+            self.cancel_requested.emit(job_id)
+
+    def _on_resume_clicked(self) -> None:
+        entry = self.runs.get(self.selected_run_id() or "")
+        if entry:
+            self.resume_requested.emit(entry["run_dir"], entry.get("spec") or {})
+
+    def _on_open_clicked(self) -> None:
+        entry = self.runs.get(self.selected_run_id() or "")
+        if entry:
+            QDesktopServices.openUrl(QUrl.fromLocalFile(entry["run_dir"]))
+
+    def _on_delete_clicked(self) -> None:
+        run_id = self.selected_run_id()
+        if not run_id:
+            return
+        answer = QMessageBox.question(self, "Delete run", f"Delete training run {run_id} with its checkpoints?\n"
+                                      "This cannot be undone.", QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
+        if answer == QMessageBox.Yes:
+            self.curves.remove_run(run_id)
+            self.store.delete_run(run_id)
+            self.refresh()
