@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fake_worker import FakeWorker
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
-from workbench.client import WorkerManager
-from workbench.gui.main_window import MainWindow
 from workbench.gui.panels.data.dataset_dialog import DatasetDialog
 from workbench.gui.panels.data.thumbnails import INDEX_ROLE, LABEL_ROLE, PAGE_SIZE
 from workbench.gui.settings import Settings
@@ -17,21 +14,11 @@ from workbench.specs import DataSpec
 
 
 @pytest.fixture
-def panel(qtbot, tmp_path):
-    worker = FakeWorker(tmp_path)
-    manager = WorkerManager(connection_file=worker.connection_file, heartbeat_interval=0.2)
-    settings = Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
-    window = MainWindow(manager, tmp_path / "workspace", settings)
-    qtbot.addWidget(window)
-    window.resize(1200, 800)
-    window.show()
-    window.tabs.setCurrentWidget(window.dataset_panel)
-    manager.start(wait=False)
-    panel = window.dataset_panel
+def panel(fake_window, qtbot):
+    fake_window.tabs.setCurrentWidget(fake_window.dataset_panel)
+    panel = fake_window.dataset_panel
     qtbot.waitUntil(lambda: panel.info is not None and panel.model.total > 0, timeout=10_000)
-    yield panel
-    window.close()
-    worker.stop()
+    return panel
 
 
 def test_loads_counts_classes_and_first_page(panel, qtbot):

@@ -3,32 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from fake_worker import FakeWorker
 from PySide6.QtCore import QSettings, Qt
 
 from workbench.client import WorkerManager
 from workbench.gui.main_window import WINDOW_TITLE, MainWindow
 from workbench.gui.settings import Settings
 from workbench.runs import RunStore
-
-
-@pytest.fixture
-def settings(tmp_path):
-    return Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
-
-
-@pytest.fixture
-def fake_window(qtbot, tmp_path, settings):
-    worker = FakeWorker(tmp_path)
-    manager = WorkerManager(connection_file=worker.connection_file, heartbeat_interval=0.2)
-    window = MainWindow(manager, tmp_path / "workspace", settings)
-    qtbot.addWidget(window)
-    window.show()
-    manager.start(wait=False)
-    qtbot.waitUntil(lambda: window.status_light.state == "ready", timeout=10_000)
-    yield window
-    window.close()
-    worker.stop()
 
 
 def _job_rows(window):

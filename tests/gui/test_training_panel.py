@@ -4,33 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fake_worker import FAKE_DEVICES, FakeWorker
-from PySide6.QtCore import QSettings, Qt
+from fake_worker import FAKE_DEVICES
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QWizard
 
-from workbench.client import WorkerManager
-from workbench.gui.main_window import MainWindow
 from workbench.gui.metric_buffers import MetricSeries, RunMetrics, ema
 from workbench.gui.panels.training.wizard import TrainingWizard
-from workbench.gui.settings import Settings
 from workbench.gui.state import DatasetState
 from workbench.specs import TrainSpec
 
 
 @pytest.fixture
-def window(qtbot, tmp_path):
-    worker = FakeWorker(tmp_path)
-    manager = WorkerManager(connection_file=worker.connection_file, heartbeat_interval=0.2)
-    settings = Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
-    window = MainWindow(manager, tmp_path / "workspace", settings)
-    qtbot.addWidget(window)
-    window.resize(1300, 850)
-    window.show()
-    manager.start(wait=False)
-    qtbot.waitUntil(lambda: window.status_light.state == "ready" and bool(window.device_picker.devices), timeout=10_000)
-    yield window
-    window.close()
-    worker.stop()
+def window(fake_window, qtbot):
+    qtbot.waitUntil(lambda: bool(fake_window.device_picker.devices), timeout=10_000)
+    return fake_window
 
 
 def test_wizard_builds_the_expected_spec(qtbot):

@@ -27,6 +27,14 @@ from workbench.runs import RunStore
 COLUMNS = (("id", "Run"), ("kind", "Kind"), ("task", "Task"), ("status", "Status"), ("created", "Created"))
 
 
+def confirm_delete_run(parent, run_id: str) -> bool:
+    """Ask before deleting a run folder; the one place that wording lives."""
+    answer = QMessageBox.question(parent, "Delete run", f"Delete run {run_id} and everything in its folder "
+                                  "(checkpoints too)?\nThis cannot be undone.", QMessageBox.Yes | QMessageBox.No,
+                                  QMessageBox.No)
+    return answer == QMessageBox.Yes
+
+
 class RunsItemModel(QAbstractTableModel):
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -194,9 +202,7 @@ class RunsPanel(QWidget):
         run_id = self.selected_run_id()
         if not run_id:
             return
-        answer = QMessageBox.question(self, "Delete run", f"Delete run {run_id} and everything in its folder?\n"
-                                      "This cannot be undone.", QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
-        if answer == QMessageBox.Yes:
+        if confirm_delete_run(self, run_id):
             self.store.delete_run(run_id)
             self.status_message.emit(f"Deleted run {run_id}")
             self.refresh()

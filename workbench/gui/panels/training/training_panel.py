@@ -15,7 +15,6 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
     QHeaderView,
-    QMessageBox,
     QPushButton,
     QSplitter,
     QTableWidget,
@@ -27,6 +26,7 @@ from PySide6.QtWidgets import (
 
 from workbench.client import JobRecord
 from workbench.errors import WorkbenchError
+from workbench.gui.panels.runs_panel import confirm_delete_run
 from workbench.gui.panels.training.curves import CurvesWidget
 from workbench.gui.panels.training.evaluation import EvaluationView, load_evaluation
 from workbench.gui.panels.training.profiler import ProfilerView
@@ -348,9 +348,7 @@ class TrainingPanel(QWidget):
         run_id = self.selected_run_id()
         if not run_id:
             return
-        answer = QMessageBox.question(self, "Delete run", f"Delete training run {run_id} with its checkpoints?\n"
-                                      "This cannot be undone.", QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
-        if answer == QMessageBox.Yes:
+        if confirm_delete_run(self, run_id):
             self.curves.remove_run(run_id)
             self.store.delete_run(run_id)
             self.refresh()

@@ -1,0 +1,32 @@
+"""Shared GUI fixtures: settings in a temporary INI file, and the main window attached to a fake worker."""
+
+from __future__ import annotations
+
+import pytest
+from fake_worker import FakeWorker
+from PySide6.QtCore import QSettings
+
+from workbench.client import WorkerManager
+from workbench.gui.main_window import MainWindow
+from workbench.gui.settings import Settings
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
+
+
+@pytest.fixture
+def fake_window(qtbot, tmp_path, settings):
+    """The real window, shown, its worker a FakeWorker over the real protocol; ready when yielded."""
+    worker = FakeWorker(tmp_path)
+    manager = WorkerManager(connection_file=worker.connection_file, heartbeat_interval=0.2)
+    window = MainWindow(manager, tmp_path / "workspace", settings)
+    qtbot.addWidget(window)
+    window.resize(1300, 850)
+    window.show()
+    manager.start(wait=False)
+    qtbot.waitUntil(lambda: window.status_light.state == "ready", timeout=10_000)
+    yield window
+    window.close()
+    worker.stop()
