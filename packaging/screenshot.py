@@ -72,6 +72,24 @@ def main() -> int:
             QTimer.singleShot(6000, lambda: window.dataset_panel.side_tabs.setCurrentIndex(1))
             QTimer.singleShot(7000, capture)
             return
+        if scene in ("training", "evaluation"):
+            from workbench.specs import TrainSpec
+
+            window.tabs.setCurrentWidget(window.training_panel)
+            window.start_training(TrainSpec.from_dict({"epochs": 12, "lr": 0.003, "log_every_steps": 2,
+                                                       "scheduler": "cosine"}))
+            if scene == "training":
+                QTimer.singleShot(int(sys.argv[4]) if len(sys.argv) > 4 else 12000, capture)
+            else:
+                def finished() -> None:
+                    if window.training_panel.job_of_run:
+                        QTimer.singleShot(500, finished)
+                        return
+                    window.training_panel.tabs.setCurrentIndex(1)
+                    QTimer.singleShot(3000, capture)
+
+                QTimer.singleShot(3000, finished)
+            return
         scene_start()
         QTimer.singleShot(2500, scene_running)
         QTimer.singleShot(4500, capture)

@@ -8,6 +8,8 @@ from fake_worker import FAKE_DEVICES
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QWizard
 
+from workbench.client import WorkerManager
+from workbench.gui.main_window import MainWindow
 from workbench.gui.metric_buffers import MetricSeries, RunMetrics, ema
 from workbench.gui.panels.training.wizard import TrainingWizard
 from workbench.gui.state import DatasetState
@@ -149,3 +151,27 @@ def test_metric_buffers_keep_full_resolution():
     series = run.get("train/loss")
     assert len(series) == 100_001 and np.isnan(series.y[-1])
     assert series.value_at(500.2) == (500.0, 1.0 / 501)
+
+
+@pytest.mark.slow
+def test_the_real_worker_trains_from_the_gui(qtbot, tmp_path, settings):
+    """The real worker subprocess, digits and the cnn: curves fill live, the evaluation appears."""
+    manager = WorkerManager(runtime_dir=tmp_path / "rt")
+    window = MainWindow(manager, tmp_path / "workspace", settings)
+    qtbot.addWidget(window)
+    window.show()
+    manager.start(wait=False)
+    qtbot.waitUntil(lambda: window.status_light.state == "ready", timeout=30_000)
+    window.start_training(TrainSpec.from_dict({"epochs": 2, "log_every_steps": 5}))
+    panel = window.training_panel
+    qtbot.waitUntil(lambda: bool(panel.job_of_run), timeout=60_000)
+    run_id = next(iter(panel.job_of_run))
+    qtbot.waitUntil(lambda: not panel.job_of_run, timeout=120_000)
+    assert panel.runs[run_id]["status"] == "done", panel.runs[run_id].get("message")
+    metrics = panel.curves.runs[run_id]
+    assert len(metrics.get("train/loss")) >= 4 and len(metrics.get("val/acc")) == 2
+    steps = metrics.get("train/loss").x
+    assert np.all(np.diff(steps) > 0)  # no duplicates from the store and the live stream
+    qtbot.waitUntil(lambda: panel.evaluation.evaluation is not None, timeout=10_000)
+    assert len(panel.evaluation.evaluation["confusion_matrix"]) == 10
+    window.close()

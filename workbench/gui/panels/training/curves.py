@@ -32,8 +32,7 @@ class CurvesWidget(QWidget):
         self._drawn: dict[str, int] = {}
         self._items: dict[tuple[str, str], pg.PlotDataItem] = {}
         self._dirty = False
-        self.plots = {key: make_plot(title, key if key != "lr" else "learning rate", "step")
-                      for key, (title, _) in PLOTS.items()}
+        self.plots = {key: make_plot(title, key, "step") for key, (title, _) in PLOTS.items()}
         for plot in self.plots.values():
             plot.addLegend(offset=(-10, 10), labelTextSize="8pt")
             style_plot(plot)
@@ -66,6 +65,7 @@ class CurvesWidget(QWidget):
         self.crosshairs = {}
         for key, plot in self.plots.items():
             line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#888888", style=Qt.DotLine))
+            line.hide()  # until the mouse is over a plot
             plot.addItem(line, ignoreBounds=True)
             self.crosshairs[key] = line
             plot.scene().sigMouseMoved.connect(lambda pos, plot=plot: self._on_plot_mouse_moved(plot, pos))
@@ -163,6 +163,7 @@ class CurvesWidget(QWidget):
 
     def show_readout(self, step: float) -> str:
         for line in self.crosshairs.values():
+            line.show()
             line.setPos(np.log10(step) if self.log_x.isChecked() and step > 0 else step)
         parts = [f"step {step:,.0f}"]
         for run in self.runs.values():

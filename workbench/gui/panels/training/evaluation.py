@@ -49,8 +49,10 @@ class EvaluationView(QWidget):
         self.per_class.setYRange(0, 1)
         self.gallery = QListWidget()
         self.gallery.setViewMode(QListWidget.IconMode)
-        self.gallery.setIconSize(QSize(72, 72))
-        self.gallery.setGridSize(QSize(120, 120))
+        self.gallery.setIconSize(QSize(64, 64))
+        self.gallery.setGridSize(QSize(112, 112))
+        self.gallery.setWordWrap(True)
+        self.gallery.setMinimumHeight(130)
         self.gallery.setResizeMode(QListWidget.Adjust)
         self.gallery.setMovement(QListWidget.Static)
         self.gallery.setToolTip("The most confidently wrong test samples; double-click to open one in the Data tab")
@@ -134,7 +136,7 @@ class EvaluationView(QWidget):
     def _on_gallery_image(self, row: int, result: dict) -> None:
         item = self.gallery.item(row)
         if item is not None:
-            item.setIcon(QIcon(scaled_pixmap(to_qimage(result["image"]), 72)))
+            item.setIcon(QIcon(scaled_pixmap(to_qimage(result["image"]), 64)))
 
     def _on_gallery_activated(self, item: QListWidgetItem) -> None:
         info = item.data(Qt.UserRole)
