@@ -7,6 +7,8 @@ import pytest
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
+from workbench.client import WorkerManager
+from workbench.gui.main_window import MainWindow
 from workbench.gui.panels.data.dataset_dialog import DatasetDialog
 from workbench.gui.panels.data.thumbnails import INDEX_ROLE, LABEL_ROLE, PAGE_SIZE
 from workbench.gui.settings import Settings
@@ -113,10 +115,13 @@ def test_missing_dataset_error_is_shown(panel, qtbot):
     assert "CIFAR-10 files are missing" in panel.error.text()
 
 
-def test_calibration_subset_goes_to_state(panel):
+def test_calibration_subset_goes_to_state_and_persists(panel, tmp_path):
     panel.calibration_count.setValue(512)
     panel.calibration_seed.setValue(7)
     assert (panel.state.calibration_count, panel.state.calibration_seed) == (512, 7)
+    panel.window().close()
+    reread = Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
+    assert (reread.get("calibration_count"), reread.get("calibration_seed")) == (512, 7)
 
 
 def test_dataset_dialog_validates_inline(qtbot):
@@ -153,3 +158,25 @@ def test_dataset_choice_persists(qtbot, tmp_path, panel):
     window.close()
     reread = Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
     assert DataSpec.from_json(reread.get("dataset_spec")).size == 50
+
+
+@pytest.mark.slow
+def test_real_worker_shows_digits(qtbot, tmp_path, settings):
+    """The real worker and scikit-learn's digits: counts, thumbnails with pixels, a sample with a histogram."""
+    manager = WorkerManager(runtime_dir=tmp_path / "rt")
+    window = MainWindow(manager, tmp_path / "workspace", settings)
+    qtbot.addWidget(window)
+    window.show()
+    window.tabs.setCurrentWidget(window.dataset_panel)
+    manager.start(wait=False)
+    panel = window.dataset_panel
+    qtbot.waitUntil(lambda: panel.info is not None and 0 in panel.model.cached_pages, timeout=60_000)
+    assert panel.info["classes"] == [str(i) for i in range(10)]
+    assert sum(panel.info["num_samples"].values()) == 1797
+    assert panel.model.total == panel.info["num_samples"]["train"]
+    image = panel.model.image_at(0)
+    assert (image.width(), image.height()) == (8, 8)
+    qtbot.waitUntil(lambda: panel.sample_view.result is not None, timeout=30_000)
+    counts = np.asarray(panel.sample_view.result["histogram"]["counts"])
+    assert counts.shape == (1, 32) and counts.sum() == 64
+    window.close()

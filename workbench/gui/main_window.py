@@ -215,6 +215,8 @@ class MainWindow(QMainWindow):
             except SpecError as exc:  # a setting from an older version: fall back to the default dataset
                 self.log_panel.append(f"Ignoring the saved dataset choice: {exc}", "warning")
         self.dataset_panel.zoom.setValue(int(self.settings.get("thumbnail_size") or 64))
+        self.dataset_state.set_calibration(int(self.settings.get("calibration_count") or 256),
+                                           int(self.settings.get("calibration_seed") or 0))
         self.tabs.setCurrentIndex(int(self.settings.get("current_tab") or 0))
         self.set_theme(self.settings.get("theme"))
         self.log_panel.show_debug.setChecked(self.settings.get("show_debug_details"))
@@ -224,6 +226,8 @@ class MainWindow(QMainWindow):
         self.settings.set("window_state", self.saveState())
         self.settings.set("show_debug_details", self.log_panel.show_debug.isChecked())
         self.settings.set("thumbnail_size", self.dataset_panel.zoom.value())
+        self.settings.set("calibration_count", self.dataset_state.calibration_count)
+        self.settings.set("calibration_seed", self.dataset_state.calibration_seed)
         self.settings.set("current_tab", self.tabs.currentIndex())
         self.settings.sync()
 

@@ -17,6 +17,8 @@ DEFAULTS = {
     "show_debug_details": False,
     "dataset_spec": "",  # the chosen dataset as spec JSON
     "thumbnail_size": 64,
+    "calibration_count": 256,
+    "calibration_seed": 0,
     "current_tab": 0,
 }
 
