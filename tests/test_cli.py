@@ -312,37 +312,31 @@ def test_spec_error_with_debug_shows_traceback_and_one_json(tmp_path: Path):
     assert one_json(proc)["error"]["type"] == "SpecError"
 
 
-# -- job verbs whose task is not built yet ---------------------------------------------------------
+# -- job verbs (train runs; the others' tasks are not built yet) ---------------------------------------------------------
 
 
-def test_valid_train_spec_is_checked_then_fails_cleanly(tmp_path: Path):
+def test_a_train_spec_file_with_overrides_runs_and_bad_ones_fail_cleanly(tmp_path: Path):
     spec = tmp_path / "train.toml"
     spec.write_text(
         'epochs = 2\nlr = 0.01\noptimizer = "sgd"\n'
-        '[dataset]\nname = "fake"\nsize = 64\nnum_classes = 4\n'
-        '[model]\nname = "mlp"\nnum_classes = 4\ninput_shape = [1, 8, 8]\n'
+        '[dataset]\nname = "fake"\nsize = 64\nnum_classes = 4\nimage_size = [8]\n'
+        '[model]\nname = "mlp"\nnum_classes = 4\ninput_shape = [3, 8, 8]\n'
     )
-    proc = wb(
-        tmp_path,
-        "train",
-        str(spec),
-        "--set",
-        "batch_size=8",
-        "--set",
-        "dataset.val_fraction=0.2",
-        "--set",
-        "model.input_shape=1,28,28",
-        "--json",
-    )
+    # The file with one bad override is a spec error (2), found before anything runs (no run folder).
+    bad = wb(tmp_path, "train", str(spec), "--set", "dataset.val_fraction=1.5", "--json")
+    assert "dataset.val_fraction" in _spec_error(bad, tmp_path)
+    proc = wb(tmp_path, "train", str(spec), "--set", "batch_size=8", "--set", "dataset.val_fraction=0.2", "--json")
+    expect(proc, 0)
+    result = one_json(proc)
+    assert result["status"] == "done" and result["epochs_completed"] == 2
+    assert Path(result["checkpoint"]).is_file() and Path(result["run_dir"], "spec.toml").is_file()
+    # An override that contradicts the data fails the job (1) with a message naming the field.
+    proc = wb(tmp_path, "train", str(spec), "--set", "model.input_shape=1,28,28", "--json")
     expect(proc, 1)
     no_traceback(proc)
     result = one_json(proc)
-    assert result["status"] == "failed"
-    assert result["error"]["type"] == "JobError"
-    assert "train.classifier" in result["error"]["message"]
-    # The same file with one bad override is a spec error (2), found before the missing task (1).
-    bad = wb(tmp_path, "train", str(spec), "--set", "dataset.val_fraction=1.5", "--json")
-    assert "dataset.val_fraction" in _spec_error(bad, tmp_path)
+    assert result["status"] == "failed" and result["error"]["type"] == "JobError"
+    assert "model.input_shape" in result["error"]["message"]
 
 
 @pytest.mark.parametrize(

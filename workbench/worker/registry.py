@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from workbench.errors import UsageError
 
-BUILTIN_TASK_MODULES = ("workbench.worker.tasks.diagnostics", "workbench.worker.tasks.devices", "workbench.worker.tasks.data")
+BUILTIN_TASK_MODULES = ("workbench.worker.tasks.diagnostics", "workbench.worker.tasks.devices", "workbench.worker.tasks.data", "workbench.worker.tasks.train")
 
 
 @dataclass(frozen=True)

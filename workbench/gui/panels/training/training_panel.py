@@ -225,8 +225,8 @@ class TrainingPanel(QWidget):
             self.curves.remove_run(run_id)
         self.update_spec_comparison()
 
-    def _load_stored_metrics(self, run_id: str) -> None:
-        if run_id in self.curves.runs and run_id not in self.job_of_run:
+    def _load_stored_metrics(self, run_id: str, force: bool = False) -> None:
+        if run_id in self.curves.runs and run_id not in self.job_of_run and not force:
             return
         metrics = self.curves.run(run_id)
         try:
@@ -306,9 +306,13 @@ class TrainingPanel(QWidget):
                 self.curves.add_rows(run_id, rows)
             self.select_run(run_id)
         if not record.active:
-            run_id = self.live_jobs.pop(record.job_id, run_id)
+            # The reply (shell channel) can overtake the last metrics (event channel); the store already
+            # holds them all, so read it once more, and keep routing late events of this job to its run.
+            run_id = self.live_jobs.get(record.job_id, run_id)
             if run_id:
                 self.job_of_run.pop(run_id, None)
+                if run_id in self.curves.runs:
+                    self._load_stored_metrics(run_id, force=True)
             self._pending_rows.pop(record.job_id, None)
             self.refresh()
             if run_id and run_id == self.selected_run_id():

@@ -1,0 +1,96 @@
+"""`build_model`: a ModelSpec to a ready network: build by name, pretrained weights, head, checkpoint, freezing,
+and a dry forward pass that proves the network takes the input shape and gives num_classes outputs.
+
+Worker side; never imports Qt.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from workbench.errors import JobError
+from workbench.specs import ModelSpec
+from workbench.worker.models.registry import get_model
+from workbench.worker.models.surgery import find_head, freeze, load_checkpoint, replace_head
+
+
+def logits_of(output) -> torch.Tensor:
+    """The class scores of a forward pass: the tensor itself, `.logits` (torchvision's Inception/GoogLeNet
+    outputs in train mode), or the first item of a tuple."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if hasattr(output, "logits"):
+        return output.logits
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    raise JobError(f"the model returned a {type(output).__name__}; it must return a tensor of class scores")
+
+
+def _shape_text(shape: Sequence[int]) -> str:
+    return ",".join(map(str, shape))
+
+
+def _where(exc: BaseException) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/torch/" not in f.filename]
+    return f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
+
+
+def check_forward(model: nn.Module, name: str, input_shape: Sequence[int], num_classes: int, hint: str = "") -> None:
+    """Run two zero samples through the model in eval mode; a failure or a wrong output shape is a JobError."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = logits_of(model(torch.zeros(2, *input_shape)))
+    except JobError:
+        raise
+    except Exception as exc:
+        first = (str(exc).splitlines() or [""])[0][:300]
+        raise JobError(f"model {name} cannot take inputs of shape {_shape_text(input_shape)}: "
+                       f"{type(exc).__name__}: {first}{_where(exc)}; check model.input_shape and dataset.image_size"
+                       ) from None
+    finally:
+        model.train(was_training)
+    if out.dim() != 2 or out.shape != (2, num_classes):
+        raise JobError(f"model {name} gives outputs of shape {_shape_text(out.shape[1:])} per sample, but "
+                       f"model.num_classes is {num_classes}; the model must return (batch, num_classes) scores{hint}")
+
+
+def build_model(spec: ModelSpec, *, input_shape: Sequence[int] = (), log: Callable[[str], None] | None = None,
+                pretrained: bool = True, checkpoint: bool = True) -> nn.Module:
+    """Build the network `spec` describes, on the CPU, in train mode.
+
+    `input_shape` is used when spec.input_shape is empty (the dataset's sample shape). `pretrained=False` and
+    `checkpoint=False` skip spec.weights and spec.checkpoint (a resumed run loads its own last.pt instead).
+    """
+    shape = tuple(spec.input_shape) or tuple(input_shape)
+    if not shape:
+        raise JobError("model.input_shape: empty, and there is no dataset to take it from; set e.g. 1,28,28")
+    weights = spec.weights if pretrained else ""
+    model = get_model(spec.name, num_classes=spec.num_classes, input_shape=shape, weights=weights, log=log)
+    if spec.replace_head:
+        replace_head(model, spec.num_classes)
+    hint = ""
+    if spec.weights and not spec.replace_head:
+        hint = "; pretrained weights keep their own classes, so set model.replace_head=true to train a new head"
+    check_forward(model, spec.name, shape, spec.num_classes, hint)
+    if spec.checkpoint and checkpoint:
+        load_checkpoint(model, spec.checkpoint)
+    if spec.freeze:
+        freeze(model, spec.freeze)
+        if not any(p.requires_grad for p in model.parameters()):
+            raise JobError(f"model.freeze: {', '.join(spec.freeze)} freezes every parameter, so nothing would train")
+    model.train()
+    return model
+
+
+def count_parameters(model: nn.Module) -> dict:
+    return {"total": sum(p.numel() for p in model.parameters()),
+            "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+
+
+__all__ = ["build_model", "check_forward", "count_parameters", "find_head", "logits_of"]

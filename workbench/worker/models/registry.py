@@ -1,0 +1,77 @@
+"""The model registry: `register_model` / `list_models` / `get_model`, in the style of torchvision's models/_api.py.
+
+A builder is `fn(arg, *, num_classes, input_shape, weights, log) -> nn.Module`; `arg` is what follows the
+family prefix (`torchvision:<arch>` -> "<arch>"), "" for plain names. Worker side; never imports Qt.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from workbench.errors import JobError
+
+BUILTIN_MODULES = (
+    "workbench.worker.models.builtin",
+    "workbench.worker.models.torchvision_models",
+    "workbench.worker.models.user_code",
+)
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    builder: Callable
+    family: bool  # True: the name is a prefix, `name:<arg>`
+    usage: str  # how the name is written, e.g. "torchvision:<arch>"
+    description: str
+
+
+_MODELS: dict[str, ModelEntry] = {}
+
+
+def register_model(name: str, *, family: bool = False, usage: str = "", description: str = "") -> Callable:
+    """Register a builder under `name`; with `family=True`, `name:<arg>` names reach it with `arg`."""
+
+    def decorator(fn: Callable) -> Callable:
+        if name in _MODELS:
+            raise ValueError(f"model {name!r} is registered twice")
+        doc = description or (fn.__doc__ or "").strip().split("\n")[0]
+        _MODELS[name] = ModelEntry(name, fn, family, usage or (f"{name}:<arg>" if family else name), doc)
+        return fn
+
+    return decorator
+
+
+def _load_builtins() -> None:
+    for module in BUILTIN_MODULES:
+        importlib.import_module(module)
+
+
+def list_models() -> list[str]:
+    """Every way to name a model, e.g. ["cnn", "file:<path.py>:<ClassOrFactory>", "mlp", "torchvision:<arch>"]."""
+    _load_builtins()
+    return sorted(entry.usage for entry in _MODELS.values())
+
+
+def get_model_builder(name: str) -> tuple[ModelEntry, str]:
+    """The registry entry for a model name and the argument after its family prefix."""
+    _load_builtins()
+    prefix, sep, arg = name.partition(":")
+    entry = _MODELS.get(prefix)
+    if entry is not None and entry.family == bool(sep) and (arg or not sep):
+        return entry, arg
+    usages = sorted(e.usage for e in _MODELS.values())
+    close = difflib.get_close_matches(name, [e.name for e in _MODELS.values()], n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise JobError(f"model.name: {name!r} is not a known model; {hint}use one of: {', '.join(usages)}")
+
+
+def get_model(name: str, *, num_classes: int, input_shape: Sequence[int], weights: str = "",
+              log: Callable[[str], None] | None = None):
+    """Build the bare network `name` names (no checkpoint, head or freezing; see build_model for those)."""
+    entry, arg = get_model_builder(name)
+    return entry.builder(arg, num_classes=num_classes, input_shape=tuple(input_shape), weights=weights,
+                         log=log or (lambda text: None))

@@ -1,0 +1,115 @@
+"""Evaluation: validation loss and accuracy during training, and the final test evaluation (confusion matrix,
+per-class accuracy, the most confidently wrong samples) the GUI's evaluation view reads from evaluation.json.
+
+Batches are gathered by index here (not by Split.batches) so every prediction keeps its index within the split,
+even when some files fail to decode. Worker side; never imports Qt.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from workbench.runs import atomic_write_json
+from workbench.worker.models import logits_of
+from workbench.worker.training.devices import autocast
+from workbench.worker.training.losses import LossFn
+
+WORST_COUNT = 32
+
+
+def indexed_batches(split, batch_size: int, device: torch.device, *, rank: int = 0,
+                    world: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(indices within the split, normalised x, y) in split order, no augmentation; with world > 1, this rank's
+    share of the batches."""
+    mean, std = split.dataset.normalization()
+    mean_t = torch.tensor(mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+    std_t = torch.tensor(std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+    for number, start in enumerate(range(0, len(split), batch_size)):
+        if number % world != rank:
+            continue
+        indices = torch.arange(start, min(start + batch_size, len(split)))
+        images, ok = split.fetch(indices)
+        y = split.labels[indices]
+        if not bool(ok.all()):
+            indices, images, y = indices[ok], images[ok], y[ok]
+            if not len(indices):
+                continue
+        x = (images.to(device).to(torch.float32).div_(255) - mean_t) / std_t
+        yield indices, x, y.to(device)
+
+
+def _forward(model: nn.Module, x: torch.Tensor, amp: str, device: torch.device, channels_last: bool) -> torch.Tensor:
+    if channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    with autocast(amp, device):
+        return logits_of(model(x)).float()
+
+
+@torch.no_grad()
+def evaluate_sums(model: nn.Module, split, loss_fn: LossFn, *, device: torch.device, amp: str = "none",
+                  channels_last: bool = False, batch_size: int = 256, rank: int = 0, world: int = 1,
+                  check_stop: Callable[[], None] | None = None) -> torch.Tensor:
+    """[loss summed over samples, correct count, sample count] as one float64 device tensor (for all_reduce)."""
+    was_training = model.training
+    model.eval()
+    sums = torch.zeros(3, dtype=torch.float64, device=device)
+    try:
+        for _, x, y in indexed_batches(split, batch_size, device, rank=rank, world=world):
+            if check_stop is not None:
+                check_stop()
+            scores = _forward(model, x, amp, device, channels_last)
+            sums[0] += loss_fn(scores, y).double() * y.shape[0]
+            sums[1] += (scores.argmax(dim=1) == y).sum()
+            sums[2] += y.shape[0]
+    finally:
+        model.train(was_training)
+    return sums
+
+
+@torch.no_grad()
+def evaluate_test(model: nn.Module, split, classes: list[str], *, device: torch.device, amp: str = "none",
+                  channels_last: bool = False, batch_size: int = 256,
+                  check_stop: Callable[[], None] | None = None) -> dict:
+    """The evaluation.json content for `split`: classes, confusion matrix (rows: true class), per-class accuracy
+    (None for a class with no samples), accuracy, and the WORST_COUNT most confidently wrong samples."""
+    k = len(classes)
+    was_training = model.training
+    model.eval()
+    confusion = torch.zeros(k * k, dtype=torch.int64, device=device)
+    wrong_parts = []
+    try:
+        for indices, x, y in indexed_batches(split, batch_size, device):
+            if check_stop is not None:
+                check_stop()
+            probs = torch.softmax(_forward(model, x, amp, device, channels_last), dim=1)
+            confidence, predicted = probs.max(dim=1)
+            confusion += torch.bincount(y * k + predicted.clamp(max=k - 1), minlength=k * k)
+            wrong = predicted != y
+            wrong_parts.append(torch.stack([indices.to(device)[wrong].double(), y[wrong].double(),
+                                            predicted[wrong].double(), confidence[wrong].double()], dim=1))
+    finally:
+        model.train(was_training)
+    matrix = confusion.view(k, k).cpu()
+    total = int(matrix.sum())
+    correct = int(matrix.diagonal().sum())
+    per_class = [float(matrix[i, i]) / float(matrix[i].sum()) if int(matrix[i].sum()) else None for i in range(k)]
+    worst = []
+    if wrong_parts:
+        rows = torch.cat(wrong_parts).cpu()
+        rows = rows[rows[:, 3].argsort(descending=True)][:WORST_COUNT]
+        worst = [{"split": split.name, "index": int(r[0]), "label": int(r[1]), "predicted": int(r[2]),
+                  "confidence": round(float(r[3]), 6)} for r in rows]
+    return {"classes": list(classes), "confusion_matrix": matrix.tolist(), "per_class_accuracy": per_class,
+            "test_accuracy": correct / total if total else math.nan, "worst": worst}
+
+
+def write_evaluation(path: Path, evaluation: dict) -> None:
+    clean = dict(evaluation)
+    if isinstance(clean["test_accuracy"], float) and math.isnan(clean["test_accuracy"]):
+        clean["test_accuracy"] = None  # JSON has no NaN
+    atomic_write_json(path, clean)

@@ -1,0 +1,167 @@
+"""One training job from spec to result: checks, data, device, model, training (here or in DDP ranks), the
+final test evaluation and the result dict the runner writes as report.json.
+
+Worker side; never imports Qt.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import torch
+
+from workbench.errors import JobError
+from workbench.specs import TrainSpec
+from workbench.worker.checkpoints import load_state_dict
+from workbench.worker.data import load_dataset
+from workbench.worker.models import build_model, count_parameters
+from workbench.worker.training.devices import check_amp, check_compile, describe, resolve_device
+from workbench.worker.training.evaluate import evaluate_test, write_evaluation
+from workbench.worker.training.loop import Reporter, Trainer, TrainSetup
+from workbench.worker.training.reproducibility import deterministic_mode, seed_everything
+from workbench.worker.training.state import BEST, FINAL, LAST, load_last
+
+
+def _shape(shape) -> str:
+    return ",".join(map(str, shape))
+
+
+def check_data_fits(spec: TrainSpec, dataset) -> None:
+    classes = len(dataset.classes)
+    if spec.model.num_classes != classes:
+        raise JobError(f"model.num_classes is {spec.model.num_classes}, but {dataset.name} has {classes} classes; "
+                       f"set model.num_classes={classes}")
+    wanted = tuple(spec.model.input_shape)
+    if wanted and wanted != tuple(dataset.sample_shape):
+        raise JobError(f"model.input_shape is {_shape(wanted)}, but the images of {dataset.name} are "
+                       f"{_shape(dataset.sample_shape)}; leave model.input_shape empty, or resize them with "
+                       "dataset.image_size")
+
+
+def check_distributed(spec: TrainSpec, device: torch.device) -> None:
+    if spec.distributed != "ddp":
+        return
+    if device.type not in ("cpu", "cuda"):
+        raise JobError(f"distributed: ddp runs on cpu (gloo) or cuda (nccl), not {device.type}; use device=cpu or "
+                       "distributed=none")
+    if spec.batch_size % spec.nproc:
+        fitting = spec.nproc * max(1, round(spec.batch_size / spec.nproc))
+        raise JobError(f"batch_size: {spec.batch_size} is not divisible by nproc={spec.nproc}; each process takes "
+                       f"batch_size // nproc samples of every batch, so use e.g. batch_size={fitting}")
+    if device.type == "cuda" and spec.nproc > torch.cuda.device_count():
+        raise JobError(f"nproc: {spec.nproc} processes need {spec.nproc} CUDA devices; this machine has "
+                       f"{torch.cuda.device_count()}")
+
+
+def build_for_rank(spec: TrainSpec, *, device: torch.device, workspace: str, checkpoints_dir: str,
+                   artifacts_dir: str, resuming: bool, report: Reporter, rank: int, world: int,
+                   stop_check) -> Trainer:
+    """A DDP rank's Trainer: the same data, seed and model as the parent task built."""
+    dataset = load_dataset(spec.dataset, workspace=workspace or None)
+    resume = load_last(Path(checkpoints_dir) / LAST) if resuming else None
+    seed_everything(spec.seed)
+    model = build_model(spec.model, input_shape=dataset.sample_shape, pretrained=resume is None,
+                        checkpoint=resume is None)
+    return Trainer(TrainSetup(spec=spec, dataset=dataset, model=model, device=device,
+                              checkpoints_dir=Path(checkpoints_dir), artifacts_dir=Path(artifacts_dir),
+                              report=report, rank=rank, world=world, resume=resume, stop_check=stop_check))
+
+
+def _number(value):
+    return None if value is None or (isinstance(value, float) and not math.isfinite(value)) else value
+
+
+def run_training(spec: TrainSpec, ctx) -> dict:
+    """The `train.classifier` task: train, evaluate on the test split, return the result."""
+    run = ctx.run
+    if run is None:
+        raise JobError("training needs a run folder to keep its checkpoints: run it with a workspace")
+    device = resolve_device(spec.device)
+    check_amp(spec.amp, device)
+    check_compile(spec.compile, device)
+    check_distributed(spec, device)
+    dataset = load_dataset(spec.dataset, ctx=ctx)
+    check_data_fits(spec, dataset)
+    dataset.normalization(progress=ctx.progress)  # computed (and cached) once here, not in every DDP rank
+    if not len(dataset.splits["val"]):
+        ctx.log("no validation split (dataset.val_fraction is 0): no best.pt and no early stopping", "warning")
+    run.checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    run.artifacts_dir.mkdir(parents=True, exist_ok=True)
+    resume = load_last(run.checkpoints_dir / LAST) if ctx.resuming else None
+    resumed_from = None
+    if resume is not None:
+        state = resume["state"]
+        resumed_from = int(state["epoch"])
+        run.log_event("resume", {"epoch": resumed_from, "global_step": int(state["global_step"])})
+        ctx.log(f"resuming after epoch {resumed_from} (step {state['global_step']}) of {spec.epochs}")
+
+    with deterministic_mode(spec.deterministic):
+        seed_everything(spec.seed)
+        model = build_model(spec.model, input_shape=dataset.sample_shape, log=ctx.log,
+                            pretrained=resume is None, checkpoint=resume is None)
+        parameters = count_parameters(model)
+        ctx.log(f"training {spec.model.name} ({parameters['trainable']:,} of {parameters['total']:,} parameters "
+                f"trainable) on {describe(device)}, amp={spec.amp}, {len(dataset.splits['train']):,} training "
+                f"samples")
+        if spec.distributed == "ddp":
+            from workbench.worker.training.distributed import launch
+
+            del resume  # the ranks read last.pt themselves
+            summary = launch(spec, ctx, device=device, checkpoints_dir=run.checkpoints_dir,
+                             artifacts_dir=run.artifacts_dir, resuming=ctx.resuming)
+            model.load_state_dict(load_state_dict(run.checkpoints_dir / FINAL))
+            model.to(device)
+            if spec.channels_last:
+                model = model.to(memory_format=torch.channels_last)
+        else:
+            trainer = Trainer(TrainSetup(spec=spec, dataset=dataset, model=model, device=device,
+                                         checkpoints_dir=run.checkpoints_dir, artifacts_dir=run.artifacts_dir,
+                                         report=ctx, resume=resume))
+            del resume
+            summary = trainer.fit()
+            model = trainer.model
+
+        test_split = dataset.splits["test"]
+        test_accuracy = None
+        evaluation_path = None
+        if len(test_split):
+            ctx.progress(0, len(test_split), "evaluating on the test split", force=True)
+            evaluation = evaluate_test(model, test_split, dataset.classes, device=device, amp=spec.amp,
+                                       channels_last=spec.channels_last, batch_size=spec.batch_size,
+                                       check_stop=ctx.check_stop)
+            evaluation_path = run.artifacts_dir / "evaluation.json"
+            write_evaluation(evaluation_path, evaluation)
+            ctx.artifact("evaluation", evaluation_path, kind="evaluation")
+            test_accuracy = _number(evaluation["test_accuracy"])
+            text = f"test accuracy {test_accuracy:.2%}" if test_accuracy is not None else "no test samples decoded"
+            ctx.progress(len(test_split), len(test_split), text, force=True)
+            ctx.log(text)
+        else:
+            ctx.log("the test split is empty: no test evaluation (set dataset.test_fraction to hold some out)")
+
+    last = summary.get("last_epoch") or {}
+    best = run.checkpoints_dir / BEST
+    result = {
+        "epochs_completed": summary["epochs_completed"],
+        "final": {"train_loss": _number(last.get("train_loss")), "val_loss": _number(last.get("val_loss")),
+                  "val_accuracy": _number(last.get("val_acc")), "test_accuracy": test_accuracy},
+        "throughput": {"train_samples_per_s": _number(summary.get("train_samples_per_s"))},
+        "checkpoint": str(run.checkpoints_dir / FINAL),
+        "best_checkpoint": str(best) if spec.keep_best and best.exists() else None,
+        "device": str(device),
+        "amp": spec.amp,
+        "parameters": parameters,
+        "global_steps": summary["global_steps"],
+        "early_stopped": summary["early_stopped"],
+        "best_val_accuracy": _number(summary.get("best_val_accuracy")),
+        "best_epoch": summary.get("best_epoch"),
+        "evaluation": str(evaluation_path) if evaluation_path else None,
+    }
+    if resumed_from is not None:
+        result["resumed_from_epoch"] = resumed_from
+    if spec.distributed == "ddp":
+        result["distributed"] = {"backend": "nccl" if device.type == "cuda" else "gloo", "nproc": spec.nproc,
+                                 "cpu_count": os.cpu_count()}
+    return result
