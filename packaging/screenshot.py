@@ -76,7 +76,8 @@ def main() -> int:
             from workbench.specs import TrainSpec
 
             window.tabs.setCurrentWidget(window.training_panel)
-            window.start_training(TrainSpec.from_dict({"epochs": 12, "lr": 0.003, "log_every_steps": 2,
+            epochs = 40 if scene == "training" else 12  # a live scene is caught mid-run
+            window.start_training(TrainSpec.from_dict({"epochs": epochs, "lr": 0.003, "log_every_steps": 2,
                                                        "scheduler": "cosine"}))
             if scene == "training":
                 QTimer.singleShot(int(sys.argv[4]) if len(sys.argv) > 4 else 12000, capture)

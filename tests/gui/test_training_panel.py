@@ -113,8 +113,11 @@ def test_stop_then_resume(window, qtbot):
     qtbot.waitUntil(lambda: bool(panel.job_of_run), timeout=10_000)
     run_id = next(iter(panel.job_of_run))
     panel.select_run(run_id)
-    qtbot.waitUntil(lambda: len(panel.curves.runs[run_id].series.get("train/loss", MetricSeries())) > 5,
-                    timeout=10_000)
+    qtbot.waitUntil(lambda: len(panel.curves.runs[run_id].series.get("epoch", MetricSeries())) >= 2,
+                    timeout=20_000)
+    row = next(r for r in range(panel.table.rowCount()) if panel.table.item(r, 0).data(Qt.UserRole) == run_id)
+    assert panel.table.item(row, 4).text().endswith("/50") and not panel.table.item(row, 4).text().startswith("0/")
+    assert panel.table.item(row, 5).text().endswith("%")  # validation accuracy, live
     assert panel.stop_button.isEnabled()
     qtbot.mouseClick(panel.stop_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: not panel.job_of_run, timeout=10_000)

@@ -326,11 +326,29 @@ class TrainingPanel(QWidget):
         rows = msg.content.get("rows", [])
         if run_id is not None:
             self.curves.add_rows(run_id, rows)
+            if any(row[1] == "epoch" for row in rows):
+                self._update_live_row(run_id)
         elif job_id:
             # Metrics can overtake the job record's run folder by a moment; keep them until it arrives.
             self._pending_rows.setdefault(job_id, []).append(rows)
             if len(self._pending_rows) > 50:  # not ours after all (another task's metrics)
                 self._pending_rows.pop(next(iter(self._pending_rows)))
+
+    def _update_live_row(self, run_id: str) -> None:
+        """Epochs done and validation accuracy of a running run, from its live curves (no store read)."""
+        entry, metrics = self.runs.get(run_id), self.curves.runs.get(run_id)
+        if entry is None or metrics is None:
+            return
+        epoch, val_acc = metrics.get("epoch"), metrics.get("val/acc")
+        planned = (entry.get("spec") or {}).get("epochs", "")
+        if epoch is not None and len(epoch):
+            entry["epochs"] = f"{int(epoch.y[-1])}/{planned}"
+        if val_acc is not None and len(val_acc):
+            entry["val_acc"] = f"{val_acc.y[-1]:.2%}"
+        for row in range(self.table.rowCount()):
+            if self.table.item(row, 0).data(Qt.UserRole) == run_id:
+                self.table.item(row, 4).setText(str(entry.get("epochs", "")))
+                self.table.item(row, 5).setText(str(entry.get("val_acc", "")))
 
     # -- buttons ---------------------------------------------------------------------------------
     def _on_stop_clicked(self) -> None:
