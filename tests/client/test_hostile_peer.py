@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import TimeoutError as FutureTimeout
 
 import pytest
 import zmq
+from waiting import wait_until
 
 from workbench.client import WorkerClient, WorkerManager
 from workbench.protocol import ConnectionInfo, Signer, encode, new_message
@@ -16,15 +16,6 @@ from workbench.protocol.wire import DELIM
 pytestmark = pytest.mark.slow
 
 
-def wait_until(condition, timeout: float, what: str, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 @pytest.fixture(scope="module")

@@ -30,3 +30,16 @@ def fake_window(qtbot, tmp_path, settings):
     yield window
     window.close()
     worker.stop()
+
+
+@pytest.fixture
+def real_window(qtbot, tmp_path, settings):
+    """The real window with the real worker subprocess; yielded once the worker is ready."""
+    manager = WorkerManager(runtime_dir=tmp_path / "rt")
+    window = MainWindow(manager, tmp_path / "workspace", settings)
+    qtbot.addWidget(window)
+    window.show()
+    manager.start(wait=False)
+    qtbot.waitUntil(lambda: window.status_light.state == "ready", timeout=60_000)
+    yield window
+    window.close()

@@ -7,8 +7,6 @@ import pytest
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
-from workbench.client import WorkerManager
-from workbench.gui.main_window import MainWindow
 from workbench.gui.panels.data.dataset_dialog import DatasetDialog
 from workbench.gui.panels.data.thumbnails import INDEX_ROLE, LABEL_ROLE, PAGE_SIZE
 from workbench.gui.settings import Settings
@@ -161,14 +159,10 @@ def test_dataset_choice_persists(qtbot, tmp_path, panel):
 
 
 @pytest.mark.slow
-def test_real_worker_shows_digits(qtbot, tmp_path, settings):
+def test_real_worker_shows_digits(qtbot, real_window):
     """The real worker and scikit-learn's digits: counts, thumbnails with pixels, a sample with a histogram."""
-    manager = WorkerManager(runtime_dir=tmp_path / "rt")
-    window = MainWindow(manager, tmp_path / "workspace", settings)
-    qtbot.addWidget(window)
-    window.show()
+    window = real_window
     window.tabs.setCurrentWidget(window.dataset_panel)
-    manager.start(wait=False)
     panel = window.dataset_panel
     qtbot.waitUntil(lambda: panel.info is not None and 0 in panel.model.cached_pages, timeout=60_000)
     assert panel.info["classes"] == [str(i) for i in range(10)]
@@ -179,4 +173,3 @@ def test_real_worker_shows_digits(qtbot, tmp_path, settings):
     qtbot.waitUntil(lambda: panel.sample_view.result is not None, timeout=30_000)
     counts = np.asarray(panel.sample_view.result["histogram"]["counts"])
     assert counts.shape == (1, 32) and counts.sum() == 64
-    window.close()

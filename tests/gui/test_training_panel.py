@@ -8,8 +8,6 @@ from fake_worker import FAKE_DEVICES
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QWizard
 
-from workbench.client import WorkerManager
-from workbench.gui.main_window import MainWindow
 from workbench.gui.metric_buffers import MetricSeries, RunMetrics, ema
 from workbench.gui.panels.training.wizard import TrainingWizard
 from workbench.gui.state import DatasetState
@@ -157,14 +155,9 @@ def test_metric_buffers_keep_full_resolution():
 
 
 @pytest.mark.slow
-def test_the_real_worker_trains_from_the_gui(qtbot, tmp_path, settings):
+def test_the_real_worker_trains_from_the_gui(qtbot, real_window):
     """The real worker subprocess, digits and the cnn: curves fill live, the evaluation appears."""
-    manager = WorkerManager(runtime_dir=tmp_path / "rt")
-    window = MainWindow(manager, tmp_path / "workspace", settings)
-    qtbot.addWidget(window)
-    window.show()
-    manager.start(wait=False)
-    qtbot.waitUntil(lambda: window.status_light.state == "ready", timeout=30_000)
+    window = real_window
     window.start_training(TrainSpec.from_dict({"epochs": 2, "log_every_steps": 5}))
     panel = window.training_panel
     qtbot.waitUntil(lambda: bool(panel.job_of_run), timeout=60_000)
@@ -177,4 +170,3 @@ def test_the_real_worker_trains_from_the_gui(qtbot, tmp_path, settings):
     assert np.all(np.diff(steps) > 0)  # no duplicates from the store and the live stream
     qtbot.waitUntil(lambda: panel.evaluation.evaluation is not None, timeout=10_000)
     assert len(panel.evaluation.evaluation["confusion_matrix"]) == 10
-    window.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from waiting import wait_until
 
 from workbench.client import JobTable, WorkerClient, WorkerManager
 from workbench.protocol import ConnectionInfo, array_from_buffer
@@ -23,15 +24,6 @@ pytestmark = pytest.mark.slow
 MISBEHAVING_WORKER = Path(__file__).resolve().parents[1] / "misbehaving_worker.py"
 
 
-def wait_until(condition, timeout: float, what: str, interval: float = 0.01):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 class Events:
