@@ -72,7 +72,7 @@ def test_events_of_unknown_jobs_and_other_message_types_are_ignored():
     stranger = _request()
     assert table.apply(_event(stranger, "job_reply", {"status": "done"})) is None
     assert table.apply(new_message("status", {"state": "idle"}, session=WORKER)) is None  # no parent
-    assert table.apply(_event(req, "metrics", {"rows": [[0, "loss", 1.0, 0.0]]})) is None
+    assert table.apply(_event(req, "metrics", {"series": [], "count": 0})) is None
     assert table.apply(_event(req, "status", {"state": "exploded"})).state == "submitted"
     assert table.get(req.msg_id).state == record.state == "submitted"
     assert table.get(stranger.msg_id) is None

@@ -8,6 +8,7 @@ import time
 
 from workbench.errors import JobError
 from workbench.protocol import Signer, decode, encode, new_message
+from workbench.protocol.metrics import decode_metrics, metric_rows
 from workbench.runs import Run, RunStore
 from workbench.worker.context import TaskContext
 from workbench.worker.registry import TaskInfo
@@ -29,8 +30,19 @@ class Recorder:
         with self.lock:
             return [c for t, c, _ in self.messages if t == msg_type]
 
+    def metric_messages(self) -> list[tuple[dict, list]]:
+        with self.lock:
+            return [(c, b) for t, c, b in self.messages if t == "metrics"]
+
+    def full_rows(self) -> list[tuple]:
+        """(step, name, value, time) in delivery order; within a message, by step (names in first-seen order)."""
+        rows = []
+        for content, buffers in self.metric_messages():
+            rows.extend(sorted(metric_rows(content, buffers), key=lambda r: r[0]))
+        return rows
+
     def rows(self) -> list[tuple]:
-        return [tuple(r[:3]) for c in self.of("metrics") for r in c["rows"]]
+        return [r[:3] for r in self.full_rows()]
 
 
 def _task(fn, name: str = "test.task") -> TaskInfo:
@@ -53,8 +65,7 @@ def test_ten_thousand_metrics_calls_are_batched_and_delivered_once_in_order():
     assert sent < 10_000 / 50 and during <= sent
     expected = [(s, n, v) for s in range(10_000) for n, v in (("loss", 1.0 / (s + 1)), ("acc", float(s % 7)))]
     assert rec.rows() == expected
-    for content in rec.of("metrics"):  # each row carries a wall-clock time
-        assert all(isinstance(r[3], float) and r[3] > 1e9 for r in content["rows"])
+    assert all(isinstance(r[3], float) and r[3] > 1e9 for r in rec.full_rows())  # each row has a wall-clock time
 
 
 def test_a_slow_loop_gets_each_batch_within_a_fraction_of_a_second():
@@ -71,18 +82,18 @@ def test_a_slow_loop_gets_each_batch_within_a_fraction_of_a_second():
     assert rec.rows() == [(0, "loss", 1.0)]  # close() does not send it twice
 
 
-def test_non_finite_metric_values_travel_as_strings():
+def test_non_finite_metric_values_travel_as_they_are():
     rec = Recorder()
     ctx = TaskContext(rec)
     ctx.metrics(3, {"loss": float("nan"), "up": float("inf"), "down": -math.inf, "ok": 0.25})
     ctx.close()
-    (content,) = rec.of("metrics")
-    assert [r[:3] for r in content["rows"]] == [[3, "loss", "nan"], [3, "up", "inf"], [3, "down", "-inf"],
-                                                 [3, "ok", 0.25]]
-    # and so the message is encodable: the wire refuses bare NaN
+    ((content, buffers),) = rec.metric_messages()
+    # Column buffers, not JSON numbers: the wire (which refuses bare NaN in JSON) carries them unchanged.
     signer = Signer("k")
-    _, msg = decode(encode(new_message("metrics", content, session="s"), signer), signer)
-    assert msg.content["rows"][0][2] == "nan" and math.isnan(float(msg.content["rows"][0][2]))
+    _, msg = decode(encode(new_message("metrics", content, session="s", buffers=buffers), signer), signer)
+    values = {name: float(v[0]) for name, (_, v, _) in decode_metrics(msg.content, msg.buffers).items()}
+    assert math.isnan(values["loss"]) and values["up"] == math.inf and values["down"] == -math.inf
+    assert values["ok"] == 0.25
 
 
 def test_close_with_nothing_pending_sends_nothing():

@@ -17,6 +17,7 @@ from waiting import wait_until
 
 from workbench.client import JobTable, WorkerClient, WorkerManager
 from workbench.protocol import ConnectionInfo, array_from_buffer
+from workbench.protocol.metrics import metric_rows
 from workbench.runs import Run
 
 pytestmark = pytest.mark.slow
@@ -133,7 +134,8 @@ def test_count_jobs_finish_with_run_dirs_and_events_routed_by_job(worker, tmp_pa
 
     for job, steps in ((first, 6), (second, 3)):
         def value_steps(job_id=job.job_id):
-            return [r[0] for m in events.messages(job_id, "metrics") for r in m.content["rows"] if r[1] == "value"]
+            return [r[0] for m in events.messages(job_id, "metrics") for r in metric_rows(m.content, m.buffers)
+                    if r[1] == "value"]
 
         # events travel on their own socket and may trail the reply a little
         wait_until(lambda s=steps, v=value_steps: len(v()) == s, 5, "every metric row")

@@ -88,6 +88,12 @@ class CurvesWidget(QWidget):
     def add_rows(self, run_id: str, rows) -> None:
         self.run(run_id).add_rows(rows)
 
+    def add_columns(self, run_id: str, columns: dict) -> None:
+        """A decoded metrics event: {name: (steps, values, times)}."""
+        metrics = self.run(run_id)
+        for name, (steps, values, _times) in columns.items():
+            metrics.add_series(name, steps, values)
+
     def remove_run(self, run_id: str) -> None:
         self.runs.pop(run_id, None)
         self._drawn.pop(run_id, None)

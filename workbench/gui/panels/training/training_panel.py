@@ -31,7 +31,8 @@ from workbench.gui.panels.training.curves import CurvesWidget
 from workbench.gui.panels.training.evaluation import EvaluationView, load_evaluation
 from workbench.gui.panels.training.profiler import ProfilerView
 from workbench.gui.theme import JOB_STATE_COLOURS
-from workbench.protocol import Message
+from workbench.protocol import Message, ProtocolError
+from workbench.protocol.metrics import decode_metrics
 from workbench.runs import RunStore
 
 TRAIN_TASK = "train.classifier"
@@ -302,8 +303,8 @@ class TrainingPanel(QWidget):
             # A resumed run's earlier curve comes from the store; rows that are both there and in the live
             # stream are dropped as duplicates by RunMetrics.
             self._load_stored_metrics(run_id)
-            for rows in self._pending_rows.pop(record.job_id, []):
-                self.curves.add_rows(run_id, rows)
+            for columns in self._pending_rows.pop(record.job_id, []):
+                self.curves.add_columns(run_id, columns)
             self.select_run(run_id)
         if not record.active:
             # The reply (shell channel) can overtake the last metrics (event channel); the store already
@@ -323,14 +324,17 @@ class TrainingPanel(QWidget):
             return
         job_id = msg.parent_id or ""
         run_id = self.live_jobs.get(job_id)
-        rows = msg.content.get("rows", [])
+        try:
+            columns = decode_metrics(msg.content, msg.buffers)
+        except (ProtocolError, KeyError, TypeError):
+            return  # not a metrics event of ours
         if run_id is not None:
-            self.curves.add_rows(run_id, rows)
-            if any(row[1] == "epoch" for row in rows):
+            self.curves.add_columns(run_id, columns)
+            if "epoch" in columns:
                 self._update_live_row(run_id)
         elif job_id:
             # Metrics can overtake the job record's run folder by a moment; keep them until it arrives.
-            self._pending_rows.setdefault(job_id, []).append(rows)
+            self._pending_rows.setdefault(job_id, []).append(columns)
             if len(self._pending_rows) > 50:  # not ours after all (another task's metrics)
                 self._pending_rows.pop(next(iter(self._pending_rows)))
 
