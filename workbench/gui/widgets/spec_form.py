@@ -21,8 +21,17 @@ def _field_info(spec_cls: type[Spec], dotted: str):
     raise KeyError(f"{spec_cls.__name__} has no field {dotted!r}")
 
 
+# Where a field's name makes a poor label (abbreviations, jargon), the form says it in words.
+LABELS = {"lr": "Learning rate", "nproc": "Processes", "num_workers": "Loader workers",
+          "no_decay_bias_norm": "No weight decay on biases and norms", "grad_accum_steps": "Gradient accumulation",
+          "clip_grad_norm": "Clip gradient norm", "clip_grad_value": "Clip gradient value",
+          "pin_memory": "Pin memory", "input_shape": "Input shape (C,H,W)", "num_classes": "Classes",
+          "replace_head": "Replace the classifier head", "freeze": "Freeze modules"}
+
+
 def _label(dotted: str) -> str:
-    return dotted.split(".")[-1].replace("_", " ").capitalize()
+    name = dotted.split(".")[-1]
+    return LABELS.get(name, name.replace("_", " ").capitalize())
 
 
 class SpecForm(QWidget):
