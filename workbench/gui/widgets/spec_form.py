@@ -29,6 +29,11 @@ LABELS = {"lr": "Learning rate", "nproc": "Processes", "num_workers": "Loader wo
           "replace_head": "Replace the classifier head", "freeze": "Freeze modules"}
 
 
+PLACEHOLDERS = {"input_shape": "from the dataset, e.g. 1,28,28", "checkpoint": "none: start from fresh weights",
+                "weights": "none (e.g. DEFAULT for torchvision weights, needs internet)",
+                "freeze": "none (module prefixes, or backbone)"}
+
+
 def _label(dotted: str) -> str:
     name = dotted.split(".")[-1]
     return LABELS.get(name, name.replace("_", " ").capitalize())
@@ -47,6 +52,8 @@ class SpecForm(QWidget):
             hint, default, meta = _field_info(spec_cls, dotted)
             widget = self._make_widget(hint, meta)
             widget.setToolTip(meta.get("help", ""))
+            if isinstance(widget, QLineEdit) and dotted.split(".")[-1] in PLACEHOLDERS:
+                widget.setPlaceholderText(PLACEHOLDERS[dotted.split(".")[-1]])
             self.widgets[dotted] = widget
             label = _label(dotted)
             layout.addRow("" if isinstance(widget, QCheckBox) else label, widget)
