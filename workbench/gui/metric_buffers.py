@@ -64,7 +64,7 @@ class RunMetrics:
         self.version = 0  # bumps on every change, so views redraw only when something is new
 
     def add_rows(self, rows) -> None:
-        """Rows as the metrics event carries them: [step, name, value, time]; non-finite values as strings."""
+        """(step, name, value, time) rows, e.g. from protocol.metrics.metric_rows; strings like "nan" parse too."""
         grouped: dict[str, tuple[list, list]] = {}
         for step, name, value, _time in rows:
             steps, values = grouped.setdefault(name, ([], []))

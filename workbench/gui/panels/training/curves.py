@@ -85,9 +85,6 @@ class CurvesWidget(QWidget):
             self._dirty = True
         return self.runs[run_id]
 
-    def add_rows(self, run_id: str, rows) -> None:
-        self.run(run_id).add_rows(rows)
-
     def add_columns(self, run_id: str, columns: dict) -> None:
         """A decoded metrics event: {name: (steps, values, times)}."""
         metrics = self.run(run_id)

@@ -63,7 +63,7 @@ class TrainingPanel(QWidget):
         self.runs: dict[str, dict] = {}  # run id -> list_runs() entry (plus live state)
         self.live_jobs: dict[str, str] = {}  # job id -> run id
         self.job_of_run: dict[str, str] = {}  # run id -> job id of a run training now
-        self._pending_rows: dict[str, list] = {}  # job id -> metric rows that came before the run dir
+        self._pending_columns: dict[str, list] = {}  # job id -> metrics events that came before the run dir
         self._build()
         self.refresh()
 
@@ -303,7 +303,7 @@ class TrainingPanel(QWidget):
             # A resumed run's earlier curve comes from the store; rows that are both there and in the live
             # stream are dropped as duplicates by RunMetrics.
             self._load_stored_metrics(run_id)
-            for columns in self._pending_rows.pop(record.job_id, []):
+            for columns in self._pending_columns.pop(record.job_id, []):
                 self.curves.add_columns(run_id, columns)
             self.select_run(run_id)
         if not record.active:
@@ -314,7 +314,7 @@ class TrainingPanel(QWidget):
                 self.job_of_run.pop(run_id, None)
                 if run_id in self.curves.runs:
                     self._load_stored_metrics(run_id, force=True)
-            self._pending_rows.pop(record.job_id, None)
+            self._pending_columns.pop(record.job_id, None)
             self.refresh()
             if run_id and run_id == self.selected_run_id():
                 self.show_details(run_id)
@@ -334,9 +334,9 @@ class TrainingPanel(QWidget):
                 self._update_live_row(run_id)
         elif job_id:
             # Metrics can overtake the job record's run folder by a moment; keep them until it arrives.
-            self._pending_rows.setdefault(job_id, []).append(columns)
-            if len(self._pending_rows) > 50:  # not ours after all (another task's metrics)
-                self._pending_rows.pop(next(iter(self._pending_rows)))
+            self._pending_columns.setdefault(job_id, []).append(columns)
+            if len(self._pending_columns) > 50:  # not ours after all (another task's metrics)
+                self._pending_columns.pop(next(iter(self._pending_columns)))
 
     def _update_live_row(self, run_id: str) -> None:
         """Epochs done and validation accuracy of a running run, from its live curves (no store read)."""
