@@ -8,11 +8,9 @@ unless --debug.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -24,97 +22,21 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-TRACEBACK = "Traceback (most recent call last)"
-ALLOWED_DATASETS = (
-    "digits",
-    "mnist",
-    "fashion_mnist",
-    "kmnist",
-    "cifar10",
-    "cifar100",
-    "svhn",
-    "imagefolder",
-    "fake",
+from cli_helpers import (  # noqa: F401
+    ALLOWED_DATASETS,
+    TRACEBACK,
+    _argv,
+    _env,
+    count_args,
+    expect,
+    integrity,
+    no_traceback,
+    one_json,
+    run_dirs,
+    wb,
 )
 
 pytestmark = pytest.mark.slow
-
-
-# -- helpers ---------------------------------------------------------------------------------------
-
-
-def _env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    # Deliberately a different folder from --workspace: the flag must win over the variable.
-    env["WORKBENCH_WORKSPACE"] = str(tmp_path / "env-workspace")
-    env.pop("COLUMNS", None)  # rich reads these; the tests want what a plain pipe gets
-    env.pop("LINES", None)
-    return env
-
-
-def _argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "workbench", *args]
-
-
-def count_args(**fields: object) -> list[str]:
-    """`diag count --set k=v ...` arguments."""
-    return ["diag", "count", *(arg for key, value in fields.items() for arg in ("--set", f"{key}={value}"))]
-
-
-def wb(
-    tmp_path: Path, *args: str, workspace: Path | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess:
-    """Run `workbench ARGS --workspace WS` in tmp_path and return the finished process."""
-    ws = workspace if workspace is not None else tmp_path / "ws"
-    return subprocess.run(
-        _argv(*args, "--workspace", str(ws)),
-        cwd=tmp_path,
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def one_json(proc: subprocess.CompletedProcess) -> dict:
-    """stdout must be exactly one JSON object: json.loads of the whole of it, nothing before or after."""
-    try:
-        result = json.loads(proc.stdout)
-    except ValueError as exc:
-        raise AssertionError(
-            f"stdout is not one JSON object ({exc}):\n{proc.stdout!r}\nstderr:\n{proc.stderr}"
-        ) from None
-    assert isinstance(result, dict), proc.stdout
-    assert "run_dir" in result and "status" in result, result
-    return result
-
-
-def no_traceback(proc: subprocess.CompletedProcess) -> None:
-    assert TRACEBACK not in proc.stdout, proc.stdout
-    assert TRACEBACK not in proc.stderr, proc.stderr
-
-
-def expect(proc: subprocess.CompletedProcess, code: int) -> None:
-    assert proc.returncode == code, (
-        f"exit {proc.returncode}, expected {code}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    )
-
-
-def run_dirs(workspace: Path) -> list[Path]:
-    runs = workspace / "runs"
-    return (
-        sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith("."))
-        if runs.is_dir()
-        else []
-    )
-
-
-def integrity(db: Path) -> str:
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute("PRAGMA integrity_check").fetchone()[0]
-    finally:
-        conn.close()
 
 
 # -- a run from start to delete --------------------------------------------------------------------
@@ -224,11 +146,12 @@ def test_killed_process_leaves_a_sound_run(tmp_path: Path):
     finally:
         conn.close()
     assert rows > 0 and last < 20
-    # The store still reads it: shown as the running run it was when it died.
+    # The store still reads it, and tells the truth: nobody owns it any more, so it was interrupted.
     shown = wb(tmp_path, "runs", "show", run_dir.name, "--json")
     expect(shown, 0)
     summary = json.loads(shown.stdout)
-    assert summary["status"] == "running"
+    assert summary["status"] == "interrupted" and "ended without finishing" in summary["message"]
+    assert summary["owner"] is None
     assert summary["report"] is None
     assert summary["last_metrics"]["value"][0] == last
 

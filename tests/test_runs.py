@@ -18,7 +18,7 @@ import pytest
 
 import workbench
 from workbench.errors import JobError, UsageError
-from workbench.runs import RunStore, atomic_write_text, atomic_writer
+from workbench.runs import LOCK_NAME, RunStore, atomic_write_text, atomic_writer
 from workbench.workspace import default_workspace, resolve_workspace
 
 try:
@@ -42,7 +42,8 @@ def store(tmp_path: Path) -> RunStore:
 
 
 def _temp_files(directory: Path) -> list[str]:
-    return [p.name for p in directory.iterdir() if p.name.startswith(".")]
+    # The owner lock is hidden on purpose but is no temp file: it stays for as long as the run does.
+    return [p.name for p in directory.iterdir() if p.name.startswith(".") and p.name != LOCK_NAME]
 
 
 # --- workspace ----------------------------------------------------------------------------------
@@ -101,7 +102,7 @@ def test_list_runs_newest_first_with_status(store):
     for kind in ("train", "quant", "export"):
         with store.create_run(kind, {}, task=f"{kind}.x") as run:
             ids.append(run.id)
-    with store.open_run(ids[1]) as run:
+    with store.open_run(ids[1], readonly=False) as run:
         run.set_status("failed", "loss is NaN at step 12")
     listed = store.list_runs()
     assert [e["id"] for e in listed] == ids[::-1]
@@ -300,12 +301,13 @@ def test_wal_mode_is_on(store):
 
 
 def test_corrupt_database_is_listed_unreadable(store):
-    good = store.create_run("train", {}, task="t")
+    good = store.create_run("train", {}, task="t")  # still open: its owner lives, so it reads as created
     bad = store.create_run("quant", {}, task="t")
-    good.close(), bad.close()
+    bad.close()
     db = bad.dir / "metrics.db"
     db.write_bytes(b"this is not sqlite at all" * 100)
     listed = {e["id"]: e for e in store.list_runs()}
+    good.close()
     assert listed[good.id]["status"] == "created"
     assert listed[bad.id]["status"] == "unreadable"
     assert str(db) in listed[bad.id]["message"]

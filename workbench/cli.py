@@ -7,9 +7,10 @@ Nothing heavy is imported at module level: `workbench gui` must not pay for torc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
-import signal
+import os
 import sys
 import threading
 from pathlib import Path
@@ -144,9 +145,55 @@ class _Progress:
             self.console.print(f"run folder: {content['run_dir']}", markup=False, highlight=False)
 
 
+class _ReservedStdout:
+    """With --json, stdout belongs to the one result object: everything else written there (a print in a
+    user's model file, a C library's chatter on fd 1) goes to stderr until the result is written."""
+
+    def __init__(self, active: bool):
+        self.active = active
+        self.fd: int | None = None
+        self._redirect = None
+
+    def __enter__(self) -> _ReservedStdout:
+        if not self.active:
+            return self
+        sys.stdout.flush()
+        try:
+            self.fd = os.dup(1)
+            os.dup2(2, 1)
+        except OSError:  # no real fd 1 (an embedding host): the Python-level redirect still holds
+            self.fd = None
+        self._redirect = contextlib.redirect_stdout(sys.stderr)
+        self._redirect.__enter__()
+        return self
+
+    def write_now(self, text: str) -> None:
+        """Write the result from any thread, even while the main thread is stuck (for a forced exit)."""
+        if self.fd is not None:
+            os.write(self.fd, text.encode("utf-8"))
+        else:
+            sys.__stdout__.write(text)
+            sys.__stdout__.flush()
+
+    def __exit__(self, *exc) -> None:
+        if not self.active:
+            return
+        self._redirect.__exit__(*exc)
+        sys.stdout.flush()
+        if self.fd is not None:
+            os.dup2(self.fd, 1)
+            os.close(self.fd)
+            self.fd = None
+
+
 def run_headless(task_name: str, spec, *, workspace: Path | None, as_json: bool, debug: bool,
                  resume: str | None = None) -> int:
-    """Run a task in this process with the same runner the worker uses; Ctrl-C cancels at the next step."""
+    """Run a task in this process with the same runner the worker uses.
+
+    Ctrl+C (or SIGTERM) once cancels at the next step; a second one stops at once (exit 130, or 143 for
+    SIGTERM) with the run marked cancelled, even when the job is stuck in user code.
+    """
+    from workbench.interrupts import JobInterrupts, exit_code_for, hard_exit
     from workbench.worker.registry import get_task
     from workbench.worker.runner import run_task
 
@@ -155,14 +202,30 @@ def run_headless(task_name: str, spec, *, workspace: Path | None, as_json: bool,
     except UsageError:
         raise JobError(f"this build has no {task_name!r} task yet, so this job cannot run") from None
     stop = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
-    try:
-        with _Progress(task_name) as progress:
+    seen: dict = {"run_dir": None}
+
+    with _ReservedStdout(as_json) as stdout:
+        def force(signum: int) -> None:
+            message = "stopped at once by a second interrupt; the run keeps what it had saved (resume it from its last checkpoint)"
+            if seen["run_dir"]:
+                from workbench.runs import force_end_own_run
+
+                force_end_own_run(seen["run_dir"], "cancelled", message)
+            result = {"run_dir": seen["run_dir"], "status": "cancelled",
+                      "error": {"type": "JobCancelled", "message": message}}
+            print(f"workbench: {message}", file=sys.stderr, flush=True)
+            stdout.write_now(json.dumps(result, default=str) + "\n" if as_json
+                             else json.dumps(result, indent=2, default=str) + "\n")
+            hard_exit(exit_code_for(signum))
+
+        with _Progress(task_name) as progress, JobInterrupts(stop, force):
+            def emit(msg_type: str, content: dict, buffers: list) -> None:
+                if msg_type == "status" and content.get("run_dir"):
+                    seen["run_dir"] = content["run_dir"]
+                progress.emit(msg_type, content, buffers)
+
             spec_data = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
-            result = run_task(task, spec_data, emit=progress.emit, stop_event=stop, workspace=workspace,
-                              resume=resume)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+            result = run_task(task, spec_data, emit=emit, stop_event=stop, workspace=workspace, resume=resume)
     if debug and result.get("traceback"):
         print(result["traceback"], file=sys.stderr)
     result.pop("traceback", None)
@@ -284,7 +347,10 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"run_dir": None, "status": "failed", "error": exc.to_dict()}))
         print(f"workbench: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a real Ctrl+C outside a job (a job's own are handled in run_headless)
+        if as_json:
+            print(json.dumps({"run_dir": None, "status": "cancelled",
+                              "error": {"type": "KeyboardInterrupt", "message": "interrupted"}}))
         print("workbench: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug of ours: say so briefly; the traceback is one flag away

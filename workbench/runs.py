@@ -12,8 +12,10 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -28,9 +30,18 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; runs are then not guarded against a second writer
+    fcntl = None
+
 STATUSES = ("created", "running", "done", "failed", "cancelled")
+# What a reader may see besides STATUSES: derived from a free owner lock, never stored.
+INTERRUPTED = "interrupted"
+LIVE_STATUSES = ("created", "running")
 SCHEMA_VERSION = 1
 DB_NAME = "metrics.db"
+LOCK_NAME = ".owner.lock"
 _RUN_ID = re.compile(r"^(\d{8}-\d{6})-(.+)-([0-9a-f]{6})$")
 
 
@@ -111,6 +122,20 @@ def _list_files(directory: Path) -> list[str]:
     )
 
 
+def read_text_file(path: Path, what: str) -> str:
+    """A run's UTF-8 text file; FileNotFoundError passes through, every other problem is named."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise
+    except IsADirectoryError:
+        raise JobError(f"{what} {path} is a folder, not a file; move it away and the run reads again.") from None
+    except UnicodeDecodeError as exc:
+        raise JobError(f"{what} {path} is not UTF-8 text (byte {exc.start}): the file is damaged.") from None
+    except OSError as exc:
+        raise JobError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
+
+
 def _real(value: float | None) -> float:
     # SQLite stores NaN as NULL; the only NULLs in metrics.value come from NaN.
     return math.nan if value is None else value
@@ -158,28 +183,189 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
+# --- ownership -------------------------------------------------------------------------------------
+# A run has one owner: the process that runs its job holds an exclusive flock on <run>/.owner.lock for
+# as long as the job lives. The kernel drops the lock when that process dies, however it dies (SIGKILL,
+# os._exit, a segfault), so "running" with a free lock can only mean the run was interrupted.
+
+
+class RunBusyError(JobError):
+    """Another live process owns the run: a second writer or a delete must wait for it or stop it."""
+
+
+def _describe_owner(info: dict) -> str:
+    parts = [f"pid {info['pid']}" if info.get("pid") else "", f"on {info['host']}" if info.get("host") else "",
+             f"since {info['since']}" if info.get("since") else ""]
+    return " ".join(p for p in parts if p) or "another process"
+
+
+def _read_owner_info(fd: int) -> dict:
+    try:
+        data = os.pread(fd, 4096, 0)
+        info = json.loads(data.decode("utf-8")) if data else {}
+        return info if isinstance(info, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+class RunOwner:
+    """The exclusive lock that makes this process the one writer of a run; `release()` (or exit) frees it."""
+
+    def __init__(self, run_dir: Path, fd: int | None):
+        self.run_dir = run_dir
+        self._fd = fd
+
+    @classmethod
+    def acquire(cls, run_dir: str | Path, *, wait: float = 0.5, doing: str = "write to it") -> RunOwner:
+        """Take the lock, retrying for `wait` seconds; raises RunBusyError naming the live owner."""
+        run_dir = Path(run_dir)
+        if fcntl is None:
+            return cls(run_dir, None)
+        path = run_dir / LOCK_NAME
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise JobError(f"Cannot lock run {run_dir.name} ({path}): {exc.strerror or exc}") from exc
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                # A reader's brief shared probe (run_owner) also blocks us: retry before calling it busy.
+                if time.monotonic() < deadline:
+                    time.sleep(0.02)
+                    continue
+                info = _read_owner_info(fd)
+                os.close(fd)
+                raise RunBusyError(
+                    f"Run {run_dir.name} is in use by a running job ({_describe_owner(info)}); "
+                    f"stop it first, or wait for it to finish, before you {doing}."
+                ) from None
+            except OSError as exc:
+                os.close(fd)
+                raise JobError(f"Cannot lock run {run_dir.name} ({path}): {exc.strerror or exc}") from exc
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "since": _now()}
+        with contextlib.suppress(OSError):  # who holds it is for messages only
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(info).encode("utf-8"), 0)
+        return cls(run_dir, fd)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)  # closing the last descriptor drops the flock
+
+
+def run_owner(run_dir: str | Path) -> dict | None:
+    """{pid, host, since} of the live process that owns the run, or None when nobody does.
+
+    Read-only: a shared, non-blocking probe of the lock, which works on a read-only workspace too.
+    """
+    if fcntl is None:
+        return None
+    try:
+        fd = os.open(Path(run_dir) / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return None  # no lock file: a run made before locks existed, or a half-made one; nobody owns it
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_owner_info(fd)
+        except OSError:
+            return None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def interrupted_message(run_id: str, task: str | None) -> str:
+    resume = f" Resume it with `workbench train --resume {run_id}`." if task and task.startswith("train") else ""
+    return ("The process running it ended without finishing (it was killed, crashed or the machine stopped); "
+            f"metrics and checkpoints up to then are kept.{resume}")
+
+
+def effective_status(run_dir: str | Path, status: str, message: str, task: str | None) -> tuple[str, str]:
+    """What a reader should show: a live status whose owner is gone reads as interrupted."""
+    if status in LIVE_STATUSES and run_owner(run_dir) is None:
+        return INTERRUPTED, interrupted_message(Path(run_dir).name, task)
+    return status, message
+
+
+def _record_end(run: Run, status: str, message: str, error_type: str) -> bool:
+    if run.status not in LIVE_STATUSES:
+        return False  # it ended properly after all; its own report is the truth
+    error = {"type": error_type, "message": message}
+    run.log_event("error", error)
+    report = {"run_dir": str(run.dir), "status": status, "error": error}
+    with contextlib.suppress(JobError, OSError):
+        report = {**(run.read_report() or {}), **report}
+    run.write_report(report)
+    run.set_status(status, message)
+    return True
+
+
+def mark_run_ended(run_dir: str | Path, status: str, message: str, *, error_type: str = "WorkerDied") -> bool:
+    """Record on disk how a run ended when its owner could not (its worker was killed or force-stopped).
+
+    Takes the owner lock first, so a run whose job still lives is never touched; returns whether it wrote.
+    """
+    try:
+        # The dead worker's lock is dropped as its process is reaped; a little patience covers the gap.
+        owner = RunOwner.acquire(run_dir, wait=3.0, doing="mark it ended")
+    except JobError:
+        return False
+    try:
+        with Run(run_dir, owner=owner) as run:
+            return _record_end(run, status, message, error_type)
+    except (JobError, OSError, sqlite3.Error):
+        return False
+    finally:
+        owner.release()
+
+
+def force_end_own_run(run_dir: str | Path, status: str, message: str, *, error_type: str = "JobCancelled") -> bool:
+    """The owner's last word before a hard exit: mark its own run ended, best effort and quickly.
+
+    The lock is this process's own, so it is not taken again; the stuck job may hold the database's
+    write lock, so this waits one second at most. If it cannot write, the exit frees the owner lock
+    and readers see the run as interrupted: still the truth.
+    """
+    try:
+        with Run(run_dir, timeout=1.0) as run:
+            return _record_end(run, status, message, error_type)
+    except Exception:  # noqa: BLE001 - nothing may stop the exit that follows
+        return False
+
+
 class Run:
     """One run directory: spec.toml, metrics.db, checkpoints/, artifacts/, report.json.
 
-    Safe to share between threads; several processes may read while one writes (WAL).
+    Safe to share between threads; several processes may read while one writes (WAL). A reader opens
+    it with `readonly=True` and changes nothing, not even the database file's size or mode; the writer
+    holds a RunOwner (from `claim()` or the store's `create_run`).
     """
 
-    def __init__(self, run_dir: str | Path):
+    def __init__(self, run_dir: str | Path, *, readonly: bool = False, owner: RunOwner | None = None,
+                 timeout: float = 10.0):
         self.dir = Path(run_dir).absolute()
+        self._timeout = timeout
         self.id = self.dir.name
+        self.readonly = readonly
+        self._owner = owner
         self._db_path = self.dir / DB_NAME
         self._lock = threading.RLock()
         if not self._db_path.is_file():
             raise JobError(f"Run database {self._db_path} is missing.")
         try:
-            # mode=rw: opening must never create an empty database in place of a missing one.
-            self._conn = sqlite3.connect(
-                f"{self._db_path.as_uri()}?mode=rw",
-                uri=True,
-                check_same_thread=False,
-                isolation_level=None,
-                timeout=10,
-            )
+            self._conn = self._connect()
         except sqlite3.Error as exc:
             raise JobError(f"Run database {self._db_path} cannot be opened: {exc}") from exc
         try:
@@ -191,11 +377,40 @@ class Run:
         self.kind = meta.get("kind", "")
         self.task = meta.get("task", "")
 
+    def _connect(self) -> sqlite3.Connection:
+        def connect(query: str) -> sqlite3.Connection:
+            return sqlite3.connect(f"{self._db_path.as_uri()}?{query}", uri=True, check_same_thread=False,
+                                   isolation_level=None, timeout=self._timeout)
+
+        if not self.readonly:
+            # mode=rw: opening must never create an empty database in place of a missing one.
+            return connect("mode=rw")
+        wal = self._db_path.with_name(DB_NAME + "-wal")
+        try:
+            wal_has_data = wal.stat().st_size > 0
+        except OSError:
+            wal_has_data = False
+        if not wal_has_data and run_owner(self.dir) is None:
+            # Nobody writes and every commit is in the main file: read it as immutable, which creates no
+            # -wal/-shm files beside it (a reader must leave a finished run's folder exactly as it was).
+            return connect("mode=ro&immutable=1")
+        # A live writer, or commits still in the WAL (a killed job): only a WAL-aware read sees them all.
+        conn = connect("mode=ro")
+        try:
+            conn.execute("PRAGMA user_version").fetchone()
+            return conn
+        except sqlite3.OperationalError:
+            # A WAL database on a read-only file system has no -shm to share and cannot make one; nobody
+            # can be writing there, so reading it as immutable is both possible and exact.
+            conn.close()
+            return connect("mode=ro&immutable=1")
+
     def _check_schema(self) -> None:
         try:
             # The first statement reads the header: a damaged or foreign file fails here.
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
+            if not self.readonly:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute("PRAGMA synchronous=NORMAL")
             version = self._conn.execute("PRAGMA user_version").fetchone()[0]
             tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         except sqlite3.DatabaseError as exc:
@@ -209,6 +424,19 @@ class Run:
             raise JobError(
                 f"Run database {self._db_path} was written by a newer workbench (schema {version})."
             )
+
+    # ownership
+
+    def claim(self, *, doing: str = "write to it") -> None:
+        """Become the run's one writer (for a resume); raises RunBusyError while another job owns it."""
+        if self.readonly:
+            raise ValueError("a run opened read-only cannot be claimed")
+        if self._owner is None or not self._owner.held:
+            self._owner = RunOwner.acquire(self.dir, doing=doing)
+
+    @property
+    def owned(self) -> bool:
+        return self._owner is not None and self._owner.held
 
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
@@ -288,20 +516,25 @@ class Run:
 
     def read_report(self) -> dict | None:
         try:
-            text = self.report_path.read_text(encoding="utf-8")
+            text = read_text_file(self.report_path, "Run report")
         except FileNotFoundError:
             return None
         try:
-            return json.loads(text)
+            report = json.loads(text)
         except ValueError as exc:
             raise JobError(f"Run report {self.report_path} is not valid JSON: {exc}") from exc
+        if not isinstance(report, dict):
+            raise JobError(f"Run report {self.report_path} is not a JSON object (it holds a {type(report).__name__}).")
+        return report
 
     def read_spec(self) -> dict:
         try:
-            return tomllib.loads(self.spec_path.read_text(encoding="utf-8"))
+            text = read_text_file(self.spec_path, "Run spec")
         except FileNotFoundError as exc:
             raise JobError(f"Run spec {self.spec_path} is missing.") from exc
-        except (ValueError, UnicodeDecodeError) as exc:
+        try:
+            return tomllib.loads(text)
+        except ValueError as exc:
             raise JobError(f"Run spec {self.spec_path} is not valid TOML: {exc}") from exc
 
     def read_new_metrics(self, since_rowid: int = 0) -> tuple[dict[str, tuple[list[int], list[float]]], int]:
@@ -361,6 +594,7 @@ class Run:
     def summary(self) -> dict:
         """Everything `workbench runs show` prints; a broken spec or report is reported, not raised."""
         meta = self._meta()
+        status, message = effective_status(self.dir, meta.get("status", ""), meta.get("message", ""), self.task)
         problems = []
         spec = report = None
         try:
@@ -377,8 +611,9 @@ class Run:
             "id": self.id,
             "kind": self.kind,
             "task": self.task,
-            "status": meta.get("status", ""),
-            "message": meta.get("message", ""),
+            "status": status,
+            "message": message,
+            "owner": run_owner(self.dir),
             "created": meta.get("created"),
             "updated": meta.get("updated"),
             "run_dir": str(self.dir),
@@ -394,6 +629,8 @@ class Run:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            if self._owner is not None:
+                self._owner.release()  # after the database is closed: the next owner finds it quiet
 
     def __enter__(self) -> Run:
         return self
@@ -428,42 +665,61 @@ class RunStore:
             final = self.runs_dir / run_id
             if not final.exists():
                 break
-        # Built under a hidden name and renamed at the end, so list_runs never sees a half-made run.
+        # Built under a hidden name and renamed at the end, so list_runs never sees a half-made run. The
+        # owner lock is taken before the rename (flock follows the file), so no reader ever sees it unowned.
         staging = self.runs_dir / f".creating-{run_id}"
+        owner = None
         try:
             staging.mkdir()
             (staging / "checkpoints").mkdir()
             (staging / "artifacts").mkdir()
             atomic_write_text(staging / "spec.toml", spec_text)
             _init_db(staging / DB_NAME, kind, task, now.isoformat())
+            owner = RunOwner.acquire(staging)
             os.rename(staging, final)
-        except (OSError, sqlite3.Error) as exc:
+        except (OSError, sqlite3.Error, JobError) as exc:
+            if owner is not None:
+                owner.release()
             shutil.rmtree(staging, ignore_errors=True)
             raise JobError(f"Cannot create run {run_id} in {self.runs_dir}: {exc}") from exc
         _fsync_dir(self.runs_dir)
-        return Run(final)
+        owner.run_dir = final
+        return Run(final, owner=owner)
+
+    def _is_inside(self, path: Path) -> bool:
+        # A symlink in runs/ that leads out of the workspace is not one of our runs (and never deleted).
+        try:
+            return path.resolve().parent == self.runs_dir.resolve()
+        except OSError:
+            return False
 
     def _run_dirs(self) -> list[Path]:
         if not self.runs_dir.is_dir():
             return []
-        return [p for p in self.runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        return [p for p in self.runs_dir.iterdir()
+                if p.is_dir() and not p.name.startswith(".") and (not p.is_symlink() or self._is_inside(p))]
 
     def list_runs(self) -> list[dict]:
-        """Newest first; a run that cannot be read is listed with status "unreadable", never raised."""
+        """Newest first; a run that cannot be read is listed with status "unreadable", never raised.
+
+        Read-only: listing changes no file, and works on a read-only workspace.
+        """
         entries = []
         for run_dir in self._run_dirs():
             try:
-                with Run(run_dir) as run:
+                with Run(run_dir, readonly=True) as run:
                     meta = run._meta()
+                status, message = effective_status(run_dir, meta.get("status", ""), meta.get("message", ""),
+                                                   meta.get("task"))
                 entry = {
                     "id": run_dir.name,
                     "kind": meta.get("kind"),
                     "task": meta.get("task"),
-                    "status": meta.get("status", ""),
+                    "status": status,
                     "created": meta.get("created"),
                     "updated": meta.get("updated"),
                     "run_dir": str(run_dir),
-                    "message": meta.get("message", ""),
+                    "message": message,
                 }
             except (JobError, OSError, sqlite3.Error) as exc:
                 entry = self._unreadable_entry(run_dir, str(exc))
@@ -501,7 +757,10 @@ class RunStore:
             and (self.runs_dir / ref).is_dir()
             and not ref.startswith(".")
         ):
-            return self.runs_dir / ref
+            candidate = self.runs_dir / ref
+            if candidate.is_symlink() and not self._is_inside(candidate):
+                raise UsageError(f"{candidate} is a link to a folder outside the workspace, not a run.")
+            return candidate
         as_path = Path(ref).expanduser()
         if as_path.is_dir():
             if not (as_path / DB_NAME).exists() and not (as_path / "spec.toml").exists():
@@ -517,15 +776,25 @@ class RunStore:
             raise UsageError(f"Run {ref!r} is ambiguous: it matches {shown}.")
         return self.runs_dir / candidates[0]
 
-    def open_run(self, ref: str) -> Run:
-        return Run(self.resolve(ref))
+    def open_run(self, ref: str, *, readonly: bool = True) -> Run:
+        """Open a run to read (the default: changes nothing) or, with readonly=False, to write after claim()."""
+        return Run(self.resolve(ref), readonly=readonly)
 
     def delete_run(self, ref: str) -> None:
-        """Delete a run directory; works on unreadable runs too, but only inside this workspace."""
-        run_dir = self.resolve(ref).resolve()
-        if run_dir.parent != self.runs_dir.resolve():
+        """Delete a run directory; works on unreadable runs too, but only inside this workspace.
+
+        A run whose job still lives is refused (RunBusyError, exit code 1): its owner must stop first.
+        """
+        run_dir = self.resolve(ref)
+        if not self._is_inside(run_dir) or run_dir.resolve().parent != self.runs_dir.resolve():
             raise UsageError(f"Refusing to delete {run_dir}: it is not a run in {self.runs_dir}.")
+        run_dir = run_dir.resolve()
+        # Held through the delete, so no job can start writing into the folder as it goes.
+        owner = RunOwner.acquire(run_dir, doing="delete it") if (run_dir / LOCK_NAME).exists() else None
         try:
             shutil.rmtree(run_dir)
         except OSError as exc:
             raise JobError(f"Cannot delete run {run_dir}: {exc}") from exc
+        finally:
+            if owner is not None:
+                owner.release()

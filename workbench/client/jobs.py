@@ -86,13 +86,23 @@ class JobTable:
                 return None
             return replace(record)
 
-    def fail_active(self, message: str, error_type: str = "WorkerDied") -> list[JobRecord]:
-        """Mark every unfinished job failed, e.g. 'worker exited: SIGKILL'."""
+    def fail_active(self, message: str, error_type: str = "WorkerDied", *,
+                    cancelled: dict[str, str] | None = None) -> list[JobRecord]:
+        """Mark every unfinished job failed, e.g. 'worker exited: SIGKILL'.
+
+        `cancelled` maps job ids to a message: those jobs were stopped on purpose (a force stop), so they
+        end cancelled, not failed.
+        """
+        cancelled = cancelled or {}
         with self._lock:
-            failed = [r for r in self._jobs.values() if r.active]
-            for record in failed:
-                self._finish(record, "failed", {"type": error_type, "message": message}, None)
-            return [replace(r) for r in failed]
+            ended = [r for r in self._jobs.values() if r.active]
+            for record in ended:
+                if record.job_id in cancelled:
+                    self._finish(record, "cancelled", {"type": "JobCancelled", "message": cancelled[record.job_id]},
+                                 None)
+                else:
+                    self._finish(record, "failed", {"type": error_type, "message": message}, None)
+            return [replace(r) for r in ended]
 
     @staticmethod
     def _finish(record: JobRecord, state: str, error: dict | None, result: dict | None) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from workbench.client.client import WorkerClient
 from workbench.client.jobs import JobRecord, JobTable
 from workbench.protocol import ConnectionInfo, Message
+from workbench.runs import mark_run_ended
 
 log = logging.getLogger(__name__)
 Listener = Callable[[str, object], None]  # ("state", (state, detail)) | ("message", Message) | ("job", JobRecord)
@@ -178,8 +179,7 @@ class WorkerManager:
         if client is not None:
             client.close()
         tail = self._stderr_tail()
-        for record in self.jobs.fail_active(reason):
-            self._notify("job", record)
+        self._end_jobs(self.jobs.fail_active(reason))
         self._set_state("dead", reason + (tail if tail and "Traceback" in tail else ""))
         if self._may_restart():
             self._set_state("restarting", reason)
@@ -194,13 +194,39 @@ class WorkerManager:
         self._restarts.append(now)
         return True
 
-    def restart(self, wait: bool = False) -> bool:
-        """A user-requested restart: stop whatever runs (failing its jobs) and start afresh."""
-        self.shutdown()
+    def restart(self, wait: bool = False, *, cancelled: dict[str, str] | None = None,
+                shutdown_timeout: float = 2.0) -> bool:
+        """A user-requested restart: stop whatever runs (failing its jobs, or ending the `cancelled` ones as
+        cancelled) and start afresh. Their runs are marked on disk too."""
+        self.shutdown(timeout=shutdown_timeout)
         self._restarts.clear()
-        for record in self.jobs.fail_active("worker restarted by the user"):
-            self._notify("job", record)
+        self._end_jobs(self.jobs.fail_active("worker restarted by the user", "WorkerRestarted",
+                                             cancelled=cancelled))
         return self.start(wait=wait)
+
+    def force_stop(self, job_id: str, wait: bool = False) -> bool:
+        """Stop a job that ignores cancel (a hung forward, say) the only sure way: restart its worker.
+
+        The job ends cancelled, its run marked so on disk and resumable from its last checkpoint; any other
+        job of this worker fails with "worker restarted by the user". The window asks before calling this.
+        """
+        record = self.jobs.get(job_id)
+        if record is None or not record.active:
+            return False
+        message = "force-stopped: it did not respond to cancel, so its worker was restarted; resume it from its last checkpoint"
+        # The user already waited out the cancel; no need for a slow, polite escalation.
+        return self.restart(wait=wait, cancelled={job_id: message}, shutdown_timeout=0.5)
+
+    def _end_jobs(self, records: list[JobRecord]) -> None:
+        """Tell listeners, and write the end into each job's run: its worker can no longer say it itself."""
+        for record in records:
+            if record.run_dir:
+                try:
+                    mark_run_ended(record.run_dir, record.state, record.error_message,
+                                   error_type=(record.error or {}).get("type", "WorkerDied"))
+                except Exception:  # the run folder may be gone or unwritable; the job list still tells
+                    log.exception("could not mark run %s %s", record.run_dir, record.state)
+            self._notify("job", record)
 
     # -- jobs ------------------------------------------------------------------------------------
     def submit(self, task: str, spec: dict | None = None, workspace: str | Path | None = None, *,

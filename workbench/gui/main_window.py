@@ -70,6 +70,28 @@ class WorkerBanner(QFrame):
         self.show()
 
 
+def describe_job(record: JobRecord) -> str:
+    """One line naming a job for a question the user must answer: its task, run and progress."""
+    where = f" (run {Path(record.run_dir).name})" if record.run_dir else ""
+    progress = f", {record.fraction:.0%} done" if record.fraction is not None else ""
+    return f"{record.task}{where}: {record.state}{progress}"
+
+
+def confirm_stop_jobs(parent, title: str, lead: str, jobs: list[JobRecord], action: str) -> bool:
+    """Ask before an action that stops `jobs`, naming each; the default answer keeps them running."""
+    names = "\n".join(f"  • {describe_job(r)}" for r in jobs[:8]) + (
+        f"\n  … and {len(jobs) - 8} more" if len(jobs) > 8 else "")
+    box = QMessageBox(QMessageBox.Warning, title,
+                      f"{lead} {'this job' if len(jobs) == 1 else f'these {len(jobs)} jobs'}:\n{names}\n\n"
+                      "A stopped run is marked on disk; a training run can be resumed from its last checkpoint.",
+                      parent=parent)
+    go = box.addButton(action, QMessageBox.DestructiveRole)
+    keep = box.addButton("Keep running", QMessageBox.RejectRole)
+    box.setDefaultButton(keep)
+    box.exec()
+    return box.clickedButton() is go
+
+
 class MainWindow(QMainWindow):
     def __init__(self, manager: WorkerManager, workspace: str | Path, settings: Settings | None = None):
         super().__init__()
@@ -89,7 +111,7 @@ class MainWindow(QMainWindow):
         self.status_light.set_state(manager.state, manager.detail)
         self._elapsed_timer = QTimer(self)
         self._elapsed_timer.setInterval(1000)
-        self._elapsed_timer.timeout.connect(self.jobs_panel.model.refresh_elapsed)
+        self._elapsed_timer.timeout.connect(self.jobs_panel.refresh)
         self._elapsed_timer.start()
         self.statusBar().showMessage(f"Workspace: {self.workspace}")
         if manager.state == "ready":  # the worker was up before the window (tests, attach mode)
@@ -188,6 +210,7 @@ class MainWindow(QMainWindow):
         self.status_light.restart_requested.connect(self.restart_worker)
         self.banner.restart_button.clicked.connect(self.restart_worker)
         self.jobs_panel.cancel_requested.connect(self._on_jobs_cancel_requested)
+        self.jobs_panel.force_stop_requested.connect(self._on_jobs_force_stop_requested)
         self.jobs_panel.open_run_requested.connect(self._on_jobs_open_run_requested)
         self.device_picker.device_chosen.connect(lambda device: self.settings.set("device", device))
         self.runs_panel.status_message.connect(self.statusBar().showMessage)
@@ -305,7 +328,15 @@ class MainWindow(QMainWindow):
         if record:
             self.log_panel.append("Started the worker self-test")
 
+    def _user_jobs(self) -> list[JobRecord]:
+        return [r for r in self.manager.jobs.active() if not r.internal]
+
     def restart_worker(self) -> None:
+        """Restart the worker; when it has jobs, ask first and name them (a restart stops them)."""
+        jobs = self._user_jobs()
+        if jobs and not confirm_stop_jobs(self, "Restart the worker?", "Restarting the worker stops", jobs,
+                                          "Restart worker"):
+            return
         self.log_panel.append("Restarting the worker…", "warning")
         self.banner.hide()
         self.manager.restart(wait=False)
@@ -366,7 +397,26 @@ class MainWindow(QMainWindow):
 
     def _on_jobs_cancel_requested(self, job_id: str) -> None:
         self.manager.cancel(job_id)
+        self.jobs_panel.note_cancel_requested(job_id)
         self.statusBar().showMessage("Cancel requested; the job stops at its next step", 4000)
+
+    def _on_jobs_force_stop_requested(self, job_id: str) -> None:
+        record = self.manager.jobs.get(job_id)
+        if record is None or not record.active:
+            return
+        others = [r for r in self._user_jobs() if r.job_id != job_id]
+        question = (f"Force-stop {describe_job(record)}?\n\nIt has not answered its cancel, so the only way to "
+                    "stop it is to restart the worker. Its run is marked cancelled and can be resumed from its "
+                    "last checkpoint.")
+        if others and not confirm_stop_jobs(self, "Force stop", question + "\n\nThe restart also stops", others,
+                                            "Force stop"):
+            return
+        if not others and QMessageBox.question(self, "Force stop", question, QMessageBox.Yes | QMessageBox.No,
+                                               QMessageBox.No) != QMessageBox.Yes:
+            return
+        self.log_panel.append(f"Force-stopping {describe_job(record)} by restarting the worker", "warning")
+        self.banner.hide()
+        self.manager.force_stop(job_id)
 
     def _on_jobs_open_run_requested(self, run_dir: str) -> None:
         run_id = Path(run_dir).name

@@ -41,6 +41,14 @@ def _drive(task: TaskInfo, spec, ctx: TaskContext):
     return out
 
 
+def _describe_escape(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return (f"the job's code called sys.exit({exc.code!r}); a model or task must raise an exception "
+                "instead, so the run can be reported")
+    return ("the job's code raised KeyboardInterrupt; to stop a job use Cancel (Ctrl+.) in the window, "
+            "or Ctrl+C on the command line")
+
+
 def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threading.Event | None = None,
              workspace: str | Path | None = None, job_id: str = "", resume: str | Path | None = None) -> dict:
     """Run a task and return its result: always `status` and `run_dir`, plus `error` when it failed.
@@ -56,9 +64,16 @@ def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threadi
         if resume is not None:
             from workbench.runs import RunStore, atomic_write_text
 
-            run = RunStore(Path(workspace) if workspace else Path(resume).parent.parent).open_run(str(resume))
-            if run.task != task.name:
-                raise UsageError(f"{run.dir} is a {run.task} run; it cannot be resumed as {task.name}")
+            opened = RunStore(Path(workspace) if workspace else Path(resume).parent.parent).open_run(
+                str(resume), readonly=False)
+            try:
+                if opened.task != task.name:
+                    raise UsageError(f"{opened.dir} is a {opened.task} run; it cannot be resumed as {task.name}")
+                opened.claim(doing="resume it")  # one writer per run: a second resume is refused here
+            except BaseException:
+                opened.close()
+                raise
+            run = opened
             if hasattr(spec, "to_toml"):  # the spec may have grown (more epochs, say): keep the file true
                 atomic_write_text(run.spec_path, spec.to_toml())
             run.set_status("running")
@@ -92,6 +107,12 @@ def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threadi
         result.update(status="failed", error=exc.to_dict())
     except Exception as exc:  # a bug or an unexpected failure inside user code: report it, keep the worker
         result.update(status="failed", error={"type": type(exc).__name__, "message": str(exc) or repr(exc)})
+        result["traceback"] = traceback.format_exc()
+    except (SystemExit, KeyboardInterrupt) as exc:
+        # Raised by the task's own code (a user's model file calling sys.exit, say): the worker and the
+        # command line install their own Ctrl+C handlers, so a real Ctrl+C never arrives as an exception.
+        # Letting it through would end the worker, or the CLI with an exit code and no result.
+        result.update(status="failed", error={"type": type(exc).__name__, "message": _describe_escape(exc)})
         result["traceback"] = traceback.format_exc()
     result["elapsed_s"] = round(time.time() - started, 6)
     if run is not None:

@@ -1,4 +1,5 @@
-"""The jobs list: every job this window started, with live progress, state, and cancel."""
+"""The jobs list: every job this window started, with live progress, state, cancel, and a force stop for a
+job that does not answer its cancel (a hung model): that one restarts the worker."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ from workbench.client import JobRecord
 from workbench.gui.theme import JOB_STATE_COLOURS
 
 COLUMNS = ("Task", "State", "Progress", "Elapsed", "Details")
+# How long a cancel may go unanswered before the row offers "Force stop". A training step is well under
+# a second, so ten seconds without reaching a step boundary means the job's own code is stuck.
+CANCEL_GRACE_S = 10.0
 
 
 def _elapsed(record: JobRecord) -> str:
@@ -35,6 +39,26 @@ class JobsItemModel(QAbstractTableModel):
         super().__init__(parent)
         self._records: list[JobRecord] = []
         self._rows: dict[str, int] = {}
+        self._cancel_requested: dict[str, float] = {}  # job id -> monotonic time of the first cancel
+        self.cancel_grace_s = CANCEL_GRACE_S
+
+    def note_cancel_requested(self, job_id: str) -> None:
+        self._cancel_requested.setdefault(job_id, time.monotonic())
+        self._changed(job_id)
+
+    def cancel_pending_s(self, record: JobRecord) -> float | None:
+        """Seconds since this still-active job was asked to cancel, or None."""
+        since = self._cancel_requested.get(record.job_id)
+        return None if since is None or not record.active else time.monotonic() - since
+
+    def needs_force_stop(self, record: JobRecord) -> bool:
+        pending = self.cancel_pending_s(record)
+        return pending is not None and pending >= self.cancel_grace_s
+
+    def _changed(self, job_id: str) -> None:
+        row = self._rows.get(job_id)
+        if row is not None:
+            self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
 
     def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802 (Qt override)
         return 0 if parent.isValid() else len(self._records)
@@ -67,6 +91,12 @@ class JobsItemModel(QAbstractTableModel):
             if column == "Elapsed":
                 return _elapsed(record)
             if column == "Details":
+                pending = self.cancel_pending_s(record)
+                if pending is not None and pending >= self.cancel_grace_s:
+                    return (f"not responding to cancel for {pending:.0f} s (stuck in the model's code?): "
+                            "Force stop restarts the worker; the run can be resumed")
+                if pending is not None:
+                    return f"stopping at its next step (cancel requested {pending:.0f} s ago)"
                 return record.error_message or record.text or (record.run_dir or "")
         if role == Qt.UserRole and column == "Progress":
             return record.fraction
@@ -101,8 +131,9 @@ class JobsItemModel(QAbstractTableModel):
     def refresh_elapsed(self) -> None:
         active = [i for i, r in enumerate(self._records) if r.active]
         if active:
-            col = COLUMNS.index("Elapsed")
-            self.dataChanged.emit(self.index(min(active), col), self.index(max(active), col))
+            # Details too: it counts the seconds a cancel has gone unanswered.
+            self.dataChanged.emit(self.index(min(active), COLUMNS.index("Elapsed")),
+                                  self.index(max(active), COLUMNS.index("Details")))
 
 
 class ProgressDelegate(QStyledItemDelegate):
@@ -123,6 +154,7 @@ class ProgressDelegate(QStyledItemDelegate):
 
 class JobsPanel(QWidget):
     cancel_requested = Signal(str)  # job_id
+    force_stop_requested = Signal(str)  # job_id: the window confirms, then restarts the worker
     open_run_requested = Signal(str)  # run_dir
 
     def __init__(self, parent=None):
@@ -144,10 +176,17 @@ class JobsPanel(QWidget):
         self.cancel_button.setToolTip("Stop the selected job at its next step (Ctrl+.)")
         self.cancel_button.setShortcut(QKeySequence("Ctrl+."))
         self.cancel_button.setEnabled(False)
+        self.force_button = QPushButton("Force stop", self)
+        self.force_button.setToolTip(
+            f"Offered when a cancelled job has not stopped within {CANCEL_GRACE_S:.0f} s (a model stuck in its "
+            "own code). Restarts the worker: the run is marked cancelled and can be resumed from its last "
+            "checkpoint; other jobs of the worker stop too.")
+        self.force_button.setVisible(False)
         self.clear_button = QPushButton("Clear finished", self)
         self.clear_button.setToolTip("Remove finished, failed and cancelled jobs from this list (their runs stay)")
         buttons = QHBoxLayout()
         buttons.addWidget(self.cancel_button)
+        buttons.addWidget(self.force_button)
         buttons.addWidget(self.clear_button)
         buttons.addStretch(1)
         layout = QVBoxLayout(self)
@@ -155,6 +194,7 @@ class JobsPanel(QWidget):
         layout.addLayout(buttons)
         layout.addWidget(self.view)
         self.cancel_button.clicked.connect(self._on_cancel_clicked)
+        self.force_button.clicked.connect(self._on_force_clicked)
         self.clear_button.clicked.connect(self.model.clear_finished)
         self.view.selectionModel().selectionChanged.connect(self._update_buttons)
         self.model.dataChanged.connect(self._update_buttons)
@@ -168,14 +208,39 @@ class JobsPanel(QWidget):
         rows = self.view.selectionModel().selectedRows()
         return self.model.record(rows[0].row()) if rows else None
 
+    def note_cancel_requested(self, job_id: str) -> None:
+        """A cancel went out for this job (from here or another panel): start its grace period."""
+        self.model.note_cancel_requested(job_id)
+        self._update_buttons()
+
+    def stuck_records(self) -> list[JobRecord]:
+        return [r for r in self.model.records() if self.model.needs_force_stop(r)]
+
     def _update_buttons(self, *args) -> None:
         record = self.selected_record()
         self.cancel_button.setEnabled(record is not None and record.active)
+        stuck = self.stuck_records()
+        # The selected stuck job, or the only stuck one: the button must not depend on a lucky selection.
+        stuck_ids = {r.job_id for r in stuck}
+        self._force_target = (record if record is not None and record.job_id in stuck_ids
+                              else stuck[0] if len(stuck) == 1 else None)
+        self.force_button.setVisible(bool(stuck))
+        self.force_button.setEnabled(self._force_target is not None)
+
+    def refresh(self) -> None:
+        """Called every second by the window: elapsed times, and whether a force stop is due."""
+        self.model.refresh_elapsed()
+        self._update_buttons()
 
     def _on_cancel_clicked(self) -> None:
         record = self.selected_record()
         if record is not None and record.active:
             self.cancel_requested.emit(record.job_id)
+
+    def _on_force_clicked(self) -> None:
+        target = getattr(self, "_force_target", None)
+        if target is not None:
+            self.force_stop_requested.emit(target.job_id)
 
     def _on_view_double_clicked(self, index: QModelIndex) -> None:
         record = self.model.record(index.row())

@@ -35,6 +35,18 @@ def confirm_delete_run(parent, run_id: str) -> bool:
     return answer == QMessageBox.Yes
 
 
+def delete_run_action(parent, store: RunStore, run_id: str) -> bool:
+    """The one delete-run action of every panel: ask, delete, and say plainly why not (a live run is refused)."""
+    if not confirm_delete_run(parent, run_id):
+        return False
+    try:
+        store.delete_run(run_id)
+    except WorkbenchError as exc:
+        QMessageBox.warning(parent, "Run not deleted", str(exc))
+        return False
+    return True
+
+
 class RunsItemModel(QAbstractTableModel):
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -202,7 +214,6 @@ class RunsPanel(QWidget):
         run_id = self.selected_run_id()
         if not run_id:
             return
-        if confirm_delete_run(self, run_id):
-            self.store.delete_run(run_id)
+        if delete_run_action(self, self.store, run_id):
             self.status_message.emit(f"Deleted run {run_id}")
-            self.refresh()
+        self.refresh()

@@ -17,7 +17,7 @@ import numpy as np
 from workbench.errors import JobError
 from workbench.worker.registry import register_task
 
-CRASH_MODES = ("kill", "exit", "segfault", "raise", "job_error")
+CRASH_MODES = ("kill", "exit", "segfault", "raise", "job_error", "hang")
 
 
 @register_task("debug.count", kind="job")
@@ -31,6 +31,8 @@ def count(spec: dict, ctx):
         raise JobError(f"crash_mode: {crash_mode!r} is not allowed; choose one of: {', '.join(CRASH_MODES)}")
     for step in range(steps):
         if step == crash_at:
+            if crash_mode == "hang":  # said first, so a test (or a person) knows the cancel cannot land now
+                ctx.progress(step, steps, f"hanging at step {step} (a diagnostic: it ignores cancel)", force=True)
             _crash(crash_mode, step)
         ctx.metrics(step, {"value": step, "sine": math.sin(step / 10)})
         ctx.progress(step + 1, steps, f"step {step + 1}/{steps}")
@@ -49,6 +51,9 @@ def _crash(mode: str, step: int) -> None:
         ctypes.string_at(0)  # reads address 0: a real SIGSEGV, like a crashing CUDA kernel
     elif mode == "raise":
         raise RuntimeError(f"deliberate failure at step {step}")
+    elif mode == "hang":
+        while True:  # a hung model: never reaches another step boundary, so a cancel cannot land
+            time.sleep(0.05)
     raise JobError(f"deliberate job error at step {step}")
 
 

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 
 from workbench.client import JobRecord
 from workbench.errors import WorkbenchError
-from workbench.gui.panels.runs_panel import confirm_delete_run
+from workbench.gui.panels.runs_panel import delete_run_action
 from workbench.gui.panels.training.curves import CurvesWidget
 from workbench.gui.panels.training.evaluation import EvaluationView, load_evaluation
 from workbench.gui.panels.training.profiler import ProfilerView
@@ -374,7 +374,6 @@ class TrainingPanel(QWidget):
         run_id = self.selected_run_id()
         if not run_id:
             return
-        if confirm_delete_run(self, run_id):
+        if delete_run_action(self, self.store, run_id):
             self.curves.remove_run(run_id)
-            self.store.delete_run(run_id)
-            self.refresh()
+        self.refresh()
