@@ -35,31 +35,40 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def _global_flags(parser: argparse.ArgumentParser, *, top: bool, json_flag: bool = True) -> None:
+    """The flags every verb takes, before or after it: `workbench --workspace W runs list` is
+    `workbench runs list --workspace W`. After the verb they default to SUPPRESS, so a flag given only
+    before the verb is not overwritten by the verb's own default (the argparse idiom for this)."""
+    default = (lambda value: value) if top else (lambda value: argparse.SUPPRESS)
+    parser.add_argument("--workspace", default=default(None),
+                        help="workspace folder for runs (default: the platform's user data folder)")
+    if json_flag:
+        parser.add_argument("--json", action="store_true", default=default(False),
+                            help="print exactly one JSON object (the result) on stdout")
+    parser.add_argument("--debug", action="store_true", default=default(False),
+                        help="show tracebacks and debug logging")
+
+
 def _common(parser: argparse.ArgumentParser, *, spec: bool = True, json_flag: bool = True) -> None:
     if spec:
         parser.add_argument("spec", nargs="?", help="a spec file (.toml or .json); defaults are used without one")
         parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                             help="override a spec field, e.g. --set lr=0.01 --set dataset.name=mnist (repeatable)")
-    parser.add_argument("--workspace", help="workspace folder for runs (default: the platform's user data folder)")
-    if json_flag:
-        parser.add_argument("--json", action="store_true", help="print exactly one JSON object (the result) on stdout")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
+    _global_flags(parser, top=False, json_flag=json_flag)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="workbench", description="Torch Workbench: the window, and every job headless.")
     parser.add_argument("--version", action="version", version=f"workbench {__version__}")
-    # `workbench --workspace DIR` opens the window like `workbench gui --workspace DIR`.
-    parser.add_argument("--workspace", dest="top_workspace", help="workspace folder for the window's runs")
-    parser.add_argument("--connect", dest="top_connect", metavar="CONNECTION_FILE",
+    _global_flags(parser, top=True)
+    parser.add_argument("--connect", metavar="CONNECTION_FILE", default=None,
                         help="attach the window to a worker started elsewhere")
     sub = parser.add_subparsers(dest="verb", parser_class=_Parser)
 
     gui = sub.add_parser("gui", help="open the window (the default)")
-    gui.add_argument("--workspace", help="workspace folder for runs")
-    gui.add_argument("--connect", metavar="CONNECTION_FILE",
+    _global_flags(gui, top=False, json_flag=False)
+    gui.add_argument("--connect", metavar="CONNECTION_FILE", default=argparse.SUPPRESS,
                      help="attach to a worker started elsewhere (`workbench worker`) instead of launching one")
-    gui.add_argument("--debug", action="store_true", help="debug logging")
 
     for verb, task in JOB_TASKS.items():
         job = sub.add_parser(verb, help=f"run a {verb} job headless (task {task})")
@@ -90,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("worker", help="run a worker process (for a remote GPU box, say)")
     worker.add_argument("--connection-file", required=True, help="where to write ports; must hold the key")
     worker.add_argument("--ip", default=None, help="address to bind (default 127.0.0.1)")
-    worker.add_argument("--debug", action="store_true")
+    worker.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="debug logging")
     return parser
 
 
@@ -302,9 +311,7 @@ def _cmd_diag(args) -> int:
 def _cmd_gui(args) -> int:
     from workbench.gui.app import run_gui
 
-    workspace = getattr(args, "workspace", None) or args.top_workspace
-    connect = getattr(args, "connect", None) or args.top_connect
-    return run_gui(Path(workspace) if workspace else None, connection_file=connect)
+    return run_gui(Path(args.workspace) if args.workspace else None, connection_file=args.connect)
 
 
 def _cmd_worker(args) -> int:

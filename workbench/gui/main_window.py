@@ -40,6 +40,7 @@ from workbench.gui.settings import Settings
 from workbench.gui.state import DatasetState
 from workbench.gui.theme import THEMES, apply_theme
 from workbench.gui.widgets.device_picker import DevicePicker
+from workbench.gui.widgets.open_folder import open_folder
 from workbench.gui.widgets.status_light import StatusLight
 from workbench.gui.worker_bridge import QtWorkerBridge
 from workbench.protocol import Message
@@ -169,8 +170,7 @@ class MainWindow(QMainWindow):
         file_menu = menu.addMenu("&File")
         self.choose_workspace_action = file_menu.addAction("Choose &workspace…", self.choose_workspace)
         self.choose_workspace_action.setToolTip("Pick the folder where runs, data caches and checkpoints live")
-        file_menu.addAction("&Open workspace folder", lambda: QDesktopServices.openUrl(
-            QUrl.fromLocalFile(str(self.workspace))))
+        file_menu.addAction("&Open workspace folder", lambda: open_folder(self, self.workspace))
         file_menu.addSeparator()
         quit_action = file_menu.addAction("&Quit", self.close)
         quit_action.setShortcut(QKeySequence.Quit)
@@ -188,10 +188,24 @@ class MainWindow(QMainWindow):
             theme_menu.addAction(action)
         self.theme_actions.triggered.connect(lambda action: self.set_theme(action.data()))
 
+        data_menu = menu.addMenu("&Data")
+        choose = data_menu.addAction("&Choose dataset…", self._choose_dataset)
+        choose.setShortcut(QKeySequence("Ctrl+D"))
+
         training_menu = menu.addMenu("&Training")
         new_run = training_menu.addAction("&New training run…", self.new_training_run)
-        new_run.setShortcut(QKeySequence("Ctrl+Shift+T"))
-        training_menu.addAction("&Choose dataset…", lambda: self.dataset_panel.choose_dataset())
+        new_run.setShortcut(QKeySequence("Ctrl+T"))
+        training_menu.addSeparator()
+        stop = training_menu.addAction("&Stop selected run", self._stop_selected_run)
+        stop.setToolTip("Stop the run selected in the Training tab at its next step; a checkpoint is kept")
+        resume = training_menu.addAction("&Resume selected run", self._resume_selected_run)
+        resume.setToolTip("Continue the run selected in the Training tab from its last checkpoint")
+
+        jobs_menu = menu.addMenu("&Jobs")
+        cancel = jobs_menu.addAction("&Cancel job", self._cancel_current_job)
+        cancel.setShortcut(QKeySequence("Ctrl+."))
+        cancel.setToolTip("Cancel the job selected in the Jobs panel (or the only running one)")
+        jobs_menu.addAction("Clear &finished", self.jobs_panel.model.clear_finished)
 
         worker_menu = menu.addMenu("&Worker")
         self.restart_action = worker_menu.addAction("&Restart worker", self.restart_worker)
@@ -201,6 +215,10 @@ class MainWindow(QMainWindow):
         worker_menu.addAction("Refresh &devices", self._request_devices)
 
         help_menu = menu.addMenu("&Help")
+        shortcuts = help_menu.addAction("&Keyboard shortcuts", self._show_shortcuts)
+        shortcuts.setShortcut(QKeySequence.HelpContents)
+        help_menu.addAction("&Read me (getting started)", self._open_readme)
+        help_menu.addSeparator()
         help_menu.addAction("&About Torch Workbench", self._show_about)
 
     def _connect(self) -> None:
@@ -214,6 +232,8 @@ class MainWindow(QMainWindow):
         self.jobs_panel.open_run_requested.connect(self._on_jobs_open_run_requested)
         self.device_picker.device_chosen.connect(lambda device: self.settings.set("device", device))
         self.runs_panel.status_message.connect(self.statusBar().showMessage)
+        self.runs_panel.open_requested.connect(self._on_runs_open_requested)
+        self.runs_panel.resume_requested.connect(self._on_training_resume_requested)
         self.dataset_panel.status_message.connect(lambda text: self.statusBar().showMessage(text, 5000))
         self.dataset_state.changed.connect(self._on_dataset_state_changed)
         self.bridge.job_changed.connect(self.training_panel.on_job_changed)
@@ -418,11 +438,65 @@ class MainWindow(QMainWindow):
         self.banner.hide()
         self.manager.force_stop(job_id)
 
+    def _on_runs_open_requested(self, run_dir: str, task: str) -> None:
+        """Show a run in the tab that owns its task (the Runs tab's double-click and "Open in its tab")."""
+        run_id = Path(run_dir).name
+        if task.startswith("train."):
+            self.tabs.setCurrentWidget(self.training_panel)
+            self.training_panel.refresh()
+            if self.training_panel.select_run(run_id):
+                self.training_panel.set_shown(run_id, True)
+                return
+        self.statusBar().showMessage(f"Run {run_id} has no tab of its own yet; its details are in the Runs tab",
+                                     6000)
+
     def _on_jobs_open_run_requested(self, run_dir: str) -> None:
         run_id = Path(run_dir).name
         self.tabs.setCurrentWidget(self.runs_panel)
         self.runs_panel.refresh()
         self.runs_panel.select_run(run_id)
+
+    def _choose_dataset(self) -> None:
+        self.tabs.setCurrentWidget(self.dataset_panel)
+        self.dataset_panel.choose_dataset()
+
+    def _stop_selected_run(self) -> None:
+        if not self.training_panel.stop_selected():
+            self.statusBar().showMessage("Select a running run in the Training tab to stop it", 5000)
+
+    def _resume_selected_run(self) -> None:
+        if not self.training_panel.resume_selected():
+            self.statusBar().showMessage("Select a stopped, failed or interrupted run in the Training tab to "
+                                         "resume it", 5000)
+
+    def _cancel_current_job(self) -> None:
+        if not self.jobs_panel.cancel_current():
+            self.statusBar().showMessage("No job to cancel: select one in the Jobs panel", 5000)
+
+    def shortcut_rows(self) -> list[tuple[str, str]]:
+        """(keys, what) for every menu action with a shortcut, plus the panels' own keys: read from the
+        menus themselves, so the Help list can never disagree with them."""
+        rows = []
+        for top in self.menuBar().actions():
+            for action in top.menu().actions() if top.menu() else []:
+                keys = action.shortcut().toString(QKeySequence.NativeText)
+                if keys:
+                    rows.append((keys, f"{top.text().replace('&', '')} ▸ {action.text().replace('&', '')}"))
+        rows += [("Ctrl++ / Ctrl+-", "Data ▸ zoom the thumbnails"), ("R", "Data ▸ re-roll the augmentation"),
+                 ("F5", "Runs ▸ refresh"), ("Ctrl+L", "Log ▸ clear")]
+        return rows
+
+    def _show_shortcuts(self) -> None:
+        rows = "".join(f"<tr><td style='padding-right:18px'><b>{keys}</b></td><td>{what}</td></tr>"
+                       for keys, what in self.shortcut_rows())
+        QMessageBox.information(self, "Keyboard shortcuts", f"<table>{rows}</table>")
+
+    def _open_readme(self) -> None:
+        readme = Path(__file__).resolve().parents[2] / "README.md"
+        if readme.is_file() and QDesktopServices.openUrl(QUrl.fromLocalFile(str(readme))):
+            return
+        where = readme if readme.is_file() else "https://pypi.org/project/torch-workbench/"
+        QMessageBox.information(self, "Read me", f"The README explains every tab, command and shortcut:\n\n{where}")
 
     def _show_about(self) -> None:
         QMessageBox.about(self, "About Torch Workbench",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt, Signal
-from PySide6.QtGui import QColor, QKeySequence
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QApplication,
     QHBoxLayout,
@@ -173,8 +173,8 @@ class JobsPanel(QWidget):
         for column, width in zip(COLUMNS, (130, 80, 140, 70)):
             self.view.setColumnWidth(COLUMNS.index(column), width)
         self.cancel_button = QPushButton("Cancel job", self)
+        # Ctrl+. is the Jobs menu's action (window-wide); see MainWindow._build_menus.
         self.cancel_button.setToolTip("Stop the selected job at its next step (Ctrl+.)")
-        self.cancel_button.setShortcut(QKeySequence("Ctrl+."))
         self.cancel_button.setEnabled(False)
         self.force_button = QPushButton("Force stop", self)
         self.force_button.setToolTip(
@@ -236,6 +236,17 @@ class JobsPanel(QWidget):
         record = self.selected_record()
         if record is not None and record.active:
             self.cancel_requested.emit(record.job_id)
+
+    def cancel_current(self) -> bool:
+        """Cancel the selected job, or the only active one when none is selected (the menu's Ctrl+.)."""
+        record = self.selected_record()
+        if record is None or not record.active:
+            active = [r for r in self.model.records() if r.active]
+            record = active[0] if len(active) == 1 else None
+        if record is None:
+            return False
+        self.cancel_requested.emit(record.job_id)
+        return True
 
     def _on_force_clicked(self) -> None:
         target = getattr(self, "_force_target", None)

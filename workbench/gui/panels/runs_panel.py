@@ -1,28 +1,38 @@
-"""The runs browser: every run in the workspace with its status, spec and report, read from the run store."""
+"""The runs browser: every run in the workspace with its status, spec and report, read from the run store.
+
+It refreshes itself while shown, reads runs read-only, and offers each run's actions (open in its tab,
+resume, show its folder, delete) from buttons, a double-click and a context menu.
+"""
 
 from __future__ import annotations
 
 import json
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, QUrl, Signal
-from PySide6.QtGui import QColor, QDesktopServices, QFont, QKeySequence
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
+    QMenu,
     QMessageBox,
-    QPlainTextEdit,
     QPushButton,
     QSplitter,
     QTableView,
+    QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
 
 from workbench.errors import WorkbenchError
+from workbench.gui.panels.run_details import describe_run_html
 from workbench.gui.theme import JOB_STATE_COLOURS
+from workbench.gui.widgets.open_folder import open_folder
 from workbench.runs import RunStore
+
+RESUMABLE = ("cancelled", "failed", "interrupted")
+LIVE_REFRESH_MS = 2000  # while the tab is shown: runs started elsewhere (the CLI) appear, statuses move on
 
 COLUMNS = (("id", "Run"), ("kind", "Kind"), ("task", "Task"), ("status", "Status"), ("created", "Created"))
 
@@ -82,8 +92,14 @@ class RunsItemModel(QAbstractTableModel):
         self.endResetModel()
 
 
+def _fingerprint(runs: list[dict]) -> list[tuple]:
+    return [(r["id"], r.get("status"), r.get("updated"), r.get("message")) for r in runs]
+
+
 class RunsPanel(QWidget):
     status_message = Signal(str)
+    open_requested = Signal(str, str)  # run_dir, task: show the run in the tab that owns its task
+    resume_requested = Signal(str, dict)  # run_dir, spec
 
     def __init__(self, workspace, parent=None):
         super().__init__(parent)
@@ -114,15 +130,25 @@ class RunsPanel(QWidget):
         self.view.setAlternatingRowColors(True)
         self.view.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeToContents)
         self.view.horizontalHeader().setStretchLastSection(True)
-        self.details = QPlainTextEdit(self)
-        self.details.setReadOnly(True)
-        self.details.setFont(QFont("monospace"))
+        self.details = QTextBrowser(self)
+        self.details.setOpenLinks(False)
         self.details.setPlaceholderText("Select a run to see its spec, status, last metrics and report.")
+        self._summary: dict | None = None
+        self.view.setContextMenuPolicy(Qt.CustomContextMenu)
+        self.view.customContextMenuRequested.connect(self._on_view_context_menu)
+        self.view.doubleClicked.connect(lambda *_: self._open_selected())
+        self.resume_button = QPushButton("Resume", self)
+        self.resume_button.setToolTip("Continue the selected stopped, failed or interrupted training run "
+                                      "from its last checkpoint")
+        self.resume_button.clicked.connect(self._on_resume_clicked)
+        self._live_timer = QTimer(self)
+        self._live_timer.setInterval(LIVE_REFRESH_MS)
+        self._live_timer.timeout.connect(self.refresh_if_changed)
         self.empty_label = QLabel(self)
         self.empty_label.setWordWrap(True)
         bar = QHBoxLayout()
         bar.addWidget(self.filter_edit, 1)
-        for button in (self.refresh_button, self.open_button, self.delete_button):
+        for button in (self.refresh_button, self.resume_button, self.open_button, self.delete_button):
             bar.addWidget(button)
         left = QWidget(self)
         left_layout = QVBoxLayout(left)
@@ -148,9 +174,29 @@ class RunsPanel(QWidget):
         self.store = RunStore(workspace)
         self.refresh()
 
+    # -- live refresh: only while shown, and only a real change resets the view --------------------------
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        super().showEvent(event)
+        self.refresh_if_changed()
+        self._live_timer.start()
+
+    def hideEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        self._live_timer.stop()
+        super().hideEvent(event)
+
+    def refresh_if_changed(self) -> bool:
+        runs = self.store.list_runs()
+        if _fingerprint(runs) == _fingerprint(self.model.runs):
+            return False
+        self._apply(runs)
+        return True
+
     def refresh(self) -> None:
+        self._apply(self.store.list_runs())
+
+    def _apply(self, runs: list[dict]) -> None:
         selected = self.selected_run_id()
-        self.model.set_runs(self.store.list_runs())
+        self.model.set_runs(runs)
         count = len(self.model.runs)
         self.empty_label.setVisible(count == 0)
         self.empty_label.setText(f"No runs yet in {self.store.workspace}. Jobs you start (or run with the "
@@ -172,43 +218,62 @@ class RunsPanel(QWidget):
                 return True
         return False
 
+    def selected_entry(self) -> dict | None:
+        run_id = self.selected_run_id()
+        return next((r for r in self.model.runs if r["id"] == run_id), None) if run_id else None
+
     def _update_buttons(self) -> None:
-        has = self.selected_run_id() is not None
-        self.open_button.setEnabled(has)
-        self.delete_button.setEnabled(has)
+        entry = self.selected_entry()
+        self.open_button.setEnabled(entry is not None)
+        self.delete_button.setEnabled(entry is not None)
+        self.resume_button.setEnabled(self._resumable(entry))
+
+    @staticmethod
+    def _resumable(entry: dict | None) -> bool:
+        return bool(entry) and (entry.get("task") or "").startswith("train.") and entry.get("status") in RESUMABLE
 
     def _on_selection_changed(self, *args) -> None:
         self._update_buttons()
         run_id = self.selected_run_id()
+        self._summary = None
         if run_id is None:
             self.details.clear()
             return
         try:
             with self.store.open_run(run_id) as run:
-                summary = run.summary()
+                self._summary = run.summary()
         except WorkbenchError as exc:
-            self.details.setPlainText(f"This run cannot be read: {exc}")
+            self.details.setHtml(f"<p><b>This run cannot be read.</b></p><p>{exc}</p>")
             return
-        self.details.setPlainText(self.describe(summary))
+        self.details.setHtml(describe_run_html(self._summary))
 
     @staticmethod
     def describe(summary: dict) -> str:
-        lines = [f"Run      {summary['id']}", f"Status   {summary['status']}  {summary.get('message') or ''}".rstrip(),
-                 f"Task     {summary['task']}", f"Folder   {summary['run_dir']}", ""]
-        if summary.get("last_metrics"):
-            lines.append("Last metrics")
-            for name, (step, value) in sorted(summary["last_metrics"].items()):
-                lines.append(f"  {name:<24} {value:.6g}  (step {step})")
-            lines.append("")
-        lines += ["Spec", json.dumps(summary.get("spec") or {}, indent=2), ""]
-        if summary.get("report") is not None:
-            lines += ["Report", json.dumps(summary["report"], indent=2)]
-        return "\n".join(lines)
+        """The details pane's text for a summary (HTML): kept for callers that show a run elsewhere."""
+        return describe_run_html(summary)
+
+    # -- actions -------------------------------------------------------------------------------------
+    def _open_selected(self) -> None:
+        entry = self.selected_entry()
+        if entry is not None:
+            self.open_requested.emit(entry["run_dir"], entry.get("task") or "")
 
     def _on_open_clicked(self) -> None:
-        run_id = self.selected_run_id()
-        if run_id:
-            QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.store.resolve(run_id))))
+        entry = self.selected_entry()
+        if entry is not None:
+            open_folder(self, entry["run_dir"])
+
+    def _on_resume_clicked(self) -> None:
+        entry = self.selected_entry()
+        if not self._resumable(entry):
+            return
+        try:
+            with self.store.open_run(entry["id"]) as run:
+                spec = run.read_spec()
+        except WorkbenchError as exc:
+            QMessageBox.warning(self, "Cannot resume", str(exc))
+            return
+        self.resume_requested.emit(entry["run_dir"], spec)
 
     def _on_delete_clicked(self) -> None:
         run_id = self.selected_run_id()
@@ -217,3 +282,31 @@ class RunsPanel(QWidget):
         if delete_run_action(self, self.store, run_id):
             self.status_message.emit(f"Deleted run {run_id}")
         self.refresh()
+
+    def _copy_summary(self) -> None:
+        if self._summary is not None:
+            QGuiApplication.clipboard().setText(json.dumps(self._summary, indent=2, default=str))
+            self.status_message.emit("Copied the run's summary as JSON")
+
+    def context_menu(self) -> QMenu:
+        """The selected run's actions; built fresh each time, so tests and the menu agree on what is there."""
+        entry = self.selected_entry()
+        menu = QMenu(self)
+        opened = menu.addAction("Open in its tab", self._open_selected)
+        opened.setEnabled(entry is not None and (entry.get("task") or "").startswith("train."))
+        resume = menu.addAction("Resume from last checkpoint", self._on_resume_clicked)
+        resume.setEnabled(self._resumable(entry))
+        menu.addSeparator()
+        menu.addAction("Show folder", self._on_open_clicked).setEnabled(entry is not None)
+        menu.addAction("Copy folder path", lambda: QGuiApplication.clipboard().setText(entry["run_dir"])
+                       ).setEnabled(entry is not None)
+        menu.addAction("Copy summary as JSON", self._copy_summary).setEnabled(self._summary is not None)
+        menu.addSeparator()
+        menu.addAction("Delete…", self._on_delete_clicked).setEnabled(entry is not None)
+        return menu
+
+    def _on_view_context_menu(self, pos) -> None:
+        index = self.view.indexAt(pos)
+        if index.isValid():
+            self.view.selectRow(index.row())
+        self.context_menu().exec(self.view.viewport().mapToGlobal(pos))

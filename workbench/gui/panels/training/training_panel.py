@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QUrl, Signal
-from PySide6.QtGui import QColor, QDesktopServices, QKeySequence
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
@@ -31,6 +31,7 @@ from workbench.gui.panels.training.curves import CurvesWidget
 from workbench.gui.panels.training.evaluation import EvaluationView, load_evaluation
 from workbench.gui.panels.training.profiler import ProfilerView
 from workbench.gui.theme import JOB_STATE_COLOURS
+from workbench.gui.widgets.open_folder import open_folder
 from workbench.protocol import Message, ProtocolError
 from workbench.protocol.metrics import decode_metrics
 from workbench.runs import RunStore
@@ -70,8 +71,9 @@ class TrainingPanel(QWidget):
     # -- construction ----------------------------------------------------------------------------
     def _build(self) -> None:
         self.new_button = QPushButton("New training…")
+        # Ctrl+T lives on the Training menu's action, so it works from every tab (a button's own shortcut
+        # only fires while the button is visible, and the two together would be an ambiguous shortcut).
         self.new_button.setToolTip("Open the training wizard (Ctrl+T)")
-        self.new_button.setShortcut(QKeySequence("Ctrl+T"))
         self.stop_button = QPushButton("Stop")
         self.stop_button.setToolTip("Stop the selected run at its next step; a checkpoint is written so it can resume")
         self.resume_button = QPushButton("Resume")
@@ -286,8 +288,9 @@ class TrainingPanel(QWidget):
         entry = self.runs.get(run_id or "")
         live = run_id in self.job_of_run
         self.stop_button.setEnabled(live)
+        # "interrupted": the store found its owner gone (killed, crashed), so its last checkpoint can go on.
         self.resume_button.setEnabled(bool(entry) and not live and entry["status"] in ("cancelled", "failed",
-                                                                                          "running", "created"))
+                                                                                          "interrupted"))
         self.open_button.setEnabled(bool(entry))
         self.delete_button.setEnabled(bool(entry) and not live)
 
@@ -365,10 +368,23 @@ class TrainingPanel(QWidget):
         if entry:
             self.resume_requested.emit(entry["run_dir"], entry.get("spec") or {})
 
+    def stop_selected(self) -> bool:
+        """Stop the selected live run (the Training menu's Stop); False when none is selected and live."""
+        if not self.stop_button.isEnabled():
+            return False
+        self._on_stop_clicked()
+        return True
+
+    def resume_selected(self) -> bool:
+        if not self.resume_button.isEnabled():
+            return False
+        self._on_resume_clicked()
+        return True
+
     def _on_open_clicked(self) -> None:
         entry = self.runs.get(self.selected_run_id() or "")
         if entry:
-            QDesktopServices.openUrl(QUrl.fromLocalFile(entry["run_dir"]))
+            open_folder(self, entry["run_dir"])
 
     def _on_delete_clicked(self) -> None:
         run_id = self.selected_run_id()
