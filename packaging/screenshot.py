@@ -72,6 +72,26 @@ def main() -> int:
             QTimer.singleShot(6000, lambda: window.dataset_panel.side_tabs.setCurrentIndex(1))
             QTimer.singleShot(7000, capture)
             return
+        if scene == "first-run":  # a new workspace: the Training tab's empty state
+            window.tabs.setCurrentWidget(window.training_panel)
+            QTimer.singleShot(1500, capture)
+            return
+        if scene == "runs-details":  # a finished run's readable details in the Runs tab
+            from workbench.specs import TrainSpec
+
+            window.start_training(TrainSpec.from_dict({"epochs": 3, "log_every_steps": 5}))
+
+            def show_runs() -> None:
+                if window.training_panel.job_of_run:
+                    QTimer.singleShot(500, show_runs)
+                    return
+                window.tabs.setCurrentWidget(window.runs_panel)
+                window.runs_panel.refresh()
+                window.runs_panel.view.selectRow(0)
+                QTimer.singleShot(1500, capture)
+
+            QTimer.singleShot(3000, show_runs)
+            return
         if scene in ("training", "evaluation"):
             from workbench.specs import TrainSpec
 

@@ -32,7 +32,7 @@ from workbench.gui.panels.data.dataset_panel import DatasetPanel
 from workbench.gui.panels.jobs_panel import JobsPanel
 from workbench.gui.panels.log_panel import LogPanel
 from workbench.gui.panels.runs_panel import RunsPanel
-from workbench.gui.panels.training.training_panel import TrainingPanel
+from workbench.gui.panels.training.training_panel import QUICK_START_SPEC, TrainingPanel
 from workbench.gui.panels.training.wizard import TrainingWizard
 from workbench.gui.plots import restyle_plots
 from workbench.gui.queries import QueryRunner
@@ -239,6 +239,7 @@ class MainWindow(QMainWindow):
         self.bridge.job_changed.connect(self.training_panel.on_job_changed)
         self.bridge.message_received.connect(self.training_panel.on_message)
         self.training_panel.new_run_requested.connect(self.new_training_run)
+        self.training_panel.quick_start_requested.connect(self.quick_start_training)
         self.training_panel.resume_requested.connect(self._on_training_resume_requested)
         self.training_panel.cancel_requested.connect(self._on_jobs_cancel_requested)
         self.training_panel.sample_requested.connect(self._on_training_sample_requested)
@@ -316,6 +317,11 @@ class MainWindow(QMainWindow):
         if not wizard.exec() or wizard.spec is None:
             return None
         return self.start_training(wizard.spec)
+
+    def quick_start_training(self) -> TrainSpec | None:
+        """The first-run button: a small CNN on the bundled digits, on the device picked in the toolbar."""
+        spec = TrainSpec.from_dict({**QUICK_START_SPEC, "device": self.device_picker.current_device() or "auto"})
+        return self.start_training(spec)
 
     def start_training(self, spec: TrainSpec) -> TrainSpec | None:
         record = self.submit_job("train.classifier", spec.to_dict())

@@ -1,0 +1,30 @@
+"""The Training tab's first run: an empty state that points a new user at one button, which trains a CNN on
+the bundled digits and then gives way to the runs table and live curves."""
+
+from __future__ import annotations
+
+
+def test_empty_training_tab_offers_one_button_that_starts_a_digits_cnn(fake_window, qtbot):
+    panel = fake_window.training_panel
+    fake_window.tabs.setCurrentWidget(panel)
+    assert panel.showing_empty_state
+    assert panel.quick_start_button.isVisible()
+    assert "digits" in panel.quick_start_button.text() and "10 s" in panel.quick_start_button.text()
+    panel.quick_start_button.click()
+    jobs = [r for r in fake_window.manager.jobs.all() if r.task == "train.classifier"]
+    assert len(jobs) == 1
+    spec = jobs[0].spec
+    assert spec["model"]["name"] == "cnn" and spec["dataset"]["name"] == "digits" and spec["epochs"] == 5
+    qtbot.waitUntil(lambda: not panel.showing_empty_state, timeout=15_000)
+    assert panel.table.rowCount() == 1 and panel.curves.isVisible()
+
+
+def test_a_workspace_with_runs_opens_on_the_runs_not_the_empty_state(fake_window, qtbot):
+    from workbench.runs import RunStore
+
+    with RunStore(fake_window.workspace).create_run("train", {"epochs": 1}, task="train.classifier") as run:
+        run.set_status("done")
+    panel = fake_window.training_panel
+    panel.refresh()
+    assert not panel.showing_empty_state
+    assert panel.table.rowCount() == 1
