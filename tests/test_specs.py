@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from workbench.errors import SpecError
 from workbench.specs import (
+    MAX_SAMPLE_VALUES,
     SPEC_TYPES,
     BenchSpec,
     DataInfoSpec,
@@ -282,9 +284,9 @@ def test_literal_message_lists_the_choices():
 @pytest.mark.parametrize(
     ("cls", "data", "expected"),
     [
-        (TrainSpec, {"lr": -1.0}, "lr: -1.0 is out of range; must be > 0"),
-        (TrainSpec, {"lr": 0}, "lr: 0.0 is out of range; must be > 0"),
-        (TrainSpec, {"epochs": 0}, "epochs: 0 is out of range; must be >= 1"),
+        (TrainSpec, {"lr": -1.0}, "lr: -1.0 is out of range; must be > 0 and <= 10"),
+        (TrainSpec, {"lr": 0}, "lr: 0.0 is out of range; must be > 0 and <= 10"),
+        (TrainSpec, {"epochs": 0}, "epochs: 0 is out of range; must be >= 1 and <= 100000"),
         (TrainSpec, {"momentum": 1.5}, "momentum: 1.5 is out of range; must be >= 0 and <= 1"),
         (TrainSpec, {"label_smoothing": 1}, "label_smoothing: 1.0 is out of range; must be >= 0 and < 1"),
         (
@@ -292,11 +294,19 @@ def test_literal_message_lists_the_choices():
             {"dataset": {"val_fraction": 1.0}},
             "dataset.val_fraction: 1.0 is out of range; must be >= 0 and < 1",
         ),
-        (TrainSpec, {"dataset": {"num_classes": 1}}, "dataset.num_classes: 1 is out of range; must be >= 2"),
+        (
+            TrainSpec,
+            {"dataset": {"num_classes": 1}},
+            "dataset.num_classes: 1 is out of range; must be >= 2 and <= 1000000",
+        ),
         (QuantSpec, {"percentile": 50}, "percentile: 50.0 is out of range; must be > 50 and <= 100"),
         (ExportSpec, {"opset": 26}, "opset: 26 is out of range; must be >= 7 and <= 25"),
         (GraphSpec, {"port": 70000}, "port: 70000 is out of range; must be >= 0 and <= 65535"),
-        (BenchSpec, {"batch_sizes": [1, 0]}, "batch_sizes[1]: 0 is out of range; must be >= 1"),
+        (
+            BenchSpec,
+            {"batch_sizes": [1, 0]},
+            "batch_sizes[1]: 0 is out of range; must be >= 1 and <= 1048576",
+        ),
         (
             TrainSpec,
             {"model": {"input_shape": [1, -28, 28]}},
@@ -306,6 +316,87 @@ def test_literal_message_lists_the_choices():
 )
 def test_range_messages(cls, data, expected):
     assert error(cls.from_dict, data) == expected
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        # The two values issue #7 met: 17 TB of resized images, and a learning rate that overflows.
+        (
+            ["dataset.image_size=100000"],
+            "dataset.image_size[0]: 100000 is out of range; must be >= 1 and <= 4096",
+        ),
+        (
+            ["dataset.image_size=224,100000"],
+            "dataset.image_size[1]: 100000 is out of range; must be >= 1 and <= 4096",
+        ),
+        (["lr=1e308"], "lr: 1e+308 is out of range; must be > 0 and <= 10"),
+        (["gamma=1e308"], "gamma: 1e+308 is out of range; must be > 0 and <= 10"),
+        (["batch_size=100000000"], "batch_size: 100000000 is out of range; must be >= 1 and <= 1048576"),
+        (["epochs=1000000"], "epochs: 1000000 is out of range; must be >= 1 and <= 100000"),
+        (["dataset.num_workers=5000"], "dataset.num_workers: 5000 is out of range; must be >= 0 and <= 1024"),
+        (["weight_decay=5"], "weight_decay: 5.0 is out of range; must be >= 0 and <= 1"),
+        (["distributed=ddp", "nproc=100000"], "nproc: 100000 is out of range; must be >= 1 and <= 1024"),
+        (
+            ["grad_accum_steps=1000000"],
+            "grad_accum_steps: 1000000 is out of range; must be >= 1 and <= 65536",
+        ),
+        (
+            ["model.num_classes=100000000"],
+            "model.num_classes: 100000000 is out of range; must be >= 1 and <= 1000000",
+        ),
+    ],
+)
+def test_values_that_can_only_be_mistakes_are_refused_with_the_allowed_range(overrides, expected):
+    # Through --set, as the command line gives them, and through from_dict, as a spec file or the GUI does.
+    message = error(apply_overrides, {}, overrides, TrainSpec)
+    assert message == f"--set {overrides[-1]}: {expected}"
+    data = apply_overrides({}, overrides[:-1], TrainSpec)
+    key, _, raw = overrides[-1].partition("=")
+    node = data
+    *parents, leaf = key.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = raw
+    assert error(TrainSpec.from_dict, data) == expected
+
+
+def test_the_upper_bounds_themselves_are_allowed():
+    spec = TrainSpec.from_dict(
+        {
+            "lr": 10,
+            "gamma": 10,
+            "weight_decay": 1,
+            "epochs": 100_000,
+            "batch_size": 2**20,
+            "dataset": {"image_size": [4096, 4096], "num_workers": 1024},
+            "model": {"input_shape": [16, 4096, 4096]},
+        }
+    )
+    assert (
+        spec.lr == 10.0
+        and spec.dataset.image_size == [4096, 4096]
+        and spec.model.input_shape == [16, 4096, 4096]
+    )
+
+
+def test_an_input_shape_too_large_in_total_names_the_field_the_shape_and_the_limit():
+    message = error(TrainSpec.from_dict, {"model": {"input_shape": [3, 100000, 100000]}})
+    assert (
+        message
+        == "model.input_shape: 3,100000,100000 is 30,000,000,000 values per sample; must be at most 268,435,456"
+    )
+    assert error(ExportSpec.from_dict, {"model": {"input_shape": [17, 4096, 4096]}}).startswith(
+        "model.input_shape: "
+    )
+
+
+@pytest.mark.parametrize("cls", list(SPEC_TYPES.values()), ids=lambda c: c.__name__)
+def test_integer_bounds_fit_the_forms_spin_boxes(cls):
+    # The GUI's spec form turns an int field's min and max into a QSpinBox range, which holds 32-bit ints only.
+    for path, hint, _default, meta in cls.iter_fields():
+        if hint is int and meta.get("max") is not None:
+            assert meta["max"] <= 2**31 - 1, path
 
 
 def test_open_choices_and_patterns():
@@ -588,7 +679,13 @@ train_values = st.fixed_dictionaries(
         "deterministic": st.booleans(),
         "device": st.sampled_from(["auto", "cpu", "mps", "cuda"])
         | st.integers(0, 64).map(lambda n: f"cuda:{n}"),
-        "model": st.fixed_dictionaries({"input_shape": st.lists(st.integers(1, 4096), max_size=3)}),
+        "model": st.fixed_dictionaries(
+            {
+                "input_shape": st.lists(st.integers(1, 4096), max_size=3).filter(
+                    lambda shape: math.prod(shape) <= MAX_SAMPLE_VALUES
+                )
+            }
+        ),
         "dataset": st.fixed_dictionaries(
             {
                 "name": st.sampled_from(["digits", "mnist", "fake"]),

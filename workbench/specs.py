@@ -471,6 +471,22 @@ MODEL_PATTERN = r"mlp|cnn|torchvision:[A-Za-z_][A-Za-z0-9_]*|file:.+\.py:[A-Za-z
 
 Amp = Literal["none", "bf16", "fp16"]
 
+# Upper bounds for values that can only be typos (an extra 0, 1e308 for 1e-3): past them a job does not run
+# slowly, it fails deep inside torch (dataset.image_size=100000 asked for 17 TB; lr=1e308 overflowed). Each sits
+# far above any real use on one machine, and all ints fit the GUI's spin boxes (at most 2**31 - 1).
+MAX_IMAGE_SIDE = 4096  # pixels; a 4096x4096 RGB image is already 50 MB as uint8
+MAX_SAMPLE_VALUES = 2**28  # values in one input sample (1 GiB as float32): model.input_shape multiplied out
+MAX_CLASSES = 1_000_000
+MAX_SAMPLES = 100_000_000
+MAX_BATCH = 2**20
+MAX_ACCUM = 65_536
+MAX_EPOCHS = 100_000
+MAX_STEPS = 10_000_000
+MAX_PROFILE_STEPS = 10_000  # a profiler trace grows with every step; thousands already make one hard to open
+MAX_PROCESSES = 1024  # loader workers, DDP processes or threads on one machine
+MAX_LR = 10  # also bounds gamma: no optimiser here trains at a rate above 10, and 1e308 overflows
+MAX_WEIGHT_DECAY = 1  # decay above 1 shrinks the weights faster than any gradient can move them
+
 
 def _device(default: str, help: str) -> Any:
     return option(default, help, pattern=DEVICE_PATTERN, pattern_help="auto, cpu, mps, cuda or cuda:N")
@@ -486,13 +502,13 @@ class DataSpec(Spec):
     val_fraction: float = option(0.1, "Fraction of the training split held out for validation.", min=0, max=1, max_exclusive=True)
     test_fraction: float = option(0.1, "Fraction held out for testing, used only where the dataset has no test split of its own.", min=0, max=1, max_exclusive=True)
     seed: int = option(0, "Seed of the random train/validation/test split.", min=0)
-    image_size: list[int] = option([], "Resize images: empty keeps their size, one value makes a square, two values are height,width.", min=1, max_items=2)
+    image_size: list[int] = option([], "Resize images: empty keeps their size, one value makes a square, two values are height,width.", min=1, max=MAX_IMAGE_SIDE, max_items=2)
     normalize: str | dict = option("auto", "Normalisation: 'auto' uses the dataset's statistics, 'none' skips it, or a table {mean=[...], std=[...]}.")
     augment: list[dict] = option([], "Training augmentations, each a table with a name and its parameters, e.g. {name='rotation', degrees=15}.", str_key="name")
-    num_workers: int = option(0, "Background processes that load batches; 0 loads them in the job's own process.", min=0)
+    num_workers: int = option(0, "Background processes that load batches; 0 loads them in the job's own process.", min=0, max=MAX_PROCESSES)
     pin_memory: bool = option(False, "Pin host memory so batches copy to a CUDA device faster.")
-    size: int = option(1000, "Number of samples the 'fake' dataset generates.", min=1)
-    num_classes: int = option(10, "Number of classes the 'fake' dataset generates.", min=2)
+    size: int = option(1000, "Number of samples the 'fake' dataset generates.", min=1, max=MAX_SAMPLES)
+    num_classes: int = option(10, "Number of classes the 'fake' dataset generates.", min=2, max=MAX_CLASSES)
 
     def validate(self) -> None:
         total = self.val_fraction + self.test_fraction
@@ -514,12 +530,22 @@ class ModelSpec(Spec):
     """Which model to build and which weights to start from."""
 
     name: str = option("cnn", "Model to build: mlp, cnn, torchvision:<arch> or file:<path.py>:<ClassOrFactory>.", pattern=MODEL_PATTERN, pattern_help="mlp, cnn, torchvision:<arch> or file:<path.py>:<ClassOrFactory>")
-    num_classes: int = option(10, "Number of outputs of the classifier.", min=1)
+    num_classes: int = option(10, "Number of outputs of the classifier.", min=1, max=MAX_CLASSES)
     input_shape: list[int] = option([], "Shape of one input without the batch dimension, e.g. 1,28,28; empty takes it from the dataset.", min=1, max_items=3)
     checkpoint: str = option("", "Weights file to load before the job starts; empty loads none.")
     weights: str = option("", "Pretrained weights to start from, e.g. DEFAULT for a torchvision model; empty means none.")
     replace_head: bool = option(False, "Replace the classifier head so it has num_classes outputs, e.g. to fine-tune pretrained weights.")
     freeze: list[str] = option([], "Module-name prefixes whose parameters are not trained, or the word 'backbone' for all but the head.")
+
+    def validate(self) -> None:
+        values = math.prod(self.input_shape)
+        if values > MAX_SAMPLE_VALUES:
+            # Each side may be plausible alone (a 1-D input of 150,528 features is); their product is what
+            # the dry forward pass would allocate.
+            raise SpecError(
+                f"input_shape: {','.join(map(str, self.input_shape))} is {values:,} values per sample; "
+                f"must be at most {MAX_SAMPLE_VALUES:,}"
+            )
 
 
 @dataclass
@@ -528,34 +554,34 @@ class TrainSpec(Spec):
 
     dataset: DataSpec = option(DataSpec(), "The data to train and validate on.")
     model: ModelSpec = option(ModelSpec(), "The model to train.")
-    epochs: int = option(10, "Number of passes over the training split.", min=1)
-    batch_size: int = option(64, "Samples per optimiser step (before gradient accumulation).", min=1)
-    lr: float = option(1e-3, "Learning rate (the peak rate for onecycle).", min=0, min_exclusive=True)
+    epochs: int = option(10, "Number of passes over the training split.", min=1, max=MAX_EPOCHS)
+    batch_size: int = option(64, "Samples per optimiser step (before gradient accumulation).", min=1, max=MAX_BATCH)
+    lr: float = option(1e-3, "Learning rate (the peak rate for onecycle).", min=0, min_exclusive=True, max=MAX_LR)
     optimizer: Literal["sgd", "adam", "adamw", "rmsprop"] = option("adam", "Optimisation algorithm.")
     momentum: float = option(0.9, "Momentum for sgd and rmsprop.", min=0, max=1)
-    weight_decay: float = option(0.0, "L2 weight decay (decoupled for adamw); 0 turns it off.", min=0)
+    weight_decay: float = option(0.0, "L2 weight decay (decoupled for adamw); 0 turns it off.", min=0, max=MAX_WEIGHT_DECAY)
     no_decay_bias_norm: bool = option(True, "Exempt biases and normalisation weights from weight decay.")
     scheduler: Literal["none", "step", "cosine", "onecycle"] = option("none", "Learning-rate schedule.")
-    step_size: int = option(5, "Epochs between learning-rate drops for the step schedule.", min=1)
-    gamma: float = option(0.1, "Factor the step schedule multiplies the learning rate by.", min=0, min_exclusive=True)
+    step_size: int = option(5, "Epochs between learning-rate drops for the step schedule.", min=1, max=MAX_EPOCHS)
+    gamma: float = option(0.1, "Factor the step schedule multiplies the learning rate by.", min=0, min_exclusive=True, max=MAX_LR)
     loss: Literal["cross_entropy", "nll", "mse"] = option("cross_entropy", "Loss function.")
     label_smoothing: float = option(0.0, "Label smoothing for cross_entropy; 0 turns it off.", min=0, max=1, max_exclusive=True)
     amp: Amp = option("none", "Mixed precision: autocast to bf16 or fp16, or none for full precision.")
-    grad_accum_steps: int = option(1, "Batches whose gradients add up before each optimiser step.", min=1)
+    grad_accum_steps: int = option(1, "Batches whose gradients add up before each optimiser step.", min=1, max=MAX_ACCUM)
     clip_grad_norm: float = option(0.0, "Clip the gradient norm to this value; 0 turns it off.", min=0)
     clip_grad_value: float = option(0.0, "Clip each gradient element to plus or minus this value; 0 turns it off.", min=0)
     seed: int = option(0, "Seed for weight initialisation and data shuffling.", min=0)
     deterministic: bool = option(False, "Use deterministic algorithms so reruns match exactly, at some cost in speed.")
     compile: Literal["off", "default", "reduce-overhead", "max-autotune"] = option("off", "torch.compile mode, or off to run eagerly.")
     channels_last: bool = option(False, "Store image tensors channels-last, which is faster for convolutions on some GPUs.")
-    checkpoint_every: int = option(1, "Save a checkpoint every this many epochs; 0 saves only at the end.", min=0)
+    checkpoint_every: int = option(1, "Save a checkpoint every this many epochs; 0 saves only at the end.", min=0, max=MAX_EPOCHS)
     keep_best: bool = option(True, "Also keep the checkpoint with the best validation score.")
-    early_stop_patience: int = option(0, "Stop after this many epochs without validation improvement; 0 turns it off.", min=0)
+    early_stop_patience: int = option(0, "Stop after this many epochs without validation improvement; 0 turns it off.", min=0, max=MAX_EPOCHS)
     device: str = _device("auto", "Where to train: auto, cpu, mps, cuda or cuda:N.")
     distributed: Literal["none", "ddp"] = option("none", "Distributed training across processes: none or ddp.")
-    nproc: int = option(1, "Number of processes for ddp; must be 1 without it.", min=1)
-    profile_steps: int = option(0, "Record a torch profiler trace of this many steps; 0 turns it off.", min=0)
-    log_every_steps: int = option(20, "How often, in steps, the loop reads losses back from the device.", min=1)
+    nproc: int = option(1, "Number of processes for ddp; must be 1 without it.", min=1, max=MAX_PROCESSES)
+    profile_steps: int = option(0, "Record a torch profiler trace of this many steps; 0 turns it off.", min=0, max=MAX_PROFILE_STEPS)
+    log_every_steps: int = option(20, "How often, in steps, the loop reads losses back from the device.", min=1, max=MAX_STEPS)
 
     def validate(self) -> None:
         if self.distributed == "none" and self.nproc != 1:
@@ -573,7 +599,7 @@ class QuantSpec(Spec):
     weight_scheme: Literal["per_tensor", "per_channel"] = option("per_channel", "Whether weights get one scale per tensor or per output channel.")
     range_estimator: Literal["minmax", "moving_average", "histogram", "percentile"] = option("minmax", "How activation ranges are estimated from calibration data.")
     percentile: float = option(99.99, "Percentile of activations kept by the percentile estimator.", min=50, min_exclusive=True, max=100)
-    calibration_count: int = option(256, "Number of samples used for calibration.", min=1)
+    calibration_count: int = option(256, "Number of samples used for calibration.", min=1, max=MAX_SAMPLES)
     calibration_seed: int = option(0, "Seed for choosing the calibration samples.", min=0)
     eval_count: int = option(0, "Test samples used to compare accuracy before and after; 0 uses the whole test split.", min=0)
     device: str = _device("cpu", "Where to calibrate and evaluate: auto, cpu, mps, cuda or cuda:N.")
@@ -589,7 +615,7 @@ class ExportSpec(Spec):
     dynamic_batch: bool = option(True, "Let the exported model take any batch size.")
     check_parity: bool = option(True, "Compare the exported model's outputs with the PyTorch model's.")
     parity_atol: float = option(1e-4, "Largest absolute difference the parity check accepts.", min=0, min_exclusive=True)
-    parity_samples: int = option(16, "Number of dataset samples the parity check runs.", min=1)
+    parity_samples: int = option(16, "Number of dataset samples the parity check runs.", min=1, max=MAX_SAMPLES)
     dataset: DataSpec = option(DataSpec(), "Data the parity check takes its inputs from.")
     tensorrt_precision: Literal["fp32", "fp16", "int8"] = option("fp16", "Precision of the TensorRT engine.")
     device: str = _device("cpu", "Where to trace and check the model: auto, cpu, mps, cuda or cuda:N.")
@@ -602,11 +628,11 @@ class BenchSpec(Spec):
     model: ModelSpec = option(ModelSpec(), "The model to benchmark, or the one the artifact was exported from.")
     artifact: str = option("", "Exported file to benchmark; empty benchmarks the PyTorch model itself.")
     runtimes: list[str] = option(["torch"], "Runtimes to measure: torch, torchscript, torch_export, onnxruntime and/or tensorrt.", choices=RUNTIMES, min_items=1)
-    batch_sizes: list[int] = option([1], "Batch sizes to measure, e.g. 1,8,64.", min=1, min_items=1)
-    warmup: int = option(10, "Untimed iterations before measuring.", min=0)
-    iters: int = option(100, "Timed iterations per batch size.", min=1)
+    batch_sizes: list[int] = option([1], "Batch sizes to measure, e.g. 1,8,64.", min=1, max=MAX_BATCH, min_items=1)
+    warmup: int = option(10, "Untimed iterations before measuring.", min=0, max=MAX_STEPS)
+    iters: int = option(100, "Timed iterations per batch size.", min=1, max=MAX_STEPS)
     amp: Amp = option("none", "Mixed precision: autocast to bf16 or fp16, or none for full precision.")
-    threads: int = option(0, "CPU threads for inference; 0 keeps torch's default.", min=0)
+    threads: int = option(0, "CPU threads for inference; 0 keeps torch's default.", min=0, max=MAX_PROCESSES)
     accuracy: bool = option(False, "Also measure accuracy on the dataset's test split.")
     dataset: DataSpec = option(DataSpec(), "Data for inputs and the accuracy check.")
     device: str = _device("cpu", "Where to run: auto, cpu, mps, cuda or cuda:N.")

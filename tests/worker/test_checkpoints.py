@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -149,3 +153,141 @@ def test_save_refuses_non_dict(tmp_path):
     with pytest.raises(TypeError):
         save_state_dict(torch.ones(2), tmp_path / "x.pt")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- a full disk (issue #7): a message that says so, and the previous checkpoint untouched -----------------------
+
+
+class _FillsUp:
+    """A file object whose writes fail with `error` once `room` bytes are written: a disk that fills mid-save."""
+
+    def __init__(self, real, room: int, error: OSError):
+        self._real, self._room, self._error = real, room, error
+
+    def write(self, data) -> int:
+        size = memoryview(data).nbytes
+        if size > self._room:
+            raise self._error
+        self._room -= size
+        return self._real.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._real.close()
+
+
+def _fill_up_after(monkeypatch, room: int, code: int) -> None:
+    real_fdopen = os.fdopen
+    error = OSError(code, os.strerror(code))
+    monkeypatch.setattr(
+        os, "fdopen", lambda *args, **kwargs: _FillsUp(real_fdopen(*args, **kwargs), room, error)
+    )
+
+
+def _previous_checkpoint(directory: Path) -> tuple[Path, bytes]:
+    path = directory / "last.pt"
+    save_state_dict({"w": torch.ones(3)}, path)
+    return path, path.read_bytes()
+
+
+def _assert_untouched(path: Path, before: bytes) -> None:
+    assert path.read_bytes() == before
+    assert torch.equal(load_state_dict(path)["w"], torch.ones(3))
+    assert _hidden_files(path.parent) == []  # the temp file is gone too
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        pytest.param(errno.ENOSPC, id="ENOSPC"),
+        pytest.param(
+            getattr(errno, "EDQUOT", 0),
+            id="EDQUOT",
+            marks=pytest.mark.skipif(not hasattr(errno, "EDQUOT"), reason="this platform has no disk quotas"),
+        ),
+    ],
+)
+def test_a_disk_that_fills_during_torch_save_is_reported_as_full(tmp_path, monkeypatch, code):
+    path, before = _previous_checkpoint(tmp_path)
+    _fill_up_after(monkeypatch, 1000, code)  # torch wraps this OSError in "[enforce fail ...] unexpected pos"
+    with pytest.raises(CheckpointError) as info:
+        save_state_dict({"w": torch.zeros(100_000)}, path, name="checkpoints/last.pt")
+    message = str(info.value)
+    assert message.startswith("disk full while saving checkpoints/last.pt; the previous checkpoint is intact")
+    assert "unexpected pos" not in message and "about 391 KB" in message
+    _assert_untouched(path, before)
+
+
+def test_enospc_from_fsync_is_reported_as_full(tmp_path, monkeypatch):
+    path, before = _previous_checkpoint(tmp_path)
+
+    def fsync(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(
+        CheckpointError, match=r"^disk full while saving .*last\.pt; the previous checkpoint is intact"
+    ):
+        save_state_dict({"w": torch.zeros(10)}, path)
+    _assert_untouched(path, before)
+
+
+def test_a_full_disk_with_no_earlier_file_says_none_was_left(tmp_path, monkeypatch):
+    _fill_up_after(monkeypatch, 1000, errno.ENOSPC)
+    with pytest.raises(CheckpointError, match="no earlier copy of it existed, and no partial file is left"):
+        save_state_dict({"w": torch.zeros(100_000)}, tmp_path / "best.pt", name="checkpoints/best.pt")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_torchs_bare_write_error_counts_as_disk_full_only_when_the_disk_is_full(tmp_path, monkeypatch):
+    # An I/O error torch reports as "unexpected pos": the errno is no help, the free space decides.
+    path, before = _previous_checkpoint(tmp_path)
+    _fill_up_after(monkeypatch, 1000, errno.EIO)
+    with pytest.raises(CheckpointError) as info:
+        save_state_dict({"w": torch.zeros(100_000)}, path, name="checkpoints/last.pt")
+    assert str(info.value) == f"Cannot write checkpoint checkpoints/last.pt: {os.strerror(errno.EIO)}."
+    _assert_untouched(path, before)
+
+    real_usage = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real_usage(p)._replace(free=4096))
+    with pytest.raises(
+        CheckpointError, match="^disk full while saving checkpoints/last.pt; the previous checkpoint"
+    ):
+        save_state_dict({"w": torch.zeros(100_000)}, path, name="checkpoints/last.pt")
+    _assert_untouched(path, before)
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 1 MiB tmpfs: a real file system that runs out of space (needs root, or the right to mount)."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    if sys.platform != "linux" or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs Linux and mount(8)")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_a_real_full_disk_keeps_the_previous_checkpoint(tiny_disk):
+    path, before = _previous_checkpoint(tiny_disk)
+    with pytest.raises(CheckpointError) as info:
+        save_state_dict(
+            {"w": torch.zeros(2_000_000)}, path, name="checkpoints/last.pt"
+        )  # 8 MB on a 1 MB disk
+    message = str(info.value)
+    assert message.startswith("disk full while saving checkpoints/last.pt; the previous checkpoint is intact")
+    assert "7.6 MB" in message and str(tiny_disk) in message
+    _assert_untouched(path, before)
+    save_state_dict({"w": torch.ones(3)}, path)  # and the space came back: the temp file is really gone

@@ -5,9 +5,11 @@ Worker side (torch allowed); never imports Qt.
 
 from __future__ import annotations
 
+import errno
 import pickle
 import pickletools
 import re
+import shutil
 import zipfile
 from pathlib import Path
 from typing import IO
@@ -21,16 +23,112 @@ _IMPORT_OPCODES = {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE", "NEWOBJ", 
 _RESAVE = "re-save it with `torch.save(model.state_dict(), path)`"
 
 
-def save_state_dict(obj: dict, path: str | Path) -> None:
-    """Write `obj` to `path` so that a crash mid-write leaves the previous file (or none), never half a file."""
+def save_state_dict(obj: dict, path: str | Path, *, name: str | None = None) -> None:
+    """Write `obj` to `path` so that a crash mid-write leaves the previous file (or none), never half a file.
+
+    `name` is how error messages call the file (e.g. checkpoints/last.pt, relative to its run); default: `path`.
+    A full disk is a CheckpointError that says so, whichever way torch reports it.
+    """
     if not isinstance(obj, dict):
         raise TypeError(f"save_state_dict expects a dict (a state_dict), not {type(obj).__name__}")
     path = Path(path)
+    name = name or str(path)
     try:
         with atomic_writer(path) as f:
-            torch.save(obj, f)
-    except OSError as exc:
-        raise CheckpointError(f"Cannot write checkpoint {path}: {exc.strerror or exc}.") from exc
+            try:
+                torch.save(obj, f)
+            except Exception as exc:
+                # Classified here, while the partial temp file still fills the disk: once atomic_writer has
+                # removed it, the free space is back and a full disk no longer looks full.
+                if _disk_full(exc, path.parent, _payload_bytes(obj)):
+                    raise _DiskFull from exc
+                raise
+    except _DiskFull as marker:  # the temp file is removed by now, so the message reports the real free space
+        raise _disk_full_error(path, name, obj) from marker.__cause__
+    except (OSError, RuntimeError) as exc:  # flush, fsync, rename, or torch's wrapping of a failed write
+        if _disk_full(exc, None, 0):
+            raise _disk_full_error(path, name, obj) from exc
+        cause = _chained_os_error(exc)
+        if cause is None:
+            raise  # not an I/O failure: a bug, left with its traceback
+        raise CheckpointError(f"Cannot write checkpoint {name}: {cause.strerror or cause}.") from exc
+
+
+class _DiskFull(Exception):
+    """Carries a disk-full verdict out of atomic_writer, which removes the temp file on the way."""
+
+
+_DISK_FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+_MIN_FREE = 1 << 20  # below a MiB free, even a small checkpoint's zip records and fsync can fail
+# What torch's zip writer says when the file object under it stopped taking bytes: it counts what it meant to
+# write, finds the stream shorter, and fails with this instead of the OSError (which it chains, at best).
+_TORCH_SHORT_WRITE = re.compile(
+    r"unexpected pos|inline_container|PytorchStreamWriter failed|file write failed"
+)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and the errors it was raised from or while handling, innermost last."""
+    chain: list[BaseException] = []
+    error: BaseException | None = exc
+    while error is not None and all(error is not seen for seen in chain):
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return chain
+
+
+def _chained_os_error(exc: BaseException) -> OSError | None:
+    return next((error for error in _chain(exc) if isinstance(error, OSError)), None)
+
+
+def _disk_full(exc: BaseException, directory: Path | None, needed: int) -> bool:
+    """Whether `exc` (or an error it chains) means the disk or the quota is full; `directory` allows the
+    free-space check that torch's bare RuntimeError needs."""
+    chain = _chain(exc)
+    if any(isinstance(error, OSError) and error.errno in _DISK_FULL_ERRNOS for error in chain):
+        return True
+    short_write = any(
+        isinstance(error, RuntimeError) and _TORCH_SHORT_WRITE.search(str(error)) for error in chain
+    )
+    if not short_write or directory is None:
+        return False
+    # torch's text alone also fits other write failures (a network file system dropping out, say), so ask the
+    # disk: with the partial file still on it, a full disk has less room left than the checkpoint needs.
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:
+        return False
+    return free < max(needed, _MIN_FREE)
+
+
+def _payload_bytes(obj) -> int:
+    """About how many bytes torch.save writes for `obj`: its tensors' storage."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_payload_bytes(value) for value in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_payload_bytes(value) for value in obj)
+    return 0
+
+
+def _megabytes(count: int) -> str:
+    return f"{count / 2**20:,.1f} MB" if count >= 2**20 else f"{count / 2**10:,.0f} KB"
+
+
+def _disk_full_error(path: Path, name: str, obj: dict) -> CheckpointError:
+    if path.exists():
+        kept = "the previous checkpoint is intact"
+    else:
+        kept = "no earlier copy of it existed, and no partial file is left"
+    try:
+        free = f"{_megabytes(shutil.disk_usage(path.parent).free)} free"
+    except OSError:
+        free = "free space unknown"
+    return CheckpointError(
+        f"disk full while saving {name}; {kept} (it needs about {_megabytes(_payload_bytes(obj))}, {free} on "
+        f"{path.parent}). Free some space, then resume the run or start it again."
+    )
 
 
 def load_state_dict(path: str | Path, *, map_location: str | torch.device = "cpu") -> dict:

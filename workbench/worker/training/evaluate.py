@@ -17,6 +17,7 @@ from torch import nn
 from workbench.runs import atomic_write_json
 from workbench.worker.models import logits_of
 from workbench.worker.training.devices import autocast
+from workbench.worker.training.guards import OutputCheck
 from workbench.worker.training.losses import LossFn
 
 WORST_COUNT = 32
@@ -53,7 +54,8 @@ def _forward(model: nn.Module, x: torch.Tensor, amp: str, device: torch.device, 
 @torch.no_grad()
 def evaluate_sums(model: nn.Module, split, loss_fn: LossFn, *, device: torch.device, amp: str = "none",
                   channels_last: bool = False, batch_size: int = 256, rank: int = 0, world: int = 1,
-                  check_stop: Callable[[], None] | None = None) -> torch.Tensor:
+                  check_stop: Callable[[], None] | None = None,
+                  output_check: OutputCheck | None = None) -> torch.Tensor:
     """[loss summed over samples, correct count, sample count] as one float64 device tensor (for all_reduce)."""
     was_training = model.training
     model.eval()
@@ -63,7 +65,11 @@ def evaluate_sums(model: nn.Module, split, loss_fn: LossFn, *, device: torch.dev
             if check_stop is not None:
                 check_stop()
             scores = _forward(model, x, amp, device, channels_last)
-            sums[0] += loss_fn(scores, y).double() * y.shape[0]
+            if output_check is not None:
+                output_check.scores(scores, y, where="validation")
+                sums[0] += output_check.loss(loss_fn, scores, y).double() * y.shape[0]
+            else:
+                sums[0] += loss_fn(scores, y).double() * y.shape[0]
             sums[1] += (scores.argmax(dim=1) == y).sum()
             sums[2] += y.shape[0]
     finally:
@@ -74,7 +80,7 @@ def evaluate_sums(model: nn.Module, split, loss_fn: LossFn, *, device: torch.dev
 @torch.no_grad()
 def evaluate_test(model: nn.Module, split, classes: list[str], *, device: torch.device, amp: str = "none",
                   channels_last: bool = False, batch_size: int = 256,
-                  check_stop: Callable[[], None] | None = None) -> dict:
+                  check_stop: Callable[[], None] | None = None, output_check: OutputCheck | None = None) -> dict:
     """The evaluation.json content for `split`: classes, confusion matrix (rows: true class), per-class accuracy
     (None for a class with no samples), accuracy, and the WORST_COUNT most confidently wrong samples."""
     k = len(classes)
@@ -86,7 +92,10 @@ def evaluate_test(model: nn.Module, split, classes: list[str], *, device: torch.
         for indices, x, y in indexed_batches(split, batch_size, device):
             if check_stop is not None:
                 check_stop()
-            probs = torch.softmax(_forward(model, x, amp, device, channels_last), dim=1)
+            scores = _forward(model, x, amp, device, channels_last)
+            if output_check is not None:
+                output_check.scores(scores, y, where="test")
+            probs = torch.softmax(scores, dim=1)
             confidence, predicted = probs.max(dim=1)
             confusion += torch.bincount(y * k + predicted.clamp(max=k - 1), minlength=k * k)
             wrong = predicted != y

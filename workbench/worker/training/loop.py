@@ -23,6 +23,7 @@ from workbench.errors import JobCancelled, JobError
 from workbench.specs import TrainSpec
 from workbench.worker.models import frozen_norm_layers
 from workbench.worker.training.evaluate import evaluate_sums
+from workbench.worker.training.guards import DIVERGED_FACTOR, OutputCheck, divergence_limit
 from workbench.worker.training.losses import build_loss
 from workbench.worker.training.optim import (
     build_optimizer,
@@ -134,10 +135,11 @@ class Trainer:
         self.optimizer = build_optimizer(model, spec)
         self.scheduler = build_scheduler(self.optimizer, spec, self.plan.steps, self.total_steps)
         self.loss_fn = build_loss(spec.loss, label_smoothing=spec.label_smoothing)
+        self.output_check = OutputCheck(spec.model.name, spec.model.num_classes)
         self.step_fn = TrainStep(model, self.optimizer, self.loss_fn, device=self.device, amp=spec.amp,
                                  clip_grad_norm=spec.clip_grad_norm, clip_grad_value=spec.clip_grad_value,
                                  channels_last=spec.channels_last, forward_model=forward_model,
-                                 compiled=spec.compile != "off")
+                                 compiled=spec.compile != "off", output_check=self.output_check)
         if resume is not None:
             self._restore(resume)
         self.frozen_norms = frozen_norm_layers(model)
@@ -148,8 +150,9 @@ class Trainer:
         self.train_time = 0.0
         self.train_samples = 0
         self.early_stopped = False
-        self.writer = CheckpointWriter()
+        self.writer = CheckpointWriter(relative_to=setup.checkpoints_dir.parent)  # errors name checkpoints/...
         self._last_loss: float | None = None  # for progress texts between read-backs
+        self._first_loss: float | None = None  # the first interval's mean loss: the divergence guard's reference
 
     # -- resume ------------------------------------------------------------------------------------
     def _restore(self, resume: dict) -> None:
@@ -270,6 +273,11 @@ class Trainer:
         host = sums.clone().cpu()
         if not math.isfinite(float(host[0])):
             self._fail_nonfinite(float(host[0]))
+        mean = float(host[0]) / max(float(host[2]), 1.0)  # the reduced sums: every DDP rank decides alike
+        if mean > divergence_limit(self._first_loss):
+            self._fail_diverged(mean)
+        if self._first_loss is None:
+            self._first_loss = mean
         self.epoch_sums += sums
         self.train_samples += int(host[2])
         self.interval = _Interval()
@@ -301,13 +309,24 @@ class Trainer:
             (epoch, first), (_, last) = self.interval.steps[0], self.interval.steps[-1]
             where = f"at epoch {epoch + 1}, between steps {first} and {last}"
         what = "NaN" if math.isnan(value) else "infinite"
-        self.writer.wait()
+        raise JobError(f"the training loss became {what} {where}; training stopped and {self._kept_checkpoint()}. "
+                       f"Try a lower lr (now {self.spec.lr:g}), amp=none, or gradient clipping (e.g. "
+                       "clip_grad_norm=1.0).")
+
+    def _fail_diverged(self, mean: float) -> None:
+        limit = divergence_limit(self._first_loss)
+        why = f"over the limit of {limit:.3g}"
+        if self._first_loss is not None and limit == DIVERGED_FACTOR * self._first_loss:
+            why += f", a million times the first loss read back ({self._first_loss:.3g})"
+        raise JobError(f"the training loss diverged ({mean:.2g} at step {self.state.global_step}, {why}); "
+                       f"training stopped and {self._kept_checkpoint()}. Try a lower lr (now {self.spec.lr:g}) or "
+                       "gradient clipping (e.g. clip_grad_norm=1.0).")
+
+    def _kept_checkpoint(self) -> str:
+        self.writer.wait()  # a last.pt still being written counts (and a write error is the one to report)
         if self.ckpt_last.exists():
-            kept = f"the last good checkpoint is kept: {self.ckpt_last}"
-        else:
-            kept = "no checkpoint had been written yet"
-        raise JobError(f"the training loss became {what} {where}; training stopped and {kept}. Try a lower lr "
-                       f"(now {self.spec.lr:g}), amp=none, or gradient clipping (e.g. clip_grad_norm=1.0).")
+            return f"the last good checkpoint is kept: {self.ckpt_last}"
+        return "no checkpoint had been written yet"
 
     # -- epoch end -----------------------------------------------------------------------------------
     def _end_epoch(self, epoch: int) -> bool:
@@ -324,7 +343,7 @@ class Trainer:
             val = self._reduce(evaluate_sums(
                 self.model, self.val_split, self.loss_fn, device=self.device, amp=spec.amp,
                 channels_last=spec.channels_last, batch_size=self.eval_batch_size, rank=self.rank,
-                world=self.world, check_stop=check)).cpu()
+                world=self.world, check_stop=check, output_check=self.output_check)).cpu()
             if float(val[2]):
                 val_loss, val_acc = float(val[0]) / float(val[2]), float(val[1]) / float(val[2])
                 values.update({"val/loss": val_loss, "val/acc": val_acc})

@@ -19,6 +19,7 @@ from workbench.worker.data import load_dataset
 from workbench.worker.models import build_model, count_parameters
 from workbench.worker.training.devices import check_amp, check_compile, describe, resolve_device
 from workbench.worker.training.evaluate import evaluate_test, write_evaluation
+from workbench.worker.training.guards import OutputCheck
 from workbench.worker.training.loop import Reporter, Trainer, TrainSetup
 from workbench.worker.training.reproducibility import deterministic_mode, seed_everything
 from workbench.worker.training.state import BEST, FINAL, LAST, load_last
@@ -130,7 +131,8 @@ def run_training(spec: TrainSpec, ctx) -> dict:
             ctx.progress(0, len(test_split), "evaluating on the test split", force=True)
             evaluation = evaluate_test(model, test_split, dataset.classes, device=device, amp=spec.amp,
                                        channels_last=spec.channels_last, batch_size=spec.batch_size,
-                                       check_stop=ctx.check_stop)
+                                       check_stop=ctx.check_stop,
+                                       output_check=OutputCheck(spec.model.name, spec.model.num_classes))
             evaluation_path = run.artifacts_dir / "evaluation.json"
             write_evaluation(evaluation_path, evaluation)
             ctx.artifact("evaluation", evaluation_path, kind="evaluation")

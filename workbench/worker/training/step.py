@@ -15,6 +15,7 @@ from torch import nn
 from workbench.errors import JobError
 from workbench.worker.models import logits_of
 from workbench.worker.training.devices import autocast
+from workbench.worker.training.guards import OutputCheck
 from workbench.worker.training.losses import LossFn
 
 
@@ -34,7 +35,7 @@ class TrainStep:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, *,
                  device: torch.device | str = "cpu", amp: str = "none", clip_grad_norm: float = 0.0,
                  clip_grad_value: float = 0.0, channels_last: bool = False, forward_model: nn.Module | None = None,
-                 compiled: bool = False):
+                 compiled: bool = False, output_check: OutputCheck | None = None):
         self.model = model
         self.forward_model = forward_model if forward_model is not None else model
         self.optimizer = optimizer
@@ -47,6 +48,7 @@ class TrainStep:
         self.clip_grad_value = clip_grad_value
         self.channels_last = channels_last
         self.compiled = compiled
+        self.output_check = output_check  # None: scores go to the loss unchecked (callers without a ModelSpec)
         self._params = [p for p in model.parameters() if p.requires_grad]
 
     def accumulate(self, x: torch.Tensor, y: torch.Tensor, weight: float = 1.0,
@@ -63,7 +65,11 @@ class TrainStep:
             with skip:
                 with autocast(self.amp, self.device):
                     scores = logits_of(self.forward_model(x))
-                loss = self.loss_fn(scores, y)
+                if self.output_check is not None:
+                    self.output_check.scores(scores, y)
+                    loss = self.output_check.loss(self.loss_fn, scores, y)
+                else:
+                    loss = self.loss_fn(scores, y)
                 scaled = loss * weight if weight != 1.0 else loss
                 if self.scaler is not None:
                     scaled = self.scaler.scale(scaled)

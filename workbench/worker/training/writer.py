@@ -28,7 +28,9 @@ def cpu_copy(obj):
 
 
 class CheckpointWriter:
-    def __init__(self):
+    def __init__(self, relative_to: Path | None = None):
+        # Errors name files relative to this folder (the run's): "disk full while saving checkpoints/last.pt".
+        self._relative_to = Path(relative_to) if relative_to is not None else None
         self._queue: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -50,11 +52,19 @@ class CheckpointWriter:
             state, path = item
             try:
                 if self._error is None:
-                    save_state_dict(state, path)
+                    save_state_dict(state, path, name=self._name(path))
             except BaseException as exc:  # handed to the training thread at its next submit() or wait()
                 self._error = exc
             finally:
                 self._queue.task_done()
+
+    def _name(self, path: Path) -> str:
+        if self._relative_to is not None:
+            try:
+                return path.relative_to(self._relative_to).as_posix()
+            except ValueError:  # not under it: the full path says more
+                pass
+        return str(path)
 
     def wait(self) -> None:
         """Block until every submitted checkpoint is written; raise the first error a write met."""
