@@ -6,12 +6,10 @@ A task is a function or generator of (spec, ctx). "job" tasks run one at a time 
 
 from __future__ import annotations
 
-import difflib
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from workbench.errors import UsageError
+from workbench.registry import Registry
 
 BUILTIN_TASK_MODULES = ("workbench.worker.tasks.diagnostics", "workbench.worker.tasks.devices", "workbench.worker.tasks.data", "workbench.worker.tasks.train")
 
@@ -26,7 +24,8 @@ class TaskInfo:
     description: str
 
 
-_TASKS: dict[str, TaskInfo] = {}
+TASKS: Registry[TaskInfo] = Registry("task", BUILTIN_TASK_MODULES,
+                                     missing=lambda name, hint: f"no task named {name!r} in this worker; {hint}")
 
 
 def register_task(name: str, *, kind: str = "job", spec: type | None = None, creates_run: bool | None = None,
@@ -35,30 +34,20 @@ def register_task(name: str, *, kind: str = "job", spec: type | None = None, cre
         raise ValueError(f"task kind must be 'job' or 'query', not {kind!r}")
 
     def decorator(fn: Callable) -> Callable:
-        if name in _TASKS:
-            raise ValueError(f"task {name!r} is registered twice")
         doc = description or (fn.__doc__ or "").strip().split("\n")[0]
-        _TASKS[name] = TaskInfo(name, fn, kind, spec, kind == "job" if creates_run is None else creates_run, doc)
+        TASKS.add(name, TaskInfo(name, fn, kind, spec, kind == "job" if creates_run is None else creates_run, doc))
         return fn
 
     return decorator
 
 
 def load_builtin_tasks() -> None:
-    for module in BUILTIN_TASK_MODULES:
-        importlib.import_module(module)
+    TASKS.load_builtins()
 
 
 def get_task(name: str) -> TaskInfo:
-    load_builtin_tasks()
-    try:
-        return _TASKS[name]
-    except KeyError:
-        close = difflib.get_close_matches(name, _TASKS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; known tasks: {', '.join(sorted(_TASKS))}"
-        raise UsageError(f"no task named {name!r} in this worker{hint}") from None
+    return TASKS.get(name)
 
 
 def list_tasks() -> list[TaskInfo]:
-    load_builtin_tasks()
-    return sorted(_TASKS.values(), key=lambda t: t.name)
+    return TASKS.entries()

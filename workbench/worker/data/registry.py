@@ -6,14 +6,13 @@ and returns a `Source` (class names and the stores of its parts). Built-in loade
 
 from __future__ import annotations
 
-import difflib
-import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.errors import JobError
+from workbench.registry import Registry
 from workbench.specs import DataSpec
 from workbench.worker.data.stores import ImageStore
 
@@ -54,35 +53,23 @@ class DatasetEntry:
     description: str
 
 
-_DATASETS: dict[str, DatasetEntry] = {}
+DATASETS: Registry[DatasetEntry] = Registry(
+    "dataset", BUILTIN_MODULES, error=JobError,
+    missing=lambda name, hint: f"dataset.name: no dataset named {name!r}; {hint}")
 
 
 def register_dataset(name: str, *, has_test_split: bool, description: str = "") -> Callable:
     def decorator(fn: Callable[[SourceRequest], Source]) -> Callable:
-        if name in _DATASETS:
-            raise ValueError(f"dataset {name!r} is registered twice")
         doc = description or (fn.__doc__ or "").strip().split("\n")[0]
-        _DATASETS[name] = DatasetEntry(name, fn, has_test_split, doc)
+        DATASETS.add(name, DatasetEntry(name, fn, has_test_split, doc))
         return fn
 
     return decorator
 
 
-def _load_builtins() -> None:
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)
-
-
 def get_dataset(name: str) -> DatasetEntry:
-    _load_builtins()
-    try:
-        return _DATASETS[name]
-    except KeyError:
-        close = difflib.get_close_matches(name, _DATASETS, n=1)
-        hint = f"did you mean {close[0]!r}?" if close else "choose one of: " + ", ".join(sorted(_DATASETS))
-        raise JobError(f"dataset.name: no dataset named {name!r}; {hint}") from None
+    return DATASETS.get(name)
 
 
 def list_datasets() -> list[str]:
-    _load_builtins()
-    return sorted(_DATASETS)
+    return DATASETS.names()

@@ -6,12 +6,11 @@ family prefix (`torchvision:<arch>` -> "<arch>"), "" for plain names. Worker sid
 
 from __future__ import annotations
 
-import difflib
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from workbench.errors import JobError
+from workbench.registry import Registry
 
 BUILTIN_MODULES = (
     "workbench.worker.models.builtin",
@@ -29,43 +28,34 @@ class ModelEntry:
     description: str
 
 
-_MODELS: dict[str, ModelEntry] = {}
+MODELS: Registry[ModelEntry] = Registry("model", BUILTIN_MODULES, error=JobError)
 
 
 def register_model(name: str, *, family: bool = False, usage: str = "", description: str = "") -> Callable:
     """Register a builder under `name`; with `family=True`, `name:<arg>` names reach it with `arg`."""
 
     def decorator(fn: Callable) -> Callable:
-        if name in _MODELS:
-            raise ValueError(f"model {name!r} is registered twice")
         doc = description or (fn.__doc__ or "").strip().split("\n")[0]
-        _MODELS[name] = ModelEntry(name, fn, family, usage or (f"{name}:<arg>" if family else name), doc)
+        MODELS.add(name, ModelEntry(name, fn, family, usage or (f"{name}:<arg>" if family else name), doc))
         return fn
 
     return decorator
 
 
-def _load_builtins() -> None:
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)
-
-
 def list_models() -> list[str]:
     """Every way to name a model, e.g. ["cnn", "file:<path.py>:<ClassOrFactory>", "mlp", "torchvision:<arch>"]."""
-    _load_builtins()
-    return sorted(entry.usage for entry in _MODELS.values())
+    return sorted(entry.usage for entry in MODELS.entries())
 
 
 def get_model_builder(name: str) -> tuple[ModelEntry, str]:
     """The registry entry for a model name and the argument after its family prefix."""
-    _load_builtins()
     prefix, sep, arg = name.partition(":")
-    entry = _MODELS.get(prefix)
+    entry = MODELS.lookup(prefix)
     if entry is not None and entry.family == bool(sep) and (arg or not sep):
         return entry, arg
-    usages = sorted(e.usage for e in _MODELS.values())
-    close = difflib.get_close_matches(name, [e.name for e in _MODELS.values()], n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
+    usages = list_models()
+    hint = MODELS.hint(name)
+    hint = f"{hint} " if hint.startswith("did you mean") else ""
     raise JobError(f"model.name: {name!r} is not a known model; {hint}use one of: {', '.join(usages)}")
 
 
