@@ -178,7 +178,6 @@ def test_metrics_round_trip_with_nan_and_inf(store):
         assert values[0] == 2.5 and math.isnan(values[1]) and values[2] == math.inf and values[3] == -math.inf
         everything = run.read_metrics()
         assert set(everything) == {"loss", "acc"} and everything["acc"] == ([0], [0.1])
-        assert run.metric_names() == ["acc", "loss"]
         last = run.last_metrics()
         assert last["acc"] == (0, 0.1) and last["loss"] == (3, -math.inf)
 
@@ -188,18 +187,6 @@ def test_last_metric_nan_reads_back_as_nan(store):
         run.log_metrics([(5, "loss", float("nan"), 0.0)])
         step, value = run.last_metrics()["loss"]
         assert step == 5 and math.isnan(value)
-
-
-def test_read_new_metrics_is_incremental(store):
-    with store.create_run("train", {}, task="t") as run:
-        run.log_metrics([(0, "loss", 1.0, 0.0), (0, "acc", 0.5, 0.0)])
-        first, cursor = run.read_new_metrics()
-        assert first == {"loss": ([0], [1.0]), "acc": ([0], [0.5])}
-        run.log_metrics([(1, "loss", 0.5, 1.0)])
-        second, cursor2 = run.read_new_metrics(cursor)
-        assert second == {"loss": ([1], [0.5])} and cursor2 > cursor
-        assert run.read_metrics(since_rowid=cursor2) == {}
-        assert run.read_new_metrics(cursor2) == ({}, cursor2)
 
 
 def test_events_round_trip(store):

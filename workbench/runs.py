@@ -537,13 +537,6 @@ class Run:
         except ValueError as exc:
             raise JobError(f"Run spec {self.spec_path} is not valid TOML: {exc}") from exc
 
-    def read_new_metrics(self, since_rowid: int = 0) -> tuple[dict[str, tuple[list[int], list[float]]], int]:
-        """Metrics appended after `since_rowid`, and the rowid to pass next time (for live plots)."""
-        with self._db() as conn, _transaction(conn):  # one snapshot for both queries
-            data = self._select_metrics(conn, None, since_rowid)
-            last = conn.execute("SELECT coalesce(max(rowid), 0) FROM metrics").fetchone()[0]
-        return data, max(last, since_rowid)
-
     def read_metrics(
         self, name: str | None = None, since_rowid: int = 0
     ) -> dict[str, tuple[list[int], list[float]]]:
@@ -569,10 +562,6 @@ class Run:
             steps.append(step)
             values.append(_real(value))
         return out
-
-    def metric_names(self) -> list[str]:
-        with self._db() as conn:
-            return [r[0] for r in conn.execute("SELECT DISTINCT name FROM metrics ORDER BY name")]
 
     def last_metrics(self) -> dict[str, tuple[int, float]]:
         """{name: (step, value)} of the most recently logged row of each metric."""
