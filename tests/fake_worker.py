@@ -109,7 +109,7 @@ def _fake_train(spec, ctx):
 
 class FakeWorker:
     def __init__(self, directory: Path):
-        tasks = {name: get_task(name) for name in ("debug.count", "debug.sleep", "debug.echo")}
+        tasks = {name: get_task(name) for name in ("debug.count", "debug.selftest", "debug.sleep", "debug.echo")}
         tasks["devices.list"] = TaskInfo("devices.list", _fake_devices, "query", None, False, "canned devices")
         for name, fn in (("data.info", _fake_info), ("data.page", _fake_page), ("data.sample", _fake_sample)):
             tasks[name] = TaskInfo(name, fn, "query", None, False, "fake data")

@@ -36,7 +36,7 @@ def test_job_progress_and_run_appear(fake_window, qtbot):
     assert [r["run_dir"] for r in runs] == [record.run_dir]
     fake_window.runs_panel.select_run(runs[0]["id"])
     details = fake_window.runs_panel.details.toPlainText()
-    assert "debug.count" in details and "value" in details and "done" in details
+    assert "debug.selftest" in details and "value" in details and "done" in details
 
 
 def test_cancel_button_stops_a_running_job(fake_window, qtbot):
@@ -103,3 +103,14 @@ def test_real_worker_crash_keeps_window_state_and_restarts(qtbot, tmp_path, sett
     qtbot.waitUntil(lambda: _job_rows(window)[0].state == "done", timeout=10_000)
     window.close()
     assert manager.process.poll() is not None  # closing the window stops the worker
+
+
+def test_self_test_does_not_wait_behind_a_running_job(fake_window, qtbot):
+    long = fake_window.submit_job("debug.count", {"steps": 100000, "delay": 0.01})
+    qtbot.waitUntil(lambda: fake_window.manager.jobs.get(long.job_id).state == "running", timeout=10_000)
+    fake_window.run_self_test()
+    selftest = next(r for r in fake_window.manager.jobs.all() if r.task == "debug.selftest")
+    qtbot.waitUntil(lambda: fake_window.manager.jobs.get(selftest.job_id).state == "done", timeout=15_000)
+    assert fake_window.manager.jobs.get(long.job_id).state == "running"  # it finished beside the job, not after
+    assert fake_window.manager.jobs.get(selftest.job_id).result["selftest"] == "passed"
+    fake_window.manager.cancel(long.job_id)

@@ -350,7 +350,8 @@ class MainWindow(QMainWindow):
         self.dataset_panel.show_sample(split, index)
 
     def run_self_test(self) -> None:
-        record = self.submit_job("debug.count", {"steps": 200, "delay": 0.01})
+        # debug.selftest runs beside any job (the worker's query pool): it never waits behind a training run.
+        record = self.submit_job("debug.selftest", {"steps": 200, "delay": 0.01})
         if record:
             self.log_panel.append("Started the worker self-test")
 

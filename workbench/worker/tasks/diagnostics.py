@@ -57,6 +57,17 @@ def _crash(mode: str, step: int) -> None:
     raise JobError(f"deliberate job error at step {step}")
 
 
+@register_task("debug.selftest", kind="query", creates_run=True)
+def selftest(spec: dict, ctx):
+    """The window's worker self-test: a short count with a run, metrics and progress.
+
+    A "query" so that it runs in the worker's query pool beside a long training job instead of queueing
+    behind it: it checks that the worker answers now, which is the point of a self-test.
+    """
+    result = yield from count({"steps": int(spec.get("steps", 200)), "delay": float(spec.get("delay", 0.01))}, ctx)
+    return {**result, "selftest": "passed"}
+
+
 @register_task("debug.echo", kind="query")
 def echo(spec: dict, ctx):
     """Return the spec; with `array_size`, also send an array of that many float32 values."""
