@@ -173,3 +173,20 @@ def test_real_worker_shows_digits(qtbot, real_window):
     qtbot.waitUntil(lambda: panel.sample_view.result is not None, timeout=30_000)
     counts = np.asarray(panel.sample_view.result["histogram"]["counts"])
     assert counts.shape == (1, 32) and counts.sum() == 64
+
+
+def test_a_new_dataset_that_fails_to_load_is_taken_back(panel, qtbot, tmp_path):
+    before = panel.state.spec
+    assert set(panel.class_chart.bars) == {"train", "val", "test"}
+    panel.state.set_spec(DataSpec.from_dict({"name": "cifar10"}))
+    qtbot.waitUntil(lambda: panel.state.spec == before and panel.info is not None, timeout=10_000)
+    assert "<b>cifar10</b> could not be loaded, so <b>digits</b> is still the dataset" in panel.summary.text()
+    assert "train 1,500" in panel.summary.text()  # and the dataset that stayed is shown in full
+    assert panel.error.isVisible()
+    assert panel.error.text().startswith("cifar10 could not be loaded: CIFAR-10 files are missing")
+    assert set(panel.class_chart.bars) == {"train", "val", "test"}
+    qtbot.waitUntil(lambda: panel.model.total == 1500, timeout=10_000)
+    # What the window remembers is the dataset that loaded, not the one that failed.
+    panel.window().close()
+    reread = Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
+    assert DataSpec.from_json(reread.get("dataset_spec")) == before

@@ -28,3 +28,28 @@ def test_a_workspace_with_runs_opens_on_the_runs_not_the_empty_state(fake_window
     panel.refresh()
     assert not panel.showing_empty_state
     assert panel.table.rowCount() == 1
+
+
+def test_train_again_opens_the_wizard_on_the_selected_runs_spec(fake_window, qtbot, monkeypatch):
+    from workbench.gui import main_window
+    from workbench.runs import RunStore
+
+    spec = {"epochs": 7, "lr": 0.02, "model": {"name": "mlp"}, "dataset": {"name": "digits"}}
+    with RunStore(fake_window.workspace).create_run("train", spec, task="train.classifier") as run:
+        run.set_status("done")
+    panel = fake_window.training_panel
+    panel.refresh()
+    panel.select_run(run.id)
+    assert panel.again_button.isEnabled()
+    opened = []
+
+    class Recorder(main_window.TrainingWizard):
+        def exec(self):
+            opened.append(self)
+            return 0
+
+    monkeypatch.setattr(main_window, "TrainingWizard", Recorder)
+    panel.again_button.click()
+    (wizard,) = opened
+    built = wizard.rebuild()
+    assert built.epochs == 7 and built.lr == 0.02 and built.model.name == "mlp"

@@ -238,7 +238,8 @@ class MainWindow(QMainWindow):
         self.dataset_state.changed.connect(self._on_dataset_state_changed)
         self.bridge.job_changed.connect(self.training_panel.on_job_changed)
         self.bridge.message_received.connect(self.training_panel.on_message)
-        self.training_panel.new_run_requested.connect(self.new_training_run)
+        self.training_panel.new_run_requested.connect(lambda: self.new_training_run())
+        self.training_panel.train_again_requested.connect(self.new_training_run)
         self.training_panel.quick_start_requested.connect(self.quick_start_training)
         self.training_panel.resume_requested.connect(self._on_training_resume_requested)
         self.training_panel.cancel_requested.connect(self._on_jobs_cancel_requested)
@@ -308,12 +309,13 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(str(exc), 8000)
             return None
 
-    def new_training_run(self) -> TrainSpec | None:
-        """Open the training wizard; on Start, submit the run. Returns the spec it started, if any."""
+    def new_training_run(self, start: dict | None = None) -> TrainSpec | None:
+        """Open the training wizard (on `start`, a run's spec, for "Train again"; else on the last spec used);
+        on Start, submit the run. Returns the spec it started, if any."""
         info = self.dataset_panel.info
         wizard = TrainingWizard(self.dataset_state, self.device_picker.devices, self.device_picker.current_device(),
-                                num_classes=len(info["classes"]) if info else None,
-                                data_dir=str(self.workspace / "data"), parent=self)
+                                start=start, num_classes=len(info["classes"]) if info else None,
+                                data_dir=str(self.workspace / "data"), parent=self, settings=self.settings)
         if not wizard.exec() or wizard.spec is None:
             return None
         return self.start_training(wizard.spec)

@@ -20,6 +20,7 @@ DEFAULTS = {
     "calibration_count": 256,
     "calibration_seed": 0,
     "current_tab": 0,
+    "train_spec": "",  # the last spec the training wizard started, as JSON: the next wizard starts from it
 }
 
 

@@ -1,17 +1,32 @@
 """SpecForm: form widgets generated from a spec's fields (type, bounds, choices, help), read back as plain data.
 
-Wizards lay these out; validation stays in the spec (`from_dict`), so the form and the CLI agree.
+Wizards lay these out; validation stays in the spec (`from_dict`), so the form and the CLI agree. Also the pure
+helpers that attach a spec's errors to fields and compare two specs' plain data.
 """
 
 from __future__ import annotations
 
+import copy
+import re
+from collections.abc import Mapping
 from typing import Literal, get_args, get_origin
 
 from PySide6.QtCore import Signal
-from PySide6.QtGui import QDoubleValidator
-from PySide6.QtWidgets import QCheckBox, QComboBox, QFormLayout, QLineEdit, QSpinBox, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFormLayout,
+    QLabel,
+    QLineEdit,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
 
+from workbench.errors import SpecError
 from workbench.specs import Spec
+
+ERROR_COLOUR = "#d0342c"
 
 
 def _field_info(spec_cls: type[Spec], dotted: str):
@@ -39,29 +54,125 @@ def _label(dotted: str) -> str:
     return LABELS.get(name, name.replace("_", " ").capitalize())
 
 
+def _set_path(data: dict, dotted: str, value) -> None:
+    node = data
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+
+
+# -- errors, field by field --------------------------------------------------------------------------------
+def field_named(message: str, fields) -> str | None:
+    """The field of `fields` that a SpecError message starts with (`model.input_shape[1]: ...` names
+    model.input_shape), or None when it names none of them."""
+    path = re.sub(r"\[\d+\]", "", message.split(": ", 1)[0])
+    named = [f for f in fields if path == f or path.startswith(f + ".")]
+    return max(named, key=len) if named else None
+
+
+def field_errors(spec_cls: type[Spec], data: dict, fields) -> tuple[dict[str, str], str]:
+    """Validate plain spec data with `spec_cls.from_dict` and attach each error to the field it names.
+
+    from_dict stops at the first error, so a field found wrong is put back to its default and the check runs
+    again to find the next one; cross-field rules (nproc needs ddp) are judged against the real values of every
+    other field. Returns ({field: message}, an error that names no field of `fields`, or "").
+    """
+    data = copy.deepcopy(data)
+    defaults = {path: default for path, _, default, _ in spec_cls.iter_fields()}
+    errors: dict[str, str] = {}
+    for _ in range(len(fields) + 1):
+        try:
+            spec_cls.from_dict(data)
+            return errors, ""
+        except SpecError as exc:
+            message = str(exc)
+        field = field_named(message, fields)
+        if field is None or field in errors or field not in defaults:
+            return errors, message
+        errors[field] = message
+        _set_path(data, field, copy.deepcopy(defaults[field]))
+    return errors, ""
+
+
+# -- comparing specs ---------------------------------------------------------------------------------------
+def canonical(value):
+    """A hashable form of plain spec data in which the key order of a table does not count.
+
+    Lists keep their order (an augmentation pipeline runs in list order); their items, tables included, are
+    compared by content. bool stays apart from int, so `true` never equals `1`.
+    """
+    if isinstance(value, Mapping):
+        return ("table", tuple(sorted((str(k), canonical(v)) for k, v in value.items())))
+    if isinstance(value, (list, tuple)):
+        return ("list", tuple(canonical(v) for v in value))
+    if isinstance(value, bool):
+        return ("bool", value)
+    return value
+
+
+def spec_differences(a: dict, b: dict, prefix: str = "") -> list[tuple[str, object, object]]:
+    """Fields whose values differ between two specs' plain data: [(dotted path, value in a, value in b)].
+
+    Tables present in both are compared field by field; anything else (lists, a table against a string such as
+    normalize = "auto") is compared whole with `canonical`. A field missing on one side reads as None there.
+    """
+    differences = []
+    for key in sorted(set(a) | set(b), key=str):
+        path = f"{prefix}{key}"
+        left, right = a.get(key), b.get(key)
+        if isinstance(left, Mapping) and isinstance(right, Mapping):
+            differences.extend(spec_differences(dict(left), dict(right), path + "."))
+        elif canonical(left) != canonical(right):
+            differences.append((path, left, right))
+    return differences
+
+
+# -- the form ----------------------------------------------------------------------------------------------
 class SpecForm(QWidget):
-    changed = Signal()
+    changed = Signal()  # any field edited (by the user or in code)
 
     def __init__(self, spec_cls: type[Spec], fields: list[str], values: dict | None = None, parent=None):
         super().__init__(parent)
         self.spec_cls = spec_cls
         self.widgets: dict[str, QWidget] = {}
-        layout = QFormLayout(self)
+        self.error_labels: dict[str, QLabel] = {}
+        self.errors: dict[str, str] = {}
+        self.inapplicable: dict[str, str] = {}  # field -> why it does not apply now (it is greyed out)
+        self._help: dict[str, str] = {}
+        self._rows: dict[str, QWidget] = {}
+        self.layout_ = layout = QFormLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)  # the page around it has margins; rows it gains line up with it
         layout.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
         for dotted in fields:
             hint, default, meta = _field_info(spec_cls, dotted)
             widget = self._make_widget(hint, meta)
-            widget.setToolTip(meta.get("help", ""))
+            self._help[dotted] = meta.get("help", "")
+            widget.setToolTip(self._help[dotted])
             if isinstance(widget, QLineEdit) and dotted.split(".")[-1] in PLACEHOLDERS:
                 widget.setPlaceholderText(PLACEHOLDERS[dotted.split(".")[-1]])
             self.widgets[dotted] = widget
+            # The message sits right under its field, so a wrong value is explained where it was typed.
+            error = QLabel()
+            error.setWordWrap(True)
+            error.setStyleSheet(f"color: {ERROR_COLOUR}")
+            error.hide()
+            self.error_labels[dotted] = error
+            row = QWidget()
+            row_layout = QVBoxLayout(row)
+            row_layout.setContentsMargins(0, 0, 0, 0)
+            row_layout.setSpacing(2)
+            row_layout.addWidget(widget)
+            row_layout.addWidget(error)
+            self._rows[dotted] = row
             label = _label(dotted)
-            layout.addRow("" if isinstance(widget, QCheckBox) else label, widget)
+            layout.addRow("" if isinstance(widget, QCheckBox) else label, row)
             if isinstance(widget, QCheckBox):
                 widget.setText(label)
             self.set_value(dotted, default)
         if values:
             self.set_values(values)
+        self.connect_changes(lambda *args: self.changed.emit())
 
     @staticmethod
     def _make_widget(hint, meta) -> QWidget:
@@ -82,11 +193,9 @@ class SpecForm(QWidget):
             low = meta.get("min", 0)
             widget.setRange(int(low) + (1 if meta.get("min_exclusive") else 0), int(meta.get("max", 2**31 - 1)))
             return widget
-        widget = QLineEdit()
-        if hint is float:
-            # A line edit, not a spin box: learning rates want 3e-4, not a fixed number of decimals.
-            widget.setValidator(QDoubleValidator())
-        return widget
+        # A line edit, not a spin box: learning rates want 3e-4, not a fixed number of decimals. No validator
+        # either: one silently swallows keystrokes, while the spec's inline message says what is wrong.
+        return QLineEdit()
 
     # -- values ----------------------------------------------------------------------------------
     def set_value(self, dotted: str, value) -> None:
@@ -125,13 +234,14 @@ class SpecForm(QWidget):
         return widget.text().strip()  # the spec coerces text to floats and lists and says what is wrong
 
     def apply_to(self, data: dict) -> dict:
-        """Write the form's values into a nested spec dict (in place) and return it."""
+        """Write the form's values into a nested spec dict (in place) and return it.
+
+        Fields that do not apply now (greyed out) are left as `data` has them: their value is not used, and a
+        stale or invalid one the user cannot edit must not block the spec.
+        """
         for dotted in self.widgets:
-            node = data
-            *parents, leaf = dotted.split(".")
-            for part in parents:
-                node = node.setdefault(part, {})
-            node[leaf] = self.value(dotted)
+            if dotted not in self.inapplicable:
+                _set_path(data, dotted, self.value(dotted))
         return data
 
     def connect_changes(self, slot) -> None:
@@ -144,3 +254,31 @@ class SpecForm(QWidget):
                 widget.valueChanged.connect(slot)
             else:
                 widget.textChanged.connect(slot)
+
+    # -- errors and applicability ----------------------------------------------------------------
+    def set_errors(self, errors: dict[str, str]) -> None:
+        """Show each field's message under it ({field: message}); fields not named are cleared."""
+        self.errors = {field: text for field, text in errors.items() if field in self.widgets}
+        for dotted, label in self.error_labels.items():
+            text = self.errors.get(dotted, "")
+            label.setText(text)
+            label.setVisible(bool(text))
+            name_label = self.layout_.labelForField(self._rows[dotted])
+            if name_label is not None:
+                name_label.setStyleSheet(f"color: {ERROR_COLOUR}" if text else "")
+
+    def set_applicable(self, dotted: str, applies: bool, reason: str = "") -> None:
+        """Grey a field out when the rest of the spec makes it meaningless, with the reason as its tooltip."""
+        widget = self.widgets[dotted]
+        if applies:
+            self.inapplicable.pop(dotted, None)
+        else:
+            self.inapplicable[dotted] = reason
+        widget.setEnabled(applies)
+        help_text = self._help[dotted]
+        widget.setToolTip(help_text if applies else f"{reason}\n\n{help_text}")
+        label = self.layout_.labelForField(self._rows[dotted])
+        if label is not None:
+            label.setEnabled(applies)
+            label.setToolTip(widget.toolTip())
+

@@ -1,10 +1,13 @@
 """The dataset picker: registry choice, root folder, splits, resize, normalisation and augmentation, validated inline.
 
 It builds a `DataSpec` through `DataSpec.from_dict`, so the dialog and the command line reject the same
-values with the same words; OK is enabled only while the spec is valid.
+values with the same words, and checks the root folder exists; OK is enabled only while both pass.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -12,7 +15,6 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
-    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QGroupBox,
@@ -27,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.errors import SpecError
+from workbench.gui.widgets.spec_form import ERROR_COLOUR, field_named
 from workbench.specs import AUGMENTATIONS, DATASETS, DataSpec
 
 # Parameters each augmentation takes, with defaults a user can start from (they are torchvision v2's).
@@ -49,6 +52,63 @@ DATASET_NOTES = {
     "imagefolder": "Your images: root holds one folder per class.",
     "fake": "Random images (torchvision FakeData), for trying things out.",
 }
+
+
+def inapplicable_fields(name: str) -> dict[str, str]:
+    """Source fields of DataSpec that dataset `name` does not use, each with the reason (for tooltips)."""
+    reasons: dict[str, str] = {}
+    if name in ("digits", "fake"):
+        what = "digits ships inside scikit-learn" if name == "digits" else "fake makes random images in memory"
+        reasons["root"] = reasons["download"] = f"Not used: {what}, so there is no folder to read and nothing to download."
+    elif name == "imagefolder":
+        reasons["download"] = "Not used: imagefolder reads your own images, so there is nothing to download."
+    if name != "fake":
+        reasons["size"] = reasons["num_classes"] = "Only the fake dataset generates samples; the others have their own."
+    return reasons
+
+
+def root_problem(name: str, root: str, download: bool, default_root: str = "") -> str:
+    """Why `root` cannot hold dataset `name`, in the spec's own style ("root: ... ; ..."); "" when it can.
+
+    Checked here, on the GUI's side, because a wrong folder otherwise only shows up as a failed load after the
+    dialog has closed. Empty means the workspace's data folder (`default_root`).
+    """
+    if "root" in inapplicable_fields(name) or (download and name != "imagefolder"):
+        return ""  # a download creates the folder
+    if not root and name != "imagefolder":
+        return ""  # the worker's message says which files belong under the workspace's data folder
+    if not (root or default_root):
+        return ""
+    shown = repr(root) if root else f"empty, which means the workspace's data folder {default_root!r}, but that"
+    path = Path(root or default_root).expanduser()
+    if not path.exists():
+        wanted = ("choose the folder that holds one folder per class" if name == "imagefolder"
+                  else "choose the folder that holds the dataset's files, or tick Download")
+        return f"root: {shown} does not exist; {wanted}"
+    if not path.is_dir():
+        return f"root: {shown} is a file, not a folder"
+    if name == "imagefolder":
+        try:
+            with os.scandir(path) as entries:  # stops at the first folder; d_type needs no stat per file
+                has_class = any(entry.is_dir() for entry in entries)
+        except OSError as exc:
+            return f"root: {shown} cannot be read ({exc.strerror or exc})"
+        if not has_class:
+            return f"root: {shown} has no class folders; imagefolder needs one folder per class, e.g. cat/1.jpg"
+    return ""
+
+
+class _NumberEdit(QLineEdit):
+    """A number typed as text: unlike a spin box it never clamps 1.5 into range, so the spec can say why not."""
+
+    def setValue(self, value: float) -> None:  # noqa: N802 (reads like the spin boxes beside it)
+        self.setText(f"{value:g}")
+
+    def value(self) -> float | None:
+        try:
+            return float(self.text())
+        except ValueError:
+            return None
 
 
 def _parse_params(text: str) -> dict:
@@ -79,6 +139,7 @@ class DatasetDialog(QDialog):
         self.setWindowTitle("Choose dataset")
         self.setMinimumWidth(560)
         self._spec = spec
+        self.workspace_data_dir = workspace_data_dir
         self.name = QComboBox()
         for name in DATASETS:
             self.name.addItem(name, name)
@@ -86,12 +147,11 @@ class DatasetDialog(QDialog):
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color: palette(placeholder-text)")
         self.root = QLineEdit()
-        self.root.setPlaceholderText(workspace_data_dir or "the workspace's data folder")
-        browse = QPushButton("Browse…")
-        browse.clicked.connect(self._on_browse_clicked)
+        self.browse = QPushButton("Browse…")
+        self.browse.clicked.connect(self._on_browse_clicked)
         root_row = QHBoxLayout()
         root_row.addWidget(self.root, 1)
-        root_row.addWidget(browse)
+        root_row.addWidget(self.browse)
         self.download = QCheckBox("Download when missing (needs internet)")
         self.val_fraction = self._fraction_box()
         self.test_fraction = self._fraction_box()
@@ -126,7 +186,7 @@ class DatasetDialog(QDialog):
         self.augment.setMinimumHeight(self.augment.verticalHeader().length() + 30)
         self.error = QLabel()
         self.error.setWordWrap(True)
-        self.error.setStyleSheet("color: #d0342c")
+        self.error.setStyleSheet(f"color: {ERROR_COLOUR}")
         self.buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
@@ -156,6 +216,16 @@ class DatasetDialog(QDialog):
         layout.addWidget(self.augment)
         layout.addWidget(self.error)
         layout.addWidget(self.buttons)
+        # The label of the field an error names turns red too, so the message below points somewhere.
+        self._field_labels = {}
+        for form_layout, rows in ((form, {"name": self.name, "root": root_row, "size": self.size,
+                                          "num_classes": self.num_classes}),
+                                  (form2, {"val_fraction": self.val_fraction, "test_fraction": self.test_fraction,
+                                           "seed": self.seed, "image_size": self.image_size,
+                                           "normalize": self.normalize, "normalize.mean": self.mean,
+                                           "normalize.std": self.std, "num_workers": self.num_workers})):
+            for field, field_widget in rows.items():
+                self._field_labels[field] = form_layout.labelForField(field_widget)
         self._set_tooltips()
         self._load(spec)
         for widget in (self.name, self.normalize):
@@ -163,7 +233,7 @@ class DatasetDialog(QDialog):
         for widget in (self.root, self.image_size, self.mean, self.std):
             widget.textChanged.connect(self._revalidate)
         for widget in (self.val_fraction, self.test_fraction):
-            widget.valueChanged.connect(self._revalidate)
+            widget.textChanged.connect(self._revalidate)
         for widget in (self.seed, self.size, self.num_classes, self.num_workers):
             widget.valueChanged.connect(self._revalidate)
         for widget in (self.download, self.pin_memory):
@@ -172,21 +242,21 @@ class DatasetDialog(QDialog):
         self._revalidate()
 
     @staticmethod
-    def _fraction_box() -> QDoubleSpinBox:
-        box = QDoubleSpinBox()
-        box.setRange(0.0, 0.95)
-        box.setSingleStep(0.05)
-        box.setDecimals(3)
+    def _fraction_box() -> _NumberEdit:
+        box = _NumberEdit()
+        box.setPlaceholderText("a fraction, e.g. 0.1")
         return box
 
     def _set_tooltips(self) -> None:
+        self._help = {}
         for widget, field in [(self.name, "name"), (self.root, "root"), (self.download, "download"),
                               (self.val_fraction, "val_fraction"), (self.test_fraction, "test_fraction"),
                               (self.seed, "seed"), (self.image_size, "image_size"), (self.normalize, "normalize"),
                               (self.size, "size"), (self.num_classes, "num_classes"),
                               (self.num_workers, "num_workers"), (self.pin_memory, "pin_memory"),
                               (self.augment, "augment")]:
-            widget.setToolTip(DataSpec.field_help(field))
+            self._help[widget] = DataSpec.field_help(field)
+            widget.setToolTip(self._help[widget])
 
     def _load(self, spec: DataSpec) -> None:
         self.name.setCurrentIndex(max(0, self.name.findData(spec.name)))
@@ -216,11 +286,15 @@ class DatasetDialog(QDialog):
         """The form as plain spec data (what `DataSpec.from_dict` takes)."""
         data: dict = {
             "name": self.name.currentData(), "root": self.root.text().strip(), "download": self.download.isChecked(),
-            "val_fraction": self.val_fraction.value(), "test_fraction": self.test_fraction.value(),
+            "val_fraction": self.val_fraction.text().strip(), "test_fraction": self.test_fraction.text().strip(),
             "seed": self.seed.value(), "image_size": self.image_size.text().strip(),
             "size": self.size.value(), "num_classes": self.num_classes.value(),
             "num_workers": self.num_workers.value(), "pin_memory": self.pin_memory.isChecked(),
         }
+        # What the dataset does not use stays out of its spec (and so of the TOML and the run comparison); the
+        # greyed-out field keeps its text in case the user switches back.
+        for field in inapplicable_fields(data["name"]):
+            del data[field]
         if self.normalize.currentText() == "custom":
             data["normalize"] = {"mean": self.mean.text().strip(), "std": self.std.text().strip()}
         else:
@@ -235,23 +309,43 @@ class DatasetDialog(QDialog):
     def spec(self) -> DataSpec:
         return self._spec
 
+    def _update_applicability(self, name: str) -> None:
+        reasons = inapplicable_fields(name)
+        for field, widgets in (("root", (self.root, self.browse)), ("download", (self.download,)),
+                               ("size", (self.size,)), ("num_classes", (self.num_classes,))):
+            reason = reasons.get(field)
+            for widget in widgets:
+                widget.setEnabled(reason is None)
+                help_text = self._help.get(widget, "Choose the dataset's folder")
+                widget.setToolTip(help_text if reason is None else f"{reason}\n\n{help_text}")
+        self.root.setPlaceholderText(f"not used by {name}" if "root" in reasons
+                                     else self.workspace_data_dir or "the workspace's data folder")
+
     def _revalidate(self, *args) -> None:
         name = self.name.currentData()
         self.note.setText(DATASET_NOTES.get(name, ""))
-        fake = name == "fake"
-        self.size.setEnabled(fake)
-        self.num_classes.setEnabled(fake)
+        self._update_applicability(name)
         custom = self.normalize.currentText() == "custom"
         self.mean.setEnabled(custom)
         self.std.setEnabled(custom)
         try:
-            self._spec = DataSpec.from_dict(self.spec_data())
+            spec = DataSpec.from_dict(self.spec_data())
+            problem = root_problem(spec.name, spec.root, spec.download, self.workspace_data_dir)
         except SpecError as exc:
-            self.error.setText(str(exc))
-            self.buttons.button(QDialogButtonBox.Ok).setEnabled(False)
-            return
-        self.error.setText("")
-        self.buttons.button(QDialogButtonBox.Ok).setEnabled(True)
+            spec, problem = None, str(exc)
+        self.error.setText(problem)
+        self.buttons.button(QDialogButtonBox.Ok).setEnabled(not problem)
+        named = field_named(problem, self._field_labels) if problem else None
+        for field, label in self._field_labels.items():
+            label.setStyleSheet(f"color: {ERROR_COLOUR}" if field == named else "")
+        if spec is not None and not problem:
+            self._spec = spec
+
+    def accept(self) -> None:
+        # The folder may have gone since it was typed: check once more before the dialog closes.
+        self._revalidate()
+        if self.buttons.button(QDialogButtonBox.Ok).isEnabled():
+            super().accept()
 
     def _on_browse_clicked(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Dataset root folder", self.root.text() or "")

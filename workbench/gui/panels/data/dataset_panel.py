@@ -1,9 +1,12 @@
 """The dataset browser panel: a virtual thumbnail grid with split and class filters and zoom, a sample view,
 class distribution charts, and the dataset picker. All data comes from the worker's data.* queries.
+
+A newly chosen dataset that fails to load is taken back: the last one that loaded stays, and the panel says so.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 
 from PySide6.QtCore import QPoint, QSize, Qt, Signal
@@ -28,6 +31,7 @@ from workbench.gui.panels.data.sample_view import SampleView
 from workbench.gui.panels.data.thumbnails import INDEX_ROLE, ThumbnailItemModel
 from workbench.gui.queries import QueryRunner
 from workbench.gui.state import DatasetState
+from workbench.specs import DataSpec
 
 SPLITS = ("train", "val", "test")
 
@@ -44,6 +48,9 @@ class DatasetPanel(QWidget):
         self._sample_job: str | None = None
         self._augment_seed = 0
         self._loaded_spec = None
+        self._good_spec: DataSpec | None = None  # the last spec whose data.info succeeded
+        self._notice: tuple[str, str] | None = None  # (summary, details) the next reload shows: why it put one back
+        self._summary_prefix = ""
         self.model = ThumbnailItemModel(queries, self)
         self._build()
         self.model.visible_rows = self._visible_rows
@@ -59,7 +66,7 @@ class DatasetPanel(QWidget):
         self.summary.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.choose_button = QPushButton("Choose dataset…")
         self.choose_button.setToolTip("Pick the dataset, its folder, splits, normalisation and augmentation (Ctrl+D)")
-        self.choose_button.setShortcut(QKeySequence("Ctrl+D"))
+        # Ctrl+D is the Data menu's action, window-wide (a button shortcut here would make it ambiguous).
         self.choose_button.clicked.connect(self.choose_dataset)
         self.split_combo = QComboBox()
         for split in SPLITS:
@@ -149,7 +156,11 @@ class DatasetPanel(QWidget):
         self._loaded_spec = spec
         self.info = None
         self.error.hide()
-        self.summary.setText(f"Loading <b>{spec.name}</b>…")
+        notice, self._notice = self._notice, None
+        self._summary_prefix = f"{notice[0]}<br>" if notice else ""
+        if notice:
+            self._show_error(notice[1], warning=True)
+        self.summary.setText(f"{self._summary_prefix}Loading <b>{spec.name}</b>…")
         self.class_chart.clear("Computing class counts and statistics…")
         self.sample_view.clear()
         self.class_combo.blockSignals(True)
@@ -158,7 +169,9 @@ class DatasetPanel(QWidget):
         self.class_combo.blockSignals(False)
         if self._info_job:
             self.queries.forget(self._info_job)
-        self._info_job = self.queries.query("data.info", {"dataset": spec.to_dict()}, self._on_info, self._on_info_error)
+        self._info_job = self.queries.query("data.info", {"dataset": spec.to_dict()},
+                                            functools.partial(self._on_info, spec=spec),
+                                            functools.partial(self._on_info_error, spec=spec))
         self._reconfigure_grid()
 
     def _reconfigure_grid(self, *args) -> None:
@@ -169,8 +182,9 @@ class DatasetPanel(QWidget):
     def current_split(self) -> str:
         return self.split_combo.currentData() or "train"
 
-    def _on_info(self, info: dict) -> None:
+    def _on_info(self, info: dict, spec: DataSpec | None = None) -> None:
         self._info_job = None
+        self._good_spec = spec or self.state.spec
         self.info = info
         self.model.set_classes(info["classes"])
         current = self.class_combo.currentData()
@@ -185,8 +199,8 @@ class DatasetPanel(QWidget):
         n = info["num_samples"]
         shape = "×".join(str(s) for s in info["sample_shape"])
         where = f" · {info['root']}" if info.get("root") else ""
-        self.summary.setText(f"<b>{info['dataset']}</b> · {len(info['classes'])} classes · {shape} · "
-                             f"train {n['train']:,} · val {n['val']:,} · test {n['test']:,}{where}")
+        self.summary.setText(f"{self._summary_prefix}<b>{info['dataset']}</b> · {len(info['classes'])} classes · "
+                             f"{shape} · train {n['train']:,} · val {n['val']:,} · test {n['test']:,}{where}")
         skipped = info.get("skipped_files") or []
         if skipped:
             listed = "\n".join(f"{s['path']}: {s['reason']}" for s in skipped[:10])
@@ -195,11 +209,26 @@ class DatasetPanel(QWidget):
                              warning=True)
         self.status_message.emit(f"Dataset {info['dataset']} loaded")
 
-    def _on_info_error(self, error: dict) -> None:
+    def _on_info_error(self, error: dict, spec: DataSpec | None = None) -> None:
         self._info_job = None
-        self.summary.setText(f"<b>{self.state.spec.name}</b> could not be loaded.")
+        failed = spec or self.state.spec
+        message = error.get("message", "the dataset could not be loaded")
+        previous = self._good_spec
+        # A new choice that fails is taken back rather than left half-applied (an empty grid, stale charts, a
+        # broken spec for the next run). Not when the worker was merely unavailable: the spec is not at fault.
+        if (previous is not None and failed != previous and self.state.spec == failed
+                and error.get("type") != "WorkerUnavailable"):
+            kept = (f"<b>{previous.name}</b> is still the dataset" if previous.name != failed.name
+                    else f"the previous <b>{previous.name}</b> settings stay")
+            self._notice = (f"<b>{failed.name}</b> could not be loaded, so {kept} (the reason is below).",
+                            f"{failed.name} could not be loaded: {message}")
+            self.status_message.emit(f"Dataset {failed.name} could not be loaded; kept {previous.name}")
+            self.state.set_spec(previous)  # reloads, showing the notice
+            return
+        self.summary.setText(f"<b>{failed.name}</b> could not be loaded.")
         self.class_chart.clear("")
-        self._show_error(error.get("message", "the dataset could not be loaded"))
+        self.class_chart.plot.getAxis("bottom").setTicks(None)  # the old dataset's class names must go too
+        self._show_error(message)
 
     def _show_error(self, text: str, warning: bool = False) -> None:
         colours = ("#fff4e0", "#5c3b00", "#c77700") if warning else ("#fbe3e1", "#5c1410", "#d0342c")

@@ -34,6 +34,7 @@ from workbench.gui.panels.training.evaluation import EvaluationView, load_evalua
 from workbench.gui.panels.training.profiler import ProfilerView
 from workbench.gui.theme import JOB_STATE_COLOURS
 from workbench.gui.widgets.open_folder import open_folder
+from workbench.gui.widgets.spec_form import canonical
 from workbench.protocol import Message, ProtocolError
 from workbench.protocol.metrics import decode_metrics
 from workbench.runs import RunStore
@@ -61,6 +62,7 @@ class TrainingPanel(QWidget):
     new_run_requested = Signal()
     quick_start_requested = Signal()  # the first-run button: a CNN on the bundled digits
     resume_requested = Signal(str, dict)  # run_dir, spec
+    train_again_requested = Signal(dict)  # spec: the wizard opens on it ("Train again with changes…")
     cancel_requested = Signal(str)  # job_id
     sample_requested = Signal(dict, str, int)  # dataset spec, split, index
 
@@ -86,12 +88,16 @@ class TrainingPanel(QWidget):
         self.resume_button = QPushButton("Resume")
         self.resume_button.setToolTip("Continue the selected stopped run from its last checkpoint")
         self.open_button = QPushButton("Open folder")
+        self.again_button = QPushButton("Train again…")
+        self.again_button.setToolTip("Open the wizard on the selected run's spec, to change what you like and "
+                                     "start a new run")
         self.delete_button = QPushButton("Delete…")
         self.only_differences = QCheckBox("Only differences")
         self.only_differences.setChecked(True)
         self.only_differences.setToolTip("In the spec comparison, hide fields that are the same in every shown run")
         bar = QHBoxLayout()
-        for button in (self.new_button, self.stop_button, self.resume_button, self.open_button, self.delete_button):
+        for button in (self.new_button, self.stop_button, self.resume_button, self.again_button, self.open_button,
+                       self.delete_button):
             bar.addWidget(button)
         bar.addStretch(1)
         self.table = QTableWidget(0, len(RUN_COLUMNS))
@@ -161,6 +167,7 @@ class TrainingPanel(QWidget):
         self.new_button.clicked.connect(self.new_run_requested)
         self.stop_button.clicked.connect(self._on_stop_clicked)
         self.resume_button.clicked.connect(self._on_resume_clicked)
+        self.again_button.clicked.connect(self._on_again_clicked)
         self.open_button.clicked.connect(self._on_open_clicked)
         self.delete_button.clicked.connect(self._on_delete_clicked)
         self.table.itemSelectionChanged.connect(self._on_table_selection_changed)
@@ -311,7 +318,7 @@ class TrainingPanel(QWidget):
         flats = [_flatten(self.runs[run_id].get("spec") or {}) for run_id in ids]
         keys = sorted(set().union(*flats)) if flats else []
         if self.only_differences.isChecked() and len(flats) > 1:
-            keys = [k for k in keys if len({repr(f.get(k)) for f in flats}) > 1]
+            keys = [k for k in keys if len({canonical(f.get(k)) for f in flats}) > 1]
         self.spec_table.clear()
         self.spec_table.setColumnCount(len(ids))
         self.spec_table.setRowCount(len(keys))
@@ -319,7 +326,7 @@ class TrainingPanel(QWidget):
         self.spec_table.setVerticalHeaderLabels(keys)
         for row, key in enumerate(keys):
             values = [f.get(key) for f in flats]
-            differs = len({repr(v) for v in values}) > 1
+            differs = len({canonical(v) for v in values}) > 1
             for column, value in enumerate(values):
                 item = QTableWidgetItem("" if value is None else str(value))
                 if differs:
@@ -336,6 +343,7 @@ class TrainingPanel(QWidget):
         self.resume_button.setEnabled(bool(entry) and not live and entry["status"] in ("cancelled", "failed",
                                                                                           "interrupted"))
         self.open_button.setEnabled(bool(entry))
+        self.again_button.setEnabled(bool(entry and entry.get("spec")))
         self.delete_button.setEnabled(bool(entry) and not live)
 
     # -- live runs -------------------------------------------------------------------------------
@@ -424,6 +432,11 @@ class TrainingPanel(QWidget):
             return False
         self._on_resume_clicked()
         return True
+
+    def _on_again_clicked(self) -> None:
+        entry = self.runs.get(self.selected_run_id() or "")
+        if entry and entry.get("spec"):
+            self.train_again_requested.emit(dict(entry["spec"]))
 
     def _on_open_clicked(self) -> None:
         entry = self.runs.get(self.selected_run_id() or "")
