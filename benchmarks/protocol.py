@@ -1,14 +1,14 @@
-"""Metrics throughput over the real protocol, and what streaming metrics every step costs a training loop.
-
-The kernel runs in this process (as in the worker); the receiving client runs in a child process (as the
-GUI does), so the two never share a GIL. Goal (issue #2): < 2 % slowdown of a training-like loop that
-emits metrics every step, against the same loop emitting none, measured interleaved in this run.
+"""Metrics throughput over the real protocol, what streaming metrics every step costs a training loop (goal,
+issue #2: < 2 % slowdown, pairs interleaved in this run), and what unsigned 1 GiB frames cost a real worker's
+memory (issue #7: no more than the frame cap; `--frames` runs only that part, in seconds).
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -73,6 +73,8 @@ def training_loop(ctx, steps: int, kind: str = "mlp") -> float:
 
 
 def main() -> None:
+    # The kernel runs in this process (as in the worker); the receiving client runs in a child process (as
+    # the GUI does), so the two never share a GIL.
     import torch
 
     from workbench.protocol import ConnectionInfo
@@ -134,8 +136,97 @@ def main() -> None:
     kernel.request_shutdown()
 
 
+def _status_kib(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} for pid {pid}")
+
+
+def _zmtp_peer(port: int) -> socket.socket:
+    """A TCP connection that has done a ZMTP 3.0 NULL handshake as a DEALER: no key, no signature, nothing else."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(b"\xff" + b"\x00" * 8 + b"\x7f\x03\x00" + b"NULL".ljust(20, b"\x00") + b"\x00" * 32)
+    ready = b"\x05READY\x0bSocket-Type" + struct.pack(">I", 6) + b"DEALER"
+    sock.sendall(b"\x04" + bytes([len(ready)]) + ready)
+    return sock
+
+
+def _stream(sock: socket.socket, size: int, more: bool = False) -> tuple[int, bool]:
+    """Announce one frame of `size` bytes and stream zeros lazily (never a 1 GB buffer here); (sent, dropped)."""
+    chunk = bytes(1 << 20)
+    sent = 0
+    try:
+        sock.sendall(bytes([2 | int(more)]) + struct.pack(">Q", size))
+        while sent < size:
+            n = min(len(chunk), size - sent)
+            sock.sendall(chunk[:n])
+            sent += n
+    except (ConnectionResetError, BrokenPipeError):
+        return sent, True
+    return sent, False
+
+
+def oversized_frames() -> None:
+    """A real worker subprocess; three connections each send one unsigned 1 GiB frame; its memory before and after."""
+    from workbench.client import WorkerClient
+    from workbench.protocol import ConnectionInfo
+    from workbench.protocol.wire import MAX_REQUEST_FRAME
+
+    conn_path = Path(tempfile.mkdtemp()) / "worker.json"
+    ConnectionInfo.new().write(conn_path)
+    worker = subprocess.Popen([sys.executable, "-m", "workbench.worker", "--connection-file", str(conn_path)],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not ConnectionInfo.read(conn_path).bound:
+            if worker.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the worker did not start")
+            time.sleep(0.05)
+        conn = ConnectionInfo.read(conn_path)
+        client = WorkerClient(conn, heartbeat_interval=0)
+        assert client.wait_ready(30), "the worker did not answer"  # fully started: what it holds now is its own
+        client.close()
+        time.sleep(0.5)
+        before = _status_kib(worker.pid, "VmRSS")
+        peers, results = [], []
+        for _ in range(3):  # three connections held open together, as in the reported attack
+            peers.append(_zmtp_peer(conn.shell_port))
+            results.append(_stream(peers[-1], 1 << 30))
+        time.sleep(1.0)  # let the worker read (or refuse) whatever is in flight
+        after, peak = _status_kib(worker.pid, "VmRSS"), _status_kib(worker.pid, "VmHWM")
+        for peer in peers:
+            peer.close()
+        accepted = max(sent for sent, _ in results)
+        dropped = sum(d for _, d in results)
+        print(f"oversized frames: 3 unsigned 1 GiB frames on the shell socket; the largest frame an unauthenticated "
+              f"peer can make the worker hold is {MAX_REQUEST_FRAME / 2**20:.0f} MiB (the cap); {dropped}/3 peers "
+              f"were dropped, each after at most {accepted / 2**20:.1f} MiB had left the sender (socket buffers)")
+        print(f"worker memory: RSS {before / 1024:.0f} MB before, {after / 1024:.0f} MB after "
+              f"(after/before {after / before:.2f}x; peak {peak / 1024:.0f} MB, {peak / before:.2f}x)")
+
+        # Not bounded by a per-frame cap: zmq keeps the frames of an unfinished multipart message until its
+        # last one arrives (docs/protocol.md). Measured so the gap stays visible, on loopback only.
+        peer = _zmtp_peer(conn.shell_port)
+        frames = 16
+        for _ in range(frames):
+            _stream(peer, MAX_REQUEST_FRAME - 1, more=True)
+        time.sleep(1.0)
+        held = _status_kib(worker.pid, "VmRSS")
+        peer.close()
+        print(f"known gap: one multipart message of {frames} frames under the cap that never ends: RSS "
+              f"{after / 1024:.0f} -> {held / 1024:.0f} MB (loopback only; off loopback Curve keeps such a peer out)")
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--receive":
         receive(sys.argv[2])
+    elif sys.argv[1:] == ["--frames"]:
+        oversized_frames()
     else:
         main()
+        oversized_frames()

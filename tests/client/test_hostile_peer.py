@@ -1,21 +1,22 @@
-"""A real worker facing peers without the session key: wrongly signed requests and raw garbage frames."""
+"""A real worker facing hostile peers: wrong keys, garbage, oversized frames, replayed requests and floods."""
 
 from __future__ import annotations
 
+import re
 import threading
 from concurrent.futures import TimeoutError as FutureTimeout
+from datetime import datetime, timedelta, timezone
 
 import pytest
+import raw_zmtp
 import zmq
 from waiting import wait_until
 
 from workbench.client import WorkerClient, WorkerManager
-from workbench.protocol import ConnectionInfo, Signer, encode, new_message
-from workbench.protocol.wire import DELIM
+from workbench.protocol import ConnectionInfo, Signer, decode, encode, new_message
+from workbench.protocol.wire import DELIM, MAX_REQUEST_FRAME
 
 pytestmark = pytest.mark.slow
-
-
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +52,26 @@ def _still_serving(manager: WorkerManager, pid: int) -> None:
 
 def _stderr(manager: WorkerManager) -> str:
     return manager.stderr_path.read_text(errors="replace")
+
+
+def _rejected(manager: WorkerManager, channel: str) -> int:
+    """How many messages the worker has refused on `channel`, as its ping reply counts them."""
+    return manager.call("ping_request", timeout=5, channel="control").content["rejected"][channel]
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS line")
+
+
+def _dealer(url: str) -> zmq.Socket:
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(url)
+    return sock
 
 
 def test_a_client_with_the_wrong_key_gets_no_replies_and_runs_nothing(worker):
@@ -104,20 +125,18 @@ def test_garbage_frames_get_no_reply_and_the_worker_keeps_answering(worker, chan
     tampered = encode(new_message("kernel_info_request", {"x": 1}, session="intruder"), Signer(real.key))
     tampered[-1] = tampered[-1].replace(b"1", b"2")
     sent = [*GARBAGE, _forged("guessed key"), tampered]
-    marker = f"rejected a {channel} message"
-    before = _stderr(worker).count(marker)
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(real.url(channel))
+    before = _rejected(worker, channel)
+    sock = _dealer(real.url(channel))
     try:
         for frames in sent:
             sock.send_multipart(frames)
-        # every one of them reached the worker and was refused (and logged), none was answered
-        wait_until(lambda: _stderr(worker).count(marker) >= before + len(sent), 10, "every rejection")
+        # every one of them reached the worker and was refused, none was answered
+        wait_until(lambda: _rejected(worker, channel) >= before + len(sent), 10, "every rejection")
         assert sock.poll(300) == 0, f"the worker answered garbage on {channel}: {sock.recv_multipart()}"
     finally:
         sock.close()
-    assert _stderr(worker).count(marker) == before + len(sent)
+    assert _rejected(worker, channel) == before + len(sent)
+    assert f"rejected a {channel} message" in _stderr(worker)
     _still_serving(worker, pid)
 
 
@@ -128,17 +147,156 @@ def test_a_signed_but_absurdly_nested_message_is_refused_and_the_worker_keeps_an
     conn = worker.client.conn
     signer = Signer(conn.key)
     parts = encode(new_message("ping_request", {}, session="peer"), signer)[2:5] + [b"[" * 200_000]
-    marker = f"rejected a {channel} message"
-    before = _stderr(worker).count(marker)
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(conn.url(channel))
+    before = _rejected(worker, channel)
+    sock = _dealer(conn.url(channel))
     try:
         sock.send_multipart([DELIM, signer.sign(parts), *parts])
-        wait_until(lambda: _stderr(worker).count(marker) > before or "Traceback" in _stderr(worker), 10,
+        wait_until(lambda: _rejected(worker, channel) > before or "Traceback" in _stderr(worker), 10,
                    "the worker to read it")
         assert "Traceback" not in _stderr(worker)
         assert sock.poll(0) == 0
     finally:
         sock.close()
+    _still_serving(worker, pid)
+
+
+def test_a_loopback_worker_stays_hmac_only(worker):
+    # Curve is for addresses beyond this machine; on 127.0.0.1 a plain subscriber still connects (and
+    # reads only signed events it cannot forge).
+    conn = worker.client.conn
+    assert conn.curve_public_key == ""
+    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(conn.url("iopub"))
+    try:
+        assert sub.poll(10_000), "no event reached a plain subscriber on loopback"  # the heartbeat's status
+        _, event = decode(sub.recv_multipart(), Signer(conn.key))
+        assert event.msg_type == "status"
+    finally:
+        sub.close()
+
+
+# -- #7 item 9: a frame over the cap is never read ---------------------------------------------------
+
+@pytest.mark.parametrize(("channel", "peer_type"), [("shell", b"DEALER"), ("control", b"DEALER"), ("iopub", b"SUB")])
+def test_an_oversized_frame_is_dropped_unread_and_its_sender_disconnected(worker, channel, peer_type):
+    # The reported attack: one unsigned 1 GB frame per connection, held in full before any signature check.
+    pid = worker.process.pid
+    port = getattr(worker.client.conn, f"{channel}_port")
+    rss_before = _rss(pid)
+    for _ in range(3):
+        peer = raw_zmtp.connect(port, peer_type)
+        try:
+            sent, closed = raw_zmtp.stream_frame(peer, announced=1 << 30, limit=MAX_REQUEST_FRAME + (8 << 20))
+        finally:
+            peer.close()
+        assert closed, f"the worker read {sent:,} bytes of a 1 GiB frame on {channel} without dropping the peer"
+        assert sent < MAX_REQUEST_FRAME
+    # Announced: 3 GiB. Held: nothing (the allowance covers allocator noise from the worker's own heartbeats).
+    assert _rss(pid) - rss_before < 64 << 20
+    _still_serving(worker, pid)
+
+
+def test_a_signed_request_just_under_the_cap_is_still_read(worker):
+    conn = worker.client.conn
+    msg = new_message("kernel_info_request", {"pad": "x" * (MAX_REQUEST_FRAME - 4096)}, session="peer")
+    sock = _dealer(conn.url("shell"))
+    try:
+        sock.send_multipart(encode(msg, Signer(conn.key)))
+        assert sock.poll(10_000), "no reply to a legitimate request of nearly MAX_REQUEST_FRAME bytes"
+        _, reply = decode(sock.recv_multipart(), Signer(conn.key))
+        assert reply.parent_id == msg.msg_id and reply.content["status"] == "ok"
+    finally:
+        sock.close()
+
+
+# -- #7 item 10: a signed message is acted on once, and only while its date is fresh -------------------
+
+def _replies(sock: zmq.Socket, key: str, wait_ms: int) -> list:
+    got = []
+    while sock.poll(wait_ms):
+        got.append(decode(sock.recv_multipart(), Signer(key))[1])
+        wait_ms = 300  # after the first, only what is already on its way
+    return got
+
+
+def test_a_replayed_job_request_runs_once(worker):
+    conn = worker.client.conn
+    captured = encode(new_message("job_request", {"task": "debug.echo", "spec": {"n": 1}}, session="client"),
+                      Signer(conn.key))
+    job_id = decode(captured, Signer(conn.key))[1].msg_id
+    before = _rejected(worker, "shell")
+    sock = _dealer(conn.url("shell"))
+    try:
+        for _ in range(3):
+            sock.send_multipart(captured)
+        wait_until(lambda: _rejected(worker, "shell") >= before + 2, 10, "the worker to refuse two copies")
+        replies = _replies(sock, conn.key, 10_000)
+    finally:
+        sock.close()
+    assert [(r.msg_type, r.parent_id, r.content["status"]) for r in replies] == [("job_reply", job_id, "done")]
+    assert _rejected(worker, "shell") == before + 2
+
+
+def test_a_replayed_control_request_is_answered_once(worker):
+    conn = worker.client.conn
+    captured = encode(new_message("ping_request", {}, session="client"), Signer(conn.key))
+    before = _rejected(worker, "control")
+    sock = _dealer(conn.url("control"))
+    try:
+        sock.send_multipart(captured)
+        sock.send_multipart(captured)
+        wait_until(lambda: _rejected(worker, "control") >= before + 1, 10, "the worker to refuse the copy")
+        replies = _replies(sock, conn.key, 10_000)
+    finally:
+        sock.close()
+    assert [r.msg_type for r in replies] == ["ping_reply"]
+    assert _rejected(worker, "control") == before + 1
+
+
+@pytest.mark.parametrize("offset_minutes", [-10, 10, -60 * 24])
+def test_a_signed_request_dated_outside_the_window_is_refused(worker, offset_minutes):
+    # Signed now with a date far from now, as a message captured long ago (or post-dated to outlive the
+    # id memory) would be: the signature is valid, the date is not.
+    conn = worker.client.conn
+    msg = new_message("job_request", {"task": "debug.echo", "spec": {}}, session="client")
+    msg.header["date"] = (datetime.now(timezone.utc) + timedelta(minutes=offset_minutes)).isoformat()
+    before = _rejected(worker, "shell")
+    sock = _dealer(conn.url("shell"))
+    try:
+        sock.send_multipart(encode(msg, Signer(conn.key)))
+        wait_until(lambda: _rejected(worker, "shell") > before, 10, "the worker to refuse it")
+        assert sock.poll(300) == 0
+    finally:
+        sock.close()
+    assert not any(m.parent_id == msg.msg_id for m in worker.heard())
+
+
+# -- #7 item 12a: a flood of junk costs a few log lines, not one per frame ------------------------------
+
+def _accounted(stderr: str, channel: str) -> int:
+    """Rejections on `channel` the log accounts for: each full line, plus each summary's count."""
+    full = stderr.count(f"rejected a {channel} message:")
+    summarised = sum(int(n) for n in re.findall(rf"rejected (\d+) more {channel} messages", stderr))
+    return full + summarised
+
+
+def test_a_flood_of_junk_frames_is_logged_in_a_few_lines_and_summarised(worker):
+    pid = worker.process.pid
+    flood = 20_000
+    before = _rejected(worker, "shell")
+    size_before = len(_stderr(worker))
+    sock = _dealer(worker.client.conn.url("shell"))
+    try:
+        for i in range(flood):
+            sock.send_multipart([b"junk %d" % i])
+        wait_until(lambda: _rejected(worker, "shell") >= before + flood, 60, "every junk frame to be refused")
+    finally:
+        sock.close()
+    # One line per frame would be over a megabyte; rate-limited, it is a few lines per five seconds.
+    assert len(_stderr(worker)) - size_before < 20_000
+    # Nothing is lost from the count: once the window closes, a summary accounts for every refused frame.
+    total = _rejected(worker, "shell")
+    wait_until(lambda: _accounted(_stderr(worker), "shell") == total, 20, "a summary line covering the flood")
     _still_serving(worker, pid)

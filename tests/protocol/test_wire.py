@@ -235,8 +235,8 @@ def test_decode_rejects_header_missing_fields():
 def test_decode_rejects_an_oversized_json_frame(monkeypatch):
     import workbench.protocol.wire as wire
 
+    parts = _valid_json_parts()  # before the limit drops: encode refuses what decode would
     monkeypatch.setattr(wire, "MAX_JSON_FRAME", 64)
-    parts = _valid_json_parts()
     parts[3] = json.dumps({"pad": "x" * 100}).encode()
     with pytest.raises(ProtocolError, match="over the 64 byte limit"):
         decode(_signed(parts), SIGNER)
@@ -387,3 +387,21 @@ def test_fuzz_dropped_duplicated_or_reordered_frames(data):
 def test_zero_d_descriptor_is_accepted_on_the_way_in():
     back = array_from_buffer({"dtype": "<f8", "shape": [], "buffer": 0}, [np.float64(2.5).tobytes()])
     assert back.shape == () and back == 2.5
+
+
+# -- frame caps: refused by the sender, where it can still say why ------------------------------------
+
+def test_encode_refuses_a_buffer_over_the_receivers_frame_cap():
+    at_cap = encode(_message(buffers=[b"x" * 1000]), SIGNER, max_frame=1000)
+    assert decode(at_cap, SIGNER)[1].buffers == [b"x" * 1000]
+    with pytest.raises(ProtocolError, match="a buffer of 1,001 bytes is over the 1,000 byte frame limit"):
+        encode(_message(buffers=[b"x" * 1001]), SIGNER, max_frame=1000)
+
+
+def test_encode_refuses_a_json_part_the_receiver_would_refuse(monkeypatch):
+    import workbench.protocol.wire as wire
+
+    monkeypatch.setattr(wire, "MAX_JSON_FRAME", 200)
+    with pytest.raises(ProtocolError, match="cannot send 'job_request': a JSON part of .* over the 200 byte"):
+        encode(new_message("job_request", {"pad": "x" * 300}, session="s"), SIGNER)
+

@@ -16,7 +16,18 @@ from concurrent.futures import Future
 
 import zmq
 
-from workbench.protocol import ConnectionInfo, Message, ProtocolError, Signer, decode, encode, new_message
+from workbench.protocol import (
+    ConnectionInfo,
+    Message,
+    ProtocolError,
+    RejectionLog,
+    Signer,
+    decode,
+    encode,
+    new_message,
+)
+from workbench.protocol.sockets import connect_curve, curve_available, limit_incoming
+from workbench.protocol.wire import MAX_FRAME, MAX_REQUEST_FRAME
 
 log = logging.getLogger(__name__)
 OnMessage = Callable[[str, Message], None]  # (channel, message)
@@ -26,13 +37,18 @@ class WorkerClient:
     def __init__(self, conn: ConnectionInfo, on_message: OnMessage | None = None, *,
                  heartbeat_interval: float = 1.0, context: zmq.Context | None = None):
         self.conn = conn
+        if conn.curve_public_key and not curve_available():
+            raise ValueError(f"the worker at {conn.ip} speaks CurveZMQ, and this pyzmq was built without it; "
+                             f"install a pyzmq wheel from PyPI (they bundle libsodium)")
         self.session = uuid.uuid4().hex
         self.signer = Signer(conn.key)
         self.on_message = on_message
         self.heartbeat_interval = heartbeat_interval
         self.ctx = context or zmq.Context.instance()
         self.last_seen = time.monotonic()  # any message from the worker counts as a sign of life
-        self.rejected_frames = 0
+        self._rejections = {channel: RejectionLog(log, f"{channel} message from the worker",
+                                                  f"{channel} messages from the worker")
+                            for channel in ("shell", "control", "iopub")}
         self._outgoing: queue.Queue = queue.Queue()
         self._waiters: dict[str, Future] = {}
         self._waiters_lock = threading.Lock()
@@ -106,6 +122,11 @@ class WorkerClient:
         return False
 
     @property
+    def rejected_frames(self) -> int:
+        """Frames from the worker's address that were refused (unsigned, wrongly signed, malformed)."""
+        return sum(r.count for r in self._rejections.values())
+
+    @property
     def ready(self) -> bool:
         return self._ready.is_set()
 
@@ -129,8 +150,12 @@ class WorkerClient:
         sockets = {"shell": self.ctx.socket(zmq.DEALER), "control": self.ctx.socket(zmq.DEALER),
                    "iopub": self.ctx.socket(zmq.SUB)}
         sockets["iopub"].setsockopt(zmq.SUBSCRIBE, b"")
+        if self.conn.curve_public_key:
+            connect_curve(list(sockets.values()), self.conn.curve_public_key)
         for name, sock in sockets.items():
             sock.setsockopt(zmq.LINGER, 0)
+            # Replies and events carry array buffers: capped at the largest frame the worker will send.
+            limit_incoming(sock, MAX_FRAME)
             sock.connect(self.conn.url(name))
         poller = zmq.Poller()
         for sock in (*sockets.values(), self._wake_pull):
@@ -150,7 +175,11 @@ class WorkerClient:
                     else:
                         self._receive(by_socket[sock], sock.recv_multipart())
                 self._flush(sockets)
+                for rejections in self._rejections.values():
+                    rejections.flush()
         finally:
+            for rejections in self._rejections.values():
+                rejections.close()
             for sock in sockets.values():
                 sock.close(linger=0)
 
@@ -160,14 +189,22 @@ class WorkerClient:
                 channel, msg = self._outgoing.get_nowait()
             except queue.Empty:
                 return
-            sockets[channel].send_multipart(encode(msg, self.signer))
+            try:
+                frames = encode(msg, self.signer, max_frame=MAX_REQUEST_FRAME)
+            except ProtocolError as exc:  # unencodable or too big: fail that request, keep the I/O thread
+                log.error("not sent: %s", exc)
+                with self._waiters_lock:
+                    future = self._waiters.pop(msg.msg_id, None)
+                if future is not None and not future.done():
+                    future.set_exception(exc)
+                continue
+            sockets[channel].send_multipart(frames)
 
     def _receive(self, channel: str, frames: list[bytes]) -> None:
         try:
             _, msg = decode(frames, self.signer)
         except ProtocolError as exc:
-            self.rejected_frames += 1
-            log.warning("rejected a %s message from the worker: %s", channel, exc)
+            self._rejections[channel].reject(str(exc))
             return
         self.last_seen = time.monotonic()
         if channel == "iopub" and msg.msg_type == "status" and msg.parent_header.get("session") == self.session:

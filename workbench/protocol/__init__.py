@@ -7,6 +7,8 @@ arrays travel as raw buffers described by {dtype, shape, buffer}.
 from workbench.protocol.arrays import array_from_buffer, array_to_buffer
 from workbench.protocol.connection import ConnectionInfo
 from workbench.protocol.envelope import PROTOCOL_VERSION, Message, new_message
+from workbench.protocol.rejections import RejectionLog
+from workbench.protocol.replay import ReplayGuard
 from workbench.protocol.wire import ProtocolError, Signer, decode, encode
 
 __all__ = [
@@ -14,6 +16,8 @@ __all__ = [
     "ConnectionInfo",
     "Message",
     "ProtocolError",
+    "RejectionLog",
+    "ReplayGuard",
     "Signer",
     "array_from_buffer",
     "array_to_buffer",

@@ -1,11 +1,12 @@
-"""Connection files: where a worker listens and the session's HMAC key, readable by the owner only.
+"""Connection files: where a worker listens, the session's HMAC key and (off loopback) its Curve public key.
 
 The launcher writes the key with ports 0; the worker binds free ports and rewrites the file, so no
-port is ever picked by one process and bound by another (no race).
+port is ever picked by one process and bound by another (no race). The file is readable by the owner only.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import secrets
@@ -14,6 +15,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 CHANNELS = ("shell", "control", "iopub")
+# HMAC-SHA256 keys shorter than this are guessable or typos; ConnectionInfo.new makes 64 hex characters.
+MIN_KEY_CHARS = 32
+_CURVE_KEY_CHARS = 40  # a 32-byte Curve25519 key in Z85 text
+_LOCAL_TRANSPORTS = ("ipc", "inproc")  # never leave the machine: file permissions guard ipc
+
+
+def is_loopback(ip: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and localhost; anything else (0.0.0.0, *, a name, an interface) is not."""
+    host = ip.strip().strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -25,6 +41,9 @@ class ConnectionInfo:
     control_port: int = 0
     iopub_port: int = 0
     pid: int = 0
+    # Set by a worker that listens beyond loopback: clients must speak CurveZMQ to this server key. The
+    # secret half never enters a connection file; it stays in the worker's memory.
+    curve_public_key: str = ""
 
     @classmethod
     def new(cls, ip: str = "127.0.0.1") -> ConnectionInfo:
@@ -33,6 +52,11 @@ class ConnectionInfo:
     @property
     def bound(self) -> bool:
         return all(getattr(self, f"{c}_port") > 0 for c in CHANNELS)
+
+    @property
+    def needs_curve(self) -> bool:
+        """Whether serving this address must be encrypted: any network address that is not loopback."""
+        return self.transport not in _LOCAL_TRANSPORTS and not is_loopback(self.ip)
 
     def url(self, channel: str) -> str:
         return f"{self.transport}://{self.ip}:{getattr(self, f'{channel}_port')}"
@@ -55,11 +79,41 @@ class ConnectionInfo:
 
     @classmethod
     def read(cls, path: str | Path) -> ConnectionInfo:
+        """Read and check a connection file; a ValueError names the file, what is wrong and how to fix it."""
         path = Path(path)
         try:
             data = json.loads(path.read_text())
-            return cls(**{k: data[k] for k in asdict(cls(key="")) if k in data})
+            info = cls(**{k: data[k] for k in asdict(cls(key="")) if k in data})
         except FileNotFoundError:
             raise ValueError(f"{path}: no such connection file") from None
         except (ValueError, TypeError) as exc:
             raise ValueError(f"{path}: not a worker connection file ({exc})") from None
+        problem = info._problem()
+        if problem:
+            raise ValueError(f"{path}: {problem}")
+        return info
+
+    def _problem(self) -> str:
+        """What makes this connection unusable or unsafe, in words, or ''."""
+        fresh = ('put a random key of 64 hex characters in its "key" field, e.g. the output of '
+                 "python -c 'import secrets; print(secrets.token_hex(32))'")
+        if not isinstance(self.key, str):
+            return f'the HMAC key must be a string, not {type(self.key).__name__}; {fresh}'
+        if not self.key:
+            return f"the HMAC key is empty, which would leave every message unauthenticated; {fresh}"
+        if len(self.key) < MIN_KEY_CHARS:
+            return (f"the HMAC key is {len(self.key)} characters long; a session key needs at least "
+                    f"{MIN_KEY_CHARS} to be hard to guess; {fresh}")
+        if not self.key.isascii():
+            return f"the HMAC key has non-ASCII characters; {fresh}"
+        if not isinstance(self.ip, str) or not isinstance(self.transport, str):
+            return '"ip" and "transport" must be strings'
+        for channel in CHANNELS:
+            port = getattr(self, f"{channel}_port")
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+                return f'"{channel}_port" must be a port number (0 to 65535), not {port!r}'
+        key = self.curve_public_key
+        if key and (not isinstance(key, str) or len(key) != _CURVE_KEY_CHARS or not key.isascii()):
+            return (f'"curve_public_key" is not a Curve public key ({_CURVE_KEY_CHARS} Z85 characters); '
+                    f"copy the connection file the worker wrote, unchanged")
+        return ""

@@ -1,4 +1,7 @@
-"""`python -m workbench.worker --connection-file F`: start a worker that binds free ports and writes them to F."""
+"""`python -m workbench.worker --connection-file F`: start a worker that binds free ports and writes them to F.
+
+Off loopback (`--ip 0.0.0.0`, a LAN address) every channel is CurveZMQ-encrypted and F gains the server's public key.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workbench.worker", description=__doc__)
     parser.add_argument("--connection-file", required=True,
                         help="JSON file with the session key; the worker writes its ports into it")
-    parser.add_argument("--ip", default=None, help="address to bind (default: the file's, normally 127.0.0.1)")
+    parser.add_argument("--ip", default=None,
+                        help="address to bind (default: the file's, normally 127.0.0.1); any address that is not "
+                             "loopback is served encrypted (CurveZMQ) and its public key written to the file")
     parser.add_argument("--parent-pid", type=int, default=0,
                         help="exit when this process (the GUI) is gone, so no orphan worker holds a GPU")
     parser.add_argument("--debug", action="store_true", help="log debugging detail to stderr")
@@ -30,9 +35,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.ip:
         conn.ip = args.ip
+    from workbench.protocol.sockets import InsecureAddressError
     from workbench.worker.kernel import Kernel
 
-    kernel = Kernel(conn)
+    try:
+        kernel = Kernel(conn)
+    except InsecureAddressError as exc:
+        print(f"workbench worker: {exc}", file=sys.stderr)
+        return 2
     conn.write(args.connection_file)  # now with the bound ports: the launcher waits for them
     if args.parent_pid:
         threading.Thread(target=_watch_parent, args=(args.parent_pid, kernel), daemon=True).start()

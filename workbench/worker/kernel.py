@@ -28,12 +28,16 @@ from workbench.protocol import (
     ConnectionInfo,
     Message,
     ProtocolError,
+    RejectionLog,
+    ReplayGuard,
     Signer,
     array_to_buffer,
     decode,
     encode,
     new_message,
 )
+from workbench.protocol.sockets import limit_incoming, require_curve, serve_curve
+from workbench.protocol.wire import MAX_REQUEST_FRAME, MAX_SUBSCRIPTION_FRAME, RECEIVE_HWM
 from workbench.worker.registry import TaskInfo, get_task, list_tasks
 from workbench.worker.runner import build_spec, run_task
 
@@ -67,6 +71,9 @@ class Kernel:
         self._task_overrides = tasks  # a test's fake worker serves its own tasks over the real protocol
         self.session = uuid.uuid4().hex
         self.signer = Signer(conn.key)
+        # One guard for both channels: a msg_id is unique across them, so a replay on either is caught.
+        self.replay_guard = ReplayGuard()
+        self.rejections = {channel: RejectionLog(log, f"{channel} message") for channel in ("shell", "control")}
         self.ctx = context or zmq.Context.instance()
         self._outgoing: queue.Queue = queue.Queue()
         self._wake_addr = f"inproc://wake-{self.session}"
@@ -80,12 +87,22 @@ class Kernel:
 
     # -- setup -----------------------------------------------------------------------------------
     def _bind(self) -> None:
+        if self.conn.needs_curve:
+            require_curve(self.conn.ip)  # before any socket exists: refusing must not leak one
         self.shell = self.ctx.socket(zmq.ROUTER)
         self.control = self.ctx.socket(zmq.ROUTER)
         self.iopub = self.ctx.socket(zmq.PUB)
         self.iopub.setsockopt(zmq.SNDHWM, 100_000)  # drop events rather than block a job when nobody reads
         for sock in (self.shell, self.control, self.iopub):
             sock.setsockopt(zmq.LINGER, 500)
+        # A peer's frames are capped before they are read: requests on shell and control, and on the event
+        # socket only subscriptions (a PUB socket reads and buffers whatever a subscriber sends).
+        limit_incoming(self.shell, MAX_REQUEST_FRAME, RECEIVE_HWM)
+        limit_incoming(self.control, MAX_REQUEST_FRAME, RECEIVE_HWM)
+        limit_incoming(self.iopub, MAX_SUBSCRIPTION_FRAME)
+        # Beyond loopback every channel is encrypted, the event stream included: it names runs and paths.
+        self.conn.curve_public_key = (serve_curve([self.shell, self.control, self.iopub])
+                                      if self.conn.needs_curve else "")
         base = f"{self.conn.transport}://{self.conn.ip}"
         for name, sock in (("shell", self.shell), ("control", self.control), ("iopub", self.iopub)):
             port = getattr(self.conn, f"{name}_port")
@@ -142,6 +159,7 @@ class Kernel:
         self.publish("status", {"state": "starting", "pid": os.getpid()})
         while not self._shutdown.is_set():
             events = dict(poller.poll(200))
+            self.rejections["shell"].flush()
             if self._wake_pull in events:
                 while self._wake_pull.poll(0):
                     self._wake_pull.recv()
@@ -154,12 +172,24 @@ class Kernel:
             self._drain_outgoing()
         self._finish()
 
-    def _handle_frames(self, frames: list[bytes]) -> None:
+    def _accept(self, channel: str, frames: list[bytes]) -> tuple[list[bytes], Message] | None:
+        """The verified, fresh message in `frames`, or None after counting (and maybe logging) why not.
+
+        zmq has already refused any frame over the cap (see _bind); here the signature, then freshness.
+        """
         try:
             identities, msg = decode(frames, self.signer)
+            self.replay_guard.check(msg)  # only after the signature: an unsigned id must not fill the memory
         except ProtocolError as exc:
-            log.warning("rejected a shell message: %s", exc)  # never answer an unauthenticated peer
+            self.rejections[channel].reject(str(exc))  # never answer: a replay's sender is not our client
+            return None
+        return identities, msg
+
+    def _handle_frames(self, frames: list[bytes]) -> None:
+        accepted = self._accept("shell", frames)
+        if accepted is None:
             return
+        identities, msg = accepted
         handler = getattr(self, f"_handle_{msg.msg_type}", None)
         if handler is None:
             self._reply(msg, identities, {"status": "error", "error": {
@@ -249,6 +279,7 @@ class Kernel:
     # -- control ---------------------------------------------------------------------------------
     def _control_loop(self) -> None:
         while not self._shutdown.is_set():
+            self.rejections["control"].flush()
             if not self.control.poll(100):
                 continue
             frames = self.control.recv_multipart()
@@ -258,14 +289,14 @@ class Kernel:
                 log.exception("control message failed")
 
     def _handle_control(self, frames: list[bytes]) -> None:
-        try:
-            identities, msg = decode(frames, self.signer)
-        except ProtocolError as exc:
-            log.warning("rejected a control message: %s", exc)
+        accepted = self._accept("control", frames)
+        if accepted is None:
             return
+        identities, msg = accepted
         content: dict = {"status": "ok"}
         if msg.msg_type == "ping_request":
-            content.update(pid=os.getpid(), time=time.time(), jobs=self.running_jobs())
+            content.update(pid=os.getpid(), time=time.time(), jobs=self.running_jobs(),
+                           rejected={channel: r.count for channel, r in self.rejections.items()})
             # Published too: seeing it proves the client's event subscription is live.
             self.publish("status", {"state": "busy" if content["jobs"] else "idle"}, parent=msg)
         elif msg.msg_type == "cancel_request":
@@ -300,5 +331,7 @@ class Kernel:
         self.publish("status", {"state": "exiting"})
         self._drain_outgoing()
         self._queries.shutdown(wait=False, cancel_futures=True)
+        for rejections in self.rejections.values():
+            rejections.close()
         for sock in (self.shell, self.control, self.iopub, self._wake_pull, self._wake_push):
             sock.close(linger=500)
