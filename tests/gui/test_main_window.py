@@ -114,3 +114,19 @@ def test_self_test_does_not_wait_behind_a_running_job(fake_window, qtbot):
     assert fake_window.manager.jobs.get(long.job_id).state == "running"  # it finished beside the job, not after
     assert fake_window.manager.jobs.get(selftest.job_id).result["selftest"] == "passed"
     fake_window.manager.cancel(long.job_id)
+
+
+def test_cancelling_a_queued_job_takes_it_out_of_the_queue_at_once(fake_window, qtbot):
+    running = fake_window.submit_job("debug.count", {"steps": 100000, "delay": 0.01})
+    qtbot.waitUntil(lambda: fake_window.manager.jobs.get(running.job_id).state == "running", timeout=10_000)
+    queued = fake_window.submit_job("debug.count", {"steps": 10, "delay": 0})
+    qtbot.waitUntil(lambda: fake_window.manager.jobs.get(queued.job_id).state == "queued", timeout=10_000)
+    fake_window._on_jobs_cancel_requested(queued.job_id)
+    qtbot.waitUntil(lambda: fake_window.manager.jobs.get(queued.job_id).state == "cancelled", timeout=10_000)
+    assert "before it started" in fake_window.manager.jobs.get(queued.job_id).error_message
+    assert "queue" in fake_window.statusBar().currentMessage()
+    assert fake_window.manager.jobs.get(running.job_id).state == "running"  # the other job is untouched
+    fake_window._on_jobs_cancel_requested(running.job_id)
+    qtbot.waitUntil(lambda: fake_window.manager.jobs.get(running.job_id).state == "cancelled", timeout=10_000)
+    # The cancelled job never runs later either: no run was made for it.
+    assert fake_window.manager.jobs.get(queued.job_id).run_dir is None

@@ -425,7 +425,11 @@ class MainWindow(QMainWindow):
             self.log_panel.append(msg.content.get("text", ""), msg.content.get("level", "info"))
 
     def _on_jobs_cancel_requested(self, job_id: str) -> None:
+        record = self.manager.jobs.get(job_id)
         self.manager.cancel(job_id)
+        if record is not None and record.state in ("submitted", "queued"):
+            self.statusBar().showMessage("Cancelled: the job leaves the queue without starting", 4000)
+            return
         self.jobs_panel.note_cancel_requested(job_id)
         self.statusBar().showMessage("Cancel requested; the job stops at its next step", 4000)
 

@@ -246,11 +246,14 @@ class Kernel:
 
     def _run_job(self, job: Job) -> None:
         request = job.request
+        with self._jobs_lock:
+            if job.state == "cancelled":
+                return  # cancelled while queued: already answered and out of the job table
+            job.state = "running"  # under the lock, so a cancel sees either queued or running, never both
         if job.stop.is_set():
             result = {"status": "cancelled", "run_dir": None,
                       "error": {"type": "JobCancelled", "message": "cancelled before it started"}}
         else:
-            job.state = "running"
 
             def emit(msg_type: str, content: dict, buffers: list) -> None:
                 self.publish(msg_type, content, parent=request, buffers=buffers)
@@ -270,10 +273,21 @@ class Kernel:
             return [{"job_id": jid, "task": j.task_name, "state": j.state} for jid, j in self._jobs.items()]
 
     def cancel(self, job_id: str | None = None) -> bool:
+        """Stop running jobs at their next step; jobs still queued leave the queue now, answered cancelled."""
         with self._jobs_lock:
             jobs = list(self._jobs.values()) if job_id is None else [self._jobs[job_id]] if job_id in self._jobs else []
+            queued = [job for job in jobs if job.state == "queued"]
+            for job in queued:
+                job.state = "cancelled"  # the job loop skips it when it comes up
+                self._jobs.pop(job.request.msg_id, None)
         for job in jobs:
             job.stop.set()
+        for job in queued:
+            reply = new_message("job_reply", {
+                "status": "cancelled", "run_dir": None,
+                "error": {"type": "JobCancelled", "message": "cancelled before it started (it was still queued)"}},
+                session=self.session, parent=job.request)
+            self._queue_send("shell", reply, job.identities)
         return bool(jobs)
 
     # -- control ---------------------------------------------------------------------------------
