@@ -8,9 +8,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 import threading
 import time
+from pathlib import Path
 
 from workbench.protocol import ConnectionInfo
 
@@ -28,8 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="worker %(levelname)s %(name)s: %(message)s")
+    path = Path(args.connection_file)
+    created = not path.exists()
     try:
-        conn = ConnectionInfo.read(args.connection_file)
+        # A worker started by hand for another machine's window makes its own file (key included, mode 0600);
+        # one launched by the window finds the file the window wrote.
+        conn = ConnectionInfo.new(args.ip or "127.0.0.1") if created else ConnectionInfo.read(path)
     except ValueError as exc:
         print(f"workbench worker: {exc}", file=sys.stderr)
         return 2
@@ -43,7 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     except InsecureAddressError as exc:
         print(f"workbench worker: {exc}", file=sys.stderr)
         return 2
-    conn.write(args.connection_file)  # now with the bound ports: the launcher waits for them
+    conn.write(path)  # now with the bound ports: the launcher waits for them
+    if created:
+        where = (f" and set its \"ip\" to this machine's address (e.g. {socket.gethostname()})"
+                 if conn.ip in ("0.0.0.0", "::", "*") else "")
+        print(f"workbench worker: listening on {conn.ip}; wrote {path} (it holds the session key: keep it private). "
+              f"Copy it to the machine with the window{where}, then run `workbench --connect {path.name}` there.",
+              file=sys.stderr, flush=True)
     if args.parent_pid:
         threading.Thread(target=_watch_parent, args=(args.parent_pid, kernel), daemon=True).start()
     kernel.serve_forever()
