@@ -53,3 +53,35 @@ def test_train_again_opens_the_wizard_on_the_selected_runs_spec(fake_window, qtb
     (wizard,) = opened
     built = wizard.rebuild()
     assert built.epochs == 7 and built.lr == 0.02 and built.model.name == "mlp"
+
+
+def _two_runs(fake_window):
+    from workbench.runs import RunStore
+
+    ids = []
+    for model in ("cnn", "mlp"):
+        spec = {"epochs": 2, "model": {"name": model}, "dataset": {"name": "digits"}}
+        with RunStore(fake_window.workspace).create_run("train", spec, task="train.classifier") as run:
+            run.log_metrics([(s, "train/loss", 1.0 / (s + 1), 0.0) for s in range(5)])
+            run.set_status("done")
+            ids.append(run.id)
+    fake_window.training_panel.refresh()
+    return ids
+
+
+def test_clicking_a_row_keeps_the_runs_ticked_for_overlay(fake_window, qtbot):
+    first, second = _two_runs(fake_window)
+    panel = fake_window.training_panel
+    panel.set_shown(first, True)
+    panel.set_shown(second, True)
+    panel.select_run(first)
+    panel.select_run(second)
+    assert set(panel.shown_runs()) == {first, second}
+
+
+def test_the_legend_names_runs_by_model_dataset_and_id_tail(fake_window, qtbot):
+    first, _ = _two_runs(fake_window)
+    panel = fake_window.training_panel
+    panel.set_shown(first, True)
+    label = panel.curves.label(first)
+    assert "cnn" in label and "digits" in label and first[-6:] in label

@@ -1,9 +1,13 @@
-"""Light and dark palettes for the whole application, and the colours plots and status lights share."""
+"""Light and dark palettes for the whole application, and the colours plots and status lights share.
+
+A theme switch is live: the palette changes, widgets coloured by palette roles follow, and plots restyle
+themselves (workbench.gui.plots).
+"""
 
 from __future__ import annotations
 
-from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtGui import QColor, QPalette, QPen
+from PySide6.QtWidgets import QApplication, QProxyStyle, QStyle, QStyleFactory, QWidget
 
 THEMES = ("light", "dark")
 
@@ -26,6 +30,9 @@ def _dark_palette() -> QPalette:
         (QPalette.BrightText, QColor("#ff6b6b")), (QPalette.Highlight, QColor("#3b73d9")),
         (QPalette.HighlightedText, QColor("#ffffff")), (QPalette.Link, QColor("#6ea8ff")), (QPalette.Mid, mid),
         (QPalette.PlaceholderText, QColor("#8a8f98")),
+        # Fusion draws frames and bevels with these; left unset they stay the light palette's near-white.
+        (QPalette.Light, QColor("#4a4d52")), (QPalette.Midlight, QColor("#3f4247")), (QPalette.Dark, QColor("#151618")),
+        (QPalette.Shadow, QColor("#000000")),
     ]:
         p.setColor(role, colour)
     for role in (QPalette.Text, QPalette.ButtonText, QPalette.WindowText):
@@ -33,8 +40,56 @@ def _dark_palette() -> QPalette:
     return p
 
 
+class WorkbenchStyle(QProxyStyle):
+    """Fusion, with check boxes that stay visible on a dark palette.
+
+    Fusion outlines an unticked box in the window colour darkened by 40 %, which on a near-black window is
+    invisible (the Show column of the runs list, "log x"); a light outline is drawn over it when dark.
+    """
+
+    def __init__(self):
+        super().__init__(QStyleFactory.create("Fusion"))
+
+    def drawPrimitive(self, element, option, painter, widget=None):
+        super().drawPrimitive(element, option, painter, widget)
+        # Item views draw their check boxes through PE_IndicatorCheckBox in Fusion, so one case covers both.
+        if element == QStyle.PE_IndicatorCheckBox and option.palette.color(QPalette.Base).lightness() < 128:
+            outline = QColor(option.palette.color(QPalette.PlaceholderText))
+            if not option.state & QStyle.State_Enabled:
+                outline.setAlpha(110)
+            painter.save()
+            painter.setRenderHint(painter.RenderHint.Antialiasing, True)
+            painter.setBrush(QColor(0, 0, 0, 0))
+            painter.setPen(QPen(outline, 1))
+            painter.drawRoundedRect(option.rect.adjusted(0, 0, -1, -1).toRectF().adjusted(0.5, 0.5, 0, 0), 1.5, 1.5)
+            painter.restore()
+
+
+_STYLE: list[WorkbenchStyle] = []  # a Python reference for as long as Qt uses it: its override is Python code
+
+
 def apply_theme(app: QApplication, theme: str) -> str:
+    """Switch the whole application's palette, live: widgets that take their colours from palette roles (all
+    of ours; plots restyle themselves on the change) follow without a restart."""
     theme = theme if theme in THEMES else "light"
-    app.setStyle("Fusion")  # the one style that honours a palette the same on every platform
+    if not isinstance(app.style(), WorkbenchStyle):
+        # The one style that honours a palette the same on every platform. Set once: a new style object per
+        # switch would repolish every widget twice.
+        _STYLE[:] = [WorkbenchStyle()]
+        app.setStyle(_STYLE[0])
     app.setPalette(_dark_palette() if theme == "dark" else app.style().standardPalette())
     return theme
+
+
+def refresh_style_sheets(root: QWidget) -> None:
+    """Re-apply the style sheets under `root` that name palette() colours.
+
+    Qt resolves palette(...) in a sheet once, when the sheet is set, so such a sheet keeps the old theme's
+    colours after a switch. Prefer palette roles (setBackgroundRole, QPalette) to sheets; this is for the
+    sheets that remain (notes in dialogs). Walks one window's children, never QApplication.allWidgets(),
+    which can hand back widgets in the middle of being destroyed.
+    """
+    for widget in [root, *root.findChildren(QWidget)]:
+        sheet = widget.styleSheet()
+        if sheet and "palette(" in sheet:
+            widget.setStyleSheet(sheet)

@@ -7,17 +7,17 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from workbench.gui.plots import SERIES_COLOURS, make_plot, style_plot
+from workbench.gui.plots import SERIES_COLOURS, add_legend, make_plot
 
 SPLITS = ("train", "val", "test")
+EMPTY = "How many samples each class has, per split, appears here once a dataset loads."
 
 
 class ClassChart(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.plot = make_plot("Class distribution", "samples", "class")
-        self.plot.addLegend(offset=(-10, 10))
-        style_plot(self.plot)
+        self.plot = make_plot("Class distribution", "samples", "class", empty=EMPTY)
+        add_legend(self.plot)
         self.summary = QLabel("")
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -59,4 +59,6 @@ class ClassChart(QWidget):
     def clear(self, message: str = "") -> None:
         self.plot.clear()
         self.bars.clear()
-        self.summary.setText(message)
+        self.summary.setText("")
+        # The plot's empty state carries the message ("Computing class counts…"), where the bars will be.
+        self.plot.set_empty_text(message or EMPTY)

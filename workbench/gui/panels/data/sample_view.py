@@ -7,7 +7,17 @@ import random
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QGridLayout, QGroupBox, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QGroupBox,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
 from workbench.gui.images import scaled_pixmap, to_qimage
 from workbench.gui.plots import CHANNEL_COLOURS, make_plot
@@ -18,7 +28,11 @@ def _image_label(size: int) -> QLabel:
     label.setAlignment(Qt.AlignCenter)
     label.setMinimumSize(size, size)
     label.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Expanding)
-    label.setStyleSheet("QLabel { background: palette(alternate-base); border: 1px solid palette(mid); }")
+    # Palette roles, not a style sheet: Qt reads palette() in a sheet once, so a sheet kept the light theme's
+    # white behind the images after a switch to dark.
+    label.setAutoFillBackground(True)
+    label.setBackgroundRole(QPalette.AlternateBase)
+    label.setFrameShape(QFrame.StyledPanel)
     return label
 
 
@@ -38,7 +52,8 @@ class SampleView(QWidget):
         self.details.setWordWrap(True)
         self.details.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.image = _image_label(120)
-        self.histogram = make_plot("Pixel values", "count", "value (0–255)")
+        self.histogram = make_plot("Pixel values", "count", "value (0–255)",
+                                   empty="The histogram of the sample's pixel values appears here.")
         self.histogram.setMinimumHeight(110)
         self.before = _image_label(64)
         self.after = _image_label(64)

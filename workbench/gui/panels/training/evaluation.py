@@ -16,7 +16,7 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QSplitter, QVBoxLayout, QWidget
 
 from workbench.gui.images import scaled_pixmap, to_qimage
-from workbench.gui.plots import SERIES_COLOURS, make_plot
+from workbench.gui.plots import SERIES_COLOURS, make_plot, update_empty_state
 
 
 def load_evaluation(run_dir: str | Path) -> dict | None:
@@ -38,14 +38,16 @@ class EvaluationView(QWidget):
         self._gallery_jobs: list[str] = []
         self.title = QLabel("Select a finished training run to see how it does on the test split.")
         self.title.setWordWrap(True)
-        self.confusion = make_plot("Confusion matrix (rows: true class, columns: predicted)", "true", "predicted")
+        self.confusion = make_plot("Confusion matrix (rows: true class, columns: predicted)", "true", "predicted",
+                                   empty="The confusion matrix on the test split appears when a run finishes.")
         self.confusion.getPlotItem().invertY(True)
         self.confusion.setAspectLocked(True)
         self.confusion_image = pg.ImageItem()
         self.confusion.addItem(self.confusion_image)
         self.colour_bar = None
         self.cell_labels: list[pg.TextItem] = []
-        self.per_class = make_plot("Per-class accuracy", "accuracy", "class")
+        self.per_class = make_plot("Per-class accuracy", "accuracy", "class", y_format="percent",
+                                   empty="Each class's test accuracy appears when a run finishes.")
         self.per_class.setYRange(0, 1)
         self.gallery = QListWidget()
         self.gallery.setViewMode(QListWidget.IconMode)
@@ -84,6 +86,7 @@ class EvaluationView(QWidget):
         self.cell_labels.clear()
         self.per_class.clear()
         self.gallery.clear()
+        update_empty_state(self.confusion)  # ImageItem.clear() emits nothing the plot could hear
 
     def show_evaluation(self, evaluation: dict, dataset: dict, run_id: str = "") -> None:
         self.clear("")

@@ -112,6 +112,8 @@ class TrainingPanel(QWidget):
             header.setSectionResizeMode(column, QHeaderView.ResizeToContents)
         self.table.setToolTip("Tick runs to overlay their curves and compare their specs")
         self.curves = CurvesWidget()
+        # The legend and readout name runs "model · dataset · id tail" from their specs.
+        self.curves.spec_of = lambda run_id: (self.runs.get(run_id) or {}).get("spec")
         self.evaluation = EvaluationView(self.queries)
         self.profiler = ProfilerView()
         self.spec_table = QTableWidget(0, 0)
@@ -295,10 +297,9 @@ class TrainingPanel(QWidget):
         run_id = self.selected_run_id()
         if run_id is None:
             return
-        if run_id not in self.shown_runs():
-            # Selecting a run shows it alone, the way one would expect a click to behave.
-            for other in self.shown_runs():
-                self.set_shown(other, False)
+        if not self.shown_runs():
+            # A click selects; it shows the run only when nothing is shown, and never unticks the runs a
+            # person ticked to overlay (a click used to reset every Show tick).
             self.set_shown(run_id, True)
         self.show_details(run_id)
 
