@@ -341,7 +341,7 @@ class MainWindow(QMainWindow):
             return
         self.log_panel.append(f"Resuming {Path(run_dir).name}")
 
-    def _on_training_sample_requested(self, dataset: dict, split: str, index: int) -> None:
+    def _on_training_sample_requested(self, dataset: dict, split: str, index: int, note: str = "") -> None:
         try:
             spec = DataSpec.from_dict(dataset)
         except SpecError as exc:
@@ -349,7 +349,7 @@ class MainWindow(QMainWindow):
             return
         self.dataset_state.set_spec(spec)
         self.tabs.setCurrentWidget(self.dataset_panel)
-        self.dataset_panel.show_sample(split, index)
+        self.dataset_panel.show_sample(split, index, note)
 
     def run_self_test(self) -> None:
         # debug.selftest runs beside any job (the worker's query pool): it never waits behind a training run.

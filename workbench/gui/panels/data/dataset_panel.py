@@ -47,6 +47,9 @@ class DatasetPanel(QWidget):
         self._info_job: str | None = None
         self._sample_job: str | None = None
         self._augment_seed = 0
+        self._sample_note = ""  # shown with the next sample (a model's prediction, from the evaluation)
+        self._pending_select: tuple[str, int] | None = None  # a sample to highlight once the grid has its row
+        self._selecting = False
         self._loaded_spec = None
         self._good_spec: DataSpec | None = None  # the last spec whose data.info succeeded
         self._notice: tuple[str, str] | None = None  # (summary, details) the next reload shows: why it put one back
@@ -242,12 +245,16 @@ class DatasetPanel(QWidget):
             self._show_error(message)
 
     def _on_model_page_loaded(self, page: int) -> None:
+        if self._pending_select is not None:
+            self._select_pending()  # a sample asked for by name (the evaluation's mistakes) wins over the first
+            return
         # Something worth looking at straight away: the first sample, until the user picks another.
         if page == 0 and not self.grid.currentIndex().isValid() and self.model.total:
             self.grid.setCurrentIndex(self.model.index(0))
 
     def _on_model_total_changed(self, total: int) -> None:
         self.grid.setToolTip(f"{total:,} images in {self.current_split()}")
+        self._select_pending()
 
     # -- grid ------------------------------------------------------------------------------------
     def _visible_rows(self) -> tuple[int, int]:
@@ -272,8 +279,9 @@ class DatasetPanel(QWidget):
         self.model.set_icon_size(size)
 
     def _on_grid_current_changed(self, current, previous) -> None:
-        if not current.isValid():
-            return
+        if not current.isValid() or self._selecting:
+            return  # _selecting: show_sample moved the highlight to a sample it has already requested
+        self._sample_note = ""
         index = current.data(INDEX_ROLE)
         if index is None:
             return
@@ -291,7 +299,7 @@ class DatasetPanel(QWidget):
 
     def _on_sample(self, result: dict) -> None:
         self._sample_job = None
-        self.sample_view.show_sample(result, self.state.spec.augment)
+        self.sample_view.show_sample(result, self.state.spec.augment, self._sample_note)
         self.side_tabs.setCurrentWidget(self.sample_view)
 
     def _on_sample_reroll(self, seed: int) -> None:
@@ -300,10 +308,31 @@ class DatasetPanel(QWidget):
             self._augment_seed = seed
             self.request_sample(result["split"], int(result["index"]))
 
-    def show_sample(self, split: str, index: int) -> None:
-        """Open one sample (e.g. from the training evaluation's gallery of mistakes)."""
+    def show_sample(self, split: str, index: int, note: str = "") -> None:
+        """Open one sample (e.g. from the training evaluation's gallery of mistakes, with `note` saying what the
+        model predicted) and highlight its thumbnail in the grid once the grid has that many rows."""
+        if self.class_combo.currentData() not in (-1, None):
+            self.class_combo.setCurrentIndex(0)  # with a class filter, grid rows are not split indices
         self.split_combo.setCurrentIndex(max(0, self.split_combo.findData(split)))
+        self._sample_note = note
+        self._pending_select = (split, int(index))
+        self._select_pending()
         self.request_sample(split, index)
+
+    def _select_pending(self, *args) -> None:
+        if self._pending_select is None:
+            return
+        split, index = self._pending_select
+        if split != self.current_split() or index >= self.model.rowCount():
+            return  # the grid is still loading this split: total_changed calls again
+        self._pending_select = None
+        model_index = self.model.index(index)
+        self._selecting = True
+        try:
+            self.grid.setCurrentIndex(model_index)
+        finally:
+            self._selecting = False
+        self.grid.scrollTo(model_index, QListView.PositionAtCenter)
 
     # -- dataset and calibration -----------------------------------------------------------------
     def choose_dataset(self) -> None:

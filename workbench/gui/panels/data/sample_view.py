@@ -92,10 +92,12 @@ class SampleView(QWidget):
     def show_loading(self, text: str) -> None:
         self.title.setText(text)
 
-    def show_sample(self, result: dict, augment_steps: list[dict]) -> None:
+    def show_sample(self, result: dict, augment_steps: list[dict], note: str = "") -> None:
+        """Show a data.sample result; `note` (e.g. a model's wrong prediction for it) goes under the title."""
         self.result = result
         shape = "×".join(str(n) for n in result["shape"])
-        self.title.setText(f"{result['split']} #{result['index']} — {result['class_name']} (label {result['label']})")
+        title = f"{result['split']} #{result['index']} — {result['class_name']} (label {result['label']})"
+        self.title.setText(f"{title}<br><span style='font-weight:normal'>{note}</span>" if note else title)
         mean = ", ".join(f"{v:.3f}" for v in result.get("mean", []))
         std = ", ".join(f"{v:.3f}" for v in result.get("std", []))
         lines = [f"Tensor shape {shape} (C×H×W) · normalised with mean [{mean}] std [{std}]"]

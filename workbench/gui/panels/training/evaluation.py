@@ -28,7 +28,7 @@ def load_evaluation(run_dir: str | Path) -> dict | None:
 
 
 class EvaluationView(QWidget):
-    sample_requested = Signal(dict, str, int)  # dataset spec, split, index
+    sample_requested = Signal(dict, str, int, str)  # dataset spec, split, index, a note (the prediction)
 
     def __init__(self, queries, parent=None):
         super().__init__(parent)
@@ -144,4 +144,11 @@ class EvaluationView(QWidget):
     def _on_gallery_activated(self, item: QListWidgetItem) -> None:
         info = item.data(Qt.UserRole)
         if info and self.dataset is not None:
-            self.sample_requested.emit(self.dataset, info["split"], int(info["index"]))
+            classes = (self.evaluation or {}).get("classes") or []
+
+            def name(label: int) -> str:
+                return str(classes[label]) if 0 <= label < len(classes) else str(label)
+
+            note = (f"predicted {name(int(info['predicted']))} with {info['confidence']:.0%} confidence "
+                    f"(true class {name(int(info['label']))})")
+            self.sample_requested.emit(self.dataset, info["split"], int(info["index"]), note)

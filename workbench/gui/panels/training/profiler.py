@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -20,6 +21,8 @@ from PySide6.QtWidgets import (
 
 COLUMNS = (("name", "Operator"), ("calls", "Calls"), ("self_cpu_time_total_us", "Self CPU (µs)"),
            ("cpu_time_total_us", "CPU total (µs)"), ("device_time_total_us", "Device total (µs)"))
+SORT_KEY = "self_cpu_time_total_us"  # what the title promises: the top operators by self CPU time
+DEVICE_KEY = "device_time_total_us"
 
 
 class _NumberItem(QTableWidgetItem):
@@ -79,7 +82,11 @@ class ProfilerView(QWidget):
                 item = QTableWidgetItem(str(value)) if key == "name" else _NumberItem(
                     f"{value:,.0f}" if isinstance(value, (int, float)) else str(value))
                 self.table.setItem(r, c, item)
+        # Sorted as the title says; a device column of zeros (a CPU run) says nothing, so it is hidden.
+        self.table.sortItems(next(i for i, (key, _) in enumerate(COLUMNS) if key == SORT_KEY), Qt.DescendingOrder)
         self.table.setSortingEnabled(True)
+        has_device_time = any(isinstance(row.get(DEVICE_KEY), (int, float)) and row[DEVICE_KEY] > 0 for row in rows)
+        self.table.setColumnHidden(len(COLUMNS) - 1, not has_device_time)
         return True
 
     def _on_save_clicked(self) -> None:

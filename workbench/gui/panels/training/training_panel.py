@@ -64,7 +64,7 @@ class TrainingPanel(QWidget):
     resume_requested = Signal(str, dict)  # run_dir, spec
     train_again_requested = Signal(dict)  # spec: the wizard opens on it ("Train again with changes…")
     cancel_requested = Signal(str)  # job_id
-    sample_requested = Signal(dict, str, int)  # dataset spec, split, index
+    sample_requested = Signal(dict, str, int, str)  # dataset spec, split, index, a note (the prediction)
 
     def __init__(self, workspace, queries, parent=None):
         super().__init__(parent)
