@@ -10,6 +10,8 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 from workbench.gui.plots import SERIES_COLOURS, add_legend, make_plot
 
 SPLITS = ("train", "val", "test")
+# Room above the tallest bar for the legend (top right): without it the legend covers the last classes' bars.
+HEADROOM = 1.35
 EMPTY = "How many samples each class has, per split, appears here once a dataset loads."
 
 
@@ -41,6 +43,9 @@ class ClassChart(QWidget):
                                   brush=SERIES_COLOURS[i], pen=None, name=f"{split} ({sum(counts):,})")
             self.plot.addItem(bar)
             self.bars[split] = bar
+        tallest = max((max(c) for c in info["class_counts"].values() if c), default=0)
+        if tallest:
+            self.plot.setYRange(0, tallest * HEADROOM, padding=0)
         # Names under the bars when they fit; with many classes every k-th one, so they stay readable.
         step = max(1, len(classes) // 25)
         self.plot.getAxis("bottom").setTicks([[(float(i), str(classes[i])) for i in range(0, len(classes), step)]])
@@ -59,6 +64,7 @@ class ClassChart(QWidget):
     def clear(self, message: str = "") -> None:
         self.plot.clear()
         self.bars.clear()
+        self.plot.getAxis("bottom").setTicks(None)  # no stale class names under an empty chart
         self.summary.setText("")
         # The plot's empty state carries the message ("Computing class counts…"), where the bars will be.
         self.plot.set_empty_text(message or EMPTY)
