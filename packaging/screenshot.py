@@ -50,7 +50,7 @@ def main() -> int:
 
     def data_scene() -> None:
         panel = window.dataset_panel
-        window.tabs.setCurrentWidget(panel)
+        window.show_tab(panel)
         panel.zoom.setValue(56)
         panel.state.set_spec(panel.state.spec.from_dict({"augment": ["rotation", "random_erasing"]}))
 
@@ -73,7 +73,7 @@ def main() -> int:
             QTimer.singleShot(7000, capture)
             return
         if scene == "first-run":  # a new workspace: the Training tab's empty state
-            window.tabs.setCurrentWidget(window.training_panel)
+            window.show_tab(window.training_panel)
             QTimer.singleShot(1500, capture)
             return
         if scene == "runs-details":  # a finished run's readable details in the Runs tab
@@ -85,7 +85,7 @@ def main() -> int:
                 if window.training_panel.job_of_run:
                     QTimer.singleShot(500, show_runs)
                     return
-                window.tabs.setCurrentWidget(window.runs_panel)
+                window.show_tab(window.runs_panel)
                 window.runs_panel.refresh()
                 window.runs_panel.view.selectRow(0)
                 QTimer.singleShot(1500, capture)
@@ -95,7 +95,7 @@ def main() -> int:
         if scene in ("training", "evaluation"):
             from workbench.specs import TrainSpec
 
-            window.tabs.setCurrentWidget(window.training_panel)
+            window.show_tab(window.training_panel)
             epochs = 40 if scene == "training" else 12  # a live scene is caught mid-run
             window.start_training(TrainSpec.from_dict({"epochs": epochs, "lr": 0.003, "log_every_steps": 2,
                                                        "scheduler": "cosine"}))

@@ -15,7 +15,7 @@ from workbench.specs import DataSpec
 
 @pytest.fixture
 def panel(fake_window, qtbot):
-    fake_window.tabs.setCurrentWidget(fake_window.dataset_panel)
+    fake_window.show_tab(fake_window.dataset_panel)
     panel = fake_window.dataset_panel
     qtbot.waitUntil(lambda: panel.info is not None and panel.model.total > 0, timeout=10_000)
     return panel
@@ -162,7 +162,7 @@ def test_dataset_choice_persists(qtbot, tmp_path, panel):
 def test_real_worker_shows_digits(qtbot, real_window):
     """The real worker and scikit-learn's digits: counts, thumbnails with pixels, a sample with a histogram."""
     window = real_window
-    window.tabs.setCurrentWidget(window.dataset_panel)
+    window.show_tab(window.dataset_panel)
     panel = window.dataset_panel
     qtbot.waitUntil(lambda: panel.info is not None and 0 in panel.model.cached_pages, timeout=60_000)
     assert panel.info["classes"] == [str(i) for i in range(10)]

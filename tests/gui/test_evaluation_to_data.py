@@ -16,7 +16,7 @@ def test_a_mistake_opens_in_the_data_tab_highlighted_with_its_prediction(fake_wi
     gallery = panel.evaluation.gallery
     gallery.itemActivated.emit(gallery.item(3))  # the fake's mistake #3: test sample 3, true 3, predicted 4
     data = fake_window.dataset_panel
-    assert fake_window.tabs.currentWidget() is data
+    assert fake_window.current_panel() is data
     assert data.current_split() == "test"
     qtbot.waitUntil(lambda: data.grid.currentIndex().isValid() and data.grid.currentIndex().row() == 3,
                     timeout=10_000)

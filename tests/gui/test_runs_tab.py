@@ -26,7 +26,7 @@ def _finished_train_run(workspace, status="done", **report):
 
 
 def _show_runs_tab(window):
-    window.tabs.setCurrentWidget(window.runs_panel)
+    window.show_tab(window.runs_panel)
 
 
 def test_runs_started_elsewhere_appear_without_refresh(fake_window, qtbot, tmp_path):
@@ -78,7 +78,7 @@ def test_double_click_opens_a_training_run_in_the_training_tab(fake_window, qtbo
     panel.refresh()
     panel.select_run(run_id)
     panel.view.doubleClicked.emit(panel.view.currentIndex())
-    assert fake_window.tabs.currentWidget() is fake_window.training_panel
+    assert fake_window.current_panel() is fake_window.training_panel
     assert fake_window.training_panel.selected_run_id() == run_id
     assert run_id in fake_window.training_panel.shown_runs()
 

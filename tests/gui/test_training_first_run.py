@@ -6,7 +6,7 @@ from __future__ import annotations
 
 def test_empty_training_tab_offers_one_button_that_starts_a_digits_cnn(fake_window, qtbot):
     panel = fake_window.training_panel
-    fake_window.tabs.setCurrentWidget(panel)
+    fake_window.show_tab(panel)
     assert panel.showing_empty_state
     assert panel.quick_start_button.isVisible()
     assert "digits" in panel.quick_start_button.text() and "10 s" in panel.quick_start_button.text()
@@ -31,7 +31,7 @@ def test_a_workspace_with_runs_opens_on_the_runs_not_the_empty_state(fake_window
 
 
 def test_train_again_opens_the_wizard_on_the_selected_runs_spec(fake_window, qtbot, monkeypatch):
-    from workbench.gui import main_window
+    from workbench.gui.panels.training import wizard as wizards
     from workbench.runs import RunStore
 
     spec = {"epochs": 7, "lr": 0.02, "model": {"name": "mlp"}, "dataset": {"name": "digits"}}
@@ -43,12 +43,12 @@ def test_train_again_opens_the_wizard_on_the_selected_runs_spec(fake_window, qtb
     assert panel.again_button.isEnabled()
     opened = []
 
-    class Recorder(main_window.TrainingWizard):
+    class Recorder(wizards.TrainingWizard):
         def exec(self):
             opened.append(self)
             return 0
 
-    monkeypatch.setattr(main_window, "TrainingWizard", Recorder)
+    monkeypatch.setattr(wizards, "TrainingWizard", Recorder)
     panel.again_button.click()
     (wizard,) = opened
     built = wizard.rebuild()

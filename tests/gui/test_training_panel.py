@@ -87,7 +87,7 @@ def test_live_curves_fill_from_batched_metrics_and_evaluation_shows(window, qtbo
     panel = window.training_panel
     qtbot.waitUntil(lambda: len(panel.runs) == 1 and bool(panel.job_of_run), timeout=10_000)
     run_id = next(iter(panel.runs))
-    assert window.tabs.currentWidget() is panel
+    assert window.current_panel() is panel
     qtbot.waitUntil(lambda: not panel.job_of_run, timeout=15_000)
     metrics = panel.curves.runs[run_id]
     loss = metrics.get("train/loss")

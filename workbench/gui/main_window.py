@@ -28,18 +28,14 @@ from PySide6.QtWidgets import (
 from workbench import __version__
 from workbench.client import JobRecord, WorkerManager
 from workbench.errors import SpecError
-from workbench.gui.panels.data.dataset_panel import DatasetPanel
 from workbench.gui.panels.jobs_panel import JobsPanel
 from workbench.gui.panels.log_panel import LogPanel
-from workbench.gui.panels.runs_panel import RunsPanel
-from workbench.gui.panels.training.training_panel import QUICK_START_SPEC, TrainingPanel
-from workbench.gui.panels.training.wizard import TrainingWizard
-from workbench.gui.plots import restyle_plots
 from workbench.gui.queries import QueryRunner
 from workbench.gui.settings import Settings
 from workbench.gui.state import DatasetState
 from workbench.gui.theme import THEMES, apply_theme
 from workbench.gui.widgets.device_picker import DevicePicker
+from workbench.gui.widgets.lazy_tab import LazyTab
 from workbench.gui.widgets.open_folder import open_folder
 from workbench.gui.widgets.status_light import StatusLight
 from workbench.gui.worker_bridge import QtWorkerBridge
@@ -117,7 +113,6 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"Workspace: {self.workspace}")
         if manager.state == "ready":  # the worker was up before the window (tests, attach mode)
             self._request_devices()
-            self.dataset_panel.ensure_loaded()
 
     # -- construction ----------------------------------------------------------------------------
     def _build_panels(self) -> None:
@@ -125,12 +120,14 @@ class MainWindow(QMainWindow):
         self.tabs = QTabWidget(self)
         self.tabs.setDocumentMode(True)
         self.dataset_state = DatasetState(parent=self)
-        self.dataset_panel = DatasetPanel(self.dataset_state, self.queries, self)
-        self.tabs.addTab(self.dataset_panel, "Data")
-        self.training_panel = TrainingPanel(self.workspace, self.queries, self)
-        self.tabs.addTab(self.training_panel, "Training")
-        self.runs_panel = RunsPanel(self.workspace, self)
-        self.tabs.addTab(self.runs_panel, "Runs")
+        # Each tab is built the first time it is shown or needed: the window paints before pyqtgraph and the
+        # panels' modules are imported (benchmarks/startup.py), and an unvisited tab costs nothing.
+        self.data_tab = LazyTab(self._make_dataset_panel, "Data", self)
+        self.training_tab = LazyTab(self._make_training_panel, "Training", self)
+        self.runs_tab = LazyTab(self._make_runs_panel, "Runs", self)
+        self.tabs.addTab(self.data_tab, "Data")
+        self.tabs.addTab(self.training_tab, "Training")
+        self.tabs.addTab(self.runs_tab, "Runs")
         central = QWidget(self)
         layout = QVBoxLayout(central)
         layout.setContentsMargins(6, 6, 6, 0)
@@ -142,6 +139,73 @@ class MainWindow(QMainWindow):
         self.jobs_dock = self._add_dock("Jobs", "jobsDock", self.jobs_panel, Qt.BottomDockWidgetArea)
         self.log_dock = self._add_dock("Log", "logDock", self.log_panel, Qt.BottomDockWidgetArea)
         self.splitDockWidget(self.jobs_dock, self.log_dock, Qt.Horizontal)
+
+    # -- the tabs' panels, built on first use ------------------------------------------------------
+    @property
+    def dataset_panel(self):
+        return self.data_tab.panel()
+
+    @property
+    def training_panel(self):
+        return self.training_tab.panel()
+
+    @property
+    def runs_panel(self):
+        return self.runs_tab.panel()
+
+    def _tab_of(self, panel: QWidget) -> LazyTab:
+        # Only a built tab can hold the panel asked for; asking each tab for its panel would build them all.
+        return next(tab for tab in (self.data_tab, self.training_tab, self.runs_tab)
+                    if tab.is_built and tab.panel() is panel)
+
+    def show_tab(self, panel: QWidget) -> None:
+        """Bring a panel's tab to the front (building the panel if it is not yet)."""
+        self.tabs.setCurrentWidget(self._tab_of(panel))
+
+    def current_panel(self) -> QWidget:
+        return self.tabs.currentWidget().panel()
+
+    def _make_dataset_panel(self):
+        from workbench.gui.panels.data.dataset_panel import DatasetPanel
+
+        panel = DatasetPanel(self.dataset_state, self.queries, self)
+        panel.status_message.connect(lambda text: self.statusBar().showMessage(text, 5000))
+        panel.zoom.setValue(int(self.settings.get("thumbnail_size") or 64))
+        if self.manager.state == "ready":
+            panel.ensure_loaded()
+        return panel
+
+    def _make_training_panel(self):
+        from workbench.gui.panels.training.training_panel import TrainingPanel
+
+        panel = TrainingPanel(self.workspace, self.queries, self)
+        panel.new_run_requested.connect(lambda: self.new_training_run())
+        panel.train_again_requested.connect(self.new_training_run)
+        panel.quick_start_requested.connect(self.quick_start_training)
+        panel.resume_requested.connect(self._on_training_resume_requested)
+        panel.cancel_requested.connect(self._on_jobs_cancel_requested)
+        panel.sample_requested.connect(self._on_training_sample_requested)
+        # Jobs that began before the tab was built: their curves come from the store, live from here on.
+        for record in self.manager.jobs.all():
+            panel.on_job_changed(record)
+        return panel
+
+    def _make_runs_panel(self):
+        from workbench.gui.panels.runs_panel import RunsPanel
+
+        panel = RunsPanel(self.workspace, self)
+        panel.status_message.connect(self.statusBar().showMessage)
+        panel.open_requested.connect(self._on_runs_open_requested)
+        panel.resume_requested.connect(self._on_training_resume_requested)
+        return panel
+
+    def _on_bridge_job_changed_for_training(self, record) -> None:
+        if self.training_tab.is_built:
+            self.training_panel.on_job_changed(record)
+
+    def _on_bridge_message_for_training(self, msg) -> None:
+        if self.training_tab.is_built:
+            self.training_panel.on_message(msg)
 
     def _add_dock(self, title: str, name: str, widget: QWidget, area) -> QDockWidget:
         dock = QDockWidget(title, self)
@@ -231,19 +295,9 @@ class MainWindow(QMainWindow):
         self.jobs_panel.force_stop_requested.connect(self._on_jobs_force_stop_requested)
         self.jobs_panel.open_run_requested.connect(self._on_jobs_open_run_requested)
         self.device_picker.device_chosen.connect(lambda device: self.settings.set("device", device))
-        self.runs_panel.status_message.connect(self.statusBar().showMessage)
-        self.runs_panel.open_requested.connect(self._on_runs_open_requested)
-        self.runs_panel.resume_requested.connect(self._on_training_resume_requested)
-        self.dataset_panel.status_message.connect(lambda text: self.statusBar().showMessage(text, 5000))
         self.dataset_state.changed.connect(self._on_dataset_state_changed)
-        self.bridge.job_changed.connect(self.training_panel.on_job_changed)
-        self.bridge.message_received.connect(self.training_panel.on_message)
-        self.training_panel.new_run_requested.connect(lambda: self.new_training_run())
-        self.training_panel.train_again_requested.connect(self.new_training_run)
-        self.training_panel.quick_start_requested.connect(self.quick_start_training)
-        self.training_panel.resume_requested.connect(self._on_training_resume_requested)
-        self.training_panel.cancel_requested.connect(self._on_jobs_cancel_requested)
-        self.training_panel.sample_requested.connect(self._on_training_sample_requested)
+        self.bridge.job_changed.connect(self._on_bridge_job_changed_for_training)
+        self.bridge.message_received.connect(self._on_bridge_message_for_training)
 
     # -- settings --------------------------------------------------------------------------------
     def _restore_settings(self) -> None:
@@ -259,7 +313,6 @@ class MainWindow(QMainWindow):
                 self.dataset_state.spec = DataSpec.from_json(saved_spec, source="saved settings")
             except SpecError as exc:  # a setting from an older version: fall back to the default dataset
                 self.log_panel.append(f"Ignoring the saved dataset choice: {exc}", "warning")
-        self.dataset_panel.zoom.setValue(int(self.settings.get("thumbnail_size") or 64))
         self.dataset_state.set_calibration(int(self.settings.get("calibration_count") or 256),
                                            int(self.settings.get("calibration_seed") or 0))
         self.tabs.setCurrentIndex(int(self.settings.get("current_tab") or 0))
@@ -270,7 +323,8 @@ class MainWindow(QMainWindow):
         self.settings.set("geometry", self.saveGeometry())
         self.settings.set("window_state", self.saveState())
         self.settings.set("show_debug_details", self.log_panel.show_debug.isChecked())
-        self.settings.set("thumbnail_size", self.dataset_panel.zoom.value())
+        if self.data_tab.is_built:
+            self.settings.set("thumbnail_size", self.dataset_panel.zoom.value())
         self.settings.set("calibration_count", self.dataset_state.calibration_count)
         self.settings.set("calibration_seed", self.dataset_state.calibration_seed)
         self.settings.set("current_tab", self.tabs.currentIndex())
@@ -278,8 +332,7 @@ class MainWindow(QMainWindow):
 
     def set_theme(self, theme: str) -> None:
         app = QApplication.instance()
-        theme = apply_theme(app, theme) if app else "light"
-        restyle_plots(self)
+        theme = apply_theme(app, theme) if app else "light"  # plots follow the palette change by themselves
         self.settings.set("theme", theme)
         for action in self.theme_actions.actions():
             action.setChecked(action.data() == theme)
@@ -294,8 +347,10 @@ class MainWindow(QMainWindow):
 
         self.workspace = resolve_workspace(path)
         self.settings.set("workspace", str(self.workspace))
-        self.runs_panel.set_workspace(self.workspace)
-        self.training_panel.set_workspace(self.workspace)
+        if self.runs_tab.is_built:
+            self.runs_panel.set_workspace(self.workspace)
+        if self.training_tab.is_built:
+            self.training_panel.set_workspace(self.workspace)
         self.queries.workspace = self.workspace
         self.statusBar().showMessage(f"Workspace: {self.workspace}")
 
@@ -312,8 +367,11 @@ class MainWindow(QMainWindow):
     def new_training_run(self, start: dict | None = None) -> TrainSpec | None:
         """Open the training wizard (on `start`, a run's spec, for "Train again"; else on the last spec used);
         on Start, submit the run. Returns the spec it started, if any."""
-        info = self.dataset_panel.info
-        wizard = TrainingWizard(self.dataset_state, self.device_picker.devices, self.device_picker.current_device(),
+        # The dialog's module loads when it is first opened, not at start-up.
+        from workbench.gui.panels.training import wizard as wizards
+
+        info = self.dataset_panel.info if self.data_tab.is_built else None
+        wizard = wizards.TrainingWizard(self.dataset_state, self.device_picker.devices, self.device_picker.current_device(),
                                 start=start, num_classes=len(info["classes"]) if info else None,
                                 data_dir=str(self.workspace / "data"), parent=self, settings=self.settings)
         if not wizard.exec() or wizard.spec is None:
@@ -322,6 +380,8 @@ class MainWindow(QMainWindow):
 
     def quick_start_training(self) -> TrainSpec | None:
         """The first-run button: a small CNN on the bundled digits, on the device picked in the toolbar."""
+        from workbench.gui.panels.training.training_panel import QUICK_START_SPEC
+
         spec = TrainSpec.from_dict({**QUICK_START_SPEC, "device": self.device_picker.current_device() or "auto"})
         return self.start_training(spec)
 
@@ -329,7 +389,7 @@ class MainWindow(QMainWindow):
         record = self.submit_job("train.classifier", spec.to_dict())
         if record is None:
             return None
-        self.tabs.setCurrentWidget(self.training_panel)
+        self.show_tab(self.training_panel)
         self.log_panel.append(f"Training {spec.model.name} on {spec.dataset.name} for {spec.epochs} epochs")
         return spec
 
@@ -348,7 +408,7 @@ class MainWindow(QMainWindow):
             self.log_panel.append(f"Cannot open that sample: {exc}", "error")
             return
         self.dataset_state.set_spec(spec)
-        self.tabs.setCurrentWidget(self.dataset_panel)
+        self.show_tab(self.dataset_panel)
         self.dataset_panel.show_sample(split, index, note)
 
     def run_self_test(self) -> None:
@@ -381,7 +441,8 @@ class MainWindow(QMainWindow):
             self.log_panel.append(f"Worker ready ({detail})" if detail else "Worker ready")
             if not self.device_picker.devices:
                 self._request_devices()
-            self.dataset_panel.ensure_loaded()
+            if self.data_tab.is_built:  # else it loads when it is built
+                self.dataset_panel.ensure_loaded()
         elif state == "dead":
             text = f"The worker process stopped: {detail.splitlines()[0] if detail else 'unknown reason'}."
             self.log_panel.append(text, "error")
@@ -417,7 +478,7 @@ class MainWindow(QMainWindow):
             traceback = (record.result or {}).get("traceback")
             if traceback:
                 self.log_panel.append(traceback, "debug")
-        if record.run_dir:
+        if record.run_dir and self.runs_tab.is_built:  # an unbuilt Runs tab reads the store when it is built
             self.runs_panel.refresh()
 
     def _on_worker_message(self, msg: Message) -> None:
@@ -455,7 +516,7 @@ class MainWindow(QMainWindow):
         """Show a run in the tab that owns its task (the Runs tab's double-click and "Open in its tab")."""
         run_id = Path(run_dir).name
         if task.startswith("train."):
-            self.tabs.setCurrentWidget(self.training_panel)
+            self.show_tab(self.training_panel)
             self.training_panel.refresh()
             if self.training_panel.select_run(run_id):
                 self.training_panel.set_shown(run_id, True)
@@ -465,12 +526,12 @@ class MainWindow(QMainWindow):
 
     def _on_jobs_open_run_requested(self, run_dir: str) -> None:
         run_id = Path(run_dir).name
-        self.tabs.setCurrentWidget(self.runs_panel)
+        self.show_tab(self.runs_panel)
         self.runs_panel.refresh()
         self.runs_panel.select_run(run_id)
 
     def _choose_dataset(self) -> None:
-        self.tabs.setCurrentWidget(self.dataset_panel)
+        self.show_tab(self.dataset_panel)
         self.dataset_panel.choose_dataset()
 
     def _stop_selected_run(self) -> None:

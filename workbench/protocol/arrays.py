@@ -6,16 +6,20 @@ Only plain numeric dtypes are accepted on the way in, so a hostile peer cannot m
 from __future__ import annotations
 
 import math
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from workbench.protocol.wire import ProtocolError
+
+if TYPE_CHECKING:  # numpy loads on the first array, not at start-up: the window paints sooner
+    import numpy as np
 
 _ALLOWED_KINDS = frozenset("biuf")  # bool, signed, unsigned, float: never object or void
 
 
 def array_to_buffer(array, buffers: list[bytes]) -> dict:
     """Append the array's bytes to `buffers` and return the descriptor that goes in content."""
+    import numpy as np
+
     arr = np.asarray(array)  # not ascontiguousarray: that turns a 0-d array into a 1-d one
     if not arr.flags.c_contiguous:
         arr = arr.copy(order="C")
@@ -27,6 +31,8 @@ def array_to_buffer(array, buffers: list[bytes]) -> dict:
 
 def array_from_buffer(desc: dict, buffers: list[bytes]) -> np.ndarray:
     """Rebuild an array from its descriptor, checking dtype, shape and size against the buffer."""
+    import numpy as np
+
     try:
         dtype = np.dtype(desc["dtype"])
         shape = tuple(int(n) for n in desc["shape"])

@@ -6,15 +6,20 @@ JSON number per point, and NaN or infinite values travel as they are.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from workbench.protocol.arrays import array_from_buffer, array_to_buffer
 
-Columns = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # name -> (steps, values, times)
+if TYPE_CHECKING:  # numpy loads on the first array, not at start-up: the window paints sooner
+    import numpy as np
+
+Columns = dict[str, tuple["np.ndarray", "np.ndarray", "np.ndarray"]]  # name -> (steps, values, times)
 
 
 def encode_metrics(columns: dict[str, tuple[list, list, list]]) -> tuple[dict, list[bytes]]:
     """Content and buffers of a metrics event from per-metric lists of steps, values and times."""
+    import numpy as np
+
     buffers: list[bytes] = []
     series = []
     count = 0

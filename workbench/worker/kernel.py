@@ -151,7 +151,8 @@ class Kernel:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, self._on_interrupt_signal)
             signal.signal(signal.SIGTERM, self._on_term_signal)
-        threading.Thread(target=self._control_loop, name="control", daemon=True).start()
+        self._control_thread = threading.Thread(target=self._control_loop, name="control", daemon=True)
+        self._control_thread.start()
         threading.Thread(target=self._job_loop, name="jobs", daemon=True).start()
         poller = zmq.Poller()
         poller.register(self.shell, zmq.POLLIN)
@@ -347,5 +348,10 @@ class Kernel:
         self._queries.shutdown(wait=False, cancel_futures=True)
         for rejections in self.rejections.values():
             rejections.close()
+        # The control thread owns the control socket: it must be out of its poll/recv before the socket
+        # closes, or zmq is used from two threads at once (undefined: an exception, or a crash).
+        control = getattr(self, "_control_thread", None)
+        if control is not None and control is not threading.current_thread():
+            control.join(timeout=2.0)
         for sock in (self.shell, self.control, self.iopub, self._wake_pull, self._wake_push):
             sock.close(linger=500)
