@@ -346,6 +346,9 @@ WRITER = textwrap.dedent(
 )
 
 
+HANG_S = 600
+
+
 @pytest.mark.slow
 def test_committed_metrics_survive_sigkill(tmp_path):
     workspace = resolve_workspace(tmp_path / "ws")
@@ -357,13 +360,29 @@ def test_committed_metrics_survive_sigkill(tmp_path):
         text=True,
         env=env,
     )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)  # end of output: the writer has exited
+
+    threading.Thread(target=read, daemon=True).start()
+
+    def next_line() -> str:
+        # Wait for the writer's next line or its exit, however slow its start on this machine: the event, not a
+        # clock. HANG_S only keeps a writer that neither writes nor exits from hanging the suite.
+        line = lines.get(timeout=HANG_S)
+        if line is None:
+            proc.wait()
+            raise AssertionError(f"the writer exited early ({proc.returncode}): {proc.stderr.read()}")
+        return line
+
     try:
-        run_dir = Path(lines.get(timeout=60).strip())
+        run_dir = Path(next_line().strip())
         reported = 0
         while reported < 50:
-            reported = int(lines.get(timeout=30))
+            reported = int(next_line())
         proc.kill()  # SIGKILL on POSIX: no atexit, no close, no checkpoint of the WAL
         proc.wait(timeout=30)
     finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -17,7 +18,7 @@ from training_helpers import QUICK, Recorder, done, failed, merge, metrics, trai
 
 from workbench.runs import Run
 from workbench.worker.checkpoints import load_state_dict
-from workbench.worker.training import load_last
+from workbench.worker.training import load_last, resolve_device
 
 RESULT_KEYS = {"status", "run_dir", "epochs_completed", "final", "throughput", "checkpoint", "best_checkpoint",
                "device", "amp", "parameters", "elapsed_s"}
@@ -38,7 +39,15 @@ def test_result_has_every_contract_key(quick_run):
     result, _ = quick_run
     assert RESULT_KEYS <= set(result)
     assert "resumed_from_epoch" not in result  # only a resumed run has it
-    assert result["epochs_completed"] == 2 and result["device"] == "cpu" and result["amp"] == "none"
+    # device=auto: whatever this machine trains on (cuda where there is one).
+    assert result["epochs_completed"] == 2 and result["device"] == str(resolve_device("auto"))
+    assert result["amp"] == "none"
+    throughput = result["throughput"]
+    assert set(throughput) == {"train_samples_per_s", "warmup_s", "warmup_steps", "compile_s"}
+    # Throughput counts what came after the warm-up: at least WARMUP_STEPS, rounded up to a read-back (every 5).
+    assert throughput["warmup_steps"] == 5 and throughput["warmup_s"] > 0 and throughput["compile_s"] is None
+    assert isinstance(result["channels_last"], bool)
+    assert result["data_placement"] == ("device" if result["device"].startswith("cuda") else "host")
     final = result["final"]
     assert set(final) == {"train_loss", "val_loss", "val_accuracy", "test_accuracy"}
     assert all(isinstance(v, float) and math.isfinite(v) for v in final.values())
@@ -238,10 +247,15 @@ def test_ddp_batch_size_must_divide_by_the_process_count(tmp_path):
 
 @pytest.mark.slow
 def test_a_compile_failure_is_a_clear_error_that_suggests_compile_off(tmp_path):
-    # Inductor cannot build its kernels without a working C++ compiler: a real failure, not a mocked one.
-    env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler")}
+    # Inductor cannot build its C++ kernels with a compiler that is not there: a real failure, not a mocked one, on
+    # any machine. device=cpu: on CUDA inductor writes Triton kernels and never calls the C++ compiler. A fresh
+    # inductor cache: kernels compiled by an earlier run would be reused and never compiled.
+    if not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")):
+        pytest.skip("no C compiler: the job refuses compile before it starts (tested by check_compile's message)")
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"),
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
     proc = subprocess.run([sys.executable, "-m", "workbench", "train", "--set", "epochs=1", "--set", "compile=default",
-                           "--set", "model.name=mlp", "--workspace", str(tmp_path), "--json"],
+                           "--set", "model.name=mlp", "--set", "device=cpu", "--workspace", str(tmp_path), "--json"],
                           capture_output=True, text=True, env=env, timeout=300)
     result = json.loads(proc.stdout)
     assert proc.returncode == 1 and result["status"] == "failed" and "traceback" not in result

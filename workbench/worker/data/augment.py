@@ -97,14 +97,20 @@ class Step:
         raise NotImplementedError
 
 
+def _to(tensor: torch.Tensor, device) -> torch.Tensor:
+    # Random parameters are drawn on the CPU (one generator, the same numbers on every device) and cross to the
+    # batch's device without a wait: on CUDA a blocking copy would synchronise the stream every batch.
+    return tensor.to(device, non_blocking=torch.device(device).type == "cuda")
+
+
 def _uniform(n: int, low: float, high: float, generator: torch.Generator, device) -> torch.Tensor:
-    return (low + (high - low) * torch.rand(n, generator=generator)).to(device)
+    return _to(low + (high - low) * torch.rand(n, generator=generator), device)
 
 
 def _gray(x: torch.Tensor) -> torch.Tensor:
     if x.shape[1] == 1:
         return x
-    weights = torch.tensor(GRAY_WEIGHTS, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
+    weights = _to(torch.tensor(GRAY_WEIGHTS, dtype=x.dtype), x.device).view(1, 3, 1, 1)
     return (x * weights).sum(1, keepdim=True)
 
 
@@ -139,8 +145,8 @@ class RandomCrop(Step):
         if h > padded_h or w > padded_w:
             raise JobError(f"{self.where}.size: {h}x{w} is larger than the {padded_h}x{padded_w} (padded) image; "
                            "lower size or add padding")
-        top_left_y = torch.randint(0, padded_h - h + 1, (n,), generator=generator).to(x.device)
-        top_left_x = torch.randint(0, padded_w - w + 1, (n,), generator=generator).to(x.device)
+        top_left_y = _to(torch.randint(0, padded_h - h + 1, (n,), generator=generator), x.device)
+        top_left_x = _to(torch.randint(0, padded_w - w + 1, (n,), generator=generator), x.device)
         rows = top_left_y[:, None] + torch.arange(h, device=x.device)
         cols = top_left_x[:, None] + torch.arange(w, device=x.device)
         batch = torch.arange(n, device=x.device)[:, None, None]
@@ -156,7 +162,7 @@ class _Flip(Step):
         self.p = _number(params["p"], f"{self.where}.p", 0, 1)
 
     def __call__(self, x, generator):
-        flip = (torch.rand(x.shape[0], generator=generator) < self.p).to(x.device).view(-1, 1, 1, 1)
+        flip = _to(torch.rand(x.shape[0], generator=generator) < self.p, x.device).view(-1, 1, 1, 1)
         return torch.where(flip, x.flip(self.dim), x)
 
 
@@ -187,7 +193,7 @@ class Rotation(Step):
         theta = torch.zeros(n, 2, 3)
         theta[:, 0, 0], theta[:, 0, 1] = cos, -sin * height / width
         theta[:, 1, 0], theta[:, 1, 1] = sin * width / height, cos
-        grid = F.affine_grid(theta.to(x.device, x.dtype), list(x.shape), align_corners=False)
+        grid = F.affine_grid(_to(theta.to(x.dtype), x.device), list(x.shape), align_corners=False)
         if self.fill == 0:
             return F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
         ones = torch.ones_like(x[:, :1])
@@ -289,7 +295,7 @@ class RandomErasing(Step):
         in_rows = (rows >= top[:, None]) & (rows < (top + h)[:, None])
         in_cols = (cols >= left[:, None]) & (cols < (left + w)[:, None])
         mask = (in_rows[:, :, None] & in_cols[:, None, :]) & apply[:, None, None]
-        return x.masked_fill(mask.to(x.device)[:, None], self.value)
+        return x.masked_fill(_to(mask, x.device)[:, None], self.value)
 
 
 STEPS: dict[str, type[Step]] = {cls.name: cls for cls in (RandomCrop, HFlip, VFlip, Rotation, ColorJitter,

@@ -207,6 +207,10 @@ class FileStore(ImageStore):
     def fully_decoded(self) -> bool:
         return bool(self._decoded.all())
 
+    def resident(self) -> torch.Tensor | None:
+        # Complete only once every file was decoded; bad files leave rows that known_bad() marks.
+        return self._buffer if self._buffer is not None and self.fully_decoded else None
+
     def _decode_one(self, index: int) -> tuple[int, torch.Tensor | None, str]:
         path = self.paths[index]
         try:

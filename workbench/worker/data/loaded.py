@@ -1,12 +1,12 @@
 """LoadedDataset and Split: what training, the data tasks and the GUI's queries use to read a dataset.
 
 A Split is a set of indices into a store. `batches()` gathers slices of a seeded permutation from uint8
-storage, then converts, augments (per sample) and normalises whole batches on the target device.
+storage, then converts, augments (per sample) and normalises whole batches on the target device. Where the
+gathering happens (a copy of the data on the device, staging buffers, the host) is the dataset's placement.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -18,6 +18,20 @@ from workbench.errors import JobError
 from workbench.specs import DataSpec
 from workbench.worker.data.augment import Augment, build_augment
 from workbench.worker.data.normalize import compute_stats, read_stats, stats_path, write_stats
+from workbench.worker.data.placement import (
+    DEVICE,
+    HOST,
+    PLACEMENTS,
+    STAGED,
+    DeviceStore,
+    choose,
+    device_batches,
+    host_batches,
+    place_store,
+    prefetch,
+    staged_batches,
+    to_device,
+)
 from workbench.worker.data.stores import ImageStore
 
 SPLITS = ("train", "val", "test")
@@ -68,45 +82,6 @@ def _mix(seed: int, epoch: int) -> int:
     return (int(seed) * 1_000_003 + int(epoch)) % (2**63)
 
 
-def _prefetch(source: Iterator, depth: int) -> Iterator:
-    """Run `source` on a background thread, `depth` items ahead; stops when the consumer does."""
-    items: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-    done = object()
-
-    def offer(item) -> bool:
-        # Never block for good on a consumer that has gone away: give up once it says stop.
-        while not stop.is_set():
-            try:
-                items.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for item in source:
-                if not offer(item):
-                    return
-            offer(done)
-        except BaseException as exc:  # handed to the consumer, which raises it where the caller can see
-            offer(exc)
-
-    thread = threading.Thread(target=produce, name="batch-prefetch", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = items.get()
-            if item is done:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-
-
 class Split:
     """One of train/val/test: `len`, `labels`, `images(indices)`, `class_counts()` and `batches(...)`."""
 
@@ -152,50 +127,89 @@ class Split:
         return torch.bincount(labels, minlength=len(self.dataset.classes)).tolist()
 
     def batches(self, batch_size: int, *, shuffle: bool, seed: int = 0, epoch: int = 0, drop_last: bool = False,
-                augment: bool | None = None, device: str | torch.device = "cpu") -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+                augment: bool | None = None, device: str | torch.device = "cpu",
+                placement: str | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Yield (x float32 normalised (n,C,H,W), y int64) covering the split once, by slicing a permutation.
 
         `shuffle` draws the order from (seed, epoch); `augment` (default: only for train) applies the spec's
         steps with random parameters per sample; samples whose file does not decode are left out of their batch.
+        `placement` (device, staged or host) overrides where batches are gathered (default: the dataset's choice
+        for `device`, see LoadedDataset.prepare); every placement gives the same batches.
         """
+        use_augment = (self.name == "train") if augment is None else augment
+        for _, x, y in self._stream(batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
+                                    steps=self.dataset.augment if use_augment else None, device=device,
+                                    placement=placement):
+            yield x, y
+
+    def indexed_batches(self, batch_size: int, *, device: str | torch.device = "cpu", rank: int = 0, world: int = 1,
+                        placement: str | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """(indices within the split (host int64), normalised x, y) in split order with no augmentation, for
+        evaluation; with world > 1, every world-th batch from the rank-th. Indices keep each prediction's sample
+        even when some files fail to decode."""
+        yield from self._stream(batch_size, shuffle=False, steps=None, device=device, placement=placement,
+                                shard=(rank, world), scale_first=True)
+
+    def _plan(self, order: torch.Tensor, batch_size: int, drop_last: bool, shard: tuple[int, int]) -> list:
+        """The batches as (split indices, store indices, labels) on the host: arithmetic known before any data."""
+        rank, world = shard
+        store_indices, labels = self.indices[order], self.labels[order]
+        parts = []
+        n = len(order)
+        for number, start in enumerate(range(0, n, batch_size)):
+            if drop_last and start + batch_size > n:
+                break
+            if number % world != rank:
+                continue
+            end = start + batch_size
+            parts.append((order[start:end], store_indices[start:end], labels[start:end]))
+        return parts
+
+    def _stream(self, batch_size: int, *, shuffle: bool, seed: int = 0, epoch: int = 0, drop_last: bool = False,
+                steps: Augment | None, device, placement: str | None, shard: tuple[int, int] = (0, 1),
+                scale_first: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, not {batch_size}")
+        if placement is not None and placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, not {placement!r}")
         device = torch.device(device)
         generator = torch.Generator().manual_seed(_mix(seed, epoch))
         n = len(self)
         order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
-        use_augment = (self.name == "train") if augment is None else augment
-        steps = self.dataset.augment if use_augment else None
         mean, std = self.dataset.normalization()
-        mean_t = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1).to(device)
-        std_t = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1).to(device)
-        # Without augmentation, scaling to 0..1 folds into the normalisation: one pass fewer per batch.
+        mean_t = to_device(torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1), device)
+        std_t = to_device(torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1), device)
+        # Without augmentation, scaling to 0..1 folds into the normalisation: one pass fewer per batch. Evaluation
+        # keeps the two passes (scale_first) it always had, so its numbers do not move by a rounding.
         mean_255, std_255 = mean_t * 255, std_t * 255
-        pin = self.dataset.spec.pin_memory and device.type == "cuda"
-        store_indices, labels = self.indices[order], self.labels[order]
 
-        def gather() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-            for start in range(0, n, batch_size):
-                if drop_last and start + batch_size > n:
-                    return
-                images, ok = self.store.fetch(store_indices[start:start + batch_size])
-                y = labels[start:start + batch_size]
-                if not bool(ok.all()):
-                    images, y = images[ok], y[ok]
-                    if not y.numel():
-                        continue
-                yield (images.pin_memory(), y.pin_memory()) if pin else (images, y)
-
-        workers = self.dataset.spec.num_workers
-        source = _prefetch(gather(), 2 * workers) if workers > 0 else gather()
-        for images, y in source:
-            # uint8 crosses to the device (4x fewer bytes than float), then everything runs there.
-            x = images.to(device, non_blocking=pin).to(torch.float32)
+        def finish(images: torch.Tensor) -> torch.Tensor:
+            x = images.to(torch.float32)  # uint8 crossed to the device (4x fewer bytes than float); the rest runs there
             if steps:
-                x = steps(x.div_(255), generator).sub_(mean_t).div_(std_t)
-            else:
-                x = x.sub_(mean_255).div_(std_255)  # in place: x is a fresh tensor of this batch alone
-            yield x, y.to(device, non_blocking=pin)
+                return steps(x.div_(255), generator).sub_(mean_t).div_(std_t)
+            if scale_first:
+                return x.div_(255).sub_(mean_t).div_(std_t)
+            return x.sub_(mean_255).div_(std_255)  # in place: x is a fresh tensor of this batch alone
+
+        parts = self._plan(order, batch_size, drop_last, shard)
+        mode = placement or self.dataset.placement_for(device)
+        if mode == DEVICE:
+            for local, images, y in device_batches(self.dataset.on_device_store(self.store, device), parts, device):
+                yield local, finish(images), y
+        elif mode == STAGED:
+            pin = device.type == "cuda"  # reused buffers: pinning them costs once, and makes the copies asynchronous
+            for local, images, y, release in staged_batches(self.store, parts, batch_size, device, pin=pin):
+                x = finish(images)
+                if release is not None:
+                    release()  # the images are converted: the slot may be refilled
+                yield local, x, y
+        else:
+            workers = self.dataset.spec.num_workers
+            source = host_batches(self.store, parts)
+            if workers > 0:
+                source = prefetch(source, 2 * workers)
+            for local, images, y in source:
+                yield local, finish(to_device(images, device)), to_device(y, device)
 
 
 class LoadedDataset:
@@ -211,6 +225,11 @@ class LoadedDataset:
         self.augment: Augment = build_augment(spec.augment)
         self.splits = {name: Split(name, store, idx, self) for name, (store, idx) in core.split_defs.items()}
         self._check_normalize()
+        # Per job (a LoadedDataset is made for each load_dataset call, the DatasetCore is shared): where batches
+        # for each device are gathered, and the device copies of the stores, dropped by release().
+        self._placements: dict[str, tuple[str, str]] = {}
+        self._on_device: dict[tuple[int, str], DeviceStore] = {}
+        self._placement_lock = threading.Lock()
 
     @property
     def sample_shape(self) -> tuple[int, int, int]:
@@ -248,6 +267,59 @@ class LoadedDataset:
         mean, std = table["mean"], table["std"]
         return ([float(v) for v in mean] * (channels if len(mean) == 1 else 1),
                 [float(v) for v in std] * (channels if len(std) == 1 else 1))
+
+    # -- where batches are gathered ------------------------------------------------------------------------------
+    def prepare(self, device, progress: Callable[[int, int, str], None] | None = None,
+                check_stop: Callable[[], None] | None = None) -> tuple[str, str]:
+        """Decide where batches for `device` are gathered (dataset.on_device) and, for "device", decode every image
+        and copy the stores there now, before any step. Returns (placement, why) for the job's log."""
+        device = torch.device(device)
+        key = str(device)
+        with self._placement_lock:
+            if key in self._placements:
+                return self._placements[key]
+        mode, why = choose(self.spec.on_device, device, self.core.stores)
+        if mode == DEVICE:
+            self.decode_all(progress, check_stop)
+            for store in self.core.stores:
+                self.on_device_store(store, device)
+            bad = len(self.skipped_files)
+            if bad:
+                why += f" ({bad} file(s) that do not decode are left out)"
+        with self._placement_lock:
+            self._placements[key] = (mode, why)
+        return mode, why
+
+    def placement_for(self, device) -> str:
+        """Where batches for `device` are gathered: device, staged or host (deciding now if prepare() was not called;
+        the data tasks and GUI queries gather on the host, which never decides to copy anything)."""
+        device = torch.device(device)
+        with self._placement_lock:
+            known = self._placements.get(str(device))
+        if known is not None:
+            return known[0]
+        if device.type == "cpu" and self.spec.on_device is not True:
+            return HOST
+        return self.prepare(device)[0]
+
+    def on_device_store(self, store: ImageStore, device) -> DeviceStore:
+        device = torch.device(device)
+        key = (id(store), str(device))
+        with self._placement_lock:
+            placed = self._on_device.get(key)
+        if placed is None:
+            if store.resident() is None:
+                self.decode_all()
+            placed = place_store(store, device)
+            with self._placement_lock:
+                placed = self._on_device.setdefault(key, placed)
+        return placed
+
+    def release(self) -> None:
+        """Drop the device copies of the data (the job is over); batches asked for later decide afresh."""
+        with self._placement_lock:
+            self._on_device.clear()
+            self._placements.clear()
 
     def decode_all(self, progress: Callable[[int, int, str], None] | None = None,
                    check_stop: Callable[[], None] | None = None) -> None:

@@ -41,6 +41,22 @@ class ImageStore:
     def decode(self, indices: torch.Tensor) -> None:
         """Make sure these samples are decoded (and bad ones known); a no-op for stores already in memory."""
 
+    def resident(self) -> torch.Tensor | None:
+        """Every sample as one uint8 (N,C,H,W) tensor, or None while some are not in memory (or never will be).
+
+        What a device-resident copy is made from; rows of samples in known_bad() hold no image.
+        """
+        return None
+
+    def fetch_into(self, indices: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """Write the images at `indices` into `out` (uint8, first len(indices) rows); returns the ok mask.
+
+        Lets a caller gather into a buffer it reuses (pinned staging memory) instead of a fresh tensor a batch.
+        """
+        images, ok = self.fetch(indices)
+        out[:images.shape[0]].copy_(images)
+        return ok
+
 
 class TensorStore(ImageStore):
     """Images held as one uint8 tensor (N,C,H,W): batches are gathers from it, never per-sample calls."""
@@ -57,6 +73,14 @@ class TensorStore(ImageStore):
     def fetch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         indices = torch.as_tensor(indices, dtype=torch.int64)
         return self.data[indices], torch.ones(indices.numel(), dtype=torch.bool)
+
+    def resident(self) -> torch.Tensor:
+        return self.data
+
+    def fetch_into(self, indices: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        indices = torch.as_tensor(indices, dtype=torch.int64)
+        torch.index_select(self.data, 0, indices, out=out[:indices.numel()])
+        return torch.ones(indices.numel(), dtype=torch.bool)
 
 
 MEMORY_LIMIT_BYTES = 512 * 2**20  # datasets smaller than this are held in memory as one uint8 tensor

@@ -78,3 +78,28 @@ def describe(device: torch.device) -> str:
     if device.type == "cuda":
         return f"{device} ({torch.cuda.get_device_name(device)})"
     return str(device)
+
+
+class HostReader:
+    """Reads small device tensors back to the host: one non_blocking copy into a reused pinned buffer, then a wait
+    on that copy's event alone. A blocking `.cpu()` would synchronise the whole stream (and trips torch's sync
+    debug mode); the values are needed now, so the wait itself cannot be avoided, only made as small as it can be.
+    """
+
+    def __init__(self):
+        self._buffers: dict[tuple, torch.Tensor] = {}
+
+    def read(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A host copy of `tensor` (the caller may keep it)."""
+        if tensor.device.type != "cuda":
+            return tensor.detach().to("cpu", copy=True)
+        key = (tuple(tensor.shape), tensor.dtype)
+        buffer = self._buffers.get(key)
+        if buffer is None:
+            buffer = self._buffers[key] = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        buffer.copy_(tensor.detach(), non_blocking=True)
+        done = torch.cuda.Event()
+        done.record(torch.cuda.current_stream(tensor.device))
+        done.synchronize()
+        return buffer.clone()
+

@@ -99,8 +99,8 @@ def _rank_main(rank: int, payload: RankPayload, queue, stop_event, stop_at) -> N
     import torch.distributed as dist
 
     from workbench.specs import TrainSpec
+    from workbench.worker.training.rank import build_for_rank
     from workbench.worker.training.reproducibility import deterministic_mode
-    from workbench.worker.training.session import build_for_rank
 
     device = torch.device(payload.device)
     if device.type == "cuda":

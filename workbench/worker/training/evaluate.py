@@ -25,23 +25,9 @@ WORST_COUNT = 32
 
 def indexed_batches(split, batch_size: int, device: torch.device, *, rank: int = 0,
                     world: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """(indices within the split, normalised x, y) in split order, no augmentation; with world > 1, this rank's
-    share of the batches."""
-    mean, std = split.dataset.normalization()
-    mean_t = torch.tensor(mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
-    std_t = torch.tensor(std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
-    for number, start in enumerate(range(0, len(split), batch_size)):
-        if number % world != rank:
-            continue
-        indices = torch.arange(start, min(start + batch_size, len(split)))
-        images, ok = split.fetch(indices)
-        y = split.labels[indices]
-        if not bool(ok.all()):
-            indices, images, y = indices[ok], images[ok], y[ok]
-            if not len(indices):
-                continue
-        x = (images.to(device).to(torch.float32).div_(255) - mean_t) / std_t
-        yield indices, x, y.to(device)
+    """(indices within the split (host), normalised x, y) in split order, no augmentation; with world > 1, this
+    rank's share of the batches. Gathered where the dataset keeps its batches for `device` (on it, staged, host)."""
+    return split.indexed_batches(batch_size, device=device, rank=rank, world=world)
 
 
 def _forward(model: nn.Module, x: torch.Tensor, amp: str, device: torch.device, channels_last: bool) -> torch.Tensor:
@@ -87,7 +73,7 @@ def evaluate_test(model: nn.Module, split, classes: list[str], *, device: torch.
     was_training = model.training
     model.eval()
     confusion = torch.zeros(k * k, dtype=torch.int64, device=device)
-    wrong_parts = []
+    index_parts, row_parts = [], []
     try:
         for indices, x, y in indexed_batches(split, batch_size, device):
             if check_stop is not None:
@@ -98,9 +84,10 @@ def evaluate_test(model: nn.Module, split, classes: list[str], *, device: torch.
             probs = torch.softmax(scores, dim=1)
             confidence, predicted = probs.max(dim=1)
             confusion += torch.bincount(y * k + predicted.clamp(max=k - 1), minlength=k * k)
-            wrong = predicted != y
-            wrong_parts.append(torch.stack([indices.to(device)[wrong].double(), y[wrong].double(),
-                                            predicted[wrong].double(), confidence[wrong].double()], dim=1))
+            # Every sample's row stays on the device and is filtered on the host at the end: a boolean-mask index
+            # here would wait on the device every batch.
+            index_parts.append(indices)
+            row_parts.append(torch.stack([y.double(), predicted.double(), confidence.double()], dim=1))
     finally:
         model.train(was_training)
     matrix = confusion.view(k, k).cpu()
@@ -108,8 +95,9 @@ def evaluate_test(model: nn.Module, split, classes: list[str], *, device: torch.
     correct = int(matrix.diagonal().sum())
     per_class = [float(matrix[i, i]) / float(matrix[i].sum()) if int(matrix[i].sum()) else None for i in range(k)]
     worst = []
-    if wrong_parts:
-        rows = torch.cat(wrong_parts).cpu()
+    if row_parts:
+        rows = torch.cat([torch.cat(index_parts).double()[:, None], torch.cat(row_parts).cpu()], dim=1)
+        rows = rows[rows[:, 1] != rows[:, 2]]
         rows = rows[rows[:, 3].argsort(descending=True)][:WORST_COUNT]
         worst = [{"split": split.name, "index": int(r[0]), "label": int(r[1]), "predicted": int(r[2]),
                   "confidence": round(float(r[3]), 6)} for r in rows]

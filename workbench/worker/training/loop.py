@@ -2,7 +2,9 @@
 early stopping, cancel and the NaN guard. Used as it is by a single-process job and by every DDP rank.
 
 The loop never waits on the device per step: losses and correct counts stay device tensors and are read back
-every `log_every_steps` steps and at epoch ends. Worker side; never imports Qt.
+every `log_every_steps` steps and at epoch ends, as one small stacked tensor in one non_blocking copy, and the NaN
+and divergence checks run there. Throughput is measured after a warm-up (compilation, profiling, first-step
+allocations), which is reported apart. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from torch import nn
 from workbench.errors import JobCancelled, JobError
 from workbench.specs import TrainSpec
 from workbench.worker.models import frozen_norm_layers
+from workbench.worker.training.devices import HostReader
 from workbench.worker.training.evaluate import evaluate_sums
 from workbench.worker.training.guards import DIVERGED_FACTOR, OutputCheck, divergence_limit
+from workbench.worker.training.layout import resolve_channels_last
 from workbench.worker.training.losses import build_loss
 from workbench.worker.training.optim import (
     build_optimizer,
@@ -67,6 +71,7 @@ class TrainSetup:
     # (completed global steps) -> True when every rank must stop now; default: the reporter's stop flag.
     stop_check: Callable[[int], bool] | None = None
     eval_batch_size: int = 0
+    workspace: Path | None = None  # where channels_last=auto remembers its choice (None: time it every run)
 
 
 @dataclass
@@ -78,6 +83,11 @@ class _Interval:
     steps: list = field(default_factory=list)  # (epoch, global step) of each micro-batch, for the NaN message
     samples: int = 0  # this rank's samples
     started: float = field(default_factory=time.perf_counter)
+
+
+# Optimiser steps before throughput is measured: the first ones allocate memory, pick kernels and (with profile_steps)
+# run under the profiler. With torch.compile the whole first epoch is warm-up: its smaller last batch compiles again.
+WARMUP_STEPS = 5
 
 
 def _fmt(value: float) -> str:
@@ -111,9 +121,20 @@ class Trainer:
         self._check_every_batch = setup.world == 1  # DDP ranks must agree, so they check at step starts only
 
         model = setup.model.to(self.device)
-        if spec.channels_last:
+        self.channels_last, layout = resolve_channels_last(
+            spec.channels_last, model=model, sample_shape=tuple(setup.dataset.sample_shape),
+            batch_size=max(1, spec.batch_size // self.world), device=self.device, amp=spec.amp,
+            workspace=setup.workspace, deterministic=spec.deterministic, compiled=spec.compile != "off")
+        if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.model = model
+        # DDP ranks must agree on when to stop: they only ever check at step starts.
+        self.placement, where = setup.dataset.prepare(
+            self.device, progress=self._progress,
+            check_stop=self._stop_before_training if self._check_every_batch else None)
+        if self.is_main:
+            self.report.log(f"memory layout: {layout}")
+            self.report.log(f"batches: {where}")
         self.state = TrainState()
         resume = setup.resume
         if resume is not None:
@@ -132,27 +153,42 @@ class Trainer:
                 model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         if spec.compile != "off":
             forward_model = torch.compile(forward_model, mode=None if spec.compile == "default" else spec.compile)
-        self.optimizer = build_optimizer(model, spec)
+        self.optimizer = build_optimizer(model, spec, self.device)
         self.scheduler = build_scheduler(self.optimizer, spec, self.plan.steps, self.total_steps)
         self.loss_fn = build_loss(spec.loss, label_smoothing=spec.label_smoothing)
         self.output_check = OutputCheck(spec.model.name, spec.model.num_classes)
         self.step_fn = TrainStep(model, self.optimizer, self.loss_fn, device=self.device, amp=spec.amp,
                                  clip_grad_norm=spec.clip_grad_norm, clip_grad_value=spec.clip_grad_value,
-                                 channels_last=spec.channels_last, forward_model=forward_model,
+                                 channels_last=self.channels_last, forward_model=forward_model,
                                  compiled=spec.compile != "off", output_check=self.output_check)
         if resume is not None:
             self._restore(resume)
         self.frozen_norms = frozen_norm_layers(model)
         self.interval = _Interval()
-        # Loss sum, correct count and samples of the epoch so far; a cancelled epoch's part comes back on resume.
-        self.epoch_sums = torch.tensor(self.state.partial_epoch_sums or [0.0, 0.0, 0.0], dtype=torch.float64,
-                                       device=self.device)
+        # Loss sum, correct count and samples of the epoch so far, on the host: every interval is read back before
+        # the epoch ends anyway, and float64 adds the same there. A cancelled epoch's part comes back on resume.
+        self.epoch_sums = torch.tensor(self.state.partial_epoch_sums or [0.0, 0.0, 0.0], dtype=torch.float64)
+        self.reader = HostReader()
+        # Training time and samples up to the last read-back (validation excluded), and the same at the end of the
+        # warm-up: throughput is what came after it.
         self.train_time = 0.0
         self.train_samples = 0
+        self._since = time.perf_counter()
+        self._warm: tuple[float, int, int] | None = None  # (train_time, train_samples, global_step) when warm
+        self._start_step = self._warmup_until = 0  # global steps where fit() started and the warm-up ends
+        self.compile_s: float | None = None
         self.early_stopped = False
         self.writer = CheckpointWriter(relative_to=setup.checkpoints_dir.parent)  # errors name checkpoints/...
         self._last_loss: float | None = None  # for progress texts between read-backs
         self._first_loss: float | None = None  # the first interval's mean loss: the divergence guard's reference
+
+    def _progress(self, done: float, total: float | None = None, text: str = "") -> None:
+        if self.is_main:  # decoding every image before the data goes to the device can take a while
+            self.report.progress(done, total, text)
+
+    def _stop_before_training(self) -> None:
+        if self._stop_check(0):
+            raise JobCancelled("cancelled by the user before training started (while preparing the data)")
 
     # -- resume ------------------------------------------------------------------------------------
     def _restore(self, resume: dict) -> None:
@@ -179,6 +215,11 @@ class Trainer:
         profiler = StepProfiler(spec.profile_steps if self.is_main else 0, self.device, self.setup.artifacts_dir,
                                 self.report, remaining)
         self.profiler = profiler
+        warmup = max(WARMUP_STEPS, profiler.warmup + spec.profile_steps if self.is_main else 0)
+        if spec.compile != "off":
+            warmup = max(warmup, self.plan.steps)
+        self._start_step = state.global_step
+        self._warmup_until = state.global_step + warmup
         try:
             for epoch in range(state.epoch, spec.epochs):
                 self._train_epoch(epoch)
@@ -211,8 +252,10 @@ class Trainer:
         if self.is_main and self._last_loss is not None:
             self.report.progress(state.global_step, self.total_steps,
                                  f"epoch {epoch + 1}/{spec.epochs} · loss {self._last_loss:.4f}")
-        started = time.perf_counter()
+        self._since = time.perf_counter()  # training time runs from here to each read-back
         self.interval = _Interval()
+        first_compiled_step = self.step_fn.compiled and self.compile_s is None
+        compile_started = None
         pending = 0
         batches = self.train_split.batches(spec.batch_size, shuffle=True, seed=spec.seed, epoch=epoch,
                                            device=self.device)
@@ -230,6 +273,8 @@ class Trainer:
             last = index == plan.group_end[group] - 1
             # Each micro-batch adds its share of the step's mean: n_local * world / n_step (DDP averages ranks).
             weight = y.shape[0] * self.world / plan.group_total[group]
+            if first_compiled_step and compile_started is None:  # from the first micro-batch, which compiles
+                compile_started = time.perf_counter()
             loss_sum, correct = self.step_fn.accumulate(x, y, weight, sync=last)
             self.interval.losses.append(loss_sum)
             self.interval.corrects.append(correct)
@@ -239,10 +284,14 @@ class Trainer:
             if last:
                 self._optimizer_step(epoch)
                 pending = 0
+                if first_compiled_step:
+                    # torch.compile traces and builds its kernels inside the first call, on the host: this clock
+                    # (no device sync) holds the compilation and at most one step of device work.
+                    self.compile_s = time.perf_counter() - compile_started
+                    first_compiled_step = False
         if pending:  # planned batches that never came (files that failed to decode): apply what was accumulated
             self._optimizer_step(epoch)
         self._drain()
-        self.train_time += time.perf_counter() - started
 
     def _optimizer_step(self, epoch: int) -> None:
         self.step_fn.step()
@@ -266,11 +315,13 @@ class Trainer:
         interval = self.interval
         if not interval.losses:
             return None
+        # The sample count is a host number; torch.full writes it on the device with no host-to-device copy.
+        samples = torch.full((), float(interval.samples), dtype=torch.float64, device=self.device)
         sums = torch.stack([torch.stack(interval.losses).sum().double(),
-                            torch.stack(interval.corrects).sum().double()])
-        sums = torch.cat([sums, torch.tensor([float(interval.samples)], dtype=torch.float64, device=self.device)])
+                            torch.stack(interval.corrects).sum().double(), samples])
         self._reduce(sums)
-        host = sums.clone().cpu()
+        host = self.reader.read(sums)
+        self._clock(int(host[2]))
         if not math.isfinite(float(host[0])):
             self._fail_nonfinite(float(host[0]))
         mean = float(host[0]) / max(float(host[2]), 1.0)  # the reduced sums: every DDP rank decides alike
@@ -278,10 +329,18 @@ class Trainer:
             self._fail_diverged(mean)
         if self._first_loss is None:
             self._first_loss = mean
-        self.epoch_sums += sums
-        self.train_samples += int(host[2])
+        self.epoch_sums += host
         self.interval = _Interval()
         return host
+
+    def _clock(self, samples: int) -> None:
+        """Count training time and samples up to this read-back (the device has caught up: the clock is honest)."""
+        now = time.perf_counter()
+        self.train_time += now - self._since
+        self._since = now
+        self.train_samples += samples
+        if self._warm is None and self.state.global_step >= self._warmup_until:
+            self._warm = (self.train_time, self.train_samples, self.state.global_step)
 
     def _log_interval(self, epoch: int) -> None:
         interval = self.interval
@@ -332,7 +391,7 @@ class Trainer:
     def _end_epoch(self, epoch: int) -> bool:
         """Validate, record, checkpoint; True when early stopping ends the run."""
         spec, state = self.spec, self.state
-        loss_sum, correct, samples = self.epoch_sums.tolist()  # drained already: this read does not wait
+        loss_sum, correct, samples = self.epoch_sums.tolist()  # a host tensor: no device involved
         samples = max(samples, 1.0)
         train_loss, train_acc = loss_sum / samples, correct / samples
         self._last_loss = train_loss
@@ -340,10 +399,10 @@ class Trainer:
         val_loss = val_acc = None
         if len(self.val_split):
             check = self._cancel_if_requested(epoch) if self._check_every_batch else None
-            val = self._reduce(evaluate_sums(
+            val = self.reader.read(self._reduce(evaluate_sums(
                 self.model, self.val_split, self.loss_fn, device=self.device, amp=spec.amp,
-                channels_last=spec.channels_last, batch_size=self.eval_batch_size, rank=self.rank,
-                world=self.world, check_stop=check, output_check=self.output_check)).cpu()
+                channels_last=self.channels_last, batch_size=self.eval_batch_size, rank=self.rank,
+                world=self.world, check_stop=check, output_check=self.output_check)))
             if float(val[2]):
                 val_loss, val_acc = float(val[0]) / float(val[2]), float(val[1]) / float(val[2])
                 values.update({"val/loss": val_loss, "val/acc": val_acc})
@@ -403,6 +462,17 @@ class Trainer:
         raise JobCancelled(f"cancelled by the user {where} epoch {epoch + 1}/{self.spec.epochs} at step "
                            f"{state.global_step}; {self.ckpt_last} is saved, so the run can be resumed")
 
+    def throughput(self) -> dict:
+        """Training samples/s after the warm-up, and the warm-up apart (the whole run when it never ended)."""
+        if self._warm is not None and self.train_samples > self._warm[1] and self.train_time > self._warm[0]:
+            warm_time, warm_samples, warm_step = self._warm
+            measured = (self.train_samples - warm_samples) / (self.train_time - warm_time)
+            warmup = {"warmup_s": warm_time, "warmup_steps": warm_step - self._start_step}
+        else:
+            measured = self.train_samples / self.train_time if self.train_time > 0 else None
+            warmup = {"warmup_s": None, "warmup_steps": None}
+        return {"train_samples_per_s": measured, **warmup, "compile_s": self.compile_s}
+
     def summary(self) -> dict:
         state = self.state
         return {
@@ -412,6 +482,8 @@ class Trainer:
             "best_val_accuracy": state.best_metric if state.best_metric >= 0 else None,
             "best_epoch": state.best_epoch or None,
             "last_epoch": dict(state.last_epoch_metrics),
-            "train_samples_per_s": (self.train_samples / self.train_time) if self.train_time > 0 else None,
+            **self.throughput(),
             "train_samples": self.train_samples,
+            "channels_last": self.channels_last,
+            "placement": self.placement,
         }

@@ -39,15 +39,49 @@ def param_groups(model: nn.Module, weight_decay: float, no_decay_bias_norm: bool
             if g["params"]]
 
 
-def build_optimizer(model: nn.Module, spec: TrainSpec) -> torch.optim.Optimizer:
+FUSED = ("sgd", "adam", "adamw")  # the optimisers torch has one fused kernel for
+
+
+def implementation(name: str, device: torch.device) -> dict:
+    """How the update runs: fused (one kernel for every parameter) for sgd, adam and adamw, else foreach on CUDA.
+
+    Fused kernels launch once per step instead of a few times per parameter (on CPU too, where they measured 2-3x
+    faster than the per-parameter loop), and under a GradScaler they take the inf check as a device tensor, so an
+    fp16 step does not wait on the device to learn whether to skip. Same update rule; only float rounding order
+    differs. RMSprop has no fused kernel: foreach where that is torch's fast path (CUDA), torch's default elsewhere.
+    """
+    if name in FUSED and device.type in ("cuda", "cpu"):
+        return {"fused": True}
+    if device.type == "cuda":
+        return {"foreach": True}
+    return {}
+
+
+def _make(name: str, groups: list[dict], spec: TrainSpec, impl: dict) -> torch.optim.Optimizer:
+    if name == "sgd":
+        return torch.optim.SGD(groups, lr=spec.lr, momentum=spec.momentum, **impl)
+    if name == "adam":
+        return torch.optim.Adam(groups, lr=spec.lr, **impl)
+    if name == "adamw":
+        return torch.optim.AdamW(groups, lr=spec.lr, **impl)
+    return torch.optim.RMSprop(groups, lr=spec.lr, momentum=spec.momentum, **impl)
+
+
+def build_optimizer(model: nn.Module, spec: TrainSpec, device: torch.device | str | None = None) -> torch.optim.Optimizer:
+    """The spec's optimiser over the model's trainable parameters, on the kernels fastest for `device` (default:
+    where the parameters are)."""
     groups = param_groups(model, spec.weight_decay, spec.no_decay_bias_norm)
-    if spec.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=spec.lr, momentum=spec.momentum)
-    if spec.optimizer == "adam":
-        return torch.optim.Adam(groups, lr=spec.lr)
-    if spec.optimizer == "adamw":
-        return torch.optim.AdamW(groups, lr=spec.lr)
-    return torch.optim.RMSprop(groups, lr=spec.lr, momentum=spec.momentum)
+    if device is None:
+        first = next((p for g in groups for p in g["params"]), None)
+        device = first.device if first is not None else torch.device("cpu")
+    impl = implementation(spec.optimizer, torch.device(device))
+    if impl:
+        try:
+            return _make(spec.optimizer, groups, spec, impl)
+        except (RuntimeError, ValueError):  # e.g. parameters of a dtype or device the fused kernel does not take
+            # The failed optimiser wrote its defaults into the group dicts: start from fresh ones.
+            groups = param_groups(model, spec.weight_decay, spec.no_decay_bias_norm)
+    return _make(spec.optimizer, groups, spec, {})
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, spec: TrainSpec, steps_per_epoch: int, total_steps: int):

@@ -6,9 +6,9 @@ Worker side; never imports Qt.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
-from pathlib import Path
 
 import torch
 
@@ -20,7 +20,8 @@ from workbench.worker.models import build_model, count_parameters
 from workbench.worker.training.devices import check_amp, check_compile, describe, resolve_device
 from workbench.worker.training.evaluate import evaluate_test, write_evaluation
 from workbench.worker.training.guards import OutputCheck
-from workbench.worker.training.loop import Reporter, Trainer, TrainSetup
+from workbench.worker.training.layout import resolve_channels_last
+from workbench.worker.training.loop import Trainer, TrainSetup
 from workbench.worker.training.reproducibility import deterministic_mode, seed_everything
 from workbench.worker.training.state import BEST, FINAL, LAST, load_last
 
@@ -54,20 +55,6 @@ def check_distributed(spec: TrainSpec, device: torch.device) -> None:
     if device.type == "cuda" and spec.nproc > torch.cuda.device_count():
         raise JobError(f"nproc: {spec.nproc} processes need {spec.nproc} CUDA devices; this machine has "
                        f"{torch.cuda.device_count()}")
-
-
-def build_for_rank(spec: TrainSpec, *, device: torch.device, workspace: str, checkpoints_dir: str,
-                   artifacts_dir: str, resuming: bool, report: Reporter, rank: int, world: int,
-                   stop_check) -> Trainer:
-    """A DDP rank's Trainer: the same data, seed and model as the parent task built."""
-    dataset = load_dataset(spec.dataset, workspace=workspace or None)
-    resume = load_last(Path(checkpoints_dir) / LAST) if resuming else None
-    seed_everything(spec.seed)
-    model = build_model(spec.model, input_shape=dataset.sample_shape, pretrained=resume is None,
-                        checkpoint=resume is None)
-    return Trainer(TrainSetup(spec=spec, dataset=dataset, model=model, device=device,
-                              checkpoints_dir=Path(checkpoints_dir), artifacts_dir=Path(artifacts_dir),
-                              report=report, rank=rank, world=world, resume=resume, stop_check=stop_check))
 
 
 def _number(value):
@@ -106,42 +93,54 @@ def run_training(spec: TrainSpec, ctx) -> dict:
         ctx.log(f"training {spec.model.name} ({parameters['trainable']:,} of {parameters['total']:,} parameters "
                 f"trainable) on {describe(device)}, amp={spec.amp}, {len(dataset.splits['train']):,} training "
                 f"samples")
-        if spec.distributed == "ddp":
-            from workbench.worker.training.distributed import launch
+        try:
+            if spec.distributed == "ddp":
+                from workbench.worker.training.distributed import launch
 
-            del resume  # the ranks read last.pt themselves
-            summary = launch(spec, ctx, device=device, checkpoints_dir=run.checkpoints_dir,
-                             artifacts_dir=run.artifacts_dir, resuming=ctx.resuming)
-            model.load_state_dict(load_state_dict(run.checkpoints_dir / FINAL))
-            model.to(device)
-            if spec.channels_last:
-                model = model.to(memory_format=torch.channels_last)
-        else:
-            trainer = Trainer(TrainSetup(spec=spec, dataset=dataset, model=model, device=device,
-                                         checkpoints_dir=run.checkpoints_dir, artifacts_dir=run.artifacts_dir,
-                                         report=ctx, resume=resume))
-            del resume
-            summary = trainer.fit()
-            model = trainer.model
+                del resume  # the ranks read last.pt themselves
+                # Decided once here, not by every rank (whose timings would race each other), and sent as a value.
+                channels_last, layout = resolve_channels_last(
+                    spec.channels_last, model=model, sample_shape=tuple(dataset.sample_shape),
+                    batch_size=max(1, spec.batch_size // spec.nproc), device=device, amp=spec.amp,
+                    workspace=dataset.core.workspace, deterministic=spec.deterministic, compiled=spec.compile != "off")
+                ctx.log(f"memory layout: {layout}")
+                spec = dataclasses.replace(spec, channels_last=channels_last)
+                summary = launch(spec, ctx, device=device, checkpoints_dir=run.checkpoints_dir,
+                                 artifacts_dir=run.artifacts_dir, resuming=ctx.resuming)
+                model.load_state_dict(load_state_dict(run.checkpoints_dir / FINAL))
+                model.to(device)
+                if channels_last:
+                    model = model.to(memory_format=torch.channels_last)
+            else:
+                trainer = Trainer(TrainSetup(spec=spec, dataset=dataset, model=model, device=device,
+                                             checkpoints_dir=run.checkpoints_dir, artifacts_dir=run.artifacts_dir,
+                                             report=ctx, resume=resume, workspace=dataset.core.workspace))
+                del resume
+                summary = trainer.fit()
+                model = trainer.model
+                channels_last = trainer.channels_last
 
-        test_split = dataset.splits["test"]
-        test_accuracy = None
-        evaluation_path = None
-        if len(test_split):
-            ctx.progress(0, len(test_split), "evaluating on the test split", force=True)
-            evaluation = evaluate_test(model, test_split, dataset.classes, device=device, amp=spec.amp,
-                                       channels_last=spec.channels_last, batch_size=spec.batch_size,
-                                       check_stop=ctx.check_stop,
-                                       output_check=OutputCheck(spec.model.name, spec.model.num_classes))
-            evaluation_path = run.artifacts_dir / "evaluation.json"
-            write_evaluation(evaluation_path, evaluation)
-            ctx.artifact("evaluation", evaluation_path, kind="evaluation")
-            test_accuracy = _number(evaluation["test_accuracy"])
-            text = f"test accuracy {test_accuracy:.2%}" if test_accuracy is not None else "no test samples decoded"
-            ctx.progress(len(test_split), len(test_split), text, force=True)
-            ctx.log(text)
-        else:
-            ctx.log("the test split is empty: no test evaluation (set dataset.test_fraction to hold some out)")
+            test_split = dataset.splits["test"]
+            test_accuracy = None
+            evaluation_path = None
+            if len(test_split):
+                ctx.progress(0, len(test_split), "evaluating on the test split", force=True)
+                evaluation = evaluate_test(model, test_split, dataset.classes, device=device, amp=spec.amp,
+                                           channels_last=channels_last, batch_size=spec.batch_size,
+                                           check_stop=ctx.check_stop,
+                                           output_check=OutputCheck(spec.model.name, spec.model.num_classes))
+                evaluation_path = run.artifacts_dir / "evaluation.json"
+                write_evaluation(evaluation_path, evaluation)
+                ctx.artifact("evaluation", evaluation_path, kind="evaluation")
+                test_accuracy = _number(evaluation["test_accuracy"])
+                text = (f"test accuracy {test_accuracy:.2%}" if test_accuracy is not None
+                        else "no test samples decoded")
+                ctx.progress(len(test_split), len(test_split), text, force=True)
+                ctx.log(text)
+            else:
+                ctx.log("the test split is empty: no test evaluation (set dataset.test_fraction to hold some out)")
+        finally:
+            dataset.release()  # the device copy of the data is this job's: the next job's memory is its own
 
     last = summary.get("last_epoch") or {}
     best = run.checkpoints_dir / BEST
@@ -149,11 +148,16 @@ def run_training(spec: TrainSpec, ctx) -> dict:
         "epochs_completed": summary["epochs_completed"],
         "final": {"train_loss": _number(last.get("train_loss")), "val_loss": _number(last.get("val_loss")),
                   "val_accuracy": _number(last.get("val_acc")), "test_accuracy": test_accuracy},
-        "throughput": {"train_samples_per_s": _number(summary.get("train_samples_per_s"))},
+        # Samples/s after the warm-up; the warm-up (first steps, profiling, compilation) is reported apart.
+        "throughput": {"train_samples_per_s": _number(summary.get("train_samples_per_s")),
+                       "warmup_s": _number(summary.get("warmup_s")), "warmup_steps": summary.get("warmup_steps"),
+                       "compile_s": _number(summary.get("compile_s"))},
         "checkpoint": str(run.checkpoints_dir / FINAL),
         "best_checkpoint": str(best) if spec.keep_best and best.exists() else None,
         "device": str(device),
         "amp": spec.amp,
+        "channels_last": bool(channels_last),
+        "data_placement": summary.get("placement"),
         "parameters": parameters,
         "global_steps": summary["global_steps"],
         "early_stopped": summary["early_stopped"],
