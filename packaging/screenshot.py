@@ -22,6 +22,9 @@ def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "screenshot.png").absolute()
     theme = sys.argv[2] if len(sys.argv) > 2 else "light"
     scene = sys.argv[3] if len(sys.argv) > 3 else "runs"
+    from workbench.gui.app import prepare_qt_environment
+
+    prepare_qt_environment()
     app = QApplication(sys.argv[:1])
     from PySide6.QtCore import QSettings
 
@@ -71,6 +74,57 @@ def main() -> int:
             data_scene()
             QTimer.singleShot(6000, lambda: window.dataset_panel.side_tabs.setCurrentIndex(1))
             QTimer.singleShot(7000, capture)
+            return
+        if scene == "graph":  # a trained CNN's graph in Model Explorer, coloured by FLOPs
+            from workbench.specs import TrainSpec
+
+            window.start_training(TrainSpec.from_dict({"epochs": 1, "log_every_steps": 5}))
+
+            def show_graph() -> None:
+                panel = window.training_panel
+                if panel.job_of_run or not panel.runs:
+                    QTimer.singleShot(500, show_graph)
+                    return
+                window.show_graph_of_run(next(iter(panel.runs)))
+                QTimer.singleShot(int(sys.argv[4]) if len(sys.argv) > 4 else 20000, capture_screen)
+
+            def capture_screen() -> None:
+                # QWidget.grab() leaves a QWebEngineView blank: the X screen has what a person sees.
+                import subprocess
+
+                panel = window.graph_panel
+                index = panel.overlay_combo.findText("FLOPs (millions)")
+                if index >= 0:
+                    panel.overlay_combo.setCurrentIndex(index)
+                g = window.frameGeometry()
+                crop = f"{g.width()}x{g.height()}+{g.x()}+{g.y()}"
+                QTimer.singleShot(3000, lambda: (subprocess.run(["import", "-window", "root", "-crop", crop, str(out)],
+                                                                check=False), print(out), window.close()))
+
+            window.move(0, 0)
+            QTimer.singleShot(3000, show_graph)
+            return
+        if scene == "overlay":  # two finished runs overlaid: one hue per run, the same line style per role
+            from workbench.specs import TrainSpec
+
+            specs = [{"epochs": 6, "lr": 0.003, "log_every_steps": 2, "scheduler": "cosine"},
+                     {"epochs": 6, "lr": 0.02, "log_every_steps": 2, "model": {"name": "mlp"}}]
+
+            def next_run() -> None:
+                panel = window.training_panel
+                if panel.job_of_run:
+                    QTimer.singleShot(500, next_run)
+                    return
+                if specs:
+                    window.start_training(TrainSpec.from_dict(specs.pop(0)))
+                    QTimer.singleShot(1500, next_run)
+                    return
+                for run_id in panel.runs:
+                    panel.set_shown(run_id, True)
+                QTimer.singleShot(2000, capture)
+
+            window.show_tab(window.training_panel)
+            next_run()
             return
         if scene == "first-run":  # a new workspace: the Training tab's empty state
             window.show_tab(window.training_panel)

@@ -12,7 +12,7 @@ QT_LIBS="libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-randr
 libxcb-shape0 libxcb-xinerama0 libxkbcommon-x11-0 libnss3 libxcomposite1 libxdamage1 libxrandr2 libxtst6
 libxkbfile1 libegl1 libgl1 libfontconfig1 libdbus-1-3"
 # Headless machines (CI) also get a virtual screen for real-window tests and screenshots.
-HEADLESS_TOOLS="xvfb xauth"
+HEADLESS_TOOLS="xvfb xauth imagemagick"  # imagemagick: `import` screenshots the X screen (Graph tab test)
 
 as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else

@@ -14,7 +14,7 @@ import numpy as np
 
 from workbench.errors import JobError
 from workbench.protocol import ConnectionInfo
-from workbench.specs import TrainSpec
+from workbench.specs import GraphSpec, TrainSpec
 from workbench.worker.kernel import Kernel
 from workbench.worker.registry import TaskInfo, get_task
 
@@ -107,6 +107,62 @@ def _fake_train(spec, ctx):
     return {"epochs_completed": spec.epochs, "final": {"val_accuracy": 1 - 0.6 / spec.epochs}}
 
 
+# A torch-free graph.build: a four-layer chain in Model Explorer's graph format, with the result contract and the
+# overlays the real engine writes (write_overlay is plain JSON), so the Graph tab can be tested without torch.
+FAKE_GRAPH_LAYERS = [("features.0", "Conv2d", "conv2d", [8, 12, 12], 80, 23040),
+                     ("features.1", "ReLU", "relu", [8, 12, 12], 0, 0),
+                     ("features.2", "Conv2d", "conv2d_1", [16, 12, 12], 1168, 331776),
+                     ("classifier", "Linear", "linear", [10], 23050, 46080)]
+
+
+def _fake_graph_json() -> dict:
+    def node(node_id, label, namespace, module=None, source=None, shape=None):
+        return {"id": node_id, "label": label, "namespace": namespace,
+                "attrs": [{"key": "module", "value": module}] if module is not None else [],
+                "incomingEdges": [{"sourceNodeId": source, "sourceNodeOutputId": "0", "targetNodeInputId": "0"}]
+                if source else [],
+                "outputsMetadata": [{"id": "0", "attrs": [{"key": "tensor_shape",
+                                                           "value": f"float32{json.dumps([1, *shape])}"}]}]
+                if shape else []}
+
+    nodes, previous = [node("x", "x", "inputs", shape=[1, 12, 12])], "x"
+    for module, kind, node_id, shape, _, _ in FAKE_GRAPH_LAYERS:
+        parent = "Fake/Sequential_features" if module.startswith("features") else "Fake"
+        nodes.append(node(node_id, node_id.split("_")[0], f"{parent}/{kind}_{module.rsplit('.', 1)[-1]}", module,
+                          previous, shape))
+        previous = node_id
+    nodes.append(node("output", "output", "", source=previous))
+    return {"label": "fake cnn", "graphs": [{"id": "graph", "nodes": nodes}]}
+
+
+def _fake_graph(spec, ctx):
+    from workbench.worker.graph.overlays import write_overlay
+
+    if spec.source.file.endswith(".broken"):
+        raise JobError(f"source.file: {spec.source.file} cannot be read as a saved ExportedProgram")
+    folder = ctx.run.artifacts_dir / "graph"
+    folder.mkdir(parents=True, exist_ok=True)
+    graph = _fake_graph_json()
+    (folder / "graph.json").write_text(json.dumps(graph))
+    rows = [{"name": "", "type": "Fake", "output_shape": [10], "params": sum(r[4] for r in FAKE_GRAPH_LAYERS),
+             "flops": sum(r[5] for r in FAKE_GRAPH_LAYERS), "leaf": False, "calls": 1},
+            {"name": "features", "type": "Sequential", "output_shape": [16, 12, 12],
+             "params": sum(r[4] for r in FAKE_GRAPH_LAYERS[:3]), "flops": sum(r[5] for r in FAKE_GRAPH_LAYERS[:3]),
+             "leaf": False, "calls": 1}]
+    rows += [{"name": m, "type": t, "output_shape": shape, "params": p, "flops": f, "leaf": True, "calls": 1}
+             for m, t, _, shape, p, f in FAKE_GRAPH_LAYERS]
+    (folder / "modules.json").write_text(json.dumps(rows))
+    overlays = {}
+    for metric, label, key, scale in (("params", "Parameters", "params", 1), ("flops", "FLOPs (millions)", "flops", 1e6)):
+        overlay = write_overlay(folder, metric, {r["name"]: r[key] / scale for r in rows}, graph=graph, label=label,
+                                additive=True)
+        overlays[metric] = overlay.summary(folder)
+    return {"graph_json": str(folder / "graph.json"), "nodes": len(graph["graphs"][0]["nodes"]),
+            "params_total": rows[0]["params"], "params_trainable": rows[0]["params"], "flops": rows[0]["flops"],
+            "modules": rows, "capture": "export", "capture_reason": "torch.export (strict) captured the whole model",
+            "model": spec.source.run or spec.model.name, "input_shape": [1, 12, 12], "overlays": overlays}
+
+
 class FakeWorker:
     def __init__(self, directory: Path):
         tasks = {name: get_task(name) for name in ("debug.count", "debug.selftest", "debug.sleep", "debug.echo")}
@@ -114,6 +170,7 @@ class FakeWorker:
         for name, fn in (("data.info", _fake_info), ("data.page", _fake_page), ("data.sample", _fake_sample)):
             tasks[name] = TaskInfo(name, fn, "query", None, False, "fake data")
         tasks["train.classifier"] = TaskInfo("train.classifier", _fake_train, "job", TrainSpec, True, "fake training")
+        tasks["graph.build"] = TaskInfo("graph.build", _fake_graph, "job", GraphSpec, True, "fake graph")
         self.kernel = Kernel(ConnectionInfo.new(), tasks=tasks)
         self.connection_file = Path(directory) / "fake-worker.json"
         self.kernel.conn.write(self.connection_file)

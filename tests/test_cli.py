@@ -265,10 +265,8 @@ def test_a_train_spec_file_with_overrides_runs_and_bad_ones_fail_cleanly(tmp_pat
 @pytest.mark.parametrize(
     ("verb", "task", "bad"),
     [
-        (["quantize"], "quant.analyze", "backend=arm"),
         (["export"], "export.model", "formats=onnx,coreml"),
         (["bench"], "bench.latency", "batch_sizes=0"),
-        (["graph"], "graph.build", "port=70000"),
     ],
 )
 def test_other_job_verbs_validate_then_fail_cleanly(tmp_path: Path, verb: list[str], task: str, bad: str):

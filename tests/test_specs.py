@@ -90,14 +90,19 @@ NON_DEFAULTS: dict[type[Spec], dict] = {
     QuantSpec: {
         "model": MODEL,
         "dataset": {"name": "mnist", "normalize": "none"},
-        "backend": "qnnpack",
-        "weight_scheme": "per_tensor",
-        "range_estimator": "percentile",
-        "percentile": 99.9,
-        "calibration_count": 64,
-        "calibration_seed": 3,
-        "eval_count": 500,
-        "device": "auto",
+        "weights": {"bits": 4, "granularity": "per_tensor", "symmetric": False, "range": "percentile",
+                    "percentile": 99.9},
+        "activations": {"bits": 6, "symmetric": True, "range": "cross_entropy"},
+        "fold_bn": False,
+        "cle": True,
+        "bias_correction": "analytical",
+        "adaround": {"enabled": True, "iterations": 50},
+        "calibration": {"samples": 64, "seed": 3},
+        "qat": {"epochs": 2, "lr": 1e-5},
+        "sensitivity": True,
+        "mixed_precision": {"target_drop": 0.01, "layers": [{"name": "features.0", "bits": 8}]},
+        "eval_samples": 500,
+        "device": "cpu",
     },
     ExportSpec: {
         "model": {"name": "file:models/net.py:build_net", "input_shape": [1, 28, 28]},
@@ -299,7 +304,7 @@ def test_literal_message_lists_the_choices():
             {"dataset": {"num_classes": 1}},
             "dataset.num_classes: 1 is out of range; must be >= 2 and <= 1000000",
         ),
-        (QuantSpec, {"percentile": 50}, "percentile: 50.0 is out of range; must be > 50 and <= 100"),
+        (QuantSpec, {"weights": {"bits": 1}}, "weights.bits: 1 is out of range; must be >= 2 and <= 16"),
         (ExportSpec, {"opset": 26}, "opset: 26 is out of range; must be >= 7 and <= 25"),
         (GraphSpec, {"port": 70000}, "port: 70000 is out of range; must be >= 0 and <= 65535"),
         (
@@ -454,7 +459,7 @@ def test_unknown_field_with_nothing_close_lists_the_fields():
     message = error(GraphSpec.from_dict, {"zzzzzz": 1})
     assert (
         message
-        == "zzzzzz: unknown field; allowed fields: model, const_element_count_limit, port, open_browser"
+        == "zzzzzz: unknown field; allowed fields: source, model, dataset, const_element_count_limit, port, open_browser"
     )
     message = error(TrainSpec.from_dict, {"model": {"qqqqqq": 1}})
     assert message.startswith("model.qqqqqq: unknown field; allowed fields: name, num_classes, input_shape")
@@ -703,3 +708,16 @@ def test_property_toml_round_trip(values):
     spec = TrainSpec.from_dict(values)
     assert TrainSpec.from_toml(spec.to_toml()) == spec
     assert TrainSpec.from_json(spec.to_json()) == spec
+
+
+def test_on_device_and_channels_last_take_auto_or_a_boolean():
+    assert DataSpec().on_device == "auto" and TrainSpec().channels_last == "auto"
+    spec = TrainSpec.from_dict({"channels_last": "true", "dataset": {"on_device": False}})
+    assert spec.channels_last is True and spec.dataset.on_device is False
+    assert TrainSpec.from_dict({"channels_last": "off"}).channels_last is False  # older specs keep working
+    assert TrainSpec.from_toml(TrainSpec().to_toml()) == TrainSpec()
+    data = apply_overrides({}, ["channels_last=auto", "dataset.on_device=true"], TrainSpec)
+    assert data == {"channels_last": "auto", "dataset": {"on_device": True}}
+    assert error(TrainSpec.from_dict, {"channels_last": "fast"}) == (
+        "channels_last: 'fast' is not a boolean or one of auto")
+    assert error(TrainSpec.from_dict, {"dataset": {"on_device": 2}}).startswith("dataset.on_device: 2 is not")

@@ -37,6 +37,7 @@ __all__ = [
     "GraphSpec",
     "ModelSpec",
     "QuantSpec",
+    "SourceSpec",
     "Spec",
     "TrainSpec",
     "apply_overrides",
@@ -507,6 +508,7 @@ class DataSpec(Spec):
     augment: list[dict] = option([], "Training augmentations, each a table with a name and its parameters, e.g. {name='rotation', degrees=15}.", str_key="name")
     num_workers: int = option(0, "Background processes that load batches; 0 loads them in the job's own process.", min=0, max=MAX_PROCESSES)
     pin_memory: bool = option(False, "Pin host memory so batches copy to a CUDA device faster.")
+    on_device: bool | Literal["auto"] = option("auto", "Keep the whole dataset (uint8) on the training device and gather, augment and normalise batches there: auto does so on CUDA when it fits in a quarter of the free device memory; false stages each batch through host memory.")
     size: int = option(1000, "Number of samples the 'fake' dataset generates.", min=1, max=MAX_SAMPLES)
     num_classes: int = option(10, "Number of classes the 'fake' dataset generates.", min=2, max=MAX_CLASSES)
 
@@ -573,7 +575,7 @@ class TrainSpec(Spec):
     seed: int = option(0, "Seed for weight initialisation and data shuffling.", min=0)
     deterministic: bool = option(False, "Use deterministic algorithms so reruns match exactly, at some cost in speed.")
     compile: Literal["off", "default", "reduce-overhead", "max-autotune"] = option("off", "torch.compile mode, or off to run eagerly.")
-    channels_last: bool = option(False, "Store image tensors channels-last, which is faster for convolutions on some GPUs.")
+    channels_last: bool | Literal["auto"] = option("auto", "Memory layout of image tensors: true is channels-last, false contiguous; auto times both once per model and device (remembered in the workspace) and keeps the faster. Same precision either way.")
     checkpoint_every: int = option(1, "Save a checkpoint every this many epochs; 0 saves only at the end.", min=0, max=MAX_EPOCHS)
     keep_best: bool = option(True, "Also keep the checkpoint with the best validation score.")
     early_stop_patience: int = option(0, "Stop after this many epochs without validation improvement; 0 turns it off.", min=0, max=MAX_EPOCHS)
@@ -589,20 +591,127 @@ class TrainSpec(Spec):
 
 
 @dataclass
-class QuantSpec(Spec):
-    """Post-training int8 quantization with calibration data."""
+class SourceSpec(Spec):
+    """Where a job's model comes from: a run of the workspace, or an exported model file (one spec part, shared by
+    quantize, graph, export and bench)."""
 
-    model: ModelSpec = option(ModelSpec(), "The trained model to quantize.")
-    dataset: DataSpec = option(DataSpec(), "Calibration and evaluation data.")
-    backend: Literal["x86", "qnnpack", "fbgemm"] = option("x86", "Quantized kernel backend: x86 or fbgemm for servers, qnnpack for ARM.")
-    dtype: Literal["int8"] = option("int8", "Quantized data type.")
-    weight_scheme: Literal["per_tensor", "per_channel"] = option("per_channel", "Whether weights get one scale per tensor or per output channel.")
-    range_estimator: Literal["minmax", "moving_average", "histogram", "percentile"] = option("minmax", "How activation ranges are estimated from calibration data.")
-    percentile: float = option(99.99, "Percentile of activations kept by the percentile estimator.", min=50, min_exclusive=True, max=100)
-    calibration_count: int = option(256, "Number of samples used for calibration.", min=1, max=MAX_SAMPLES)
-    calibration_seed: int = option(0, "Seed for choosing the calibration samples.", min=0)
-    eval_count: int = option(0, "Test samples used to compare accuracy before and after; 0 uses the whole test split.", min=0)
-    device: str = _device("cpu", "Where to calibrate and evaluate: auto, cpu, mps, cuda or cuda:N.")
+    run: str = option("", "A run (its id, a unique id prefix or its folder): a training run gives its model spec, its best (else last) checkpoint and its dataset; a quantize run also its scales. Empty: no run.")
+    file: str = option("", "An exported model file (.onnx, .pt2 or TorchScript .pt) to read instead of a run. Empty: no file.")
+
+    def validate(self) -> None:
+        self.run, self.file = self.run.strip(), self.file.strip()
+        if self.run and self.file:
+            raise SpecError(f"run: {self.run!r} and file {self.file!r} are both given; name the model one way, not both")
+
+
+WEIGHT_RANGES = ("minmax", "mse", "percentile")
+ACTIVATION_RANGES = ("minmax", "mse", "percentile", "cross_entropy", "bn")
+MIXED_BITS = (8, 16)
+
+
+@dataclass
+class WeightQuantSpec(Spec):
+    """How weights are quantized: bit width, one scale per tensor or per output channel, grid and range."""
+
+    bits: int = option(8, "Bit width of the weights, 2 to 16.", min=2, max=16)
+    granularity: Literal["per_tensor", "per_channel"] = option("per_channel", "One scale for the whole tensor (per_tensor) or one per output channel (per_channel).")
+    symmetric: bool = option(True, "Symmetric signed grid with zero point 0; false: an asymmetric unsigned grid 0..2^bits-1 with a fitted zero point.")
+    restricted: bool = option(True, "For symmetric weights: the restricted grid +-(2^(bits-1)-1) that ONNX and TensorRT use; false adds -2^(bits-1).")
+    range: str = option("mse", "How the clipping range is chosen: minmax (no clipping), mse (the range with the least squared error, by grid search) or percentile.", choices=WEIGHT_RANGES)
+    percentile: float = option(99.99, "For range=percentile: the percentile of the values that bounds the range.", min=50, min_exclusive=True, max=100)
+
+
+@dataclass
+class ActivationQuantSpec(Spec):
+    """How activations (the input and each layer's output) are quantized: bit width, grid and range."""
+
+    bits: int = option(8, "Bit width of the activations, 2 to 16.", min=2, max=16)
+    symmetric: bool = option(False, "Symmetric grid with zero point 0 (unsigned for a tensor with no negative values, as after a ReLU); false: asymmetric with a fitted zero point.")
+    range: str = option("mse", "How clipping ranges are set on the calibration data: minmax, mse, percentile, cross_entropy (mse, and for the logits the range that best keeps their softmax, paper section 3.4) or bn (from the BatchNorm before each activation, section 3.5; mse where there is none).", choices=ACTIVATION_RANGES)
+    percentile: float = option(99.99, "For range=percentile: the percentile of the values that bounds the range.", min=50, min_exclusive=True, max=100)
+
+
+@dataclass
+class AdaRoundSpec(Spec):
+    """AdaRound (Nagel et al. 2020): learn, layer by layer on the calibration set, whether each weight rounds up or down."""
+
+    enabled: bool = option(False, "Learn the rounding of each weight instead of rounding to nearest.")
+    iterations: int = option(1000, "Optimisation steps per layer.", min=1, max=MAX_STEPS)
+
+
+@dataclass
+class CalibrationSpec(Spec):
+    """The calibration subset: training samples that ranges, AdaRound and bias correction are fitted on."""
+
+    samples: int = option(256, "Training samples to calibrate on (the Data tab's calibration count).", min=1, max=MAX_SAMPLES)
+    seed: int = option(0, "Seed that picks the calibration samples (the Data tab's calibration seed).", min=0)
+
+
+@dataclass
+class QatSpec(Spec):
+    """Quantization-aware training after the post-training steps."""
+
+    epochs: int = option(0, "Epochs of fine-tuning with fake quantization (straight-through gradients); 0 skips it.", min=0, max=MAX_EPOCHS)
+    lr: float = option(1e-4, "Learning rate of the fine-tuning.", min=0, min_exclusive=True, max=MAX_LR)
+
+
+@dataclass
+class MixedPrecisionSpec(Spec):
+    """Mixed precision: ask for a proposal of layers to keep at a higher bit width, or apply one."""
+
+    target_drop: float = option(0.0, "Accuracy drop from FP32 that a proposal may leave, as a fraction (0.01 is one percentage point); 0 asks for no proposal.", min=0, max=1)
+    layers: list[dict] = option([], "Layers kept at a higher bit width (a proposal, applied): tables {name=..., bits=8 or 16}; the layer's weights and its output activation use those bits.")
+
+    def validate(self) -> None:
+        seen = set()
+        for i, item in enumerate(self.layers):
+            extra = sorted(set(item) - {"name", "bits"})
+            if extra:
+                raise SpecError(f"layers[{i}].{extra[0]}: unknown field; a layer is a table {{name=..., bits=...}}")
+            name = item.get("name")
+            if not isinstance(name, str) or not name.strip():
+                raise SpecError(f"layers[{i}].name: {name!r} is not a layer name; use the name the report lists")
+            if name in seen:
+                raise SpecError(f"layers[{i}].name: {name!r} is listed twice")
+            seen.add(name)
+            bits = _coerce(item.get("bits"), int, f"layers[{i}].bits", {})
+            if bits not in MIXED_BITS:
+                raise SpecError(f"layers[{i}].bits: {bits!r} is not allowed; choose one of: 8, 16")
+            item["bits"] = bits
+
+
+@dataclass
+class QuantSpec(Spec):
+    """Post-training quantization (Nagel et al., arXiv 2106.08295): BN folding, cross-layer equalisation, weight
+    ranges, AdaRound, bias correction and activation ranges, then per-layer analysis."""
+
+    source: SourceSpec = option(SourceSpec(), "The model to quantize: source.run takes a training run's model, its best (else last) checkpoint and its dataset.")
+    model: ModelSpec = option(ModelSpec(), "The model to quantize when there is no source.run; model.checkpoint names its trained weights.")
+    dataset: DataSpec = option(DataSpec(), "Calibration and evaluation data; with source.run, fields left at their defaults take the run's values.")
+    weights: WeightQuantSpec = option(WeightQuantSpec(), "How weights are quantized.")
+    activations: ActivationQuantSpec = option(ActivationQuantSpec(), "How activations are quantized.")
+    fold_bn: bool = option(True, "Fold each BatchNorm into the convolution or linear layer before it.")
+    cle: bool = option(False, "Cross-layer equalisation with bias absorption: rescale layers joined by ReLUs so their per-channel weight ranges match (the FP32 function is kept).")
+    bias_correction: Literal["none", "empirical", "analytical"] = option("none", "Correct the shift quantized weights cause in each layer's mean output: empirical (measured on the calibration set) or analytical (from BatchNorm statistics, measured where there are none).")
+    adaround: AdaRoundSpec = option(AdaRoundSpec(), "Learned rounding of the weights.")
+    calibration: CalibrationSpec = option(CalibrationSpec(), "The calibration subset.")
+    qat: QatSpec = option(QatSpec(), "Quantization-aware training after the post-training steps.")
+    sensitivity: bool = option(False, "Measure each layer's accuracy with only it quantized and with all but it quantized.")
+    mixed_precision: MixedPrecisionSpec = option(MixedPrecisionSpec(), "Mixed-precision proposal (target_drop) or per-layer bit widths to apply (layers).")
+    eval_samples: int = option(0, "Held-out (test split) samples that accuracy is measured on; 0 uses the whole test split.", min=0, max=MAX_SAMPLES)
+    batch_size: int = option(128, "Samples per forward pass when calibrating and evaluating.", min=1, max=MAX_BATCH)
+    device: str = _device("auto", "Where to calibrate and evaluate: auto, cpu, mps, cuda or cuda:N.")
+
+    def validate(self) -> None:
+        if self.source.file:
+            raise SpecError(f"source.file: {self.source.file!r}: quantize works on a PyTorch model; give source.run, "
+                            "or model with model.checkpoint")
+        if self.source.run and self.model.checkpoint:
+            raise SpecError(f"model.checkpoint: {self.model.checkpoint!r} and source.run {self.source.run!r} are both "
+                            "given; the run gives the weights (its best, else last checkpoint), so set only one")
+        if self.source.run and self.model != ModelSpec():
+            raise SpecError(f"model: source.run {self.source.run!r} gives the model spec, so leave model unset, or drop "
+                            "source.run and set model with model.checkpoint")
 
 
 @dataclass
@@ -642,7 +751,9 @@ class BenchSpec(Spec):
 class GraphSpec(Spec):
     """Show a model's graph in Model Explorer."""
 
-    model: ModelSpec = option(ModelSpec(), "The model whose graph to show.")
+    source: SourceSpec = option(SourceSpec(), "Where the model comes from: source.run takes a training run's model and its best (else last) checkpoint; source.file reads a saved ExportedProgram (.pt2) or an ONNX file. Empty: model.* describes it.")
+    model: ModelSpec = option(ModelSpec(), "The model whose graph to show when there is no source; with source.run, a non-empty model.input_shape overrides the run's.")
+    dataset: DataSpec = option(DataSpec(), "Data whose sample shape the graph is traced at when model.input_shape is empty and there is no source.run.")
     const_element_count_limit: int = option(16, "Constants with more elements than this are shown without their values.", min=0)
     port: int = option(0, "Port of the graph viewer's server; 0 picks a free one.", min=0, max=65535)
     open_browser: bool = option(False, "Open the graph in the system web browser.")

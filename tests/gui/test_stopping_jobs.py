@@ -9,8 +9,6 @@ import pytest
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from workbench.client import WorkerManager
-from workbench.gui.main_window import MainWindow
 from workbench.runs import Run
 
 
@@ -62,35 +60,26 @@ def test_restart_with_no_job_does_not_ask(fake_window, qtbot, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_job_that_ignores_cancel_is_force_stopped_and_its_run_marked(qtbot, tmp_path, settings):
-    manager = WorkerManager(runtime_dir=tmp_path / "rt")
-    window = MainWindow(manager, tmp_path / "workspace", settings)
-    qtbot.addWidget(window)
-    window.show()
-    manager.start(wait=False)
-    try:
-        qtbot.waitUntil(lambda: window.status_light.state == "ready", timeout=60_000)
-        window.jobs_panel.model.cancel_grace_s = 0.5  # ten seconds in the product; the logic is the same
-        record = _start_count(window, qtbot, crash_at=20, crash_mode="hang")
-        qtbot.waitUntil(lambda: window.manager.jobs.get(record.job_id).text.startswith("hanging"),
-                        timeout=30_000)
-        assert not window.jobs_panel.force_button.isVisible()
-        window.jobs_panel.view.selectRow(0)
-        window.jobs_panel.cancel_button.click()
-        qtbot.waitUntil(window.jobs_panel.force_button.isVisible, timeout=10_000)
-        assert window.jobs_panel.force_button.isEnabled()
-        assert "not responding to cancel" in window.jobs_panel.model.data(window.jobs_panel.model.index(0, 4))
-        assert window.manager.jobs.get(record.job_id).active  # the cancel did not land: the job is hung
-        seen: list[str] = []
-        answer_next_dialog("Yes", seen)
-        window.jobs_panel.force_button.click()
-        assert "debug.count" in seen[0]
-        qtbot.waitUntil(lambda: window.manager.jobs.get(record.job_id).state == "cancelled", timeout=30_000)
-        qtbot.waitUntil(lambda: window.status_light.state == "ready", timeout=60_000)
-        assert not window.jobs_panel.force_button.isVisible()
-        with Run(record.run_dir, readonly=True) as run:
-            summary = run.summary()
-        assert summary["status"] == "cancelled" and "force-stopped" in summary["message"]
-        assert summary["report"]["status"] == "cancelled"
-    finally:
-        window.close()
+def test_a_job_that_ignores_cancel_is_force_stopped_and_its_run_marked(real_window, qtbot):
+    window = real_window
+    window.jobs_panel.model.cancel_grace_s = 0.5  # ten seconds in the product; the logic is the same
+    record = _start_count(window, qtbot, crash_at=20, crash_mode="hang")
+    qtbot.waitUntil(lambda: window.manager.jobs.get(record.job_id).text.startswith("hanging"), timeout=30_000)
+    assert not window.jobs_panel.force_button.isVisible()
+    window.jobs_panel.view.selectRow(0)
+    window.jobs_panel.cancel_button.click()
+    qtbot.waitUntil(window.jobs_panel.force_button.isVisible, timeout=10_000)
+    assert window.jobs_panel.force_button.isEnabled()
+    assert "not responding to cancel" in window.jobs_panel.model.data(window.jobs_panel.model.index(0, 4))
+    assert window.manager.jobs.get(record.job_id).active  # the cancel did not land: the job is hung
+    seen: list[str] = []
+    answer_next_dialog("Yes", seen)
+    window.jobs_panel.force_button.click()
+    assert "debug.count" in seen[0]
+    qtbot.waitUntil(lambda: window.manager.jobs.get(record.job_id).state == "cancelled", timeout=30_000)
+    qtbot.waitUntil(lambda: window.status_light.state == "ready", timeout=60_000)
+    assert not window.jobs_panel.force_button.isVisible()
+    with Run(record.run_dir, readonly=True) as run:
+        summary = run.summary()
+    assert summary["status"] == "cancelled" and "force-stopped" in summary["message"]
+    assert summary["report"]["status"] == "cancelled"

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, QTimer
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
 from workbench.client import WorkerManager
@@ -17,9 +17,23 @@ from workbench.gui.settings import APPLICATION, ORGANIZATION, Settings
 _T0 = time.perf_counter()
 
 
+def prepare_qt_environment() -> None:
+    """What Qt must be told before the QApplication exists (the app, the screenshot script and tests share it)."""
+    # QtWebEngine (the Graph tab) reads these when it starts: Model Explorer draws with WebGL, which without a
+    # GPU only SwiftShader provides; Chromium will not run as root with its sandbox on.
+    os.environ.setdefault("QTWEBENGINE_CHROMIUM_FLAGS", "--ignore-gpu-blocklist --enable-unsafe-swiftshader "
+                          "--use-gl=angle --use-angle=swiftshader-webgl --disable-gpu-compositing")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        os.environ.setdefault("QTWEBENGINE_DISABLE_SANDBOX", "1")
+    # The Graph tab imports QtWebEngine lazily, which needs shared OpenGL contexts: settable only before the app.
+    if QApplication.instance() is None:
+        QCoreApplication.setAttribute(Qt.AA_ShareOpenGLContexts)
+
+
 def run_gui(workspace: Path | None = None, connection_file: str | None = None, argv: list[str] | None = None) -> int:
     from workbench.workspace import resolve_workspace
 
+    prepare_qt_environment()
     app = QApplication.instance() or QApplication(argv or sys.argv[:1])
     app.setOrganizationName(ORGANIZATION)
     app.setApplicationName(APPLICATION)

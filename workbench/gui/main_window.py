@@ -125,8 +125,10 @@ class MainWindow(QMainWindow):
         self.data_tab = LazyTab(self._make_dataset_panel, "Data", self)
         self.training_tab = LazyTab(self._make_training_panel, "Training", self)
         self.runs_tab = LazyTab(self._make_runs_panel, "Runs", self)
+        self.graph_tab = LazyTab(self._make_graph_panel, "Graph", self)
         self.tabs.addTab(self.data_tab, "Data")
         self.tabs.addTab(self.training_tab, "Training")
+        self.tabs.addTab(self.graph_tab, "Graph")
         self.tabs.addTab(self.runs_tab, "Runs")
         central = QWidget(self)
         layout = QVBoxLayout(central)
@@ -153,10 +155,17 @@ class MainWindow(QMainWindow):
     def runs_panel(self):
         return self.runs_tab.panel()
 
+    @property
+    def graph_panel(self):
+        return self.graph_tab.panel()
+
+    @property
+    def _lazy_tabs(self) -> tuple[LazyTab, ...]:
+        return (self.data_tab, self.training_tab, self.graph_tab, self.runs_tab)
+
     def _tab_of(self, panel: QWidget) -> LazyTab:
         # Only a built tab can hold the panel asked for; asking each tab for its panel would build them all.
-        return next(tab for tab in (self.data_tab, self.training_tab, self.runs_tab)
-                    if tab.is_built and tab.panel() is panel)
+        return next(tab for tab in self._lazy_tabs if tab.is_built and tab.panel() is panel)
 
     def show_tab(self, panel: QWidget) -> None:
         """Bring a panel's tab to the front (building the panel if it is not yet)."""
@@ -185,6 +194,7 @@ class MainWindow(QMainWindow):
         panel.resume_requested.connect(self._on_training_resume_requested)
         panel.cancel_requested.connect(self._on_jobs_cancel_requested)
         panel.sample_requested.connect(self._on_training_sample_requested)
+        panel.graph_requested.connect(lambda run_id: run_id and self.show_graph_of_run(run_id))
         # Jobs that began before the tab was built: their curves come from the store, live from here on.
         for record in self.manager.jobs.all():
             panel.on_job_changed(record)
@@ -197,11 +207,26 @@ class MainWindow(QMainWindow):
         panel.status_message.connect(self.statusBar().showMessage)
         panel.open_requested.connect(self._on_runs_open_requested)
         panel.resume_requested.connect(self._on_training_resume_requested)
+        panel.graph_requested.connect(self.show_graph_of_run)
         return panel
+
+    def _make_graph_panel(self):
+        from workbench.gui.panels.graph.graph_panel import GraphPanel
+
+        panel = GraphPanel(self.workspace, lambda task, spec: self.submit_job(task, spec), self)
+        panel.status_message.connect(lambda text: self.statusBar().showMessage(text, 5000))
+        return panel
+
+    def show_graph_of_run(self, run_id: str) -> None:
+        """Build (or show) the graph of a training run in the Graph tab."""
+        self.show_tab(self.graph_panel)
+        self.graph_panel.build_graph_of_run(run_id)
 
     def _on_bridge_job_changed_for_training(self, record) -> None:
         if self.training_tab.is_built:
             self.training_panel.on_job_changed(record)
+        if self.graph_tab.is_built:
+            self.graph_panel.on_job_changed(record)
 
     def _on_bridge_message_for_training(self, msg) -> None:
         if self.training_tab.is_built:
@@ -351,6 +376,8 @@ class MainWindow(QMainWindow):
             self.runs_panel.set_workspace(self.workspace)
         if self.training_tab.is_built:
             self.training_panel.set_workspace(self.workspace)
+        if self.graph_tab.is_built:
+            self.graph_panel.set_workspace(self.workspace)
         self.queries.workspace = self.workspace
         self.statusBar().showMessage(f"Workspace: {self.workspace}")
 
@@ -515,6 +542,11 @@ class MainWindow(QMainWindow):
     def _on_runs_open_requested(self, run_dir: str, task: str) -> None:
         """Show a run in the tab that owns its task (the Runs tab's double-click and "Open in its tab")."""
         run_id = Path(run_dir).name
+        if task == "graph.build":
+            self.show_tab(self.graph_panel)
+            self.graph_panel.refresh()
+            if self.graph_panel.show_graph_run(run_dir):
+                return
         if task.startswith("train."):
             self.show_tab(self.training_panel)
             self.training_panel.refresh()
@@ -581,6 +613,8 @@ class MainWindow(QMainWindow):
     # -- closing ---------------------------------------------------------------------------------
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         self._save_settings()
+        if self.graph_tab.is_built:
+            self.graph_panel.shutdown()  # the graph server never outlives the window
         self._elapsed_timer.stop()
         if not self._quitting:
             self._quitting = True

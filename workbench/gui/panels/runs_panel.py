@@ -100,6 +100,7 @@ class RunsPanel(QWidget):
     status_message = Signal(str)
     open_requested = Signal(str, str)  # run_dir, task: show the run in the tab that owns its task
     resume_requested = Signal(str, dict)  # run_dir, spec
+    graph_requested = Signal(str)  # run id: its model graph in the Graph tab
 
     def __init__(self, workspace, parent=None):
         super().__init__(parent)
@@ -296,6 +297,8 @@ class RunsPanel(QWidget):
         opened.setEnabled(entry is not None and (entry.get("task") or "").startswith("train."))
         resume = menu.addAction("Resume from last checkpoint", self._on_resume_clicked)
         resume.setEnabled(self._resumable(entry))
+        graph = menu.addAction("Show graph", lambda: self.graph_requested.emit(entry["id"]))
+        graph.setEnabled(entry is not None and (entry.get("task") or "").startswith("train."))
         menu.addSeparator()
         menu.addAction("Show folder", self._on_open_clicked).setEnabled(entry is not None)
         menu.addAction("Copy folder path", lambda: QGuiApplication.clipboard().setText(entry["run_dir"])

@@ -63,6 +63,7 @@ class TrainingPanel(QWidget):
     quick_start_requested = Signal()  # the first-run button: a CNN on the bundled digits
     resume_requested = Signal(str, dict)  # run_dir, spec
     train_again_requested = Signal(dict)  # spec: the wizard opens on it ("Train again with changes…")
+    graph_requested = Signal(str)  # run id: show the run's model graph in the Graph tab
     cancel_requested = Signal(str)  # job_id
     sample_requested = Signal(dict, str, int, str)  # dataset spec, split, index, a note (the prediction)
 
@@ -91,13 +92,16 @@ class TrainingPanel(QWidget):
         self.again_button = QPushButton("Train again…")
         self.again_button.setToolTip("Open the wizard on the selected run's spec, to change what you like and "
                                      "start a new run")
+        self.graph_button = QPushButton("Graph")
+        self.graph_button.setToolTip("Show the selected run's model graph, with parameters and FLOPs per layer, "
+                                     "in the Graph tab")
         self.delete_button = QPushButton("Delete…")
         self.only_differences = QCheckBox("Only differences")
         self.only_differences.setChecked(True)
         self.only_differences.setToolTip("In the spec comparison, hide fields that are the same in every shown run")
         bar = QHBoxLayout()
-        for button in (self.new_button, self.stop_button, self.resume_button, self.again_button, self.open_button,
-                       self.delete_button):
+        for button in (self.new_button, self.stop_button, self.resume_button, self.again_button, self.graph_button,
+                       self.open_button, self.delete_button):
             bar.addWidget(button)
         bar.addStretch(1)
         self.table = QTableWidget(0, len(RUN_COLUMNS))
@@ -170,6 +174,7 @@ class TrainingPanel(QWidget):
         self.stop_button.clicked.connect(self._on_stop_clicked)
         self.resume_button.clicked.connect(self._on_resume_clicked)
         self.again_button.clicked.connect(self._on_again_clicked)
+        self.graph_button.clicked.connect(lambda: self.graph_requested.emit(self.selected_run_id() or ""))
         self.open_button.clicked.connect(self._on_open_clicked)
         self.delete_button.clicked.connect(self._on_delete_clicked)
         self.table.itemSelectionChanged.connect(self._on_table_selection_changed)
@@ -345,6 +350,7 @@ class TrainingPanel(QWidget):
                                                                                           "interrupted"))
         self.open_button.setEnabled(bool(entry))
         self.again_button.setEnabled(bool(entry and entry.get("spec")))
+        self.graph_button.setEnabled(bool(entry))
         self.delete_button.setEnabled(bool(entry) and not live)
 
     # -- live runs -------------------------------------------------------------------------------

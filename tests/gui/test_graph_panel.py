@@ -1,0 +1,307 @@
+"""The Graph tab against the fake worker (the real protocol, a torch-free graph.build): the module table, search,
+overlays and legend, selection both ways, exports, and what it says without QtWebEngine or WebGL; and, under
+xvfb, Model Explorer drawing a graph in a real QWebEngineView, seen in a screenshot of the X screen."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fake_worker import FakeWorker
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QWidget
+
+from workbench.client import WorkerManager
+from workbench.gui.panels.graph.graph_panel import GraphPanel
+from workbench.gui.panels.graph.web_view import NO_WEBGL, WebEngineUnavailable
+from workbench.gui.worker_bridge import QtWorkerBridge
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class FakeView(QWidget):
+    """Stands in for the QWebEngineView wrapper: records what the panel asks of Model Explorer."""
+
+    node_selected = Signal(str)
+    status_changed = Signal(str, str)
+
+    def __init__(self):
+        super().__init__()
+        self.urls: list[str] = []
+        self.selected: list[str] = []
+        self.node_data: list[str] = []
+        self.ready = False
+
+    def load(self, url):
+        self.urls.append(url)
+
+    def select_node(self, node_id):
+        self.selected.append(node_id)
+
+    def load_node_data(self, path):
+        self.node_data.append(path)
+
+
+class FakeServer:
+    instances: list[FakeServer] = []
+
+    def __init__(self, roots):
+        self.roots, self.state, self.calls = roots, "stopped", []
+        FakeServer.instances.append(self)
+
+    def start(self):
+        self.calls.append("start")
+        self.state = "starting"
+
+    def poll(self):
+        if self.state == "starting":
+            self.state = "ready"
+        return self.state
+
+    def stop(self):
+        self.calls.append("stop")
+        self.state = "stopped"
+
+    def url_for(self, graph, node_data=()):
+        return f"http://127.0.0.1:1/?graph={graph}&data={','.join(map(str, node_data))}"
+
+
+class Harness(QObject):
+    def __init__(self, tmp_path, **factories):
+        super().__init__()
+        self.worker = FakeWorker(tmp_path)
+        self.manager = WorkerManager(connection_file=self.worker.connection_file, heartbeat_interval=0.2)
+        self.bridge = QtWorkerBridge(self.manager, self)
+        self.workspace = tmp_path / "workspace"
+        self.manager.start(wait=True)
+        self.panel = GraphPanel(self.workspace, lambda task, spec: self.manager.submit(task, spec, self.workspace),
+                                **factories)
+        self.bridge.job_changed.connect(self.panel.on_job_changed)
+
+    def close(self):
+        self.panel.shutdown()
+        self.manager.shutdown()
+        self.worker.stop()
+
+
+@pytest.fixture
+def harness(qtbot, tmp_path):
+    FakeServer.instances.clear()
+    h = Harness(tmp_path, server_factory=FakeServer, view_factory=FakeView)
+    qtbot.addWidget(h.panel)
+    h.panel.resize(1300, 700)
+    h.panel.show()
+    yield h
+    h.close()
+
+
+def _built(qtbot, harness, spec=None):
+    panel = harness.panel
+    assert panel.build_graph(spec or {"model": {"name": "cnn"}}) is not None
+    qtbot.waitUntil(lambda: panel.graph is not None, timeout=10_000)
+    return panel
+
+
+def _rows(panel) -> list[str]:
+    return [panel.proxy.index(r, 0).data() for r in range(panel.proxy.rowCount())]
+
+
+def test_a_built_graph_fills_the_table_heaviest_layer_first(qtbot, harness):
+    panel = _built(qtbot, harness)
+    assert _rows(panel) == ["features.2", "classifier", "features.0", "features.1"]  # sorted by FLOPs
+    assert panel.proxy.index(0, 3).data() == "1,168" and panel.proxy.index(0, 4).data() == "331.78 k"
+    assert panel.proxy.index(0, 2).data() == "16×12×12"
+    assert "6 nodes" in panel.info.text() and "24,298 parameters (all trainable)" in panel.info.text()
+    assert panel.graph_combo.currentData() == panel.graph["run_dir"]
+    assert panel.export_json_button.isEnabled() and panel.export_csv_button.isEnabled()
+
+
+def test_search_and_layers_only_filter_the_table(qtbot, harness):
+    panel = _built(qtbot, harness)
+    panel.search.setText("conv")
+    assert sorted(_rows(panel)) == ["features.0", "features.2"]
+    panel.search.setText("features.")
+    panel.leaves_only.setChecked(False)
+    assert sorted(_rows(panel)) == ["features.0", "features.1", "features.2"]
+    panel.search.clear()
+    assert "(model)" in _rows(panel) and "features" in _rows(panel)
+
+
+def test_overlay_picker_colours_the_graph_and_shows_a_legend(qtbot, harness):
+    panel = _built(qtbot, harness)
+    view = panel.view
+    assert [panel.overlay_combo.itemText(i) for i in range(panel.overlay_combo.count())] == [
+        "None", "Parameters", "FLOPs (millions)"]
+    assert view.urls and view.urls[-1].endswith("&data=")  # no overlay yet
+    assert not panel.legend.isVisible()
+    panel.overlay_combo.setCurrentIndex(2)
+    assert panel.legend.isVisible() and panel.legend.note.text() == ""  # 0.023 to 0.33: a linear ramp
+    assert panel.legend.low.text() == "0.02304" and panel.legend.high.text() == "0.3318"
+    assert view.urls[-1].endswith("overlays/flops.json")  # Model Explorer not started yet: the page reloads
+    view.ready = True
+    panel.overlay_combo.setCurrentIndex(1)
+    assert view.node_data[-1].endswith("overlays/params.json")  # started: painted in place, no reload
+    assert panel.legend.note.text() == "log scale" and panel.legend.high.text() == "23,050"  # 80 to 23,050
+    flops = json.loads(Path(panel.graph["graph_json"]).with_name("overlays").joinpath("flops.json").read_text())
+    assert set(flops["results"]) == {"conv2d", "conv2d_1", "linear"}
+
+
+def test_selection_follows_from_the_table_to_the_graph_and_back(qtbot, harness):
+    panel = _built(qtbot, harness)
+    view = panel.view
+    assert panel.select_module("classifier")
+    assert view.selected[-1] == "linear"
+    view.node_selected.emit("conv2d")
+    assert panel.selected_module() == "features.0"
+    assert view.selected[-1] == "linear"  # following the graph does not echo a selection back to it
+    panel.search.setText("classifier")
+    with qtbot.waitSignal(panel.status_message) as message:
+        view.node_selected.emit("relu")
+    assert "hidden by the table's filters" in message.args[0]
+
+
+def test_exports_graph_json_and_module_csv(qtbot, harness, tmp_path):
+    panel = _built(qtbot, harness)
+    panel.export_graph_json(tmp_path / "g.json")
+    assert json.loads((tmp_path / "g.json").read_text())["graphs"][0]["nodes"][1]["id"] == "conv2d"
+    panel.export_table_csv(tmp_path / "m.csv")
+    rows = list(csv.DictReader((tmp_path / "m.csv").open()))
+    assert len(rows) == 6 and rows[0]["name"] == "" and rows[2]["output_shape"] == "8x12x12"
+    assert rows[4]["params"] == "1168" and rows[4]["flops"] == "331776"
+
+
+def test_server_starts_when_the_tab_is_first_shown_and_stops_with_it(qtbot, harness):
+    panel = harness.panel
+    assert [s.calls for s in FakeServer.instances] == [["start"]]
+    assert FakeServer.instances[0].roots == [harness.workspace]
+    panel.hide()
+    panel.show()
+    assert len(FakeServer.instances) == 1  # shown again: the same server
+    panel.shutdown()
+    assert FakeServer.instances[0].calls == ["start", "stop"] and panel.server is None
+
+
+def test_a_failed_build_says_why(qtbot, harness):
+    panel = harness.panel
+    panel.build_graph({"source": {"file": "/nowhere/model.broken"}})
+    qtbot.waitUntil(lambda: "could not be built" in panel.info.text(), timeout=10_000)
+    assert "cannot be read as a saved ExportedProgram" in panel.info.text()
+
+
+def test_no_webgl_is_said_plainly_and_the_table_keeps_working(qtbot, harness):
+    panel = _built(qtbot, harness)
+    panel.view.status_changed.emit("no_webgl", NO_WEBGL)
+    assert panel.left.currentWidget() is panel.message and "WebGL is unavailable" in panel.message.text()
+    assert len(_rows(panel)) == 4
+
+
+def test_without_qtwebengine_the_table_still_works(qtbot, tmp_path):
+    def missing():
+        raise WebEngineUnavailable("QtWebEngine is not available (No module named 'PySide6.QtWebEngineWidgets')")
+
+    FakeServer.instances.clear()
+    h = Harness(tmp_path, server_factory=FakeServer, view_factory=missing)
+    qtbot.addWidget(h.panel)
+    h.panel.show()
+    try:
+        panel = _built(qtbot, h)
+        assert "QtWebEngine is not available" in panel.message.text()
+        assert panel.left.currentWidget() is panel.message
+        assert FakeServer.instances == []  # nothing to show it in: no server either
+        assert _rows(panel)[0] == "features.2"
+    finally:
+        h.close()
+
+
+# -- the real thing, on a real X screen --------------------------------------------------------------------------
+
+SCREENSHOT_SCRIPT = """
+import json, os, subprocess, sys, time
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from PySide6.QtCore import QCoreApplication, Qt
+from PySide6 import QtWebEngineWidgets  # before the QApplication, as QtWebEngine requires
+from PySide6.QtWidgets import QApplication
+from fake_worker import FakeWorker
+from workbench.client import WorkerManager
+from workbench.gui.panels.graph.graph_panel import GraphPanel
+
+QCoreApplication.setAttribute(Qt.AA_ShareOpenGLContexts)
+app = QApplication([])
+out = Path({out!r})
+worker = FakeWorker(out)
+manager = WorkerManager(connection_file=worker.connection_file)
+manager.start(wait=True)
+workspace = out / "workspace"
+panel = GraphPanel(workspace, lambda task, spec: manager.submit(task, spec, workspace))
+panel.resize(1500, 820)
+panel.move(0, 0)
+panel.show()
+record = panel.build_graph({{"model": {{"name": "cnn"}}}})
+deadline, step = time.monotonic() + 120, "build"
+
+
+def wait(seconds):
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        app.processEvents()
+        time.sleep(0.02)
+
+
+while time.monotonic() < deadline and step != "shot":
+    app.processEvents()
+    time.sleep(0.02)
+    job = manager.jobs.get(record.job_id)
+    if step == "build" and job and not job.active:
+        panel.on_job_changed(job)
+        step = "page"
+    elif step == "page" and panel.view is not None and panel.view.ready:
+        # Colour by FLOPs, then pick the heaviest layer in the table: the graph opens its layer and selects it.
+        panel.overlay_combo.setCurrentIndex(panel.overlay_combo.findData("flops"))
+        wait(1.5)
+        panel.select_module("features.2")
+        wait(6)
+        subprocess.run(["import", "-window", "root", str(out / "screen.png")], check=True)
+        step = "shot"
+state = {{"shot": step == "shot"}}
+print(json.dumps({{"view_state": panel.view.state if panel.view else None, "ready": bool(panel.view and panel.view.ready),
+                   "shot": state["shot"], "message": panel.message.text()}}), flush=True)
+panel.shutdown()
+manager.shutdown()
+worker.stop()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("xvfb-run"), reason="needs xvfb-run (Debian: apt-get install xvfb)")
+@pytest.mark.skipif(not shutil.which("import"), reason="needs ImageMagick's `import` (apt-get install imagemagick)")
+def test_model_explorer_draws_the_graph_under_xvfb(tmp_path):
+    """QWidget.grab() cannot see QWebEngineView's content, so the X screen itself is captured: the FLOPs overlay's
+    node colours can only be on it if Model Explorer laid out the graph and WebGL drew it."""
+    from PIL import Image
+
+    script = tmp_path / "shot.py"
+    script.write_text(SCREENSHOT_SCRIPT.format(tests=str(ROOT / "tests"), out=str(tmp_path)))
+    env = {k: v for k, v in os.environ.items() if k != "QT_QPA_PLATFORM"}
+    env.update(QT_QPA_PLATFORM="xcb", QTWEBENGINE_DISABLE_SANDBOX="1", QTWEBENGINE_CHROMIUM_FLAGS=(
+        "--no-sandbox --ignore-gpu-blocklist --enable-unsafe-swiftshader --use-gl=angle "
+        "--use-angle=swiftshader-webgl --disable-gpu-compositing"))
+    proc = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1600x900x24", sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=180, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["shot"] and report["view_state"] == "ready", report
+    image = Image.open(tmp_path / "screen.png").convert("RGB")
+    graph_area = image.crop((0, 80, 860, 820))  # the left of the panel, where the web view is
+    colours = graph_area.getcolors(maxcolors=1 << 20)
+    flops_darkest = sum(count for count, rgb in colours if rgb == (0x8C, 0x2D, 0x04))
+    assert flops_darkest > 200, "no node painted in the FLOPs overlay's darkest colour: the graph was not drawn"
+    keep = os.environ.get("GRAPH_SCREENSHOT_DIR")  # to look at it: the issue asks for screenshots a person saw
+    if keep:
+        shutil.copy(tmp_path / "screen.png", Path(keep) / "graph-tab.png")

@@ -1,0 +1,134 @@
+"""GraphServer: starts Model Explorer's server as its own process on 127.0.0.1, tells when it answers, builds the
+page address for a graph JSON file, and stops it. The GUI imports this module: it must import neither Qt nor
+torch nor model_explorer (the launcher, run as `python -m`, is the only place model_explorer loads).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from urllib.parse import quote
+
+LAUNCHER = "workbench.graph_server.launcher"
+STATES = ("stopped", "starting", "ready", "failed")
+
+
+class GraphServer:
+    """One Model Explorer server for one owner (the window). `start` returns at once; `poll` says how it goes."""
+
+    def __init__(self, roots: Sequence[str | Path], *, python: str = sys.executable,
+                 runtime_dir: str | Path | None = None):
+        self.roots = [Path(root).absolute() for root in roots]
+        self.python = python
+        self._runtime_dir = Path(runtime_dir) if runtime_dir else None
+        self._own_dir: tempfile.TemporaryDirectory | None = None
+        self.process: subprocess.Popen | None = None
+        self.port: int | None = None
+        self.state = "stopped"
+        self.error = ""
+
+    # -- lifetime --------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Launch the server process (a no-op while one is starting or running)."""
+        if self.state in ("starting", "ready") and self.process is not None and self.process.poll() is None:
+            return
+        folder = self._folder()
+        self.ready_file = folder / "graph-server.json"
+        self.log_path = folder / "graph-server.log"
+        self.ready_file.unlink(missing_ok=True)
+        argv = [self.python, "-m", LAUNCHER, "--ready-file", str(self.ready_file), "--parent-pid", str(os.getpid())]
+        for root in self.roots:
+            argv += ["--root", str(root)]
+        with open(self.log_path, "wb") as log:
+            # Its own session: a Ctrl+C in the terminal reaches the window, which then stops it in order.
+            self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.port, self.error, self.state = None, "", "starting"
+
+    def poll(self) -> str:
+        """Check, without waiting, whether a starting server answers yet or has died; returns the state."""
+        if self.state not in ("starting", "ready") or self.process is None:
+            return self.state
+        code = self.process.poll()
+        if code is not None:
+            self.state, self.port = "failed", None
+            self.error = f"the graph server exited with code {code}: {self._log_tail() or 'no output'}"
+            return self.state
+        if self.state == "starting":
+            try:
+                info = json.loads(self.ready_file.read_text())
+            except (OSError, ValueError):
+                return self.state
+            self.port, self.state = int(info["port"]), "ready"
+        return self.state
+
+    def wait_ready(self, timeout: float = 60.0) -> bool:
+        """Block until the server answers (tests, the command line; the window polls instead)."""
+        deadline = time.monotonic() + timeout
+        while self.poll() == "starting" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.state == "ready"
+
+    def stop(self, timeout: float = 3.0) -> None:
+        """Stop the server: SIGTERM, then SIGKILL after `timeout` seconds. Safe to call twice."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGTERM)  # its own session: the group is the server alone
+            except (ProcessLookupError, PermissionError):
+                process.terminate()
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout)
+        self.port = None
+        if self.state != "failed":
+            self.state = "stopped"
+        if self._own_dir is not None:
+            self._own_dir.cleanup()
+            self._own_dir = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    # -- pages -----------------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the graph server is not running")
+        return f"http://127.0.0.1:{self.port}/"
+
+    def url_for(self, graph: str | Path, node_data: Sequence[str | Path] = ()) -> str:
+        """The page showing `graph` (a Model Explorer graph JSON file), coloured by `node_data` (node-data JSON
+        files; Model Explorer selects the last one)."""
+        model = str(Path(graph).absolute())
+        data: dict = {"models": [{"url": model}]}
+        if node_data:
+            data["nodeData"] = [str(Path(p).absolute()) for p in node_data]
+            data["nodeDataTargets"] = [""] * len(node_data)  # "": the first model, as model_explorer.config does
+        return f"{self.base_url}?data={quote(json.dumps(data))}&renderer=webgl&show_open_in_new_tab=0"
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _folder(self) -> Path:
+        if self._runtime_dir is not None:
+            self._runtime_dir.mkdir(parents=True, exist_ok=True)
+            return self._runtime_dir
+        if self._own_dir is None:
+            self._own_dir = tempfile.TemporaryDirectory(prefix="workbench-graph-")
+        return Path(self._own_dir.name)
+
+    def _log_tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])

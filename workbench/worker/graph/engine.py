@@ -1,0 +1,138 @@
+"""`build_graph`: a GraphSpec to Model Explorer's graph JSON, the module table and overlays in the run's
+artifacts/graph/ folder, and the result the CLI prints and the Graph tab shows. Worker side; never Qt.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from workbench.errors import JobError
+from workbench.runs import atomic_write_json
+from workbench.specs import GraphSpec
+from workbench.worker.graph import me_json
+from workbench.worker.graph.analyze import Analysis, ModuleStat, analyze, example_input
+from workbench.worker.graph.capture import capture, describe_failure
+from workbench.worker.graph.overlays import write_overlay
+from workbench.worker.graph.sources import build_module, check_file, load_exported_program
+
+GRAPH_DIR = "graph"
+STEPS = 4
+
+
+def _write_overlays(folder: Path, graph: dict, modules: list[dict], times: dict[str, float] | None) -> dict:
+    overlays = {}
+    specs = [("params", "Parameters", {m["name"]: m["params"] for m in modules}),
+             ("flops", "FLOPs (millions)", {m["name"]: m["flops"] / 1e6 for m in modules})]
+    if times:
+        specs.append(("self_time_ms", "Forward self-time (ms, CPU, one sample)", times))
+    for metric, label, values in specs:
+        overlay = write_overlay(folder, metric, values, graph=graph, label=label, additive=True)
+        overlays[metric] = overlay.summary(folder)
+    return overlays
+
+
+def _from_module(spec: GraphSpec, ctx) -> tuple[dict, Analysis, str, str, str, dict | None]:
+    model, shape, label, run = build_module(spec, ctx)
+    ctx.progress(1, STEPS, "counting parameters and FLOPs", force=True)
+    inputs = (example_input(shape),)
+    analysis = analyze(model, inputs)
+    ctx.check_stop()
+    ctx.progress(2, STEPS, "capturing the graph with torch.export", force=True)
+    captured = capture(model, inputs, ctx.log)
+    ctx.check_stop()
+    ctx.progress(3, STEPS, "writing Model Explorer's graph", force=True)
+    if captured.program is not None:
+        graph = me_json.graph_from_program(captured.program, spec.const_element_count_limit, ctx.log)
+    else:
+        graph = me_json.graph_from_modules(analysis)
+    times = None
+    if run is not None and run.has_profile:
+        # The run's own profile is by operator, not by module; per-module time is measured here, on this model.
+        from workbench.worker.graph.timing import self_times_ms
+
+        times = self_times_ms(model, inputs)
+    return graph, analysis, captured.how, captured.reason, label, times
+
+
+def _program_inputs(program) -> tuple[torch.Tensor, ...]:
+    if program.example_inputs:
+        args, kwargs = program.example_inputs
+        if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
+            return tuple(a[:1].clone() if a.dim() else a.clone() for a in args)
+    specs = [s for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    shapes = {n.name: n.meta["val"].shape for n in program.graph.nodes if n.op == "placeholder" and "val" in n.meta}
+    generator = torch.Generator().manual_seed(0)
+    return tuple(torch.randn(*[int(d) for d in shapes[s.arg.name]], generator=generator) for s in specs)
+
+
+def _from_program(spec: GraphSpec, path: Path, ctx) -> tuple[dict, Analysis, str, str, str, None]:
+    program = load_exported_program(path)
+    ctx.progress(1, STEPS, "counting parameters and FLOPs", force=True)
+    types = me_json.module_types(program)
+    inputs = _program_inputs(program)
+    try:
+        analysis = analyze(torch.export.unflatten(program), inputs, names=types)
+    except JobError:
+        raise
+    except Exception as exc:  # unflatten refuses some programs; the counts then come from the flat graph
+        ctx.log(f"per-module counts unavailable ({describe_failure(exc)}); totals only", "warning")
+        analysis = analyze(program.module(), inputs)
+        analysis.modules = [ModuleStat(name, kind, 0, 0) for name, kind in types.items()]
+    ctx.progress(3, STEPS, "writing Model Explorer's graph", force=True)
+    graph = me_json.graph_from_program(program, spec.const_element_count_limit, ctx.log)
+    return graph, analysis, "export", f"a saved ExportedProgram ({path.name}), shown as saved", path.name, None
+
+
+def _from_onnx(spec: GraphSpec, path: Path, ctx) -> dict:
+    from workbench.worker.graph.onnx_stats import onnx_stats
+
+    stats = onnx_stats(path)
+    ctx.progress(3, STEPS, "converting with model-explorer-onnx", force=True)
+    try:
+        graph = me_json.graph_from_onnx(path, spec.const_element_count_limit, ctx.log)
+    except Exception as exc:  # the adapter's own failures on odd files
+        raise JobError(f"source.file: model-explorer-onnx cannot convert {path} ({describe_failure(exc)})") from None
+    return {"graph": graph, "modules": stats["modules"], "params_total": stats["params_total"],
+            "params_trainable": stats["params_total"], "flops": stats["flops"], "capture": "export",
+            "capture_reason": f"an ONNX file ({path.name}), converted by model-explorer-onnx; rows are ONNX nodes, "
+                              "and an ONNX file does not say which weights train, so all count as trainable",
+            "model": path.name, "input_shape": None, "times": None}
+
+
+def build_graph(spec: GraphSpec, ctx) -> dict:
+    """The `graph.build` task: capture, count, write graph JSON and overlays; returns the result contract."""
+    run = ctx.run
+    if run is None:
+        raise JobError("the graph is written into a run folder: run it with a workspace")
+    folder = run.artifacts_dir / GRAPH_DIR
+    ctx.progress(0, STEPS, "loading the model", force=True)
+    path = check_file(spec.source.file) if spec.source.file else None
+    if path is not None and path.suffix.lower() == ".onnx":
+        found = _from_onnx(spec, path, ctx)
+    else:
+        if path is not None:
+            graph, analysis, how, reason, label, times = _from_program(spec, path, ctx)
+        else:
+            graph, analysis, how, reason, label, times = _from_module(spec, ctx)
+        found = {"graph": graph, "modules": [m.row() for m in analysis.modules],
+                 "params_total": analysis.params_total, "params_trainable": analysis.params_trainable,
+                 "flops": analysis.flops, "capture": how, "capture_reason": reason, "model": label,
+                 "input_shape": list(analysis.input_shape), "times": times}
+    graph_path = folder / "graph.json"
+    me_json.write_graph(graph_path, found["graph"], found["model"])
+    modules_path = folder / "modules.json"
+    atomic_write_json(modules_path, found["modules"])
+    overlays = _write_overlays(folder, found["graph"], found["modules"], found["times"])
+    ctx.artifact("graph", graph_path, kind="graph")
+    ctx.artifact("overlays", folder / "overlays.json", kind="overlays")
+    nodes = me_json.count_nodes(found["graph"])
+    ctx.progress(STEPS, STEPS, f"{nodes} nodes, captured by {found['capture']}", force=True)
+    ctx.log(f"graph of {found['model']}: {nodes} nodes ({found['capture_reason']}); {found['params_total']:,} "
+            f"parameters, {found['flops']:,} FLOPs per sample")
+    return {"graph_json": str(graph_path), "nodes": nodes, "params_total": found["params_total"],
+            "params_trainable": found["params_trainable"], "flops": found["flops"], "modules": found["modules"],
+            "capture": found["capture"], "capture_reason": found["capture_reason"], "model": found["model"],
+            "input_shape": found["input_shape"], "modules_json": str(modules_path),
+            "overlays_json": str(folder / "overlays.json"), "overlays": overlays}

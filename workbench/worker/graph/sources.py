@@ -1,0 +1,154 @@
+"""Where a graph's model comes from: `model.*`, a training run (`source.run`) or a saved file (`source.file`).
+
+A run gives its model spec and its best (else last) checkpoint, loaded with weights_only=True. Worker side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import pickle
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from unittest import mock
+
+from workbench.errors import JobError, SpecError, WorkbenchError
+from workbench.runs import RunStore
+from workbench.specs import GraphSpec, ModelSpec, TrainSpec
+
+CHECKPOINT_ORDER = ("best.pt", "last.pt", "model.pt")  # best, else the newest state training wrote
+FILE_SUFFIXES = (".pt2", ".onnx")
+
+
+@dataclass
+class RunModel:
+    """What a training run says about its model."""
+
+    run_dir: Path
+    spec: TrainSpec
+    checkpoint: Path | None  # None: the run never wrote one (the graph then shows fresh weights)
+    has_profile: bool
+
+
+def find_run_model(ref: str, workspace: str | Path | None) -> RunModel:
+    """The model spec and best-else-last checkpoint of a training run named by id, id prefix or folder."""
+    from workbench.workspace import default_workspace
+
+    store = RunStore(workspace if workspace is not None else default_workspace())
+    try:
+        with store.open_run(ref) as run:
+            task, run_dir, data = run.task, run.dir, run.read_spec()
+    except WorkbenchError as exc:
+        raise JobError(f"source.run: {exc}") from None
+    if not task.startswith("train."):
+        raise JobError(f"source.run: {run_dir.name} is a {task or 'unknown'} run; a graph needs a training run "
+                       "(or use model.* or source.file)")
+    try:
+        spec = TrainSpec.from_dict(data)
+    except SpecError as exc:
+        raise JobError(f"source.run: the spec of {run_dir.name} no longer reads as a training spec ({exc})") from None
+    checkpoints = run_dir / "checkpoints"
+    checkpoint = next((checkpoints / name for name in CHECKPOINT_ORDER if (checkpoints / name).is_file()), None)
+    has_profile = (run_dir / "artifacts" / "profile_top_ops.json").is_file()
+    return RunModel(run_dir, spec, checkpoint, has_profile)
+
+
+def input_shape_for(spec: GraphSpec, run: RunModel | None, ctx) -> tuple[int, ...]:
+    """The per-sample input shape: model.input_shape, else the run's, else its (or spec.dataset's) sample shape."""
+    if spec.model.input_shape:
+        return tuple(spec.model.input_shape)
+    if run is not None and run.spec.model.input_shape:
+        return tuple(run.spec.model.input_shape)
+    data = run.spec.dataset if run is not None else spec.dataset
+    from workbench.worker.data import load_dataset
+
+    try:
+        dataset = load_dataset(data, ctx=ctx)
+    except JobError as exc:
+        raise JobError(f"model.input_shape is empty and the dataset it would come from cannot be read ({exc}); "
+                       "set model.input_shape, e.g. 3,224,224") from None
+    try:
+        return tuple(dataset.sample_shape)
+    finally:
+        dataset.release()
+
+
+def build_module(spec: GraphSpec, ctx):
+    """(model in eval mode, input shape, label, RunModel or None) for `model.*` or `source.run`."""
+    from workbench.worker.models import build_model
+    from workbench.worker.models.surgery import load_checkpoint
+
+    run = find_run_model(spec.source.run, ctx.workspace) if spec.source.run else None
+    model_spec: ModelSpec = run.spec.model if run is not None else spec.model
+    shape = input_shape_for(spec, run, ctx)
+    if run is None:
+        model = build_model(model_spec, input_shape=shape, log=ctx.log)
+        return model.eval(), shape, model_spec.name, None
+    # The run's own weights replace any pretrained or starting checkpoint, so neither is loaded first.
+    model = build_model(dataclasses.replace(model_spec, checkpoint="", weights=""), input_shape=shape, log=ctx.log,
+                        pretrained=False, checkpoint=False)
+    if run.checkpoint is not None:
+        load_checkpoint(model, run.checkpoint, what="source.run")
+        ctx.log(f"weights from {run.checkpoint.relative_to(run.run_dir)} of run {run.run_dir.name}")
+    else:
+        ctx.log(f"run {run.run_dir.name} has no checkpoint yet: the graph shows its model with fresh weights",
+                "warning")
+    return model.eval(), shape, f"{model_spec.name} (run {run.run_dir.name})", run
+
+
+def check_file(path_text: str) -> Path:
+    path = Path(path_text).expanduser()
+    if path.suffix.lower() not in FILE_SUFFIXES:
+        raise JobError(f"source.file: {path} is not a saved ExportedProgram (.pt2) or an ONNX file (.onnx); "
+                       "for a model in a Python file use model.name=file:<path.py>:<ClassOrFactory>")
+    if not path.is_file():
+        raise JobError(f"source.file: {path} does not exist")
+    return path.absolute()
+
+
+class _Refused(Exception):
+    """Raised inside torch.export.load where the archive asks to unpickle more than plain tensors."""
+
+
+@contextlib.contextmanager
+def _weights_only_unpickling():
+    """torch.export.load unpickles some payloads with weights_only=False or plain pickle; here every torch.load is
+    weights_only and the other unpickling paths refuse, so a .pt2 cannot run code (shared/DESIGN.md: hostile files)."""
+    import torch
+    from torch.export.pt2_archive import _package
+
+    real_load = torch.load
+
+    def weights_only_load(*args, **kwargs):
+        kwargs["weights_only"] = True
+        return real_load(*args, **kwargs)
+
+    def refuse(*args, **kwargs):
+        raise _Refused("a pickled Python object")
+
+    with mock.patch.object(torch, "load", weights_only_load), \
+            mock.patch.object(_package, "pickle", types.SimpleNamespace(loads=refuse)), \
+            mock.patch.object(torch._C, "_pickle_load_obj", refuse):
+        yield
+
+
+def load_exported_program(path: Path):
+    """torch.export.load without running code, a damaged or foreign file reported by name instead of a traceback."""
+    import torch
+
+    try:
+        with _weights_only_unpickling():
+            return torch.export.load(str(path))
+    except Exception as exc:  # zip, JSON, version and unpickling failures all surface differently
+        chain, error = [], exc
+        while error is not None and len(chain) < 10:
+            chain.append(error)
+            error = error.__cause__ or error.__context__
+        if any(isinstance(e, (_Refused, pickle.UnpicklingError)) for e in chain):
+            raise JobError(f"source.file: {path} holds more than tensors and a graph (pickled Python objects). It "
+                           "was NOT loaded, because unpickling it could run code; export the model again without "
+                           "custom objects") from None
+        first = (str(exc).splitlines() or [""])[0][:300]
+        raise JobError(f"source.file: {path} cannot be read as a saved ExportedProgram "
+                       f"({type(exc).__name__}: {first}); save it with torch.export.save") from None
