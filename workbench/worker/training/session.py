@@ -71,6 +71,10 @@ def run_training(spec: TrainSpec, ctx) -> dict:
     check_compile(spec.compile, device)
     check_distributed(spec, device)
     dataset = load_dataset(spec.dataset, ctx=ctx)
+    if dataset.in_memory:
+        # Decoded now (epoch one would do it anyway), so unreadable files are known before training: the
+        # count logged below is the one `data info` reports, and the one the epochs really use.
+        dataset.decode_all(progress=ctx.progress, check_stop=ctx.check_stop)
     check_data_fits(spec, dataset)
     dataset.normalization(progress=ctx.progress)  # computed (and cached) once here, not in every DDP rank
     if not len(dataset.splits["val"]):
@@ -90,9 +94,11 @@ def run_training(spec: TrainSpec, ctx) -> dict:
         model = build_model(spec.model, input_shape=dataset.sample_shape, log=ctx.log,
                             pretrained=resume is None, checkpoint=resume is None)
         parameters = count_parameters(model)
+        usable = sum(dataset.splits["train"].class_counts())  # without files known not to decode
+        skipped = len(dataset.splits["train"]) - usable
         ctx.log(f"training {spec.model.name} ({parameters['trainable']:,} of {parameters['total']:,} parameters "
-                f"trainable) on {describe(device)}, amp={spec.amp}, {len(dataset.splits['train']):,} training "
-                f"samples")
+                f"trainable) on {describe(device)}, amp={spec.amp}, {usable:,} training samples"
+                + (f" ({skipped:,} unreadable file(s) skipped)" if skipped else ""))
         try:
             if spec.distributed == "ddp":
                 from workbench.worker.training.distributed import launch
