@@ -138,7 +138,9 @@ def test_overlay_picker_colours_the_graph_and_shows_a_legend(qtbot, harness):
     view = panel.view
     assert [panel.overlay_combo.itemText(i) for i in range(panel.overlay_combo.count())] == [
         "None", "Parameters", "FLOPs (millions)"]
-    assert view.urls and view.urls[-1].endswith("&data=")  # no overlay yet
+    # The page loads once the server reports ready (its poll timer): on a loaded machine after the graph.
+    qtbot.waitUntil(lambda: bool(view.urls), timeout=10_000)
+    assert view.urls[-1].endswith("&data=")  # no overlay yet
     assert not panel.legend.isVisible()
     panel.overlay_combo.setCurrentIndex(2)
     assert panel.legend.isVisible() and panel.legend.note.text() == ""  # 0.023 to 0.33: a linear ramp
