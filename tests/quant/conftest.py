@@ -1,0 +1,68 @@
+"""Fixtures of the quantization tests: the digits cnn trained once (for every test here) through the real
+training task, and a helper that runs `quant.analyze` on it through the real runner."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from workbench.worker.registry import get_task
+from workbench.worker.runner import run_task
+
+# About 98.5 % test accuracy in 8 epochs; keep_best off so the run's checkpoint is the final model, not an earlier
+# epoch's. A 25 % test split (449 samples, not the default 180) makes one sample 0.22 points, so "drops at most
+# 0.5 points" is a statement about accuracy rather than about a single digit.
+DIGITS_TRAIN = {"dataset": {"name": "digits", "test_fraction": 0.25}, "model": {"name": "cnn"}, "epochs": 8,
+                "batch_size": 32, "lr": 2e-2, "scheduler": "onecycle", "keep_best": False}
+
+
+class Events:
+    """An `emit` that keeps every event; `on_event(msg_type, content)` may act on one as it arrives."""
+
+    def __init__(self, on_event=None):
+        self.events: list[tuple[str, dict]] = []
+        self.on_event = on_event
+        self.lock = threading.Lock()
+
+    def __call__(self, msg_type: str, content: dict, buffers: list) -> None:
+        with self.lock:
+            self.events.append((msg_type, content))
+        if self.on_event is not None:
+            self.on_event(msg_type, content)
+
+    def of(self, msg_type: str) -> list[dict]:
+        with self.lock:
+            return [content for kind, content in self.events if kind == msg_type]
+
+    def arrays(self, name: str) -> list[dict]:
+        return [c for c in self.of("array") if c["name"] == name]
+
+
+@pytest.fixture(scope="session")
+def digits_run(tmp_path_factory) -> tuple[Path, str]:
+    """(workspace, run directory) of the trained digits cnn."""
+    workspace = tmp_path_factory.mktemp("quant-workspace")
+    result = run_task(get_task("train.classifier"), DIGITS_TRAIN, emit=Events(), workspace=workspace)
+    assert result["status"] == "done", result.get("error")
+    assert result["final"]["test_accuracy"] >= 0.97, result["final"]
+    return workspace, result["run_dir"]
+
+
+@pytest.fixture(scope="session")
+def quantize(digits_run):
+    """quantize(**spec parts) -> (result, events): quant.analyze on the trained run, through the runner."""
+    workspace, run_dir = digits_run
+
+    def run(events: Events | None = None, stop: threading.Event | None = None, **parts) -> tuple[dict, Events]:
+        spec = {"source": {"run": run_dir}, "calibration": {"samples": 256, "seed": 0}, **parts}
+        events = events or Events()
+        return run_task(get_task("quant.analyze"), spec, emit=events, workspace=workspace, stop_event=stop), events
+
+    return run
+
+
+def done(result: dict) -> dict:
+    assert result["status"] == "done", (result.get("error"), result.get("traceback"))
+    return result

@@ -1,0 +1,85 @@
+"""Cross-layer equalisation and bias absorption (Nagel et al. 2019, "Data-Free Quantization"; the white paper's
+section 4.1): rescale consecutive layers so that their per-channel weight ranges match, then move what a ReLU
+never lets through from one layer's bias into the next one's. Worker side; never imports Qt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from workbench.worker.quant.graph import Pair
+
+ITERATIONS = 20  # sweeps over all pairs; a layer between two pairs needs several to settle
+ABSORB_SIGMAS = 3.0  # c = max(0, beta - 3 gamma): a ReLU input below c is rare enough to ignore
+
+
+def output_ranges(module: nn.Module) -> torch.Tensor:
+    """(C, 2): min and max of each output channel's weights (the paper's Figure 6)."""
+    rows = module.weight.detach().reshape(module.weight.shape[0], -1)
+    return torch.stack([rows.min(dim=1).values, rows.max(dim=1).values], dim=1)
+
+
+def _input_ranges(module: nn.Module) -> torch.Tensor:
+    w = module.weight.detach().transpose(0, 1)
+    return w.reshape(w.shape[0], -1).abs().max(dim=1).values
+
+
+def ensure_bias(module: nn.Module) -> nn.Parameter:
+    if module.bias is None:
+        module.bias = nn.Parameter(torch.zeros(module.weight.shape[0], device=module.weight.device))
+    return module.bias
+
+
+@torch.no_grad()
+def equalize(modules: dict[str, nn.Module], pairs: list[Pair], stats: dict[str, dict] | None = None,
+             iterations: int = ITERATIONS, check_stop: Callable[[], None] | None = None) -> dict[str, torch.Tensor]:
+    """Equalise every pair in place: s_c = sqrt(r1_c / r2_c), W1[c] /= s_c, b1[c] /= s_c, W2[:, c] *= s_c.
+
+    `stats` ({layer: {"mean", "std"}} of folded BatchNorms) is rescaled with its layer, so BN-based ranges and
+    bias absorption stay right. Returns each first layer's total scale per channel.
+    """
+    total: dict[str, torch.Tensor] = {}
+    for _ in range(iterations):
+        if check_stop is not None:
+            check_stop()
+        for pair in pairs:
+            first, second = modules[pair.first], modules[pair.second]
+            r1 = first.weight.detach().reshape(first.weight.shape[0], -1).abs().max(dim=1).values
+            r2 = _input_ranges(second)
+            scale = torch.sqrt(r1 / r2)
+            # A dead channel (all zero weights on either side) has nothing to balance.
+            scale = torch.where((r1 > 0) & (r2 > 0) & torch.isfinite(scale), scale, torch.ones_like(scale))
+            first.weight.div_(scale.view([-1] + [1] * (first.weight.dim() - 1)))
+            if first.bias is not None:
+                first.bias.div_(scale)
+            second.weight.mul_(scale.view([1, -1] + [1] * (second.weight.dim() - 2)))
+            if stats is not None and pair.first in stats:
+                stats[pair.first]["mean"] = stats[pair.first]["mean"] / scale.cpu()
+                stats[pair.first]["std"] = stats[pair.first]["std"] / scale.cpu()
+            total[pair.first] = total.get(pair.first, torch.ones_like(scale)) * scale
+    return total
+
+
+@torch.no_grad()
+def absorb_biases(modules: dict[str, nn.Module], pairs: list[Pair], stats: dict[str, dict]) -> dict[str, float]:
+    """For pairs with a ReLU between them and BatchNorm statistics for the first layer: b1 -= c, b2 += W2 c,
+    with c = max(0, beta - 3 gamma) per channel. Returns the mean |c| moved per first layer."""
+    moved = {}
+    for pair in pairs:
+        if not pair.relu or pair.first not in stats:
+            continue
+        first, second = modules[pair.first], modules[pair.second]
+        info = stats[pair.first]
+        c = (info["mean"] - ABSORB_SIGMAS * info["std"]).clamp(min=0).to(first.weight.device)
+        if not bool((c > 0).any()):
+            continue
+        ensure_bias(first).sub_(c)
+        w2 = second.weight.detach()
+        shift = (w2.reshape(w2.shape[0], w2.shape[1], -1).sum(dim=2) @ c)
+        ensure_bias(second).add_(shift)
+        info["mean"] = info["mean"] - c.cpu()
+        moved[pair.first] = float(c.mean())
+    return moved

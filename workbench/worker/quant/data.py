@@ -1,0 +1,115 @@
+"""The data a quantize job reads: the calibration subset (seeded draw from the training split) and the held-out
+set (the test split, else validation), as normalised batches without augmentation; and evaluating a model on
+them (accuracy, cross-entropy loss, logits). Worker side; never imports Qt.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+
+from workbench.errors import JobError
+from workbench.worker.models import logits_of
+
+CACHE_BYTES = 512 * 2**20  # subsets up to this size (as float32) are decoded once and kept
+
+
+class Batches:
+    """Normalised (x, y) batches of some samples of one split, in a fixed order, on `device`."""
+
+    def __init__(self, split, indices: torch.Tensor, *, batch_size: int, device: torch.device,
+                 mean: list[float], std: list[float], what: str):
+        self.split = split
+        self.indices = indices
+        self.batch_size = batch_size
+        self.device = device
+        self.what = what
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
+        self.std = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+        shape = split.store.shape
+        self.cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        self.keep = len(indices) * math.prod(shape) * 4 <= CACHE_BYTES
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.indices) / self.batch_size)
+
+    @property
+    def samples(self) -> int:
+        return int(len(self.indices))
+
+    def _load(self, chunk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        images, ok = self.split.fetch(chunk)
+        labels = self.split.labels[chunk]
+        if not bool(ok.all()):  # files that do not decode are left out, as training leaves them out
+            images, labels = images[ok], labels[ok]
+        # Scale first, then normalise: the same arithmetic as the training engine's evaluation.
+        x = images.to(torch.float32).div_(255).sub_(self.mean).div_(self.std)
+        return x.to(self.device), labels.to(self.device)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if self.cache is not None:
+            yield from self.cache
+            return
+        loaded = []
+        for start in range(0, len(self.indices), self.batch_size):
+            batch = self._load(self.indices[start:start + self.batch_size])
+            if batch[1].numel() == 0:
+                continue
+            if self.keep:
+                loaded.append(batch)
+            yield batch
+        if self.keep:
+            self.cache = loaded
+
+    def head(self, count: int) -> Batches:
+        """The first `count` samples, as their own Batches."""
+        return Batches(self.split, self.indices[:count], batch_size=self.batch_size, device=self.device,
+                       mean=self.mean.flatten().tolist(), std=self.std.flatten().tolist(), what=self.what)
+
+
+def calibration_batches(dataset, samples: int, seed: int, *, batch_size: int, device, log) -> Batches:
+    split = dataset.splits["train"]
+    if not len(split):
+        raise JobError(f"{dataset.name} has no training samples to calibrate on")
+    count = min(samples, len(split))
+    if count < samples:
+        log(f"calibration.samples is {samples:,}, but the training split has {len(split):,}; calibrating on all "
+            "of them", "warning")
+    order = torch.randperm(len(split), generator=torch.Generator().manual_seed(int(seed)))[:count]
+    mean, std = dataset.normalization()
+    return Batches(split, order.sort().values, batch_size=batch_size, device=device, mean=mean, std=std,
+                   what="calibration")
+
+
+def held_out_batches(dataset, samples: int, *, batch_size: int, device) -> Batches:
+    name = "test" if len(dataset.splits["test"]) else "val"
+    split = dataset.splits[name]
+    if not len(split):
+        raise JobError(f"{dataset.name} has no test or validation samples to measure accuracy on; set "
+                       "dataset.test_fraction or dataset.val_fraction above 0")
+    count = len(split) if samples <= 0 else min(samples, len(split))
+    mean, std = dataset.normalization()
+    return Batches(split, torch.arange(count), batch_size=batch_size, device=device, mean=mean, std=std,
+                   what=f"{name} split")
+
+
+@torch.no_grad()
+def evaluate(model: Callable[[torch.Tensor], object], batches: Batches,
+             check_stop: Callable[[], None] | None = None) -> dict:
+    """accuracy, loss (mean cross-entropy) and the logits (CPU) of `model` over the batches."""
+    correct, loss, total = 0, 0.0, 0
+    logits = []
+    for x, y in batches:
+        if check_stop is not None:
+            check_stop()
+        scores = logits_of(model(x)).float()
+        loss += float(F.cross_entropy(scores, y, reduction="sum"))
+        correct += int((scores.argmax(dim=1) == y).sum())
+        total += int(y.numel())
+        logits.append(scores.cpu())
+    if not total:
+        raise JobError(f"no sample of the {batches.what} could be read")
+    return {"accuracy": correct / total, "loss": loss / total, "logits": torch.cat(logits)}

@@ -1,0 +1,342 @@
+"""The model as a torch.fx graph: its weighted layers, BatchNorm folding, where activation quantizers go, and the
+layer pairs that cross-layer equalisation may rescale.
+
+Activation quantizers sit at the model's input, after each conv/linear (past its BatchNorm and activation function)
+and after each residual add (past its activation). Pooling and reshaping keep their input's grid (max pooling
+exactly; average pooling is simulated in float). Module names stay those of the original model's named_modules().
+Worker side; never imports Qt.
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+from torch import nn
+
+from workbench.errors import JobError
+
+WEIGHTED = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
+BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+# Element-wise activation functions: a layer's quantizer goes after them (they are fused in deployment).
+ACTIVATION_MODULES = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.Hardtanh, nn.SiLU, nn.GELU, nn.Sigmoid, nn.Tanh,
+                      nn.Hardswish, nn.Hardsigmoid, nn.ELU, nn.Mish)
+ACTIVATION_FUNCTIONS = {F.relu, torch.relu, F.relu6, F.leaky_relu, F.gelu, F.silu, torch.sigmoid, torch.tanh,
+                        F.hardswish, F.hardsigmoid, F.elu, F.mish, F.hardtanh, torch.relu_}
+ACTIVATION_METHODS = {"relu", "relu_", "sigmoid", "tanh"}
+# Positively homogeneous, f(s x) = s f(x) for s > 0 per channel: what CLE may rescale across.
+RELU_MODULES = (nn.ReLU, nn.LeakyReLU)
+RELU_FUNCTIONS = {F.relu, torch.relu, torch.relu_, F.leaky_relu}
+RELU_METHODS = {"relu", "relu_"}
+PASS_MODULES = (nn.Identity, nn.Dropout, nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d,
+                nn.AvgPool3d, nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool1d,
+                nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d, nn.Flatten)
+PASS_FUNCTIONS = {F.max_pool1d, F.max_pool2d, F.max_pool3d, F.avg_pool1d, F.avg_pool2d, F.avg_pool3d,
+                  F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, F.adaptive_max_pool2d, torch.flatten, F.dropout}
+PASS_METHODS = {"flatten"}
+# Keep the per-channel mean (what analytical bias correction may carry a BatchNorm's statistics through).
+MEAN_MODULES = (nn.Identity, nn.Dropout, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d, nn.AdaptiveAvgPool1d,
+                nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.Flatten)
+MEAN_FUNCTIONS = {F.avg_pool1d, F.avg_pool2d, F.avg_pool3d, F.adaptive_avg_pool1d, F.adaptive_avg_pool2d,
+                  torch.flatten, F.dropout}
+ADD_FUNCTIONS = {operator.add, operator.iadd, torch.add}
+ADD_METHODS = {"add", "add_"}
+
+
+def trace(model: nn.Module, what: str = "the model") -> fx.GraphModule:
+    """A GraphModule of a deep copy of `model` (the original is never changed), in eval mode."""
+    copied = copy.deepcopy(model).eval()
+    try:
+        gm = fx.symbolic_trace(copied)
+    except Exception as exc:
+        first = (str(exc).splitlines() or [""])[0][:300]
+        raise JobError(f"quantize needs a model that torch.fx can trace, and {what} cannot be traced "
+                       f"({type(exc).__name__}: {first}); data-dependent Python control flow in forward() is the "
+                       "usual cause") from None
+    return gm.eval()
+
+
+def module_of(gm: fx.GraphModule, node: fx.Node) -> nn.Module | None:
+    return gm.get_submodule(node.target) if node.op == "call_module" else None
+
+
+def _first_arg_is(node: fx.Node, prev: fx.Node) -> bool:
+    return bool(node.args) and node.args[0] is prev
+
+
+def is_weighted(gm: fx.GraphModule, node: fx.Node) -> bool:
+    return isinstance(module_of(gm, node), WEIGHTED)
+
+
+def _kind(gm: fx.GraphModule, node: fx.Node, modules: tuple, functions: set, methods: set) -> bool:
+    if node.op == "call_module":
+        return isinstance(module_of(gm, node), modules)
+    if node.op == "call_function":
+        return node.target in functions
+    if node.op == "call_method":
+        return node.target in methods
+    return False
+
+
+def is_activation(gm, node) -> bool:
+    return _kind(gm, node, ACTIVATION_MODULES, ACTIVATION_FUNCTIONS, ACTIVATION_METHODS)
+
+
+def is_relu(gm, node) -> bool:
+    return _kind(gm, node, RELU_MODULES, RELU_FUNCTIONS, RELU_METHODS)
+
+
+def is_plain_relu(gm, node) -> bool:
+    """ReLU itself (not leaky): ReLU(x - c) = ReLU(x) - c for x >= c, which bias absorption relies on."""
+    return _kind(gm, node, (nn.ReLU,), {F.relu, torch.relu, torch.relu_}, RELU_METHODS)
+
+
+def is_quantizer(gm, node) -> bool:
+    """An activation quantizer the simulation inserted: walks through the graph look past it."""
+    return getattr(module_of(gm, node), "is_quantizer", False)
+
+
+def is_pass(gm, node) -> bool:
+    return _kind(gm, node, PASS_MODULES, PASS_FUNCTIONS, PASS_METHODS) or is_quantizer(gm, node)
+
+
+def is_mean_preserving(gm, node) -> bool:
+    return _kind(gm, node, MEAN_MODULES, MEAN_FUNCTIONS, PASS_METHODS) or is_quantizer(gm, node)
+
+
+def is_add(node: fx.Node) -> bool:
+    tensors = [a for a in node.args if isinstance(a, fx.Node)]
+    return len(tensors) >= 2 and ((node.op == "call_function" and node.target in ADD_FUNCTIONS)
+                                  or (node.op == "call_method" and node.target in ADD_METHODS))
+
+
+def only_user(node: fx.Node) -> fx.Node | None:
+    users = list(node.users)
+    return users[0] if len(users) == 1 else None
+
+
+def out_channels(module: nn.Module) -> int:
+    return module.out_features if isinstance(module, nn.Linear) else module.out_channels
+
+
+def in_channels(module: nn.Module) -> int:
+    return module.in_features if isinstance(module, nn.Linear) else module.in_channels
+
+
+# --- BatchNorm folding ----------------------------------------------------------------------------------------------
+
+
+def fold_batchnorms(gm: fx.GraphModule, only: set[str] | None = None) -> dict[str, dict]:
+    """Fold every BatchNorm that directly follows a conv/linear (its only user) into that layer, and take the
+    BatchNorm out of the graph. Returns {layer: {"bn": bn name, "mean": beta, "std": |gamma|}}: the per-channel
+    statistics of the folded layer's output, which BN-based ranges, bias absorption and analytical bias
+    correction use. `only` limits folding to these BatchNorms (to rebuild a model quantized earlier)."""
+    calls: dict[str, int] = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            calls[node.target] = calls.get(node.target, 0) + 1
+    folded: dict[str, dict] = {}
+    for node in list(gm.graph.nodes):
+        bn = module_of(gm, node)
+        if not isinstance(bn, BATCHNORMS) or bn.running_mean is None or not node.args:
+            continue
+        if only is not None and node.target not in only:
+            continue
+        prev = node.args[0]
+        layer = module_of(gm, prev) if isinstance(prev, fx.Node) else None
+        if (not isinstance(layer, WEIGHTED) or len(prev.users) != 1 or calls.get(prev.target, 0) != 1
+                or calls.get(node.target, 0) != 1 or out_channels(layer) != bn.num_features):
+            continue
+        with torch.no_grad():
+            gamma = bn.weight.detach() if bn.weight is not None else torch.ones_like(bn.running_mean)
+            beta = bn.bias.detach() if bn.bias is not None else torch.zeros_like(bn.running_mean)
+            factor = gamma / torch.sqrt(bn.running_var + bn.eps)
+            shape = [-1] + [1] * (layer.weight.dim() - 1)
+            layer.weight.mul_(factor.view(shape))
+            bias = layer.bias.detach() if layer.bias is not None else torch.zeros_like(bn.running_mean)
+            new_bias = (bias - bn.running_mean) * factor + beta
+            if layer.bias is None:
+                layer.bias = nn.Parameter(new_bias.clone())
+            else:
+                layer.bias.copy_(new_bias)
+        folded[prev.target] = {"bn": node.target, "mean": beta.clone().float(), "std": gamma.abs().clone().float()}
+        node.replace_all_uses_with(prev)
+        gm.graph.erase_node(node)
+        gm.delete_submodule(node.target)
+    gm.graph.lint()
+    gm.recompile()
+    return folded
+
+
+def bn_stats(gm: fx.GraphModule, layer: Layer, folded: dict[str, dict]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(mean, std) per channel of a layer's output before its activation: from its folded BatchNorm, or from an
+    unfolded one right after it."""
+    info = folded.get(layer.name)
+    if info is not None:
+        return info["mean"], info["std"]
+    for node in layer.tail:
+        module = module_of(gm, node)
+        if isinstance(module, BATCHNORMS) and module.weight is not None:
+            return module.bias.detach().float(), module.weight.detach().abs().float()
+    return None
+
+
+# --- layers and activation points ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Layer:
+    """A conv or linear layer: its weight quantizer, and the activation point after its BatchNorm and activation."""
+
+    name: str
+    node: fx.Node
+    module: nn.Module
+    tail: list[fx.Node] = field(default_factory=list)  # the nodes between the layer's output and its point
+    point: str = ""
+
+
+@dataclass
+class Point:
+    """Where an activation quantizer goes: right after `node`."""
+
+    name: str
+    node: fx.Node
+    kind: str  # "input", "layer" or "add"
+    layer: str | None = None  # the layer whose output it quantizes
+    logits: bool = False  # the model's output
+    relu: bool = False  # a ReLU precedes it in the layer's tail (the tensor has no negative values)
+
+
+@dataclass
+class Structure:
+    layers: dict[str, Layer]
+    points: dict[str, Point]
+    groups: list[str]  # in graph order: a layer name (its weights and its output point) or a lone point's name
+
+
+def _tail(gm: fx.GraphModule, start: fx.Node) -> list[fx.Node]:
+    """The single-user chain of BatchNorms and activation functions right after `start`."""
+    chain, current = [], start
+    while True:
+        user = only_user(current)
+        if user is None or not _first_arg_is(user, current):
+            break
+        if not (is_activation(gm, user) or isinstance(module_of(gm, user), BATCHNORMS)):
+            break
+        chain.append(user)
+        current = user
+    return chain
+
+
+def _owner(node: fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    paths = [value[0] for value in stack.values()] if stack else []
+    return paths[-1] if paths else ""
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    if name not in taken:
+        return name
+    k = 1
+    while f"{name}@{k}" in taken:
+        k += 1
+    return f"{name}@{k}"
+
+
+def find_structure(gm: fx.GraphModule) -> Structure:
+    layers: dict[str, Layer] = {}
+    points: dict[str, Point] = {}
+    groups: list[str] = []
+    taken: set[str] = set()
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+
+    def add_point(name: str, node: fx.Node, kind: str, layer: str | None, tail: list[fx.Node]) -> Point:
+        logits = set(node.users) == {output}
+        point = Point(name, node, kind, layer, logits, any(is_relu(gm, n) for n in tail))
+        points[name] = point
+        taken.add(name)
+        return point
+
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            name = _unique("input", taken)
+            add_point(name, node, "input", None, [])
+            groups.append(name)
+        elif is_weighted(gm, node):
+            name = _unique(node.target, taken)
+            tail = _tail(gm, node)
+            layer = Layer(name, node, module_of(gm, node), tail, name)
+            layers[name] = layer
+            add_point(name, tail[-1] if tail else node, "layer", name, tail)
+            groups.append(name)
+        elif is_add(node):
+            tail = _tail(gm, node)
+            name = _unique(_owner(node) or node.name, taken)
+            add_point(name, tail[-1] if tail else node, "add", None, tail)
+            groups.append(name)
+    if not layers:
+        raise JobError("the model has no Conv or Linear layer to quantize")
+    return Structure(layers, points, groups)
+
+
+# --- pairs for cross-layer equalisation ------------------------------------------------------------------------------
+
+
+@dataclass
+class Pair:
+    first: str
+    second: str
+    relu: bool  # a plain ReLU between them: bias absorption applies
+
+
+def cle_pairs(gm: fx.GraphModule, structure: Structure) -> list[Pair]:
+    """Consecutive layers joined only by positively homogeneous ops (ReLU, pooling, flatten), with no branch:
+    scaling the first layer's output channel c by 1/s and the second's input channel c by s keeps the function."""
+    pairs = []
+    by_node = {layer.node: layer for layer in structure.layers.values()}
+    for layer in structure.layers.values():
+        if layer.name != layer.node.target:  # a module called twice: rescaling it would change both calls
+            continue
+        current, relu = layer.node, False
+        while True:
+            user = only_user(current)
+            if user is None or not _first_arg_is(user, current):
+                break
+            if user in by_node:
+                second = by_node[user]
+                module = second.module
+                if (second.name == user.target and in_channels(module) == out_channels(layer.module)
+                        and getattr(module, "groups", 1) == 1):
+                    pairs.append(Pair(layer.name, second.name, relu))
+                break
+            if is_relu(gm, user):
+                relu = relu or is_plain_relu(gm, user)
+            elif not is_pass(gm, user):
+                break
+            current = user
+    return pairs
+
+
+def producer(gm: fx.GraphModule, structure: Structure, layer: Layer) -> tuple[Layer | None, bool]:
+    """The layer whose output reaches `layer`'s input through mean-preserving ops and ReLUs only, and whether
+    a ReLU is on the way (for analytical bias correction); (None, False) when there is no such layer."""
+    by_node = {item.node: item for item in structure.layers.values()}
+    node = layer.node.args[0] if layer.node.args else None
+    relu = False
+    while isinstance(node, fx.Node):
+        if node in by_node:
+            return by_node[node], relu
+        if len(node.users) != 1:
+            return None, False
+        if is_plain_relu(gm, node):
+            if relu:  # a second ReLU is harmless, but keep the rule simple
+                return None, False
+            relu = True
+        elif not is_mean_preserving(gm, node):
+            return None, False
+        node = node.args[0] if node.args else None
+    return None, False

@@ -1,0 +1,211 @@
+"""Range setting (paper section 3.4): the registry of range estimators (minmax, mse, percentile, cross_entropy, bn)
+and what each one sees of a tensor (`Observed`). An estimator returns the clipping range (lo, hi) per row.
+
+Every estimator is vectorised over rows: one row per output channel for per-channel weights, one row otherwise.
+Worker side; never imports Qt.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from workbench.errors import JobError
+from workbench.registry import Registry
+from workbench.worker.quant.quantizer import Grid, qparams_from_range, quant_error
+
+COARSE_STEPS = 100  # candidate clipping ranges alpha * (lo, hi), alpha = 1/100 .. 1
+FINE_STEPS = 20  # then a grid ten times finer (1/1000) within one coarse step either side of ...
+REFINED = 3  # ... each of the best three coarse candidates
+BN_SIGMAS = 6.0  # the paper's BN-based range: beta +- 6 gamma
+
+
+@dataclass
+class Observed:
+    """What a range estimator sees of one tensor.
+
+    `values` is (C, N): the whole weight tensor (one row per output channel, or one row), or for an activation a
+    random sample of the calibration values; `lo`/`hi` (C,) are the true extremes of everything seen.
+    `logits` (N, K) is set for the network's output, `bn` (mean, std per channel of the pre-activation, from a
+    folded BatchNorm) where one precedes the tensor, and `relu` when a ReLU follows that BatchNorm.
+    """
+
+    values: torch.Tensor
+    lo: torch.Tensor
+    hi: torch.Tensor
+    logits: torch.Tensor | None = None
+    bn: tuple[torch.Tensor, torch.Tensor] | None = None
+    relu: bool = False
+
+    @classmethod
+    def of_weight(cls, weight: torch.Tensor, per_channel: bool) -> Observed:
+        rows = weight.detach().float().reshape(weight.shape[0] if per_channel else 1, -1)
+        return cls(rows, rows.min(dim=1).values, rows.max(dim=1).values)
+
+
+Estimator = Callable[[Observed, Grid, float], tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class RangeEstimator:
+    name: str
+    fn: Estimator
+    tensors: tuple[str, ...]  # "weight" and/or "activation"
+    applies: Callable[[Observed], bool]
+    description: str
+
+
+RANGE_ESTIMATORS: Registry[RangeEstimator] = Registry(
+    "range estimator", error=JobError,
+    missing=lambda name, hint: f"no range estimator named {name!r}; {hint}")
+
+
+def register_range_estimator(name: str, *, tensors: tuple[str, ...] = ("weight", "activation"),
+                             applies: Callable[[Observed], bool] | None = None, description: str = "") -> Callable:
+    def decorator(fn: Estimator) -> Estimator:
+        RANGE_ESTIMATORS.add(name, RangeEstimator(name, fn, tensors, applies or (lambda obs: True),
+                                                  description or (fn.__doc__ or "").strip().split("\n")[0]))
+        return fn
+
+    return decorator
+
+
+def get_range_estimator(name: str) -> RangeEstimator:
+    return RANGE_ESTIMATORS.get(name)
+
+
+def list_range_estimators(tensor: str | None = None) -> list[RangeEstimator]:
+    return [e for e in RANGE_ESTIMATORS.entries() if tensor is None or tensor in e.tensors]
+
+
+def estimate(name: str, obs: Observed, grid: Grid, percentile: float = 99.99) -> tuple[torch.Tensor, torch.Tensor]:
+    estimator = get_range_estimator(name)
+    if not estimator.applies(obs):
+        raise JobError(f"range estimator {name!r} does not apply to this tensor")
+    lo, hi = estimator.fn(obs, grid, percentile)
+    return lo.float(), hi.float()
+
+
+# --- the search both mse and cross_entropy use --------------------------------------------------------------------
+
+
+def grid_search(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], lo: torch.Tensor, hi: torch.Tensor,
+                coarse: int = COARSE_STEPS, fine: int = FINE_STEPS, top: int = REFINED, chunk: int = 1,
+                check_stop: Callable[[], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The clipping range alpha * (lo, hi) per row that minimises `objective(lo, hi) -> error`, where lo and hi
+    are (K, C): K candidates for each of the C rows at once, `chunk` candidates per call.
+
+    Exhaustive, in two stages: every alpha on the grid 1/coarse .. 1 for every row, then the grid `fine / 2` times
+    finer within one coarse step either side of each row's `top` best coarse candidates (the error is not convex
+    in alpha: at low bit widths it has several dips, and near alpha = 1 it ripples with the zero point's rounding).
+    """
+
+    def evaluate(alphas: torch.Tensor) -> torch.Tensor:
+        errors = []
+        for start in range(0, alphas.shape[0], chunk):
+            if check_stop is not None:
+                check_stop()
+            alpha = alphas[start:start + chunk]
+            errors.append(objective(alpha * lo, alpha * hi))
+        return torch.cat(errors)
+
+    rows = lo.numel()
+    coarse_alphas = (torch.arange(1, coarse + 1, dtype=lo.dtype, device=lo.device) / coarse).unsqueeze(1)
+    coarse_alphas = coarse_alphas.expand(-1, rows)
+    coarse_errors = evaluate(coarse_alphas)
+    centres = coarse_alphas.gather(0, coarse_errors.argsort(dim=0)[:top])  # (top, C)
+    offsets = (2 * torch.arange(fine + 1, dtype=lo.dtype, device=lo.device) / fine - 1) / coarse
+    fine_alphas = (centres.unsqueeze(1) + offsets.view(1, -1, 1)).reshape(-1, rows).clamp(1e-4, 1.0)
+    alphas = torch.cat([coarse_alphas, fine_alphas])
+    errors = torch.cat([coarse_errors, evaluate(fine_alphas)])
+    best = alphas.gather(0, errors.argmin(dim=0, keepdim=True))[0]
+    return best * lo, best * hi
+
+
+CHUNK_VALUES = 2**22  # values per objective call: candidates are batched up to this many (16 MB as float32)
+
+
+def _chunk(values: torch.Tensor) -> int:
+    return max(1, CHUNK_VALUES // max(values.numel(), 1))
+
+
+def squared_error(values: torch.Tensor, grid: Grid) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """objective(lo, hi) -> sum over each row of (x - q(x))^2 with that row's range; lo and hi are (C,) or (K, C)
+    for K candidate ranges at once (values are (C, N))."""
+
+    def objective(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+        qp = qparams_from_range(lo, hi, grid)
+        scale = qp.scale.unsqueeze(-1)
+        with torch.no_grad():
+            q = values * (1.0 / scale)
+            q.round_()
+            if grid.symmetric:
+                q.clamp_(grid.qmin, grid.qmax)
+            else:
+                z = qp.zero_point.float().unsqueeze(-1)
+                q.add_(z).clamp_(grid.qmin, grid.qmax).sub_(z)
+            q.mul_(scale).sub_(values)
+            return torch.linalg.vector_norm(q, dim=-1).square_()
+
+    return objective
+
+
+# --- the estimators ---------------------------------------------------------------------------------------------------
+
+
+@register_range_estimator("minmax", description="The tensor's own extremes: nothing is clipped.")
+def minmax_range(obs: Observed, grid: Grid, percentile: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return obs.lo.clone(), obs.hi.clone()
+
+
+@register_range_estimator("mse", description="The range with the least squared quantization error (grid search).")
+def mse_range(obs: Observed, grid: Grid, percentile: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return grid_search(squared_error(obs.values, grid), obs.lo, obs.hi, chunk=_chunk(obs.values))
+
+
+@register_range_estimator("percentile", description="The given percentile of each tail.")
+def percentile_range(obs: Observed, grid: Grid, percentile: float) -> tuple[torch.Tensor, torch.Tensor]:
+    values = obs.values
+    n = values.shape[1]
+    k_hi = max(1, min(n, math.ceil(percentile / 100 * n)))
+    k_lo = max(1, n - k_hi + 1)
+    # kthvalue, not torch.quantile: quantile refuses inputs of more than 2^24 values.
+    hi = values.kthvalue(k_hi, dim=1).values
+    lo = values.kthvalue(k_lo, dim=1).values
+    return torch.minimum(lo, obs.hi), torch.maximum(hi, obs.lo)
+
+
+def _softmax_cross_entropy(logits: torch.Tensor, grid: Grid) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """objective(lo, hi) -> (K, 1): the mean cross-entropy between the FP32 softmax and the quantized one."""
+    target = F.softmax(logits, dim=1)
+
+    def objective(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+        out = []
+        for low, high in zip(lo.reshape(-1), hi.reshape(-1)):
+            q = quant_error(logits, qparams_from_range(low, high, grid)).add_(logits)
+            out.append(-(target * F.log_softmax(q, dim=1)).sum(dim=1).mean())
+        return torch.stack(out).reshape(lo.shape)
+
+    return objective
+
+
+@register_range_estimator("cross_entropy", tensors=("activation",), applies=lambda obs: obs.logits is not None,
+                          description="For logits: the range whose quantized softmax best matches the FP32 softmax.")
+def cross_entropy_range(obs: Observed, grid: Grid, percentile: float) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = obs.logits
+    lo, hi = logits.min().reshape(1), logits.max().reshape(1)
+    return grid_search(_softmax_cross_entropy(logits, grid), lo, hi)
+
+
+@register_range_estimator("bn", tensors=("activation",), applies=lambda obs: obs.bn is not None,
+                          description="From the BatchNorm before the tensor: beta +- 6 gamma, clipped at 0 by a ReLU.")
+def bn_range(obs: Observed, grid: Grid, percentile: float) -> tuple[torch.Tensor, torch.Tensor]:
+    mean, std = obs.bn
+    lo, hi = (mean - BN_SIGMAS * std.abs()).min(), (mean + BN_SIGMAS * std.abs()).max()
+    if obs.relu:
+        lo, hi = lo.clamp(min=0), hi.clamp(min=0)
+    return lo.reshape(1).float(), hi.reshape(1).float()

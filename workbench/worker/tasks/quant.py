@@ -1,0 +1,16 @@
+"""`quant.analyze`: post-training quantization and its analysis from a QuantSpec (the engine is
+workbench.worker.quant). torch loads inside the task, not at import, so listing tasks stays cheap. Never imports Qt.
+"""
+
+from __future__ import annotations
+
+from workbench.specs import QuantSpec
+from workbench.worker.registry import register_task
+
+
+@register_task("quant.analyze", kind="job", spec=QuantSpec)
+def quant_analyze(spec: QuantSpec, ctx):
+    """Quantize a trained model (PTQ pipeline), with the accuracy ladder, per-layer errors and histograms."""
+    from workbench.worker.quant import run_quantization
+
+    return run_quantization(spec, ctx)
