@@ -199,3 +199,22 @@ def test_spec_differences_ignore_the_order_of_a_tables_keys():
         ("normalize", "auto", {"mean": [0.5], "std": [0.2]})]
     assert spec_differences({"deterministic": True}, {"deterministic": 1}) != []
     assert spec_differences({"lr": 0.1}, {}) == [("lr", 0.1, None)]
+
+
+def test_a_true_false_or_auto_field_is_a_three_way_choice(qtbot):
+    from PySide6.QtWidgets import QComboBox
+
+    from workbench.gui.widgets.spec_form import SpecForm
+
+    form = SpecForm(TrainSpec, ["channels_last", "dataset.on_device"], TrainSpec().to_dict())
+    qtbot.addWidget(form)
+    for field in ("channels_last", "dataset.on_device"):
+        combo = form.widgets[field]
+        assert isinstance(combo, QComboBox)
+        assert [combo.itemText(i) for i in range(combo.count())] == ["auto", "true", "false"]
+        assert form.value(field) == "auto"
+        for value in (True, False, "auto"):
+            form.set_value(field, value)
+            assert form.value(field) is value or form.value(field) == value and type(form.value(field)) is type(value)
+    data = form.apply_to(TrainSpec().to_dict())
+    assert TrainSpec.from_dict(data).channels_last == "auto"

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import copy
 import re
+import types
 from collections.abc import Mapping
-from typing import Literal, get_args, get_origin
+from typing import Literal, Union, get_args, get_origin
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -69,6 +70,17 @@ def field_named(message: str, fields) -> str | None:
     path = re.sub(r"\[\d+\]", "", message.split(": ", 1)[0])
     named = [f for f in fields if path == f or path.startswith(f + ".")]
     return max(named, key=len) if named else None
+
+
+def _bool_or_literal_choices(hint) -> list:
+    """The choices of a `bool | Literal[...]` field (literal values first, then true, false); [] otherwise."""
+    if get_origin(hint) not in (Union, types.UnionType):
+        return []
+    args = get_args(hint)
+    literals = [a for a in args if get_origin(a) is Literal]
+    if bool not in args or not literals or len(args) != 1 + len(literals):
+        return []
+    return [value for literal in literals for value in get_args(literal)] + [True, False]
 
 
 def field_errors(spec_cls: type[Spec], data: dict, fields) -> tuple[dict[str, str], str]:
@@ -178,6 +190,12 @@ class SpecForm(QWidget):
     def _make_widget(hint, meta) -> QWidget:
         if hint is bool:
             return QCheckBox()
+        choices = _bool_or_literal_choices(hint)
+        if choices:  # e.g. channels_last: true | false | "auto": three choices, not free text
+            widget = QComboBox()
+            for choice in choices:
+                widget.addItem(str(choice).lower() if isinstance(choice, bool) else str(choice), choice)
+            return widget
         if get_origin(hint) is Literal:
             widget = QComboBox()
             for choice in get_args(hint):
@@ -203,7 +221,9 @@ class SpecForm(QWidget):
         if isinstance(widget, QCheckBox):
             widget.setChecked(bool(value))
         elif isinstance(widget, QComboBox):
-            index = widget.findData(value)
+            # By identity of type and value: findData would match True to 1, and a bool to a number.
+            index = next((i for i in range(widget.count())
+                          if type(widget.itemData(i)) is type(value) and widget.itemData(i) == value), -1)
             widget.setCurrentIndex(max(0, index))
         elif isinstance(widget, QSpinBox):
             widget.setValue(int(value))
