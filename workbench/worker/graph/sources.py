@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
-from workbench.errors import JobError, SpecError, WorkbenchError
-from workbench.runs import RunStore
+from workbench.errors import JobError
 from workbench.specs import GraphSpec, ModelSpec, TrainSpec
+from workbench.worker.sources import first_checkpoint, read_training_run
 
 CHECKPOINT_ORDER = ("best.pt", "last.pt", "model.pt")  # best, else the newest state training wrote
 FILE_SUFFIXES = (".pt2", ".onnx")
@@ -33,23 +33,9 @@ class RunModel:
 
 def find_run_model(ref: str, workspace: str | Path | None) -> RunModel:
     """The model spec and best-else-last checkpoint of a training run named by id, id prefix or folder."""
-    from workbench.workspace import default_workspace
-
-    store = RunStore(workspace if workspace is not None else default_workspace())
-    try:
-        with store.open_run(ref) as run:
-            task, run_dir, data = run.task, run.dir, run.read_spec()
-    except WorkbenchError as exc:
-        raise JobError(f"source.run: {exc}") from None
-    if not task.startswith("train."):
-        raise JobError(f"source.run: {run_dir.name} is a {task or 'unknown'} run; a graph needs a training run "
-                       "(or use model.* or source.file)")
-    try:
-        spec = TrainSpec.from_dict(data)
-    except SpecError as exc:
-        raise JobError(f"source.run: the spec of {run_dir.name} no longer reads as a training spec ({exc})") from None
-    checkpoints = run_dir / "checkpoints"
-    checkpoint = next((checkpoints / name for name in CHECKPOINT_ORDER if (checkpoints / name).is_file()), None)
+    run_dir, spec = read_training_run(ref, workspace,
+                                      refusal="a graph needs a training run (or use model.* or source.file)")
+    checkpoint = first_checkpoint(run_dir, CHECKPOINT_ORDER)
     has_profile = (run_dir / "artifacts" / "profile_top_ops.json").is_file()
     return RunModel(run_dir, spec, checkpoint, has_profile)
 

@@ -11,9 +11,9 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.errors import JobError, SpecError, UsageError
-from workbench.runs import Run, RunStore
+from workbench.errors import JobError
 from workbench.specs import DataSpec, ModelSpec, TrainSpec
+from workbench.worker.sources import first_checkpoint, read_training_run
 
 CHECKPOINTS = ("best.pt", "model.pt", "last.pt")  # best, else the final model, else the last epoch's state
 
@@ -40,12 +40,11 @@ def merge_dataset(base: DataSpec, override: DataSpec) -> DataSpec:
 
 
 def run_checkpoint(run_dir: Path) -> Path:
-    folder = run_dir / "checkpoints"
-    for name in CHECKPOINTS:
-        if (folder / name).is_file():
-            return folder / name
-    raise JobError(f"source.run: {run_dir.name} has no checkpoint yet (none of {', '.join(CHECKPOINTS)} in "
-                   f"{folder}); let it train at least one epoch, or resume it")
+    checkpoint = first_checkpoint(run_dir, CHECKPOINTS)
+    if checkpoint is None:
+        raise JobError(f"source.run: {run_dir.name} has no checkpoint yet (none of {', '.join(CHECKPOINTS)} in "
+                       f"{run_dir / 'checkpoints'}); let it train at least one epoch, or resume it")
+    return checkpoint
 
 
 def resolve(source_run: str, model: ModelSpec, dataset: DataSpec, workspace: Path) -> Source:
@@ -58,22 +57,8 @@ def resolve(source_run: str, model: ModelSpec, dataset: DataSpec, workspace: Pat
         if not path.is_file():
             raise JobError(f"model.checkpoint: {path} does not exist")
         return Source(model, dataset, path)
-    try:
-        run_dir = RunStore(workspace).resolve(source_run)
-    except UsageError as exc:
-        raise JobError(f"source.run: {exc}") from None
-    try:
-        with Run(run_dir, readonly=True) as run:
-            task, data = run.task, run.read_spec()
-    except JobError as exc:
-        raise JobError(f"source.run: {run_dir.name} cannot be read: {exc}") from None
-    if task != "train.classifier":
-        raise JobError(f"source.run: {run_dir.name} is a {task or 'unknown'} run; quantize takes a training run "
-                       "(train.classifier)")
-    try:
-        trained = TrainSpec.from_dict(data)
-    except SpecError as exc:
-        raise JobError(f"source.run: the spec.toml of {run_dir.name} no longer reads as a training spec ({exc})") from None
+    run_dir, trained = read_training_run(source_run, workspace,
+                                         refusal="quantize takes a training run (train.classifier)")
     checkpoint = run_checkpoint(run_dir)
     # The run's checkpoint holds every weight: no pretrained download, no starting checkpoint, no freezing.
     spec = dataclasses.replace(trained.model, checkpoint=str(checkpoint), weights="", freeze=[])
