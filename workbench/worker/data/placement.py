@@ -159,15 +159,21 @@ def prefetch(source: Iterator, depth: int) -> Iterator:
     thread = threading.Thread(target=produce, name="batch-prefetch", daemon=True)
     thread.start()
     try:
-        while True:
-            item = items.get()
-            if item is done:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+        yield from _consume(items, done)
     finally:
         stop.set()
+
+
+def _consume(items: queue.Queue, done: object) -> Iterator:
+    """The consumer side of a producer thread: its items until `done`, and its exception raised here, where the
+    caller can see it."""
+    while True:
+        item = items.get()
+        if item is done:
+            return
+        if isinstance(item, BaseException):
+            raise item
+        yield item
 
 
 class Staging:
@@ -264,13 +270,7 @@ def staged_batches(store: ImageStore, parts: list[Part], batch_size: int, device
     thread = threading.Thread(target=produce, name="batch-staging", daemon=True)
     thread.start()
     try:
-        while True:
-            item = ready.get()
-            if item is done:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            local, x, y, event, slot = item
+        for local, x, y, event, slot in _consume(ready, done):
             if event is not None:
                 stream = torch.cuda.current_stream(device)
                 stream.wait_event(event)
