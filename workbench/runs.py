@@ -292,9 +292,16 @@ def interrupted_message(run_id: str, task: str | None) -> str:
             f"metrics and checkpoints up to then are kept.{resume}")
 
 
-def effective_status(run_dir: str | Path, status: str, message: str, task: str | None) -> tuple[str, str]:
-    """What a reader should show: a live status whose owner is gone reads as interrupted."""
-    if status in LIVE_STATUSES and run_owner(run_dir) is None:
+_PROBE = object()
+
+
+def effective_status(run_dir: str | Path, status: str, message: str, task: str | None,
+                     owner: dict | None | object = _PROBE) -> tuple[str, str]:
+    """What a reader should show: a live status whose owner is gone reads as interrupted. Pass `owner` (from
+    run_owner) when the caller has it already, so the lock is probed once."""
+    if owner is _PROBE:
+        owner = run_owner(run_dir) if status in LIVE_STATUSES else None
+    if status in LIVE_STATUSES and owner is None:
         return INTERRUPTED, interrupted_message(Path(run_dir).name, task)
     return status, message
 
@@ -583,7 +590,9 @@ class Run:
     def summary(self) -> dict:
         """Everything `workbench runs show` prints; a broken spec or report is reported, not raised."""
         meta = self._meta()
-        status, message = effective_status(self.dir, meta.get("status", ""), meta.get("message", ""), self.task)
+        owner = run_owner(self.dir)
+        status, message = effective_status(self.dir, meta.get("status", ""), meta.get("message", ""), self.task,
+                                           owner)
         problems = []
         spec = report = None
         try:
@@ -602,7 +611,7 @@ class Run:
             "task": self.task,
             "status": status,
             "message": message,
-            "owner": run_owner(self.dir),
+            "owner": owner,
             "created": meta.get("created"),
             "updated": meta.get("updated"),
             "run_dir": str(self.dir),
