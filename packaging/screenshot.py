@@ -23,9 +23,11 @@ def main() -> int:
     theme = sys.argv[2] if len(sys.argv) > 2 else "light"
     scene = sys.argv[3] if len(sys.argv) > 3 else "runs"
     from workbench.gui.app import prepare_qt_environment
+    from workbench.gui.gui_thread_gc import GuiThreadGarbageCollector
 
     prepare_qt_environment()
     app = QApplication(sys.argv[:1])
+    GuiThreadGarbageCollector(parent=app)  # as the app does
     from PySide6.QtCore import QSettings
 
     settings = Settings(QSettings(str(Path(tempfile.mkdtemp()) / "settings.ini"), QSettings.IniFormat))

@@ -1,6 +1,28 @@
-"""Test-wide setup: Qt renders offscreen (set before any Qt import) and settings never touch the user's own."""
+"""Test-wide setup: Qt renders offscreen (set before any Qt import), settings never touch the user's own, and
+Python's cycle collector runs only in the main thread, as in the app (workbench/gui/gui_thread_gc.py)."""
 
+import gc
 import os
+
+import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("QTWEBENGINE_DISABLE_SANDBOX", "1")
+
+_THRESHOLDS = gc.get_threshold()
+
+
+def pytest_configure(config):
+    # GUI tests run a fake worker in a thread of this process: left automatic, the collector would now and then
+    # free a test's Qt widgets in that thread and deadlock on Qt's locks against the GIL (it hung CI once).
+    gc.disable()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    # Collect between tests, in the main thread, each generation that is due (as automatic collection would).
+    counts = gc.get_count()
+    for generation in (2, 1, 0):
+        if counts[generation] > _THRESHOLDS[generation]:
+            gc.collect(generation)
+            return

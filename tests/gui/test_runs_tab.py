@@ -36,7 +36,7 @@ def test_runs_started_elsewhere_appear_without_refresh(fake_window, qtbot, tmp_p
     # A run made by another process (the CLI, say) while the tab is shown.
     subprocess.run([sys.executable, "-c", "import sys; from workbench.runs import RunStore; "
                     "r = RunStore(sys.argv[1]).create_run('diag', {}, task='debug.count'); r.set_status('done'); "
-                    "r.close()", str(workspace)], check=True)
+                    "r.close()", str(workspace)], check=True, timeout=60)
     qtbot.waitUntil(lambda: len(fake_window.runs_panel.model.runs) == 1, timeout=10_000)
     assert fake_window.runs_panel.model.runs[0]["status"] == "done"
 

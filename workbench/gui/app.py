@@ -11,6 +11,7 @@ from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
 from workbench.client import WorkerManager
+from workbench.gui.gui_thread_gc import GuiThreadGarbageCollector
 from workbench.gui.main_window import MainWindow
 from workbench.gui.settings import APPLICATION, ORGANIZATION, Settings
 
@@ -38,6 +39,7 @@ def run_gui(workspace: Path | None = None, connection_file: str | None = None, a
     app.setOrganizationName(ORGANIZATION)
     app.setApplicationName(APPLICATION)
     app.setApplicationDisplayName(APPLICATION)
+    GuiThreadGarbageCollector(parent=app)  # a child of the app: lives as long as it
     settings = Settings()
     workspace = resolve_workspace(workspace or settings.get("workspace") or None)
     manager = WorkerManager(connection_file=connection_file)
