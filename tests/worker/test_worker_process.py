@@ -444,3 +444,17 @@ def test_a_worker_watches_the_named_process_even_when_it_is_not_its_parent(tmp_p
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(5)
+
+
+def test_a_manager_without_a_runtime_dir_removes_its_own_at_shutdown(tmp_path):
+    # The connection file holds the session's keys: it must not outlive the worker in /tmp.
+    manager = WorkerManager(start_timeout=30.0)
+    try:
+        assert manager.start(wait=True), manager.detail
+        own = manager.runtime_dir
+        assert any(own.glob("worker-*.json"))
+    finally:
+        manager.shutdown()
+    assert not own.exists()
+    attached = WorkerManager(connection_file=tmp_path / "nobody.json")  # attaching makes no folder at all
+    assert attached._own_dir is None

@@ -46,7 +46,10 @@ class WorkerManager:
         # With `connection_file` and no command, attach to a worker someone else started (a remote GPU box).
         self.attach_only = connection_file is not None and command is None
         self.command = command or [sys.executable, "-m", "workbench.worker"]
-        self.runtime_dir = Path(runtime_dir or tempfile.mkdtemp(prefix="workbench-"))
+        # Without a runtime_dir, the connection file (it holds the session's keys) and the worker's log go into
+        # a temporary folder of our own, made at launch and removed at shutdown.
+        self._runtime_dir = Path(runtime_dir) if runtime_dir else None
+        self._own_dir: tempfile.TemporaryDirectory | None = None
         self.connection_file = Path(connection_file) if connection_file else None
         self.max_restarts = max_restarts
         self.restart_window = restart_window
@@ -65,6 +68,14 @@ class WorkerManager:
         self._lock = threading.RLock()
         self._generation = 0  # bumps on every (re)start so a stale monitor thread stands down
         self._closing = False
+
+    @property
+    def runtime_dir(self) -> Path:
+        if self._runtime_dir is not None:
+            return self._runtime_dir
+        if self._own_dir is None:
+            self._own_dir = tempfile.TemporaryDirectory(prefix="workbench-")
+        return Path(self._own_dir.name)
 
     # -- listeners -------------------------------------------------------------------------------
     def add_listener(self, listener: Listener) -> None:
@@ -281,6 +292,9 @@ class WorkerManager:
             how = self._escalate(process, timeout)
         if client is not None:
             client.close()
+        if self._own_dir is not None and (process is None or process.poll() is not None):
+            self._own_dir.cleanup()  # a worker that would not die may still read its connection file: keep it
+            self._own_dir = None
         self._set_state("stopped", how)
         return how
 
