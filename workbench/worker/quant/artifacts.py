@@ -7,6 +7,7 @@ parameters as JSON (artifacts/quant_params.json), every histogram and range arra
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -63,9 +64,14 @@ def save_quantized(sim, folder: Path, *, model_spec: dict, checkpoint: str) -> t
     return weights_path, params_path
 
 
-def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
+META_KEY = "__meta__"  # in histograms.npz: a JSON string, each array's metadata (estimator names, rows, columns)
+
+
+def save_arrays(path: Path, arrays: dict[str, tuple[np.ndarray, dict]]) -> None:
+    """Every array with the metadata it was sent with, so a reader of a finished run sees what a live one saw."""
     buffer = io.BytesIO()
-    np.savez_compressed(buffer, **arrays)
+    meta = json.dumps({name: m for name, (_, m) in arrays.items()})
+    np.savez_compressed(buffer, **{name: a for name, (a, _) in arrays.items()}, **{META_KEY: np.asarray(meta)})
     atomic_write_bytes(path, buffer.getvalue())
 
 
@@ -73,7 +79,6 @@ def load_quantized(model: nn.Module, folder: str | Path, *, params: dict | None 
     """Rebuild the quantized model that a quantize run saved in `folder` (its artifacts/), from a freshly built
     `model` of the same spec: fold the same BatchNorms, load the quantized weights and biases, and put the
     activation quantizers back with their scales. Returns a QuantSim with everything quantized."""
-    import json
 
     from workbench.worker.quant.cle import ensure_bias
     from workbench.worker.quant.graph import find_structure, fold_batchnorms, trace

@@ -88,7 +88,7 @@ def _logit_sqnr(reference: torch.Tensor, logits: torch.Tensor) -> float | None:
 
 def _emit_arrays(ctx, arrays: dict, store: dict) -> None:
     for name, (array, meta) in arrays.items():
-        store[name] = array
+        store[name] = (array, meta)
         ctx.array(f"quant/{name}", array, **meta)
 
 
@@ -138,7 +138,7 @@ def run_quantization(spec: QuantSpec, ctx) -> dict:
         ladder.add("fold_bn", evaluate(gm, held_out, ctx.check_stop))
     structure = find_structure(gm)
     modules = {name: layer.module for name, layer in structure.layers.items()}
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, tuple[np.ndarray, dict]] = {}  # name: (array, what it holds), as sent and as saved
 
     cle_report = None
     if spec.cle:
@@ -228,8 +228,9 @@ def run_quantization(spec: QuantSpec, ctx) -> dict:
     for entry, tensor_arrays in zip(layers, parallel_map(lambda e: analysis.tensor_arrays(sim, e), layers, device,
                                                          ctx.check_stop)):
         _emit_arrays(ctx, tensor_arrays, arrays)
-        ctx.histogram(f"quant/{entry['name']}:{entry['tensor']}", arrays[f"{entry['name']}:{entry['tensor']}:counts"],
-                      arrays[f"{entry['name']}:{entry['tensor']}:edges"], layer=entry["name"], tensor=entry["tensor"])
+        key = f"{entry['name']}:{entry['tensor']}"
+        ctx.histogram(f"quant/{key}", arrays[f"{key}:counts"][0], arrays[f"{key}:edges"][0], layer=entry["name"],
+                      tensor=entry["tensor"])
     sim.all()
 
     report: dict = {
