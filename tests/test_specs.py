@@ -459,7 +459,7 @@ def test_unknown_field_with_nothing_close_lists_the_fields():
     message = error(GraphSpec.from_dict, {"zzzzzz": 1})
     assert (
         message
-        == "zzzzzz: unknown field; allowed fields: source, model, dataset, const_element_count_limit, port, open_browser"
+        == "zzzzzz: unknown field; allowed fields: source, model, dataset, const_element_count_limit, port, open_browser, quant_run"
     )
     message = error(TrainSpec.from_dict, {"model": {"qqqqqq": 1}})
     assert message.startswith("model.qqqqqq: unknown field; allowed fields: name, num_classes, input_shape")

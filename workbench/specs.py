@@ -757,6 +757,10 @@ class GraphSpec(Spec):
     const_element_count_limit: int = option(16, "Constants with more elements than this are shown without their values.", min=0)
     port: int = option(0, "Port of the graph viewer's server; 0 picks a free one.", min=0, max=65535)
     open_browser: bool = option(False, "Open the graph in the system web browser.")
+    quant_run: str = option("", "A quantize run (its id or folder) whose per-layer SQNR to paint on the graph; source.run defaults to that run's training run.")
+
+    def validate(self) -> None:
+        self.quant_run = self.quant_run.strip()
 
 
 @dataclass

@@ -55,3 +55,28 @@ def graph_nodes(result: dict) -> list[dict]:
 
 def modules(result: dict) -> dict[str, dict]:
     return {row["name"]: row for row in result["modules"]}
+
+
+def stored_training_run(workspace: Path, seed: int = 7) -> str:
+    """The id of a finished training run of the digits cnn as the store keeps one (its spec and a last.pt of seeded
+    weights), without training: quantize and graph read nothing else of it."""
+    import torch
+
+    from workbench.runs import RunStore
+    from workbench.specs import TrainSpec
+    from workbench.worker.checkpoints import save_state_dict
+    from workbench.worker.models import build_model
+
+    spec = TrainSpec.from_dict({"dataset": {"name": "digits"}, "model": {"name": "cnn"}, "epochs": 1})
+    run = RunStore(workspace).create_run("train", spec.to_dict(), task="train.classifier")
+    torch.manual_seed(seed)
+    save_state_dict(build_model(spec.model, input_shape=(1, 8, 8)).state_dict(), run.checkpoints_dir / "last.pt")
+    run.set_status("done")
+    run.close()
+    return run.id
+
+
+def quantize(workspace: Path, spec: dict) -> dict:
+    """quant.analyze through the real runner, kept small: 64 calibration and 64 held-out samples."""
+    spec = {"calibration": {"samples": 64, "seed": 0}, "eval_samples": 64, **spec}
+    return run_task(get_task("quant.analyze"), spec, emit=lambda *args: None, workspace=workspace)

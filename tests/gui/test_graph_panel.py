@@ -221,6 +221,75 @@ def test_without_qtwebengine_the_table_still_works(qtbot, tmp_path):
         h.close()
 
 
+# -- a quantize run's SQNR on the graph -------------------------------------------------------------------------
+
+QUANT_RUN, TRAIN_RUN = "20261122-232125-quant-3051bf", "20261122-194708-train-5bedd4"
+
+
+def _shown_quant_run(qtbot, harness):
+    panel = harness.panel
+    record = panel.show_quant_run(QUANT_RUN, TRAIN_RUN)
+    assert record is not None and "SQNR of " + QUANT_RUN in panel.info.text()
+    assert record.spec == {"quant_run": QUANT_RUN, "source": {"run": TRAIN_RUN}}
+    qtbot.waitUntil(lambda: panel.graph is not None, timeout=10_000)
+    return panel
+
+
+def test_show_quant_run_builds_its_graph_coloured_by_weight_sqnr(qtbot, harness):
+    panel = _shown_quant_run(qtbot, harness)
+    assert panel.graph["quant_run"] == QUANT_RUN
+    assert [panel.overlay_combo.itemText(i) for i in range(panel.overlay_combo.count())] == [
+        "None", "Parameters", "FLOPs (millions)", "Weight SQNR (dB)", "Activation SQNR (dB)"]
+    assert panel.overlay_combo.currentData() == "quant_weight_sqnr"
+    assert panel.legend.isVisible() and (panel.legend.low.text(), panel.legend.high.text()) == ("18.25", "24.5")
+    assert panel.legend.ramp.colors[0] == "#8c2d04"  # darkest at the low end: low SQNR is the bad end
+    qtbot.waitUntil(lambda: bool(panel.view.urls), timeout=10_000)
+    assert panel.view.urls[-1].endswith("overlays/quant_weight_sqnr.json")  # the page opens coloured already
+    assert not panel.selection_value.isVisible()  # nothing picked yet
+
+
+def test_picking_a_module_under_a_quant_overlay_asks_for_its_histogram(qtbot, harness):
+    panel = _shown_quant_run(qtbot, harness)
+    view = panel.view
+    with qtbot.waitSignal(panel.quant_layer_requested, timeout=1000) as request:
+        view.node_selected.emit("conv2d_1")  # a click on a node in the graph
+    assert request.args == [QUANT_RUN, "features.2", "weight"]
+    assert panel.selected_module() == "features.2"
+    text = panel.selection_value.text()
+    assert panel.selection_value.isVisible() and "<b>features.2</b>" in text
+    assert "Weight SQNR (dB): 18.25" in text and "Activation SQNR (dB): 37.5" in text and QUANT_RUN in text
+    panel.overlay_combo.setCurrentIndex(panel.overlay_combo.findData("quant_activation_sqnr"))
+    with qtbot.waitSignal(panel.quant_layer_requested, timeout=1000) as request:
+        assert panel.select_module("classifier")  # a row picked in the table
+    assert request.args == [QUANT_RUN, "classifier", "activation"]
+    assert view.selected[-1] == "linear"  # and the graph follows, as ever
+    assert "Activation SQNR (dB): 35" in panel.selection_value.text()
+    with qtbot.assertNotEmitted(panel.quant_layer_requested):
+        assert panel.select_module("features.1")  # a ReLU: not quantized on its own, no histogram to open
+    assert "Weight SQNR (dB): —" in panel.selection_value.text()
+    panel.overlay_combo.setCurrentIndex(panel.overlay_combo.findData("flops"))
+    with qtbot.assertNotEmitted(panel.quant_layer_requested):
+        assert panel.select_module("features.0")  # coloured by FLOPs: a pick only selects
+        view.node_selected.emit("linear")
+    assert "FLOPs (millions): 0.04608" in panel.selection_value.text()
+
+
+def test_a_graph_without_quant_overlays_never_asks_for_histograms(qtbot, harness):
+    panel = _built(qtbot, harness)
+    assert panel.overlay_combo.findData("quant_weight_sqnr") == -1
+    with qtbot.assertNotEmitted(panel.quant_layer_requested):
+        assert panel.select_module("features.0")
+        panel.view.node_selected.emit("linear")
+    assert not panel.selection_value.isVisible()  # no overlay chosen: nothing to show a value of
+
+
+def test_show_quant_run_of_a_training_run_says_why(qtbot, harness):
+    panel = harness.panel
+    panel.show_quant_run(TRAIN_RUN, "")
+    qtbot.waitUntil(lambda: "could not be built" in panel.info.text(), timeout=10_000)
+    assert "is not a quantize run" in panel.info.text() and panel.job_overlays == {}
+
+
 # -- the real thing, on a real X screen --------------------------------------------------------------------------
 
 SCREENSHOT_SCRIPT = """

@@ -4,21 +4,80 @@ artifacts/graph/ folder, and the result the CLI prints and the Graph tab shows. 
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from workbench.errors import JobError
-from workbench.runs import atomic_write_json
-from workbench.specs import GraphSpec
+from workbench.errors import JobError, SpecError, WorkbenchError
+from workbench.runs import RunStore, atomic_write_json, effective_status
+from workbench.specs import GraphSpec, ModelSpec, QuantSpec
 from workbench.worker.graph import me_json
 from workbench.worker.graph.analyze import Analysis, ModuleStat, analyze, example_input
 from workbench.worker.graph.capture import capture, describe_failure
-from workbench.worker.graph.overlays import write_overlay
+from workbench.worker.graph.overlays import write_overlay, write_quant_overlays
 from workbench.worker.graph.sources import build_module, check_file, load_exported_program
 
 GRAPH_DIR = "graph"
 STEPS = 4
+QUANT_TASK = "quant.analyze"
+
+
+@dataclass
+class QuantRun:
+    """What a finished quantize run gives a graph: its id, its source and its report's per-layer entries."""
+
+    id: str
+    dir: Path
+    spec: QuantSpec
+    layers: list
+
+
+def read_quant_run(ref: str, workspace) -> QuantRun:
+    """The finished quantize run `ref` names (id, id prefix or folder), opened read-only; a JobError naming the
+    run and the problem otherwise."""
+    from workbench.workspace import default_workspace
+
+    store = RunStore(workspace if workspace is not None else default_workspace())
+    try:
+        with store.open_run(ref) as run:  # read-only: painting a run's results never writes to it
+            run_dir, task = run.dir, run.task
+            status, message = effective_status(run.dir, run.status, run.message, task)
+            if task != QUANT_TASK:
+                raise JobError(f"quant_run: run {run_dir.name} is not a quantize run (it is a {task or 'unknown'} "
+                               "run); pick a run of `workbench quantize`")
+            if status != "done":
+                said = f": {message}" if message else ""
+                raise JobError(f"quant_run: run {run_dir.name} has not finished ({status}{said}); its per-layer "
+                               "SQNR is in its report once it is done")
+            data, report = run.read_spec(), run.read_report()
+    except JobError:
+        raise
+    except WorkbenchError as exc:
+        raise JobError(f"quant_run: {exc}") from None
+    if not report or not isinstance(report.get("layers"), list):
+        raise JobError(f"quant_run: run {run_dir.name} has no per-layer results in {run_dir / 'report.json'}")
+    try:
+        spec = QuantSpec.from_dict(data)
+    except SpecError as exc:
+        raise JobError(f"quant_run: the spec of {run_dir.name} no longer reads as a quantize spec ({exc})") from None
+    return QuantRun(run_dir.name, run_dir, spec, report["layers"])
+
+
+def _with_quant_source(spec: GraphSpec, quant: QuantRun) -> GraphSpec:
+    """`spec` with the quantize run's model when it names none of its own (source and model.* left empty; a
+    model.input_shape alone still overrides): its training run, else the model and checkpoint it quantized."""
+    if spec.source.run or spec.source.file or dataclasses.replace(spec.model, input_shape=[]) != ModelSpec():
+        return spec
+    source = quant.spec.source.run
+    if source:
+        # Its id (or folder) in the quantize run's own workspace, wherever that workspace is now.
+        sibling = quant.dir.parent / Path(source).name
+        run = str(sibling) if sibling.is_dir() else source
+        return dataclasses.replace(spec, source=dataclasses.replace(spec.source, run=run))
+    model = dataclasses.replace(quant.spec.model, input_shape=spec.model.input_shape or quant.spec.model.input_shape)
+    return dataclasses.replace(spec, model=model, dataset=quant.spec.dataset)
 
 
 def _write_overlays(folder: Path, graph: dict, modules: list[dict], times: dict[str, float] | None) -> dict:
@@ -31,6 +90,32 @@ def _write_overlays(folder: Path, graph: dict, modules: list[dict], times: dict[
         overlay = write_overlay(folder, metric, values, graph=graph, label=label, additive=True)
         overlays[metric] = overlay.summary(folder)
     return overlays
+
+
+def _check_quant_source(spec: GraphSpec, quant: QuantRun, ctx) -> None:
+    """A warning when source.run names another training run than the one the quantize run quantized."""
+    if not spec.source.run or not quant.spec.source.run:
+        return
+    store = RunStore(ctx.workspace) if ctx.workspace is not None else None
+    try:
+        mine = store.resolve(spec.source.run).name if store else Path(spec.source.run).name
+    except WorkbenchError:
+        return  # source.run's own error comes when the model is loaded
+    theirs = Path(quant.spec.source.run).name
+    if mine != theirs and not mine.startswith(theirs):
+        ctx.log(f"source.run {mine} is not the run {quant.id} quantized ({theirs}): its SQNR is painted on "
+                "the modules whose names match", "warning")
+
+
+def _quant_overlays(folder: Path, graph: dict, modules: list[dict], quant: QuantRun, ctx) -> dict:
+    written = write_quant_overlays(folder, graph, quant.layers, quant_run=quant.id, names=[m["name"] for m in modules])
+    if not written:
+        named = sorted({e.get("name") for e in quant.layers if isinstance(e, dict) and isinstance(e.get("name"), str)})
+        raise JobError(f"quant_run: none of the layers of run {quant.id} ({', '.join(named[:6]) or 'none'}) is a "
+                       "module of this graph, or none has a finite SQNR; build the graph of the model it quantized")
+    for overlay in written.values():
+        ctx.log(f"{overlay.label} of run {quant.id} on {overlay.nodes} nodes")
+    return {metric: overlay.summary(folder) for metric, overlay in written.items()}
 
 
 def _from_module(spec: GraphSpec, ctx) -> tuple[dict, Analysis, str, str, str, dict | None]:
@@ -108,6 +193,10 @@ def build_graph(spec: GraphSpec, ctx) -> dict:
         raise JobError("the graph is written into a run folder: run it with a workspace")
     folder = run.artifacts_dir / GRAPH_DIR
     ctx.progress(0, STEPS, "loading the model", force=True)
+    quant = read_quant_run(spec.quant_run, ctx.workspace) if spec.quant_run else None
+    if quant is not None:
+        spec = _with_quant_source(spec, quant)
+        _check_quant_source(spec, quant, ctx)
     path = check_file(spec.source.file) if spec.source.file else None
     if path is not None and path.suffix.lower() == ".onnx":
         found = _from_onnx(spec, path, ctx)
@@ -125,6 +214,8 @@ def build_graph(spec: GraphSpec, ctx) -> dict:
     modules_path = folder / "modules.json"
     atomic_write_json(modules_path, found["modules"])
     overlays = _write_overlays(folder, found["graph"], found["modules"], found["times"])
+    if quant is not None:
+        overlays.update(_quant_overlays(folder, found["graph"], found["modules"], quant, ctx))
     ctx.artifact("graph", graph_path, kind="graph")
     ctx.artifact("overlays", folder / "overlays.json", kind="overlays")
     nodes = me_json.count_nodes(found["graph"])
@@ -135,4 +226,5 @@ def build_graph(spec: GraphSpec, ctx) -> dict:
             "params_trainable": found["params_trainable"], "flops": found["flops"], "modules": found["modules"],
             "capture": found["capture"], "capture_reason": found["capture_reason"], "model": found["model"],
             "input_shape": found["input_shape"], "modules_json": str(modules_path),
-            "overlays_json": str(folder / "overlays.json"), "overlays": overlays}
+            "overlays_json": str(folder / "overlays.json"), "overlays": overlays,
+            "quant_run": quant.id if quant is not None else ""}

@@ -1,6 +1,6 @@
 """Node overlays: per-module values (keyed by named_modules() names) painted onto a Model Explorer graph as its own
 "node data" JSON. Any per-layer result (parameters, FLOPs, self-time, later quantization SQNR) goes through
-`write_overlay`. Plain JSON, no torch; worker side, never Qt.
+`write_overlay` (`write_quant_overlays` for a quantize run's report). Plain JSON, no torch; worker side, never Qt.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.runs import atomic_write_json
@@ -33,11 +33,13 @@ class Overlay:
     scale: str  # "linear" or "log"
     colors: tuple[str, ...]
     nodes: int  # graph nodes painted
+    info: dict = field(default_factory=dict)  # where the values came from: {"quant_run": id, "tensor": ...}
 
     def summary(self, relative_to: Path | None = None) -> dict:
         path = self.path.relative_to(relative_to) if relative_to is not None else self.path
         return {"label": self.label, "path": str(path), "nodes": self.nodes,
-                "legend": {"min": self.minimum, "max": self.maximum, "scale": self.scale, "colors": list(self.colors)}}
+                "legend": {"min": self.minimum, "max": self.maximum, "scale": self.scale, "colors": list(self.colors)},
+                **self.info}
 
 
 def _graph_nodes(graph: Mapping) -> list[dict]:
@@ -133,10 +135,12 @@ def node_data(graph: Mapping, values: Mapping[str, float], *, label: str, additi
 
 
 def write_overlay(directory: str | Path, metric: str, values: Mapping[str, float], *, graph: Mapping | str | Path,
-                  label: str, additive: bool, higher_is_better: bool = False) -> Overlay:
+                  label: str, additive: bool, higher_is_better: bool = False,
+                  info: Mapping[str, object] | None = None) -> Overlay:
     """Paint per-module `values` on `graph` (its JSON, or the path of graph.json) and write the result into
     `directory`: overlays/<metric>.json in Model Explorer's node-data format, and an entry of overlays.json (the
-    index the Graph tab reads: label, legend and the per-module values themselves)."""
+    index the Graph tab reads: label, legend and the per-module values themselves, plus `info`: where the values
+    came from, such as the quantize run of an SQNR overlay)."""
     if not _METRIC.match(metric):
         raise ValueError(f"overlay metric {metric!r} must be letters, digits, '_', '.' or '-'")
     directory = Path(directory)
@@ -147,14 +151,51 @@ def write_overlay(directory: str | Path, metric: str, values: Mapping[str, float
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, data)
     overlay = Overlay(metric, label, path, legend["min"], legend["max"], legend["scale"], tuple(legend["colors"]),
-                      len(data["results"]))
+                      len(data["results"]), dict(info or {}))
     index_path = directory / INDEX_NAME
     try:
         index = json.loads(index_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         index = {}
     overlays = index.setdefault("overlays", {})
-    overlays[metric] = {**overlay.summary(directory), "additive": additive, "higher_is_better": higher_is_better,
-                        "values": {name: float(v) for name, v in values.items()}}
+    overlays[metric] = {**overlay.summary(directory), "additive": additive,
+                        "higher_is_better": higher_is_better, "values": {name: float(v) for name, v in values.items()}}
     atomic_write_json(index_path, index)
     return overlay
+
+
+# metric, the report's `tensor`, label: the two overlays of a quantize run's per-layer SQNR
+QUANT_OVERLAYS = (("quant_weight_sqnr", "weight", "Weight SQNR (dB)"),
+                  ("quant_activation_sqnr", "activation", "Activation SQNR (dB)"))
+
+
+def quant_values(layers, tensor: str, names) -> dict[str, float]:
+    """Module name -> sqnr_db of a quantize report's `layers` entries for `tensor` ("weight" or "activation"),
+    keeping only names in `names` (the activation entry "input" is the model's input, not a module) and finite
+    values (a layer whose SQNR could not be measured has none)."""
+    values = {}
+    for entry in layers or []:
+        if not isinstance(entry, Mapping) or entry.get("tensor") != tensor:
+            continue
+        name, value = entry.get("name"), entry.get("sqnr_db")
+        if not isinstance(name, str) or name not in names:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            continue
+        values[name] = float(value)
+    return values
+
+
+def write_quant_overlays(directory: str | Path, graph: Mapping, layers, *, quant_run: str,
+                         names=()) -> dict[str, Overlay]:
+    """The weight and activation SQNR overlays of a quantize run's report `layers` on `graph`: metric -> Overlay,
+    leaving out a tensor with no value on this graph. Modules are those of `names` and the graph's own nodes; each
+    index entry names `quant_run` (the run's id) and its `tensor`, so the Graph tab knows where it came from."""
+    known = set(names) | {module for _, module in node_modules(graph)}
+    written = {}
+    for metric, tensor, label in QUANT_OVERLAYS:
+        values = quant_values(layers, tensor, known)
+        if values:
+            written[metric] = write_overlay(directory, metric, values, graph=graph, label=label, additive=False,
+                                            higher_is_better=True, info={"quant_run": quant_run, "tensor": tensor})
+    return written

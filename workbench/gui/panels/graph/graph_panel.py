@@ -1,6 +1,7 @@
 """The Graph tab: build a model's graph (`graph.build` on the worker) from a training run or a saved file, show
 it in Model Explorer (its own server process, started the first time the tab is shown), with the module table
-beside it, overlays with a legend, selection that follows between the two, and exports.
+beside it, overlays with a legend, selection that follows between the two, and exports. A quantize run's per-layer
+SQNR is painted the same way (`show_quant_run`); a module picked while it shows asks for that layer's histogram.
 
 A thin view: graphs come from the worker as run folders; jobs go out through the `submit` callable it is given.
 Never imports torch or model_explorer.
@@ -34,7 +35,7 @@ from PySide6.QtWidgets import (
 
 from workbench.errors import WorkbenchError
 from workbench.graph_server.process import GraphServer
-from workbench.gui.panels.graph.legend import OverlayLegend
+from workbench.gui.panels.graph.legend import OverlayLegend, number_text
 from workbench.gui.panels.graph.module_table import (
     NAME_ROLE,
     ModuleFilterProxy,
@@ -47,6 +48,8 @@ from workbench.runs import RunStore
 GRAPH_TASK = "graph.build"
 POLL_MS = 100
 NO_OVERLAY = "none"
+# graph.build's overlays of a quantize run (`quant_run`), the one "Show on graph" colours by first
+QUANT_OVERLAYS = ("quant_weight_sqnr", "quant_activation_sqnr")
 CAPTURE_WORDS = {"export": "torch.export", "non_strict": "torch.export (non-strict)",
                  "modules": "the module hierarchy (torch.export could not capture it)"}
 
@@ -69,6 +72,9 @@ def read_graph_run(run_dir: str | Path) -> dict:
 
 class GraphPanel(QWidget):
     status_message = Signal(str)
+    # (quantize run id, module name, "weight" or "activation"): a module was picked in the graph or the table while
+    # the graph is coloured by that run's SQNR; the Quantize tab opens that layer's histogram.
+    quant_layer_requested = Signal(str, str, str)
 
     def __init__(self, workspace, submit: Callable[[str, dict], object], parent=None, *,
                  server_factory: Callable[[list], GraphServer] = GraphServer,
@@ -85,6 +91,7 @@ class GraphPanel(QWidget):
         self.node_module: dict[str, str] = {}  # graph node id -> module name
         self.module_node: dict[str, str] = {}  # module name -> the node selecting it shows
         self.jobs: set[str] = set()  # graph.build jobs this panel started
+        self.job_overlays: dict[str, tuple[str, ...]] = {}  # job id -> the overlays its graph is first coloured by
         self._shown_once = False
         self._page_url = ""
         self._poll = QTimer(self)
@@ -159,6 +166,10 @@ class GraphPanel(QWidget):
         self.overlay_combo = QComboBox()
         self.overlay_combo.setToolTip("Colour the graph's nodes by a per-layer value")
         self.legend = OverlayLegend()
+        self.selection_value = QLabel()  # the picked module's value in the overlay shown (both SQNRs of a quant run)
+        self.selection_value.setWordWrap(True)
+        self.selection_value.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.selection_value.hide()
         filters = QHBoxLayout()
         filters.addWidget(self.search, 1)
         filters.addWidget(self.leaves_only)
@@ -172,6 +183,7 @@ class GraphPanel(QWidget):
         side_layout.addWidget(self.table, 1)
         side_layout.addLayout(overlay_row)
         side_layout.addWidget(self.legend)
+        side_layout.addWidget(self.selection_value)
         self.splitter = QSplitter(Qt.Horizontal)
         self.splitter.addWidget(self.left)
         self.splitter.addWidget(side)
@@ -256,13 +268,28 @@ class GraphPanel(QWidget):
         """The graph of a training run (its id or folder): what the Training and Runs tabs' "Show graph" call."""
         return self.build_graph({"source": {"run": str(run)}})
 
+    def show_quant_run(self, quant_run_id: str, source_run_id: str):
+        """A quantize run's per-layer SQNR on the graph of the training run it quantized (the Quantize tab's "Show on
+        graph"): builds that graph with `quant_run` and, once it is shown, colours it by the weight SQNR. Returns the
+        job record, or None."""
+        spec: dict = {"quant_run": str(quant_run_id)}
+        if source_run_id:
+            spec["source"] = {"run": str(source_run_id)}
+        record = self.build_graph(spec)
+        if record is not None:
+            self.job_overlays[record.job_id] = QUANT_OVERLAYS
+            self.info.setText(f"Building the graph of {source_run_id or 'the quantized model'} with the per-layer "
+                              f"SQNR of {quant_run_id}…")
+        return record
+
     def on_job_changed(self, record) -> None:
         if record.task != GRAPH_TASK or record.job_id not in self.jobs or record.active:
             return
         self.jobs.discard(record.job_id)
+        overlays = self.job_overlays.pop(record.job_id, ())
         if record.state == "done" and record.run_dir:
             self.refresh()
-            self.show_graph_run(record.run_dir)
+            self.show_graph_run(record.run_dir, overlays=overlays)
         elif record.state == "cancelled":
             self.info.setText("Building the graph was cancelled.")
         else:
@@ -285,8 +312,9 @@ class GraphPanel(QWidget):
         if run_dir:
             self.show_graph_run(run_dir)
 
-    def show_graph_run(self, run_dir: str | Path) -> bool:
-        """Show the graph a finished graph.build run wrote; False (and the reason, in the panel) if it cannot."""
+    def show_graph_run(self, run_dir: str | Path, overlays: tuple[str, ...] = ()) -> bool:
+        """Show the graph a finished graph.build run wrote, coloured by the first of `overlays` it has (else the
+        overlay chosen before); False (and the reason, in the panel) if it cannot."""
         try:
             graph = read_graph_run(run_dir)
             nodes = json.loads(Path(graph["graph_json"]).read_text(encoding="utf-8"))["graphs"][0]["nodes"]
@@ -306,7 +334,7 @@ class GraphPanel(QWidget):
         index = self.graph_combo.findData(str(run_dir))
         if index >= 0:
             self.graph_combo.setCurrentIndex(index)
-        self._fill_overlays()
+        self._fill_overlays(overlays)
         self.info.setText(self._describe(graph))
         self.info.setToolTip(graph.get("capture_reason", ""))
         self._update_buttons()
@@ -324,7 +352,7 @@ class GraphPanel(QWidget):
             text += f"<br><span style='color:#b35900'>{graph.get('capture_reason', '')}</span>"
         return text
 
-    def _fill_overlays(self) -> None:
+    def _fill_overlays(self, preferred: tuple[str, ...] = ()) -> None:
         overlays = (self.graph or {}).get("overlay_index", {}).get("overlays", {})
         current = self.overlay_combo.currentData() or NO_OVERLAY
         self.overlay_combo.blockSignals(True)
@@ -332,10 +360,12 @@ class GraphPanel(QWidget):
         self.overlay_combo.addItem("None", NO_OVERLAY)
         for metric, overlay in overlays.items():
             self.overlay_combo.addItem(overlay.get("label", metric), metric)
-        index = self.overlay_combo.findData(current)
+        wanted = next((m for m in preferred if m in overlays), current)
+        index = self.overlay_combo.findData(wanted)
         self.overlay_combo.setCurrentIndex(index if index >= 0 else 0)
         self.overlay_combo.blockSignals(False)
         self._show_legend()
+        self._show_selection_value()
 
     def _overlay(self) -> dict | None:
         metric = self.overlay_combo.currentData()
@@ -358,6 +388,7 @@ class GraphPanel(QWidget):
 
     def _on_overlay_combo_changed(self, index: int) -> None:
         self._show_legend()
+        self._show_selection_value()
         path = self.overlay_path()
         if self.view is not None and self.view.ready and path:
             self.view.load_node_data(path)  # no reload: Model Explorer keeps the graph as it is laid out
@@ -370,6 +401,7 @@ class GraphPanel(QWidget):
         self.model.set_modules([])
         self.overlay_combo.clear()
         self.legend.clear()
+        self._show_selection_value()
         self.info.setText("")
         self._page_url = ""
         self._show_message("No graph shown.")
@@ -474,7 +506,11 @@ class GraphPanel(QWidget):
 
     def _on_table_selection_changed(self, *args) -> None:
         name = self.selected_module()
-        if name is None or self.view is None:
+        self._show_selection_value(name)
+        if name is None:
+            return
+        self._request_quant_layer(name)
+        if self.view is None:
             return
         node = self.module_node.get(name) or next(
             (node for node, module in self.node_module.items() if module.startswith(name + ".") or not name), None)
@@ -491,8 +527,44 @@ class GraphPanel(QWidget):
         finally:
             self.table.selectionModel().blockSignals(False)
         self.table.viewport().update()
+        self._show_selection_value(module)  # the table may hide it: the value shows all the same
+        self._request_quant_layer(module)
         if not found:
             self.status_message.emit(f"{module or 'the model'} is hidden by the table's filters")
+
+    # -- a quantize run's overlays ---------------------------------------------------------------
+    def _request_quant_layer(self, module: str) -> None:
+        """Ask for a layer's histogram when the graph shows a quantize run's SQNR and `module` has one."""
+        overlay = self._overlay()
+        if not overlay or not overlay.get("quant_run") or module not in overlay.get("values", {}):
+            return
+        tensor = overlay.get("tensor") or ("activation" if "activation" in self.overlay_combo.currentData()
+                                           else "weight")
+        self.quant_layer_requested.emit(str(overlay["quant_run"]), module, tensor)
+
+    def _show_selection_value(self, module: str | None = None) -> None:
+        """The picked module's value in the overlay shown; for a quantize run's SQNR, both its weight and its
+        activation SQNR. `module` is the one just picked in the graph (else the table's selected row)."""
+        module = module if module is not None else self.selected_module()
+        overlay = self._overlay()
+        if overlay is None or module is None:
+            self.selection_value.clear()
+            self.selection_value.hide()
+            return
+        entries = [overlay]
+        run = overlay.get("quant_run")
+        if run:
+            overlays = self.graph.get("overlay_index", {}).get("overlays", {})
+            entries = [overlays[m] for m in QUANT_OVERLAYS if overlays.get(m, {}).get("quant_run") == run] or entries
+        parts = []
+        for entry in entries:
+            value = entry.get("values", {}).get(module)
+            parts.append(f"{entry.get('label', '')}: {'—' if value is None else number_text(float(value))}")
+        text = f"<b>{module or 'the model'}</b> · " + " · ".join(parts)
+        if run:
+            text += f"<br><span style='color:gray'>quantize run {run}</span>"
+        self.selection_value.setText(text)
+        self.selection_value.show()
 
     # -- exports ---------------------------------------------------------------------------------
     def _update_buttons(self) -> None:
