@@ -128,6 +128,48 @@ def main() -> int:
             window.show_tab(window.training_panel)
             next_run()
             return
+        if scene in ("quant", "quant-graph"):  # a trained CNN quantized W8A8, then W4A8 (paper's flow), compared
+            from workbench.gui.panels.quant.wizard import preset_data
+            from workbench.specs import QuantSpec, TrainSpec
+
+            tab = int(sys.argv[4]) if len(sys.argv) > 4 else 0  # which plot: 0 histogram … 4 mixed precision
+            window.start_training(TrainSpec.from_dict({"epochs": 5}))
+            pending = ["W8A8 (safe)", "W4A8 (paper's flow)"]
+
+            def next_job() -> None:
+                training, quant = window.training_panel, window.quant_tab
+                busy = training.job_of_run or (quant.is_built and window.quant_panel.job_of_run)
+                if busy or not training.runs:
+                    QTimer.singleShot(500, next_job)
+                    return
+                if pending:
+                    data = preset_data(pending.pop(0))
+                    data["source"] = {"run": next(iter(training.runs))}
+                    data.update(sensitivity=True, mixed_precision={"target_drop": 0.003})
+                    window.start_quantization(QuantSpec.from_dict(data))
+                    QTimer.singleShot(1500, next_job)
+                    return
+                panel = window.quant_panel
+                panel.compare_with(list(panel.runs)[1])
+                panel.plots.setCurrentIndex(tab)
+                if scene == "quant":
+                    QTimer.singleShot(2000, capture)
+                    return
+                panel._on_graph_clicked()
+                QTimer.singleShot(20000, capture_x_screen)
+
+            def capture_x_screen() -> None:
+                import subprocess
+
+                g = window.frameGeometry()
+                crop = f"{g.width()}x{g.height()}+{g.x()}+{g.y()}"
+                subprocess.run(["import", "-window", "root", "-crop", crop, str(out)], check=False)
+                print(out)
+                window.close()
+
+            window.move(0, 0)
+            QTimer.singleShot(2000, next_job)
+            return
         if scene == "first-run":  # a new workspace: the Training tab's empty state
             window.show_tab(window.training_panel)
             QTimer.singleShot(1500, capture)

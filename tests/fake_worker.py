@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+from fake_quant import fake_quant_analyze
 
 from workbench.errors import JobError
 from workbench.protocol import ConnectionInfo
-from workbench.specs import GraphSpec, TrainSpec
+from workbench.specs import GraphSpec, QuantSpec, TrainSpec
 from workbench.worker.kernel import Kernel
 from workbench.worker.registry import TaskInfo, get_task
 
@@ -135,11 +136,23 @@ def _fake_graph_json() -> dict:
     return {"label": "fake cnn", "graphs": [{"id": "graph", "nodes": nodes}]}
 
 
+# A quantize run's report `layers` as graph.build reads them (name, tensor, sqnr_db); "input" is the model's input.
+FAKE_QUANT_LAYERS = [{"name": "features.0", "tensor": "weight", "sqnr_db": 24.5},
+                     {"name": "features.2", "tensor": "weight", "sqnr_db": 18.25},
+                     {"name": "classifier", "tensor": "weight", "sqnr_db": 22.0},
+                     {"name": "input", "tensor": "activation", "sqnr_db": 60.0},
+                     {"name": "features.0", "tensor": "activation", "sqnr_db": 41.0},
+                     {"name": "features.2", "tensor": "activation", "sqnr_db": 37.5},
+                     {"name": "classifier", "tensor": "activation", "sqnr_db": 35.0}]
+
+
 def _fake_graph(spec, ctx):
-    from workbench.worker.graph.overlays import write_overlay
+    from workbench.worker.graph.overlays import write_overlay, write_quant_overlays
 
     if spec.source.file.endswith(".broken"):
         raise JobError(f"source.file: {spec.source.file} cannot be read as a saved ExportedProgram")
+    if "-train-" in spec.quant_run:  # a training run's id
+        raise JobError(f"quant_run: run {spec.quant_run} is not a quantize run (it is a train.classifier run)")
     folder = ctx.run.artifacts_dir / "graph"
     folder.mkdir(parents=True, exist_ok=True)
     graph = _fake_graph_json()
@@ -157,10 +170,15 @@ def _fake_graph(spec, ctx):
         overlay = write_overlay(folder, metric, {r["name"]: r[key] / scale for r in rows}, graph=graph, label=label,
                                 additive=True)
         overlays[metric] = overlay.summary(folder)
+    if spec.quant_run:  # the real engine's painting of a quantize run's report, on canned values
+        written = write_quant_overlays(folder, graph, FAKE_QUANT_LAYERS, quant_run=spec.quant_run,
+                                       names=[r["name"] for r in rows])
+        overlays.update({metric: overlay.summary(folder) for metric, overlay in written.items()})
     return {"graph_json": str(folder / "graph.json"), "nodes": len(graph["graphs"][0]["nodes"]),
             "params_total": rows[0]["params"], "params_trainable": rows[0]["params"], "flops": rows[0]["flops"],
             "modules": rows, "capture": "export", "capture_reason": "torch.export (strict) captured the whole model",
-            "model": spec.source.run or spec.model.name, "input_shape": [1, 12, 12], "overlays": overlays}
+            "model": spec.source.run or spec.model.name, "input_shape": [1, 12, 12], "overlays": overlays,
+            "quant_run": spec.quant_run}
 
 
 class FakeWorker:
@@ -171,6 +189,7 @@ class FakeWorker:
             tasks[name] = TaskInfo(name, fn, "query", None, False, "fake data")
         tasks["train.classifier"] = TaskInfo("train.classifier", _fake_train, "job", TrainSpec, True, "fake training")
         tasks["graph.build"] = TaskInfo("graph.build", _fake_graph, "job", GraphSpec, True, "fake graph")
+        tasks["quant.analyze"] = TaskInfo("quant.analyze", fake_quant_analyze, "job", QuantSpec, True, "fake quantize")
         self.kernel = Kernel(ConnectionInfo.new(), tasks=tasks)
         self.connection_file = Path(directory) / "fake-worker.json"
         self.kernel.conn.write(self.connection_file)

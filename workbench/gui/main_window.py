@@ -40,7 +40,7 @@ from workbench.gui.widgets.open_folder import open_folder
 from workbench.gui.widgets.status_light import StatusLight
 from workbench.gui.worker_bridge import QtWorkerBridge
 from workbench.protocol import Message
-from workbench.specs import DataSpec, TrainSpec
+from workbench.specs import DataSpec, QuantSpec, TrainSpec
 
 WINDOW_TITLE = "Torch Workbench"
 
@@ -126,9 +126,11 @@ class MainWindow(QMainWindow):
         self.training_tab = LazyTab(self._make_training_panel, "Training", self)
         self.runs_tab = LazyTab(self._make_runs_panel, "Runs", self)
         self.graph_tab = LazyTab(self._make_graph_panel, "Graph", self)
+        self.quant_tab = LazyTab(self._make_quant_panel, "Quantization", self)
         self.tabs.addTab(self.data_tab, "Data")
         self.tabs.addTab(self.training_tab, "Training")
         self.tabs.addTab(self.graph_tab, "Graph")
+        self.tabs.addTab(self.quant_tab, "Quantization")
         self.tabs.addTab(self.runs_tab, "Runs")
         central = QWidget(self)
         layout = QVBoxLayout(central)
@@ -160,8 +162,12 @@ class MainWindow(QMainWindow):
         return self.graph_tab.panel()
 
     @property
+    def quant_panel(self):
+        return self.quant_tab.panel()
+
+    @property
     def _lazy_tabs(self) -> tuple[LazyTab, ...]:
-        return (self.data_tab, self.training_tab, self.graph_tab, self.runs_tab)
+        return (self.data_tab, self.training_tab, self.graph_tab, self.quant_tab, self.runs_tab)
 
     def _tab_of(self, panel: QWidget) -> LazyTab:
         # Only a built tab can hold the panel asked for; asking each tab for its panel would build them all.
@@ -195,6 +201,7 @@ class MainWindow(QMainWindow):
         panel.cancel_requested.connect(self._on_jobs_cancel_requested)
         panel.sample_requested.connect(self._on_training_sample_requested)
         panel.graph_requested.connect(lambda run_id: run_id and self.show_graph_of_run(run_id))
+        panel.quantize_requested.connect(lambda run_id: run_id and self.new_quantization(run_id))
         # Jobs that began before the tab was built: their curves come from the store, live from here on.
         for record in self.manager.jobs.all():
             panel.on_job_changed(record)
@@ -215,7 +222,65 @@ class MainWindow(QMainWindow):
 
         panel = GraphPanel(self.workspace, lambda task, spec: self.submit_job(task, spec), self)
         panel.status_message.connect(lambda text: self.statusBar().showMessage(text, 5000))
+        panel.quant_layer_requested.connect(self._on_quant_layer_requested)
         return panel
+
+    def _make_quant_panel(self):
+        from workbench.gui.panels.quant.quant_panel import QuantPanel
+
+        panel = QuantPanel(self.workspace, self)
+        panel.status_message.connect(lambda text: self.statusBar().showMessage(text, 6000))
+        panel.new_run_requested.connect(lambda source, spec: self.new_quantization(source, spec or None))
+        panel.start_requested.connect(self._start_quantization_data)
+        panel.cancel_requested.connect(self._on_jobs_cancel_requested)
+        panel.graph_requested.connect(self.show_quantization_on_graph)
+        for record in self.manager.jobs.all():
+            panel.on_job_changed(record)
+        return panel
+
+    def new_quantization(self, source_run: str = "", start: dict | None = None) -> QuantSpec | None:
+        """Open the quantization wizard (on a training run, or on a quantize run's spec for "Quantize again");
+        on Quantize, start the job. Returns the spec it started, if any."""
+        from workbench.gui.panels.quant.wizard import QuantWizard
+
+        wizard = QuantWizard(self.quant_panel.training_runs(), source_run=source_run, start=start,
+                             calibration=(self.dataset_state.calibration_count, self.dataset_state.calibration_seed),
+                             device=self.device_picker.current_device() or "", settings=self.settings, parent=self)
+        if not wizard.exec() or wizard.spec is None:
+            return None
+        return self.start_quantization(wizard.spec)
+
+    def start_quantization(self, spec: QuantSpec) -> QuantSpec | None:
+        record = self.submit_job("quant.analyze", spec.to_dict())
+        if record is None:
+            return None
+        self.show_tab(self.quant_panel)
+        self.quant_panel.on_job_changed(record)
+        self.log_panel.append(f"Quantizing {spec.source.run or spec.model.name}: W{spec.weights.bits}"
+                              f"A{spec.activations.bits}")
+        return spec
+
+    def _start_quantization_data(self, data: dict) -> None:
+        try:
+            spec = QuantSpec.from_dict(data)
+        except SpecError as exc:
+            self.statusBar().showMessage(f"Cannot start that quantization: {exc}", 8000)
+            return
+        self.start_quantization(spec)
+
+    def show_quantization_on_graph(self, quant_run_id: str, source_run_id: str) -> None:
+        """Paint a quantize run's per-layer SQNR on its model's graph in the Graph tab."""
+        self.show_tab(self.graph_panel)
+        self.graph_panel.show_quant_run(quant_run_id, source_run_id)
+
+    def _on_quant_layer_requested(self, quant_run_id: str, module: str, tensor: str) -> None:
+        """A node clicked on a graph coloured by SQNR: open that layer's histogram in the Quantization tab."""
+        panel = self.quant_panel
+        self.show_tab(panel)
+        if panel.results is None or panel.results.run_id != quant_run_id:
+            panel.open_run(quant_run_id)
+        if not panel.select_layer(module, tensor):
+            self.statusBar().showMessage(f"{module or 'That node'} has no quantizer in run {quant_run_id}", 5000)
 
     def show_graph_of_run(self, run_id: str) -> None:
         """Build (or show) the graph of a training run in the Graph tab."""
@@ -227,10 +292,14 @@ class MainWindow(QMainWindow):
             self.training_panel.on_job_changed(record)
         if self.graph_tab.is_built:
             self.graph_panel.on_job_changed(record)
+        if self.quant_tab.is_built:
+            self.quant_panel.on_job_changed(record)
 
     def _on_bridge_message_for_training(self, msg) -> None:
         if self.training_tab.is_built:
             self.training_panel.on_message(msg)
+        if self.quant_tab.is_built:
+            self.quant_panel.on_message(msg)
 
     def _add_dock(self, title: str, name: str, widget: QWidget, area) -> QDockWidget:
         dock = QDockWidget(title, self)
@@ -289,6 +358,11 @@ class MainWindow(QMainWindow):
         stop.setToolTip("Stop the run selected in the Training tab at its next step; a checkpoint is kept")
         resume = training_menu.addAction("&Resume selected run", self._resume_selected_run)
         resume.setToolTip("Continue the run selected in the Training tab from its last checkpoint")
+
+        quant_menu = menu.addMenu("&Quantization")
+        new_quant = quant_menu.addAction("&New quantization…", lambda: self.new_quantization())
+        new_quant.setShortcut(QKeySequence("Ctrl+Shift+Q"))
+        new_quant.setToolTip("Quantize a trained run with the white paper's PTQ pipeline")
 
         jobs_menu = menu.addMenu("&Jobs")
         cancel = jobs_menu.addAction("&Cancel job", self._cancel_current_job)
@@ -378,6 +452,8 @@ class MainWindow(QMainWindow):
             self.training_panel.set_workspace(self.workspace)
         if self.graph_tab.is_built:
             self.graph_panel.set_workspace(self.workspace)
+        if self.quant_tab.is_built:
+            self.quant_panel.set_workspace(self.workspace)
         self.queries.workspace = self.workspace
         self.statusBar().showMessage(f"Workspace: {self.workspace}")
 
@@ -546,6 +622,10 @@ class MainWindow(QMainWindow):
             self.show_tab(self.graph_panel)
             self.graph_panel.refresh()
             if self.graph_panel.show_graph_run(run_dir):
+                return
+        if task == "quant.analyze":
+            self.show_tab(self.quant_panel)
+            if self.quant_panel.open_run(run_id):
                 return
         if task.startswith("train."):
             self.show_tab(self.training_panel)

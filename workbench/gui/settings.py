@@ -21,6 +21,7 @@ DEFAULTS = {
     "calibration_seed": 0,
     "current_tab": 0,
     "train_spec": "",  # the last spec the training wizard started, as JSON: the next wizard starts from it
+    "quant_spec": "",  # the same for the quantization wizard
 }
 
 

@@ -124,9 +124,13 @@ class QuantResults:
             report = json.loads(report_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise WorkbenchError(f"Cannot read {report_path}: {exc}") from exc
-        if not isinstance(report, dict) or "layers" not in report:
+        if not isinstance(report, dict):
+            raise WorkbenchError(f"{report_path} is not a JSON object")
+        if "layers" not in report:
+            error = report.get("error") or {}
+            why = f": {error.get('message')}" if isinstance(error, dict) and error.get("message") else ""
             raise WorkbenchError(f"Run {run_dir.name} holds no quantization result "
-                                 f"({report.get('status', 'unfinished') if isinstance(report, dict) else 'bad report'})")
+                                 f"({report.get('status', 'unfinished')}{why})")
         results = cls(run_id=run_dir.name, run_dir=str(run_dir))
         try:
             results.spec = tomllib.loads((run_dir / "spec.toml").read_text(encoding="utf-8"))

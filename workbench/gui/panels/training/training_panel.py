@@ -64,6 +64,7 @@ class TrainingPanel(QWidget):
     resume_requested = Signal(str, dict)  # run_dir, spec
     train_again_requested = Signal(dict)  # spec: the wizard opens on it ("Train again with changes…")
     graph_requested = Signal(str)  # run id: show the run's model graph in the Graph tab
+    quantize_requested = Signal(str)  # run id: open the quantization wizard on the run
     cancel_requested = Signal(str)  # job_id
     sample_requested = Signal(dict, str, int, str)  # dataset spec, split, index, a note (the prediction)
 
@@ -95,13 +96,15 @@ class TrainingPanel(QWidget):
         self.graph_button = QPushButton("Graph")
         self.graph_button.setToolTip("Show the selected run's model graph, with parameters and FLOPs per layer, "
                                      "in the Graph tab")
+        self.quantize_button = QPushButton("Quantize…")
+        self.quantize_button.setToolTip("Open the quantization wizard on the selected finished run")
         self.delete_button = QPushButton("Delete…")
         self.only_differences = QCheckBox("Only differences")
         self.only_differences.setChecked(True)
         self.only_differences.setToolTip("In the spec comparison, hide fields that are the same in every shown run")
         bar = QHBoxLayout()
         for button in (self.new_button, self.stop_button, self.resume_button, self.again_button, self.graph_button,
-                       self.open_button, self.delete_button):
+                       self.quantize_button, self.open_button, self.delete_button):
             bar.addWidget(button)
         bar.addStretch(1)
         self.table = QTableWidget(0, len(RUN_COLUMNS))
@@ -175,6 +178,7 @@ class TrainingPanel(QWidget):
         self.resume_button.clicked.connect(self._on_resume_clicked)
         self.again_button.clicked.connect(self._on_again_clicked)
         self.graph_button.clicked.connect(lambda: self.graph_requested.emit(self.selected_run_id() or ""))
+        self.quantize_button.clicked.connect(lambda: self.quantize_requested.emit(self.selected_run_id() or ""))
         self.open_button.clicked.connect(self._on_open_clicked)
         self.delete_button.clicked.connect(self._on_delete_clicked)
         self.table.itemSelectionChanged.connect(self._on_table_selection_changed)
@@ -351,6 +355,7 @@ class TrainingPanel(QWidget):
         self.open_button.setEnabled(bool(entry))
         self.again_button.setEnabled(bool(entry and entry.get("spec")))
         self.graph_button.setEnabled(bool(entry))
+        self.quantize_button.setEnabled(bool(entry) and not live and entry["status"] == "done")
         self.delete_button.setEnabled(bool(entry) and not live)
 
     # -- live runs -------------------------------------------------------------------------------

@@ -1,0 +1,293 @@
+"""The Quantization tab's plots draw what the arrays and the report say: a line pair per range estimator, the
+quantization error's sawtooth and clipping, a bar per channel, layer and step, and a message when cleared."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtGui import QPalette
+
+from workbench.gui.panels.quant.channel_ranges_plot import NO_CHANNELS, ChannelRangesPlot
+from workbench.gui.panels.quant.error_plot import ErrorPlot, quantize
+from workbench.gui.panels.quant.ladder_chart import LadderChart
+from workbench.gui.panels.quant.mixed_precision_plot import MixedPrecisionPlot
+from workbench.gui.panels.quant.range_histogram import RangeHistogram
+from workbench.gui.panels.quant.results import TensorArrays
+from workbench.gui.panels.quant.sensitivity_chart import SensitivityChart
+from workbench.gui.theme import apply_theme
+
+BINS, CHANNELS = 256, 8
+ESTIMATORS = ["chosen", "minmax", "mse", "percentile"]
+RANGES = np.array([[-0.5865, 0.5865, 19.0257, 1e-4, 3e-4],
+                   [-0.7326, 0.7258, 17.7068, 0.0, 5e-4],
+                   [-0.5700, 0.5865, 19.0257, 1e-4, 3e-4],
+                   [-0.6500, 0.6400, 18.2000, 2e-5, 4e-4]])
+
+
+def weight_arrays(cle: bool = True, channels: bool = True, tensor: str = "weight") -> TensorArrays:
+    rng = np.random.default_rng(0)
+    edges = np.linspace(-0.7326, 0.7258, BINS + 1)
+    counts = np.histogram(rng.normal(0, 0.2, 18_432).clip(-0.73, 0.72), edges)[0].astype(np.int64)
+    error = np.stack([np.where(np.abs(edges[:-1]) > 0.58, 1e-3, 0.0), np.full(BINS, 2e-3)])
+    low = -rng.uniform(0.3, 0.7, CHANNELS)
+    high = rng.uniform(0.3, 0.7, CHANNELS)
+    channel_ranges = np.stack([np.stack([low * f, high * f], axis=-1) for f in (0.8, 1.0, 0.9, 0.95)])
+    cle_ranges = np.stack([np.stack([low, high], axis=-1), np.stack([low * 0.7, high * 0.7], axis=-1)])
+    return TensorArrays(layer="features.4", tensor=tensor, counts=counts, edges=edges, ranges=RANGES.copy(),
+                        estimators=list(ESTIMATORS), error=error,
+                        channel_ranges=channel_ranges if channels else None, cle_ranges=cle_ranges if cle else None,
+                        chosen="mse", sampled=tensor == "activation", values=18_432)
+
+
+def shown(qtbot, widget, width=800, height=480):
+    qtbot.addWidget(widget)
+    widget.resize(width, height)
+    widget.show()
+    qtbot.waitExposed(widget)
+    return widget
+
+
+# -- range histogram ------------------------------------------------------------------------------------------
+def test_histogram_draws_a_line_pair_per_estimator_at_its_range_and_names_its_sqnr(qtbot):
+    histogram = shown(qtbot, RangeHistogram())
+    histogram.set_tensor(weight_arrays(), {"bits": 4, "range_method": "mse", "granularity": "per_channel"})
+    assert list(histogram.lines) == ESTIMATORS
+    for row, name in zip(RANGES, ESTIMATORS):
+        lo, hi = histogram.lines[name]
+        assert (lo.value(), hi.value()) == (pytest.approx(row[0]), pytest.approx(row[1]))
+    texts = histogram.legend_texts
+    assert "mse  [-0.57, 0.59]  19.0 dB" in texts
+    assert "in use (mse)  [-0.59, 0.59]  19.0 dB" in texts
+    assert any(t.startswith("percentile") and t.endswith("18.2 dB") for t in texts)
+    # The range in use is bold and solid; the alternatives are thinner and dashed.
+    chosen_pen, minmax_pen = histogram.lines["chosen"][0].pen, histogram.lines["minmax"][0].pen
+    assert chosen_pen.widthF() > minmax_pen.widthF() and minmax_pen.style() != chosen_pen.style()
+    title = histogram.title
+    assert "features.4" in title and "4-bit" in title and "sampled" not in title
+    # Every estimator's lines are in view, the widest (minmax) included.
+    x0, x1 = histogram.plot.getViewBox().viewRange()[0]
+    assert x0 < -0.7326 and x1 > 0.7258
+
+
+def test_histogram_shades_and_colours_the_clipped_tails_and_shows_the_error_per_bin(qtbot):
+    arrays = weight_arrays()
+    histogram = shown(qtbot, RangeHistogram())
+    histogram.set_tensor(arrays, None)
+    spans = sorted(tuple(r.getRegion()) for r in histogram.regions if r.getViewBox() is histogram.plot.getViewBox())
+    assert spans == [(pytest.approx(arrays.edges[0]), pytest.approx(-0.5865)),
+                     (pytest.approx(0.5865), pytest.approx(arrays.edges[-1]))]
+    _x, clipped = histogram.clipped.getData()
+    centres = (arrays.edges[:-1] + arrays.edges[1:]) / 2
+    inside = np.abs(centres) <= 0.5865
+    assert clipped[inside].sum() == 0 and clipped[~inside].sum() == arrays.counts[~inside].sum() > 0
+    rounding = histogram.error_curves["rounding"].getData()[1]
+    clipping = histogram.error_curves["clipping"].getData()[1]
+    assert rounding == pytest.approx(arrays.error[1] / arrays.values)  # each bin's share of the MSE
+    assert clipping == pytest.approx(arrays.error[0] / arrays.values)
+    assert any("clipping error" in label.text for _s, label in histogram.error_legend.items)
+
+
+def test_log_counts_switches_the_count_axis_and_keeps_empty_bins_drawable(qtbot):
+    histogram = shown(qtbot, RangeHistogram())
+    arrays = weight_arrays(tensor="activation")
+    histogram.set_tensor(arrays, {"bits": 8})
+    assert "(sampled" in histogram.title
+    assert not histogram.plot.getAxis("left").logMode
+    histogram.set_log_counts(True)
+    assert histogram.log_counts.isChecked()
+    assert histogram.plot.getAxis("left").logMode and histogram.plot.getViewBox().state["logMode"][1]
+    y = histogram.histogram.getData()[1]
+    assert np.isfinite(y).all()  # empty bins sit on the floor, not at log10(0)
+    low, high = histogram.plot.getViewBox().viewRange()[1]
+    assert low < 0 < np.log10(arrays.counts.max()) < high
+    histogram.set_log_counts(False)
+    assert not histogram.plot.getAxis("left").logMode
+    assert histogram.histogram.getData()[1] == pytest.approx(arrays.counts)
+
+
+def test_histogram_clear_shows_the_message(qtbot):
+    histogram = shown(qtbot, RangeHistogram())
+    histogram.set_tensor(weight_arrays(), None)
+    histogram.clear("Pick a layer in the table.")
+    assert histogram.plot.is_empty and histogram.plot.empty_text == "Pick a layer in the table."
+    assert histogram.lines == {} and histogram.legend_texts == [] and not histogram.legend.isVisible()
+
+
+# -- quantization error -----------------------------------------------------------------------------------------
+def test_error_is_within_half_a_step_inside_the_range_and_grows_linearly_outside(qtbot):
+    plot = shown(qtbot, ErrorPlot())
+    scale, zero_point = 0.0104, 78
+    entry = {"name": "input", "tensor": "activation", "bits": 8, "qmin": 0, "qmax": 255, "scale": scale,
+             "zero_point": zero_point, "min": scale * (0 - zero_point), "max": scale * (255 - zero_point)}
+    plot.set_quantizer(entry)
+    x, y = plot.curve.getData()
+    low, high = entry["min"], entry["max"]
+    inside = (x >= low) & (x <= high)
+    assert inside.sum() > 255 * 10  # dense enough for every tooth
+    assert np.abs(y[inside]).max() <= scale / 2 + 1e-9
+    assert np.abs(y[inside]).max() > scale / 2 * 0.99  # the teeth reach ±scale/2
+    right, left = x > high + scale, x < low - scale
+    assert right.any() and left.any()
+    assert y[right] == pytest.approx(high - x[right])  # clamped at the top level: the error falls with slope −1
+    assert y[left] == pytest.approx(low - x[left])
+    assert [line.value() for line in plot.edges] == [pytest.approx(low), pytest.approx(high)]
+    assert quantize(np.array([high + 1.0]), scale, zero_point, 0, 255)[0] == pytest.approx(high)
+
+
+def test_per_channel_error_uses_the_largest_scale_by_default_and_says_which(qtbot):
+    plot = shown(qtbot, ErrorPlot())
+    scales = [0.05, 0.09, 0.07]
+    entry = {"name": "conv", "tensor": "weight", "bits": 4, "qmin": -7, "qmax": 7, "scale": scales,
+             "zero_point": [0, 0, 0], "min": [-7 * s for s in scales], "max": [7 * s for s in scales]}
+    plot.set_quantizer(entry)
+    assert plot.channel == 1 and plot.scale == pytest.approx(0.09)
+    assert "channel 1 of 3 (largest scale)" in plot.title
+    x, y = plot.curve.getData()
+    assert x.min() < -7 * 0.09 and x.max() > 7 * 0.09
+    plot.set_quantizer(entry, channel=2)
+    assert plot.channel == 2 and "channel 2 of 3" in plot.title and "largest" not in plot.title
+    assert np.abs(plot.curve.getData()[1][np.abs(plot.curve.getData()[0]) <= 7 * 0.07]).max() <= 0.035 + 1e-9
+    plot.clear("No quantizer selected.")
+    assert plot.is_empty and plot.message == "No quantizer selected." and plot.title == ""
+
+
+# -- per-channel ranges -------------------------------------------------------------------------------------------
+def test_channel_ranges_draw_before_and_after_cle_side_by_side(qtbot):
+    arrays = weight_arrays()
+    plot = shown(qtbot, ChannelRangesPlot())
+    plot.set_ranges(arrays)
+    assert list(plot.bars) == ["before CLE", "after CLE"]
+    for name, ranges in zip(plot.bars, arrays.cle_ranges):
+        opts = plot.bars[name].opts
+        assert len(opts["x"]) == CHANNELS
+        assert opts["y0"] == pytest.approx(ranges[:, 0])
+        assert opts["y0"] + opts["height"] == pytest.approx(ranges[:, 1])
+    before, after = plot.bars["before CLE"].opts["x"], plot.bars["after CLE"].opts["x"]
+    assert (before < after).all() and (after - before < 1).all()  # side by side within a channel's slot
+    assert len(plot.marks.getData()[0]) == 2 * CHANNELS  # the quantizer's lo and hi on each channel
+
+
+def test_channel_ranges_fall_back_to_the_quantizer_range_then_to_a_message(qtbot):
+    arrays = weight_arrays(cle=False)
+    plot = shown(qtbot, ChannelRangesPlot())
+    plot.set_ranges(arrays)
+    assert list(plot.bars) == ["quantizer range (mse)"]
+    opts = plot.bars["quantizer range (mse)"].opts
+    assert len(opts["x"]) == CHANNELS and opts["y0"] == pytest.approx(arrays.channel_ranges[0][:, 0])
+    plot.set_ranges(weight_arrays(cle=False, channels=False))
+    assert plot.is_empty and plot.message == NO_CHANNELS and plot.bars == {}
+
+
+# -- sensitivity ---------------------------------------------------------------------------------------------------
+def test_sensitivity_chart_has_a_bar_per_layer_per_series_and_reference_lines(qtbot):
+    rows = [{"layer": "input", "only_this": 0.994, "all_but_this": 0.990},
+            {"layer": "features.0", "only_this": 0.992, "all_but_this": 0.983},
+            {"layer": "features.4", "only_this": 0.983, "all_but_this": 0.994},
+            {"layer": "classifier", "only_this": 0.994, "all_but_this": 0.989}]
+    chart = shown(qtbot, SensitivityChart())
+    chart.set_rows(rows, 0.9944, 0.981)
+    assert set(chart.bars) == {"only_this", "all_but_this"}
+    for key, bar in chart.bars.items():
+        assert len(bar.opts["y"]) == len(rows)
+        assert bar.opts["width"] == pytest.approx([r[key] for r in rows])
+    assert chart.references["fp32"].value() == pytest.approx(0.9944)
+    assert chart.references["quantized"].value() == pytest.approx(0.981)
+    ticks = chart.plot.getAxis("left")._tickLevels[0]
+    assert [name for _pos, name in ticks] == [r["layer"] for r in rows]
+    assert chart.plot.getViewBox().state["yInverted"]  # the first layer on top
+    low, high = chart.plot.getViewBox().viewRange()[0]
+    assert 0.9 < low < 0.981 and high > 0.9944  # zoomed on the differences, every bar end in view
+    legend = [label.text for _s, label in chart.legend.items]
+    assert "FP32 99.4%" in legend and "quantized 98.1%" in legend
+    chart.clear("Sensitivity is measured after the ladder.")
+    assert chart.is_empty and chart.message == "Sensitivity is measured after the ladder."
+    assert chart.plot.getAxis("left")._tickLevels is None
+
+
+# -- ladder and mixed precision -----------------------------------------------------------------------------------
+LADDER = [{"step": "fp32", "accuracy": 0.9944, "loss": 0.04}, {"step": "fold_bn", "accuracy": 0.9944, "loss": 0.04},
+          {"step": "cle", "accuracy": 0.9944, "loss": 0.04}, {"step": "weight_ranges", "accuracy": 0.9889, "loss": 0.04},
+          {"step": "bias_correction", "accuracy": 0.9944, "loss": 0.04},
+          {"step": "activation_ranges", "accuracy": 0.9944, "loss": 0.04}]
+
+
+def test_ladder_draws_one_bar_group_per_step_and_one_colour_per_run(qtbot):
+    chart = shown(qtbot, LadderChart())
+    live = [dict(s, accuracy=s["accuracy"] - 0.01) for s in LADDER[:3]]
+    planned = ["fp32", "fold_bn", "cle", "weight_ranges", "adaround", "bias_correction", "activation_ranges"]
+    chart.set_ladders([("W4A8", LADDER), ("W4A4", live)], planned=planned)
+    assert chart.steps == planned  # pipeline order, AdaRound where it belongs though only planned
+    assert [label for label, _ in chart.ladders] == ["W4A8", "W4A4"] and len(chart.bars) == 2
+    first, second = chart.bars
+    assert len(first.opts["x"]) == len(LADDER) and len(second.opts["x"]) == len(live)
+    assert first.opts["brush"].color().name() != second.opts["brush"].color().name()
+    assert (second.opts["x"][:3] > first.opts["x"][:3]).all()  # the runs side by side in each step's group
+    # The live run's four steps to come are empty slots, at its place in their groups.
+    assert chart.slots is not None and len(chart.slots.opts["x"]) == 4
+    assert chart.slots.opts["x"] == pytest.approx(np.array([3, 4, 5, 6]) + (second.opts["x"][0] - 0))
+    texts = [label.textItem.toPlainText() for label in chart.labels]
+    assert "99.4%" in texts and "98.4%" in texts
+    ticks = [name for _pos, name in chart.plot.getAxis("bottom")._tickLevels[0]]
+    assert ticks[0] == "FP32" and "AdaRound" in ticks
+
+
+def test_a_single_finished_ladder_has_no_slots_and_clears_to_a_message(qtbot):
+    chart = shown(qtbot, LadderChart())
+    chart.set_ladders([("W4A8", LADDER)], planned=[s["step"] for s in LADDER])
+    assert len(chart.bars) == 1 and chart.slots is None
+    assert "98.89%" in [label.textItem.toPlainText() for label in chart.labels]
+    _low, high = chart.plot.getViewBox().viewRange()[1]
+    assert high <= 1.0 + 1e-9  # room for the labels, but no 101 % on an accuracy axis
+    chart.clear("Start a quantization run to see its ladder.")
+    assert chart.is_empty and chart.message == "Start a quantization run to see its ladder."
+    assert chart.bars == [] and chart.ladders == [] and chart.title == ""
+
+
+def test_mixed_precision_plot_marks_points_the_proposal_fp32_and_the_target(qtbot):
+    proposal = {"target_drop": 0.005, "layers": [{"name": "features.0", "bits": 8}], "accuracy": 0.985,
+                "size_bytes": 14_000, "met": True, "fp32_accuracy": 0.9944, "fp32_size_bytes": 77_864,
+                "points": [{"layers": [], "accuracy": 0.95, "size_bytes": 10_104},
+                           {"layers": ["features.0"], "accuracy": 0.985, "size_bytes": 14_000},
+                           {"layers": ["features.0", "classifier"], "accuracy": 0.992, "size_bytes": 30_000}]}
+    plot = shown(qtbot, MixedPrecisionPlot())
+    plot.set_proposal(proposal)
+    x, y = plot.points.getData()
+    assert x == pytest.approx(np.array([10_104, 14_000, 30_000]) / 1024) and y == pytest.approx([0.95, 0.985, 0.992])
+    assert plot.proposal.getData()[0] == pytest.approx([14_000 / 1024])
+    assert plot.fp32.getData()[1] == pytest.approx([0.9944])
+    assert plot.target.value() == pytest.approx(0.9894)
+    legend = [label.text for _s, label in plot.legend.items]
+    assert any(t.startswith("proposal: 98.5% at 13.7 KiB, 5.6× smaller") for t in legend)
+    assert "target met" in plot.title
+    x0, x1 = plot.plot.getViewBox().viewRange()[0]
+    assert x0 == pytest.approx(0) and x1 > 77_864 / 1024
+    plot.clear("No mixed-precision search in this run.")
+    assert plot.is_empty and plot.message == "No mixed-precision search in this run." and plot.points is None
+
+
+def test_sensitivity_rows_start_under_the_legend_and_labels_need_room(qtbot):
+    rows = [{"layer": f"layer{i}.conv", "only_this": 0.99 - i * 0.001, "all_but_this": 0.98} for i in range(4)]
+    chart = shown(qtbot, SensitivityChart(), height=520)
+    chart.set_rows(rows, 0.995, 0.97)
+    qtbot.wait(20)
+    view = chart.plot.getViewBox()
+    legend = chart.legend
+    legend_bottom = view.mapSceneToView(legend.mapToScene(legend.boundingRect().bottomLeft())).y()
+    first_bar_top = chart.bars["only_this"].opts["y"][0] - chart.bars["only_this"].opts["height"] / 2
+    assert legend_bottom < first_bar_top  # y runs downwards: the legend ends above the first layer's bar
+    assert all(label.isVisible() for label in chart.labels)
+    chart.resize(800, 200)  # too short for a label in each bar: they go, the bars stay
+    qtbot.waitUntil(lambda: not any(label.isVisible() for label in chart.labels))
+
+
+def test_titles_and_plots_follow_a_live_theme_switch(qtbot, qapp):
+    histogram = shown(qtbot, RangeHistogram())
+    histogram.set_tensor(weight_arrays(), {"bits": 4})
+    try:
+        apply_theme(qapp, "dark")
+        qtbot.wait(10)
+        base = qapp.palette().color(QPalette.Base)
+        assert histogram.title_label.palette().color(histogram.title_label.backgroundRole()) == base
+        assert histogram.plot.backgroundBrush().color() == base
+    finally:
+        apply_theme(qapp, "light")

@@ -1,0 +1,622 @@
+"""The Quantization tab: start a quantization with the wizard, watch its accuracy ladder fill in rung by rung, then
+find the layer that hurts in the per-layer table and see why on its range histogram, error plot, per-channel
+ranges and the sensitivity sweep; compare two runs' ladders, show SQNR on the graph, apply a mixed-precision
+proposal in one click. Live runs stream over the protocol; finished ones are read from their run folder."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from PySide6.QtCore import QItemSelectionModel, Qt, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QStackedWidget,
+    QTableView,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from workbench.client import JobRecord
+from workbench.errors import WorkbenchError
+from workbench.gui.panels.quant.channel_ranges_plot import ChannelRangesPlot
+from workbench.gui.panels.quant.error_plot import ErrorPlot
+from workbench.gui.panels.quant.ladder_chart import LadderChart
+from workbench.gui.panels.quant.layer_table import KEY_ROLE, LayerSortProxy, LayerTableModel
+from workbench.gui.panels.quant.mixed_precision_plot import MixedPrecisionPlot
+from workbench.gui.panels.quant.range_histogram import RangeHistogram
+from workbench.gui.panels.quant.results import QuantResults
+from workbench.gui.panels.quant.sensitivity_chart import SensitivityChart
+from workbench.gui.panels.runs_panel import delete_run_action
+from workbench.gui.theme import JOB_STATE_COLOURS
+from workbench.gui.widgets.open_folder import open_folder
+from workbench.protocol import Message, ProtocolError, array_from_buffer
+from workbench.runs import RunStore
+
+QUANT_TASK = "quant.analyze"
+RUN_COLUMNS = ("Run", "Status", "Scheme", "FP32", "Quantized")
+NO_COMPARISON = ""
+PLOT_TABS = ("Histogram", "Error q(x) − x", "Channel ranges", "Sensitivity", "Mixed precision")
+
+
+def _percent(value) -> str:
+    return f"{value:.2%}" if isinstance(value, (int, float)) else "—"
+
+
+def scheme_of(spec: dict) -> str:
+    weights, activations = spec.get("weights") or {}, spec.get("activations") or {}
+    if not weights and not activations:
+        return ""
+    steps = [name for name, on in (("CLE", spec.get("cle")), ("AdaRound", (spec.get("adaround") or {}).get("enabled")),
+                                   ("BC", spec.get("bias_correction", "none") != "none"),
+                                   ("QAT", (spec.get("qat") or {}).get("epochs"))) if on]
+    return f"W{weights.get('bits', '?')}A{activations.get('bits', '?')}" + (f" +{'+'.join(steps)}" if steps else "")
+
+
+class QuantPanel(QWidget):
+    new_run_requested = Signal(str, dict)  # the training run and spec the wizard opens on ("", {}: its own choice)
+    start_requested = Signal(dict)  # a QuantSpec's data to start as it is (Apply mixed precision)
+    cancel_requested = Signal(str)  # job id
+    graph_requested = Signal(str, str)  # quant run id, its training run id: SQNR painted on the graph
+    status_message = Signal(str)
+
+    def __init__(self, workspace, parent=None):
+        super().__init__(parent)
+        self.store = RunStore(workspace)
+        self.runs: dict[str, dict] = {}  # quant run id -> list entry (with spec, report summary)
+        self.live: dict[str, QuantResults] = {}  # job id -> the results filling in
+        self.job_of_run: dict[str, str] = {}  # run id -> job id while it runs
+        self._pending: dict[str, list[Message]] = {}  # job id -> arrays that came before the run folder
+        self.results: QuantResults | None = None  # the run shown
+        self.compared: QuantResults | None = None  # the run whose ladder stands beside it
+        self._build()
+        self.refresh()
+
+    # -- construction ----------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.new_button = QPushButton("New quantization…")
+        self.new_button.setToolTip("Open the quantization wizard on a trained run (Ctrl+Shift+Q)")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Cancel the running quantization of the selected run")
+        self.graph_button = QPushButton("Show on graph")
+        self.graph_button.setToolTip("Paint each layer's SQNR on the model's graph in the Graph tab; a click on a "
+                                     "node there opens its histogram here")
+        self.apply_button = QPushButton("Apply mixed precision")
+        self.apply_button.setToolTip("Quantize again with the proposed layers kept at a higher bit width")
+        self.again_button = QPushButton("Quantize again…")
+        self.again_button.setToolTip("Open the wizard on the selected run's spec")
+        self.open_button = QPushButton("Open folder")
+        self.delete_button = QPushButton("Delete…")
+        bar = QHBoxLayout()
+        for button in (self.new_button, self.stop_button, self.again_button, self.graph_button, self.apply_button,
+                       self.open_button, self.delete_button):
+            bar.addWidget(button)
+        bar.addStretch(1)
+
+        self.table = QTableWidget(0, len(RUN_COLUMNS))
+        self.table.setHorizontalHeaderLabels(RUN_COLUMNS)
+        self.table.verticalHeader().hide()
+        self.table.setSelectionBehavior(QTableWidget.SelectRows)
+        self.table.setSelectionMode(QTableWidget.SingleSelection)
+        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.Stretch)
+        for column in range(1, len(RUN_COLUMNS)):
+            header.setSectionResizeMode(column, QHeaderView.ResizeToContents)
+        self.compare_combo = QComboBox()
+        self.compare_combo.setToolTip("Another quantize run whose accuracy ladder to show beside this one's")
+        compare_row = QHBoxLayout()
+        compare_row.addWidget(QLabel("Compare with"))
+        compare_row.addWidget(self.compare_combo, 1)
+        self.ladder = LadderChart()
+        ladder_box = QWidget()
+        ladder_layout = QVBoxLayout(ladder_box)
+        ladder_layout.setContentsMargins(0, 0, 0, 0)
+        ladder_layout.addLayout(compare_row)
+        ladder_layout.addWidget(self.ladder, 1)
+        left = QSplitter(Qt.Vertical)
+        left.addWidget(self.table)
+        left.addWidget(ladder_box)
+        left.setSizes([260, 420])
+
+        self.summary = QLabel()
+        self.summary.setTextFormat(Qt.RichText)
+        self.summary.setWordWrap(True)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setTextVisible(True)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop this quantization at its next step (Ctrl+.)")
+        progress_row = QHBoxLayout()
+        progress_row.addWidget(self.progress, 1)
+        progress_row.addWidget(self.cancel_button)
+        self.progress_box = QWidget()
+        self.progress_box.setLayout(progress_row)
+        progress_row.setContentsMargins(0, 0, 0, 0)
+
+        self.layer_model = LayerTableModel(self)
+        self.layer_proxy = LayerSortProxy(self)
+        self.layer_proxy.setSourceModel(self.layer_model)
+        self.layer_view = QTableView()
+        self.layer_view.setModel(self.layer_proxy)
+        self.layer_view.setSortingEnabled(True)
+        self.layer_view.sortByColumn(4, Qt.AscendingOrder)  # worst SQNR first
+        self.layer_view.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.layer_view.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.layer_view.verticalHeader().hide()
+        self.layer_view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.layer_view.horizontalHeader().setStretchLastSection(True)
+        self.layer_view.setToolTip("Click a row to see its histogram and error; sort by any column")
+        self.filter_edit = QLineEdit()
+        self.filter_edit.setPlaceholderText("Filter layers…")
+        self.filter_edit.setClearButtonEnabled(True)
+        self.tensor_combo = QComboBox()
+        for text, value in (("Weights and activations", ""), ("Weights", "weight"), ("Activations", "activation")):
+            self.tensor_combo.addItem(text, value)
+        filter_row = QHBoxLayout()
+        filter_row.addWidget(self.filter_edit, 1)
+        filter_row.addWidget(self.tensor_combo)
+        layer_box = QWidget()
+        layer_layout = QVBoxLayout(layer_box)
+        layer_layout.setContentsMargins(0, 0, 0, 0)
+        layer_layout.addLayout(filter_row)
+        layer_layout.addWidget(self.layer_view, 1)
+
+        self.histogram = RangeHistogram()
+        self.error_plot = ErrorPlot()
+        self.channel_plot = ChannelRangesPlot()
+        self.sensitivity = SensitivityChart()
+        self.mixed = MixedPrecisionPlot()
+        self.plots = QTabWidget()
+        for widget, title in zip((self.histogram, self.error_plot, self.channel_plot, self.sensitivity, self.mixed),
+                                 PLOT_TABS):
+            self.plots.addTab(widget, title)
+        right = QSplitter(Qt.Vertical)
+        right.addWidget(layer_box)
+        right.addWidget(self.plots)
+        right.setSizes([230, 560])  # the plots are what a person reads; the table scrolls
+        right_box = QWidget()
+        right_layout = QVBoxLayout(right_box)
+        right_layout.setContentsMargins(0, 0, 0, 0)
+        right_layout.addWidget(self.summary)
+        right_layout.addWidget(self.progress_box)
+        right_layout.addWidget(right, 1)
+
+        splitter = QSplitter(Qt.Horizontal)
+        splitter.addWidget(left)
+        splitter.addWidget(right_box)
+        splitter.setStretchFactor(0, 2)
+        splitter.setStretchFactor(1, 5)
+        splitter.setSizes([430, 950])
+
+        self.empty_state = QWidget()
+        empty_layout = QVBoxLayout(self.empty_state)
+        empty_layout.addStretch(2)
+        headline = QLabel("<h2>No quantization runs yet</h2>")
+        headline.setAlignment(Qt.AlignCenter)
+        self.empty_text = QLabel()
+        self.empty_text.setWordWrap(True)
+        self.empty_text.setAlignment(Qt.AlignCenter)
+        self.empty_text.setFixedWidth(620)
+        self.empty_button = QPushButton("Quantize a trained run…")
+        self.empty_button.setMinimumHeight(40)
+        for widget in (headline, self.empty_text, self.empty_button):
+            empty_layout.addWidget(widget, 0, Qt.AlignHCenter)
+        empty_layout.addStretch(3)
+        self.pages = QStackedWidget()
+        self.pages.addWidget(self.empty_state)
+        self.pages.addWidget(splitter)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addLayout(bar)
+        layout.addWidget(self.pages, 1)
+
+        self.new_button.clicked.connect(lambda: self.new_run_requested.emit("", {}))
+        self.empty_button.clicked.connect(lambda: self.new_run_requested.emit("", {}))
+        self.again_button.clicked.connect(self._on_again_clicked)
+        self.stop_button.clicked.connect(self._on_stop_clicked)
+        self.cancel_button.clicked.connect(self._on_stop_clicked)
+        self.graph_button.clicked.connect(self._on_graph_clicked)
+        self.apply_button.clicked.connect(self._on_apply_clicked)
+        self.open_button.clicked.connect(self._on_open_clicked)
+        self.delete_button.clicked.connect(self._on_delete_clicked)
+        self.table.itemSelectionChanged.connect(self._on_run_selected)
+        self.compare_combo.currentIndexChanged.connect(self._on_compare_changed)
+        self.layer_view.selectionModel().currentRowChanged.connect(self._on_layer_selected)
+        self.filter_edit.textChanged.connect(self.layer_proxy.setFilterFixedString)
+        self.tensor_combo.currentIndexChanged.connect(lambda: self.layer_proxy.set_tensor(self.tensor_combo.currentData()))
+        self.show_results(None)
+
+    # -- the runs list ---------------------------------------------------------------------------
+    def set_workspace(self, workspace) -> None:
+        self.store = RunStore(workspace)
+        self.results = self.compared = None
+        self.refresh()
+
+    def training_runs(self) -> list[dict]:
+        """Finished training runs the wizard can quantize, newest first, with their model's name."""
+        runs = []
+        for entry in self.store.list_runs():
+            if entry.get("task") != "train.classifier" or entry.get("status") != "done":
+                continue
+            try:
+                with self.store.open_run(entry["id"]) as run:
+                    entry["model"] = (run.read_spec().get("model") or {}).get("name", "")
+            except WorkbenchError:
+                continue
+            runs.append(entry)
+        return runs
+
+    def refresh(self) -> None:
+        selected = self.selected_run_id()
+        entries = [e for e in self.store.list_runs() if e.get("task") == QUANT_TASK]
+        for entry in entries:
+            if entry["id"] in self.job_of_run:
+                entry["status"] = "running"
+            entry.update(self._summary(entry))
+        self.runs = {entry["id"]: entry for entry in entries}
+        self.table.blockSignals(True)
+        self.table.setRowCount(len(entries))
+        for row, entry in enumerate(entries):
+            values = (entry["id"], entry["status"], entry.get("scheme", ""), _percent(entry.get("fp32")),
+                      _percent(entry.get("quantized")))
+            for column, value in enumerate(values):
+                item = QTableWidgetItem(str(value))
+                if column == 0:
+                    item.setData(Qt.UserRole, entry["id"])
+                    item.setToolTip(f"{entry['run_dir']}\n{entry.get('message') or ''}".strip())
+                if column == 1:
+                    item.setForeground(QColor(JOB_STATE_COLOURS.get(entry["status"], "#888888")))
+                self.table.setItem(row, column, item)
+        self.table.blockSignals(False)
+        self._fill_compare_combo()
+        has_training = any(e.get("task") == "train.classifier" for e in self.store.list_runs())
+        self.empty_text.setText(
+            "Quantize a trained model with the white paper's post-training pipeline (Nagel et al., 2021): the "
+            "accuracy ladder fills in step by step, then each layer's SQNR, range histogram and error show which "
+            "layer hurts and why." if has_training else
+            "Quantization starts from a trained model: train one in the Training tab first (Ctrl+T), then come "
+            "back here.")
+        self.empty_button.setEnabled(has_training)
+        self.pages.setCurrentIndex(0 if not entries and not self.live else 1)
+        if selected and self.select_run(selected):
+            pass
+        elif entries and self.selected_run_id() is None:
+            self.select_run(entries[0]["id"])
+        self._update_buttons()
+
+    def _summary(self, entry: dict) -> dict:
+        try:
+            with self.store.open_run(entry["id"]) as run:
+                spec = run.read_spec()
+                report = run.read_report() or {}
+        except WorkbenchError:
+            return {}
+        return {"spec": spec, "scheme": scheme_of(spec), "source_run": (spec.get("source") or {}).get("run", ""),
+                "fp32": (report.get("fp32") or {}).get("accuracy"),
+                "quantized": (report.get("quantized") or {}).get("accuracy")}
+
+    def _fill_compare_combo(self) -> None:
+        current = self.compare_combo.currentData()
+        self.compare_combo.blockSignals(True)
+        self.compare_combo.clear()
+        self.compare_combo.addItem("— none —", NO_COMPARISON)
+        for run_id, entry in self.runs.items():
+            if entry["status"] == "done":
+                self.compare_combo.addItem(f"{entry.get('scheme', '')}  {run_id}".strip(), run_id)
+        self.compare_combo.setCurrentIndex(max(0, self.compare_combo.findData(current)))
+        self.compare_combo.blockSignals(False)
+
+    def selected_run_id(self) -> str | None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        item = self.table.item(rows[0].row(), 0)
+        return item.data(Qt.UserRole) if item else None
+
+    def select_run(self, run_id: str) -> bool:
+        for row in range(self.table.rowCount()):
+            if self.table.item(row, 0).data(Qt.UserRole) == run_id:
+                self.table.selectRow(row)
+                return True
+        return False
+
+    def _on_run_selected(self) -> None:
+        run_id = self.selected_run_id()
+        self._update_buttons()
+        if run_id is None:
+            return
+        job_id = self.job_of_run.get(run_id)
+        if job_id is not None:
+            self.show_results(self.live[job_id])
+            return
+        self.open_run(run_id)
+
+    def open_run(self, run_id: str) -> bool:
+        """Show a finished quantize run (from the Runs tab too); False with a message when it cannot be read."""
+        entry = self.runs.get(run_id)
+        if entry is None:
+            self.refresh()
+            entry = self.runs.get(run_id)
+        if entry is None:
+            self.status_message.emit(f"{run_id} is not a quantize run of this workspace")
+            return False
+        if self.selected_run_id() != run_id:
+            self.select_run(run_id)  # selecting shows it
+            return True
+        try:
+            results = QuantResults.from_run(entry["run_dir"])
+        except WorkbenchError as exc:
+            self.show_results(None, f"<span style='color:#c0392b'>{exc}</span>")
+            return False
+        self.show_results(results)
+        return True
+
+    # -- showing results -------------------------------------------------------------------------
+    def show_results(self, results: QuantResults | None, message: str = "") -> None:
+        self.results = results
+        self.layer_model.set_layers(results.layers if results else [])
+        self._show_ladders()
+        self._show_summary(message)
+        report = results.report if results else {}
+        sensitivity = report.get("sensitivity")
+        if sensitivity:
+            self.sensitivity.set_rows(sensitivity, results.fp32_accuracy,
+                                      (report.get("quantized") or {}).get("accuracy"))
+        else:
+            self.sensitivity.clear("No sensitivity sweep in this run: tick “sensitivity” in the wizard's pipeline "
+                                   "page to measure each layer alone and all but it.")
+        if report.get("mixed_precision"):
+            self.mixed.set_proposal(report["mixed_precision"])
+        else:
+            self.mixed.clear("No mixed-precision proposal: set a target accuracy drop in the wizard's pipeline "
+                             "page to get one.")
+        if results and results.layers:
+            self.select_layer(*self._worst_layer())
+        else:
+            waiting = "The per-layer analysis arrives when the pipeline has run." if results else \
+                "Pick a quantize run, or start one with New quantization…"
+            for plot in (self.histogram, self.error_plot, self.channel_plot):
+                plot.clear(waiting)
+        self._update_buttons()
+
+    def _worst_layer(self) -> tuple[str, str]:
+        """The layer to show first: the lowest-SQNR weight quantizer (what a person would look at first)."""
+        scored = [e for e in self.results.layers if isinstance(e.get("sqnr_db"), (int, float))]
+        weights = [e for e in scored if e.get("tensor") == "weight"] or scored
+        worst = min(weights, key=lambda e: e["sqnr_db"]) if weights else self.results.layers[0]
+        return worst["name"], worst["tensor"]
+
+    def _show_ladders(self) -> None:
+        ladders = []
+        if self.results is not None:
+            ladders.append((self.results.label or "this run", self.results.ladder))
+        if self.compared is not None and self.compared is not self.results:
+            ladders.append((self.compared.label, self.compared.ladder))
+        # Empty slots for the rungs still to come belong to a run in progress, shown alone.
+        live = self.results is not None and self.results.run_id in self.job_of_run and len(ladders) == 1
+        if any(steps for _, steps in ladders) or live and self.results.planned:
+            self.ladder.set_ladders(ladders, self.results.planned if live else None)
+        else:
+            self.ladder.clear("The accuracy ladder: one bar per pipeline step, filled in as each step finishes.")
+
+    def _show_summary(self, message: str = "") -> None:
+        results = self.results
+        if results is None:
+            self.summary.setText(message)
+            return
+        report = results.report
+        fp32, quantized = results.fp32_accuracy, (report.get("quantized") or {}).get("accuracy")
+        parts = [f"<b>{results.label}</b>"]
+        if fp32 is not None:
+            parts.append(f"FP32 {fp32:.2%}")
+        if quantized is not None:
+            drop = (fp32 - quantized) * 100 if fp32 is not None else None
+            parts.append(f"quantized <b>{quantized:.2%}</b>" + (f" ({drop:+.2f} pt drop)" if drop is not None else ""))
+        sqnr = (report.get("quantized") or {}).get("logit_sqnr_db")
+        if isinstance(sqnr, (int, float)):
+            parts.append(f"logit SQNR {sqnr:.1f} dB")
+        if results.ladder and not report:
+            last = results.ladder[-1]
+            parts.append(f"step {len(results.ladder)}/{len(results.planned) or '?'}: {last['step']} "
+                         f"{last['accuracy']:.2%}")
+        if report.get("error"):
+            parts.append(f"<span style='color:#c0392b'>{report['error']}</span>")
+        if message:
+            parts.append(message)
+        self.summary.setText(" · ".join(parts))
+
+    def select_layer(self, layer: str, tensor: str = "weight") -> bool:
+        """Select a quantizer's row (the graph's node clicks come here) and show its plots."""
+        row = self.layer_model.row_of(layer, tensor)
+        if row < 0 and tensor == "weight":
+            tensor, row = "activation", self.layer_model.row_of(layer, "activation")
+        if row < 0:
+            return False
+        index = self.layer_proxy.mapFromSource(self.layer_model.index(row, 0))
+        if not index.isValid():  # filtered out: show every row again so the selection can be seen
+            self.filter_edit.clear()
+            self.tensor_combo.setCurrentIndex(0)
+            index = self.layer_proxy.mapFromSource(self.layer_model.index(row, 0))
+        self.layer_view.selectionModel().setCurrentIndex(
+            index, QItemSelectionModel.ClearAndSelect | QItemSelectionModel.Rows)
+        self.layer_view.scrollTo(index)
+        self._show_layer(layer, tensor)
+        return True
+
+    def _on_layer_selected(self, current, _previous) -> None:
+        if current.isValid():
+            self._show_layer(*current.data(KEY_ROLE))
+
+    def _show_layer(self, layer: str, tensor: str) -> None:
+        results = self.results
+        if results is None:
+            return
+        entry = results.layer(layer, tensor)
+        arrays = results.tensor(layer, tensor)
+        if arrays is not None:
+            self.histogram.set_tensor(arrays, entry)
+        else:
+            self.histogram.clear(f"No histogram of {layer} {tensor} in this run.")
+        if entry is not None:
+            self.error_plot.set_quantizer(entry)
+        else:
+            self.error_plot.clear("")
+        weights = results.tensor(layer, "weight")
+        if weights is not None and (weights.cle_ranges is not None or weights.channel_ranges is not None):
+            self.channel_plot.set_ranges(weights)
+        else:
+            self.channel_plot.clear(f"{layer or 'The input'} has no per-channel weight ranges (per-tensor weights, "
+                                    "or no weights at all).")
+
+    # -- compare ---------------------------------------------------------------------------------
+    def _on_compare_changed(self) -> None:
+        run_id = self.compare_combo.currentData()
+        self.compared = None
+        if run_id:
+            try:
+                self.compared = QuantResults.from_run(self.runs[run_id]["run_dir"])
+            except (WorkbenchError, KeyError) as exc:
+                self.status_message.emit(f"Cannot compare with {run_id}: {exc}")
+        self._show_ladders()
+
+    def compare_with(self, run_id: str) -> bool:
+        index = self.compare_combo.findData(run_id)
+        if index < 0:
+            return False
+        self.compare_combo.setCurrentIndex(index)
+        return True
+
+    # -- live runs -------------------------------------------------------------------------------
+    def on_job_changed(self, record: JobRecord) -> None:
+        if record.task != QUANT_TASK or record.internal:
+            return
+        run_id = Path(record.run_dir).name if record.run_dir else None
+        if record.active:
+            if run_id and record.job_id not in self.live:
+                results = QuantResults(run_id=run_id, run_dir=record.run_dir, spec=copy.deepcopy(record.spec))
+                self.live[record.job_id] = results
+                self.job_of_run[run_id] = record.job_id
+                for msg in self._pending.pop(record.job_id, []):
+                    self._take_array(results, msg)
+                self.refresh()
+                self.select_run(run_id)
+                self.show_results(results)
+            if record.job_id in self.live and self.results is self.live[record.job_id]:
+                self._show_progress(record)
+            return
+        results = self.live.pop(record.job_id, None)
+        self._pending.pop(record.job_id, None)
+        run_id = results.run_id if results else run_id
+        if run_id:
+            self.job_of_run.pop(run_id, None)
+        showing = results is not None and self.results is results
+        self.refresh()
+        if showing:
+            self.progress_box.hide()
+            if record.state == "done":
+                self.open_run(run_id)
+            else:
+                results.report = {**results.report, "error": record.error_message or record.state}
+                self.show_results(results)
+
+    def _show_progress(self, record: JobRecord) -> None:
+        self.progress_box.show()
+        fraction = record.fraction if record.fraction is not None else 0.0
+        self.progress.setValue(int(fraction * 1000))
+        self.progress.setFormat(f"{record.text or record.state}  %p%")
+
+    def on_message(self, msg: Message) -> None:
+        if msg.msg_type != "array":
+            return
+        job_id = msg.parent_id or ""
+        results = self.live.get(job_id)
+        if results is None:
+            if str((msg.content or {}).get("name", "")).startswith("quant/") and job_id:
+                self._pending.setdefault(job_id, []).append(msg)
+                if len(self._pending) > 20:  # a job that never became ours
+                    self._pending.pop(next(iter(self._pending)))
+            return
+        if self._take_array(results, msg) and results is self.results:
+            if msg.content.get("name") == "quant/ladder":
+                self._show_ladders()
+                self._show_summary()
+
+    @staticmethod
+    def _take_array(results: QuantResults, msg: Message) -> bool:
+        content = msg.content or {}
+        try:
+            array = array_from_buffer(content["array"], msg.buffers)
+        except (ProtocolError, KeyError, TypeError):
+            return False
+        meta = {k: v for k, v in content.items() if k not in ("name", "array")}
+        return results.add_array(str(content.get("name", "")), array, meta)
+
+    # -- buttons ---------------------------------------------------------------------------------
+    def _update_buttons(self) -> None:
+        run_id = self.selected_run_id()
+        entry = self.runs.get(run_id or "")
+        live = run_id in self.job_of_run
+        done = bool(entry) and entry["status"] == "done" and not live
+        self.stop_button.setEnabled(live)
+        self.progress_box.setVisible(live)
+        self.again_button.setEnabled(bool(entry and entry.get("spec")))
+        self.graph_button.setEnabled(done and bool(entry.get("source_run")))
+        proposal = (self.results.report.get("mixed_precision") if self.results else None) or {}
+        self.apply_button.setEnabled(done and bool(proposal.get("layers")))
+        self.open_button.setEnabled(bool(entry))
+        self.delete_button.setEnabled(bool(entry) and not live)
+
+    def _on_stop_clicked(self) -> None:
+        job_id = self.job_of_run.get(self.selected_run_id() or "")
+        if job_id:
+            self.cancel_requested.emit(job_id)
+
+    def _on_again_clicked(self) -> None:
+        entry = self.runs.get(self.selected_run_id() or "")
+        if entry and entry.get("spec"):
+            self.new_run_requested.emit((entry["spec"].get("source") or {}).get("run", ""), copy.deepcopy(entry["spec"]))
+
+    def _on_graph_clicked(self) -> None:
+        entry = self.runs.get(self.selected_run_id() or "")
+        if entry and entry.get("source_run"):
+            self.graph_requested.emit(entry["id"], entry["source_run"])
+
+    def proposal_spec(self) -> dict | None:
+        """The selected run's spec with its mixed-precision proposal applied (and no new proposal asked)."""
+        entry = self.runs.get(self.selected_run_id() or "")
+        proposal = (self.results.report.get("mixed_precision") if self.results else None) or {}
+        if not entry or not entry.get("spec") or not proposal.get("layers"):
+            return None
+        spec = copy.deepcopy(entry["spec"])
+        spec["mixed_precision"] = {"target_drop": 0.0, "layers": [dict(layer) for layer in proposal["layers"]]}
+        return spec
+
+    def _on_apply_clicked(self) -> None:
+        spec = self.proposal_spec()
+        if spec is not None:
+            self.start_requested.emit(spec)
+
+    def _on_open_clicked(self) -> None:
+        entry = self.runs.get(self.selected_run_id() or "")
+        if entry:
+            open_folder(self, entry["run_dir"])
+
+    def _on_delete_clicked(self) -> None:
+        run_id = self.selected_run_id()
+        if run_id and delete_run_action(self, self.store, run_id):
+            if self.results is not None and self.results.run_id == run_id:
+                self.show_results(None)
+        self.refresh()

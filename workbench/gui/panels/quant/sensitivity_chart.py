@@ -1,0 +1,132 @@
+"""Which layer hurts: per layer, the accuracy with only that layer quantized and with every layer but it
+quantized, as horizontal bars against the FP32 and the fully quantized accuracy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont, QFontMetrics
+
+from workbench.gui.panels.quant.plot_panel import FP32, PlotPanel, brush, finite, pen, percent
+from workbench.gui.plots import SERIES_COLOURS
+
+EMPTY = "How much each layer costs when quantized alone, and what is left when every other layer is, appears here."
+SERIES = (("only_this", "only this layer quantized", SERIES_COLOURS[0]),
+          ("all_but_this", "all but this layer quantized", SERIES_COLOURS[1]))
+QUANTIZED = "#9c5bd0"
+LABEL_FONT = QFont()
+LABEL_FONT.setPointSize(8)
+ROW_PIXELS = 26  # the least height a layer's row keeps, so its name stays readable with many layers
+
+
+class SensitivityChart(PlotPanel):
+    """`set_rows(rows, fp32_accuracy, quantized_accuracy)` draws one bar per layer per series (`bars` by series
+    key: "only_this", "all_but_this"); layers run top to bottom in the order given, named on the left axis."""
+
+    def __init__(self, parent=None):
+        super().__init__("", "accuracy", empty=EMPTY, x_format="percent", parent=parent)
+        self.bars: dict[str, pg.BarGraphItem] = {}
+        self.references: dict[str, pg.InfiniteLine] = {}
+        self.labels: list[pg.TextItem] = []
+        self.rows = 0
+        self._fitting = False  # until the user zooms or pans, a resize refits the rows under the legend
+        view = self.plot.getViewBox()
+        view.invertY(True)  # the first layer on top, as in the network and the layer table
+        view.sigResized.connect(self._fit_rows)
+        view.sigRangeChangedManually.connect(self._stop_fitting)
+
+    def clear(self, message: str = "") -> None:
+        super().clear(message)
+        self.bars.clear()
+        self.references.clear()
+        self.labels.clear()
+        self.rows = 0
+        self._fitting = False
+        self.plot.getAxis("left").setWidth(None)
+
+    def set_rows(self, rows: list[dict], fp32_accuracy: float | None, quantized_accuracy: float | None) -> None:
+        self.clear()
+        rows = [r for r in rows if r.get("layer") is not None]
+        if not rows:
+            self.clear("No per-layer sensitivity was measured in this run.")
+            return
+        self.set_title("Accuracy per layer: quantized alone, and everything but it quantized")
+        y = np.arange(len(rows), dtype=float)
+        thickness = 0.8 / len(SERIES)
+        for i, (key, name, colour) in enumerate(SERIES):
+            values = np.array([_number(r.get(key)) for r in rows], dtype=float)
+            shown = np.isfinite(values)  # a layer that was not measured gets no bar, not a zero one
+            if not shown.any():
+                continue
+            offset = (i - (len(SERIES) - 1) / 2) * thickness
+            bar = pg.BarGraphItem(x0=0.0, width=values[shown], y=y[shown] + offset, height=thickness * 0.9,
+                                  brush=brush(colour, 220), pen=None, name=name)
+            self.plot.addItem(bar)
+            self.bars[key] = bar
+            for value, row in zip(values[shown], y[shown] + offset):
+                # Inside the bar's end, white on the bar's hue: the same on either theme.
+                label = pg.TextItem(percent(value), color="#ffffff", anchor=(1.0, 0.5))
+                label.setFont(LABEL_FONT)
+                label.setPos(value, row)
+                self.plot.addItem(label)
+                self.labels.append(label)
+        for key, value, colour, style, text in (
+                ("fp32", fp32_accuracy, FP32, Qt.DashLine, "FP32"),
+                ("quantized", quantized_accuracy, QUANTIZED, Qt.DotLine, "quantized")):
+            if value is None or not math.isfinite(value):
+                continue
+            line_pen = pen(colour, 1.8, style)
+            line = pg.InfiniteLine(value, angle=90, movable=False, pen=line_pen)
+            self.plot.addItem(line, ignoreBounds=True)
+            self.references[key] = line
+            self.add_legend_line(f"{text} {percent(value)}", line_pen)
+        names = [str(r["layer"]) for r in rows]
+        axis = self.plot.getAxis("left")
+        axis.setTicks([list(enumerate(names))])
+        # Wide enough for the longest name from the start (pyqtgraph widens it only after a first paint).
+        axis.setWidth(max(QFontMetrics(axis.font()).horizontalAdvance(n) for n in names) + 14)
+        self.finish()  # before the fit: it measures the legend
+        self._fit_view(rows, [fp32_accuracy, quantized_accuracy])
+        self.setMinimumHeight(min(600, 90 + ROW_PIXELS * len(rows)))
+
+    def _fit_view(self, rows: list[dict], references: list[float | None]) -> None:
+        """Accuracies of quantized layers differ by tenths of a percent: bars from 0 would all look alike, so the
+        axis starts just under the lowest value (the bars run off its left edge) and leaves room for the legend."""
+        values = finite([_number(r.get(key)) for r in rows for key, _, _ in SERIES]
+                        + [_number(v) for v in references])
+        low, high = float(values.min()), float(values.max())
+        span = max(high - low, 0.01)
+        self.plot.setXRange(max(0.0, low - span * 0.25), min(1.0, high + span * 0.1) + span * 0.02, padding=0)
+        self.rows, self._fitting = len(rows), True
+        self._fit_rows()
+
+    def _fit_rows(self, *args) -> None:
+        """The layer rows fill the height under the legend (top right), measured in pixels, since a row's height
+        in pixels changes with the panel's; the value labels show only where a bar is tall enough for them."""
+        if not self._fitting or not self.rows:
+            return
+        view = self.plot.getViewBox()
+        height = view.height()
+        if height <= 0:
+            return
+        legend = self.legend.boundingRect().height() + 12 if self.legend.isVisible() else 0.0
+        free = max(height - legend, height * 0.6)  # a tall legend in a short panel may cover the top row's end
+        headroom = (height - free) * self.rows / free
+        view.setYRange(-0.5 - headroom, self.rows - 0.5, padding=0)
+        bar_pixels = free / self.rows * 0.8 / len(SERIES) * 0.9
+        tall_enough = bar_pixels >= QFontMetrics(LABEL_FONT).height() - 2
+        for label in self.labels:
+            label.setVisible(tall_enough)
+
+    def _stop_fitting(self, *args) -> None:
+        self._fitting = False
+
+
+def _number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
