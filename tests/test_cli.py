@@ -265,7 +265,7 @@ def test_a_train_spec_file_with_overrides_runs_and_bad_ones_fail_cleanly(tmp_pat
 @pytest.mark.parametrize(
     ("verb", "task", "bad"),
     [
-        (["export"], "export.model", "formats=onnx,coreml"),
+        (["export"], "export.model", "format=coreml"),
         (["bench"], "bench.latency", "batch_sizes=0"),
     ],
 )

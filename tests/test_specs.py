@@ -106,26 +106,27 @@ NON_DEFAULTS: dict[type[Spec], dict] = {
     },
     ExportSpec: {
         "model": {"name": "file:models/net.py:build_net", "input_shape": [1, 28, 28]},
-        "formats": ["onnx", "torchscript", "tensorrt"],
+        "format": "tensorrt",
+        "script": True,
         "opset": 17,
+        "precision": "int8",
+        "output": "exports/net.ts",
         "dynamic_batch": False,
-        "check_parity": False,
-        "parity_atol": 1e-3,
+        "verify": False,
         "parity_samples": 4,
         "dataset": {"name": "fake", "size": 20, "num_classes": 3},
-        "tensorrt_precision": "int8",
         "device": "cuda",
     },
     BenchSpec: {
         "model": {"name": "mlp"},
         "artifact": "exports/model.onnx",
-        "runtimes": ["onnxruntime", "torch"],
+        "backends": ["onnxruntime", "eager"],
         "batch_sizes": [1, 8, 64],
+        "dtype": "float16",
         "warmup": 0,
         "iters": 10,
-        "amp": "fp16",
+        "min_time_s": 0.5,
         "threads": 4,
-        "accuracy": True,
         "dataset": {"name": "svhn", "augment": [{"name": "rotation", "degrees": 15.0}]},
         "device": "mps",
     },
@@ -192,7 +193,7 @@ def test_defaults_are_not_shared_between_instances():
     a.dataset.augment.append({"name": "hflip"})
     a.model.freeze.append("backbone")
     assert b.dataset.augment == [] and b.model.freeze == []
-    assert ExportSpec().formats == ["onnx"] and BenchSpec().batch_sizes == [1]
+    assert ExportSpec().format == "onnx" and BenchSpec().batch_sizes == [1] and BenchSpec().backends == ["eager"]
 
 
 def test_nested_spec_instances_are_accepted_and_checked():
@@ -413,9 +414,11 @@ def test_open_choices_and_patterns():
     for device in ("auto", "cpu", "mps", "cuda", "cuda:0", "cuda:12"):
         assert TrainSpec.from_dict({"device": device}).device == device
     assert "cuda:N" in error(QuantSpec.from_dict, {"device": "cuda:x"})
-    message = error(ExportSpec.from_dict, {"formats": ["onnx", "tflite"]})
-    assert message.startswith("formats[1]: 'tflite' is not allowed; choose one of: torchscript")
-    assert "onnxruntime" in error(BenchSpec.from_dict, {"runtimes": "torch,ort"})
+    message = error(ExportSpec.from_dict, {"format": "tflite"})
+    assert message.startswith("format: 'tflite' is not allowed") and "onnx_qdq" in message
+    message = error(BenchSpec.from_dict, {"backends": "eager,ort"})
+    assert message.startswith("backends[1]: 'ort' is not allowed") and "onnxruntime_int8" in message
+    assert "quantize run" in error(ExportSpec.from_dict, {"format": "onnx_qdq"})
 
 
 @pytest.mark.parametrize(
@@ -435,10 +438,8 @@ def test_model_names_that_are_not(name):
 
 
 def test_list_lengths():
-    assert (
-        error(ExportSpec.from_dict, {"formats": []}) == "formats: [] has too few items; must have at least 1"
-    )
-    assert "runtimes: [] has too few items" in error(BenchSpec.from_dict, {"runtimes": ""})
+    assert error(BenchSpec.from_dict, {"backends": []}) == "backends: [] has too few items; must have at least 1"
+    assert "batch_sizes: [] has too few items" in error(BenchSpec.from_dict, {"batch_sizes": ""})
     message = error(TrainSpec.from_dict, {"dataset": {"image_size": [1, 2, 3]}})
     assert message == "dataset.image_size: [1, 2, 3] has too many items; must have at most 2"
     assert "model.input_shape: [1, 2, 3, 4]" in error(

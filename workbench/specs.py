@@ -465,8 +465,8 @@ def _check_normalize(value: str | dict) -> str | dict:
 
 DATASETS = ("digits", "mnist", "fashion_mnist", "kmnist", "cifar10", "cifar100", "svhn", "imagefolder", "fake")
 AUGMENTATIONS = ("random_crop", "hflip", "vflip", "rotation", "color_jitter", "random_erasing")
-EXPORT_FORMATS = ("torchscript", "torch_export", "onnx", "tensorrt")
-RUNTIMES = ("torch", "torchscript", "torch_export", "onnxruntime", "tensorrt")
+EXPORT_FORMATS = ("torchscript", "exported_program", "onnx", "onnx_qdq", "tensorrt")
+BENCH_BACKENDS = ("eager", "compile", "torchscript", "exported_program", "onnxruntime", "onnxruntime_int8", "tensorrt")
 DEVICE_PATTERN = r"auto|cpu|mps|cuda(:\d+)?"
 MODEL_PATTERN = r"mlp|cnn|torchvision:[A-Za-z_][A-Za-z0-9_]*|file:.+\.py:[A-Za-z_][A-Za-z0-9_]*"
 
@@ -716,35 +716,49 @@ class QuantSpec(Spec):
 
 @dataclass
 class ExportSpec(Spec):
-    """Export a model to deployment formats and check the outputs still match."""
+    """Export a model to one deployment format and check its outputs against eager PyTorch (parity)."""
 
-    model: ModelSpec = option(ModelSpec(), "The model to export.")
-    formats: list[str] = option(["onnx"], "Formats to write: torchscript, torch_export, onnx and/or tensorrt.", choices=EXPORT_FORMATS, min_items=1)
-    opset: int = option(18, "ONNX opset version.", min=7, max=25)
+    source: SourceSpec = option(SourceSpec(), "The model to export: source.run takes a training run's model and its best (else last) checkpoint (for onnx_qdq, a quantize run: its scales and zero points). Empty: model.* describes it.")
+    model: ModelSpec = option(ModelSpec(), "The model to export when there is no source.run (model.checkpoint names its weights, model.input_shape its input).")
+    dataset: DataSpec = option(DataSpec(), "Real samples for the parity check (and accuracy for onnx_qdq); with source.run, fields left at their defaults take the run's values.")
+    format: Literal["torchscript", "exported_program", "onnx", "onnx_qdq", "tensorrt"] = option("onnx", "What to write: torchscript (.pt), exported_program (torch.export, .pt2), onnx, onnx_qdq (QuantizeLinear/DequantizeLinear from a quantize run) or tensorrt (torch_tensorrt).")
+    script: bool = option(False, "For torchscript: torch.jit.script instead of tracing (keeps data-dependent control flow).")
+    opset: int = option(18, "ONNX opset version (onnx, onnx_qdq).", min=7, max=25)
+    precision: Literal["fp32", "fp16", "int8"] = option("fp32", "For tensorrt: the engine's precision.")
+    output: str = option("", "Where to write the exported file; empty writes it into the run's artifacts.")
     dynamic_batch: bool = option(True, "Let the exported model take any batch size.")
-    check_parity: bool = option(True, "Compare the exported model's outputs with the PyTorch model's.")
-    parity_atol: float = option(1e-4, "Largest absolute difference the parity check accepts.", min=0, min_exclusive=True)
-    parity_samples: int = option(16, "Number of dataset samples the parity check runs.", min=1, max=MAX_SAMPLES)
-    dataset: DataSpec = option(DataSpec(), "Data the parity check takes its inputs from.")
-    tensorrt_precision: Literal["fp32", "fp16", "int8"] = option("fp16", "Precision of the TensorRT engine.")
-    device: str = _device("cpu", "Where to trace and check the model: auto, cpu, mps, cuda or cuda:N.")
+    verify: bool = option(True, "Check the export against eager PyTorch on random inputs and, where there is a dataset, real samples; when it fails, find the first layer whose output diverges.")
+    parity_samples: int = option(32, "Real samples (and random inputs) the parity check runs.", min=1, max=MAX_SAMPLES)
+    device: str = _device("cpu", "Where to trace, export and check: auto, cpu, mps, cuda or cuda:N.")
+
+    def validate(self) -> None:
+        if self.source.run and self.model.checkpoint:
+            raise SpecError(f"model.checkpoint: {self.model.checkpoint!r} and source.run {self.source.run!r} are both "
+                            "given; the run gives the weights, so set only one")
+        if self.format == "onnx_qdq" and not self.source.run:
+            raise SpecError("source.run: onnx_qdq takes its scales and zero points from a quantize run; name one")
 
 
 @dataclass
 class BenchSpec(Spec):
-    """Measure latency and throughput of a model or an exported artifact."""
+    """Measure latency percentiles, throughput and peak memory of a model on one or more backends."""
 
-    model: ModelSpec = option(ModelSpec(), "The model to benchmark, or the one the artifact was exported from.")
-    artifact: str = option("", "Exported file to benchmark; empty benchmarks the PyTorch model itself.")
-    runtimes: list[str] = option(["torch"], "Runtimes to measure: torch, torchscript, torch_export, onnxruntime and/or tensorrt.", choices=RUNTIMES, min_items=1)
+    source: SourceSpec = option(SourceSpec(), "The model to measure: source.run takes a training run's model and checkpoint (a quantize run also gives the QDQ model for onnxruntime_int8); source.file an exported file. Empty: model.* describes it.")
+    model: ModelSpec = option(ModelSpec(), "The model to measure when there is no source (model.input_shape gives its input).")
+    artifact: str = option("", "An exported file to measure (.onnx, .pt2 or TorchScript .pt) beside or instead of the PyTorch model.")
+    backends: list[str] = option(["eager"], "Backends to measure: eager, compile, torchscript, exported_program, onnxruntime, onnxruntime_int8 (QDQ) and/or tensorrt. One that cannot run here is reported as unavailable, with the reason.", choices=BENCH_BACKENDS, min_items=1)
     batch_sizes: list[int] = option([1], "Batch sizes to measure, e.g. 1,8,64.", min=1, max=MAX_BATCH, min_items=1)
+    dtype: Literal["float32", "float16", "bfloat16"] = option("float32", "Input and weight dtype (float16 and bfloat16 change the numerics).")
     warmup: int = option(10, "Untimed iterations before measuring.", min=0, max=MAX_STEPS)
-    iters: int = option(100, "Timed iterations per batch size.", min=1, max=MAX_STEPS)
-    amp: Amp = option("none", "Mixed precision: autocast to bf16 or fp16, or none for full precision.")
-    threads: int = option(0, "CPU threads for inference; 0 keeps torch's default.", min=0, max=MAX_PROCESSES)
-    accuracy: bool = option(False, "Also measure accuracy on the dataset's test split.")
-    dataset: DataSpec = option(DataSpec(), "Data for inputs and the accuracy check.")
+    iters: int = option(100, "Timed iterations per backend and batch size (at least; see min_time_s).", min=1, max=MAX_STEPS)
+    min_time_s: float = option(0.0, "Keep timing until this many seconds have passed as well; 0 times exactly iters.", min=0, max=86_400)
+    threads: int = option(0, "CPU threads for inference (torch and onnxruntime); 0 keeps their defaults.", min=0, max=MAX_PROCESSES)
+    dataset: DataSpec = option(DataSpec(), "Data whose sample shape the inputs take when model.input_shape is empty.")
     device: str = _device("cpu", "Where to run: auto, cpu, mps, cuda or cuda:N.")
+
+    def validate(self) -> None:
+        if self.source.file and self.artifact:
+            raise SpecError(f"artifact: {self.artifact!r} and source.file {self.source.file!r} are both given; name the file once")
 
 
 @dataclass
