@@ -349,7 +349,7 @@ def test_range_messages(cls, data, expected):
         ),
         (
             ["model.num_classes=100000000"],
-            "model.num_classes: 100000000 is out of range; must be >= 1 and <= 1000000",
+            "model.num_classes: 100000000 is out of range; must be >= 0 and <= 1000000",
         ),
     ],
 )

@@ -532,7 +532,7 @@ class ModelSpec(Spec):
     """Which model to build and which weights to start from."""
 
     name: str = option("cnn", "Model to build: mlp, cnn, torchvision:<arch> or file:<path.py>:<ClassOrFactory>.", pattern=MODEL_PATTERN, pattern_help="mlp, cnn, torchvision:<arch> or file:<path.py>:<ClassOrFactory>")
-    num_classes: int = option(10, "Number of outputs of the classifier.", min=1, max=MAX_CLASSES)
+    num_classes: int = option(0, "Number of outputs of the classifier; 0 (auto) takes the dataset's class count.", min=0, max=MAX_CLASSES)
     input_shape: list[int] = option([], "Shape of one input without the batch dimension, e.g. 1,28,28; empty takes it from the dataset.", min=1, max_items=3)
     checkpoint: str = option("", "Weights file to load before the job starts; empty loads none.")
     weights: str = option("", "Pretrained weights to start from, e.g. DEFAULT for a torchvision model; empty means none.")

@@ -240,6 +240,16 @@ def test_a_class_count_that_does_not_fit_the_data_is_refused(tmp_path):
     assert "model.num_classes is 5" in message and "10 classes" in message
 
 
+def test_the_class_count_defaults_to_the_datasets_and_the_run_keeps_it(tmp_path):
+    # A two-class dataset and no model.num_classes: auto (0) takes the dataset's count, and the run's spec says
+    # what was trained, so its graph, quantization and export rebuild the same head.
+    spec = merge(QUICK, epochs=1, dataset={"name": "fake", "size": 64, "num_classes": 2, "image_size": [8, 8]})
+    assert "num_classes" not in spec.get("model", {})
+    result = done(train(tmp_path, spec))
+    with Run(result["run_dir"], readonly=True) as run:
+        assert run.read_spec()["model"]["num_classes"] == 2
+
+
 def test_ddp_batch_size_must_divide_by_the_process_count(tmp_path):
     message = failed(train(tmp_path, merge(QUICK, distributed="ddp", nproc=3)))
     assert "batch_size: 64 is not divisible by nproc=3" in message

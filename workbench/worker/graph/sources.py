@@ -60,6 +60,21 @@ def input_shape_for(spec: GraphSpec, run: RunModel | None, ctx) -> tuple[int, ..
         dataset.release()
 
 
+def _class_count(data, ctx) -> int | None:
+    """The dataset's class count for model.num_classes = 0 (auto); None when it cannot be read (a graph does not
+    need the data itself, so the model is then drawn with the default head)."""
+    from workbench.worker.data import load_dataset
+
+    try:
+        dataset = load_dataset(data, ctx=ctx)
+    except JobError:
+        return None
+    try:
+        return len(dataset.classes)
+    finally:
+        dataset.release()
+
+
 def build_module(spec: GraphSpec, ctx):
     """(model in eval mode, input shape, label, RunModel or None) for `model.*` or `source.run`."""
     from workbench.worker.models import build_model
@@ -69,7 +84,8 @@ def build_module(spec: GraphSpec, ctx):
     model_spec: ModelSpec = run.spec.model if run is not None else spec.model
     shape = input_shape_for(spec, run, ctx)
     if run is None:
-        model = build_model(model_spec, input_shape=shape, log=ctx.log)
+        classes = None if model_spec.num_classes else _class_count(spec.dataset, ctx)
+        model = build_model(model_spec, input_shape=shape, log=ctx.log, classes=classes)
         return model.eval(), shape, model_spec.name, None
     # The run's own weights replace any pretrained or starting checkpoint, so neither is loaded first.
     model = build_model(dataclasses.replace(model_spec, checkpoint="", weights=""), input_shape=shape, log=ctx.log,

@@ -6,6 +6,7 @@ Worker side; never imports Qt.
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
 from collections.abc import Callable, Sequence
 
@@ -60,13 +61,30 @@ def check_forward(model: nn.Module, name: str, input_shape: Sequence[int], num_c
                        f"model.num_classes is {num_classes}; the model must return (batch, num_classes) scores{hint}")
 
 
+FALLBACK_CLASSES = 10  # model.num_classes = 0 (auto) with no dataset at hand to count (a graph of model.* alone)
+
+
+def resolve_num_classes(spec: ModelSpec, classes: int | None, log: Callable[[str], None] | None = None) -> ModelSpec:
+    """`spec` with num_classes 0 (auto) replaced by the dataset's class count `classes` (or the fallback when no
+    dataset is at hand); an explicit count is kept, and checked against the dataset by the job that trains."""
+    if spec.num_classes:
+        return spec
+    count = int(classes) if classes else FALLBACK_CLASSES
+    if log is not None:
+        log(f"model.num_classes: auto, {count} " + ("(the dataset's classes)" if classes else
+                                                    "(no dataset to count: the default)"))
+    return dataclasses.replace(spec, num_classes=count)
+
+
 def build_model(spec: ModelSpec, *, input_shape: Sequence[int] = (), log: Callable[[str], None] | None = None,
-                pretrained: bool = True, checkpoint: bool = True) -> nn.Module:
+                pretrained: bool = True, checkpoint: bool = True, classes: int | None = None) -> nn.Module:
     """Build the network `spec` describes, on the CPU, in train mode.
 
-    `input_shape` is used when spec.input_shape is empty (the dataset's sample shape). `pretrained=False` and
-    `checkpoint=False` skip spec.weights and spec.checkpoint (a resumed run loads its own last.pt instead).
+    `input_shape` is used when spec.input_shape is empty (the dataset's sample shape), `classes` (the dataset's
+    class count) when spec.num_classes is 0 (auto). `pretrained=False` and `checkpoint=False` skip spec.weights
+    and spec.checkpoint (a resumed run loads its own last.pt instead).
     """
+    spec = resolve_num_classes(spec, classes, log)
     shape = tuple(spec.input_shape) or tuple(input_shape)
     if not shape:
         raise JobError("model.input_shape: empty, and there is no dataset to take it from; set e.g. 1,28,28")

@@ -16,6 +16,7 @@ from workbench.errors import JobError
 from workbench.specs import QuantSpec
 from workbench.worker.data import load_dataset, resolve_workspace
 from workbench.worker.models import build_model
+from workbench.worker.models.build import resolve_num_classes
 from workbench.worker.quant import adaround as adaround_mod
 from workbench.worker.quant import analysis, artifacts, bias, cle, mixed, qat, source
 from workbench.worker.quant.data import calibration_batches, evaluate, held_out_batches
@@ -111,6 +112,8 @@ def run_quantization(spec: QuantSpec, ctx) -> dict:
     device = resolve_device(spec.device)
     dataset = load_dataset(origin.dataset, ctx=ctx)
     dataset.normalization(progress=ctx.progress)
+    # Auto (0) classes become the dataset's count here, so the saved quantized model's spec is complete.
+    origin.model = resolve_num_classes(origin.model, len(dataset.classes), ctx.log)
     model = build_model(origin.model, input_shape=dataset.sample_shape, log=ctx.log, pretrained=False)
     model.eval().to(device)
     ctx.log(f"quantizing {origin.model.name} from {origin.checkpoint} on {device}: weights W{spec.weights.bits} "

@@ -156,7 +156,8 @@ class Trainer:
         self.optimizer = build_optimizer(model, spec, self.device)
         self.scheduler = build_scheduler(self.optimizer, spec, self.plan.steps, self.total_steps)
         self.loss_fn = build_loss(spec.loss, label_smoothing=spec.label_smoothing)
-        self.output_check = OutputCheck(spec.model.name, spec.model.num_classes)
+        # 0 (auto) is the dataset's class count: the task resolves it first, a Trainer built directly may not have.
+        self.output_check = OutputCheck(spec.model.name, spec.model.num_classes or len(setup.dataset.classes))
         self.step_fn = TrainStep(model, self.optimizer, self.loss_fn, device=self.device, amp=spec.amp,
                                  clip_grad_norm=spec.clip_grad_norm, clip_grad_value=spec.clip_grad_value,
                                  channels_last=self.channels_last, forward_model=forward_model,

@@ -13,10 +13,12 @@ import os
 import torch
 
 from workbench.errors import JobError
+from workbench.runs import atomic_write_text
 from workbench.specs import TrainSpec
 from workbench.worker.checkpoints import load_state_dict
 from workbench.worker.data import load_dataset
 from workbench.worker.models import build_model, count_parameters
+from workbench.worker.models.build import resolve_num_classes
 from workbench.worker.training.devices import check_amp, check_compile, describe, resolve_device
 from workbench.worker.training.evaluate import evaluate_test, write_evaluation
 from workbench.worker.training.guards import OutputCheck
@@ -75,6 +77,11 @@ def run_training(spec: TrainSpec, ctx) -> dict:
         # Decoded now (epoch one would do it anyway), so unreadable files are known before training: the
         # count logged below is the one `data info` reports, and the one the epochs really use.
         dataset.decode_all(progress=ctx.progress, check_stop=ctx.check_stop)
+    if not spec.model.num_classes:
+        spec = dataclasses.replace(spec, model=resolve_num_classes(spec.model, len(dataset.classes), ctx.log))
+        # The run's spec then says what was trained: a resume, a graph, a quantization or an export of the run
+        # rebuilds the same model without counting the dataset again.
+        atomic_write_text(run.spec_path, spec.to_toml())
     check_data_fits(spec, dataset)
     dataset.normalization(progress=ctx.progress)  # computed (and cached) once here, not in every DDP rank
     if not len(dataset.splits["val"]):
