@@ -106,6 +106,48 @@ def main() -> int:
             window.move(0, 0)
             QTimer.singleShot(3000, show_graph)
             return
+        if scene == "graph-split":  # two graphs side by side in Model Explorer's split pane
+            from workbench.specs import TrainSpec
+
+            window.start_training(TrainSpec.from_dict({"epochs": 1}))
+            first: list[str] = []
+
+            def graph_busy() -> bool:
+                return any(r.active and r.task == "graph.build" for r in window.manager.jobs.all())
+
+            def next_graph() -> None:
+                training = window.training_panel
+                if training.job_of_run or not training.runs or graph_busy():
+                    QTimer.singleShot(500, next_graph)
+                    return
+                if not window.graph_tab.is_built or window.graph_panel.graph is None:
+                    if not window.graph_tab.is_built:
+                        window.show_graph_of_run(next(iter(training.runs)))
+                    QTimer.singleShot(500, next_graph)
+                    return
+                panel = window.graph_panel
+                if not first:
+                    first.append(panel.graph["run_dir"])
+                    panel.build_graph({"model": {"name": "mlp", "input_shape": [1, 8, 8]}})
+                    QTimer.singleShot(1000, next_graph)
+                elif panel.graph["run_dir"] == first[0]:
+                    QTimer.singleShot(500, next_graph)
+                else:
+                    panel.show_beside(first[0])
+                    QTimer.singleShot(20000, capture_split)
+
+            def capture_split() -> None:
+                import subprocess
+
+                g = window.frameGeometry()
+                crop = f"{g.width()}x{g.height()}+{g.x()}+{g.y()}"
+                subprocess.run(["import", "-window", "root", "-crop", crop, str(out)], check=False)
+                print(out)
+                window.close()
+
+            window.move(0, 0)
+            QTimer.singleShot(3000, next_graph)
+            return
         if scene == "overlay":  # two finished runs overlaid: one hue per run, the same line style per role
             from workbench.specs import TrainSpec
 

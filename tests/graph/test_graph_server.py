@@ -140,3 +140,21 @@ def test_a_server_that_cannot_start_says_why(tmp_path):
     wait_until(lambda: broken.poll() == "failed", 10, "the killed server to read as failed")
     assert "exited with code" in broken.error
     broken.stop()
+
+
+def test_a_url_with_a_graph_beside_names_both_panes(tmp_path):
+    import json as _json
+    from urllib.parse import parse_qs, urlparse
+
+    left, right = tmp_path / "a.json", tmp_path / "b.json"
+    left.write_text(_json.dumps({"label": "fp32", "graphs": [{"id": "graph", "nodes": []}]}))
+    right.write_text(_json.dumps({"label": "int8 (right)", "graphs": [{"id": "graph (right)", "nodes": []}]}))
+    server = GraphServer([tmp_path], runtime_dir=tmp_path / "rt")
+    server.port = 1  # url_for needs only the port: no server is started
+    data = _json.loads(parse_qs(urlparse(server.url_for(left, beside=(right, "int8 (right)", "graph (right)"))).query)
+                       ["data"][0])
+    assert [m["url"] for m in data["models"]] == [str(left.absolute()), str(right.absolute())]
+    panes = data["uiState"]["paneStates"]
+    assert [(p["selectedCollectionLabel"], p["selectedGraphId"]) for p in panes] == [
+        ("fp32", "graph"), ("int8 (right)", "graph (right)")]
+    assert [p["widthFraction"] for p in panes] == [0.5, 0.5] and panes[0]["selected"]

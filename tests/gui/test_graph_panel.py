@@ -68,8 +68,10 @@ class FakeServer:
         self.calls.append("stop")
         self.state = "stopped"
 
-    def url_for(self, graph, node_data=()):
-        return f"http://127.0.0.1:1/?graph={graph}&data={','.join(map(str, node_data))}"
+    def url_for(self, graph, node_data=(), beside=None):
+        self.beside = beside
+        right = f"&beside={beside[0]}" if beside else ""
+        return f"http://127.0.0.1:1/?graph={graph}{right}&data={','.join(map(str, node_data))}"
 
 
 class Harness(QObject):
@@ -376,3 +378,25 @@ def test_model_explorer_draws_the_graph_under_xvfb(tmp_path):
     keep = os.environ.get("GRAPH_SCREENSHOT_DIR")  # to look at it: the issue asks for screenshots a person saw
     if keep:
         shutil.copy(tmp_path / "screen.png", Path(keep) / "graph-tab.png")
+
+
+def test_a_second_graph_opens_beside_the_first_in_the_split_pane(qtbot, harness):
+    first = _built(qtbot, harness)
+    left = first.graph["run_dir"]
+    panel = _built(qtbot, harness, {"model": {"name": "mlp"}})
+    view, server = panel.view, FakeServer.instances[-1]
+    qtbot.waitUntil(lambda: bool(view.urls), timeout=10_000)
+    assert "&beside=" not in view.urls[-1]
+    assert panel.show_beside(left)
+    assert "&beside=" in view.urls[-1]
+    path, label, graph_id = server.beside
+    # The right-hand graph is a copy with ids of its own, in the workspace the server serves.
+    copy = json.loads(Path(path).read_text())
+    assert Path(path).is_relative_to(harness.workspace)
+    assert copy["label"] == label and label.endswith("(right)")
+    assert [g["id"] for g in copy["graphs"]] == [graph_id] and graph_id.endswith("(right)")
+    original = json.loads((Path(left) / "artifacts" / "graph" / "graph.json").read_text())
+    assert len(copy["graphs"][0]["nodes"]) == len(original["graphs"][0]["nodes"])
+    assert panel.show_beside(None)
+    assert "&beside=" not in view.urls[-1]
+    assert not panel.show_beside(harness.workspace / "runs" / "nothing-here")

@@ -20,6 +20,13 @@ LAUNCHER = "workbench.graph_server.launcher"
 STATES = ("stopped", "starting", "ready", "failed")
 
 
+
+def _pane(label: str, graph_id: str, *, selected: bool) -> dict:
+    """One pane of Model Explorer's ui state (the fields of its createInitialPaneState)."""
+    return {"deepestExpandedGroupNodeIds": [], "selectedNodeId": "", "selectedGraphId": graph_id,
+            "selectedCollectionLabel": label, "widthFraction": 0.5, "selected": selected}
+
+
 class GraphServer:
     """One Model Explorer server for one owner (the window). `start` returns at once; `poll` says how it goes."""
 
@@ -107,14 +114,25 @@ class GraphServer:
             raise RuntimeError("the graph server is not running")
         return f"http://127.0.0.1:{self.port}/"
 
-    def url_for(self, graph: str | Path, node_data: Sequence[str | Path] = ()) -> str:
+    def url_for(self, graph: str | Path, node_data: Sequence[str | Path] = (),
+                beside: tuple[str | Path, str, str] | None = None) -> str:
         """The page showing `graph` (a Model Explorer graph JSON file), coloured by `node_data` (node-data JSON
-        files; Model Explorer selects the last one)."""
+        files; Model Explorer selects the last one). `beside` = (graph JSON, its collection label, its graph id)
+        opens a second graph in Model Explorer's split pane, to the right of the first."""
         model = str(Path(graph).absolute())
         data: dict = {"models": [{"url": model}]}
         if node_data:
             data["nodeData"] = [str(Path(p).absolute()) for p in node_data]
             data["nodeDataTargets"] = [""] * len(node_data)  # "": the first model, as model_explorer.config does
+        if beside is not None:
+            other, label, graph_id = beside
+            data["models"].append({"url": str(Path(other).absolute())})
+            # The web app restores two panes from a ui state naming each pane's collection and graph; a pane
+            # whose graph it cannot find shows the first collection's first graph instead.
+            first = json.loads(Path(graph).read_text(encoding="utf-8"))
+            data["uiState"] = {"paneStates": [
+                _pane(first.get("label", ""), (first.get("graphs") or [{}])[0].get("id", ""), selected=True),
+                _pane(label, graph_id, selected=False)]}
         return f"{self.base_url}?data={quote(json.dumps(data))}&renderer=webgl&show_open_in_new_tab=0"
 
     # -- helpers ---------------------------------------------------------------------------------

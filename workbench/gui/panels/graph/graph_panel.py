@@ -43,7 +43,7 @@ from workbench.gui.panels.graph.module_table import (
     flops_text,
 )
 from workbench.gui.panels.graph.web_view import GraphView, WebEngineUnavailable
-from workbench.runs import RunStore
+from workbench.runs import RunStore, atomic_write_text
 
 GRAPH_TASK = "graph.build"
 POLL_MS = 100
@@ -116,6 +116,10 @@ class GraphPanel(QWidget):
                                      "FLOPs, and show it")
         self.file_button = QPushButton("Open file…")
         self.file_button.setToolTip("Show a saved ExportedProgram (.pt2) or an ONNX file")
+        self.beside_combo = QComboBox()
+        self.beside_combo.setMinimumContentsLength(20)
+        self.beside_combo.setToolTip("Another graph to show side by side with this one in Model Explorer's split "
+                                     "pane (FP32 beside quantized, before beside after a change)")
         self.export_json_button = QPushButton("Export graph JSON…")
         self.export_csv_button = QPushButton("Export table CSV…")
         bar = QHBoxLayout()
@@ -126,6 +130,9 @@ class GraphPanel(QWidget):
         bar.addWidget(self.source_combo, 2)
         for button in (self.build_button, self.file_button):
             bar.addWidget(button)
+        bar.addSpacing(12)
+        bar.addWidget(QLabel("Beside it"))
+        bar.addWidget(self.beside_combo, 1)
         bar.addStretch(1)
         bar.addWidget(self.export_json_button)
         bar.addWidget(self.export_csv_button)
@@ -204,6 +211,7 @@ class GraphPanel(QWidget):
         self.search.textChanged.connect(self.proxy.set_text)
         self.leaves_only.toggled.connect(self.proxy.set_leaves_only)
         self.overlay_combo.currentIndexChanged.connect(self._on_overlay_combo_changed)
+        self.beside_combo.currentIndexChanged.connect(lambda _index: self._load_page())
         self.table.selectionModel().selectionChanged.connect(self._on_table_selection_changed)
         self._show_message("No graph yet: pick a training run under “Build from” and press Build graph, or open "
                            "a saved .pt2 or .onnx file.")
@@ -235,6 +243,15 @@ class GraphPanel(QWidget):
         index = self.graph_combo.findData(shown) if shown else -1
         self.graph_combo.setCurrentIndex(max(index, 0) if shown else self.graph_combo.currentIndex())
         self.graph_combo.blockSignals(False)
+        beside = self.beside_combo.currentData()
+        self.beside_combo.blockSignals(True)
+        self.beside_combo.clear()
+        self.beside_combo.addItem("— none —", None)
+        for entry in runs:
+            if entry.get("task") == GRAPH_TASK and entry.get("status") == "done":
+                self.beside_combo.addItem(self._graph_label(entry), entry["run_dir"])
+        self.beside_combo.setCurrentIndex(max(0, self.beside_combo.findData(beside)) if beside else 0)
+        self.beside_combo.blockSignals(False)
         chosen = self.source_combo.currentData()
         self.source_combo.clear()
         for entry in runs:
@@ -465,11 +482,57 @@ class GraphPanel(QWidget):
             self._show_message("Starting the graph viewer…")
             return
         path = self.overlay_path()
-        url = self.server.url_for(self.graph["graph_json"], [path] if path else [])
+        beside = self._beside_graph()
+        if beside is not None:
+            url = self.server.url_for(self.graph["graph_json"], [path] if path else [], beside=beside)
+        else:
+            url = self.server.url_for(self.graph["graph_json"], [path] if path else [])
         if url != self._page_url:
             self._page_url = url
             self.view.load(url)
         self.left.setCurrentWidget(self.view)
+
+    def show_beside(self, run_dir: str | Path | None) -> bool:
+        """Show another graph run beside this one (None: this one alone); False when it is not a graph run."""
+        index = self.beside_combo.findData(str(run_dir)) if run_dir else 0
+        if index < 0:
+            self.refresh()
+            index = self.beside_combo.findData(str(run_dir))
+        if index < 0:
+            return False
+        self.beside_combo.setCurrentIndex(index)
+        return True
+
+    def _beside_graph(self) -> tuple[Path, str, str] | None:
+        """(graph JSON, collection label, graph id) of the graph for the right-hand pane, or None.
+
+        Model Explorer renames a graph whose id another collection already uses, and a pane whose graph it
+        cannot find falls back to the first: the right-hand graph is served from a copy with ids of its own.
+        """
+        run_dir = self.beside_combo.currentData()
+        if not run_dir or not self.graph:
+            return None
+        try:
+            other = read_graph_run(run_dir)
+            data = json.loads(Path(other["graph_json"]).read_text(encoding="utf-8"))
+        except (OSError, ValueError, WorkbenchError) as exc:
+            self.status_message.emit(f"Cannot show {Path(run_dir).name} beside this graph: {exc}")
+            return None
+        label = f"{data.get('label') or Path(run_dir).name} (right)"
+        renamed = {}
+        for graph in data.get("graphs") or []:
+            renamed[graph.get("id", "")] = graph["id"] = f"{graph.get('id', 'graph')} (right)"
+        for graph in data.get("graphs") or []:  # subgraph references follow their graphs' new ids
+            for node in graph.get("nodes") or []:
+                if node.get("subgraphIds"):
+                    node["subgraphIds"] = [renamed.get(i, i) for i in node["subgraphIds"]]
+        data["label"] = label
+        folder = self.workspace / "cache" / "graph-split"  # inside the workspace: the server serves only it
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{Path(run_dir).name}.json"
+        atomic_write_text(path, json.dumps(data))
+        first = (data.get("graphs") or [{"id": ""}])[0]["id"]
+        return path, label, first
 
     def _show_message(self, text: str) -> None:
         self.message.setText(text)
