@@ -205,3 +205,28 @@ def test_source_file_onnx(tmp_path):
     ids = {node["id"] for node in graph_nodes(result)}
     flops = load_json(f"{result['run_dir']}/artifacts/graph/overlays/flops.json")["results"]
     assert len(flops) == 4 and set(flops) <= ids
+
+
+class _Point:  # a plain Python object: weights_only unpickling refuses it
+    def __init__(self, x):
+        self.x = x
+
+
+def test_the_pt2_guard_restricts_only_the_thread_that_loads(tmp_path):
+    import threading
+
+    from workbench.worker.graph.sources import _weights_only_unpickling
+
+    path = tmp_path / "object.pt"
+    torch.save({"point": _Point(3)}, path)
+    other: dict = {}
+    with _weights_only_unpickling():
+        # Another job of the worker, loading its own file meanwhile, unpickles as it always does ...
+        thread = threading.Thread(target=lambda: other.update(torch.load(path, weights_only=False)))
+        thread.start()
+        thread.join()
+        # ... while the loading thread itself cannot unpickle an object.
+        with pytest.raises(Exception, match="(?i)weights.only|unsupported|global"):
+            torch.load(path, weights_only=False)
+    assert other["point"].x == 3
+    assert torch.load(path, weights_only=False)["point"].x == 3  # and the guard is gone afterwards

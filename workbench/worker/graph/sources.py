@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import pickle
-import types
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
@@ -113,26 +113,55 @@ class _Refused(Exception):
     """Raised inside torch.export.load where the archive asks to unpickle more than plain tensors."""
 
 
+_GUARD = threading.local()  # set in the thread that loads a .pt2: only its unpickling is restricted
+_GUARD_LOCK = threading.Lock()  # one .pt2 load at a time installs the guard
+
+
+class _GuardedPickle:
+    """Stands in for the pickle module inside torch.export's archive reader: `loads` refuses in a guarded
+    thread; everything else, and every other thread, gets the real module."""
+
+    def __getattr__(self, name):
+        return getattr(pickle, name)
+
+    @staticmethod
+    def loads(*args, **kwargs):
+        if getattr(_GUARD, "on", False):
+            raise _Refused("a pickled Python object")
+        return pickle.loads(*args, **kwargs)
+
+
 @contextlib.contextmanager
 def _weights_only_unpickling():
     """torch.export.load unpickles some payloads with weights_only=False or plain pickle; here every torch.load is
-    weights_only and the other unpickling paths refuse, so a .pt2 cannot run code (shared/DESIGN.md: hostile files)."""
+    weights_only and the other unpickling paths refuse, so a .pt2 cannot run code (shared/DESIGN.md: hostile files).
+
+    The patched functions are process-wide while a load runs, but restrict only the loading thread: a training
+    job's checkpoint or a DataLoader in another thread of the worker unpickles as it always does.
+    """
     import torch
     from torch.export.pt2_archive import _package
 
-    real_load = torch.load
+    real_load, real_pickle_obj = torch.load, torch._C._pickle_load_obj
 
     def weights_only_load(*args, **kwargs):
-        kwargs["weights_only"] = True
+        if getattr(_GUARD, "on", False):
+            kwargs["weights_only"] = True
         return real_load(*args, **kwargs)
 
-    def refuse(*args, **kwargs):
-        raise _Refused("a pickled Python object")
+    def pickle_load_obj(*args, **kwargs):
+        if getattr(_GUARD, "on", False):
+            raise _Refused("a pickled Python object")
+        return real_pickle_obj(*args, **kwargs)
 
-    with mock.patch.object(torch, "load", weights_only_load), \
-            mock.patch.object(_package, "pickle", types.SimpleNamespace(loads=refuse)), \
-            mock.patch.object(torch._C, "_pickle_load_obj", refuse):
-        yield
+    with _GUARD_LOCK, mock.patch.object(torch, "load", weights_only_load), \
+            mock.patch.object(_package, "pickle", _GuardedPickle()), \
+            mock.patch.object(torch._C, "_pickle_load_obj", pickle_load_obj):
+        _GUARD.on = True
+        try:
+            yield
+        finally:
+            _GUARD.on = False
 
 
 def load_exported_program(path: Path):
