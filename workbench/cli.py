@@ -92,6 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("run", help="run id, unique id prefix, or run folder")
     _common(delete, spec=False)
 
+    report = sub.add_parser("report", help="one self-contained HTML page of a model: train, quantize, export, bench")
+    report.add_argument("run", help="the training run: id, unique id prefix, or run folder (a quantize, export or "
+                                    "bench run stands for the training run behind it)")
+    report.add_argument("--output", "-o", metavar="FILE.html", default=None,
+                        help="where to write the page (default: the training run's artifacts/report.html)")
+    _common(report, spec=False)
+
     diag = sub.add_parser("diag", help="diagnostic jobs that exercise the run store and progress (no torch)")
     diag.add_argument("diag_task", choices=sorted(DIAG_TASKS))
     _common(diag)
@@ -293,6 +300,21 @@ def _cmd_runs(args) -> int:
     return 0
 
 
+def _cmd_report(args) -> int:
+    from workbench.report import collect, write_story
+
+    story = collect(_workspace(args), args.run)
+    path = write_story(story, args.output)
+    runs = story.summary()
+    if args.json:
+        print(json.dumps({"run_dir": str(story.train.dir), "status": "done", "output": str(path), "runs": runs}))
+    else:
+        print(f"report of {story.train.id}: 1 training, {len(runs['quantize'])} quantize, {len(runs['export'])} "
+              f"export and {len(runs['bench'])} benchmark runs", file=sys.stderr)
+        print(path)
+    return 0
+
+
 def _cmd_diag(args) -> int:
     # Diagnostic tasks take plain dicts, so --set values are read as JSON scalars (3, 0.5, true) or strings.
     data: dict = {}
@@ -333,6 +355,8 @@ def dispatch(args) -> int:
         return _cmd_devices(args)
     if verb == "runs":
         return _cmd_runs(args)
+    if verb == "report":
+        return _cmd_report(args)
     if verb == "diag":
         return _cmd_diag(args)
     return _cmd_worker(args)
