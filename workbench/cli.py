@@ -203,8 +203,9 @@ class _ReservedStdout:
 
 
 def run_headless(task_name: str, spec, *, workspace: Path | None, as_json: bool, debug: bool,
-                 resume: str | None = None) -> int:
-    """Run a task in this process with the same runner the worker uses.
+                 resume: str | None = None, then=None) -> int:
+    """Run a task in this process with the same runner the worker uses; `then(result)`, when given, runs after a
+    job that is done and gives the exit code (`workbench graph --set open_browser=true` serves the graph).
 
     Ctrl+C (or SIGTERM) once cancels at the next step; a second one stops at once (exit 130, or 143 for
     SIGTERM) with the run marked cancelled, even when the job is stuck in user code.
@@ -246,7 +247,9 @@ def run_headless(task_name: str, spec, *, workspace: Path | None, as_json: bool,
         print(result["traceback"], file=sys.stderr)
     result.pop("traceback", None)
     _print_result(result, as_json)
-    return 0 if result.get("status") == "done" else 1
+    if result.get("status") != "done":
+        return 1
+    return then(result) if then is not None else 0
 
 
 # -- verbs -----------------------------------------------------------------------------------------
@@ -268,7 +271,43 @@ def _cmd_job(args, verb: str, task_name: str) -> int:
         spec = _load_spec(verb, args.spec or str(run_dir / "spec.toml"), args.overrides)
     else:
         spec = _load_spec(verb, args.spec, args.overrides)
-    return run_headless(task_name, spec, workspace=workspace, as_json=args.json, debug=args.debug, resume=resume)
+    then = None
+    if verb == "graph" and (spec.open_browser or spec.port):
+        then = lambda result: _serve_graph(result, workspace, spec.port, spec.open_browser)  # noqa: E731
+    return run_headless(task_name, spec, workspace=workspace, as_json=args.json, debug=args.debug, resume=resume,
+                        then=then)
+
+
+def _serve_graph(result: dict, workspace: Path, port: int, open_browser: bool) -> int:
+    """Serve a built graph in Model Explorer on 127.0.0.1 until Ctrl+C; open it in the browser on request."""
+    import time
+    import webbrowser
+
+    from workbench.graph_server.process import GraphServer
+
+    server = GraphServer([workspace], port=port)
+    server.start()
+    try:
+        deadline = time.monotonic() + 90
+        while server.poll() == "starting" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if server.state != "ready":
+            raise JobError(f"the graph viewer could not start{f' on port {port}' if port else ''}: "
+                           f"{server.error or 'no answer in 90 s'}; the graph is saved in {result['graph_json']}")
+        overlays = result.get("overlays") or {}
+        url = server.url_for(result["graph_json"])
+        print(f"workbench: the graph is at {url}\nworkbench: serving until Ctrl+C"
+              + (f" (overlays: {', '.join(overlays)})" if overlays else ""), file=sys.stderr, flush=True)
+        if open_browser:
+            webbrowser.open(url)
+        try:
+            while server.poll() == "ready":
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            return 0
+        raise JobError(f"the graph viewer stopped: {server.error or 'it exited'}")
+    finally:
+        server.stop()
 
 
 def _cmd_devices(args) -> int:

@@ -769,8 +769,8 @@ class GraphSpec(Spec):
     model: ModelSpec = option(ModelSpec(), "The model whose graph to show when there is no source; with source.run, a non-empty model.input_shape overrides the run's.")
     dataset: DataSpec = option(DataSpec(), "Data whose sample shape the graph is traced at when model.input_shape is empty and there is no source.run.")
     const_element_count_limit: int = option(16, "Constants with more elements than this are shown without their values.", min=0)
-    port: int = option(0, "Port of the graph viewer's server; 0 picks a free one.", min=0, max=65535)
-    open_browser: bool = option(False, "Open the graph in the system web browser.")
+    port: int = option(0, "On the command line: serve the built graph in Model Explorer on this port of 127.0.0.1 until Ctrl+C; 0 serves only with open_browser, on a free port.", min=0, max=65535)
+    open_browser: bool = option(False, "On the command line: serve the built graph (see port) and open it in the system web browser.")
     quant_run: str = option("", "A quantize run (its id or folder) whose per-layer SQNR to paint on the graph; source.run defaults to that run's training run.")
 
     def validate(self) -> None:

@@ -158,3 +158,38 @@ def test_a_url_with_a_graph_beside_names_both_panes(tmp_path):
     assert [(p["selectedCollectionLabel"], p["selectedGraphId"]) for p in panes] == [
         ("fp32", "graph"), ("int8 (right)", "graph (right)")]
     assert [p["widthFraction"] for p in panes] == [0.5, 0.5] and panes[0]["selected"]
+
+
+@pytest.mark.slow
+def test_workbench_graph_serves_on_the_port_asked_until_ctrl_c(tmp_path):
+    import signal
+    import socket
+    import urllib.request
+
+    from cli_helpers import _argv as wb_argv
+    from cli_helpers import _env as wb_env
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(wb_argv("--workspace", str(tmp_path / "ws"), "graph", "--set", "model.name=cnn",
+                                    "--set", "model.input_shape=1,8,8", "--set", f"port={port}"),
+                            env=wb_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        lines = []
+        for line in proc.stderr:  # the build's progress, then where the graph is served
+            lines.append(line)
+            if "the graph is at" in line:
+                break
+        assert any(f"http://127.0.0.1:{port}/" in line for line in lines), "".join(lines)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/check_health", timeout=10) as reply:
+            assert reply.status == 200
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with socket.socket() as again:  # the viewer stopped with the command: its port is free again
+        again.bind(("127.0.0.1", port))

@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, default=0)
     parser.add_argument("--root", action="append", default=[], type=Path,
                         help="a folder whose .json files may be served (repeat for more)")
+    parser.add_argument("--port", type=int, default=0, help="the port to serve on; 0 picks a free one")
     args = parser.parse_args(argv)
     if args.parent_pid:
         threading.Thread(target=_watch_parent, args=(args.parent_pid,), daemon=True).start()
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     # It asks PyPI and GitHub for a newer version on start and from the page: a desktop app must not phone home.
     server._check_new_version = lambda print_msg=True: {"version": "", "runningVersion": "", "releaseUrl": "",
                                                          "desktopAppUrl": ""}
-    port = _free_port()
+    port = args.port or _free_port()
     run = flask.Flask.run
 
     def hardened_run(app, *run_args, **run_kwargs):

@@ -31,8 +31,9 @@ class GraphServer:
     """One Model Explorer server for one owner (the window). `start` returns at once; `poll` says how it goes."""
 
     def __init__(self, roots: Sequence[str | Path], *, python: str = sys.executable,
-                 runtime_dir: str | Path | None = None):
+                 runtime_dir: str | Path | None = None, port: int = 0):
         self.roots = [Path(root).absolute() for root in roots]
+        self.wanted_port = port  # 0: a free one
         self.python = python
         self._runtime_dir = Path(runtime_dir) if runtime_dir else None
         self._own_dir: tempfile.TemporaryDirectory | None = None
@@ -53,6 +54,8 @@ class GraphServer:
         argv = [self.python, "-m", LAUNCHER, "--ready-file", str(self.ready_file), "--parent-pid", str(os.getpid())]
         for root in self.roots:
             argv += ["--root", str(root)]
+        if self.wanted_port:
+            argv += ["--port", str(self.wanted_port)]
         with open(self.log_path, "wb") as log:
             # Its own session: a Ctrl+C in the terminal reaches the window, which then stops it in order.
             self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
