@@ -26,3 +26,4 @@ def pytest_runtest_teardown(item, nextitem):
         if counts[generation] > _THRESHOLDS[generation]:
             gc.collect(generation)
             return
+os.environ.setdefault("WORKBENCH_NO_OPEN", "1")  # the window opens no browser or file manager from a test

@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from fake_export import fake_bench_latency, fake_export_model
 from fake_quant import fake_quant_analyze
 
 from workbench.errors import JobError
 from workbench.protocol import ConnectionInfo
-from workbench.specs import GraphSpec, QuantSpec, TrainSpec
+from workbench.specs import BenchSpec, ExportSpec, GraphSpec, QuantSpec, TrainSpec
 from workbench.worker.kernel import Kernel
 from workbench.worker.registry import TaskInfo, get_task
 
@@ -190,6 +191,8 @@ class FakeWorker:
         tasks["train.classifier"] = TaskInfo("train.classifier", _fake_train, "job", TrainSpec, True, "fake training")
         tasks["graph.build"] = TaskInfo("graph.build", _fake_graph, "job", GraphSpec, True, "fake graph")
         tasks["quant.analyze"] = TaskInfo("quant.analyze", fake_quant_analyze, "job", QuantSpec, True, "fake quantize")
+        tasks["export.model"] = TaskInfo("export.model", fake_export_model, "job", ExportSpec, True, "fake export")
+        tasks["bench.latency"] = TaskInfo("bench.latency", fake_bench_latency, "job", BenchSpec, True, "fake benchmark")
         self.kernel = Kernel(ConnectionInfo.new(), tasks=tasks)
         self.connection_file = Path(directory) / "fake-worker.json"
         self.kernel.conn.write(self.connection_file)

@@ -202,3 +202,11 @@ def test_style_sheets_naming_palette_colours_can_be_refreshed(qtbot, theme):
     refresh_style_sheets(window)
     fresh = note.grab().toImage().pixelColor(2, 2).lightness()
     assert stale > 200 and fresh < 80  # Qt kept the light colour until the sheet was set again
+
+
+def test_log_tick_labels_never_keep_a_bare_point():
+    from workbench.gui.plots import _log_label
+
+    # 2.0000001e-4 rounds to a whole mantissa: "2e-4", not numpy's "2.e-04".
+    assert _log_label(2.0000001e-4, "auto") == "2e-4"
+    assert _log_label(2.5e-4, "auto") == "2.5e-4" and _log_label(0.05, "auto") == "0.05"

@@ -5,6 +5,7 @@ It holds GUI-side state only and never waits on the worker: everything from the 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, Qt, QTimer, QUrl
@@ -27,7 +28,7 @@ from PySide6.QtWidgets import (
 
 from workbench import __version__
 from workbench.client import JobRecord, WorkerManager
-from workbench.errors import SpecError
+from workbench.errors import SpecError, WorkbenchError
 from workbench.gui.panels.jobs_panel import JobsPanel
 from workbench.gui.panels.log_panel import LogPanel
 from workbench.gui.queries import QueryRunner
@@ -127,10 +128,12 @@ class MainWindow(QMainWindow):
         self.runs_tab = LazyTab(self._make_runs_panel, "Runs", self)
         self.graph_tab = LazyTab(self._make_graph_panel, "Graph", self)
         self.quant_tab = LazyTab(self._make_quant_panel, "Quantization", self)
+        self.export_tab = LazyTab(self._make_export_panel, "Export & Benchmark", self)
         self.tabs.addTab(self.data_tab, "Data")
         self.tabs.addTab(self.training_tab, "Training")
         self.tabs.addTab(self.graph_tab, "Graph")
         self.tabs.addTab(self.quant_tab, "Quantization")
+        self.tabs.addTab(self.export_tab, "Export && Benchmark")  # && shows one & (a single one marks a mnemonic)
         self.tabs.addTab(self.runs_tab, "Runs")
         central = QWidget(self)
         layout = QVBoxLayout(central)
@@ -166,8 +169,12 @@ class MainWindow(QMainWindow):
         return self.quant_tab.panel()
 
     @property
+    def export_panel(self):
+        return self.export_tab.panel()
+
+    @property
     def _lazy_tabs(self) -> tuple[LazyTab, ...]:
-        return (self.data_tab, self.training_tab, self.graph_tab, self.quant_tab, self.runs_tab)
+        return (self.data_tab, self.training_tab, self.graph_tab, self.quant_tab, self.export_tab, self.runs_tab)
 
     def _tab_of(self, panel: QWidget) -> LazyTab:
         # Only a built tab can hold the panel asked for; asking each tab for its panel would build them all.
@@ -238,6 +245,46 @@ class MainWindow(QMainWindow):
             panel.on_job_changed(record)
         return panel
 
+    def _make_export_panel(self):
+        from workbench.gui.panels.export.export_panel import ExportPanel
+
+        panel = ExportPanel(self.workspace, lambda task, spec: self.submit_job(task, spec), self)
+        panel.status_message.connect(lambda text: self.statusBar().showMessage(text, 6000))
+        panel.cancel_requested.connect(self._on_jobs_cancel_requested)
+        panel.graph_requested.connect(self._on_export_graph_requested)
+        panel.report_requested.connect(self.write_model_report)
+        panel.set_default_device(self.device_picker.current_device() or "cpu")
+        self.device_picker.device_chosen.connect(panel.set_default_device)
+        for record in self.manager.jobs.all():
+            panel.on_job_changed(record)
+        return panel
+
+    def _open_export_wizard(self, which: str, source_run: str = "") -> None:
+        panel = self.export_panel
+        self.show_tab(panel)
+        (panel.new_export if which == "export" else panel.new_benchmark)(source_run)
+
+    def _on_export_graph_requested(self, run_id: str, module: str) -> None:
+        """The layer where an export first diverges, on its model's graph."""
+        self.show_graph_of_run(run_id)
+        self.statusBar().showMessage(f"The export first diverges at {module}: find it in the module table", 8000)
+        self.graph_panel.search.setText(module)
+
+    def write_model_report(self, run_id: str) -> Path | None:
+        """Write the model's one-page HTML report (train → quantize → export → benchmark) and open it."""
+        from workbench.report import write_report
+
+        try:
+            path = write_report(self.workspace, run_id)
+        except WorkbenchError as exc:
+            self.statusBar().showMessage(f"Cannot write the report: {exc}", 8000)
+            return None
+        self.log_panel.append(f"Report of {run_id}: {path}")
+        self.statusBar().showMessage(f"Report written: {path}", 8000)
+        if not os.environ.get("WORKBENCH_NO_OPEN"):  # tests and headless runs do not open a browser
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(path)))
+        return path
+
     def new_quantization(self, source_run: str = "", start: dict | None = None) -> QuantSpec | None:
         """Open the quantization wizard (on a training run, or on a quantize run's spec for "Quantize again");
         on Quantize, start the job. Returns the spec it started, if any."""
@@ -294,12 +341,16 @@ class MainWindow(QMainWindow):
             self.graph_panel.on_job_changed(record)
         if self.quant_tab.is_built:
             self.quant_panel.on_job_changed(record)
+        if self.export_tab.is_built:
+            self.export_panel.on_job_changed(record)
 
     def _on_bridge_message_for_training(self, msg) -> None:
         if self.training_tab.is_built:
             self.training_panel.on_message(msg)
         if self.quant_tab.is_built:
             self.quant_panel.on_message(msg)
+        if self.export_tab.is_built:
+            self.export_panel.on_message(msg)
 
     def _add_dock(self, title: str, name: str, widget: QWidget, area) -> QDockWidget:
         dock = QDockWidget(title, self)
@@ -363,6 +414,12 @@ class MainWindow(QMainWindow):
         new_quant = quant_menu.addAction("&New quantization…", lambda: self.new_quantization())
         new_quant.setShortcut(QKeySequence("Ctrl+Shift+Q"))
         new_quant.setToolTip("Quantize a trained run with the white paper's PTQ pipeline")
+
+        export_menu = menu.addMenu("E&xport")
+        new_export = export_menu.addAction("New &export…", lambda: self._open_export_wizard("export"))
+        new_export.setShortcut(QKeySequence("Ctrl+E"))
+        new_bench = export_menu.addAction("New &benchmark…", lambda: self._open_export_wizard("bench"))
+        new_bench.setShortcut(QKeySequence("Ctrl+B"))
 
         jobs_menu = menu.addMenu("&Jobs")
         cancel = jobs_menu.addAction("&Cancel job", self._cancel_current_job)
@@ -454,6 +511,8 @@ class MainWindow(QMainWindow):
             self.graph_panel.set_workspace(self.workspace)
         if self.quant_tab.is_built:
             self.quant_panel.set_workspace(self.workspace)
+        if self.export_tab.is_built:
+            self.export_panel.set_workspace(self.workspace)
         self.queries.workspace = self.workspace
         self.statusBar().showMessage(f"Workspace: {self.workspace}")
 
@@ -626,6 +685,10 @@ class MainWindow(QMainWindow):
         if task == "quant.analyze":
             self.show_tab(self.quant_panel)
             if self.quant_panel.open_run(run_id):
+                return
+        if task in ("export.model", "bench.latency"):
+            self.show_tab(self.export_panel)
+            if self.export_panel.open_run(run_id):
                 return
         if task.startswith("train."):
             self.show_tab(self.training_panel)

@@ -72,6 +72,8 @@ def _decimals(spacing: float) -> int:
 
 def _compact_exponent(text: str) -> str:
     mantissa, _, exponent = text.partition("e")
+    # numpy keeps the point of a mantissa it rounded to a whole number ("2.e-04" for 2.0000001e-4): drop it.
+    mantissa = mantissa.rstrip(".")
     return f"{mantissa}e{int(exponent)}" if exponent else text
 
 

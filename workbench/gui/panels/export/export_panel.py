@@ -1,0 +1,932 @@
+"""The Export & Benchmark tab: export a trained (or quantized) model with the wizard and read its parity verdict,
+with the first diverging layer one click from the graph; measure latency, throughput and memory across backends
+and batch sizes, the table and plots filling in live as each row is measured; overlay earlier benchmarks; save
+the numbers as CSV or JSON. Live runs stream over the protocol; finished ones are read from their run folder."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor, QFont
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QStackedWidget,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from workbench.client import JobRecord
+from workbench.errors import WorkbenchError
+from workbench.gui.panels.export.bench_plots import (
+    HISTORY_EMPTY,
+    DistributionView,
+    LatencyPlot,
+    ParityPlot,
+    ThroughputPlot,
+    short_run_label,
+)
+from workbench.gui.panels.export.bench_wizard import BenchWizard
+from workbench.gui.panels.export.export_wizard import QUANT_TASK, TRAIN_TASK, ExportWizard
+from workbench.gui.panels.export.results import (
+    BENCH_TASK,
+    EXPORT_TASK,
+    BenchResults,
+    ExportResults,
+    format_bytes,
+    format_diff,
+    format_ms,
+    measured,
+)
+from workbench.gui.panels.export.results_table import BenchResultsTable
+from workbench.gui.panels.runs_panel import delete_run_action
+from workbench.gui.theme import JOB_STATE_COLOURS
+from workbench.gui.widgets.open_folder import open_folder
+from workbench.protocol import Message, ProtocolError, array_from_buffer
+from workbench.runs import RunStore
+from workbench.specs import BenchSpec, ExportSpec
+
+TASKS = (EXPORT_TASK, BENCH_TASK)
+RUN_COLUMNS = ("Run", "Status", "What", "Result")
+KIND_NAMES = {EXPORT_TASK: "Export", BENCH_TASK: "Benchmark"}
+PLOT_TABS = ("Latency vs batch", "Distribution", "Throughput", "History")
+PASSED, FAILED, NEUTRAL, RUNNING = "#2e9d4a", "#d0342c", "#8a8f98", "#2f6fd6"
+# The benchmark backend that measures each export format's file.
+FORMAT_BACKENDS = {"torchscript": "torchscript", "exported_program": "exported_program", "onnx": "onnxruntime",
+                   "onnx_qdq": "onnxruntime", "tensorrt": "tensorrt"}
+Submit = Callable[[str, dict], "JobRecord | None"]
+
+
+def _scheme(spec: dict) -> str:
+    weights, activations = spec.get("weights") or {}, spec.get("activations") or {}
+    return f"W{weights.get('bits', 8)}A{activations.get('bits', 8)}"
+
+
+def _join_batches(values) -> str:
+    return ", ".join(str(v) for v in values or [])
+
+
+class ExportPanel(QWidget):
+    report_requested = Signal(str)  # the training run whose HTML report to open
+    graph_requested = Signal(str, str)  # a training (or quantize) run id, the module to select on its graph
+    cancel_requested = Signal(str)  # job id
+    status_message = Signal(str)
+
+    def __init__(self, workspace, submit: Submit, parent=None):
+        super().__init__(parent)
+        self.store = RunStore(workspace)
+        self.submit = submit
+        self.default_device = ""  # the toolbar's device: the wizards' default
+        self.runs: dict[str, dict] = {}  # export and bench run id -> list entry (with spec and report summary)
+        self.live: dict[str, ExportResults | BenchResults] = {}  # job id -> the run filling in
+        self.job_of_run: dict[str, str] = {}  # run id -> job id while it runs
+        self.records: dict[str, JobRecord] = {}  # job id -> its latest record while it runs
+        self._pending: dict[str, list[Message]] = {}  # job id -> arrays that came before the job was ours
+        self.current: ExportResults | BenchResults | None = None
+        self.overlays: dict[str, BenchResults] = {}  # run id -> an earlier benchmark ticked in History
+        self._build()
+        self.refresh()
+
+    # -- construction ----------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.export_button = QPushButton("New export…")
+        self.export_button.setToolTip("Export a trained or quantized model to TorchScript, torch.export, ONNX or "
+                                      "TensorRT and check its outputs against PyTorch")
+        self.bench_button = QPushButton("New benchmark…")
+        self.bench_button.setToolTip("Measure latency percentiles, throughput and peak memory across backends and "
+                                     "batch sizes")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Cancel the selected export or benchmark")
+        self.save_button = QPushButton("Save results…")
+        self.save_button.setToolTip("Save the selected benchmark's rows as CSV or JSON")
+        self.open_button = QPushButton("Open folder")
+        self.report_button = QPushButton("Report…")
+        self.report_button.setToolTip("Open the HTML report of the training run this export or benchmark came from")
+        self.delete_button = QPushButton("Delete…")
+        bar = QHBoxLayout()
+        for button in (self.export_button, self.bench_button, self.stop_button, self.save_button,
+                       self.open_button, self.report_button, self.delete_button):
+            bar.addWidget(button)
+        bar.addStretch(1)
+
+        self.table = QTableWidget(0, len(RUN_COLUMNS))
+        self.table.setHorizontalHeaderLabels(RUN_COLUMNS)
+        self.table.verticalHeader().hide()
+        self.table.setSelectionBehavior(QTableWidget.SelectRows)
+        self.table.setSelectionMode(QTableWidget.SingleSelection)
+        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.table.setWordWrap(False)
+        header = self.table.horizontalHeader()
+        for column in range(len(RUN_COLUMNS) - 1):
+            header.setSectionResizeMode(column, QHeaderView.ResizeToContents)
+        header.setSectionResizeMode(len(RUN_COLUMNS) - 1, QHeaderView.Stretch)  # the result, elided
+
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setTextVisible(True)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop this job at its next step (Ctrl+.)")
+        self.progress_box = QWidget()
+        progress_row = QHBoxLayout(self.progress_box)
+        progress_row.setContentsMargins(0, 0, 0, 0)
+        progress_row.addWidget(self.progress, 1)
+        progress_row.addWidget(self.cancel_button)
+
+        self.nothing = QLabel("Pick an export or a benchmark in the list.")
+        self.nothing.setAlignment(Qt.AlignCenter)
+        self.nothing.setWordWrap(True)
+        self.export_page = self._build_export_page()
+        self.bench_page = self._build_bench_page()
+        self.detail = QStackedWidget()
+        for page in (self.nothing, self.export_page, self.bench_page):
+            self.detail.addWidget(page)
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        right_layout.setContentsMargins(0, 0, 0, 0)
+        right_layout.addWidget(self.progress_box)
+        right_layout.addWidget(self.detail, 1)
+
+        splitter = QSplitter(Qt.Horizontal)
+        splitter.addWidget(self.table)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(0, 2)
+        splitter.setStretchFactor(1, 5)
+        splitter.setSizes([520, 980])
+
+        self.empty_state = QWidget()
+        empty_layout = QVBoxLayout(self.empty_state)
+        empty_layout.addStretch(2)
+        headline = QLabel("<h2>No exports or benchmarks yet</h2>")
+        headline.setAlignment(Qt.AlignCenter)
+        self.empty_text = QLabel()
+        self.empty_text.setWordWrap(True)
+        self.empty_text.setAlignment(Qt.AlignCenter)
+        self.empty_text.setFixedWidth(640)
+        self.empty_export_button = QPushButton("Export a trained model…")
+        self.empty_bench_button = QPushButton("Benchmark a model…")
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        for button in (self.empty_export_button, self.empty_bench_button):
+            button.setMinimumHeight(40)
+            buttons.addWidget(button)
+        buttons.addStretch(1)
+        for widget in (headline, self.empty_text):
+            empty_layout.addWidget(widget, 0, Qt.AlignHCenter)
+        empty_layout.addLayout(buttons)
+        empty_layout.addStretch(3)
+        self.pages = QStackedWidget()
+        self.pages.addWidget(self.empty_state)
+        self.pages.addWidget(splitter)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addLayout(bar)
+        layout.addWidget(self.pages, 1)
+
+        self.export_button.clicked.connect(lambda: self.new_export())
+        self.empty_export_button.clicked.connect(lambda: self.new_export())
+        self.bench_button.clicked.connect(lambda: self.new_benchmark())
+        self.empty_bench_button.clicked.connect(lambda: self.new_benchmark())
+        self.stop_button.clicked.connect(self._on_stop_clicked)
+        self.cancel_button.clicked.connect(self._on_stop_clicked)
+        self.save_button.clicked.connect(self._on_save_clicked)
+        self.open_button.clicked.connect(self._on_open_clicked)
+        self.report_button.clicked.connect(self._on_report_clicked)
+        self.delete_button.clicked.connect(self._on_delete_clicked)
+        self.table.itemSelectionChanged.connect(self._on_run_selected)
+        self.progress_box.hide()
+
+    def _build_export_page(self) -> QWidget:
+        page = QWidget()
+        self.export_title = QLabel()
+        self.export_title.setTextFormat(Qt.RichText)
+        self.export_title.setWordWrap(True)
+        self.verdict = QLabel()
+        font = QFont(self.verdict.font())
+        font.setPointSize(max(18, int(font.pointSize() * 2)))
+        font.setBold(True)
+        self.verdict.setFont(font)
+        self.verdict_detail = QLabel()
+        self.verdict_detail.setTextFormat(Qt.RichText)
+        self.verdict_detail.setWordWrap(True)
+        self.verdict_detail.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.diverging_label = QLabel()
+        self.diverging_label.setTextFormat(Qt.RichText)
+        self.diverging_button = QPushButton()
+        self.diverging_button.setToolTip("Open the model's graph in the Graph tab with this layer selected")
+        diverging_row = QHBoxLayout()
+        diverging_row.setContentsMargins(0, 0, 0, 0)
+        diverging_row.addWidget(self.diverging_label)
+        diverging_row.addWidget(self.diverging_button)
+        diverging_row.addStretch(1)
+        self.diverging_box = QWidget()
+        self.diverging_box.setLayout(diverging_row)
+        self.parity_plot = ParityPlot()
+        self.parity_plot.setFixedHeight(190)
+        self.artifact_form = QFormLayout()
+        self.artifact_labels: dict[str, QLabel] = {}
+        for name in ("File", "Format", "Size", "Exporter", "Accuracy"):
+            label = QLabel()
+            label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+            label.setWordWrap(True)
+            self.artifact_labels[name] = label
+            self.artifact_form.addRow(f"{name}:", label)
+        self.bench_export_button = QPushButton("Benchmark this export…")
+        self.bench_export_button.setToolTip("Measure the exported file beside the PyTorch model")
+        actions = QHBoxLayout()
+        actions.addWidget(self.bench_export_button)
+        actions.addStretch(1)
+        self.artifact_box = QWidget()
+        artifact_layout = QVBoxLayout(self.artifact_box)
+        artifact_layout.setContentsMargins(0, 0, 0, 0)
+        artifact_layout.addLayout(self.artifact_form)
+        artifact_layout.addSpacing(8)
+        artifact_layout.addLayout(actions)
+        layout = QVBoxLayout(page)
+        layout.setContentsMargins(12, 8, 12, 8)
+        layout.addWidget(self.export_title)
+        layout.addSpacing(8)
+        layout.addWidget(self.verdict)
+        layout.addWidget(self.verdict_detail)
+        layout.addWidget(self.diverging_box)
+        layout.addWidget(self.parity_plot)
+        layout.addSpacing(12)
+        layout.addWidget(self.artifact_box)
+        layout.addStretch(1)
+        self.diverging_button.clicked.connect(self._on_diverging_clicked)
+        self.bench_export_button.clicked.connect(self._on_bench_export_clicked)
+        return page
+
+    def _build_bench_page(self) -> QWidget:
+        page = QWidget()
+        self.bench_summary = QLabel()
+        self.bench_summary.setTextFormat(Qt.RichText)
+        self.bench_summary.setWordWrap(True)
+        self.results_table = BenchResultsTable()
+        self.latency_plot = LatencyPlot()
+        self.distribution = DistributionView()
+        self.throughput_plot = ThroughputPlot()
+        self.history_list = QListWidget()
+        self.history_list.setToolTip("Tick earlier benchmarks to overlay their p50 latency as dashed lines")
+        history_label = QLabel("Earlier benchmarks to overlay")
+        history_label.setWordWrap(True)
+        history_left = QWidget()
+        history_left_layout = QVBoxLayout(history_left)
+        history_left_layout.setContentsMargins(0, 0, 0, 0)
+        history_left_layout.addWidget(history_label)
+        history_left_layout.addWidget(self.history_list, 1)
+        self.history_plot = LatencyPlot(HISTORY_EMPTY)
+        history = QSplitter(Qt.Horizontal)
+        history.addWidget(history_left)
+        history.addWidget(self.history_plot)
+        history.setSizes([230, 700])
+        history.setStretchFactor(1, 1)
+        self.plots = QTabWidget()
+        for widget, title in zip((self.latency_plot, self.distribution, self.throughput_plot, history), PLOT_TABS):
+            self.plots.addTab(widget, title)
+        splitter = QSplitter(Qt.Vertical)
+        splitter.addWidget(self.results_table)
+        splitter.addWidget(self.plots)
+        splitter.setSizes([270, 500])
+        splitter.setStretchFactor(1, 1)
+        layout = QVBoxLayout(page)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.bench_summary)
+        layout.addWidget(splitter, 1)
+        self.results_table.row_selected.connect(self._on_bench_row_selected)
+        self.history_list.itemChanged.connect(self._on_history_changed)
+        return page
+
+    # -- the runs list ---------------------------------------------------------------------------
+    def set_workspace(self, workspace) -> None:
+        self.store = RunStore(workspace)
+        self.current = None
+        self.overlays.clear()
+        self.refresh()
+        self.show_results(None)
+
+    def set_default_device(self, device: str) -> None:
+        self.default_device = device or ""
+
+    def source_runs(self) -> list[dict]:
+        """Finished training and quantize runs the wizards can start from, newest first: {id, task, model,
+        scheme}."""
+        runs = []
+        for entry in self.store.list_runs():
+            if entry.get("task") not in (TRAIN_TASK, QUANT_TASK) or entry.get("status") != "done":
+                continue
+            try:
+                with self.store.open_run(entry["id"]) as run:
+                    spec = run.read_spec()
+            except WorkbenchError:
+                continue
+            if entry["task"] == TRAIN_TASK:
+                entry["model"] = (spec.get("model") or {}).get("name", "")
+            else:
+                entry["scheme"] = _scheme(spec)
+                entry["model"] = f"of {(spec.get('source') or {}).get('run', '?')}"
+            runs.append(entry)
+        return runs
+
+    def refresh(self) -> None:
+        selected = self.selected_run_id()
+        entries = [e for e in self.store.list_runs() if e.get("task") in TASKS]
+        for entry in entries:
+            if entry["id"] in self.job_of_run:
+                entry["status"] = "running"
+            entry.update(self._summary(entry))
+        self.runs = {entry["id"]: entry for entry in entries}
+        self.table.blockSignals(True)
+        self.table.setRowCount(len(entries))
+        for row, entry in enumerate(entries):
+            values = (entry["id"], entry["status"], entry.get("what", ""), entry.get("result", ""))
+            for column, value in enumerate(values):
+                item = QTableWidgetItem(str(value))
+                if column == 0:
+                    item.setData(Qt.UserRole, entry["id"])
+                    item.setToolTip(f"{entry['run_dir']}\n{entry.get('message') or ''}".strip())
+                if column == 1:
+                    item.setForeground(QColor(JOB_STATE_COLOURS.get(entry["status"], NEUTRAL)))
+                if column == 2:
+                    item.setToolTip(entry.get("what_tooltip", ""))
+                if column == 3:
+                    item.setToolTip(str(value))
+                    if entry.get("result_colour"):
+                        item.setForeground(QColor(entry["result_colour"]))
+                self.table.setItem(row, column, item)
+        self.table.blockSignals(False)
+        self._fill_history()
+        has_sources = any(e.get("task") in (TRAIN_TASK, QUANT_TASK) and e.get("status") == "done"
+                          for e in self.store.list_runs())
+        self.empty_text.setText(
+            "Export a trained model to TorchScript, torch.export, ONNX (int8 QDQ from a quantize run) or TensorRT: "
+            "its outputs are checked against PyTorch and, when they differ, the first diverging layer is named. "
+            "Then benchmark it: latency percentiles, throughput and memory per backend and batch size."
+            if has_sources else
+            "Exports and benchmarks start from a trained model: train one in the Training tab first (Ctrl+T), then "
+            "come back here. An exported file (.onnx, .pt2, .pt) can be benchmarked right away.")
+        self.empty_text.setMinimumHeight(self.empty_text.heightForWidth(self.empty_text.width()))
+        self.empty_export_button.setEnabled(has_sources)
+        self.pages.setCurrentIndex(0 if not entries and not self.live else 1)
+        if selected and self.select_run(selected):
+            pass
+        elif entries and self.selected_run_id() is None and self.current is None:
+            self.select_run(entries[0]["id"])
+        self._update_buttons()
+
+    def _summary(self, entry: dict) -> dict:
+        try:
+            with self.store.open_run(entry["id"]) as run:
+                spec = run.read_spec()
+                report = run.read_report() or {}
+        except WorkbenchError:
+            return {}
+        source = (spec.get("source") or {}).get("run", "") or (spec.get("source") or {}).get("file", "")
+        summary = {"spec": spec, "source_run": (spec.get("source") or {}).get("run", ""),
+                   "what_tooltip": f"{KIND_NAMES[entry['task']]} of {source or 'a model'}"}
+        if entry["task"] == EXPORT_TASK:
+            summary["what"] = f"export · {spec.get('format', '')}"
+            parity = report.get("parity") if isinstance(report.get("parity"), dict) else None
+            if parity is not None and parity.get("passed") is not None and not parity.get("skipped"):
+                passed = bool(parity.get("passed"))
+                summary["result"] = (f"{'✓ parity' if passed else '✗ parity'} "
+                                     f"{format_diff(parity.get('max_abs_diff'))}")
+                summary["result_colour"] = PASSED if passed else FAILED
+            elif report.get("artifact"):
+                summary["result"] = f"{format_bytes(report.get('size_bytes'))}, not verified"
+        else:
+            backends = spec.get("backends") or []
+            summary["what"] = f"bench · {len(backends)} × {len(spec.get('batch_sizes') or [])}"
+            summary["what_tooltip"] += (f"\nbackends {', '.join(backends)}\nbatch sizes "
+                                        f"{_join_batches(spec.get('batch_sizes'))}")
+            rows = [r for r in report.get("results") or [] if isinstance(r, dict) and measured(r)
+                    and isinstance((r.get("latency_ms") or {}).get("p50"), (int, float))]
+            if rows:
+                batch = min(int(r.get("batch_size", 0)) for r in rows)
+                best = min((r for r in rows if int(r.get("batch_size", 0)) == batch),
+                           key=lambda r: r["latency_ms"]["p50"])
+                summary["result"] = f"{best['backend']} {format_ms(best['latency_ms']['p50'])} ms @{batch}"
+        if report.get("error") and entry.get("status") in ("failed", "cancelled"):
+            summary["result"] = (report["error"] or {}).get("message", "") if isinstance(report["error"], dict) else ""
+            summary["result_colour"] = FAILED if entry.get("status") == "failed" else NEUTRAL
+        return summary
+
+    def selected_run_id(self) -> str | None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        item = self.table.item(rows[0].row(), 0)
+        return item.data(Qt.UserRole) if item else None
+
+    def select_run(self, run_id: str) -> bool:
+        for row in range(self.table.rowCount()):
+            if self.table.item(row, 0).data(Qt.UserRole) == run_id:
+                self.table.selectRow(row)
+                return True
+        return False
+
+    def _on_run_selected(self) -> None:
+        run_id = self.selected_run_id()
+        self._update_buttons()
+        if run_id is None:
+            return
+        job_id = self.job_of_run.get(run_id)
+        if job_id is not None and job_id in self.live:
+            self.show_results(self.live[job_id])
+            return
+        self.open_run(run_id)
+
+    def open_run(self, run_id: str) -> bool:
+        """Show an export or benchmark run (from the Runs tab too); False with a message when it is not one of
+        this workspace or cannot be read."""
+        entry = self.runs.get(run_id)
+        if entry is None:
+            self.refresh()
+            entry = self.runs.get(run_id)
+        if entry is None:
+            self.status_message.emit(f"{run_id} is not an export or benchmark run of this workspace")
+            return False
+        if self.selected_run_id() != run_id:
+            return self.select_run(run_id) and self.current is not None and self.current.run_id == run_id
+        job_id = self.job_of_run.get(run_id)
+        if job_id is not None and job_id in self.live:
+            self.show_results(self.live[job_id])
+            return True
+        try:
+            if entry["task"] == EXPORT_TASK:
+                results = ExportResults.from_run(entry["run_dir"])
+            else:
+                results = BenchResults.from_run(entry["run_dir"])
+        except WorkbenchError as exc:
+            self.show_results(None, str(exc))
+            self.status_message.emit(str(exc))
+            return False
+        if not results.report and entry["status"] not in ("running", "queued"):
+            results.error = results.error or entry.get("message") or f"the run is {entry['status']}"
+        self.show_results(results)
+        return True
+
+    # -- showing a run ---------------------------------------------------------------------------
+    def show_results(self, results: ExportResults | BenchResults | None, message: str = "") -> None:
+        self.current = results
+        if isinstance(results, ExportResults):
+            self.detail.setCurrentWidget(self.export_page)
+            self._show_export(results)
+        elif isinstance(results, BenchResults):
+            self.detail.setCurrentWidget(self.bench_page)
+            self._show_bench(results, redraw_all=True)
+        else:
+            self.nothing.setText(message or "Pick an export or a benchmark in the list.")
+            self.nothing.setStyleSheet(f"color: {FAILED}" if message else "")
+            self.detail.setCurrentWidget(self.nothing)
+        self._fill_history()
+        record = self.records.get(self._job_of(results) or "")
+        if record is not None:
+            self._show_progress(record)
+        else:
+            self.progress_box.hide()
+        self._update_buttons()
+
+    def _job_of(self, results) -> str | None:
+        return next((job_id for job_id, r in self.live.items() if r is results), None) if results else None
+
+    def _live(self, results) -> bool:
+        return self._job_of(results) is not None
+
+    def _show_export(self, results: ExportResults) -> None:
+        spec, report = results.spec, results.report
+        source = results.source_run or (spec.get("model") or {}).get("name", "a model")
+        self.export_title.setText(f"<b>{results.run_id or 'Starting…'}</b> · {results.format} export of "
+                                  f"{source} on {spec.get('device', 'cpu')}")
+        parity = results.parity
+        self.diverging_box.hide()
+        checked = parity is not None and parity.get("passed") is not None and not parity.get("skipped")
+        self.parity_plot.set_parity(parity if checked else None, PASSED, FAILED)
+        self.parity_plot.setVisible(checked and not self.parity_plot.is_empty)
+        if self._live(results):
+            self._set_verdict("Exporting…", RUNNING)
+            self.verdict_detail.setText("The verdict appears when the export has been checked against PyTorch.")
+        elif results.error:
+            self._set_verdict("Export failed" if "cancel" not in results.error.lower() else "Export stopped",
+                              FAILED)
+            self.verdict_detail.setText(_escape(results.error))
+        elif parity is None or parity.get("skipped") or parity.get("passed") is None:
+            self._set_verdict("Exported, not verified", NEUTRAL)
+            reason = (parity or {}).get("reason", "")
+            self.verdict_detail.setText("The parity check was off (“verify” in the wizard)." if not reason or
+                                        reason == "verify=false" else _escape(reason))
+        else:
+            passed = bool(parity.get("passed"))
+            self._set_verdict("Parity passed ✓" if passed else "Parity failed ✗", PASSED if passed else FAILED)
+            self.verdict_detail.setText(
+                f"max abs diff <b>{_diff_text(parity, 'max_abs_diff')}</b> · max rel diff "
+                f"<b>{_diff_text(parity, 'max_rel_diff')}</b> · tolerance {format_diff(parity.get('tolerance'))}"
+                f"<br>checked on {_count_text(parity.get('samples'))} samples at batch sizes "
+                f"{_count_text(parity.get('batches'))}")
+            layer = parity.get("first_divergent_layer")
+            if layer:
+                self.diverging_label.setText(f"First layer whose output diverges: <b>{_escape(layer)}</b>")
+                self.diverging_button.setText(f"Show {layer} on the graph")
+                self.diverging_button.setEnabled(bool(self.training_run_of(results.run_id) or results.source_run))
+                self.diverging_button.show()
+                self.diverging_box.show()
+            elif not passed and parity.get("first_divergent_layer_reason"):
+                self.diverging_label.setText(f"No diverging layer named: "
+                                             f"{_escape(parity['first_divergent_layer_reason'])}")
+                self.diverging_button.hide()
+                self.diverging_box.show()
+        labels = self.artifact_labels
+        labels["File"].setText(str(report.get("artifact") or "—"))
+        labels["Format"].setText(results.format)
+        labels["Size"].setText(format_bytes(report.get("size_bytes")))
+        exporter = str(report.get("exporter") or "—")
+        if report.get("fallback_reason"):
+            exporter += f" (fallback: {report['fallback_reason']})"
+        labels["Exporter"].setText(exporter)
+        accuracy = report.get("accuracy") if isinstance(report.get("accuracy"), dict) else None
+        if accuracy and isinstance(accuracy.get("onnxruntime"), (int, float)):
+            text = f"onnxruntime {accuracy['onnxruntime']:.2%}"
+            if isinstance(accuracy.get("simulated"), (int, float)):
+                drop = (accuracy["onnxruntime"] - accuracy["simulated"]) * 100
+                text += f" · simulated (the quantize run) {accuracy['simulated']:.2%} ({drop:+.2f} pt)"
+            labels["Accuracy"].setText(text)
+        else:
+            labels["Accuracy"].setText("—")
+        self.bench_export_button.setEnabled(bool(report.get("artifact")) and not self._live(results))
+        self.artifact_box.setVisible(bool(report.get("artifact")))
+
+    def _set_verdict(self, text: str, colour: str) -> None:
+        self.verdict.setText(text)
+        self.verdict.setStyleSheet(f"color: {colour}")
+        self.verdict.setProperty("verdict_colour", colour)
+
+    def _show_bench(self, results: BenchResults, *, redraw_all: bool = False) -> None:
+        spec = results.spec
+        live = self._live(results)
+        parts = [f"<b>{results.run_id or 'Starting…'}</b>", _escape(results.source_text() or "a model"),
+                 f"{', '.join(results.backends)} × batch {_join_batches(results.batch_sizes)}",
+                 f"{spec.get('dtype', 'float32')} on {spec.get('device', 'cpu')}",
+                 f"{spec.get('iters', '?')} iterations after {spec.get('warmup', '?')} warm-up"]
+        if results.error:
+            parts.append(f"<span style='color:{FAILED}'>{_escape(results.error)}</span>")
+        self.bench_summary.setText(" · ".join(parts))
+        previous = self.results_table.selected_key()
+        self.results_table.set_rows(results.rows(pending=live))
+        self.latency_plot.set_results(results)
+        self.throughput_plot.set_results(results)
+        self._draw_history()
+        if previous is None or redraw_all:
+            if not (previous and self.results_table.select_key(previous)):
+                first = next(iter(results.done_rows()), None)
+                if first is not None:
+                    self.results_table.select_key(f"{first['backend']}/{first['batch_size']}")
+            self._on_bench_row_selected(self.results_table.selected_row())
+        elif self.distribution.row is None:  # the selected row had not been measured: it may be now
+            self._on_bench_row_selected(self.results_table.selected_row())
+
+    def _on_bench_row_selected(self, row: dict | None) -> None:
+        results = self.current if isinstance(self.current, BenchResults) else None
+        if results is None or row is None:
+            self.distribution.set_row(None, None)
+            return
+        self.distribution.set_row(row, results.samples_of(row))
+
+    # -- history ---------------------------------------------------------------------------------
+    def _fill_history(self) -> None:
+        current = self.current.run_id if self.current is not None else ""
+        checked = set(self.overlays)
+        self.history_list.blockSignals(True)
+        self.history_list.clear()
+        for run_id, entry in self.runs.items():
+            if entry["task"] != BENCH_TASK or entry["status"] != "done" or run_id == current:
+                continue
+            item = QListWidgetItem(f"{short_run_label(run_id)}  {entry.get('what', '')}")
+            item.setData(Qt.UserRole, run_id)
+            item.setToolTip(f"{run_id}\n{entry.get('result', '')}")
+            item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
+            item.setCheckState(Qt.Checked if run_id in checked else Qt.Unchecked)
+            self.history_list.addItem(item)
+        self.history_list.blockSignals(False)
+        for run_id in list(self.overlays):
+            if run_id not in self.runs or run_id == current:
+                self.overlays.pop(run_id)
+
+    def overlay_runs(self, run_ids: list[str]) -> None:
+        """Tick these earlier benchmarks in History (and untick the others)."""
+        for index in range(self.history_list.count()):
+            item = self.history_list.item(index)
+            item.setCheckState(Qt.Checked if item.data(Qt.UserRole) in run_ids else Qt.Unchecked)
+
+    def _on_history_changed(self, item: QListWidgetItem) -> None:
+        run_id = item.data(Qt.UserRole)
+        if item.checkState() == Qt.Checked:
+            try:
+                self.overlays[run_id] = BenchResults.from_run(self.runs[run_id]["run_dir"])
+            except (WorkbenchError, KeyError) as exc:
+                self.status_message.emit(f"Cannot overlay {run_id}: {exc}")
+                item.setCheckState(Qt.Unchecked)
+                return
+        else:
+            self.overlays.pop(run_id, None)
+        self._draw_history()
+
+    def _draw_history(self) -> None:
+        current = self.current if isinstance(self.current, BenchResults) else None
+        earlier = [r for run_id, r in self.overlays.items() if current is None or run_id != current.run_id]
+        if not earlier:
+            self.history_plot.clear(HISTORY_EMPTY)
+            return
+        self.history_plot.set_results(current, earlier, band=False)
+
+    # -- starting jobs ---------------------------------------------------------------------------
+    def export_wizard(self, source_run: str = "") -> ExportWizard:
+        """The export wizard on a training or quantize run (or, for an export run, on its spec: export again)."""
+        entry = self.runs.get(source_run)
+        start = copy.deepcopy(entry["spec"]) if entry and entry["task"] == EXPORT_TASK and entry.get("spec") else None
+        return ExportWizard(self.source_runs(), source_run="" if start else source_run, start=start,
+                            device=self.default_device, parent=self)
+
+    def benchmark_wizard(self, source_run: str = "") -> BenchWizard:
+        """The benchmark wizard on a run: a training or quantize run is measured eagerly; an export run's file is
+        measured beside its PyTorch model; a benchmark run's spec opens again."""
+        entry = self.runs.get(source_run)
+        start: dict | None = None
+        if entry and entry["task"] == BENCH_TASK and entry.get("spec"):
+            start = copy.deepcopy(entry["spec"])
+        elif entry and entry["task"] == EXPORT_TASK:
+            start = self._bench_start_for_export(entry)
+        elif source_run:
+            start = {"source": {"run": source_run, "file": ""}}
+            if self._task_of(source_run) == QUANT_TASK:
+                start["backends"] = ["eager", "onnxruntime_int8"]
+        return BenchWizard(self.source_runs(), start=start, device=self.default_device, parent=self)
+
+    def _bench_start_for_export(self, entry: dict) -> dict:
+        spec = entry.get("spec") or {}
+        try:
+            report = ExportResults.from_run(entry["run_dir"]).report
+        except WorkbenchError:
+            report = {}
+        fmt = spec.get("format", "onnx")
+        start: dict = {"backends": ["eager", FORMAT_BACKENDS.get(fmt, "onnxruntime")],
+                       "device": spec.get("device", "cpu")}
+        source_run = (spec.get("source") or {}).get("run", "")
+        artifact = str(report.get("artifact") or "")
+        if source_run:
+            start["source"] = {"run": source_run, "file": ""}
+            start["artifact"] = artifact
+        else:
+            start["source"] = {"run": "", "file": artifact}
+            start["backends"] = [FORMAT_BACKENDS.get(fmt, "onnxruntime")]
+        return start
+
+    def new_export(self, source_run: str = "") -> JobRecord | None:
+        """Open the export wizard (modal); on Export, start the job."""
+        wizard = self.export_wizard(source_run)
+        if not wizard.exec() or wizard.spec is None:
+            return None
+        return self.start_export(wizard.spec)
+
+    def new_benchmark(self, source_run: str = "") -> JobRecord | None:
+        """Open the benchmark wizard (modal); on Run, start the job."""
+        wizard = self.benchmark_wizard(source_run)
+        if not wizard.exec() or wizard.spec is None:
+            return None
+        return self.start_benchmark(wizard.spec)
+
+    def start_export(self, spec: ExportSpec | dict) -> JobRecord | None:
+        return self._start(EXPORT_TASK, spec.to_dict() if isinstance(spec, ExportSpec) else dict(spec))
+
+    def start_benchmark(self, spec: BenchSpec | dict) -> JobRecord | None:
+        return self._start(BENCH_TASK, spec.to_dict() if isinstance(spec, BenchSpec) else dict(spec))
+
+    def _start(self, task: str, data: dict) -> JobRecord | None:
+        record = self.submit(task, data)
+        if record is None:
+            return None
+        self.on_job_changed(record)
+        what = "Exporting" if task == EXPORT_TASK else "Benchmarking"
+        source = (data.get("source") or {}).get("run") or (data.get("source") or {}).get("file") or "a model"
+        self.status_message.emit(f"{what} {source}…")
+        return record
+
+    # -- live jobs -------------------------------------------------------------------------------
+    def on_job_changed(self, record: JobRecord) -> None:
+        if record.task not in TASKS or record.internal:
+            return
+        run_id = Path(record.run_dir).name if record.run_dir else ""
+        if record.active:
+            results = self.live.get(record.job_id)
+            self.records[record.job_id] = record
+            if results is None:
+                cls = ExportResults if record.task == EXPORT_TASK else BenchResults
+                results = cls(spec=copy.deepcopy(record.spec))
+                self.live[record.job_id] = results
+                for msg in self._pending.pop(record.job_id, []):
+                    self._take_array(results, msg)
+                self.pages.setCurrentIndex(1)
+                self.table.clearSelection()
+                self.show_results(results)
+            if run_id and not results.run_id:
+                results.run_id, results.run_dir = run_id, record.run_dir
+                self.job_of_run[run_id] = record.job_id
+                showing = self.current is results
+                self.refresh()
+                if showing:
+                    self.select_run(run_id)
+                    self.show_results(results)
+            if self.current is results:
+                self._show_progress(record)
+            return
+        results = self.live.pop(record.job_id, None)
+        self.records.pop(record.job_id, None)
+        self._pending.pop(record.job_id, None)
+        run_id = (results.run_id if results else "") or run_id
+        if run_id:
+            self.job_of_run.pop(run_id, None)
+        showing = results is not None and self.current is results
+        self.refresh()
+        if record.state == "done":
+            self.status_message.emit(f"{KIND_NAMES[record.task]} {run_id} finished")
+        if not showing:
+            return
+        self.progress_box.hide()
+        if run_id and run_id in self.runs:
+            if self.selected_run_id() != run_id:
+                self.select_run(run_id)  # selecting reads it back from its folder
+            else:
+                self.open_run(run_id)
+            shown = self.current
+            if shown is not None and shown is not results and shown.run_id == run_id:
+                if record.state != "done" and not shown.error:
+                    shown.error = record.error_message or record.state
+                    self.show_results(shown)
+                return
+        results.error = results.error or record.error_message or record.state
+        self.show_results(results)
+
+    def _show_progress(self, record: JobRecord) -> None:
+        self.progress_box.show()
+        fraction = record.fraction if record.fraction is not None else 0.0
+        self.progress.setValue(int(fraction * 1000))
+        self.progress.setFormat(f"{record.text or record.state}  %p%")
+
+    def on_message(self, msg: Message) -> None:
+        if msg.msg_type != "array":
+            return
+        job_id = msg.parent_id or ""
+        results = self.live.get(job_id)
+        if results is None:
+            if str((msg.content or {}).get("name", "")).startswith("bench/") and job_id:
+                self._pending.setdefault(job_id, []).append(msg)
+                if len(self._pending) > 20:  # a job that never became ours
+                    self._pending.pop(next(iter(self._pending)))
+            return
+        if isinstance(results, BenchResults) and self._take_array(results, msg) and self.current is results:
+            self._show_bench(results)
+
+    @staticmethod
+    def _take_array(results, msg: Message) -> bool:
+        if not isinstance(results, BenchResults):
+            return False
+        content = msg.content or {}
+        try:
+            array = array_from_buffer(content["array"], msg.buffers)
+        except (ProtocolError, KeyError, TypeError):
+            return False
+        meta = {k: v for k, v in content.items() if k not in ("name", "array")}
+        return results.add_array(str(content.get("name", "")), array, meta) is not None
+
+    # -- runs behind runs ------------------------------------------------------------------------
+    def _task_of(self, run_id: str) -> str:
+        if run_id in self.runs:
+            return self.runs[run_id]["task"]
+        try:
+            with self.store.open_run(run_id) as run:
+                return run.task or ""
+        except WorkbenchError:
+            return ""
+
+    def training_run_of(self, run_id: str) -> str:
+        """The training run behind an export, benchmark or quantize run (following source.run), or ""."""
+        seen = set()
+        while run_id and run_id not in seen:
+            seen.add(run_id)
+            try:
+                with self.store.open_run(run_id) as run:
+                    task, spec = run.task, run.read_spec()
+            except WorkbenchError:
+                return ""
+            if task == TRAIN_TASK:
+                return run_id
+            run_id = (spec.get("source") or {}).get("run", "")
+        return ""
+
+    # -- buttons ---------------------------------------------------------------------------------
+    def _update_buttons(self) -> None:
+        run_id = self.selected_run_id()
+        entry = self.runs.get(run_id or "")
+        live = bool(run_id and run_id in self.job_of_run) or (self.current is not None and self._live(self.current))
+        self.stop_button.setEnabled(live)
+        bench = self.current if isinstance(self.current, BenchResults) else None
+        self.save_button.setEnabled(bench is not None and bool(bench.rows()))
+        self.open_button.setEnabled(bool(entry))
+        self.report_button.setEnabled(bool(entry) and bool(self.training_run_of(run_id)))
+        self.delete_button.setEnabled(bool(entry) and not live)
+
+    def _current_job(self) -> str | None:
+        return self._job_of(self.current) or self.job_of_run.get(self.selected_run_id() or "")
+
+    def _on_stop_clicked(self) -> None:
+        job_id = self._current_job()
+        if job_id:
+            self.cancel_requested.emit(job_id)
+            self.status_message.emit("Stopping at the next step…")
+
+    def save_results(self, path: str | Path) -> bool:
+        """Write the shown benchmark's rows to `path`: CSV for a .csv file, JSON otherwise."""
+        bench = self.current if isinstance(self.current, BenchResults) else None
+        if bench is None or not bench.rows():
+            self.status_message.emit("Pick a benchmark with results to save")
+            return False
+        try:
+            written = bench.save(path)
+        except WorkbenchError as exc:
+            self.status_message.emit(str(exc))
+            return False
+        self.status_message.emit(f"Saved {len(bench.rows())} rows of {bench.run_id} to {written}")
+        return True
+
+    def _on_save_clicked(self) -> None:
+        bench = self.current if isinstance(self.current, BenchResults) else None
+        if bench is None:
+            return
+        default = str(Path.home() / f"{bench.run_id or 'benchmark'}.csv")
+        path, chosen = QFileDialog.getSaveFileName(self, "Save benchmark results", default,
+                                                   "CSV (*.csv);;JSON (*.json)")
+        if not path:
+            return
+        if not Path(path).suffix:
+            path += ".json" if "json" in chosen.lower() else ".csv"
+        self.save_results(path)
+
+    def _on_open_clicked(self) -> None:
+        entry = self.runs.get(self.selected_run_id() or "")
+        if entry:
+            open_folder(self, entry["run_dir"])
+
+    def _on_report_clicked(self) -> None:
+        training = self.training_run_of(self.selected_run_id() or "")
+        if training:
+            self.report_requested.emit(training)
+        else:
+            self.status_message.emit("This run does not come from a training run of this workspace")
+
+    def _on_diverging_clicked(self) -> None:
+        results = self.current if isinstance(self.current, ExportResults) else None
+        layer = ((results.parity or {}).get("first_divergent_layer") if results else None) or ""
+        if not results or not layer:
+            return
+        source = self.training_run_of(results.run_id) or results.source_run
+        self.graph_requested.emit(source, layer)
+
+    def _on_bench_export_clicked(self) -> None:
+        if isinstance(self.current, ExportResults) and self.current.run_id:
+            self.new_benchmark(self.current.run_id)
+
+    def _on_delete_clicked(self) -> None:
+        run_id = self.selected_run_id()
+        if run_id and delete_run_action(self, self.store, run_id):
+            self.overlays.pop(run_id, None)
+            if self.current is not None and self.current.run_id == run_id:
+                self.show_results(None)
+        self.refresh()
+
+
+def _diff_text(parity: dict, key: str) -> str:
+    """A difference; a key present as null is one the check found not finite (inf or NaN)."""
+    value = parity.get(key)
+    return "not finite" if value is None and key in parity else format_diff(value)
+
+
+def _count_text(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value) or "?"
+    return "?" if value is None else str(value)
+
+
+def _escape(text: str) -> str:
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
