@@ -3,4 +3,10 @@
 Importing the package itself loads nothing heavy: no torch, no Qt.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("torch-workbench")  # pyproject.toml's [project] version, as installed
+except PackageNotFoundError:  # a source tree that was never pip-installed
+    __version__ = "0+unknown"
+del PackageNotFoundError, version

@@ -99,6 +99,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where to write the page (default: the training run's artifacts/report.html)")
     _common(report, spec=False)
 
+    desktop = sub.add_parser("desktop", help="add the app to this user's desktop menu, or take it out")
+    desktop_sub = desktop.add_subparsers(dest="desktop_verb", required=True, parser_class=_Parser)
+    for name, text in (("install", "write the menu entry and icons into $XDG_DATA_HOME (default ~/.local/share)"),
+                       ("uninstall", "remove the menu entry and icons that install wrote")):
+        cmd = desktop_sub.add_parser(name, help=text)
+        cmd.add_argument("--data-home", metavar="DIR", default=None,
+                         help="the XDG data folder to use (default: $XDG_DATA_HOME, else ~/.local/share)")
+        _common(cmd, spec=False)
+
     diag = sub.add_parser("diag", help="diagnostic jobs that exercise the run store and progress (no torch)")
     diag.add_argument("diag_task", choices=sorted(DIAG_TASKS))
     _common(diag)
@@ -354,6 +363,24 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _cmd_desktop(args) -> int:
+    from workbench import desktop
+
+    data_home = Path(args.data_home).expanduser() if args.data_home else None
+    files = (desktop.install if args.desktop_verb == "install" else desktop.uninstall)(data_home)
+    if args.json:
+        print(json.dumps({"run_dir": None, "status": "done", "action": args.desktop_verb,
+                          "files": [str(path) for path in files]}))
+        return 0
+    for path in files:
+        print(path)
+    if args.desktop_verb == "install":
+        print(f"Torch Workbench is in the desktop menu; it starts {desktop.exec_command()[0][0]}", file=sys.stderr)
+    elif not files:
+        print("nothing to remove: the menu entry was not installed", file=sys.stderr)
+    return 0
+
+
 def _cmd_diag(args) -> int:
     # Diagnostic tasks take plain dicts, so --set values are read as JSON scalars (3, 0.5, true) or strings.
     data: dict = {}
@@ -396,6 +423,8 @@ def dispatch(args) -> int:
         return _cmd_runs(args)
     if verb == "report":
         return _cmd_report(args)
+    if verb == "desktop":
+        return _cmd_desktop(args)
     if verb == "diag":
         return _cmd_diag(args)
     return _cmd_worker(args)

@@ -130,3 +130,25 @@ def test_cancelling_a_queued_job_takes_it_out_of_the_queue_at_once(fake_window, 
     qtbot.waitUntil(lambda: fake_window.manager.jobs.get(running.job_id).state == "cancelled", timeout=10_000)
     # The cancelled job never runs later either: no run was made for it.
     assert fake_window.manager.jobs.get(queued.job_id).run_dir is None
+
+
+def test_the_window_has_its_icon_and_opens_the_sample_specs_first(fake_window, monkeypatch):
+    from workbench.app_resources import sample_specs
+    from workbench.gui.panels.training import wizard as wizards
+
+    assert not fake_window.windowIcon().isNull()
+    file_menu = next(a.menu() for a in fake_window.menuBar().actions() if a.text() == "&File")
+    spec_menu = next(a.menu() for a in file_menu.actions() if a.menu() and "spec" in a.text())
+    names = [a.text() for a in spec_menu.actions() if a.text()]
+    assert names[:len(sample_specs())] == [f"Sample: {p.stem}" for p in sample_specs()]
+    assert names[-1] == "&Other spec file…"
+    opened = []
+
+    def exec_(wizard):  # modal: note what it opened on, and close it
+        opened.append(wizard.spec_data())
+        return 0
+
+    monkeypatch.setattr(wizards.TrainingWizard, "exec", exec_)
+    digits = next(p for p in sample_specs() if p.stem == "train-digits")
+    fake_window.open_spec(digits)
+    assert opened and opened[0]["dataset"]["name"] == "digits"

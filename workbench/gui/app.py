@@ -39,6 +39,7 @@ def run_gui(workspace: Path | None = None, connection_file: str | None = None, a
     app.setOrganizationName(ORGANIZATION)
     app.setApplicationName(APPLICATION)
     app.setApplicationDisplayName(APPLICATION)
+    app.setDesktopFileName("torch-workbench")  # matches the window to its menu entry and icon (Wayland's app_id)
     GuiThreadGarbageCollector(parent=app)  # a child of the app: lives as long as it
     settings = Settings()
     workspace = resolve_workspace(workspace or settings.get("workspace") or None)

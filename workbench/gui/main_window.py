@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, Qt, QTimer, QUrl
-from PySide6.QtGui import QAction, QActionGroup, QDesktopServices, QKeySequence
+from PySide6.QtCore import QByteArray, QSize, Qt, QTimer, QUrl
+from PySide6.QtGui import QAction, QActionGroup, QDesktopServices, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench import __version__
+from workbench.app_resources import ICON_SIZES, icon_path, sample_specs, spec_summary
 from workbench.client import JobRecord, WorkerManager
 from workbench.errors import SpecError, WorkbenchError
 from workbench.gui.panels.jobs_panel import JobsPanel
@@ -90,6 +91,14 @@ def confirm_stop_jobs(parent, title: str, lead: str, jobs: list[JobRecord], acti
     return box.clickedButton() is go
 
 
+def app_icon() -> QIcon:
+    """The app icon at every size it ships; Qt picks the nearest for a title bar, a task bar or a dialog."""
+    icon = QIcon()
+    for size in ICON_SIZES:
+        icon.addFile(str(icon_path(size)), QSize(size, size))
+    return icon
+
+
 class MainWindow(QMainWindow):
     def __init__(self, manager: WorkerManager, workspace: str | Path, settings: Settings | None = None):
         super().__init__()
@@ -100,6 +109,7 @@ class MainWindow(QMainWindow):
         self.queries = QueryRunner(self.bridge, self.workspace, self)
         self._quitting = False
         self.setWindowTitle(WINDOW_TITLE)
+        self.setWindowIcon(app_icon())
         self.resize(1280, 800)
         self._build_panels()
         self._build_toolbar()
@@ -259,6 +269,31 @@ class MainWindow(QMainWindow):
             panel.on_job_changed(record)
         return panel
 
+    def open_spec(self, path) -> None:
+        """Open a spec file in its job's wizard: a sample, a run's spec.toml or the user's own file."""
+        from workbench.app_resources import spec_verb
+        from workbench.specs import spec_for
+
+        try:
+            verb = spec_verb(path)
+            data = spec_for(verb).load(path).to_dict()
+        except SpecError as exc:
+            QMessageBox.warning(self, "Open spec", str(exc))
+            return
+        if verb == "train":
+            self.new_training_run(start=data)
+        elif verb == "quantize":
+            self.new_quantization((data.get("source") or {}).get("run", ""), start=data)
+        else:  # export or bench: their wizards start from a source run
+            self._open_export_wizard(verb if verb == "bench" else "export", (data.get("source") or {}).get("run", ""))
+
+    def choose_spec_file(self) -> None:
+        start = self.settings.get("spec_folder") or str(sample_specs()[0].parent)
+        path, _ = QFileDialog.getOpenFileName(self, "Open spec", start, "Specs (*.toml *.json);;All files (*)")
+        if path:
+            self.settings.set("spec_folder", str(Path(path).parent))
+            self.open_spec(path)
+
     def _open_export_wizard(self, which: str, source_run: str = "") -> None:
         panel = self.export_panel
         self.show_tab(panel)
@@ -380,6 +415,14 @@ class MainWindow(QMainWindow):
         self.choose_workspace_action = file_menu.addAction("Choose &workspace…", self.choose_workspace)
         self.choose_workspace_action.setToolTip("Pick the folder where runs, data caches and checkpoints live")
         file_menu.addAction("&Open workspace folder", lambda: open_folder(self, self.workspace))
+        spec_menu = file_menu.addMenu("Open &spec")
+        spec_menu.setToolTipsVisible(True)
+        for path in sample_specs():  # the samples first
+            action = spec_menu.addAction(f"Sample: {path.stem}", lambda _checked=False, p=path: self.open_spec(p))
+            action.setToolTip(spec_summary(path))
+        spec_menu.addSeparator()
+        other = spec_menu.addAction("&Other spec file…", self.choose_spec_file)
+        other.setShortcut(QKeySequence.Open)
         file_menu.addSeparator()
         quit_action = file_menu.addAction("&Quit", self.close)
         quit_action.setShortcut(QKeySequence.Quit)
