@@ -263,20 +263,23 @@ def test_a_train_spec_file_with_overrides_runs_and_bad_ones_fail_cleanly(tmp_pat
 
 
 @pytest.mark.parametrize(
-    ("verb", "task", "bad"),
+    ("verb", "bad"),
     [
-        (["export"], "export.model", "format=coreml"),
-        (["bench"], "bench.latency", "batch_sizes=0"),
+        (["export"], "format=coreml"),
+        (["bench"], "batch_sizes=0"),
     ],
 )
-def test_other_job_verbs_validate_then_fail_cleanly(tmp_path: Path, verb: list[str], task: str, bad: str):
-    proc = wb(tmp_path, *verb, "--json")
+def test_export_and_bench_validate_then_fail_cleanly(tmp_path: Path, verb: list[str], bad: str):
+    # A source that is not there fails the job (exit 1) with one line naming the field; a bad value is a usage error.
+    proc = wb(tmp_path, *verb, "--set", "source.run=nope", "--json")
     expect(proc, 1)
     no_traceback(proc)
     result = one_json(proc)
     assert result["status"] == "failed" and result["error"]["type"] == "JobError"
-    assert task in result["error"]["message"]
-    message = _spec_error(wb(tmp_path, *verb, "--set", bad, "--json"), tmp_path)
+    assert result["error"]["message"].startswith("source.run: No run matches 'nope'")
+    usage = tmp_path / "usage"  # a bad value makes no run at all: look in a workspace of its own
+    usage.mkdir()
+    message = _spec_error(wb(usage, *verb, "--set", bad, "--json"), usage)
     assert bad.split("=")[0] in message
 
 

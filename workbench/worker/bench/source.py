@@ -1,0 +1,219 @@
+"""What a benchmark measures, resolved once from a BenchSpec: the PyTorch model (from a training run, from a
+quantize run's own source, or from model.*), an exported file (source.file or artifact) and, for
+onnxruntime_int8, the quantize run whose scales give the QDQ model. Worker side; never imports Qt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workbench.errors import JobError, SpecError, WorkbenchError
+from workbench.runs import RunStore, effective_status
+from workbench.specs import MAX_SAMPLE_VALUES, BenchSpec, DataSpec, ModelSpec, QuantSpec, TrainSpec
+
+QUANT_TASK = "quant.analyze"
+FILE_KINDS = {".onnx": "onnx", ".pt2": "exported_program", ".pt": "torchscript", ".pth": "torchscript",
+              ".ts": "torchscript", ".jit": "torchscript"}
+CHECKPOINTS = ("best.pt", "model.pt", "last.pt")  # as quantize reads a run: best, else final, else last epoch
+
+
+@dataclass
+class QuantRunInfo:
+    """A quantize run as a source of the QDQ model: its folder, and why it cannot give one ("" when it can)."""
+
+    dir: Path
+    id: str
+    problem: str = ""
+
+
+@dataclass
+class BenchSource:
+    model: object | None  # torch.nn.Module in eval mode on the CPU in float32, or None (a file alone)
+    input_shape: tuple[int, ...] | None  # one sample, no batch dimension
+    label: str
+    file: Path | None = None  # source.file or artifact
+    file_kind: str | None = None  # onnx, exported_program or torchscript
+    quant_run: QuantRunInfo | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> dict:
+        return {"model": self.label, "file": str(self.file) if self.file else None, "file_kind": self.file_kind,
+                "quant_run": str(self.quant_run.dir) if self.quant_run else None,
+                "input_shape": list(self.input_shape) if self.input_shape else None}
+
+
+def check_file(path_text: str, field_name: str) -> tuple[Path, str]:
+    path = Path(path_text).expanduser()
+    kind = FILE_KINDS.get(path.suffix.lower())
+    if kind is None:
+        raise JobError(f"{field_name}: {path} is not an ONNX file (.onnx), a saved ExportedProgram (.pt2) or a "
+                       "TorchScript archive (.pt)")
+    if not path.is_file():
+        raise JobError(f"{field_name}: {path} does not exist")
+    return path.absolute(), kind
+
+
+def _open_run(ref: str, workspace) -> tuple[str, Path, dict, str, str]:
+    """(task, folder, spec data, effective status, message) of the run `ref` names, read-only."""
+    from workbench.workspace import default_workspace
+
+    store = RunStore(workspace if workspace is not None else default_workspace())
+    try:
+        with store.open_run(ref) as run:  # read-only: measuring a run's model never writes to it
+            status, message = effective_status(run.dir, run.status, run.message, run.task)
+            return run.task, run.dir, run.read_spec(), status, message
+    except WorkbenchError as exc:
+        raise JobError(f"source.run: {exc}") from None
+
+
+def _training_model(run_dir: Path, trained: TrainSpec, ctx) -> tuple[ModelSpec, DataSpec, Path | None]:
+    from workbench.worker.sources import first_checkpoint
+
+    checkpoint = first_checkpoint(run_dir, CHECKPOINTS)
+    if checkpoint is None:
+        # Latency does not depend on the weights' values: measure the architecture, and say so.
+        ctx.log(f"run {run_dir.name} has no checkpoint yet: measuring its model with fresh weights", "warning")
+    return trained.model, trained.dataset, checkpoint
+
+
+def _from_quant_run(run_dir: Path, data: dict, status: str, message: str, workspace, ctx):
+    """(model spec, dataset, checkpoint, label, QuantRunInfo) of a quantize run: the FP32 model it quantized."""
+    try:
+        quant = QuantSpec.from_dict(data)
+    except SpecError as exc:
+        raise JobError(f"source.run: the spec of {run_dir.name} no longer reads as a quantize spec ({exc})") from None
+    problem = ""
+    if status != "done":
+        said = f": {message}" if message else ""
+        problem = (f"quantize run {run_dir.name} has not finished ({status}{said}); its scales are saved when it "
+                   "is done")
+    info = QuantRunInfo(run_dir, run_dir.name, problem)
+    if quant.source.run:
+        # Its id (or folder) in the quantize run's own workspace, wherever that workspace is now.
+        sibling = run_dir.parent / Path(quant.source.run).name
+        ref = str(sibling) if sibling.is_dir() else quant.source.run
+        task, train_dir, train_data, _, _ = _open_run(ref, workspace)
+        if not task.startswith("train."):
+            raise JobError(f"source.run: quantize run {run_dir.name} names {train_dir.name}, a {task} run, as its "
+                           "model; it should be a training run")
+        trained = TrainSpec.from_dict(train_data)
+        model, dataset, checkpoint = _training_model(train_dir, trained, ctx)
+        from workbench.worker.quant.source import merge_dataset
+
+        return (model, merge_dataset(dataset, quant.dataset), checkpoint,
+                f"{model.name} (run {train_dir.name}, quantized in {run_dir.name})", info)
+    checkpoint = Path(quant.model.checkpoint).expanduser() if quant.model.checkpoint else None
+    if checkpoint is not None and not checkpoint.is_file():
+        raise JobError(f"source.run: quantize run {run_dir.name} quantized {checkpoint}, which no longer exists")
+    return (dataclasses.replace(quant.model, checkpoint=""), quant.dataset, checkpoint,
+            f"{quant.model.name} (quantized in {run_dir.name})", info)
+
+
+def _file_input_shape(path: Path, kind: str) -> tuple[int, ...] | None:
+    """The per-sample input shape a file records, when it records a fixed one."""
+    if kind == "onnx":
+        import onnx
+
+        try:
+            model = onnx.load(str(path), load_external_data=False)
+        except Exception as exc:  # protobuf's DecodeError and friends: a damaged or foreign file
+            first = (str(exc).splitlines() or [""])[0][:200]
+            raise JobError(f"source.file: {path} cannot be read as ONNX ({type(exc).__name__}: {first})") from None
+        initializers = {i.name for i in model.graph.initializer}
+        inputs = [i for i in model.graph.input if i.name not in initializers]
+        if not inputs:
+            return None
+        dims = inputs[0].type.tensor_type.shape.dim
+        shape = tuple(d.dim_value if d.HasField("dim_value") else 0 for d in dims)[1:]
+        return shape if shape and all(d > 0 for d in shape) else None
+    if kind == "exported_program":
+        from workbench.worker.graph.sources import load_exported_program
+
+        program = load_exported_program(path)
+        for node in program.graph.nodes:
+            spec = next((s for s in program.graph_signature.input_specs
+                         if s.kind.name == "USER_INPUT" and getattr(s.arg, "name", None) == node.name), None)
+            if node.op == "placeholder" and spec is not None and "val" in node.meta:
+                dims = tuple(node.meta["val"].shape)[1:]
+                if all(isinstance(d, int) for d in dims):
+                    return tuple(int(d) for d in dims)
+                return None
+    return None
+
+
+def _dataset_shape(dataset: DataSpec, ctx) -> tuple[int, ...]:
+    from workbench.worker.data import load_dataset
+
+    try:
+        loaded = load_dataset(dataset, ctx=ctx)
+    except JobError as exc:
+        raise JobError(f"model.input_shape is empty and the dataset it would come from cannot be read ({exc}); "
+                       "set model.input_shape, e.g. 3,224,224") from None
+    try:
+        return tuple(loaded.sample_shape)
+    finally:
+        loaded.release()
+
+
+def _check_shape(shape: tuple[int, ...], where: str) -> tuple[int, ...]:
+    if math.prod(shape) > MAX_SAMPLE_VALUES:
+        raise JobError(f"{where}: an input of {'x'.join(map(str, shape))} is {math.prod(shape):,} values per sample; "
+                       f"at most {MAX_SAMPLE_VALUES:,} are measured")
+    return shape
+
+
+def resolve(spec: BenchSpec, ctx) -> BenchSource:
+    """The model, input shape, file and quantize run a BenchSpec names; a JobError naming the field otherwise."""
+    from workbench.worker.models import build_model
+    from workbench.worker.models.surgery import load_checkpoint
+
+    file, kind = None, None
+    if spec.source.file or spec.artifact:
+        name = "source.file" if spec.source.file else "artifact"
+        file, kind = check_file(spec.source.file or spec.artifact, name)
+    override = tuple(spec.model.input_shape)
+
+    if spec.source.file:  # a file alone: no PyTorch model to measure beside it
+        shape = override or _file_input_shape(file, kind)
+        if not shape:
+            raise JobError(f"model.input_shape: {file.name} does not record a fixed input shape; set "
+                           "model.input_shape (one sample, e.g. 3,224,224)")
+        return BenchSource(None, _check_shape(shape, "model.input_shape"), file.name, file, kind)
+
+    quant_info = None
+    if spec.source.run:
+        task, run_dir, data, status, message = _open_run(spec.source.run, ctx.workspace)
+        if task.startswith("train."):
+            try:
+                trained = TrainSpec.from_dict(data)
+            except SpecError as exc:
+                raise JobError(f"source.run: the spec of {run_dir.name} no longer reads as a training spec "
+                               f"({exc})") from None
+            model_spec, dataset, checkpoint = _training_model(run_dir, trained, ctx)
+            from workbench.worker.quant.source import merge_dataset
+
+            dataset = merge_dataset(dataset, spec.dataset)
+            label = f"{model_spec.name} (run {run_dir.name})"
+        elif task == QUANT_TASK:
+            model_spec, dataset, checkpoint, label, quant_info = _from_quant_run(run_dir, data, status, message,
+                                                                                 ctx.workspace, ctx)
+        else:
+            raise JobError(f"source.run: {run_dir.name} is a {task or 'unknown'} run; bench takes a training run "
+                           "(its model and checkpoint) or a quantize run (also its QDQ model)")
+        shape = override or tuple(model_spec.input_shape) or _dataset_shape(dataset, ctx)
+        _check_shape(shape, "model.input_shape")
+        # The run's own weights replace any pretrained or starting checkpoint, so neither is loaded first.
+        model = build_model(dataclasses.replace(model_spec, checkpoint="", weights="", freeze=[]),
+                            input_shape=shape, log=ctx.log, pretrained=False, checkpoint=False)
+        if checkpoint is not None:
+            load_checkpoint(model, checkpoint, what="source.run")
+            ctx.log(f"weights from {checkpoint}")
+    else:
+        shape = override or _dataset_shape(spec.dataset, ctx)
+        _check_shape(shape, "model.input_shape")
+        model = build_model(spec.model, input_shape=shape, log=ctx.log)
+        label = spec.model.name
+    return BenchSource(model.eval(), tuple(shape), label, file, kind, quant_info)
