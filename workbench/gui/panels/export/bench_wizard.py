@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.gui.panels.export.export_wizard import TRAIN_TASK, relabel, run_text
+from workbench.gui.widgets.checked_page import CheckedPage
 from workbench.gui.widgets.spec_form import ERROR_COLOUR, SpecForm, field_errors
 from workbench.specs import BENCH_BACKENDS, BenchSpec
 
@@ -135,7 +136,7 @@ def _with_browse(edit: QLineEdit, parent: QWidget) -> QWidget:
     return box
 
 
-class BackendsPage(QWizardPage):
+class BackendsPage(CheckedPage):
     def __init__(self, data: dict):
         super().__init__()
         self.setTitle("Backends, batch sizes and timing")
@@ -168,7 +169,6 @@ class BackendsPage(QWizardPage):
         layout.addWidget(self.form)
         layout.addStretch(1)
         layout.addWidget(self.error_label)
-        self._has_errors = False
 
     def chosen(self) -> list[str]:
         return [name for name, box in self.backends.items() if box.isChecked()]
@@ -182,13 +182,6 @@ class BackendsPage(QWizardPage):
         self.form.apply_to(data)
         return data
 
-    def set_has_errors(self, has: bool) -> None:
-        if has != self._has_errors:
-            self._has_errors = has
-            self.completeChanged.emit()
-
-    def isComplete(self) -> bool:  # noqa: N802 (Qt override)
-        return not self._has_errors
 
 
 class BenchWizard(QWizard):

@@ -8,6 +8,7 @@ import copy
 
 from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QVBoxLayout, QWizard, QWizardPage
 
+from workbench.gui.widgets.checked_page import CheckedPage
 from workbench.gui.widgets.spec_form import ERROR_COLOUR, SpecForm, field_errors
 from workbench.specs import ExportSpec
 
@@ -90,7 +91,7 @@ class SourceRunPage(QWizardPage):
         return bool(self.run_id())
 
 
-class _OptionsPage(QWizardPage):
+class _OptionsPage(CheckedPage):
     def __init__(self, form: SpecForm):
         super().__init__()
         self.setTitle("Format and options")
@@ -106,15 +107,6 @@ class _OptionsPage(QWizardPage):
         layout.addWidget(form)
         layout.addStretch(1)
         layout.addWidget(self.error_label)
-        self._has_errors = False
-
-    def set_has_errors(self, has: bool) -> None:
-        if has != self._has_errors:
-            self._has_errors = has
-            self.completeChanged.emit()
-
-    def isComplete(self) -> bool:  # noqa: N802 (Qt override)
-        return not self._has_errors
 
 
 class ExportWizard(QWizard):

@@ -41,6 +41,7 @@ from workbench.gui.panels.quant.results import QuantResults
 from workbench.gui.panels.quant.sensitivity_chart import SensitivityChart
 from workbench.gui.panels.runs_panel import delete_run_action
 from workbench.gui.theme import JOB_STATE_COLOURS
+from workbench.gui.widgets import run_table
 from workbench.gui.widgets.open_folder import open_folder
 from workbench.protocol import Message, ProtocolError, array_from_buffer
 from workbench.runs import RunStore
@@ -320,18 +321,10 @@ class QuantPanel(QWidget):
         self.compare_combo.blockSignals(False)
 
     def selected_run_id(self) -> str | None:
-        rows = self.table.selectionModel().selectedRows()
-        if not rows:
-            return None
-        item = self.table.item(rows[0].row(), 0)
-        return item.data(Qt.UserRole) if item else None
+        return run_table.selected_run_id(self.table)
 
     def select_run(self, run_id: str) -> bool:
-        for row in range(self.table.rowCount()):
-            if self.table.item(row, 0).data(Qt.UserRole) == run_id:
-                self.table.selectRow(row)
-                return True
-        return False
+        return run_table.select_run(self.table, run_id)
 
     def _on_run_selected(self) -> None:
         run_id = self.selected_run_id()

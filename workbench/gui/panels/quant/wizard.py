@@ -10,6 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QVBoxLayout, QWizard, QWizardPage
 
 from workbench.errors import SpecError
+from workbench.gui.widgets.checked_page import CheckedPage
 from workbench.gui.widgets.spec_form import SpecForm, field_errors
 from workbench.specs import QuantSpec
 
@@ -60,7 +61,7 @@ def load_last_spec(settings) -> dict | None:
         return None  # from an older version whose fields changed
 
 
-class _FormPage(QWizardPage):
+class _FormPage(CheckedPage):
     def __init__(self, title: str, subtitle: str, fields: list[str], data: dict):
         super().__init__()
         self.setTitle(title)
@@ -70,15 +71,7 @@ class _FormPage(QWizardPage):
         layout = QVBoxLayout(self)
         layout.addWidget(self.form)
         layout.addStretch(1)
-        self._has_errors = False
 
-    def set_has_errors(self, has: bool) -> None:
-        if has != self._has_errors:
-            self._has_errors = has
-            self.completeChanged.emit()
-
-    def isComplete(self) -> bool:  # noqa: N802 (Qt override)
-        return not self._has_errors
 
 
 class SourcePage(QWizardPage):

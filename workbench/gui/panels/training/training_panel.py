@@ -33,6 +33,7 @@ from workbench.gui.panels.training.curves import CurvesWidget
 from workbench.gui.panels.training.evaluation import EvaluationView, load_evaluation
 from workbench.gui.panels.training.profiler import ProfilerView
 from workbench.gui.theme import JOB_STATE_COLOURS
+from workbench.gui.widgets import run_table
 from workbench.gui.widgets.open_folder import open_folder
 from workbench.gui.widgets.spec_form import canonical
 from workbench.protocol import Message, ProtocolError
@@ -261,18 +262,10 @@ class TrainingPanel(QWidget):
         return ids
 
     def selected_run_id(self) -> str | None:
-        rows = self.table.selectionModel().selectedRows()
-        if not rows:
-            return None
-        item = self.table.item(rows[0].row(), 0)
-        return item.data(Qt.UserRole) if item else None
+        return run_table.selected_run_id(self.table)
 
     def select_run(self, run_id: str) -> bool:
-        for row in range(self.table.rowCount()):
-            if self.table.item(row, 0).data(Qt.UserRole) == run_id:
-                self.table.selectRow(row)
-                return True
-        return False
+        return run_table.select_run(self.table, run_id)
 
     def set_shown(self, run_id: str, shown: bool = True) -> None:
         for row in range(self.table.rowCount()):

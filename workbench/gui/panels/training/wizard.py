@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 from workbench.errors import SpecError
 from workbench.gui.panels.data.dataset_dialog import DatasetDialog, inapplicable_fields
 from workbench.gui.state import DatasetState
+from workbench.gui.widgets.checked_page import CheckedPage
 from workbench.gui.widgets.device_picker import amp_unavailable_reason
 from workbench.gui.widgets.spec_form import ERROR_COLOUR, SpecForm, field_errors
 from workbench.specs import DataSpec, TrainSpec
@@ -82,22 +83,10 @@ def _error_label() -> QLabel:
     return label
 
 
-class _FormPage(QWizardPage):
+class _FormPage(CheckedPage):
     """A page whose Next stays disabled while a field on it is invalid (the wizard tells it which)."""
 
     fields: list[str] = []
-
-    def __init__(self):
-        super().__init__()
-        self.has_errors = False
-
-    def set_has_errors(self, has_errors: bool) -> None:
-        if has_errors != self.has_errors:
-            self.has_errors = has_errors
-            self.completeChanged.emit()
-
-    def isComplete(self) -> bool:  # noqa: N802 (Qt override)
-        return not self.has_errors and super().isComplete()
 
 
 class DatasetPage(QWizardPage):
