@@ -212,6 +212,50 @@ def main() -> int:
             window.move(0, 0)
             QTimer.singleShot(2000, next_job)
             return
+        if scene in ("export", "bench", "bench-dist"):  # real engines: export ONNX, quantize, benchmark three backends
+            from workbench.specs import BenchSpec, ExportSpec, QuantSpec, TrainSpec
+
+            window.start_training(TrainSpec.from_dict({"epochs": 5}))
+            made: dict = {}
+
+            def busy() -> bool:
+                return any(r.active for r in window.manager.jobs.all() if not r.internal)
+
+            def latest(task: str) -> str:
+                runs = [r for r in window.manager.jobs.all() if r.task == task and r.run_dir]
+                return Path(max(runs, key=lambda r: r.submitted).run_dir).name
+
+            def step() -> None:
+                if busy():
+                    QTimer.singleShot(500, step)
+                    return
+                panel = window.export_panel
+                if "train" not in made:
+                    made["train"] = latest("train.classifier")
+                    window.show_tab(panel)
+                    panel.start_export(ExportSpec.from_dict({"source": {"run": made["train"]}, "format": "onnx"}))
+                elif "quant" not in made:
+                    made["quant"] = True
+                    window.start_quantization(QuantSpec.from_dict({"source": {"run": made["train"]}}))
+                elif "bench" not in made and scene != "export":
+                    made["bench"] = True
+                    window.show_tab(panel)
+                    panel.start_benchmark(BenchSpec.from_dict({
+                        "source": {"run": latest("quant.analyze")}, "batch_sizes": [1, 8, 32], "iters": 200,
+                        "backends": ["eager", "torchscript", "onnxruntime", "onnxruntime_int8", "tensorrt"],
+                        "threads": 1}))
+                else:
+                    window.show_tab(panel)
+                    if scene == "export":
+                        panel.open_run(latest("export.model"))
+                    elif scene == "bench-dist":
+                        panel.plots.setCurrentIndex(1)
+                    QTimer.singleShot(2500, capture)
+                    return
+                QTimer.singleShot(1500, step)
+
+            QTimer.singleShot(2000, step)
+            return
         if scene == "first-run":  # a new workspace: the Training tab's empty state
             window.show_tab(window.training_panel)
             QTimer.singleShot(1500, capture)
