@@ -45,6 +45,7 @@ HYPER_FIELDS = ["epochs", "batch_size", "lr", "optimizer", "momentum", "weight_d
 SPEED_FIELDS = ["channels_last", "dataset.num_workers", "dataset.pin_memory", "distributed", "nproc", "profile_steps"]
 MODEL_FIELDS = ["model.num_classes", "model.input_shape", "model.checkpoint", "model.weights", "model.replace_head",
                 "model.freeze"]
+CLUSTER_TIP = "The torchrun command and a SLURM batch script that run this spec on several machines"
 LAST_SPEC_KEY = "train_spec"  # the last spec the wizard started, as JSON
 
 
@@ -363,10 +364,17 @@ class ReviewPage(QWizardPage):
         self.save = QPushButton("Save spec…")
         self.save.setToolTip("Save this spec as TOML to run or share later")
         self.save.clicked.connect(self._on_save_clicked)
+        self.cluster = QPushButton("Run on a cluster…")
+        self.cluster.setToolTip(CLUSTER_TIP)
+        self.cluster.clicked.connect(self.wizard_.open_cluster_page)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.save)
+        buttons.addWidget(self.cluster)
+        buttons.addStretch(1)
         layout = QVBoxLayout(self)
         layout.addWidget(self.text, 1)
         layout.addWidget(self.error)
-        layout.addWidget(self.save, 0, Qt.AlignLeft)
+        layout.addLayout(buttons)
         self.setButtonText(QWizard.FinishButton, "Start training")
 
     def initializePage(self) -> None:  # noqa: N802 (Qt override)
@@ -381,6 +389,9 @@ class ReviewPage(QWizardPage):
         self.save.setEnabled(spec is not None)
         self.save.setToolTip("Save this spec as TOML to run or share later" if spec is not None
                              else "There is no valid spec to save yet: fix the field named below.")
+        self.cluster.setEnabled(spec is not None)
+        self.cluster.setToolTip(CLUSTER_TIP if spec is not None
+                                else "There is no valid spec to run yet: fix the field named below.")
         self.completeChanged.emit()
 
     def isComplete(self) -> bool:  # noqa: N802
@@ -400,9 +411,13 @@ class TrainingWizard(QWizard):
 
     def __init__(self, state: DatasetState, devices: list[dict], preferred_device: str = "cpu",
                  start: TrainSpec | dict | None = None, num_classes: int | None = None, data_dir: str = "",
-                 parent=None, settings=None):
+                 parent=None, settings=None, workspace: str | Path | None = None):
         super().__init__(parent)
         self.setWindowTitle("New training run")
+        # The cluster page's default shared workspace: given, else the window's, else the data folder's parent.
+        self.workspace = str(workspace or getattr(parent, "workspace", "") or (Path(data_dir).parent if data_dir
+                                                                              else ""))
+        self.cluster_page = None
         self.setWizardStyle(QWizard.ClassicStyle)
         self.setMinimumSize(720, 640)
         self.state = state
@@ -486,6 +501,18 @@ class TrainingWizard(QWizard):
         if self.currentPage() is self.review_page:
             self.review_page.show_spec()
         return self.spec
+
+    def open_cluster_page(self) -> None:
+        """Show "Run on a cluster" for the current spec; the wizard stays open and Start is unchanged."""
+        from workbench.gui.panels.training.cluster_page import ClusterPage
+
+        if self.rebuild() is None:
+            return
+        if self.cluster_page is not None:
+            self.cluster_page.close()
+            self.cluster_page.deleteLater()
+        self.cluster_page = ClusterPage(copy.deepcopy(self.spec), self.workspace, self)
+        self.cluster_page.show()
 
     def done(self, result: int) -> None:
         # The window keeps its finished wizards as children; a closed one must stop following the Data tab.
