@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
         _common(job)
         if verb == "train":
             job.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+            job.add_argument("--run-id", metavar="ID", default=None,
+                             help="the run's id: created with this id if absent, resumed from its last checkpoint if "
+                                  "it exists (under torchrun: default torchrun-<rdzv id>, so every rank and every "
+                                  "elastic restart joins the same run)")
 
     data = sub.add_parser("data", help="dataset tools")
     data_sub = data.add_subparsers(dest="data_verb", required=True, parser_class=_Parser)
@@ -212,7 +216,7 @@ class _ReservedStdout:
 
 
 def run_headless(task_name: str, spec, *, workspace: Path | None, as_json: bool, debug: bool,
-                 resume: str | None = None, then=None) -> int:
+                 resume: str | None = None, then=None, run_id: str | None = None) -> int:
     """Run a task in this process with the same runner the worker uses; `then(result)`, when given, runs after a
     job that is done and gives the exit code (`workbench graph --set open_browser=true` serves the graph).
 
@@ -251,7 +255,8 @@ def run_headless(task_name: str, spec, *, workspace: Path | None, as_json: bool,
                 progress.emit(msg_type, content, buffers)
 
             spec_data = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
-            result = run_task(task, spec_data, emit=emit, stop_event=stop, workspace=workspace, resume=resume)
+            result = run_task(task, spec_data, emit=emit, stop_event=stop, workspace=workspace, resume=resume,
+                              run_id=run_id)
     if debug and result.get("traceback"):
         print(result["traceback"], file=sys.stderr)
     result.pop("traceback", None)
@@ -271,6 +276,9 @@ def _workspace(args) -> Path:
 def _cmd_job(args, verb: str, task_name: str) -> int:
     workspace = _workspace(args)
     resume = getattr(args, "resume", None)
+    run_id = getattr(args, "run_id", None)
+    if verb == "train" and (run_id or _torchrun_group() is not None):
+        return _cmd_train_with_id(args, workspace, task_name, run_id)
     if resume:
         # The run's own spec, unless another is given; --set still applies (e.g. more epochs).
         from workbench.runs import RunStore
@@ -285,6 +293,43 @@ def _cmd_job(args, verb: str, task_name: str) -> int:
         then = lambda result: _serve_graph(result, workspace, spec.port, spec.open_browser)  # noqa: E731
     return run_headless(task_name, spec, workspace=workspace, as_json=args.json, debug=args.debug, resume=resume,
                         then=then)
+
+
+def _torchrun_group():
+    """The torchrun group this process is a rank of (torchrun's RANK, WORLD_SIZE, MASTER_ADDR/PORT), or None."""
+    if not (os.environ.get("RANK") and os.environ.get("WORLD_SIZE") and os.environ.get("MASTER_ADDR")):
+        return None  # not under torchrun: torch is not imported for nothing
+    from workbench.worker.training import torchrun
+
+    return torchrun.environment()
+
+
+def _cmd_train_with_id(args, workspace: Path, task_name: str, run_id: str | None) -> int:
+    """`workbench train --run-id ID`, and every `workbench train` under torchrun: one run id for all ranks and all
+    elastic restarts. Global rank 0 creates the run, or resumes it from its last checkpoint; the other ranks join
+    rank 0's run and write only their own log."""
+    from workbench.worker.training import torchrun
+
+    group = torchrun.environment()
+    if args.resume:
+        raise UsageError("--resume and --run-id (or torchrun, which names the run itself) do not go together: "
+                         "--run-id resumes its run when it has a checkpoint")
+    if group is not None and run_id is None:
+        run_id = torchrun.run_id_for(group)
+    if group is not None and group.world_size > 1 and group.rank != 0:
+        spec = _load_spec("train", args.spec, args.overrides)  # only its device counts: rank 0 sends the spec
+        with _ReservedStdout(args.json):
+            result = torchrun.follow(spec, env=group, workspace=workspace)
+        _print_result(result, args.json)
+        return 0 if result["status"] == "done" else 1
+    torchrun.activate(group)
+    resume, create = torchrun.plan_run(workspace, run_id)
+    if resume:
+        spec = _load_spec("train", args.spec or str(Path(resume) / "spec.toml"), args.overrides)
+    else:
+        spec = _load_spec("train", args.spec, args.overrides)
+    return run_headless(task_name, spec, workspace=workspace, as_json=args.json, debug=args.debug, resume=resume,
+                        run_id=create)
 
 
 def _serve_graph(result: dict, workspace: Path, port: int, open_browser: bool) -> int:

@@ -43,6 +43,7 @@ SCHEMA_VERSION = 1
 DB_NAME = "metrics.db"
 LOCK_NAME = ".owner.lock"
 _RUN_ID = re.compile(r"^(\d{8}-\d{6})-(.+)-([0-9a-f]{6})$")
+_GIVEN_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,99}$")
 
 
 # --- atomic writes -----------------------------------------------------------------------------
@@ -647,10 +648,15 @@ class RunStore:
         self.workspace = Path(workspace).absolute()
         self.runs_dir = self.workspace / "runs"
 
-    def create_run(self, kind: str, spec: dict, *, task: str) -> Run:
+    def create_run(self, kind: str, spec: dict, *, task: str, run_id: str | None = None) -> Run:
+        """A new run, owned by this process; `run_id` names it (e.g. one id all torchrun ranks agree on),
+        otherwise the id is `<time>-<kind>-<random>`. A given id that exists already is a JobError."""
         # Serialize first: a spec that is not TOML-able must not leave a half-made run behind.
         spec_text = tomli_w.dumps(spec)
         safe_kind = re.sub(r"[^A-Za-z0-9._]+", "_", kind).strip("._") or "run"
+        if run_id is not None and not _GIVEN_ID.match(run_id):
+            raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (up to 100), not starting "
+                             "with '.' or '-'")
         try:
             self.runs_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -659,6 +665,11 @@ class RunStore:
             ) from exc
         while True:
             now = datetime.now().astimezone()
+            if run_id is not None:
+                final = self.runs_dir / run_id
+                if final.exists():
+                    raise JobError(f"Cannot create run {run_id} in {self.runs_dir}: it exists already")
+                break
             run_id = f"{now:%Y%m%d-%H%M%S}-{safe_kind}-{secrets.token_hex(3)}"
             final = self.runs_dir / run_id
             if not final.exists():

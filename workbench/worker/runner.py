@@ -50,11 +50,13 @@ def _describe_escape(exc: BaseException) -> str:
 
 
 def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threading.Event | None = None,
-             workspace: str | Path | None = None, job_id: str = "", resume: str | Path | None = None) -> dict:
+             workspace: str | Path | None = None, job_id: str = "", resume: str | Path | None = None,
+             run_id: str | None = None) -> dict:
     """Run a task and return its result: always `status` and `run_dir`, plus `error` when it failed.
 
     With `resume` (a run directory or id) the task continues that run instead of starting a new one;
-    `ctx.resuming` tells it to pick up from the run's last checkpoint.
+    `ctx.resuming` tells it to pick up from the run's last checkpoint. `run_id` names a new run (torchrun ranks
+    agree on one) instead of a generated id.
     """
     run = None
     result: dict = {"status": "failed", "run_dir": None}
@@ -84,7 +86,8 @@ def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threadi
             from workbench.runs import RunStore
 
             spec_dict = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
-            run = RunStore(Path(workspace)).create_run(task.name.split(".")[0], spec_dict, task=task.name)
+            run = RunStore(Path(workspace)).create_run(task.name.split(".")[0], spec_dict, task=task.name,
+                                                      run_id=run_id)
             run.set_status("running")
             result["run_dir"] = str(run.dir)
             emit("status", {"state": "running", "run_dir": str(run.dir)}, [])

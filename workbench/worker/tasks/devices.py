@@ -104,4 +104,16 @@ def list_devices(spec: dict, ctx):
     """List the devices torch can use, with their memory and capabilities."""
     import torch
 
-    return {"devices": describe_devices(), "torch": torch.__version__}
+    return {"devices": describe_devices(), "torch": torch.__version__, "torchrun": torchrun_group()}
+
+
+def torchrun_group() -> dict | None:
+    """The torchrun group this process runs in (rank, local_rank, world_size, backend, master), or None."""
+    import torch
+
+    from workbench.worker.training.torchrun import environment
+
+    env = environment()
+    if env is None:
+        return None
+    return env.describe("nccl" if torch.cuda.is_available() else "gloo")

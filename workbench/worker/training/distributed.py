@@ -2,6 +2,7 @@
 (torch.multiprocessing.start_processes with a module-level entrypoint and a TCP rendezvous on 127.0.0.1),
 gloo on the CPU and nccl on CUDA. Each rank trains its shard of every global batch with the same Trainer as a
 single process; rank 0 writes checkpoints and relays logs, metrics and progress to the parent task over a queue.
+Under torchrun (several machines) the workbench launches nothing: torchrun.py joins torchrun's group instead.
 
 Worker side; never imports Qt.
 """

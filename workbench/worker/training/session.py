@@ -19,6 +19,7 @@ from workbench.worker.checkpoints import load_state_dict
 from workbench.worker.data import load_dataset
 from workbench.worker.models import build_model, count_parameters
 from workbench.worker.models.build import resolve_num_classes
+from workbench.worker.training import torchrun
 from workbench.worker.training.devices import check_amp, check_compile, describe, resolve_device
 from workbench.worker.training.evaluate import evaluate_test, write_evaluation
 from workbench.worker.training.guards import OutputCheck
@@ -69,9 +70,28 @@ def run_training(spec: TrainSpec, ctx) -> dict:
     if run is None:
         raise JobError("training needs a run folder to keep its checkpoints: run it with a workspace")
     device = resolve_device(spec.device)
+    group = torchrun.active()  # a rank of a torchrun group (global rank 0: the others never get here)
+    if group is None or group.world_size == 1:
+        return _train(spec, ctx, device, None, None)
+    device = torchrun.rank_device(group, device)
+    # Joined first, so that whatever fails here before training reaches the other ranks as an error at once.
+    with torchrun.leading(group, device) as lead:
+        return _train(spec, ctx, device, group, lead)
+
+
+def _train(spec: TrainSpec, ctx, device: torch.device, group, lead) -> dict:
+    run = ctx.run
+    if group is not None:
+        torchrun.check_batch(spec, group)
+        # Under torchrun it is DDP across the group whatever spec.distributed says (the Trainer needs only the
+        # world size); the run's spec stays as written.
+        ctx.log(f"running under torchrun as rank 0 of {group.world_size}: DDP across the group"
+                + (f"; nproc={spec.nproc} is ignored (torchrun's --nnodes and --nproc-per-node decide)"
+                   if spec.distributed == "ddp" and spec.nproc != group.world_size else ""))
     check_amp(spec.amp, device)
     check_compile(spec.compile, device)
-    check_distributed(spec, device)
+    if group is None:
+        check_distributed(spec, device)
     dataset = load_dataset(spec.dataset, ctx=ctx)
     if dataset.in_memory:
         # Decoded now (epoch one would do it anyway), so unreadable files are known before training: the
@@ -107,7 +127,11 @@ def run_training(spec: TrainSpec, ctx) -> dict:
                 f"trainable) on {describe(device)}, amp={spec.amp}, {usable:,} training samples"
                 + (f" ({skipped:,} unreadable file(s) skipped)" if skipped else ""))
         try:
-            if spec.distributed == "ddp":
+            if group is not None:
+                summary, model, channels_last, spec = _lead_group(spec, ctx, group, lead, dataset=dataset,
+                                                                  model=model, device=device, resume=resume)
+                del resume
+            elif spec.distributed == "ddp":
                 from workbench.worker.training.distributed import launch
 
                 del resume  # the ranks read last.pt themselves
@@ -180,7 +204,37 @@ def run_training(spec: TrainSpec, ctx) -> dict:
     }
     if resumed_from is not None:
         result["resumed_from_epoch"] = resumed_from
-    if spec.distributed == "ddp":
+    if group is not None:
+        result["distributed"] = {"backend": torchrun.backend_for(device), "nproc": group.world_size,
+                                 "cpu_count": os.cpu_count(),
+                                 "torchrun": {**group.describe(torchrun.backend_for(device)),
+                                              "restart_count": group.restart_count}}
+    elif spec.distributed == "ddp":
         result["distributed"] = {"backend": "nccl" if device.type == "cuda" else "gloo", "nproc": spec.nproc,
                                  "cpu_count": os.cpu_count()}
     return result
+
+
+def _lead_group(spec: TrainSpec, ctx, group, lead, *, dataset, model, device, resume):
+    """Global rank 0 of a torchrun group (joined already): tell the other ranks the run (and the spec as resolved
+    here), then train this rank's shard in this process, reporting through the task's own context (the run's one
+    writer). Returns (summary, model, channels_last, spec)."""
+    # Decided once here, not by every rank (whose timings would race each other), and sent as a value.
+    channels_last, layout = resolve_channels_last(
+        spec.channels_last, model=model, sample_shape=tuple(dataset.sample_shape),
+        batch_size=max(1, spec.batch_size // group.world_size), device=device, amp=spec.amp,
+        workspace=dataset.core.workspace, deterministic=spec.deterministic, compiled=spec.compile != "off")
+    spec = dataclasses.replace(spec, channels_last=channels_last)
+    backend = torchrun.backend_for(device)
+    ctx.log(f"torchrun group at {group.master_addr}:{group.master_port} ({backend}, {group.world_size} ranks, "
+            f"restart {group.restart_count}), {spec.batch_size // group.world_size} samples each per batch; "
+            f"memory layout: {layout}")
+    run = ctx.run
+    lead.share({"spec": spec.to_dict(), "run_id": run.dir.name, "resuming": resume is not None})
+    trainer = Trainer(TrainSetup(spec=spec, dataset=dataset, model=model, device=device,
+                                 checkpoints_dir=run.checkpoints_dir, artifacts_dir=run.artifacts_dir,
+                                 report=ctx, resume=resume, workspace=dataset.core.workspace, rank=0,
+                                 world=group.world_size, stop_check=torchrun.GroupStop(ctx.should_stop, device, 0)))
+    del resume
+    summary = trainer.fit()
+    return summary, trainer.model, trainer.channels_last, spec
