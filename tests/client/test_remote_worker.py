@@ -94,8 +94,13 @@ def test_a_plain_peer_hears_nothing_and_is_not_heard_even_with_the_hmac_key(remo
         sock.connect(_url(conn, channel))
     before = remote.call("ping_request", timeout=10, channel="control").content["rejected"]
     try:
-        # Signed with the real session key, but outside Curve: it must never reach the worker's code.
-        dealer.send_multipart(encode(new_message("shutdown_request", {}, session="eavesdropper"), Signer(conn.key)))
+        # Signed with the real session key, but outside Curve: it must never reach the worker's code. A DEALER
+        # whose handshake failed may have no pipe left to queue in, and then a blocking send waits forever.
+        try:
+            dealer.send_multipart(encode(new_message("shutdown_request", {}, session="eavesdropper"),
+                                         Signer(conn.key)), flags=zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # not even queued: it cannot reach the worker either
         # Meanwhile the worker publishes plenty: a job's progress and metrics, and a status per heartbeat.
         job = remote.submit("debug.count", {"steps": 20, "delay": 0.01}, workspace=tmp_path)
         assert remote.wait_job(job.job_id, timeout=30).state == "done"
