@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
-    QProgressBar,
     QPushButton,
     QSplitter,
     QStackedWidget,
@@ -32,6 +31,7 @@ from PySide6.QtWidgets import (
 
 from workbench.client import JobRecord
 from workbench.errors import WorkbenchError
+from workbench.gui.early_messages import EarlyMessages
 from workbench.gui.panels.export.bench_plots import (
     HISTORY_EMPTY,
     DistributionView,
@@ -56,6 +56,7 @@ from workbench.gui.panels.export.results_table import BenchResultsTable
 from workbench.gui.panels.runs_panel import delete_run_action
 from workbench.gui.theme import JOB_STATE_COLOURS
 from workbench.gui.widgets import run_table
+from workbench.gui.widgets.job_progress import JobProgress
 from workbench.gui.widgets.open_folder import open_folder
 from workbench.protocol import Message, ProtocolError, array_from_buffer
 from workbench.runs import RunStore
@@ -96,7 +97,7 @@ class ExportPanel(QWidget):
         self.live: dict[str, ExportResults | BenchResults] = {}  # job id -> the run filling in
         self.job_of_run: dict[str, str] = {}  # run id -> job id while it runs
         self.records: dict[str, JobRecord] = {}  # job id -> its latest record while it runs
-        self._pending: dict[str, list[Message]] = {}  # job id -> arrays that came before the job was ours
+        self._early = EarlyMessages("bench/")  # arrays that came before the job was ours
         self.current: ExportResults | BenchResults | None = None
         self.overlays: dict[str, BenchResults] = {}  # run id -> an earlier benchmark ticked in History
         self._build()
@@ -136,16 +137,8 @@ class ExportPanel(QWidget):
             header.setSectionResizeMode(column, QHeaderView.ResizeToContents)
         header.setSectionResizeMode(len(RUN_COLUMNS) - 1, QHeaderView.Stretch)  # the result, elided
 
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 1000)
-        self.progress.setTextVisible(True)
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.setToolTip("Stop this job at its next step (Ctrl+.)")
-        self.progress_box = QWidget()
-        progress_row = QHBoxLayout(self.progress_box)
-        progress_row.setContentsMargins(0, 0, 0, 0)
-        progress_row.addWidget(self.progress, 1)
-        progress_row.addWidget(self.cancel_button)
+        self.progress_box = JobProgress("Stop this job at its next step (Ctrl+.)")
+        self.progress, self.cancel_button = self.progress_box.bar, self.progress_box.cancel_button
 
         self.nothing = QLabel("Pick an export or a benchmark in the list.")
         self.nothing.setAlignment(Qt.AlignCenter)
@@ -488,7 +481,7 @@ class ExportPanel(QWidget):
         self._fill_history()
         record = self.records.get(self._job_of(results) or "")
         if record is not None:
-            self._show_progress(record)
+            self.progress_box.show_record(record)
         else:
             self.progress_box.hide()
         self._update_buttons()
@@ -728,7 +721,7 @@ class ExportPanel(QWidget):
                 cls = ExportResults if record.task == EXPORT_TASK else BenchResults
                 results = cls(spec=copy.deepcopy(record.spec))
                 self.live[record.job_id] = results
-                for msg in self._pending.pop(record.job_id, []):
+                for msg in self._early.take(record.job_id):
                     self._take_array(results, msg)
                 self.pages.setCurrentIndex(1)
                 self.table.clearSelection()
@@ -742,11 +735,11 @@ class ExportPanel(QWidget):
                     self.select_run(run_id)
                     self.show_results(results)
             if self.current is results:
-                self._show_progress(record)
+                self.progress_box.show_record(record)
             return
         results = self.live.pop(record.job_id, None)
         self.records.pop(record.job_id, None)
-        self._pending.pop(record.job_id, None)
+        self._early.take(record.job_id)
         run_id = (results.run_id if results else "") or run_id
         if run_id:
             self.job_of_run.pop(run_id, None)
@@ -771,22 +764,12 @@ class ExportPanel(QWidget):
         results.error = results.error or record.error_message or record.state
         self.show_results(results)
 
-    def _show_progress(self, record: JobRecord) -> None:
-        self.progress_box.show()
-        fraction = record.fraction if record.fraction is not None else 0.0
-        self.progress.setValue(int(fraction * 1000))
-        self.progress.setFormat(f"{record.text or record.state}  %p%")
-
     def on_message(self, msg: Message) -> None:
         if msg.msg_type != "array":
             return
-        job_id = msg.parent_id or ""
-        results = self.live.get(job_id)
+        results = self.live.get(msg.parent_id or "")
         if results is None:
-            if str((msg.content or {}).get("name", "")).startswith("bench/") and job_id:
-                self._pending.setdefault(job_id, []).append(msg)
-                if len(self._pending) > 20:  # a job that never became ours
-                    self._pending.pop(next(iter(self._pending)))
+            self._early.keep(msg)
             return
         if isinstance(results, BenchResults) and self._take_array(results, msg) and self.current is results:
             self._show_bench(results)

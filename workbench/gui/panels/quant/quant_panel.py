@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
-    QProgressBar,
     QPushButton,
     QSplitter,
     QStackedWidget,
@@ -31,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from workbench.client import JobRecord
 from workbench.errors import WorkbenchError
+from workbench.gui.early_messages import EarlyMessages
 from workbench.gui.panels.quant.channel_ranges_plot import ChannelRangesPlot
 from workbench.gui.panels.quant.error_plot import ErrorPlot
 from workbench.gui.panels.quant.ladder_chart import LadderChart
@@ -42,6 +42,7 @@ from workbench.gui.panels.quant.sensitivity_chart import SensitivityChart
 from workbench.gui.panels.runs_panel import delete_run_action
 from workbench.gui.theme import JOB_STATE_COLOURS
 from workbench.gui.widgets import run_table
+from workbench.gui.widgets.job_progress import JobProgress
 from workbench.gui.widgets.open_folder import open_folder
 from workbench.protocol import Message, ProtocolError, array_from_buffer
 from workbench.runs import RunStore
@@ -79,7 +80,7 @@ class QuantPanel(QWidget):
         self.runs: dict[str, dict] = {}  # quant run id -> list entry (with spec, report summary)
         self.live: dict[str, QuantResults] = {}  # job id -> the results filling in
         self.job_of_run: dict[str, str] = {}  # run id -> job id while it runs
-        self._pending: dict[str, list[Message]] = {}  # job id -> arrays that came before the run folder
+        self._early = EarlyMessages("quant/")  # arrays that came before the run folder
         self.results: QuantResults | None = None  # the run shown
         self.compared: QuantResults | None = None  # the run whose ladder stands beside it
         self._build()
@@ -135,17 +136,8 @@ class QuantPanel(QWidget):
         self.summary = QLabel()
         self.summary.setTextFormat(Qt.RichText)
         self.summary.setWordWrap(True)
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 1000)
-        self.progress.setTextVisible(True)
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.setToolTip("Stop this quantization at its next step (Ctrl+.)")
-        progress_row = QHBoxLayout()
-        progress_row.addWidget(self.progress, 1)
-        progress_row.addWidget(self.cancel_button)
-        self.progress_box = QWidget()
-        self.progress_box.setLayout(progress_row)
-        progress_row.setContentsMargins(0, 0, 0, 0)
+        self.progress_box = JobProgress("Stop this quantization at its next step (Ctrl+.)")
+        self.progress, self.cancel_button = self.progress_box.bar, self.progress_box.cancel_button
 
         self.layer_model = LayerTableModel(self)
         self.layer_proxy = LayerSortProxy(self)
@@ -502,16 +494,16 @@ class QuantPanel(QWidget):
                 results = QuantResults(run_id=run_id, run_dir=record.run_dir, spec=copy.deepcopy(record.spec))
                 self.live[record.job_id] = results
                 self.job_of_run[run_id] = record.job_id
-                for msg in self._pending.pop(record.job_id, []):
+                for msg in self._early.take(record.job_id):
                     self._take_array(results, msg)
                 self.refresh()
                 self.select_run(run_id)
                 self.show_results(results)
             if record.job_id in self.live and self.results is self.live[record.job_id]:
-                self._show_progress(record)
+                self.progress_box.show_record(record)
             return
         results = self.live.pop(record.job_id, None)
-        self._pending.pop(record.job_id, None)
+        self._early.take(record.job_id)
         run_id = results.run_id if results else run_id
         if run_id:
             self.job_of_run.pop(run_id, None)
@@ -525,22 +517,12 @@ class QuantPanel(QWidget):
                 results.report = {**results.report, "error": record.error_message or record.state}
                 self.show_results(results)
 
-    def _show_progress(self, record: JobRecord) -> None:
-        self.progress_box.show()
-        fraction = record.fraction if record.fraction is not None else 0.0
-        self.progress.setValue(int(fraction * 1000))
-        self.progress.setFormat(f"{record.text or record.state}  %p%")
-
     def on_message(self, msg: Message) -> None:
         if msg.msg_type != "array":
             return
-        job_id = msg.parent_id or ""
-        results = self.live.get(job_id)
+        results = self.live.get(msg.parent_id or "")
         if results is None:
-            if str((msg.content or {}).get("name", "")).startswith("quant/") and job_id:
-                self._pending.setdefault(job_id, []).append(msg)
-                if len(self._pending) > 20:  # a job that never became ours
-                    self._pending.pop(next(iter(self._pending)))
+            self._early.keep(msg)
             return
         if self._take_array(results, msg) and results is self.results:
             if msg.content.get("name") == "quant/ladder":

@@ -1,0 +1,24 @@
+"""Messages of a job that arrive before its job record says it is a panel's (events can overtake the reply that
+names the run folder): kept per job until the record comes, bounded, so a job that never becomes ours is dropped."""
+
+from __future__ import annotations
+
+from workbench.protocol import Message
+
+LIMIT = 20  # jobs held at once
+
+
+class EarlyMessages:
+    def __init__(self, prefix: str):
+        self.prefix = prefix  # array names of the panel's task ("quant/", "bench/")
+        self._held: dict[str, list[Message]] = {}
+
+    def keep(self, msg: Message) -> None:
+        job_id = msg.parent_id or ""
+        if job_id and str((msg.content or {}).get("name", "")).startswith(self.prefix):
+            self._held.setdefault(job_id, []).append(msg)
+            if len(self._held) > LIMIT:
+                self._held.pop(next(iter(self._held)))
+
+    def take(self, job_id: str) -> list[Message]:
+        return self._held.pop(job_id, [])
