@@ -22,3 +22,14 @@ def select_run(table: QTableWidget, run_id: str) -> bool:
             table.selectRow(row)
             return True
     return False
+
+
+def make_run_table(columns) -> QTableWidget:
+    """A runs table: one run a row, whole rows selected one at a time, nothing edited in place."""
+    table = QTableWidget(0, len(columns))
+    table.setHorizontalHeaderLabels(columns)
+    table.verticalHeader().hide()
+    table.setSelectionBehavior(QTableWidget.SelectRows)
+    table.setSelectionMode(QTableWidget.SingleSelection)
+    table.setEditTriggers(QTableWidget.NoEditTriggers)
+    return table

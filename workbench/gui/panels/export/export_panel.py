@@ -22,7 +22,6 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSplitter,
     QStackedWidget,
-    QTableWidget,
     QTableWidgetItem,
     QTabWidget,
     QVBoxLayout,
@@ -125,12 +124,7 @@ class ExportPanel(QWidget):
             bar.addWidget(button)
         bar.addStretch(1)
 
-        self.table = QTableWidget(0, len(RUN_COLUMNS))
-        self.table.setHorizontalHeaderLabels(RUN_COLUMNS)
-        self.table.verticalHeader().hide()
-        self.table.setSelectionBehavior(QTableWidget.SelectRows)
-        self.table.setSelectionMode(QTableWidget.SingleSelection)
-        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.table = run_table.make_run_table(RUN_COLUMNS)
         self.table.setWordWrap(False)
         header = self.table.horizontalHeader()
         for column in range(len(RUN_COLUMNS) - 1):

@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
     QSplitter,
     QStackedWidget,
     QTableView,
-    QTableWidget,
     QTableWidgetItem,
     QTabWidget,
     QVBoxLayout,
@@ -107,12 +106,7 @@ class QuantPanel(QWidget):
             bar.addWidget(button)
         bar.addStretch(1)
 
-        self.table = QTableWidget(0, len(RUN_COLUMNS))
-        self.table.setHorizontalHeaderLabels(RUN_COLUMNS)
-        self.table.verticalHeader().hide()
-        self.table.setSelectionBehavior(QTableWidget.SelectRows)
-        self.table.setSelectionMode(QTableWidget.SingleSelection)
-        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.table = run_table.make_run_table(RUN_COLUMNS)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.Stretch)
         for column in range(1, len(RUN_COLUMNS)):

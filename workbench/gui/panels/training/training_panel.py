@@ -108,12 +108,7 @@ class TrainingPanel(QWidget):
                        self.quantize_button, self.open_button, self.delete_button):
             bar.addWidget(button)
         bar.addStretch(1)
-        self.table = QTableWidget(0, len(RUN_COLUMNS))
-        self.table.setHorizontalHeaderLabels(RUN_COLUMNS)
-        self.table.verticalHeader().hide()
-        self.table.setSelectionBehavior(QTableWidget.SelectRows)
-        self.table.setSelectionMode(QTableWidget.SingleSelection)
-        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.table = run_table.make_run_table(RUN_COLUMNS)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(1, QHeaderView.Stretch)
         for column in (0, 2, 3, 4, 5):
