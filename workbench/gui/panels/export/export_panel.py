@@ -331,7 +331,8 @@ class ExportPanel(QWidget):
 
     def refresh(self) -> None:
         selected = self.selected_run_id()
-        entries = [e for e in self.store.list_runs() if e.get("task") in TASKS]
+        listed = self.store.list_runs()  # once: listing opens every run of the workspace
+        entries = [e for e in listed if e.get("task") in TASKS]
         for entry in entries:
             if entry["id"] in self.job_of_run:
                 entry["status"] = "running"
@@ -357,8 +358,7 @@ class ExportPanel(QWidget):
                 self.table.setItem(row, column, item)
         self.table.blockSignals(False)
         self._fill_history()
-        has_sources = any(e.get("task") in (TRAIN_TASK, QUANT_TASK) and e.get("status") == "done"
-                          for e in self.store.list_runs())
+        has_sources = any(e.get("task") in (TRAIN_TASK, QUANT_TASK) and e.get("status") == "done" for e in listed)
         self.empty_text.setText(
             "Export a trained model to TorchScript, torch.export, ONNX (int8 QDQ from a quantize run) or TensorRT: "
             "its outputs are checked against PyTorch and, when they differ, the first diverging layer is named. "

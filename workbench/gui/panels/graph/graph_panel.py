@@ -94,6 +94,7 @@ class GraphPanel(QWidget):
         self.job_overlays: dict[str, tuple[str, ...]] = {}  # job id -> the overlays its graph is first coloured by
         self._shown_once = False
         self._page_url = ""
+        self._beside_copies: dict[str, tuple[Path, str, str]] = {}  # graph run -> its right-hand copy
         self._poll = QTimer(self)
         self._poll.setInterval(POLL_MS)
         self._poll.timeout.connect(self._on_poll_timeout)
@@ -512,6 +513,9 @@ class GraphPanel(QWidget):
         run_dir = self.beside_combo.currentData()
         if not run_dir or not self.graph:
             return None
+        made = self._beside_copies.get(run_dir)
+        if made is not None and made[0].is_file():  # a finished graph run does not change: copy it once
+            return made
         try:
             other = read_graph_run(run_dir)
             data = json.loads(Path(other["graph_json"]).read_text(encoding="utf-8"))
@@ -532,6 +536,7 @@ class GraphPanel(QWidget):
         path = folder / f"{Path(run_dir).name}.json"
         atomic_write_text(path, json.dumps(data))
         first = (data.get("graphs") or [{"id": ""}])[0]["id"]
+        self._beside_copies[run_dir] = (path, label, first)
         return path, label, first
 
     def _show_message(self, text: str) -> None:

@@ -248,7 +248,8 @@ class QuantPanel(QWidget):
 
     def refresh(self) -> None:
         selected = self.selected_run_id()
-        entries = [e for e in self.store.list_runs() if e.get("task") == QUANT_TASK]
+        listed = self.store.list_runs()  # once: listing opens every run of the workspace
+        entries = [e for e in listed if e.get("task") == QUANT_TASK]
         for entry in entries:
             if entry["id"] in self.job_of_run:
                 entry["status"] = "running"
@@ -269,7 +270,7 @@ class QuantPanel(QWidget):
                 self.table.setItem(row, column, item)
         self.table.blockSignals(False)
         self._fill_compare_combo()
-        has_training = any(e.get("task") == "train.classifier" for e in self.store.list_runs())
+        has_training = any(e.get("task") == "train.classifier" for e in listed)
         self.empty_text.setText(
             "Quantize a trained model with the white paper's post-training pipeline (Nagel et al., 2021): the "
             "accuracy ladder fills in step by step, then each layer's SQNR, range histogram and error show which "
