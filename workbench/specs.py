@@ -465,7 +465,6 @@ def _check_normalize(value: str | dict) -> str | dict:
 
 DATASETS = ("digits", "mnist", "fashion_mnist", "kmnist", "cifar10", "cifar100", "svhn", "imagefolder", "fake")
 AUGMENTATIONS = ("random_crop", "hflip", "vflip", "rotation", "color_jitter", "random_erasing")
-EXPORT_FORMATS = ("torchscript", "exported_program", "onnx", "onnx_qdq", "tensorrt")
 BENCH_BACKENDS = ("eager", "compile", "torchscript", "exported_program", "onnxruntime", "onnxruntime_int8", "tensorrt")
 DEVICE_PATTERN = r"auto|cpu|mps|cuda(:\d+)?"
 MODEL_PATTERN = r"mlp|cnn|torchvision:[A-Za-z_][A-Za-z0-9_]*|file:.+\.py:[A-Za-z_][A-Za-z0-9_]*"
