@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from event_recorder import Events
 
 from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
@@ -14,28 +15,6 @@ from workbench.worker.runner import run_task
 # Few iterations on one thread: these tests check what is reported, never how fast (shared/TESTING.md).
 QUICK = {"warmup": 1, "iters": 3, "threads": 1}
 TINY_CNN = {"name": "cnn", "input_shape": [1, 8, 8]}
-
-
-class Events:
-    """An `emit` that keeps every event; `on_event(msg_type, content)` may act on one as it arrives."""
-
-    def __init__(self, on_event=None):
-        self.events: list[tuple[str, dict]] = []
-        self.on_event = on_event
-        self.lock = threading.Lock()
-
-    def __call__(self, msg_type: str, content: dict, buffers: list) -> None:
-        with self.lock:
-            self.events.append((msg_type, content))
-        if self.on_event is not None:
-            self.on_event(msg_type, content)
-
-    def of(self, msg_type: str) -> list[dict]:
-        with self.lock:
-            return [content for kind, content in self.events if kind == msg_type]
-
-    def arrays(self, name: str) -> list[dict]:
-        return [c for c in self.of("array") if c["name"] == name]
 
 
 def bench(workspace: Path, spec: dict, events: Events | None = None, stop: threading.Event | None = None) -> dict:

@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from event_recorder import Events
 
 from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
@@ -16,28 +17,6 @@ from workbench.worker.runner import run_task
 # 0.5 points" is a statement about accuracy rather than about a single digit.
 DIGITS_TRAIN = {"dataset": {"name": "digits", "test_fraction": 0.25}, "model": {"name": "cnn"}, "epochs": 8,
                 "batch_size": 32, "lr": 2e-2, "scheduler": "onecycle", "keep_best": False}
-
-
-class Events:
-    """An `emit` that keeps every event; `on_event(msg_type, content)` may act on one as it arrives."""
-
-    def __init__(self, on_event=None):
-        self.events: list[tuple[str, dict]] = []
-        self.on_event = on_event
-        self.lock = threading.Lock()
-
-    def __call__(self, msg_type: str, content: dict, buffers: list) -> None:
-        with self.lock:
-            self.events.append((msg_type, content))
-        if self.on_event is not None:
-            self.on_event(msg_type, content)
-
-    def of(self, msg_type: str) -> list[dict]:
-        with self.lock:
-            return [content for kind, content in self.events if kind == msg_type]
-
-    def arrays(self, name: str) -> list[dict]:
-        return [c for c in self.of("array") if c["name"] == name]
 
 
 @pytest.fixture(scope="session")
