@@ -154,9 +154,11 @@ def _weights_only_unpickling():
             raise _Refused("a pickled Python object")
         return real_pickle_obj(*args, **kwargs)
 
-    with _GUARD_LOCK, mock.patch.object(torch, "load", weights_only_load), \
-            mock.patch.object(_package, "pickle", _GuardedPickle()), \
-            mock.patch.object(torch._C, "_pickle_load_obj", pickle_load_obj):
+    with _GUARD_LOCK, contextlib.ExitStack() as patches:
+        patches.enter_context(mock.patch.object(torch, "load", weights_only_load))
+        patches.enter_context(mock.patch.object(torch._C, "_pickle_load_obj", pickle_load_obj))
+        if hasattr(_package, "pickle"):  # torch >= 2.12 unpickles some payloads with plain pickle; 2.11 does not
+            patches.enter_context(mock.patch.object(_package, "pickle", _GuardedPickle()))
         _GUARD.on = True
         try:
             yield
