@@ -57,8 +57,9 @@ def equalize(modules: dict[str, nn.Module], pairs: list[Pair], stats: dict[str, 
                 first.bias.div_(scale)
             second.weight.mul_(scale.view([1, -1] + [1] * (second.weight.dim() - 2)))
             if stats is not None and pair.first in stats:
-                stats[pair.first]["mean"] = stats[pair.first]["mean"] / scale.cpu()
-                stats[pair.first]["std"] = stats[pair.first]["std"] / scale.cpu()
+                info = stats[pair.first]  # on the BatchNorm's device: the model's, cpu or cuda
+                info["mean"] = info["mean"] / scale.to(info["mean"].device)
+                info["std"] = info["std"] / scale.to(info["std"].device)
             total[pair.first] = total.get(pair.first, torch.ones_like(scale)) * scale
     return total
 
@@ -80,6 +81,6 @@ def absorb_biases(modules: dict[str, nn.Module], pairs: list[Pair], stats: dict[
         w2 = second.weight.detach()
         shift = (w2.reshape(w2.shape[0], w2.shape[1], -1).sum(dim=2) @ c)
         ensure_bias(second).add_(shift)
-        info["mean"] = info["mean"] - c.cpu()
+        info["mean"] = info["mean"] - c.to(info["mean"].device)
         moved[pair.first] = float(c.mean())
     return moved
