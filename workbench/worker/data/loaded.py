@@ -7,6 +7,8 @@ gathering happens (a copy of the data on the device, staging buffers, the host) 
 
 from __future__ import annotations
 
+import contextlib
+
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -137,10 +139,13 @@ class Split:
         for `device`, see LoadedDataset.prepare); every placement gives the same batches.
         """
         use_augment = (self.name == "train") if augment is None else augment
-        for _, x, y in self._stream(batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
-                                    steps=self.dataset.augment if use_augment else None, device=device,
-                                    placement=placement):
-            yield x, y
+        stream = self._stream(batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
+                              steps=self.dataset.augment if use_augment else None, device=device, placement=placement)
+        # Closed explicitly, not when the garbage collector gets to it: a consumer that stops early must stop the
+        # staging thread at once (seen on Python 3.12: the thread outlived the consumer).
+        with contextlib.closing(stream):
+            for _, x, y in stream:
+                yield x, y
 
     def indexed_batches(self, batch_size: int, *, device: str | torch.device = "cpu", rank: int = 0, world: int = 1,
                         placement: str | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -198,18 +203,20 @@ class Split:
                 yield local, finish(images), y
         elif mode == STAGED:
             pin = device.type == "cuda"  # reused buffers: pinning them costs once, and makes the copies asynchronous
-            for local, images, y, release in staged_batches(self.store, parts, batch_size, device, pin=pin):
-                x = finish(images)
-                if release is not None:
-                    release()  # the images are converted: the slot may be refilled
-                yield local, x, y
+            with contextlib.closing(staged_batches(self.store, parts, batch_size, device, pin=pin)) as staged:
+                for local, images, y, release in staged:
+                    x = finish(images)
+                    if release is not None:
+                        release()  # the images are converted: the slot may be refilled
+                    yield local, x, y
         else:
             workers = self.dataset.spec.num_workers
             source = host_batches(self.store, parts)
             if workers > 0:
                 source = prefetch(source, 2 * workers)
-            for local, images, y in source:
-                yield local, finish(to_device(images, device)), to_device(y, device)
+            with contextlib.closing(source):
+                for local, images, y in source:
+                    yield local, finish(to_device(images, device)), to_device(y, device)
 
 
 class LoadedDataset:
