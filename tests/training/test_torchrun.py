@@ -78,7 +78,8 @@ def test_devices_reports_the_torchrun_group(tmp_path):
                          env=_env(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1",
                                   MASTER_PORT="29511"))
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["torchrun"] == {"rank": 1, "local_rank": 1, "world_size": 2, "backend": "gloo",
+    backend = "nccl" if torch.cuda.is_available() else "gloo"  # the one the group would use on this machine
+    assert json.loads(out.stdout)["torchrun"] == {"rank": 1, "local_rank": 1, "world_size": 2, "backend": backend,
                                                   "master": "127.0.0.1:29511"}
     alone = subprocess.run([sys.executable, "-m", "workbench", "devices", "--json"], cwd=ROOT, capture_output=True,
                            text=True, timeout=120, env=_env())

@@ -2,7 +2,7 @@
 device, and a training epoch that never makes the host wait (torch's sync debug mode set to "error").
 
 Every test here needs CUDA and skips with that reason elsewhere; tests/training/test_train_speed.py checks the same
-code paths with the CPU as their device. (CUDA peak memory in `bench` is not tested: the bench task does not exist.)
+code paths with the CPU as their device; CUDA peak memory in `bench` is tested in tests/bench/test_bench_engine.py.
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ def test_fp16_uses_a_fused_optimizer_that_takes_the_scaler_inf_check_on_the_devi
 ], ids=["on-device-sgd", "on-device-fp16-adamw-clip", "staged-bf16"])
 def test_a_training_epoch_never_makes_the_host_wait(tmp_path, options):
     # Read-backs every 5 steps included: they wait on one event, which the sync debug mode does not count.
-    trainer = _trainer(tmp_path, merge(QUICK, epochs=1, log_every_steps=5, **CUDA, **options))
+    # Two epochs in the plan: the second is the one checked (OneCycle refuses steps past its plan).
+    trainer = _trainer(tmp_path, merge(QUICK, epochs=2, log_every_steps=5, **CUDA, **options))
     expected = STAGED if options["dataset"].get("on_device") is False else DEVICE
     assert trainer.placement == expected
     trainer._train_epoch(0)  # the first epoch: allocations, cuBLAS/cuDNN handles and kernel choices happen here
