@@ -229,10 +229,13 @@ def test_early_stopping_ends_the_run_when_validation_stalls(tmp_path):
 
 
 def test_a_device_that_is_not_there_fails_with_a_clear_message(tmp_path):
-    if torch.cuda.is_available():
-        pytest.skip("this machine has CUDA")
-    message = failed(train(tmp_path, merge(QUICK, device="cuda")))
-    assert "cuda is not available" in message and "cpu" in message
+    if torch.cuda.is_available():  # one past the last CUDA device is missing on any machine
+        count = torch.cuda.device_count()
+        message = failed(train(tmp_path, merge(QUICK, device=f"cuda:{count}")))
+        assert f"cuda:{count} does not exist" in message and f"has {count} CUDA" in message
+    else:
+        message = failed(train(tmp_path, merge(QUICK, device="cuda")))
+        assert "cuda is not available" in message and "cpu" in message
 
 
 def test_a_class_count_that_does_not_fit_the_data_is_refused(tmp_path):
