@@ -163,3 +163,47 @@ def test_a_rank_0_failure_before_training_stops_the_other_ranks_with_its_message
     assert len(messages) == 2 and all("batch_size: 63 is not divisible by the torchrun world size 2" in m
                                       for m in messages), messages
     assert messages[0].startswith("rank 0 failed before training") or messages[1].startswith("rank 0 failed")
+
+
+_RANK_SCRIPT = """
+import torch, torch.distributed as dist
+from workbench.worker.training.torchrun import environment, join, leave
+join(environment(), torch.device("cpu"))
+total = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(total)
+print("SUM", int(total.item()))
+leave()
+"""
+
+
+@pytest.mark.slow
+def test_ranks_whose_nodes_count_restarts_apart_still_form_one_group(tmp_path):
+    # torchrun's shared store keeps the previous attempt's keys, and nodes count restarts apart (a node restarted
+    # for a peer's new membership counts none): an attempt whose ranks report different restart counts must form
+    # its group anyway, not read the dead attempt's addresses.
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    agent_store = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=timedelta(seconds=60), wait_for_workers=False)
+
+    def attempt(restart_counts: tuple[int, int]) -> None:
+        ranks = [subprocess.Popen([sys.executable, "-c", _RANK_SCRIPT], cwd=ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True,
+                                  env=_env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                                           MASTER_PORT=str(agent_store.port), TORCHELASTIC_USE_AGENT_STORE="True",
+                                           TORCHELASTIC_RESTART_COUNT=str(count)))
+                 for rank, count in enumerate(restart_counts)]
+        for rank in ranks:
+            try:
+                out, err = rank.communicate(timeout=90)
+            except subprocess.TimeoutExpired:
+                for other in ranks:
+                    other.kill()
+                raise AssertionError(f"the ranks of attempt {restart_counts} formed no group") from None
+            assert rank.returncode == 0 and "SUM 3" in out, err[-3000:]
+
+    attempt((0, 0))
+    first = agent_store.get("workbench/group_store")
+    attempt((1, 0))  # rank 0's node counted the restart, rank 1's did not
+    assert agent_store.get("workbench/group_store") != first  # a store of its own for the second attempt

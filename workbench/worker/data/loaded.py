@@ -8,7 +8,6 @@ gathering happens (a copy of the data on the device, staging buffers, the host) 
 from __future__ import annotations
 
 import contextlib
-
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field

@@ -1,5 +1,6 @@
 """`workbench train` as one rank of a torchrun group: reading torchrun's environment, the run id every rank and
-every elastic restart agrees on, joining the group (env:// rendezvous), and the side of the ranks other than
+every elastic restart agrees on, joining the group (env://, or a store of each attempt's own where torchrun
+shares its rendezvous store), and the side of the ranks other than
 global rank 0, which owns the run folder (they write only their own log, <run>/logs/rank-<N>.log).
 
 Worker side (torch); never imports Qt. `environment()` and `run_id_for()` read only os.environ.
@@ -24,6 +25,7 @@ from workbench.errors import JobCancelled, JobError, UsageError
 # WORKBENCH_TEST_KILL_MARKER exists (it creates it first), so an elastic restart can be tested once.
 KILL_RANK, KILL_AT_STEP, KILL_MARKER = "WORKBENCH_TEST_KILL_RANK", "WORKBENCH_TEST_KILL_AT_STEP", "WORKBENCH_TEST_KILL_MARKER"
 STOP_EVERY_STEPS = 10  # how often the ranks agree on a cancel (one all-reduce of one number)
+GROUP_STORE_TIMEOUT_S = 600.0  # how long ranks wait for each other to form the group (torchrun's join timeout)
 
 
 @dataclass(frozen=True)
@@ -144,15 +146,60 @@ def join(env: TorchrunEnv, device) -> None:
     if dist.is_initialized():
         return
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        # The agent's store outlives an elastic restart (torchrun shares its rendezvous TCP store by default), so
-        # the previous attempt's gloo addresses are still in it: a restarted rank would read a dead peer's address
-        # and fail to connect. Each attempt gets its own key prefix.
-        store, _, _ = next(dist.rendezvous("env://", rank=env.rank, world_size=env.world_size))
-        store = dist.PrefixStore(f"workbench/attempt_{env.restart_count}", store)
+        # torchrun shares its rendezvous TCP store with the ranks by default, and that store outlives an elastic
+        # restart: the previous attempt's gloo/nccl addresses are still in it, so a restarted rank would read a dead
+        # peer's address. The group gets a store of its own for each attempt instead (fresh_group_store).
+        agent_store, _, _ = next(dist.rendezvous("env://", rank=env.rank, world_size=env.world_size))
+        store = fresh_group_store(env, agent_store)
         dist.init_process_group(backend_for(device), store=store, rank=env.rank, world_size=env.world_size)
     else:
         dist.init_process_group(backend_for(device), init_method="env://", rank=env.rank,
                                 world_size=env.world_size)
+
+
+GROUP_STORE_KEY = "workbench/group_store"  # in torchrun's shared store: "<port> <nonce>" of this attempt's store
+NONCE_KEY = "workbench/nonce"
+
+
+def fresh_group_store(env: TorchrunEnv, agent_store, *, timeout_s: float = GROUP_STORE_TIMEOUT_S,
+                      connect_s: float = 3.0):
+    """A TCP store for this attempt alone, hosted by global rank 0 on MASTER_ADDR (its node) and announced in
+    torchrun's shared store with a random nonce.
+
+    Every rank agrees on it whatever its node's TORCHELASTIC_RESTART_COUNT says (nodes count restarts apart: one
+    restarted for a peer's new membership does not count one), which a key prefix by restart count could not
+    promise across nodes. A rank that reads a stale announcement, one left by the previous attempt, finds its store
+    gone or holding another nonce, and reads again until rank 0's new one is there.
+    """
+    import secrets
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    if env.rank == 0:
+        nonce = secrets.token_hex(8)
+        store = dist.TCPStore(env.master_addr, 0, env.world_size, True, timeout=timedelta(seconds=timeout_s),
+                              wait_for_workers=False)
+        store.set(NONCE_KEY, nonce)
+        agent_store.set(GROUP_STORE_KEY, f"{store.port} {nonce}")
+        return store
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            agent_store.wait([GROUP_STORE_KEY], timedelta(seconds=connect_s))
+            port, nonce = agent_store.get(GROUP_STORE_KEY).decode().split()
+            store = dist.TCPStore(env.master_addr, int(port), env.world_size, False,
+                                  timeout=timedelta(seconds=connect_s))
+            if store.get(NONCE_KEY).decode() == nonce:
+                store.set_timeout(timedelta(seconds=timeout_s))
+                return store
+        except (RuntimeError, ValueError):  # not announced yet, a dead store, or another attempt's: read again
+            pass
+        if time.monotonic() > deadline:
+            raise JobError(f"rank {env.rank} found no store of this attempt's rank 0 at {env.master_addr} within "
+                           f"{timeout_s:.0f} s (rank 0 hosts it on a free port of MASTER_ADDR's node: is that port "
+                           "reachable from this node?)")
+        time.sleep(0.2)
 
 
 def leave() -> None:
