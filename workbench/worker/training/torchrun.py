@@ -1,7 +1,7 @@
 """`workbench train` as one rank of a torchrun group: reading torchrun's environment, the run id every rank and
-every elastic restart agrees on, joining the group (env://, or a store of each attempt's own where torchrun
-shares its rendezvous store), and the side of the ranks other than
-global rank 0, which owns the run folder (they write only their own log, <run>/logs/rank-<N>.log).
+every elastic restart agrees on, joining the group (env://, or a store of each attempt's own where torchrun shares
+its rendezvous store), and the side of the ranks other than global rank 0, which owns the run folder (they write
+only their own log, <run>/logs/rank-<N>.log).
 
 Worker side (torch); never imports Qt. `environment()` and `run_id_for()` read only os.environ.
 """
