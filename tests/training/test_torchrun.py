@@ -153,6 +153,24 @@ def test_an_elastic_restart_resumes_from_the_last_checkpoint(tmp_path, killed):
 
 
 @pytest.mark.slow
+def test_an_elastic_restart_across_two_nodes_resumes_in_the_same_run(tmp_path):
+    # Two torchrun agents on loopback, one rank each: the follower's node dies and restarts; the other node restarts
+    # for the new membership, and may count no restart of its own.
+    marker = tmp_path / "killed"
+    env = _env(WORKBENCH_TEST_KILL_RANK="1", WORKBENCH_TEST_KILL_AT_STEP="35", WORKBENCH_TEST_KILL_MARKER=str(marker))
+    port = free_port()
+    nodes = [_torchrun(tmp_path, nnodes=2, nproc=1, port=port, rdzv_id="elastic-nodes", max_restarts=1,
+                       spec={**SPEC, "epochs": 3}, env=env) for _ in range(2)]
+    results = [r for node in nodes for r in _results(node)]
+    assert marker.exists()
+    lead = next(r for r in results if "checkpoint" in r)
+    assert lead["status"] == "done" and lead["resumed_from_epoch"] > 0, lead
+    assert lead["epochs_completed"] == 3 and lead["global_steps"] == 69
+    run_dir = Path(lead["run_dir"])
+    assert [p.name for p in run_dir.parent.iterdir()] == [run_dir.name]
+
+
+@pytest.mark.slow
 def test_a_rank_0_failure_before_training_stops_the_other_ranks_with_its_message(tmp_path):
     node = _torchrun(tmp_path, nnodes=1, nproc=2, port=free_port(), rdzv_id="bad-batch",
                      spec={**SPEC, "batch_size": 63})
