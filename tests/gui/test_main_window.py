@@ -152,3 +152,22 @@ def test_the_window_has_its_icon_and_opens_the_sample_specs_first(fake_window, m
     digits = next(p for p in sample_specs() if p.stem == "train-digits")
     fake_window.open_spec(digits)
     assert opened and opened[0]["dataset"]["name"] == "digits"
+
+
+def test_an_export_or_benchmark_spec_opens_its_wizard_with_every_field(fake_window, monkeypatch, tmp_path):
+    from workbench.gui.panels.export.bench_wizard import BenchWizard
+    from workbench.gui.panels.export.export_wizard import ExportWizard
+
+    opened = []
+    monkeypatch.setattr(ExportWizard, "exec", lambda wizard: opened.append(wizard.start_data) or 0)
+    monkeypatch.setattr(BenchWizard, "exec", lambda wizard: opened.append(wizard.start_data) or 0)
+    export = tmp_path / "export.toml"
+    export.write_text('format = "torchscript"\nparity_samples = 7\n[source]\nrun = "some-run"\n')
+    fake_window.open_spec(export)
+    bench = tmp_path / "bench.toml"
+    bench.write_text('backends = ["eager", "onnxruntime"]\nbatch_sizes = [4, 16]\niters = 55\n[source]\nrun = "r2"\n')
+    fake_window.open_spec(bench)
+    assert [o["format"] for o in opened[:1]] == ["torchscript"] and opened[0]["parity_samples"] == 7
+    assert opened[0]["source"]["run"] == "some-run"
+    assert opened[1]["batch_sizes"] == [4, 16] and opened[1]["iters"] == 55 and opened[1]["source"]["run"] == "r2"
+    assert fake_window.current_panel() is fake_window.export_panel

@@ -284,8 +284,8 @@ class MainWindow(QMainWindow):
             self.new_training_run(start=data)
         elif verb == "quantize":
             self.new_quantization((data.get("source") or {}).get("run", ""), start=data)
-        else:  # export or bench: their wizards start from a source run
-            self._open_export_wizard(verb if verb == "bench" else "export", (data.get("source") or {}).get("run", ""))
+        else:  # export or bench: the whole spec fills the wizard, its source run included
+            self._open_export_wizard(verb if verb == "bench" else "export", start=data)
 
     def choose_spec_file(self) -> None:
         start = self.settings.get("spec_folder") or str(sample_specs()[0].parent)
@@ -294,10 +294,10 @@ class MainWindow(QMainWindow):
             self.settings.set("spec_folder", str(Path(path).parent))
             self.open_spec(path)
 
-    def _open_export_wizard(self, which: str, source_run: str = "") -> None:
+    def _open_export_wizard(self, which: str, source_run: str = "", start: dict | None = None) -> None:
         panel = self.export_panel
         self.show_tab(panel)
-        (panel.new_export if which == "export" else panel.new_benchmark)(source_run)
+        (panel.new_export if which == "export" else panel.new_benchmark)(source_run, start)
 
     def _on_export_graph_requested(self, run_id: str, module: str) -> None:
         """The layer where an export first diverges, on its model's graph."""

@@ -632,19 +632,24 @@ class ExportPanel(QWidget):
         self.history_plot.set_results(current, earlier, band=False)
 
     # -- starting jobs ---------------------------------------------------------------------------
-    def export_wizard(self, source_run: str = "") -> ExportWizard:
-        """The export wizard on a training or quantize run (or, for an export run, on its spec: export again)."""
+    def export_wizard(self, source_run: str = "", start: dict | None = None) -> ExportWizard:
+        """The export wizard on a training or quantize run (or, for an export run, on its spec: export again), or
+        filled from `start`, a whole spec (File ▸ Open spec)."""
         entry = self.runs.get(source_run)
-        start = copy.deepcopy(entry["spec"]) if entry and entry["task"] == EXPORT_TASK and entry.get("spec") else None
+        if start is not None:
+            start = copy.deepcopy(start)
+        elif entry and entry["task"] == EXPORT_TASK and entry.get("spec"):
+            start = copy.deepcopy(entry["spec"])
         return ExportWizard(self.source_runs(), source_run="" if start else source_run, start=start,
                             device=self.default_device, parent=self)
 
-    def benchmark_wizard(self, source_run: str = "") -> BenchWizard:
+    def benchmark_wizard(self, source_run: str = "", start: dict | None = None) -> BenchWizard:
         """The benchmark wizard on a run: a training or quantize run is measured eagerly; an export run's file is
-        measured beside its PyTorch model; a benchmark run's spec opens again."""
+        measured beside its PyTorch model; a benchmark run's spec opens again; `start`, a whole spec, fills it."""
         entry = self.runs.get(source_run)
-        start: dict | None = None
-        if entry and entry["task"] == BENCH_TASK and entry.get("spec"):
+        if start is not None:
+            start = copy.deepcopy(start)
+        elif entry and entry["task"] == BENCH_TASK and entry.get("spec"):
             start = copy.deepcopy(entry["spec"])
         elif entry and entry["task"] == EXPORT_TASK:
             start = self._bench_start_for_export(entry)
@@ -673,16 +678,16 @@ class ExportPanel(QWidget):
             start["backends"] = [FORMAT_BACKENDS.get(fmt, "onnxruntime")]
         return start
 
-    def new_export(self, source_run: str = "") -> JobRecord | None:
-        """Open the export wizard (modal); on Export, start the job."""
-        wizard = self.export_wizard(source_run)
+    def new_export(self, source_run: str = "", start: dict | None = None) -> JobRecord | None:
+        """Open the export wizard (modal), on a run or filled from a whole spec; on Export, start the job."""
+        wizard = self.export_wizard(source_run, start)
         if not wizard.exec() or wizard.spec is None:
             return None
         return self.start_export(wizard.spec)
 
-    def new_benchmark(self, source_run: str = "") -> JobRecord | None:
-        """Open the benchmark wizard (modal); on Run, start the job."""
-        wizard = self.benchmark_wizard(source_run)
+    def new_benchmark(self, source_run: str = "", start: dict | None = None) -> JobRecord | None:
+        """Open the benchmark wizard (modal), on a run or filled from a whole spec; on Run, start the job."""
+        wizard = self.benchmark_wizard(source_run, start)
         if not wizard.exec() or wizard.spec is None:
             return None
         return self.start_benchmark(wizard.spec)
