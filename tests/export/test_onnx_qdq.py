@@ -108,7 +108,8 @@ def test_write_onnx_qdq_is_callable_on_a_run_folder(quant_run, tmp_path):
     assert (info["input_name"], info["output_name"], info["input_shape"]) == ("input", "output", [1, 8, 8])
     assert info["dynamic_batch"] is False and len(info["warnings"]) == 1  # the fallback's
     assert info["weights"]["qdq"] == ["features.0", "features.4", "classifier"]
-    assert info["nodes"]["QuantizeLinear"] == 4 and info["output_scale"] > 0
+    # input, features.0, features.4, pool (the classifier's input, off the grid after averaging), classifier
+    assert info["nodes"]["QuantizeLinear"] == 5 and info["output_scale"] > 0
 
 
 def test_a_16_bit_mixed_precision_layer_stays_float_with_a_warning(digits_run):
@@ -122,7 +123,7 @@ def test_a_16_bit_mixed_precision_layer_stays_float_with_a_warning(digits_run):
     assert result["layers"]["weights"] == {"qdq": ["features.0", "features.4"], "float": ["classifier"]}
     assert result["layers"]["activations"]["float"] == ["classifier"]
     assert any(level == "warning" and "classifier" in text and "16 bits" in text for level, text in logs)
-    assert result["warnings"] and result["nodes"]["QuantizeLinear"] == 3
+    assert result["warnings"] and result["nodes"]["QuantizeLinear"] == 4  # all but the classifier's output
     assert result["output_scale"] is None  # the output is float (clipped to its 16-bit range)
     assert result["parity"]["passed"] is True, result["parity"]
     assert "16-bit grid" in result["parity"]["tolerance_rule"]

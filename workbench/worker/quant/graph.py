@@ -1,9 +1,10 @@
 """The model as a torch.fx graph: its weighted layers, BatchNorm folding, where activation quantizers go, and the
 layer pairs that cross-layer equalisation may rescale.
 
-Activation quantizers sit at the model's input, after each conv/linear (past its BatchNorm and activation function)
-and after each residual add (past its activation). Pooling and reshaping keep their input's grid (max pooling
-exactly; average pooling is simulated in float). Module names stay those of the original model's named_modules().
+Activation quantizers sit at the model's input, after each conv/linear (past its BatchNorm and activation function),
+after each residual add (past its activation), and at the input of a conv/linear that average pooling feeds (an
+average of grid values is off the grid: integer hardware requantizes it there). Max pooling and reshaping keep their
+input's grid exactly. Module names stay those of the original model's named_modules().
 Worker side; never imports Qt.
 """
 
@@ -43,6 +44,11 @@ MEAN_MODULES = (nn.Identity, nn.Dropout, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3
                 nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.Flatten)
 MEAN_FUNCTIONS = {F.avg_pool1d, F.avg_pool2d, F.avg_pool3d, F.adaptive_avg_pool1d, F.adaptive_avg_pool2d,
                   torch.flatten, F.dropout}
+# Averages leave the grid: a layer they feed gets a quantizer at its input (a "pool" point).
+AVERAGING_MODULES = (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d, nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d,
+                     nn.AdaptiveAvgPool3d)
+AVERAGING_FUNCTIONS = {F.avg_pool1d, F.avg_pool2d, F.avg_pool3d, F.adaptive_avg_pool1d, F.adaptive_avg_pool2d,
+                       F.adaptive_avg_pool3d}
 ADD_FUNCTIONS = {operator.add, operator.iadd, torch.add}
 ADD_METHODS = {"add", "add_"}
 
@@ -205,7 +211,7 @@ class Point:
 
     name: str
     node: fx.Node
-    kind: str  # "input", "layer" or "add"
+    kind: str  # "input", "layer", "add" or "pool"
     layer: str | None = None  # the layer whose output it quantizes
     logits: bool = False  # the model's output
     relu: bool = False  # a ReLU precedes it in the layer's tail (the tensor has no negative values)
@@ -247,6 +253,18 @@ def _unique(name: str, taken: set[str]) -> str:
     return f"{name}@{k}"
 
 
+def _averaged_input(gm: fx.GraphModule, layer: fx.Node) -> tuple[fx.Node, fx.Node] | None:
+    """(the node feeding `layer`, the average pooling behind it) where only pass-through ops (pooling, flatten,
+    dropout) lie between the two and one of them averages; None otherwise."""
+    source = layer.args[0] if layer.args else None
+    current, averaged = source, None
+    while isinstance(current, fx.Node) and is_pass(gm, current) and not is_quantizer(gm, current):
+        if _kind(gm, current, AVERAGING_MODULES, AVERAGING_FUNCTIONS, set()):
+            averaged = current
+        current = current.args[0] if current.args else None
+    return (source, averaged) if averaged is not None else None
+
+
 def find_structure(gm: fx.GraphModule) -> Structure:
     layers: dict[str, Layer] = {}
     points: dict[str, Point] = {}
@@ -267,6 +285,12 @@ def find_structure(gm: fx.GraphModule) -> Structure:
             add_point(name, node, "input", None, [])
             groups.append(name)
         elif is_weighted(gm, node):
+            pooled = _averaged_input(gm, node)
+            if pooled is not None and pooled[0] not in {p.node for p in points.values()}:
+                source, pool = pooled
+                name = _unique(pool.target if pool.op == "call_module" else pool.name, taken)
+                add_point(name, source, "pool", None, [])
+                groups.append(name)
             name = _unique(node.target, taken)
             tail = _tail(gm, node)
             layer = Layer(name, node, module_of(gm, node), tail, name)
