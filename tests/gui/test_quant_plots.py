@@ -85,6 +85,10 @@ def test_histogram_shades_and_colours_the_clipped_tails_and_shows_the_error_per_
     assert rounding == pytest.approx(arrays.error[1] / arrays.values)  # each bin's share of the MSE
     assert clipping == pytest.approx(arrays.error[0] / arrays.values)
     assert any("clipping error" in label.text for _s, label in histogram.error_legend.items)
+    # The short error plot's one-row legend sits over empty space above the tallest bin, not over the curves.
+    assert histogram.error_legend.columnCount == 2
+    top = histogram.error_plot.getViewBox().viewRange()[1][1]
+    assert top == pytest.approx(1.6 * max(rounding.max(), clipping.max()))
 
 
 def test_log_counts_switches_the_count_axis_and_keeps_empty_bins_drawable(qtbot):

@@ -30,6 +30,7 @@ EMPTY = "The values of the selected layer's weight or activation appear here, wi
 ERROR_EMPTY = "How much each bin adds to the clipping and the rounding error appears here."
 # Room above the tallest bar for the legend (top right), in linear counts and in decades on a log axis.
 HEADROOM = 1.45
+ERROR_HEADROOM = 1.6  # the error plot is short: its one-row legend needs a larger share of its height
 LOG_FLOOR = 0.5  # on a log axis empty bins sit here, under a bin of one value, instead of at log(0)
 
 
@@ -78,7 +79,8 @@ class RangeHistogram(QWidget):
         # One x axis for both: zooming into a tail zooms its error too.
         stack_plots([self.plot, self.error_plot], left_width=64)
         self.legend = add_legend(self.plot)
-        self.error_legend = add_legend(self.error_plot)
+        # Side by side: one row, which the error plot's y range leaves room for (ERROR_HEADROOM).
+        self.error_legend = add_legend(self.error_plot, columns=2)
         controls = QHBoxLayout()
         controls.addWidget(self.log_counts)
         controls.addStretch(1)
@@ -88,7 +90,7 @@ class RangeHistogram(QWidget):
         layout.addLayout(controls)
         layout.addWidget(self.title_label)
         layout.addWidget(self.plot, 3)
-        layout.addWidget(self.error_plot, 1)
+        layout.addWidget(self.error_plot, 2)
         self.log_counts.toggled.connect(self._on_log_toggled)
 
     # -- input ----------------------------------------------------------------------------------------------
@@ -213,6 +215,10 @@ class RangeHistogram(QWidget):
             self.plot.setYRange(low, high + (high - low) * (HEADROOM - 1), padding=0)
         else:
             self.plot.setYRange(0, top * HEADROOM, padding=0)
+        shares = [float(np.nanmax(curve.yData)) for curve in self.error_curves.values()
+                  if curve.yData is not None and len(curve.yData)]
+        if shares and max(shares) > 0:
+            self.error_plot.setYRange(0, max(shares) * ERROR_HEADROOM, padding=0)
 
     def _clipped_label(self) -> str:
         counts = np.asarray(self.arrays.counts, dtype=float)
