@@ -55,6 +55,7 @@ from workbench.gui.panels.export.results_table import BenchResultsTable
 from workbench.gui.panels.runs_panel import delete_run_action
 from workbench.gui.theme import JOB_STATE_COLOURS
 from workbench.gui.widgets import run_table
+from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.job_progress import JobProgress
 from workbench.gui.widgets.open_folder import open_folder
 from workbench.protocol import Message, ProtocolError, array_from_buffer
@@ -155,27 +156,13 @@ class ExportPanel(QWidget):
         splitter.setStretchFactor(1, 5)
         splitter.setSizes([520, 980])
 
-        self.empty_state = QWidget()
-        empty_layout = QVBoxLayout(self.empty_state)
-        empty_layout.addStretch(2)
-        headline = QLabel("<h2>No exports or benchmarks yet</h2>")
-        headline.setAlignment(Qt.AlignCenter)
-        self.empty_text = QLabel()
-        self.empty_text.setWordWrap(True)
-        self.empty_text.setAlignment(Qt.AlignCenter)
-        self.empty_text.setFixedWidth(640)
         self.empty_export_button = QPushButton("Export a trained model…")
         self.empty_bench_button = QPushButton("Benchmark a model…")
-        buttons = QHBoxLayout()
-        buttons.addStretch(1)
         for button in (self.empty_export_button, self.empty_bench_button):
             button.setMinimumHeight(40)
-            buttons.addWidget(button)
-        buttons.addStretch(1)
-        for widget in (headline, self.empty_text):
-            empty_layout.addWidget(widget, 0, Qt.AlignHCenter)
-        empty_layout.addLayout(buttons)
-        empty_layout.addStretch(3)
+        self.empty_state = EmptyState("No exports or benchmarks yet",
+                                      [self.empty_export_button, self.empty_bench_button], width=640, row=True)
+        self.empty_text = self.empty_state.text
         self.pages = QStackedWidget()
         self.pages.addWidget(self.empty_state)
         self.pages.addWidget(splitter)
@@ -359,14 +346,13 @@ class ExportPanel(QWidget):
         self.table.blockSignals(False)
         self._fill_history()
         has_sources = any(e.get("task") in (TRAIN_TASK, QUANT_TASK) and e.get("status") == "done" for e in listed)
-        self.empty_text.setText(
+        self.empty_state.set_text(
             "Export a trained model to TorchScript, torch.export, ONNX (int8 QDQ from a quantize run) or TensorRT: "
             "its outputs are checked against PyTorch and, when they differ, the first diverging layer is named. "
             "Then benchmark it: latency percentiles, throughput and memory per backend and batch size."
             if has_sources else
             "Exports and benchmarks start from a trained model: train one in the Training tab first (Ctrl+T), then "
             "come back here. An exported file (.onnx, .pt2, .pt) can be benchmarked right away.")
-        self.empty_text.setMinimumHeight(self.empty_text.heightForWidth(self.empty_text.width()))
         self.empty_export_button.setEnabled(has_sources)
         self.pages.setCurrentIndex(0 if not entries and not self.live else 1)
         if selected and self.select_run(selected):

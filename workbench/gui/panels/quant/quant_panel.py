@@ -41,6 +41,7 @@ from workbench.gui.panels.quant.sensitivity_chart import SensitivityChart
 from workbench.gui.panels.runs_panel import delete_run_action
 from workbench.gui.theme import JOB_STATE_COLOURS
 from workbench.gui.widgets import run_table
+from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.job_progress import JobProgress
 from workbench.gui.widgets.open_folder import open_folder
 from workbench.protocol import Message, ProtocolError, array_from_buffer
@@ -188,20 +189,10 @@ class QuantPanel(QWidget):
         splitter.setStretchFactor(1, 5)
         splitter.setSizes([430, 950])
 
-        self.empty_state = QWidget()
-        empty_layout = QVBoxLayout(self.empty_state)
-        empty_layout.addStretch(2)
-        headline = QLabel("<h2>No quantization runs yet</h2>")
-        headline.setAlignment(Qt.AlignCenter)
-        self.empty_text = QLabel()
-        self.empty_text.setWordWrap(True)
-        self.empty_text.setAlignment(Qt.AlignCenter)
-        self.empty_text.setFixedWidth(620)
         self.empty_button = QPushButton("Quantize a trained run…")
         self.empty_button.setMinimumHeight(40)
-        for widget in (headline, self.empty_text, self.empty_button):
-            empty_layout.addWidget(widget, 0, Qt.AlignHCenter)
-        empty_layout.addStretch(3)
+        self.empty_state = EmptyState("No quantization runs yet", [self.empty_button], width=620)
+        self.empty_text = self.empty_state.text
         self.pages = QStackedWidget()
         self.pages.addWidget(self.empty_state)
         self.pages.addWidget(splitter)
@@ -271,7 +262,7 @@ class QuantPanel(QWidget):
         self.table.blockSignals(False)
         self._fill_compare_combo()
         has_training = any(e.get("task") == "train.classifier" for e in listed)
-        self.empty_text.setText(
+        self.empty_state.set_text(
             "Quantize a trained model with the white paper's post-training pipeline (Nagel et al., 2021): the "
             "accuracy ladder fills in step by step, then each layer's SQNR, range histogram and error show which "
             "layer hurts and why." if has_training else

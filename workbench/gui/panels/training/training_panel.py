@@ -15,7 +15,6 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QPushButton,
     QSplitter,
     QStackedWidget,
@@ -34,6 +33,7 @@ from workbench.gui.panels.training.evaluation import EvaluationView, load_evalua
 from workbench.gui.panels.training.profiler import ProfilerView
 from workbench.gui.theme import JOB_STATE_COLOURS
 from workbench.gui.widgets import run_table
+from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.open_folder import open_folder
 from workbench.gui.widgets.spec_form import canonical
 from workbench.protocol import Message, ProtocolError
@@ -138,29 +138,17 @@ class TrainingPanel(QWidget):
         splitter.setStretchFactor(1, 5)
         splitter.setSizes([380, 900])
         # First run: no training run exists yet, so the table and curves would only be empty boxes.
-        self.empty_state = QWidget()
-        empty_layout = QVBoxLayout(self.empty_state)
-        empty_layout.addStretch(2)
-        headline = QLabel("<h2>No training runs yet</h2>")
-        headline.setAlignment(Qt.AlignCenter)
-        explain = QLabel("Train a small CNN on scikit-learn's bundled digits (1,797 images of 8×8, ten classes): "
-                         "live loss and accuracy curves appear here as it trains, and the run is kept in your "
-                         "workspace. Or open the wizard (Ctrl+T) to pick your own dataset and model.")
-        explain.setWordWrap(True)
-        explain.setAlignment(Qt.AlignCenter)
-        # An aligned item in a layout gets its size hint, not its height for width: a wrapped label is clipped
-        # unless its width is fixed and its height set from it.
-        explain.setFixedWidth(600)
-        explain.setMinimumHeight(explain.heightForWidth(600) + 8)
         self.quick_start_button = QPushButton(QUICK_START_LABEL)
         self.quick_start_button.setToolTip(f"Starts: {QUICK_START_SUMMARY}")
         self.quick_start_button.setMinimumHeight(40)
         self.quick_start_button.setDefault(True)
         wizard_button = QPushButton("Open the training wizard…")
         wizard_button.clicked.connect(self.new_run_requested)
-        for widget in (headline, explain, self.quick_start_button, wizard_button):
-            empty_layout.addWidget(widget, 0, Qt.AlignHCenter)
-        empty_layout.addStretch(3)
+        self.empty_state = EmptyState(
+            "No training runs yet", [self.quick_start_button, wizard_button], width=600,
+            text="Train a small CNN on scikit-learn's bundled digits (1,797 images of 8×8, ten classes): live loss and "
+                 "accuracy curves appear here as it trains, and the run is kept in your workspace. Or open the wizard "
+                 "(Ctrl+T) to pick your own dataset and model.")
         self.pages = QStackedWidget()
         self.pages.addWidget(self.empty_state)
         self.pages.addWidget(splitter)
