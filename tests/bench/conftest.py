@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from event_recorder import Events
+from stored_models import stored_training_run
 
 from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
@@ -29,25 +30,6 @@ def done(result: dict) -> dict:
 
 def rows(result: dict) -> dict[tuple[str, int], dict]:
     return {(row["backend"], row["batch_size"]): row for row in result["results"]}
-
-
-def stored_training_run(workspace: Path, seed: int = 7) -> str:
-    """The id of a finished training run of the digits cnn as the store keeps one (its spec and a last.pt of seeded
-    weights), without training: a benchmark reads nothing else of it."""
-    import torch
-
-    from workbench.runs import RunStore
-    from workbench.specs import TrainSpec
-    from workbench.worker.checkpoints import save_state_dict
-    from workbench.worker.models import build_model
-
-    spec = TrainSpec.from_dict({"dataset": {"name": "digits"}, "model": {"name": "cnn"}, "epochs": 1})
-    run = RunStore(workspace).create_run("train", spec.to_dict(), task="train.classifier")
-    torch.manual_seed(seed)
-    save_state_dict(build_model(spec.model, input_shape=(1, 8, 8)).state_dict(), run.checkpoints_dir / "last.pt")
-    run.set_status("done")
-    run.close()
-    return run.id
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import TINY_CNN, Events, bench, done, rows, write_float_onnx, write_qdq_onnx
+from stored_models import BRANCHY
 
 from workbench.worker.bench.engine import ROWS_KEY, SAMPLES_FILE, array_name
 
@@ -22,25 +23,6 @@ ROW_KEYS = {"backend", "batch_size", "device", "dtype", "status", "reason", "lat
             "peak_memory_bytes", "transfer_ms"}
 MEASURABLE = ["eager", "torchscript", "exported_program", "onnxruntime"]
 
-# A model torch.export cannot capture (which layer runs depends on the data); eager and tracing still run it.
-BRANCHY = '''
-import torch
-from torch import nn
-
-
-class Branchy(nn.Module):
-    def __init__(self, num_classes=10):
-        super().__init__()
-        self.conv = nn.Conv2d(1, 4, 3, padding=1)
-        self.a = nn.Linear(4 * 8 * 8, num_classes)
-        self.b = nn.Linear(4 * 8 * 8, num_classes)
-
-    def forward(self, x):
-        h = self.conv(x).flatten(1)
-        if h.sum() > 0:
-            return self.a(h)
-        return self.b(h)
-'''
 
 
 def check_measured(row: dict) -> None:

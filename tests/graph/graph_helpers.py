@@ -5,31 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from stored_models import BRANCHY, stored_training_run  # noqa: F401 (re-exported for the graph tests)
+
 from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
 
 CONTRACT_KEYS = {"run_dir", "status", "graph_json", "nodes", "params_total", "params_trainable", "flops", "modules",
                  "capture", "capture_reason"}
 
-# A model neither torch.export mode can capture: which layer runs depends on the data.
-BRANCHY = '''
-import torch
-from torch import nn
-
-
-class Branchy(nn.Module):
-    def __init__(self, num_classes=10):
-        super().__init__()
-        self.conv = nn.Conv2d(1, 4, 3, padding=1)
-        self.a = nn.Linear(4 * 8 * 8, num_classes)
-        self.b = nn.Linear(4 * 8 * 8, num_classes)
-
-    def forward(self, x):
-        h = self.conv(x).flatten(1)
-        if h.sum() > 0:
-            return self.a(h)
-        return self.b(h)
-'''
 
 
 def build(workspace: Path, spec: dict, logs: list | None = None) -> dict:
@@ -55,25 +38,6 @@ def graph_nodes(result: dict) -> list[dict]:
 
 def modules(result: dict) -> dict[str, dict]:
     return {row["name"]: row for row in result["modules"]}
-
-
-def stored_training_run(workspace: Path, seed: int = 7) -> str:
-    """The id of a finished training run of the digits cnn as the store keeps one (its spec and a last.pt of seeded
-    weights), without training: quantize and graph read nothing else of it."""
-    import torch
-
-    from workbench.runs import RunStore
-    from workbench.specs import TrainSpec
-    from workbench.worker.checkpoints import save_state_dict
-    from workbench.worker.models import build_model
-
-    spec = TrainSpec.from_dict({"dataset": {"name": "digits"}, "model": {"name": "cnn"}, "epochs": 1})
-    run = RunStore(workspace).create_run("train", spec.to_dict(), task="train.classifier")
-    torch.manual_seed(seed)
-    save_state_dict(build_model(spec.model, input_shape=(1, 8, 8)).state_dict(), run.checkpoints_dir / "last.pt")
-    run.set_status("done")
-    run.close()
-    return run.id
 
 
 def quantize(workspace: Path, spec: dict) -> dict:
