@@ -22,6 +22,7 @@ import time
 import warnings
 
 import torch
+from backends import random_resnet18  # the same model, random BatchNorm statistics included
 
 from workbench.specs import ActivationQuantSpec, WeightQuantSpec
 from workbench.worker.quant import analysis
@@ -33,21 +34,6 @@ def images(count: int, size: int, batch: int, seed: int = 0) -> list[tuple[torch
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(count, 3, size, size, generator=g)
     return [(x[i:i + batch], torch.zeros(len(x[i:i + batch]), dtype=torch.int64)) for i in range(0, count, batch)]
-
-
-def resnet18() -> torch.nn.Module:
-    import torchvision
-
-    torch.manual_seed(0)
-    model = torchvision.models.resnet18()
-    # Random BN statistics, so folding and ranges see something other than identity BatchNorms.
-    for m in model.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.5, 0.5)
-            m.running_var.uniform_(0.5, 2.0)
-            m.weight.data.uniform_(0.5, 1.5)
-            m.bias.data.uniform_(-0.2, 0.2)
-    return model.eval()
 
 
 def workbench_analysis(model, batches) -> tuple[float, int]:
@@ -104,7 +90,7 @@ def whole_task(count: int, size: int, batch: int) -> float:
 
     with tempfile.TemporaryDirectory() as workspace:
         path = f"{workspace}/resnet18.pt"
-        save_state_dict(resnet18().state_dict(), path)
+        save_state_dict(random_resnet18().state_dict(), path)
         spec = {"model": {"name": "torchvision:resnet18", "num_classes": 1000, "checkpoint": path},
                 "dataset": {"name": "fake", "size": count * 2, "image_size": [size, size], "num_classes": 1000,
                             "test_fraction": 0.5, "val_fraction": 0.0},
@@ -129,7 +115,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
-    model = resnet18()
+    model = random_resnet18()
     batches = images(args.images, args.size, args.batch_size)
     ours, theirs, arrays = [], [], 0
     for _ in range(args.repeats):  # interleaved, so drifting machine load hits both sides alike
