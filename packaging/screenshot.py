@@ -53,6 +53,16 @@ def main() -> int:
         print(out)
         window.close()
 
+    def capture_x_screen() -> None:
+        # QWidget.grab() leaves a QWebEngineView blank: the X screen has what a person sees.
+        import subprocess
+
+        g = window.frameGeometry()
+        crop = f"{g.width()}x{g.height()}+{g.x()}+{g.y()}"
+        subprocess.run(["import", "-window", "root", "-crop", crop, str(out)], check=False)
+        print(out)
+        window.close()
+
     def data_scene() -> None:
         panel = window.dataset_panel
         window.show_tab(panel)
@@ -91,17 +101,11 @@ def main() -> int:
                 QTimer.singleShot(int(sys.argv[4]) if len(sys.argv) > 4 else 20000, capture_screen)
 
             def capture_screen() -> None:
-                # QWidget.grab() leaves a QWebEngineView blank: the X screen has what a person sees.
-                import subprocess
-
                 panel = window.graph_panel
                 index = panel.overlay_combo.findText("FLOPs (millions)")
                 if index >= 0:
                     panel.overlay_combo.setCurrentIndex(index)
-                g = window.frameGeometry()
-                crop = f"{g.width()}x{g.height()}+{g.x()}+{g.y()}"
-                QTimer.singleShot(3000, lambda: (subprocess.run(["import", "-window", "root", "-crop", crop, str(out)],
-                                                                check=False), print(out), window.close()))
+                QTimer.singleShot(3000, capture_x_screen)
 
             window.move(0, 0)
             QTimer.singleShot(3000, show_graph)
@@ -134,16 +138,7 @@ def main() -> int:
                     QTimer.singleShot(500, next_graph)
                 else:
                     panel.show_beside(first[0])
-                    QTimer.singleShot(20000, capture_split)
-
-            def capture_split() -> None:
-                import subprocess
-
-                g = window.frameGeometry()
-                crop = f"{g.width()}x{g.height()}+{g.x()}+{g.y()}"
-                subprocess.run(["import", "-window", "root", "-crop", crop, str(out)], check=False)
-                print(out)
-                window.close()
+                    QTimer.singleShot(20000, capture_x_screen)
 
             window.move(0, 0)
             QTimer.singleShot(3000, next_graph)
@@ -199,15 +194,6 @@ def main() -> int:
                     return
                 panel._on_graph_clicked()
                 QTimer.singleShot(20000, capture_x_screen)
-
-            def capture_x_screen() -> None:
-                import subprocess
-
-                g = window.frameGeometry()
-                crop = f"{g.width()}x{g.height()}+{g.x()}+{g.y()}"
-                subprocess.run(["import", "-window", "root", "-crop", crop, str(out)], check=False)
-                print(out)
-                window.close()
 
             window.move(0, 0)
             QTimer.singleShot(2000, next_job)
