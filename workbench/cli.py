@@ -224,9 +224,11 @@ def run_headless(task_name: str, spec, *, workspace: Path | None, as_json: bool,
     SIGTERM) with the run marked cancelled, even when the job is stuck in user code.
     """
     from workbench.interrupts import JobInterrupts, exit_code_for, hard_exit
+    from workbench.worker.host_memory import keep_freed_memory
     from workbench.worker.registry import get_task
     from workbench.worker.runner import run_task
 
+    keep_freed_memory()  # the same heap settings as the worker's, before this job starts threads
     try:
         task = get_task(task_name)
     except UsageError:

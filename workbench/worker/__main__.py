@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="worker %(levelname)s %(name)s: %(message)s")
+    from workbench.worker.host_memory import keep_freed_memory
+
+    keep_freed_memory()  # before the kernel starts its threads: each keeps the heap it first takes
     path = Path(args.connection_file)
     created = not path.exists()
     try:

@@ -38,6 +38,7 @@ from workbench.protocol import (
 )
 from workbench.protocol.sockets import limit_incoming, require_curve, serve_curve
 from workbench.protocol.wire import MAX_REQUEST_FRAME, MAX_SUBSCRIPTION_FRAME, RECEIVE_HWM
+from workbench.worker.host_memory import release_freed_memory
 from workbench.worker.registry import TaskInfo, get_task, list_tasks
 from workbench.worker.runner import build_spec, run_task
 
@@ -264,6 +265,7 @@ class Kernel:
                               job_id=request.msg_id, resume=request.content.get("resume"))
         with self._jobs_lock:
             self._jobs.pop(request.msg_id, None)
+        release_freed_memory()  # what the job kept for its next step goes back; an idle worker stays small
         buffers: list[bytes] = []
         result = pack_arrays(result, buffers)
         reply = new_message("job_reply", result, session=self.session, parent=request, buffers=buffers)
