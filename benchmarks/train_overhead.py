@@ -13,7 +13,9 @@ already on the GPU (normalised float32, gathered by a random permutation), fp32;
 
 Every loop trains the same model from the same seed with SGD (momentum 0.9), the same batches per step and the
 same data; each is timed over its steps after the first WARMUP_STEPS (the workbench reports that itself:
-`throughput.train_samples_per_s`, with warm-up and compilation apart). Rows marked [bf16: changes precision] are
+`throughput.train_samples_per_s`, with warm-up and compilation apart). Each run is a fresh Python process, as a
+user's script is; the workbench's rows apply the heap settings its worker and `workbench train` start with
+(`workbench/worker/host_memory.py`). Rows marked [bf16: changes precision] are
 not like-for-like with fp32 rows.
 
     .venv/bin/python benchmarks/train_overhead.py [--section host|cuda|all] [--model torchvision:resnet18|cnn]
@@ -26,6 +28,7 @@ import argparse
 import importlib.util
 import logging
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +39,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from workbench.specs import DataSpec, ModelSpec
 from workbench.worker.data import load_dataset
+from workbench.worker.host_memory import keep_freed_memory
 from workbench.worker.models import build_model
 from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
@@ -181,47 +185,77 @@ def workbench_loop(data, model_name, options, *, epochs, batch_size, seed, devic
     return result["throughput"]["train_samples_per_s"]
 
 
-def _measure(rows: dict, args, data, device, workspace) -> tuple[dict[str, float], dict[str, float]]:
-    """Run every row once untimed (data cache, kernels, the layout trial), then `repeats` interleaved rounds;
-    returns the medians and the bests (other work on a shared machine only slows a run: the best is its least
-    disturbed one)."""
+def _measure(section: str, rows: dict, args, workspace) -> tuple[dict[str, float], dict[str, float]]:
+    """Run every row once untimed (data cache, the layout trial), then `repeats` interleaved rounds, each run in a
+    fresh Python process as a user's script or the workbench's worker runs (a heap that one row leaves behind
+    must not speed up or slow down the next); returns the medians and the bests (other work on a shared machine
+    only slows a run: the best is its least disturbed one)."""
     runs: dict[str, list[float]] = {label: [] for label in rows}
-    common = {"epochs": args.epochs, "batch_size": args.batch_size, "device": device, "workspace": workspace}
-    for run in rows.values():
-        run(data, args.model, **{**common, "epochs": 1}, seed=0)
+    for label in rows:
+        _run_row(section, label, args, workspace, seed=0, epochs=1)
     for repeat in range(args.repeats):
-        for label, run in rows.items():
-            runs[label].append(run(data, args.model, **common, seed=repeat))
+        for label in rows:
+            runs[label].append(_run_row(section, label, args, workspace, seed=repeat, epochs=args.epochs))
         print(f"  repeat {repeat + 1}/{args.repeats}: " + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in runs.items()),
               file=sys.stderr)
     return ({label: statistics.median(values) for label, values in runs.items()},
             {label: max(values) for label, values in runs.items()})
 
 
-def _wb(options: dict):
-    return lambda data, model, **kw: workbench_loop(data, model, dict(options), **kw)
+def _run_row(section: str, label: str, args, workspace: str, *, seed: int, epochs: int) -> float:
+    command = [sys.executable, __file__, "--one-row", section, label, "--seed", str(seed), "--epochs", str(epochs),
+               "--workspace", workspace, "--model", args.model, "--size", str(args.size),
+               "--samples", str(args.samples), "--batch-size", str(args.batch_size)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"row {label!r} failed:\n{done.stderr[-4000:]}")
+    return float(done.stdout.strip().splitlines()[-1])
 
 
-def host_section(args, workspace) -> None:
-    device = torch.device("cpu")
-    data = data_spec(args.size, args.samples)
+def _one_row(args) -> int:
+    """The child's side of `_run_row`: run one row and print its samples/s."""
+    section, label = args.one_row
+    device = torch.device("cuda" if section == "cuda" else "cpu")
+    rows = cuda_rows() if section == "cuda" else host_rows(args.peers_only)
+    run = rows[label]
+    rate = run(data_spec(args.size, args.samples), args.model, epochs=args.epochs, batch_size=args.batch_size,
+               seed=args.seed, device=device, workspace=args.workspace)
+    print(rate)
+    return 0
+
+
+def _wb(options: dict, *, heap_settings: bool = True):
+    def run(data, model, **kw):
+        if heap_settings:  # as the worker and `workbench train` do at their start, before any thread
+            keep_freed_memory()
+        return workbench_loop(data, model, dict(options), **kw)
+    return run
+
+
+def host_rows(peers_only: bool) -> dict:
     rows = {"tutorial loop": tutorial_loop}
-    has_lightning = importlib.util.find_spec("lightning") is not None
-    if has_lightning:
+    if importlib.util.find_spec("lightning") is not None:
         rows["Lightning Trainer"] = lightning_loop
     rows["workbench, default"] = _wb({})
-    if not args.peers_only:
+    if not peers_only:
+        rows["workbench, default, glibc's own heap settings"] = _wb({}, heap_settings=False)
         rows["workbench, channels_last=false"] = _wb({"channels_last": False})
         rows["workbench, channels_last=true"] = _wb({"channels_last": True})
         try:
-            check_amp("bf16", device)
+            check_amp("bf16", torch.device("cpu"))
             rows["workbench, amp=bf16" + PRECISION] = _wb({"amp": "bf16"})
         except Exception:
             pass
+    return rows
+
+
+def host_section(args, workspace) -> None:
+    rows = host_rows(args.peers_only)
+    has_lightning = "Lightning Trainer" in rows
     print(f"host section: cpu, {torch.get_num_threads()} threads; {args.model} on {args.size}x{args.size}, batch "
           f"{args.batch_size}, SGD; {args.epochs} epoch(s) of {int(args.samples * 0.8):,} samples a run, timed after "
           f"{WARMUP_STEPS} steps; medians of {args.repeats} interleaved repeats")
-    median, best = _measure(rows, args, data, device, workspace)
+    median, best = _measure("host", rows, args, workspace)
     print("  row: median samples/s, ratios of medians (ratios of the bests in brackets)")
     for label, value in median.items():
         ratio = f"{value / median['tutorial loop']:.2f}x ({best[label] / best['tutorial loop']:.2f}x) tutorial"
@@ -238,12 +272,7 @@ def host_section(args, workspace) -> None:
     print(text)
 
 
-def cuda_section(args, workspace) -> None:
-    if not torch.cuda.is_available():
-        print("cuda section skipped: torch sees no CUDA device here")
-        return
-    device = torch.device("cuda")
-    data = data_spec(args.size, args.samples)
+def cuda_rows() -> dict:
     rows = {
         "plain loop, data on the GPU, fp32": plain_device_loop,
         "plain loop, bf16 + channels_last" + PRECISION:
@@ -256,9 +285,18 @@ def cuda_section(args, workspace) -> None:
     }
     if importlib.util.find_spec("lightning") is not None:
         rows["Lightning Trainer"] = lightning_loop
+    return rows
+
+
+def cuda_section(args, workspace) -> None:
+    if not torch.cuda.is_available():
+        print("cuda section skipped: torch sees no CUDA device here")
+        return
+    device = torch.device("cuda")
+    rows = cuda_rows()
     print(f"cuda section: {torch.cuda.get_device_name(device)}; {args.model} on {args.size}x{args.size}, batch "
           f"{args.batch_size}, SGD; timed after {WARMUP_STEPS} steps; medians of {args.repeats} interleaved repeats")
-    median, best = _measure(rows, args, data, device, workspace)
+    median, best = _measure("cuda", rows, args, workspace)
     reference = median["plain loop, data on the GPU, fp32"]
     best_reference = best["plain loop, data on the GPU, fp32"]
     for label, value in median.items():
@@ -279,7 +317,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--peers-only", action="store_true", help="host section: only the tutorial loop, "
                         "Lightning and the workbench's defaults")
+    parser.add_argument("--one-row", nargs=2, metavar=("SECTION", "LABEL"), help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--workspace", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.one_row:
+        return _one_row(args)
     with tempfile.TemporaryDirectory() as workspace:
         if args.section in ("host", "all"):
             host_args = argparse.Namespace(**{**vars(args), "samples": args.samples or 4000})
