@@ -235,6 +235,24 @@ def test_ladder_draws_one_bar_group_per_step_and_one_colour_per_run(qtbot):
     assert ticks[0] == "FP32" and "AdaRound" in ticks
 
 
+def test_two_runs_value_labels_stand_in_a_column_over_their_group_and_never_overlap(qtbot):
+    chart = shown(qtbot, LadderChart(), width=430, height=300)  # as narrow as the Quantization tab gives it
+    other = [dict(s, accuracy=s["accuracy"] - 0.0005) for s in LADDER]
+    chart.set_ladders([("W4A8", LADDER), ("W8A8", other)])
+    qtbot.wait(20)
+    assert len(chart.labels) == 2 * len(LADDER)
+    assert {label.pos().x() for label in chart.labels} == set(range(len(LADDER)))  # centred on each group
+    boxes = [label.mapRectToScene(label.boundingRect()) for label in chart.labels]
+    for i, box in enumerate(boxes):
+        assert not any(box.intersects(other_box) for other_box in boxes[i + 1:]), chart.labels[i].textItem.toPlainText()
+    # each label in its run's colour, the first run's above the second's
+    colours = [bar.opts["brush"].color().name() for bar in chart.bars]
+    in_first_group = [label for label in chart.labels if label.pos().x() == 0]
+    first, second = (next(label for label in in_first_group if label.color.name() == colour) for colour in colours)
+    assert first.textItem.toPlainText() == "99.4%" and second.textItem.toPlainText() == "99.4%"
+    assert first.mapToScene(first.boundingRect().center()).y() < second.mapToScene(second.boundingRect().center()).y()
+
+
 def test_a_single_finished_ladder_has_no_slots_and_clears_to_a_message(qtbot):
     chart = shown(qtbot, LadderChart())
     chart.set_ladders([("W4A8", LADDER)], planned=[s["step"] for s in LADDER])

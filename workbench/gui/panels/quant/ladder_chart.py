@@ -17,7 +17,7 @@ EMPTY = "The accuracy after each step (FP32, BN folding, CLE, ranges, AdaRound, 
 PIPELINE = ("fp32", "fold_bn", "cle", "weight_ranges", "adaround", "bias_correction", "activation_ranges", "qat")
 # Two lines where a name has two words: eight steps side by side leave a narrow panel ~60 px a name.
 STEP_NAMES = {"fp32": "FP32", "fold_bn": "fold BN", "cle": "CLE", "weight_ranges": "weight\nranges",
-              "adaround": "AdaRound", "bias_correction": "bias\ncorrection", "activation_ranges": "activation\nranges",
+              "adaround": "AdaRound", "bias_correction": "bias\ncorrection", "activation_ranges": "act.\nranges",
               "qat": "QAT"}
 GROUP_WIDTH = 0.8
 LABEL_FONT = QFont()
@@ -71,6 +71,7 @@ class LadderChart(PlotPanel):
         width = GROUP_WIDTH / len(ladders)
         position = {step: i for i, step in enumerate(self.steps)}
         accuracies: list[float] = []
+        groups: dict[int, list[tuple[float, str]]] = {}  # step position -> each run's (accuracy, colour), in run order
         for run, (label, ladder) in enumerate(ladders):
             colour = run_colour(run)
             rungs = [(position[s["step"]], float(s["accuracy"])) for s in ladder
@@ -83,14 +84,22 @@ class LadderChart(PlotPanel):
             self.plot.addItem(bar)
             self.bars.append(bar)
             accuracies += list(heights)
-            for xi, accuracy in zip(x, heights):
-                # In the run's own hue, which reads on either theme's background (no recolouring on a switch);
-                # two runs' bars are half as wide, so their labels get one decimal less.
-                self._label(xi, accuracy, _percent(accuracy, 2 if len(ladders) == 1 else 1), colour)
+            for (step, accuracy), xi in zip(rungs, x):
+                if len(ladders) == 1:
+                    # In the run's own hue, which reads on either theme's background (no recolouring on a switch).
+                    self._label(xi, accuracy, _percent(accuracy, 2), colour)
+                else:
+                    groups.setdefault(step, []).append((accuracy, colour))
+        for step, values in groups.items():
+            # Side by side, two runs' bars are narrower than "99.4%": their labels stand in a column over the
+            # group instead, the first run's on top, so that no label runs into its neighbour.
+            top = max(accuracy for accuracy, _ in values)
+            for line, (accuracy, colour) in enumerate(reversed(values)):
+                self._label(step, top, _percent(accuracy, 1), colour, line=line)
         live = ladders[-1][1]
         done = {s.get("step") for s in live}
         pending = [position[s] for s in planned if s in position and s not in done]
-        self._fit_view(accuracies)
+        self._fit_view(accuracies, label_lines=len(ladders))
         if pending:
             reached = [float(s["accuracy"]) for s in live if _finite(s.get("accuracy"))]
             self._add_slots(pending, (len(ladders) - 1) / 2 * width, width, run_colour(len(ladders) - 1),
@@ -116,23 +125,26 @@ class LadderChart(PlotPanel):
         for x in pending:
             self._label(x + offset, top, "…", colour)
 
-    def _label(self, x: float, y: float, text: str, colour: str) -> None:
-        label = pg.TextItem(text, color=colour, anchor=(0.5, 1.0))
+    def _label(self, x: float, y: float, text: str, colour: str, line: int = 0) -> None:
+        # An anchor's y of 1 + line puts the text `line` text heights above the point, whatever the zoom.
+        label = pg.TextItem(text, color=colour, anchor=(0.5, 1.0 + line))
         label.setFont(LABEL_FONT)
         label.setPos(x, y)
         self.plot.addItem(label)
         self.labels.append(label)
 
-    def _fit_view(self, accuracies: list[float]) -> None:
+    def _fit_view(self, accuracies: list[float], label_lines: int = 1) -> None:
         """Steps move the accuracy by tenths of a percent: bars from 0 would all look alike, so the axis starts a
-        little under the lowest rung (bars run off its bottom), with room above for the labels and legend."""
+        little under the lowest rung (bars run off its bottom), with room above for the labels (a line a run) and
+        the legend."""
         values = finite(accuracies)
         if not len(values):
             self.plot.setYRange(0.0, 1.0, padding=0)
             return
         low, high = float(values.min()), float(values.max())
         span = max(high - low, 0.01)
-        top = min(high + span * 0.9, max(1.0, high + span * 0.3))  # never far past 100 %
+        headroom = span * (0.9 + 0.35 * (label_lines - 1))
+        top = min(high + headroom, max(1.0, high + span * 0.3))  # never far past 100 %
         self.plot.setYRange(max(0.0, low - span * 0.6), top, padding=0)
 
 
