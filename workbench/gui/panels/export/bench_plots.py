@@ -73,12 +73,18 @@ class LatencyPlot(PlotPanel):
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.bands: dict[str, pg.FillBetweenItem] = {}
         self.overlay_curves: list[tuple[str, str, pg.PlotDataItem]] = []
+        self.data_range: tuple[float, float] | None = None  # log10 of the lowest and highest latency drawn
+        view = self.plot.getViewBox()
+        # Until the user zooms or pans, a resize refits the lines under the legend (its height is in pixels).
+        view.sigResized.connect(self._fit_under_legend)
+        view.sigRangeChangedManually.connect(self._stop_fitting)
 
     def clear(self, message: str = "") -> None:
         super().clear(message)
         self.curves.clear()
         self.bands.clear()
         self.overlay_curves.clear()
+        self.data_range = None
 
     def set_results(self, results: BenchResults | None, overlays: list[BenchResults] = (), *,
                     band: bool = True) -> None:
@@ -117,7 +123,33 @@ class LatencyPlot(PlotPanel):
         self.plot.getAxis("bottom").setTicks([[(np.log10(b), f"{b:g}") for b in batches]])
         what = "p50 latency, p10–p90 band" if band and groups else "p50 latency"
         self.set_title(f"{what} by batch size" + (" (dashed: earlier runs)" if earlier else ""))
+        # A wide, short legend (a row of backends) leaves the lines most of the height; runs' longer names get two
+        # columns.
+        self.legend.setColumnCount(2 if earlier else max(1, min(len(self.legend.items), 4)))
         self.finish()
+        drawn = finite([v for item in self.plot.listDataItems() for v in (item.yData if item.yData is not None else [])])
+        drawn = drawn[drawn > 0]
+        self.data_range = (float(np.log10(drawn.min())), float(np.log10(drawn.max()))) if drawn.size else None
+        self._fit_under_legend()
+
+    def _fit_under_legend(self, *args) -> None:
+        """The lines fill the height below the legend: with batch sizes an order of magnitude apart, the lines
+        start low on the left, just where a top-left legend would cover them."""
+        if self.data_range is None:
+            return
+        view = self.plot.getViewBox()
+        height = view.height()
+        if height <= 0:
+            return
+        low, high = self.data_range
+        span = max(high - low, 0.3)  # a flat line still gets a readable decade's fraction around it
+        low, high = low - span * 0.08, high + span * 0.05
+        legend = self.legend.boundingRect().height() + 12 if self.legend.isVisible() else 0.0
+        free = max(height - legend, height * 0.45)  # a legend taller than half the panel may cover the top
+        view.setYRange(low, low + (high - low) * height / free, padding=0)
+
+    def _stop_fitting(self, *args) -> None:
+        self.data_range = None
 
     def _add_band(self, backend: str, results: BenchResults, rows: list[dict], x: np.ndarray, colour: str) -> None:
         low, high = [], []
