@@ -147,7 +147,9 @@ class ProgressDelegate(QStyledItemDelegate):
         bar.progress = int((fraction or 0.0) * 1000)
         bar.text = "" if fraction is None else f"{fraction:.0%}"
         bar.textVisible = fraction is not None
-        bar.state = option.state
+        # Qt 6 has no orientation field: without State_Horizontal a style fills the bar from the bottom up, by
+        # height (56 % drew as a full-width band over the lower half).
+        bar.state = option.state | QStyle.StateFlag.State_Horizontal
         (option.widget.style() if option.widget else QApplication.style()).drawControl(
             QStyle.CE_ProgressBar, bar, painter)
 
