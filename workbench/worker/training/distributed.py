@@ -100,11 +100,9 @@ def _rank_main(rank: int, payload: RankPayload, queue, stop_event, stop_at) -> N
     import torch.distributed as dist
 
     from workbench.specs import TrainSpec
-    from workbench.worker.host_memory import keep_freed_memory
     from workbench.worker.training.rank import build_for_rank
     from workbench.worker.training.reproducibility import deterministic_mode
 
-    keep_freed_memory()  # a spawned rank is a fresh process: the worker's heap settings, before its threads
     device = torch.device(payload.device)
     if device.type == "cuda":
         device = torch.device("cuda", rank)
