@@ -79,6 +79,7 @@ class Kernel:
         self._outgoing: queue.Queue = queue.Queue()
         self._wake_addr = f"inproc://wake-{self.session}"
         self._wake_lock = threading.Lock()
+        self._closed = False  # set under _wake_lock once the sockets are closed: late senders drop their message
         self._shutdown = threading.Event()
         self._jobs: dict[str, Job] = {}
         self._jobs_lock = threading.Lock()
@@ -122,6 +123,9 @@ class Kernel:
     def _queue_send(self, channel: str, msg: Message, identities: list[bytes] | None = None) -> None:
         self._outgoing.put((channel, msg, identities or []))
         with self._wake_lock:
+            if self._closed:  # a job that outlived the shutdown grace: nobody is left to send its message
+                log.debug("worker closed; %s %s not sent", channel, msg.msg_type)
+                return
             self._wake_push.send(b"", zmq.NOBLOCK)
 
     def publish(self, msg_type: str, content: dict, parent: Message | None = None, buffers=None) -> None:
@@ -265,11 +269,11 @@ class Kernel:
                               job_id=request.msg_id, resume=request.content.get("resume"))
         with self._jobs_lock:
             self._jobs.pop(request.msg_id, None)
-        release_freed_memory()  # what the job kept for its next step goes back; an idle worker stays small
         buffers: list[bytes] = []
         result = pack_arrays(result, buffers)
         reply = new_message("job_reply", result, session=self.session, parent=request, buffers=buffers)
         self._queue_send("shell", reply, job.identities)
+        release_freed_memory()  # what the job kept for its next step goes back; an idle worker stays small
 
     def running_jobs(self) -> list[dict]:
         with self._jobs_lock:
@@ -355,5 +359,7 @@ class Kernel:
         control = getattr(self, "_control_thread", None)
         if control is not None and control is not threading.current_thread():
             control.join(timeout=2.0)
-        for sock in (self.shell, self.control, self.iopub, self._wake_pull, self._wake_push):
-            sock.close(linger=500)
+        with self._wake_lock:
+            self._closed = True
+            for sock in (self.shell, self.control, self.iopub, self._wake_pull, self._wake_push):
+                sock.close(linger=500)
