@@ -135,18 +135,14 @@ class LatencyPlot(PlotPanel):
     def _fit_under_legend(self, *args) -> None:
         """The lines fill the height below the legend: with batch sizes an order of magnitude apart, the lines
         start low on the left, just where a top-left legend would cover them."""
-        if self.data_range is None:
+        space = self.height_under_legend(0.45)  # a legend taller than half the panel may cover the top
+        if self.data_range is None or space is None:
             return
-        view = self.plot.getViewBox()
-        height = view.height()
-        if height <= 0:
-            return
+        height, free = space
         low, high = self.data_range
         span = max(high - low, 0.3)  # a flat line still gets a readable decade's fraction around it
         low, high = low - span * 0.08, high + span * 0.05
-        legend = self.legend.boundingRect().height() + 12 if self.legend.isVisible() else 0.0
-        free = max(height - legend, height * 0.45)  # a legend taller than half the panel may cover the top
-        view.setYRange(low, low + (high - low) * height / free, padding=0)
+        self.plot.getViewBox().setYRange(low, low + (high - low) * height / free, padding=0)
 
     def _stop_fitting(self, *args) -> None:
         self.data_range = None

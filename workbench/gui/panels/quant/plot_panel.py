@@ -103,6 +103,16 @@ class PlotPanel(QWidget):
         """A legend row for something the legend cannot sample itself (an InfiniteLine, a region)."""
         self.legend.addItem(pg.PlotDataItem(pen=line_pen), text)
 
+    def height_under_legend(self, least_share: float) -> tuple[float, float] | None:
+        """(the view's height, the pixels of it below the legend), or None before the view has a size; at least
+        `least_share` of the height, so that a tall legend in a short panel may cover the top rather than crowd
+        the data into nothing. For plots that fit their data under a legend drawn over them."""
+        height = self.plot.getViewBox().height()
+        if height <= 0:
+            return None
+        legend = self.legend.boundingRect().height() + 12 if self.legend.isVisible() else 0.0
+        return height, max(height - legend, height * least_share)
+
 
 class TitleLabel(QLabel):
     """A plot's title above it, wrapping onto a second line in a narrow panel. The plot's own title (a pyqtgraph

@@ -108,14 +108,12 @@ class SensitivityChart(PlotPanel):
         in pixels changes with the panel's; the value labels show only where a bar is tall enough for them."""
         if not self._fitting or not self.rows:
             return
-        view = self.plot.getViewBox()
-        height = view.height()
-        if height <= 0:
+        space = self.height_under_legend(0.6)  # a tall legend in a short panel may cover the top row's end
+        if space is None:
             return
-        legend = self.legend.boundingRect().height() + 12 if self.legend.isVisible() else 0.0
-        free = max(height - legend, height * 0.6)  # a tall legend in a short panel may cover the top row's end
+        height, free = space
         headroom = (height - free) * self.rows / free
-        view.setYRange(-0.5 - headroom, self.rows - 0.5, padding=0)
+        self.plot.getViewBox().setYRange(-0.5 - headroom, self.rows - 0.5, padding=0)
         bar_pixels = free / self.rows * 0.8 / len(SERIES) * 0.9
         tall_enough = bar_pixels >= QFontMetrics(LABEL_FONT).height() - 2
         for label in self.labels:
