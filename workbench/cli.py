@@ -335,7 +335,9 @@ def _cmd_train_with_id(args, workspace: Path, task_name: str, run_id: str | None
 
 
 def _serve_graph(result: dict, workspace: Path, port: int, open_browser: bool) -> int:
-    """Serve a built graph in Model Explorer on 127.0.0.1 until Ctrl+C; open it in the browser on request."""
+    """Serve a built graph in Model Explorer on 127.0.0.1 until Ctrl+C (or SIGTERM), which ends it with exit 0; open
+    it in the browser on request."""
+    import signal
     import time
     import webbrowser
 
@@ -352,14 +354,21 @@ def _serve_graph(result: dict, workspace: Path, port: int, open_browser: bool) -
                            f"{server.error or 'no answer in 90 s'}; the graph is saved in {result['graph_json']}")
         overlays = result.get("overlays") or {}
         url = server.url_for(result["graph_json"])
-        print(f"workbench: the graph is at {url}\nworkbench: serving until Ctrl+C"
-              + (f" (overlays: {', '.join(overlays)})" if overlays else ""), file=sys.stderr, flush=True)
-        if open_browser:
-            webbrowser.open(url)
+        # The asked-for Ctrl+C may come the moment the line is read, before any try around the wait is entered (a
+        # CI run got exit 130 from that race): handlers that only set a flag take it wherever the main thread is.
+        stop = threading.Event()
+        previous = {signum: signal.signal(signum, lambda *_: stop.set()) for signum in (signal.SIGINT, signal.SIGTERM)}
         try:
-            while server.poll() == "ready":
-                time.sleep(0.5)
-        except KeyboardInterrupt:
+            print(f"workbench: the graph is at {url}\nworkbench: serving until Ctrl+C"
+                  + (f" (overlays: {', '.join(overlays)})" if overlays else ""), file=sys.stderr, flush=True)
+            if open_browser:
+                webbrowser.open(url)
+            while not stop.wait(0.5) and server.poll() == "ready":
+                pass
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        if stop.is_set():
             return 0
         raise JobError(f"the graph viewer stopped: {server.error or 'it exited'}")
     finally:

@@ -161,7 +161,9 @@ def test_a_url_with_a_graph_beside_names_both_panes(tmp_path):
 
 
 @pytest.mark.slow
-def test_workbench_graph_serves_on_the_port_asked_until_ctrl_c(tmp_path):
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_workbench_graph_serves_on_the_port_asked_until_ctrl_c(tmp_path, signame):
+    """Ctrl+C, or the SIGTERM a service manager sends, ends the serving with exit 0 and stops the viewer."""
     import signal
     import socket
     import urllib.request
@@ -185,7 +187,7 @@ def test_workbench_graph_serves_on_the_port_asked_until_ctrl_c(tmp_path):
         assert any(f"http://127.0.0.1:{port}/" in line for line in lines), "".join(lines)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/check_health", timeout=10) as reply:
             assert reply.status == 200
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(getattr(signal, signame))
         assert proc.wait(timeout=30) == 0
     finally:
         if proc.poll() is None:
