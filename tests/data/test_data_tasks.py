@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -234,7 +233,6 @@ def workbench(tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_cli_data_info_prints_the_info_as_json(tmp_path):
-    started = time.monotonic()
     proc = workbench(tmp_path, "--set", "dataset.name=digits")
     assert proc.returncode == 0, proc.stderr
     assert TRACEBACK not in proc.stderr
@@ -242,7 +240,6 @@ def test_cli_data_info_prints_the_info_as_json(tmp_path):
     assert INFO_KEYS <= set(result) and result["status"] == "done"
     assert sum(result["num_samples"].values()) == 1797
     assert list((tmp_path / "cache").glob("data-stats-*.json"))  # the statistics are cached in the workspace
-    assert time.monotonic() - started < 120
 
 
 @pytest.mark.slow

@@ -202,18 +202,22 @@ def test_run_task_honours_a_stop_between_yields():
 def test_run_task_cancel_from_another_thread_is_prompt():
     stop = threading.Event()
 
+    steps_after_stop = []
+
     def slow(spec, ctx):
         while True:
             time.sleep(0.01)
+            if stop.is_set():
+                steps_after_stop.append(1)
             yield
 
     timer = threading.Timer(0.1, stop.set)
     timer.start()
-    started = time.monotonic()
     result = run_task(_task(slow), {}, emit=Recorder(), stop_event=stop)
     timer.join()
     assert result["status"] == "cancelled"
-    assert time.monotonic() - started < 1.0
+    # Prompt in steps, not seconds (shared machines): the step that saw the request is the last one.
+    assert len(steps_after_stop) <= 1
 
 
 def test_run_task_job_error_fails_without_traceback():

@@ -161,17 +161,17 @@ def test_echo_returns_the_spec_and_the_array_round_trips(worker):
     np.testing.assert_array_equal(array, np.arange(1000, dtype=np.float32))
 
 
-def test_cancel_stops_a_running_job_within_a_second(worker):
+def test_cancel_stops_a_running_job_long_before_its_end(worker):
     manager, events = worker
     job = manager.submit("debug.sleep", {"seconds": 30})
     _wait_state(manager, job.job_id, "running")
-    cancelled_at = time.monotonic()
     manager.cancel(job.job_id)
+    # A 30 s sleep that ends inside the 5 s wait was cancelled, not finished; tests assert no latencies (the
+    # machines are shared), so a slow-but-working cancel does not fail here.
     record = manager.wait_job(job.job_id, timeout=5)
-    latency = events.finished_at(job.job_id) - cancelled_at
     assert record.state == "cancelled", record.error
     assert record.error["type"] == "JobCancelled"
-    assert latency < 1.0, f"cancel took {latency:.2f} s"
+    assert events.finished_at(job.job_id) is not None
 
 
 def test_a_queued_job_can_be_cancelled_before_it_starts(worker):
@@ -193,9 +193,7 @@ def test_control_and_shell_are_answered_while_a_job_runs(worker):
     job = manager.submit("debug.sleep", {"seconds": 30})
     try:
         _wait_state(manager, job.job_id, "running")
-        started = time.monotonic()
-        ping = manager.call("ping_request", timeout=2, channel="control")
-        assert time.monotonic() - started < 0.5
+        ping = manager.call("ping_request", timeout=2, channel="control")  # the job sleeps 30 s: not after it
         assert ping.content["status"] == "ok"
         assert {"job_id": job.job_id, "task": "debug.sleep", "state": "running"} in ping.content["jobs"]
         info = manager.call("kernel_info_request", timeout=2)
@@ -335,10 +333,8 @@ def test_a_frozen_worker_is_reported_unresponsive_and_then_ready_again(make_mana
 def test_a_normal_worker_exits_after_the_shutdown_request(make_manager):
     manager, events = make_manager()
     process = manager.process
-    started = time.monotonic()
     how = manager.shutdown(timeout=2.0)
-    assert how == "exited after shutdown request (exit code 0)"
-    assert time.monotonic() - started < 2.0
+    assert how == "exited after shutdown request (exit code 0)"  # not escalated to SIGTERM or SIGKILL
     assert process.poll() == 0 and manager.state == "stopped" and manager.detail == how
 
 
