@@ -1,10 +1,65 @@
 """The runs tables of the Training, Quantization and Export tabs: a QTableWidget whose first column's item holds
-each row's run id (Qt.UserRole); which run is selected, and selecting one by id."""
+each row's run id (Qt.UserRole); listing a tab's runs, filling the rows, which run is selected, selecting one by id."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QTableWidget
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QTableWidget, QTableWidgetItem
+
+from workbench.errors import WorkbenchError
+from workbench.gui.theme import JOB_STATE_COLOURS
+
+UNKNOWN_STATE_COLOUR = "#888888"
+
+
+def task_runs(listed: Iterable[dict], tasks: Iterable[str], live_run_ids: Iterable[str],
+              summarize: Callable[[dict], dict]) -> list[dict]:
+    """The listed runs of `tasks`, each with its summary; a run a job of this window is still running shows as
+    running whatever its folder says (the worker writes the final state last)."""
+    tasks, live = set(tasks), set(live_run_ids)
+    entries = [entry for entry in listed if entry.get("task") in tasks]
+    for entry in entries:
+        if entry["id"] in live:
+            entry["status"] = "running"
+        entry.update(summarize(entry))
+    return entries
+
+
+def read_spec_and_report(store, run_id: str) -> tuple[dict, dict] | None:
+    """A run's spec and report ({} before it has one), or None when the run cannot be read (a summary is then
+    left out rather than the whole list failing)."""
+    try:
+        with store.open_run(run_id) as run:
+            return run.read_spec(), run.read_report() or {}
+    except WorkbenchError:
+        return None
+
+
+def id_item(entry: dict) -> QTableWidgetItem:
+    """The run id cell: the id in Qt.UserRole, the folder and the run's last message as its tooltip."""
+    item = QTableWidgetItem(entry["id"])
+    item.setData(Qt.UserRole, entry["id"])
+    item.setToolTip(f"{entry['run_dir']}\n{entry.get('message') or ''}".strip())
+    return item
+
+
+def status_item(entry: dict) -> QTableWidgetItem:
+    item = QTableWidgetItem(entry["status"])
+    item.setForeground(QColor(JOB_STATE_COLOURS.get(entry["status"], UNKNOWN_STATE_COLOUR)))
+    return item
+
+
+def set_rows(table: QTableWidget, rows: list[list[QTableWidgetItem]]) -> None:
+    """Replace the table's rows without a selection signal per cell (the caller re-selects afterwards)."""
+    table.blockSignals(True)
+    table.setRowCount(len(rows))
+    for row, items in enumerate(rows):
+        for column, item in enumerate(items):
+            table.setItem(row, column, item)
+    table.blockSignals(False)
 
 
 def selected_run_id(table: QTableWidget) -> str | None:

@@ -53,7 +53,6 @@ from workbench.gui.panels.export.results import (
 )
 from workbench.gui.panels.export.results_table import BenchResultsTable
 from workbench.gui.panels.runs_panel import delete_run_action
-from workbench.gui.theme import JOB_STATE_COLOURS
 from workbench.gui.widgets import run_table
 from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.job_progress import JobProgress
@@ -319,31 +318,10 @@ class ExportPanel(QWidget):
     def refresh(self) -> None:
         selected = self.selected_run_id()
         listed = self.store.list_runs()  # once: listing opens every run of the workspace
-        entries = [e for e in listed if e.get("task") in TASKS]
-        for entry in entries:
-            if entry["id"] in self.job_of_run:
-                entry["status"] = "running"
-            entry.update(self._summary(entry))
+        entries = run_table.task_runs(listed, TASKS, self.job_of_run, self._summary)
         self.runs = {entry["id"]: entry for entry in entries}
-        self.table.blockSignals(True)
-        self.table.setRowCount(len(entries))
-        for row, entry in enumerate(entries):
-            values = (entry["id"], entry["status"], entry.get("what", ""), entry.get("result", ""))
-            for column, value in enumerate(values):
-                item = QTableWidgetItem(str(value))
-                if column == 0:
-                    item.setData(Qt.UserRole, entry["id"])
-                    item.setToolTip(f"{entry['run_dir']}\n{entry.get('message') or ''}".strip())
-                if column == 1:
-                    item.setForeground(QColor(JOB_STATE_COLOURS.get(entry["status"], NEUTRAL)))
-                if column == 2:
-                    item.setToolTip(entry.get("what_tooltip", ""))
-                if column == 3:
-                    item.setToolTip(str(value))
-                    if entry.get("result_colour"):
-                        item.setForeground(QColor(entry["result_colour"]))
-                self.table.setItem(row, column, item)
-        self.table.blockSignals(False)
+        run_table.set_rows(self.table, [[run_table.id_item(entry), run_table.status_item(entry),
+                                         *self._what_and_result_items(entry)] for entry in entries])
         self._fill_history()
         has_sources = any(e.get("task") in (TRAIN_TASK, QUANT_TASK) and e.get("status") == "done" for e in listed)
         self.empty_state.set_text(
@@ -361,13 +339,21 @@ class ExportPanel(QWidget):
             self.select_run(entries[0]["id"])
         self._update_buttons()
 
+    @staticmethod
+    def _what_and_result_items(entry: dict) -> tuple[QTableWidgetItem, QTableWidgetItem]:
+        what = QTableWidgetItem(entry.get("what", ""))
+        what.setToolTip(entry.get("what_tooltip", ""))
+        result = QTableWidgetItem(entry.get("result", ""))
+        result.setToolTip(entry.get("result", ""))
+        if entry.get("result_colour"):
+            result.setForeground(QColor(entry["result_colour"]))
+        return what, result
+
     def _summary(self, entry: dict) -> dict:
-        try:
-            with self.store.open_run(entry["id"]) as run:
-                spec = run.read_spec()
-                report = run.read_report() or {}
-        except WorkbenchError:
+        read = run_table.read_spec_and_report(self.store, entry["id"])
+        if read is None:
             return {}
+        spec, report = read
         source = (spec.get("source") or {}).get("run", "") or (spec.get("source") or {}).get("file", "")
         summary = {"spec": spec, "source_run": (spec.get("source") or {}).get("run", ""),
                    "what_tooltip": f"{KIND_NAMES[entry['task']]} of {source or 'a model'}"}

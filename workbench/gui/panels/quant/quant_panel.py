@@ -9,7 +9,6 @@ import copy
 from pathlib import Path
 
 from PySide6.QtCore import QItemSelectionModel, Qt, Signal
-from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -39,7 +38,6 @@ from workbench.gui.panels.quant.range_histogram import RangeHistogram
 from workbench.gui.panels.quant.results import QuantResults
 from workbench.gui.panels.quant.sensitivity_chart import SensitivityChart
 from workbench.gui.panels.runs_panel import delete_run_action
-from workbench.gui.theme import JOB_STATE_COLOURS
 from workbench.gui.widgets import run_table
 from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.job_progress import JobProgress
@@ -240,26 +238,13 @@ class QuantPanel(QWidget):
     def refresh(self) -> None:
         selected = self.selected_run_id()
         listed = self.store.list_runs()  # once: listing opens every run of the workspace
-        entries = [e for e in listed if e.get("task") == QUANT_TASK]
-        for entry in entries:
-            if entry["id"] in self.job_of_run:
-                entry["status"] = "running"
-            entry.update(self._summary(entry))
+        entries = run_table.task_runs(listed, [QUANT_TASK], self.job_of_run, self._summary)
         self.runs = {entry["id"]: entry for entry in entries}
-        self.table.blockSignals(True)
-        self.table.setRowCount(len(entries))
-        for row, entry in enumerate(entries):
-            values = (entry["id"], entry["status"], entry.get("scheme", ""), _percent(entry.get("fp32")),
-                      _percent(entry.get("quantized")))
-            for column, value in enumerate(values):
-                item = QTableWidgetItem(str(value))
-                if column == 0:
-                    item.setData(Qt.UserRole, entry["id"])
-                    item.setToolTip(f"{entry['run_dir']}\n{entry.get('message') or ''}".strip())
-                if column == 1:
-                    item.setForeground(QColor(JOB_STATE_COLOURS.get(entry["status"], "#888888")))
-                self.table.setItem(row, column, item)
-        self.table.blockSignals(False)
+        run_table.set_rows(self.table, [
+            [run_table.id_item(entry), run_table.status_item(entry),
+             *(QTableWidgetItem(text) for text in (entry.get("scheme", ""), _percent(entry.get("fp32")),
+                                                   _percent(entry.get("quantized"))))]
+            for entry in entries])
         self._fill_compare_combo()
         has_training = any(e.get("task") == "train.classifier" for e in listed)
         self.empty_state.set_text(
@@ -277,12 +262,10 @@ class QuantPanel(QWidget):
         self._update_buttons()
 
     def _summary(self, entry: dict) -> dict:
-        try:
-            with self.store.open_run(entry["id"]) as run:
-                spec = run.read_spec()
-                report = run.read_report() or {}
-        except WorkbenchError:
+        read = run_table.read_spec_and_report(self.store, entry["id"])
+        if read is None:
             return {}
+        spec, report = read
         return {"spec": spec, "scheme": scheme_of(spec), "source_run": (spec.get("source") or {}).get("run", ""),
                 "fp32": (report.get("fp32") or {}).get("accuracy"),
                 "quantized": (report.get("quantized") or {}).get("accuracy")}

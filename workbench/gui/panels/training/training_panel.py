@@ -31,7 +31,6 @@ from workbench.gui.panels.runs_panel import delete_run_action
 from workbench.gui.panels.training.curves import CurvesWidget
 from workbench.gui.panels.training.evaluation import EvaluationView, load_evaluation
 from workbench.gui.panels.training.profiler import ProfilerView
-from workbench.gui.theme import JOB_STATE_COLOURS
 from workbench.gui.widgets import run_table
 from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.open_folder import open_folder
@@ -181,34 +180,25 @@ class TrainingPanel(QWidget):
         """Re-read the training runs of the workspace (live state wins over what the store says)."""
         shown = set(self.shown_runs())
         selected = self.selected_run_id()
-        entries = [r for r in self.store.list_runs() if r.get("task") == TRAIN_TASK]
-        for entry in entries:
-            if entry["id"] in self.job_of_run:
-                entry["status"] = "running"
-            entry.update(self._summary(entry))
+        entries = run_table.task_runs(self.store.list_runs(), [TRAIN_TASK], self.job_of_run, self._summary)
         self.runs = {entry["id"]: entry for entry in entries}
-        self.table.blockSignals(True)
-        self.table.setRowCount(len(entries))
-        for row, entry in enumerate(entries):
-            check = QTableWidgetItem()
-            check.setFlags(Qt.ItemIsUserCheckable | Qt.ItemIsEnabled | Qt.ItemIsSelectable)
-            check.setCheckState(Qt.Checked if entry["id"] in shown else Qt.Unchecked)
-            check.setData(Qt.UserRole, entry["id"])
-            self.table.setItem(row, 0, check)
-            values = (entry["id"], entry["status"], entry.get("model", ""), entry.get("epochs", ""),
-                      entry.get("val_acc", ""))
-            for column, value in enumerate(values, start=1):
-                item = QTableWidgetItem(str(value))
-                if column == 2:
-                    item.setForeground(QColor(JOB_STATE_COLOURS.get(entry["status"], "#888888")))
-                if column == 1:
-                    item.setToolTip(f"{entry['run_dir']}\n{entry.get('message') or ''}".strip())
-                self.table.setItem(row, column, item)
-        self.table.blockSignals(False)
+        run_table.set_rows(self.table, [
+            [self._show_item(entry["id"], entry["id"] in shown), run_table.id_item(entry), run_table.status_item(entry),
+             *(QTableWidgetItem(str(entry.get(key, ""))) for key in ("model", "epochs", "val_acc"))]
+            for entry in entries])
         self._show_page()
         if selected:
             self.select_run(selected)
         self._update_buttons()
+
+    @staticmethod
+    def _show_item(run_id: str, shown: bool) -> QTableWidgetItem:
+        """The Show tick that overlays the run's curves; it holds the run id, as column 0 does in every runs table."""
+        check = QTableWidgetItem()
+        check.setFlags(Qt.ItemIsUserCheckable | Qt.ItemIsEnabled | Qt.ItemIsSelectable)
+        check.setCheckState(Qt.Checked if shown else Qt.Unchecked)
+        check.setData(Qt.UserRole, run_id)
+        return check
 
     def _show_page(self) -> None:
         self.pages.setCurrentWidget(self.empty_state if not self.runs and not self.job_of_run
