@@ -20,6 +20,7 @@ from workbench.protocol import (
     array_to_buffer,
     decode,
     encode,
+    named_array,
     new_message,
 )
 from workbench.protocol.wire import DELIM
@@ -124,6 +125,17 @@ def test_several_arrays_share_one_buffer_list():
     assert (a["buffer"], b["buffer"]) == (0, 1)
     np.testing.assert_array_equal(array_from_buffer(b, buffers), np.ones((2, 2)))
     np.testing.assert_array_equal(array_from_buffer(a, buffers), [0, 1, 2])
+
+
+def test_named_array_gives_name_array_and_metadata_and_none_for_a_malformed_message():
+    buffers: list[bytes] = []
+    content = {"name": "quant/hist", "array": array_to_buffer(np.arange(4, dtype=np.float32), buffers), "layer": "fc"}
+    name, array, meta = named_array(content, buffers)
+    assert (name, meta) == ("quant/hist", {"layer": "fc"})
+    np.testing.assert_array_equal(array, [0, 1, 2, 3])
+    assert named_array({"name": "x"}, buffers) is None  # no descriptor
+    assert named_array({"name": "x", "array": {**content["array"], "buffer": 5}}, buffers) is None
+    assert named_array(None, []) is None
 
 
 @pytest.mark.parametrize("arr", [np.array([object()]), np.array(["text"]), np.array([1 + 2j])],

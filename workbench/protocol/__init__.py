@@ -4,7 +4,7 @@ Modelled on Jupyter's kernel protocol. No torch, no Qt, and no pickle anywhere: 
 arrays travel as raw buffers described by {dtype, shape, buffer}.
 """
 
-from workbench.protocol.arrays import array_from_buffer, array_to_buffer
+from workbench.protocol.arrays import array_from_buffer, array_to_buffer, named_array
 from workbench.protocol.connection import ConnectionInfo
 from workbench.protocol.envelope import PROTOCOL_VERSION, Message, new_message
 from workbench.protocol.rejections import RejectionLog
@@ -23,5 +23,6 @@ __all__ = [
     "array_to_buffer",
     "decode",
     "encode",
+    "named_array",
     "new_message",
 ]

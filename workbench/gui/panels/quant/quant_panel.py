@@ -42,7 +42,7 @@ from workbench.gui.widgets import run_table
 from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.job_progress import JobProgress
 from workbench.gui.widgets.open_folder import open_folder
-from workbench.protocol import Message, ProtocolError, array_from_buffer
+from workbench.protocol import Message, named_array
 from workbench.runs import RunStore
 
 QUANT_TASK = "quant.analyze"
@@ -500,13 +500,8 @@ class QuantPanel(QWidget):
 
     @staticmethod
     def _take_array(results: QuantResults, msg: Message) -> bool:
-        content = msg.content or {}
-        try:
-            array = array_from_buffer(content["array"], msg.buffers)
-        except (ProtocolError, KeyError, TypeError):
-            return False
-        meta = {k: v for k, v in content.items() if k not in ("name", "array")}
-        return results.add_array(str(content.get("name", "")), array, meta)
+        parts = named_array(msg.content, msg.buffers)
+        return parts is not None and results.add_array(*parts)
 
     # -- buttons ---------------------------------------------------------------------------------
     def _update_buttons(self) -> None:
