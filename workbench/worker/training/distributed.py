@@ -124,6 +124,9 @@ def _rank_main(rank: int, payload: RankPayload, queue, stop_event, stop_at) -> N
                                          resuming=payload.resuming, report=report, rank=rank, world=payload.nproc,
                                          stop_check=DistributedStop(stop_event, stop_at, rank))
                 summary = trainer.fit()
+            # Ranks tear down together: one that destroys its group and exits while a peer is still writing its
+            # checkpoint and report leaves gloo's connections half-closed (a CI run saw a rank abort in teardown).
+            dist.barrier()
             if rank == 0:
                 queue.put(("done", summary))
         finally:
