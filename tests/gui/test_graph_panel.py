@@ -327,6 +327,22 @@ def wait(seconds):
         time.sleep(0.02)
 
 
+def page_state():  # which layers Model Explorer has open, and how wide its side panel is, read from the page
+    answer = []
+    panel.view.page.runJavaScript('''(function () {{
+        var graph = window.me_test.renderers[0].curModelGraph, side = document.querySelector("info-panel");
+        return JSON.stringify({{open: graph.nodes.filter(function (n) {{ return n.expanded === true; }})
+                                          .map(function (n) {{ return n.id; }}),
+                               side: side ? side.getBoundingClientRect().width : -1}}); }})()''', 0, answer.append)
+    until = time.monotonic() + 10
+    while not answer and time.monotonic() < until:
+        app.processEvents()
+        time.sleep(0.02)
+    return json.loads(answer[0]) if answer else None
+
+
+opened = None
+
 while time.monotonic() < deadline and step != "shot":
     app.processEvents()
     time.sleep(0.02)
@@ -335,6 +351,8 @@ while time.monotonic() < deadline and step != "shot":
         panel.on_job_changed(job)
         step = "page"
     elif step == "page" and panel.view is not None and panel.view.ready:
+        wait(1.5)  # the side panel folds with an animation
+        opened = page_state()
         # Colour by FLOPs, then pick the heaviest layer in the table: the graph opens its layer and selects it.
         panel.overlay_combo.setCurrentIndex(panel.overlay_combo.findData("flops"))
         wait(1.5)
@@ -343,8 +361,22 @@ while time.monotonic() < deadline and step != "shot":
         subprocess.run(["import", "-window", "root", str(out / "screen.png")], check=True)
         step = "shot"
 state = {{"shot": step == "shot"}}
+reopened = None
+if state["shot"]:
+    # The user opens the side panel with its own toggle; the next page (the same, loaded again) keeps it open.
+    panel.view.page.runJavaScript('document.querySelector("info-panel .hide-toggle").click()', 0)
+    wait(1.5)
+    panel.view.load(panel.view.view.url().toString())
+    for loaded in (False, True):  # the new page starts loading, then shows its graph
+        until = time.monotonic() + 60
+        while panel.view.ready != loaded and time.monotonic() < until:
+            app.processEvents()
+            time.sleep(0.02)
+    wait(1.5)
+    reopened = page_state()
 print(json.dumps({{"view_state": panel.view.state if panel.view else None, "ready": bool(panel.view and panel.view.ready),
-                   "shot": state["shot"], "message": panel.message.text()}}), flush=True)
+                   "shot": state["shot"], "message": panel.message.text(), "opened": opened,
+                   "reopened": reopened}}), flush=True)
 panel.shutdown()
 manager.shutdown()
 worker.stop()
@@ -370,6 +402,12 @@ def test_model_explorer_draws_the_graph_under_xvfb(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["shot"] and report["view_state"] == "ready", report
+    # The page opens on the model's layers, not one closed box (12 nodes fit), with the side panel folded.
+    opened = report["opened"]
+    assert any(i.endswith("Sequential_features___group___") for i in opened["open"]), opened
+    assert not any(i.startswith("inputs") for i in opened["open"]), opened
+    assert 0 <= opened["side"] < 40, opened
+    assert report["reopened"]["side"] > 200, proc.stdout
     image = Image.open(tmp_path / "screen.png").convert("RGB")
     graph_area = image.crop((0, 80, 860, 820))  # the left of the panel, where the web view is
     colours = graph_area.getcolors(maxcolors=1 << 20)

@@ -5,6 +5,7 @@ torch nor model_explorer (the launcher, run as `python -m`, is the only place mo
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -16,15 +17,43 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote
 
+from workbench.graph_server.expansion import initial_expansion
+
 LAUNCHER = "workbench.graph_server.launcher"
 STATES = ("stopped", "starting", "ready", "failed")
 
 
 
-def _pane(label: str, graph_id: str, *, selected: bool) -> dict:
-    """One pane of Model Explorer's ui state (the fields of its createInitialPaneState)."""
-    return {"deepestExpandedGroupNodeIds": [], "selectedNodeId": "", "selectedGraphId": graph_id,
-            "selectedCollectionLabel": label, "widthFraction": 0.5, "selected": selected}
+def _pane(path: str | Path, label: str | None = None, graph_id: str | None = None, *, selected: bool,
+          width: float) -> dict:
+    """One pane of Model Explorer's ui state (the fields of its createInitialPaneState) showing a graph of the JSON
+    file at `path` (its first, or the one with `graph_id`), its layers opened as far as the graph fits a screen."""
+    collection = _read_collection(str(Path(path).absolute()))
+    graphs = [g for g in collection.get("graphs") or [] if isinstance(g, dict)]
+    graph = next((g for g in graphs if g.get("id") == graph_id), graphs[0] if graphs else {})
+    return {"deepestExpandedGroupNodeIds": initial_expansion(graph), "selectedNodeId": "",
+            "selectedGraphId": graph_id if graph_id is not None else str(graph.get("id", "")),
+            "selectedCollectionLabel": label if label is not None else str(collection.get("label", "")),
+            "widthFraction": width, "selected": selected}
+
+
+def _read_collection(path: str) -> dict:
+    """A graph JSON file's collection ({} when it cannot be read: the page then says so itself). Cached by size
+    and time, so switching overlays does not parse a large graph again in the window's thread."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return {}
+    return _parse_collection(path, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_collection(path: str, size: int, mtime_ns: int) -> dict:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 class GraphServer:
@@ -127,15 +156,14 @@ class GraphServer:
         if node_data:
             data["nodeData"] = [str(Path(p).absolute()) for p in node_data]
             data["nodeDataTargets"] = [""] * len(node_data)  # "": the first model, as model_explorer.config does
+        # The web app restores its panes from a ui state naming each pane's collection, graph and open layers; a
+        # pane whose graph it cannot find shows the first collection's first graph instead.
+        panes = [_pane(model, selected=True, width=1.0 if beside is None else 0.5)]
         if beside is not None:
             other, label, graph_id = beside
             data["models"].append({"url": str(Path(other).absolute())})
-            # The web app restores two panes from a ui state naming each pane's collection and graph; a pane
-            # whose graph it cannot find shows the first collection's first graph instead.
-            first = json.loads(Path(graph).read_text(encoding="utf-8"))
-            data["uiState"] = {"paneStates": [
-                _pane(first.get("label", ""), (first.get("graphs") or [{}])[0].get("id", ""), selected=True),
-                _pane(label, graph_id, selected=False)]}
+            panes.append(_pane(other, label, graph_id, selected=False, width=0.5))
+        data["uiState"] = {"paneStates": panes}
         return f"{self.base_url}?data={quote(json.dumps(data))}&renderer=webgl&show_open_in_new_tab=0"
 
     # -- helpers ---------------------------------------------------------------------------------

@@ -23,7 +23,22 @@ BRIDGE_SCRIPT = """
     var data = event.data || {};
     if (data.cmd === 'model-explorer-node-selected') { console.log('WORKBENCH:selected:' + data.nodeId); }
   });
+  document.addEventListener('click', function (event) {
+    var toggle = event.target && event.target.closest && event.target.closest('info-panel .hide-toggle');
+    if (toggle && !window.__workbenchHiding) { console.log('WORKBENCH:info-panel-toggled'); }
+  }, true);
 })();
+"""
+# Model Explorer's side panel (node attributes, node-data statistics) takes half of the tab's graph area, and the
+# module table beside it already lists each layer, so each page opens with it folded (its own toggle), unless the
+# user opened it this session.
+HIDE_INFO_PANELS = """
+(function () {
+  var toggles = document.querySelectorAll('info-panel .hide-toggle');
+  window.__workbenchHiding = true;
+  try { toggles.forEach(function (t) { t.click(); }); } finally { window.__workbenchHiding = false; }
+  return toggles.length;
+})()
 """
 # Model Explorer registers a pane's renderer under window.me_test (its own test hook) once the graph is laid out;
 # before that its postMessage commands find no graph and are dropped.
@@ -86,6 +101,7 @@ class GraphView(QWidget):
         layout.addWidget(self.view)
         self.state = "empty"
         self.ready = False  # Model Explorer shows the graph (it takes postMessage commands now)
+        self.info_panel_shown = False  # Model Explorer's side panel: folded on each page until the user opens it
         self._selecting = ""  # a selection we asked for: its echo is not a user's click
         self._pending: list[dict] = []  # commands asked for before the graph was shown
         self._polls = 0
@@ -125,6 +141,8 @@ class GraphView(QWidget):
             return
         self._graph_poll.stop()
         self.ready = True
+        if not self.info_panel_shown:
+            self.page.runJavaScript(HIDE_INFO_PANELS, 0)
         pending, self._pending = self._pending, []
         for message in pending:
             self._post(message)
@@ -151,6 +169,9 @@ class GraphView(QWidget):
         if not message.startswith(BRIDGE_PREFIX):
             return
         event = message[len(BRIDGE_PREFIX):]
+        if event == "info-panel-toggled":
+            self.info_panel_shown = not self.info_panel_shown
+            return
         if event.startswith("selected:"):
             node_id = event[len("selected:"):]
             if node_id == self._selecting:
