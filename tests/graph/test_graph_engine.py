@@ -73,6 +73,12 @@ def test_every_op_node_names_its_module(cnn_graph):
     assert named["conv2d"] == "features.0" and named["linear"] == "classifier"
 
 
+def test_the_graph_is_laid_out_denser_than_model_explorers_default(cnn_graph):
+    result, _ = cnn_graph
+    (graph,) = load_json(result["graph_json"])["graphs"]
+    assert graph["layoutConfigs"]["rankSep"] < 50  # Model Explorer's own gap: a tall chain too small to read
+
+
 def test_overlays_are_model_explorer_node_data(cnn_graph):
     """Each overlay file is a GraphNodeData: it rebuilds from Model Explorer's own dataclasses and serialises back
     to the same JSON, passes the check its web app applies when it loads a node-data file, and keys real nodes."""

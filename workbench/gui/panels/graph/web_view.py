@@ -31,12 +31,18 @@ BRIDGE_SCRIPT = """
 """
 # Model Explorer's side panel (node attributes, node-data statistics) takes half of the tab's graph area, and the
 # module table beside it already lists each layer, so each page opens with it folded (its own toggle), unless the
-# user opened it this session.
+# user opened it this session. Once it has folded (a 150 ms animation) each pane fits its graph to the wider area,
+# as Model Explorer's own Zoom to fit (Space) does.
 HIDE_INFO_PANELS = """
 (function () {
   var toggles = document.querySelectorAll('info-panel .hide-toggle');
   window.__workbenchHiding = true;
   try { toggles.forEach(function (t) { t.click(); }); } finally { window.__workbenchHiding = false; }
+  setTimeout(function () {
+    Object.values((window.me_test && window.me_test.renderers) || {}).forEach(function (r) {
+      try { r.webglRendererThreejsService.zoomFitGraph(); } catch (e) { /* another version: left as laid out */ }
+    });
+  }, 400);
   return toggles.length;
 })()
 """
