@@ -186,6 +186,7 @@ def test_a_passing_export_is_green_with_its_numbers(harness, qtbot, trained):
     assert "2.4e-06" in panel.verdict_detail.text() and "tolerance 0.0001" in panel.verdict_detail.text()
     assert not panel.diverging_box.isVisibleTo(panel)
     assert panel.artifact_labels["File"].text().endswith("artifacts/model.onnx")
+    assert panel.artifact_labels["Accuracy"].text().startswith("the PyTorch model's")  # not a bare dash
     assert panel.parity_plot.values == {"max_abs_diff": 2.4e-06, "max_rel_diff": 8.1e-06}
     assert panel.parity_plot.tolerance == 1e-4
     assert panel.runs[run_id]["result"].startswith("✓ parity")
@@ -208,6 +209,7 @@ def test_an_export_without_the_check_says_it_was_not_verified(harness, qtbot, tr
     assert panel.verdict.text() == "Exported, not verified" and panel.verdict.property("verdict_colour") == "#8a8f98"
     assert not panel.parity_plot.isVisibleTo(panel) and not panel.diverging_box.isVisibleTo(panel)
     assert panel.artifact_labels["File"].text().endswith("model.pt") and "not verified" in panel.runs[run_id]["result"]
+    assert panel.artifact_labels["Accuracy"].text().startswith("not measured: only onnx_qdq")
 
 
 def test_a_failed_export_says_why(harness, qtbot, trained):

@@ -508,15 +508,7 @@ class ExportPanel(QWidget):
         if report.get("fallback_reason"):
             exporter += f" (fallback: {report['fallback_reason']})"
         labels["Exporter"].setText(exporter)
-        accuracy = report.get("accuracy") if isinstance(report.get("accuracy"), dict) else None
-        if accuracy and isinstance(accuracy.get("onnxruntime"), (int, float)):
-            text = f"onnxruntime {accuracy['onnxruntime']:.2%}"
-            if isinstance(accuracy.get("simulated"), (int, float)):
-                drop = (accuracy["onnxruntime"] - accuracy["simulated"]) * 100
-                text += f" · simulated (the quantize run) {accuracy['simulated']:.2%} ({drop:+.2f} pt)"
-            labels["Accuracy"].setText(text)
-        else:
-            labels["Accuracy"].setText("—")
+        labels["Accuracy"].setText(_accuracy_text(results.format, report, checked and bool(parity.get("passed"))))
         self.bench_export_button.setEnabled(bool(report.get("artifact")) and not self._live(results))
         self.artifact_box.setVisible(bool(report.get("artifact")))
 
@@ -868,6 +860,24 @@ def _count_text(value) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(str(v) for v in value) or "?"
     return "?" if value is None else str(value)
+
+
+
+def _accuracy_text(fmt: str, report: dict, parity_passed: bool) -> str:
+    """What the export's accuracy is: measured in onnxruntime for an int8 export, else what parity says of it (a
+    float export computes what PyTorch does, so it is measured only where quantization could change it)."""
+    accuracy = report.get("accuracy") if isinstance(report.get("accuracy"), dict) else None
+    if accuracy and isinstance(accuracy.get("onnxruntime"), (int, float)):
+        text = f"onnxruntime {accuracy['onnxruntime']:.2%}"
+        if isinstance(accuracy.get("simulated"), (int, float)):
+            drop = (accuracy["onnxruntime"] - accuracy["simulated"]) * 100
+            text += f" · simulated (the quantize run) {accuracy['simulated']:.2%} ({drop:+.2f} pt)"
+        return text
+    if fmt == "onnx_qdq":
+        return "not measured (the dataset could not be read: see the log)" if report.get("artifact") else "—"
+    if parity_passed:
+        return "the PyTorch model's: its outputs match within the tolerance (measured only for onnx_qdq)"
+    return "not measured: only onnx_qdq exports are (a float export computes what PyTorch does)"
 
 
 def _escape(text: str) -> str:
