@@ -120,6 +120,21 @@ def test_empty_state_says_what_will_appear_and_hides_placeholder_numbers(qtbot):
     assert plot.is_empty
 
 
+
+@pytest.mark.parametrize("name", ["light", "dark"])
+def test_a_heatmap_plot_keeps_no_grid_through_data_and_a_theme_switch(qtbot, theme, name):
+    """A grid over an image crosses its cells and runs on over the margins: make_plot(grid=False) never draws
+    one, while an ordinary plot gets its grid once it holds data."""
+    heatmap = shown(qtbot, make_plot("confusion", grid=False))
+    ordinary = shown(qtbot, make_plot("loss"))
+    heatmap.addItem(pg.ImageItem(np.eye(3)))
+    ordinary.plot([1, 2, 3], [3, 2, 1])
+    theme(name)
+    restyle_plots(heatmap)
+    restyle_plots(ordinary)
+    assert all(heatmap.getAxis(axis).grid is False for axis in ("left", "bottom"))
+    assert all(ordinary.getAxis(axis).grid not in (False, 0) for axis in ("left", "bottom"))
+
 def test_legend_and_plot_follow_a_live_theme_switch(qtbot, theme):
     theme("light")
     plot = shown(qtbot, make_plot("Loss", "loss", "step", empty="nothing"))

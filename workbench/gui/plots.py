@@ -277,8 +277,9 @@ def _has_data(item) -> bool:
 class PlotItem(pg.PlotItem):
     """A PlotItem that knows when it holds no data and then says what will appear instead of blank axes."""
 
-    def __init__(self, *args, empty_text: str = "", **kwargs):
+    def __init__(self, *args, empty_text: str = "", grid: bool = True, **kwargs):
         self.empty_text = empty_text or "Nothing to show yet."
+        self.grid_wanted = grid
         self.is_empty: bool | None = None
         if kwargs.get("viewBox") is None:
             kwargs["viewBox"] = PlotViewBox()
@@ -319,7 +320,8 @@ class PlotItem(pg.PlotItem):
         for name in ("left", "bottom", "right", "top"):
             axis = self.getAxis(name)
             axis.setStyle(showValues=not empty and getattr(axis, "values_wanted", True))
-        self.showGrid(x=not empty, y=not empty, alpha=GRID_ALPHA)  # a grid over nothing reads as data
+        shown = not empty and self.grid_wanted  # a grid over nothing reads as data
+        self.showGrid(x=shown, y=shown, alpha=GRID_ALPHA)
 
 
 class PlotWidget(pg.PlotWidget):
@@ -343,14 +345,15 @@ class PlotWidget(pg.PlotWidget):
 
 
 def make_plot(title: str = "", left: str = "", bottom: str = "", *, y_format: str = "plain",
-              x_format: str = "plain", empty: str = "") -> PlotWidget:
+              x_format: str = "plain", empty: str = "", grid: bool = True) -> PlotWidget:
     """A themed plot: unit-less axes without SI prefixes, formatted as asked, and an empty state.
 
-    `empty` says what will appear there ("The loss of each step appears here once a run starts.").
+    `empty` says what will appear there ("The loss of each step appears here once a run starts."); `grid=False`
+    for an image (a heatmap), where grid lines would cross the cells and run on over the margins.
     """
     axes = {"left": NumberAxis("left", y_format), "bottom": NumberAxis("bottom", x_format),
             "right": NumberAxis("right", y_format), "top": NumberAxis("top", x_format)}
-    item = PlotItem(viewBox=PlotViewBox(), axisItems=axes, empty_text=empty)
+    item = PlotItem(viewBox=PlotViewBox(), axisItems=axes, empty_text=empty, grid=grid)
     plot = PlotWidget(plotItem=item)
     for name in ("right", "top"):  # given so they too never prefix, but pyqtgraph shows every axis it is given
         plot.hideAxis(name)
@@ -435,7 +438,7 @@ def style_plot(plot: pg.PlotWidget) -> pg.PlotWidget:
         _style_legend(legend, palette)
     if isinstance(plot.plotItem.vb, PlotViewBox):
         plot.plotItem.vb.empty_label.setDefaultTextColor(palette.color(QPalette.PlaceholderText))
-    shown = not getattr(plot.plotItem, "is_empty", False)
+    shown = not getattr(plot.plotItem, "is_empty", False) and getattr(plot.plotItem, "grid_wanted", True)
     plot.showGrid(x=shown, y=shown, alpha=GRID_ALPHA)
     return plot
 

@@ -39,7 +39,8 @@ class EvaluationView(QWidget):
         self.title = QLabel("Select a finished training run to see how it does on the test split.")
         self.title.setWordWrap(True)
         self.confusion = make_plot("Confusion matrix (rows: true class, columns: predicted)", "true", "predicted",
-                                   empty="The confusion matrix on the test split appears when a run finishes.")
+                                   empty="The confusion matrix on the test split appears when a run finishes.",
+                                   grid=False)
         self.confusion.getPlotItem().invertY(True)
         self.confusion.setAspectLocked(True)
         self.confusion_image = pg.ImageItem()
