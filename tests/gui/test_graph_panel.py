@@ -330,10 +330,11 @@ def wait(seconds):
 def page_state():  # which layers Model Explorer has open, and how wide its side panel is, read from the page
     answer = []
     panel.view.page.runJavaScript('''(function () {{
-        var graph = window.me_test.renderers[0].curModelGraph, side = document.querySelector("info-panel");
+        var r = window.me_test.renderers[0], graph = r.curModelGraph, side = document.querySelector("info-panel");
         return JSON.stringify({{open: graph.nodes.filter(function (n) {{ return n.expanded === true; }})
                                           .map(function (n) {{ return n.id; }}),
-                               side: side ? side.getBoundingClientRect().width : -1}}); }})()''', 0, answer.append)
+                               side: side ? side.getBoundingClientRect().width : -1,
+                               selected: r.selectedNodeId || ""}}); }})()''', 0, answer.append)
     until = time.monotonic() + 10
     while not answer and time.monotonic() < until:
         app.processEvents()
@@ -349,6 +350,7 @@ while time.monotonic() < deadline and step != "shot":
     job = manager.jobs.get(record.job_id)
     if step == "build" and job and not job.active:
         panel.on_job_changed(job)
+        panel.select_module("features.0")  # before the page is shown ("Show on graph" from another tab)
         step = "page"
     elif step == "page" and panel.view is not None and panel.view.ready:
         wait(1.5)  # the side panel folds with an animation
@@ -407,6 +409,7 @@ def test_model_explorer_draws_the_graph_under_xvfb(tmp_path):
     assert any(i.endswith("Sequential_features___group___") for i in opened["open"]), opened
     assert not any(i.startswith("inputs") for i in opened["open"]), opened
     assert 0 <= opened["side"] < 40, opened
+    assert opened["selected"] == "conv2d", opened  # the module picked before the page was shown: its node
     assert report["reopened"]["side"] > 200, proc.stdout
     image = Image.open(tmp_path / "screen.png").convert("RGB")
     graph_area = image.crop((0, 80, 860, 820))  # the left of the panel, where the web view is

@@ -548,6 +548,9 @@ class GraphPanel(QWidget):
             self._show_message(text)
         elif state == "ready" and self.graph:
             self.left.setCurrentWidget(self.view)
+            # A module picked before the page was shown ("Show on graph" from another tab): load() dropped the
+            # request, so it is made again now that Model Explorer takes it.
+            self._select_in_graph(self.selected_module())
 
     def shutdown(self) -> None:
         """Stop the graph server (the window calls this as it closes; the server also exits with the window)."""
@@ -578,7 +581,11 @@ class GraphPanel(QWidget):
         if name is None:
             return
         self._request_quant_layer(name)
-        if self.view is None:
+        self._select_in_graph(name)
+
+    def _select_in_graph(self, name: str | None) -> None:
+        """Select the module's node in Model Explorer (its first op's, for a module without a node of its own)."""
+        if self.view is None or name is None:
             return
         node = self.module_node.get(name) or next(
             (node for node, module in self.node_module.items() if module.startswith(name + ".") or not name), None)

@@ -31,21 +31,24 @@ BRIDGE_SCRIPT = """
 """
 # Model Explorer's side panel (node attributes, node-data statistics) takes half of the tab's graph area, and the
 # module table beside it already lists each layer, so each page opens with it folded (its own toggle), unless the
-# user opened it this session. Once it has folded (a 150 ms animation) each pane fits its graph to the wider area,
-# as Model Explorer's own Zoom to fit (Space) does.
-HIDE_INFO_PANELS = """
+# user opened it this session. The page counts as shown once it has folded (a 150 ms animation); then each pane
+# fits its graph to the wider area, as Model Explorer's own Zoom to fit (Space) does, unless a node is to be selected
+# (Model Explorer then zooms to that node).
+FOLD_INFO_PANELS = """
 (function () {
   var toggles = document.querySelectorAll('info-panel .hide-toggle');
   window.__workbenchHiding = true;
   try { toggles.forEach(function (t) { t.click(); }); } finally { window.__workbenchHiding = false; }
-  setTimeout(function () {
-    Object.values((window.me_test && window.me_test.renderers) || {}).forEach(function (r) {
-      try { r.webglRendererThreejsService.zoomFitGraph(); } catch (e) { /* another version: left as laid out */ }
-    });
-  }, 400);
   return toggles.length;
 })()
 """
+FOLD_MS = 300
+FIT_GRAPHS = """
+Object.values((window.me_test && window.me_test.renderers) || {}).forEach(function (r) {
+  try { r.webglRendererThreejsService.zoomFitGraph(); } catch (e) { /* another version: left as laid out */ }
+});
+"""
+SELECT_NODE = "model-explorer-select-node-by-node-id"
 # Model Explorer registers a pane's renderer under window.me_test (its own test hook) once the graph is laid out;
 # before that its postMessage commands find no graph and are dropped.
 GRAPH_SHOWN_CHECK = "!!(window.me_test && window.me_test.renderers && window.me_test.renderers[0])"
@@ -114,17 +117,22 @@ class GraphView(QWidget):
         self._graph_poll = QTimer(self)
         self._graph_poll.setInterval(GRAPH_POLL_MS)
         self._graph_poll.timeout.connect(self._on_graph_poll_timeout)
+        self._folding = QTimer(self)
+        self._folding.setSingleShot(True)
+        self._folding.setInterval(FOLD_MS)
+        self._folding.timeout.connect(lambda: self._show_ready(fit=True))
 
     def load(self, url: str) -> None:
         self.ready = False
         self._pending.clear()
         self._graph_poll.stop()
+        self._folding.stop()
         self._set_state("loading", "loading the graph…")
         self.view.setUrl(url)
 
     def select_node(self, node_id: str) -> None:
         self._selecting = node_id
-        self._post({"cmd": "model-explorer-select-node-by-node-id", "nodeId": node_id})
+        self._post({"cmd": SELECT_NODE, "nodeId": node_id})
 
     def load_node_data(self, path: str) -> None:
         self._post({"cmd": "model-explorer-load-node-data-file", "path": path})
@@ -143,16 +151,24 @@ class GraphView(QWidget):
         self.page.runJavaScript(GRAPH_SHOWN_CHECK, 0, self._on_graph_checked)
 
     def _on_graph_checked(self, shown) -> None:
-        if not shown or self.ready:
+        if not shown or self.ready or self._folding.isActive():  # a late answer of an earlier poll
             return
         self._graph_poll.stop()
+        if self.info_panel_shown:
+            self._show_ready(fit=False)
+            return
+        self.page.runJavaScript(FOLD_INFO_PANELS, 0)
+        self._folding.start()
+
+    def _show_ready(self, fit: bool) -> None:
+        """The graph is shown: say so, then send what was asked for meanwhile (listeners of "ready" included)."""
+        self._set_state("ready", "")  # what listeners ask for now still queues: it is sent with the rest below
         self.ready = True
-        if not self.info_panel_shown:
-            self.page.runJavaScript(HIDE_INFO_PANELS, 0)
         pending, self._pending = self._pending, []
+        if fit and not any(message.get("cmd") == SELECT_NODE for message in pending):
+            self.page.runJavaScript(FIT_GRAPHS, 0)
         for message in pending:
             self._post(message)
-        self._set_state("ready", "")
 
     def _set_state(self, state: str, text: str) -> None:
         self.state = state
