@@ -186,6 +186,13 @@ def _svg_open(width: float, height: float, label: str) -> str:
             f'role="img" aria-label="{esc(label)}" style="{FONT}">')
 
 
+def _value_grid(ticks, labels, sy, left: float, right: float, font: int) -> str:
+    """A horizontal grid line from `left` to `right` at each value tick, its label right-aligned left of the axis."""
+    return "".join(f'<line x1="{left:.1f}" y1="{sy(tick):.1f}" x2="{right:.1f}" y2="{sy(tick):.1f}" stroke="{GRID}"/>'
+                   f'<text x="{left - 6:.1f}" y="{sy(tick) + 4:.1f}" text-anchor="end" font-size="{font}" '
+                   f'fill="{MUTED}">{esc(label)}</text>' for tick, label in zip(ticks, labels))
+
+
 def _title(text: str, width: float) -> str:
     return f'<text x="{width / 2:.1f}" y="16" text-anchor="middle" font-size="13" font-weight="600" fill="{INK}">{esc(text)}</text>'
 
@@ -259,11 +266,7 @@ def line_chart(series: Sequence[Series], *, title: str = "", x_label: str = "", 
         out.append(_title(title, width))
     out.append(legend_svg)
     # grid and axes
-    for tick, label in zip(y_ticks, y_tick_labels):
-        y = sy(tick)
-        out.append(f'<line x1="{left:.1f}" y1="{y:.1f}" x2="{width - right:.1f}" y2="{y:.1f}" stroke="{GRID}"/>'
-                   f'<text x="{left - 6:.1f}" y="{y + 4:.1f}" text-anchor="end" font-size="{font}" '
-                   f'fill="{MUTED}">{esc(label)}</text>')
+    out.append(_value_grid(y_ticks, y_tick_labels, sy, left, width - right, font))
     last_right = -1e9
     for tick in x_ticks_v:
         x = sx(tick)
@@ -395,11 +398,7 @@ def grouped_bar_chart(groups: Sequence[str], series: Sequence[tuple[str, Sequenc
     if title:
         out.append(_title(title, width))
     out.append(legend_svg)
-    for tick, label in zip(ticks, labels):
-        y = sy(tick)
-        out.append(f'<line x1="{left:.1f}" y1="{y:.1f}" x2="{width - right:.1f}" y2="{y:.1f}" stroke="{GRID}"/>'
-                   f'<text x="{left - 6:.1f}" y="{y + 4:.1f}" text-anchor="end" font-size="{font}" '
-                   f'fill="{MUTED}">{esc(label)}</text>')
+    out.append(_value_grid(ticks, labels, sy, left, width - right, font))
     n_groups, n_series = max(len(groups), 1), max(len(series), 1)
     group_w = (width - right - left) / n_groups
     bar_w = min(group_w * 0.8 / n_series, 46)
