@@ -20,6 +20,11 @@ JOB_STATE_COLOURS = {"done": "#2e9d4a", "failed": "#d0342c", "cancelled": "#8a8f
                      "queued": "#d39a1c", "submitted": "#d39a1c"}
 
 
+def state_colour(state: str | None) -> str:
+    """A job's or run's state as a colour; grey for a state not listed (interrupted, diverged, unknown)."""
+    return JOB_STATE_COLOURS.get(state or "", "#888888")
+
+
 def _dark_palette() -> QPalette:
     p = QPalette()
     base, alt, text, mid = QColor("#1e1f22"), QColor("#2a2c30"), QColor("#e6e6e6"), QColor("#3a3d42")

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.client import JobRecord
-from workbench.gui.theme import JOB_STATE_COLOURS
+from workbench.gui.theme import state_colour
 
 COLUMNS = ("Task", "State", "Progress", "Elapsed", "Details")
 # How long a cancel may go unanswered before the row offers "Force stop". A training step is well under
@@ -101,7 +101,7 @@ class JobsItemModel(QAbstractTableModel):
         if role == Qt.UserRole and column == "Progress":
             return record.fraction
         if role == Qt.ForegroundRole and column == "State":
-            return QColor(JOB_STATE_COLOURS.get(record.state, "#888888"))
+            return QColor(state_colour(record.state))
         if role == Qt.ToolTipRole:
             lines = [f"{record.task}: {record.state}", f"job id {record.job_id}"]
             if record.run_dir:

@@ -7,7 +7,7 @@ import html
 import math
 from datetime import datetime
 
-from workbench.gui.theme import JOB_STATE_COLOURS
+from workbench.gui.theme import JOB_STATE_COLOURS, state_colour
 
 LIST_LIMIT = 8  # longer lists (confusion matrices, per-class tables) are summarised, not printed
 
@@ -52,7 +52,7 @@ def _table(rows: list[tuple[str, str]]) -> str:
 
 def describe_run_html(summary: dict) -> str:
     status = summary.get("status") or "unknown"
-    colour = JOB_STATE_COLOURS.get(status, "#888888")
+    colour = state_colour(status)
     parts = [f"<h3 style='margin-bottom:2px'>{html.escape(summary.get('id', ''))}</h3>",
              f"<p style='margin-top:0'><b style='color:{colour}'>{html.escape(status)}</b>"]
     if summary.get("message"):

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from workbench.errors import WorkbenchError
 from workbench.gui.panels.run_details import describe_run_html
-from workbench.gui.theme import JOB_STATE_COLOURS
+from workbench.gui.theme import state_colour
 from workbench.gui.widgets.open_folder import open_folder
 from workbench.runs import RunStore
 
@@ -81,7 +81,7 @@ class RunsItemModel(QAbstractTableModel):
             value = run.get(key) or ""
             return value.replace("T", " ")[:19] if key == "created" else str(value)
         if role == Qt.ForegroundRole and key == "status":
-            return QColor(JOB_STATE_COLOURS.get(run.get("status"), "#888888"))
+            return QColor(state_colour(run.get("status")))
         if role == Qt.ToolTipRole:
             return f"{run.get('run_dir')}\n{run.get('message') or ''}".strip()
         return None

@@ -10,9 +10,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QTableWidget, QTableWidgetItem
 
 from workbench.errors import WorkbenchError
-from workbench.gui.theme import JOB_STATE_COLOURS
-
-UNKNOWN_STATE_COLOUR = "#888888"
+from workbench.gui.theme import state_colour
 
 
 def task_runs(listed: Iterable[dict], tasks: Iterable[str], live_run_ids: Iterable[str],
@@ -48,7 +46,7 @@ def id_item(entry: dict) -> QTableWidgetItem:
 
 def status_item(entry: dict) -> QTableWidgetItem:
     item = QTableWidgetItem(entry["status"])
-    item.setForeground(QColor(JOB_STATE_COLOURS.get(entry["status"], UNKNOWN_STATE_COLOUR)))
+    item.setForeground(QColor(state_colour(entry["status"])))
     return item
 
 
