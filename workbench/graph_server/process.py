@@ -28,32 +28,36 @@ def _pane(path: str | Path, label: str | None = None, graph_id: str | None = Non
           width: float) -> dict:
     """One pane of Model Explorer's ui state (the fields of its createInitialPaneState) showing a graph of the JSON
     file at `path` (its first, or the one with `graph_id`), its layers opened as far as the graph fits a screen."""
-    collection = _read_collection(str(Path(path).absolute()))
-    graphs = [g for g in collection.get("graphs") or [] if isinstance(g, dict)]
-    graph = next((g for g in graphs if g.get("id") == graph_id), graphs[0] if graphs else {})
-    return {"deepestExpandedGroupNodeIds": initial_expansion(graph), "selectedNodeId": "",
-            "selectedGraphId": graph_id if graph_id is not None else str(graph.get("id", "")),
-            "selectedCollectionLabel": label if label is not None else str(collection.get("label", "")),
+    own_label, graphs = _layout_of(str(Path(path).absolute()))
+    opened = dict(graphs)
+    shown = graph_id if graph_id is not None else (graphs[0][0] if graphs else "")
+    return {"deepestExpandedGroupNodeIds": list(opened.get(shown, graphs[0][1] if graphs else ())),
+            "selectedNodeId": "", "selectedGraphId": shown,
+            "selectedCollectionLabel": label if label is not None else own_label,
             "widthFraction": width, "selected": selected}
 
 
-def _read_collection(path: str) -> dict:
-    """A graph JSON file's collection ({} when it cannot be read: the page then says so itself). Cached by size
-    and time, so switching overlays does not parse a large graph again in the window's thread."""
+def _layout_of(path: str) -> tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]:
+    """A graph JSON file's collection label and, for each of its graphs, (its id, the layers to open); ("", ())
+    when it cannot be read (the page then says so itself). Cached by size and time, so switching overlays does not
+    parse a large graph again in the window's thread; only these few strings are kept, not the parsed file."""
     try:
         stat = os.stat(path)
     except OSError:
-        return {}
-    return _parse_collection(path, stat.st_size, stat.st_mtime_ns)
+        return "", ()
+    return _read_layout(path, stat.st_size, stat.st_mtime_ns)
 
 
-@functools.lru_cache(maxsize=8)
-def _parse_collection(path: str, size: int, mtime_ns: int) -> dict:
+@functools.lru_cache(maxsize=16)
+def _read_layout(path: str, size: int, mtime_ns: int) -> tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        return "", ()
+    if not isinstance(data, dict):
+        return "", ()
+    graphs = [g for g in data.get("graphs") or [] if isinstance(g, dict)]
+    return str(data.get("label", "")), tuple((str(g.get("id", "")), tuple(initial_expansion(g))) for g in graphs)
 
 
 class GraphServer:
