@@ -8,6 +8,7 @@ kernel every step); with these settings it takes about 30, and its peak memory i
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import platform
 import threading
@@ -31,18 +32,17 @@ TRIM_THRESHOLD = 256 << 20  # free memory kept at the heap's top between steps; 
 ARENA_MAX = 1
 
 _lock = threading.Lock()
-_libc: ctypes.CDLL | None = None
 _tuned = False
 
 
+@functools.cache  # once: platform.libc_ver() reads the interpreter's binary, and this runs after every job
 def _glibc() -> ctypes.CDLL | None:
-    global _libc
-    if _libc is None and platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
-        try:
-            _libc = ctypes.CDLL("libc.so.6")
-        except OSError:  # a glibc that is not where the loader looks: keep its defaults
-            return None
-    return _libc
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:  # a glibc that is not where the loader looks: keep its defaults
+        return None
 
 
 def keep_freed_memory() -> bool:

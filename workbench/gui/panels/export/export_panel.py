@@ -862,7 +862,6 @@ def _count_text(value) -> str:
     return "?" if value is None else str(value)
 
 
-
 def _accuracy_text(fmt: str, report: dict, parity_passed: bool) -> str:
     """What the export's accuracy is: measured in onnxruntime for an int8 export, else what parity says of it (a
     float export computes what PyTorch does, so it is measured only where quantization could change it)."""
