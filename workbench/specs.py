@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import re
+import reprlib
 import sys
 import types
 from collections.abc import Iterable, Iterator, Mapping
@@ -269,7 +270,32 @@ def _suffix(path: Path) -> str:
     return suffix
 
 
+MAX_NESTING = 16  # tables and lists inside each other; a spec needs 3, a hostile file may hold thousands
+
+
+def _check_nesting(data: Any, source: str) -> None:
+    """Refuse data nested deeper than any spec can be, without recursing (so no RecursionError can escape)."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise SpecError(f"{source}: tables or lists are nested more than {MAX_NESTING} deep; a spec "
+                            "needs only a few levels (e.g. dataset.name)")
+        children = value.values() if isinstance(value, Mapping) else value if isinstance(value, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (Mapping, list)))
+
+
 def _parse(text: str, suffix: str, source: str) -> dict:
+    try:
+        data = _parse_text(text, suffix, source)
+    except RecursionError:  # the parsers recurse per level: a file of 100,000 "[" ends here
+        raise SpecError(f"{source}: tables or lists are nested too deeply to read; a spec needs only a few "
+                        "levels (e.g. dataset.name)") from None
+    _check_nesting(data, source)
+    return data
+
+
+def _parse_text(text: str, suffix: str, source: str) -> dict:
     if suffix == ".toml":
         try:
             return tomllib.loads(text)
@@ -306,7 +332,9 @@ class Spec:
     def from_dict(cls: type[S], data: Mapping[str, Any], *, path: str = "") -> S:
         """Build and validate a spec from plain data; `path` is where this spec sits in the top-level one."""
         if not isinstance(data, Mapping):
-            raise SpecError(f"{path or cls.__name__}: {data!r} is not a table")
+            raise SpecError(f"{path or cls.__name__}: {reprlib.repr(data)} is not a table")
+        if not path:  # data from the wire or a dict, not only from a file: the same bound applies
+            _check_nesting(data, cls.__name__)
         fields = _fields(cls)
         values = {}
         for key, raw in data.items():
@@ -478,6 +506,7 @@ MAX_IMAGE_SIDE = 4096  # pixels; a 4096x4096 RGB image is already 50 MB as uint8
 MAX_SAMPLE_VALUES = 2**28  # values in one input sample (1 GiB as float32): model.input_shape multiplied out
 MAX_CLASSES = 1_000_000
 MAX_SAMPLES = 100_000_000
+MAX_SEED = 2**63 - 1  # torch.manual_seed and numpy take a signed 64-bit seed; more overflows deep in torch
 MAX_BATCH = 2**20
 MAX_ACCUM = 65_536
 MAX_EPOCHS = 100_000
@@ -501,7 +530,7 @@ class DataSpec(Spec):
     download: bool = option(False, "Download the dataset when it is not already under root.")
     val_fraction: float = option(0.1, "Fraction of the training split held out for validation.", min=0, max=1, max_exclusive=True)
     test_fraction: float = option(0.1, "Fraction held out for testing, used only where the dataset has no test split of its own.", min=0, max=1, max_exclusive=True)
-    seed: int = option(0, "Seed of the random train/validation/test split.", min=0)
+    seed: int = option(0, "Seed of the random train/validation/test split.", min=0, max=MAX_SEED)
     image_size: list[int] = option([], "Resize images: empty keeps their size, one value makes a square, two values are height,width.", min=1, max=MAX_IMAGE_SIDE, max_items=2)
     normalize: str | dict = option("auto", "Normalisation: 'auto' uses the dataset's statistics, 'none' skips it, or a table {mean=[...], std=[...]}.")
     augment: list[dict] = option([], "Training augmentations, each a table with a name and its parameters, e.g. {name='rotation', degrees=15}.", str_key="name")
@@ -571,7 +600,7 @@ class TrainSpec(Spec):
     grad_accum_steps: int = option(1, "Batches whose gradients add up before each optimiser step.", min=1, max=MAX_ACCUM)
     clip_grad_norm: float = option(0.0, "Clip the gradient norm to this value; 0 turns it off.", min=0)
     clip_grad_value: float = option(0.0, "Clip each gradient element to plus or minus this value; 0 turns it off.", min=0)
-    seed: int = option(0, "Seed for weight initialisation and data shuffling.", min=0)
+    seed: int = option(0, "Seed for weight initialisation and data shuffling.", min=0, max=MAX_SEED)
     deterministic: bool = option(False, "Use deterministic algorithms so reruns match exactly, at some cost in speed.")
     compile: Literal["off", "default", "reduce-overhead", "max-autotune"] = option("off", "torch.compile mode, or off to run eagerly.")
     channels_last: bool | Literal["auto"] = option("auto", "Memory layout of image tensors: true is channels-last, false contiguous; auto times both once per model and device (remembered in the workspace) and keeps the faster. Same precision either way.")
@@ -643,7 +672,7 @@ class CalibrationSpec(Spec):
     """The calibration subset: training samples that ranges, AdaRound and bias correction are fitted on."""
 
     samples: int = option(256, "Training samples to calibrate on (the Data tab's calibration count).", min=1, max=MAX_SAMPLES)
-    seed: int = option(0, "Seed that picks the calibration samples (the Data tab's calibration seed).", min=0)
+    seed: int = option(0, "Seed that picks the calibration samples (the Data tab's calibration seed).", min=0, max=MAX_SEED)
 
 
 @dataclass

@@ -27,6 +27,8 @@ from PySide6.QtWidgets import (
 from workbench.errors import SpecError
 from workbench.specs import Spec
 
+QT_INT_MAX = 2**31 - 1  # the largest value a QSpinBox (a C int) holds
+
 ERROR_COLOUR = "#d0342c"
 
 
@@ -209,7 +211,8 @@ class SpecForm(QWidget):
         if hint is int:
             widget = QSpinBox()
             low = meta.get("min", 0)
-            widget.setRange(int(low) + (1 if meta.get("min_exclusive") else 0), int(meta.get("max", 2**31 - 1)))
+            # QSpinBox holds a C int: a wider bound (a 64-bit seed) is clamped to what the box can show.
+            widget.setRange(int(low) + (1 if meta.get("min_exclusive") else 0), min(int(meta.get("max", QT_INT_MAX)), QT_INT_MAX))
             return widget
         # A line edit, not a spin box: learning rates want 3e-4, not a fixed number of decimals. No validator
         # either: one silently swallows keystrokes, while the spec's inline message says what is wrong.
