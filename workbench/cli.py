@@ -454,8 +454,10 @@ def _cmd_diag(args) -> int:
 
 def _cmd_gui(args) -> int:
     from workbench.gui.app import run_gui
+    from workbench.workspace import resolve_workspace
 
-    return run_gui(Path(args.workspace) if args.workspace else None, connection_file=args.connect)
+    workspace = resolve_workspace(args.workspace) if args.workspace is not None else None
+    return run_gui(workspace, connection_file=args.connect)
 
 
 def _cmd_worker(args) -> int:
