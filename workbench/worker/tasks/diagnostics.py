@@ -15,17 +15,24 @@ import time
 import numpy as np
 
 from workbench.errors import JobError
+from workbench.specs import _to_float, _to_int
 from workbench.worker.registry import register_task
 
 CRASH_MODES = ("kill", "exit", "segfault", "raise", "job_error", "hang")
 
 
+def _field(spec: dict, name: str, default, kind: type):
+    """A diagnostic's field as `kind`, checked like a typed spec's: a bad value names the field."""
+    value = spec.get(name, default)
+    return _to_int(value, name) if kind is int else _to_float(value, name)
+
+
 @register_task("debug.count", kind="job")
 def count(spec: dict, ctx):
     """Count steps, streaming a metric per step; crash or emit NaN on request (for tests and self-checks)."""
-    steps = int(spec.get("steps", 100))
-    delay = float(spec.get("delay", 0.01))
-    crash_at = int(spec.get("crash_at", -1))
+    steps = _field(spec, "steps", 100, int)
+    delay = _field(spec, "delay", 0.01, float)
+    crash_at = _field(spec, "crash_at", -1, int)
     crash_mode = spec.get("crash_mode", "kill")
     if crash_mode not in CRASH_MODES:
         raise JobError(f"crash_mode: {crash_mode!r} is not allowed; choose one of: {', '.join(CRASH_MODES)}")
@@ -64,14 +71,14 @@ def selftest(spec: dict, ctx):
     A "query" so that it runs in the worker's query pool beside a long training job instead of queueing
     behind it: it checks that the worker answers now, which is the point of a self-test.
     """
-    result = yield from count({"steps": int(spec.get("steps", 200)), "delay": float(spec.get("delay", 0.01))}, ctx)
+    result = yield from count({"steps": _field(spec, "steps", 200, int), "delay": _field(spec, "delay", 0.01, float)}, ctx)
     return {**result, "selftest": "passed"}
 
 
 @register_task("debug.echo", kind="query")
 def echo(spec: dict, ctx):
     """Return the spec; with `array_size`, also send an array of that many float32 values."""
-    size = int(spec.get("array_size", 0))
+    size = _field(spec, "array_size", 0, int)
     if size:
         ctx.array("ramp", np.arange(size, dtype=np.float32))
     return {"echo": spec}
@@ -80,7 +87,7 @@ def echo(spec: dict, ctx):
 @register_task("debug.sleep", kind="job", creates_run=False)
 def sleep(spec: dict, ctx):
     """Sleep in small steps until done or cancelled (tests cancel latency)."""
-    seconds = float(spec.get("seconds", 10))
+    seconds = _field(spec, "seconds", 10.0, float)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         time.sleep(0.01)
