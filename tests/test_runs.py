@@ -402,3 +402,63 @@ def test_committed_metrics_survive_sigkill(tmp_path):
     with RunStore(workspace).open_run(run_dir.name) as run:
         steps, _ = run.read_metrics("m0")["m0"]
         assert steps[:reported] == list(range(reported))
+
+
+# -- what a job killed mid-write leaves behind (issue #19, 5.8) -------------------------------------------------
+
+
+def _kill_mid_export(store: RunStore) -> tuple[Path, list[Path]]:
+    """A run whose owner died with an export staged and a checkpoint half-written, as SIGKILL leaves it."""
+    child = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import os, tempfile
+        from pathlib import Path
+        from workbench.runs import RunStore
+        run = RunStore({str(store.workspace)!r}).create_run("export", {{}}, task="export.model")
+        stage = Path(tempfile.mkdtemp(prefix=".model.onnx.", dir=run.dir / "artifacts"))
+        (stage / "model.onnx").write_bytes(b"half")
+        (run.dir / "checkpoints" / ".last.pt.0a1b2c3d.tmp").write_bytes(b"half")
+        print(run.dir, flush=True)
+        os._exit(0)  # no cleanup of any kind, as after a SIGKILL
+    """)], capture_output=True, text=True, check=True)
+    run_dir = Path(child.stdout.strip())
+    leftovers = [*(run_dir / "artifacts").iterdir(), *(run_dir / "checkpoints").iterdir()]
+    assert len(leftovers) == 2
+    return run_dir, leftovers
+
+
+def test_opening_a_dead_run_removes_its_stale_staging(store):
+    run_dir, leftovers = _kill_mid_export(store)
+    (run_dir / "artifacts" / "model.onnx").write_bytes(b"a finished export stays")
+    with store.open_run(run_dir.name) as run:
+        assert run.summary()["status"] == "interrupted"
+    assert not any(path.exists() for path in leftovers)
+    assert (run_dir / "artifacts" / "model.onnx").read_bytes() == b"a finished export stays"
+
+
+def test_a_live_jobs_staging_is_never_swept(store):
+    with store.create_run("export", {}, task="export.model") as live:
+        stage = live.dir / "artifacts" / ".model.onnx.abc123"
+        stage.mkdir()
+        with store.open_run(live.id):
+            pass
+        assert stage.is_dir()  # its owner still writes there
+    with store.open_run(live.id):
+        pass
+    assert not stage.exists()
+
+
+def test_resuming_a_run_removes_what_its_killed_writer_left(store):
+    run_dir, leftovers = _kill_mid_export(store)
+    with store.open_run(run_dir.name, readonly=False) as run:
+        leftovers[0].parent.joinpath(".model.onnx.zzz").mkdir()  # appears after the open, before the claim
+        run.claim()
+        assert not any(path.exists() for path in (*leftovers, leftovers[0].parent / ".model.onnx.zzz"))
+
+
+def test_reading_a_clean_run_still_changes_nothing(store):
+    with store.create_run("train", {}, task="train.classifier") as run:
+        run.set_status("done")
+    before = sorted((p.relative_to(run.dir), p.stat().st_mtime_ns) for p in run.dir.rglob("*"))
+    with store.open_run(run.id):
+        pass
+    assert sorted((p.relative_to(run.dir), p.stat().st_mtime_ns) for p in run.dir.rglob("*")) == before

@@ -287,6 +287,58 @@ def run_owner(run_dir: str | Path) -> dict | None:
         os.close(fd)
 
 
+def _staging_leftovers(run_dir: Path) -> list[Path]:
+    """Hidden staging folders (an export's `.model.onnx.<random>/`) and temp files (`.last.pt.<hex>.tmp`)
+    that only a job killed mid-write leaves behind: a finished write renames or removes its own."""
+    found = []
+    for folder in (run_dir, run_dir / "artifacts", run_dir / "checkpoints"):
+        try:
+            items = list(folder.iterdir())
+        except OSError:
+            continue
+        for item in items:
+            if not item.name.startswith(".") or item.name.startswith(".creating-"):
+                continue
+            if (item.is_dir() and not item.is_symlink() and folder.name == "artifacts") or (
+                    item.name.endswith(".tmp") and item.is_file()):
+                found.append(item)
+    return found
+
+
+def _remove_leftovers(items: list[Path]) -> None:
+    for item in items:
+        with contextlib.suppress(OSError):  # a read-only workspace keeps them: they are hidden and harmless
+            if item.is_dir():
+                shutil.rmtree(item)
+            else:
+                item.unlink()
+
+
+def sweep_dead_staging(run_dir: str | Path) -> None:
+    """Remove what a killed job left half-written in its run, once nobody owns the run any more.
+
+    Looks first and touches nothing when there is nothing to remove, so reading a clean run still changes nothing;
+    the lock is held while removing, so a live job's staging is never taken from under it.
+    """
+    run_dir = Path(run_dir)
+    leftovers = _staging_leftovers(run_dir)
+    if not leftovers or fcntl is None:
+        return
+    try:
+        fd = os.open(run_dir / LOCK_NAME, os.O_RDONLY)  # read-only: flock needs no write access, the file stays
+    except OSError:
+        return  # no lock file: nothing tells whether a job still writes there, so leave it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return  # a live job owns the run: its staging is in use
+    try:
+        _remove_leftovers(leftovers)
+    finally:
+        os.close(fd)
+
+
 def interrupted_message(run_id: str, task: str | None) -> str:
     resume = f" Resume it with `workbench train --resume {run_id}`." if task and task.startswith("train") else ""
     return ("The process running it ended without finishing (it was killed, crashed or the machine stopped); "
@@ -441,6 +493,7 @@ class Run:
             raise ValueError("a run opened read-only cannot be claimed")
         if self._owner is None or not self._owner.held:
             self._owner = RunOwner.acquire(self.dir, doing=doing)
+            _remove_leftovers(_staging_leftovers(self.dir))  # ours now: what a killed writer left is dead
 
     @property
     def owned(self) -> bool:
@@ -786,8 +839,11 @@ class RunStore:
         return self.runs_dir / candidates[0]
 
     def open_run(self, ref: str, *, readonly: bool = True) -> Run:
-        """Open a run to read (the default: changes nothing) or, with readonly=False, to write after claim()."""
-        return Run(self.resolve(ref), readonly=readonly)
+        """Open a run to read (the default: changes nothing but removing a killed job's half-written staging, see
+        sweep_dead_staging) or, with readonly=False, to write after claim()."""
+        run_dir = self.resolve(ref)
+        sweep_dead_staging(run_dir)
+        return Run(run_dir, readonly=readonly)
 
     def delete_run(self, ref: str) -> None:
         """Delete a run directory; works on unreadable runs too, but only inside this workspace.
