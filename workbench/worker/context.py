@@ -16,6 +16,7 @@ from pathlib import Path
 from workbench.errors import JobCancelled
 from workbench.protocol.arrays import array_to_buffer
 from workbench.protocol.metrics import encode_metrics
+from workbench.text import strip_ansi
 
 Emit = Callable[[str, dict, list], None]  # (msg_type, content, buffers)
 FLUSH_INTERVAL = 0.05  # seconds: at most 20 metrics messages a second
@@ -63,7 +64,7 @@ class TaskContext:
             return
         self._last_progress = now
         fraction = (done / total) if total else None
-        self._emit("progress", {"done": done, "total": total, "fraction": fraction, "text": text}, [])
+        self._emit("progress", {"done": done, "total": total, "fraction": fraction, "text": strip_ansi(text)}, [])
 
     def metrics(self, step: int, values: dict) -> None:
         """Record metric values at a step; cheap enough to call every training step.
@@ -95,6 +96,7 @@ class TaskContext:
         self._emit("artifact", content, [])
 
     def log(self, text: str, level: str = "info") -> None:
+        text = strip_ansi(text)  # a library's coloured message (torch's exporter) reads as plain text everywhere
         if self.run is not None:
             self.run.log_event("log", {"level": level, "text": text})
         self._emit("log", {"level": level, "text": text}, [])

@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 
 from workbench.errors import JobCancelled, UsageError, WorkbenchError
+from workbench.text import strip_ansi_deep
 from workbench.worker.context import Emit, TaskContext
 from workbench.worker.registry import TaskInfo
 
@@ -49,6 +50,14 @@ def _describe_escape(exc: BaseException) -> str:
             "or Ctrl+C on the command line")
 
 
+def _record_outcome(run, result: dict) -> None:
+    if "error" in result:
+        run.log_event("error", {**result["error"], "traceback": result.get("traceback", "")})
+    report = {k: v for k, v in result.items() if k != "traceback"}
+    run.write_report(report)
+    run.set_status(result["status"], result.get("error", {}).get("message", ""))
+
+
 def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threading.Event | None = None,
              workspace: str | Path | None = None, job_id: str = "", resume: str | Path | None = None,
              run_id: str | None = None) -> dict:
@@ -76,11 +85,11 @@ def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threadi
                 opened.close()
                 raise
             run = opened
+            result["run_dir"] = str(run.dir)  # named from here on: a write below can fail (a full disk)
             if hasattr(spec, "to_toml"):  # the spec may have grown (more epochs, say): keep the file true
                 atomic_write_text(run.spec_path, spec.to_toml())
             run.set_status("running")
             run.log_event("resumed", {"job_id": job_id})
-            result["run_dir"] = str(run.dir)
             emit("status", {"state": "running", "run_dir": str(run.dir), "resumed": True}, [])
         elif task.creates_run and workspace is not None:
             from workbench.runs import RunStore
@@ -88,8 +97,8 @@ def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threadi
             spec_dict = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
             run = RunStore(Path(workspace)).create_run(task.name.split(".")[0], spec_dict, task=task.name,
                                                       run_id=run_id)
+            result["run_dir"] = str(run.dir)  # the folder exists from here on, even if the next write fails
             run.set_status("running")
-            result["run_dir"] = str(run.dir)
             emit("status", {"state": "running", "run_dir": str(run.dir)}, [])
         else:
             emit("status", {"state": "running"}, [])
@@ -118,13 +127,18 @@ def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threadi
         result.update(status="failed", error={"type": type(exc).__name__, "message": _describe_escape(exc)})
         result["traceback"] = traceback.format_exc()
     result["elapsed_s"] = round(time.time() - started, 6)
+    result = strip_ansi_deep(result)  # error messages and reasons (a bench backend's) may carry a library's colours
     if run is not None:
         try:
-            if "error" in result:
-                run.log_event("error", {**result["error"], "traceback": result.get("traceback", "")})
-            report = {k: v for k, v in result.items() if k != "traceback"}
-            run.write_report(report)
-            run.set_status(result["status"], result.get("error", {}).get("message", ""))
+            _record_outcome(run, result)
+        except (OSError, WorkbenchError) as exc:  # a full disk: the run cannot say how it ended, so this reply must
+            if "error" not in result:
+                result["status"] = "failed"
+                result["error"] = {"type": type(exc).__name__, "message": (
+                    f"the job finished, but its outcome could not be saved in {run.dir}: {exc}")}
+            else:
+                why = "" if str(exc) in result["error"]["message"] else f": {exc}"
+                result["error"]["message"] += f" (its report could not be saved in {run.dir} either{why})"
         finally:
             run.close()
     emit("status", {"state": result["status"], **({"error": result["error"]} if "error" in result else {})}, [])
