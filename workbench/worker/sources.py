@@ -1,5 +1,6 @@
-"""`source.run` read once for every job that takes a training run's model (graph, quantize; later export and
-bench): the run's folder and its TrainSpec, with messages that name source.run and say what is wrong."""
+"""`source.run` read once for every job that takes a training run's model (graph, quantize, export, bench): the run's
+folder and its TrainSpec, with messages that name source.run and say what is wrong; and the one rule for sizing a
+`model.*` network's head without a run."""
 
 from __future__ import annotations
 
@@ -33,3 +34,18 @@ def first_checkpoint(run_dir: Path, order: tuple[str, ...]) -> Path | None:
     """The first of `order` that the run's checkpoints/ folder holds, or None."""
     folder = run_dir / "checkpoints"
     return next((folder / name for name in order if (folder / name).is_file()), None)
+
+
+def dataset_class_count(data, ctx) -> int | None:
+    """The dataset's class count for model.num_classes = 0 (auto), the same in every verb that builds a `model.*`
+    network; None when the data cannot be read (the model is then built with the default head, and says so)."""
+    from workbench.worker.data import load_dataset
+
+    try:
+        dataset = load_dataset(data, ctx=ctx)
+    except JobError:
+        return None
+    try:
+        return len(dataset.classes)
+    finally:
+        dataset.release()

@@ -169,6 +169,7 @@ def resolve(spec: BenchSpec, ctx) -> BenchSource:
     """The model, input shape, file and quantize run a BenchSpec names; a JobError naming the field otherwise."""
     from workbench.worker.models import build_model
     from workbench.worker.models.surgery import load_checkpoint
+    from workbench.worker.sources import dataset_class_count
 
     file, kind = None, None
     if spec.source.file or spec.artifact:
@@ -214,6 +215,7 @@ def resolve(spec: BenchSpec, ctx) -> BenchSource:
     else:
         shape = override or _dataset_shape(spec.dataset, ctx)
         _check_shape(shape, "model.input_shape")
-        model = build_model(spec.model, input_shape=shape, log=ctx.log)
+        classes = None if spec.model.num_classes else dataset_class_count(spec.dataset, ctx)
+        model = build_model(spec.model, input_shape=shape, log=ctx.log, classes=classes)
         label = spec.model.name
     return BenchSource(model.eval(), tuple(shape), label, file, kind, quant_info)

@@ -50,7 +50,7 @@ def resolve_source(spec: ExportSpec, ctx) -> ExportSource:
     """The model to export, built on the CPU in eval mode with its weights loaded."""
     from workbench.worker.models import build_model, load_checkpoint
     from workbench.worker.quant.source import merge_dataset, run_checkpoint
-    from workbench.worker.sources import read_training_run
+    from workbench.worker.sources import dataset_class_count, read_training_run
 
     if spec.source.file:
         raise JobError(f"source.file: {spec.source.file} is already an exported model; export takes a PyTorch model "
@@ -78,7 +78,8 @@ def resolve_source(spec: ExportSpec, ctx) -> ExportSource:
     # model.*: its own weights (checkpoint or pretrained), else freshly initialised ones.
     custom_data = spec.dataset != DataSpec()
     shape = tuple(spec.model.input_shape) or dataset_shape(spec.dataset, ctx, why="the input shape")
-    model = build_model(spec.model, input_shape=shape, log=ctx.log)
+    classes = None if spec.model.num_classes else dataset_class_count(spec.dataset, ctx)
+    model = build_model(spec.model, input_shape=shape, log=ctx.log, classes=classes)
     if not spec.model.checkpoint and not spec.model.weights:
         ctx.log(f"{spec.model.name} has no weights to load (neither model.checkpoint nor model.weights is set): "
                 "exporting freshly initialised weights", "warning")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import pickle
 import threading
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from unittest import mock
 
 from workbench.errors import JobError
 from workbench.specs import GraphSpec, ModelSpec, TrainSpec
-from workbench.worker.sources import first_checkpoint, read_training_run
+from workbench.worker.sources import dataset_class_count, first_checkpoint, read_training_run
 
 CHECKPOINT_ORDER = ("best.pt", "last.pt", "model.pt")  # best, else the newest state training wrote
 FILE_SUFFIXES = (".pt2", ".onnx")
@@ -60,21 +61,6 @@ def input_shape_for(spec: GraphSpec, run: RunModel | None, ctx) -> tuple[int, ..
         dataset.release()
 
 
-def _class_count(data, ctx) -> int | None:
-    """The dataset's class count for model.num_classes = 0 (auto); None when it cannot be read (a graph does not
-    need the data itself, so the model is then drawn with the default head)."""
-    from workbench.worker.data import load_dataset
-
-    try:
-        dataset = load_dataset(data, ctx=ctx)
-    except JobError:
-        return None
-    try:
-        return len(dataset.classes)
-    finally:
-        dataset.release()
-
-
 def build_module(spec: GraphSpec, ctx):
     """(model in eval mode, input shape, label, RunModel or None) for `model.*` or `source.run`."""
     from workbench.worker.models import build_model
@@ -84,7 +70,7 @@ def build_module(spec: GraphSpec, ctx):
     model_spec: ModelSpec = run.spec.model if run is not None else spec.model
     shape = input_shape_for(spec, run, ctx)
     if run is None:
-        classes = None if model_spec.num_classes else _class_count(spec.dataset, ctx)
+        classes = None if model_spec.num_classes else dataset_class_count(spec.dataset, ctx)
         model = build_model(model_spec, input_shape=shape, log=ctx.log, classes=classes)
         return model.eval(), shape, model_spec.name, None
     # The run's own weights replace any pretrained or starting checkpoint, so neither is loaded first.
@@ -166,12 +152,52 @@ def _weights_only_unpickling():
             _GUARD.on = False
 
 
+class _Kept(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def _torch_export_log_kept():
+    """torch.export.load logs a damaged archive's error with its traceback on stderr and goes on; keep that record
+    for our one-line message instead (shown as it is only with --debug, where the root logger is at DEBUG)."""
+    logger = logging.getLogger("torch.export")
+    kept = _Kept()
+    if logging.getLogger().isEnabledFor(logging.DEBUG):
+        yield kept
+        return
+    # torch gives this logger a stderr handler of its own (torch._logging), so its handlers are swapped, not only
+    # its propagation turned off.
+    was, handlers = logger.propagate, logger.handlers[:]
+    logger.handlers[:] = [kept]
+    logger.propagate = False
+    try:
+        yield kept
+    finally:
+        logger.propagate = was
+        logger.handlers[:] = handlers
+
+
+def _logged_reason(kept: _Kept) -> str:
+    for record in kept.records:
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            first = (str(error).splitlines() or [""])[0].split(". ")[0]  # torch's advice after it is about checkpoints
+            return f"{type(error).__name__}: {first[:300]}"
+    return ""
+
+
 def load_exported_program(path: Path):
     """torch.export.load without running code, a damaged or foreign file reported by name instead of a traceback."""
     import torch
 
+    kept = _Kept()
     try:
-        with _weights_only_unpickling():
+        with _torch_export_log_kept() as kept, _weights_only_unpickling():
             return torch.export.load(str(path))
     except Exception as exc:  # zip, JSON, version and unpickling failures all surface differently
         chain, error = [], exc
@@ -183,5 +209,7 @@ def load_exported_program(path: Path):
                            "was NOT loaded, because unpickling it could run code; export the model again without "
                            "custom objects") from None
         first = (str(exc).splitlines() or [""])[0][:300]
+        # torch's own reading error (a damaged zip, say) says more than the KeyError it raises after it.
+        reason = _logged_reason(kept) or f"{type(exc).__name__}: {first}"
         raise JobError(f"source.file: {path} cannot be read as a saved ExportedProgram "
-                       f"({type(exc).__name__}: {first}); save it with torch.export.save") from None
+                       f"({reason}); save it with torch.export.save") from None

@@ -1,0 +1,81 @@
+"""The hostile probe's small command-line slips (issue #19, item 5), each through the real `workbench` command:
+a clear one-line message naming the field or file, the right exit code, and no traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import _argv, _env, count_args, expect, no_traceback, one_json, run_dirs, wb
+
+pytestmark = pytest.mark.slow
+
+DEEP = 100_000  # far past Python's recursion limit: the parsers recurse once per level
+
+
+@pytest.mark.parametrize("suffix, text", [
+    (".toml", "epochs = " + "[" * DEEP + "]" * DEEP + "\n"),
+    (".json", '{"epochs": ' + "[" * DEEP + "]" * DEEP + "}"),
+    (".json", '{"dataset": ' + '{"a": ' * 40 + "1" + "}" * 40 + "}"),  # deep enough to mean harm, not to recurse
+], ids=["toml", "json", "json-40-tables"])
+def test_a_deeply_nested_spec_exits_2_with_one_line(tmp_path: Path, suffix: str, text: str):
+    spec = tmp_path / f"deep{suffix}"
+    spec.write_text(text)
+    proc = wb(tmp_path, "train", str(spec), "--json")
+    expect(proc, 2)
+    no_traceback(proc)
+    assert "RecursionError" not in proc.stderr + proc.stdout
+    message = one_json(proc)["error"]["message"]
+    assert str(spec) in message and "nested" in message
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert run_dirs(tmp_path / "ws") == []
+
+
+@pytest.mark.parametrize("field", ["seed", "dataset.seed"])
+def test_a_seed_past_64_bits_is_refused_by_the_spec(tmp_path: Path, field: str):
+    proc = wb(tmp_path, "train", "--set", f"{field}=99999999999999999999999", "--json")
+    expect(proc, 2)
+    no_traceback(proc)
+    message = one_json(proc)["error"]["message"]
+    assert f"{field}: 99999999999999999999999 is out of range" in message and str(2**63 - 1) in message
+    assert run_dirs(tmp_path / "ws") == []
+
+
+def test_the_largest_seed_is_accepted(tmp_path: Path):
+    from workbench.specs import TrainSpec
+
+    assert TrainSpec.from_dict({"seed": 2**63 - 1}).seed == 2**63 - 1
+
+
+@pytest.mark.parametrize("args", [count_args(steps=1), ["runs", "list"]], ids=["job", "runs"])
+def test_an_empty_workspace_is_refused_not_taken_as_the_current_folder(tmp_path: Path, args: list[str]):
+    import subprocess
+
+    proc = subprocess.run(_argv(*args, "--workspace", "", "--json"), cwd=tmp_path, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=60)
+    expect(proc, 2)
+    no_traceback(proc)
+    assert "--workspace is empty" in one_json(proc)["error"]["message"]
+    assert list(tmp_path.iterdir()) == []  # no runs/, data/ or cache/ made in the current folder
+
+
+def test_diag_names_the_field_of_a_bad_number(tmp_path: Path):
+    proc = wb(tmp_path, *count_args(steps="abc"), "--json")
+    expect(proc, 1)
+    no_traceback(proc)
+    message = one_json(proc)["error"]["message"]
+    assert message == "steps: 'abc' is not an integer"
+    assert "invalid literal" not in proc.stderr
+
+
+def test_a_garbage_pt2_is_one_clean_error_without_torchs_traceback(tmp_path: Path):
+    garbage = tmp_path / "garbage.pt2"
+    garbage.write_bytes(b"this is not a zip archive at all\n" * 8)
+    proc = wb(tmp_path, "bench", "--set", f"source.file={garbage}", "--set", "backends=exported_program",
+              "--json", timeout=180)
+    no_traceback(proc)
+    assert "Traceback" not in proc.stderr
+    result = one_json(proc)
+    text = json.dumps(result)
+    assert "garbage.pt2" in text
