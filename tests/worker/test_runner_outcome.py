@@ -80,6 +80,7 @@ def test_terminal_colours_never_reach_the_user(tmp_path: Path):
     def coloured(spec, ctx):
         ctx.log(COLOURED, "warning")
         ctx.progress(1, 2, COLOURED, force=True)
+        ctx.array("bench/results", [1.0], rows=[{"backend": "onnxruntime", "reason": COLOURED}])
         raise JobError(COLOURED)
 
     result = run_task(_task(coloured), {}, emit=lambda kind, content, buffers: events.append((kind, content)),
@@ -88,6 +89,7 @@ def test_terminal_colours_never_reach_the_user(tmp_path: Path):
     assert result["error"]["message"] == plain
     assert [c["text"] for k, c in events if k == "log"] == [plain]
     assert [c["text"] for k, c in events if k == "progress"] == [plain]
+    assert [c["rows"][0]["reason"] for k, c in events if k == "array"] == [plain]
     assert "\x1b" not in Path(result["run_dir"], "report.json").read_text()
     with RunStore(tmp_path / "ws").open_run(Path(result["run_dir"]).name) as run:
         assert "\x1b" not in repr(run.summary())

@@ -16,7 +16,7 @@ from pathlib import Path
 from workbench.errors import JobCancelled
 from workbench.protocol.arrays import array_to_buffer
 from workbench.protocol.metrics import encode_metrics
-from workbench.text import strip_ansi
+from workbench.text import strip_ansi, strip_ansi_deep
 
 Emit = Callable[[str, dict, list], None]  # (msg_type, content, buffers)
 FLUSH_INTERVAL = 0.05  # seconds: at most 20 metrics messages a second
@@ -81,7 +81,9 @@ class TaskContext:
 
     def array(self, name: str, array, **meta) -> None:
         buffers: list[bytes] = []
-        self._emit("array", {"name": name, "array": array_to_buffer(array, buffers), **meta}, buffers)
+        # The metadata may hold table rows with a library's message (a bench backend's reason): plain text too.
+        self._emit("array", {"name": name, "array": array_to_buffer(array, buffers), **strip_ansi_deep(meta)},
+                   buffers)
 
     def histogram(self, name: str, counts, edges, **meta) -> None:
         buffers: list[bytes] = []
