@@ -114,6 +114,8 @@ def test_self_test_does_not_wait_behind_a_running_job(fake_window, qtbot):
     assert fake_window.manager.jobs.get(long.job_id).state == "running"  # it finished beside the job, not after
     assert fake_window.manager.jobs.get(selftest.job_id).result["selftest"] == "passed"
     fake_window.manager.cancel(long.job_id)
+    # Ended before the test does: closing the window with a job running would ask first.
+    qtbot.waitUntil(lambda: fake_window.manager.jobs.get(long.job_id).state == "cancelled", timeout=10_000)
 
 
 def test_cancelling_a_queued_job_takes_it_out_of_the_queue_at_once(fake_window, qtbot):

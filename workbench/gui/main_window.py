@@ -72,14 +72,19 @@ class WorkerBanner(QFrame):
 def describe_job(record: JobRecord) -> str:
     """One line naming a job for a question the user must answer: its task, run and progress."""
     where = f" (run {Path(record.run_dir).name})" if record.run_dir else ""
+    text = f", {record.text}" if record.text and record.active else ""  # "epoch 3/40": what the Jobs panel shows
     progress = f", {record.fraction:.0%} done" if record.fraction is not None else ""
-    return f"{record.task}{where}: {record.state}{progress}"
+    return f"{record.task}{where}: {record.state}{text}{progress}"
+
+
+def _job_lines(jobs: list[JobRecord]) -> str:
+    return "\n".join(f"  • {describe_job(r)}" for r in jobs[:8]) + (
+        f"\n  … and {len(jobs) - 8} more" if len(jobs) > 8 else "")
 
 
 def confirm_stop_jobs(parent, title: str, lead: str, jobs: list[JobRecord], action: str) -> bool:
     """Ask before an action that stops `jobs`, naming each; the default answer keeps them running."""
-    names = "\n".join(f"  • {describe_job(r)}" for r in jobs[:8]) + (
-        f"\n  … and {len(jobs) - 8} more" if len(jobs) > 8 else "")
+    names = _job_lines(jobs)
     box = QMessageBox(QMessageBox.Warning, title,
                       f"{lead} {'this job' if len(jobs) == 1 else f'these {len(jobs)} jobs'}:\n{names}\n\n"
                       "A stopped run is marked on disk; a training run can be resumed from its last checkpoint.",
@@ -89,6 +94,37 @@ def confirm_stop_jobs(parent, title: str, lead: str, jobs: list[JobRecord], acti
     box.setDefaultButton(keep)
     box.exec()
     return box.clickedButton() is go
+
+
+# The answers to the close question.
+STOP_AND_CLOSE, LEAVE_RUNNING, CANCEL_CLOSE = "stop", "leave", "cancel"
+
+
+def close_question(parent, jobs: list[JobRecord], worker_elsewhere: str = "") -> QMessageBox:
+    """The question asked before closing with `jobs` unfinished, naming each; Cancel is the default.
+
+    With `worker_elsewhere` (how to name a worker this window attached to rather than launched) it also
+    offers "Leave running": close only the window, and leave that worker and its jobs going.
+    """
+    waiting = any(r.state != "running" for r in jobs)
+    verb = "running or waiting" if waiting else "running"
+    count = "1 job is" if len(jobs) == 1 else f"{len(jobs)} jobs are"
+    text = f"{count} {verb}:\n{_job_lines(jobs)}\n\n"
+    if worker_elsewhere:
+        text += (f"They run on {worker_elsewhere}, which this window did not start. \"Leave running\" closes only "
+                 "the window; the worker goes on with them. \"Stop jobs and close\" stops them and the worker.\n\n"
+                 "A stopped training run can be resumed from its last checkpoint.")
+    else:
+        text += "A stopped training run can be resumed from its last checkpoint.\n\nStop them and close?"
+    box = QMessageBox(QMessageBox.Warning, f"Close {WINDOW_TITLE}?", text, parent=parent)
+    box.addButton("Stop jobs and close", QMessageBox.DestructiveRole).setObjectName(STOP_AND_CLOSE)
+    if worker_elsewhere:
+        box.addButton("Leave running", QMessageBox.AcceptRole).setObjectName(LEAVE_RUNNING)
+    cancel = box.addButton("Cancel", QMessageBox.RejectRole)
+    cancel.setObjectName(CANCEL_CLOSE)
+    box.setDefaultButton(cancel)
+    box.setEscapeButton(cancel)
+    return box
 
 
 def app_icon() -> QIcon:
@@ -108,6 +144,8 @@ class MainWindow(QMainWindow):
         self.bridge = QtWorkerBridge(manager, self)
         self.queries = QueryRunner(self.bridge, self.workspace, self)
         self._quitting = False
+        self._close_answer: str | None = None  # how the user answered the close question, once they have
+        self.close_question: QMessageBox | None = None  # the question, while it is open
         self.setWindowTitle(WINDOW_TITLE)
         self.setWindowIcon(app_icon())
         self.resize(1280, 800)
@@ -424,8 +462,11 @@ class MainWindow(QMainWindow):
         other = spec_menu.addAction("&Other spec file…", self.choose_spec_file)
         other.setShortcut(QKeySequence.Open)
         file_menu.addSeparator()
-        quit_action = file_menu.addAction("&Quit", self.close)
-        quit_action.setShortcut(QKeySequence.Quit)
+        # Quit closes the window, so it asks the same question as the title bar's close button.
+        self.quit_action = file_menu.addAction("&Quit", self.close)
+        # Windows (and Qt's offscreen platform) bind no key to the standard Quit: Ctrl+Q everywhere then.
+        has_quit_key = bool(QKeySequence.keyBindings(QKeySequence.Quit))
+        self.quit_action.setShortcut(QKeySequence.Quit if has_quit_key else QKeySequence("Ctrl+Q"))
 
         view_menu = menu.addMenu("&View")
         view_menu.addAction(self.jobs_dock.toggleViewAction())
@@ -798,11 +839,65 @@ class MainWindow(QMainWindow):
 
     # -- closing ---------------------------------------------------------------------------------
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        if not self._quitting and self._close_answer is None:
+            jobs = self._jobs_a_close_would_stop()
+            if jobs:
+                # Asked without blocking: the close is refused now and redone once the user has answered.
+                event.ignore()
+                self._ask_before_closing(jobs)
+                return
         self._save_settings()
         if self.graph_tab.is_built:
             self.graph_panel.shutdown()  # the graph server never outlives the window
         self._elapsed_timer.stop()
         if not self._quitting:
             self._quitting = True
-            self.manager.shutdown()
+            if self._close_answer == LEAVE_RUNNING:
+                self._leave_worker_running()
+            else:
+                self.manager.shutdown()
         super().closeEvent(event)
+
+    def _jobs_a_close_would_stop(self) -> list[JobRecord]:
+        # A worker that is dead or stopped has no jobs left to stop: its jobs were already marked failed.
+        return self._user_jobs() if self.manager.state in ("ready", "unresponsive") else []
+
+    def _worker_elsewhere(self) -> str:
+        """How to name the worker when this window attached to it rather than launching it; else ''."""
+        if not self.manager.attach_only:
+            return ""  # our own child: it cannot outlive the window (it watches our pid)
+        conn = getattr(self.manager.client, "conn", None)
+        if conn is not None and conn.needs_curve:  # a network address: another machine
+            return f"the worker at {conn.ip}"
+        return "a worker started outside this window"
+
+    def _ask_before_closing(self, jobs: list[JobRecord]) -> None:
+        if self.close_question is not None:  # closed again while asking: the same question, not a second one
+            self.close_question.raise_()
+            self.close_question.activateWindow()
+            return
+        box = self.close_question = close_question(self, jobs, self._worker_elsewhere())
+        box.finished.connect(lambda _result: self._on_close_answered(box))
+        box.open()
+
+    def _on_close_answered(self, box: QMessageBox) -> None:
+        clicked = box.clickedButton()
+        answer = clicked.objectName() if clicked is not None else CANCEL_CLOSE
+        self.close_question = None
+        box.deleteLater()
+        if answer in (STOP_AND_CLOSE, LEAVE_RUNNING):
+            self._close_answer = answer
+            self.close()
+
+    def _leave_worker_running(self) -> None:
+        """Let go of an attached worker without asking it to shut down: its jobs go on; we only disconnect.
+
+        WorkerManager.shutdown() would send it a shutdown request, which cancels its jobs.
+        """
+        manager = self.manager
+        with manager._lock:  # as shutdown() does: stand the monitor down so it neither reports nor restarts
+            manager._closing = True
+            manager._generation += 1
+            client, manager.client = manager.client, None
+        if client is not None:
+            client.close()
