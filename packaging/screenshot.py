@@ -51,7 +51,7 @@ def main() -> int:
     def capture() -> None:
         window.grab().save(str(out))
         print(out)
-        window.close()
+        window.close_stopping_jobs()  # a scene may leave a job running: end it without the close question
 
     def capture_x_screen() -> None:
         # QWidget.grab() leaves a QWebEngineView blank: the X screen has what a person sees.
@@ -61,7 +61,7 @@ def main() -> int:
         crop = f"{g.width()}x{g.height()}+{g.x()}+{g.y()}"
         subprocess.run(["import", "-window", "root", "-crop", crop, str(out)], check=False)
         print(out)
-        window.close()
+        window.close_stopping_jobs()  # a scene may leave a job running: end it without the close question
 
     def data_scene() -> None:
         panel = window.dataset_panel

@@ -28,7 +28,7 @@ def fake_window(qtbot, tmp_path, settings):
     manager.start(wait=False)
     qtbot.waitUntil(lambda: window.status_light.state == "ready", timeout=10_000)
     yield window
-    window.close()
+    window.close_stopping_jobs()  # a test may end with a job still running: no question at teardown
     worker.stop()
 
 
@@ -42,4 +42,4 @@ def real_window(qtbot, tmp_path, settings):
     manager.start(wait=False)
     qtbot.waitUntil(lambda: window.status_light.state == "ready", timeout=60_000)
     yield window
-    window.close()
+    window.close_stopping_jobs()  # a test may end with a job still running: no question at teardown

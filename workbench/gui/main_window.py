@@ -858,6 +858,12 @@ class MainWindow(QMainWindow):
                 self.manager.shutdown()
         super().closeEvent(event)
 
+    def close_stopping_jobs(self) -> None:
+        """Close without asking, stopping whatever runs (as "Stop jobs and close" would): for a caller that has
+        already decided, such as a test's teardown."""
+        self._close_answer = STOP_AND_CLOSE
+        self.close()
+
     def _jobs_a_close_would_stop(self) -> list[JobRecord]:
         # A worker that is dead or stopped has no jobs left to stop: its jobs were already marked failed.
         return self._user_jobs() if self.manager.state in ("ready", "unresponsive") else []
