@@ -16,11 +16,10 @@ from workbench.worker.data.registry import (
     list_datasets,
     register_dataset,
 )
-from workbench.worker.data.stores import MEMORY_LIMIT_BYTES, ImageStore, TensorStore
+from workbench.worker.data.stores import ImageStore, TensorStore, memory_budget
 
 __all__ = [
     "IMAGE_EXTENSIONS",
-    "MEMORY_LIMIT_BYTES",
     "SPLITS",
     "Augment",
     "DatasetEntry",
@@ -37,6 +36,7 @@ __all__ = [
     "get_dataset",
     "list_datasets",
     "load_dataset",
+    "memory_budget",
     "register_dataset",
     "resolve_root",
     "resolve_workspace",

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from workbench.errors import JobError
 from workbench.worker.data.imageops import parse_size, resize_uint8
 from workbench.worker.data.registry import Source, SourceRequest, register_dataset
-from workbench.worker.data.stores import MEMORY_LIMIT_BYTES, TensorStore, nbytes
+from workbench.worker.data.stores import TensorStore, check_budget, nbytes
 
 FAKE_DEFAULT_SIZE = (32, 32)  # FakeData's own default (224x224) makes 1000 samples weigh 150 MB
 FAKE_CHANNELS = 3
@@ -28,6 +27,8 @@ def load_digits(request: SourceRequest) -> Source:
     images = pixels.unsqueeze(1)
     size = parse_size(request.spec.image_size)
     if size is not None:
+        check_budget(nbytes(len(images), (1, *size)), f"the digits resized to {size[0]}x{size[1]}",
+                     "set a smaller dataset.image_size")
         images = resize_uint8(images, size)
     labels = torch.from_numpy(bunch.target).to(torch.int64)
     return Source(classes=[str(c) for c in bunch.target_names], parts={"all": TensorStore(images, labels)})
@@ -48,11 +49,8 @@ def load_fake(request: SourceRequest) -> Source:
     spec = request.spec
     height, width = parse_size(spec.image_size) or FAKE_DEFAULT_SIZE
     shape = (FAKE_CHANNELS, height, width)
-    needed = nbytes(spec.size, shape)
-    if needed > MEMORY_LIMIT_BYTES:
-        raise JobError(f"the fake dataset of {spec.size:,} images of {'x'.join(map(str, shape))} would need "
-                       f"{needed / 2**20:,.0f} MB; keep it under {MEMORY_LIMIT_BYTES // 2**20} MB by lowering "
-                       "dataset.size or dataset.image_size")
+    check_budget(nbytes(spec.size, shape), f"the fake dataset of {spec.size:,} images of {'x'.join(map(str, shape))}",
+                 "lower dataset.size or dataset.image_size")
     offset = spec.seed * spec.size  # a different seed gives different images, yet each is reproducible
     images = torch.empty((spec.size, *shape), dtype=torch.uint8)
     labels = torch.empty(spec.size, dtype=torch.int64)

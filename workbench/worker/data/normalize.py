@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 
 STATS_VERSION = 1
 SAMPLE_LIMIT = 20_000  # images read for the statistics of a dataset too big to hold in memory
-CHUNK = 2048
+CHUNK = 2048  # images summed at a time at most
+CHUNK_BYTES = 64 * 2**20  # and at most this much float64 copy of them: 2048 images of 4096x4096 would be 800 GB
 
 
 def stats_key(spec, root: str, fingerprint: str) -> dict:
@@ -68,17 +69,18 @@ def compute_stats(store, indices: torch.Tensor, progress=None) -> tuple[list[flo
         pick = torch.randperm(indices.numel(), generator=torch.Generator().manual_seed(0))[:SAMPLE_LIMIT]
         indices = indices[pick.sort().values]
     channels = store.shape[0]
+    chunk = max(1, min(CHUNK, CHUNK_BYTES // (8 * channels * store.shape[1] * store.shape[2])))
     total = torch.zeros(channels, dtype=torch.float64)
     squares = torch.zeros(channels, dtype=torch.float64)
     count = 0
-    for start in range(0, indices.numel(), CHUNK):
-        images, ok = store.fetch(indices[start:start + CHUNK])
+    for start in range(0, indices.numel(), chunk):
+        images, ok = store.fetch(indices[start:start + chunk])
         images = images[ok].to(torch.float64)
         total += images.sum(dim=(0, 2, 3))
-        squares += images.square().sum(dim=(0, 2, 3))
+        squares += images.square_().sum(dim=(0, 2, 3))  # in place: one float64 copy of the chunk, not two
         count += images.shape[0]
         if progress is not None:
-            progress(min(start + CHUNK, indices.numel()), indices.numel(), "computing mean and std")
+            progress(min(start + chunk, indices.numel()), indices.numel(), "computing mean and std")
     pixels = count * store.shape[1] * store.shape[2]
     if pixels == 0:
         return [0.0] * channels, [1.0] * channels, 0

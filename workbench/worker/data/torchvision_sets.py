@@ -18,7 +18,7 @@ from workbench.errors import JobError
 from workbench.worker.data.idx import idx_length, idx_problem
 from workbench.worker.data.imageops import parse_size, resize_uint8
 from workbench.worker.data.registry import Source, SourceRequest, register_dataset
-from workbench.worker.data.stores import TensorStore
+from workbench.worker.data.stores import TensorStore, check_budget, nbytes
 
 MNIST_FILES = (  # (name, dimensions)
     ("train-images-idx3-ubyte", 3),
@@ -46,7 +46,12 @@ def _download(title: str, folder: Path, files_hint: str, fetch: Callable[[], obj
 
 def _resized(images: torch.Tensor, request: SourceRequest) -> torch.Tensor:
     size = parse_size(request.spec.image_size)
-    return images if size is None else resize_uint8(images, size)
+    if size is None:
+        return images
+    check_budget(nbytes(len(images), (images.shape[1], *size)),
+                 f"{len(images):,} images of {request.spec.name} resized to {size[0]}x{size[1]}",
+                 "set a smaller dataset.image_size")
+    return resize_uint8(images, size)
 
 
 # -- MNIST and its look-alikes ----------------------------------------------------------------------
