@@ -1,5 +1,5 @@
 """The graph server process: loopback only, serves the worker's graph JSON (and nothing outside its roots), stops
-with stop() and by itself when its owner dies."""
+with stop() and by itself when its owner dies. Who may use it (token, origin, uploads): test_graph_server_access.py."""
 
 from __future__ import annotations
 
@@ -78,12 +78,12 @@ def test_binds_to_loopback_only(served):
 
 def test_serves_the_web_app_and_graph_json(served):
     server, graph, _ = served
-    status, body = _get(server.base_url)
-    assert status == 200 and b"<html" in body.lower()
-    status, body = _get(f"{server.base_url}api/v1/read_text_file?path={graph}")
-    assert status == 200 and json.loads(json.loads(body)["content"]) == json.loads(graph.read_text())
     url = server.url_for(graph, [graph.with_name("flops.json")])
     assert url.startswith(server.base_url + "?data=") and "graph.json" in url
+    status, body = _get(url)  # the page's address carries the session's token (test_graph_server_access.py)
+    assert status == 200 and b"<html" in body.lower()
+    status, body = _get(f"{server.base_url}api/v1/read_text_file?path={graph}&token={server.token}")
+    assert status == 200 and json.loads(json.loads(body)["content"]) == json.loads(graph.read_text())
 
 
 def test_refuses_files_outside_its_roots_and_other_host_names(served):
@@ -91,9 +91,9 @@ def test_refuses_files_outside_its_roots_and_other_host_names(served):
     secret = tmp_path / "secret.json"
     secret.write_text("{}")
     for path in (secret, "/etc/passwd", f"{tmp_path}/workspace/../secret.json"):
-        status, body = _get(f"{server.base_url}api/v1/read_text_file?path={path}")
+        status, body = _get(f"{server.base_url}api/v1/read_text_file?path={path}&token={server.token}")
         assert status == 403 and b"only reads" in body
-    status, _ = _get(server.base_url, headers={"Host": f"attacker.example:{server.port}"})
+    status, _ = _get(f"{server.base_url}?token={server.token}", headers={"Host": f"attacker.example:{server.port}"})
     assert status == 403  # a web page that rebinds its own name to 127.0.0.1 gets nothing
 
 
@@ -184,7 +184,7 @@ def test_workbench_graph_serves_on_the_port_asked_until_ctrl_c(tmp_path, signame
             lines.append(line)
             if "the graph is at" in line:
                 break
-        assert any(f"http://127.0.0.1:{port}/" in line for line in lines), "".join(lines)
+        assert any(f"http://127.0.0.1:{port}/" in line and "&token=" in line for line in lines), "".join(lines)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/check_health", timeout=10) as reply:
             assert reply.status == 200
         proc.send_signal(getattr(signal, signame))

@@ -1,6 +1,6 @@
 """GraphServer: starts Model Explorer's server as its own process on 127.0.0.1, tells when it answers, builds the
-page address for a graph JSON file, and stops it. The GUI imports this module: it must import neither Qt nor
-torch nor model_explorer (the launcher, run as `python -m`, is the only place model_explorer loads).
+page address (with the session's token) for a graph JSON file, registering the graph, and stops it. The GUI imports
+this module: it must import neither Qt nor torch nor model_explorer (only the launcher, run as `python -m`, does).
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -72,8 +73,13 @@ class GraphServer:
         self._own_dir: tempfile.TemporaryDirectory | None = None
         self.process: subprocess.Popen | None = None
         self.port: int | None = None
+        self.token: str | None = None  # the session token the server wants on each request (from its ready file)
+        self.cookie_name: str | None = None  # the cookie the page carries it in, once loaded with it
         self.state = "stopped"
         self.error = ""
+        self._registered: list[str] = []  # graph files the server may convert: the ones our pages opened
+        self.registry: Path | None = None  # where the server reads that list, while it runs
+        self.temp_dir: Path | None = None  # Model Explorer's temp files, in a folder of ours rather than /tmp
 
     # -- lifetime --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -83,8 +89,14 @@ class GraphServer:
         folder = self._folder()
         self.ready_file = folder / "graph-server.json"
         self.log_path = folder / "graph-server.log"
+        self.registry = folder / "graph-server-registry.json"
+        self.temp_dir = folder / "graph-server-tmp"
         self.ready_file.unlink(missing_ok=True)
-        argv = [self.python, "-m", LAUNCHER, "--ready-file", str(self.ready_file), "--parent-pid", str(os.getpid())]
+        self._write_registry()
+        argv = [self.python, "-m", LAUNCHER, "--ready-file", str(self.ready_file), "--parent-pid", str(os.getpid()),
+                "--registry", str(self.registry), "--temp-dir", str(self.temp_dir)]
+        if self._own_dir is not None:  # ours alone: if the window dies unannounced, the server removes it
+            argv += ["--remove-when-orphaned", self._own_dir.name]
         for root in self.roots:
             argv += ["--root", str(root)]
         if self.wanted_port:
@@ -93,7 +105,7 @@ class GraphServer:
             # Its own session: a Ctrl+C in the terminal reaches the window, which then stops it in order.
             self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                             start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self.port, self.error, self.state = None, "", "starting"
+        self.port, self.token, self.cookie_name, self.error, self.state = None, None, None, "", "starting"
 
     def poll(self) -> str:
         """Check, without waiting, whether a starting server answers yet or has died; returns the state."""
@@ -109,7 +121,8 @@ class GraphServer:
                 info = json.loads(self.ready_file.read_text())
             except (OSError, ValueError):
                 return self.state
-            self.port, self.state = int(info["port"]), "ready"
+            self.port, self.token, self.cookie_name = int(info["port"]), str(info["token"]), str(info["cookie"])
+            self.state = "ready"
         return self.state
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
@@ -132,9 +145,14 @@ class GraphServer:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout)
-        self.port = None
+        self.port = self.token = self.cookie_name = None
         if self.state != "failed":
             self.state = "stopped"
+        if self.temp_dir is not None:  # the server removes its temp files itself, unless it was SIGKILLed
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+        if self.registry is not None:
+            self.registry.unlink(missing_ok=True)
+            self.registry = None
         if self._own_dir is not None:
             self._own_dir.cleanup()
             self._own_dir = None
@@ -150,12 +168,23 @@ class GraphServer:
             raise RuntimeError("the graph server is not running")
         return f"http://127.0.0.1:{self.port}/"
 
+    def register(self, *graphs: str | Path) -> None:
+        """Let the server convert these graph files (it refuses any other): url_for registers what it shows."""
+        added = [str(Path(graph).absolute()) for graph in graphs]
+        added = [path for path in added if path not in self._registered]
+        if added:
+            self._registered += added
+            if self.registry is not None:
+                self._write_registry()
+
     def url_for(self, graph: str | Path, node_data: Sequence[str | Path] = (),
                 beside: tuple[str | Path, str, str] | None = None) -> str:
         """The page showing `graph` (a Model Explorer graph JSON file), coloured by `node_data` (node-data JSON
         files; Model Explorer selects the last one). `beside` = (graph JSON, its collection label, its graph id)
-        opens a second graph in Model Explorer's split pane, to the right of the first."""
+        opens a second graph in Model Explorer's split pane, to the right of the first. The address carries the
+        session token: whoever has it can use the server, so it goes only to the window's view or the terminal."""
         model = str(Path(graph).absolute())
+        self.register(model, *([beside[0]] if beside is not None else []))
         data: dict = {"models": [{"url": model}]}
         if node_data:
             data["nodeData"] = [str(Path(p).absolute()) for p in node_data]
@@ -168,9 +197,16 @@ class GraphServer:
             data["models"].append({"url": str(Path(other).absolute())})
             panes.append(_pane(other, label, graph_id, selected=False, width=0.5))
         data["uiState"] = {"paneStates": panes}
-        return f"{self.base_url}?data={quote(json.dumps(data))}&renderer=webgl&show_open_in_new_tab=0"
+        token = f"&token={quote(self.token)}" if self.token else ""
+        return f"{self.base_url}?data={quote(json.dumps(data))}&renderer=webgl&show_open_in_new_tab=0{token}"
 
     # -- helpers ---------------------------------------------------------------------------------
+    def _write_registry(self) -> None:
+        assert self.registry is not None
+        tmp = self.registry.with_name(self.registry.name + ".tmp")
+        tmp.write_text(json.dumps(self._registered))
+        os.replace(tmp, self.registry)  # whole or not at all: the server reads it while we write
+
     def _folder(self) -> Path:
         if self._runtime_dir is not None:
             self._runtime_dir.mkdir(parents=True, exist_ok=True)
