@@ -534,7 +534,7 @@ class DataSpec(Spec):
     image_size: list[int] = option([], "Resize images: empty keeps their size, one value makes a square, two values are height,width.", min=1, max=MAX_IMAGE_SIDE, max_items=2)
     normalize: str | dict = option("auto", "Normalisation: 'auto' uses the dataset's statistics, 'none' skips it, or a table {mean=[...], std=[...]}.")
     augment: list[dict] = option([], "Training augmentations, each a table with a name and its parameters, e.g. {name='rotation', degrees=15}.", str_key="name")
-    num_workers: int = option(0, "Background processes that load batches; 0 loads them in the job's own process.", min=0, max=MAX_PROCESSES)
+    num_workers: int | Literal["auto"] = option("auto", "Background workers that load batches ahead of the step; 0 loads them in the job's own process. auto: the machine's cores (up to 8) where data streams from files, 0 where it is held in memory.", min=0, max=MAX_PROCESSES)
     pin_memory: bool = option(False, "Pin host memory so batches copy to a CUDA device faster.")
     on_device: bool | Literal["auto"] = option("auto", "Keep the whole dataset (uint8) on the training device and gather, augment and normalise batches there: auto does so on CUDA when it fits in a quarter of the free device memory; false stages each batch through host memory.")
     size: int = option(1000, "Number of samples the 'fake' dataset generates.", min=1, max=MAX_SAMPLES)

@@ -107,3 +107,11 @@ def test_only_fake_takes_a_size_and_imagefolder_downloads_nothing(dialog, tmp_pa
     assert dialog.spec().size == DataSpec().size  # not the 77 typed for a dataset that does not use it
     choose(dialog, "fake")
     assert dialog.size.isEnabled() and dialog.spec().size == 77
+
+
+def test_loader_workers_round_trip_auto_and_a_count(dialog):
+    assert dialog.num_workers.text() == "auto" and dialog.spec_data()["num_workers"] == "auto"
+    dialog.num_workers.setValue(2)
+    assert DataSpec.from_dict(dialog.spec_data()).num_workers == 2
+    dialog._load(DataSpec.from_dict({"num_workers": "auto"}))
+    assert dialog.num_workers.text() == "auto"

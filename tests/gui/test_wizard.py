@@ -218,3 +218,15 @@ def test_a_true_false_or_auto_field_is_a_three_way_choice(qtbot):
             assert form.value(field) is value or form.value(field) == value and type(form.value(field)) is type(value)
     data = form.apply_to(TrainSpec().to_dict())
     assert TrainSpec.from_dict(data).channels_last == "auto"
+
+
+def test_loader_workers_read_auto_by_default_and_a_count_when_set(qtbot):
+    state = DatasetState()
+    wizard = TrainingWizard(state, FAKE_DEVICES, "cpu")
+    qtbot.addWidget(wizard)
+    box = wizard.speed_page.form.widgets["dataset.num_workers"]
+    assert box.text() == "auto" and wizard.spec.dataset.num_workers == "auto"
+    box.setValue(4)
+    assert wizard.speed_page.form.value("dataset.num_workers") == 4
+    box.setValue(box.minimum())
+    assert box.text() == "auto" and wizard.speed_page.form.value("dataset.num_workers") == "auto"

@@ -74,6 +74,29 @@ def field_named(message: str, fields) -> str | None:
     return max(named, key=len) if named else None
 
 
+def _is_int_or_auto(hint) -> bool:
+    """An `int | Literal["auto"]` field, such as dataset.num_workers."""
+    if get_origin(hint) not in (Union, types.UnionType):
+        return False
+    args = get_args(hint)
+    return len(args) == 2 and int in args and any(get_origin(a) is Literal and get_args(a) == ("auto",) for a in args)
+
+
+class AutoSpinBox(QSpinBox):
+    """A spin box whose lowest step reads "auto": a count the job may choose itself (dataset.num_workers)."""
+
+    def __init__(self, maximum: int, parent=None):
+        super().__init__(parent)
+        self.setRange(-1, maximum)
+        self.setSpecialValueText("auto")
+
+    def spec_value(self) -> int | str:
+        return "auto" if self.value() < 0 else self.value()
+
+    def set_spec_value(self, value: int | str) -> None:
+        self.setValue(-1 if value == "auto" else int(value))
+
+
 def _bool_or_literal_choices(hint) -> list:
     """The choices of a `bool | Literal[...]` field (literal values first, then true, false); [] otherwise."""
     if get_origin(hint) not in (Union, types.UnionType):
@@ -208,6 +231,8 @@ class SpecForm(QWidget):
             for choice in meta["choices"]:
                 widget.addItem(str(choice), choice)
             return widget
+        if _is_int_or_auto(hint):
+            return AutoSpinBox(min(int(meta.get("max", QT_INT_MAX)), QT_INT_MAX))
         if hint is int:
             widget = QSpinBox()
             low = meta.get("min", 0)
@@ -228,6 +253,8 @@ class SpecForm(QWidget):
             index = next((i for i in range(widget.count())
                           if type(widget.itemData(i)) is type(value) and widget.itemData(i) == value), -1)
             widget.setCurrentIndex(max(0, index))
+        elif isinstance(widget, AutoSpinBox):
+            widget.set_spec_value(value)
         elif isinstance(widget, QSpinBox):
             widget.setValue(int(value))
         elif isinstance(value, list):
@@ -252,6 +279,8 @@ class SpecForm(QWidget):
             return widget.isChecked()
         if isinstance(widget, QComboBox):
             return widget.currentData()
+        if isinstance(widget, AutoSpinBox):
+            return widget.spec_value()
         if isinstance(widget, QSpinBox):
             return widget.value()
         return widget.text().strip()  # the spec coerces text to floats and lists and says what is wrong

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.errors import SpecError
-from workbench.gui.widgets.spec_form import ERROR_COLOUR, field_named
+from workbench.gui.widgets.spec_form import ERROR_COLOUR, AutoSpinBox, field_named
 from workbench.specs import AUGMENTATIONS, DATASETS, DataSpec
 
 # Parameters each augmentation takes, with defaults a user can start from (they are torchvision v2's).
@@ -169,8 +169,7 @@ class DatasetDialog(QDialog):
         self.size.setRange(1, 10_000_000)
         self.num_classes = QSpinBox()
         self.num_classes.setRange(2, 100_000)
-        self.num_workers = QSpinBox()
-        self.num_workers.setRange(0, 64)
+        self.num_workers = AutoSpinBox(64)
         self.pin_memory = QCheckBox("Pin memory (faster copies to CUDA)")
         self.augment = QTableWidget(len(AUGMENTATIONS), 2)
         self.augment.setHorizontalHeaderLabels(["Augmentation (training only)", "Parameters"])
@@ -274,7 +273,7 @@ class DatasetDialog(QDialog):
             self.normalize.setCurrentText(spec.normalize)
         self.size.setValue(spec.size)
         self.num_classes.setValue(spec.num_classes)
-        self.num_workers.setValue(spec.num_workers)
+        self.num_workers.set_spec_value(spec.num_workers)
         self.pin_memory.setChecked(spec.pin_memory)
         chosen = {step["name"]: step for step in spec.augment}
         for row, name in enumerate(AUGMENTATIONS):
@@ -289,7 +288,7 @@ class DatasetDialog(QDialog):
             "val_fraction": self.val_fraction.text().strip(), "test_fraction": self.test_fraction.text().strip(),
             "seed": self.seed.value(), "image_size": self.image_size.text().strip(),
             "size": self.size.value(), "num_classes": self.num_classes.value(),
-            "num_workers": self.num_workers.value(), "pin_memory": self.pin_memory.isChecked(),
+            "num_workers": self.num_workers.spec_value(), "pin_memory": self.pin_memory.isChecked(),
         }
         # What the dataset does not use stays out of its spec (and so of the TOML and the run comparison); the
         # greyed-out field keeps its text in case the user switches back.
