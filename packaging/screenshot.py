@@ -262,6 +262,14 @@ def main() -> int:
 
             QTimer.singleShot(3000, show_runs)
             return
+        if scene == "close-question":  # closing the window mid-run asks first, naming the job
+            from workbench.specs import TrainSpec
+
+            window.show_tab(window.training_panel)
+            window.start_training(TrainSpec.from_dict({"epochs": 40, "lr": 0.003, "log_every_steps": 2}))
+            QTimer.singleShot(9000, window.close)
+            QTimer.singleShot(11000, capture_x_screen)  # the question is a window of its own: grab() misses it
+            return
         if scene in ("training", "evaluation"):
             from workbench.specs import TrainSpec
 

@@ -78,7 +78,7 @@ def test_closing_with_a_running_job_asks_and_names_it_and_cancel_keeps_all(local
     text = box.text()
     assert "1 job is running" in text and "debug.count" in text and Path(record.run_dir).name in text
     assert "step " in text  # its progress, as the Jobs panel shows it
-    assert "Stop them and close?" in text
+    assert "Stop it and close?" in text  # one job: "it", not "them"
     # The window launched this worker: closing must stop it, so there is nothing to leave running.
     assert sorted(_buttons(box)) == ["Cancel", "Stop jobs and close"]
     assert box.defaultButton().text() == "Cancel"  # Enter keeps the jobs

@@ -108,14 +108,16 @@ def close_question(parent, jobs: list[JobRecord], worker_elsewhere: str = "") ->
     """
     waiting = any(r.state != "running" for r in jobs)
     verb = "running or waiting" if waiting else "running"
-    count = "1 job is" if len(jobs) == 1 else f"{len(jobs)} jobs are"
+    one = len(jobs) == 1
+    count = "1 job is" if one else f"{len(jobs)} jobs are"
+    them, they = ("it", "It runs") if one else ("them", "They run")
     text = f"{count} {verb}:\n{_job_lines(jobs)}\n\n"
     if worker_elsewhere:
-        text += (f"They run on {worker_elsewhere}, which this window did not start. \"Leave running\" closes only "
-                 "the window; the worker goes on with them. \"Stop jobs and close\" stops them and the worker.\n\n"
-                 "A stopped training run can be resumed from its last checkpoint.")
+        text += (f"{they} on {worker_elsewhere}, which this window did not start. \"Leave running\" closes only "
+                 f"the window; the worker goes on with {them}. \"Stop jobs and close\" stops {them} and the worker."
+                 "\n\nA stopped training run can be resumed from its last checkpoint.")
     else:
-        text += "A stopped training run can be resumed from its last checkpoint.\n\nStop them and close?"
+        text += f"A stopped training run can be resumed from its last checkpoint.\n\nStop {them} and close?"
     box = QMessageBox(QMessageBox.Warning, f"Close {WINDOW_TITLE}?", text, parent=parent)
     box.addButton("Stop jobs and close", QMessageBox.DestructiveRole).setObjectName(STOP_AND_CLOSE)
     if worker_elsewhere:
