@@ -67,8 +67,9 @@ def test_the_connection_file_holds_the_public_key_and_no_secret(remote):
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     data = json.loads(path.read_text())
     assert set(data) == {"key", "ip", "transport", "shell_port", "control_port", "iopub_port", "pid",
-                         "curve_public_key"}
+                         "curve_public_key", "plain_password"}
     assert data["ip"] == BIND and len(data["curve_public_key"]) == 40
+    assert data["plain_password"] == ""  # off loopback the Curve server key admits, not a password
     assert remote.client.conn.curve_public_key == data["curve_public_key"]
 
 

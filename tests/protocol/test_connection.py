@@ -1,4 +1,5 @@
-"""Connection files refuse weak keys with a message naming the file; which addresses must be encrypted."""
+"""Connection files refuse weak keys with a message naming the file; which addresses must be encrypted; how
+addresses typed by hand become zmq endpoints."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import zmq
 
 from workbench.protocol import ConnectionInfo
-from workbench.protocol.connection import MIN_KEY_CHARS, is_loopback
+from workbench.protocol.connection import MIN_KEY_CHARS, clean_address, is_loopback
 
 
 def _write(tmp_path, **fields) -> str:
@@ -83,3 +84,36 @@ def test_every_other_tcp_address_needs_curve(ip):
 
 def test_ipc_never_leaves_the_machine():
     assert not ConnectionInfo(key="k" * 64, ip="/run/user/1000/wb", transport="ipc").needs_curve
+
+
+@pytest.mark.parametrize(("ip", "url"), [
+    ("127.0.0.1", "tcp://127.0.0.1:5"), ("::1", "tcp://[::1]:5"), ("[::1]", "tcp://[::1]:5"),
+    (" 127.0.0.1 ", "tcp://127.0.0.1:5"), ("localhost", "tcp://localhost:5"), ("::", "tcp://[::]:5"),
+])
+def test_urls_bracket_ipv6_literals_and_drop_stray_spaces(ip, url):
+    assert ConnectionInfo(key="k" * 64, ip=ip, shell_port=5).url("shell") == url
+
+
+@pytest.mark.parametrize(("typed", "clean"), [("::1", "::1"), ("[::1]", "::1"), (" [::1] ", "::1"),
+                                              ("127.0.0.1 ", "127.0.0.1"), ("\tlocalhost", "localhost")])
+def test_an_address_typed_by_hand_is_cleaned(typed, clean):
+    assert clean_address(typed) == clean
+
+
+@pytest.mark.parametrize(("typed", "words"), [("", "is empty"), (" ", "is empty"), ("[]", "is empty"),
+                                              ("127.0.0.1:80", "looks like host:port"),
+                                              ("127.0.0 .1", "has spaces"), ("a\x00b", "control characters")])
+def test_an_address_that_cannot_be_listened_on_is_refused_in_words(typed, words):
+    with pytest.raises(ValueError, match=words):
+        clean_address(typed)
+
+
+def test_a_connection_password_round_trips_and_a_mangled_one_is_refused(tmp_path):
+    info = ConnectionInfo.new()
+    info.plain_password = "p" * 64
+    info.write(tmp_path / "c.json")
+    assert ConnectionInfo.read(tmp_path / "c.json").plain_password == "p" * 64
+    for bad in (12, "é" * 10, "p" * 256):
+        path = _write(tmp_path, plain_password=bad)
+        with pytest.raises(ValueError, match=rf"^{path}: \"plain_password\" is not a connection password"):
+            ConnectionInfo.read(path)

@@ -11,6 +11,7 @@ import queue
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 
@@ -26,7 +27,7 @@ from workbench.protocol import (
     encode,
     new_message,
 )
-from workbench.protocol.sockets import connect_curve, curve_available, limit_incoming
+from workbench.protocol.sockets import connect_curve, connect_plain, curve_available, limit_incoming, use_ipv6
 from workbench.protocol.wire import MAX_FRAME, MAX_REQUEST_FRAME
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ class WorkerClient:
                                                   f"{channel} messages from the worker")
                             for channel in ("shell", "control", "iopub")}
         self._outgoing: queue.Queue = queue.Queue()
+        # Encoded, not yet taken by zmq, by channel: the I/O thread never blocks on a send (see _flush).
+        self._unsent: dict[str, deque] = {channel: deque() for channel in ("shell", "control")}
         self._waiters: dict[str, Future] = {}
         self._waiters_lock = threading.Lock()
         self._stop = threading.Event()
@@ -150,8 +153,13 @@ class WorkerClient:
         sockets = {"shell": self.ctx.socket(zmq.DEALER), "control": self.ctx.socket(zmq.DEALER),
                    "iopub": self.ctx.socket(zmq.SUB)}
         sockets["iopub"].setsockopt(zmq.SUBSCRIBE, b"")
+        # The connection file says how the worker admits peers: its Curve server key off loopback, its
+        # connection password on loopback (an older file, or a test's bare server, has neither).
         if self.conn.curve_public_key:
             connect_curve(list(sockets.values()), self.conn.curve_public_key)
+        elif self.conn.plain_password:
+            connect_plain(list(sockets.values()), self.conn.plain_password)
+        use_ipv6(list(sockets.values()), self.conn.ip)
         for name, sock in sockets.items():
             sock.setsockopt(zmq.LINGER, 0)
             # Replies and events carry array buffers: capped at the largest frame the worker will send.
@@ -188,7 +196,7 @@ class WorkerClient:
             try:
                 channel, msg = self._outgoing.get_nowait()
             except queue.Empty:
-                return
+                break
             try:
                 frames = encode(msg, self.signer, max_frame=MAX_REQUEST_FRAME)
             except ProtocolError as exc:  # unencodable or too big: fail that request, keep the I/O thread
@@ -198,7 +206,17 @@ class WorkerClient:
                 if future is not None and not future.done():
                     future.set_exception(exc)
                 continue
-            sockets[channel].send_multipart(frames)
+            self._unsent[channel].append(frames)
+        for channel, waiting in self._unsent.items():
+            while waiting:
+                try:
+                    sockets[channel].send_multipart(waiting[0], flags=zmq.NOBLOCK)
+                except zmq.Again:
+                    # No connection admitted (the worker is not up yet, or refused our handshake: a stale file), or
+                    # its queue is full. A blocking send would freeze this thread, replies, events and close()
+                    # included; the loop comes back within 100 ms and tries again, in order.
+                    break
+                waiting.popleft()
 
     def _receive(self, channel: str, frames: list[bytes]) -> None:
         try:

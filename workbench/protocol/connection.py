@@ -1,4 +1,5 @@
-"""Connection files: where a worker listens, the session's HMAC key and (off loopback) its Curve public key.
+"""Connection files: where a worker listens, the session's HMAC key, and what admits a peer to its sockets
+(on loopback the worker's connection password, off loopback its Curve public key).
 
 The launcher writes the key with ports 0; the worker binds free ports and rewrites the file, so no
 port is ever picked by one process and bound by another (no race). The file is readable by the owner only.
@@ -21,9 +22,36 @@ _CURVE_KEY_CHARS = 40  # a 32-byte Curve25519 key in Z85 text
 _LOCAL_TRANSPORTS = ("ipc", "inproc")  # never leave the machine: file permissions guard ipc
 
 
+def bare_host(ip: str) -> str:
+    """The address without surrounding spaces or an IPv6 literal's brackets: ' [::1]' -> '::1'."""
+    host = ip.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1].strip()
+    return host
+
+
+def is_ipv6_literal(ip: str) -> bool:
+    """Whether the address is written as an IPv6 one (zmq needs its IPV6 option and the address in brackets)."""
+    return ":" in bare_host(ip)
+
+
+def clean_address(ip: str) -> str:
+    """An address typed by hand, as a worker binds it and writes it to the file; ValueError says what is wrong."""
+    host = bare_host(ip)
+    if not host:
+        raise ValueError("the address to listen on is empty; give one such as 127.0.0.1 (the default), ::1 or "
+                         "0.0.0.0")
+    if any(c.isspace() for c in host) or not host.isprintable():
+        raise ValueError(f"{ip!r} is not an address: it has spaces or control characters in it")
+    if host.count(":") == 1:  # IPv6 literals have at least two; one colon is a host:port
+        raise ValueError(f"{ip!r} looks like host:port; give the address alone (the worker picks free ports and "
+                         f"writes them to the connection file)")
+    return host
+
+
 def is_loopback(ip: str) -> bool:
     """True for 127.0.0.0/8, ::1 and localhost; anything else (0.0.0.0, *, a name, an interface) is not."""
-    host = ip.strip().strip("[]")
+    host = bare_host(ip)
     if host.lower() == "localhost":
         return True
     try:
@@ -44,6 +72,9 @@ class ConnectionInfo:
     # Set by a worker that listens beyond loopback: clients must speak CurveZMQ to this server key. The
     # secret half never enters a connection file; it stays in the worker's memory.
     curve_public_key: str = ""
+    # Set by a worker on loopback: the password (zmq's PLAIN mechanism) a peer must present before the worker
+    # reads any message from it. Fresh at every start; it lives only in this 0600 file and the worker's memory.
+    plain_password: str = ""
 
     @classmethod
     def new(cls, ip: str = "127.0.0.1") -> ConnectionInfo:
@@ -58,8 +89,16 @@ class ConnectionInfo:
         """Whether serving this address must be encrypted: any network address that is not loopback."""
         return self.transport not in _LOCAL_TRANSPORTS and not is_loopback(self.ip)
 
+    @property
+    def address(self) -> str:
+        """The endpoint without its port, as zmq wants it: `tcp://[::1]` for an IPv6 literal."""
+        if self.transport != "tcp":
+            return f"{self.transport}://{self.ip}"
+        host = bare_host(self.ip)
+        return f"tcp://[{host}]" if is_ipv6_literal(host) else f"tcp://{host}"
+
     def url(self, channel: str) -> str:
-        return f"{self.transport}://{self.ip}:{getattr(self, f'{channel}_port')}"
+        return f"{self.address}:{getattr(self, f'{channel}_port')}"
 
     def write(self, path: str | Path) -> None:
         """Write atomically with mode 0600: the key must never be readable by other users."""
@@ -112,6 +151,10 @@ class ConnectionInfo:
             port = getattr(self, f"{channel}_port")
             if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
                 return f'"{channel}_port" must be a port number (0 to 65535), not {port!r}'
+        password = self.plain_password
+        if password and (not isinstance(password, str) or not password.isascii() or len(password) > 255):
+            return ('"plain_password" is not a connection password (ASCII, at most 255 characters); copy the '
+                    "connection file the worker wrote, unchanged")
         key = self.curve_public_key
         if key and (not isinstance(key, str) or len(key) != _CURVE_KEY_CHARS or not key.isascii()):
             return (f'"curve_public_key" is not a Curve public key ({_CURVE_KEY_CHARS} Z85 characters); '

@@ -1,12 +1,13 @@
-"""How the protocol's zmq sockets are set up on both sides: frame size caps, and CurveZMQ off loopback.
-
-The worker binds with these, the client connects with them; the rules themselves live in wire.py (sizes)
-and connection.py (which addresses count as loopback).
+"""How the protocol's zmq sockets are set up on both sides: frame size caps, who may connect (a password on
+loopback, CurveZMQ off it) and IPv6. The worker binds with these, the client connects with them; the rules live
+in wire.py (sizes), connection.py (which addresses count as loopback) and gatekeeper.py (the worker's door).
 """
 
 from __future__ import annotations
 
 import zmq
+
+from workbench.protocol.connection import is_ipv6_literal
 
 # zmq checks MAXMSGSIZE against a frame as it travels; under Curve that is the frame inside an encrypted
 # MESSAGE command, 33 bytes longer (name, nonce, MAC, flags). Without room for it, a frame of exactly the
@@ -26,6 +27,40 @@ def limit_incoming(sock: zmq.Socket, max_frame: int, hwm: int | None = None) -> 
     sock.setsockopt(zmq.MAXMSGSIZE, max_frame + _FRAMING_ROOM)
     if hwm is not None:
         sock.setsockopt(zmq.RCVHWM, hwm)
+
+
+# The user name zmq's PLAIN mechanism carries; the gatekeeper checks only the password.
+PLAIN_USERNAME = b"workbench"
+# A handshake that has not finished by then is dropped. A real one takes milliseconds on loopback and a few
+# round trips across a network; a peer that stalls in it holds at most one partial frame (under the cap)
+# until then.
+HANDSHAKE_TIMEOUT_MS = 10_000
+
+
+def use_ipv6(sockets: list[zmq.Socket], ip: str) -> None:
+    """Let the sockets speak IPv6 when the address is an IPv6 literal (zmq refuses `[::1]` otherwise)."""
+    if is_ipv6_literal(ip):
+        for sock in sockets:
+            sock.setsockopt(zmq.IPV6, 1)
+
+
+def serve_plain(sockets: list[zmq.Socket]) -> None:
+    """Make the sockets ask every peer for the connection password before reading a byte of its messages.
+
+    zmq's PLAIN mechanism: the password travels unencrypted, which on loopback only root could read (and root
+    can read the connection file anyway). A ZAP handler must answer for the context (gatekeeper.Gatekeeper);
+    without one, zmq refuses every peer.
+    """
+    for sock in sockets:
+        sock.plain_server = True
+        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_TIMEOUT_MS)
+
+
+def connect_plain(sockets: list[zmq.Socket], password: str) -> None:
+    """Present the connection password from the connection file when connecting (a loopback worker asks for it)."""
+    for sock in sockets:
+        sock.plain_username = PLAIN_USERNAME
+        sock.plain_password = password.encode("ascii")
 
 
 def curve_available() -> bool:
@@ -60,6 +95,7 @@ def serve_curve(sockets: list[zmq.Socket]) -> str:
         sock.curve_secretkey = secret
         sock.curve_publickey = public
         sock.curve_server = True
+        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_TIMEOUT_MS)
     return public.decode("ascii")
 
 

@@ -36,8 +36,9 @@ MAX_SUBSCRIPTION_FRAME = 4096
 # Complete messages zmq queues per peer before it pauses reading that peer's TCP stream (it drops
 # nothing: the sender waits). The worker takes requests off its sockets at once, so a legitimate client
 # rarely has more than a few queued; a low mark keeps a flood of frames under the cap from queueing 1000
-# of them (zmq's default) per connection. It does not bound a message of endlessly many frames: see
-# docs/protocol.md.
+# of them (zmq's default) per connection. It bounds one peer, not how many a local process opens: that is
+# the door's job (gatekeeper.py), which reads nothing from a peer without the connection password. Nor does
+# it bound a message of endlessly many frames: see docs/protocol.md.
 RECEIVE_HWM = 16
 _HEADER_KEYS = ("msg_id", "msg_type", "session", "date", "version")
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from workbench.protocol import ConnectionInfo
+from workbench.protocol.connection import clean_address
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,8 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connection-file", required=True,
                         help="JSON file with the session key; the worker writes its ports into it")
     parser.add_argument("--ip", default=None,
-                        help="address to bind (default: the file's, normally 127.0.0.1); any address that is not "
-                             "loopback is served encrypted (CurveZMQ) and its public key written to the file")
+                        help="address to bind (default: the file's, normally 127.0.0.1; IPv6 as ::1 or [::1]); "
+                             "any address that is not loopback is served encrypted (CurveZMQ) and its public key "
+                             "written to the file")
     parser.add_argument("--parent-pid", type=int, default=0,
                         help="exit when this process (the GUI) is gone, so no orphan worker holds a GPU")
     parser.add_argument("--debug", action="store_true", help="log debugging detail to stderr")
@@ -36,14 +38,17 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.connection_file)
     created = not path.exists()
     try:
+        ip = None if args.ip is None else clean_address(args.ip)  # " [::1]" -> "::1"; "" is refused, not ignored
         # A worker started by hand for another machine's window makes its own file (key included, mode 0600);
         # one launched by the window finds the file the window wrote.
-        conn = ConnectionInfo.new(args.ip or "127.0.0.1") if created else ConnectionInfo.read(path)
+        conn = ConnectionInfo.new(ip or "127.0.0.1") if created else ConnectionInfo.read(path)
     except ValueError as exc:
         print(f"workbench worker: {exc}", file=sys.stderr)
         return 2
-    if args.ip:
-        conn.ip = args.ip
+    if ip is not None:
+        conn.ip = ip
+    import zmq
+
     from workbench.protocol.sockets import InsecureAddressError
     from workbench.worker.kernel import Kernel
 
@@ -51,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         kernel = Kernel(conn)
     except InsecureAddressError as exc:
         print(f"workbench worker: {exc}", file=sys.stderr)
+        return 2
+    except zmq.ZMQError as exc:  # not an address or interface of this machine, or its port is taken
+        print(f"workbench worker: cannot listen on {conn.ip}: {exc.strerror}; give an address of this machine "
+              f"(127.0.0.1, ::1, a LAN address, or 0.0.0.0 for all)", file=sys.stderr)
         return 2
     conn.write(path)  # now with the bound ports: the launcher waits for them
     if created:

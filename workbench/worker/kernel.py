@@ -2,8 +2,9 @@
 
 Threads: the main thread owns the shell (ROUTER) and event (PUB) sockets; a control thread owns the
 control socket, so ping, cancel and shutdown are answered while a job runs; a job thread runs "job"
-tasks one at a time and a small pool runs "query" tasks beside them. Sockets never cross threads:
-other threads hand outgoing messages to the main thread through a queue and an inproc wake-up.
+tasks one at a time and a small pool runs "query" tasks beside them; a gatekeeper thread decides who may
+connect. Sockets never cross threads: other threads hand outgoing messages to the main thread through a
+queue and an inproc wake-up.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import secrets
 import signal
 import sys
 import threading
@@ -36,13 +38,39 @@ from workbench.protocol import (
     encode,
     new_message,
 )
-from workbench.protocol.sockets import limit_incoming, require_curve, serve_curve
+from workbench.protocol.gatekeeper import Gatekeeper
+from workbench.protocol.sockets import limit_incoming, require_curve, serve_curve, serve_plain, use_ipv6
 from workbench.protocol.wire import MAX_REQUEST_FRAME, MAX_SUBSCRIPTION_FRAME, RECEIVE_HWM
 from workbench.worker.host_memory import release_freed_memory
 from workbench.worker.registry import TaskInfo, get_task, list_tasks
 from workbench.worker.runner import build_spec, run_task
 
 log = logging.getLogger(__name__)
+
+# The content fields each request may carry, and the JSON types each may have (None: null is allowed). A field
+# of another type is answered with a one-line error here, before any handler or task sees it.
+REQUEST_FIELDS: dict[str, dict[str, tuple]] = {
+    "job_request": {"task": (str,), "spec": (dict, None), "workspace": (str, None), "resume": (str, None)},
+    "cancel_request": {"job_id": (str, None)},
+}
+_JSON_NAMES = {str: "a string", dict: "an object", list: "a list", bool: "a boolean", int: "a number",
+               float: "a number", type(None): "null", None: "null"}
+
+
+def content_problem(msg: Message) -> str:
+    """What is wrongly typed in a request's content, in one line, or ''; absent fields are the handler's business."""
+    for name, allowed in REQUEST_FIELDS.get(msg.msg_type, {}).items():
+        if name not in msg.content:
+            continue
+        value = msg.content[name]
+        if value is None and None in allowed:
+            continue
+        if isinstance(value, tuple(t for t in allowed if t is not None)) and not isinstance(value, bool):
+            continue
+        wanted = " or ".join(_JSON_NAMES[t] for t in allowed)
+        got = _JSON_NAMES.get(type(value), type(value).__name__)
+        return f"{msg.msg_type}: {name!r} must be {wanted}, not {got}"
+    return ""
 
 
 @dataclass
@@ -75,7 +103,10 @@ class Kernel:
         # One guard for both channels: a msg_id is unique across them, so a replay on either is caught.
         self.replay_guard = ReplayGuard()
         self.rejections = {channel: RejectionLog(log, f"{channel} message") for channel in ("shell", "control")}
-        self.ctx = context or zmq.Context.instance()
+        # A context of our own: the gatekeeper's ZAP handler answers for every socket of its context, so
+        # two kernels in one process (tests' fake workers) must not share one.
+        self._own_context = context is None
+        self.ctx = context or zmq.Context()
         self._outgoing: queue.Queue = queue.Queue()
         self._wake_addr = f"inproc://wake-{self.session}"
         self._wake_lock = threading.Lock()
@@ -91,22 +122,50 @@ class Kernel:
     def _bind(self) -> None:
         if self.conn.needs_curve:
             require_curve(self.conn.ip)  # before any socket exists: refusing must not leak one
+        try:
+            self._open_sockets()
+        except BaseException:  # an address zmq cannot bind: leave nothing open behind the error
+            if getattr(self, "gatekeeper", None) is not None:
+                self.gatekeeper.close()
+            for name in ("shell", "control", "iopub", "_wake_pull", "_wake_push"):
+                sock = getattr(self, name, None)
+                if sock is not None:
+                    sock.close(linger=0)
+            if self._own_context:
+                self.ctx.term()
+            raise
+
+    def _open_sockets(self) -> None:
         self.shell = self.ctx.socket(zmq.ROUTER)
         self.control = self.ctx.socket(zmq.ROUTER)
         self.iopub = self.ctx.socket(zmq.PUB)
+        channels = {"shell": self.shell, "control": self.control, "iopub": self.iopub}
+        sockets = list(channels.values())
         self.iopub.setsockopt(zmq.SNDHWM, 100_000)  # drop events rather than block a job when nobody reads
-        for sock in (self.shell, self.control, self.iopub):
+        for sock in sockets:
             sock.setsockopt(zmq.LINGER, 500)
         # A peer's frames are capped before they are read: requests on shell and control, and on the event
         # socket only subscriptions (a PUB socket reads and buffers whatever a subscriber sends).
         limit_incoming(self.shell, MAX_REQUEST_FRAME, RECEIVE_HWM)
         limit_incoming(self.control, MAX_REQUEST_FRAME, RECEIVE_HWM)
         limit_incoming(self.iopub, MAX_SUBSCRIPTION_FRAME)
-        # Beyond loopback every channel is encrypted, the event stream included: it names runs and paths.
-        self.conn.curve_public_key = (serve_curve([self.shell, self.control, self.iopub])
-                                      if self.conn.needs_curve else "")
-        base = f"{self.conn.transport}://{self.conn.ip}"
-        for name, sock in (("shell", self.shell), ("control", self.control), ("iopub", self.iopub)):
+        use_ipv6(sockets, self.conn.ip)
+        # Nobody's messages are read before the handshake admits them. Beyond loopback every channel is
+        # encrypted (the event stream too: it names runs and paths) and the Curve server key admits. On
+        # loopback a fresh password does: the caps above bound what a peer can queue, but not how many
+        # peers a local process opens, and the HMAC is checked only after a whole message has been held.
+        password = "" if self.conn.needs_curve else secrets.token_hex(32)
+        self.gatekeeper = Gatekeeper(self.ctx, log, password)
+        for name, sock in channels.items():
+            self.gatekeeper.guard(name, sock)
+        if self.conn.needs_curve:
+            self.conn.curve_public_key = serve_curve(sockets)
+        else:
+            serve_plain(sockets)
+            self.conn.curve_public_key = ""
+        self.conn.plain_password = password
+        base = self.conn.address
+        for name, sock in channels.items():
             port = getattr(self.conn, f"{name}_port")
             if port:
                 sock.bind(f"{base}:{port}")
@@ -118,6 +177,7 @@ class Kernel:
         self._wake_pull.bind(self._wake_addr)
         self._wake_push = self.ctx.socket(zmq.PUSH)
         self._wake_push.connect(self._wake_addr)
+        self.gatekeeper.start()
 
     # -- sending (any thread) --------------------------------------------------------------------
     def _queue_send(self, channel: str, msg: Message, identities: list[bytes] | None = None) -> None:
@@ -200,6 +260,15 @@ class Kernel:
         if handler is None:
             self._reply(msg, identities, {"status": "error", "error": {
                 "type": "ProtocolError", "message": f"unknown request type {msg.msg_type!r}"}})
+            return
+        problem = content_problem(msg)
+        if problem:
+            # A job's reply keeps a job's shape, so the client's job table ends it failed with this message.
+            error = {"type": "ProtocolError", "message": problem}
+            if msg.msg_type == "job_request":
+                self._reply(msg, identities, {"status": "failed", "run_dir": None, "error": error})
+            else:
+                self._reply(msg, identities, {"status": "error", "error": error})
             return
         try:
             handler(msg, identities)
@@ -314,10 +383,25 @@ class Kernel:
         if accepted is None:
             return
         identities, msg = accepted
+        try:
+            content = self._control_content(msg)
+        except Exception as exc:  # a bug here must still answer, in one line: the traceback goes to the log
+            log.exception("control handler for %s failed", msg.msg_type)
+            content = {"status": "error", "error": {"type": type(exc).__name__, "message": str(exc)}}
+        reply = new_message(msg.msg_type.replace("_request", "_reply"), content, session=self.session, parent=msg)
+        self.control.send_multipart(encode(reply, self.signer, identities))
+        if msg.msg_type == "shutdown_request":
+            self._shutdown.set()
+
+    def _control_content(self, msg: Message) -> dict:
+        problem = content_problem(msg)
+        if problem:
+            return {"status": "error", "error": {"type": "ProtocolError", "message": problem}}
         content: dict = {"status": "ok"}
         if msg.msg_type == "ping_request":
             content.update(pid=os.getpid(), time=time.time(), jobs=self.running_jobs(),
-                           rejected={channel: r.count for channel, r in self.rejections.items()})
+                           rejected={channel: r.count for channel, r in self.rejections.items()},
+                           refused_connections=self.gatekeeper.refused())
             # Published too: seeing it proves the client's event subscription is live.
             self.publish("status", {"state": "busy" if content["jobs"] else "idle"}, parent=msg)
         elif msg.msg_type == "cancel_request":
@@ -327,10 +411,7 @@ class Kernel:
         else:
             content = {"status": "error", "error": {"type": "ProtocolError",
                                                     "message": f"unknown control request {msg.msg_type!r}"}}
-        reply = new_message(msg.msg_type.replace("_request", "_reply"), content, session=self.session, parent=msg)
-        self.control.send_multipart(encode(reply, self.signer, identities))
-        if msg.msg_type == "shutdown_request":
-            self._shutdown.set()
+        return content
 
     def _on_interrupt_signal(self, signum, frame) -> None:
         # SIGINT interrupts the running jobs (they stop at their next step) but keeps the worker.
@@ -359,7 +440,10 @@ class Kernel:
         control = getattr(self, "_control_thread", None)
         if control is not None and control is not threading.current_thread():
             control.join(timeout=2.0)
+        self.gatekeeper.close()  # its monitors watch the sockets below: stop them first
         with self._wake_lock:
             self._closed = True
             for sock in (self.shell, self.control, self.iopub, self._wake_pull, self._wake_push):
                 sock.close(linger=500)
+        if self._own_context:
+            self.ctx.term()  # every socket of it is closed above; a lingering event gets its 500 ms, no more
