@@ -232,7 +232,7 @@ def test_a_bad_task_name_fails_with_a_suggestion_and_the_worker_stays(worker):
     ({"crash_mode": "bogus"}, "JobError", "crash_mode: 'bogus' is not allowed", False),
     ({"crash_at": 1, "crash_mode": "job_error"}, "JobError", "deliberate job error at step 1", False),
     ({"crash_at": 2, "crash_mode": "raise"}, "RuntimeError", "deliberate failure at step 2", True),
-    ({"steps": "many"}, "ValueError", "many", True),
+    ({"steps": "many"}, "SpecError", "steps: 'many' is not an integer", False),  # named, as a spec's field
 ])
 def test_a_task_that_raises_fails_and_the_worker_stays(worker, spec, error_type, message, traceback):
     manager, events = worker
