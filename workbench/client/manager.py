@@ -278,12 +278,24 @@ class WorkerManager:
             self._notify("job", record)
 
     # -- shutdown --------------------------------------------------------------------------------
-    def shutdown(self, timeout: float = 2.0) -> str:
-        """Stop the worker, escalating: shutdown request → SIGINT → SIGTERM → SIGKILL. Returns how it ended."""
+    def _stand_down(self):
+        """Stop watching the worker (no more reports, no restart) and take its client; returns that client."""
         with self._lock:
             self._closing = True
             self._generation += 1
             client, self.client = self.client, None
+        return client
+
+    def detach(self) -> None:
+        """Disconnect from an attached worker without asking it to shut down: its jobs go on."""
+        client = self._stand_down()
+        if client is not None:
+            client.close()
+        self._set_state("stopped", "detached")
+
+    def shutdown(self, timeout: float = 2.0) -> str:
+        """Stop the worker, escalating: shutdown request → SIGINT → SIGTERM → SIGKILL. Returns how it ended."""
+        client = self._stand_down()
         process = self.process
         how = "stopped"
         if client is not None:

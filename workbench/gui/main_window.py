@@ -902,10 +902,4 @@ class MainWindow(QMainWindow):
 
         WorkerManager.shutdown() would send it a shutdown request, which cancels its jobs.
         """
-        manager = self.manager
-        with manager._lock:  # as shutdown() does: stand the monitor down so it neither reports nor restarts
-            manager._closing = True
-            manager._generation += 1
-            client, manager.client = manager.client, None
-        if client is not None:
-            client.close()
+        self.manager.detach()
