@@ -1,15 +1,17 @@
-"""The quant.analyze job from spec to report: load the source model and data, run the paper's PTQ pipeline
-(BN folding, CLE with bias absorption, weight ranges, AdaRound, bias correction, activation ranges) with one
-accuracy rung per step sent as it finishes, then the per-layer analysis, sensitivity, mixed precision and the
-artifacts. Worker side; never imports Qt.
+"""The quant.analyze job from spec to report: load the source model and data, run the paper's PTQ ladder (BN
+folding, CLE with bias absorption, weight ranges, AdaRound, bias correction, activation ranges, QAT), a rung
+per step, then the per-layer analysis, sensitivity, mixed precision and the artifacts. Worker side; never Qt.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
+from torch import fx
 from torch.func import functional_call
 
 from workbench.errors import JobError
@@ -19,8 +21,8 @@ from workbench.worker.models import build_model
 from workbench.worker.models.build import resolve_num_classes
 from workbench.worker.quant import adaround as adaround_mod
 from workbench.worker.quant import analysis, artifacts, bias, cle, mixed, qat, source
-from workbench.worker.quant.data import calibration_batches, evaluate, held_out_batches
-from workbench.worker.quant.graph import cle_pairs, find_structure, fold_batchnorms, trace
+from workbench.worker.quant.data import Batches, calibration_batches, evaluate, held_out_batches
+from workbench.worker.quant.graph import Structure, cle_pairs, find_structure, fold_batchnorms, trace
 from workbench.worker.quant.measure import sqnr_db
 from workbench.worker.quant.sim import QuantSim, parallel_map
 from workbench.worker.quant.taps import collect, tail_function
@@ -67,6 +69,7 @@ class Stages:
 
 
 def plan(spec: QuantSpec) -> list[str]:
+    """The ladder's steps for `spec`, in the order they run: one rung each."""
     steps = ["fp32"]
     if spec.fold_bn:
         steps.append("fold_bn")
@@ -83,6 +86,14 @@ def plan(spec: QuantSpec) -> list[str]:
     return steps
 
 
+def stage_names(spec: QuantSpec, steps: list[str]) -> list[str]:
+    """The job's progress stages: the ladder's steps, the analysis, the sweeps `spec` asks for and the save."""
+    sweeps = ["sensitivity"] if spec.sensitivity or spec.mixed_precision.target_drop else []
+    if spec.mixed_precision.target_drop:
+        sweeps.append("mixed_precision")
+    return steps + ["analysis"] + sweeps + ["save"]
+
+
 def _logit_sqnr(reference: torch.Tensor, logits: torch.Tensor) -> float | None:
     return sqnr_db(float(reference.double().pow(2).sum()), float((reference.double() - logits.double()).pow(2).sum()))
 
@@ -94,202 +105,336 @@ def _emit_arrays(ctx, arrays: dict, store: dict) -> None:
 
 
 def run_quantization(spec: QuantSpec, ctx) -> dict:
-    run = ctx.run
-    if run is None:
-        raise JobError("quantize needs a run folder for its report and artifacts: run it with a workspace")
-    started = time.perf_counter()
-    steps = plan(spec)
-    stage_names = steps + ["analysis"] + (["sensitivity"] if spec.sensitivity or spec.mixed_precision.target_drop
-                                          else []) + (["mixed_precision"] if spec.mixed_precision.target_drop
-                                                      else []) + ["save"]
-    stages = Stages(ctx, stage_names)
-    ladder = Ladder(ctx, steps)
-    ctx.log("ladder plan: " + ", ".join(steps))
+    """The quant.analyze job as its route of steps; each step is a QuantJob method that sends its own rung,
+    progress, arrays and log lines."""
+    job = QuantJob.open(spec, ctx)
+    job.load_source_and_data()
+    job.prepare_model()
+    job.draw_batches()
 
-    # --- source, data, model ----------------------------------------------------------------------------------------
-    workspace = resolve_workspace(None, ctx)
-    origin = source.resolve(spec.source.run, spec.model, spec.dataset, workspace)
-    device = resolve_device(spec.device)
-    dataset = load_dataset(origin.dataset, ctx=ctx)
-    dataset.normalization(progress=ctx.progress)
-    # Auto (0) classes become the dataset's count here, so the saved quantized model's spec is complete.
-    origin.model = resolve_num_classes(origin.model, len(dataset.classes), ctx.log)
-    model = build_model(origin.model, input_shape=dataset.sample_shape, log=ctx.log, pretrained=False)
-    model.eval().to(device)
-    ctx.log(f"quantizing {origin.model.name} from {origin.checkpoint} on {device}: weights W{spec.weights.bits} "
-            f"{spec.weights.granularity} {spec.weights.range}, activations A{spec.activations.bits} "
-            f"{spec.activations.range}")
-    calibration = calibration_batches(dataset, spec.calibration.samples, spec.calibration.seed,
-                                      batch_size=spec.batch_size, device=device, log=ctx.log)
-    held_out = held_out_batches(dataset, spec.eval_samples, batch_size=spec.batch_size, device=device)
-    ctx.log(f"calibrating on {calibration.samples:,} training samples (seed {spec.calibration.seed}), measuring on "
-            f"{held_out.samples:,} samples of the {held_out.what}")
-
-    # --- FP32 ---------------------------------------------------------------------------------------------------
-    stages.start("fp32", "measuring the FP32 model")
-    fp32 = evaluate(model, held_out, ctx.check_stop)
-    reference_logits = fp32["logits"]
-    ladder.add("fp32", fp32)
-
-    gm = trace(model, origin.model.name)
-    folded: dict[str, dict] = {}
+    # The ladder: one rung per step, in plan()'s order.
+    job.measure_fp32()
+    job.trace_graph()
     if spec.fold_bn:
-        stages.start("fold_bn", "folding BatchNorms")
-        folded = fold_batchnorms(gm)
-        ctx.log(f"folded {len(folded)} BatchNorm(s): " + (", ".join(f"{v['bn']} into {k}" for k, v in folded.items())
-                                                          or "none follow a conv or linear layer"))
-        ladder.add("fold_bn", evaluate(gm, held_out, ctx.check_stop))
-    structure = find_structure(gm)
-    modules = {name: layer.module for name, layer in structure.layers.items()}
-    arrays: dict[str, tuple[np.ndarray, dict]] = {}  # name: (array, what it holds), as sent and as saved
-
-    cle_report = None
+        job.fold_batchnorms()
+    job.find_layers()
     if spec.cle:
-        stages.start("cle", "cross-layer equalisation")
-        pairs = cle_pairs(gm, structure)
+        job.equalize()
+    job.build_sim()
+    job.set_weight_ranges()
+    if spec.adaround.enabled:
+        job.adaround()
+    if spec.bias_correction != "none":
+        job.correct_biases()
+    job.set_activation_ranges()
+    if spec.qat.epochs:
+        job.train_qat()
+
+    # After the ladder, on the fully quantized model.
+    job.analyze_layers()
+    if spec.sensitivity or spec.mixed_precision.target_drop:  # the proposal ranks layers by their sensitivity
+        job.sweep_sensitivity()
+    if spec.mixed_precision.target_drop:
+        job.propose_mixed_precision()
+    return job.save()
+
+
+@dataclass
+class QuantJob:
+    """What the steps of one quant.analyze job share; each step fills in the fields that later steps read."""
+
+    spec: QuantSpec
+    ctx: Any
+    run: Any  # a workbench.runs.Run: the report's and the artifacts' folder
+    stages: Stages
+    ladder: Ladder
+    started: float
+    # The source and its data: load_source_and_data, prepare_model, draw_batches.
+    origin: source.Source | None = None
+    device: torch.device | None = None
+    dataset: Any = None
+    model: torch.nn.Module | None = None
+    calibration: Batches | None = None
+    held_out: Batches | None = None
+    # The ladder's graph and simulation: trace_graph to set_activation_ranges.
+    fp32: dict = field(default_factory=dict)
+    quantized: dict = field(default_factory=dict)
+    gm: fx.GraphModule | None = None
+    folded: dict[str, dict] = field(default_factory=dict)
+    structure: Structure | None = None
+    modules: dict[str, torch.nn.Module] = field(default_factory=dict)
+    sim: QuantSim | None = None
+    # What the report and the artifacts gather as the steps go.
+    arrays: dict[str, tuple[np.ndarray, dict]] = field(default_factory=dict)  # name: (array, meta), as sent and saved
+    cle_report: dict | None = None
+    corrections: Any = None
+    qat_report: dict | None = None
+    layers: list[dict] = field(default_factory=list)
+    layer_error_samples: int = 0
+    sensitivity_rows: list[dict] | None = None
+    proposal: dict | None = None
+
+    @classmethod
+    def open(cls, spec: QuantSpec, ctx) -> QuantJob:
+        """Check there is a run folder, plan the ladder and the stages, and log the plan."""
+        if ctx.run is None:
+            raise JobError("quantize needs a run folder for its report and artifacts: run it with a workspace")
+        started = time.perf_counter()
+        steps = plan(spec)
+        job = cls(spec, ctx, ctx.run, Stages(ctx, stage_names(spec, steps)), Ladder(ctx, steps), started)
+        ctx.log("ladder plan: " + ", ".join(steps))
+        return job
+
+    # --- measuring ----------------------------------------------------------------------------------------------
+
+    def measure(self, model) -> dict:
+        """Accuracy, loss and logits of `model` on the held-out batches: the one measure every ladder rung takes."""
+        return evaluate(model, self.held_out, self.ctx.check_stop)
+
+    def rung(self, step: str, model) -> dict:
+        """Measure `model` and send the result as the ladder's rung for `step`."""
+        result = self.measure(model)
+        self.ladder.add(step, result)
+        return result
+
+    # --- source, data, model ------------------------------------------------------------------------------------
+
+    def load_source_and_data(self) -> None:
+        """Resolve the source (model spec, checkpoint, dataset) and the device, and load the dataset."""
+        spec = self.spec
+        workspace = resolve_workspace(None, self.ctx)
+        self.origin = source.resolve(spec.source.run, spec.model, spec.dataset, workspace)
+        self.device = resolve_device(spec.device)
+        self.dataset = load_dataset(self.origin.dataset, ctx=self.ctx)
+        self.dataset.normalization(progress=self.ctx.progress)
+
+    def prepare_model(self) -> None:
+        """Build the source model in eval mode on the device."""
+        spec, origin = self.spec, self.origin
+        # Auto (0) classes become the dataset's count here, so the saved quantized model's spec is complete.
+        origin.model = resolve_num_classes(origin.model, len(self.dataset.classes), self.ctx.log)
+        self.model = build_model(origin.model, input_shape=self.dataset.sample_shape, log=self.ctx.log,
+                                 pretrained=False)
+        self.model.eval().to(self.device)
+        self.ctx.log(f"quantizing {origin.model.name} from {origin.checkpoint} on {self.device}: weights "
+                     f"W{spec.weights.bits} {spec.weights.granularity} {spec.weights.range}, activations "
+                     f"A{spec.activations.bits} {spec.activations.range}")
+
+    def draw_batches(self) -> None:
+        """The calibration subset of the training split and the held-out batches every rung is measured on."""
+        spec = self.spec
+        self.calibration = calibration_batches(self.dataset, spec.calibration.samples, spec.calibration.seed,
+                                               batch_size=spec.batch_size, device=self.device, log=self.ctx.log)
+        self.held_out = held_out_batches(self.dataset, spec.eval_samples, batch_size=spec.batch_size,
+                                         device=self.device)
+        self.ctx.log(f"calibrating on {self.calibration.samples:,} training samples (seed {spec.calibration.seed}), "
+                     f"measuring on {self.held_out.samples:,} samples of the {self.held_out.what}")
+
+    # --- the ladder ---------------------------------------------------------------------------------------------
+
+    def measure_fp32(self) -> None:
+        """The first rung: the model as trained; its logits are the reference of the quantized model's SQNR."""
+        self.stages.start("fp32", "measuring the FP32 model")
+        self.fp32 = self.rung("fp32", self.model)
+
+    def trace_graph(self) -> None:
+        """Trace the model into the graph that every later step rewrites or simulates."""
+        self.gm = trace(self.model, self.origin.model.name)
+
+    def fold_batchnorms(self) -> None:
+        """Fold each BatchNorm into the conv or linear layer before it."""
+        self.stages.start("fold_bn", "folding BatchNorms")
+        self.folded = fold_batchnorms(self.gm)
+        self.ctx.log(f"folded {len(self.folded)} BatchNorm(s): "
+                     + (", ".join(f"{v['bn']} into {k}" for k, v in self.folded.items())
+                        or "none follow a conv or linear layer"))
+        self.rung("fold_bn", self.gm)
+
+    def find_layers(self) -> None:
+        """The quantizable layers and activation points of the (folded) graph."""
+        self.structure = find_structure(self.gm)
+        self.modules = {name: layer.module for name, layer in self.structure.layers.items()}
+
+    def equalize(self) -> None:
+        """Cross-layer equalisation with bias absorption; each touched layer's ranges before and after go out."""
+        self.stages.start("cle", "cross-layer equalisation")
+        structure, modules = self.structure, self.modules
+        pairs = cle_pairs(self.gm, structure)
         touched = {p.first for p in pairs} | {p.second for p in pairs}
         before = {name: cle.output_ranges(modules[name]).cpu() for name in touched}
-        scales = cle.equalize(modules, pairs, folded, check_stop=ctx.check_stop)
-        absorbed = cle.absorb_biases(modules, pairs, folded)
+        scales = cle.equalize(modules, pairs, self.folded, check_stop=self.ctx.check_stop)
+        absorbed = cle.absorb_biases(modules, pairs, self.folded)
         for name in sorted(touched, key=list(structure.layers).index):
             after = cle.output_ranges(modules[name]).cpu()
             both = torch.stack([before[name], after]).numpy().astype(np.float64)
-            _emit_arrays(ctx, {f"{name}:weight:cle_ranges": (both, {"layer": name, "rows": ["before", "after"],
-                                                                   "columns": ["min", "max"]})}, arrays)
-        cle_report = {"pairs": [[p.first, p.second] for p in pairs], "absorbed": absorbed,
-                      "scale_spread": {k: [float(v.min()), float(v.max())] for k, v in scales.items()}}
-        ctx.log(f"equalised {len(pairs)} layer pair(s)" + (f", absorbed biases of {len(absorbed)}" if absorbed else "")
-                + ("" if pairs else ": no conv/linear pairs joined only by ReLU or pooling"))
-        ladder.add("cle", evaluate(gm, held_out, ctx.check_stop))
+            _emit_arrays(self.ctx, {f"{name}:weight:cle_ranges": (both, {"layer": name, "rows": ["before", "after"],
+                                                                        "columns": ["min", "max"]})}, self.arrays)
+        self.cle_report = {"pairs": [[p.first, p.second] for p in pairs], "absorbed": absorbed,
+                           "scale_spread": {k: [float(v.min()), float(v.max())] for k, v in scales.items()}}
+        self.ctx.log(f"equalised {len(pairs)} layer pair(s)"
+                     + (f", absorbed biases of {len(absorbed)}" if absorbed else "")
+                     + ("" if pairs else ": no conv/linear pairs joined only by ReLU or pooling"))
+        self.rung("cle", self.gm)
 
-    if spec.bias_correction != "none":
-        for module in modules.values():
-            cle.ensure_bias(module)  # the correction needs a bias to go into
-    sim = QuantSim(gm, structure, folded, weights=spec.weights, activations=spec.activations,
-                   bits={item["name"]: item["bits"] for item in spec.mixed_precision.layers})
-    sim.to(device)
+    def build_sim(self) -> None:
+        """Wrap the graph in the quantization simulation, with any per-layer bit widths the spec applies."""
+        spec = self.spec
+        if spec.bias_correction != "none":
+            for module in self.modules.values():
+                cle.ensure_bias(module)  # the correction needs a bias to go into
+        self.sim = QuantSim(self.gm, self.structure, self.folded, weights=spec.weights,
+                            activations=spec.activations,
+                            bits={item["name"]: item["bits"] for item in spec.mixed_precision.layers})
+        self.sim.to(self.device)
 
-    stages.start("weight_ranges", "setting weight ranges")
-    sim.set_weight_ranges(ctx.check_stop)
-    sim.all(activations=False)
-    ladder.add("weight_ranges", evaluate(sim, held_out, ctx.check_stop))
+    def set_weight_ranges(self) -> None:
+        """Set each weight quantizer's range; the rung quantizes weights only."""
+        self.stages.start("weight_ranges", "setting weight ranges")
+        self.sim.set_weight_ranges(self.ctx.check_stop)
+        self.sim.all(activations=False)
+        self.rung("weight_ranges", self.sim)
 
-    if spec.adaround.enabled:
-        stages.start("adaround", "AdaRound")
+    def adaround(self) -> None:
+        """AdaRound each layer's weights in turn, in graph order."""
+        spec, sim = self.spec, self.sim
+        self.stages.start("adaround", "AdaRound")
         names = list(sim.weights)
         for k, name in enumerate(names):
-            stages.within("adaround", k, len(names), f"AdaRound {name} ({k + 1}/{len(names)})")
-            _adaround_layer(sim, name, calibration, spec.adaround.iterations, spec.calibration.seed + k,
-                            ctx.check_stop)
+            self.stages.within("adaround", k, len(names), f"AdaRound {name} ({k + 1}/{len(names)})")
+            _adaround_layer(sim, name, self.calibration, spec.adaround.iterations, spec.calibration.seed + k,
+                            self.ctx.check_stop)
         sim.all(activations=False)
-        ladder.add("adaround", evaluate(sim, held_out, ctx.check_stop))
+        self.rung("adaround", sim)
 
-    corrections = None
-    if spec.bias_correction == "empirical":
-        stages.start("bias_correction", "empirical bias correction")
-        corrections = bias.empirical(sim, calibration, ctx.check_stop,
-                                     lambda d, t: stages.within("bias_correction", d, t, "empirical bias correction"))
-        sim.all(activations=False)
-        ladder.add("bias_correction", evaluate(sim, held_out, ctx.check_stop))
-    elif spec.bias_correction == "analytical":
-        stages.start("bias_correction", "analytical bias correction")
-        corrections = bias.analytical(sim, calibration, ctx.check_stop)
-        sim.all(activations=False)
-        ladder.add("bias_correction", evaluate(sim, held_out, ctx.check_stop))
+    def correct_biases(self) -> None:
+        """Empirical or analytical bias correction, as the spec asks."""
+        if self.spec.bias_correction == "empirical":
+            self.stages.start("bias_correction", "empirical bias correction")
+            self.corrections = bias.empirical(
+                self.sim, self.calibration, self.ctx.check_stop,
+                lambda d, t: self.stages.within("bias_correction", d, t, "empirical bias correction"))
+        else:
+            self.stages.start("bias_correction", "analytical bias correction")
+            self.corrections = bias.analytical(self.sim, self.calibration, self.ctx.check_stop)
+        self.sim.all(activations=False)
+        self.rung("bias_correction", self.sim)
 
-    stages.start("activation_ranges", "setting activation ranges")
-    sim.calibrate(calibration, seed=spec.calibration.seed, check_stop=ctx.check_stop,
-                  progress=lambda d, t: stages.within("activation_ranges", d, t, "calibrating activations"))
-    sim.all()
-    quantized = evaluate(sim, held_out, ctx.check_stop)
-    ladder.add("activation_ranges", quantized)
+    def set_activation_ranges(self) -> None:
+        """Calibrate the activation ranges; this rung is the first with the whole model quantized."""
+        self.stages.start("activation_ranges", "setting activation ranges")
+        self.sim.calibrate(self.calibration, seed=self.spec.calibration.seed, check_stop=self.ctx.check_stop,
+                           progress=lambda d, t: self.stages.within("activation_ranges", d, t,
+                                                                    "calibrating activations"))
+        self.sim.all()
+        self.quantized = self.rung("activation_ranges", self.sim)
 
-    qat_report = None
-    if spec.qat.epochs:
-        stages.start("qat", f"quantization-aware training for {spec.qat.epochs} epoch(s)")
+    def train_qat(self) -> None:
+        """Quantization-aware training from the PTQ result, with the ranges fixed."""
+        spec, origin = self.spec, self.origin
+        self.stages.start("qat", f"quantization-aware training for {spec.qat.epochs} epoch(s)")
         train_spec = qat.training_spec(spec, origin.train, origin.model, origin.dataset)
-        ctx.log(f"quantization-aware training: {train_spec.epochs} epoch(s) at lr {train_spec.lr:g}, "
-                f"{train_spec.optimizer}, batch {train_spec.batch_size}, ranges fixed")
-        summary = qat.run_qat(sim, train_spec, dataset, device, ctx)
-        quantized = evaluate(sim, held_out, ctx.check_stop)
-        ladder.add("qat", quantized)
-        qat_report = {"epochs": summary["epochs_completed"], "lr": train_spec.lr,
-                      "checkpoint": str(run.checkpoints_dir / "model.pt")}
+        self.ctx.log(f"quantization-aware training: {train_spec.epochs} epoch(s) at lr {train_spec.lr:g}, "
+                     f"{train_spec.optimizer}, batch {train_spec.batch_size}, ranges fixed")
+        summary = qat.run_qat(self.sim, train_spec, self.dataset, self.device, self.ctx)
+        self.quantized = self.rung("qat", self.sim)
+        self.qat_report = {"epochs": summary["epochs_completed"], "lr": train_spec.lr,
+                           "checkpoint": str(self.run.checkpoints_dir / "model.pt")}
 
-    # --- analysis -----------------------------------------------------------------------------------------------
-    stages.start("analysis", "per-layer analysis")
-    layers = parallel_map(analysis.weight_entry, sim.weights.values(), device, ctx.check_stop)
-    layers += parallel_map(lambda state: analysis.activation_entry(sim, state), sim.points.values(), device,
-                           ctx.check_stop)
-    subset = min(held_out.samples, calibration.samples)
-    errors = {"calibration": analysis.layer_errors(sim, calibration, ctx.check_stop),
-              "held_out": analysis.layer_errors(sim, held_out.head(subset), ctx.check_stop)}
-    for entry in layers:
-        if entry["tensor"] == "activation":
-            entry["error"] = {where: errors[where][entry["name"]] for where in errors}
-    stages.within("analysis", 0, 1, "histograms and every estimator's range")
-    for entry, tensor_arrays in zip(layers, parallel_map(lambda e: analysis.tensor_arrays(sim, e), layers, device,
-                                                         ctx.check_stop)):
-        _emit_arrays(ctx, tensor_arrays, arrays)
-        key = f"{entry['name']}:{entry['tensor']}"
-        ctx.histogram(f"quant/{key}", arrays[f"{key}:counts"][0], arrays[f"{key}:edges"][0], layer=entry["name"],
-                      tensor=entry["tensor"])
-    sim.all()
+    # --- after the ladder ---------------------------------------------------------------------------------------
 
-    report: dict = {
-        "fp32": {"accuracy": fp32["accuracy"], "loss": fp32["loss"]},
-        "quantized": {"accuracy": quantized["accuracy"], "loss": quantized["loss"],
-                      "logit_sqnr_db": _logit_sqnr(reference_logits, quantized["logits"])},
-        "steps": ladder.steps,
-        "layers": layers,
-    }
-
-    sensitivity_rows = None
-    if spec.sensitivity or spec.mixed_precision.target_drop:
-        stages.start("sensitivity", "sensitivity sweeps")
-        sensitivity_rows = mixed.sensitivity(sim, held_out, check_stop=ctx.check_stop,
-                                             progress=lambda d, t, text: stages.within("sensitivity", d, t, text))
-        report["sensitivity"] = sensitivity_rows
+    def analyze_layers(self) -> None:
+        """Per-quantizer statistics and layer errors, then every tensor's histogram and estimator ranges."""
+        sim, device, check_stop = self.sim, self.device, self.ctx.check_stop
+        self.stages.start("analysis", "per-layer analysis")
+        layers = parallel_map(analysis.weight_entry, sim.weights.values(), device, check_stop)
+        layers += parallel_map(lambda state: analysis.activation_entry(sim, state), sim.points.values(), device,
+                               check_stop)
+        self.layer_error_samples = subset = min(self.held_out.samples, self.calibration.samples)
+        errors = {"calibration": analysis.layer_errors(sim, self.calibration, check_stop),
+                  "held_out": analysis.layer_errors(sim, self.held_out.head(subset), check_stop)}
+        for entry in layers:
+            if entry["tensor"] == "activation":
+                entry["error"] = {where: errors[where][entry["name"]] for where in errors}
+        self.stages.within("analysis", 0, 1, "histograms and every estimator's range")
+        for entry, tensor_arrays in zip(layers, parallel_map(lambda e: analysis.tensor_arrays(sim, e), layers,
+                                                             device, check_stop)):
+            _emit_arrays(self.ctx, tensor_arrays, self.arrays)
+            key = f"{entry['name']}:{entry['tensor']}"
+            self.ctx.histogram(f"quant/{key}", self.arrays[f"{key}:counts"][0], self.arrays[f"{key}:edges"][0],
+                               layer=entry["name"], tensor=entry["tensor"])
         sim.all()
-    if spec.mixed_precision.target_drop:
-        stages.start("mixed_precision", "mixed-precision proposal")
-        proposal = mixed.propose(sim, sensitivity_rows, fp32_accuracy=fp32["accuracy"],
-                                 quantized_accuracy=quantized["accuracy"],
-                                 target_drop=spec.mixed_precision.target_drop, batches=held_out,
-                                 check_stop=ctx.check_stop,
-                                 progress=lambda d, t, text: stages.within("mixed_precision", d, t, text))
-        report["mixed_precision"] = proposal
-        ctx.log(f"mixed precision: {len(proposal['layers'])} layer(s) kept wider, accuracy "
-                f"{proposal['accuracy']:.2%}, {proposal['size_bytes']:,} bytes"
-                + ("" if proposal["met"] else f" (the target drop of {spec.mixed_precision.target_drop:.2%} is not "
-                   "reached even with every layer at 16 bits)"))
-        sim.all()
+        self.layers = layers
 
-    # --- artifacts ----------------------------------------------------------------------------------------------
-    stages.start("save", "saving the quantized model")
-    folder = run.artifacts_dir
-    folder.mkdir(parents=True, exist_ok=True)
-    weights_path, params_path = artifacts.save_quantized(sim, folder, model_spec=origin.model.to_dict(),
-                                                         checkpoint=str(origin.checkpoint))
-    histograms_path = folder / artifacts.HISTOGRAMS_FILE
-    artifacts.save_arrays(histograms_path, arrays)
-    for name, path, kind in (("quantized weights", weights_path, "state_dict"),
-                             ("quantization parameters", params_path, "quant_params"),
-                             ("histograms", histograms_path, "arrays")):
-        ctx.artifact(name, path, kind=kind)
-    ctx.progress(len(stage_names), len(stage_names), "done", force=True)
-    report.update({
-        "source": origin.describe(),
-        "device": str(device),
-        "calibration": {"samples": calibration.samples, "seed": spec.calibration.seed},
-        "held_out": {"samples": held_out.samples, "split": held_out.what, "layer_error_samples": subset},
-        "cle": cle_report,
-        "qat": qat_report,
-        "bias_correction": corrections,
-        "artifacts": {"weights": str(weights_path), "params": str(params_path), "histograms": str(histograms_path)},
-        "elapsed_analysis_s": round(time.perf_counter() - started, 3),
-    })
-    return report
+    # mixed.sensitivity and mixed.propose measure with data.evaluate on the same held-out batches as measure().
+
+    def sweep_sensitivity(self) -> None:
+        """Each layer's accuracy with only it quantized, and with all but it quantized."""
+        self.stages.start("sensitivity", "sensitivity sweeps")
+        self.sensitivity_rows = mixed.sensitivity(
+            self.sim, self.held_out, check_stop=self.ctx.check_stop,
+            progress=lambda d, t, text: self.stages.within("sensitivity", d, t, text))
+        self.sim.all()
+
+    def propose_mixed_precision(self) -> None:
+        """The fewest layers to keep wider for the accuracy drop the spec allows."""
+        target_drop = self.spec.mixed_precision.target_drop
+        self.stages.start("mixed_precision", "mixed-precision proposal")
+        proposal = mixed.propose(self.sim, self.sensitivity_rows, fp32_accuracy=self.fp32["accuracy"],
+                                 quantized_accuracy=self.quantized["accuracy"], target_drop=target_drop,
+                                 batches=self.held_out, check_stop=self.ctx.check_stop,
+                                 progress=lambda d, t, text: self.stages.within("mixed_precision", d, t, text))
+        self.proposal = proposal
+        self.ctx.log(f"mixed precision: {len(proposal['layers'])} layer(s) kept wider, accuracy "
+                     f"{proposal['accuracy']:.2%}, {proposal['size_bytes']:,} bytes"
+                     + ("" if proposal["met"] else f" (the target drop of {target_drop:.2%} is not "
+                        "reached even with every layer at 16 bits)"))
+        self.sim.all()
+
+    def save(self) -> dict:
+        """Save the quantized model, its parameters and every array sent; return the job's report."""
+        self.stages.start("save", "saving the quantized model")
+        folder = self.run.artifacts_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        weights_path, params_path = artifacts.save_quantized(self.sim, folder, model_spec=self.origin.model.to_dict(),
+                                                             checkpoint=str(self.origin.checkpoint))
+        histograms_path = folder / artifacts.HISTOGRAMS_FILE
+        artifacts.save_arrays(histograms_path, self.arrays)
+        for name, path, kind in (("quantized weights", weights_path, "state_dict"),
+                                 ("quantization parameters", params_path, "quant_params"),
+                                 ("histograms", histograms_path, "arrays")):
+            self.ctx.artifact(name, path, kind=kind)
+        total = len(self.stages.names)
+        self.ctx.progress(total, total, "done", force=True)
+        return self.report({"weights": str(weights_path), "params": str(params_path),
+                            "histograms": str(histograms_path)})
+
+    def report(self, saved: dict) -> dict:
+        """The job's result, its keys in the order the report has always had them."""
+        fp32, quantized = self.fp32, self.quantized
+        report: dict = {
+            "fp32": {"accuracy": fp32["accuracy"], "loss": fp32["loss"]},
+            "quantized": {"accuracy": quantized["accuracy"], "loss": quantized["loss"],
+                          "logit_sqnr_db": _logit_sqnr(fp32["logits"], quantized["logits"])},
+            "steps": self.ladder.steps,
+            "layers": self.layers,
+        }
+        if self.sensitivity_rows is not None:
+            report["sensitivity"] = self.sensitivity_rows
+        if self.proposal is not None:
+            report["mixed_precision"] = self.proposal
+        report.update({
+            "source": self.origin.describe(),
+            "device": str(self.device),
+            "calibration": {"samples": self.calibration.samples, "seed": self.spec.calibration.seed},
+            "held_out": {"samples": self.held_out.samples, "split": self.held_out.what,
+                         "layer_error_samples": self.layer_error_samples},
+            "cle": self.cle_report,
+            "qat": self.qat_report,
+            "bias_correction": self.corrections,
+            "artifacts": saved,
+            "elapsed_analysis_s": round(time.perf_counter() - self.started, 3),
+        })
+        return report
 
 
 def _adaround_layer(sim: QuantSim, name: str, calibration, iterations: int, seed: int, check_stop) -> None:
