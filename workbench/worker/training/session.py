@@ -80,7 +80,48 @@ def run_training(spec: TrainSpec, ctx) -> dict:
 
 
 def _train(spec: TrainSpec, ctx, device: torch.device, group, lead) -> dict:
-    run = ctx.run
+    """The route of one training job, in the order a reader would explain it."""
+    _check_setup(spec, ctx, device, group)
+    dataset = _load_data(spec, ctx)
+    spec = _resolve_classes(spec, dataset, ctx)
+    check_data_fits(spec, dataset)
+    dataset.normalization(progress=ctx.progress)  # computed (and cached) once here, not in every DDP rank
+    resume, resumed_from = _prepare_run_folder(spec, dataset, ctx)
+    fresh = resume is None
+    # Handed over, not kept here: last.pt's weights and optimizer state must not stay alive through training.
+    pending = [resume]
+    del resume
+    with deterministic_mode(spec.deterministic):
+        seed_everything(spec.seed)
+        model = build_model(spec.model, input_shape=dataset.sample_shape, log=ctx.log,
+                            pretrained=fresh, checkpoint=fresh)
+        parameters = _log_start(spec, ctx, dataset, model, device)
+        try:
+            fitted = _fit(spec, ctx, device, group, lead, dataset=dataset, model=model, pending=pending)
+            test = _evaluate_on_test(fitted, ctx, dataset, device)
+        finally:
+            dataset.release()  # the device copy of the data is this job's: the next job's memory is its own
+    return _result(fitted, ctx, device, group, parameters=parameters, test=test, resumed_from=resumed_from)
+
+
+@dataclasses.dataclass
+class _Fitted:
+    """What training leaves for the steps after it: the spec as trained, the model and how it was laid out."""
+
+    spec: TrainSpec
+    summary: dict
+    model: torch.nn.Module
+    channels_last: bool
+
+
+@dataclasses.dataclass
+class _TestEvaluation:
+    accuracy: float | None = None
+    path: object = None  # the evaluation.json written, or None without a test split
+
+
+def _check_setup(spec: TrainSpec, ctx, device: torch.device, group) -> None:
+    """Refuse a precision, compile mode or process layout this device cannot run, before any data is read."""
     if group is not None:
         torchrun.check_batch(spec, group)
         # Under torchrun it is DDP across the group whatever spec.distributed says (the Trainer needs only the
@@ -92,99 +133,122 @@ def _train(spec: TrainSpec, ctx, device: torch.device, group, lead) -> dict:
     check_compile(spec.compile, device)
     if group is None:
         check_distributed(spec, device)
+
+
+def _load_data(spec: TrainSpec, ctx):
     dataset = load_dataset(spec.dataset, ctx=ctx)
     if dataset.in_memory:
         # Decoded now (epoch one would do it anyway), so unreadable files are known before training: the
-        # count logged below is the one `data info` reports, and the one the epochs really use.
+        # count logged at the start is the one `data info` reports, and the one the epochs really use.
         dataset.decode_all(progress=ctx.progress, check_stop=ctx.check_stop)
-    if not spec.model.num_classes:
-        spec = dataclasses.replace(spec, model=resolve_num_classes(spec.model, len(dataset.classes), ctx.log))
-        # The run's spec then says what was trained: a resume, a graph, a quantization or an export of the run
-        # rebuilds the same model without counting the dataset again.
-        atomic_write_text(run.spec_path, spec.to_toml())
-    check_data_fits(spec, dataset)
-    dataset.normalization(progress=ctx.progress)  # computed (and cached) once here, not in every DDP rank
+    return dataset
+
+
+def _resolve_classes(spec: TrainSpec, dataset, ctx) -> TrainSpec:
+    """model.num_classes = 0 (auto) becomes the dataset's class count, written back into the run's spec."""
+    if spec.model.num_classes:
+        return spec
+    spec = dataclasses.replace(spec, model=resolve_num_classes(spec.model, len(dataset.classes), ctx.log))
+    # The run's spec then says what was trained: a resume, a graph, a quantization or an export of the run
+    # rebuilds the same model without counting the dataset again.
+    atomic_write_text(ctx.run.spec_path, spec.to_toml())
+    return spec
+
+
+def _prepare_run_folder(spec: TrainSpec, dataset, ctx) -> tuple[dict | None, int | None]:
+    """The run's checkpoint and artifact folders, and what a resume continues from: (last.pt's content, its epoch)."""
+    run = ctx.run
     if not len(dataset.splits["val"]):
         ctx.log("no validation split (dataset.val_fraction is 0): no best.pt and no early stopping", "warning")
     run.checkpoints_dir.mkdir(parents=True, exist_ok=True)
     run.artifacts_dir.mkdir(parents=True, exist_ok=True)
     resume = load_last(run.checkpoints_dir / LAST) if ctx.resuming else None
-    resumed_from = None
-    if resume is not None:
-        state = resume["state"]
-        resumed_from = int(state["epoch"])
-        run.log_event("resume", {"epoch": resumed_from, "global_step": int(state["global_step"])})
-        ctx.log(f"resuming after epoch {resumed_from} (step {state['global_step']}) of {spec.epochs}")
+    if resume is None:
+        return None, None
+    state = resume["state"]
+    run.log_event("resume", {"epoch": int(state["epoch"]), "global_step": int(state["global_step"])})
+    ctx.log(f"resuming after epoch {int(state['epoch'])} (step {state['global_step']}) of {spec.epochs}")
+    return resume, int(state["epoch"])
 
-    with deterministic_mode(spec.deterministic):
-        seed_everything(spec.seed)
-        model = build_model(spec.model, input_shape=dataset.sample_shape, log=ctx.log,
-                            pretrained=resume is None, checkpoint=resume is None)
-        parameters = count_parameters(model)
-        usable = sum(dataset.splits["train"].class_counts())  # without files known not to decode
-        skipped = len(dataset.splits["train"]) - usable
-        ctx.log(f"training {spec.model.name} ({parameters['trainable']:,} of {parameters['total']:,} parameters "
-                f"trainable) on {describe(device)}, amp={spec.amp}, {usable:,} training samples"
-                + (f" ({skipped:,} unreadable file(s) skipped)" if skipped else ""))
-        try:
-            if group is not None:
-                summary, model, channels_last, spec = _lead_group(spec, ctx, group, lead, dataset=dataset,
-                                                                  model=model, device=device, resume=resume)
-                del resume
-            elif spec.distributed == "ddp":
-                from workbench.worker.training.distributed import launch
 
-                del resume  # the ranks read last.pt themselves
-                # Decided once here, not by every rank (whose timings would race each other), and sent as a value.
-                channels_last, layout = resolve_channels_last(
-                    spec.channels_last, model=model, sample_shape=tuple(dataset.sample_shape),
-                    batch_size=max(1, spec.batch_size // spec.nproc), device=device, amp=spec.amp,
-                    workspace=dataset.core.workspace, deterministic=spec.deterministic, compiled=spec.compile != "off")
-                ctx.log(f"memory layout: {layout}")
-                spec = dataclasses.replace(spec, channels_last=channels_last)
-                summary = launch(spec, ctx, device=device, checkpoints_dir=run.checkpoints_dir,
-                                 artifacts_dir=run.artifacts_dir, resuming=ctx.resuming)
-                model.load_state_dict(load_state_dict(run.checkpoints_dir / FINAL))
-                model.to(device)
-                if channels_last:
-                    model = model.to(memory_format=torch.channels_last)
-            else:
-                trainer = Trainer(TrainSetup(spec=spec, dataset=dataset, model=model, device=device,
-                                             checkpoints_dir=run.checkpoints_dir, artifacts_dir=run.artifacts_dir,
-                                             report=ctx, resume=resume, workspace=dataset.core.workspace))
-                del resume
-                summary = trainer.fit()
-                model = trainer.model
-                channels_last = trainer.channels_last
+def _log_start(spec: TrainSpec, ctx, dataset, model, device: torch.device) -> dict:
+    """Say what trains on what, and return the model's parameter counts for the result."""
+    parameters = count_parameters(model)
+    usable = sum(dataset.splits["train"].class_counts())  # without files known not to decode
+    skipped = len(dataset.splits["train"]) - usable
+    ctx.log(f"training {spec.model.name} ({parameters['trainable']:,} of {parameters['total']:,} parameters "
+            f"trainable) on {describe(device)}, amp={spec.amp}, {usable:,} training samples"
+            + (f" ({skipped:,} unreadable file(s) skipped)" if skipped else ""))
+    return parameters
 
-            test_split = dataset.splits["test"]
-            test_accuracy = None
-            evaluation_path = None
-            if len(test_split):
-                ctx.progress(0, len(test_split), "evaluating on the test split", force=True)
-                evaluation = evaluate_test(model, test_split, dataset.classes, device=device, amp=spec.amp,
-                                           channels_last=channels_last, batch_size=spec.batch_size,
-                                           check_stop=ctx.check_stop,
-                                           output_check=OutputCheck(spec.model.name, spec.model.num_classes))
-                evaluation_path = run.artifacts_dir / "evaluation.json"
-                write_evaluation(evaluation_path, evaluation)
-                ctx.artifact("evaluation", evaluation_path, kind="evaluation")
-                test_accuracy = _number(evaluation["test_accuracy"])
-                text = (f"test accuracy {test_accuracy:.2%}" if test_accuracy is not None
-                        else "no test samples decoded")
-                ctx.progress(len(test_split), len(test_split), text, force=True)
-                ctx.log(text)
-            else:
-                ctx.log("the test split is empty: no test evaluation (set dataset.test_fraction to hold some out)")
-        finally:
-            dataset.release()  # the device copy of the data is this job's: the next job's memory is its own
 
+def _fit(spec: TrainSpec, ctx, device: torch.device, group, lead, *, dataset, model, pending: list) -> _Fitted:
+    """Train in this process, as rank 0 of a torchrun group, or in spawned DDP ranks; `pending` holds what a resume
+    continues from (or None), taken out here so that no caller keeps it alive."""
+    run = ctx.run
+    resume = pending.pop()
+    if group is not None:
+        summary, model, channels_last, spec = _lead_group(spec, ctx, group, lead, dataset=dataset, model=model,
+                                                          device=device, resume=resume)
+        return _Fitted(spec, summary, model, channels_last)
+    if spec.distributed == "ddp":
+        from workbench.worker.training.distributed import launch
+
+        del resume  # the ranks read last.pt themselves
+        # Decided once here, not by every rank (whose timings would race each other), and sent as a value.
+        channels_last, layout = resolve_channels_last(
+            spec.channels_last, model=model, sample_shape=tuple(dataset.sample_shape),
+            batch_size=max(1, spec.batch_size // spec.nproc), device=device, amp=spec.amp,
+            workspace=dataset.core.workspace, deterministic=spec.deterministic, compiled=spec.compile != "off")
+        ctx.log(f"memory layout: {layout}")
+        spec = dataclasses.replace(spec, channels_last=channels_last)
+        summary = launch(spec, ctx, device=device, checkpoints_dir=run.checkpoints_dir,
+                         artifacts_dir=run.artifacts_dir, resuming=ctx.resuming)
+        model.load_state_dict(load_state_dict(run.checkpoints_dir / FINAL))
+        model.to(device)
+        if channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        return _Fitted(spec, summary, model, channels_last)
+    trainer = Trainer(TrainSetup(spec=spec, dataset=dataset, model=model, device=device,
+                                 checkpoints_dir=run.checkpoints_dir, artifacts_dir=run.artifacts_dir,
+                                 report=ctx, resume=resume, workspace=dataset.core.workspace))
+    del resume
+    summary = trainer.fit()
+    return _Fitted(spec, summary, trainer.model, trainer.channels_last)
+
+
+def _evaluate_on_test(fitted: _Fitted, ctx, dataset, device: torch.device) -> _TestEvaluation:
+    """The held-out test split, once, after training: evaluation.json for the Evaluation view."""
+    spec, run = fitted.spec, ctx.run
+    test_split = dataset.splits["test"]
+    if not len(test_split):
+        ctx.log("the test split is empty: no test evaluation (set dataset.test_fraction to hold some out)")
+        return _TestEvaluation()
+    ctx.progress(0, len(test_split), "evaluating on the test split", force=True)
+    evaluation = evaluate_test(fitted.model, test_split, dataset.classes, device=device, amp=spec.amp,
+                               channels_last=fitted.channels_last, batch_size=spec.batch_size,
+                               check_stop=ctx.check_stop,
+                               output_check=OutputCheck(spec.model.name, spec.model.num_classes))
+    path = run.artifacts_dir / "evaluation.json"
+    write_evaluation(path, evaluation)
+    ctx.artifact("evaluation", path, kind="evaluation")
+    accuracy = _number(evaluation["test_accuracy"])
+    text = f"test accuracy {accuracy:.2%}" if accuracy is not None else "no test samples decoded"
+    ctx.progress(len(test_split), len(test_split), text, force=True)
+    ctx.log(text)
+    return _TestEvaluation(accuracy, path)
+
+
+def _result(fitted: _Fitted, ctx, device: torch.device, group, *, parameters: dict, test: _TestEvaluation,
+            resumed_from: int | None) -> dict:
+    """The result the runner writes as report.json (its keys are a contract: the GUI, the report and tests read them)."""
+    spec, summary, run = fitted.spec, fitted.summary, ctx.run
     last = summary.get("last_epoch") or {}
     best = run.checkpoints_dir / BEST
     result = {
         "epochs_completed": summary["epochs_completed"],
         "final": {"train_loss": _number(last.get("train_loss")), "val_loss": _number(last.get("val_loss")),
-                  "val_accuracy": _number(last.get("val_acc")), "test_accuracy": test_accuracy},
+                  "val_accuracy": _number(last.get("val_acc")), "test_accuracy": test.accuracy},
         # Samples/s after the warm-up; the warm-up (first steps, profiling, compilation) is reported apart.
         "throughput": {"train_samples_per_s": _number(summary.get("train_samples_per_s")),
                        "warmup_s": _number(summary.get("warmup_s")), "warmup_steps": summary.get("warmup_steps"),
@@ -193,14 +257,14 @@ def _train(spec: TrainSpec, ctx, device: torch.device, group, lead) -> dict:
         "best_checkpoint": str(best) if spec.keep_best and best.exists() else None,
         "device": str(device),
         "amp": spec.amp,
-        "channels_last": bool(channels_last),
+        "channels_last": bool(fitted.channels_last),
         "data_placement": summary.get("placement"),
         "parameters": parameters,
         "global_steps": summary["global_steps"],
         "early_stopped": summary["early_stopped"],
         "best_val_accuracy": _number(summary.get("best_val_accuracy")),
         "best_epoch": summary.get("best_epoch"),
-        "evaluation": str(evaluation_path) if evaluation_path else None,
+        "evaluation": str(test.path) if test.path else None,
     }
     if resumed_from is not None:
         result["resumed_from_epoch"] = resumed_from
