@@ -147,12 +147,16 @@ def _range_text(meta: Mapping[str, Any]) -> str:
     return " and ".join(parts)
 
 
+class _OutOfRange(SpecError):
+    """A value of the field's type but outside its bounds: a union keeps this message over "is not X or Y"."""
+
+
 def _check_value(value: Any, path: str, meta: Mapping[str, Any]) -> None:
     low, high = meta.get("min"), meta.get("max")
     too_low = low is not None and (value < low or (meta.get("min_exclusive") and value == low))
     too_high = high is not None and (value > high or (meta.get("max_exclusive") and value == high))
     if too_low or too_high:
-        raise SpecError(f"{path}: {value!r} is out of range; must be {_range_text(meta)}")
+        raise _OutOfRange(f"{path}: {value!r} is out of range; must be {_range_text(meta)}")
     choices = meta.get("choices")
     if choices is not None and value not in choices:
         raise SpecError(f"{path}: {value!r} is not allowed; choose one of: {', '.join(choices)}")
@@ -180,11 +184,16 @@ def _coerce(value: Any, hint: Any, path: str, meta: Mapping[str, Any]) -> Any:
         options = [candidate for candidate in options if candidate is not type(None)]
         if len(options) == 1:
             return _coerce(value, options[0], path, meta)
+        out_of_range = None
         for candidate in options:  # the first type that takes the value wins
             try:
                 return _coerce(value, candidate, path, meta)
+            except _OutOfRange as error:  # "5000 is out of range" says more than "not an integer or auto"
+                out_of_range = out_of_range or error
             except SpecError:
                 continue
+        if out_of_range is not None:
+            raise out_of_range
         raise SpecError(f"{path}: {value!r} is not {' or '.join(_describe(o) for o in options)}")
     if origin is Literal:
         choices = get_args(hint)

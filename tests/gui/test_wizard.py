@@ -230,3 +230,16 @@ def test_loader_workers_read_auto_by_default_and_a_count_when_set(qtbot):
     assert wizard.speed_page.form.value("dataset.num_workers") == 4
     box.setValue(box.minimum())
     assert box.text() == "auto" and wizard.speed_page.form.value("dataset.num_workers") == "auto"
+
+
+def test_a_seed_field_reaching_past_a_spin_boxs_int_is_clamped_to_it(qtbot):
+    # Seeds take torch's 64-bit bound; a QSpinBox holds a C int, and a range past it would wrap to a negative.
+    from workbench.gui.widgets.spec_form import QT_INT_MAX, SpecForm
+
+    form = SpecForm(TrainSpec, ["seed", "dataset.seed"], TrainSpec().to_dict())
+    qtbot.addWidget(form)
+    for field in ("seed", "dataset.seed"):
+        box = form.widgets[field]
+        assert box.minimum() == 0 and box.maximum() == QT_INT_MAX
+        box.setValue(QT_INT_MAX)
+        assert form.value(field) == QT_INT_MAX
