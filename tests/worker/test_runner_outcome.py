@@ -1,10 +1,11 @@
 """How run_task reports a job whose run cannot be written (a full disk) and what a library's terminal colours
-become on the way to the user (issue #19, 5.9 and 5.14): real run folders, a real tmpfs that fills up."""
+become on the way to the user (issue #19, 5.9 and 5.14): real run folders, a disk
+that reports itself full at fsync."""
 
 from __future__ import annotations
 
 import errno
-import subprocess
+import os
 from pathlib import Path
 
 import pytest
@@ -21,37 +22,39 @@ def _task(fn, name: str = "test.task") -> TaskInfo:
     return TaskInfo(name, fn, "job", None, True, "")
 
 
+class FillableDisk:
+    """A workspace whose disk fills on demand: once `fill()` is called, every fsync fails with ENOSPC, as a
+    full disk with delayed allocation does. (A real tmpfs needs mount rights, and a sandbox that ignores its
+    size lets a filler loop write into memory without end: the CI run on record hung there.)"""
+
+    def __init__(self, root: Path, monkeypatch):
+        self.root = root
+        self.full = False
+        real_fsync = os.fsync
+
+        def fsync(fd):
+            if self.full:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+
+    def fill(self) -> None:
+        self.full = True
+
+
 @pytest.fixture
-def tiny_disk(tmp_path: Path):
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()})")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def _fill(disk: Path) -> None:
-    """Write until the file system has no byte left: big writes first, then single bytes for the last block."""
-    with open(disk / "filler", "wb", buffering=0) as handle:
-        for chunk in (65536, 1):
-            try:
-                while True:
-                    handle.write(b"\0" * chunk)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC
+def tiny_disk(tmp_path: Path, monkeypatch) -> FillableDisk:
+    return FillableDisk(tmp_path / "disk", monkeypatch)
 
 
 def test_a_disk_that_fills_after_the_run_is_made_still_names_the_run(tiny_disk, monkeypatch):
-    workspace = tiny_disk / "ws"
+    workspace = tiny_disk.root / "ws"
     real_create = RunStore.create_run
 
     def create_then_fill(self, *args, **kwargs):
         run = real_create(self, *args, **kwargs)
-        _fill(tiny_disk)  # completely full from the first status write on
+        tiny_disk.fill()  # completely full from the first status write on
         return run
 
     monkeypatch.setattr(RunStore, "create_run", create_then_fill)
@@ -65,10 +68,10 @@ def test_a_disk_that_fills_after_the_run_is_made_still_names_the_run(tiny_disk, 
 
 def test_a_job_that_fills_the_disk_says_its_outcome_was_not_saved(tiny_disk):
     def fills(spec, ctx):
-        _fill(tiny_disk)
+        tiny_disk.fill()
         return {"value": 1}
 
-    result = run_task(_task(fills), {}, emit=lambda *a: None, workspace=tiny_disk / "ws")
+    result = run_task(_task(fills), {}, emit=lambda *a: None, workspace=tiny_disk.root / "ws")
     assert result["run_dir"] and Path(result["run_dir"]).is_dir()
     assert result["status"] == "failed"
     assert "could not be saved in " + result["run_dir"] in result["error"]["message"]
