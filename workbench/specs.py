@@ -158,9 +158,13 @@ def _check_value(value: Any, path: str, meta: Mapping[str, Any]) -> None:
     if too_low or too_high:
         raise _OutOfRange(f"{path}: {value!r} is out of range; must be {_range_text(meta)}")
     choices = meta.get("choices")
-    if choices is not None and value not in choices:
-        raise SpecError(f"{path}: {value!r} is not allowed; choose one of: {', '.join(choices)}")
     pattern = meta.get("pattern")
+    if choices is not None:
+        # A named choice, or (where the field also takes one) a value of the open form, e.g. file:<path.py>:<Name>.
+        if value not in choices and not (pattern is not None and re.fullmatch(pattern, value)):
+            also = f", or {meta['pattern_help']}" if pattern is not None and meta.get("pattern_help") else ""
+            raise SpecError(f"{path}: {value!r} is not allowed; choose one of: {', '.join(choices)}{also}")
+        return
     if pattern is not None and not re.fullmatch(pattern, value):
         allowed = meta.get("pattern_help") or f"of the form {pattern}"
         raise SpecError(f"{path}: {value!r} is not allowed; must be {allowed}")
@@ -505,6 +509,10 @@ AUGMENTATIONS = ("random_crop", "hflip", "vflip", "rotation", "color_jitter", "r
 BENCH_BACKENDS = ("eager", "compile", "torchscript", "exported_program", "onnxruntime", "onnxruntime_int8", "tensorrt")
 DEVICE_PATTERN = r"auto|cpu|mps|cuda(:\d+)?"
 MODEL_PATTERN = r"mlp|cnn|torchvision:[A-Za-z_][A-Za-z0-9_]*|file:.+\.py:[A-Za-z_][A-Za-z0-9_]*"
+USER_DATASET_PATTERN = r"file:.+\.py:[A-Za-z_][A-Za-z0-9_]*"  # a torch Dataset class, or a function returning one
+TASKS = ("auto", "classification", "multilabel", "regression", "segmentation", "custom")
+Task = Literal["auto", "classification", "multilabel", "regression", "segmentation", "custom"]
+LOSSES = ("auto", "cross_entropy", "nll", "mse", "l1", "smooth_l1", "bce")
 
 Amp = Literal["none", "bf16", "fp16"]
 
@@ -534,7 +542,7 @@ def _device(default: str, help: str) -> Any:
 class DataSpec(Spec):
     """Which dataset to load and how to split, resize, normalise and augment it."""
 
-    name: str = option("digits", "Dataset to load; 'fake' makes random images, 'imagefolder' reads class folders under root.", choices=DATASETS)
+    name: str = option("digits", "Dataset to load; 'fake' makes random images, 'imagefolder' reads class folders under root, file:<path.py>:<Name> is your own torch Dataset class (or a function returning one), run with your permissions.", choices=DATASETS, pattern=USER_DATASET_PATTERN, pattern_help="file:<path.py>:<DatasetClassOrFunction>")
     root: str = option("", "Folder holding the dataset files; empty means the workspace's data folder.")
     download: bool = option(False, "Download the dataset when it is not already under root.")
     val_fraction: float = option(0.1, "Fraction of the training split held out for validation.", min=0, max=1, max_exclusive=True)
@@ -548,6 +556,7 @@ class DataSpec(Spec):
     on_device: bool | Literal["auto"] = option("auto", "Keep the whole dataset (uint8) on the training device and gather, augment and normalise batches there: auto does so on CUDA when it fits in a quarter of the free device memory; false stages each batch through host memory.")
     size: int = option(1000, "Number of samples the 'fake' dataset generates.", min=1, max=MAX_SAMPLES)
     num_classes: int = option(10, "Number of classes the 'fake' dataset generates.", min=2, max=MAX_CLASSES)
+    args: dict = option({}, "Keyword arguments for a file: dataset's class or function, e.g. {size=500}.")
 
     def validate(self) -> None:
         total = self.val_fraction + self.test_fraction
@@ -603,7 +612,8 @@ class TrainSpec(Spec):
     scheduler: Literal["none", "step", "cosine", "onecycle"] = option("none", "Learning-rate schedule.")
     step_size: int = option(5, "Epochs between learning-rate drops for the step schedule.", min=1, max=MAX_EPOCHS)
     gamma: float = option(0.1, "Factor the step schedule multiplies the learning rate by.", min=0, min_exclusive=True, max=MAX_LR)
-    loss: Literal["cross_entropy", "nll", "mse"] = option("cross_entropy", "Loss function.")
+    task: Task = option("auto", "What the model learns: auto decides from the first sample (integer labels: classification; float targets: regression; an integer map the input's size: segmentation; a 0/1 vector: multilabel).")
+    loss: Literal["auto", "cross_entropy", "nll", "mse", "l1", "smooth_l1", "bce"] = option("auto", "Loss function; auto is the task's own (cross_entropy for classification and segmentation, mse for regression, bce for multilabel).")
     label_smoothing: float = option(0.0, "Label smoothing for cross_entropy; 0 turns it off.", min=0, max=1, max_exclusive=True)
     amp: Amp = option("none", "Mixed precision: autocast to bf16 or fp16, or none for full precision.")
     grad_accum_steps: int = option(1, "Batches whose gradients add up before each optimiser step.", min=1, max=MAX_ACCUM)

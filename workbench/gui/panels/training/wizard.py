@@ -252,7 +252,7 @@ class HyperparametersPage(_FormPage):
         for field in ("step_size", "gamma"):
             form.set_applicable(field, scheduler == "step",
                                 f"Not used with scheduler {scheduler}: only the step schedule uses it.")
-        form.set_applicable("label_smoothing", loss == "cross_entropy",
+        form.set_applicable("label_smoothing", loss in ("auto", "cross_entropy"),
                             f"Not used by the {loss} loss: only cross_entropy smooths labels.")
 
 
