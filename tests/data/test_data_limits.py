@@ -55,7 +55,7 @@ from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
 root, workspace = sys.argv[1], sys.argv[2]
 # A guard, not the measure: a regression fails fast here instead of taking the shared machine's memory.
-resource.setrlimit(resource.RLIMIT_DATA, (2 * 2**30, 2 * 2**30))
+resource.setrlimit(resource.RLIMIT_DATA, (4 * 2**30, 4 * 2**30))
 result = run_task(get_task("data.info"), {"dataset": {"name": "imagefolder", "root": root}}, emit=lambda *a: None,
                   workspace=workspace)
 peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -60,10 +60,22 @@ def test_stale_replies_are_dropped(panel, qtbot):
     assert {model.index(r).data(LABEL_ROLE) for r in range(10)} == {2}
 
 
+def _wait_for_the_whole_layout(grid, qtbot) -> None:
+    """Until the grid's scroll range stops growing: a loaded machine lays a batch out per event-loop turn, slowly."""
+    seen = []
+
+    def settled():
+        seen.append(grid.verticalScrollBar().maximum())
+        qtbot.wait(150)
+        return seen[-1] > 0 and grid.verticalScrollBar().maximum() == seen[-1]
+
+    qtbot.waitUntil(settled, timeout=20_000)
+
+
 def test_only_visible_pages_are_fetched(panel, qtbot):
     panel.zoom.setValue(24)
     qtbot.waitUntil(lambda: 0 in panel.model.cached_pages, timeout=10_000)
-    qtbot.wait(500)  # the grid lays items out in batches; let it reach the end before jumping there
+    _wait_for_the_whole_layout(panel.grid, qtbot)  # it lays items out in batches; jump only once it reached the end
     panel.grid.scrollToBottom()
     last_page = (panel.model.total - 1) // PAGE_SIZE
     qtbot.waitUntil(lambda: last_page in panel.model.cached_pages, timeout=10_000)

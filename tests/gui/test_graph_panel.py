@@ -105,8 +105,9 @@ def harness(qtbot, tmp_path):
 
 def _built(qtbot, harness, spec=None):
     panel = harness.panel
+    before = panel.graph  # a second build waits for its own graph, not the one already shown
     assert panel.build_graph(spec or {"model": {"name": "cnn"}}) is not None
-    qtbot.waitUntil(lambda: panel.graph is not None, timeout=10_000)
+    qtbot.waitUntil(lambda: panel.graph is not None and panel.graph is not before, timeout=30_000)
     return panel
 
 
