@@ -1,0 +1,46 @@
+"""Per-task objectives (issue #20): build_objective gives the loss, mergeable batch statistics, metrics, output
+check and test evaluator of classification, regression, multilabel or segmentation; detect picks the task.
+"""
+
+from __future__ import annotations
+
+from workbench.errors import JobError
+from workbench.worker.objectives import classification, multilabel, regression, segmentation
+from workbench.worker.objectives.base import Objective, TestEvaluator
+from workbench.worker.objectives.classification import ClassificationObjective
+from workbench.worker.objectives.detect import check_target, describe_target, detect_task, target_num_outputs
+from workbench.worker.objectives.multilabel import MultilabelObjective
+from workbench.worker.objectives.regression import RegressionObjective
+from workbench.worker.objectives.segmentation import IGNORE_INDEX, SegmentationObjective
+
+__all__ = ["IGNORE_INDEX", "LOSSES", "Objective", "TestEvaluator", "build_objective", "check_target",
+           "describe_target", "detect_task", "target_num_outputs"]
+
+_KINDS = {
+    "classification": (ClassificationObjective, classification.LOSSES),
+    "regression": (RegressionObjective, regression.LOSSES),
+    "multilabel": (MultilabelObjective, multilabel.LOSSES),
+    "segmentation": (SegmentationObjective, segmentation.LOSSES),
+}
+LOSSES: dict[str, tuple[str, ...]] = {task: losses for task, (_, losses) in _KINDS.items()}
+
+
+def build_objective(task: str, *, loss: str = "auto", label_smoothing: float = 0.0,
+                    num_outputs: int = 0) -> Objective:
+    """The objective of a concrete task. num_outputs: classes (classification, segmentation: required there),
+    labels (multilabel: required), target values (regression; 0 = unknown)."""
+    if task == "custom":
+        raise JobError("task=custom needs loss=file:<path.py>:<function>, which is not built yet: set task= to one "
+                       f"of {', '.join(_KINDS)} or task=auto")
+    if task == "auto":
+        raise JobError("task=auto must be decided from a sample (detect_task) before the objective is built")
+    if task not in _KINDS:
+        raise JobError(f"unknown task={task!r}: choose one of {', '.join(_KINDS)}, auto or custom")
+    cls, allowed = _KINDS[task]
+    if loss not in allowed:
+        raise JobError(f"loss={loss} does not fit task={task}: its losses are {', '.join(allowed)}")
+    if task in ("multilabel", "segmentation") and num_outputs <= 0:
+        # Their statistics are sized by it (L*(2*BINS+3), C*C): the caller must know it before training starts.
+        raise ValueError(f"build_objective({task!r}) needs num_outputs > 0 (the number of "
+                         f"{'labels' if task == 'multilabel' else 'classes'}), got {num_outputs}")
+    return cls(loss_name=loss, num_outputs=num_outputs, label_smoothing=label_smoothing)
