@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -20,6 +21,9 @@ from workbench.worker.data.loaded import DatasetCore, LoadedDataset
 from workbench.worker.data.normalize import stats_key
 from workbench.worker.data.registry import SourceRequest, get_dataset
 from workbench.worker.data.splits import split_train, split_whole
+
+if TYPE_CHECKING:
+    from workbench.worker.data.user import UserDataset
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +80,9 @@ def _load_core(spec: DataSpec, root: Path, workspace: Path, ctx) -> DatasetCore:
                        stats_key=stats_key(spec, source.root, source.fingerprint))
 
 
-def load_dataset(spec: DataSpec, workspace=None, ctx=None) -> LoadedDataset:
+def load_dataset(spec: DataSpec, workspace=None, ctx=None) -> LoadedDataset | UserDataset:
     """Load (or take from the cache) the dataset a spec describes; bad files or folders raise JobError.
+    A `file:<path.py>:<Name>` dataset is the user's own torch Dataset: a UserDataset (see user.py).
 
     `workspace` (else `ctx.workspace`, else the default workspace) holds <workspace>/data, the default root,
     and <workspace>/cache, where normalisation statistics are kept. `ctx` (a TaskContext) gets logs and progress.
@@ -85,6 +90,11 @@ def load_dataset(spec: DataSpec, workspace=None, ctx=None) -> LoadedDataset:
     if not isinstance(spec, DataSpec):
         spec = DataSpec.from_dict(spec, path="dataset")
     workspace = resolve_workspace(workspace, ctx)
+    if spec.name.startswith("file:"):
+        # The user's own Dataset: imported afresh for every job (their file may have changed), never cached.
+        from workbench.worker.data.user import load_user_dataset
+
+        return load_user_dataset(spec, workspace, ctx)
     root = resolve_root(spec, workspace)
     core = _cache.get_or_load(_core_key(spec, root, workspace), lambda: _load_core(spec, root, workspace, ctx))
     return LoadedDataset(core, spec)

@@ -56,6 +56,11 @@ def info(spec: DataInfoSpec, ctx):
     from workbench.worker.data import load_dataset
 
     dataset = load_dataset(spec.dataset, ctx=ctx)
+    if spec.dataset.name.startswith("file:"):  # the user's own Dataset: counts, shapes and target, no statistics
+        try:
+            return dataset.describe()
+        finally:
+            dataset.release()
     dataset.decode_all(progress=lambda done, total, text: ctx.progress(done, total, text), check_stop=ctx.check_stop)
     mean, std = dataset.statistics(progress=lambda done, total, text: ctx.progress(done, total, text))
     counts = {name: split.class_counts() for name, split in dataset.splits.items()}
