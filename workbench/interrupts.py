@@ -58,7 +58,10 @@ class JobInterrupts:
             if not data or self._closing:
                 return
             for signum in data:
-                self._on_signal(signum)
+                # The wakeup fd carries every signal that has a Python handler: torch's DataLoader installs one
+                # for SIGCHLD, and its worker processes ending at an epoch's end are no request to stop.
+                if signum in (signal.SIGINT, signal.SIGTERM):
+                    self._on_signal(signum)
 
     def _on_signal(self, signum: int) -> None:
         self.count += 1
