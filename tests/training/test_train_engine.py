@@ -86,7 +86,11 @@ def test_evaluation_json_has_the_shape_the_gui_reads(quick_run):
     assert {"name": "evaluation", "path": path, "kind": "evaluation"} in recorder.of("artifact")
     with open(path) as f:
         evaluation = json.load(f)
-    assert set(evaluation) == {"classes", "confusion_matrix", "per_class_accuracy", "test_accuracy", "worst"}
+    # Today's keys, which the Evaluation view reads, plus what every task's evaluation carries (issue #20).
+    assert set(evaluation) == {"classes", "confusion_matrix", "per_class_accuracy", "test_accuracy", "worst",
+                               "task", "split", "monitor", "metrics"}
+    assert evaluation["task"] == "classification" and evaluation["split"] == "test"
+    assert evaluation["monitor"]["name"] == "acc" and evaluation["monitor"]["value"] == evaluation["test_accuracy"]
     assert evaluation["classes"] == [str(i) for i in range(10)]
     matrix = torch.tensor(evaluation["confusion_matrix"])
     assert matrix.shape == (10, 10) and int(matrix.sum()) == 180  # 10 % of 1,797 digits

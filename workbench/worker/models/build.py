@@ -26,6 +26,8 @@ def logits_of(output) -> torch.Tensor:
         return output
     if hasattr(output, "logits"):
         return output.logits
+    if isinstance(output, dict) and isinstance(output.get("out"), torch.Tensor):
+        return output["out"]  # torchvision's segmentation models: {"out": ..., "aux": ...}
     if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
         return output[0]
     raise JobError(f"the model returned a {type(output).__name__}; it must return a tensor of class scores")
@@ -40,13 +42,43 @@ def _where(exc: BaseException) -> str:
     return f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
 
 
-def check_forward(model: nn.Module, name: str, input_shape: Sequence[int], num_classes: int, hint: str = "") -> None:
-    """Run two zero samples through the model in eval mode; a failure or a wrong output shape is a JobError."""
+def _two_of(example):
+    """A batch of two copies of one sample's input (a tensor, or a tuple or dict of them)."""
+    if isinstance(example, dict):
+        return {key: _two_of(value) for key, value in example.items()}
+    if isinstance(example, (tuple, list)):
+        return type(example)(_two_of(value) for value in example)
+    return torch.stack([torch.as_tensor(example)] * 2)
+
+
+def _call(model: nn.Module, x):
+    if isinstance(x, dict):
+        return model(**x)
+    if isinstance(x, (tuple, list)):
+        return model(*x)
+    return model(x)
+
+
+def _output_fits(out: torch.Tensor, num_classes: int, task: str) -> tuple[bool, str]:
+    """Whether a batch of two gives the outputs `task` needs, and what it needs, for the message."""
+    if task == "segmentation":
+        return out.dim() == 4 and out.shape[:2] == (2, num_classes), f"(batch, {num_classes}, height, width) scores"
+    if task == "regression":
+        fits = out.shape == (2, num_classes) or (num_classes == 1 and out.shape == (2,))
+        return fits, f"(batch, {num_classes}) values"
+    return out.dim() == 2 and out.shape == (2, num_classes), "(batch, num_classes) scores"
+
+
+def check_forward(model: nn.Module, name: str, input_shape: Sequence[int], num_classes: int, hint: str = "",
+                  *, task: str = "classification", example=None) -> None:
+    """Run two zero samples (or two copies of `example`, a user dataset's first input) through the model in eval
+    mode; a failure or an output shape the task cannot use is a JobError."""
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            out = logits_of(model(torch.zeros(2, *input_shape)))
+            batch = _two_of(example) if example is not None else torch.zeros(2, *input_shape)
+            out = logits_of(_call(model, batch))
     except JobError:
         raise
     except Exception as exc:
@@ -56,9 +88,10 @@ def check_forward(model: nn.Module, name: str, input_shape: Sequence[int], num_c
                        ) from None
     finally:
         model.train(was_training)
-    if out.dim() != 2 or out.shape != (2, num_classes):
+    fits, needed = _output_fits(out, num_classes, task)
+    if not fits:
         raise JobError(f"model {name} gives outputs of shape {_shape_text(out.shape[1:])} per sample, but "
-                       f"model.num_classes is {num_classes}; the model must return (batch, num_classes) scores{hint}")
+                       f"model.num_classes is {num_classes}; for task {task} the model must return {needed}{hint}")
 
 
 FALLBACK_CLASSES = 10  # model.num_classes = 0 (auto) with no dataset at hand to count (a graph of model.* alone)
@@ -77,12 +110,14 @@ def resolve_num_classes(spec: ModelSpec, classes: int | None, log: Callable[[str
 
 
 def build_model(spec: ModelSpec, *, input_shape: Sequence[int] = (), log: Callable[[str], None] | None = None,
-                pretrained: bool = True, checkpoint: bool = True, classes: int | None = None) -> nn.Module:
+                pretrained: bool = True, checkpoint: bool = True, classes: int | None = None,
+                task: str = "classification", example=None) -> nn.Module:
     """Build the network `spec` describes, on the CPU, in train mode.
 
     `input_shape` is used when spec.input_shape is empty (the dataset's sample shape), `classes` (the dataset's
     class count) when spec.num_classes is 0 (auto). `pretrained=False` and `checkpoint=False` skip spec.weights
-    and spec.checkpoint (a resumed run loads its own last.pt instead).
+    and spec.checkpoint (a resumed run loads its own last.pt instead). `task` decides what outputs are right
+    ("auto" counts as classification); `example` is a user dataset's first input, for the trial forward pass.
     """
     spec = resolve_num_classes(spec, classes, log)
     shape = tuple(spec.input_shape) or tuple(input_shape)
@@ -95,7 +130,8 @@ def build_model(spec: ModelSpec, *, input_shape: Sequence[int] = (), log: Callab
     hint = ""
     if spec.weights and not spec.replace_head:
         hint = "; pretrained weights keep their own classes, so set model.replace_head=true to train a new head"
-    check_forward(model, spec.name, shape, spec.num_classes, hint)
+    check_forward(model, spec.name, shape, spec.num_classes, hint,
+                  task="classification" if task == "auto" else task, example=example)
     if spec.checkpoint and checkpoint:
         load_checkpoint(model, spec.checkpoint)
     if spec.freeze:

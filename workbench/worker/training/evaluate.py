@@ -16,6 +16,8 @@ from torch import nn
 
 from workbench.runs import atomic_write_json
 from workbench.worker.models import logits_of
+from workbench.worker.training.batch import call_model
+from workbench.worker.training.batch import channels_last as to_channels_last
 from workbench.worker.training.devices import autocast
 from workbench.worker.training.guards import OutputCheck
 from workbench.worker.training.losses import LossFn
@@ -30,22 +32,24 @@ def indexed_batches(split, batch_size: int, device: torch.device, *, rank: int =
     return split.indexed_batches(batch_size, device=device, rank=rank, world=world)
 
 
-def _forward(model: nn.Module, x: torch.Tensor, amp: str, device: torch.device, channels_last: bool) -> torch.Tensor:
-    if channels_last and x.dim() == 4:
-        x = x.contiguous(memory_format=torch.channels_last)
+def _forward(model: nn.Module, x, amp: str, device: torch.device, channels_last: bool) -> torch.Tensor:
+    if channels_last:
+        x = to_channels_last(x)
     with autocast(amp, device):
-        return logits_of(model(x)).float()
+        return logits_of(call_model(model, x)).float()
 
 
 @torch.no_grad()
 def evaluate_sums(model: nn.Module, split, loss_fn: LossFn, *, device: torch.device, amp: str = "none",
                   channels_last: bool = False, batch_size: int = 256, rank: int = 0, world: int = 1,
                   check_stop: Callable[[], None] | None = None,
-                  output_check: OutputCheck | None = None) -> torch.Tensor:
-    """[loss summed over samples, correct count, sample count] as one float64 device tensor (for all_reduce)."""
+                  output_check: OutputCheck | None = None, objective=None) -> torch.Tensor:
+    """[loss summed over samples, the objective's statistics (without one: the correct count), sample count] as
+    one float64 device tensor (for all_reduce)."""
     was_training = model.training
     model.eval()
-    sums = torch.zeros(3, dtype=torch.float64, device=device)
+    width = objective.stat_count() + 2 if objective is not None else 3
+    sums = torch.zeros(width, dtype=torch.float64, device=device)
     try:
         for _, x, y in indexed_batches(split, batch_size, device, rank=rank, world=world):
             if check_stop is not None:
@@ -56,8 +60,11 @@ def evaluate_sums(model: nn.Module, split, loss_fn: LossFn, *, device: torch.dev
                 sums[0] += output_check.loss(loss_fn, scores, y).double() * y.shape[0]
             else:
                 sums[0] += loss_fn(scores, y).double() * y.shape[0]
-            sums[1] += (scores.argmax(dim=1) == y).sum()
-            sums[2] += y.shape[0]
+            if objective is not None:
+                sums[1:-1] += objective.batch_stats(scores, y).double().reshape(-1)
+            else:
+                sums[1] += (scores.argmax(dim=1) == y).sum()
+            sums[-1] += y.shape[0]
     finally:
         model.train(was_training)
     return sums
@@ -105,8 +112,30 @@ def evaluate_test(model: nn.Module, split, classes: list[str], *, device: torch.
             "test_accuracy": correct / total if total else math.nan, "worst": worst}
 
 
+@torch.no_grad()
+def evaluate_split(model: nn.Module, split, objective, classes: list[str], *, device: torch.device,
+                   amp: str = "none", channels_last: bool = False, batch_size: int = 256,
+                   check_stop: Callable[[], None] | None = None, output_check=None) -> dict:
+    """The evaluation.json content for `split` under any task: the objective's test evaluator fed every batch
+    in split order (classification: the confusion matrix, per-class accuracy and worst samples, as always)."""
+    evaluator = objective.test_evaluator(split.name, list(classes))
+    was_training = model.training
+    model.eval()
+    try:
+        for indices, x, y in indexed_batches(split, batch_size, device):
+            if check_stop is not None:
+                check_stop()
+            scores = _forward(model, x, amp, device, channels_last)
+            if output_check is not None:
+                output_check.scores(scores, y, where="test")
+            evaluator.add(indices, scores, y)
+    finally:
+        model.train(was_training)
+    return evaluator.result()
+
+
 def write_evaluation(path: Path, evaluation: dict) -> None:
     clean = dict(evaluation)
-    if isinstance(clean["test_accuracy"], float) and math.isnan(clean["test_accuracy"]):
+    if isinstance(clean.get("test_accuracy"), float) and math.isnan(clean["test_accuracy"]):
         clean["test_accuracy"] = None  # JSON has no NaN
     atomic_write_json(path, clean)

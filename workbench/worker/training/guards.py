@@ -80,3 +80,34 @@ class OutputCheck:
                 f"{type(exc).__name__}: {first}. The model returned shape {_shape(scores.shape)} for a batch of "
                 f"{int(y.shape[0])} samples; the loss needs {_shape(self.expected(int(y.shape[0])))}, i.e. (batch, "
                 f"model.num_classes), and labels below model.num_classes={self.num_classes}.") from exc
+
+
+class ObjectiveCheck:
+    """The same two checks for a task other than classification: the objective knows what its outputs must look
+    like (a value per target, a score map per pixel, a logit per label)."""
+
+    def __init__(self, model_name: str, objective):
+        self.model_name = model_name
+        self.objective = objective
+
+    def scores(self, scores: torch.Tensor, y: torch.Tensor, *, where: str = "training") -> None:
+        self.objective.check_output(scores, y, where)
+
+    def loss(self, loss_fn: LossFn, scores: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        try:
+            return loss_fn(scores, y)
+        except torch.OutOfMemoryError:
+            raise
+        except (IndexError, RuntimeError, ValueError) as exc:
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise JobError(
+                f"the {self.objective.loss_name} loss of task {self.objective.task} cannot be computed from the "
+                f"output of {model_title(self.model_name)}: {type(exc).__name__}: {first}. The model returned shape "
+                f"{_shape(scores.shape)}; the targets are {y.dtype} of shape {_shape(y.shape)}.") from exc
+
+
+def output_check_for(spec, objective, dataset) -> OutputCheck | ObjectiveCheck:
+    """Classification keeps its own check (and messages); every other task checks through its objective."""
+    if objective.task == "classification":
+        return OutputCheck(spec.model.name, spec.model.num_classes or len(dataset.classes))
+    return ObjectiveCheck(spec.model.name, objective)

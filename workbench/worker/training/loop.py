@@ -24,11 +24,11 @@ from torch import nn
 from workbench.errors import JobCancelled, JobError
 from workbench.specs import TrainSpec
 from workbench.worker.models import frozen_norm_layers
+from workbench.worker.training.batch import slice_batch
 from workbench.worker.training.devices import HostReader
 from workbench.worker.training.evaluate import evaluate_sums
-from workbench.worker.training.guards import DIVERGED_FACTOR, OutputCheck, divergence_limit
+from workbench.worker.training.guards import DIVERGED_FACTOR, divergence_limit, output_check_for
 from workbench.worker.training.layout import resolve_channels_last
-from workbench.worker.training.losses import build_loss
 from workbench.worker.training.optim import (
     build_optimizer,
     build_scheduler,
@@ -41,6 +41,7 @@ from workbench.worker.training.profiling import StepProfiler
 from workbench.worker.training.reproducibility import restore_rng_state
 from workbench.worker.training.state import BEST, FINAL, LAST, TrainState, last_checkpoint
 from workbench.worker.training.step import TrainStep
+from workbench.worker.training.task import format_metric, objective_for
 from workbench.worker.training.writer import CheckpointWriter
 
 
@@ -72,6 +73,7 @@ class TrainSetup:
     stop_check: Callable[[int], bool] | None = None
     eval_batch_size: int = 0
     workspace: Path | None = None  # where channels_last=auto remembers its choice (None: time it every run)
+    objective: object | None = None  # a workbench.worker.objectives.Objective; None: the one spec.task names
 
 
 @dataclass
@@ -79,7 +81,7 @@ class _Interval:
     """Device tensors of the micro-batches since the last read-back."""
 
     losses: list = field(default_factory=list)  # loss summed over each micro-batch's samples
-    corrects: list = field(default_factory=list)
+    stats: list = field(default_factory=list)  # the task's batch statistics (classification: the correct count)
     steps: list = field(default_factory=list)  # (epoch, global step) of each micro-batch, for the NaN message
     samples: int = 0  # this rank's samples
     started: float = field(default_factory=time.perf_counter)
@@ -155,20 +157,27 @@ class Trainer:
             forward_model = torch.compile(forward_model, mode=None if spec.compile == "default" else spec.compile)
         self.optimizer = build_optimizer(model, spec, self.device)
         self.scheduler = build_scheduler(self.optimizer, spec, self.plan.steps, self.total_steps)
-        self.loss_fn = build_loss(spec.loss, label_smoothing=spec.label_smoothing)
+        # The task's loss, batch statistics and monitor metric (classification: cross-entropy, correct count and
+        # accuracy, as always).
+        self.objective = objective = setup.objective or objective_for(spec, setup.dataset)
+        self.loss_fn = objective.loss
         # 0 (auto) is the dataset's class count: the task resolves it first, a Trainer built directly may not have.
-        self.output_check = OutputCheck(spec.model.name, spec.model.num_classes or len(setup.dataset.classes))
+        self.output_check = output_check_for(spec, objective, setup.dataset)
         self.step_fn = TrainStep(model, self.optimizer, self.loss_fn, device=self.device, amp=spec.amp,
                                  clip_grad_norm=spec.clip_grad_norm, clip_grad_value=spec.clip_grad_value,
                                  channels_last=self.channels_last, forward_model=forward_model,
-                                 compiled=spec.compile != "off", output_check=self.output_check)
+                                 compiled=spec.compile != "off", output_check=self.output_check,
+                                 objective=objective)
         if resume is not None:
             self._restore(resume)
         self.frozen_norms = frozen_norm_layers(model)
         self.interval = _Interval()
-        # Loss sum, correct count and samples of the epoch so far, on the host: every interval is read back before
-        # the epoch ends anyway, and float64 adds the same there. A cancelled epoch's part comes back on resume.
-        self.epoch_sums = torch.tensor(self.state.partial_epoch_sums or [0.0, 0.0, 0.0], dtype=torch.float64)
+        # Loss sum, the task's statistics (classification: the correct count) and samples of the epoch so far, on
+        # the host: every interval is read back before the epoch ends anyway, and float64 adds the same there. A
+        # cancelled epoch's part comes back on resume.
+        width = objective.stat_count() + 2
+        partial = self.state.partial_epoch_sums
+        self.epoch_sums = torch.tensor(partial if len(partial) == width else [0.0] * width, dtype=torch.float64)
         self.reader = HostReader()
         # Training time and samples up to the last read-back (validation excluded), and the same at the end of the
         # warm-up: throughput is what came after it.
@@ -270,15 +279,15 @@ class Trainer:
                 self._cancel(epoch)
             if self.world > 1:
                 lo, hi = shard_bounds(y.shape[0], self.world, self.rank)
-                x, y = x[lo:hi], y[lo:hi]
+                x, y = slice_batch(x, lo, hi), y[lo:hi]
             last = index == plan.group_end[group] - 1
             # Each micro-batch adds its share of the step's mean: n_local * world / n_step (DDP averages ranks).
             weight = y.shape[0] * self.world / plan.group_total[group]
             if first_compiled_step and compile_started is None:  # from the first micro-batch, which compiles
                 compile_started = time.perf_counter()
-            loss_sum, correct = self.step_fn.accumulate(x, y, weight, sync=last)
+            loss_sum, stats = self.step_fn.accumulate(x, y, weight, sync=last)
             self.interval.losses.append(loss_sum)
-            self.interval.corrects.append(correct)
+            self.interval.stats.append(stats)
             self.interval.steps.append((epoch, state.global_step + 1))
             self.interval.samples += y.shape[0]  # this rank's; _drain sums them over ranks
             pending += 1
@@ -312,20 +321,20 @@ class Trainer:
 
     def _drain(self) -> torch.Tensor | None:
         """Fold the interval into the epoch sums (over all ranks) and check it is finite; returns its
-        [loss sum, correct, samples] on the host. This is the one read-back per interval."""
+        [loss sum, the task's statistics..., samples] on the host. This is the one read-back per interval."""
         interval = self.interval
         if not interval.losses:
             return None
         # The sample count is a host number; torch.full writes it on the device with no host-to-device copy.
         samples = torch.full((), float(interval.samples), dtype=torch.float64, device=self.device)
-        sums = torch.stack([torch.stack(interval.losses).sum().double(),
-                            torch.stack(interval.corrects).sum().double(), samples])
+        stats = torch.stack(interval.stats).double().reshape(len(interval.stats), -1).sum(dim=0)
+        sums = torch.cat([torch.stack(interval.losses).sum().double().reshape(1), stats, samples.reshape(1)])
         self._reduce(sums)
         host = self.reader.read(sums)
-        self._clock(int(host[2]))
+        self._clock(int(host[-1]))
         if not math.isfinite(float(host[0])):
             self._fail_nonfinite(float(host[0]))
-        mean = float(host[0]) / max(float(host[2]), 1.0)  # the reduced sums: every DDP rank decides alike
+        mean = float(host[0]) / max(float(host[-1]), 1.0)  # the reduced sums: every DDP rank decides alike
         if mean > divergence_limit(self._first_loss):
             self._fail_diverged(mean)
         if self._first_loss is None:
@@ -349,12 +358,13 @@ class Trainer:
         if sums is None:
             return
         elapsed = max(time.perf_counter() - interval.started, 1e-9)
-        samples = max(float(sums[2]), 1.0)
+        samples = max(float(sums[-1]), 1.0)
         loss = float(sums[0]) / samples
         self._last_loss = loss
         if self.is_main:
+            measured = self.objective.metrics(sums[1:-1].tolist(), samples)
             self.report.metrics(self.state.global_step, {
-                "train/loss": loss, "train/acc": float(sums[1]) / samples,
+                "train/loss": loss, **{f"train/{name}": value for name, value in measured.items()},
                 "lr": current_lr(self.optimizer), "train/samples_per_s": samples / elapsed})
             self.report.progress(self.state.global_step, self.total_steps,
                                  f"epoch {epoch + 1}/{self.spec.epochs} · loss {loss:.4f}")
@@ -391,50 +401,67 @@ class Trainer:
     # -- epoch end -----------------------------------------------------------------------------------
     def _end_epoch(self, epoch: int) -> bool:
         """Validate, record, checkpoint; True when early stopping ends the run."""
-        spec, state = self.spec, self.state
-        loss_sum, correct, samples = self.epoch_sums.tolist()  # a host tensor: no device involved
-        samples = max(samples, 1.0)
-        train_loss, train_acc = loss_sum / samples, correct / samples
+        spec, state, objective = self.spec, self.state, self.objective
+        sums = self.epoch_sums.tolist()  # a host tensor: no device involved
+        samples = max(sums[-1], 1.0)
+        train_loss = sums[0] / samples
+        train = objective.metrics(sums[1:-1], samples)
         self._last_loss = train_loss
-        values: dict = {"epoch": epoch + 1, "epoch/train_loss": train_loss, "epoch/train_acc": train_acc}
-        val_loss = val_acc = None
+        values: dict = {"epoch": epoch + 1, "epoch/train_loss": train_loss,
+                        **{f"epoch/train_{name}": value for name, value in train.items()}}
+        val_loss, val = None, {}
         if len(self.val_split):
             check = self._cancel_if_requested(epoch) if self._check_every_batch else None
-            val = self.reader.read(self._reduce(evaluate_sums(
+            read = self.reader.read(self._reduce(evaluate_sums(
                 self.model, self.val_split, self.loss_fn, device=self.device, amp=spec.amp,
                 channels_last=self.channels_last, batch_size=self.eval_batch_size, rank=self.rank,
-                world=self.world, check_stop=check, output_check=self.output_check)))
-            if float(val[2]):
-                val_loss, val_acc = float(val[0]) / float(val[2]), float(val[1]) / float(val[2])
-                values.update({"val/loss": val_loss, "val/acc": val_acc})
+                world=self.world, check_stop=check, output_check=self.output_check, objective=objective))).tolist()
+            if read[-1]:
+                val_loss, val = read[0] / read[-1], objective.metrics(read[1:-1], read[-1])
+                values.update({"val/loss": val_loss, **{f"val/{name}": value for name, value in val.items()}})
         self.epoch_sums.zero_()  # only now: a cancel during validation saves this epoch's sums with last.pt
         state.epoch, state.step_in_epoch, state.partial_epoch_sums = epoch + 1, 0, []
-        state.last_epoch_metrics = {"train_loss": train_loss, "train_acc": train_acc, "val_loss": val_loss,
-                                    "val_acc": val_acc}
-        if val_acc is not None:
-            if val_acc > state.best_metric:
-                state.best_metric, state.best_epoch, state.bad_epochs = val_acc, epoch + 1, 0
+        monitored = val.get(objective.monitor)
+        if monitored is not None and not math.isfinite(monitored):
+            monitored = None
+        state.last_epoch_metrics = {"train_loss": train_loss, "val_loss": val_loss,
+                                    **{f"train_{name}": value for name, value in train.items()},
+                                    **{f"val_{name}": value for name, value in val.items()}}
+        state.last_epoch_metrics.setdefault("train_acc", None)  # the result's keys, whatever the task
+        state.last_epoch_metrics.setdefault("val_acc", None)
+        if monitored is not None:
+            if self._improves(monitored):
+                state.best_metric, state.best_epoch, state.bad_epochs = monitored, epoch + 1, 0
                 if spec.keep_best and self.is_main:
                     self.writer.submit(self.model.state_dict(), self.ckpt_best)
             else:
                 state.bad_epochs += 1
         if self.is_main:
             self.report.metrics(state.global_step, values)
-            val_text = f" · val loss {_fmt(val_loss)} acc {val_acc:.2%}" if val_acc is not None else ""
-            self.report.log(f"epoch {epoch + 1}/{spec.epochs}: train loss {_fmt(train_loss)} acc {train_acc:.2%}"
-                            f"{val_text}")
+            train_text = " ".join(f"{name} {format_metric(name, value)}" for name, value in train.items())
+            val_text = (f" · val loss {_fmt(val_loss)} "
+                        + " ".join(f"{name} {format_metric(name, value)}" for name, value in val.items())) if val else ""
+            self.report.log(f"epoch {epoch + 1}/{spec.epochs}: train loss {_fmt(train_loss)} {train_text}{val_text}")
             self.report.progress(state.global_step, self.total_steps,
                                  f"epoch {epoch + 1}/{spec.epochs} · loss {train_loss:.4f}")
             if spec.checkpoint_every and (epoch + 1) % spec.checkpoint_every == 0:
                 self._save_last()
         patience = spec.early_stop_patience
-        if patience and val_acc is not None and state.bad_epochs >= patience and epoch + 1 < spec.epochs:
+        if patience and monitored is not None and state.bad_epochs >= patience and epoch + 1 < spec.epochs:
             self.early_stopped = True
             if self.is_main:
-                self.report.log(f"early stop after epoch {epoch + 1}: validation accuracy has not improved for "
-                                f"{patience} epoch(s) (best {state.best_metric:.2%} at epoch {state.best_epoch})")
+                best = format_metric(objective.monitor, state.best_metric)
+                self.report.log(f"early stop after epoch {epoch + 1}: validation {objective.monitor_label} has not "
+                                f"improved for {patience} epoch(s) (best {best} at epoch {state.best_epoch})")
             return True
         return False
+
+    def _improves(self, value: float) -> bool:
+        """Whether a validation monitor value beats the best so far (the first one always does)."""
+        best = self.state.best_metric
+        if self.state.best_epoch == 0:
+            return True
+        return value > best if self.objective.higher_is_better else value < best
 
     # -- checkpoints and cancel ----------------------------------------------------------------------
     def _save_last(self) -> None:
@@ -480,7 +507,9 @@ class Trainer:
             "epochs_completed": state.epoch,
             "global_steps": state.global_step,
             "early_stopped": self.early_stopped,
-            "best_val_accuracy": state.best_metric if state.best_metric >= 0 else None,
+            "best_val_accuracy": (state.best_metric if state.best_epoch and self.objective.task == "classification"
+                                  else None),
+            "best_val_monitor": state.best_metric if state.best_epoch else None,
             "best_epoch": state.best_epoch or None,
             "last_epoch": dict(state.last_epoch_metrics),
             **self.throughput(),

@@ -16,6 +16,7 @@ from workbench.worker.models import build_model
 from workbench.worker.training.loop import Reporter, Trainer, TrainSetup
 from workbench.worker.training.reproducibility import seed_everything
 from workbench.worker.training.state import LAST, load_last
+from workbench.worker.training.task import first_input
 
 
 def build_for_rank(spec: TrainSpec, *, device: torch.device, workspace: str, checkpoints_dir: str,
@@ -26,7 +27,7 @@ def build_for_rank(spec: TrainSpec, *, device: torch.device, workspace: str, che
     resume = load_last(Path(checkpoints_dir) / LAST) if resuming else None
     seed_everything(spec.seed)
     model = build_model(spec.model, input_shape=dataset.sample_shape, pretrained=resume is None,
-                        checkpoint=resume is None)
+                        checkpoint=resume is None, task=spec.task, example=first_input(dataset))
     return Trainer(TrainSetup(spec=spec, dataset=dataset, model=model, device=device,
                               checkpoints_dir=Path(checkpoints_dir), artifacts_dir=Path(artifacts_dir),
                               report=report, rank=rank, world=world, resume=resume, stop_check=stop_check,

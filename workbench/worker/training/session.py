@@ -19,14 +19,16 @@ from workbench.worker.checkpoints import load_state_dict
 from workbench.worker.data import load_dataset
 from workbench.worker.models import build_model, count_parameters
 from workbench.worker.models.build import resolve_num_classes
+from workbench.worker.objectives import check_target, detect_task, target_num_outputs
 from workbench.worker.training import torchrun
 from workbench.worker.training.devices import check_amp, check_compile, describe, resolve_device
-from workbench.worker.training.evaluate import evaluate_test, write_evaluation
-from workbench.worker.training.guards import OutputCheck
+from workbench.worker.training.evaluate import evaluate_split, write_evaluation
+from workbench.worker.training.guards import output_check_for
 from workbench.worker.training.layout import resolve_channels_last
 from workbench.worker.training.loop import Trainer, TrainSetup
 from workbench.worker.training.reproducibility import deterministic_mode, seed_everything
 from workbench.worker.training.state import BEST, FINAL, LAST, load_last
+from workbench.worker.training.task import first_input, format_metric, is_user_data, objective_for
 
 
 def _shape(shape) -> str:
@@ -34,15 +36,15 @@ def _shape(shape) -> str:
 
 
 def check_data_fits(spec: TrainSpec, dataset) -> None:
-    classes = len(dataset.classes)
+    classes = len(dataset.classes) if spec.task in ("auto", "classification") else spec.model.num_classes
     if spec.model.num_classes != classes:
         raise JobError(f"model.num_classes is {spec.model.num_classes}, but {dataset.name} has {classes} classes; "
                        f"set model.num_classes={classes}")
     wanted = tuple(spec.model.input_shape)
     if wanted and wanted != tuple(dataset.sample_shape):
         raise JobError(f"model.input_shape is {_shape(wanted)}, but the images of {dataset.name} are "
-                       f"{_shape(dataset.sample_shape)}; leave model.input_shape empty, or resize them with "
-                       "dataset.image_size")
+                       f"{_shape(dataset.sample_shape)}; leave model.input_shape empty"
+                       + ("" if is_user_data(dataset) else ", or resize them with dataset.image_size"))
 
 
 def check_distributed(spec: TrainSpec, device: torch.device) -> None:
@@ -83,7 +85,7 @@ def _train(spec: TrainSpec, ctx, device: torch.device, group, lead) -> dict:
     """The route of one training job, in the order a reader would explain it."""
     _check_setup(spec, ctx, device, group)
     dataset = _load_data(spec, ctx)
-    spec = _resolve_classes(spec, dataset, ctx)
+    spec = _resolve_task(spec, dataset, ctx)
     check_data_fits(spec, dataset)
     dataset.normalization(progress=ctx.progress)  # computed (and cached) once here, not in every DDP rank
     resume, resumed_from = _prepare_run_folder(spec, dataset, ctx)
@@ -94,7 +96,7 @@ def _train(spec: TrainSpec, ctx, device: torch.device, group, lead) -> dict:
     with deterministic_mode(spec.deterministic):
         seed_everything(spec.seed)
         model = build_model(spec.model, input_shape=dataset.sample_shape, log=ctx.log,
-                            pretrained=fresh, checkpoint=fresh)
+                            pretrained=fresh, checkpoint=fresh, task=spec.task, example=first_input(dataset))
         parameters = _log_start(spec, ctx, dataset, model, device)
         try:
             fitted = _fit(spec, ctx, device, group, lead, dataset=dataset, model=model, pending=pending)
@@ -118,6 +120,7 @@ class _Fitted:
 class _TestEvaluation:
     accuracy: float | None = None
     path: object = None  # the evaluation.json written, or None without a test split
+    content: dict | None = None  # what it holds
 
 
 def _check_setup(spec: TrainSpec, ctx, device: torch.device, group) -> None:
@@ -144,15 +147,51 @@ def _load_data(spec: TrainSpec, ctx):
     return dataset
 
 
-def _resolve_classes(spec: TrainSpec, dataset, ctx) -> TrainSpec:
-    """model.num_classes = 0 (auto) becomes the dataset's class count, written back into the run's spec."""
-    if spec.model.num_classes:
-        return spec
-    spec = dataclasses.replace(spec, model=resolve_num_classes(spec.model, len(dataset.classes), ctx.log))
-    # The run's spec then says what was trained: a resume, a graph, a quantization or an export of the run
-    # rebuilds the same model without counting the dataset again.
-    atomic_write_text(ctx.run.spec_path, spec.to_toml())
-    return spec
+def _resolve_task(spec: TrainSpec, dataset, ctx) -> TrainSpec:
+    """task = auto becomes the task the data serves, model.num_classes = 0 (auto) the dataset's class count (or
+    the target's value count), both written back into the run's spec."""
+    task, why, target = _task_of(spec, dataset)
+    resolved = dataclasses.replace(spec, task=task)
+    if not spec.model.num_classes:
+        resolved = dataclasses.replace(resolved, model=resolve_num_classes(
+            spec.model, _output_count(task, dataset, target), ctx.log))
+    objective = objective_for(resolved, dataset)
+    ctx.log(f"task: {task} ({why}); {objective.describe()}")
+    if resolved != spec:
+        # The run's spec then says what was trained: a resume, a graph, a quantization or an export of the run
+        # rebuilds the same model, for the same task, without reading the dataset again.
+        atomic_write_text(ctx.run.spec_path, resolved.to_toml())
+    return resolved
+
+
+def _task_of(spec: TrainSpec, dataset) -> tuple[str, str, object]:
+    """(task, why, a sample's target or None) for this spec and data."""
+    if not is_user_data(dataset):
+        if spec.task not in ("auto", "classification"):
+            raise JobError(f"task: {spec.task} needs targets of its own kind, but {dataset.name} is a built-in image "
+                           "classification set (a class label per image); set task=auto or task=classification, or "
+                           "train on your own Dataset with dataset.name=file:<path.py>:<Name>")
+        return "classification", f"{dataset.name} is an image classification set", None
+    if spec.task == "custom":
+        raise JobError("task: custom needs loss=file:<path.py>:<fn> and metrics=file:<path.py>:<fn>, which this "
+                       "version does not take yet; choose classification, multilabel, regression or segmentation")
+    x, y = dataset.first_sample()
+    if spec.task == "auto":
+        task, why = detect_task(x, y)
+        return task, f"task=auto: {why}", y
+    check_target(spec.task, x, y)
+    return spec.task, "set in the spec", y
+
+
+def _output_count(task: str, dataset, target) -> int:
+    """How many outputs the model needs when model.num_classes is 0 (auto)."""
+    if task in ("regression", "multilabel"):
+        return target_num_outputs(task, target)
+    classes = len(dataset.classes)
+    if not classes:
+        raise JobError(f"model.num_classes: 0 (auto) needs the number of classes, and {dataset.name} does not say "
+                       "it (no `classes` attribute); set model.num_classes")
+    return classes
 
 
 def _prepare_run_folder(spec: TrainSpec, dataset, ctx) -> tuple[dict | None, int | None]:
@@ -225,18 +264,31 @@ def _evaluate_on_test(fitted: _Fitted, ctx, dataset, device: torch.device) -> _T
         ctx.log("the test split is empty: no test evaluation (set dataset.test_fraction to hold some out)")
         return _TestEvaluation()
     ctx.progress(0, len(test_split), "evaluating on the test split", force=True)
-    evaluation = evaluate_test(fitted.model, test_split, dataset.classes, device=device, amp=spec.amp,
-                               channels_last=fitted.channels_last, batch_size=spec.batch_size,
-                               check_stop=ctx.check_stop,
-                               output_check=OutputCheck(spec.model.name, spec.model.num_classes))
+    objective = objective_for(spec, dataset)
+    classes = dataset.classes if objective.task == "classification" else _label_names(spec, dataset)
+    evaluation = evaluate_split(fitted.model, test_split, objective, classes, device=device, amp=spec.amp,
+                                channels_last=fitted.channels_last, batch_size=spec.batch_size,
+                                check_stop=ctx.check_stop, output_check=output_check_for(spec, objective, dataset))
     path = run.artifacts_dir / "evaluation.json"
     write_evaluation(path, evaluation)
     ctx.artifact("evaluation", path, kind="evaluation")
-    accuracy = _number(evaluation["test_accuracy"])
-    text = f"test accuracy {accuracy:.2%}" if accuracy is not None else "no test samples decoded"
+    if objective.task == "classification":
+        accuracy = _number(evaluation["test_accuracy"])
+        text = f"test accuracy {accuracy:.2%}" if accuracy is not None else "no test samples decoded"
+    else:
+        accuracy = None
+        monitor = _number((evaluation.get("monitor") or {}).get("value"))
+        text = (f"test {objective.monitor_label} {format_metric(objective.monitor, monitor)}" if monitor is not None
+                else "no test samples evaluated")
     ctx.progress(len(test_split), len(test_split), text, force=True)
     ctx.log(text)
-    return _TestEvaluation(accuracy, path)
+    return _TestEvaluation(accuracy, path, evaluation)
+
+
+def _label_names(spec: TrainSpec, dataset) -> list[str]:
+    """Names of the outputs for the evaluation view: the dataset's `classes` where it has them, else numbers."""
+    names = list(getattr(dataset, "classes", None) or [])
+    return names if len(names) == spec.model.num_classes else [str(i) for i in range(spec.model.num_classes)]
 
 
 def _result(fitted: _Fitted, ctx, device: torch.device, group, *, parameters: dict, test: _TestEvaluation,
@@ -265,7 +317,11 @@ def _result(fitted: _Fitted, ctx, device: torch.device, group, *, parameters: di
         "best_val_accuracy": _number(summary.get("best_val_accuracy")),
         "best_epoch": summary.get("best_epoch"),
         "evaluation": str(test.path) if test.path else None,
+        "task": spec.task,
+        "monitor": _monitor_result(spec, summary, test),
     }
+    if spec.task != "classification":
+        result["final"].update(_prefixed("val_", last), test_metrics=(test.content or {}).get("metrics"))
     if resumed_from is not None:
         result["resumed_from_epoch"] = resumed_from
     if group is not None:
@@ -277,6 +333,18 @@ def _result(fitted: _Fitted, ctx, device: torch.device, group, *, parameters: di
         result["distributed"] = {"backend": "nccl" if device.type == "cuda" else "gloo", "nproc": spec.nproc,
                                  "cpu_count": os.cpu_count()}
     return result
+
+
+def _monitor_result(spec: TrainSpec, summary: dict, test: _TestEvaluation) -> dict:
+    """The task's monitor metric: its name, label and direction, its best validation value and its test value."""
+    objective = objective_for(spec, None)  # the spec is resolved: it names the task and its output count
+    return {"name": objective.monitor, "label": objective.monitor_label,
+            "higher_is_better": objective.higher_is_better, "best_val": _number(summary.get("best_val_monitor")),
+            "test": _number(((test.content or {}).get("monitor") or {}).get("value"))}
+
+
+def _prefixed(prefix: str, metrics: dict) -> dict:
+    return {key: _number(value) for key, value in metrics.items() if key.startswith(prefix)}
 
 
 def _lead_group(spec: TrainSpec, ctx, group, lead, *, dataset, model, device, resume):

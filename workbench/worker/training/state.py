@@ -23,11 +23,11 @@ class TrainState:
     epoch: int = 0  # epochs completed
     global_step: int = 0  # optimiser steps taken
     step_in_epoch: int = 0  # optimiser steps into the unfinished epoch (non-zero only after a cancel)
-    best_metric: float = -1.0  # best validation accuracy so far; -1 before the first validation
+    best_metric: float = -1.0  # best validation monitor value (classification: accuracy); unset while best_epoch is 0
     best_epoch: int = 0
     bad_epochs: int = 0  # epochs since the validation accuracy last improved (early stopping)
     last_epoch_metrics: dict = field(default_factory=dict)  # epoch/train_loss etc. of the last finished epoch
-    partial_epoch_sums: list = field(default_factory=list)  # [loss sum, correct, samples] of an unfinished epoch
+    partial_epoch_sums: list = field(default_factory=list)  # [loss sum, task statistics..., samples] of an unfinished epoch
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -14,6 +14,7 @@ from torch import nn
 
 from workbench.errors import JobError
 from workbench.worker.models import logits_of
+from workbench.worker.training.batch import call_model, channels_last
 from workbench.worker.training.devices import autocast
 from workbench.worker.training.guards import OutputCheck
 from workbench.worker.training.losses import LossFn
@@ -35,7 +36,7 @@ class TrainStep:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, *,
                  device: torch.device | str = "cpu", amp: str = "none", clip_grad_norm: float = 0.0,
                  clip_grad_value: float = 0.0, channels_last: bool = False, forward_model: nn.Module | None = None,
-                 compiled: bool = False, output_check: OutputCheck | None = None):
+                 compiled: bool = False, output_check: OutputCheck | None = None, objective=None):
         self.model = model
         self.forward_model = forward_model if forward_model is not None else model
         self.optimizer = optimizer
@@ -49,22 +50,25 @@ class TrainStep:
         self.channels_last = channels_last
         self.compiled = compiled
         self.output_check = output_check  # None: scores go to the loss unchecked (callers without a ModelSpec)
+        # The task's batch statistics (workbench.worker.objectives); None: the correct count of class scores.
+        self.objective = objective
         self._params = [p for p in model.parameters() if p.requires_grad]
 
-    def accumulate(self, x: torch.Tensor, y: torch.Tensor, weight: float = 1.0,
+    def accumulate(self, x, y: torch.Tensor, weight: float = 1.0,
                    sync: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        """Forward and backward one micro-batch; returns (loss summed over its samples, correct count) on the device.
+        """Forward and backward one micro-batch; returns (loss summed over its samples, the task's batch statistics,
+        or the correct count without an objective) on the device. `x` is a tensor, or a tuple or dict of them.
 
         `sync=False` skips DDP's gradient all-reduce (for all but the last micro-batch of a step).
         """
-        if self.channels_last and x.dim() == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
+        if self.channels_last:
+            x = channels_last(x)
         no_sync = getattr(self.forward_model, "no_sync", None)
         skip = no_sync() if (not sync and no_sync is not None) else contextlib.nullcontext()
         try:
             with skip:
                 with autocast(self.amp, self.device):
-                    scores = logits_of(self.forward_model(x))
+                    scores = logits_of(call_model(self.forward_model, x))
                 if self.output_check is not None:
                     self.output_check.scores(scores, y)
                     loss = self.output_check.loss(self.loss_fn, scores, y)
@@ -81,6 +85,8 @@ class TrainStep:
                                "to train without it") from None
             raise
         scores = scores.detach()
+        if self.objective is not None:
+            return loss.detach() * y.shape[0], self.objective.batch_stats(scores, y)
         return loss.detach() * y.shape[0], (scores.argmax(dim=1) == y).sum()
 
     def step(self) -> torch.Tensor | None:
