@@ -724,3 +724,16 @@ def test_on_device_and_channels_last_take_auto_or_a_boolean():
     assert error(TrainSpec.from_dict, {"channels_last": "fast"}) == (
         "channels_last: 'fast' is not a boolean or one of auto")
     assert error(TrainSpec.from_dict, {"dataset": {"on_device": 2}}).startswith("dataset.on_device: 2 is not")
+
+
+def test_a_file_beside_the_spec_is_found_from_any_working_folder(tmp_path, monkeypatch):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "data.py").write_text("")
+    (project / "train.toml").write_text('[dataset]\nname = "file:data.py:Shapes"\n[model]\nname = "file:nets.py:Net"\n')
+    monkeypatch.chdir(tmp_path)
+    spec = TrainSpec.load(project / "train.toml")
+    assert spec.dataset.name == f"file:{project / 'data.py'}:Shapes"  # beside the spec: anchored there
+    assert spec.model.name == "file:nets.py:Net"  # nowhere to be found: left for the job to report
+    monkeypatch.chdir(project)
+    assert TrainSpec.load("train.toml").dataset.name == "file:data.py:Shapes"  # in the working folder: as written

@@ -407,7 +407,7 @@ class Spec:
             raise SpecError(f"{path}: is not UTF-8 text") from None
         except OSError as exc:
             raise SpecError(f"{path}: cannot read ({exc.strerror or exc})") from None
-        data = _parse(text, suffix, str(path))
+        data = _anchor_user_files(_parse(text, suffix, str(path)), path.parent)
         try:
             return cls.from_dict(data)
         except SpecError as exc:
@@ -432,6 +432,23 @@ class Spec:
     def field_help(cls, dotted: str) -> str:
         """The tooltip of a dotted field such as `dataset.name`."""
         return _lookup(cls, dotted)[1]["help"]
+
+
+def _anchor_user_files(data: Any, folder: Path) -> Any:
+    """`file:<path.py>:<Name>` values with a relative path that exists beside the spec file (and not in the
+    working folder) made absolute, so a project's spec runs from anywhere: `workbench train examples/x/train.toml`."""
+    if isinstance(data, dict):
+        return {key: _anchor_user_files(value, folder) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_anchor_user_files(value, folder) for value in data]
+    if isinstance(data, str) and data.startswith("file:"):
+        path_text, colon, attr = data[len("file:"):].rpartition(":")
+        relative = Path(path_text).expanduser()
+        if colon and path_text and not relative.is_absolute() and not relative.exists():
+            beside = folder / relative
+            if beside.is_file():
+                return f"file:{beside.absolute()}:{attr}"
+    return data
 
 
 def dump(spec: Spec, path: str | Path) -> None:
