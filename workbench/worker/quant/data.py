@@ -70,6 +70,54 @@ class Batches:
                        mean=self.mean.flatten().tolist(), std=self.std.flatten().tolist(), what=self.what)
 
 
+class SampleBatches:
+    """(x, y) batches of some samples of a user's own Dataset split (file:), read in this process and collated as
+    its DataLoader collates them (x may be a tuple or dict of tensors); kept after the first pass."""
+
+    def __init__(self, split, indices: torch.Tensor, *, batch_size: int, device: torch.device, what: str):
+        self.split = split
+        self.indices = indices
+        self.batch_size = batch_size
+        self.device = device
+        self.what = what
+        self.cache: list | None = None
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.indices) / self.batch_size)
+
+    @property
+    def samples(self) -> int:
+        return int(len(self.indices))
+
+    def __iter__(self) -> Iterator[tuple]:
+        if self.cache is None:
+            from torch.utils.data import default_collate
+
+            self.cache = []
+            for start in range(0, len(self.indices), self.batch_size):
+                items = [self.split.sample(int(i)) for i in self.indices[start:start + self.batch_size]]
+                x = default_collate([item[0] for item in items])
+                y = default_collate([item[1] for item in items])
+                self.cache.append((_to(x, self.device), y.to(self.device)))
+        yield from self.cache
+
+    def head(self, count: int) -> SampleBatches:
+        return SampleBatches(self.split, self.indices[:count], batch_size=self.batch_size, device=self.device,
+                             what=self.what)
+
+
+def _to(x, device):
+    if isinstance(x, dict):
+        return {key: value.to(device) for key, value in x.items()}
+    if isinstance(x, (tuple, list)):
+        return type(x)(value.to(device) for value in x)
+    return x.to(device)
+
+
+def _is_user_data(dataset) -> bool:
+    return hasattr(dataset, "first_sample")
+
+
 def calibration_batches(dataset, samples: int, seed: int, *, batch_size: int, device, log) -> Batches:
     split = dataset.splits["train"]
     if not len(split):
@@ -79,6 +127,8 @@ def calibration_batches(dataset, samples: int, seed: int, *, batch_size: int, de
         log(f"calibration.samples is {samples:,}, but the training split has {len(split):,}; calibrating on all "
             "of them", "warning")
     order = torch.randperm(len(split), generator=torch.Generator().manual_seed(int(seed)))[:count]
+    if _is_user_data(dataset):
+        return SampleBatches(split, order.sort().values, batch_size=batch_size, device=device, what="calibration")
     mean, std = dataset.normalization()
     return Batches(split, order.sort().values, batch_size=batch_size, device=device, mean=mean, std=std,
                    what="calibration")
@@ -91,6 +141,8 @@ def held_out_batches(dataset, samples: int, *, batch_size: int, device) -> Batch
         raise JobError(f"{dataset.name} has no test or validation samples to measure accuracy on; set "
                        "dataset.test_fraction or dataset.val_fraction above 0")
     count = len(split) if samples <= 0 else min(samples, len(split))
+    if _is_user_data(dataset):
+        return SampleBatches(split, torch.arange(count), batch_size=batch_size, device=device, what=f"{name} split")
     mean, std = dataset.normalization()
     return Batches(split, torch.arange(count), batch_size=batch_size, device=device, mean=mean, std=std,
                    what=f"{name} split")

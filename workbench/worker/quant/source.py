@@ -59,6 +59,12 @@ def resolve(source_run: str, model: ModelSpec, dataset: DataSpec, workspace: Pat
         return Source(model, dataset, path)
     run_dir, trained = read_training_run(source_run, workspace,
                                          refusal="quantize takes a training run (train.classifier)")
+    if trained.task not in ("auto", "classification"):
+        # The ladder, the sensitivity sweep and the mixed-precision proposal measure accuracy; a task's own monitor
+        # (mIoU, MAE, mean AP) is the next step of issue #20. Refused clearly rather than measured wrongly.
+        raise JobError(f"source.run: {run_dir.name} trained task {trained.task}; quantize measures a classification "
+                       "run's accuracy and does not yet measure other tasks' monitors (export and bench take "
+                       "the run)")
     checkpoint = run_checkpoint(run_dir)
     # The run's checkpoint holds every weight: no pretrained download, no starting checkpoint, no freezing.
     spec = dataclasses.replace(trained.model, checkpoint=str(checkpoint), weights="", freeze=[])
