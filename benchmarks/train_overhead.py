@@ -18,7 +18,10 @@ user's script is; the workbench's rows apply the heap settings its worker and `w
 (`workbench/worker/host_memory.py`). Rows marked [bf16: changes precision] are
 not like-for-like with fp32 rows.
 
-    .venv/bin/python benchmarks/train_overhead.py [--section host|cuda|all] [--model torchvision:resnet18|cnn]
+Section "user" (issue #20): see benchmarks/user_rows.py; the reference is a plain DataLoader loop over the same
+user Dataset with the same 2 workers.
+
+    .venv/bin/python benchmarks/train_overhead.py [--section host|cuda|user|all] [--model torchvision:resnet18|cnn]
         [--size 32] [--batch-size 128] [--epochs 2] [--repeats 3]
 """
 
@@ -36,6 +39,7 @@ import warnings
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
+from user_rows import user_rows  # noqa: E402  (beside this script: python benchmarks/train_overhead.py)
 
 from workbench.specs import DataSpec, ModelSpec
 from workbench.worker.data import load_dataset
@@ -216,7 +220,7 @@ def _one_row(args) -> int:
     """The child's side of `_run_row`: run one row and print its samples/s."""
     section, label = args.one_row
     device = torch.device("cuda" if section == "cuda" else "cpu")
-    rows = cuda_rows() if section == "cuda" else host_rows(args.peers_only)
+    rows = {"cuda": cuda_rows, "user": user_rows}.get(section, lambda: host_rows(args.peers_only))()
     run = rows[label]
     rate = run(data_spec(args.size, args.samples), args.model, epochs=args.epochs, batch_size=args.batch_size,
                seed=args.seed, device=device, workspace=args.workspace)
@@ -305,9 +309,22 @@ def cuda_section(args, workspace) -> None:
     print(f"default: {median['workbench, default'] / reference:.2f}x the plain on-device loop (goal >= 0.9)")
 
 
+def user_section(args, workspace) -> None:
+    print(f"user section: cpu, {torch.get_num_threads()} threads; a user Dataset whose __getitem__ spins 2 ms, "
+          f"2 DataLoader workers, a small CNN on 3x32x32, batch {args.batch_size}, SGD; {args.epochs} epoch(s) of "
+          f"2,000 samples a run; medians of {args.repeats} interleaved repeats")
+    median, best = _measure("user", user_rows(), args, workspace)
+    reference, best_reference = median["plain DataLoader loop, 2 workers"], best["plain DataLoader loop, 2 workers"]
+    for label, value in median.items():
+        print(f"  {label:<58} {value:>9,.0f}/s   {value / reference:.2f}x ({best[label] / best_reference:.2f}x) "
+              "the plain DataLoader loop")
+    ratio = median["workbench, file: dataset, num_workers=2"] / reference
+    print(f"file: dataset: {ratio:.2f}x the plain DataLoader loop (goal >= 0.91, i.e. within 1.1x)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--section", choices=("host", "cuda", "all"), default="all")
+    parser.add_argument("--section", choices=("host", "cuda", "user", "all"), default="all")
     parser.add_argument("--model", default="torchvision:resnet18")
     parser.add_argument("--size", type=int, default=32, help="image side (fake 3-channel data)")
     parser.add_argument("--samples", type=int, default=0, help="fake images (80%% train); default: 4,000 on the "
@@ -330,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.section in ("cuda", "all"):
             cuda_args = argparse.Namespace(**{**vars(args), "samples": args.samples or 40_000})
             cuda_section(cuda_args, workspace)
+        if args.section in ("user", "all"):
+            user_section(argparse.Namespace(**{**vars(args), "samples": 2000}), workspace)
     return 0
 
 
