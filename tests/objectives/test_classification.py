@@ -1,5 +1,5 @@
 """Classification objective: loss and accuracy bit-identical to the engine's build_loss/argmax, and the test
-evaluator's output equal to training/evaluate.evaluate_test on the same model and split."""
+evaluator's output equal to the engine's evaluation before issue #20 (kept here, verbatim, as the reference)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,35 @@ from torch import nn
 
 from workbench.errors import JobError
 from workbench.worker.objectives import build_objective
-from workbench.worker.training.evaluate import evaluate_test
 from workbench.worker.training.losses import build_loss
+
+
+@torch.no_grad()
+def reference_evaluate_test(model, split, classes, *, batch_size, worst_count=32) -> dict:
+    """training/evaluate.evaluate_test as it was before the objectives (issue #20), on the CPU, in fp32."""
+    k = len(classes)
+    confusion = torch.zeros(k * k, dtype=torch.int64)
+    index_parts, row_parts = [], []
+    for indices, x, y in split.indexed_batches(batch_size, device=torch.device("cpu")):
+        scores = model(x).float()
+        probs = torch.softmax(scores, dim=1)
+        confidence, predicted = probs.max(dim=1)
+        confusion += torch.bincount(y * k + predicted.clamp(max=k - 1), minlength=k * k)
+        index_parts.append(indices)
+        row_parts.append(torch.stack([y.double(), predicted.double(), confidence.double()], dim=1))
+    matrix = confusion.view(k, k)
+    total = int(matrix.sum())
+    correct = int(matrix.diagonal().sum())
+    per_class = [float(matrix[i, i]) / float(matrix[i].sum()) if int(matrix[i].sum()) else None for i in range(k)]
+    worst = []
+    if row_parts:
+        rows = torch.cat([torch.cat(index_parts).double()[:, None], torch.cat(row_parts)], dim=1)
+        rows = rows[rows[:, 1] != rows[:, 2]]
+        rows = rows[rows[:, 3].argsort(descending=True)][:worst_count]
+        worst = [{"split": split.name, "index": int(r[0]), "label": int(r[1]), "predicted": int(r[2]),
+                  "confidence": round(float(r[3]), 6)} for r in rows]
+    return {"classes": list(classes), "confusion_matrix": matrix.tolist(), "per_class_accuracy": per_class,
+            "test_accuracy": correct / total if total else math.nan, "worst": worst}
 
 
 class TinySplit:
@@ -66,7 +93,7 @@ def test_evaluator_equals_evaluate_test(classes, samples, batch):
     y = torch.randint(0, classes, (samples,))
     model = nn.Linear(7, classes)
     split = TinySplit(x, y)
-    today = evaluate_test(model, split, names, device=torch.device("cpu"), batch_size=batch)
+    today = reference_evaluate_test(model, split, names, batch_size=batch)
     evaluator = build_objective("classification", num_outputs=classes).test_evaluator("test", names)
     with torch.no_grad():
         for indices, xb, yb in split.indexed_batches(batch, device=torch.device("cpu")):

@@ -22,8 +22,6 @@ from workbench.worker.training.devices import autocast
 from workbench.worker.training.guards import OutputCheck
 from workbench.worker.training.losses import LossFn
 
-WORST_COUNT = 32
-
 
 def indexed_batches(split, batch_size: int, device: torch.device, *, rank: int = 0,
                     world: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -70,46 +68,16 @@ def evaluate_sums(model: nn.Module, split, loss_fn: LossFn, *, device: torch.dev
     return sums
 
 
-@torch.no_grad()
 def evaluate_test(model: nn.Module, split, classes: list[str], *, device: torch.device, amp: str = "none",
                   channels_last: bool = False, batch_size: int = 256,
                   check_stop: Callable[[], None] | None = None, output_check: OutputCheck | None = None) -> dict:
-    """The evaluation.json content for `split`: classes, confusion matrix (rows: true class), per-class accuracy
-    (None for a class with no samples), accuracy, and the WORST_COUNT most confidently wrong samples."""
-    k = len(classes)
-    was_training = model.training
-    model.eval()
-    confusion = torch.zeros(k * k, dtype=torch.int64, device=device)
-    index_parts, row_parts = [], []
-    try:
-        for indices, x, y in indexed_batches(split, batch_size, device):
-            if check_stop is not None:
-                check_stop()
-            scores = _forward(model, x, amp, device, channels_last)
-            if output_check is not None:
-                output_check.scores(scores, y, where="test")
-            probs = torch.softmax(scores, dim=1)
-            confidence, predicted = probs.max(dim=1)
-            confusion += torch.bincount(y * k + predicted.clamp(max=k - 1), minlength=k * k)
-            # Every sample's row stays on the device and is filtered on the host at the end: a boolean-mask index
-            # here would wait on the device every batch.
-            index_parts.append(indices)
-            row_parts.append(torch.stack([y.double(), predicted.double(), confidence.double()], dim=1))
-    finally:
-        model.train(was_training)
-    matrix = confusion.view(k, k).cpu()
-    total = int(matrix.sum())
-    correct = int(matrix.diagonal().sum())
-    per_class = [float(matrix[i, i]) / float(matrix[i].sum()) if int(matrix[i].sum()) else None for i in range(k)]
-    worst = []
-    if row_parts:
-        rows = torch.cat([torch.cat(index_parts).double()[:, None], torch.cat(row_parts).cpu()], dim=1)
-        rows = rows[rows[:, 1] != rows[:, 2]]
-        rows = rows[rows[:, 3].argsort(descending=True)][:WORST_COUNT]
-        worst = [{"split": split.name, "index": int(r[0]), "label": int(r[1]), "predicted": int(r[2]),
-                  "confidence": round(float(r[3]), 6)} for r in rows]
-    return {"classes": list(classes), "confusion_matrix": matrix.tolist(), "per_class_accuracy": per_class,
-            "test_accuracy": correct / total if total else math.nan, "worst": worst}
+    """Classification's evaluation.json content for `split`: classes, confusion matrix (rows: true class),
+    per-class accuracy (None for a class with no samples), accuracy, the most confidently wrong samples."""
+    from workbench.worker.objectives import build_objective
+
+    objective = build_objective("classification", num_outputs=len(classes))
+    return evaluate_split(model, split, objective, classes, device=device, amp=amp, channels_last=channels_last,
+                          batch_size=batch_size, check_stop=check_stop, output_check=output_check)
 
 
 @torch.no_grad()
