@@ -354,13 +354,13 @@ while time.monotonic() < deadline and step != "shot":
         panel.select_module("features.0")  # before the page is shown ("Show on graph" from another tab)
         step = "page"
     elif step == "page" and panel.view is not None and panel.view.ready:
-        wait(1.5)  # the side panel folds with an animation
+        wait(5)  # the side panel folds with an animation (slow under software WebGL on a busy box)
         opened = page_state()
         # Colour by FLOPs, then pick the heaviest layer in the table: the graph opens its layer and selects it.
         panel.overlay_combo.setCurrentIndex(panel.overlay_combo.findData("flops"))
-        wait(1.5)
+        wait(5)  # the page reads the node data file and recolours: seconds under software WebGL on a busy box
         panel.select_module("features.2")
-        wait(6)
+        wait(15)
         subprocess.run(["import", "-window", "root", str(out / "screen.png")], check=True)
         step = "shot"
 state = {{"shot": step == "shot"}}
@@ -369,7 +369,7 @@ if state["shot"]:
     # The user opens the side panel with its own toggle; the next page (the same, loaded again) keeps it open.
     panel.view.page.runJavaScript('document.querySelector("info-panel .hide-toggle").click()', 0)
     wait(1.5)
-    panel.view.load(panel.view.view.url().toString())
+    panel.view.load(panel._page_url)  # as the panel loads a page: its address with the session token
     for loaded in (False, True):  # the new page starts loading, then shows its graph
         until = time.monotonic() + 60
         while panel.view.ready != loaded and time.monotonic() < until:
