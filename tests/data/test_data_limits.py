@@ -58,7 +58,10 @@ root, workspace = sys.argv[1], sys.argv[2]
 resource.setrlimit(resource.RLIMIT_DATA, (4 * 2**30, 4 * 2**30))
 result = run_task(get_task("data.info"), {"dataset": {"name": "imagefolder", "root": root}}, emit=lambda *a: None,
                   workspace=workspace)
-peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+# VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so it would report the forking pytest's own size.
+with open("/proc/self/status") as status:
+    peak_kb = next((int(line.split()[1]) for line in status if line.startswith("VmHWM:")),
+                   resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 print(json.dumps({"result": result, "peak_bytes": peak_kb * 1024}))
 """
 
