@@ -51,7 +51,8 @@ def _two_of(example):
     return torch.stack([torch.as_tensor(example)] * 2)
 
 
-def _call(model: nn.Module, x):
+def call_model(model: nn.Module, x):
+    """model(x), model(*x) for a tuple (or list) of inputs, model(**x) for a dict of them."""
     if isinstance(x, dict):
         return model(**x)
     if isinstance(x, (tuple, list)):
@@ -78,7 +79,7 @@ def check_forward(model: nn.Module, name: str, input_shape: Sequence[int], num_c
     try:
         with torch.no_grad():
             batch = _two_of(example) if example is not None else torch.zeros(2, *input_shape)
-            out = logits_of(_call(model, batch))
+            out = logits_of(call_model(model, batch))
     except JobError:
         raise
     except Exception as exc:

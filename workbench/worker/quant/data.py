@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from workbench.errors import JobError
 from workbench.worker.models import logits_of
+from workbench.worker.training.task import is_user_data
 
 CACHE_BYTES = 512 * 2**20  # subsets up to this size (as float32) are decoded once and kept
 
@@ -114,10 +115,6 @@ def _to(x, device):
     return x.to(device)
 
 
-def _is_user_data(dataset) -> bool:
-    return hasattr(dataset, "first_sample")
-
-
 def calibration_batches(dataset, samples: int, seed: int, *, batch_size: int, device, log) -> Batches:
     split = dataset.splits["train"]
     if not len(split):
@@ -127,7 +124,7 @@ def calibration_batches(dataset, samples: int, seed: int, *, batch_size: int, de
         log(f"calibration.samples is {samples:,}, but the training split has {len(split):,}; calibrating on all "
             "of them", "warning")
     order = torch.randperm(len(split), generator=torch.Generator().manual_seed(int(seed)))[:count]
-    if _is_user_data(dataset):
+    if is_user_data(dataset):
         return SampleBatches(split, order.sort().values, batch_size=batch_size, device=device, what="calibration")
     mean, std = dataset.normalization()
     return Batches(split, order.sort().values, batch_size=batch_size, device=device, mean=mean, std=std,
@@ -141,7 +138,7 @@ def held_out_batches(dataset, samples: int, *, batch_size: int, device) -> Batch
         raise JobError(f"{dataset.name} has no test or validation samples to measure accuracy on; set "
                        "dataset.test_fraction or dataset.val_fraction above 0")
     count = len(split) if samples <= 0 else min(samples, len(split))
-    if _is_user_data(dataset):
+    if is_user_data(dataset):
         return SampleBatches(split, torch.arange(count), batch_size=batch_size, device=device, what=f"{name} split")
     mean, std = dataset.normalization()
     return Batches(split, torch.arange(count), batch_size=batch_size, device=device, mean=mean, std=std,

@@ -8,18 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
+
+from workbench.worker.models.build import call_model  # noqa: F401  (the engine calls models through it)
 
 Batch = Any  # torch.Tensor | tuple[torch.Tensor, ...] | dict[str, torch.Tensor]
-
-
-def call_model(model: nn.Module, x: Batch):
-    """model(x), model(*x) for a tuple (or list) of inputs, model(**x) for a dict of them."""
-    if isinstance(x, dict):
-        return model(**x)
-    if isinstance(x, (tuple, list)):
-        return model(*x)
-    return model(x)
 
 
 def slice_batch(x: Batch, lo: int, hi: int) -> Batch:
