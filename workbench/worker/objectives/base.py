@@ -72,6 +72,10 @@ class TestEvaluator(ABC):
     def add(self, indices: torch.Tensor, scores: torch.Tensor, target: torch.Tensor) -> None:
         """indices: host int64, each sample's index within the split; scores and target on the device."""
 
+    def add_inputs(self, inputs) -> None:
+        """The batch's model inputs, given just before add(): an evaluator that shows inputs (segmentation's
+        image thumbnails) keeps the few it needs; the others ignore them."""
+
     @abstractmethod
     def result(self) -> dict:
         """The evaluation.json content: JSON-safe (None for NaN), with task, split, monitor and metrics."""

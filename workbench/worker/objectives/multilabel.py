@@ -135,7 +135,7 @@ class MultilabelObjective(Objective):
 
 class MultilabelEvaluator(TestEvaluator):
     """Exact per-label AP from every score, per-label F1 at 0.5, and the WORST_COUNT samples with the most label
-    errors (ties: the larger summed BCE)."""
+    errors (ties: the larger summed BCE), each with its error count and every label's probability."""
 
     def __init__(self, objective: Objective, split_name: str, classes: list[str]):
         super().__init__(objective, split_name, classes)
@@ -173,6 +173,7 @@ class MultilabelEvaluator(TestEvaluator):
         metrics = {"map": _nanmean([r["ap"] for r in per_label]), "f1": _nanmean([r["f1"] for r in per_label]),
                    "f1_micro": _f1(sum(tp), sum(fp), sum(fn))}
         errors = (pred != truth).sum(dim=1)
+        probabilities = torch.sigmoid(scores.double())
         bce = F.binary_cross_entropy_with_logits(scores.double(), truth.double(), reduction="none").sum(dim=1)
         # Most errors first, the larger summed BCE among equals: two stable sorts, the minor key first.
         order = torch.nan_to_num(bce, nan=math.inf).argsort(descending=True, stable=True)
@@ -184,7 +185,8 @@ class MultilabelEvaluator(TestEvaluator):
             worst.append({"split": self.split_name, "index": int(index[i]),
                           "target": [self.label_name(j) for j in truth[i].nonzero().flatten().tolist()],
                           "predicted": [self.label_name(j) for j in pred[i].nonzero().flatten().tolist()],
-                          "loss": float(bce[i])})
+                          "loss": float(bce[i]), "errors": int(errors[i]),
+                          "probabilities": [round(float(v), 4) for v in probabilities[i].tolist()]})
         out = self.common(metrics)
         out.update({"labels": [self.label_name(i) for i in range(labels)], "per_label": per_label, "worst": worst})
         return json_safe(out)

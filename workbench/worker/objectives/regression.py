@@ -96,7 +96,8 @@ def _value(row: list[float]) -> float | list[float]:
 
 class RegressionEvaluator(TestEvaluator):
     """Metrics from the same sums as training, a scatter of up to SCATTER_COUNT [true, predicted] pairs (first
-    output only), and the WORST_COUNT samples with the largest absolute residual (mean over a sample's values)."""
+    output only; "scatter_index" gives each pair's index in the split, "outputs" how many values a sample has),
+    and the WORST_COUNT samples with the largest absolute residual (mean over a sample's values)."""
 
     def __init__(self, objective: Objective, split_name: str, classes: list[str]):
         super().__init__(objective, split_name, classes)
@@ -118,7 +119,7 @@ class RegressionEvaluator(TestEvaluator):
     def result(self) -> dict:
         metrics = regression_metrics(*(as_floats(self.stats) if self.stats is not None else [0.0] * 5))
         out = self.common(metrics)
-        scatter, worst = [], []
+        scatter, scatter_index, worst = [], [], []
         if self.index_parts:
             index = torch.cat(self.index_parts).long().cpu()
             pred = torch.cat(self.pred_parts).cpu().double()
@@ -127,6 +128,7 @@ class RegressionEvaluator(TestEvaluator):
             pick = torch.arange(n) if n <= SCATTER_COUNT else \
                 torch.linspace(0, n - 1, SCATTER_COUNT, dtype=torch.float64).round().long()
             scatter = [[float(t), float(p)] for t, p in zip(true[pick, 0].tolist(), pred[pick, 0].tolist())]
+            scatter_index = [int(i) for i in index[pick].tolist()]
             # NaN predictions rank as the worst of all (nan_to_num: inf), not silently as the best.
             badness = torch.nan_to_num((pred - true).abs().mean(dim=1), nan=math.inf)
             order = badness.argsort(descending=True, stable=True)[:WORST_COUNT]
@@ -134,5 +136,8 @@ class RegressionEvaluator(TestEvaluator):
                 t, p = true[i].tolist(), pred[i].tolist()
                 worst.append({"split": self.split_name, "index": int(index[i]), "target": _value(t),
                               "predicted": _value(p), "residual": _value([b - a for a, b in zip(t, p)])})
-        out.update({"scatter": scatter, "worst": worst})
+        outputs = 1
+        for d in self.per_sample_shape:
+            outputs *= int(d)
+        out.update({"scatter": scatter, "worst": worst, "scatter_index": scatter_index, "outputs": outputs})
         return json_safe(out)

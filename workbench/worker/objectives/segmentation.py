@@ -11,12 +11,14 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from workbench.worker.objectives import thumbnails
 from workbench.worker.objectives.base import Objective, TestEvaluator, as_floats, count_bins, json_safe, ratio
 
 LOSSES = ("auto", "cross_entropy")
 IGNORE_INDEX = 255
 WORST_COUNT = 16
 MASK_PIXELS = 128 * 128  # the worst images carry their predicted mask up to this size
+THUMBNAIL_COUNT = 8  # the worst images that carry a thumbnail (image, true and predicted mask) for the view
 
 
 def class_map(target: torch.Tensor) -> torch.Tensor:
@@ -93,7 +95,12 @@ class SegmentationObjective(Objective):
 
 class SegmentationEvaluator(TestEvaluator):
     """The whole split's confusion matrix (per-class IoU and pixel counts), and the WORST_COUNT images with the
-    lowest mIoU of their own, kept as a running selection on the device so no batch waits on the host."""
+    lowest mIoU of their own, kept as a running selection on the device so no batch waits on the host.
+
+    The first THUMBNAIL_COUNT of them carry "thumbnail": {height, width, channels, image, true_mask,
+    predicted_mask}, each picture base64 of raw uint8 bytes at most thumbnails.SIDE pixels a side (image: h*w*channels,
+    absent with channels 0 when the inputs are not images of the masks' size; masks: h*w class indices, 255 where the
+    target is ignored)."""
 
     def __init__(self, objective: SegmentationObjective, split_name: str, classes: list[str]):
         super().__init__(objective, split_name, classes)
@@ -101,6 +108,10 @@ class SegmentationEvaluator(TestEvaluator):
         self.worst: tuple[torch.Tensor, ...] | None = None  # (miou, pixel_acc, position, masks or None)
         self.seen = 0
         self.index_parts: list[torch.Tensor] = []
+        self.inputs = None
+
+    def add_inputs(self, inputs) -> None:
+        self.inputs = inputs
 
     def add(self, indices: torch.Tensor, scores: torch.Tensor, target: torch.Tensor) -> None:
         objective: SegmentationObjective = self.objective
@@ -135,13 +146,24 @@ class SegmentationEvaluator(TestEvaluator):
         self.index_parts.append(indices.reshape(-1).long())
         keep_masks = int(scores.shape[2]) * int(scores.shape[3]) <= MASK_PIXELS
         masks = pred.to(torch.uint8 if c <= 256 else torch.int32) if keep_masks else None
-        parts = (miou, pixel_acc, position, masks)
+        parts = (miou, pixel_acc, position, masks, *self._thumbnails(target, pred, valid))
         if self.worst is not None:
             parts = tuple(torch.cat([a, b]) if a is not None and b is not None and a.shape[1:] == b.shape[1:]
                           else None for a, b in zip(self.worst, parts))
         # Stable: among equal mIoU the earlier image (kept from before, or first in the batch) stays first.
         order = parts[0].argsort(stable=True)[:WORST_COUNT]
         self.worst = tuple(p[order] if p is not None else None for p in parts)
+
+    def _thumbnails(self, target: torch.Tensor, pred: torch.Tensor, valid: torch.Tensor) -> tuple:
+        """(images or None, true masks, predicted masks) at thumbnail size for this batch, on the device; all None
+        with more classes than a uint8 mask holds beside the ignore value."""
+        inputs, self.inputs = self.inputs, None
+        if self.objective.num_outputs >= IGNORE_INDEX:
+            return None, None, None
+        h, w = int(target.shape[1]), int(target.shape[2])
+        true = torch.where(valid, target, torch.full_like(target, IGNORE_INDEX))
+        return (thumbnails.image_thumbnails(inputs, h, w), thumbnails.mask_thumbnails(true),
+                thumbnails.mask_thumbnails(pred))
 
     def name(self, k: int) -> str:
         return self.classes[k] if k < len(self.classes) else str(k)
@@ -155,14 +177,27 @@ class SegmentationEvaluator(TestEvaluator):
         per_class = [{"class": self.name(k), "iou": ious[k], "pixels": int(pixels[k])} for k in range(c)]
         worst = []
         if self.worst is not None:
-            miou, pixel_acc, position, masks = (p.cpu() if p is not None else None for p in self.worst)
+            miou, pixel_acc, position, masks, images, true_thumbs, pred_thumbs = (
+                p.cpu() if p is not None else None for p in self.worst)
             index = torch.cat(self.index_parts)[position]
             for i in range(int(miou.shape[0])):
                 row = {"split": self.split_name, "index": int(index[i]), "miou": float(miou[i]),
                        "pixel_acc": float(pixel_acc[i])}
                 if masks is not None:
                     row["predicted_mask"] = masks[i].tolist()
+                if i < THUMBNAIL_COUNT and true_thumbs is not None:
+                    row["thumbnail"] = _thumbnail(None if images is None else images[i], true_thumbs[i],
+                                                  pred_thumbs[i])
                 worst.append(row)
         out = self.common(metrics)
         out.update({"classes": [self.name(k) for k in range(c)], "per_class": per_class, "worst": worst})
         return json_safe(out)
+
+
+def _thumbnail(image: torch.Tensor | None, true: torch.Tensor, predicted: torch.Tensor) -> dict:
+    h, w = int(true.shape[0]), int(true.shape[1])
+    out = {"height": h, "width": w, "channels": int(image.shape[2]) if image is not None else 0}
+    if image is not None:
+        out["image"] = thumbnails.encode(image)
+    out.update({"true_mask": thumbnails.encode(true), "predicted_mask": thumbnails.encode(predicted)})
+    return out

@@ -96,6 +96,8 @@ def evaluate_split(model: nn.Module, split, objective, classes: list[str], *, de
             scores = _forward(model, x, amp, device, channels_last)
             if output_check is not None:
                 output_check.scores(scores, y, where="test")
+            if hasattr(evaluator, "add_inputs"):  # a custom task's evaluator may not derive from TestEvaluator
+                evaluator.add_inputs(x)
             evaluator.add(indices, scores, y)
     finally:
         model.train(was_training)
