@@ -52,19 +52,24 @@ def _dataset_field(spec: dict) -> DataSpec:
 
 @register_task("data.info", kind="query", spec=DataInfoSpec, creates_run=False)
 def info(spec: DataInfoSpec, ctx):
-    """Sizes, classes, class counts, shape and mean/std of a dataset; image folders are decoded in full."""
+    """Sizes, classes, class counts, shape and mean/std of a dataset; image folders are decoded in full. Every
+    dataset also gets "tasks" (what task=auto picks, why, and the tasks it cannot serve) and "target_histogram"."""
     from workbench.worker.data import load_dataset
+    from workbench.worker.data.user_views import class_histogram
 
     dataset = load_dataset(spec.dataset, ctx=ctx)
     if spec.dataset.name.startswith("file:"):  # the user's own Dataset: counts, shapes and target, no statistics
         try:
-            return dataset.describe()
+            return _user_info(dataset, ctx)
         finally:
             dataset.release()
     dataset.decode_all(progress=lambda done, total, text: ctx.progress(done, total, text), check_stop=ctx.check_stop)
     mean, std = dataset.statistics(progress=lambda done, total, text: ctx.progress(done, total, text))
     counts = {name: split.class_counts() for name, split in dataset.splits.items()}
+    train = sum(counts["train"])
     return {
+        "tasks": _builtin_tasks(dataset),
+        "target_histogram": class_histogram(dataset.classes, counts["train"], train, train),
         "dataset": dataset.name,
         "classes": list(dataset.classes),
         "num_samples": {name: sum(c) for name, c in counts.items()},
@@ -76,6 +81,33 @@ def info(spec: DataInfoSpec, ctx):
         "in_memory": dataset.in_memory,
         "root": dataset.root,
     }
+
+
+def _builtin_tasks(dataset) -> dict:
+    """The tasks a built-in image set serves, from its first sample (an image and an integer label)."""
+    import torch
+
+    from workbench.worker.data.user_views import tasks_of
+
+    split = dataset.splits["train"]
+    image = torch.zeros(tuple(dataset.sample_shape), dtype=torch.uint8)  # its pixels do not decide the task
+    label = split.labels[0] if len(split) else torch.tensor(0, dtype=torch.int64)
+    return tasks_of(image, label.to(torch.int64))
+
+
+def _user_info(dataset, ctx) -> dict:
+    """data.info of a user's Dataset: its description, the tasks its first sample serves, the target histogram
+    over the first train samples (cancellable)."""
+    from workbench.worker.data.user_views import HISTOGRAM_SAMPLES, target_histogram, tasks_of, view_of
+
+    result = dataset.describe()
+    x, y = dataset.first_sample()
+    result["tasks"] = tasks_of(x, y)
+    result["view"] = view_of(x, y)
+    result["target_histogram"] = target_histogram(
+        dataset.splits["train"], result["tasks"]["auto"], result["classes"], HISTOGRAM_SAMPLES,
+        progress=lambda done, total, text: ctx.progress(done, total, text), check_stop=ctx.check_stop)
+    return result
 
 
 @register_task("data.page", kind="query", creates_run=False)
@@ -96,6 +128,11 @@ def page(spec: dict, ctx):
     from workbench.worker.data.imageops import thumbnail_size, thumbnails
 
     dataset = load_dataset(dataset_spec, ctx=ctx)
+    if dataset_spec.name.startswith("file:"):
+        try:
+            return _user_page(dataset, split_name, offset, count, label, thumb_size, request_id, ctx)
+        finally:
+            dataset.release()
     if label >= len(dataset.classes):
         raise JobError(f"label: {label} is out of range; {dataset.name} has {len(dataset.classes)} classes "
                        f"(0..{len(dataset.classes) - 1}), or use -1 for all")
@@ -137,6 +174,11 @@ def sample(spec: dict, ctx):
     from workbench.worker.data.imageops import histogram, to_hwc
 
     dataset = load_dataset(dataset_spec, ctx=ctx)
+    if dataset_spec.name.startswith("file:"):
+        try:
+            return _user_sample(dataset, split_name, index)
+        finally:
+            dataset.release()
     split = dataset.splits[split_name]
     if index >= len(split):
         raise JobError(f"index: {index} is out of range; the {split_name} split of {dataset.name} has "
@@ -161,4 +203,62 @@ def sample(spec: dict, ctx):
         "path": path,
         "mean": mean,
         "std": std,
+    }
+
+
+def _user_page(dataset, split_name: str, offset: int, count: int, label: int, thumb_size: int, request_id: int,
+               ctx) -> dict:
+    """A page of a user's Dataset, read through its own __getitem__ in this process: thumbnails (masks blended in)
+    when the input is image-like ("view": "images"), else one row of tensor summaries per sample ("table")."""
+    from workbench.worker.data.user_views import label_of, table_row, target_text, thumbnail_page, view_of
+
+    if label >= 0:  # a class filter would read every sample of the split to find its members
+        raise JobError(f"label: {dataset.name} is your own Dataset; its samples are not filtered by class, use -1")
+    split = dataset.splits[split_name]
+    total = len(split)
+    chosen = list(range(min(offset, total), min(offset + count, total)))
+    samples = []
+    for done, index in enumerate(chosen):
+        ctx.check_stop()
+        samples.append(split.sample(index))  # a failing __getitem__ is a JobError naming the sample, file and line
+        ctx.progress(done + 1, len(chosen), f"reading {split_name} samples {done + 1}/{len(chosen)}")
+    x0, y0 = samples[0] if samples else dataset.first_sample()
+    view = view_of(x0, y0)
+    result = {
+        "request_id": request_id,
+        "split": split_name,
+        "offset": offset,
+        "total": total,
+        "indices": chosen,
+        "labels": [label_of(y) for _, y in samples],
+        "captions": [target_text(y) for _, y in samples],
+        "view": view,
+    }
+    if view == "images":
+        result.update(thumbnail_page(samples, thumb_size))
+    else:
+        result["rows"] = [table_row(i, x, y) for i, (x, y) in zip(chosen, samples, strict=True)]
+    return result
+
+
+def _user_sample(dataset, split_name: str, index: int) -> dict:
+    """One sample of a user's Dataset: the image (mask blended, the raw mask too) or the tensor summaries, and
+    the target as text."""
+    from workbench.worker.data.user_views import names_of, sample_view
+
+    split = dataset.splits[split_name]
+    if index >= len(split):
+        raise JobError(f"index: {index} is out of range; the {split_name} split of {dataset.name} has "
+                       f"{len(split)} samples (0..{len(split) - 1})")
+    x, y = split.sample(index)
+    classes = names_of(split.source)
+    view = sample_view(x, y, classes)
+    first = view["inputs"][0]
+    return {
+        "index": index,
+        "split": split_name,
+        "shape": first["shape"],
+        "path": dataset.root,
+        "user": True,
+        **view,
     }
