@@ -527,6 +527,7 @@ BENCH_BACKENDS = ("eager", "compile", "torchscript", "exported_program", "onnxru
 DEVICE_PATTERN = r"auto|cpu|mps|cuda(:\d+)?"
 MODEL_PATTERN = r"mlp|cnn|torchvision:[A-Za-z_][A-Za-z0-9_]*|file:.+\.py:[A-Za-z_][A-Za-z0-9_]*"
 USER_DATASET_PATTERN = r"file:.+\.py:[A-Za-z_][A-Za-z0-9_]*"  # a torch Dataset class, or a function returning one
+USER_FUNCTION_PATTERN = USER_DATASET_PATTERN  # loss=, metrics= (task=custom): a function in the user's file
 TASKS = ("auto", "classification", "multilabel", "regression", "segmentation", "custom")
 Task = Literal["auto", "classification", "multilabel", "regression", "segmentation", "custom"]
 LOSSES = ("auto", "cross_entropy", "nll", "mse", "l1", "smooth_l1", "bce")
@@ -630,7 +631,10 @@ class TrainSpec(Spec):
     step_size: int = option(5, "Epochs between learning-rate drops for the step schedule.", min=1, max=MAX_EPOCHS)
     gamma: float = option(0.1, "Factor the step schedule multiplies the learning rate by.", min=0, min_exclusive=True, max=MAX_LR)
     task: Task = option("auto", "What the model learns: auto decides from the first sample (integer labels: classification; float targets: regression; an integer map the input's size: segmentation; a 0/1 vector: multilabel).")
-    loss: Literal["auto", "cross_entropy", "nll", "mse", "l1", "smooth_l1", "bce"] = option("auto", "Loss function; auto is the task's own (cross_entropy for classification and segmentation, mse for regression, bce for multilabel).")
+    loss: str = option("auto", "Loss function; auto is the task's own (cross_entropy for classification and segmentation, mse for regression, bce for multilabel). file:<path.py>:<fn> is your own fn(outputs, target) -> scalar tensor, run with your permissions (task=custom; task=auto with a file: loss means custom).", choices=LOSSES, pattern=USER_FUNCTION_PATTERN, pattern_help="file:<path.py>:<function> (your own loss, task=custom)")
+    metrics: str = option("", "task=custom: file:<path.py>:<fn>, your fn(outputs, target) -> {name: number} per batch; each is averaged over the epoch weighted by batch size and logged as train_<name> and val_<name>. Empty: the loss only.", pattern=r"|" + USER_FUNCTION_PATTERN, pattern_help="empty, or file:<path.py>:<function> returning {name: number}")
+    monitor: str = option("", "task=custom: the validation metric that picks the best checkpoint and early stopping: a name the metrics function returns, or loss. Empty: loss.")
+    monitor_mode: Literal["auto", "max", "min"] = option("auto", "task=custom: whether a higher (max) or lower (min) monitor is better; auto is min for monitor=loss and must be set for any other monitor.")
     label_smoothing: float = option(0.0, "Label smoothing for cross_entropy; 0 turns it off.", min=0, max=1, max_exclusive=True)
     amp: Amp = option("none", "Mixed precision: autocast to bf16 or fp16, or none for full precision.")
     grad_accum_steps: int = option(1, "Batches whose gradients add up before each optimiser step.", min=1, max=MAX_ACCUM)
@@ -652,6 +656,38 @@ class TrainSpec(Spec):
     def validate(self) -> None:
         if self.distributed == "none" and self.nproc != 1:
             raise SpecError(f"nproc: {self.nproc} needs distributed=ddp; with distributed=none nproc must be 1")
+        self._check_custom()
+
+    def _check_custom(self) -> None:
+        """task=custom and its fields (loss=file:, metrics, monitor, monitor_mode) go together; task=auto with a
+        file: loss becomes custom, since no other task takes the user's loss."""
+        user_loss = self.loss.startswith("file:")
+        if user_loss and self.task == "auto":
+            self.task = "custom"
+        self.monitor = self.monitor.strip()
+        if self.task != "custom":
+            if user_loss:
+                raise SpecError(f"loss: {self.loss!r} is a custom loss; set task=custom (or auto), or choose one of: "
+                                f"{', '.join(LOSSES)}")
+            for name, unset in (("metrics", ""), ("monitor", ""), ("monitor_mode", "auto")):
+                if getattr(self, name) != unset:
+                    raise SpecError(f"{name}: {getattr(self, name)!r} is for task=custom (with loss=file:<path.py>:<fn>); "
+                                    f"task={self.task} has its own metrics and monitor")
+            return
+        if not user_loss:
+            raise SpecError(f"loss: task=custom needs loss=file:<path.py>:<fn> (your fn(outputs, target) -> scalar "
+                            f"tensor), not {self.loss!r}; for a built-in loss choose its task (or auto)")
+        if self.monitor in ("", "loss"):
+            if self.monitor_mode == "max":
+                raise SpecError("monitor_mode: max would keep the epoch with the highest validation loss; use min (or "
+                                "auto), or set monitor to a metric that is better when higher")
+        else:
+            if not self.metrics:
+                raise SpecError(f"monitor: {self.monitor!r} names a metric, but there is no metrics function; set "
+                                "metrics=file:<path.py>:<fn> returning it, or monitor=loss")
+            if self.monitor_mode == "auto":
+                raise SpecError(f"monitor_mode: auto cannot tell whether a higher or a lower {self.monitor} is better; "
+                                "set monitor_mode=max or monitor_mode=min")
 
 
 @dataclass

@@ -62,6 +62,8 @@ def call_model(model: nn.Module, x):
 
 def _output_fits(out: torch.Tensor, num_classes: int, task: str) -> tuple[bool, str]:
     """Whether a batch of two gives the outputs `task` needs, and what it needs, for the message."""
+    if task == "custom":
+        return True, "any output (the custom loss reads it)"
     if task == "segmentation":
         return out.dim() == 4 and out.shape[:2] == (2, num_classes), f"(batch, {num_classes}, height, width) scores"
     if task == "regression":

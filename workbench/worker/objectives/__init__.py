@@ -1,5 +1,6 @@
 """Per-task objectives (issue #20): build_objective gives the loss, mergeable batch statistics, metrics, output
-check and test evaluator of classification, regression, multilabel or segmentation; detect picks the task.
+check and test evaluator of classification, regression, multilabel, segmentation or custom (the user's own loss
+and metrics functions); detect picks the task.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from workbench.errors import JobError
 from workbench.worker.objectives import classification, multilabel, regression, segmentation
 from workbench.worker.objectives.base import Objective, TestEvaluator
 from workbench.worker.objectives.classification import ClassificationObjective
+from workbench.worker.objectives.custom import CustomObjective
 from workbench.worker.objectives.detect import check_target, describe_target, detect_task, target_num_outputs
 from workbench.worker.objectives.multilabel import MultilabelObjective
 from workbench.worker.objectives.regression import RegressionObjective
@@ -25,13 +27,17 @@ _KINDS = {
 LOSSES: dict[str, tuple[str, ...]] = {task: losses for task, (_, losses) in _KINDS.items()}
 
 
-def build_objective(task: str, *, loss: str = "auto", label_smoothing: float = 0.0,
-                    num_outputs: int = 0) -> Objective:
+def build_objective(task: str, *, loss: str = "auto", label_smoothing: float = 0.0, num_outputs: int = 0,
+                    metrics: str = "", monitor: str = "", monitor_mode: str = "auto") -> Objective:
     """The objective of a concrete task. num_outputs: classes (classification, segmentation: required there),
-    labels (multilabel: required), target values (regression; 0 = unknown)."""
+    labels (multilabel: required), target values (regression; 0 = unknown). metrics, monitor and monitor_mode are
+    task=custom's (with loss=file:<path.py>:<fn>)."""
     if task == "custom":
-        raise JobError("task=custom needs loss=file:<path.py>:<function>, which is not built yet: set task= to one "
-                       f"of {', '.join(_KINDS)} or task=auto")
+        if not loss.startswith("file:"):
+            raise JobError(f"loss: task=custom needs loss=file:<path.py>:<fn> (your fn(outputs, target) -> scalar "
+                           f"tensor), not {loss!r}")
+        return CustomObjective(loss_name=loss, num_outputs=num_outputs, metrics=metrics, monitor=monitor,
+                               monitor_mode=monitor_mode)
     if task == "auto":
         raise JobError("task=auto must be decided from a sample (detect_task) before the objective is built")
     if task not in _KINDS:

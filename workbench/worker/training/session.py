@@ -166,15 +166,14 @@ def _resolve_task(spec: TrainSpec, dataset, ctx) -> TrainSpec:
 
 def _task_of(spec: TrainSpec, dataset) -> tuple[str, str, object]:
     """(task, why, a sample's target or None) for this spec and data."""
+    if spec.task == "custom":  # the user's loss and metrics decide what a target means, on any data
+        return "custom", "set in the spec", dataset.first_sample()[1] if is_user_data(dataset) else None
     if not is_user_data(dataset):
         if spec.task not in ("auto", "classification"):
             raise JobError(f"task: {spec.task} needs targets of its own kind, but {dataset.name} is a built-in image "
                            "classification set (a class label per image); set task=auto or task=classification, or "
                            "train on your own Dataset with dataset.name=file:<path.py>:<Name>")
         return "classification", f"{dataset.name} is an image classification set", None
-    if spec.task == "custom":
-        raise JobError("task: custom needs loss=file:<path.py>:<fn> and metrics=file:<path.py>:<fn>, which this "
-                       "version does not take yet; choose classification, multilabel, regression or segmentation")
     x, y = dataset.first_sample()
     if spec.task == "auto":
         task, why = detect_task(x, y)
@@ -187,6 +186,8 @@ def _output_count(task: str, dataset, target) -> int:
     """How many outputs the model needs when model.num_classes is 0 (auto)."""
     if task in ("regression", "multilabel"):
         return target_num_outputs(task, target)
+    if task == "custom":  # the user's loss reads the outputs: the dataset's classes if it has them, else one a value
+        return len(getattr(dataset, "classes", None) or []) or target_num_outputs("regression", target)
     classes = len(dataset.classes)
     if not classes:
         raise JobError(f"model.num_classes: 0 (auto) needs the number of classes, and {dataset.name} does not say "

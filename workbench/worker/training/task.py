@@ -19,7 +19,8 @@ def objective_for(spec: TrainSpec, dataset):
     outputs = spec.model.num_classes
     if not outputs and task in ("classification", "segmentation"):
         outputs = len(getattr(dataset, "classes", []) or [])
-    return build_objective(task, loss=spec.loss, label_smoothing=spec.label_smoothing, num_outputs=outputs)
+    return build_objective(task, loss=spec.loss, label_smoothing=spec.label_smoothing, num_outputs=outputs,
+                           metrics=spec.metrics, monitor=spec.monitor, monitor_mode=spec.monitor_mode)
 
 
 def format_metric(name: str, value) -> str:
