@@ -2,10 +2,12 @@
 
 It builds a `DataSpec` through `DataSpec.from_dict`, so the dialog and the command line reject the same
 values with the same words, and checks the root folder exists; OK is enabled only while both pass.
+"Python file…" names the user's own Dataset (file:<path.py>:<Name> with keyword arguments).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -32,6 +34,7 @@ from workbench.errors import SpecError
 from workbench.gui.widgets.spec_form import ERROR_COLOUR, AutoSpinBox, field_named
 from workbench.specs import AUGMENTATIONS, DATASETS, DataSpec
 
+USER_FILE = "file:"  # the name combo's "Python file…" entry: the spec's name is file:<path.py>:<Name>
 # Parameters each augmentation takes, with defaults a user can start from (they are torchvision v2's).
 AUGMENT_DEFAULTS = {
     "random_crop": "size=28, padding=2",
@@ -51,13 +54,17 @@ DATASET_NOTES = {
     "svhn": "torchvision SVHN: root/train_32x32.mat and test_32x32.mat (or tick Download).",
     "imagefolder": "Your images: root holds one folder per class.",
     "fake": "Random images (torchvision FakeData), for trying things out.",
+    USER_FILE: "Your own torch Dataset class (or a function returning one) from a Python file. The file's code "
+               "runs with your permissions, in the worker: open only files you trust.",
 }
 
 
 def inapplicable_fields(name: str) -> dict[str, str]:
     """Source fields of DataSpec that dataset `name` does not use, each with the reason (for tooltips)."""
     reasons: dict[str, str] = {}
-    if name in ("digits", "fake"):
+    if name.startswith(USER_FILE):
+        reasons["root"] = reasons["download"] = "Not used: your Dataset reads its own files."
+    elif name in ("digits", "fake"):
         what = "digits ships inside scikit-learn" if name == "digits" else "fake makes random images in memory"
         reasons["root"] = reasons["download"] = f"Not used: {what}, so there is no folder to read and nothing to download."
     elif name == "imagefolder":
@@ -129,6 +136,53 @@ def _parse_params(text: str) -> dict:
     return params
 
 
+def parse_args(text: str) -> dict:
+    """A file: dataset's keyword arguments: a JSON object ({"size": 500}) or key=value pairs (size=500, kind=a)."""
+    text = text.strip()
+    if not text:
+        return {}
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"args: {text!r} is not a JSON object ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(value, dict):
+            raise SpecError(f"args: {text!r} is not a JSON object of keyword arguments")
+        return value
+    try:
+        params = _parse_params(text)
+    except SpecError:
+        raise SpecError(f"args: {text!r}: write key=value pairs separated by commas, or a JSON object") from None
+    for key in params:
+        if not key.isidentifier():
+            raise SpecError(f"args: {key!r} is not a Python argument name")
+    if any(v in ("true", "false") for v in params.values()):
+        params = {k: (v == "true") if v in ("true", "false") else v for k, v in params.items()}
+    return params
+
+
+def format_args(args: dict) -> str:
+    """The args field's text: key=value when every value is a number or a plain word, else JSON."""
+    simple = all(isinstance(v, int | float) and not isinstance(v, bool)
+                 or isinstance(v, str) and v and "," not in v and "=" not in v for v in args.values())
+    return ", ".join(f"{k}={v}" for k, v in args.items()) if simple else json.dumps(args)
+
+
+def user_file_problem(path: str, attr: str) -> str:
+    """Why a Python file and name cannot be a file: dataset, checked before the worker runs anything; "" if fine."""
+    if not path:
+        return "file: choose the Python file that defines your Dataset"
+    file = Path(path).expanduser()
+    if file.suffix != ".py":
+        return f"file: {path!r} is not a Python (.py) file"
+    if not file.is_file():
+        return f"file: {path!r} does not exist"
+    if not attr.isidentifier():
+        return (f"name: {attr!r} is not a Python name; give the Dataset class or function the file defines"
+                if attr else "name: give the Dataset class or function the file defines")
+    return ""
+
+
 def _format_params(step: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in step.items() if k != "name")
 
@@ -143,6 +197,24 @@ class DatasetDialog(QDialog):
         self.name = QComboBox()
         for name in DATASETS:
             self.name.addItem(name, name)
+        self.name.addItem("Python file…", USER_FILE)
+        self.user_path = QLineEdit()
+        self.user_path.setPlaceholderText("your_data.py")
+        self.user_browse = QPushButton("Browse…")
+        self.user_browse.clicked.connect(self._on_user_browse_clicked)
+        user_row = QHBoxLayout()
+        user_row.addWidget(self.user_path, 1)
+        user_row.addWidget(self.user_browse)
+        self.user_attr = QLineEdit()
+        self.user_attr.setPlaceholderText("the Dataset class or function, e.g. MyDataset")
+        self.user_args = QLineEdit()
+        self.user_args.setPlaceholderText('keyword arguments: size=500, kind=train  or  {"size": 500}')
+        self.user_path.setToolTip("The Python file that defines your torch Dataset; its code runs with your "
+                                  "permissions when the worker loads it.")
+        self.user_attr.setToolTip("A torch.utils.data.Dataset subclass, or a function returning one (or a dict "
+                                   "of 'train', 'val', 'test' datasets). It is called with split='train', 'val', "
+                                   "'test' if it takes a split argument.")
+        self.user_args.setToolTip(DataSpec.field_help("args"))
         self.note = QLabel()
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color: palette(placeholder-text)")
@@ -194,6 +266,9 @@ class DatasetDialog(QDialog):
         form = QFormLayout(source)
         form.addRow("Dataset", self.name)
         form.addRow("", self.note)
+        form.addRow("Python file", user_row)
+        form.addRow("Class or function", self.user_attr)
+        form.addRow("Arguments", self.user_args)
         form.addRow("Root folder", root_row)
         form.addRow("", self.download)
         form.addRow("Fake: samples", self.size)
@@ -217,8 +292,10 @@ class DatasetDialog(QDialog):
         layout.addWidget(self.buttons)
         # The label of the field an error names turns red too, so the message below points somewhere.
         self._field_labels = {}
+        self._source_form, self._user_rows = form, (user_row, self.user_attr, self.user_args)
         for form_layout, rows in ((form, {"name": self.name, "root": root_row, "size": self.size,
-                                          "num_classes": self.num_classes}),
+                                          "num_classes": self.num_classes, "file": user_row,
+                                          "args": self.user_args}),
                                   (form2, {"val_fraction": self.val_fraction, "test_fraction": self.test_fraction,
                                            "seed": self.seed, "image_size": self.image_size,
                                            "normalize": self.normalize, "normalize.mean": self.mean,
@@ -229,7 +306,8 @@ class DatasetDialog(QDialog):
         self._load(spec)
         for widget in (self.name, self.normalize):
             widget.currentIndexChanged.connect(self._revalidate)
-        for widget in (self.root, self.image_size, self.mean, self.std):
+        for widget in (self.root, self.image_size, self.mean, self.std, self.user_path, self.user_attr,
+                       self.user_args):
             widget.textChanged.connect(self._revalidate)
         for widget in (self.val_fraction, self.test_fraction):
             widget.textChanged.connect(self._revalidate)
@@ -258,7 +336,14 @@ class DatasetDialog(QDialog):
             widget.setToolTip(self._help[widget])
 
     def _load(self, spec: DataSpec) -> None:
-        self.name.setCurrentIndex(max(0, self.name.findData(spec.name)))
+        if spec.name.startswith(USER_FILE):
+            path, _, attr = spec.name[len(USER_FILE):].rpartition(":")  # rpartition: a Windows path has a colon
+            self.name.setCurrentIndex(self.name.findData(USER_FILE))
+            self.user_path.setText(path)
+            self.user_attr.setText(attr)
+            self.user_args.setText(format_args(spec.args))
+        else:
+            self.name.setCurrentIndex(max(0, self.name.findData(spec.name)))
         self.root.setText(spec.root)
         self.download.setChecked(spec.download)
         self.val_fraction.setValue(spec.val_fraction)
@@ -283,8 +368,11 @@ class DatasetDialog(QDialog):
 
     def spec_data(self) -> dict:
         """The form as plain spec data (what `DataSpec.from_dict` takes)."""
+        name = self.name.currentData()
+        if name == USER_FILE:
+            name = f"{USER_FILE}{self.user_path.text().strip()}:{self.user_attr.text().strip()}"
         data: dict = {
-            "name": self.name.currentData(), "root": self.root.text().strip(), "download": self.download.isChecked(),
+            "name": name, "root": self.root.text().strip(), "download": self.download.isChecked(),
             "val_fraction": self.val_fraction.text().strip(), "test_fraction": self.test_fraction.text().strip(),
             "seed": self.seed.value(), "image_size": self.image_size.text().strip(),
             "size": self.size.value(), "num_classes": self.num_classes.value(),
@@ -294,6 +382,8 @@ class DatasetDialog(QDialog):
         # greyed-out field keeps its text in case the user switches back.
         for field in inapplicable_fields(data["name"]):
             del data[field]
+        if name.startswith(USER_FILE):
+            data["args"] = parse_args(self.user_args.text())
         if self.normalize.currentText() == "custom":
             data["normalize"] = {"mean": self.mean.text().strip(), "std": self.std.text().strip()}
         else:
@@ -324,12 +414,18 @@ class DatasetDialog(QDialog):
         name = self.name.currentData()
         self.note.setText(DATASET_NOTES.get(name, ""))
         self._update_applicability(name)
+        for row in self._user_rows:
+            self._source_form.setRowVisible(row, name == USER_FILE)
         custom = self.normalize.currentText() == "custom"
         self.mean.setEnabled(custom)
         self.std.setEnabled(custom)
         try:
-            spec = DataSpec.from_dict(self.spec_data())
-            problem = root_problem(spec.name, spec.root, spec.download, self.workspace_data_dir)
+            problem = user_file_problem(self.user_path.text().strip(), self.user_attr.text().strip()) \
+                if name == USER_FILE else ""
+            spec = None
+            if not problem:
+                spec = DataSpec.from_dict(self.spec_data())
+                problem = root_problem(spec.name, spec.root, spec.download, self.workspace_data_dir)
         except SpecError as exc:
             spec, problem = None, str(exc)
         self.error.setText(problem)
@@ -345,6 +441,12 @@ class DatasetDialog(QDialog):
         self._revalidate()
         if self.buttons.button(QDialogButtonBox.Ok).isEnabled():
             super().accept()
+
+    def _on_user_browse_clicked(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Python file with your Dataset", self.user_path.text() or "",
+                                              "Python files (*.py)")
+        if path:
+            self.user_path.setText(path)
 
     def _on_browse_clicked(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Dataset root folder", self.root.text() or "")

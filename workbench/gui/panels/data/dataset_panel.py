@@ -1,5 +1,7 @@
 """The dataset browser panel: a virtual thumbnail grid with split and class filters and zoom, a sample view,
 class distribution charts, and the dataset picker. All data comes from the worker's data.* queries.
+A user's own Dataset (file:) shows as thumbnails with masks overlaid, or as a table of tensor summaries when its
+inputs are not images, with a histogram of its targets.
 
 A newly chosen dataset that fails to load is taken back: the last one that loaded stays, and the panel says so.
 """
@@ -20,6 +22,8 @@ from PySide6.QtWidgets import (
     QSlider,
     QSpinBox,
     QSplitter,
+    QStackedWidget,
+    QTableView,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -28,7 +32,9 @@ from PySide6.QtWidgets import (
 from workbench.gui.panels.data.class_chart import ClassChart
 from workbench.gui.panels.data.dataset_dialog import DatasetDialog
 from workbench.gui.panels.data.sample_view import SampleView
+from workbench.gui.panels.data.target_chart import TargetChart
 from workbench.gui.panels.data.thumbnails import INDEX_ROLE, ThumbnailItemModel
+from workbench.gui.panels.data.user_table import SampleTableItemModel
 from workbench.gui.queries import QueryRunner
 from workbench.gui.state import DatasetState
 from workbench.specs import DataSpec
@@ -55,11 +61,14 @@ class DatasetPanel(QWidget):
         self._notice: tuple[str, str] | None = None  # (summary, details) the next reload shows: why it put one back
         self._summary_prefix = ""
         self.model = ThumbnailItemModel(queries, self)
+        self.table_model = SampleTableItemModel(queries, self)
         self._build()
         self.model.visible_rows = self._visible_rows
         self.model.load_failed.connect(self._on_model_load_failed)
         self.model.total_changed.connect(self._on_model_total_changed)
         self.model.page_loaded.connect(self._on_model_page_loaded)
+        self.table_model.load_failed.connect(self._on_model_load_failed)
+        self.table_model.total_changed.connect(self._on_table_total_changed)
         state.changed.connect(self.reload)
         state.calibration_changed.connect(self._sync_calibration)
 
@@ -123,13 +132,27 @@ class DatasetPanel(QWidget):
         self.grid.setModel(self.model)
         self._apply_zoom(self.zoom.value())
         self.grid.selectionModel().currentChanged.connect(self._on_grid_current_changed)
+        self.table = QTableView()  # a user's Dataset whose inputs are not images: one row per sample
+        self.table.setModel(self.table_model)
+        self.table.setSelectionBehavior(QTableView.SelectRows)
+        self.table.setSelectionMode(QTableView.SingleSelection)
+        self.table.setAlternatingRowColors(True)
+        self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.selectionModel().currentRowChanged.connect(self._on_grid_current_changed)
+        self.views = QStackedWidget()
+        self.views.addWidget(self.grid)
+        self.views.addWidget(self.table)
         self.sample_view = SampleView()
         self.class_chart = ClassChart()
+        self.target_chart = TargetChart()
         self.side_tabs = QTabWidget()
         self.side_tabs.addTab(self.sample_view, "Sample")
         self.side_tabs.addTab(self.class_chart, "Classes")
+        self.side_tabs.addTab(self.target_chart, "Targets")
+        self.side_tabs.setTabVisible(2, False)  # the built-in sets' class chart says it all
         splitter = QSplitter(Qt.Horizontal)
-        splitter.addWidget(self.grid)
+        splitter.addWidget(self.views)
         splitter.addWidget(self.side_tabs)
         splitter.setStretchFactor(0, 3)
         splitter.setStretchFactor(1, 2)
@@ -165,6 +188,12 @@ class DatasetPanel(QWidget):
             self._show_error(notice[1], warning=True)
         self.summary.setText(f"{self._summary_prefix}Loading <b>{spec.name}</b>…")
         self.class_chart.clear("Computing class counts and statistics…")
+        user = self.is_user_dataset()
+        self.side_tabs.setTabVisible(1, not user)
+        self.side_tabs.setTabVisible(2, user)
+        self.class_combo.setEnabled(not user)  # a user's samples are not filtered by class
+        self.target_chart.clear("Reading the targets of the first training samples…" if user else "")
+        self.views.setCurrentWidget(self.grid)
         self.sample_view.clear()
         self.class_combo.blockSignals(True)
         self.class_combo.clear()
@@ -178,9 +207,22 @@ class DatasetPanel(QWidget):
         self._reconfigure_grid()
 
     def _reconfigure_grid(self, *args) -> None:
+        if self.is_user_dataset():
+            # Thumbnails or a table: which, data.info says (the first sample's input), so wait for it.
+            table = self.info is not None and self.info.get("view") == "table"
+            images = self.info is not None and not table
+            self.model.configure(self.state.spec.to_dict() if images else None, self.current_split(), -1)
+            self.table_model.configure(self.state.spec.to_dict() if table else None, self.current_split())
+            self.views.setCurrentWidget(self.table if table else self.grid)
+            self.sample_view.clear()
+            return
+        self.table_model.configure(None)
         label = self.class_combo.currentData()
         self.model.configure(self.state.spec.to_dict(), self.current_split(), -1 if label is None else int(label))
         self.sample_view.clear()
+
+    def is_user_dataset(self) -> bool:
+        return self.state.spec.name.startswith("file:")
 
     def current_split(self) -> str:
         return self.split_combo.currentData() or "train"
@@ -189,6 +231,9 @@ class DatasetPanel(QWidget):
         self._info_job = None
         self._good_spec = spec or self.state.spec
         self.info = info
+        if (spec or self.state.spec).name.startswith("file:"):
+            self._on_user_info(info)
+            return
         self.model.set_classes(info["classes"])
         current = self.class_combo.currentData()
         self.class_combo.blockSignals(True)
@@ -211,6 +256,28 @@ class DatasetPanel(QWidget):
             self._show_error(f"{len(skipped)} file(s) could not be read and are skipped:\n{listed}{more}",
                              warning=True)
         self.status_message.emit(f"Dataset {info['dataset']} loaded")
+
+    def _on_user_info(self, info: dict) -> None:
+        """A user's Dataset: its shape, target and task in the summary, thumbnails or a table, the targets' chart."""
+        self.model.set_classes(info["classes"])
+        n = info["num_samples"]
+        shape = "×".join(str(s) for s in info["sample_shape"])
+        tasks = info.get("tasks") or {}
+        auto = tasks.get("auto")
+        task = f"task=auto: <b>{auto}</b>" if auto else "task=auto cannot tell the task"
+        self.summary.setText(f"{self._summary_prefix}<b>{info['dataset']}</b> · your Dataset · input {shape} "
+                             f"{info.get('input_dtype', '')} · target {info.get('target', '')} · {task} · "
+                             f"train {n['train']:,} · val {n['val']:,} · test {n['test']:,}")
+        self.summary.setToolTip(tasks.get("why", ""))
+        self.target_chart.show_histogram(info.get("target_histogram"),
+                                         "" if info.get("target_histogram") else tasks.get("why", ""))
+        self._reconfigure_grid()
+        self.status_message.emit(f"Dataset {info['dataset']} loaded")
+
+    def _on_table_total_changed(self, total: int) -> None:
+        self.table.setToolTip(f"{total:,} samples in {self.current_split()}")
+        if total and not self.table.currentIndex().isValid() and self.table_model.rowCount():
+            self.table.setCurrentIndex(self.table_model.index(0, 0))
 
     def _on_info_error(self, error: dict, spec: DataSpec | None = None) -> None:
         self._info_job = None

@@ -63,7 +63,7 @@ class SampleView(QWidget):
         self.reroll_button.clicked.connect(lambda: self.reroll_requested.emit(random.randrange(2**31)))
         self.transform_note = QLabel("")
         self.transform_note.setWordWrap(True)
-        transforms = QGroupBox("Transforms: before / after")
+        transforms = self.transforms = QGroupBox("Transforms: before / after")
         grid = QGridLayout(transforms)
         grid.addWidget(QLabel("Before"), 0, 0, Qt.AlignHCenter)
         grid.addWidget(QLabel("After augmentation"), 0, 1, Qt.AlignHCenter)
@@ -94,6 +94,11 @@ class SampleView(QWidget):
 
     def show_sample(self, result: dict, augment_steps: list[dict], note: str = "") -> None:
         """Show a data.sample result; `note` (e.g. a model's wrong prediction for it) goes under the title."""
+        if result.get("user"):
+            self.show_user_sample(result, note)
+            return
+        self.transforms.show()
+        self.image.show()
         self.result = result
         shape = "×".join(str(n) for n in result["shape"])
         title = f"{result['split']} #{result['index']} — {result['class_name']} (label {result['label']})"
@@ -127,3 +132,36 @@ class SampleView(QWidget):
             colour = colours[channel % len(colours)]
             self.histogram.plot(edges, row, stepMode="center", pen=pg.mkPen(colour, width=2),
                                 fillLevel=0, fillBrush=pg.mkColor(colour + "40"))
+
+    def show_user_sample(self, result: dict, note: str = "") -> None:
+        """A sample of the user's own Dataset: the image with its mask blended in (and which colour is which
+        class), or, for inputs that are not images, the shapes, dtypes and value ranges of its tensors."""
+        self.result = result
+        target = result["target"]
+        title = f"{result['split']} #{result['index']} — target {target['text']}"
+        self.title.setText(f"{title}<br><span style='font-weight:normal'>{note}</span>" if note else title)
+        lines = [f"{s.get('name', 'input')}: {_tensor_text(s)}" for s in result["inputs"]]
+        lines.append(f"target: {_tensor_text(target)}")
+        legend = result.get("mask_classes") or []
+        if legend:
+            swatches = " ".join(f"<span style='color:rgb({c[0]},{c[1]},{c[2]})'>■</span> {item['id']}: {item['name']}"
+                                for item in legend for c in [item["colour"]])
+            lines.append(f"mask overlay: {swatches}")
+        self.details.setText("<br>".join(lines))
+        self.transforms.hide()  # the workbench does not augment a user's Dataset: its own transforms do
+        self.histogram.clear()
+        if "image" in result:
+            self.image.show()
+            self._set_image(self.image, result["image"])
+            self._draw_histogram(result["histogram"])
+        else:
+            self.image.clear()
+            self.image.hide()
+
+
+def _tensor_text(summary: dict) -> str:
+    shape = "×".join(str(n) for n in summary["shape"]) or "scalar"
+    if summary.get("min") is None:
+        return f"{shape} {summary['dtype']}"
+    return (f"{shape} {summary['dtype']}, {summary['min']:.4g} … {summary['max']:.4g}, "
+            f"mean {summary['mean']:.4g}")

@@ -27,6 +27,9 @@ class _Page:
         self.images = [to_qimage(img) for img in images]
         self.labels = list(result["labels"])
         self.indices = list(result["indices"])
+        # A user's Dataset says what each target is ("map 32×32, classes 0, 1, 2", "[1, 0, 1]", "2.5"); its
+        # labels are -1 where the target is not a class index.
+        self.captions = list(result.get("captions") or [])
 
 
 class ThumbnailItemModel(QAbstractListModel):
@@ -115,15 +118,21 @@ class ThumbnailItemModel(QAbstractListModel):
                 pixmap = self._pixmaps[row] = scaled_pixmap(page.images[offset], self.icon_size)
             return pixmap
         if role == Qt.DisplayRole:
-            return self.class_name(label)
+            return self._caption(page, offset)
         if role == Qt.ToolTipRole:
             img = page.images[offset]
-            return f"{self.split} #{page.indices[offset]} · {self.class_name(label)} · {img.width()}×{img.height()}"
+            return f"{self.split} #{page.indices[offset]} · {self._caption(page, offset)} · {img.width()}×{img.height()}"
         if role == INDEX_ROLE:
             return page.indices[offset]
         if role == LABEL_ROLE:
             return label
         return None
+
+    def _caption(self, page: _Page, offset: int) -> str:
+        label = page.labels[offset]
+        if label < 0 and offset < len(page.captions):
+            return page.captions[offset]
+        return self.class_name(label)
 
     def class_name(self, label: int) -> str:
         return self.classes[label] if 0 <= label < len(self.classes) else str(label)
