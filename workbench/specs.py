@@ -435,19 +435,20 @@ class Spec:
 
 
 def _anchor_user_files(data: Any, folder: Path) -> Any:
-    """`file:<path.py>:<Name>` values with a relative path that exists beside the spec file (and not in the
+    """`file:<path.py>:<Name>` (and `lightning:`) values with a relative path that exists beside the spec file (and not in the
     working folder) made absolute, so a project's spec runs from anywhere: `workbench train examples/x/train.toml`."""
     if isinstance(data, dict):
         return {key: _anchor_user_files(value, folder) for key, value in data.items()}
     if isinstance(data, list):
         return [_anchor_user_files(value, folder) for value in data]
-    if isinstance(data, str) and data.startswith("file:"):
-        path_text, colon, attr = data[len("file:"):].rpartition(":")
+    prefix = next((p for p in ("file:", "lightning:") if isinstance(data, str) and data.startswith(p)), None)
+    if prefix is not None:
+        path_text, colon, attr = data[len(prefix):].rpartition(":")
         relative = Path(path_text).expanduser()
         if colon and path_text and not relative.is_absolute() and not relative.exists():
             beside = folder / relative
             if beside.is_file():
-                return f"file:{beside.absolute()}:{attr}"
+                return f"{prefix}{beside.absolute()}:{attr}"
     return data
 
 
@@ -528,6 +529,7 @@ DEVICE_PATTERN = r"auto|cpu|mps|cuda(:\d+)?"
 MODEL_PATTERN = r"mlp|cnn|torchvision:[A-Za-z_][A-Za-z0-9_]*|file:.+\.py:[A-Za-z_][A-Za-z0-9_]*"
 USER_DATASET_PATTERN = r"file:.+\.py:[A-Za-z_][A-Za-z0-9_]*"  # a torch Dataset class, or a function returning one
 USER_FUNCTION_PATTERN = USER_DATASET_PATTERN  # loss=, metrics= (task=custom): a function in the user's file
+LIGHTNING_PATTERN = r"lightning:.+\.py:[A-Za-z_][A-Za-z0-9_]*"  # a LightningModule or LightningDataModule class
 TASKS = ("auto", "classification", "multilabel", "regression", "segmentation", "custom")
 Task = Literal["auto", "classification", "multilabel", "regression", "segmentation", "custom"]
 LOSSES = ("auto", "cross_entropy", "nll", "mse", "l1", "smooth_l1", "bce")
@@ -560,7 +562,7 @@ def _device(default: str, help: str) -> Any:
 class DataSpec(Spec):
     """Which dataset to load and how to split, resize, normalise and augment it."""
 
-    name: str = option("digits", "Dataset to load; 'fake' makes random images, 'imagefolder' reads class folders under root, file:<path.py>:<Name> is your own torch Dataset class (or a function returning one), run with your permissions.", choices=DATASETS, pattern=USER_DATASET_PATTERN, pattern_help="file:<path.py>:<DatasetClassOrFunction>")
+    name: str = option("digits", "Dataset to load; 'fake' makes random images, 'imagefolder' reads class folders under root, file:<path.py>:<Name> is your own torch Dataset class (or a function returning one), run with your permissions.", choices=DATASETS, pattern=USER_DATASET_PATTERN + "|" + LIGHTNING_PATTERN, pattern_help="file:<path.py>:<DatasetClassOrFunction> or lightning:<path.py>:<LightningDataModule>")
     root: str = option("", "Folder holding the dataset files; empty means the workspace's data folder.")
     download: bool = option(False, "Download the dataset when it is not already under root.")
     val_fraction: float = option(0.1, "Fraction of the training split held out for validation.", min=0, max=1, max_exclusive=True)
@@ -595,7 +597,7 @@ class DataSpec(Spec):
 class ModelSpec(Spec):
     """Which model to build and which weights to start from."""
 
-    name: str = option("cnn", "Model to build: mlp, cnn, torchvision:<arch> or file:<path.py>:<ClassOrFactory>.", pattern=MODEL_PATTERN, pattern_help="mlp, cnn, torchvision:<arch> or file:<path.py>:<ClassOrFactory>")
+    name: str = option("cnn", "Model to build: mlp, cnn, torchvision:<arch> or file:<path.py>:<ClassOrFactory>; lightning:<path.py>:<LightningModule> is trained by Lightning's own Trainer.", pattern=MODEL_PATTERN + "|" + LIGHTNING_PATTERN, pattern_help="mlp, cnn, torchvision:<arch>, file:<path.py>:<ClassOrFactory> or lightning:<path.py>:<LightningModule>")
     num_classes: int = option(0, "Number of outputs of the classifier; 0 (auto) takes the dataset's class count.", min=0, max=MAX_CLASSES)
     input_shape: list[int] = option([], "Shape of one input without the batch dimension, e.g. 1,28,28; empty takes it from the dataset.", min=1, max_items=3)
     checkpoint: str = option("", "Weights file to load before the job starts; empty loads none.")

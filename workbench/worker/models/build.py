@@ -122,6 +122,10 @@ def build_model(spec: ModelSpec, *, input_shape: Sequence[int] = (), log: Callab
     and spec.checkpoint (a resumed run loads its own last.pt instead). `task` decides what outputs are right
     ("auto" counts as classification); `example` is a user dataset's first input, for the trial forward pass.
     """
+    if spec.name.startswith("lightning:"):  # a LightningModule: its own class decides its outputs, no head surgery
+        from workbench.worker.lightning.build import build_lightning_model
+
+        return build_lightning_model(spec, log=log, checkpoint=checkpoint)
     spec = resolve_num_classes(spec, classes, log)
     shape = tuple(spec.input_shape) or tuple(input_shape)
     if not shape:

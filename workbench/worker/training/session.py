@@ -71,6 +71,10 @@ def run_training(spec: TrainSpec, ctx) -> dict:
     run = ctx.run
     if run is None:
         raise JobError("training needs a run folder to keep its checkpoints: run it with a workspace")
+    if spec.model.name.startswith("lightning:"):  # a LightningModule: trained by Lightning's own Trainer
+        from workbench.worker.lightning.route import run_lightning_training
+
+        return run_lightning_training(spec, ctx)
     device = resolve_device(spec.device)
     group = torchrun.active()  # a rank of a torchrun group (global rank 0: the others never get here)
     if group is None or group.world_size == 1:
