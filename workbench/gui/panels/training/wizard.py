@@ -12,7 +12,7 @@ import copy
 import html
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QStandardItemModel
 from PySide6.QtWidgets import (
     QComboBox,
@@ -25,12 +25,15 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QVBoxLayout,
+    QWidget,
     QWizard,
     QWizardPage,
 )
 
 from workbench.errors import SpecError
 from workbench.gui.panels.data.dataset_dialog import DatasetDialog, inapplicable_fields
+from workbench.gui.panels.training.task_choice import TaskChoice
+from workbench.gui.panels.training.user_code_fields import PERMISSION_NOTE, UserCodeFields, split_user_name
 from workbench.gui.state import DatasetState
 from workbench.gui.widgets.checked_page import CheckedPage
 from workbench.gui.widgets.device_picker import amp_unavailable_reason
@@ -45,6 +48,24 @@ HYPER_FIELDS = ["epochs", "batch_size", "lr", "optimizer", "momentum", "weight_d
 SPEED_FIELDS = ["channels_last", "dataset.num_workers", "dataset.pin_memory", "distributed", "nproc", "profile_steps"]
 MODEL_FIELDS = ["model.num_classes", "model.input_shape", "model.checkpoint", "model.weights", "model.replace_head",
                 "model.freeze"]
+# Where the dataset comes from (the Dataset page's Source): a registered dataset, or the user's own code.
+DATA_SOURCES = (("builtin", "Built-in dataset"), ("file", "Python file…"), ("lightning", "LightningDataModule…"))
+USER_SPLIT_FIELDS = ["dataset.val_fraction", "dataset.test_fraction", "dataset.seed"]
+USER_UNUSED = ("root", "download", "image_size", "normalize", "augment", "size", "num_classes")
+LOADER_FIELDS = ("num_workers", "pin_memory", "on_device")  # how batches load, not what the data is
+# The model page's entries for the user's own code; the bare words are what earlier versions (and tests) typed.
+USER_MODEL_TEXT = {"file": "Python file…", "lightning": "LightningModule…"}
+USER_MODEL_CHOICES = tuple(USER_MODEL_TEXT.values())
+USER_MODEL_KINDS = {kind: (text, kind) for kind, text in USER_MODEL_TEXT.items()}
+LIGHTNING_NOTE = ("A LightningModule is trained by Lightning's own Trainer: its configure_optimizers and "
+                  "training_step decide the optimiser, schedule and loss, so those fields are greyed out.")
+# Hyperparameters a LightningModule decides itself; the spec maps only epochs, device, amp, accumulation,
+# gradient-norm clipping and the seed onto Lightning's Trainer.
+LIGHTNING_DECIDES = ("lr", "optimizer", "momentum", "weight_decay", "no_decay_bias_norm", "scheduler", "step_size",
+                     "gamma", "loss", "label_smoothing", "clip_grad_value")
+ASK_DELAY_MS = 350
+NO_WORKER_NOTE = "auto decides from the first sample when the run starts."
+OLD_WORKER_NOTE = "This worker does not say which tasks fit the data, so every task is offered; the run checks."
 CLUSTER_TIP = "The torchrun command and a SLURM batch script that run this spec on several machines"
 LAST_SPEC_KEY = "train_spec"  # the last spec the wizard started, as JSON
 
@@ -90,16 +111,24 @@ class _FormPage(CheckedPage):
     fields: list[str] = []
 
 
-class DatasetPage(QWizardPage):
-    changed = Signal()  # the dataset this run uses changed
+class DatasetPage(CheckedPage):
+    """The data and the task: a built-in dataset (the Data tab's, or another), or the user's own Python file, and
+    the Task choice, filled from the worker's data.info about that data (asked in the background)."""
 
-    def __init__(self, state: DatasetState, data_dir: str, spec: DataSpec | None = None, note: str = ""):
+    changed = Signal()  # the dataset this run starts from changed (the Data tab's, or the dialog's)
+    edited = Signal()  # a field on the page changed: its source, the user's file fields, the splits or the task
+    fields = ["dataset.name", "dataset.args", *USER_SPLIT_FIELDS, "task"]
+
+    def __init__(self, state: DatasetState, data_dir: str, spec: DataSpec | None = None, note: str = "",
+                 task: str = "auto", queries=None):
         super().__init__()
         self.state = state
         self.data_dir = data_dir
         self.spec = spec or state.spec
-        self.setTitle("Dataset")
-        self.setSubTitle("The data to train on: the dataset chosen in the Data tab, or another one.")
+        self.queries = queries
+        self.setTitle("Dataset and task")
+        self.setSubTitle("The data to train on (the dataset chosen in the Data tab, another one, or your own "
+                         "Python file) and what the model learns from it.")
         self.summary = QLabel()
         self.summary.setWordWrap(True)
         self.summary.setTextFormat(Qt.RichText)
@@ -108,17 +137,100 @@ class DatasetPage(QWizardPage):
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color: #c77700")
         self.note.setVisible(bool(note))
+        self.source = QComboBox()
+        for key, text in DATA_SOURCES:
+            self.source.addItem(text, key)
+        self.source.setToolTip("Built-in: a registered dataset (digits, MNIST, CIFAR, an image folder…). Python "
+                               "file: your own torch Dataset class, or a function returning one. "
+                               "LightningDataModule: the data module of a Lightning project.")
         change = QPushButton("Change dataset…")
+        change.setToolTip("Choose a built-in dataset, its folder, splits and augmentation")
         change.clicked.connect(self._on_change_clicked)
+        self.builtin_row = QWidget()
+        builtin_layout = QVBoxLayout(self.builtin_row)
+        builtin_layout.setContentsMargins(0, 0, 0, 0)
+        builtin_layout.addWidget(self.summary)
+        builtin_layout.addWidget(change, 0, Qt.AlignLeft)
+        self.user = UserCodeFields("Dataset class or function", "Class or function", "MyDataset", with_args=True,
+                                   parent=self)
+        self.task_choice = TaskChoice(task)
+        self.info_line = QLabel()
+        self.info_line.setWordWrap(True)
+        self.info_line.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        # The split fields as a spec form, so their messages are the spec's; the other rows join its layout so
+        # every label on the page lines up in one column.
+        self.splits = SpecForm(TrainSpec, USER_SPLIT_FIELDS, {"dataset": self.spec.to_dict()})
+        form = self.splits.layout_
+        form.insertRow(0, "Source", self.source)
+        form.insertRow(1, "Dataset", self.builtin_row)
+        row = self.user.add_to(form, 2)
+        form.labelForField(self.splits._rows["dataset.seed"]).setText("Split seed")
+        form.insertRow(row + len(USER_SPLIT_FIELDS), "Task", self.task_choice)
+        form.insertRow(row + len(USER_SPLIT_FIELDS) + 1, "", self.info_line)
         layout = QVBoxLayout(self)
         layout.addWidget(self.note)
-        layout.addWidget(self.summary)
-        layout.addWidget(change, 0, Qt.AlignLeft)
+        layout.addWidget(self.splits)
         layout.addStretch(1)
+        self.info: dict | None = None  # the last data.info reply about this page's dataset
+        self._info_job: str | None = None
+        self._asked: dict | None = None  # the dataset data.info was last asked about
+        self._ask_timer = QTimer(self)
+        self._ask_timer.setSingleShot(True)
+        self._ask_timer.setInterval(ASK_DELAY_MS)  # typing a path asks once it pauses, not per keystroke
+        self._ask_timer.timeout.connect(self._send_info_query)
+        self._pending: dict | None = None
+        self.source.currentIndexChanged.connect(self._on_source_changed)
+        self.user.changed.connect(self.edited)
+        self.splits.changed.connect(self.edited)
+        self.task_choice.changed.connect(self.edited)
         # The Data tab may take a choice back (it failed to load): follow it.
         state.changed.connect(self._on_state_changed)
         self.following = True
-        self.refresh()
+        self._load(self.spec)
+        self.task_choice.set_tasks(None, "" if queries is not None else NO_WORKER_NOTE)
+
+    # -- what the page edits ---------------------------------------------------------------------
+    def source_kind(self) -> str:
+        """"builtin", "file" or "lightning"."""
+        return self.source.currentData()
+
+    def apply_to(self, data: dict) -> dict:
+        """Write the dataset and the task into a TrainSpec's plain data (in place) and return it."""
+        dataset = self.spec.to_dict()
+        kind = self.source_kind()
+        if kind != "builtin":
+            # The user's code reads and transforms its own data: the built-in set's folder, resize, normalisation
+            # and augmentation would not be used, so they do not travel into the spec.
+            dataset = {key: value for key, value in dataset.items() if key not in USER_UNUSED}
+            dataset["name"] = self.user.name(kind)
+            dataset["args"] = self.user.args_value()[0]
+        # A root left over from another dataset (fake has none) must not travel into the run's spec.
+        unused = inapplicable_fields(dataset["name"])
+        data["dataset"] = {key: value for key, value in dataset.items() if key not in unused}
+        if kind != "builtin":
+            self.splits.apply_to(data)
+        data["task"] = self.task_choice.task()
+        return data
+
+    def local_errors(self) -> dict[str, str]:
+        """What only the GUI can judge: arguments that do not parse, a task the data cannot serve."""
+        errors = {}
+        if self.source_kind() != "builtin":
+            message = self.user.args_value()[1]
+            if message:
+                errors["dataset.args"] = message
+        problem = self.task_choice.problem()
+        if problem:
+            errors["task"] = problem
+        return errors
+
+    def set_errors(self, errors: dict[str, str]) -> None:
+        self.splits.set_errors(errors)
+        name = errors.get("dataset.name", "") or errors.get("dataset.args", "")
+        if errors.get("dataset.args") and not errors.get("dataset.name"):
+            name = ""  # the arguments' own message sits under the arguments
+        self.user.set_name_error(name if self.source_kind() != "builtin" else "")
+        self.task_choice.refresh_error()
 
     def refresh(self) -> None:
         spec = self.spec
@@ -135,14 +247,46 @@ class DatasetPage(QWizardPage):
         size = "×".join(map(str, spec.image_size)) or "native"
         normalise = spec.normalize if isinstance(spec.normalize, str) else "custom"
         self.summary.setText(
-            f"<b>{spec.name}</b> · {source}<br>"
+            f"<b>{html.escape(spec.name)}</b> · {source}<br>"
             f"validation {spec.val_fraction:.0%} · test {spec.test_fraction:.0%} (where the dataset has no test "
             f"split) · split seed {spec.seed}<br>size {size} · normalise {normalise} · augmentation: {augment}")
 
+    def _load(self, spec: DataSpec) -> None:
+        kind, _, _ = split_user_name(spec.name)
+        if kind:
+            self.user.set_name(spec.name)
+            self.user.set_args(spec.args)
+            self.splits.set_values({"dataset": spec.to_dict()})
+        self.source.blockSignals(True)
+        self.source.setCurrentIndex(max(0, self.source.findData(kind or "builtin")))
+        self.source.blockSignals(False)
+        self._show_source()
+        self.refresh()
+
+    def _show_source(self) -> None:
+        user = self.source_kind() != "builtin"
+        form = self.splits.layout_
+        form.setRowVisible(self.builtin_row, not user)
+        self.user.set_visible(user)
+        for field in USER_SPLIT_FIELDS:
+            form.setRowVisible(self.splits._rows[field], user)
+        if self.source_kind() == "lightning":
+            self.user.attr.setPlaceholderText("MyDataModule")
+            self.user.name_label_widget().setText("DataModule class")
+        else:
+            self.user.attr.setPlaceholderText("MyDataset")
+            self.user.name_label_widget().setText("Class or function")
+
     def _set_spec(self, spec: DataSpec) -> None:
         self.spec = spec
-        self.refresh()
+        self._load(spec)
         self.changed.emit()
+
+    def _on_source_changed(self, *args) -> None:
+        self._show_source()
+        if self.source_kind() != "builtin":
+            self.user.path.setFocus()
+        self.edited.emit()
 
     def _on_state_changed(self) -> None:
         self._set_spec(self.state.spec)
@@ -150,8 +294,93 @@ class DatasetPage(QWizardPage):
     def _on_change_clicked(self) -> None:
         dialog = DatasetDialog(self.spec, self.data_dir, self)
         if dialog.exec():
+            self.spec = dialog.spec()
+            self.source.setCurrentIndex(self.source.findData("builtin"))
             self._set_spec(dialog.spec())
             self.state.set_spec(dialog.spec())
+
+    # -- asking the worker what the data holds ----------------------------------------------------
+    def ask_info(self, dataset: dict | None) -> None:
+        """Ask data.info about `dataset` (a valid DataSpec's plain data) once typing pauses; None: the page's
+        dataset is invalid now, so nothing is asked and the task choice says nothing is known."""
+        if self.queries is None:
+            return
+        key = None if dataset is None else {k: v for k, v in dataset.items() if k not in LOADER_FIELDS}
+        if key == self._asked:
+            return
+        self._asked = key
+        self._forget_query()
+        if dataset is None:
+            self._ask_timer.stop()
+            self.task_choice.set_tasks(None, "")
+            self.info_line.setText("")
+            return
+        self._pending = dataset
+        self.task_choice.set_tasks(None, "")
+        self.task_choice.set_busy()
+        self._set_info_line("", error=False)
+        self._ask_timer.start()
+
+    def _send_info_query(self) -> None:
+        dataset, self._pending = self._pending, None
+        if dataset is None or self.queries is None:
+            return
+        # data.info loads the data; its loader workers are not needed to read the first sample.
+        dataset = {**dataset, "num_workers": 0}
+        job_box: list[str | None] = [None]  # the reply's own job id, to tell a stale reply from the current one
+        job = self.queries.query("data.info", {"dataset": dataset}, lambda info: self._on_info(job_box[0], info),
+                                 lambda error: self._on_info_error(job_box[0], error))
+        job_box[0] = self._info_job = job
+
+    def _on_info(self, job: str | None, info: dict) -> None:
+        if job != self._info_job:
+            return  # a stale reply: the dataset changed since
+        self._info_job = None
+        self.info = info
+        tasks = info.get("tasks")
+        self.task_choice.set_tasks(tasks if isinstance(tasks, dict) else None, OLD_WORKER_NOTE)
+        self._set_info_line(describe_info(info), error=False)
+        self.edited.emit()  # a greyed task may now block the page
+
+    def _on_info_error(self, job: str | None, error: dict) -> None:
+        if job is not None and job != self._info_job:
+            return
+        self._info_job = None
+        message = str(error.get("message") or error.get("type") or "the query failed")
+        self.task_choice.set_tasks(None, "Which tasks fit is not known, so every task is offered.")
+        self._set_info_line(f"The worker could not read this dataset: {message}", error=True)
+        self.edited.emit()
+
+    def _set_info_line(self, text: str, error: bool) -> None:
+        self.info_line.setText(text)
+        self.info_line.setStyleSheet(f"color: {ERROR_COLOUR}" if error else "color: palette(placeholder-text)")
+        self.info_line.setVisible(bool(text))
+
+    def _forget_query(self) -> None:
+        if self._info_job and self.queries is not None:
+            self.queries.forget(self._info_job)
+        self._info_job = None
+
+    def stop_asking(self) -> None:
+        """The wizard closed: no timer fires and no late reply reaches this page."""
+        self._ask_timer.stop()
+        self._pending = None
+        self._forget_query()
+
+
+def describe_info(info: dict) -> str:
+    """One line on what data.info found: samples per split, the input, the target."""
+    counts = info.get("num_samples") or {}
+    parts = [" · ".join(f"{n:,} {split}" for split, n in counts.items() if isinstance(n, int))]
+    shape = info.get("sample_shape") or []
+    if shape:
+        dtype = info.get("input_dtype")
+        parts.append("input " + "×".join(map(str, shape)) + (f" {dtype}" if dtype else ""))
+    if info.get("target"):
+        parts.append(f"target: {info['target']}")
+    elif info.get("classes"):
+        parts.append(f"{len(info['classes'])} classes")
+    return "Found " + " · ".join(part for part in parts if part) if any(parts) else ""
 
 
 class ModelPage(_FormPage):
@@ -164,17 +393,20 @@ class ModelPage(_FormPage):
         self.name = QComboBox()
         self.name.setEditable(True)
         self.name.addItems(MODEL_CHOICES)
-        self.name.setToolTip(TrainSpec.field_help("model.name"))
-        self.name.setCurrentText(spec.model.name if not spec.model.name.startswith("file:") else "file")
-        self.name.addItem("file")
+        self.name.addItems(list(USER_MODEL_CHOICES))
+        self.name.setToolTip(TrainSpec.field_help("model.name") + " lightning:<path.py>:<LightningModule> is a "
+                             "LightningModule, trained by Lightning's own Trainer.")
+        kind, path, cls = split_user_name(spec.model.name)
+        self.name.setCurrentText(USER_MODEL_TEXT[kind] if kind else spec.model.name)
         self.file_path = QLineEdit()
         self.file_path.setPlaceholderText("/path/to/model.py")
+        self.file_path.setToolTip("The Python file that defines the model")
         self.file_class = QLineEdit()
         self.file_class.setPlaceholderText("ClassOrFactory")
+        self.file_class.setToolTip("The class (or a function returning the model) inside that file")
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._on_browse_clicked)
-        if spec.model.name.startswith("file:"):
-            _, path, cls = spec.model.name.split(":", 2) if spec.model.name.count(":") >= 2 else ("", "", "")
+        if kind:
             self.file_path.setText(path)
             self.file_class.setText(cls)
         file_row = QHBoxLayout()
@@ -182,10 +414,12 @@ class ModelPage(_FormPage):
         file_row.addWidget(self.file_class, 1)
         file_row.addWidget(browse)
         self.name_error = _error_label()
-        self.user_code_note = QLabel("This runs the Python code in that file inside the worker process, with "
-                                     "your permissions. Only use files you trust.")
+        self.user_code_note = QLabel(PERMISSION_NOTE)
         self.user_code_note.setWordWrap(True)
         self.user_code_note.setStyleSheet("color: #c77700")
+        self.lightning_note = QLabel(LIGHTNING_NOTE)
+        self.lightning_note.setWordWrap(True)
+        self.lightning_note.setStyleSheet("color: palette(placeholder-text)")
         self.form = SpecForm(TrainSpec, MODEL_FIELDS, spec.to_dict())
         # In the form's own layout, so every label on the page lines up in one column.
         form = self.form.layout_
@@ -193,6 +427,7 @@ class ModelPage(_FormPage):
         form.insertRow(1, "Model file", file_row)
         form.insertRow(2, "", self.name_error)
         form.insertRow(3, "", self.user_code_note)
+        form.insertRow(4, "", self.lightning_note)
         layout = QVBoxLayout(self)
         layout.addWidget(self.form)
         layout.addStretch(1)
@@ -200,11 +435,16 @@ class ModelPage(_FormPage):
         self._file_widgets = (self.file_path, self.file_class, browse)
         self._update_file_row()
 
+    def kind(self) -> str:
+        """"file" (a Python file), "lightning" (a LightningModule) or "" (a built-in or torchvision model)."""
+        text = self.name.currentText().strip()
+        return next((kind for kind, names in USER_MODEL_KINDS.items() if text in names), "")
+
     def model_name(self) -> str:
-        name = self.name.currentText().strip()
-        if name == "file":
-            return f"file:{self.file_path.text().strip()}:{self.file_class.text().strip()}"
-        return name
+        kind = self.kind()
+        if kind:
+            return f"{kind}:{self.file_path.text().strip()}:{self.file_class.text().strip()}"
+        return self.name.currentText().strip()
 
     def set_errors(self, errors: dict[str, str]) -> None:
         self.form.set_errors(errors)
@@ -212,15 +452,18 @@ class ModelPage(_FormPage):
         self.name_error.setVisible("model.name" in errors)
 
     def _update_file_row(self, *args) -> None:
-        is_file = self.name.currentText().strip() == "file"
+        kind = self.kind()
         for widget in self._file_widgets:
-            widget.setEnabled(is_file)
-        self.user_code_note.setVisible(is_file)
+            widget.setEnabled(bool(kind))
+        self.file_class.setPlaceholderText("MyLightningModule" if kind == "lightning" else "ClassOrFactory")
+        self.user_code_note.setVisible(bool(kind))
+        self.lightning_note.setVisible(kind == "lightning")
 
     def _on_browse_clicked(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Model file", self.file_path.text(), "Python files (*.py)")
         if path:
             self.file_path.setText(path)
+            self.file_class.setFocus()  # the class name is the next thing to type
 
 
 class HyperparametersPage(_FormPage):
@@ -243,9 +486,12 @@ class HyperparametersPage(_FormPage):
     def set_errors(self, errors: dict[str, str]) -> None:
         self.form.set_errors(errors)
 
-    def update_applicability(self, *args) -> None:
-        """Grey out what the chosen optimiser, schedule and loss do not use (the training loop ignores it)."""
+    def update_applicability(self, *args, lightning: bool = False) -> None:
+        """Grey out what the chosen optimiser, schedule and loss do not use (the training loop ignores it), and
+        with a LightningModule what its own configure_optimizers and training_step decide."""
         form = self.form
+        for field in LIGHTNING_DECIDES:  # the rules below grey out again what still does not apply
+            form.set_applicable(field, True)
         optimizer, scheduler, loss = form.value("optimizer"), form.value("scheduler"), form.value("loss")
         form.set_applicable("momentum", optimizer in ("sgd", "rmsprop"),
                             f"Not used by {optimizer}: only sgd and rmsprop take a momentum.")
@@ -254,6 +500,10 @@ class HyperparametersPage(_FormPage):
                                 f"Not used with scheduler {scheduler}: only the step schedule uses it.")
         form.set_applicable("label_smoothing", loss in ("auto", "cross_entropy"),
                             f"Not used by the {loss} loss: only cross_entropy smooths labels.")
+        if lightning:
+            for field in LIGHTNING_DECIDES:
+                form.set_applicable(field, False, "Not used with a LightningModule: its configure_optimizers "
+                                                  "and training_step decide this.")
 
 
 class SpeedPage(_FormPage):
@@ -411,7 +661,7 @@ class TrainingWizard(QWizard):
 
     def __init__(self, state: DatasetState, devices: list[dict], preferred_device: str = "cpu",
                  start: TrainSpec | dict | None = None, num_classes: int | None = None, data_dir: str = "",
-                 parent=None, settings=None, workspace: str | Path | None = None):
+                 parent=None, settings=None, workspace: str | Path | None = None, queries=None):
         super().__init__(parent)
         self.setWindowTitle("New training run")
         # The cluster page's default shared workspace: given, else the window's, else the data folder's parent.
@@ -431,7 +681,9 @@ class TrainingWizard(QWizard):
         self.spec: TrainSpec | None = None
         self.error = ""
         self.invalid_fields: dict[str, str] = {}  # field -> its message, as shown under it
-        self.dataset_page = DatasetPage(state, data_dir, start_spec.dataset, note)
+        # The worker's data.info says which tasks the data can serve; the window's query runner asks it.
+        self.queries = queries if queries is not None else getattr(parent, "queries", None)
+        self.dataset_page = DatasetPage(state, data_dir, start_spec.dataset, note, start_spec.task, self.queries)
         self.model_page = ModelPage(start_spec)
         self.hyper_page = HyperparametersPage(start_spec)
         self.speed_page = SpeedPage(start_spec, devices, preferred_device)
@@ -439,10 +691,12 @@ class TrainingWizard(QWizard):
         for page in (self.dataset_page, self.model_page, self.hyper_page, self.speed_page, self.review_page):
             self.addPage(page)
         self.form_pages = (self.model_page, self.hyper_page, self.speed_page)
+        self.checked_pages = (self.dataset_page, *self.form_pages)
         for page in self.form_pages:
             page.form.changed.connect(self.rebuild)
         for widget in (self.model_page.file_path, self.model_page.file_class):
             widget.textChanged.connect(self.rebuild)
+        self.dataset_page.edited.connect(self.rebuild)
         self.model_page.name.currentTextChanged.connect(self.rebuild)
         for combo in (self.speed_page.device, self.speed_page.amp, self.speed_page.compile):
             combo.currentIndexChanged.connect(self.rebuild)
@@ -470,10 +724,7 @@ class TrainingWizard(QWizard):
     def spec_data(self) -> dict:
         # Start from the starting spec, so a field that is greyed out (unused) keeps the value it had.
         data = copy.deepcopy(self.start_data)
-        dataset = self.dataset_page.spec.to_dict()
-        # A root left over from another dataset (fake has none) must not travel into the run's spec.
-        unused = inapplicable_fields(dataset["name"])
-        data["dataset"] = {key: value for key, value in dataset.items() if key not in unused}
+        self.dataset_page.apply_to(data)
         self.model_page.form.apply_to(data)
         data["model"]["name"] = self.model_page.model_name()
         self.hyper_page.form.apply_to(data)
@@ -485,14 +736,18 @@ class TrainingWizard(QWizard):
 
     def rebuild(self, *args) -> TrainSpec | None:
         """Validate the whole spec now: messages under the fields they name, Next and Save follow."""
-        self.hyper_page.update_applicability()
+        self.hyper_page.update_applicability(lightning=self.model_page.kind() == "lightning")
         data = self.spec_data()
-        fields = [field for page in self.form_pages for field in page.fields]
+        fields = [field for page in self.checked_pages for field in page.fields]
         errors, general = field_errors(TrainSpec, data, fields)
+        for field, message in self.dataset_page.local_errors().items():
+            errors.setdefault(field, message)
         self.invalid_fields = errors
-        for page in self.form_pages:
+        for page in self.checked_pages:
             page.set_errors(errors)
             page.set_has_errors(any(field in errors for field in page.fields))
+        dataset_ok = not any(field in errors for field in self.dataset_page.fields if field != "task")
+        self.dataset_page.ask_info(data["dataset"] if dataset_ok else None)
         first = next(iter(errors.values()), general)
         if first:
             self.spec, self.error = None, f"Fix this before starting: {first}"
@@ -516,6 +771,7 @@ class TrainingWizard(QWizard):
 
     def done(self, result: int) -> None:
         # The window keeps its finished wizards as children; a closed one must stop following the Data tab.
+        self.dataset_page.stop_asking()
         if self.dataset_page.following:
             self.dataset_page.following = False
             self.state.changed.disconnect(self.dataset_page._on_state_changed)

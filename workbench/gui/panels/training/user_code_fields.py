@@ -1,0 +1,236 @@
+"""The wizard's fields for the user's own Python code: a `.py` file, the class or function in it, and its keyword
+arguments, with the note that the file runs with the user's permissions. Also the `<scheme>:<path.py>:<Name>`
+names they make and the arguments' text forms (a JSON object, a TOML inline table or key=value pairs)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import tomllib
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QFileDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QPushButton, QWidget
+
+from workbench.gui.widgets.spec_form import ERROR_COLOUR
+
+WARNING_COLOUR = "#c77700"
+PERMISSION_NOTE = ("This runs the Python code in that file inside the worker process, with your permissions. "
+                   "Only use files you trust.")
+ARGS_EXAMPLES = 'a JSON object such as {"size": 500} or key=value pairs such as size=500, name="shapes"'
+_BARE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def split_user_name(name: str) -> tuple[str, str, str]:
+    """'file:/p/data.py:Shapes' -> ('file', '/p/data.py', 'Shapes'); ('', '', '') for any other name.
+
+    The path may itself hold colons (C:\\ on Windows), so the name is the part after the last one.
+    """
+    scheme, colon, rest = name.partition(":")
+    if not colon or scheme not in ("file", "lightning"):
+        return "", "", ""
+    path, _, attr = rest.rpartition(":")
+    return scheme, path, attr
+
+
+def _toml_value(text: str):
+    return tomllib.loads(f"v = {text}")["v"]
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split at commas outside brackets, braces and quotes: `sizes=[1, 2], name="a,b"` is two pairs."""
+    parts, depth, quote, start = [], 0, "", 0
+    for i, char in enumerate(text):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{(":
+            depth += 1
+        elif char in "]})":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [part.strip() for part in parts if part.strip()]
+
+
+def parse_args(text: str, field: str = "dataset.args") -> dict:
+    """The keyword arguments typed in the wizard, as a dict; ValueError naming `field` when they are not.
+
+    Accepts a JSON object, a TOML inline table (`{size=500}`, as the spec's help writes it) or key=value pairs
+    whose values are read as TOML (numbers, true/false, "strings", [lists]) and otherwise taken as plain text.
+    """
+    text = text.strip()
+    if not text:
+        return {}
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            try:
+                value = _toml_value(text)
+            except tomllib.TOMLDecodeError:
+                raise ValueError(f"{field}: {text!r} is neither a JSON object nor a TOML table; write "
+                                 f"{ARGS_EXAMPLES}") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"{field}: {text!r} is not an object of keyword arguments; write {ARGS_EXAMPLES}")
+        return value
+    args: dict = {}
+    for part in _split_top_level(text):
+        key, sep, value = part.partition("=")
+        key = key.strip().strip("\"'")
+        if not sep or not key:
+            raise ValueError(f"{field}: {part!r} is not key=value; write {ARGS_EXAMPLES}")
+        if not key.isidentifier():
+            raise ValueError(f"{field}: {key!r} is not a Python keyword argument name")
+        value = value.strip()
+        try:
+            args[key] = _toml_value(value)
+        except tomllib.TOMLDecodeError:
+            args[key] = value  # a bare word: the user meant the text
+    return args
+
+
+def _plain(value) -> bool:
+    if isinstance(value, list):
+        return all(_plain(item) for item in value)
+    return isinstance(value, (str, int, float, bool))
+
+
+def format_args(args: dict) -> str:
+    """The text form parse_args reads back to `args`: key=value pairs where every value is plain, else JSON."""
+    if not args:
+        return ""
+    if all(isinstance(key, str) and _BARE_KEY.match(key) and _plain(value) for key, value in args.items()):
+        return ", ".join(f"{key}={json.dumps(value)}" for key, value in args.items())
+    return json.dumps(args)
+
+
+class UserCodeFields(QObject):
+    """File, class-or-function name and (optionally) arguments of the user's code, as rows of the page's form
+    (so every label on the page lines up in one column), shown or hidden together.
+
+    It judges only what the GUI alone can know (the arguments' text, a file missing on this machine); the spec's
+    own check names the rest, and the page shows it in `name_error`.
+    """
+
+    changed = Signal()
+
+    def __init__(self, what: str, name_label: str, name_placeholder: str, with_args: bool = False,
+                 args_field: str = "dataset.args", parent=None):
+        super().__init__(parent)
+        self.what = what
+        self.name_label = name_label
+        self.args_field = args_field
+        self.form: QFormLayout | None = None
+        self.path = QLineEdit()
+        self.path.setPlaceholderText("/path/to/your_file.py")
+        self.path.setToolTip(f"The Python file that defines the {what}.")
+        self.browse = QPushButton("Browse…")
+        self.browse.setToolTip("Choose the .py file")
+        self.browse.clicked.connect(self._on_browse_clicked)
+        self.file_row = QWidget()
+        file_layout = QHBoxLayout(self.file_row)
+        file_layout.setContentsMargins(0, 0, 0, 0)
+        file_layout.addWidget(self.path, 1)
+        file_layout.addWidget(self.browse)
+        self.attr = QLineEdit()
+        self.attr.setPlaceholderText(name_placeholder)
+        self.attr.setToolTip(f"The name of the {what} inside that file, as written after `class` or `def`.")
+        self.path_warning = _message(WARNING_COLOUR)
+        self.name_error = _message(ERROR_COLOUR)
+        self.args = QLineEdit() if with_args else None
+        self.args_error = _message(ERROR_COLOUR)
+        if self.args is not None:
+            self.args.setPlaceholderText('none, e.g. size=500, name="shapes" or {"size": 500}')
+            self.args.setToolTip(f"Keyword arguments passed to the {what}: {ARGS_EXAMPLES}. Empty passes none.")
+        self.note = QLabel(PERMISSION_NOTE)
+        self.note.setWordWrap(True)
+        self.note.setStyleSheet(f"color: {WARNING_COLOUR}")
+        for edit in (self.path, self.attr, self.args):
+            if edit is not None:
+                edit.textChanged.connect(self._on_text_changed)
+        self._on_text_changed()
+
+    def add_to(self, form: QFormLayout, row: int) -> int:
+        """Insert the rows into `form` from `row` on; returns the row after them."""
+        self.form = form
+        rows = [("Python file", self.file_row), ("", self.path_warning), (self.name_label, self.attr),
+                ("", self.name_error)]
+        if self.args is not None:
+            rows += [("Arguments", self.args), ("", self.args_error)]
+        rows.append(("", self.note))
+        for label, widget in rows:
+            form.insertRow(row, label, widget)
+            row += 1
+        return row
+
+    def set_visible(self, visible: bool) -> None:
+        for widget in (self.file_row, self.attr, self.args, self.note):
+            if widget is not None and self.form is not None:
+                self.form.setRowVisible(widget, visible)
+        for label in (self.path_warning, self.name_error, self.args_error):
+            if self.form is not None:
+                self.form.setRowVisible(label, visible and bool(label.text()))
+
+    def name_label_widget(self) -> QLabel:
+        return self.form.labelForField(self.attr)
+
+    def visible(self) -> bool:
+        return self.form is not None and self.form.isRowVisible(self.attr)
+
+    # -- values ----------------------------------------------------------------------------------
+    def name(self, scheme: str) -> str:
+        return f"{scheme}:{self.path.text().strip()}:{self.attr.text().strip()}"
+
+    def set_name(self, name: str) -> None:
+        _, path, attr = split_user_name(name)
+        self.path.setText(path)
+        self.attr.setText(attr)
+
+    def set_args(self, args: dict) -> None:
+        if self.args is not None:
+            self.args.setText(format_args(args))
+
+    def args_value(self) -> tuple[dict, str]:
+        """(the parsed arguments, "") or ({}, the message naming the field)."""
+        if self.args is None:
+            return {}, ""
+        try:
+            return parse_args(self.args.text(), self.args_field), ""
+        except ValueError as exc:
+            return {}, str(exc)
+
+    # -- messages --------------------------------------------------------------------------------
+    def set_name_error(self, text: str) -> None:
+        self._show(self.name_error, text)
+
+    def _show(self, label: QLabel, text: str) -> None:
+        label.setText(text)
+        if self.form is not None:
+            self.form.setRowVisible(label, bool(text) and self.form.isRowVisible(self.attr))
+
+    def _on_text_changed(self, *args) -> None:
+        path = self.path.text().strip()
+        # Only a warning: a remote worker reads its own disk, so a path this machine lacks may still be right.
+        missing = bool(path) and not Path(path).expanduser().is_file()
+        self._show(self.path_warning, f"{path} is not a file on this machine; the worker looks for it where it "
+                                      "runs." if missing else "")
+        self._show(self.args_error, self.args_value()[1])
+        self.changed.emit()
+
+    def _on_browse_clicked(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self.browse.window(), f"Python file with the {self.what}",
+                                              self.path.text().strip(), "Python files (*.py)")
+        if path:
+            self.path.setText(path)
+            self.attr.setFocus()  # the name is the next thing to type
+
+
+def _message(colour: str) -> QLabel:
+    label = QLabel()
+    label.setWordWrap(True)
+    label.setStyleSheet(f"color: {colour}")
+    return label
