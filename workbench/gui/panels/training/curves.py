@@ -1,4 +1,5 @@
-"""Live training curves: loss, accuracy and learning rate for one or more runs, redrawn on a timer from buffers.
+"""Live training curves: loss, accuracy and learning rate for one or more runs, redrawn on a timer from buffers;
+any other metric a run logs (a task's MAE or mIoU, a custom task's own metrics) gets a plot of its own.
 
 Full resolution is kept in the buffers. What is drawn is the visible window, peak down-sampled to about two
 buckets per pixel from a min/max pyramid that, like the EMA smoothing, is extended as points arrive rather
@@ -67,6 +68,24 @@ PLOTS = {
 READOUT = (("train/loss", "plain"), ("val/loss", "plain"), ("train/acc", "percent"), ("val/acc", "percent"),
            ("lr", "scientific"))
 READOUT_HINT = "Move the mouse over a plot to read every shown run's values at that step."
+# The engine logs a metric <m> as train/<m> (per interval), epoch/train_<m> and val/<m>; names the fixed plots
+# show, and the throughput, are not metrics of their own plot.
+_SERIES_OF_METRIC = (("train/{}", "train", True), ("epoch/train_{}", "train (epoch)", False),
+                     ("val/{}", "validation", False))
+_PLOTTED = {name for spec in PLOTS.values() for name, _role, _smooth in spec.series} | {"train/samples_per_s"}
+
+
+def metric_names(series_names) -> list[str]:
+    """The metrics among a run's series names that no fixed plot shows, in the order they first appear."""
+    found: dict[str, None] = {}
+    for name in series_names:
+        if name in _PLOTTED:
+            continue
+        for prefix in ("val/", "epoch/train_", "train/"):
+            if name.startswith(prefix) and len(name) > len(prefix):
+                found.setdefault(name[len(prefix):])
+                break
+    return list(found)
 
 
 class CurvesWidget(QWidget):
@@ -104,7 +123,7 @@ class CurvesWidget(QWidget):
         controls.addWidget(self.log_x)
         controls.addWidget(self.log_y)
         controls.addStretch(1)
-        layout = QVBoxLayout(self)
+        self._layout = layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(controls)
         layout.addWidget(self.legend)
@@ -113,15 +132,10 @@ class CurvesWidget(QWidget):
         layout.addWidget(self.plots["lr"], 2)
         layout.addWidget(self.readout)
         self.crosshairs = {}
+        self.specs: dict[str, PlotSpec] = dict(PLOTS)  # the fixed plots, then one per other metric as runs log it
+        self.readout_series: list[tuple[str, str]] = list(READOUT)
         for key, plot in self.plots.items():
-            line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#888888", style=Qt.DotLine))
-            line.hide()  # until the mouse is over a plot
-            plot.addItem(line, ignoreBounds=True)
-            self.crosshairs[key] = line
-            plot.scene().sigMouseMoved.connect(lambda pos, plot=plot: self._on_plot_mouse_moved(plot, pos))
-            # Leaving a plot clears the readout; the view and its viewport both see the Leave.
-            plot.installEventFilter(self)
-            plot.viewport().installEventFilter(self)
+            self._wire_crosshair(key, plot)
         self.smoothing.valueChanged.connect(self._on_view_option_changed)
         self.log_x.toggled.connect(self._on_log_option_changed)
         self.log_y.toggled.connect(self._on_log_option_changed)
@@ -137,10 +151,46 @@ class CurvesWidget(QWidget):
         self._window_timer.setInterval(0)
         self._window_timer.timeout.connect(self.redraw_windows)
         for plot in self.plots.values():
-            plot.plotItem.vb.sigXRangeChanged.connect(self._window_timer.start)
-            plot.plotItem.vb.sigResized.connect(self._window_timer.start)
-            # Auto-range switched back on (the "A" button) need not move the range: it changes the window.
-            plot.plotItem.vb.sigStateChanged.connect(self._window_timer.start)
+            self._wire_window(plot)
+
+    def _wire_crosshair(self, key: str, plot: pg.PlotWidget) -> None:
+        line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#888888", style=Qt.DotLine))
+        line.hide()  # until the mouse is over a plot
+        plot.addItem(line, ignoreBounds=True)
+        self.crosshairs[key] = line
+        plot.scene().sigMouseMoved.connect(lambda pos, plot=plot: self._on_plot_mouse_moved(plot, pos))
+        # Leaving a plot clears the readout; the view and its viewport both see the Leave.
+        plot.installEventFilter(self)
+        plot.viewport().installEventFilter(self)
+
+    def _wire_window(self, plot: pg.PlotWidget) -> None:
+        plot.plotItem.vb.sigXRangeChanged.connect(self._window_timer.start)
+        plot.plotItem.vb.sigResized.connect(self._window_timer.start)
+        # Auto-range switched back on (the "A" button) need not move the range: it changes the window.
+        plot.plotItem.vb.sigStateChanged.connect(self._window_timer.start)
+
+    def _add_metric_plots(self, run: RunMetrics) -> None:
+        """A plot for each metric of `run` that no plot shows yet (e.g. val/mae, a custom task's val/dice), above
+        the learning rate, its x axis linked to the loss plot's like the others."""
+        for metric in metric_names(run.series):
+            key = f"metric:{metric}"
+            if key in self.plots:
+                continue
+            series = tuple((pattern.format(metric), role, smooth) for pattern, role, smooth in _SERIES_OF_METRIC)
+            spec = PlotSpec(metric, metric, "plain", f"The {metric} of each run appears here.", series)
+            plot = make_plot("", metric, "", y_format="plain", empty=spec.empty)
+            plot.getAxis("left").setWidth(72)
+            plot.setXLink(self.plots["loss"])
+            axis = plot.getAxis("bottom")  # step values only under the bottom plot, the learning rate
+            axis.values_wanted = False
+            axis.setStyle(showValues=False)
+            plot.setMinimumHeight(90)
+            plot.setLogMode(x=self.log_x.isChecked(), y=False)
+            self.specs[key], self.plots[key] = spec, plot
+            self._layout.insertWidget(self._layout.indexOf(self.plots["lr"]), plot, 2)
+            self._wire_crosshair(key, plot)
+            self._wire_window(plot)
+            self.readout_series.append((f"val/{metric}", "plain"))
 
     # -- data ------------------------------------------------------------------------------------
     def run(self, run_id: str) -> RunMetrics:
@@ -196,7 +246,8 @@ class CurvesWidget(QWidget):
         self._dirty = False
         weight = min(self.smoothing_weight, MAX_WEIGHT)
         for run in runs if runs is not None else self.runs.values():
-            for key, spec in PLOTS.items():
+            self._add_metric_plots(run)
+            for key, spec in self.specs.items():
                 for name, role, smooth in spec.series:
                     series = run.get(name)
                     if series is None or not len(series):
@@ -314,10 +365,10 @@ class CurvesWidget(QWidget):
         lines = [f"step {step:,.0f}"]
         cell = "<td style='padding: 0 10px 0 0' align='{}'>{}</td>"
         rows = ["<tr>" + cell.format("left", f"<b>step {step:,.0f}</b>")
-                + "".join(cell.format("right", f"<b>{escape(name)}</b>") for name, _ in READOUT) + "</tr>"]
+                + "".join(cell.format("right", f"<b>{escape(name)}</b>") for name, _ in self.readout_series) + "</tr>"]
         for run_id, run in self.runs.items():
             values, texts = [], []
-            for name, fmt in READOUT:
+            for name, fmt in self.readout_series:
                 series = run.get(name)
                 point = series.value_at(step) if series is not None else None
                 text = format_value(point[1], fmt) if point is not None else ""
