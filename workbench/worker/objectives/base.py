@@ -75,6 +75,7 @@ class TestEvaluator(ABC):
     def add_inputs(self, inputs) -> None:
         """The batch's model inputs, given just before add(): an evaluator that shows inputs (segmentation's
         image thumbnails) keeps the few it needs; the others ignore them."""
+        del inputs  # most evaluators draw nothing from the inputs
 
     @abstractmethod
     def result(self) -> dict:

@@ -1,7 +1,8 @@
 """The evaluation view of a finished run: confusion matrix heat map, per-class accuracy, and a gallery of
-the most confidently wrong test samples (click one to open it in the Data tab).
+the most confidently wrong test samples (click one to open it in the Data tab); runs of another task get that
+task's view (evaluation_<task>.py), chosen by evaluation.json's "task" (absent in runs from before tasks).
 
-It reads the run's artifacts/evaluation.json; the images come from the worker's data.sample query.
+It reads the run's artifacts/evaluation.json; classification's images come from the worker's data.sample query.
 """
 
 from __future__ import annotations
@@ -13,10 +14,27 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QIcon
-from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QSplitter,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from workbench.gui.images import scaled_pixmap, to_qimage
+from workbench.gui.panels.training.evaluation_common import header_html
+from workbench.gui.panels.training.evaluation_metrics import MetricsEvaluationView
+from workbench.gui.panels.training.evaluation_multilabel import MultilabelEvaluationView
+from workbench.gui.panels.training.evaluation_regression import RegressionEvaluationView
+from workbench.gui.panels.training.evaluation_segmentation import SegmentationEvaluationView
 from workbench.gui.plots import SERIES_COLOURS, make_plot, update_empty_state
+
+# The view of each task; a task not named here (custom, or one this window does not know) gets the metrics table.
+TASK_VIEWS = {"regression": RegressionEvaluationView, "multilabel": MultilabelEvaluationView,
+              "segmentation": SegmentationEvaluationView}
 
 
 def load_evaluation(run_dir: str | Path) -> dict | None:
@@ -36,6 +54,7 @@ class EvaluationView(QWidget):
         self.evaluation: dict | None = None
         self.dataset: dict | None = None
         self._gallery_jobs: list[str] = []
+        self.task_views: dict[str, QWidget] = {}  # made when a run of that task is first shown
         self.title = QLabel("Select a finished training run to see how it does on the test split.")
         self.title.setWordWrap(True)
         self.confusion = make_plot("Confusion matrix (rows: true class, columns: predicted)", "true", "predicted",
@@ -73,14 +92,30 @@ class EvaluationView(QWidget):
         split.addWidget(gallery_box)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 2)
+        self.pages = QStackedWidget()
+        self.pages.addWidget(split)  # page 0: classification, as before tasks
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
         layout.addWidget(self.title)
-        layout.addWidget(split, 1)
+        layout.addWidget(self.pages, 1)
+
+    def task_view(self, task: str) -> QWidget:
+        """The view for runs of `task` (the metrics table for custom and unknown tasks), made on first use."""
+        key = task if task in TASK_VIEWS else "metrics"
+        if key not in self.task_views:
+            view = TASK_VIEWS.get(key, MetricsEvaluationView)()
+            if hasattr(view, "sample_requested"):
+                view.sample_requested.connect(self._on_task_sample_requested)
+            self.pages.addWidget(view)
+            self.task_views[key] = view
+        return self.task_views[key]
 
     def clear(self, message: str) -> None:
         self.evaluation = None
         self.title.setText(message)
+        self.pages.setCurrentIndex(0)
+        for view in self.task_views.values():
+            view.clear()
         self.confusion_image.clear()
         for label in self.cell_labels:
             self.confusion.removeItem(label)
@@ -92,6 +127,10 @@ class EvaluationView(QWidget):
     def show_evaluation(self, evaluation: dict, dataset: dict, run_id: str = "") -> None:
         self.clear("")
         self.evaluation, self.dataset = evaluation, dataset
+        task = evaluation.get("task") or "classification"
+        if task != "classification":
+            self._show_task(task, evaluation, run_id)
+            return
         classes = evaluation["classes"]
         matrix = np.asarray(evaluation["confusion_matrix"], dtype=float)
         self.title.setText(f"<b>{run_id}</b> · test accuracy <b>{evaluation['test_accuracy']:.2%}</b> on "
@@ -119,6 +158,23 @@ class EvaluationView(QWidget):
                                                brush=SERIES_COLOURS[0], pen=None))
         self.per_class.getAxis("bottom").setTicks([[(i, str(c)) for i, c in enumerate(classes)][::step]])
         self._fill_gallery(evaluation.get("worst", []), classes)
+
+    def _show_task(self, task: str, evaluation: dict, run_id: str) -> None:
+        view = self.task_view(task)
+        self.pages.setCurrentWidget(view)
+        try:
+            view.show_evaluation(evaluation)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            # A damaged or foreign evaluation.json: say so in one line rather than leave a half-drawn view.
+            view.clear()
+            self.title.setText(f"<b>{run_id}</b> · the run's evaluation.json could not be read as a {task} "
+                               f"evaluation ({type(exc).__name__}: {exc})")
+            return
+        self.title.setText(header_html(evaluation, run_id))
+
+    def _on_task_sample_requested(self, split: str, index: int, note: str) -> None:
+        if self.dataset is not None:
+            self.sample_requested.emit(self.dataset, split, index, note)
 
     def _fill_gallery(self, worst: list[dict], classes: list[str]) -> None:
         for job_id in self._gallery_jobs:
