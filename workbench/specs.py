@@ -664,6 +664,17 @@ class TrainSpec(Spec):
         """task=custom and its fields (loss=file:, metrics, monitor, monitor_mode) go together; task=auto with a
         file: loss becomes custom, since no other task takes the user's loss."""
         user_loss = self.loss.startswith("file:")
+        if self.model.name.startswith("lightning:"):
+            # A LightningModule computes its own loss in training_step and logs its own metrics; its callbacks name
+            # the monitor. Whatever task it records, these fields would be silently ignored: say so.
+            for name, unset in (("metrics", ""), ("monitor", ""), ("monitor_mode", "auto")):
+                if getattr(self, name) != unset:
+                    raise SpecError(f"{name}: {getattr(self, name)!r} is not used by a LightningModule (model.name="
+                                    "lightning:...): it logs its own metrics and its ModelCheckpoint names the monitor")
+            if user_loss:
+                raise SpecError(f"loss: {self.loss!r} is not used by a LightningModule: its training_step computes "
+                                "the loss")
+            return
         if user_loss and self.task == "auto":
             self.task = "custom"
         self.monitor = self.monitor.strip()
