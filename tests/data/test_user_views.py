@@ -98,7 +98,7 @@ def test_segmentation_page_blends_mask_colours_into_thumbnails(tmp_path):
     assert tuple(images[0, 4, 4]) == tuple(square) and tuple(images[0, 12, 5]) == tuple(bar)
     assert tuple(square) != tuple(bar)
     assert page["masks"].shape == (4, 16, 16) and page["masks"][0, 4, 4] == 1 and page["masks"][0, 13, 0] == 2
-    assert page["labels"] == [-1] * 4 and page["captions"][0] == "map 16×16, classes 0, 1, 2"
+    assert page["labels"] == [-1] * 4 and page["captions"][0] == "square, bar"
     small = run(tmp_path, "data.page", {"dataset": dataset(path, "Squares"), "count": 2, "thumb_size": 8})
     assert small["images"].shape == (2, 8, 8, 3)
     assert small["masks"][0, 2, 2] == 1  # nearest-neighbour: a class id stays a class id

@@ -73,7 +73,7 @@ def fake_page(spec, ctx):
         return result
     images = np.full((len(indices), 16, 16, 3), 128, dtype=np.uint8)
     images[:, 2:8, 2:8] = SQUARE
-    result.update(view="images", images=images, captions=["map 16×16, classes 0, 1"] * len(indices))
+    result.update(view="images", images=images, captions=["square"] * len(indices))
     return result
 
 
@@ -98,7 +98,7 @@ def fake_sample(spec, ctx):
             "histogram": {"edges": np.linspace(0, 256, 33, dtype=np.float32), "counts": counts},
             "inputs": [{"shape": [1, 16, 16], "dtype": "float32", "min": 0.0, "max": 1.0, "mean": 0.5}],
             "target": {"shape": [16, 16], "dtype": "int64", "min": 0.0, "max": 1.0, "mean": 0.1,
-                       "text": "map 16×16, classes 0, 1"}}
+                       "text": "square"}}
 
 
 @pytest.fixture
@@ -133,7 +133,7 @@ def test_image_dataset_shows_thumbnails_with_masks_and_the_pixel_histogram(windo
     image = panel.model.image_at(0)
     colour = image.pixelColor(4, 4)
     assert (colour.red(), colour.green(), colour.blue()) == SQUARE  # the overlay as the worker blended it
-    assert panel.model.index(3).data(Qt.DisplayRole) == "map 16×16, classes 0, 1"  # the caption, not class "-1"
+    assert panel.model.index(3).data(Qt.DisplayRole) == "square"  # the caption, not class "-1"
     assert "task=auto: <b>segmentation</b>" in panel.summary.text()
     assert not panel.class_combo.isEnabled()
     chart = panel.target_chart
@@ -147,7 +147,7 @@ def test_image_dataset_shows_thumbnails_with_masks_and_the_pixel_histogram(windo
     # The first thumbnail opens in the sample view: the overlaid image and which colour is which class.
     qtbot.waitUntil(lambda: (panel.sample_view.result or {}).get("index") == 0, timeout=10_000)
     view = panel.sample_view
-    assert "target map 16×16" in view.title.text() and "square" in view.details.text()
+    assert "target square" in view.title.text() and "square" in view.details.text()
     assert view.image.pixmap() is not None and not view.image.pixmap().isNull()
     assert view.transforms.isHidden()
 
@@ -199,7 +199,8 @@ def test_dialog_python_file_choice(qtbot, tmp_path):
     dialog.user_args.setText("size=500, kind=small")
     assert ok.isEnabled(), dialog.error.text()
     assert dialog.spec().name == f"file:{source}:Mine" and dialog.spec().args == {"size": 500, "kind": "small"}
-    assert not dialog.root.isEnabled()
+    assert not dialog.root.isEnabled() and not dialog.augment.isEnabled() and not dialog.image_size.isEnabled()
+    assert "own transforms" in dialog.augment.toolTip()
     dialog.user_args.setText('{"sizes": [1, 2]}')
     assert ok.isEnabled() and dialog.spec().args == {"sizes": [1, 2]}
     dialog.user_args.setText("{not json")

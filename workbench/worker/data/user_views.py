@@ -171,7 +171,7 @@ def input_summaries(x) -> list[dict]:
 
 
 def target_text(y: torch.Tensor, classes: list[str] | None = None) -> str:
-    """A short caption for a target: a class name, a number, a short vector, or "mask of 3 classes"."""
+    """A short caption for a target: a class name, a number, a short vector, or the classes a mask shows."""
     y = y.detach().cpu()
     if y.dim() == 0:
         value = y.item()
@@ -182,10 +182,10 @@ def target_text(y: torch.Tensor, classes: list[str] | None = None) -> str:
     if y.numel() <= 6 and y.dim() == 1:
         values = y.tolist()
         return "[" + ", ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in values) + "]"
-    if not y.is_floating_point() and y.dim() >= 2:
-        ids = sorted(int(v) for v in torch.unique(y) if int(v) != IGNORE_INDEX)
-        return f"map {'×'.join(map(str, y.shape))}, classes {', '.join(map(str, ids[:8]))}" \
-            + ("…" if len(ids) > 8 else "")
+    if not y.is_floating_point() and y.dim() >= 2:  # a class map: the classes in it other than background
+        ids = sorted(int(v) for v in torch.unique(y) if 0 < int(v) != IGNORE_INDEX)
+        names = [classes[i] if classes and i < len(classes) else str(i) for i in ids]
+        return (", ".join(names[:4]) + ("…" if len(names) > 4 else "")) if names else "background only"
     return f"{_dtype(y)} {'×'.join(map(str, y.shape))}"
 
 

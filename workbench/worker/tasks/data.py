@@ -210,7 +210,14 @@ def _user_page(dataset, split_name: str, offset: int, count: int, label: int, th
                ctx) -> dict:
     """A page of a user's Dataset, read through its own __getitem__ in this process: thumbnails (masks blended in)
     when the input is image-like ("view": "images"), else one row of tensor summaries per sample ("table")."""
-    from workbench.worker.data.user_views import label_of, table_row, target_text, thumbnail_page, view_of
+    from workbench.worker.data.user_views import (
+        label_of,
+        names_of,
+        table_row,
+        target_text,
+        thumbnail_page,
+        view_of,
+    )
 
     if label >= 0:  # a class filter would read every sample of the split to find its members
         raise JobError(f"label: {dataset.name} is your own Dataset; its samples are not filtered by class, use -1")
@@ -222,6 +229,7 @@ def _user_page(dataset, split_name: str, offset: int, count: int, label: int, th
         ctx.check_stop()
         samples.append(split.sample(index))  # a failing __getitem__ is a JobError naming the sample, file and line
         ctx.progress(done + 1, len(chosen), f"reading {split_name} samples {done + 1}/{len(chosen)}")
+    names = names_of(split.source)  # the Dataset's own `classes`, if it has them: captions name the classes
     x0, y0 = samples[0] if samples else dataset.first_sample()
     view = view_of(x0, y0)
     result = {
@@ -231,7 +239,7 @@ def _user_page(dataset, split_name: str, offset: int, count: int, label: int, th
         "total": total,
         "indices": chosen,
         "labels": [label_of(y) for _, y in samples],
-        "captions": [target_text(y) for _, y in samples],
+        "captions": [target_text(y, names) for _, y in samples],
         "view": view,
     }
     if view == "images":

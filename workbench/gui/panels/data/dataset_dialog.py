@@ -34,6 +34,7 @@ from workbench.errors import SpecError
 from workbench.gui.widgets.spec_form import ERROR_COLOUR, AutoSpinBox, field_named
 from workbench.specs import AUGMENTATIONS, DATASETS, DataSpec
 
+USER_TRANSFORMS = "Not used: your Dataset's own transforms resize, normalise and augment its samples."
 USER_FILE = "file:"  # the name combo's "Python file…" entry: the spec's name is file:<path.py>:<Name>
 # Parameters each augmentation takes, with defaults a user can start from (they are torchvision v2's).
 AUGMENT_DEFAULTS = {
@@ -407,7 +408,8 @@ class DatasetDialog(QDialog):
                 widget.setEnabled(reason is None)
                 help_text = self._help.get(widget, "Choose the dataset's folder")
                 widget.setToolTip(help_text if reason is None else f"{reason}\n\n{help_text}")
-        self.root.setPlaceholderText(f"not used by {name}" if "root" in reasons
+        shown = "your Dataset" if name == USER_FILE else name
+        self.root.setPlaceholderText(f"not used by {shown}" if "root" in reasons
                                      else self.workspace_data_dir or "the workspace's data folder")
 
     def _revalidate(self, *args) -> None:
@@ -417,8 +419,15 @@ class DatasetDialog(QDialog):
         for row in self._user_rows:
             self._source_form.setRowVisible(row, name == USER_FILE)
         custom = self.normalize.currentText() == "custom"
-        self.mean.setEnabled(custom)
-        self.std.setEnabled(custom)
+        user = name == USER_FILE
+        self.mean.setEnabled(custom and not user)
+        self.std.setEnabled(custom and not user)
+        # The workbench reads a user's samples as its Dataset gives them: its own transforms resize, normalise
+        # and augment, so these would do nothing.
+        for widget in (self.image_size, self.normalize, self.augment):
+            widget.setEnabled(not user)
+            help_text = self._help.get(widget, "")
+            widget.setToolTip(f"{USER_TRANSFORMS}\n\n{help_text}" if user else help_text)
         try:
             problem = user_file_problem(self.user_path.text().strip(), self.user_attr.text().strip()) \
                 if name == USER_FILE else ""

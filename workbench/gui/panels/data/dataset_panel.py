@@ -297,6 +297,7 @@ class DatasetPanel(QWidget):
             return
         self.summary.setText(f"<b>{failed.name}</b> could not be loaded.")
         self.class_chart.clear("")
+        self.target_chart.clear("")
         self.class_chart.plot.getAxis("bottom").setTicks(None)  # the old dataset's class names must go too
         self._show_error(message)
 
