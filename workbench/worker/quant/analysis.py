@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
+from workbench.worker.models.build import call_model
 from workbench.worker.quant.measure import (
     ErrorSums,
     error_by_bin,
@@ -173,18 +174,18 @@ def layer_errors(sim: QuantSim, batches, check_stop: Callable[[], None] | None =
     try:
         with sim.keeping():
             for x, _ in batches:
-                for start in range(0, x.shape[0], ANALYSIS_BATCH):
+                for start in range(0, _batch_size(x), ANALYSIS_BATCH):
                     if check_stop is not None:
                         check_stop()
-                    part = x[start:start + ANALYSIS_BATCH]
+                    part = _rows(x, start, start + ANALYSIS_BATCH)
                     floating[0] = True
                     sim.fp32()
                     _taps(sim, fp_tap)
-                    sim(part)
+                    call_model(sim, part)
                     floating[0] = False
                     sim.all()
                     _taps(sim, quant_tap)
-                    sim(part)
+                    call_model(sim, part)
                     reference.clear()
                     inputs.clear()
     finally:
@@ -193,6 +194,21 @@ def layer_errors(sim: QuantSim, batches, check_stop: Callable[[], None] | None =
         _taps(sim, None)
     return {name: {"accumulated": accumulated[name].result(), "only_this": only[name].result()}
             for name in sim.points}
+
+
+def _batch_size(x) -> int:
+    """The samples in a batch whose inputs are a tensor, or a tuple or dict of them (a model with several inputs)."""
+    first = next(iter(x.values())) if isinstance(x, dict) else x[0] if isinstance(x, (tuple, list)) else x
+    return int(first.shape[0])
+
+
+def _rows(x, start: int, stop: int):
+    """Samples start:stop of every input of a batch, keeping its tuple or dict form."""
+    if isinstance(x, dict):
+        return {key: value[start:stop] for key, value in x.items()}
+    if isinstance(x, (tuple, list)):
+        return type(x)(value[start:stop] for value in x)
+    return x[start:stop]
 
 
 def _taps(sim: QuantSim, tap) -> None:

@@ -1,6 +1,6 @@
 """The data a quantize job reads: the calibration subset (seeded draw from the training split) and the held-out
 set (the test split, else validation), as normalised batches without augmentation; and evaluating a model on
-them (accuracy, cross-entropy loss, logits). Worker side; never imports Qt.
+them (accuracy or the run's task monitor, loss, logits). Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from workbench.errors import JobError
 from workbench.worker.models import logits_of
+from workbench.worker.models.build import call_model
 from workbench.worker.training.task import is_user_data
 
 CACHE_BYTES = 512 * 2**20  # subsets up to this size (as float32) are decoded once and kept
@@ -146,15 +147,41 @@ def held_out_batches(dataset, samples: int, *, batch_size: int, device) -> Batch
 
 
 @torch.no_grad()
-def evaluate(model: Callable[[torch.Tensor], object], batches: Batches,
-             check_stop: Callable[[], None] | None = None) -> dict:
-    """accuracy, loss (mean cross-entropy) and the logits (CPU) of `model` over the batches."""
+def evaluate(model: Callable[..., object], batches: Batches, check_stop: Callable[[], None] | None = None,
+             objective=None) -> dict:
+    """`model` over the batches: "accuracy" (the measure the ladder, the sweeps and the proposal rank by), "loss"
+    (mean per sample) and "logits" (CPU); with a non-classification `objective` (workbench.worker.objectives),
+    "accuracy" holds that task's monitor value and "metrics" all of its metrics."""
+    if objective is None or objective.task == "classification":
+        return _evaluate_classification(model, batches, check_stop)
+    loss, total, stats = 0.0, 0, None
+    logits = []
+    for x, y in batches:
+        if check_stop is not None:
+            check_stop()
+        scores = logits_of(call_model(model, x)).float()
+        count = int(y.shape[0]) if y.dim() else 1
+        # The objective's loss is a batch mean: weighted by the batch's samples, so a short last batch counts right.
+        loss += float(objective.loss(scores, y)) * count
+        batch = objective.batch_stats(scores, y)
+        stats = batch if stats is None else stats + batch
+        total += count
+        logits.append(scores.cpu())
+    if not total:
+        raise JobError(f"no sample of the {batches.what} could be read")
+    metrics = objective.metrics(stats, total)
+    return {"accuracy": metrics.get(objective.monitor, math.nan), "loss": loss / total, "logits": torch.cat(logits),
+            "metrics": metrics}
+
+
+def _evaluate_classification(model, batches, check_stop) -> dict:
+    """accuracy (argmax), loss (mean cross-entropy) and logits: the numbers quantize has always reported."""
     correct, loss, total = 0, 0.0, 0
     logits = []
     for x, y in batches:
         if check_stop is not None:
             check_stop()
-        scores = logits_of(model(x)).float()
+        scores = logits_of(call_model(model, x)).float()
         loss += float(F.cross_entropy(scores, y, reduction="sum"))
         correct += int((scores.argmax(dim=1) == y).sum())
         total += int(y.numel())

@@ -1,6 +1,7 @@
 """Sensitivity and mixed precision: accuracy with only one group quantized and with all but one quantized, and a
 proposal of the groups to keep at a higher bit width (8, then 16) so that accuracy stays within a target drop,
-with the accuracy and model size of every choice on the way. Worker side; never imports Qt.
+with the accuracy and model size of every choice on the way. For a task other than classification "accuracy" is
+the run's monitor metric; where lower is better (MAE), its "drop" is its rise. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from workbench.worker.quant.sim import QuantSim
 LEVELS = (8, 16)
 
 
-def sensitivity(sim: QuantSim, batches, *, check_stop: Callable[[], None] | None = None,
+def sensitivity(sim: QuantSim, batches, *, objective=None, check_stop: Callable[[], None] | None = None,
                 progress: Callable[[int, int, str], None] | None = None) -> list[dict]:
-    """One {layer, only_this, all_but_this} (accuracies) per group, in graph order."""
+    """One {layer, only_this, all_but_this} (accuracies, or `objective`'s monitor values) per group, in graph
+    order."""
     rows = []
     groups = sim.groups
     with sim.keeping():
@@ -23,9 +25,9 @@ def sensitivity(sim: QuantSim, batches, *, check_stop: Callable[[], None] | None
             if progress is not None:
                 progress(k, len(groups), f"sensitivity of {group}")
             sim.set_groups([group])
-            only = evaluate(sim, batches, check_stop)["accuracy"]
+            only = evaluate(sim, batches, check_stop, objective)["accuracy"]
             sim.set_groups([g for g in groups if g != group])
-            rest = evaluate(sim, batches, check_stop)["accuracy"]
+            rest = evaluate(sim, batches, check_stop, objective)["accuracy"]
             rows.append({"layer": group, "only_this": only, "all_but_this": rest})
     return rows
 
@@ -76,12 +78,22 @@ def restore(sim: QuantSim, saved: dict) -> None:
 
 
 def propose(sim: QuantSim, rows: list[dict], *, fp32_accuracy: float, quantized_accuracy: float,
-            target_drop: float, batches, check_stop: Callable[[], None] | None = None,
+            target_drop: float, batches, objective=None, check_stop: Callable[[], None] | None = None,
             progress: Callable[[int, int, str], None] | None = None) -> dict:
     """Raise groups to 8 bits, then 16, most helpful first (by how much accuracy quantizing all but that group
-    recovers, then by how much quantizing only it costs), until accuracy is within `target_drop` of FP32."""
-    goal = fp32_accuracy - target_drop
-    order = sorted(rows, key=lambda r: (-(r["all_but_this"] - quantized_accuracy), r["only_this"]))
+    recovers, then by how much quantizing only it costs), until accuracy is within `target_drop` of FP32.
+
+    With a lower-is-better monitor (`objective.higher_is_better` false, e.g. MAE) every comparison turns round:
+    the goal is at most FP32 + target_drop (a rise in the metric's own units), and a group helps by lowering it.
+    The search itself runs on `better` (the value, negated where lower is better), so there is one search."""
+    sign = 1.0 if objective is None or objective.higher_is_better else -1.0
+
+    def better(value: float) -> float:
+        return sign * value
+
+    goal = better(fp32_accuracy) - target_drop
+    order = sorted(rows, key=lambda r: (-(better(r["all_but_this"]) - better(quantized_accuracy)),
+                                        better(r["only_this"])))
     chosen: dict[str, int] = {}
     points = [{"layers": [], "accuracy": quantized_accuracy, "size_bytes": size_bytes(sim)}]
     saved = snapshot(sim)
@@ -89,7 +101,7 @@ def propose(sim: QuantSim, rows: list[dict], *, fp32_accuracy: float, quantized_
     steps = [(level, row["layer"]) for level in LEVELS for row in order]
     try:
         for k, (level, group) in enumerate(steps):
-            if best["accuracy"] >= goal:
+            if better(best["accuracy"]) >= goal:
                 break
             if group_bits(sim, group) >= level:
                 continue
@@ -98,16 +110,16 @@ def propose(sim: QuantSim, rows: list[dict], *, fp32_accuracy: float, quantized_
             set_group_bits(sim, group, level)
             chosen[group] = level
             sim.all()
-            accuracy = evaluate(sim, batches, check_stop)["accuracy"]
+            accuracy = evaluate(sim, batches, check_stop, objective)["accuracy"]
             point = {"layers": [{"name": name, "bits": bits} for name, bits in chosen.items()],
                      "accuracy": accuracy, "size_bytes": size_bytes(sim)}
             points.append(point)
-            if accuracy > best["accuracy"] or accuracy >= goal:
+            if better(accuracy) > better(best["accuracy"]) or better(accuracy) >= goal:
                 best = point
     finally:
         restore(sim, saved)
-    met = best["accuracy"] >= goal
-    proposal = next((p for p in points if p["accuracy"] >= goal), best)
+    met = better(best["accuracy"]) >= goal
+    proposal = next((p for p in points if better(p["accuracy"]) >= goal), best)
     return {"target_drop": target_drop, "layers": proposal["layers"], "accuracy": proposal["accuracy"],
             "size_bytes": proposal["size_bytes"], "met": met, "fp32_accuracy": fp32_accuracy,
             "fp32_size_bytes": fp32_size_bytes(sim), "points": points}

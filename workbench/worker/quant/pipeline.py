@@ -19,6 +19,7 @@ from workbench.specs import QuantSpec
 from workbench.worker.data import load_dataset, resolve_workspace
 from workbench.worker.models import build_model
 from workbench.worker.models.build import resolve_num_classes
+from workbench.worker.objectives.base import json_safe
 from workbench.worker.quant import adaround as adaround_mod
 from workbench.worker.quant import analysis, artifacts, bias, cle, mixed, qat, source
 from workbench.worker.quant.data import Batches, calibration_batches, evaluate, held_out_batches
@@ -27,16 +28,36 @@ from workbench.worker.quant.measure import sqnr_db
 from workbench.worker.quant.sim import QuantSim, parallel_map
 from workbench.worker.quant.taps import collect, tail_function
 from workbench.worker.training.devices import resolve_device
+from workbench.worker.training.task import first_input, objective_for
+
+
+def metric_block(objective) -> dict | None:
+    """What the ladder, the sweeps and the proposal measure, for a task other than classification: the run's
+    monitor, its label as training shows it ("val mIoU") and its direction. None for classification, whose numbers
+    are accuracy as they have always been (the GUI and the report then say "accuracy")."""
+    if objective is None or objective.task == "classification":
+        return None
+    return {"name": objective.monitor, "label": f"val {objective.monitor_label}",
+            "higher_is_better": bool(objective.higher_is_better)}
+
+
+def metric_text(metric: dict | None, value: float) -> str:
+    """"accuracy 93.12%" for classification, "val MAE 0.1234" for another task's monitor."""
+    if metric is None:
+        return f"accuracy {value:.2%}"
+    return f"{metric['label']} {value:.4f}"
 
 
 class Ladder:
     """The accuracy ladder: one {step, accuracy, loss} per pipeline step, sent the moment the step finishes as a
     metric (quant/accuracy, quant/loss at the rung's index), the whole ladder so far as the array quant/ladder
-    ((k, 2): accuracy, loss; its `steps` metadata names the rungs) and a log line."""
+    ((k, 2): accuracy, loss; its `steps` metadata names the rungs) and a log line. For a task other than
+    classification "accuracy" holds the task's monitor value, and `metric` (metric_block) names it."""
 
-    def __init__(self, ctx, planned: list[str]):
+    def __init__(self, ctx, planned: list[str], metric: dict | None = None):
         self.ctx = ctx
         self.planned = planned
+        self.metric = metric
         self.steps: list[dict] = []
 
     def add(self, step: str, result: dict) -> None:
@@ -45,9 +66,10 @@ class Ladder:
         self.ctx.metrics(index, {"quant/accuracy": result["accuracy"], "quant/loss": result["loss"]})
         self.ctx.flush()
         ladder = np.asarray([[s["accuracy"], s["loss"]] for s in self.steps], dtype=np.float64)
+        extra = {} if self.metric is None else {"metric": self.metric}
         self.ctx.array("quant/ladder", ladder, steps=[s["step"] for s in self.steps], planned=self.planned,
-                       columns=["accuracy", "loss"])
-        self.ctx.log(f"step {index + 1}/{len(self.planned)} {step}: accuracy {result['accuracy']:.2%}, "
+                       columns=["accuracy", "loss"], **extra)
+        self.ctx.log(f"step {index + 1}/{len(self.planned)} {step}: {metric_text(self.metric, result['accuracy'])}, "
                      f"loss {result['loss']:.4f}")
 
 
@@ -109,6 +131,7 @@ def run_quantization(spec: QuantSpec, ctx) -> dict:
     progress, arrays and log lines."""
     job = QuantJob.open(spec, ctx)
     job.load_source_and_data()
+    job.choose_objective()
     job.prepare_model()
     job.draw_batches()
 
@@ -154,6 +177,7 @@ class QuantJob:
     device: torch.device | None = None
     dataset: Any = None
     model: torch.nn.Module | None = None
+    objective: Any = None  # the run's task objective (workbench.worker.objectives); None: classification, as before
     calibration: Batches | None = None
     held_out: Batches | None = None
     # The ladder's graph and simulation: trace_graph to set_activation_ranges.
@@ -188,8 +212,9 @@ class QuantJob:
     # --- measuring ----------------------------------------------------------------------------------------------
 
     def measure(self, model) -> dict:
-        """Accuracy, loss and logits of `model` on the held-out batches: the one measure every ladder rung takes."""
-        return evaluate(model, self.held_out, self.ctx.check_stop)
+        """Accuracy (or the task's monitor), loss and logits of `model` on the held-out batches: the one measure
+        every ladder rung takes."""
+        return evaluate(model, self.held_out, self.ctx.check_stop, self.objective)
 
     def rung(self, step: str, model) -> dict:
         """Measure `model` and send the result as the ladder's rung for `step`."""
@@ -208,13 +233,25 @@ class QuantJob:
         self.dataset = load_dataset(self.origin.dataset, ctx=self.ctx)
         self.dataset.normalization(progress=self.ctx.progress)
 
+    def choose_objective(self) -> None:
+        """The run's task (recorded in its spec) decides what every rung measures: accuracy for classification (and
+        for a model with no run), else the task's monitor metric, e.g. mIoU or MAE."""
+        trained = self.origin.train
+        if trained is None or trained.task in ("auto", "classification"):
+            return
+        self.objective = objective_for(trained, self.dataset)
+        self.ladder.metric = metric = metric_block(self.objective)
+        direction = "higher" if metric["higher_is_better"] else "lower"
+        self.ctx.log(f"task {trained.task}: measuring {metric['label']} ({direction} is better) at every step")
+
     def prepare_model(self) -> None:
         """Build the source model in eval mode on the device."""
         spec, origin = self.spec, self.origin
         # Auto (0) classes become the dataset's count here, so the saved quantized model's spec is complete.
         origin.model = resolve_num_classes(origin.model, len(self.dataset.classes), self.ctx.log)
+        task = self.objective.task if self.objective is not None else "classification"
         self.model = build_model(origin.model, input_shape=self.dataset.sample_shape, log=self.ctx.log,
-                                 pretrained=False)
+                                 pretrained=False, task=task, example=first_input(self.dataset))
         self.model.eval().to(self.device)
         self.ctx.log(f"quantizing {origin.model.name} from {origin.checkpoint} on {self.device}: weights "
                      f"W{spec.weights.bits} {spec.weights.granularity} {spec.weights.range}, activations "
@@ -371,22 +408,26 @@ class QuantJob:
         """Each layer's accuracy with only it quantized, and with all but it quantized."""
         self.stages.start("sensitivity", "sensitivity sweeps")
         self.sensitivity_rows = mixed.sensitivity(
-            self.sim, self.held_out, check_stop=self.ctx.check_stop,
+            self.sim, self.held_out, objective=self.objective, check_stop=self.ctx.check_stop,
             progress=lambda d, t, text: self.stages.within("sensitivity", d, t, text))
         self.sim.all()
 
     def propose_mixed_precision(self) -> None:
-        """The fewest layers to keep wider for the accuracy drop the spec allows."""
+        """The fewest layers to keep wider for the accuracy drop the spec allows (for a lower-is-better monitor,
+        the rise it allows)."""
         target_drop = self.spec.mixed_precision.target_drop
         self.stages.start("mixed_precision", "mixed-precision proposal")
         proposal = mixed.propose(self.sim, self.sensitivity_rows, fp32_accuracy=self.fp32["accuracy"],
                                  quantized_accuracy=self.quantized["accuracy"], target_drop=target_drop,
-                                 batches=self.held_out, check_stop=self.ctx.check_stop,
+                                 batches=self.held_out, objective=self.objective, check_stop=self.ctx.check_stop,
                                  progress=lambda d, t, text: self.stages.within("mixed_precision", d, t, text))
         self.proposal = proposal
-        self.ctx.log(f"mixed precision: {len(proposal['layers'])} layer(s) kept wider, accuracy "
-                     f"{proposal['accuracy']:.2%}, {proposal['size_bytes']:,} bytes"
-                     + ("" if proposal["met"] else f" (the target drop of {target_drop:.2%} is not "
+        metric = self.ladder.metric
+        allowed = f"drop of {target_drop:.2%}" if metric is None else \
+            f"{'drop' if metric['higher_is_better'] else 'rise'} of {target_drop:g}"
+        self.ctx.log(f"mixed precision: {len(proposal['layers'])} layer(s) kept wider, "
+                     f"{metric_text(metric, proposal['accuracy'])}, {proposal['size_bytes']:,} bytes"
+                     + ("" if proposal["met"] else f" (the target {allowed} is not "
                         "reached even with every layer at 16 bits)"))
         self.sim.all()
 
@@ -422,6 +463,11 @@ class QuantJob:
             report["sensitivity"] = self.sensitivity_rows
         if self.proposal is not None:
             report["mixed_precision"] = self.proposal
+        if self.ladder.metric is not None:
+            # Every "accuracy" above holds this metric's value; each end's other metrics ride along.
+            report["metric"] = self.ladder.metric
+            report["fp32"]["metrics"] = json_safe(fp32["metrics"])
+            report["quantized"]["metrics"] = json_safe(quantized["metrics"])
         report.update({
             "source": self.origin.describe(),
             "device": str(self.device),

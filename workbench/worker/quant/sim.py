@@ -17,6 +17,7 @@ import torch.fx as fx
 from torch import nn
 
 from workbench.errors import JobError
+from workbench.worker.models.build import call_model
 from workbench.worker.quant.graph import BATCHNORMS, Structure, bn_stats, is_plain_relu, module_of
 from workbench.worker.quant.quantizer import (
     Grid,
@@ -291,8 +292,8 @@ class QuantSim:
     def refresh(self) -> None:
         self.set(self._weights_on, self._acts_on)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.gm(x)
+    def __call__(self, *inputs, **named) -> torch.Tensor:
+        return self.gm(*inputs, **named)
 
     def to(self, device) -> QuantSim:
         self.gm.to(device)
@@ -335,7 +336,7 @@ class QuantSim:
                 for k, (x, _) in enumerate(batches):
                     if check_stop is not None:
                         check_stop()
-                    self.gm(x)
+                    call_model(self.gm, x)  # a tuple or dict batch is the model's several inputs
                     if progress is not None:
                         progress(k + 1, count)
         finally:

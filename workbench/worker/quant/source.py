@@ -24,7 +24,9 @@ class Source:
     dataset: DataSpec
     checkpoint: Path
     run_dir: Path | None = None
-    train: TrainSpec | None = None  # the run's training spec (quantization-aware training starts from it)
+    # The run's training spec: its task and output count decide what quantize measures (pipeline.choose_objective),
+    # and quantization-aware training starts from it.
+    train: TrainSpec | None = None
 
     def describe(self) -> dict:
         return {"run": str(self.run_dir) if self.run_dir else None, "checkpoint": str(self.checkpoint),
@@ -59,12 +61,6 @@ def resolve(source_run: str, model: ModelSpec, dataset: DataSpec, workspace: Pat
         return Source(model, dataset, path)
     run_dir, trained = read_training_run(source_run, workspace,
                                          refusal="quantize takes a training run (train.classifier)")
-    if trained.task not in ("auto", "classification"):
-        # The ladder, the sensitivity sweep and the mixed-precision proposal measure accuracy; a task's own monitor
-        # (mIoU, MAE, mean AP) is the next step of issue #20. Refused clearly rather than measured wrongly.
-        raise JobError(f"source.run: {run_dir.name} trained task {trained.task}; quantize measures a classification "
-                       "run's accuracy and does not yet measure other tasks' monitors (export and bench take "
-                       "the run)")
     checkpoint = run_checkpoint(run_dir)
     # The run's checkpoint holds every weight: no pretrained download, no starting checkpoint, no freezing.
     spec = dataclasses.replace(trained.model, checkpoint=str(checkpoint), weights="", freeze=[])

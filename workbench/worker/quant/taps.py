@@ -11,6 +11,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
+from workbench.worker.models.build import call_model
 from workbench.worker.quant.graph import Layer
 
 
@@ -50,7 +51,7 @@ def collect(run: Callable[[torch.Tensor], object], module: nn.Module, batches, *
             if check_stop is not None:
                 check_stop()
             try:
-                run(x)
+                call_model(run, x)
             except _Stop:
                 pass
     finally:
@@ -85,7 +86,7 @@ def means(run: Callable[[torch.Tensor], object], modules: dict[str, nn.Module], 
         for x, _ in batches:
             if check_stop is not None:
                 check_stop()
-            run(x)
+            call_model(run, x)
     finally:
         for handle in handles:
             handle.remove()
