@@ -1,5 +1,6 @@
-"""The accuracy ladder: accuracy after each step of the quantization pipeline, a bar group per step and a colour
-per run (two runs side by side), with the steps still to come shown as empty slots that fill in live."""
+"""The accuracy ladder: accuracy (or a task's monitor, "val MSE ↓") after each step of the quantization pipeline, a
+bar group per step and a colour per run (two runs side by side), with the steps still to come shown as empty slots
+that fill in live."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QFontMetrics
 
+from workbench.gui.panels.quant.metric import Measure
 from workbench.gui.panels.quant.plot_panel import PlotPanel, brush, finite, pen
 from workbench.gui.plots import run_colour
 
@@ -38,8 +40,8 @@ class LadderChart(PlotPanel):
     """`set_ladders([(label, ladder), ...], planned)` draws each run's {step, accuracy, loss} rungs; `planned`
     (the steps the live run, the last one, will make) adds empty slots for the rungs still to come.
 
-    `ladders` holds what was drawn, `bars` one BarGraphItem per run, `slots` the empty slots and `labels` the value
-    labels."""
+    `metric` (a result's metric block; None: accuracy) names what the rungs' "accuracy" holds. `ladders` holds what
+    was drawn, `bars` one BarGraphItem per run, `slots` the empty slots and `labels` the value labels."""
 
     def __init__(self, parent=None):
         super().__init__("accuracy", "", empty=EMPTY, y_format="percent", parent=parent)
@@ -48,6 +50,7 @@ class LadderChart(PlotPanel):
         self.labels: list[pg.TextItem] = []
         self.steps: list[str] = []
         self.ladders: list[tuple[str, list[dict]]] = []  # what was drawn, as given
+        self.measure = Measure()
 
     def clear(self, message: str = "") -> None:
         super().clear(message)
@@ -58,8 +61,11 @@ class LadderChart(PlotPanel):
         self.ladders = []
         self.plot.getAxis("bottom").setHeight(None)
 
-    def set_ladders(self, ladders: list[tuple[str, list[dict]]], planned: list[str] | None = None) -> None:
+    def set_ladders(self, ladders: list[tuple[str, list[dict]]], planned: list[str] | None = None,
+                    metric: dict | None = None) -> None:
         self.clear()
+        self.measure = measure = Measure.of(metric)
+        self.set_axis("left", measure.axis, measure.fmt)
         ladders = [(label, list(ladder or [])) for label, ladder in ladders]
         planned = list(planned or [])
         self.steps = step_order([ladder for _, ladder in ladders], planned)
@@ -67,7 +73,7 @@ class LadderChart(PlotPanel):
             self.clear(EMPTY)
             return
         self.ladders = ladders
-        self.set_title("Accuracy after each step" if len(ladders) == 1 else "Accuracy after each step, per run")
+        self.set_title(f"{measure.title} after each step" + ("" if len(ladders) == 1 else ", per run"))
         width = GROUP_WIDTH / len(ladders)
         position = {step: i for i, step in enumerate(self.steps)}
         accuracies: list[float] = []
@@ -87,7 +93,7 @@ class LadderChart(PlotPanel):
             for (step, accuracy), xi in zip(rungs, x):
                 if len(ladders) == 1:
                     # In the run's own hue, which reads on either theme's background (no recolouring on a switch).
-                    self._label(xi, accuracy, _percent(accuracy, 2), colour)
+                    self._label(xi, accuracy, measure.text(accuracy, 2), colour)
                 else:
                     groups.setdefault(step, []).append((accuracy, colour))
         for step, values in groups.items():
@@ -95,7 +101,7 @@ class LadderChart(PlotPanel):
             # group instead, the first run's on top, so that no label runs into its neighbour.
             top = max(accuracy for accuracy, _ in values)
             for line, (accuracy, colour) in enumerate(reversed(values)):
-                self._label(step, top, _percent(accuracy, 1), colour, line=line)
+                self._label(step, top, measure.text(accuracy, 1), colour, line=line)
         live = ladders[-1][1]
         done = {s.get("step") for s in live}
         pending = [position[s] for s in planned if s in position and s not in done]
@@ -142,14 +148,13 @@ class LadderChart(PlotPanel):
             self.plot.setYRange(0.0, 1.0, padding=0)
             return
         low, high = float(values.min()), float(values.max())
-        span = max(high - low, 0.01)
+        accuracy = self.measure.accuracy
+        # Another metric has its own scale (an MSE of 0.002 or of 40): a floor for the span relative to it.
+        span = max(high - low, 0.01) if accuracy else max(high - low, abs(high) * 0.02, 1e-12)
         headroom = span * (0.9 + 0.35 * (label_lines - 1))
-        top = min(high + headroom, max(1.0, high + span * 0.3))  # never far past 100 %
-        self.plot.setYRange(max(0.0, low - span * 0.6), top, padding=0)
-
-
-def _percent(value: float, decimals: int) -> str:
-    return f"{value * 100:.{decimals}f}%"
+        top = min(high + headroom, max(1.0, high + span * 0.3)) if accuracy else high + headroom  # never far past 100 %
+        bottom = low - span * 0.6
+        self.plot.setYRange(max(0.0, bottom) if low >= 0 else bottom, top, padding=0)
 
 
 def _finite(value) -> bool:

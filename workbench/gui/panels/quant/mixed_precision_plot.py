@@ -1,5 +1,5 @@
-"""The mixed-precision search: accuracy against model size for every configuration tried, the proposal
-highlighted, FP32 marked and the accuracy target drawn, so the trade-off the proposal makes is visible."""
+"""The mixed-precision search: accuracy (or a task's monitor, "val MAE ↓") against model size for every configuration
+tried, the proposal highlighted, FP32 marked and the target drawn, so the trade-off the proposal makes is visible."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 
+from workbench.gui.panels.quant.metric import Measure
 from workbench.gui.panels.quant.plot_panel import (
     CLIPPING,
     FP32,
@@ -18,7 +19,6 @@ from workbench.gui.panels.quant.plot_panel import (
     brush,
     finite,
     pen,
-    percent,
 )
 
 EMPTY = "The mixed-precision search's configurations (accuracy against model size) appear here."
@@ -35,8 +35,9 @@ def size_text(size_bytes: float) -> str:
 
 
 class MixedPrecisionPlot(PlotPanel):
-    """`set_proposal(proposal)` draws the report's mixed_precision block: `points` (a scatter, joined in order of
-    size), `proposal` and `fp32` (one marker each) and `target` (a horizontal line)."""
+    """`set_proposal(proposal, metric)` draws the report's mixed_precision block: `points` (a scatter, joined in order
+    of size), `proposal` and `fp32` (one marker each) and `target` (a horizontal line). `metric` (the result's
+    metric block; None: accuracy) names the values; for a lower-is-better one the target lies above FP32."""
 
     def __init__(self, parent=None):
         super().__init__("accuracy", "model size (KiB)", empty=EMPTY, y_format="percent", parent=parent)
@@ -44,6 +45,7 @@ class MixedPrecisionPlot(PlotPanel):
         self.proposal: pg.ScatterPlotItem | None = None
         self.fp32: pg.ScatterPlotItem | None = None
         self.target: pg.InfiniteLine | None = None
+        self.measure = Measure()
         # Bottom right: FP32 sits top right (largest, most accurate) and a search never lands big and inaccurate.
         self.legend.anchor(itemPos=(1.0, 1.0), parentPos=(1.0, 1.0), offset=(-8, -8))
 
@@ -52,8 +54,10 @@ class MixedPrecisionPlot(PlotPanel):
         self.points = self.proposal = self.fp32 = None
         self.target = None
 
-    def set_proposal(self, proposal: dict) -> None:
+    def set_proposal(self, proposal: dict, metric: dict | None = None) -> None:
         self.clear()
+        self.measure = measure = Measure.of(metric)
+        self.set_axis("left", measure.axis, measure.fmt)
         points = [p for p in proposal.get("points") or [] if _finite(p.get("accuracy")) and _finite(p.get("size_bytes"))]
         if not points and not _finite(proposal.get("accuracy")):
             self.clear("The mixed-precision search found no configuration to show.")
@@ -66,7 +70,7 @@ class MixedPrecisionPlot(PlotPanel):
             self.plot.plot(x, y, pen=pen(NEUTRAL, 1.2, Qt.DotLine))  # the trade-off curve the search walked
         self.points = pg.ScatterPlotItem(x=x, y=y, data=tips, symbol="o", size=8, pen=pen(NEUTRAL, 1.0),
                                          brush=brush(NEUTRAL, 200), name="configurations tried",
-                                         hoverable=True, tip=lambda x, y, data: f"{data}\n{x:,.1f} KiB · {y:.2%}")
+                                         hoverable=True, tip=lambda x, y, data: f"{data}\n{x:,.1f} KiB · {measure.text(y, 2)}")
         self.plot.addItem(self.points)
         names = layer_names(proposal.get("layers"))
         met = proposal.get("met")
@@ -83,24 +87,23 @@ class MixedPrecisionPlot(PlotPanel):
         if _finite(fp32_accuracy) and _finite(fp32_size):
             self.fp32 = pg.ScatterPlotItem(x=[float(fp32_size) / KIB], y=[float(fp32_accuracy)], symbol="s", size=11,
                                            pen=pen(FP32, 1.2), brush=brush(FP32),
-                                           name=f"FP32: {percent(fp32_accuracy)} at {size_text(float(fp32_size))}")
+                                           name=f"FP32: {measure.text(fp32_accuracy)} at "
+                                                f"{size_text(float(fp32_size))}")
             self.plot.addItem(self.fp32)
             if _finite(proposal.get("target_drop")):
-                target = float(fp32_accuracy) - float(proposal["target_drop"])
+                target = measure.target(float(fp32_accuracy), float(proposal["target_drop"]))
                 target_pen = pen(FP32, 1.4, Qt.DashLine)
                 self.target = pg.InfiniteLine(target, angle=0, movable=False, pen=target_pen)
                 self.plot.addItem(self.target, ignoreBounds=True)
-                self.add_legend_line(f"target: at most {float(proposal['target_drop']) * 100:.2g}% below FP32",
-                                     target_pen)
+                self.add_legend_line(f"target: {measure.allowed_text(float(proposal['target_drop']))}", target_pen)
         verdict = {True: "target met", False: "target missed"}.get(met, "")
-        self.set_title("Mixed precision: accuracy against model size" + (f" · {verdict}" if verdict else ""))
+        self.set_title(f"Mixed precision: {measure.axis} against model size" + (f" · {verdict}" if verdict else ""))
         self._fit_view()
         self.finish()
 
-    @staticmethod
-    def _proposal_label(proposal: dict, names: list[str]) -> str:
+    def _proposal_label(self, proposal: dict, names: list[str]) -> str:
         size = float(proposal["size_bytes"])
-        text = f"proposal: {percent(proposal['accuracy'])} at {size_text(size)}"
+        text = f"proposal: {self.measure.text(proposal['accuracy'])} at {size_text(size)}"
         fp32_size = proposal.get("fp32_size_bytes")
         if _finite(fp32_size) and size > 0:
             text += f", {float(fp32_size) / size:.1f}× smaller than FP32"
@@ -117,7 +120,8 @@ class MixedPrecisionPlot(PlotPanel):
         if not len(xs) or not len(ys):
             return
         x_span = max(float(xs.max() - xs.min()), float(xs.max()) * 0.05, 1e-9)
-        y_span = max(float(ys.max() - ys.min()), 0.005)
+        y_span = max(float(ys.max() - ys.min()), 0.005 if self.measure.accuracy else abs(float(ys.max())) * 0.02,
+                     1e-12)
         self.plot.setXRange(0.0, float(xs.max()) + x_span * 0.08, padding=0)
         self.plot.setYRange(float(ys.min()) - y_span * 0.45, float(ys.max()) + y_span * 0.1, padding=0)
 

@@ -95,6 +95,17 @@ class PlotPanel(QWidget):
         self.title_label.set_title("")
         self.plot.set_empty_text(message or self.empty)
 
+    def set_axis(self, side: str, label: str, fmt: str) -> None:
+        """Rename an axis and change its tick format ("percent", "plain"): a chart that shows accuracy for one run
+        and another task's metric (metric.Measure) for the next."""
+        axis = self.plot.getAxis(side)
+        if axis.fmt != fmt:
+            axis.fmt = fmt
+            axis.picture = None  # pyqtgraph keeps the drawn ticks until told they are stale
+            axis.update()
+        if axis.labelText != label:
+            self.plot.setLabel(side, label)
+
     def finish(self) -> None:
         """Call after drawing: the legend shows only when it has rows."""
         show_legend(self.legend)

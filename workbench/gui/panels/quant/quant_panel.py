@@ -33,6 +33,7 @@ from workbench.gui.panels.quant.channel_ranges_plot import ChannelRangesPlot
 from workbench.gui.panels.quant.error_plot import ErrorPlot
 from workbench.gui.panels.quant.ladder_chart import LadderChart
 from workbench.gui.panels.quant.layer_table import KEY_ROLE, LayerSortProxy, LayerTableModel
+from workbench.gui.panels.quant.metric import Measure
 from workbench.gui.panels.quant.mixed_precision_plot import MixedPrecisionPlot
 from workbench.gui.panels.quant.range_histogram import RangeHistogram
 from workbench.gui.panels.quant.results import QuantResults
@@ -51,8 +52,16 @@ NO_COMPARISON = ""
 PLOT_TABS = ("Histogram", "Error q(x) − x", "Channel ranges", "Sensitivity", "Mixed precision")
 
 
-def _percent(value) -> str:
-    return f"{value:.2%}" if isinstance(value, (int, float)) else "—"
+def _percent(value, metric: dict | None = None) -> str:
+    """A table cell: accuracy as 93.12%, another task's monitor (the run's metric block) as a plain number."""
+    if not isinstance(value, (int, float)):
+        return "—"
+    return f"{value:.2%}" if metric is None else Measure.of(metric).text(value)
+
+
+def _value(value: float, measure: Measure) -> str:
+    """A summary's number: 93.12% for accuracy, "val MAE ↓ 0.1234" for another task's monitor."""
+    return f"{value:.2%}" if measure.accuracy else f"{measure.axis} {measure.text(value)}"
 
 
 def scheme_of(spec: dict) -> str:
@@ -242,8 +251,9 @@ class QuantPanel(QWidget):
         self.runs = {entry["id"]: entry for entry in entries}
         run_table.set_rows(self.table, [
             [run_table.id_item(entry), run_table.status_item(entry),
-             *(QTableWidgetItem(text) for text in (entry.get("scheme", ""), _percent(entry.get("fp32")),
-                                                   _percent(entry.get("quantized"))))]
+             *(QTableWidgetItem(text) for text in (entry.get("scheme", ""),
+                                                   _percent(entry.get("fp32"), entry.get("metric")),
+                                                   _percent(entry.get("quantized"), entry.get("metric"))))]
             for entry in entries])
         self._fill_compare_combo()
         has_training = any(e.get("task") == "train.classifier" for e in listed)
@@ -268,7 +278,8 @@ class QuantPanel(QWidget):
         spec, report = read
         return {"spec": spec, "scheme": scheme_of(spec), "source_run": (spec.get("source") or {}).get("run", ""),
                 "fp32": (report.get("fp32") or {}).get("accuracy"),
-                "quantized": (report.get("quantized") or {}).get("accuracy")}
+                "quantized": (report.get("quantized") or {}).get("accuracy"),
+                "metric": report.get("metric") if isinstance(report.get("metric"), dict) else None}
 
     def _fill_compare_combo(self) -> None:
         current = self.compare_combo.currentData()
@@ -328,12 +339,12 @@ class QuantPanel(QWidget):
         sensitivity = report.get("sensitivity")
         if sensitivity:
             self.sensitivity.set_rows(sensitivity, results.fp32_accuracy,
-                                      (report.get("quantized") or {}).get("accuracy"))
+                                      (report.get("quantized") or {}).get("accuracy"), results.metric)
         else:
             self.sensitivity.clear("No sensitivity sweep in this run: tick “sensitivity” in the wizard's pipeline "
                                    "page to measure each layer alone and all but it.")
         if report.get("mixed_precision"):
-            self.mixed.set_proposal(report["mixed_precision"])
+            self.mixed.set_proposal(report["mixed_precision"], results.metric)
         else:
             self.mixed.clear("No mixed-precision proposal: set a target accuracy drop in the wizard's pipeline "
                              "page to get one.")
@@ -362,7 +373,9 @@ class QuantPanel(QWidget):
         # Empty slots for the rungs still to come belong to a run in progress, shown alone.
         live = self.results is not None and self.results.run_id in self.job_of_run and len(ladders) == 1
         if any(steps for _, steps in ladders) or live and self.results.planned:
-            self.ladder.set_ladders(ladders, self.results.planned if live else None)
+            # Bars of one measure: the run shown gives it (a compared run of another task would not share an axis).
+            metric = self.results.metric if self.results is not None else None
+            self.ladder.set_ladders(ladders, self.results.planned if live else None, metric)
         else:
             self.ladder.clear("The accuracy ladder: one bar per pipeline step, filled in as each step finishes.")
 
@@ -373,19 +386,23 @@ class QuantPanel(QWidget):
             return
         report = results.report
         fp32, quantized = results.fp32_accuracy, (report.get("quantized") or {}).get("accuracy")
+        measure = Measure.of(results.metric)
         parts = [f"<b>{results.label}</b>"]
         if fp32 is not None:
-            parts.append(f"FP32 {fp32:.2%}")
+            parts.append(f"FP32 {_value(fp32, measure)}")
         if quantized is not None:
-            drop = (fp32 - quantized) * 100 if fp32 is not None else None
-            parts.append(f"quantized <b>{quantized:.2%}</b>" + (f" ({drop:+.2f} pt drop)" if drop is not None else ""))
+            if measure.accuracy:
+                drop = (fp32 - quantized) * 100 if fp32 is not None else None
+                parts.append(f"quantized <b>{quantized:.2%}</b>" + (f" ({drop:+.2f} pt drop)" if drop is not None else ""))
+            else:
+                parts.append(f"quantized <b>{_value(quantized, measure)}</b>")
         sqnr = (report.get("quantized") or {}).get("logit_sqnr_db")
         if isinstance(sqnr, (int, float)):
             parts.append(f"logit SQNR {sqnr:.1f} dB")
         if results.ladder and not report:
             last = results.ladder[-1]
             parts.append(f"step {len(results.ladder)}/{len(results.planned) or '?'}: {last['step']} "
-                         f"{last['accuracy']:.2%}")
+                         f"{_value(last['accuracy'], measure)}")
         if report.get("error"):
             parts.append(f"<span style='color:#c0392b'>{report['error']}</span>")
         if message:

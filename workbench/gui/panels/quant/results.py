@@ -51,6 +51,9 @@ class QuantResults:
     arrays: dict[str, tuple[np.ndarray, dict]] = field(default_factory=dict)
     ladder: list[dict] = field(default_factory=list)  # {step, accuracy, loss}, rung by rung
     planned: list[str] = field(default_factory=list)  # the rungs the job will make
+    # What "accuracy" holds for a task other than classification, {name, label, higher_is_better}, from the live
+    # ladder's metadata until the report brings its own; None: accuracy.
+    live_metric: dict | None = None
 
     # -- filling in --------------------------------------------------------------------------------------------
     def add_array(self, name: str, array: np.ndarray, meta: dict) -> bool:
@@ -63,6 +66,8 @@ class QuantResults:
             self.ladder = [{"step": step, "accuracy": float(row[0]), "loss": float(row[1])}
                            for step, row in zip(steps, np.asarray(array).reshape(-1, 2))]
             self.planned = list(meta.get("planned") or self.planned)
+            if isinstance(meta.get("metric"), dict):
+                self.live_metric = dict(meta["metric"])
             return True
         self.arrays[name] = (np.asarray(array), dict(meta))
         return True
@@ -97,6 +102,13 @@ class QuantResults:
             cle_ranges=parts["cle_ranges"][0] if parts["cle_ranges"] else None,
             chosen=str(meta.get("chosen", "")), sampled=bool(meta.get("sampled", False)),
             values=int(meta.get("values", 0)))
+
+    @property
+    def metric(self) -> dict | None:
+        """The report's metric block (a task's monitor: what every "accuracy" of this run holds), or None for
+        accuracy (classification, and every run from before it)."""
+        metric = self.report.get("metric")
+        return metric if isinstance(metric, dict) else self.live_metric
 
     @property
     def fp32_accuracy(self) -> float | None:

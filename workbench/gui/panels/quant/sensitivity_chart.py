@@ -1,5 +1,5 @@
-"""Which layer hurts: per layer, the accuracy with only that layer quantized and with every layer but it
-quantized, as horizontal bars against the FP32 and the fully quantized accuracy."""
+"""Which layer hurts: per layer, the accuracy (or a task's monitor, "val mIoU ↑") with only that layer quantized and
+with every layer but it quantized, as horizontal bars against the FP32 and the fully quantized values."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QFontMetrics
 
-from workbench.gui.panels.quant.plot_panel import FP32, PlotPanel, brush, finite, pen, percent
+from workbench.gui.panels.quant.metric import Measure
+from workbench.gui.panels.quant.plot_panel import FP32, PlotPanel, brush, finite, pen
 from workbench.gui.plots import SERIES_COLOURS
 
 EMPTY = "How much each layer costs when quantized alone, and what is left when every other layer is, appears here."
@@ -23,8 +24,9 @@ ROW_PIXELS = 26  # the least height a layer's row keeps, so its name stays reada
 
 
 class SensitivityChart(PlotPanel):
-    """`set_rows(rows, fp32_accuracy, quantized_accuracy)` draws one bar per layer per series (`bars` by series
-    key: "only_this", "all_but_this"); layers run top to bottom in the order given, named on the left axis."""
+    """`set_rows(rows, fp32_accuracy, quantized_accuracy, metric)` draws one bar per layer per series (`bars` by series
+    key: "only_this", "all_but_this"); layers run top to bottom in the order given, named on the left axis.
+    `metric` (a result's metric block; None: accuracy) names what the values are."""
 
     def __init__(self, parent=None):
         super().__init__("", "accuracy", empty=EMPTY, x_format="percent", parent=parent)
@@ -32,6 +34,7 @@ class SensitivityChart(PlotPanel):
         self.references: dict[str, pg.InfiniteLine] = {}
         self.labels: list[pg.TextItem] = []
         self.rows = 0
+        self.measure = Measure()
         self._fitting = False  # until the user zooms or pans, a resize refits the rows under the legend
         view = self.plot.getViewBox()
         view.invertY(True)  # the first layer on top, as in the network and the layer table
@@ -47,13 +50,16 @@ class SensitivityChart(PlotPanel):
         self._fitting = False
         self.plot.getAxis("left").setWidth(None)
 
-    def set_rows(self, rows: list[dict], fp32_accuracy: float | None, quantized_accuracy: float | None) -> None:
+    def set_rows(self, rows: list[dict], fp32_accuracy: float | None, quantized_accuracy: float | None,
+                 metric: dict | None = None) -> None:
         self.clear()
+        self.measure = measure = Measure.of(metric)
+        self.set_axis("bottom", measure.axis, measure.fmt)
         rows = [r for r in rows if r.get("layer") is not None]
         if not rows:
             self.clear("No per-layer sensitivity was measured in this run.")
             return
-        self.set_title("Accuracy per layer: quantized alone, and everything but it quantized")
+        self.set_title(f"{measure.title} per layer: quantized alone, and everything but it quantized")
         y = np.arange(len(rows), dtype=float)
         thickness = 0.8 / len(SERIES)
         for i, (key, name, colour) in enumerate(SERIES):
@@ -68,7 +74,7 @@ class SensitivityChart(PlotPanel):
             self.bars[key] = bar
             for value, row in zip(values[shown], y[shown] + offset):
                 # Inside the bar's end, white on the bar's hue: the same on either theme.
-                label = pg.TextItem(percent(value), color="#ffffff", anchor=(1.0, 0.5))
+                label = pg.TextItem(measure.text(value), color="#ffffff", anchor=(1.0, 0.5))
                 label.setFont(LABEL_FONT)
                 label.setPos(value, row)
                 self.plot.addItem(label)
@@ -82,7 +88,7 @@ class SensitivityChart(PlotPanel):
             line = pg.InfiniteLine(value, angle=90, movable=False, pen=line_pen)
             self.plot.addItem(line, ignoreBounds=True)
             self.references[key] = line
-            self.add_legend_line(f"{text} {percent(value)}", line_pen)
+            self.add_legend_line(f"{text} {measure.text(value)}", line_pen)
         names = [str(r["layer"]) for r in rows]
         axis = self.plot.getAxis("left")
         axis.setTicks([list(enumerate(names))])
@@ -98,8 +104,13 @@ class SensitivityChart(PlotPanel):
         values = finite([_number(r.get(key)) for r in rows for key, _, _ in SERIES]
                         + [_number(v) for v in references])
         low, high = float(values.min()), float(values.max())
-        span = max(high - low, 0.01)
-        self.plot.setXRange(max(0.0, low - span * 0.25), min(1.0, high + span * 0.1) + span * 0.02, padding=0)
+        if self.measure.accuracy:
+            span = max(high - low, 0.01)
+            self.plot.setXRange(max(0.0, low - span * 0.25), min(1.0, high + span * 0.1) + span * 0.02, padding=0)
+        else:  # another metric has its own scale: a floor for the span relative to it, no 100 % ceiling
+            span = max(high - low, abs(high) * 0.02, 1e-12)
+            left = low - span * 0.25
+            self.plot.setXRange(max(0.0, left) if low >= 0 else left, high + span * 0.12, padding=0)
         self.rows, self._fitting = len(rows), True
         self._fit_rows()
 
