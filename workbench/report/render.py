@@ -123,6 +123,49 @@ def _pp(delta: float | None) -> str:
     return f"{sign}{abs(delta) * 100:.2f} pp"
 
 
+# A quantize run of a task other than classification (issue #20) carries a `metric` block: every "accuracy" of its
+# report holds that task's monitor (MAE, mIoU), named by its label and direction ("val MAE ↓") and shown as a plain
+# number; a report without one is accuracy, in percent, as before.
+
+
+def _metric(record: RunRecord) -> dict | None:
+    metric = _get(record.report, "metric")
+    return metric if isinstance(metric, dict) and metric.get("label") else None
+
+
+def _metric_name(metric: dict | None) -> str:
+    """ "accuracy", or "val MAE ↓" with the metric's direction."""
+    if metric is None:
+        return "accuracy"
+    return f"{_str(metric.get('label'))} {'↑' if metric.get('higher_is_better', True) else '↓'}"
+
+
+def _mval(value: object, metric: dict | None, digits: int = 2) -> str:
+    """A measured value: 93.12 % for accuracy, 4 significant digits for another metric."""
+    if metric is None:
+        return _pct(value, digits)
+    v = _num(value)
+    return "–" if v is None else f"{v:.4g}"
+
+
+def _mdelta(delta: float | None, metric: dict | None) -> str:
+    """A change against FP32: in percentage points for accuracy, in the metric's own units else."""
+    if metric is None or delta is None:
+        return _pp(delta)
+    return f"{'+' if delta > 0 else '−' if delta < 0 else '±'}{abs(delta):.3g}"
+
+
+def _kept(value: float | None, fp32: float | None, metric: dict | None, share: float = 0.01) -> bool:
+    """Whether `value` is no worse than FP32 by more than `share` (accuracy: points; another metric: a share of
+    its FP32 value), in the metric's direction: a lower-is-better metric gets worse by rising."""
+    if value is None or fp32 is None:
+        return True
+    if metric is None:
+        return value - fp32 >= -share
+    sign = 1.0 if metric.get("higher_is_better", True) else -1.0
+    return sign * (value - fp32) >= -share * abs(fp32)
+
+
 def _fmt(value: object, digits: int = 3) -> str:
     v = _num(value)
     return "–" if v is None else svg.fmt_number(v, digits)
@@ -293,7 +336,7 @@ def _fp32_accuracy(story: ModelStory) -> tuple[float | None, str]:
             return value, what
     for record in story.quantize:
         value = _num(_get(record.report, "fp32", "accuracy"))
-        if value is not None:
+        if value is not None and _metric(record) is None:  # a task's monitor (MAE) is not an accuracy
             return value, "quantize run's held-out set"
     return None, ""
 
@@ -336,14 +379,18 @@ def _summary(story: ModelStory) -> str:
     quant = [(r, _num(_get(r.report, "quantized", "accuracy"))) for r in story.quantize if r.done]
     quant = [(r, a) for r, a in quant if a is not None]
     if quant:
+        # One model's quantize runs measure one task's metric; best is its direction's best (lowest for MAE).
+        metric = _metric(quant[0][0])
+        sign = -1.0 if metric is not None and not metric.get("higher_is_better", True) else 1.0
         # Ties go to the smaller model (fewer bits), then the newer run.
-        best, acc = max(quant, key=lambda item: (round(item[1], 6), -_bits(item[0]), _created(item[0])))
+        best, acc = max(quant, key=lambda item: (round(sign * item[1], 6), -_bits(item[0]), _created(item[0])))
         ref = _num(_get(best.report, "fp32", "accuracy"))
-        ref = ref if ref is not None else fp32
+        ref = ref if ref is not None else (fp32 if metric is None else None)
         drop = acc - ref if ref is not None else None
-        cls = "good" if drop is not None and drop >= -0.01 else "bad"
-        rows.append(("Best quantized accuracy",
-                     f"<b>{_pct(acc)}</b> <span class=\"{cls}\">{_pp(drop)}</span> with {esc(quant_label(best, long=True))}"
+        cls = "good" if drop is not None and _kept(acc, ref, metric) else "bad"
+        rows.append((f"Best quantized {_metric_name(metric)}",
+                     f"<b>{_mval(acc, metric)}</b> <span class=\"{cls}\">{_mdelta(drop, metric)}</span> with "
+                     f"{esc(quant_label(best, long=True))}"
                      f' <span class="muted">(#{esc(_short(best.id))}, best of {len(quant)})</span>'))
     else:
         rows.append(("Best quantized accuracy", '<span class="muted">no quantize runs yet</span>'))
@@ -477,6 +524,13 @@ def _ladder_chart(record: RunRecord) -> str:
         return ""
     good = [v for v in values if v is not None]
     fp32 = _num(_get(record.report, "fp32", "accuracy"))
+    metric = _metric(record)
+    if metric is not None:
+        name = _metric_name(metric)
+        colors = [svg.PALETTE[0] if _kept(v, fp32, metric, 0.0005) else svg.PALETTE[1] for v in values]
+        return svg.bar_chart(labels, [v if v is not None else math.nan for v in values], title=f"{name} ladder",
+                             value_label=f"held-out {name}", colors=colors, value_format=lambda v: f"{v:.4g}",
+                             reference=(fp32, f"FP32 {_str(metric.get('label'))}") if fp32 is not None else None)
     lo = 0.0
     if good and min(good) > 0.3:
         spread = max(good) - min(good)
@@ -512,15 +566,22 @@ def _sensitivity(record: RunRecord) -> str:
     if not rows:
         return ""
     fp32 = _num(_get(record.report, "fp32", "accuracy"))
-    worst = min(rows, key=lambda r: _num(r.get("only_this")) if _num(r.get("only_this")) is not None else math.inf)
+    metric = _metric(record)
+    # The most sensitive layer is the one that, quantized alone, leaves the worst value: the lowest accuracy, or
+    # the highest value of a lower-is-better metric.
+    sign = -1.0 if metric is not None and not metric.get("higher_is_better", True) else 1.0
+    worst = min(rows, key=lambda r: sign * _num(r.get("only_this")) if _num(r.get("only_this")) is not None
+                else math.inf)
     body = []
     for row in rows:
         mark = ' <span class="bad">most sensitive</span>' if row is worst and len(rows) > 1 else ""
         only = _num(row.get("only_this"))
-        body.append([f'<span class="mono">{esc(row.get("layer"))}</span>{mark}', _pct(only),
-                     _pp(only - fp32) if only is not None and fp32 is not None else "–", _pct(row.get("all_but_this"))])
-    return "<h3>Sensitivity</h3>" + _table(["layer", "only this quantized", "vs FP32", "all but this quantized"], body,
-                                           numeric=(1, 2, 3), cls="")
+        body.append([f'<span class="mono">{esc(row.get("layer"))}</span>{mark}', _mval(only, metric),
+                     _mdelta(only - fp32, metric) if only is not None and fp32 is not None else "–",
+                     _mval(row.get("all_but_this"), metric)])
+    title = "Sensitivity" if metric is None else f"Sensitivity <span class=\"muted\">({esc(_metric_name(metric))})</span>"
+    return f"<h3>{title}</h3>" + _table(["layer", "only this quantized", "vs FP32", "all but this quantized"], body,
+                                        numeric=(1, 2, 3), cls="")
 
 
 def _mixed(record: RunRecord) -> str:
@@ -537,10 +598,16 @@ def _mixed(record: RunRecord) -> str:
             names.append(_str(item))
     met = mp.get("met")
     verdict = _chip("target met", "ok") if met is True else _chip("target missed", "bad") if met is False else ""
-    rows = [("accuracy target", f"at most {_pp(_num(mp.get('target_drop')))} below FP32".replace("+", "")
-             if _num(mp.get("target_drop")) is not None else "–"),
+    metric = _metric(record)
+    allowed = _num(mp.get("target_drop"))
+    if metric is None:
+        target = f"at most {_pp(allowed)} below FP32".replace("+", "") if allowed is not None else "–"
+    else:  # in the metric's own units; a lower-is-better metric may rise by that much
+        side = "below" if metric.get("higher_is_better", True) else "above"
+        target = f"at most {allowed:.4g} {side} FP32" if allowed is not None else "–"
+    rows = [(f"{_metric_name(metric)} target", target),
             ("layers kept at higher precision", esc(", ".join(names)) if names else "none needed"),
-            ("accuracy", f"{_pct(mp.get('accuracy'))} {verdict}"),
+            (_metric_name(metric), f"{_mval(mp.get('accuracy'), metric)} {verdict}"),
             ("size", f"{_bytes(mp.get('size_bytes'))} <span class=\"muted\">(FP32 {_bytes(mp.get('fp32_size_bytes'))})</span>")]
     return "<h3>Mixed precision</h3>" + _kv(rows)
 
@@ -550,23 +617,26 @@ def _quant_card(story: ModelStory, record: RunRecord, *, open_: bool) -> str:
     fp32 = _num(_get(report, "fp32", "accuracy"))
     acc = _num(_get(report, "quantized", "accuracy"))
     drop = acc - fp32 if acc is not None and fp32 is not None else None
+    metric = _metric(record)
+    shown = _mval(acc, metric) if metric is None else f"{esc(_metric_name(metric))} {_mval(acc, metric)}"
     head = (f"{esc(quant_label(record))} <span class=\"muted\">#{esc(_short(record.id))} · {esc(quant_label(record, long=True))}"
-            f" · {_date(record.created)}</span> · {_pct(acc)} ")
+            f" · {_date(record.created)}</span> · {shown} ")
     if drop is not None:
-        head += f'<span class="{"good" if drop >= -0.01 else "bad"}">{_pp(drop)}</span>'
+        head += f'<span class="{"good" if _kept(acc, fp32, metric) else "bad"}">{_mdelta(drop, metric)}</span>'
     if record.status != "done":
         head += " " + _status_chip(record.status)
     parts = [f'<details class="card"{" open" if open_ else ""}><summary>{head}</summary>', _problems(record)]
     if record.done:
         facts = [("run", f'<span class="mono">{esc(record.id)}</span>'),
-                 ("FP32 → quantized", f"{_pct(fp32)} → <b>{_pct(acc)}</b> ({_pp(drop)})"),
+                 ("FP32 → quantized" + ("" if metric is None else f" ({esc(_metric_name(metric))})"),
+                  f"{_mval(fp32, metric)} → <b>{_mval(acc, metric)}</b> ({_mdelta(drop, metric)})"),
                  ("logit SQNR", f"{_fmt(_get(report, 'quantized', 'logit_sqnr_db'))} dB")]
         calibration, held_out = _num(_get(report, "calibration", "samples")), _num(_get(report, "held_out", "samples"))
         if calibration is not None:
             facts.append(("calibration", f"{calibration:,.0f} samples"))
         if held_out is not None:
-            facts.append(("accuracy measured on", f"{held_out:,.0f} samples "
-                                                  f"({esc(_get(report, 'held_out', 'split') or 'held-out')})"))
+            facts.append((f"{'accuracy' if metric is None else esc(_metric_name(metric))} measured on",
+                          f"{held_out:,.0f} samples ({esc(_get(report, 'held_out', 'split') or 'held-out')})"))
         ladder = _ladder_chart(record)
         parts.append('<div class="charts">' + f"<div>{_kv(facts)}</div>" + (f"<div>{ladder}</div>" if ladder else "")
                      + "</div>")
@@ -594,17 +664,28 @@ def _quantization(story: ModelStory) -> str:
         worst = min(layers, key=lambda layer: _num(layer.get("sqnr_db"))) if layers else None
         worst_text = (f'<span class="nowrap"><span class="mono">{esc(worst.get("name"))}</span> '
                       f'{esc(worst.get("tensor") or "")} {_fmt(worst.get("sqnr_db"))} dB</span>') if worst else "–"
-        drop_html = f'<span class="{"good" if drop >= -0.01 else "bad"}">{_pp(drop)}</span>' if drop is not None else "–"
+        metric = _metric(record)
+        drop_html = (f'<span class="{"good" if _kept(acc, fp32, metric) else "bad"}">{_mdelta(drop, metric)}</span>'
+                     if drop is not None else "–")
         rows.append([f'<span class="mono">#{esc(_short(record.id))}</span>', esc(quant_label(record, long=True)),
-                     _status_chip(record.status), _pct(acc), drop_html,
+                     _status_chip(record.status),
+                     _mval(acc, metric) if metric is None else f"{_mval(acc, metric)} {esc(_metric_name(metric))}",
+                     drop_html,
                      _fmt(_get(report, "quantized", "logit_sqnr_db")), worst_text])
         if acc is not None:
             labels.append(f"{quant_label(record)} #{_short(record.id)}")
             values.append(acc)
-            bar_colors.append(svg.PALETTE[0] if fp32 is None or acc >= fp32 - 0.0005 else svg.PALETTE[1])
+            bar_colors.append(svg.PALETTE[0] if _kept(acc, fp32, metric, 0.0005) else svg.PALETTE[1])
     out.append(_table(["run", "recipe", "status", "quantized acc.", "vs FP32", "logit SQNR dB", "worst tensor"], rows,
                       numeric=(3, 4, 5)))
-    if len(values) >= 2:
+    metrics = {_metric_name(_metric(r)) for r in story.quantize if r.done}
+    if len(values) >= 2 and metrics != {"accuracy"}:
+        # A task's monitor on its own scale, from zero, named with its direction; no FP32 line across runs.
+        chart = svg.bar_chart(labels, values, title=f"Quantized {' / '.join(sorted(metrics))} by run", width=760,
+                              value_label="held-out " + " / ".join(sorted(metrics)), value_format=lambda v: f"{v:.4g}",
+                              colors=bar_colors, bar_height=16)
+        out.append(f'<div style="max-width:760px">{chart}</div>')
+    elif len(values) >= 2:
         fp32, _ = _fp32_accuracy(story)
         lo = 0.0
         if min(values) > 0.3:
@@ -618,8 +699,13 @@ def _quantization(story: ModelStory) -> str:
         out.append(f'<div style="max-width:760px">{chart}</div>')
     # The best and the newest open; with few runs, all of them.
     done = [(r, _num(_get(r.report, "quantized", "accuracy"))) for r in story.quantize if r.done]
+
+    def better(record: RunRecord, value: float) -> float:  # a lower-is-better metric's best is its lowest
+        metric = _metric(record)
+        return -value if metric is not None and not metric.get("higher_is_better", True) else value
+
     best = max((item for item in done if item[1] is not None),
-               key=lambda item: (round(item[1], 6), -_bits(item[0]), _created(item[0])), default=(None, None))[0]
+               key=lambda item: (round(better(*item), 6), -_bits(item[0]), _created(item[0])), default=(None, None))[0]
     open_ids = {r.id for r in story.quantize} if len(story.quantize) <= OPEN_CARDS else {
         story.quantize[-1].id, best.id if best else ""}
     if len(story.quantize) > OPEN_CARDS:
