@@ -113,12 +113,17 @@ def test_metrics_are_weighted_by_batch_size_and_merge_as_sums(user_file):
     assert math.isclose(merged["mae"], float(all_error), rel_tol=1e-6)
 
 
-def test_monitor_loss_puts_the_loss_among_the_metrics(user_file):
+def test_monitor_loss_puts_the_validation_loss_among_the_metrics(user_file):
     o = objective(user_file, metrics="scores")
-    outputs, target = batch(4)
-    values = o.metrics(o.batch_stats(outputs, target), 4)
-    assert math.isclose(values["loss"], float(F.mse_loss(outputs.squeeze(1), target)), rel_tol=1e-6)
-    assert "mae" in values
+    (o1, t1), (o2, t2) = batch(6, 5), batch(2, 6)
+    with torch.no_grad():  # validation: the loop finds its monitor among the metrics
+        stats = o.batch_stats(o1, t1) + o.batch_stats(o2, t2)
+    values = o.metrics(stats, 8)
+    expected = (6 * F.mse_loss(o1.squeeze(1), t1) + 2 * F.mse_loss(o2.squeeze(1), t2)) / 8
+    assert math.isclose(values["loss"], float(expected), rel_tol=1e-6) and "mae" in values
+    # A training step has its loss already: its statistics do not compute it again.
+    training = o.metrics(o.batch_stats(o1, t1), 6)
+    assert "loss" not in training and "mae" in training
 
 
 def test_test_evaluator_writes_loss_metrics_and_the_monitor(user_file):

@@ -1,6 +1,7 @@
 """The custom task: the user's loss `fn(outputs, target) -> scalar tensor` (loss=file:<path.py>:<fn>), their metrics
 `fn(outputs, target) -> {name: number}` (metrics=file:...), and the monitor they name with its direction.
 
+`outputs` is the model's output as the engine reads every model's (the tensor; a tuple's first item, a dict's "out").
 Metrics aggregate as Lightning's self.log(on_epoch=True) does by default: each batch's value weighted by the batch's
 sample count, summed over batches and ranks, divided by the samples at the end. Worker side; never imports Qt.
 """
@@ -19,9 +20,9 @@ from workbench.worker.models.user_code import _describe, _where, import_user_fil
 from workbench.worker.objectives.base import Objective, TestEvaluator, as_floats, json_safe, ratio
 
 # The statistics vector has a fixed length (the loop sizes its sums before the first batch, when the metric names
-# are not known yet): [samples, loss sum, one sum per metric], with room for this many metrics.
+# are not known yet): [samples, samples with a loss, loss sum, one sum per metric], with room for this many metrics.
 MAX_METRICS = 32
-_FIXED = 2  # samples, loss sum
+_FIXED = 3
 
 # A loaded user function per (file, its mtime and size, function): the objective is built several times per run
 # (the route's log line, the trainer, the test split, the result) and the file should run once, not four times.
@@ -126,17 +127,21 @@ class CustomObjective(Objective):
 
     # -- batch statistics and metrics --------------------------------------------------------------
     def batch_stats(self, scores, target: torch.Tensor) -> torch.Tensor:
-        return self._stats(scores, target, with_loss=self.monitor == "loss")
+        # With monitor=loss, validation batches (evaluated under no_grad) carry the loss among the metrics, so the
+        # loop finds its monitor there; a training step has just computed it, and is not made to compute it twice.
+        return self._stats(scores, target, with_loss=self.monitor == "loss" and not torch.is_grad_enabled())
 
     def _stats(self, scores, target: torch.Tensor, *, with_loss: bool) -> torch.Tensor:
-        """[samples, loss sum (when wanted: computed again, under no_grad), value * samples per metric, zeros]."""
+        """[samples, samples with a loss, loss sum (when wanted: computed under no_grad), value * samples per metric,
+        zeros for the unused metric slots]."""
         device = scores.device if isinstance(scores, torch.Tensor) else target.device
         samples = float(target.shape[0]) if isinstance(target, torch.Tensor) and target.dim() else 1.0
         stats = torch.zeros(self.stat_count(), dtype=torch.float64, device=device)
         stats[0] = samples
         with torch.no_grad():
             if with_loss:
-                stats[1] = self.loss(scores, target).double() * samples
+                stats[1] = samples
+                stats[2] = self.loss(scores, target).double() * samples
             if self.metrics_fn is not None:
                 values = self._metric_values(scores, target, device)
                 if values:
@@ -190,11 +195,12 @@ class CustomObjective(Objective):
                        "an int or a one-element tensor)")
 
     def metrics(self, stats: Sequence[float], samples: float) -> dict[str, float]:
-        return self._metrics(as_floats(stats), with_loss=self.monitor == "loss")
+        return self._metrics(as_floats(stats))
 
-    def _metrics(self, sums: list[float], *, with_loss: bool) -> dict[str, float]:
+    def _metrics(self, sums: list[float]) -> dict[str, float]:
+        """The metrics from summed statistics; "loss" where the batches carried it (validation, test)."""
         count = sums[0]
-        out = {"loss": ratio(sums[1], count)} if with_loss else {}
+        out = {"loss": ratio(sums[2], sums[1])} if sums[1] else {}
         for i, name in enumerate(self.names or []):
             out[name] = ratio(sums[_FIXED + i], count)
         return out
@@ -228,6 +234,6 @@ class CustomEvaluator(TestEvaluator):
 
     def result(self) -> dict:
         sums = as_floats(self.sums) if self.sums is not None else [0.0] * self.objective.stat_count()
-        out = self.common(self.objective._metrics(sums, with_loss=True))
+        out = self.common(self.objective._metrics(sums))
         out["samples"] = int(sums[0])
         return json_safe(out)
