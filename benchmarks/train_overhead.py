@@ -21,7 +21,10 @@ not like-for-like with fp32 rows.
 Section "user" (issue #20): see benchmarks/user_rows.py; the reference is a plain DataLoader loop over the same
 user Dataset with the same 2 workers.
 
-    .venv/bin/python benchmarks/train_overhead.py [--section host|cuda|user|all] [--model torchvision:resnet18|cnn]
+Section "lightning" (issue #20): see benchmarks/lightning_rows.py; the reference is the same LightningModule under a
+bare Lightning Trainer (no logger, progress bar, checkpointing or model summary). Goal: within 1.05x.
+
+    .venv/bin/python benchmarks/train_overhead.py [--section host|cuda|user|lightning|all] [--model torchvision:resnet18|cnn]
         [--size 32] [--batch-size 128] [--epochs 2] [--repeats 3]
 """
 
@@ -38,6 +41,7 @@ import time
 import warnings
 
 import torch
+from lightning_rows import lightning_rows  # noqa: E402  (beside this script, as user_rows)
 from torch.utils.data import DataLoader, TensorDataset
 from user_rows import user_rows  # noqa: E402  (beside this script: python benchmarks/train_overhead.py)
 
@@ -220,7 +224,8 @@ def _one_row(args) -> int:
     """The child's side of `_run_row`: run one row and print its samples/s."""
     section, label = args.one_row
     device = torch.device("cuda" if section == "cuda" else "cpu")
-    rows = {"cuda": cuda_rows, "user": user_rows}.get(section, lambda: host_rows(args.peers_only))()
+    rows = {"cuda": cuda_rows, "user": user_rows, "lightning": lightning_rows}.get(
+        section, lambda: host_rows(args.peers_only))()
     run = rows[label]
     rate = run(data_spec(args.size, args.samples), args.model, epochs=args.epochs, batch_size=args.batch_size,
                seed=args.seed, device=device, workspace=args.workspace)
@@ -322,9 +327,25 @@ def user_section(args, workspace) -> None:
     print(f"file: dataset: {ratio:.2f}x the plain DataLoader loop (goal >= 0.91, i.e. within 1.1x)")
 
 
+def lightning_section(args, workspace) -> None:
+    if importlib.util.find_spec("lightning") is None:
+        print("lightning section skipped: `lightning` is not installed (pip install 'torch-workbench[lightning]')")
+        return
+    print(f"lightning section: cpu, {torch.get_num_threads()} threads; a LightningModule (small CNN on 3x32x32) with "
+          f"a DataModule, batch {args.batch_size}, {args.epochs} epoch(s) of 1,800 samples a run, timed by the module "
+          f"after 20 steps; medians of {args.repeats} interleaved repeats")
+    median, best = _measure("lightning", lightning_rows(), args, workspace)
+    reference, best_reference = median["bare Lightning Trainer"], best["bare Lightning Trainer"]
+    for label, value in median.items():
+        print(f"  {label:<58} {value:>9,.0f}/s   {value / reference:.2f}x ({best[label] / best_reference:.2f}x) "
+              "the bare Trainer")
+    ratio = reference / median["workbench, lightning: model"]
+    print(f"lightning: model: {ratio:.2f}x the bare Trainer's time per sample (goal <= 1.05)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--section", choices=("host", "cuda", "user", "all"), default="all")
+    parser.add_argument("--section", choices=("host", "cuda", "user", "lightning", "all"), default="all")
     parser.add_argument("--model", default="torchvision:resnet18")
     parser.add_argument("--size", type=int, default=32, help="image side (fake 3-channel data)")
     parser.add_argument("--samples", type=int, default=0, help="fake images (80%% train); default: 4,000 on the "
@@ -349,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
             cuda_section(cuda_args, workspace)
         if args.section in ("user", "all"):
             user_section(argparse.Namespace(**{**vars(args), "samples": 2000}), workspace)
+        if args.section in ("lightning", "all"):
+            lightning_section(argparse.Namespace(**{**vars(args), "batch_size": min(args.batch_size, 64)}), workspace)
     return 0
 
 

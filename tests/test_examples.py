@@ -29,3 +29,15 @@ def test_an_example_trains_its_task(name, task, monitor, tmp_path, monkeypatch):
     assert result["status"] == "done", result.get("error")
     assert result["task"] == task and result["monitor"]["name"] == monitor
     assert result["monitor"]["test"] is not None
+
+
+def test_the_lightning_example_trains_with_lightnings_trainer(tmp_path, monkeypatch):
+    pytest.importorskip("lightning")
+    monkeypatch.chdir(tmp_path)  # the spec's relative lightning: paths are found beside it
+    spec = TrainSpec.load(EXAMPLES / "digits_lightning" / "train.toml")
+    assert spec.model.name == f"lightning:{EXAMPLES / 'digits_lightning' / 'model.py'}:DigitsClassifier"
+    spec = dataclasses.replace(spec, epochs=1)
+    result = run_task(get_task("train.classifier"), spec.to_dict(), emit=lambda *a: None, workspace=tmp_path / "ws")
+    assert result["status"] == "done", result.get("error")
+    assert result["monitor"]["name"] == "val_acc" and result["monitor"]["higher_is_better"] is True
+    assert result["monitor"]["test"] is not None

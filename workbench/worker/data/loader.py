@@ -95,6 +95,10 @@ def load_dataset(spec: DataSpec, workspace=None, ctx=None) -> LoadedDataset | Us
         from workbench.worker.data.user import load_user_dataset
 
         return load_user_dataset(spec, workspace, ctx)
+    if spec.name.startswith("lightning:"):  # a LightningDataModule: its first training batch, for the later jobs
+        from workbench.worker.lightning.data import load_lightning_dataset
+
+        return load_lightning_dataset(spec, ctx)
     root = resolve_root(spec, workspace)
     core = _cache.get_or_load(_core_key(spec, root, workspace), lambda: _load_core(spec, root, workspace, ctx))
     return LoadedDataset(core, spec)

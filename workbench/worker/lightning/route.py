@@ -62,6 +62,7 @@ def run_lightning_training(spec: TrainSpec, ctx) -> dict:
     with lightning_messages(ctx.log):  # Lightning's own lines and warnings into the job's log, not stderr
         _build_trainer(spec, ctx, device, parts)
         _fit(spec, ctx, parts, resume)
+        _save_last(ctx, parts)
         test = _test(ctx, parts)
     save_state_dict(parts.module.state_dict(), run.checkpoints_dir / FINAL, name=f"checkpoints/{FINAL}")
     spec = _record_input_shape(spec, ctx, parts.callback.input_shape)
@@ -111,7 +112,7 @@ def _build_trainer(spec: TrainSpec, ctx, device: torch.device, parts: _Parts) ->
     holder: list = []
     parts.trainer = lightning.Trainer(
         **trainer_arguments(spec, device), default_root_dir=str(run.dir),
-        logger=MetricsLogger(ctx, lambda: holder[0] if holder else None),
+        logger=MetricsLogger(ctx, lambda: holder[0] if holder else None, run.dir),
         callbacks=[parts.callback, parts.own_checkpoint], plugins=[WorkbenchCheckpointIO(run.dir)])
     holder.append(parts.trainer)
 
@@ -135,6 +136,13 @@ def _fit(spec: TrainSpec, ctx, parts: _Parts, resume) -> None:
     except Exception as exc:
         raise _user_error(exc, spec, "training") from None
     ctx.check_stop()  # a cancel that came after the last step: the run still reads cancelled
+
+
+def _save_last(ctx, parts: _Parts) -> None:
+    """last.ckpt at the end of training when checkpoint_every did not fall on the last epoch (or is 0): a later
+    `--resume` with more epochs continues from here."""
+    if parts.callback.saved_epoch != parts.trainer.current_epoch:
+        parts.trainer.save_checkpoint(ctx.run.checkpoints_dir / LAST_CKPT)
 
 
 def _kept(ctx, callback) -> str:

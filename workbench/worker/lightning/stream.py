@@ -39,18 +39,25 @@ def _number(value) -> float | None:
 class MetricsLogger(Logger):
     """Lightning's logged values -> ctx.metrics at the optimiser step Lightning gives (the built-in loop's x axis)."""
 
-    def __init__(self, report, trainer_ref):
+    def __init__(self, report, trainer_ref, save_dir):
         super().__init__()
         self._report = report
         self._trainer_ref = trainer_ref  # () -> the Trainer, for the learning rate
+        self._save_dir = str(save_dir)
+
+    # A module's own ModelCheckpoint without a dirpath writes to <save_dir>/<name>/<version>/checkpoints: with these,
+    # the run's own checkpoints folder.
+    @property
+    def save_dir(self) -> str:
+        return self._save_dir
 
     @property
     def name(self) -> str:
-        return "workbench"
+        return ""
 
     @property
     def version(self) -> str:
-        return "0"
+        return ""
 
     def log_hyperparams(self, params, *args, **kwargs) -> None:
         pass  # the run's spec.toml is the record of what was asked

@@ -1,0 +1,36 @@
+"""`workbench train` end to end on a LightningModule project written here (one real subprocess): a spec beside the
+project with relative lightning: paths runs from another folder, exits 0, prints Lightning's epochs as log lines
+without a traceback, and the run reads done with its checkpoints in the run folder."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from cli_helpers import TRACEBACK, wb  # noqa: E402
+from lightning_helpers import write_project  # noqa: E402
+
+from workbench.runs import RunStore  # noqa: E402
+
+pytest.importorskip("lightning")
+
+
+def test_workbench_train_runs_a_lightning_spec_from_another_folder(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    write_project(project)
+    (project / "train.toml").write_text('epochs = 1\n[model]\nname = "lightning:project.py:Classifier"\n'
+                                        '[dataset]\nname = "lightning:project.py:Features"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = wb(elsewhere, "train", str(project / "train.toml"), workspace=tmp_path / "ws", timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert TRACEBACK not in output
+    assert "epoch 1/1: " in output and "val_acc" in output
+    (run,) = RunStore(tmp_path / "ws").list_runs()
+    assert run["status"] == "done"
+    assert {"model.pt", "last.ckpt"} <= {p.name for p in (Path(run["run_dir"]) / "checkpoints").iterdir()}
