@@ -32,7 +32,9 @@ def main() -> int:
 
     settings = Settings(QSettings(str(Path(tempfile.mkdtemp()) / "settings.ini"), QSettings.IniFormat))
     settings.set("theme", theme)
-    workspace = resolve_workspace(Path(tempfile.mkdtemp(prefix="wb-shot-")))
+    # An evaluation-<task> scene may show a run already trained (argv[4]: its workspace) rather than train one.
+    given = sys.argv[4] if scene.startswith("evaluation-") and len(sys.argv) > 4 else None
+    workspace = resolve_workspace(Path(given) if given else Path(tempfile.mkdtemp(prefix="wb-shot-")))
     manager = WorkerManager()
     window = MainWindow(manager, workspace, settings)
     window.resize(1400, 820)
@@ -269,6 +271,37 @@ def main() -> int:
             window.start_training(TrainSpec.from_dict({"epochs": 40, "lr": 0.003, "log_every_steps": 2}))
             QTimer.singleShot(9000, window.close)
             QTimer.singleShot(11000, capture_x_screen)  # the question is a window of its own: grab() misses it
+            return
+        if scene.startswith("evaluation-"):  # a bundled example's evaluation view: regression, multilabel, segmentation
+            import workbench
+            from workbench.specs import TrainSpec
+
+            task = scene.removeprefix("evaluation-")
+            example = {"regression": "diabetes_regression", "multilabel": "digit_attributes",
+                       "segmentation": "shapes_segmentation"}[task]
+            panel = window.training_panel
+            window.show_tab(panel)
+
+            def run_of_task() -> str | None:
+                panel.refresh()
+                done = [i for i, e in panel.runs.items() if (e.get("spec") or {}).get("task") == task
+                        and e.get("status") == "done"]
+                return max(done) if done else None
+
+            def show_run() -> None:
+                run_id = run_of_task()
+                if run_id is None:
+                    QTimer.singleShot(500, show_run)
+                    return
+                panel.select_run(run_id)
+                panel.show_details(run_id)
+                panel.tabs.setCurrentIndex(1)
+                QTimer.singleShot(2500, capture)
+
+            if run_of_task() is None:
+                spec = Path(workbench.__file__).parent / "resources" / "examples" / example / "train.toml"
+                window.start_training(TrainSpec.load(spec))
+            QTimer.singleShot(1000, show_run)
             return
         if scene in ("training", "evaluation"):
             from workbench.specs import TrainSpec

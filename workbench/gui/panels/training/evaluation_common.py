@@ -21,6 +21,9 @@ METRIC_LABELS = {
 }
 
 
+MAX_TABLE_WIDTH = 560  # pixels a worst-samples table may claim from the plot beside it
+
+
 def metric_label(name: str) -> str:
     return METRIC_LABELS.get(name, name)
 
@@ -116,6 +119,11 @@ class WorstTable(QTableWidget):
             self.insertRow(r)
             for c, value in enumerate(cells):
                 self.setItem(r, c, table_item(value, tooltips[r] if tooltips else ""))
+        # Wide enough for its columns (a splitter gives a table only its small size hint), within reason.
+        self.resizeColumnsToContents()
+        width = sum(self.columnWidth(c) for c in range(self.columnCount()))
+        self.setMinimumWidth(min(width + self.verticalScrollBar().sizeHint().width() + 2 * self.frameWidth() + 4,
+                                 MAX_TABLE_WIDTH))
 
     def _on_item_activated(self, item: QTableWidgetItem) -> None:
         self._emit(item.row())
