@@ -199,6 +199,7 @@ def test_a_lightning_module_builds_a_lightning_model_name(qtbot, tmp_path):
     qtbot.keyClicks(page.file_path, str(tmp_path / "module.py"))
     qtbot.keyClicks(page.file_class, "LitNet")
     assert page.model_name() == f"lightning:{tmp_path / 'module.py'}:LitNet"
+    assert wizard.spec is not None and wizard.spec.model.name == page.model_name()
     # Its configure_optimizers and training_step decide these, so they are greyed out with the reason.
     for field in ("lr", "optimizer", "loss"):
         assert not hyper.widgets[field].isEnabled()
@@ -208,6 +209,41 @@ def test_a_lightning_module_builds_a_lightning_model_name(qtbot, tmp_path):
     assert page.model_name() == f"file:{tmp_path / 'module.py'}:LitNet" and hyper.widgets["lr"].isEnabled()
     page.name.setCurrentText("mlp")
     assert page.user_code_note.isHidden() and not page.file_path.isEnabled()
+
+
+def test_a_custom_task_takes_your_loss_metrics_and_monitor(qtbot, tmp_path):
+    wizard = open_wizard(qtbot)
+    page, form = wizard.dataset_page, wizard.dataset_page.splits
+    loss_file = tmp_path / "objective.py"
+    loss_file.write_text("def loss(outputs, target):\n    return (outputs - target).abs().mean()\n")
+    assert not page.loss_fields.path.isVisible() and not form.widgets["monitor"].isVisible()
+    page.task_choice.set_task("custom")
+    assert page.loss_fields.path.isVisible() and page.metrics_fields.attr.isVisible()
+    assert form.widgets["monitor"].isVisible() and form.widgets["monitor_mode"].isVisible()
+    # The Hyperparameters page's loss is not the one used: greyed out there, with where to set it.
+    assert not wizard.hyper_page.form.widgets["loss"].isEnabled()
+    assert "Dataset and task page" in wizard.hyper_page.form.widgets["loss"].toolTip()
+    assert wizard.spec is None and not wizard.button(QWizard.NextButton).isEnabled()
+    assert page.loss_fields.name_error.isVisible() and page.loss_fields.name_error.text().startswith("loss:")
+    qtbot.keyClicks(page.loss_fields.path, str(loss_file))
+    qtbot.keyClicks(page.loss_fields.attr, "loss")
+    assert wizard.spec is not None and wizard.spec.loss == f"file:{loss_file}:loss" and wizard.spec.task == "custom"
+    assert wizard.button(QWizard.NextButton).isEnabled() and page.loss_fields.name_error.isHidden()
+    qtbot.keyClicks(form.widgets["monitor"], "iou")  # a metric, but no metrics function yet: named at its field
+    assert wizard.spec is None and form.error_labels["monitor"].text().startswith("monitor: 'iou' names a metric")
+    qtbot.keyClicks(page.metrics_fields.path, str(loss_file))
+    qtbot.keyClicks(page.metrics_fields.attr, "metrics")
+    assert form.error_labels["monitor_mode"].text().startswith("monitor_mode: auto cannot tell")
+    form.set_value("monitor_mode", "max")
+    spec = wizard.spec
+    assert (spec.metrics, spec.monitor, spec.monitor_mode) == (f"file:{loss_file}:metrics", "iou", "max")
+    assert TrainSpec.from_toml(spec.to_toml()) == spec
+    again = open_wizard(qtbot, start=spec)  # train again: the custom fields come back
+    assert again.spec == spec and again.dataset_page.loss_fields.attr.text() == "loss"
+    # Another task has its own loss and metrics: the custom ones do not travel on.
+    again.dataset_page.task_choice.set_task("auto")
+    assert again.spec.loss == "auto" and again.spec.metrics == "" and again.spec.monitor == ""
+    assert again.hyper_page.form.widgets["loss"].isEnabled()
 
 
 @pytest.mark.parametrize(("text", "args"), [

@@ -119,12 +119,16 @@ class UserCodeFields(QObject):
     changed = Signal()
 
     def __init__(self, what: str, name_label: str, name_placeholder: str, with_args: bool = False,
-                 args_field: str = "dataset.args", parent=None):
+                 args_field: str = "dataset.args", file_label: str = "Python file", with_note: bool = True,
+                 parent=None):
         super().__init__(parent)
         self.what = what
         self.name_label = name_label
+        self.file_label = file_label
+        self.with_note = with_note
         self.args_field = args_field
         self.form: QFormLayout | None = None
+        self._rows: list[QWidget] = []  # the widgets of the rows added to `form`
         self.path = QLineEdit()
         self.path.setPlaceholderText("/path/to/your_file.py")
         self.path.setToolTip(f"The Python file that defines the {what}.")
@@ -157,23 +161,23 @@ class UserCodeFields(QObject):
     def add_to(self, form: QFormLayout, row: int) -> int:
         """Insert the rows into `form` from `row` on; returns the row after them."""
         self.form = form
-        rows = [("Python file", self.file_row), ("", self.path_warning), (self.name_label, self.attr),
+        rows = [(self.file_label, self.file_row), ("", self.path_warning), (self.name_label, self.attr),
                 ("", self.name_error)]
         if self.args is not None:
             rows += [("Arguments", self.args), ("", self.args_error)]
-        rows.append(("", self.note))
+        if self.with_note:
+            rows.append(("", self.note))
         for label, widget in rows:
             form.insertRow(row, label, widget)
             row += 1
+        self._rows = [widget for _, widget in rows]
         return row
 
     def set_visible(self, visible: bool) -> None:
-        for widget in (self.file_row, self.attr, self.args, self.note):
-            if widget is not None and self.form is not None:
-                self.form.setRowVisible(widget, visible)
-        for label in (self.path_warning, self.name_error, self.args_error):
-            if self.form is not None:
-                self.form.setRowVisible(label, visible and bool(label.text()))
+        messages = (self.path_warning, self.name_error, self.args_error)
+        for widget in self._rows:
+            # A message's row shows only while it has something to say.
+            self.form.setRowVisible(widget, visible and (widget not in messages or bool(widget.text())))
 
     def name_label_widget(self) -> QLabel:
         return self.form.labelForField(self.attr)
@@ -182,6 +186,9 @@ class UserCodeFields(QObject):
         return self.form is not None and self.form.isRowVisible(self.attr)
 
     # -- values ----------------------------------------------------------------------------------
+    def is_empty(self) -> bool:
+        return not self.path.text().strip() and not self.attr.text().strip()
+
     def name(self, scheme: str) -> str:
         return f"{scheme}:{self.path.text().strip()}:{self.attr.text().strip()}"
 
@@ -209,7 +216,7 @@ class UserCodeFields(QObject):
 
     def _show(self, label: QLabel, text: str) -> None:
         label.setText(text)
-        if self.form is not None:
+        if self.form is not None and label in self._rows:
             self.form.setRowVisible(label, bool(text) and self.form.isRowVisible(self.attr))
 
     def _on_text_changed(self, *args) -> None:

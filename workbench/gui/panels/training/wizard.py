@@ -63,6 +63,7 @@ LIGHTNING_NOTE = ("A LightningModule is trained by Lightning's own Trainer: its 
 # gradient-norm clipping and the seed onto Lightning's Trainer.
 LIGHTNING_DECIDES = ("lr", "optimizer", "momentum", "weight_decay", "no_decay_bias_norm", "scheduler", "step_size",
                      "gamma", "loss", "label_smoothing", "clip_grad_value")
+MONITOR_FIELDS = ["monitor", "monitor_mode"]  # task=custom's, on the Dataset and task page
 ASK_DELAY_MS = 350
 NO_WORKER_NOTE = "auto decides from the first sample when the run starts."
 OLD_WORKER_NOTE = "This worker does not say which tasks fit the data, so every task is offered; the run checks."
@@ -117,10 +118,8 @@ class DatasetPage(CheckedPage):
 
     changed = Signal()  # the dataset this run starts from changed (the Data tab's, or the dialog's)
     edited = Signal()  # a field on the page changed: its source, the user's file fields, the splits or the task
-    fields = ["dataset.name", "dataset.args", *USER_SPLIT_FIELDS, "task"]
-
     def __init__(self, state: DatasetState, data_dir: str, spec: DataSpec | None = None, note: str = "",
-                 task: str = "auto", queries=None):
+                 task: str = "auto", queries=None, start_data: dict | None = None):
         super().__init__()
         self.state = state
         self.data_dir = data_dir
@@ -154,12 +153,19 @@ class DatasetPage(CheckedPage):
         self.user = UserCodeFields("Dataset class or function", "Class or function", "MyDataset", with_args=True,
                                    parent=self)
         self.task_choice = TaskChoice(task)
+        # task=custom: the user's loss and metrics functions, and the metric that picks the best epoch.
+        self.loss_fields = UserCodeFields("loss function", "Loss function", "my_loss(outputs, target)",
+                                          file_label="Loss file", parent=self)
+        self.metrics_fields = UserCodeFields("metrics function", "Metrics function",
+                                             "optional: my_metrics(outputs, target) -> {name: value}",
+                                             file_label="Metrics file", with_note=False, parent=self)
         self.info_line = QLabel()
         self.info_line.setWordWrap(True)
         self.info_line.setTextInteractionFlags(Qt.TextSelectableByMouse)
         # The split fields as a spec form, so their messages are the spec's; the other rows join its layout so
         # every label on the page lines up in one column.
-        self.splits = SpecForm(TrainSpec, USER_SPLIT_FIELDS, {"dataset": self.spec.to_dict()})
+        self.splits = SpecForm(TrainSpec, [*USER_SPLIT_FIELDS, *MONITOR_FIELDS],
+                               {**(start_data or {}), "dataset": self.spec.to_dict()})
         form = self.splits.layout_
         form.insertRow(0, "Source", self.source)
         form.insertRow(1, "Dataset", self.builtin_row)
@@ -167,6 +173,12 @@ class DatasetPage(CheckedPage):
         form.labelForField(self.splits._rows["dataset.seed"]).setText("Split seed")
         form.insertRow(row + len(USER_SPLIT_FIELDS), "Task", self.task_choice)
         form.insertRow(row + len(USER_SPLIT_FIELDS) + 1, "", self.info_line)
+        row = self.loss_fields.add_to(form, row + len(USER_SPLIT_FIELDS) + 2)
+        self.metrics_fields.add_to(form, row)  # the monitor rows of the spec form follow
+        for name, (kind, path, function) in (("loss", split_user_name(str((start_data or {}).get("loss", "")))),
+                                             ("metrics", split_user_name(str((start_data or {}).get("metrics", ""))))):
+            if kind == "file":
+                getattr(self, f"{name}_fields").set_name(f"file:{path}:{function}")
         layout = QVBoxLayout(self)
         layout.addWidget(self.note)
         layout.addWidget(self.splits)
@@ -181,13 +193,46 @@ class DatasetPage(CheckedPage):
         self._pending: dict | None = None
         self.source.currentIndexChanged.connect(self._on_source_changed)
         self.user.changed.connect(self.edited)
+        self.loss_fields.changed.connect(self.edited)
+        self.metrics_fields.changed.connect(self.edited)
         self.splits.changed.connect(self.edited)
+        self.task_choice.changed.connect(self._show_custom)
         self.task_choice.changed.connect(self.edited)
         # The Data tab may take a choice back (it failed to load): follow it.
         state.changed.connect(self._on_state_changed)
         self.following = True
         self._load(self.spec)
+        self._show_custom()
         self.task_choice.set_tasks(None, "" if queries is not None else NO_WORKER_NOTE)
+
+    @property
+    def fields(self) -> list[str]:  # the fields whose messages this page shows (and that hold its Next)
+        custom = ["loss", "metrics", *MONITOR_FIELDS] if self.is_custom() else []
+        return ["dataset.name", "dataset.args", *USER_SPLIT_FIELDS, "task", *custom]
+
+    def is_custom(self) -> bool:
+        return self.task_choice.task() == "custom"
+
+    def apply_objective(self, data: dict) -> dict:
+        """task=custom: the user's loss, metrics and monitor into a TrainSpec's plain data; any other task has its
+        own, so a custom run's fields (train again) do not travel on."""
+        if self.is_custom():
+            data["loss"] = self.loss_fields.name("file")
+            data["metrics"] = "" if self.metrics_fields.is_empty() else self.metrics_fields.name("file")
+            for field in MONITOR_FIELDS:
+                data[field] = self.splits.value(field)
+        else:
+            if str(data.get("loss", "")).startswith("file:"):
+                data["loss"] = "auto"
+            data.update(metrics="", monitor="", monitor_mode="auto")
+        return data
+
+    def _show_custom(self, *args) -> None:
+        custom = self.is_custom()
+        self.loss_fields.set_visible(custom)
+        self.metrics_fields.set_visible(custom)
+        for field in MONITOR_FIELDS:
+            self.splits.layout_.setRowVisible(self.splits._rows[field], custom)
 
     # -- what the page edits ---------------------------------------------------------------------
     def source_kind(self) -> str:
@@ -230,6 +275,8 @@ class DatasetPage(CheckedPage):
         if errors.get("dataset.args") and not errors.get("dataset.name"):
             name = ""  # the arguments' own message sits under the arguments
         self.user.set_name_error(name if self.source_kind() != "builtin" else "")
+        self.loss_fields.set_name_error(errors.get("loss", "") if self.is_custom() else "")
+        self.metrics_fields.set_name_error(errors.get("metrics", "") if self.is_custom() else "")
         self.task_choice.refresh_error()
 
     def refresh(self) -> None:
@@ -486,7 +533,7 @@ class HyperparametersPage(_FormPage):
     def set_errors(self, errors: dict[str, str]) -> None:
         self.form.set_errors(errors)
 
-    def update_applicability(self, *args, lightning: bool = False) -> None:
+    def update_applicability(self, *args, lightning: bool = False, custom: bool = False) -> None:
         """Grey out what the chosen optimiser, schedule and loss do not use (the training loop ignores it), and
         with a LightningModule what its own configure_optimizers and training_step decide."""
         form = self.form
@@ -500,6 +547,10 @@ class HyperparametersPage(_FormPage):
                                 f"Not used with scheduler {scheduler}: only the step schedule uses it.")
         form.set_applicable("label_smoothing", loss in ("auto", "cross_entropy"),
                             f"Not used by the {loss} loss: only cross_entropy smooths labels.")
+        if custom:
+            for field in ("loss", "label_smoothing"):
+                form.set_applicable(field, False, "Not used with task=custom: the loss is your own function, set "
+                                                  "on the Dataset and task page.")
         if lightning:
             for field in LIGHTNING_DECIDES:
                 form.set_applicable(field, False, "Not used with a LightningModule: its configure_optimizers "
@@ -683,7 +734,8 @@ class TrainingWizard(QWizard):
         self.invalid_fields: dict[str, str] = {}  # field -> its message, as shown under it
         # The worker's data.info says which tasks the data can serve; the window's query runner asks it.
         self.queries = queries if queries is not None else getattr(parent, "queries", None)
-        self.dataset_page = DatasetPage(state, data_dir, start_spec.dataset, note, start_spec.task, self.queries)
+        self.dataset_page = DatasetPage(state, data_dir, start_spec.dataset, note, start_spec.task, self.queries,
+                                        self.start_data)
         self.model_page = ModelPage(start_spec)
         self.hyper_page = HyperparametersPage(start_spec)
         self.speed_page = SpeedPage(start_spec, devices, preferred_device)
@@ -732,11 +784,12 @@ class TrainingWizard(QWizard):
         data["device"] = self.speed_page.device.currentData()
         data["amp"] = self.speed_page.amp.currentData()
         data["compile"] = self.speed_page.compile.currentData()
-        return data
+        return self.dataset_page.apply_objective(data)
 
     def rebuild(self, *args) -> TrainSpec | None:
         """Validate the whole spec now: messages under the fields they name, Next and Save follow."""
-        self.hyper_page.update_applicability(lightning=self.model_page.kind() == "lightning")
+        self.hyper_page.update_applicability(lightning=self.model_page.kind() == "lightning",
+                                             custom=self.dataset_page.is_custom())
         data = self.spec_data()
         fields = [field for page in self.checked_pages for field in page.fields]
         errors, general = field_errors(TrainSpec, data, fields)
@@ -744,9 +797,13 @@ class TrainingWizard(QWizard):
             errors.setdefault(field, message)
         self.invalid_fields = errors
         for page in self.checked_pages:
-            page.set_errors(errors)
-            page.set_has_errors(any(field in errors for field in page.fields))
-        dataset_ok = not any(field in errors for field in self.dataset_page.fields if field != "task")
+            # A field greyed out on one page (loss, with task=custom) is edited, and its message shown, on another.
+            greyed = page.form.inapplicable if isinstance(page, _FormPage) else {}
+            mine = {field: message for field, message in errors.items() if field not in greyed}
+            page.set_errors(mine)
+            page.set_has_errors(any(field in mine for field in page.fields))
+        # Only the dataset's own fields decide whether it can be asked about (a custom loss is not the data).
+        dataset_ok = not any(field in errors for field in self.dataset_page.fields if field.startswith("dataset."))
         self.dataset_page.ask_info(data["dataset"] if dataset_ok else None)
         first = next(iter(errors.values()), general)
         if first:
