@@ -67,6 +67,10 @@ class TargetChart(QWidget):
                                                    for i in range(0, len(counts), step)]])
         if counts.size and counts.max() > 0:
             self.plot.setYRange(0, counts.max() * 1.1, padding=0)
+            # Room for the widest count label, set now: drawn on a hidden tab, the axis would not grow to fit
+            # it later and would drop every label wider than its first ("100,000" beside "50,000").
+            widest = self.plot.fontMetrics().horizontalAdvance(f"{int(counts.max() * 1.1):,}")
+            self.plot.getAxis("left").setWidth(widest + 34)
         sampled, total = histogram.get("sampled"), histogram.get("total")
         read = ""
         if sampled is not None:
