@@ -84,6 +84,26 @@ def main() -> int:
             QTimer.singleShot(6000, data_pick)
             QTimer.singleShot(8000, capture)
             return
+        if scene == "data-user":  # the shapes_segmentation example's own Dataset: masks overlaid, target histogram
+            import workbench
+            from workbench.specs import DataSpec
+
+            example = Path(workbench.__file__).parent / "resources" / "examples" / "shapes_segmentation" / "data.py"
+            panel = window.dataset_panel
+            window.show_tab(panel)
+            panel.zoom.setValue(96)  # wide enough for the captions ("square, disc") under the thumbnails
+            panel.state.set_spec(DataSpec.from_dict({"name": f"file:{example}:Shapes", "num_workers": 0}))
+
+            def user_ready() -> None:  # the worker imports torch first: poll rather than guess a delay
+                if panel.info is None or 0 not in panel.model.cached_pages:
+                    QTimer.singleShot(300, user_ready)
+                    return
+                panel.grid.setCurrentIndex(panel.model.index(5))
+                QTimer.singleShot(2500, lambda: panel.side_tabs.setCurrentWidget(panel.target_chart))
+                QTimer.singleShot(3500, capture)
+
+            user_ready()
+            return
         if scene == "classes":
             data_scene()
             QTimer.singleShot(6000, lambda: window.dataset_panel.side_tabs.setCurrentIndex(1))
