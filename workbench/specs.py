@@ -772,7 +772,7 @@ class QatSpec(Spec):
 class MixedPrecisionSpec(Spec):
     """Mixed precision: ask for a proposal of layers to keep at a higher bit width, or apply one."""
 
-    target_drop: float = option(0.0, "Accuracy drop from FP32 that a proposal may leave, as a fraction (0.01 is one percentage point); 0 asks for no proposal.", min=0, max=1)
+    target_drop: float = option(0.0, "Accuracy drop from FP32 that a proposal may leave, as a fraction (0.01 is one percentage point); for another task it is the drop of its monitor (mIoU, mean AP), or the rise of one where lower is better (MAE), in the monitor's own units; 0 asks for no proposal.", min=0, max=1)
     layers: list[dict] = option([], "Layers kept at a higher bit width (a proposal, applied): tables {name=..., bits=8 or 16}; the layer's weights and its output activation use those bits.")
 
     def validate(self) -> None:
