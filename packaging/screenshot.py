@@ -109,6 +109,28 @@ def main() -> int:
             QTimer.singleShot(6000, lambda: window.dataset_panel.side_tabs.setCurrentIndex(1))
             QTimer.singleShot(7000, capture)
             return
+        if scene == "wizard-user":  # the training wizard on the shapes_segmentation example: its Task choice
+            import workbench
+            from workbench.gui.panels.training.wizard import TrainingWizard
+            from workbench.specs import TrainSpec
+
+            folder = Path(workbench.__file__).parent / "resources" / "examples" / "shapes_segmentation"
+            start = {**TrainSpec.load(folder / "train.toml").to_dict(), "task": "auto"}
+            wizard = TrainingWizard(window.dataset_state, window.device_picker.devices, "cpu", start=start,
+                                    parent=window)
+            wizard.resize(900, 780)
+            wizard.show()
+
+            def wizard_ready() -> None:  # the worker imports torch and reads the first sample: poll
+                if not wizard.dataset_page.info_line.text() or wizard.dataset_page._info_job:
+                    QTimer.singleShot(300, wizard_ready)
+                    return
+                wizard.grab().save(str(out))
+                print(out)
+                window.close_stopping_jobs()
+
+            QTimer.singleShot(1000, wizard_ready)
+            return
         if scene == "graph":  # a trained CNN's graph in Model Explorer, coloured by FLOPs
             from workbench.specs import TrainSpec
 
