@@ -99,7 +99,7 @@ def test_a_cancel_reads_cancelled_and_the_run_resumes_at_the_next_epoch(project,
     stop = threading.Event()
 
     def after_epoch_one(progress):
-        if progress["text"] == "epoch 1/2":  # the first epoch's end: the next step stops it
+        if progress["text"] == "epoch 1/2" and progress["done"]:  # the first epoch's end: the next step stops it
             stop.set()
 
     cancelled = train(tmp_path, lightning_spec(project), recorder=Recorder(after_epoch_one), stop=stop)
