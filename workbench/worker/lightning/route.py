@@ -104,7 +104,11 @@ def _build_trainer(spec: TrainSpec, ctx, device: torch.device, parts: _Parts) ->
 
     run = ctx.run
     # The run's resume point: one file, replaced atomically at each checkpointed epoch's end.
-    parts.own_checkpoint = ModelCheckpoint(dirpath=run.checkpoints_dir, filename=LAST_CKPT[:-len(".ckpt")],
+    class RunCheckpoint(ModelCheckpoint):
+        """A type of its own: Lightning drops Trainer callbacks whose exact type a module's configure_callbacks
+        returns, and a module's own ModelCheckpoint must not remove the run's resume point."""
+
+    parts.own_checkpoint = RunCheckpoint(dirpath=run.checkpoints_dir, filename=LAST_CKPT[:-len(".ckpt")],
                                            monitor=None, save_top_k=1, every_n_epochs=spec.checkpoint_every,
                                            save_on_train_epoch_end=True, enable_version_counter=False)
     parts.callback = WorkbenchCallback(ctx, epochs=spec.epochs, best_path=run.checkpoints_dir / BEST if spec.keep_best
