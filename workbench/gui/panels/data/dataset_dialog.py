@@ -7,7 +7,6 @@ values with the same words, and checks the root folder exists; OK is enabled onl
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.errors import SpecError
+from workbench.gui import user_args
 from workbench.gui.widgets.spec_form import ERROR_COLOUR, AutoSpinBox, field_named
 from workbench.specs import AUGMENTATIONS, DATASETS, DataSpec
 
@@ -138,35 +138,11 @@ def _parse_params(text: str) -> dict:
 
 
 def parse_args(text: str) -> dict:
-    """A file: dataset's keyword arguments: a JSON object ({"size": 500}) or key=value pairs (size=500, kind=a)."""
-    text = text.strip()
-    if not text:
-        return {}
-    if text.startswith("{"):
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"args: {text!r} is not a JSON object ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(value, dict):
-            raise SpecError(f"args: {text!r} is not a JSON object of keyword arguments")
-        return value
+    """A file: dataset's keyword arguments, read as the wizard reads them (workbench.gui.user_args)."""
     try:
-        params = _parse_params(text)
-    except SpecError:
-        raise SpecError(f"args: {text!r}: write key=value pairs separated by commas, or a JSON object") from None
-    for key in params:
-        if not key.isidentifier():
-            raise SpecError(f"args: {key!r} is not a Python argument name")
-    if any(v in ("true", "false") for v in params.values()):
-        params = {k: (v == "true") if v in ("true", "false") else v for k, v in params.items()}
-    return params
-
-
-def format_args(args: dict) -> str:
-    """The args field's text: key=value when every value is a number or a plain word, else JSON."""
-    simple = all(isinstance(v, int | float) and not isinstance(v, bool)
-                 or isinstance(v, str) and v and "," not in v and "=" not in v for v in args.values())
-    return ", ".join(f"{k}={v}" for k, v in args.items()) if simple else json.dumps(args)
+        return user_args.parse_args(text, "args")
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def user_file_problem(path: str, attr: str) -> str:
@@ -342,7 +318,7 @@ class DatasetDialog(QDialog):
             self.name.setCurrentIndex(self.name.findData(USER_FILE))
             self.user_path.setText(path)
             self.user_attr.setText(attr)
-            self.user_args.setText(format_args(spec.args))
+            self.user_args.setText(user_args.format_args(spec.args))
         else:
             self.name.setCurrentIndex(max(0, self.name.findData(spec.name)))
         self.root.setText(spec.root)
