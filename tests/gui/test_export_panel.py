@@ -224,8 +224,10 @@ def test_a_failed_export_says_why(harness, qtbot, trained):
 # -- benchmarks ----------------------------------------------------------------------------------------------------
 def test_a_benchmark_fills_the_table_live_then_draws_a_curve_per_backend(harness, qtbot, trained):
     panel = harness.panel
+    # dataset.seed is the fake benchmark's pause per row in ms: long enough that the window sees it mid-run even
+    # when a job's start is slow (seconds on a busy disk) and its rows are not.
     spec = BenchSpec.from_dict({"source": {"run": trained}, "backends": ["eager", "onnxruntime", "tensorrt"],
-                                "batch_sizes": [1, 8], "iters": 60, "dataset": {"seed": 250}})
+                                "batch_sizes": [1, 8], "iters": 60, "dataset": {"seed": 1500}})
     record = panel.start_benchmark(spec)
     qtbot.waitUntil(lambda: panel.current is not None and len(panel.current.live_rows) >= 2, timeout=10_000)
     # Mid-run: measured rows filled in, the rest waiting, the progress bar up.
@@ -300,8 +302,10 @@ def test_a_rows_distribution_is_a_histogram_and_a_monotone_cdf_with_percentiles(
 
 def test_cancel_stops_a_benchmark_and_says_so(harness, qtbot, trained):
     panel = harness.panel
+    # dataset.seed: the fake benchmark's pause per row in ms (3 s: the cancel lands before the last row even when
+    # the window sees the first one late)
     spec = BenchSpec.from_dict({"source": {"run": trained}, "backends": ["eager"], "batch_sizes": [1, 2, 4, 8, 16],
-                                "iters": 20, "dataset": {"seed": 400}})
+                                "iters": 20, "dataset": {"seed": 3000}})
     record = panel.start_benchmark(spec)
     qtbot.waitUntil(lambda: panel.current is not None and len(panel.current.live_rows) >= 1, timeout=10_000)
     with qtbot.waitSignal(panel.cancel_requested) as signal:
