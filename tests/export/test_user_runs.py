@@ -74,3 +74,51 @@ def test_quantize_measures_the_runs_own_monitor(regression_run):
                      workspace)
     assert quantized["status"] == "done", quantized.get("error")
     assert quantized["metric"] == {"name": "mae", "label": "val MAE", "higher_is_better": False}
+
+
+SEGMENTATION = '''
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+
+class Blobs(Dataset):
+    """A bright 3x3 square on a dark 8x8 image; the mask is 1 inside it."""
+
+    def __init__(self, size=40):
+        self.size = size
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, i):
+        x = torch.zeros(1, 8, 8)
+        mask = torch.zeros(8, 8, dtype=torch.long)
+        r, c = i % 5, (i // 5) % 5
+        x[:, r:r + 3, c:c + 3] = 1.0
+        mask[r:r + 3, c:c + 3] = 1
+        return x, mask
+
+
+def net(num_classes=2):
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, num_classes, 1))
+'''
+
+
+def test_a_segmentation_run_exports_with_parity_and_benches(tmp_path):
+    """A run's model is rebuilt for its own task: a (batch, classes, H, W) output is right for segmentation."""
+    (tmp_path / "seg.py").write_text(textwrap.dedent(SEGMENTATION))
+    workspace = tmp_path / "ws"
+    trained = _run("train.classifier", {
+        "dataset": {"name": f"file:{tmp_path / 'seg.py'}:Blobs", "num_workers": 0},
+        "model": {"name": f"file:{tmp_path / 'seg.py'}:net", "num_classes": 2}, "epochs": 1, "batch_size": 8},
+        workspace)
+    assert trained["status"] == "done", trained.get("error")
+    assert trained["task"] == "segmentation"
+    exported = _run("export.model", {"source": {"run": trained["run_dir"]}, "format": "onnx"}, workspace)
+    assert exported["status"] == "done", exported.get("error")
+    assert exported["parity"]["passed"]
+    bench = _run("bench.latency", {"source": {"run": trained["run_dir"]}, "backends": ["eager"], "iters": 5,
+                                   "warmup": 1}, workspace)
+    assert bench["status"] == "done", bench.get("error")
+    assert bench["results"][0]["status"] == "ok"

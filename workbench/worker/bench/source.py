@@ -185,6 +185,9 @@ def resolve(spec: BenchSpec, ctx) -> BenchSource:
         return BenchSource(None, _check_shape(shape, "model.input_shape"), file.name, file, kind)
 
     quant_info = None
+    # What the trial forward pass accepts: a training run's task; a quantize run's model was checked when its
+    # training run trained it, so any output passes ("custom").
+    run_task = "custom"
     if spec.source.run:
         task, run_dir, data, status, message = _open_run(spec.source.run, ctx.workspace)
         if task.startswith("train."):
@@ -198,6 +201,7 @@ def resolve(spec: BenchSpec, ctx) -> BenchSource:
 
             dataset = merge_dataset(dataset, spec.dataset)
             label = f"{model_spec.name} (run {run_dir.name})"
+            run_task = trained.task  # decides which outputs are right: a segmentation model gives a map
         elif task == QUANT_TASK:
             model_spec, dataset, checkpoint, label, quant_info = _from_quant_run(run_dir, data, status, message,
                                                                                  ctx.workspace, ctx)
@@ -208,7 +212,7 @@ def resolve(spec: BenchSpec, ctx) -> BenchSource:
         _check_shape(shape, "model.input_shape")
         # The run's own weights replace any pretrained or starting checkpoint, so neither is loaded first.
         model = build_model(dataclasses.replace(model_spec, checkpoint="", weights="", freeze=[]),
-                            input_shape=shape, log=ctx.log, pretrained=False, checkpoint=False)
+                            input_shape=shape, log=ctx.log, pretrained=False, checkpoint=False, task=run_task)
         if checkpoint is not None:
             load_checkpoint(model, checkpoint, what="source.run")
             ctx.log(f"weights from {checkpoint}")

@@ -70,7 +70,9 @@ def resolve_source(spec: ExportSpec, ctx) -> ExportSource:
             dataset, ctx, why=f"the input shape of run {run_dir.name}")
         # The run's checkpoint holds every weight: no pretrained download, no starting checkpoint, no freezing.
         model_spec = dataclasses.replace(trained.model, checkpoint="", weights="", freeze=[])
-        model = build_model(model_spec, input_shape=shape, log=ctx.log, pretrained=False, checkpoint=False)
+        # The run's task decides which outputs are right (a segmentation model gives a map, a custom one anything).
+        model = build_model(model_spec, input_shape=shape, log=ctx.log, pretrained=False, checkpoint=False,
+                            task=trained.task)
         load_checkpoint(model, checkpoint, what="source.run")
         ctx.log(f"exporting {model_spec.name} of run {run_dir.name} with {checkpoint.relative_to(run_dir)}")
         return ExportSource(model.eval(), shape, f"{model_spec.name} (run {run_dir.name})", dataset, checkpoint,
