@@ -22,6 +22,7 @@ __all__ = [
     "JOB_VERBS",
     "SAMPLE_SPECS",
     "desktop_entry_text",
+    "example_specs",
     "icon_path",
     "resource_path",
     "sample_spec",
@@ -81,6 +82,16 @@ def sample_specs(verb: str | None = None) -> list[Path]:
     return [
         resource_path("specs", name) for name, for_verb in SAMPLE_SPECS.items() if verb in (None, for_verb)
     ]
+
+
+def example_specs() -> list[Path]:
+    """The bundled examples' train specs (resources/examples/<name>/train.toml), by example name; each names its
+    Dataset and model beside it with relative `file:` or `lightning:` paths."""
+    folder = _root() / "examples"
+    if not folder.is_dir():
+        return []
+    names = sorted(item.name for item in folder.iterdir() if item.is_dir() and (item / "train.toml").is_file())
+    return [resource_path("examples", name, "train.toml") for name in names]
 
 
 def sample_spec(name: str) -> Path:

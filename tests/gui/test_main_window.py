@@ -154,6 +154,14 @@ def test_the_window_has_its_icon_and_opens_the_sample_specs_first(fake_window, m
     digits = next(p for p in sample_specs() if p.stem == "train-digits")
     fake_window.open_spec(digits)
     assert opened and opened[0]["dataset"]["name"] == "digits"
+    # The bundled your-own-project examples follow, and open with their files found beside the spec.
+    from workbench.app_resources import example_specs
+
+    assert [n for n in names if n.startswith("Example: ")] == [f"Example: {p.parent.name}" for p in example_specs()]
+    shapes = next(p for p in example_specs() if p.parent.name == "shapes_segmentation")
+    fake_window.open_spec(shapes)
+    assert len(opened) == 2 and opened[1]["task"] == "segmentation"
+    assert opened[1]["dataset"]["name"] == f"file:{shapes.parent / 'data.py'}:Shapes"
 
 
 def test_an_export_or_benchmark_spec_opens_its_wizard_with_every_field(fake_window, monkeypatch, tmp_path):

@@ -17,9 +17,11 @@ from workbench.app_resources import (
     ICON_SIZES,
     SAMPLE_SPECS,
     desktop_entry_text,
+    example_specs,
     icon_path,
     sample_spec,
     sample_specs,
+    spec_summary,
 )
 from workbench.specs import apply_overrides, spec_for
 
@@ -101,6 +103,21 @@ def test_the_shipped_desktop_entry_is_valid():
             text=True,
         )
         assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
+
+
+def test_the_bundled_examples_are_offered_and_read_as_train_specs_with_their_files_beside_them():
+    from workbench.specs import TrainSpec
+
+    examples = example_specs()
+    assert [p.parent.name for p in examples] == ["diabetes_regression", "digit_attributes", "digits_lightning",
+                                                 "shapes_segmentation"]
+    for path in examples:
+        spec = TrainSpec.load(path)  # relative file: and lightning: paths are anchored beside the spec
+        for name in (spec.dataset.name, spec.model.name):
+            scheme, _, rest = name.partition(":")
+            if scheme in ("file", "lightning"):
+                assert Path(rest.rpartition(":")[0]).is_file(), name
+        assert spec_summary(path), path  # its opening comment is the menu's tooltip
 
 
 def test_every_sample_spec_is_listed_in_menu_order():

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench import __version__
-from workbench.app_resources import ICON_SIZES, icon_path, sample_specs, spec_summary
+from workbench.app_resources import ICON_SIZES, example_specs, icon_path, sample_specs, spec_summary
 from workbench.client import JobRecord, WorkerManager
 from workbench.errors import SpecError, WorkbenchError
 from workbench.gui.panels.jobs_panel import JobsPanel
@@ -459,6 +459,11 @@ class MainWindow(QMainWindow):
         spec_menu.setToolTipsVisible(True)
         for path in sample_specs():  # the samples first
             action = spec_menu.addAction(f"Sample: {path.stem}", lambda _checked=False, p=path: self.open_spec(p))
+            action.setToolTip(spec_summary(path))
+        spec_menu.addSeparator()
+        for path in example_specs():  # your-own-project examples: a Dataset and model of their own beside the spec
+            action = spec_menu.addAction(f"Example: {path.parent.name}",
+                                         lambda _checked=False, p=path: self.open_spec(p))
             action.setToolTip(spec_summary(path))
         spec_menu.addSeparator()
         other = spec_menu.addAction("&Other spec file…", self.choose_spec_file)
