@@ -85,6 +85,8 @@ from torch.utils.data import Dataset
 class Blobs(Dataset):
     """A bright 3x3 square on a dark 8x8 image; the mask is 1 inside it."""
 
+    classes = ["background", "blob"]  # names the mask's values: num_classes 2 without setting it
+
     def __init__(self, size=40):
         self.size = size
 
@@ -111,8 +113,7 @@ def test_a_segmentation_run_exports_with_parity_and_benches(tmp_path):
     workspace = tmp_path / "ws"
     trained = _run("train.classifier", {
         "dataset": {"name": f"file:{tmp_path / 'seg.py'}:Blobs", "num_workers": 0},
-        "model": {"name": f"file:{tmp_path / 'seg.py'}:net", "num_classes": 2}, "epochs": 1, "batch_size": 8},
-        workspace)
+        "model": {"name": f"file:{tmp_path / 'seg.py'}:net"}, "epochs": 1, "batch_size": 8}, workspace)
     assert trained["status"] == "done", trained.get("error")
     assert trained["task"] == "segmentation"
     exported = _run("export.model", {"source": {"run": trained["run_dir"]}, "format": "onnx"}, workspace)

@@ -430,16 +430,15 @@ class UserDataset:
 
     @property
     def classes(self) -> list[str]:
-        """Class names for integer scalar targets: the dataset's `classes` attribute, else "0".."K-1" from the
-        largest label of the train split (read once, through the DataLoader); [] for any other target."""
+        """Class names: the dataset's `classes` attribute (any task), else for integer scalar targets "0".."K-1" from
+        the largest label of the train split (read once, through the DataLoader); [] for any other target."""
         with self._classes_lock:
             if self._classes is None:
                 self._classes = self._find_classes()
             return self._classes
 
     def _find_classes(self) -> list[str]:
-        if not self.target_is_label():
-            return []
+        # The Dataset's own names first, whatever its targets: a segmentation set's classes name its mask values.
         source = self.splits["train"].source
         while True:
             named = getattr(source, "classes", None)
@@ -448,6 +447,8 @@ class UserDataset:
             if not isinstance(source, Subset):
                 break
             source = source.dataset
+        if not self.target_is_label():
+            return []
         train = self.splits["train"]
         total = len(train)
         done, largest = 0, -1
