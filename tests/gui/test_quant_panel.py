@@ -99,7 +99,9 @@ def test_wizard_without_training_runs_cannot_start(fake_window, qtbot, settings)
 
 
 def test_the_ladder_fills_in_live_then_the_table_and_plots_show_the_worst_layer(fake_window, qtbot, trained):
-    spec = QuantSpec.from_dict({"source": {"run": trained}, "cle": True, "calibration": {"seed": 150}})
+    # calibration.seed is the fake job's pause per rung in ms: 1.5 s, so the window sees the ladder mid-run even
+    # when its first event arrives seconds late (two tests share the cores).
+    spec = QuantSpec.from_dict({"source": {"run": trained}, "cle": True, "calibration": {"seed": 1500}})
     fake_window.start_quantization(spec)
     panel = fake_window.quant_panel
     assert fake_window.current_panel() is panel
@@ -108,7 +110,7 @@ def test_the_ladder_fills_in_live_then_the_table_and_plots_show_the_worst_layer(
     assert live.planned == ["fp32", "fold_bn", "cle", "weight_ranges", "activation_ranges"]
     assert len(live.ladder) < len(live.planned)  # seen mid-run, not only at the end
     assert panel.progress_box.isVisible() and panel.stop_button.isEnabled()
-    qtbot.waitUntil(lambda: not panel.job_of_run and bool(panel.results.report.get("layers")), timeout=15_000)
+    qtbot.waitUntil(lambda: not panel.job_of_run and bool(panel.results.report.get("layers")), timeout=30_000)
     results = panel.results
     assert [s["step"] for s in results.ladder] == live.planned
     assert panel.layer_model.rowCount() == 7  # input + 3 layers × weight and activation
@@ -162,7 +164,7 @@ def test_compare_puts_two_ladders_side_by_side(fake_window, qtbot, trained):
 
 
 def test_cancel_stops_a_running_quantization(fake_window, qtbot, trained):
-    spec = QuantSpec.from_dict({"source": {"run": trained}, "calibration": {"seed": 400}})
+    spec = QuantSpec.from_dict({"source": {"run": trained}, "calibration": {"seed": 3000}})  # 3 s a rung
     fake_window.start_quantization(spec)
     panel = fake_window.quant_panel
     qtbot.waitUntil(lambda: panel.cancel_button.isVisible() and bool(panel.job_of_run), timeout=10_000)
