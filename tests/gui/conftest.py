@@ -26,7 +26,8 @@ def fake_window(qtbot, tmp_path, settings):
     window.resize(1300, 850)
     window.show()
     manager.start(wait=False)
-    qtbot.waitUntil(lambda: window.status_light.state == "ready", timeout=10_000)
+    # 30 s, not 10: with the tests on both cores (pytest -n auto) the other one may be importing torch meanwhile.
+    qtbot.waitUntil(lambda: window.status_light.state == "ready", timeout=30_000)
     yield window
     window.close_stopping_jobs()  # a test may end with a job still running: no question at teardown
     worker.stop()
