@@ -28,7 +28,7 @@ from workbench.worker.quant.measure import sqnr_db
 from workbench.worker.quant.sim import QuantSim, parallel_map
 from workbench.worker.quant.taps import collect, tail_function
 from workbench.worker.training.devices import resolve_device
-from workbench.worker.training.task import first_input, objective_for
+from workbench.worker.training.task import first_input, measured_task, objective_for
 
 
 def metric_block(objective) -> dict | None:
@@ -237,7 +237,8 @@ class QuantJob:
         """The run's task (recorded in its spec) decides what every rung measures: accuracy for classification (and
         for a model with no run), else the task's monitor metric, e.g. mIoU or MAE."""
         trained = self.origin.train
-        if trained is None or trained.task in ("auto", "classification"):
+        # A LightningModule's run keeps task=auto (its own loss decided); its data's first sample says the task.
+        if trained is None or measured_task(trained, self.dataset) == "classification":
             return
         self.objective = objective_for(trained, self.dataset)
         self.ladder.metric = metric = metric_block(self.objective)
