@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cli_runner import run_cli
+
 TRACEBACK = "Traceback (most recent call last)"
 ALLOWED_DATASETS = (
     "digits",
@@ -46,16 +48,10 @@ def count_args(**fields: object) -> list[str]:
 def wb(
     tmp_path: Path, *args: str, workspace: Path | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess:
-    """Run `workbench ARGS --workspace WS` in tmp_path and return the finished process."""
+    """Run `workbench ARGS --workspace WS` in tmp_path (a child forked with torch already imported: see
+    cli_runner) and return the finished process."""
     ws = workspace if workspace is not None else tmp_path / "ws"
-    return subprocess.run(
-        _argv(*args, "--workspace", str(ws)),
-        cwd=tmp_path,
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_cli([*args, "--workspace", str(ws)], cwd=tmp_path, env=_env(tmp_path), timeout=timeout)
 
 
 def one_json(proc: subprocess.CompletedProcess) -> dict:

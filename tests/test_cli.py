@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_runner import run_cli
 
 try:
     import tomllib
@@ -442,15 +443,14 @@ def test_run_folder_line_on_stderr_is_not_wrapped(tmp_path: Path):
 @pytest.mark.parametrize("before", [True, False])
 def test_workspace_and_json_flags_work_before_or_after_every_verb(tmp_path: Path, before: bool):
     ws = tmp_path / "flag-ws"
-    made = subprocess.run(_argv(*count_args(steps=2, delay=0), "--json", "--workspace", str(ws)), cwd=tmp_path,
-                          env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    made = run_cli([*count_args(steps=2, delay=0), "--json", "--workspace", str(ws)], cwd=tmp_path,
+                   env=_env(tmp_path))
     expect(made, 0)
     run_id = Path(one_json(made)["run_dir"]).name
     for verb in (["runs", "list"], ["runs", "show", run_id]):
         flags = ["--workspace", str(ws), "--json"]
         argv = [*flags, *verb] if before else [*verb, *flags]
-        proc = subprocess.run(_argv(*argv), cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True,
-                              timeout=60)
+        proc = run_cli(argv, cwd=tmp_path, env=_env(tmp_path))
         expect(proc, 0)
         shown = json.loads(proc.stdout)
         if verb[1] == "list":
@@ -460,7 +460,7 @@ def test_workspace_and_json_flags_work_before_or_after_every_verb(tmp_path: Path
 
 
 def test_debug_before_the_verb_shows_the_traceback(tmp_path: Path):
-    proc = subprocess.run(_argv("--debug", "--workspace", str(tmp_path / "ws"), *count_args(crash_at=0, crash_mode="raise")),
-                          cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    proc = run_cli(["--debug", "--workspace", str(tmp_path / "ws"), *count_args(crash_at=0, crash_mode="raise")],
+                   cwd=tmp_path, env=_env(tmp_path))
     expect(proc, 1)
     assert TRACEBACK in proc.stderr

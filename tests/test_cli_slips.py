@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import _argv, _env, count_args, expect, no_traceback, one_json, run_dirs, wb
+from cli_helpers import _env, count_args, expect, no_traceback, one_json, run_dirs, wb
+from cli_runner import run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -50,10 +51,7 @@ def test_the_largest_seed_is_accepted(tmp_path: Path):
 
 @pytest.mark.parametrize("args", [count_args(steps=1), ["runs", "list"]], ids=["job", "runs"])
 def test_an_empty_workspace_is_refused_not_taken_as_the_current_folder(tmp_path: Path, args: list[str]):
-    import subprocess
-
-    proc = subprocess.run(_argv(*args, "--workspace", "", "--json"), cwd=tmp_path, env=_env(tmp_path),
-                          capture_output=True, text=True, timeout=60)
+    proc = run_cli([*args, "--workspace", "", "--json"], cwd=tmp_path, env=_env(tmp_path))
     expect(proc, 2)
     no_traceback(proc)
     assert "--workspace is empty" in one_json(proc)["error"]["message"]

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-import sys
 import threading
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 from data_helpers import Recorder, add_bad_files, make_image_folder
 
 from workbench.worker.registry import get_task
@@ -227,8 +228,8 @@ def test_thumbnail_paging_through_the_real_worker(tmp_path):
 
 
 def workbench(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "workbench", "data", "info", *args, "--json", "--workspace", str(tmp_path)]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    argv = ["data", "info", *args, "--json", "--workspace", str(tmp_path)]
+    return run_cli(argv, cwd=os.getcwd(), env=os.environ, timeout=120)
 
 
 @pytest.mark.slow

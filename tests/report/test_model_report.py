@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import run_cli
 from report_story import SCRIPT, bench_run, export_run, full_story, make_run, quantize_run, training_run
 
 from workbench.errors import UsageError
@@ -256,8 +257,7 @@ print("LOADED", [m for m in heavy if m in sys.modules])
 def _wb(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     env["WORKBENCH_WORKSPACE"] = str(tmp_path / "env-workspace")
-    return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True, text=True, timeout=120,
-                          cwd=tmp_path, env=env)
+    return run_cli(args, cwd=tmp_path, env=env, timeout=120)
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_runner import run_cli
 
 from workbench.errors import JobError
 from workbench.runs import Run
@@ -55,8 +56,7 @@ def test_sigkill_then_resume_reaches_the_planned_epochs(tmp_path):
         assert run.status == "running"  # killed: nobody got to write an end state
         assert run.read_report() is None
 
-    resumed = subprocess.run(_workbench(tmp_path, "--resume", str(run_dir)), cwd=ROOT, capture_output=True,
-                             text=True, timeout=300)
+    resumed = run_cli(_workbench(tmp_path, "--resume", str(run_dir))[3:], cwd=ROOT, env=os.environ, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     result = json.loads(resumed.stdout)
     assert result["status"] == "done" and result["run_dir"] == str(run_dir)
