@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 import torch
+from cli_runner import run_cli
 from training_helpers import done, train
 
 from workbench.errors import UsageError
@@ -73,16 +74,13 @@ def test_environment_is_read_from_torchrun_variables():
 
 @pytest.mark.slow
 def test_devices_reports_the_torchrun_group(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "workbench", "devices", "--json"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120,
-                         env=_env(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1",
-                                  MASTER_PORT="29511"))
+    out = run_cli(["devices", "--json"], cwd=ROOT, timeout=120,
+                  env=_env(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29511"))
     assert out.returncode == 0, out.stderr
     backend = "nccl" if torch.cuda.is_available() else "gloo"  # the one the group would use on this machine
     assert json.loads(out.stdout)["torchrun"] == {"rank": 1, "local_rank": 1, "world_size": 2, "backend": backend,
                                                   "master": "127.0.0.1:29511"}
-    alone = subprocess.run([sys.executable, "-m", "workbench", "devices", "--json"], cwd=ROOT, capture_output=True,
-                           text=True, timeout=120, env=_env())
+    alone = run_cli(["devices", "--json"], cwd=ROOT, timeout=120, env=_env())
     assert json.loads(alone.stdout)["torchrun"] is None
 
 
@@ -90,20 +88,18 @@ def test_devices_reports_the_torchrun_group(tmp_path):
 def test_run_id_creates_then_resumes_one_run(tmp_path):
     spec_file = tmp_path / "spec.toml"
     spec_file.write_text(tomli_w.dumps({**SPEC, "epochs": 1}))
-    base = [sys.executable, "-m", "workbench", "train", "--workspace", str(tmp_path / "ws"), "--json",
-            "--run-id", "my-run"]
-    first = subprocess.run(base + [str(spec_file)], cwd=ROOT, capture_output=True, text=True, timeout=120, env=_env())
+    base = ["train", "--workspace", str(tmp_path / "ws"), "--json", "--run-id", "my-run"]
+    first = run_cli(base + [str(spec_file)], cwd=ROOT, timeout=120, env=_env())
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout)["run_dir"] == str(tmp_path / "ws" / "runs" / "my-run")
-    second = subprocess.run(base + ["--set", "epochs=2"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                            env=_env())
+    second = run_cli(base + ["--set", "epochs=2"], cwd=ROOT, timeout=120, env=_env())
     assert second.returncode == 0, second.stderr
     result = json.loads(second.stdout)
     assert result["resumed_from_epoch"] == 1 and result["epochs_completed"] == 2
     assert [p.name for p in (tmp_path / "ws" / "runs").iterdir()] == ["my-run"]
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_two_torchrun_nodes_match_one_process_in_one_run_folder(tmp_path):
     port = free_port()
     nodes = [_torchrun(tmp_path, nnodes=2, nproc=1, port=port, rdzv_id="two-nodes") for _ in range(2)]
@@ -127,7 +123,7 @@ def test_two_torchrun_nodes_match_one_process_in_one_run_folder(tmp_path):
         torch.testing.assert_close(first[key], second[key], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("killed", [1, 0], ids=["a-follower-dies", "rank-0-dies"])
 def test_an_elastic_restart_resumes_from_the_last_checkpoint(tmp_path, killed):
     marker = tmp_path / "killed"
@@ -152,7 +148,7 @@ def test_an_elastic_restart_resumes_from_the_last_checkpoint(tmp_path, killed):
     assert log.count("joined run torchrun-elastic") == 2 and "resuming from its last checkpoint" in log
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_an_elastic_restart_across_two_nodes_resumes_in_the_same_run(tmp_path):
     # Two torchrun agents on loopback, one rank each: the follower's node dies and restarts; the other node restarts
     # for the new membership, and may count no restart of its own.
@@ -170,7 +166,7 @@ def test_an_elastic_restart_across_two_nodes_resumes_in_the_same_run(tmp_path):
     assert [p.name for p in run_dir.parent.iterdir()] == [run_dir.name]
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_a_rank_0_failure_before_training_stops_the_other_ranks_with_its_message(tmp_path):
     node = _torchrun(tmp_path, nnodes=1, nproc=2, port=free_port(), rdzv_id="bad-batch",
                      spec={**SPEC, "batch_size": 63})
@@ -194,7 +190,7 @@ leave()
 """
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_ranks_whose_nodes_count_restarts_apart_still_form_one_group(tmp_path):
     # torchrun's shared store keeps the previous attempt's keys, and nodes count restarts apart (a node restarted
     # for a peer's new membership counts none): an attempt whose ranks report different restart counts must form
