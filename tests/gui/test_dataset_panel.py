@@ -17,7 +17,7 @@ from workbench.specs import DataSpec
 def panel(fake_window, qtbot):
     fake_window.show_tab(fake_window.dataset_panel)
     panel = fake_window.dataset_panel
-    qtbot.waitUntil(lambda: panel.info is not None and panel.model.total > 0, timeout=10_000)
+    qtbot.waitUntil(lambda: panel.info is not None and panel.model.total > 0, timeout=30_000)
     return panel
 
 
@@ -25,7 +25,7 @@ def test_loads_counts_classes_and_first_page(panel, qtbot):
     assert panel.model.total == 1500
     assert panel.class_combo.count() == 11  # "all classes" + 10
     assert "train 1,500" in panel.summary.text()
-    qtbot.waitUntil(lambda: 0 in panel.model.cached_pages, timeout=10_000)
+    qtbot.waitUntil(lambda: 0 in panel.model.cached_pages, timeout=30_000)
     index = panel.model.index(7)
     assert index.data(INDEX_ROLE) == 7 and index.data(LABEL_ROLE) == 7
     assert index.data(Qt.DisplayRole) == "class 7"
@@ -36,16 +36,16 @@ def test_loads_counts_classes_and_first_page(panel, qtbot):
 
 def test_class_and_split_filters(panel, qtbot):
     panel.class_combo.setCurrentIndex(panel.class_combo.findData(3))
-    qtbot.waitUntil(lambda: panel.model.total == 150, timeout=10_000)
-    qtbot.waitUntil(lambda: 0 in panel.model.cached_pages, timeout=10_000)
+    qtbot.waitUntil(lambda: panel.model.total == 150, timeout=30_000)
+    qtbot.waitUntil(lambda: 0 in panel.model.cached_pages, timeout=30_000)
     labels = {panel.model.index(row).data(LABEL_ROLE) for row in range(20)}
     assert labels == {3}
     # The pixel value encodes the sample index: the image really is sample 13 of class 3.
     image = panel.model.image_at(1)
     assert image.pixelColor(5, 5).red() == 13
     panel.split_combo.setCurrentIndex(panel.split_combo.findData("val"))
-    qtbot.waitUntil(lambda: panel.model.total == 30, timeout=10_000)
-    qtbot.waitUntil(lambda: 0 in panel.model.cached_pages, timeout=10_000)
+    qtbot.waitUntil(lambda: panel.model.total == 30, timeout=30_000)
+    qtbot.waitUntil(lambda: 0 in panel.model.cached_pages, timeout=30_000)
     assert panel.model.image_at(0).pixelColor(0, 0).red() == 1  # split marker of "val"
 
 
@@ -54,7 +54,7 @@ def test_stale_replies_are_dropped(panel, qtbot):
     spec = panel.state.spec.to_dict()
     model.configure(spec, "train", 1)
     model.configure(spec, "train", 2)  # the user changed the filter before the first reply came
-    qtbot.waitUntil(lambda: 0 in model.cached_pages, timeout=10_000)
+    qtbot.waitUntil(lambda: 0 in model.cached_pages, timeout=30_000)
     qtbot.wait(300)  # give the stale reply time to arrive, too
     assert model.total == 150
     assert {model.index(r).data(LABEL_ROLE) for r in range(10)} == {2}
@@ -74,20 +74,20 @@ def _wait_for_the_whole_layout(grid, qtbot) -> None:
 
 def test_only_visible_pages_are_fetched(panel, qtbot):
     panel.zoom.setValue(24)
-    qtbot.waitUntil(lambda: 0 in panel.model.cached_pages, timeout=10_000)
+    qtbot.waitUntil(lambda: 0 in panel.model.cached_pages, timeout=30_000)
     _wait_for_the_whole_layout(panel.grid, qtbot)  # it lays items out in batches; jump only once it reached the end
     panel.grid.scrollToBottom()
     last_page = (panel.model.total - 1) // PAGE_SIZE
-    qtbot.waitUntil(lambda: last_page in panel.model.cached_pages, timeout=10_000)
+    qtbot.waitUntil(lambda: last_page in panel.model.cached_pages, timeout=30_000)
     qtbot.wait(200)
     # Pages the view jumped over were never asked for.
     assert 3 not in panel.model.cached_pages and 3 not in panel.model.in_flight
 
 
 def test_sample_view_shows_clicked_sample(panel, qtbot):
-    qtbot.waitUntil(lambda: 0 in panel.model.cached_pages, timeout=10_000)
+    qtbot.waitUntil(lambda: 0 in panel.model.cached_pages, timeout=30_000)
     panel.grid.setCurrentIndex(panel.model.index(5))
-    qtbot.waitUntil(lambda: (panel.sample_view.result or {}).get("index") == 5, timeout=10_000)
+    qtbot.waitUntil(lambda: (panel.sample_view.result or {}).get("index") == 5, timeout=30_000)
     view = panel.sample_view
     assert "train #5" in view.title.text() and "class 5" in view.title.text()
     assert "1×12×12" in view.details.text()
@@ -98,9 +98,9 @@ def test_sample_view_shows_clicked_sample(panel, qtbot):
 
 def test_augmentation_before_after_and_reroll(panel, qtbot):
     panel.state.set_spec(DataSpec.from_dict({"augment": ["hflip"]}))
-    qtbot.waitUntil(lambda: panel.info is not None and 0 in panel.model.cached_pages, timeout=10_000)
+    qtbot.waitUntil(lambda: panel.info is not None and 0 in panel.model.cached_pages, timeout=30_000)
     panel.grid.setCurrentIndex(panel.model.index(2))
-    qtbot.waitUntil(lambda: (panel.sample_view.result or {}).get("index") == 2, timeout=10_000)
+    qtbot.waitUntil(lambda: (panel.sample_view.result or {}).get("index") == 2, timeout=30_000)
     view = panel.sample_view
     assert view.reroll_button.isEnabled() and "hflip" in view.transform_note.text()
     before = np.asarray(view.result["image"])
@@ -108,11 +108,11 @@ def test_augmentation_before_after_and_reroll(panel, qtbot):
     assert not np.array_equal(before, after)
     old = view.result
     view.reroll_button.click()
-    qtbot.waitUntil(lambda: view.result is not old, timeout=10_000)
+    qtbot.waitUntil(lambda: view.result is not old, timeout=30_000)
 
 
 def test_zoom_changes_thumbnail_size(panel, qtbot):
-    qtbot.waitUntil(lambda: 0 in panel.model.cached_pages, timeout=10_000)
+    qtbot.waitUntil(lambda: 0 in panel.model.cached_pages, timeout=30_000)
     panel.zoom.setValue(120)
     assert panel.model.index(0).data(Qt.DecorationRole).width() == 120
     assert panel.grid.iconSize().width() == 120
@@ -120,7 +120,7 @@ def test_zoom_changes_thumbnail_size(panel, qtbot):
 
 def test_missing_dataset_error_is_shown(panel, qtbot):
     panel.state.set_spec(DataSpec.from_dict({"name": "cifar10"}))
-    qtbot.waitUntil(lambda: "could not be loaded" in panel.summary.text(), timeout=10_000)
+    qtbot.waitUntil(lambda: "could not be loaded" in panel.summary.text(), timeout=30_000)
     assert panel.error.isVisible()
     assert "CIFAR-10 files are missing" in panel.error.text()
 
@@ -191,13 +191,13 @@ def test_a_new_dataset_that_fails_to_load_is_taken_back(panel, qtbot, tmp_path):
     before = panel.state.spec
     assert set(panel.class_chart.bars) == {"train", "val", "test"}
     panel.state.set_spec(DataSpec.from_dict({"name": "cifar10"}))
-    qtbot.waitUntil(lambda: panel.state.spec == before and panel.info is not None, timeout=10_000)
+    qtbot.waitUntil(lambda: panel.state.spec == before and panel.info is not None, timeout=30_000)
     assert "<b>cifar10</b> could not be loaded, so <b>digits</b> is still the dataset" in panel.summary.text()
     assert "train 1,500" in panel.summary.text()  # and the dataset that stayed is shown in full
     assert panel.error.isVisible()
     assert panel.error.text().startswith("cifar10 could not be loaded: CIFAR-10 files are missing")
     assert set(panel.class_chart.bars) == {"train", "val", "test"}
-    qtbot.waitUntil(lambda: panel.model.total == 1500, timeout=10_000)
+    qtbot.waitUntil(lambda: panel.model.total == 1500, timeout=30_000)
     # What the window remembers is the dataset that loaded, not the one that failed.
     panel.window().close()
     reread = Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
