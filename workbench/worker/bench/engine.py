@@ -189,6 +189,10 @@ def run_bench(spec: BenchSpec, ctx) -> dict:
             f"{describe(device)} in {spec.dtype}: {', '.join(backends)} at batch {', '.join(map(str, batch_sizes))}")
     threads_before = torch.get_num_threads()
     publisher = Publisher(ctx, total)
+    # Each row collects the garbage of the one before it. Everything older (torch, the model, the process's own
+    # objects) is set aside first, so each collection walks only this job's new objects: a full collection of a
+    # process with torch loaded took over a second a row on a slow machine.
+    gc.freeze()
     try:
         if spec.threads > 0:
             torch.set_num_threads(spec.threads)
@@ -203,6 +207,7 @@ def run_bench(spec: BenchSpec, ctx) -> dict:
                     index += 1
             bctx._model = None
     finally:
+        gc.unfreeze()
         torch.set_num_threads(threads_before)
         samples_path = publisher.save_samples()  # also on cancel: the rows that finished keep their samples
     ctx.progress(total, total, "done", force=True)
