@@ -462,3 +462,16 @@ def test_loaded_datasets_are_cached_and_shared_between_threads(tmp_path):
     load_dataset(spec(name="fake", size=301), workspace=tmp_path)
     load_dataset(spec(name="fake", size=302), workspace=tmp_path)  # an LRU of two: the first is gone
     assert load_dataset(spec(name="fake", size=300), workspace=tmp_path).core is not results[0].core
+
+
+def test_digits_read_from_sklearns_file_are_sklearns_digits():
+    # The loader reads the CSV scikit-learn ships rather than importing sklearn (seconds): the same pixels and labels.
+    from sklearn.datasets import load_digits
+
+    from workbench.worker.data.builtin import _digits_arrays
+
+    images, targets = _digits_arrays()
+    reference = load_digits()
+    assert images.shape == (1797, 8, 8) and targets.dtype == np.int64
+    np.testing.assert_array_equal(images, reference.images)
+    np.testing.assert_array_equal(targets, reference.target)

@@ -6,6 +6,8 @@ generator, because FakeData reseeds torch's global generator, which a training j
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from workbench.worker.data.imageops import parse_size, resize_uint8
@@ -19,19 +21,40 @@ FAKE_CHANNELS = 3
 @register_dataset("digits", has_test_split=False)
 def load_digits(request: SourceRequest) -> Source:
     """scikit-learn's 1,797 8x8 handwritten digits, shipped inside the package (works offline)."""
-    from sklearn.datasets import load_digits as sklearn_digits
-
-    bunch = sklearn_digits()
+    images_16, targets = _digits_arrays()
     # Pixel values are 0..16; scale to the 0..255 every other dataset uses.
-    pixels = torch.from_numpy(bunch.images).mul(255.0 / 16.0).round_().clamp_(0, 255).to(torch.uint8)
+    pixels = torch.from_numpy(images_16).mul(255.0 / 16.0).round_().clamp_(0, 255).to(torch.uint8)
     images = pixels.unsqueeze(1)
     size = parse_size(request.spec.image_size)
     if size is not None:
         check_budget(nbytes(len(images), (1, *size)), f"the digits resized to {size[0]}x{size[1]}",
                      "set a smaller dataset.image_size")
         images = resize_uint8(images, size)
-    labels = torch.from_numpy(bunch.target).to(torch.int64)
-    return Source(classes=[str(c) for c in bunch.target_names], parts={"all": TensorStore(images, labels)})
+    labels = torch.from_numpy(targets).to(torch.int64)
+    return Source(classes=[str(c) for c in range(10)], parts={"all": TensorStore(images, labels)})
+
+
+def _digits_arrays():
+    """(images (N, 8, 8) float64 in 0..16, targets (N,) int64), read straight from the CSV scikit-learn ships:
+    importing sklearn itself costs seconds (16 s on a slow machine) for one small file; through sklearn where
+    the file is not where it keeps it today."""
+    import gzip
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.find_spec("sklearn")  # finds the package without running it
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        path = Path(folder) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            with gzip.open(path, "rt") as handle:
+                data = np.loadtxt(handle, delimiter=",")
+            return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(np.int64)
+    from sklearn.datasets import load_digits as sklearn_digits
+
+    bunch = sklearn_digits()
+    return bunch.images, bunch.target.astype(np.int64)
 
 
 def fake_sample(index: int, offset: int, shape: tuple[int, int, int], num_classes: int,
