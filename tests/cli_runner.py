@@ -16,9 +16,11 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-# What the server imports once; the children then start with it loaded. Only modules that read no environment
-# variable at import time that a test might set.
-PRELOAD = ["torch", "torchvision", "numpy", "workbench.cli"]
+# What the server imports once; the children then start with it loaded: torch, what a training job imports on its
+# first optimizer (torch._dynamo, 19 s on a slow machine), export's and bench's onnx. A module that reads an
+# environment variable a test sets when it is imported does not belong here (torch._inductor reads CXX: the test
+# that sets it runs a fresh interpreter).
+PRELOAD = ["torch", "torchvision", "torch._dynamo", "numpy", "onnx", "onnxruntime", "workbench.cli"]
 
 _context = None
 

@@ -7,12 +7,13 @@ import json
 import math
 import os
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 import torch
-from cli_runner import run_cli
 from training_helpers import QUICK, Recorder, done, failed, merge, metrics, train
 
 from workbench.runs import Run
@@ -270,8 +271,10 @@ def test_a_compile_failure_is_a_clear_error_that_suggests_compile_off(tmp_path):
         pytest.skip("no C compiler: the job refuses compile before it starts (tested by check_compile's message)")
     env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"),
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
-    proc = run_cli(["train", "--set", "epochs=1", "--set", "compile=default", "--set", "model.name=mlp", "--set",
-                    "device=cpu", "--workspace", str(tmp_path), "--json"], cwd=os.getcwd(), env=env, timeout=300)
+    # A fresh interpreter, not the forked CLI: torch._inductor reads CXX when it is imported.
+    proc = subprocess.run([sys.executable, "-m", "workbench", "train", "--set", "epochs=1", "--set", "compile=default",
+                           "--set", "model.name=mlp", "--set", "device=cpu", "--workspace", str(tmp_path), "--json"],
+                          capture_output=True, text=True, env=env, timeout=300)
     result = json.loads(proc.stdout)
     assert proc.returncode == 1 and result["status"] == "failed" and "traceback" not in result
     assert result["error"]["message"].startswith("compile: torch.compile failed")
