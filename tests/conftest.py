@@ -7,6 +7,10 @@ import os
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# One intra-op thread per torch process (this one, its workers, its CLI children), set before torch is imported.
+# The suite runs a process per core, and each spawns more: with torch's default of a thread per core, OpenMP's
+# spinning threads fought over two cores and a digits epoch ran at 28 samples/s instead of 6,000.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("QTWEBENGINE_DISABLE_SANDBOX", "1")
 
 _THRESHOLDS = gc.get_threshold()
