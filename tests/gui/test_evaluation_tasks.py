@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from PySide6.QtWidgets import QLabel, QTabWidget
 
 from workbench.gui.panels.training.evaluation import EvaluationView
 from workbench.gui.panels.training.evaluation_segmentation import ALPHA, class_colours
@@ -159,6 +160,28 @@ def test_segmentation_class_iou_worst_images_and_mask_overlays(view, qtbot):
     with qtbot.waitSignal(view.sample_requested) as signal:
         page.gallery.itemActivated.emit(page.gallery.item(1))
     assert signal.args[1:3] == ["test", evaluation["worst"][1]["index"]] and "mIoU" in signal.args[3]
+
+
+def test_segmentation_images_fill_their_plots_when_shown_on_a_hidden_tab(qtbot):
+    # As in the window: the evaluation arrives while its tab is hidden, then the tab is opened. Each image fills
+    # its plot (the range is its bounds, plus padding, widened along one axis only for the plot's aspect).
+    tabs = QTabWidget()
+    qtbot.addWidget(tabs)
+    view = EvaluationView(queries=None)
+    tabs.addTab(QLabel("curves"), "Curves")
+    tabs.addTab(view, "Evaluation")
+    tabs.resize(1000, 600)
+    tabs.show()
+    evaluation, _, _ = segmentation_evaluation()
+    view.show_evaluation(evaluation, DATASET, "run-seg")
+    tabs.setCurrentIndex(1)
+    qtbot.wait(300)
+    page = view.task_views["segmentation"]
+    height, width = page.image_items[0].image.shape[1::-1]
+    for plot in page.image_plots:
+        (x0, x1), (y0, y1) = plot.getPlotItem().vb.viewRange()
+        assert x0 <= 0 and y0 <= 0 and x1 >= width and y1 >= height
+        assert min(x1 - x0 - width, y1 - y0 - height) < 0.1 * max(width, height)
 
 
 def test_segmentation_from_before_thumbnails_and_damaged_thumbnails(view):

@@ -16,7 +16,7 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QSplitter, QVBoxLayout, QWidget
 
 from workbench.gui.images import scaled_pixmap, to_qimage
-from workbench.gui.panels.training.evaluation_common import BarTooltips, category_ticks, link_plots, number
+from workbench.gui.panels.training.evaluation_common import BarTooltips, category_ticks, number
 from workbench.gui.plots import RUN_HUES, SERIES_COLOURS, make_plot
 
 IGNORE_INDEX = 255
@@ -113,7 +113,6 @@ class SegmentationEvaluationView(QWidget):
         self.image_items = [pg.ImageItem() for _ in self.image_plots]
         for plot, item in zip(self.image_plots, self.image_items):
             plot.addItem(item)
-        link_plots(self.image_plots)
         self.legend = QLabel()
         self.legend.setTextFormat(Qt.RichText)
         self.legend.setWordWrap(True)
@@ -223,7 +222,13 @@ class SegmentationEvaluationView(QWidget):
             else:
                 item.setImage(picture.transpose(1, 0, 2), levels=(0, 255))  # ImageItem wants (x, y, rgb)
             plot.getPlotItem().update_empty_state()
-        self.image_plots[0].getPlotItem().vb.autoRange(padding=0.02)
+        shown = next((picture for picture in pictures if picture is not None), None)
+        if shown is not None:
+            # Each plot to the image's own bounds. They are not linked: aspect-locked views linked to each other
+            # widen each other's range in turn at every resize, which left the image a third of its plot.
+            height, width = shown.shape[:2]
+            for plot in self.image_plots:
+                plot.getPlotItem().vb.setRange(xRange=(0, width), yRange=(0, height), padding=0.02)
         self.detail_title.setText(f"{info.get('split', 'test')} #{info['index']} · mIoU {number(info.get('miou'))} · "
                                   f"pixel accuracy {number(info.get('pixel_acc'))}")
 
