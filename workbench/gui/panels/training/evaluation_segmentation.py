@@ -139,6 +139,8 @@ class SegmentationEvaluationView(QWidget):
         self.gallery.currentRowChanged.connect(self.show_image)
         self.gallery.itemActivated.connect(self._on_gallery_activated)
         top = QSplitter(Qt.Horizontal)
+        # Room for a class name under each bar: narrower, the axis drops the names that overlap ("background").
+        self.iou_plot.setMinimumWidth(260)
         top.addWidget(self.iou_plot)
         top.addWidget(detail)
         top.setStretchFactor(0, 2)
