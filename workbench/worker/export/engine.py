@@ -118,6 +118,8 @@ def run_export(spec: ExportSpec, ctx) -> dict:
     source = resolve_source(spec, ctx)
     name, suffixes = FILE_NAMES[spec.format]
     out = output_path(spec.output, ctx.run.artifacts_dir if ctx.run is not None else None, name, suffixes)
+    if source.example is not None:
+        return _run_multi(spec, source, out, device, ctx)
     model = source.model.to(device).eval()
     shape = source.input_shape
     example = torch.randn(formats.example_batch(spec.dynamic_batch), *shape,
@@ -145,8 +147,8 @@ def run_export(spec: ExportSpec, ctx) -> dict:
     ctx.log(f"wrote {out} ({file_size(out):,} bytes) in {export_s:.1f} s" +
             (f" with the {info['exporter']} exporter" if spec.format == "onnx" else ""))
     result = {"artifact": str(out), "format": spec.format, "size_bytes": file_size(out), **info,
-              "source": source.describe(), "input_shape": list(shape), "dynamic_batch": spec.dynamic_batch,
-              "device": str(device), "export_s": round(export_s, 3)}
+              "source": source.describe(), "input_shape": list(shape), "input_names": ["input"],
+              "dynamic_batch": spec.dynamic_batch, "device": str(device), "export_s": round(export_s, 3)}
     if spec.format != "onnx":
         result.pop("fallback_reason", None)
     data_file = out.with_name(out.name + ".data")
@@ -167,6 +169,32 @@ def run_export(spec: ExportSpec, ctx) -> dict:
             else:
                 located = {"first_divergent_layer": None, "first_divergent_layer_reason": "parity passed"}
         result["parity"] = {**parity.finish(checked, batches, samples, extra), **located}
+        _log_parity(ctx, result["parity"])
+    ctx.progress(STEPS, STEPS, "done", force=True)
+    return result
+
+
+def _run_multi(spec: ExportSpec, source, out: Path, device: torch.device, ctx) -> dict:
+    """A model with several inputs (a tuple or dict input): named inputs, parity on every one."""
+    from workbench.worker.export import multi
+
+    ctx.check_stop()
+    ctx.progress(1, STEPS, f"exporting to {spec.format}", force=True)
+    started = time.perf_counter()
+    with staged_output(out) as staged:
+        info, named, model, samples = multi.export(spec, source, source.example, staged, ctx, device)
+    export_s = time.perf_counter() - started
+    ctx.artifact(f"{spec.format} model", out, kind=spec.format)
+    ctx.log(f"wrote {out} ({file_size(out):,} bytes) in {export_s:.1f} s with inputs {', '.join(named['input_names'])}")
+    result = {"artifact": str(out), "format": spec.format, "size_bytes": file_size(out), **info,
+              "source": source.describe(), **named, "dynamic_batch": spec.dynamic_batch, "device": str(device),
+              "export_s": round(export_s, 3)}
+    ctx.check_stop()
+    ctx.progress(2, STEPS, "checking parity with eager PyTorch", force=True)
+    if not spec.verify:
+        result["parity"] = _skipped()
+    else:
+        result["parity"] = multi.check_parity(spec, source, model, samples, out, device, ctx)
         _log_parity(ctx, result["parity"])
     ctx.progress(STEPS, STEPS, "done", force=True)
     return result

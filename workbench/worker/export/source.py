@@ -23,6 +23,7 @@ class ExportSource:
     dataset: DataSpec | None  # where real parity samples come from; None: random inputs only
     checkpoint: Path | None = None
     run_dir: Path | None = None
+    example: object = None  # the run's first input when it is a tuple or dict of tensors (several inputs)
 
     def describe(self) -> dict:
         return {"run": str(self.run_dir) if self.run_dir else None,
@@ -70,13 +71,16 @@ def resolve_source(spec: ExportSpec, ctx) -> ExportSource:
             dataset, ctx, why=f"the input shape of run {run_dir.name}")
         # The run's checkpoint holds every weight: no pretrained download, no starting checkpoint, no freezing.
         model_spec = dataclasses.replace(trained.model, checkpoint="", weights="", freeze=[])
+        from workbench.worker.export.multi import first_input
+
+        example = first_input(dataset, ctx)
         # The run's task decides which outputs are right (a segmentation model gives a map, a custom one anything).
         model = build_model(model_spec, input_shape=shape, log=ctx.log, pretrained=False, checkpoint=False,
-                            task=trained.task)
+                            task=trained.task, example=example)
         load_checkpoint(model, checkpoint, what="source.run")
         ctx.log(f"exporting {model_spec.name} of run {run_dir.name} with {checkpoint.relative_to(run_dir)}")
         return ExportSource(model.eval(), shape, f"{model_spec.name} (run {run_dir.name})", dataset, checkpoint,
-                            run_dir)
+                            run_dir, example)
     # model.*: its own weights (checkpoint or pretrained), else freshly initialised ones.
     custom_data = spec.dataset != DataSpec()
     shape = tuple(spec.model.input_shape) or dataset_shape(spec.dataset, ctx, why="the input shape")

@@ -1,0 +1,172 @@
+"""Export of a model with several inputs (issue #20): a user Dataset whose input is a tuple or dict of tensors.
+The model is wrapped to take its inputs positionally, in a named order (the dict's keys, else forward()'s parameter
+names), so ONNX keeps those names and parity feeds every input. Worker side; never imports Qt.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch import nn
+
+from workbench.errors import JobError
+from workbench.worker.export import formats, parity
+from workbench.worker.models import logits_of
+
+
+class Inputs(tuple):
+    """A tuple of one batch's input tensors; .shape is the first one's (parity reports its batch size)."""
+
+    @property
+    def shape(self) -> torch.Size:
+        return self[0].shape
+
+
+class Positional(nn.Module):
+    """model(**dict(zip(names, args))) for a dict input, model(*args) for a tuple: one positional signature."""
+
+    def __init__(self, model: nn.Module, names: list[str], keyed: bool):
+        super().__init__()
+        self.model, self.names, self.keyed = model, list(names), keyed
+
+    def forward(self, *args):
+        if self.keyed:
+            return self.model(**dict(zip(self.names, args)))
+        return self.model(*args)
+
+
+def first_input(dataset_spec, ctx):
+    """The run's dataset's first input when it is a tuple or dict of tensors; else None (one tensor)."""
+    if dataset_spec is None or not dataset_spec.name.startswith("file:"):
+        return None
+    from workbench.worker.data import load_dataset
+
+    try:
+        x = load_dataset(dataset_spec, ctx=ctx).first_sample()[0]
+    except (JobError, AttributeError):
+        return None
+    return x if isinstance(x, (tuple, list, dict)) else None
+
+
+def input_names(model: nn.Module, x) -> list[str]:
+    """The dict's keys, else forward()'s positional parameter names (input_<i> past them)."""
+    if isinstance(x, dict):
+        return [str(k) for k in x]
+    try:
+        params = [p.name for p in inspect.signature(model.forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    return [params[i] if i < len(params) else f"input_{i}" for i in range(len(x))]
+
+
+def tensors_of(x) -> list[torch.Tensor]:
+    return [torch.as_tensor(v) for v in (x.values() if isinstance(x, dict) else x)]
+
+
+def random_batch(samples: list[torch.Tensor], batch: int, generator: torch.Generator) -> Inputs:
+    """Random inputs shaped and typed like the example's: integers (token ids, say) within its observed range."""
+    out = []
+    for t in samples:
+        if t.is_floating_point():
+            out.append(torch.randn(batch, *t.shape, generator=generator).to(t.dtype))
+        else:
+            low, high = int(t.min()), int(t.max())
+            out.append(torch.randint(low, high + 1, (batch, *t.shape), generator=generator).to(t.dtype))
+    return Inputs(out)
+
+
+def real_batches(dataset_spec, limit: int, group: int, ctx) -> list[tuple[str, Inputs]]:
+    """Up to `limit` real samples of the train split, regrouped per input into batches of `group`."""
+    from workbench.worker.data import load_dataset
+
+    try:
+        split = load_dataset(dataset_spec, ctx=ctx).splits["train"]
+        count = min(limit, len(split))
+        samples = [tensors_of(split.sample(i)[0]) for i in range(count)]
+    except (JobError, AttributeError, KeyError) as exc:
+        ctx.log(f"no real samples for the parity check ({exc}); random inputs only", "warning")
+        return []
+    out = []
+    for i in range(0, count, group):
+        chunk = samples[i:i + group]
+        out.append((f"samples {i}..{i + len(chunk) - 1}", Inputs(torch.stack(list(c)) for c in zip(*chunk))))
+    return out
+
+
+def export(spec, source, example, out, ctx, device) -> tuple[dict, dict]:
+    """Write `out` for a multi-input model; returns (format info, {input_names, input_shapes})."""
+    names = input_names(source.model, example)
+    model = Positional(source.model, names, isinstance(example, dict)).to(device).eval()
+    samples = tensors_of(example)
+    batch = formats.example_batch(spec.dynamic_batch)
+    args = tuple(torch.stack([t] * batch).to(device) for t in samples)
+    shapes = {name: list(t.shape) for name, t in zip(names, samples)}
+    dims = tuple({0: formats.batch_dim()} for _ in args) if spec.dynamic_batch else None
+    if spec.format == "torchscript":
+        if spec.script:
+            raise JobError("format=torchscript: script=true compiles forward() alone, and this model takes several "
+                           f"inputs ({', '.join(names)}); use script=false or format=exported_program")
+        try:
+            with formats.quiet(), torch.no_grad():
+                torch.jit.save(torch.jit.trace(model, args, check_trace=False), str(out))
+        except Exception as exc:
+            raise formats._failure("torchscript", "torch.jit.trace", exc) from None
+        info = {"exporter": "trace"}
+    elif spec.format == "exported_program":
+        try:
+            with formats.quiet():
+                program = torch.export.export(model, args, dynamic_shapes=(dims,) if dims else None)
+                torch.export.save(program, str(out))
+        except Exception as exc:
+            raise formats._failure("exported_program", "torch.export", exc) from None
+        info = {"exporter": "torch.export"}
+    elif spec.format == "onnx":
+        try:
+            with formats.quiet(), torch.no_grad():
+                program = torch.export.export(model, args, dynamic_shapes=(dims,) if dims else None)
+                torch.onnx.export(program, args, str(out), dynamo=True, opset_version=spec.opset, verbose=False,
+                                  input_names=names, output_names=["output"])
+            formats._check_onnx(out)
+        except Exception as exc:
+            raise formats._failure("onnx", "torch.onnx.export", exc) from None
+        info = {"exporter": "dynamo", "opset": spec.opset}
+    else:
+        raise JobError(f"format={spec.format}: models with several inputs ({', '.join(names)}) are not supported "
+                       "yet; use format=onnx, exported_program or torchscript")
+    return info, {"input_names": names, "input_shapes": shapes}, model, samples
+
+
+def runner(fmt: str, path, device):
+    """The exported file as a callable on Inputs."""
+    if fmt == "onnx":
+        session = formats.onnx_session(path, device)
+        names = [i.name for i in session.get_inputs()]
+
+        def run(x):
+            feed = {n: t.detach().cpu().numpy() for n, t in zip(names, x)}
+            return torch.from_numpy(session.run(None, feed)[0])
+        return run
+    if fmt == "torchscript":
+        module = formats.load_torchscript(path, device)
+    else:
+        module = formats.load_exported_program(path)
+    return lambda x: module(*(t.to(device) for t in x))
+
+
+def check_parity(spec, source, model, samples, out, device, ctx) -> dict:
+    """Every input fed to both eager and exported: random batches typed like the example, and real samples."""
+    generator = torch.Generator().manual_seed(parity.SEED)
+    batches = list(parity.RANDOM_BATCHES) if spec.dynamic_batch else [1]
+    inputs = [(f"random batch of {b}", random_batch(samples, b, generator)) for b in batches]
+    real = real_batches(source.dataset, spec.parity_samples, 7 if spec.dynamic_batch else 1, ctx)
+    count = sum(len(x[0]) for _, x in real)
+
+    def eager(x):
+        with torch.no_grad():
+            return logits_of(model(*(t.to(device) for t in x)))
+
+    checked = parity.check(eager, runner(spec.format, out, device), inputs + real, parity.FP32)
+    return {**parity.finish(checked, batches, count), "first_divergent_layer_reason":
+            "parity passed" if checked["passed"] else "the layer search takes models with one input"}
