@@ -98,3 +98,18 @@ def test_a_tuple_input_takes_forwards_parameter_names(tmp_path):
     assert exported["status"] == "done", exported.get("error")
     assert exported["input_names"] == ["image", "meta"]
     assert exported["parity"]["passed"]
+
+
+def test_bench_of_a_multi_input_model_says_it_takes_one_input(dict_run):
+    """Not built yet: a clear one-line error naming the inputs, for the run and for its ONNX export."""
+    result, workspace = dict_run
+    bench = _run("bench.latency", {"source": {"run": result["run_dir"]}, "backends": ["eager"], "iters": 2,
+                                   "warmup": 1}, workspace)
+    assert bench["status"] == "failed"
+    assert "several inputs (image, meta)" in bench["error"]["message"]
+    exported = _run("export.model", {"source": {"run": result["run_dir"]}, "format": "onnx", "verify": False},
+                    workspace)
+    bench = _run("bench.latency", {"source": {"file": exported["artifact"]}, "backends": ["onnxruntime"], "iters": 2,
+                                   "warmup": 1}, workspace)
+    assert bench["status"] == "failed"
+    assert "several inputs (image, meta)" in bench["error"]["message"]

@@ -126,6 +126,9 @@ def _file_input_shape(path: Path, kind: str) -> tuple[int, ...] | None:
         inputs = [i for i in model.graph.input if i.name not in initializers]
         if not inputs:
             return None
+        if len(inputs) > 1:  # one random tensor is all a row feeds today
+            raise JobError(f"source.file: {path.name} takes several inputs ({', '.join(i.name for i in inputs)}); "
+                           "bench times models with one input only, for now: every backend feeds one tensor")
         dims = inputs[0].type.tensor_type.shape.dim
         shape = tuple(d.dim_value if d.HasField("dim_value") else 0 for d in dims)[1:]
         return shape if shape and all(d > 0 for d in shape) else None
@@ -208,6 +211,13 @@ def resolve(spec: BenchSpec, ctx) -> BenchSource:
         else:
             raise JobError(f"source.run: {run_dir.name} is a {task or 'unknown'} run; bench takes a training run "
                            "(its model and checkpoint) or a quantize run (also its QDQ model)")
+        from workbench.worker.export.multi import first_input
+
+        several = first_input(dataset, ctx)
+        if several is not None:  # a tuple or dict input: today's rows feed one tensor
+            names = list(several) if isinstance(several, dict) else [f"input_{i}" for i in range(len(several))]
+            raise JobError(f"source.run: {run_dir.name}'s model takes several inputs ({', '.join(names)}); bench "
+                           "times models with one input only, for now: every backend feeds one tensor")
         shape = override or tuple(model_spec.input_shape) or _dataset_shape(dataset, ctx)
         _check_shape(shape, "model.input_shape")
         # The run's own weights replace any pretrained or starting checkpoint, so neither is loaded first.
