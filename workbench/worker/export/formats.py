@@ -32,7 +32,7 @@ def batch_dim():
     return torch.export.Dim("batch", min=1, max=MAX_BATCH)
 
 
-def _failure(fmt: str, what: str, exc: BaseException, program=None, hint: str = "") -> JobError:
+def export_failure(fmt: str, what: str, exc: BaseException, program=None, hint: str = "") -> JobError:
     operator = failed_operator(exc)
     modules = modules_calling(program, operator) if operator else []
     where = ""
@@ -54,7 +54,7 @@ def write_torchscript(model: nn.Module, example: torch.Tensor, path: Path, *, sc
     except Exception as exc:  # the user's model code, and TorchScript's many refusals, raise anything
         hint = ("torch.jit.script compiles forward()'s Python source and accepts only TorchScript's subset of "
                 "Python; script=false traces it instead. ") if script else ""
-        raise _failure("torchscript", what, exc, hint=hint) from None
+        raise export_failure("torchscript", what, exc, hint=hint) from None
     return {"exporter": "script" if script else "trace"}
 
 
@@ -81,7 +81,7 @@ def export_program(model: nn.Module, example: torch.Tensor, *, dynamic_batch: bo
         if dynamic_batch and ("Constraints violated" in text or "specializ" in text or "batch" in text):
             hint = ("The model fixes its batch size somewhere (a reshape to a literal size, say); set "
                     "dynamic_batch=false to export it for batch size 1. ")
-        raise _failure(fmt, "torch.export", exc, hint=hint) from None
+        raise export_failure(fmt, "torch.export", exc, hint=hint) from None
 
 
 def write_exported_program(model: nn.Module, example: torch.Tensor, path: Path, *, dynamic_batch: bool) -> dict:
@@ -90,7 +90,7 @@ def write_exported_program(model: nn.Module, example: torch.Tensor, path: Path, 
         with quiet():
             torch.export.save(program, str(path))
     except Exception as exc:
-        raise _failure("exported_program", "torch.export.save", exc) from None
+        raise export_failure("exported_program", "torch.export.save", exc) from None
     return {"exporter": "torch.export"}
 
 
@@ -107,7 +107,7 @@ def _param_bytes(model: nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers()))
 
 
-def _check_onnx(path: Path) -> None:
+def check_onnx(path: Path) -> None:
     import onnx
 
     onnx.checker.check_model(str(path))  # by path: a model with external data is checked with it
@@ -134,7 +134,7 @@ def write_onnx(model: nn.Module, example: torch.Tensor, path: Path, *, opset: in
                                           dynamic_shapes=({0: batch_dim()},) if dynamic_batch else None)
             torch.onnx.export(program, (example,), str(path), dynamo=True, opset_version=opset, verbose=False,
                               external_data=external, custom_translation_table=translations or None, **names)
-        _check_onnx(path)
+        check_onnx(path)
         written = _opset_of(path)
         if written == opset:
             return {"exporter": "dynamo", "fallback_reason": None, "opset": opset}
@@ -167,7 +167,7 @@ def write_onnx(model: nn.Module, example: torch.Tensor, path: Path, *, opset: in
         with quiet(), torch.no_grad(), mock.patch.object(torch._C, "_jit_onnx_log", lambda *args: None):
             torch.onnx.export(model, (example,), str(path), dynamo=False, opset_version=legacy_opset, verbose=False,
                               dynamic_axes=axes, do_constant_folding=True, **names)
-        _check_onnx(path)
+        check_onnx(path)
     except Exception as exc:
         second = exc
         operator = failed_operator(second) or (failed_operator(first) if first is not None else None)
@@ -242,12 +242,12 @@ def write_tensorrt(model: nn.Module, example: torch.Tensor, path: Path, *, preci
             compiled = torch_tensorrt.compile(model.to(device).eval(), ir="dynamo", inputs=[spec],
                                               enabled_precisions=set(TRT_PRECISIONS[precision]))
     except Exception as exc:
-        raise _failure("tensorrt", "torch_tensorrt.compile", exc) from None
+        raise export_failure("tensorrt", "torch_tensorrt.compile", exc) from None
     try:
         with quiet():
             torch_tensorrt.save(compiled, str(path), output_format="exported_program", arg_inputs=[spec])
     except Exception as exc:
-        raise _failure("tensorrt", "torch_tensorrt.save", exc) from None
+        raise export_failure("tensorrt", "torch_tensorrt.save", exc) from None
     info = {"exporter": "torch_tensorrt", "tensorrt_version": getattr(torch_tensorrt, "__version__", None),
             "precision": precision, "batch_range": [1, max(opt_batch, 64)] if dynamic_batch else [1, 1]}
     return info, compiled

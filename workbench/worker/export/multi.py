@@ -95,8 +95,9 @@ def real_batches(dataset_spec, limit: int, group: int, ctx) -> list[tuple[str, I
     return out
 
 
-def export(spec, source, example, out, ctx, device) -> tuple[dict, dict]:
-    """Write `out` for a multi-input model; returns (format info, {input_names, input_shapes})."""
+def export(spec, source, example, out, ctx, device) -> tuple[dict, dict, nn.Module, list[torch.Tensor]]:
+    """Write `out` for a multi-input model; returns (format info, {input_names, input_shapes}, the positional
+    wrapper that was exported, one sample per input)."""
     names = input_names(source.model, example)
     model = Positional(source.model, names, isinstance(example, dict)).to(device).eval()
     samples = tensors_of(example)
@@ -112,7 +113,7 @@ def export(spec, source, example, out, ctx, device) -> tuple[dict, dict]:
             with formats.quiet(), torch.no_grad():
                 torch.jit.save(torch.jit.trace(model, args, check_trace=False), str(out))
         except Exception as exc:
-            raise formats._failure("torchscript", "torch.jit.trace", exc) from None
+            raise formats.export_failure("torchscript", "torch.jit.trace", exc) from None
         info = {"exporter": "trace"}
     elif spec.format == "exported_program":
         try:
@@ -120,7 +121,7 @@ def export(spec, source, example, out, ctx, device) -> tuple[dict, dict]:
                 program = torch.export.export(model, args, dynamic_shapes=(dims,) if dims else None)
                 torch.export.save(program, str(out))
         except Exception as exc:
-            raise formats._failure("exported_program", "torch.export", exc) from None
+            raise formats.export_failure("exported_program", "torch.export", exc) from None
         info = {"exporter": "torch.export"}
     elif spec.format == "onnx":
         try:
@@ -128,9 +129,9 @@ def export(spec, source, example, out, ctx, device) -> tuple[dict, dict]:
                 program = torch.export.export(model, args, dynamic_shapes=(dims,) if dims else None)
                 torch.onnx.export(program, args, str(out), dynamo=True, opset_version=spec.opset, verbose=False,
                                   input_names=names, output_names=["output"])
-            formats._check_onnx(out)
+            formats.check_onnx(out)
         except Exception as exc:
-            raise formats._failure("onnx", "torch.onnx.export", exc) from None
+            raise formats.export_failure("onnx", "torch.onnx.export", exc) from None
         info = {"exporter": "dynamo", "opset": spec.opset}
     else:
         raise JobError(f"format={spec.format}: models with several inputs ({', '.join(names)}) are not supported "
