@@ -7,9 +7,7 @@ import textwrap
 
 import numpy as np
 import pytest
-
-from workbench.worker.registry import get_task
-from workbench.worker.runner import run_task
+from export_helpers import run
 
 PROJECT = '''
 import torch
@@ -52,14 +50,10 @@ def net(num_classes=1):
 '''
 
 
-def _run(name: str, spec: dict, workspace) -> dict:
-    return run_task(get_task(name), spec, emit=lambda *a: None, workspace=workspace)
-
-
 def _train(root, dataset: str) -> tuple[dict, object]:
     (root / "project.py").write_text(textwrap.dedent(PROJECT))
     workspace = root / "ws"
-    result = _run("train.classifier", {
+    result = run("train.classifier", {
         "dataset": {"name": f"file:{root / 'project.py'}:{dataset}", "num_workers": 0},
         "model": {"name": f"file:{root / 'project.py'}:net"}, "epochs": 1, "batch_size": 8}, workspace)
     assert result["status"] == "done", result.get("error")
@@ -74,7 +68,7 @@ def dict_run(tmp_path_factory):
 @pytest.mark.parametrize("fmt", ["onnx", "exported_program", "torchscript"])
 def test_a_dict_input_exports_with_its_names_and_parity_on_every_input(dict_run, fmt):
     result, workspace = dict_run
-    exported = _run("export.model", {"source": {"run": result["run_dir"]}, "format": fmt}, workspace)
+    exported = run("export.model", {"source": {"run": result["run_dir"]}, "format": fmt}, workspace)
     assert exported["status"] == "done", exported.get("error")
     assert exported["input_names"] == ["image", "meta"]
     assert exported["input_shapes"] == {"image": [1, 8, 8], "meta": [3]}
@@ -94,7 +88,7 @@ def test_a_dict_input_exports_with_its_names_and_parity_on_every_input(dict_run,
 
 def test_a_tuple_input_takes_forwards_parameter_names(tmp_path):
     result, workspace = _train(tmp_path, "Tuples")
-    exported = _run("export.model", {"source": {"run": result["run_dir"]}, "format": "onnx"}, workspace)
+    exported = run("export.model", {"source": {"run": result["run_dir"]}, "format": "onnx"}, workspace)
     assert exported["status"] == "done", exported.get("error")
     assert exported["input_names"] == ["image", "meta"]
     assert exported["parity"]["passed"]
@@ -103,13 +97,13 @@ def test_a_tuple_input_takes_forwards_parameter_names(tmp_path):
 def test_bench_of_a_multi_input_model_says_it_takes_one_input(dict_run):
     """Not built yet: a clear one-line error naming the inputs, for the run and for its ONNX export."""
     result, workspace = dict_run
-    bench = _run("bench.latency", {"source": {"run": result["run_dir"]}, "backends": ["eager"], "iters": 2,
+    bench = run("bench.latency", {"source": {"run": result["run_dir"]}, "backends": ["eager"], "iters": 2,
                                    "warmup": 1}, workspace)
     assert bench["status"] == "failed"
     assert "several inputs (image, meta)" in bench["error"]["message"]
-    exported = _run("export.model", {"source": {"run": result["run_dir"]}, "format": "onnx", "verify": False},
+    exported = run("export.model", {"source": {"run": result["run_dir"]}, "format": "onnx", "verify": False},
                     workspace)
-    bench = _run("bench.latency", {"source": {"file": exported["artifact"]}, "backends": ["onnxruntime"], "iters": 2,
+    bench = run("bench.latency", {"source": {"file": exported["artifact"]}, "backends": ["onnxruntime"], "iters": 2,
                                    "warmup": 1}, workspace)
     assert bench["status"] == "failed"
     assert "several inputs (image, meta)" in bench["error"]["message"]

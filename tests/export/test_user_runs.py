@@ -6,9 +6,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-
-from workbench.worker.registry import get_task
-from workbench.worker.runner import run_task
+from export_helpers import run
 
 PROJECT = '''
 import torch
@@ -34,16 +32,12 @@ def net(num_classes=1):
 '''
 
 
-def _run(name: str, spec: dict, workspace) -> dict:
-    return run_task(get_task(name), spec, emit=lambda *a: None, workspace=workspace)
-
-
 @pytest.fixture(scope="module")
 def regression_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("project")
     (root / "project.py").write_text(textwrap.dedent(PROJECT))
     workspace = root / "ws"
-    result = _run("train.classifier", {
+    result = run("train.classifier", {
         "dataset": {"name": f"file:{root / 'project.py'}:Rows", "num_workers": 0},
         "model": {"name": f"file:{root / 'project.py'}:net"}, "epochs": 1, "batch_size": 16}, workspace)
     assert result["status"] == "done", result.get("error")
@@ -53,7 +47,7 @@ def regression_run(tmp_path_factory):
 
 def test_export_checks_parity_on_the_runs_own_samples(regression_run):
     result, workspace = regression_run
-    exported = _run("export.model", {"source": {"run": result["run_dir"]}, "format": "onnx"}, workspace)
+    exported = run("export.model", {"source": {"run": result["run_dir"]}, "format": "onnx"}, workspace)
     assert exported["status"] == "done", exported.get("error")
     parity = exported["parity"]
     assert parity["passed"]
@@ -62,7 +56,7 @@ def test_export_checks_parity_on_the_runs_own_samples(regression_run):
 
 def test_bench_times_the_run(regression_run):
     result, workspace = regression_run
-    bench = _run("bench.latency", {"source": {"run": result["run_dir"]}, "backends": ["eager"], "iters": 5,
+    bench = run("bench.latency", {"source": {"run": result["run_dir"]}, "backends": ["eager"], "iters": 5,
                                    "warmup": 1}, workspace)
     assert bench["status"] == "done", bench.get("error")
     assert bench["results"][0]["status"] == "ok"
@@ -70,7 +64,7 @@ def test_bench_times_the_run(regression_run):
 
 def test_quantize_measures_the_runs_own_monitor(regression_run):
     result, workspace = regression_run
-    quantized = _run("quant.analyze", {"source": {"run": result["run_dir"]}, "calibration": {"samples": 32}},
+    quantized = run("quant.analyze", {"source": {"run": result["run_dir"]}, "calibration": {"samples": 32}},
                      workspace)
     assert quantized["status"] == "done", quantized.get("error")
     assert quantized["metric"] == {"name": "mae", "label": "val MAE", "higher_is_better": False}
@@ -111,15 +105,15 @@ def test_a_segmentation_run_exports_with_parity_and_benches(tmp_path):
     """A run's model is rebuilt for its own task: a (batch, classes, H, W) output is right for segmentation."""
     (tmp_path / "seg.py").write_text(textwrap.dedent(SEGMENTATION))
     workspace = tmp_path / "ws"
-    trained = _run("train.classifier", {
+    trained = run("train.classifier", {
         "dataset": {"name": f"file:{tmp_path / 'seg.py'}:Blobs", "num_workers": 0},
         "model": {"name": f"file:{tmp_path / 'seg.py'}:net"}, "epochs": 1, "batch_size": 8}, workspace)
     assert trained["status"] == "done", trained.get("error")
     assert trained["task"] == "segmentation"
-    exported = _run("export.model", {"source": {"run": trained["run_dir"]}, "format": "onnx"}, workspace)
+    exported = run("export.model", {"source": {"run": trained["run_dir"]}, "format": "onnx"}, workspace)
     assert exported["status"] == "done", exported.get("error")
     assert exported["parity"]["passed"]
-    bench = _run("bench.latency", {"source": {"run": trained["run_dir"]}, "backends": ["eager"], "iters": 5,
+    bench = run("bench.latency", {"source": {"run": trained["run_dir"]}, "backends": ["eager"], "iters": 5,
                                    "warmup": 1}, workspace)
     assert bench["status"] == "done", bench.get("error")
     assert bench["results"][0]["status"] == "ok"
