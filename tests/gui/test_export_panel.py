@@ -89,7 +89,7 @@ def _finish(qtbot, harness, record) -> str:
         return (not now.active and not panel.live and panel.current is not None
                 and panel.current.run_id == Path(now.run_dir or "").name)
 
-    qtbot.waitUntil(shown, timeout=15_000)
+    qtbot.waitUntil(shown, timeout=60_000)  # a job's start alone took seconds on two busy cores
     return panel.current.run_id
 
 

@@ -389,6 +389,7 @@ worker.stop()
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("xvfb-run"), reason="needs xvfb-run (Debian: apt-get install xvfb)")
 @pytest.mark.skipif(not shutil.which("import"), reason="needs ImageMagick's `import` (apt-get install imagemagick)")
+@pytest.mark.heavy  # real Model Explorer under xvfb: under a full xdist run its state was read before the selection landed
 def test_model_explorer_draws_the_graph_under_xvfb(tmp_path):
     """QWidget.grab() cannot see QWebEngineView's content, so the X screen itself is captured: the FLOPs overlay's
     node colours can only be on it if Model Explorer laid out the graph and WebGL drew it."""
