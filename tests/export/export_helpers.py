@@ -3,6 +3,7 @@ export goes wrong on purpose."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from workbench.worker.registry import get_task
@@ -10,6 +11,18 @@ from workbench.worker.runner import run_task
 
 CONTRACT_KEYS = {"run_dir", "status", "artifact", "format", "size_bytes", "parity"}
 PARITY_KEYS = {"max_abs_diff", "max_rel_diff", "tolerance", "passed", "first_divergent_layer", "batches", "samples"}
+
+
+def train_project(root: Path, source: str, dataset: str, *, batch_size: int) -> tuple[dict, Path]:
+    """Write `source` as root/project.py and train its `dataset` class with its `net` for one epoch: (result,
+    workspace)."""
+    (root / "project.py").write_text(textwrap.dedent(source))
+    workspace = root / "ws"
+    result = run("train.classifier", {
+        "dataset": {"name": f"file:{root / 'project.py'}:{dataset}", "num_workers": 0},
+        "model": {"name": f"file:{root / 'project.py'}:net"}, "epochs": 1, "batch_size": batch_size}, workspace)
+    assert result["status"] == "done", result.get("error")
+    return result, workspace
 
 
 def run(task: str, spec: dict, workspace: Path, logs: list | None = None) -> dict:

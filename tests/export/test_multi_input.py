@@ -3,11 +3,9 @@ dict input {"image", "meta"} and a tuple input named by forward()'s parameters."
 
 from __future__ import annotations
 
-import textwrap
-
 import numpy as np
 import pytest
-from export_helpers import run
+from export_helpers import run, train_project
 
 PROJECT = '''
 import torch
@@ -50,19 +48,9 @@ def net(num_classes=1):
 '''
 
 
-def _train(root, dataset: str) -> tuple[dict, object]:
-    (root / "project.py").write_text(textwrap.dedent(PROJECT))
-    workspace = root / "ws"
-    result = run("train.classifier", {
-        "dataset": {"name": f"file:{root / 'project.py'}:{dataset}", "num_workers": 0},
-        "model": {"name": f"file:{root / 'project.py'}:net"}, "epochs": 1, "batch_size": 8}, workspace)
-    assert result["status"] == "done", result.get("error")
-    return result, workspace
-
-
 @pytest.fixture(scope="module")
 def dict_run(tmp_path_factory):
-    return _train(tmp_path_factory.mktemp("dict"), "Pairs")
+    return train_project(tmp_path_factory.mktemp("dict"), PROJECT, "Pairs", batch_size=8)
 
 
 @pytest.mark.parametrize("fmt", ["onnx", "exported_program", "torchscript"])
@@ -87,7 +75,7 @@ def test_a_dict_input_exports_with_its_names_and_parity_on_every_input(dict_run,
 
 
 def test_a_tuple_input_takes_forwards_parameter_names(tmp_path):
-    result, workspace = _train(tmp_path, "Tuples")
+    result, workspace = train_project(tmp_path, PROJECT, "Tuples", batch_size=8)
     exported = run("export.model", {"source": {"run": result["run_dir"]}, "format": "onnx"}, workspace)
     assert exported["status"] == "done", exported.get("error")
     assert exported["input_names"] == ["image", "meta"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from export_helpers import run
+from export_helpers import run, train_project
 
 PROJECT = '''
 import torch
@@ -34,13 +34,7 @@ def net(num_classes=1):
 
 @pytest.fixture(scope="module")
 def regression_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("project")
-    (root / "project.py").write_text(textwrap.dedent(PROJECT))
-    workspace = root / "ws"
-    result = run("train.classifier", {
-        "dataset": {"name": f"file:{root / 'project.py'}:Rows", "num_workers": 0},
-        "model": {"name": f"file:{root / 'project.py'}:net"}, "epochs": 1, "batch_size": 16}, workspace)
-    assert result["status"] == "done", result.get("error")
+    result, workspace = train_project(tmp_path_factory.mktemp("project"), PROJECT, "Rows", batch_size=16)
     assert result["task"] == "regression"
     return result, workspace
 

@@ -41,10 +41,11 @@ def first_input(dataset_spec, ctx):
     if dataset_spec is None or not dataset_spec.name.startswith("file:"):
         return None
     from workbench.worker.data import load_dataset
+    from workbench.worker.training.task import first_input as dataset_first_input
 
     try:
-        x = load_dataset(dataset_spec, ctx=ctx).first_sample()[0]
-    except (JobError, AttributeError):
+        x = dataset_first_input(load_dataset(dataset_spec, ctx=ctx))
+    except JobError:
         return None
     return x if isinstance(x, (tuple, list, dict)) else None
 
