@@ -15,6 +15,13 @@ os.environ.setdefault("QTWEBENGINE_DISABLE_SANDBOX", "1")
 
 _THRESHOLDS = gc.get_threshold()
 
+# Tests never assert on time: hypothesis's 200 ms deadline per example failed a pure-numpy property on a loaded
+# two-core CI machine (an example took 460 ms once, 25 ms on replay).
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("workbench", deadline=None)
+settings.load_profile("workbench")
+
 
 def pytest_configure(config):
     # GUI tests run a fake worker in a thread of this process: left automatic, the collector would now and then

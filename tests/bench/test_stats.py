@@ -3,6 +3,8 @@ loop's counting (on a fake clock: no test here asserts on wall-clock time) and t
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -118,8 +120,12 @@ def test_memory_probe_on_the_cpu_reports_growth_in_bytes():
 
     probe = MemoryProbe(torch.device("cpu"))
     probe.start()
-    kept = np.ones(8 * 2**20, dtype=np.uint8)  # 8 MiB touched
+    # Fresh anonymous pages, touched: numpy's buffer could come from heap pages an earlier test in this
+    # process already made resident (glibc raises its mmap threshold after large frees), which grows nothing.
+    kept = mmap.mmap(-1, 8 * 2**20)
+    for offset in range(0, len(kept), mmap.PAGESIZE):
+        kept[offset] = 1
     probe.sample()
     grown = probe.peak_bytes()
     assert isinstance(grown, int) and grown >= 4 * 2**20
-    del kept
+    kept.close()
