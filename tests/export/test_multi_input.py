@@ -82,16 +82,83 @@ def test_a_tuple_input_takes_forwards_parameter_names(tmp_path):
     assert exported["parity"]["passed"]
 
 
-def test_bench_of_a_multi_input_model_says_it_takes_one_input(dict_run):
-    """Not built yet: a clear one-line error naming the inputs, for the run and for its ONNX export."""
+BENCH = {"iters": 3, "warmup": 1, "min_time_s": 0, "batch_sizes": [1, 4]}
+
+
+def test_bench_of_a_multi_input_run_feeds_every_input_on_every_backend(dict_run):
     result, workspace = dict_run
-    bench = run("bench.latency", {"source": {"run": result["run_dir"]}, "backends": ["eager"], "iters": 2,
-                                   "warmup": 1}, workspace)
-    assert bench["status"] == "failed"
-    assert "several inputs (image, meta)" in bench["error"]["message"]
+    bench = run("bench.latency", {"source": {"run": result["run_dir"]}, **BENCH,
+                                   "backends": ["eager", "torchscript", "exported_program", "onnxruntime"]}, workspace)
+    assert bench["status"] == "done", bench.get("error")
+    assert bench["input_names"] == ["image", "meta"]
+    assert bench["input_shapes"] == {"image": [1, 8, 8], "meta": [3]}
+    rows = {(r["backend"], r["batch_size"]): r for r in bench["results"]}
+    assert len(rows) == 8
+    for key, row in rows.items():
+        assert row["status"] == "ok", (key, row["reason"])
+        assert row["latency_ms"]["p50"] > 0 and row["iters"] >= 3
+
+
+def test_bench_of_a_multi_input_onnx_file_feeds_it_by_its_input_names(dict_run):
+    result, workspace = dict_run
     exported = run("export.model", {"source": {"run": result["run_dir"]}, "format": "onnx", "verify": False},
-                    workspace)
-    bench = run("bench.latency", {"source": {"file": exported["artifact"]}, "backends": ["onnxruntime"], "iters": 2,
-                                   "warmup": 1}, workspace)
-    assert bench["status"] == "failed"
-    assert "several inputs (image, meta)" in bench["error"]["message"]
+                   workspace)
+    assert exported["status"] == "done", exported.get("error")
+    alone = run("bench.latency", {"source": {"file": exported["artifact"]}, "backends": ["onnxruntime", "eager"],
+                                   **BENCH}, workspace)
+    assert alone["status"] == "done", alone.get("error")
+    assert alone["input_names"] == ["image", "meta"]
+    rows = {(r["backend"], r["batch_size"]): r for r in alone["results"]}
+    assert rows[("onnxruntime", 4)]["status"] == "ok", rows[("onnxruntime", 4)]["reason"]
+    assert rows[("eager", 1)]["status"] == "unavailable"  # a file alone has no PyTorch model beside it
+    beside = run("bench.latency", {"source": {"run": result["run_dir"]}, "artifact": exported["artifact"],
+                                    "backends": ["onnxruntime"], **BENCH}, workspace)
+    assert beside["status"] == "done", beside.get("error")
+    assert all(r["status"] == "ok" and r["source"] == f"file {exported['artifact'].rsplit('/', 1)[-1]}"
+               for r in beside["results"]), beside["results"]
+
+
+TOKENS = '''
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+
+class Tokens(Dataset):
+    """Token ids (integers an embedding looks up) and a float feature: an out-of-range id would crash the model."""
+
+    def __init__(self, size=40):
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(0, 50, (size, 6), generator=g)
+        self.extra = torch.randn(size, 2, generator=g)
+        self.y = (self.ids.float().mean(1, keepdim=True) / 50) + self.extra[:, :1]
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return (self.ids[i], self.extra[i]), self.y[i]
+
+
+class Net(nn.Module):
+    def __init__(self, num_classes=1):
+        super().__init__()
+        self.embed = nn.Embedding(50, 4)
+        self.head = nn.Linear(6 * 4 + 2, num_classes)
+
+    def forward(self, ids, extra):
+        return self.head(torch.cat([self.embed(ids).flatten(1), extra], dim=1))
+
+
+def net(num_classes=1):
+    return Net(num_classes)
+'''
+
+
+def test_integer_inputs_stay_integers_within_their_range_on_every_backend(tmp_path):
+    result, workspace = train_project(tmp_path, TOKENS, "Tokens", batch_size=8)
+    bench = run("bench.latency", {"source": {"run": result["run_dir"]}, **BENCH,
+                                   "backends": ["eager", "exported_program", "onnxruntime"]}, workspace)
+    assert bench["status"] == "done", bench.get("error")
+    assert bench["input_names"] == ["ids", "extra"]
+    assert all(r["status"] == "ok" for r in bench["results"]), [(r["backend"], r["reason"]) for r in bench["results"]]

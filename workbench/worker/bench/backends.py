@@ -66,9 +66,15 @@ class BuildContext:
             self._model = self.source.model.to(device=self.device, dtype=self.dtype).eval()
         return self._model
 
-    def host_input(self, batch: int) -> torch.Tensor:
-        """The same random input for every backend at this batch size (seeded), on the host, in the dtype."""
+    def host_input(self, batch: int) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """The same random input for every backend at this batch size (seeded), on the host, in the dtype; for a
+        model with several inputs a tuple of them, integer inputs within the example's range and kept integer."""
         generator = torch.Generator().manual_seed(INPUT_SEED + batch)
+        if self.source.example is not None:
+            from workbench.worker.export.multi import random_batch
+
+            batched = random_batch(self.source.example, batch, generator)
+            return tuple(t.to(self.dtype) if t.is_floating_point() else t for t in batched)
         return torch.randn(batch, *self.source.input_shape, generator=generator).to(self.dtype)
 
     def sync(self) -> Callable[[], None]:
@@ -96,6 +102,15 @@ class BuildContext:
         return found
 
 
+def args_of(x) -> tuple[torch.Tensor, ...]:
+    """A row's input as the positional arguments of the model: one tensor, or the tuple of a multi-input model."""
+    return x if isinstance(x, tuple) else (x,)
+
+
+def on_device(x, device: torch.device):
+    return tuple(t.to(device) for t in x) if isinstance(x, tuple) else x.to(device)
+
+
 # --- torch backends -------------------------------------------------------------------------------------------------
 
 
@@ -103,17 +118,17 @@ def _torch_runnable(ctx: BuildContext, module: Callable, batch: int, source: str
     """A Runnable around a torch callable: inputs on the device; on CUDA a fresh upload and download timed
     apart; inference_mode so no autograd bookkeeping is measured."""
     host = ctx.host_input(batch)
-    holder = {"x": host.to(ctx.device)}
+    holder = {"x": args_of(on_device(host, ctx.device))}
 
     def run():
         with torch.inference_mode():
-            return module(holder["x"])
+            return module(*holder["x"])
 
     if ctx.device.type != "cuda":
         return Runnable(run=run, sync=ctx.sync(), close=close, source=source)
 
     def upload():
-        holder["x"] = host.to(ctx.device)
+        holder["x"] = args_of(on_device(host, ctx.device))
 
     def download(outputs):
         pytree.tree_map(lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, outputs)
@@ -169,10 +184,10 @@ def build_torchscript(ctx: BuildContext, batch: int) -> Runnable:
         module = module.to(ctx.dtype).eval()
         return _probe(_torch_runnable(ctx, module, batch, f"file {ctx.source.file.name}"), "the TorchScript file")
     model = ctx.model("torchscript")
-    example = ctx.host_input(batch).to(ctx.device)
+    example = args_of(on_device(ctx.host_input(batch), ctx.device))
     try:
         with torch.no_grad(), warnings_quiet():
-            traced = torch.jit.trace(model, (example,), check_trace=False)
+            traced = torch.jit.trace(model, example, check_trace=False)
     except Exception as exc:
         raise Unavailable(f"torch.jit.trace failed ({first_line(exc)})") from None
     return _probe(_torch_runnable(ctx, traced.eval(), batch, "model"), "the traced model")
@@ -191,10 +206,10 @@ def build_exported_program(ctx: BuildContext, batch: int) -> Runnable:
         return _probe(_torch_runnable(ctx, module, batch, f"file {ctx.source.file.name}"),
                       f"{ctx.source.file.name} (exported for other shapes?)")
     model = ctx.model("exported_program")
-    example = ctx.host_input(batch).to(ctx.device)
+    example = args_of(on_device(ctx.host_input(batch), ctx.device))
     try:
         with torch.no_grad(), warnings_quiet():
-            program = torch.export.export(model, (example,))  # static shapes: one program per batch size
+            program = torch.export.export(model, example)  # static shapes: one program per batch size
     except Exception as exc:
         raise Unavailable(f"torch.export failed ({first_line(exc)})") from None
     return _probe(_torch_runnable(ctx, program.module(), batch, "model"), "the exported program")
@@ -209,10 +224,10 @@ def build_tensorrt(ctx: BuildContext, batch: int) -> Runnable:
         raise Unavailable(f"torch_tensorrt cannot be imported ({first_line(exc)}); install the [tensorrt] extra "
                           "(pip install 'torch-workbench[tensorrt]') on a machine with CUDA") from None
     model = ctx.model("tensorrt")
-    example = ctx.host_input(batch).to(ctx.device)
+    example = list(args_of(on_device(ctx.host_input(batch), ctx.device)))
     try:
         with torch.no_grad(), warnings_quiet():
-            engine = torch_tensorrt.compile(model, ir="dynamo", inputs=[example], enabled_precisions={ctx.dtype})
+            engine = torch_tensorrt.compile(model, ir="dynamo", inputs=example, enabled_precisions={ctx.dtype})
     except Exception as exc:
         raise Unavailable(f"torch_tensorrt.compile failed ({first_line(exc)})") from None
     return _probe(_torch_runnable(ctx, engine, batch, "model"), "the TensorRT engine")
@@ -246,15 +261,21 @@ def is_qdq(path: Path) -> bool:
     return bool(onnx_ops(path) & QDQ_OPS)
 
 
-def export_onnx(model: torch.nn.Module, example: torch.Tensor, path: Path, *, dynamic_batch: bool) -> Path:
-    """The model as ONNX (torch.export-based exporter, opset 18), optionally with a dynamic batch dimension."""
+def export_onnx(model: torch.nn.Module, example, path: Path, *, dynamic_batch: bool,
+                input_names: list[str] | None = None) -> Path:
+    """The model as ONNX (torch.export-based exporter, opset 18), optionally with a dynamic batch dimension.
+    `example` is one tensor, or a tuple of them for a model with several inputs (taken as forward(*args))."""
     kwargs = {}
     if dynamic_batch:
-        kwargs["dynamic_shapes"] = ({0: torch.export.Dim("batch", min=1, max=2**20)},)
+        batch = torch.export.Dim("batch", min=1, max=2**20)
+        # forward(x) takes one spec; a multi-input model's forward(*args) takes one tuple for its *args.
+        kwargs["dynamic_shapes"] = (tuple({0: batch} for _ in example) if isinstance(example, tuple)
+                                    else {0: batch},)
     buffer = io.StringIO()
     with torch.no_grad(), warnings_quiet(), contextlib.redirect_stdout(buffer):
-        torch.onnx.export(model, (example,), str(path), dynamo=True, opset_version=QDQ_OPSET, input_names=["input"],
-                          output_names=["output"], external_data=False, verbose=False, **kwargs)
+        torch.onnx.export(model, args_of(example), str(path), dynamo=True, opset_version=QDQ_OPSET,
+                          input_names=input_names or ["input"], output_names=["output"], external_data=False,
+                          verbose=False, **kwargs)
     return path
 
 
@@ -271,9 +292,10 @@ def _fp32_onnx(ctx: BuildContext, batch: int) -> tuple[Path, str]:
     key = ("fp", ctx.dtype_name)
     if key not in ctx._onnx:
         path = ctx.tmp / f"model-{ctx.dtype_name}.onnx"
-        example = torch.randn(ONNX_EXAMPLE_BATCH, *ctx.source.input_shape).to(device=ctx.device, dtype=ctx.dtype)
+        example = on_device(ctx.host_input(ONNX_EXAMPLE_BATCH), ctx.device)
         try:
-            ctx._onnx[key] = export_onnx(model, example, path, dynamic_batch=True)
+            ctx._onnx[key] = export_onnx(model, example, path, dynamic_batch=True,
+                                         input_names=ctx.source.input_names)
         except Exception as exc:
             ctx.log(f"ONNX export with a dynamic batch failed ({first_line(exc)}); exporting per batch size",
                     "warning")
@@ -282,8 +304,8 @@ def _fp32_onnx(ctx: BuildContext, batch: int) -> tuple[Path, str]:
         return ctx._onnx[key], "model (exported to ONNX)"
     path = ctx.tmp / f"model-{ctx.dtype_name}-b{batch}.onnx"
     try:
-        return export_onnx(model, ctx.host_input(batch).to(ctx.device), path, dynamic_batch=False), \
-            "model (exported to ONNX)"
+        return export_onnx(model, on_device(ctx.host_input(batch), ctx.device), path, dynamic_batch=False,
+                           input_names=ctx.source.input_names), "model (exported to ONNX)"
     except Exception as exc:
         raise Unavailable(f"the ONNX export failed ({first_line(exc)})") from None
 
@@ -365,29 +387,35 @@ def _ort_runnable(ctx: BuildContext, path: Path, batch: int, source: str, *, int
     dtype_name = "float32" if int8 else ctx.dtype_name
     session = ort_session(path, device=ctx.device, threads=ctx.threads)
     inputs = session.get_inputs()
-    if len(inputs) != 1:
-        raise Unavailable(f"{path.name} takes {len(inputs)} inputs; the benchmark feeds models with one")
     want_type, np_type = ORT_TYPES[dtype_name]
-    if inputs[0].type != want_type:
-        raise Unavailable(f"{path.name} takes {inputs[0].type} inputs, not {want_type} (dtype={dtype_name})")
-    name = inputs[0].name
-    host = ctx.host_input(batch).to(torch.float32 if int8 else ctx.dtype)
+    host = tuple(t.to(torch.float32 if int8 else ctx.dtype) if t.is_floating_point() else t
+                 for t in args_of(ctx.host_input(batch)))
+    if len(inputs) != len(host):
+        raise Unavailable(f"{path.name} takes {len(inputs)} input{'s' * (len(inputs) != 1)} "
+                          f"({', '.join(i.name for i in inputs)}); the model takes {len(host)}")
+    for meta, tensor in zip(inputs, host):
+        if tensor.is_floating_point() and meta.type != want_type:
+            raise Unavailable(f"{path.name} takes {meta.type} for {meta.name}, not {want_type} (dtype={dtype_name})")
+    # Fed by position: a file exported from this model keeps its input order (and its names, which may differ).
+    feed = {meta.name: t.numpy().astype(np_type, copy=False) if t.is_floating_point() else t.numpy()
+            for meta, t in zip(inputs, host)}
     if ctx.device.type == "cpu":
-        feed = {name: host.numpy().astype(np_type, copy=False)}
         runnable = Runnable(run=lambda: session.run(None, feed), source=source)
     else:
-        runnable = _ort_cuda_runnable(ctx, session, name, host, np_type, source)
+        runnable = _ort_cuda_runnable(ctx, session, feed, source)
     return _probe(runnable, f"onnxruntime at batch {batch}")
 
 
-def _ort_cuda_runnable(ctx: BuildContext, session, name: str, host: torch.Tensor, np_type, source: str) -> Runnable:
+def _ort_cuda_runnable(ctx: BuildContext, session, feed: dict[str, np.ndarray], source: str) -> Runnable:
     """IOBinding on torch CUDA buffers, so `run` is compute alone and the copies are timed as the transfer."""
     device = ctx.device
-    x = host.to(device)
     binding = session.io_binding()
     index = device.index or 0
-    binding.bind_input(name, "cuda", index, np_type, list(x.shape), x.data_ptr())
-    first = session.run(None, {name: host.numpy()})  # output shapes, once
+    hosts = {name: torch.from_numpy(value) for name, value in feed.items()}
+    xs = {name: host.to(device) for name, host in hosts.items()}
+    for name, x in xs.items():
+        binding.bind_input(name, "cuda", index, feed[name].dtype.type, list(x.shape), x.data_ptr())
+    first = session.run(None, feed)  # output shapes, once
     outputs = []
     for meta, value in zip(session.get_outputs(), first):
         out = torch.empty(value.shape, dtype=torch.from_numpy(np.empty(0, dtype=value.dtype)).dtype, device=device)
@@ -401,8 +429,11 @@ def _ort_cuda_runnable(ctx: BuildContext, session, name: str, host: torch.Tensor
         binding.synchronize_outputs()
         return outputs
 
-    return Runnable(run=run, sync=sync, upload=lambda: x.copy_(host), download=lambda outs: [o.cpu() for o in outs],
-                    source=source)
+    def upload():
+        for name, x in xs.items():
+            x.copy_(hosts[name])
+
+    return Runnable(run=run, sync=sync, upload=upload, download=lambda outs: [o.cpu() for o in outs], source=source)
 
 
 def build_onnxruntime(ctx: BuildContext, batch: int) -> Runnable:

@@ -185,7 +185,7 @@ def run_bench(spec: BenchSpec, ctx) -> dict:
     ctx.progress(0, total, "loading the model", force=True)
     source = resolve(spec, ctx)
     ctx.check_stop()
-    ctx.log(f"measuring {source.label} with inputs of {'x'.join(map(str, source.input_shape))} on "
+    ctx.log(f"measuring {source.label} with inputs of {source.shapes_text()} on "
             f"{describe(device)} in {spec.dtype}: {', '.join(backends)} at batch {', '.join(map(str, batch_sizes))}")
     threads_before = torch.get_num_threads()
     publisher = Publisher(ctx, total)
@@ -213,6 +213,6 @@ def run_bench(spec: BenchSpec, ctx) -> dict:
     ctx.progress(total, total, "done", force=True)
     kind = "cuda" if device.type == "cuda" else "other"
     return {"results": publisher.rows, "model": source.label, "input_shape": list(source.input_shape),
-            "source": source.describe(), "device": describe(device), "dtype": spec.dtype,
+            **source.named_inputs(), "source": source.describe(), "device": describe(device), "dtype": spec.dtype,
             "threads": spec.threads or threads_before, "memory": MEMORY_NOTE[kind],
             "samples": str(samples_path) if samples_path else None}

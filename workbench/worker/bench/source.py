@@ -38,11 +38,29 @@ class BenchSource:
     file_kind: str | None = None  # onnx, exported_program or torchscript
     quant_run: QuantRunInfo | None = None
     notes: list[str] = field(default_factory=list)
+    # A model with several inputs: one sample per input (the shapes and dtypes each row feeds, batched) and their
+    # names; `model` then takes them positionally, in that order. None for a model with one input.
+    example: list | None = None
+    input_names: list[str] | None = None
 
     def describe(self) -> dict:
-        return {"model": self.label, "file": str(self.file) if self.file else None, "file_kind": self.file_kind,
-                "quant_run": str(self.quant_run.dir) if self.quant_run else None,
-                "input_shape": list(self.input_shape) if self.input_shape else None}
+        described = {"model": self.label, "file": str(self.file) if self.file else None, "file_kind": self.file_kind,
+                     "quant_run": str(self.quant_run.dir) if self.quant_run else None,
+                     "input_shape": list(self.input_shape) if self.input_shape else None}
+        return {**described, **self.named_inputs()}
+
+    def named_inputs(self) -> dict:
+        """{input_names, input_shapes} of a model with several inputs (as export reports them); {} otherwise."""
+        if self.example is None:
+            return {}
+        return {"input_names": list(self.input_names),
+                "input_shapes": {name: list(t.shape) for name, t in zip(self.input_names, self.example)}}
+
+    def shapes_text(self) -> str:
+        if self.example is None:
+            return "x".join(map(str, self.input_shape))
+        return ", ".join(f"{name} {'x'.join(map(str, t.shape)) or 'scalar'}"
+                         for name, t in zip(self.input_names, self.example))
 
 
 def check_file(path_text: str, field_name: str) -> tuple[Path, str]:
@@ -112,26 +130,50 @@ def _from_quant_run(run_dir: Path, data: dict, status: str, message: str, worksp
             f"{quant.model.name} (quantized in {run_dir.name})", info)
 
 
+def _onnx_inputs(path: Path) -> list:
+    """The graph inputs an ONNX file is fed (its initializers left out)."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError and friends: a damaged or foreign file
+        first = (str(exc).splitlines() or [""])[0][:200]
+        raise JobError(f"source.file: {path} cannot be read as ONNX ({type(exc).__name__}: {first})") from None
+    initializers = {i.name for i in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in initializers]
+
+
+def _onnx_sample_shape(value_info) -> tuple[int, ...] | None:
+    dims = value_info.type.tensor_type.shape.dim
+    shape = tuple(d.dim_value if d.HasField("dim_value") else 0 for d in dims)[1:]
+    return shape if all(d > 0 for d in shape) else None
+
+
+def _onnx_example(path: Path, inputs: list) -> tuple[list, list[str]]:
+    """(one zero sample per input, typed as the file declares, its input names) for an ONNX file with several
+    inputs; a float input is fed random values and an integer one zeros (a valid index in any embedding)."""
+    import numpy as np
+    import onnx
+    import torch
+
+    example = []
+    for value_info in inputs:
+        shape = _onnx_sample_shape(value_info)
+        if shape is None:
+            raise JobError(f"source.file: {path.name}'s input {value_info.name} has no fixed shape past the batch "
+                           "dimension; bench the training run it came from (source.run, with the file as artifact)")
+        np_type = onnx.helper.tensor_dtype_to_np_dtype(value_info.type.tensor_type.elem_type)
+        example.append(torch.from_numpy(np.zeros(shape, dtype=np_type)))
+    return example, [i.name for i in inputs]
+
+
 def _file_input_shape(path: Path, kind: str) -> tuple[int, ...] | None:
     """The per-sample input shape a file records, when it records a fixed one."""
     if kind == "onnx":
-        import onnx
-
-        try:
-            model = onnx.load(str(path), load_external_data=False)
-        except Exception as exc:  # protobuf's DecodeError and friends: a damaged or foreign file
-            first = (str(exc).splitlines() or [""])[0][:200]
-            raise JobError(f"source.file: {path} cannot be read as ONNX ({type(exc).__name__}: {first})") from None
-        initializers = {i.name for i in model.graph.initializer}
-        inputs = [i for i in model.graph.input if i.name not in initializers]
-        if not inputs:
+        inputs = _onnx_inputs(path)
+        if len(inputs) != 1:
             return None
-        if len(inputs) > 1:  # one random tensor is all a row feeds today
-            raise JobError(f"source.file: {path.name} takes several inputs ({', '.join(i.name for i in inputs)}); "
-                           "bench times models with one input only, for now: every backend feeds one tensor")
-        dims = inputs[0].type.tensor_type.shape.dim
-        shape = tuple(d.dim_value if d.HasField("dim_value") else 0 for d in dims)[1:]
-        return shape if shape and all(d > 0 for d in shape) else None
+        return _onnx_sample_shape(inputs[0]) or None  # () too: a per-sample scalar is no shape to feed
     if kind == "exported_program":
         from workbench.worker.graph.sources import load_exported_program
 
@@ -181,6 +223,11 @@ def resolve(spec: BenchSpec, ctx) -> BenchSource:
     override = tuple(spec.model.input_shape)
 
     if spec.source.file:  # a file alone: no PyTorch model to measure beside it
+        if kind == "onnx" and len(inputs := _onnx_inputs(file)) > 1:
+            example, names = _onnx_example(file, inputs)
+            _check_shape((sum(t.numel() for t in example),), "source.file")
+            return BenchSource(None, tuple(example[0].shape), file.name, file, kind, example=example,
+                               input_names=names)
         shape = override or _file_input_shape(file, kind)
         if not shape:
             raise JobError(f"model.input_shape: {file.name} does not record a fixed input shape; set "
@@ -211,21 +258,28 @@ def resolve(spec: BenchSpec, ctx) -> BenchSource:
         else:
             raise JobError(f"source.run: {run_dir.name} is a {task or 'unknown'} run; bench takes a training run "
                            "(its model and checkpoint) or a quantize run (also its QDQ model)")
-        from workbench.worker.export.multi import first_input
+        from workbench.worker.export import multi
 
-        several = first_input(dataset, ctx)
-        if several is not None:  # a tuple or dict input: today's rows feed one tensor
-            names = list(several) if isinstance(several, dict) else [f"input_{i}" for i in range(len(several))]
-            raise JobError(f"source.run: {run_dir.name}'s model takes several inputs ({', '.join(names)}); bench "
-                           "times models with one input only, for now: every backend feeds one tensor")
-        shape = override or tuple(model_spec.input_shape) or _dataset_shape(dataset, ctx)
-        _check_shape(shape, "model.input_shape")
+        several = multi.first_input(dataset, ctx)  # a tuple or dict of tensors: a model with several inputs
+        if several is not None:
+            example = multi.tensors_of(several)
+            _check_shape((sum(t.numel() for t in example),), "source.run")
+            shape = tuple(example[0].shape)
+        else:
+            shape = override or tuple(model_spec.input_shape) or _dataset_shape(dataset, ctx)
+            _check_shape(shape, "model.input_shape")
         # The run's own weights replace any pretrained or starting checkpoint, so neither is loaded first.
         model = build_model(dataclasses.replace(model_spec, checkpoint="", weights="", freeze=[]),
-                            input_shape=shape, log=ctx.log, pretrained=False, checkpoint=False, task=run_task)
+                            input_shape=shape, log=ctx.log, pretrained=False, checkpoint=False, task=run_task,
+                            example=several)
         if checkpoint is not None:
             load_checkpoint(model, checkpoint, what="source.run")
             ctx.log(f"weights from {checkpoint}")
+        if several is not None:  # every backend calls it with the inputs in order, each one batched
+            names = multi.input_names(model, several)
+            model = multi.Positional(model, names, isinstance(several, dict))
+            return BenchSource(model.eval(), shape, label, file, kind, quant_info, example=example,
+                               input_names=names)
     else:
         shape = override or _dataset_shape(spec.dataset, ctx)
         _check_shape(shape, "model.input_shape")
