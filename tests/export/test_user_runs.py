@@ -9,6 +9,8 @@ import pytest
 from export_helpers import run, train_project
 
 PROJECT = '''
+from pathlib import Path
+
 import torch
 from torch import nn
 from torch.utils.data import Dataset
@@ -16,6 +18,8 @@ from torch.utils.data import Dataset
 
 class Rows(Dataset):
     def __init__(self, size=120):
+        with open(Path(__file__).with_name("inits.log"), "a") as log:  # each construction, counted by a test
+            log.write("init\\n")
         g = torch.Generator().manual_seed(0)
         self.x = torch.randn(size, 6, generator=g)
         self.y = self.x.sum(dim=1, keepdim=True)
@@ -39,10 +43,16 @@ def regression_run(tmp_path_factory):
     return result, workspace
 
 
+def inits(workspace) -> int:
+    return len((workspace.parent / "inits.log").read_text().splitlines())
+
+
 def test_export_checks_parity_on_the_runs_own_samples(regression_run):
     result, workspace = regression_run
+    before = inits(workspace)
     exported = run("export.model", {"source": {"run": result["run_dir"]}, "format": "onnx"}, workspace)
     assert exported["status"] == "done", exported.get("error")
+    assert inits(workspace) - before == 1  # the user's Dataset is built once per export, not once per step
     parity = exported["parity"]
     assert parity["passed"]
     assert any(check["input"].startswith("samples ") for check in parity["checks"])  # real rows, not only random

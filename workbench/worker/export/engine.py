@@ -58,13 +58,16 @@ def _device(spec: ExportSpec, ctx) -> torch.device:
     return device
 
 
-def _parity_inputs(spec: ExportSpec, shape: tuple[int, ...], dataset_spec, ctx) -> tuple[list, list[int], int, int]:
+def _parity_inputs(spec: ExportSpec, shape: tuple[int, ...], dataset_spec, ctx,
+                   loaded=None) -> tuple[list, list[int], int, int]:
     """(inputs, random batch sizes, real samples, extra random samples): random batches of 1 and 7 (1 only for
-    a fixed batch), and up to parity_samples real test samples (random ones where there is no data)."""
+    a fixed batch), and up to parity_samples real test samples (random ones where there is no data). `loaded` is
+    the dataset already loaded from dataset_spec, if any."""
     batches = list(parity.RANDOM_BATCHES) if spec.dynamic_batch else [1]
     inputs = parity.random_inputs(shape, batches)
     group = 7 if spec.dynamic_batch else 1
-    real = _real_samples(dataset_spec, shape, spec.parity_samples, group, ctx) if dataset_spec is not None else []
+    real = (_real_samples(dataset_spec, shape, spec.parity_samples, group, ctx, loaded)
+            if dataset_spec is not None else [])
     samples = sum(len(x) for _, x in real)
     extra = 0
     if not real:
@@ -77,12 +80,12 @@ def _parity_inputs(spec: ExportSpec, shape: tuple[int, ...], dataset_spec, ctx) 
     return inputs + real, batches, samples, extra
 
 
-def _real_samples(dataset_spec, shape, limit: int, group: int, ctx) -> list:
+def _real_samples(dataset_spec, shape, limit: int, group: int, ctx, loaded=None) -> list:
     from workbench.worker.data import load_dataset
     from workbench.worker.quant.data import held_out_batches
 
     try:
-        dataset = load_dataset(dataset_spec, ctx=ctx)
+        dataset = loaded if loaded is not None else load_dataset(dataset_spec, ctx=ctx)
         if tuple(dataset.sample_shape) != tuple(shape):
             ctx.log(f"dataset {dataset_spec.name} gives samples of shape {','.join(map(str, dataset.sample_shape))}, "
                     f"not the model's {','.join(map(str, shape))}: parity runs on random inputs only", "warning")
@@ -160,7 +163,7 @@ def run_export(spec: ExportSpec, ctx) -> dict:
         result["parity"] = _skipped()
     else:
         tolerance = parity.FP16 if spec.format == "tensorrt" and spec.precision == "fp16" else parity.FP32
-        inputs, batches, samples, extra = _parity_inputs(spec, shape, source.dataset, ctx)
+        inputs, batches, samples, extra = _parity_inputs(spec, shape, source.dataset, ctx, source.loaded)
         with exact_float32(device):
             exported, locate = _exported(spec.format, out, device, compiled, model, tolerance)
             checked = parity.check(_eager(model, device), exported, inputs, tolerance)

@@ -36,18 +36,35 @@ class Positional(nn.Module):
         return self.model(*args)
 
 
-def first_input(dataset_spec, ctx):
-    """The run's dataset's first input when it is a tuple or dict of tensors; else None (one tensor)."""
+def user_dataset(dataset_spec, ctx):
+    """The run's user Dataset (`file:`), loaded once so every later step reuses it; None for the built-in sets or
+    when it cannot be read (the steps that need it then say why)."""
     if dataset_spec is None or not dataset_spec.name.startswith("file:"):
         return None
     from workbench.worker.data import load_dataset
+
+    try:
+        return load_dataset(dataset_spec, ctx=ctx)
+    except JobError:
+        return None
+
+
+def several_inputs(dataset):
+    """A loaded user dataset's first input when it is a tuple or dict of tensors; else None (one tensor)."""
+    if dataset is None:
+        return None
     from workbench.worker.training.task import first_input as dataset_first_input
 
     try:
-        x = dataset_first_input(load_dataset(dataset_spec, ctx=ctx))
+        x = dataset_first_input(dataset)
     except JobError:
         return None
     return x if isinstance(x, (tuple, list, dict)) else None
+
+
+def first_input(dataset_spec, ctx):
+    """The run's dataset's first input when it is a tuple or dict of tensors; else None (one tensor)."""
+    return several_inputs(user_dataset(dataset_spec, ctx))
 
 
 def input_names(model: nn.Module, x) -> list[str]:
@@ -78,12 +95,14 @@ def random_batch(samples: list[torch.Tensor], batch: int, generator: torch.Gener
     return Inputs(out)
 
 
-def real_batches(dataset_spec, limit: int, group: int, ctx) -> list[tuple[str, Inputs]]:
-    """Up to `limit` real samples of the train split, regrouped per input into batches of `group`."""
-    from workbench.worker.data import load_dataset
-
+def real_batches(dataset, limit: int, group: int, ctx) -> list[tuple[str, Inputs]]:
+    """Up to `limit` real samples of the loaded dataset's train split, regrouped per input into batches of
+    `group`."""
+    if dataset is None:
+        ctx.log("no real samples for the parity check (the dataset cannot be read); random inputs only", "warning")
+        return []
     try:
-        split = load_dataset(dataset_spec, ctx=ctx).splits["train"]
+        split = dataset.splits["train"]
         count = min(limit, len(split))
         samples = [tensors_of(split.sample(i)[0]) for i in range(count)]
     except (JobError, AttributeError, KeyError) as exc:
@@ -162,7 +181,7 @@ def check_parity(spec, source, model, samples, out, device, ctx) -> dict:
     generator = torch.Generator().manual_seed(parity.SEED)
     batches = list(parity.RANDOM_BATCHES) if spec.dynamic_batch else [1]
     inputs = [(f"random batch of {b}", random_batch(samples, b, generator)) for b in batches]
-    real = real_batches(source.dataset, spec.parity_samples, 7 if spec.dynamic_batch else 1, ctx)
+    real = real_batches(source.loaded, spec.parity_samples, 7 if spec.dynamic_batch else 1, ctx)
     count = sum(len(x[0]) for _, x in real)
 
     def eager(x):

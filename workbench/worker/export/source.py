@@ -24,6 +24,7 @@ class ExportSource:
     checkpoint: Path | None = None
     run_dir: Path | None = None
     example: object = None  # the run's first input when it is a tuple or dict of tensors (several inputs)
+    loaded: object = None  # the run's user Dataset, loaded once here and reused for parity's real samples
 
     def describe(self) -> dict:
         return {"run": str(self.run_dir) if self.run_dir else None,
@@ -67,20 +68,22 @@ def resolve_source(spec: ExportSpec, ctx) -> ExportSource:
             ctx.log(f"model.{', model.'.join(ignored)} ignored: source.run gives the model", "warning")
         checkpoint = run_checkpoint(run_dir)
         dataset = merge_dataset(trained.dataset, spec.dataset)
-        shape = tuple(spec.model.input_shape or trained.model.input_shape) or dataset_shape(
-            dataset, ctx, why=f"the input shape of run {run_dir.name}")
+        from workbench.worker.export import multi
+
+        loaded = multi.user_dataset(dataset, ctx)
+        example = multi.several_inputs(loaded)
+        shape = tuple(spec.model.input_shape or trained.model.input_shape) or (
+            tuple(loaded.sample_shape) if loaded is not None
+            else dataset_shape(dataset, ctx, why=f"the input shape of run {run_dir.name}"))
         # The run's checkpoint holds every weight: no pretrained download, no starting checkpoint, no freezing.
         model_spec = dataclasses.replace(trained.model, checkpoint="", weights="", freeze=[])
-        from workbench.worker.export.multi import first_input
-
-        example = first_input(dataset, ctx)
         # The run's task decides which outputs are right (a segmentation model gives a map, a custom one anything).
         model = build_model(model_spec, input_shape=shape, log=ctx.log, pretrained=False, checkpoint=False,
                             task=trained.task, example=example)
         load_checkpoint(model, checkpoint, what="source.run")
         ctx.log(f"exporting {model_spec.name} of run {run_dir.name} with {checkpoint.relative_to(run_dir)}")
         return ExportSource(model.eval(), shape, f"{model_spec.name} (run {run_dir.name})", dataset, checkpoint,
-                            run_dir, example)
+                            run_dir, example, loaded)
     # model.*: its own weights (checkpoint or pretrained), else freshly initialised ones.
     custom_data = spec.dataset != DataSpec()
     shape = tuple(spec.model.input_shape) or dataset_shape(spec.dataset, ctx, why="the input shape")
