@@ -604,8 +604,12 @@ class ModelSpec(Spec):
     weights: str = option("", "Pretrained weights to start from, e.g. DEFAULT for a torchvision model; empty means none.")
     replace_head: bool = option(False, "Replace the classifier head so it has num_classes outputs, e.g. to fine-tune pretrained weights.")
     freeze: list[str] = option([], "Module-name prefixes whose parameters are not trained, or the word 'backbone' for all but the head.")
+    args: dict = option({}, "Keyword arguments for a file: model's class or factory (num_classes is passed apart, where it takes one) or a lightning: module's class, e.g. {hidden=64, lr=0.01}.")
 
     def validate(self) -> None:
+        if self.args and not self.name.startswith(("file:", "lightning:")):
+            raise SpecError(f"args: {self.name} is a built-in model and takes no arguments; only file: and "
+                            "lightning: models do")
         values = math.prod(self.input_shape)
         if values > MAX_SAMPLE_VALUES:
             # Each side may be plausible alone (a 1-D input of 150,528 features is); their product is what

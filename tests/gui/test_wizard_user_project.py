@@ -211,6 +211,28 @@ def test_a_lightning_module_builds_a_lightning_model_name(qtbot, tmp_path):
     assert page.user_code_note.isHidden() and not page.file_path.isEnabled()
 
 
+def test_a_user_models_arguments_go_into_model_args_and_bad_ones_are_named(qtbot, tmp_path):
+    wizard = open_wizard(qtbot)
+    page = wizard.model_page
+    wizard.next()
+    assert not page.args.isEnabled()  # a built-in model takes no arguments
+    page.name.setCurrentText("LightningModule…")
+    qtbot.keyClicks(page.file_path, str(tmp_path / "module.py"))
+    qtbot.keyClicks(page.file_class, "LitNet")
+    assert page.args.isEnabled()
+    qtbot.keyClicks(page.args, "hidden=64, lr=0.01")
+    assert wizard.spec is not None and wizard.spec.model.args == {"hidden": 64, "lr": 0.01}
+    page.args.setText('{"hidden": ')
+    assert wizard.spec is None
+    assert page.args_error.isVisible() and page.args_error.text().startswith("model.args")
+    assert not wizard.button(QWizard.NextButton).isEnabled()
+    page.name.setCurrentText("mlp")  # the unparsed text of a model that takes none is not held against it
+    assert wizard.spec is not None and wizard.spec.model.args == {}
+    reopened = open_wizard(qtbot, start=TrainSpec.from_dict({"model": {"name": f"file:{tmp_path / 'm.py'}:Net",
+                                                                       "args": {"hidden": 8}}}))
+    assert reopened.model_page.args.text() == format_args({"hidden": 8})
+
+
 def test_a_custom_task_takes_your_loss_metrics_and_monitor(qtbot, tmp_path):
     wizard = open_wizard(qtbot)
     page, form = wizard.dataset_page, wizard.dataset_page.splits

@@ -15,10 +15,10 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 
 class Classifier(L.LightningModule):
-    def __init__(self, lr=0.1):
+    def __init__(self, lr=0.1, hidden=16):
         super().__init__()
         self.save_hyperparameters()
-        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+        self.net = nn.Sequential(nn.Linear(8, hidden), nn.ReLU(), nn.Linear(hidden, 3))
 
     def forward(self, x):
         return self.net(x)

@@ -162,3 +162,20 @@ def test_a_lightning_run_exports_to_onnx_with_parity(trained):
     expected += weights["net.2.bias"]
     (out,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
     assert torch.allclose(torch.from_numpy(out), expected, atol=1e-5)
+
+
+def test_model_args_build_the_module_for_training_and_every_later_job(project, tmp_path):
+    """model.args reach the LightningModule's constructor when it trains, and again when export rebuilds it: a
+    checkpoint of 5 hidden units loads only into a module built with hidden=5."""
+    workspace = tmp_path / "ws"
+    spec = lightning_spec(project, epochs=1)
+    spec["model"]["args"] = {"hidden": 5, "lr": 0.05}
+    result = done(train(workspace, spec))
+    assert load_state_dict(result["checkpoint"])["net.0.weight"].shape == (5, 8)
+    exported = run_task(get_task("export.model"), {"source": {"run": result["run_dir"]}, "format": "onnx"},
+                        emit=lambda *a: None, workspace=workspace)
+    assert exported["status"] == "done", exported.get("error")
+    assert exported["parity"]["passed"] is True
+    spec["model"]["args"] = {"hiden": 5}
+    message = failed(train(tmp_path / "ws2", spec))
+    assert message.startswith("model.args: Classifier(hiden=) from") and "check its arguments" in message

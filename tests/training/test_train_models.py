@@ -58,6 +58,22 @@ def test_a_user_file_model_is_called_with_num_classes_and_trains(tmp_path):
     assert result["final"]["val_accuracy"] > 0.5
 
 
+def test_model_args_reach_a_user_file_model_and_a_wrong_name_is_refused(tmp_path):
+    from workbench.errors import SpecError
+
+    model_file = _write(tmp_path / "wide.py", "from torch import nn\n\n"
+                        "def make(num_classes, hidden=4):\n"
+                        "    return nn.Sequential(nn.Flatten(), nn.Linear(64, hidden), nn.Linear(hidden, num_classes))\n")
+    model = build_model(ModelSpec(name=f"file:{model_file}:make", num_classes=3, args={"hidden": 12}),
+                        input_shape=(1, 8, 8))
+    assert model[1].out_features == 12 and model[2].out_features == 3
+    with pytest.raises(JobError, match=r"^model.args: make in .*wide.py takes no argument 'hiden'; its parameters "
+                                       r"are: num_classes, hidden$"):
+        build_model(ModelSpec(name=f"file:{model_file}:make", args={"hiden": 12}), input_shape=(1, 8, 8))
+    with pytest.raises(SpecError, match="args: cnn is a built-in model and takes no arguments"):
+        ModelSpec.from_dict({"name": "cnn", "args": {"hidden": 3}})
+
+
 def test_a_user_file_with_a_syntax_error_fails_with_file_and_line_and_no_traceback(tmp_path):
     model_file = _write(tmp_path / "broken.py", "import torch\n\ndef make(num_classes:\n    pass\n")
     result = train(tmp_path, merge(QUICK, model={"name": f"file:{model_file}:make"}))

@@ -15,7 +15,7 @@ from workbench.worker.models.surgery import freeze, load_checkpoint
 
 def build_lightning_model(spec: ModelSpec, *, log=None, checkpoint: bool = True) -> nn.Module:
     """The module on the CPU, in train mode; its own forward is what export and bench call."""
-    module = load_module(spec.name, log or (lambda text, level="info": None))
+    module = load_module(spec.name, log or (lambda text, level="info": None), args=spec.args)
     if spec.weights:
         raise JobError("model.weights: a lightning: model has no pretrained weights to download; pass a trained "
                        "state_dict as model.checkpoint instead")

@@ -53,7 +53,7 @@ def run_lightning_training(spec: TrainSpec, ctx) -> dict:
     run.artifacts_dir.mkdir(parents=True, exist_ok=True)
     lightning.seed_everything(spec.seed, workers=True, verbose=False)
     announced: set = set()  # files said to run with the user's permissions, once each
-    parts = _Parts(load_module(spec.model.name, ctx.log, announced=announced), None)
+    parts = _Parts(load_module(spec.model.name, ctx.log, args=spec.model.args, announced=announced), None)
     parts.datamodule = _load_data(spec, parts.module, ctx, announced)
     resume = _resume_point(ctx)
     parameters = count_parameters(parts.module)

@@ -76,7 +76,7 @@ def load_module(name: str, log, *, args: dict | None = None, announced: set | No
         raise JobError(f"model.name: {cls.__name__} in {path} does not define {' or '.join(missing)}; a "
                        f"LightningModule needs training_step (returning the loss) and configure_optimizers "
                        f"(returning its optimizer) to be trained")
-    return _instantiate(cls, dict(args or {}), path, "model.name")
+    return _instantiate(cls, dict(args or {}), path, "model.args")
 
 
 def load_datamodule(name: str, args: dict, log, *, announced: set | None = None):

@@ -131,7 +131,8 @@ def build_model(spec: ModelSpec, *, input_shape: Sequence[int] = (), log: Callab
     if not shape:
         raise JobError("model.input_shape: empty, and there is no dataset to take it from; set e.g. 1,28,28")
     weights = spec.weights if pretrained else ""
-    model = get_model(spec.name, num_classes=spec.num_classes, input_shape=shape, weights=weights, log=log)
+    model = get_model(spec.name, num_classes=spec.num_classes, input_shape=shape, weights=weights, log=log,
+                      args=spec.args)
     if spec.replace_head:
         replace_head(model, spec.num_classes)
     hint = ""

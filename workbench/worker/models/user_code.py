@@ -61,6 +61,24 @@ def import_user_file(path: Path):
     return module
 
 
+def _rejects_arguments(target, args: dict) -> str:
+    """The first of `args` that `target` has no parameter for ("" when it takes them all, or has **kwargs)."""
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return ""
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return ""
+    return next((repr(name) for name in args if name not in params), "")
+
+
+def _parameters(target) -> str:
+    try:
+        return ", ".join(inspect.signature(target).parameters) or "none"
+    except (TypeError, ValueError):
+        return "unknown"
+
+
 def _accepts_num_classes(target) -> bool:
     try:
         params = inspect.signature(target).parameters.values()
@@ -71,7 +89,8 @@ def _accepts_num_classes(target) -> bool:
 
 @register_model("file", family=True, usage="file:<path.py>:<ClassOrFactory>",
                 description="A class or factory from your own Python file; it is called with num_classes= if it takes it.")
-def build_from_file(arg: str, *, num_classes: int, input_shape: tuple[int, ...], weights: str, log) -> nn.Module:
+def build_from_file(arg: str, *, num_classes: int, input_shape: tuple[int, ...], weights: str, log,
+                    args: dict | None = None) -> nn.Module:
     path_text, _, attr = arg.rpartition(":")  # rpartition: a Windows path has a colon of its own
     if not path_text or not attr:
         raise JobError(f"model.name: 'file:{arg}' must be file:<path.py>:<ClassOrFactory>")
@@ -89,8 +108,16 @@ def build_from_file(arg: str, *, num_classes: int, input_shape: tuple[int, ...],
                        if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == module.__name__)
         what = "is not callable" if target is not None else "is not defined there"
         raise JobError(f"model.name: {attr!r} in {path} {what}; it defines: {', '.join(found) or 'nothing callable'}")
+    kwargs = dict(args or {})  # model.args; num_classes comes from the spec unless the user's args set it
+    if _accepts_num_classes(target):
+        kwargs.setdefault("num_classes", num_classes)
     try:
-        model = target(num_classes=num_classes) if _accepts_num_classes(target) else target()
+        model = target(**kwargs)
+    except TypeError as exc:
+        if args and _rejects_arguments(target, args):
+            raise JobError(f"model.args: {attr} in {path} takes no argument {_rejects_arguments(target, args)}; "
+                           f"its parameters are: {_parameters(target)}") from None
+        raise JobError(f"{_where(exc, path)}: {_describe(exc)} (while calling {attr} from {path})") from None
     except Exception as exc:
         raise JobError(f"{_where(exc, path)}: {_describe(exc)} (while calling {attr} from {path})") from None
     if not isinstance(model, nn.Module):

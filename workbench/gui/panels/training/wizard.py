@@ -35,6 +35,7 @@ from workbench.gui.panels.data.dataset_dialog import DatasetDialog, inapplicable
 from workbench.gui.panels.training.task_choice import TaskChoice
 from workbench.gui.panels.training.user_code_fields import PERMISSION_NOTE, UserCodeFields, split_user_name
 from workbench.gui.state import DatasetState
+from workbench.gui.user_args import ARGS_EXAMPLES, format_args, parse_args
 from workbench.gui.widgets.checked_page import CheckedPage
 from workbench.gui.widgets.device_picker import amp_unavailable_reason
 from workbench.gui.widgets.spec_form import ERROR_COLOUR, SpecForm, field_errors
@@ -431,7 +432,7 @@ def describe_info(info: dict) -> str:
 
 
 class ModelPage(_FormPage):
-    fields = [*MODEL_FIELDS, "model.name"]
+    fields = [*MODEL_FIELDS, "model.name", "model.args"]
 
     def __init__(self, spec: TrainSpec):
         super().__init__()
@@ -460,6 +461,10 @@ class ModelPage(_FormPage):
         file_row.addWidget(self.file_path, 3)
         file_row.addWidget(self.file_class, 1)
         file_row.addWidget(browse)
+        self.args = QLineEdit(format_args(spec.model.args))
+        self.args.setPlaceholderText('none, e.g. hidden=64, lr=0.01 or {"hidden": 64}')
+        self.args.setToolTip(TrainSpec.field_help("model.args") + f" Written as {ARGS_EXAMPLES}.")
+        self.args_error = _error_label()
         self.name_error = _error_label()
         self.user_code_note = QLabel(PERMISSION_NOTE)
         self.user_code_note.setWordWrap(True)
@@ -473,13 +478,15 @@ class ModelPage(_FormPage):
         form.insertRow(0, "Architecture", self.name)
         form.insertRow(1, "Model file", file_row)
         form.insertRow(2, "", self.name_error)
-        form.insertRow(3, "", self.user_code_note)
-        form.insertRow(4, "", self.lightning_note)
+        form.insertRow(3, "Arguments", self.args)
+        form.insertRow(4, "", self.args_error)
+        form.insertRow(5, "", self.user_code_note)
+        form.insertRow(6, "", self.lightning_note)
         layout = QVBoxLayout(self)
         layout.addWidget(self.form)
         layout.addStretch(1)
         self.name.currentTextChanged.connect(self._update_file_row)
-        self._file_widgets = (self.file_path, self.file_class, browse)
+        self._file_widgets = (self.file_path, self.file_class, browse, self.args)
         self._update_file_row()
 
     def kind(self) -> str:
@@ -493,10 +500,25 @@ class ModelPage(_FormPage):
             return f"{kind}:{self.file_path.text().strip()}:{self.file_class.text().strip()}"
         return self.name.currentText().strip()
 
+    def args_value(self) -> tuple[dict, str]:
+        """(model.args as typed, "") or ({}, the message); a built-in model takes none, whatever the field says."""
+        if not self.kind():
+            return {}, ""
+        try:
+            return parse_args(self.args.text(), "model.args"), ""
+        except ValueError as exc:
+            return {}, str(exc)
+
+    def local_errors(self) -> dict[str, str]:
+        message = self.args_value()[1]
+        return {"model.args": message} if message else {}
+
     def set_errors(self, errors: dict[str, str]) -> None:
         self.form.set_errors(errors)
         self.name_error.setText(errors.get("model.name", ""))
         self.name_error.setVisible("model.name" in errors)
+        self.args_error.setText(errors.get("model.args", ""))
+        self.args_error.setVisible("model.args" in errors)
 
     def _update_file_row(self, *args) -> None:
         kind = self.kind()
@@ -746,7 +768,7 @@ class TrainingWizard(QWizard):
         self.checked_pages = (self.dataset_page, *self.form_pages)
         for page in self.form_pages:
             page.form.changed.connect(self.rebuild)
-        for widget in (self.model_page.file_path, self.model_page.file_class):
+        for widget in (self.model_page.file_path, self.model_page.file_class, self.model_page.args):
             widget.textChanged.connect(self.rebuild)
         self.dataset_page.edited.connect(self.rebuild)
         self.model_page.name.currentTextChanged.connect(self.rebuild)
@@ -779,6 +801,7 @@ class TrainingWizard(QWizard):
         self.dataset_page.apply_to(data)
         self.model_page.form.apply_to(data)
         data["model"]["name"] = self.model_page.model_name()
+        data["model"]["args"] = self.model_page.args_value()[0]
         self.hyper_page.form.apply_to(data)
         self.speed_page.form.apply_to(data)
         data["device"] = self.speed_page.device.currentData()
@@ -793,7 +816,7 @@ class TrainingWizard(QWizard):
         data = self.spec_data()
         fields = [field for page in self.checked_pages for field in page.fields]
         errors, general = field_errors(TrainSpec, data, fields)
-        for field, message in self.dataset_page.local_errors().items():
+        for field, message in {**self.dataset_page.local_errors(), **self.model_page.local_errors()}.items():
             errors.setdefault(field, message)
         self.invalid_fields = errors
         for page in self.checked_pages:
