@@ -29,7 +29,8 @@ class Observed:
     """What a range estimator sees of one tensor.
 
     `values` is (C, N): the whole weight tensor (one row per output channel, or one row), or for an activation a
-    random sample of the calibration values; `lo`/`hi` (C,) are the true extremes of everything seen.
+    random sample of the calibration values; `lo`/`hi` (C,) are the true extremes of everything seen, and
+    `histogram` (centroids, counts), each (1, M), every calibration value in M fine bins (see histogram.py).
     `logits` (N, K) is set for the network's output, `bn` (mean, std per channel of the pre-activation, from a
     folded BatchNorm) where one precedes the tensor, and `relu` when a ReLU follows that BatchNorm.
     """
@@ -40,6 +41,7 @@ class Observed:
     logits: torch.Tensor | None = None
     bn: tuple[torch.Tensor, torch.Tensor] | None = None
     relu: bool = False
+    histogram: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @classmethod
     def of_weight(cls, weight: torch.Tensor, per_channel: bool) -> Observed:
@@ -129,8 +131,9 @@ def grid_search(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
 CHUNK_VALUES = 2**22  # values per objective call: candidates are batched up to this many (16 MB as float32)
 
 
-def _chunk(values: torch.Tensor) -> int:
-    return max(1, CHUNK_VALUES // max(values.numel(), 1))
+def _chunk(values: torch.Tensor, width: int = 1) -> int:
+    """Candidates per objective call; `width` is the values' size relative to float32 (2 for float64)."""
+    return max(1, CHUNK_VALUES // max(values.numel() * width, 1))
 
 
 def squared_error(values: torch.Tensor, grid: Grid) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -154,6 +157,28 @@ def squared_error(values: torch.Tensor, grid: Grid) -> Callable[[torch.Tensor, t
     return objective
 
 
+def binned_squared_error(centroids: torch.Tensor, counts: torch.Tensor,
+                         grid: Grid) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """objective(lo, hi) -> sum over the bins of count * (centroid - q(centroid))^2: the squared error of every
+    value the histogram holds, less a constant (each bin's spread about its centroid), in float64."""
+
+    def objective(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+        qp = qparams_from_range(lo, hi, grid)
+        scale = qp.scale.double().unsqueeze(-1)
+        with torch.no_grad():
+            q = centroids / scale
+            q.round_()
+            if grid.symmetric:
+                q.clamp_(grid.qmin, grid.qmax)
+            else:
+                z = qp.zero_point.double().unsqueeze(-1)
+                q.add_(z).clamp_(grid.qmin, grid.qmax).sub_(z)
+            q.mul_(scale).sub_(centroids).square_().mul_(counts)
+            return q.sum(dim=-1)
+
+    return objective
+
+
 # --- the estimators ---------------------------------------------------------------------------------------------------
 
 
@@ -164,6 +189,10 @@ def minmax_range(obs: Observed, grid: Grid, percentile: float) -> tuple[torch.Te
 
 @register_range_estimator("mse", description="The range with the least squared quantization error (grid search).")
 def mse_range(obs: Observed, grid: Grid, percentile: float) -> tuple[torch.Tensor, torch.Tensor]:
+    if obs.histogram is not None:  # an activation: every calibration value, binned
+        centroids, counts = obs.histogram
+        return grid_search(binned_squared_error(centroids, counts, grid), obs.lo, obs.hi,
+                           chunk=_chunk(centroids, 2))
     return grid_search(squared_error(obs.values, grid), obs.lo, obs.hi, chunk=_chunk(obs.values))
 
 

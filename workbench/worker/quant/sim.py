@@ -19,6 +19,7 @@ from torch import nn
 from workbench.errors import JobError
 from workbench.worker.models.build import call_model
 from workbench.worker.quant.graph import BATCHNORMS, Structure, bn_stats, is_plain_relu, module_of
+from workbench.worker.quant.histogram import StreamingHistogram
 from workbench.worker.quant.quantizer import (
     Grid,
     QParams,
@@ -79,13 +80,16 @@ SAMPLE_CAP = 2**17  # activation values kept per tensor (a random sample) for ra
 
 
 class Observer:
-    """Running extremes and a seeded random sample of the values of one tensor over the calibration batches;
-    all rows as well for logits (the cross-entropy range needs whole samples)."""
+    """Running extremes and a seeded random sample of the values of one tensor over the calibration batches (for
+    the histograms and errors the analysis shows, and the percentile range); with `histogram`, every value in a
+    fine streaming histogram (the MSE range searches all of them); all rows as well for logits (the
+    cross-entropy range needs whole samples)."""
 
-    def __init__(self, batches: int, seed: int, keep_rows: bool, cap: int = SAMPLE_CAP):
+    def __init__(self, batches: int, seed: int, keep_rows: bool, cap: int = SAMPLE_CAP, histogram: bool = False):
         self.per_batch = max(1, math.ceil(cap / max(batches, 1)))
         self.generator = torch.Generator().manual_seed(seed)
         self.keep_rows = keep_rows
+        self.histogram = StreamingHistogram() if histogram else None
         self.lows: list[torch.Tensor] = []
         self.highs: list[torch.Tensor] = []
         self.samples: list[torch.Tensor] = []
@@ -98,6 +102,8 @@ class Observer:
         self.lows.append(x.min().reshape(1))
         self.highs.append(x.max().reshape(1))
         flat = x.reshape(-1)
+        if self.histogram is not None:
+            self.histogram.update(flat)
         if flat.numel() > self.per_batch:
             index = torch.randint(0, flat.numel(), (self.per_batch,), generator=self.generator).to(flat.device)
             flat = flat[index]
@@ -111,7 +117,11 @@ class Observer:
         values = torch.cat(self.samples).reshape(1, -1)
         lo = torch.cat(self.lows).min().cpu().reshape(1)
         hi = torch.cat(self.highs).max().cpu().reshape(1)
-        return Observed(values, lo, hi, logits=torch.cat(self.rows) if self.rows else None)
+        histogram = None
+        if self.histogram is not None:
+            centroids, counts = self.histogram.centroids()
+            histogram = (centroids.reshape(1, -1), counts.reshape(1, -1))
+        return Observed(values, lo, hi, logits=torch.cat(self.rows) if self.rows else None, histogram=histogram)
 
 
 class ActQuant(nn.Module):
@@ -328,8 +338,10 @@ class QuantSim:
         """Observe every activation point on the calibration batches (weights quantized as they now are, no
         activation quantized), then set each point's range."""
         count = len(batches)
+        # minmax and percentile read the extremes and the sample; every other method may end in the MSE search.
+        histogram = self.act_spec.range not in ("minmax", "percentile")
         for i, state in enumerate(self.points.values()):
-            state.module.observer = Observer(count, seed + i, keep_rows=state.logits)
+            state.module.observer = Observer(count, seed + i, keep_rows=state.logits, histogram=histogram)
         try:
             with self.keeping():
                 self.all(activations=False)
