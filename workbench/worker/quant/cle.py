@@ -12,7 +12,8 @@ from torch import nn
 
 from workbench.worker.quant.graph import Pair
 
-ITERATIONS = 20  # sweeps over all pairs; a layer between two pairs needs several to settle
+ITERATIONS = 200  # at most this many sweeps over all pairs; a layer between two pairs (a triplet) needs several
+CONVERGED = 1e-6  # a sweep that moves no scale by more than this ends them
 ABSORB_SIGMAS = 3.0  # c = max(0, beta - 3 gamma): a ReLU input below c is rare enough to ignore
 
 
@@ -22,9 +23,23 @@ def output_ranges(module: nn.Module) -> torch.Tensor:
     return torch.stack([rows.min(dim=1).values, rows.max(dim=1).values], dim=1)
 
 
+def _by_group(weight: torch.Tensor, module: nn.Module) -> torch.Tensor:
+    """The weight as (groups, outputs per group, inputs per group, rest): input channel g * inputs + i is
+    [g, :, i]. One group for a linear or a plain conv; a depthwise conv has one input per group."""
+    groups = getattr(module, "groups", 1)
+    return weight.reshape(groups, weight.shape[0] // groups, weight.shape[1], -1)
+
+
 def _input_ranges(module: nn.Module) -> torch.Tensor:
-    w = module.weight.detach().transpose(0, 1)
-    return w.reshape(w.shape[0], -1).abs().max(dim=1).values
+    """Largest |weight| that reads each input channel (C_in,)."""
+    return _by_group(module.weight.detach(), module).abs().amax(dim=(1, 3)).reshape(-1)
+
+
+def _scale_inputs(module: nn.Module, scale: torch.Tensor) -> None:
+    weight = module.weight.detach()
+    grouped = _by_group(weight, module)
+    scaled = grouped * scale.view(grouped.shape[0], 1, grouped.shape[2], 1)
+    weight.copy_(scaled.reshape(weight.shape))
 
 
 def ensure_bias(module: nn.Module) -> nn.Parameter:
@@ -36,7 +51,10 @@ def ensure_bias(module: nn.Module) -> nn.Parameter:
 @torch.no_grad()
 def equalize(modules: dict[str, nn.Module], pairs: list[Pair], stats: dict[str, dict] | None = None,
              iterations: int = ITERATIONS, check_stop: Callable[[], None] | None = None) -> dict[str, torch.Tensor]:
-    """Equalise every pair in place: s_c = sqrt(r1_c / r2_c), W1[c] /= s_c, b1[c] /= s_c, W2[:, c] *= s_c.
+    """Equalise every pair in place: s_c = sqrt(r1_c / r2_c), W1[c] /= s_c, b1[c] /= s_c, W2[:, c] *= s_c (for a
+    grouped or depthwise second layer, the weights that read input channel c). Sweeps repeat until no scale moves:
+    a layer in two pairs (the depthwise conv of conv -> depthwise -> conv) settles where its ranges match both
+    neighbours', the triplet's equalised state.
 
     `stats` ({layer: {"mean", "std"}} of folded BatchNorms) is rescaled with its layer, so BN-based ranges and
     bias absorption stay right. Returns each first layer's total scale per channel.
@@ -45,6 +63,7 @@ def equalize(modules: dict[str, nn.Module], pairs: list[Pair], stats: dict[str, 
     for _ in range(iterations):
         if check_stop is not None:
             check_stop()
+        moved = 0.0
         for pair in pairs:
             first, second = modules[pair.first], modules[pair.second]
             r1 = first.weight.detach().reshape(first.weight.shape[0], -1).abs().max(dim=1).values
@@ -52,15 +71,18 @@ def equalize(modules: dict[str, nn.Module], pairs: list[Pair], stats: dict[str, 
             scale = torch.sqrt(r1 / r2)
             # A dead channel (all zero weights on either side) has nothing to balance.
             scale = torch.where((r1 > 0) & (r2 > 0) & torch.isfinite(scale), scale, torch.ones_like(scale))
+            moved = max(moved, float((scale - 1).abs().max()))
             first.weight.div_(scale.view([-1] + [1] * (first.weight.dim() - 1)))
             if first.bias is not None:
                 first.bias.div_(scale)
-            second.weight.mul_(scale.view([1, -1] + [1] * (second.weight.dim() - 2)))
+            _scale_inputs(second, scale)
             if stats is not None and pair.first in stats:
                 info = stats[pair.first]  # on the BatchNorm's device: the model's, cpu or cuda
                 info["mean"] = info["mean"] / scale.to(info["mean"].device)
                 info["std"] = info["std"] / scale.to(info["std"].device)
             total[pair.first] = total.get(pair.first, torch.ones_like(scale)) * scale
+        if moved < CONVERGED:
+            break
     return total
 
 
@@ -79,7 +101,8 @@ def absorb_biases(modules: dict[str, nn.Module], pairs: list[Pair], stats: dict[
             continue
         ensure_bias(first).sub_(c)
         w2 = second.weight.detach()
-        shift = (w2.reshape(w2.shape[0], w2.shape[1], -1).sum(dim=2) @ c)
+        grouped = _by_group(w2, second).sum(dim=3)  # (groups, outputs, inputs): W2 c, group by group
+        shift = torch.einsum("goi,gi->go", grouped, c.view(grouped.shape[0], grouped.shape[2])).reshape(-1)
         ensure_bias(second).add_(shift)
         info["mean"] = info["mean"] - c.to(info["mean"].device)
         moved[pair.first] = float(c.mean())

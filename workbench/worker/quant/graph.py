@@ -317,32 +317,71 @@ class Pair:
     relu: bool  # a plain ReLU between them: bias absorption applies
 
 
-def cle_pairs(gm: fx.GraphModule, structure: Structure) -> list[Pair]:
+CLIPPING_MODULES = (nn.ReLU6, nn.Hardtanh)  # ReLU6 is a Hardtanh(0, 6)
+CLIPPING_FUNCTIONS = {F.relu6, F.hardtanh}
+
+
+def is_clipping(gm, node) -> bool:
+    """ReLU6 and Hardtanh: a fixed upper bound, so scaling what goes in by 1/s does not scale what comes out."""
+    return _kind(gm, node, CLIPPING_MODULES, CLIPPING_FUNCTIONS, set())
+
+
+def cle_pairs(gm: fx.GraphModule, structure: Structure, clipped: list | None = None) -> list[Pair]:
     """Consecutive layers joined only by positively homogeneous ops (ReLU, pooling, flatten), with no branch:
-    scaling the first layer's output channel c by 1/s and the second's input channel c by s keeps the function."""
+    scaling the first layer's output channel c by 1/s and the second's input channel c by s keeps the function.
+    The second may be grouped or depthwise (input channel c reaches only its own group). Pairs a clipping
+    activation (ReLU6) stands between are left out, and listed in `clipped` as (first, second, op)."""
     pairs = []
     by_node = {layer.node: layer for layer in structure.layers.values()}
     for layer in structure.layers.values():
         if layer.name != layer.node.target:  # a module called twice: rescaling it would change both calls
             continue
-        current, relu = layer.node, False
+        current, relu, clipping = layer.node, False, None
         while True:
             user = only_user(current)
             if user is None or not _first_arg_is(user, current):
                 break
             if user in by_node:
                 second = by_node[user]
-                module = second.module
-                if (second.name == user.target and in_channels(module) == out_channels(layer.module)
-                        and getattr(module, "groups", 1) == 1):
-                    pairs.append(Pair(layer.name, second.name, relu))
+                if second.name == user.target and in_channels(second.module) == out_channels(layer.module):
+                    if clipping is None:
+                        pairs.append(Pair(layer.name, second.name, relu))
+                    elif clipped is not None:
+                        clipped.append((layer.name, second.name, clipping))
                 break
             if is_relu(gm, user):
                 relu = relu or is_plain_relu(gm, user)
+            elif is_clipping(gm, user) and clipping is None:
+                clipping = user.name  # walk on, only to name the pair it keeps from being equalised
             elif not is_pass(gm, user):
                 break
             current = user
     return pairs
+
+
+def cle_chains(pairs: list[Pair]) -> list[list[str]]:
+    """The pairs joined into chains where one pair's second layer is the next one's first: conv -> depthwise ->
+    conv is one chain of three (a triplet, as the paper and AIMET equalise it); a lone pair is a chain of two."""
+    following = {p.first: p.second for p in pairs}
+    seconds = {p.second for p in pairs}
+    chains = []
+    for pair in pairs:
+        if pair.first in seconds:
+            continue  # not the start of a chain
+        chain = [pair.first]
+        while chain[-1] in following and following[chain[-1]] not in chain:
+            chain.append(following[chain[-1]])
+        chains.append(chain)
+    return chains
+
+
+def cle_triplets(pairs: list[Pair], structure: Structure) -> list[list[str]]:
+    """(before, depthwise, after) for each grouped layer paired on both sides: what the paper and AIMET equalise
+    as one triplet, and iterating the two pairs reaches the same balance."""
+    before = {p.second: p.first for p in pairs}
+    after = {p.first: p.second for p in pairs}
+    return [[before[name], name, after[name]] for name, layer in structure.layers.items()
+            if getattr(layer.module, "groups", 1) > 1 and name in before and name in after]
 
 
 def producer(gm: fx.GraphModule, structure: Structure, layer: Layer) -> tuple[Layer | None, bool]:

@@ -23,7 +23,15 @@ from workbench.worker.objectives.base import json_safe
 from workbench.worker.quant import adaround as adaround_mod
 from workbench.worker.quant import analysis, artifacts, bias, cle, mixed, qat, source
 from workbench.worker.quant.data import Batches, calibration_batches, evaluate, held_out_batches
-from workbench.worker.quant.graph import Structure, cle_pairs, find_structure, fold_batchnorms, trace
+from workbench.worker.quant.graph import (
+    Structure,
+    cle_chains,
+    cle_pairs,
+    cle_triplets,
+    find_structure,
+    fold_batchnorms,
+    trace,
+)
 from workbench.worker.quant.measure import sqnr_db
 from workbench.worker.quant.sim import QuantSim, parallel_map
 from workbench.worker.quant.taps import collect, tail_function
@@ -297,7 +305,8 @@ class QuantJob:
         """Cross-layer equalisation with bias absorption; each touched layer's ranges before and after go out."""
         self.stages.start("cle", "cross-layer equalisation")
         structure, modules = self.structure, self.modules
-        pairs = cle_pairs(self.gm, structure)
+        clipped: list = []
+        pairs = cle_pairs(self.gm, structure, clipped)
         touched = {p.first for p in pairs} | {p.second for p in pairs}
         before = {name: cle.output_ranges(modules[name]).cpu() for name in touched}
         scales = cle.equalize(modules, pairs, self.folded, check_stop=self.ctx.check_stop)
@@ -307,11 +316,21 @@ class QuantJob:
             both = torch.stack([before[name], after]).numpy().astype(np.float64)
             _emit_arrays(self.ctx, {f"{name}:weight:cle_ranges": (both, {"layer": name, "rows": ["before", "after"],
                                                                         "columns": ["min", "max"]})}, self.arrays)
+        chains = cle_chains(pairs)
         self.cle_report = {"pairs": [[p.first, p.second] for p in pairs], "absorbed": absorbed,
+                           "chains": chains, "triplets": cle_triplets(pairs, structure),
+                           "clipped": [{"first": a, "second": b, "op": op} for a, b, op in clipped],
                            "scale_spread": {k: [float(v.min()), float(v.max())] for k, v in scales.items()}}
+        longer = [c for c in chains if len(c) > 2]
         self.ctx.log(f"equalised {len(pairs)} layer pair(s)"
+                     + (f" in {len(longer)} chain(s) of three or more, e.g. {' -> '.join(longer[0])}" if longer else "")
                      + (f", absorbed biases of {len(absorbed)}" if absorbed else "")
                      + ("" if pairs else ": no conv/linear pairs joined only by ReLU or pooling"))
+        if clipped:
+            a, b, op = clipped[0]
+            self.ctx.log(f"CLE left {len(clipped)} pair(s) as they are because a clipping activation (ReLU6 or "
+                         f"Hardtanh) joins them, e.g. {a} -> {op} -> {b}: scaling what enters it would move its "
+                         "fixed bound and change the network", "warning")
         self.rung("cle", self.gm)
 
     def build_sim(self) -> None:
