@@ -76,6 +76,8 @@ def plain_loop(data, model_name, *, epochs, batch_size, seed, device, workspace)
                 started = time.perf_counter()
             elif steps > WARMUP_STEPS:
                 samples += len(y)
+    if started is None:  # the untimed warm-up run of one short epoch never got past the warm-up steps
+        return 0.0
     return samples / (time.perf_counter() - started)
 
 
