@@ -121,3 +121,22 @@ def test_a_segmentation_run_exports_with_parity_and_benches(tmp_path):
                                    "warmup": 1}, workspace)
     assert bench["status"] == "done", bench.get("error")
     assert bench["results"][0]["status"] == "ok"
+
+
+def test_a_segmentation_runs_int8_model_exports_and_is_measured_in_its_monitor(tmp_path):
+    """The QDQ export rebuilds the quantize run's model for any task's output, and measures the task's monitor
+    (mIoU here) in onnxruntime beside the simulated one, not argmax accuracy."""
+    (tmp_path / "seg.py").write_text(textwrap.dedent(SEGMENTATION))
+    workspace = tmp_path / "ws"
+    trained = run("train.classifier", {
+        "dataset": {"name": f"file:{tmp_path / 'seg.py'}:Blobs", "num_workers": 0},
+        "model": {"name": f"file:{tmp_path / 'seg.py'}:net"}, "epochs": 1, "batch_size": 8}, workspace)
+    assert trained["status"] == "done", trained.get("error")
+    quantized = run("quant.analyze", {"source": {"run": trained["run_dir"]}, "calibration": {"samples": 16}},
+                    workspace)
+    assert quantized["status"] == "done", quantized.get("error")
+    qdq = run("export.model", {"source": {"run": quantized["run_dir"]}, "format": "onnx_qdq"}, workspace)
+    assert qdq["status"] == "done", qdq.get("error")
+    measured = qdq["accuracy"]
+    assert measured["metric"]["name"] == "miou"
+    assert 0 <= measured["onnxruntime"] <= 1 and measured["simulated"] == quantized["quantized"]["accuracy"]

@@ -179,3 +179,13 @@ def test_model_args_build_the_module_for_training_and_every_later_job(project, t
     spec["model"]["args"] = {"hiden": 5}
     message = failed(train(tmp_path / "ws2", spec))
     assert message.startswith("model.args: Classifier(hiden=) from") and "check its arguments" in message
+
+
+def test_a_lightning_run_with_a_datamodule_quantizes_on_its_first_batch(trained):
+    """Calibration and evaluation read the DataModule's first training batch (it normalises its own data)."""
+    workspace, result, _ = trained
+    quantized = run_task(get_task("quant.analyze"), {"source": {"run": result["run_dir"]},
+                                                     "calibration": {"samples": 16}},
+                         emit=lambda *a: None, workspace=workspace)
+    assert quantized["status"] == "done", quantized.get("error")
+    assert 0 <= quantized["quantized"]["accuracy"] <= 1 and quantized["steps"][0]["step"] == "fp32"

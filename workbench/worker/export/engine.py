@@ -371,6 +371,8 @@ def _qdq_accuracy(run, dataset, run_onnx, ctx) -> dict:
     from workbench.worker.quant.data import held_out_batches
 
     batches = held_out_batches(dataset, run.spec.eval_samples, batch_size=EVAL_BATCH, device=torch.device("cpu"))
+    if run.train is not None and (run.report.get("metric") or {}).get("name"):
+        return _qdq_monitor(run, dataset, batches, run_onnx, ctx)
     correct = total = 0
     for x, y in batches:
         ctx.check_stop()
@@ -382,3 +384,20 @@ def _qdq_accuracy(run, dataset, run_onnx, ctx) -> dict:
     ctx.log(f"accuracy in onnxruntime {measured:.2%} on {total:,} samples of the {batches.what}"
             + (f" (the quantize run simulated {simulated:.2%})" if isinstance(simulated, (int, float)) else ""))
     return {"onnxruntime": measured, "simulated": simulated, "samples": total, "split": batches.what}
+
+
+def _qdq_monitor(run, dataset, batches, run_onnx, ctx) -> dict:
+    """A run of another task (segmentation, regression, ...): its monitor metric in onnxruntime, as quantize
+    measured it, under the same keys ("accuracy" holds the monitor), with the metric named."""
+    from workbench.worker.quant.data import evaluate
+    from workbench.worker.training.task import objective_for
+
+    metric = run.report["metric"]
+    measured = evaluate(run_onnx, batches, ctx.check_stop, objective=objective_for(run.train, dataset))
+    simulated = (run.report.get("quantized") or {}).get("accuracy")
+    total = int(measured["logits"].shape[0])
+    ctx.log(f"{metric.get('label', metric['name'])} in onnxruntime {measured['accuracy']:.4g} on {total:,} samples "
+            f"of the {batches.what}" + (f" (the quantize run simulated {simulated:.4g})"
+                                        if isinstance(simulated, (int, float)) else ""))
+    return {"onnxruntime": measured["accuracy"], "simulated": simulated, "samples": total, "split": batches.what,
+            "metric": metric}

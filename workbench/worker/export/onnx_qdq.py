@@ -48,6 +48,7 @@ class QuantRun:
     model: ModelSpec  # the model's architecture; the weights come from the run's artifacts/quantized.pt
     dataset: DataSpec
     train_dir: Path | None
+    train: object = None  # the training run's TrainSpec (its task decides what accuracy means), when readable
 
     @property
     def id(self) -> str:
@@ -110,7 +111,7 @@ def read_quant_run(ref: str | Path, workspace: str | Path | None, *, field: str 
     except (KeyError, TypeError, SpecError) as exc:
         raise JobError(f"{artifacts / PARAMS_FILE}: its model entry does not read as a model spec ({exc})") from None
     model = dataclasses.replace(model, checkpoint="", weights="", freeze=[])
-    dataset, train_dir = spec.dataset, None
+    dataset, train_dir, trained = spec.dataset, None, None
     if spec.source.run:
         # The training run's id (or folder) in the quantize run's own workspace, wherever that workspace is now.
         sibling = run_dir.parent / Path(spec.source.run).name
@@ -122,7 +123,7 @@ def read_quant_run(ref: str | Path, workspace: str | Path | None, *, field: str 
             if say is not None:
                 say(f"the training run of {run_dir.name} cannot be read ({exc}); using the quantize run's own dataset "
                     "settings", "warning")
-    return QuantRun(run_dir, spec, params, report, model, dataset, train_dir)
+    return QuantRun(run_dir, spec, params, report, model, dataset, train_dir, trained)
 
 
 # --- the exportable model ----------------------------------------------------------------------------------------------
@@ -285,7 +286,10 @@ def build_qdq(run: QuantRun, *, say: Say, workspace=None, input_shape: tuple[int
     from workbench.worker.quant.artifacts import load_quantized
 
     shape = input_shape or input_shape_of(run, workspace if workspace is not None else run.dir.parent.parent, say)
-    model = build_model(run.model, input_shape=shape, log=say, pretrained=False, checkpoint=False).eval()
+    # task=custom: any output passes the trial forward pass; the model was checked for its task when it trained
+    # (a segmentation model gives a map, a regression one a value).
+    model = build_model(run.model, input_shape=shape, log=say, pretrained=False, checkpoint=False,
+                        task="custom").eval()
     try:
         sim = load_quantized(model, run.artifacts, params=run.params)
     except JobError:

@@ -49,6 +49,10 @@ class LightningBatch:
         x = self.first_sample()[0]
         return tuple(x.shape) if isinstance(x, torch.Tensor) else ()
 
+    def normalization(self, progress=None) -> None:
+        """None: the DataModule's own transforms normalise its batches (as a file: dataset's do)."""
+        return None
+
     def release(self) -> None:
         pass
 
