@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 from export_helpers import run, train_project
 
@@ -105,15 +103,16 @@ def net(num_classes=2):
 '''
 
 
-def test_a_segmentation_run_exports_with_parity_and_benches(tmp_path):
+@pytest.fixture(scope="module")
+def segmentation_run(tmp_path_factory):
+    result, workspace = train_project(tmp_path_factory.mktemp("seg"), SEGMENTATION, "Blobs", batch_size=8)
+    assert result["task"] == "segmentation"
+    return result, workspace
+
+
+def test_a_segmentation_run_exports_with_parity_and_benches(segmentation_run):
     """A run's model is rebuilt for its own task: a (batch, classes, H, W) output is right for segmentation."""
-    (tmp_path / "seg.py").write_text(textwrap.dedent(SEGMENTATION))
-    workspace = tmp_path / "ws"
-    trained = run("train.classifier", {
-        "dataset": {"name": f"file:{tmp_path / 'seg.py'}:Blobs", "num_workers": 0},
-        "model": {"name": f"file:{tmp_path / 'seg.py'}:net"}, "epochs": 1, "batch_size": 8}, workspace)
-    assert trained["status"] == "done", trained.get("error")
-    assert trained["task"] == "segmentation"
+    trained, workspace = segmentation_run
     exported = run("export.model", {"source": {"run": trained["run_dir"]}, "format": "onnx"}, workspace)
     assert exported["status"] == "done", exported.get("error")
     assert exported["parity"]["passed"]
@@ -123,15 +122,10 @@ def test_a_segmentation_run_exports_with_parity_and_benches(tmp_path):
     assert bench["results"][0]["status"] == "ok"
 
 
-def test_a_segmentation_runs_int8_model_exports_and_is_measured_in_its_monitor(tmp_path):
+def test_a_segmentation_runs_int8_model_exports_and_is_measured_in_its_monitor(segmentation_run):
     """The QDQ export rebuilds the quantize run's model for any task's output, and measures the task's monitor
     (mIoU here) in onnxruntime beside the simulated one, not argmax accuracy."""
-    (tmp_path / "seg.py").write_text(textwrap.dedent(SEGMENTATION))
-    workspace = tmp_path / "ws"
-    trained = run("train.classifier", {
-        "dataset": {"name": f"file:{tmp_path / 'seg.py'}:Blobs", "num_workers": 0},
-        "model": {"name": f"file:{tmp_path / 'seg.py'}:net"}, "epochs": 1, "batch_size": 8}, workspace)
-    assert trained["status"] == "done", trained.get("error")
+    trained, workspace = segmentation_run
     quantized = run("quant.analyze", {"source": {"run": trained["run_dir"]}, "calibration": {"samples": 16}},
                     workspace)
     assert quantized["status"] == "done", quantized.get("error")
