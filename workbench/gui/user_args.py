@@ -89,3 +89,11 @@ def format_args(args: dict) -> str:
     if all(isinstance(key, str) and _BARE_KEY.match(key) and _plain(value) for key, value in args.items()):
         return ", ".join(f"{key}={json.dumps(value)}" for key, value in args.items())
     return json.dumps(args)
+
+
+def args_or_message(text: str, field: str) -> tuple[dict, str]:
+    """(the parsed arguments, "") or ({}, the message naming `field`): what a wizard field shows as it is typed."""
+    try:
+        return parse_args(text, field), ""
+    except ValueError as exc:
+        return {}, str(exc)

@@ -167,10 +167,11 @@ def _onnx_example(path: Path, inputs: list) -> tuple[list, list[str]]:
     return example, [i.name for i in inputs]
 
 
-def _file_input_shape(path: Path, kind: str) -> tuple[int, ...] | None:
-    """The per-sample input shape a file records, when it records a fixed one."""
+def _file_input_shape(path: Path, kind: str, onnx_inputs: list | None = None) -> tuple[int, ...] | None:
+    """The per-sample input shape a file records, when it records a fixed one (`onnx_inputs`: the ONNX file's
+    inputs, when already read)."""
     if kind == "onnx":
-        inputs = _onnx_inputs(path)
+        inputs = onnx_inputs if onnx_inputs is not None else _onnx_inputs(path)
         if len(inputs) != 1:
             return None
         return _onnx_sample_shape(inputs[0]) or None  # () too: a per-sample scalar is no shape to feed
@@ -223,12 +224,13 @@ def resolve(spec: BenchSpec, ctx) -> BenchSource:
     override = tuple(spec.model.input_shape)
 
     if spec.source.file:  # a file alone: no PyTorch model to measure beside it
-        if kind == "onnx" and len(inputs := _onnx_inputs(file)) > 1:
+        inputs = _onnx_inputs(file) if kind == "onnx" else None
+        if inputs is not None and len(inputs) > 1:
             example, names = _onnx_example(file, inputs)
             _check_shape((sum(t.numel() for t in example),), "source.file")
             return BenchSource(None, tuple(example[0].shape), file.name, file, kind, example=example,
                                input_names=names)
-        shape = override or _file_input_shape(file, kind)
+        shape = override or _file_input_shape(file, kind, inputs)
         if not shape:
             raise JobError(f"model.input_shape: {file.name} does not record a fixed input shape; set "
                            "model.input_shape (one sample, e.g. 3,224,224)")
@@ -260,13 +262,15 @@ def resolve(spec: BenchSpec, ctx) -> BenchSource:
                            "(its model and checkpoint) or a quantize run (also its QDQ model)")
         from workbench.worker.export import multi
 
-        several = multi.first_input(dataset, ctx)  # a tuple or dict of tensors: a model with several inputs
+        loaded = multi.user_dataset(dataset, ctx)  # a user Dataset, read once for its inputs and its shape
+        several = multi.several_inputs(loaded)  # a tuple or dict of tensors: a model with several inputs
         if several is not None:
             example = multi.tensors_of(several)
             _check_shape((sum(t.numel() for t in example),), "source.run")
             shape = tuple(example[0].shape)
         else:
-            shape = override or tuple(model_spec.input_shape) or _dataset_shape(dataset, ctx)
+            shape = override or tuple(model_spec.input_shape) or (
+                tuple(loaded.sample_shape) if loaded is not None else _dataset_shape(dataset, ctx))
             _check_shape(shape, "model.input_shape")
         # The run's own weights replace any pretrained or starting checkpoint, so neither is loaded first.
         model = build_model(dataclasses.replace(model_spec, checkpoint="", weights="", freeze=[]),

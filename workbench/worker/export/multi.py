@@ -62,11 +62,6 @@ def several_inputs(dataset):
     return x if isinstance(x, (tuple, list, dict)) else None
 
 
-def first_input(dataset_spec, ctx):
-    """The run's dataset's first input when it is a tuple or dict of tensors; else None (one tensor)."""
-    return several_inputs(user_dataset(dataset_spec, ctx))
-
-
 def input_names(model: nn.Module, x) -> list[str]:
     """The dict's keys, else forward()'s positional parameter names (input_<i> past them)."""
     if isinstance(x, dict):

@@ -113,12 +113,11 @@ def build_from_file(arg: str, *, num_classes: int, input_shape: tuple[int, ...],
         kwargs.setdefault("num_classes", num_classes)
     try:
         model = target(**kwargs)
-    except TypeError as exc:
-        if args and _rejects_arguments(target, args):
-            raise JobError(f"model.args: {attr} in {path} takes no argument {_rejects_arguments(target, args)}; "
-                           f"its parameters are: {_parameters(target)}") from None
-        raise JobError(f"{_where(exc, path)}: {_describe(exc)} (while calling {attr} from {path})") from None
     except Exception as exc:
+        rejected = _rejects_arguments(target, args) if args and isinstance(exc, TypeError) else ""
+        if rejected:
+            raise JobError(f"model.args: {attr} in {path} takes no argument {rejected}; its parameters are: "
+                           f"{_parameters(target)}") from None
         raise JobError(f"{_where(exc, path)}: {_describe(exc)} (while calling {attr} from {path})") from None
     if not isinstance(model, nn.Module):
         raise JobError(f"model.name: {attr} from {path} returned a {type(model).__name__}, not a torch.nn.Module")

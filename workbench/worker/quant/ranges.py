@@ -141,20 +141,24 @@ def squared_error(values: torch.Tensor, grid: Grid) -> Callable[[torch.Tensor, t
     for K candidate ranges at once (values are (C, N))."""
 
     def objective(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
-        qp = qparams_from_range(lo, hi, grid)
-        scale = qp.scale.unsqueeze(-1)
-        with torch.no_grad():
-            q = values * (1.0 / scale)
-            q.round_()
-            if grid.symmetric:
-                q.clamp_(grid.qmin, grid.qmax)
-            else:
-                z = qp.zero_point.float().unsqueeze(-1)
-                q.add_(z).clamp_(grid.qmin, grid.qmax).sub_(z)
-            q.mul_(scale).sub_(values)
-            return torch.linalg.vector_norm(q, dim=-1).square_()
+        return torch.linalg.vector_norm(_residual(values, lo, hi, grid), dim=-1).square_()
 
     return objective
+
+
+@torch.no_grad()
+def _residual(values: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, grid: Grid) -> torch.Tensor:
+    """q(x) - x of every value (C, N) under each candidate range (lo, hi: (C,) or (K, C)), in the values' dtype."""
+    qp = qparams_from_range(lo, hi, grid)
+    scale = qp.scale.to(values.dtype).unsqueeze(-1)
+    q = values * (1.0 / scale)
+    q.round_()
+    if grid.symmetric:
+        q.clamp_(grid.qmin, grid.qmax)
+    else:
+        z = qp.zero_point.to(values.dtype).unsqueeze(-1)
+        q.add_(z).clamp_(grid.qmin, grid.qmax).sub_(z)
+    return q.mul_(scale).sub_(values)
 
 
 def binned_squared_error(centroids: torch.Tensor, counts: torch.Tensor,
@@ -163,18 +167,7 @@ def binned_squared_error(centroids: torch.Tensor, counts: torch.Tensor,
     value the histogram holds, less a constant (each bin's spread about its centroid), in float64."""
 
     def objective(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
-        qp = qparams_from_range(lo, hi, grid)
-        scale = qp.scale.double().unsqueeze(-1)
-        with torch.no_grad():
-            q = centroids / scale
-            q.round_()
-            if grid.symmetric:
-                q.clamp_(grid.qmin, grid.qmax)
-            else:
-                z = qp.zero_point.double().unsqueeze(-1)
-                q.add_(z).clamp_(grid.qmin, grid.qmax).sub_(z)
-            q.mul_(scale).sub_(centroids).square_().mul_(counts)
-            return q.sum(dim=-1)
+        return _residual(centroids, lo, hi, grid).square_().mul_(counts).sum(dim=-1)
 
     return objective
 

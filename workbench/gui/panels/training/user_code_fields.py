@@ -9,7 +9,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QPushButton, QWidget
 
-from workbench.gui.user_args import ARGS_EXAMPLES, format_args, parse_args  # noqa: F401 (the wizard's names)
+from workbench.gui.user_args import ARGS_EXAMPLES, args_or_message, format_args, parse_args  # noqa: F401 (the wizard's names)
 from workbench.gui.widgets.spec_form import ERROR_COLOUR
 
 WARNING_COLOUR = "#c77700"
@@ -124,12 +124,7 @@ class UserCodeFields(QObject):
 
     def args_value(self) -> tuple[dict, str]:
         """(the parsed arguments, "") or ({}, the message naming the field)."""
-        if self.args is None:
-            return {}, ""
-        try:
-            return parse_args(self.args.text(), self.args_field), ""
-        except ValueError as exc:
-            return {}, str(exc)
+        return args_or_message(self.args.text(), self.args_field) if self.args is not None else ({}, "")
 
     # -- messages --------------------------------------------------------------------------------
     def set_name_error(self, text: str) -> None:

@@ -35,7 +35,7 @@ from workbench.gui.panels.data.dataset_dialog import DatasetDialog, inapplicable
 from workbench.gui.panels.training.task_choice import TaskChoice
 from workbench.gui.panels.training.user_code_fields import PERMISSION_NOTE, UserCodeFields, split_user_name
 from workbench.gui.state import DatasetState
-from workbench.gui.user_args import ARGS_EXAMPLES, format_args, parse_args
+from workbench.gui.user_args import ARGS_EXAMPLES, args_or_message, format_args
 from workbench.gui.widgets.checked_page import CheckedPage
 from workbench.gui.widgets.device_picker import amp_unavailable_reason
 from workbench.gui.widgets.spec_form import ERROR_COLOUR, SpecForm, field_errors
@@ -502,12 +502,7 @@ class ModelPage(_FormPage):
 
     def args_value(self) -> tuple[dict, str]:
         """(model.args as typed, "") or ({}, the message); a built-in model takes none, whatever the field says."""
-        if not self.kind():
-            return {}, ""
-        try:
-            return parse_args(self.args.text(), "model.args"), ""
-        except ValueError as exc:
-            return {}, str(exc)
+        return args_or_message(self.args.text(), "model.args") if self.kind() else ({}, "")
 
     def local_errors(self) -> dict[str, str]:
         message = self.args_value()[1]
