@@ -154,7 +154,7 @@ def layer_errors(sim: QuantSim, batches, check_stop: Callable[[], None] | None =
         if wq is not None and name in inputs:
             params = {"weight": wq.w_q}
             if wq.b_fp is not None:
-                params["bias"] = wq.b_q if wq.b_q is not None else wq.b_fp
+                params["bias"] = sim.bias_in_use(name)
             value_q = tails[name](functional_call(wq.module, params, (inputs.pop(name),)))
         else:
             value_q = value

@@ -120,6 +120,25 @@ def is_add(node: fx.Node) -> bool:
                                   or (node.op == "call_method" and node.target in ADD_METHODS))
 
 
+# What onnxruntime carries a DequantizeLinear across (dropping, reshaping or max-pooling its integer codes): a layer
+# behind only these ops after a quantizer takes quantized input, and deployment quantizes its bias to int32.
+CARRY_MODULES = (nn.Identity, nn.Dropout, nn.Flatten, nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)
+CARRY_FUNCTIONS = {torch.flatten, F.dropout, F.max_pool1d, F.max_pool2d, F.max_pool3d, torch.reshape}
+CARRY_METHODS = {"flatten", "view", "reshape", "contiguous"}
+
+
+def quantized_input(gm: fx.GraphModule, node: fx.Node) -> str | None:
+    """The activation point whose quantizer feeds `node` (through ops that keep the codes), or None."""
+    current = node.args[0] if node.args else None
+    while isinstance(current, fx.Node):
+        if is_quantizer(gm, current):
+            return module_of(gm, current).point
+        if not _kind(gm, current, CARRY_MODULES, CARRY_FUNCTIONS, CARRY_METHODS):
+            return None
+        current = current.args[0] if current.args else None
+    return None
+
+
 def only_user(node: fx.Node) -> fx.Node | None:
     users = list(node.users)
     return users[0] if len(users) == 1 else None

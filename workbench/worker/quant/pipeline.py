@@ -383,6 +383,10 @@ class QuantJob:
                            progress=lambda d, t: self.stages.within("activation_ranges", d, t,
                                                                     "calibrating activations"))
         self.sim.all()
+        for name in self.sim.saturated_biases():
+            self.ctx.log(f"{name}: its bias does not fit int32 on the grid of its input's scale times its weights' "
+                         "scale, so int8 kernels (and this simulation) saturate it; the activations before it span "
+                         "almost nothing: check the model's weights", "warning")
         self.quantized = self.rung("activation_ranges", self.sim)
 
     def train_qat(self) -> None:

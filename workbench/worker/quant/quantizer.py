@@ -148,6 +148,29 @@ def quant_error(x: torch.Tensor, qp: QParams) -> torch.Tensor:
         return q.mul_(scale).sub_(x)
 
 
+# The float32 values nearest the ends of the int32 range: a bias code saturates there.
+INT32_LOW, INT32_HIGH = -(2**31), 2**31 - 128
+
+
+def bias_codes(bias: torch.Tensor, input_scale: torch.Tensor, weight_scale: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """A layer's bias as int8 kernels take it: int32 codes round(b / s) on the grid s = input scale x weight scale
+    (per output channel where the weights are), saturated to int32; (codes as float, s, whether any saturated).
+    onnxruntime quantizes a float bias beside quantized inputs the same way (Mul, Div, Round, Cast), in float32."""
+    scale = input_scale.float().reshape(()) * weight_scale.float()
+    codes = torch.round(bias.float() / scale)
+    # At an end counts too: a saved quantized model keeps the saturated bias, whose codes then sit there exactly.
+    saturated = bool(((codes <= INT32_LOW) | (codes >= INT32_HIGH)).any())
+    return codes.clamp_(INT32_LOW, INT32_HIGH), scale, saturated
+
+
+def int32_bias(bias: torch.Tensor, input_scale: torch.Tensor, weight_scale: torch.Tensor) -> torch.Tensor:
+    """The bias a deployed int8 layer adds: its int32 codes dequantized (code x scale, in float32 as
+    DequantizeLinear computes it)."""
+    codes, scale, _ = bias_codes(bias, input_scale, weight_scale)
+    return codes * scale
+
+
 def int_dtype(grid: Grid) -> torch.dtype:
     """The smallest integer dtype that holds the grid's codes (for the saved quantized weights)."""
     if grid.signed:

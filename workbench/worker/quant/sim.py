@@ -18,13 +18,22 @@ from torch import nn
 
 from workbench.errors import JobError
 from workbench.worker.models.build import call_model
-from workbench.worker.quant.graph import BATCHNORMS, Structure, bn_stats, is_plain_relu, module_of
+from workbench.worker.quant.graph import (
+    BATCHNORMS,
+    Structure,
+    bn_stats,
+    is_plain_relu,
+    module_of,
+    quantized_input,
+)
 from workbench.worker.quant.histogram import StreamingHistogram
 from workbench.worker.quant.quantizer import (
     Grid,
     QParams,
+    bias_codes,
     dequantize,
     fake_quant,
+    int32_bias,
     qparams_from_range,
     quantize,
 )
@@ -254,6 +263,9 @@ class QuantSim:
             self.points[name] = state
         gm.graph.lint()
         gm.recompile()
+        # layer -> the point whose quantizer feeds it: with both quantized, its bias is int32 as deployed.
+        self.bias_inputs = {name: point for name, layer in structure.layers.items()
+                            if (point := quantized_input(gm, layer.node)) is not None}
         self._weights_on: set[str] = set()
         self._acts_on: set[str] = set()
 
@@ -275,9 +287,37 @@ class QuantSim:
                 on = name in self._weights_on and wq.codes is not None
                 wq.module.weight.copy_(wq.w_q if on else wq.w_fp)
                 if wq.b_fp is not None:
-                    wq.module.bias.copy_(wq.b_q if on and wq.b_q is not None else wq.b_fp)
+                    wq.module.bias.copy_(self.bias_in_use(name) if on else wq.b_fp)
         for name, state in self.points.items():
             state.module.enabled = name in self._acts_on and state.module.qp is not None
+
+    def bias_input_scale(self, name: str) -> torch.Tensor | None:
+        """The scale of the quantizer that feeds layer `name`, where it is on (the layer's bias is then int32)."""
+        point = self.bias_inputs.get(name)
+        state = self.points.get(point) if point is not None else None
+        if state is None or point not in self._acts_on or state.module.qp is None:
+            return None
+        return state.module.qp.scale
+
+    def bias_in_use(self, name: str) -> torch.Tensor | None:
+        """Layer `name`'s bias with its weights quantized: the corrected one if bias correction ran, on the int32
+        grid of input scale x weight scale where quantized input feeds it (an int8 kernel adds no other)."""
+        wq = self.weights[name]
+        bias = wq.b_q if wq.b_q is not None else wq.b_fp
+        scale = self.bias_input_scale(name)
+        if bias is None or scale is None or wq.qp is None:
+            return bias
+        return int32_bias(bias, scale, wq.qp.scale)
+
+    def saturated_biases(self) -> list[str]:
+        """The layers whose int32 bias saturates as things are now quantized."""
+        found = []
+        for name, wq in self.weights.items():
+            scale, bias = self.bias_input_scale(name), wq.b_q if wq.b_q is not None else wq.b_fp
+            if name in self._weights_on and scale is not None and bias is not None and wq.qp is not None:
+                if bias_codes(bias, scale, wq.qp.scale)[2]:
+                    found.append(name)
+        return found
 
     def set_groups(self, groups: Iterable[str], *, weights: bool = True, activations: bool = True) -> None:
         groups = set(groups)

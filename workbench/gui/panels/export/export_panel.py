@@ -487,7 +487,8 @@ class ExportPanel(QWidget):
                 f"max abs diff <b>{_diff_text(parity, 'max_abs_diff')}</b> · max rel diff "
                 f"<b>{_diff_text(parity, 'max_rel_diff')}</b> · tolerance {format_diff(parity.get('tolerance'))}"
                 f"<br>checked on {_count_text(parity.get('samples'))} samples at batch sizes "
-                f"{_count_text(parity.get('batches'))}")
+                f"{_count_text(parity.get('batches'))}" + _steps_text(parity))
+            self.verdict_detail.setToolTip(str(parity.get("explanation") or ""))
             layer = parity.get("first_divergent_layer")
             if layer:
                 self.diverging_label.setText(f"First layer whose output diverges: <b>{_escape(layer)}</b>")
@@ -854,6 +855,26 @@ def _diff_text(parity: dict, key: str) -> str:
     """A difference; a key present as null is one the check found not finite (inf or NaN)."""
     value = parity.get(key)
     return "not finite" if value is None and key in parity else format_diff(value)
+
+
+def _steps_text(parity: dict) -> str:
+    """For a QDQ export: each onnxruntime configuration's output difference in steps against its derived tolerance,
+    and how many quantizer codes differed from the simulation's (the tooltip explains)."""
+    steps = parity.get("steps")
+    if not isinstance(steps, dict):
+        return ""
+    parts = []
+    for mode, label in (("deployed", "as deployed"), ("as_written", "as written")):
+        analysis = steps.get(mode)
+        if not isinstance(analysis, dict) or analysis.get("max_steps") is None:
+            continue
+        q = analysis.get("quantizers") or {}
+        flips = int(q.get("one_step_at_a_tie") or 0)
+        other = int(q.get("one_step_elsewhere") or 0) + int(q.get("two_or_more") or 0)
+        parts.append(f"{label}: {analysis['max_steps']:.0f} of {analysis.get('tolerance_steps')} steps, "
+                     f"{flips:,} rounding flip{'s' if flips != 1 else ''}"
+                     + (f", <b>{other:,} codes off</b>" if other else ""))
+    return "<br>" + " · ".join(parts) if parts else ""
 
 
 def _count_text(value) -> str:

@@ -1,0 +1,258 @@
+"""Step analysis of an ONNX QDQ model against the quantize run's simulation: every quantizer's integer codes in
+onnxruntime beside the codes the simulation computes from the same input (teacher forcing), the output's difference
+counted in quantization steps, and the output tolerance derived from the rounding flips measured. Worker side.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from workbench.worker.models import logits_of
+
+# A one-step difference is a rounding flip when the simulation's value before rounding lies within this much of a
+# step from a half step: float32 kernels that sum in another order (or an int8 kernel that requantizes with its own
+# float multiplier) move a value by far less. Averages of codes land on exact half steps often; those flip too.
+TIE_WINDOW = 0.01
+STEP_SLACK = 1e-3  # a difference of k steps, computed in float32, reads k (1 +- a few ulps)
+TRIALS = 8  # seeded flip injections from which the output tolerance is derived
+MARGIN = 2.0  # the tolerance is this many times the worst injected spread, plus one step
+_QUANTIZER = re.compile(r"_quant_act_\d+")
+
+
+@dataclass
+class Exposed:
+    """An onnxruntime session over the QDQ file with each activation QuantizeLinear's integer output exposed."""
+
+    session: object
+    codes: dict[str, str]  # quantizer module path -> the output name of its QuantizeLinear
+    input_name: str
+    output_name: str
+
+    def run(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+        names = [self.output_name, *self.codes.values()]
+        values = self.session.run(names, {self.input_name: x.detach().float().cpu().numpy()})
+        return torch.from_numpy(values[0]), dict(zip(names[1:], values[1:]))
+
+
+def _quantizer_of(node) -> str | None:
+    """The quantizer module a QuantizeLinear node came from: its name scope (the torch.export-based exporter) or its
+    node name /_quant_act_3/QuantizeLinear (the TorchScript-based one)."""
+    for prop in node.metadata_props:
+        if prop.key == "pkg.torch.onnx.name_scopes":
+            found = _QUANTIZER.findall(prop.value)
+            if found:
+                return found[-1]
+    found = _QUANTIZER.findall(node.name)
+    return found[-1] if found else None
+
+
+def expose(onnx_path: Path, *, optimize: bool) -> Exposed:
+    """A session over the file with every activation quantizer's codes as extra outputs. onnxruntime's QDQ fusions
+    still apply (an exposed QuantizeLinear output becomes the fused integer kernel's output)."""
+    import onnx
+    import onnxruntime as ort
+
+    proto = onnx.load(str(onnx_path))
+    codes: dict[str, str] = {}
+    for node in proto.graph.node:
+        if node.op_type == "QuantizeLinear":
+            path = _quantizer_of(node)
+            if path is not None and path not in codes:
+                codes[path] = node.output[0]
+    existing = {o.name for o in proto.graph.output}
+    for name in codes.values():
+        if name not in existing:
+            proto.graph.output.append(onnx.ValueInfoProto(name=name))
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
+                                         else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    session = ort.InferenceSession(proto.SerializeToString(), sess_options=options,
+                                   providers=["CPUExecutionProvider"])
+    return Exposed(session, codes, session.get_inputs()[0].name, proto.graph.output[0].name)
+
+
+def _codes(value: torch.Tensor, qp) -> torch.Tensor:
+    return torch.round(value / qp.scale).to(torch.int64) + int(qp.zero_point)
+
+
+def _dequantized(codes: torch.Tensor, qp, like: torch.Tensor) -> torch.Tensor:
+    return ((codes - int(qp.zero_point)).to(torch.float32) * qp.scale).to(like.dtype)
+
+
+@torch.no_grad()
+def forced(sim, exposed: Exposed, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, list[int]]]:
+    """Run onnxruntime once, then the simulation with each quantizer's output replaced by onnxruntime's codes, so
+    that every quantizer sees the input onnxruntime's saw: (onnxruntime's output, the simulation's free output,
+    {point: [values equal, one step off at a
+    rounding tie, one step off elsewhere, two or more off]})."""
+    out, values = exposed.run(x)
+    free = logits_of(sim(x)).detach().float().cpu()
+    modules = dict(sim.gm.named_modules())
+    counts: dict[str, list[int]] = {}
+    handles = []
+
+    def hook(path: str):
+        module = modules[path]
+
+        def replace(_, args, output):
+            qp = module.qp
+            theirs = values.get(exposed.codes[path])
+            if qp is None or not module.enabled or theirs is None or tuple(theirs.shape) != tuple(output.shape):
+                return None
+            theirs = torch.from_numpy(theirs.astype(np.int64)).to(output.device)
+            gap = (_codes(output, qp) - theirs).abs()
+            # How far the value before rounding lay from a half step, in steps (QuantizeLinear divides by s).
+            before = args[0].detach().float() / qp.scale
+            near_tie = ((before - torch.floor(before)) - 0.5).abs() <= TIE_WINDOW
+            one = gap == 1
+            tally = counts.setdefault(module.point, [0, 0, 0, 0])
+            tally[0] += int((gap == 0).sum())
+            tally[1] += int((one & near_tie).sum())
+            tally[2] += int((one & ~near_tie).sum())
+            tally[3] += int((gap >= 2).sum())
+            return _dequantized(theirs, qp, output)
+        return replace
+
+    for path in exposed.codes:
+        if path in modules:
+            handles.append(modules[path].register_forward_hook(hook(path)))
+    try:
+        sim(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return out.float(), free, counts
+
+
+def _flipper(module, rate: float, generator: torch.Generator):
+    """A forward hook that moves a quantizer's codes one step up or down at `rate`, within its grid."""
+    def flip(_, __, output):
+        qp = module.qp
+        if rate <= 0 or qp is None or not module.enabled:
+            return None
+        chosen = torch.rand(output.shape, generator=generator) < rate
+        sign = torch.where(torch.rand(output.shape, generator=generator) < 0.5, -1, 1)
+        codes = _codes(output, qp) + (chosen.to(torch.int64) * sign).to(output.device)
+        return _dequantized(codes.clamp(qp.grid.qmin, qp.grid.qmax), qp, output)
+    return flip
+
+
+@torch.no_grad()
+def injected_spread(sim, x: torch.Tensor, rates: dict[str, float], step: float, *, trials: int = TRIALS,
+                    seed: int = 0) -> list[float]:
+    """The output's largest move, in steps, when each quantizer's codes flip by one step (up or down) at its measured
+    rate: what rounding flips alone do to the output once the layers after them have carried them along."""
+    baseline = logits_of(sim(x)).detach().float().cpu()
+    modules = [m for _, m in sim.gm.named_modules() if getattr(m, "is_quantizer", False)]
+    spreads = []
+    for trial in range(trials):
+        generator = torch.Generator().manual_seed(seed + trial)
+        handles = [m.register_forward_hook(_flipper(m, rates.get(m.point, 0.0), generator)) for m in modules]
+        try:
+            moved = logits_of(sim(x)).detach().float().cpu()
+        finally:
+            for handle in handles:
+                handle.remove()
+        spreads.append(float((moved - baseline).abs().max()) / step if step > 0 else 0.0)
+    return spreads
+
+
+def output_steps(reference: torch.Tensor, exported: torch.Tensor, step: float) -> dict[str, int]:
+    """How many output values differ by 0, 1, 2 and 3 or more steps of the output quantizer."""
+    gap = torch.round((exported.float() - reference.float()).abs() / step).to(torch.int64)
+    return {"0": int((gap == 0).sum()), "1": int((gap == 1).sum()), "2": int((gap == 2).sum()),
+            "3+": int((gap >= 3).sum())}
+
+
+def analyse(sim, onnx_path: Path, inputs: list[tuple[str, torch.Tensor]], step: float, *, optimize: bool) -> dict:
+    """The step analysis of one onnxruntime configuration over the parity inputs: per quantizer and in all, how many
+    codes differ from the simulation's (same input), the output's step histogram against the free simulation, the
+    tolerance that the measured flips explain, and whether the file computes what the simulation does."""
+    exposed = expose(onnx_path, optimize=optimize)
+    per_point: dict[str, list[int]] = {}
+    outputs = []
+    for _, x in inputs:
+        out, free, counts = forced(sim, exposed, x)
+        outputs.append((x, out, free))
+        for point, tally in counts.items():
+            total = per_point.setdefault(point, [0, 0, 0, 0])
+            for i in range(4):
+                total[i] += tally[i]
+    values = sum(sum(t) for t in per_point.values())
+    ties = sum(t[1] for t in per_point.values())
+    elsewhere = sum(t[2] for t in per_point.values())
+    more = sum(t[3] for t in per_point.values())
+    # One flip more than seen at each quantizer: one that flipped nowhere on these inputs may flip on others.
+    rates = {p: (t[1] + t[2] + 1) / max(sum(t), 1) for p, t in per_point.items()}
+    order = {name: i for i, name in enumerate(sim.points)}
+    off_points = sorted((p for p, t in per_point.items() if t[2] or t[3]),
+                        key=lambda p: order.get(p, len(order)))  # in graph order: the first is where it starts
+    histogram = {"0": 0, "1": 0, "2": 0, "3+": 0}
+    worst_steps, spread = 0.0, 0.0
+    for x, out, free in outputs:
+        if out.shape != free.shape:
+            worst_steps = math.inf
+            continue
+        for key, count in output_steps(free, out, step).items():
+            histogram[key] += count
+        worst_steps = max(worst_steps, float((out - free).abs().max()) / step)
+        spread = max(spread, max(injected_spread(sim, x, rates, step), default=0.0))
+    tolerance_steps = math.ceil(MARGIN * spread) + 1
+    local_ok = not off_points and bool(per_point)
+    return {
+        "optimized": optimize,
+        "quantizers": {"checked": len(per_point), "not_found": sorted(_missing(sim, exposed)),
+                       "values": values, "one_step": ties + elsewhere, "one_step_at_a_tie": ties,
+                       "one_step_elsewhere": elsewhere, "two_or_more": more,
+                       "off": [{"point": p, "values": sum(per_point[p]), "one_step_elsewhere": per_point[p][2],
+                                "two_or_more": per_point[p][3]} for p in off_points[:10]]},
+        "output_steps": histogram,
+        "max_steps": round(worst_steps, 4) if math.isfinite(worst_steps) else None,
+        "injected_spread_steps": round(spread, 3),
+        "tolerance_steps": tolerance_steps,
+        "tolerance": tolerance_steps * step,
+        "local_passed": local_ok,
+        "passed": local_ok and worst_steps <= tolerance_steps + STEP_SLACK,
+    }
+
+
+def _missing(sim, exposed: Exposed) -> list[str]:
+    """The quantizers the simulation applies that have no QuantizeLinear in the file (kept float, or dropped)."""
+    return [m.point for path, m in sim.gm.named_modules()
+            if getattr(m, "is_quantizer", False) and m.enabled and m.qp is not None and path not in exposed.codes]
+
+
+def explain(analysis: dict, step: float) -> str:
+    """One paragraph: what differs, by how much, and why."""
+    q = analysis["quantizers"]
+    where = "with onnxruntime's graph optimizations (its fused int8 kernels, as deployed)" if analysis["optimized"] \
+        else "as written (onnxruntime's graph optimizations off: QuantizeLinear, float kernels, DequantizeLinear)"
+    if not q["checked"]:
+        return f"{where}: no quantizer of the file could be matched to the simulation's"
+    text = (f"{where}: fed the same input, {q['checked']} quantizers gave the simulation's codes on "
+            f"{q['values'] - q['one_step'] - q['two_or_more']:,} of {q['values']:,} values; {q['one_step_at_a_tie']:,} "
+            f"were one step off where the value lay within {TIE_WINDOW:g} step of a half step (a rounding flip), "
+            f"{q['one_step_elsewhere']:,} one step off elsewhere and {q['two_or_more']:,} two or more. ")
+    if q["off"]:
+        first = q["off"][0]
+        return text + (f"That is not rounding: {first['point']} (the first such quantizer) differs on "
+                       f"{first['one_step_elsewhere'] + first['two_or_more']:,} of {first['values']:,} values away "
+                       "from a half step, so the file does not compute what the simulation does there")
+    max_steps = analysis["max_steps"]
+    if max_steps is None:
+        return text + "The output's shape differs from the simulation's"
+    if max_steps < 0.5:
+        return text + "The output equals the simulation's"
+    return text + (f"One-step flips come from float sums taken in another order that land a value on the other side "
+                   f"of a half step; the layers after them carry each flip along, which moved the output by up to "
+                   f"{max_steps:.0f} step(s) ({max_steps * step:.3g}). Injecting "
+                   f"flips at the measured rates (and one more per quantizer) into the simulation moved it by up to "
+                   f"{analysis['injected_spread_steps']:.1f} step(s), so the tolerance is "
+                   f"{MARGIN:g} x that + 1 = {analysis['tolerance_steps']} step(s)")
