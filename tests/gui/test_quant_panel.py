@@ -231,3 +231,27 @@ def test_presets_are_valid_specs():
 
     for name in PRESETS:
         QuantSpec.from_dict(preset_data(name))
+
+
+def test_wizard_fields_say_what_they_are_under_weights_and_activations_headings(fake_window, qtbot, trained, settings):
+    from PySide6.QtWidgets import QLabel
+
+    wizard = QuantWizard(fake_window.quant_panel.training_runs(), settings=settings, parent=fake_window)
+    qtbot.addWidget(wizard)
+    scheme = wizard.scheme_page.form
+    headings = [label.text() for label in scheme.findChildren(QLabel) if label.objectName().startswith("heading:")]
+    assert headings == ["<b>Weights</b>", "<b>Activations</b>"]
+    # Bits appears under both headings, the heading saying whose; the range method reads as one.
+    layout = scheme.layout_
+    rows = []
+    for row in range(layout.rowCount()):
+        item = layout.itemAt(row, layout.ItemRole.LabelRole) or layout.itemAt(row, layout.ItemRole.SpanningRole)
+        if item is not None and isinstance(item.widget(), QLabel):
+            rows.append(item.widget().text())
+    assert rows.index("<b>Weights</b>") < rows.index("Bits") < rows.index("<b>Activations</b>")
+    assert rows.count("Range method") == 2
+    pipeline = wizard.pipeline_page.form
+    texts = {field: pipeline.widgets[field].text() for field in ("fold_bn", "cle", "adaround.enabled")}
+    assert texts == {"fold_bn": "Fold BatchNorm", "cle": "Cross-layer equalisation", "adaround.enabled": "AdaRound"}
+    label = pipeline.layout_.labelForField(pipeline._rows["adaround.iterations"])
+    assert label.text() == "AdaRound iterations"

@@ -47,12 +47,24 @@ LABELS = {"lr": "Learning rate", "nproc": "Processes", "num_workers": "Loader wo
           "replace_head": "Replace the classifier head", "freeze": "Freeze modules"}
 
 
+# Fields whose leaf name reads poorly once its section is gone (`adaround.iterations` is not any "Iterations").
+DOTTED_LABELS = {"fold_bn": "Fold BatchNorm", "cle": "Cross-layer equalisation", "adaround.enabled": "AdaRound",
+                 "adaround.iterations": "AdaRound iterations", "bias_correction": "Bias correction",
+                 "qat.epochs": "QAT epochs", "qat.lr": "QAT learning rate", "sensitivity": "Sensitivity sweep",
+                 "mixed_precision.target_drop": "Mixed precision: allowed drop", "eval_samples": "Evaluation samples",
+                 "calibration.samples": "Calibration samples", "calibration.seed": "Calibration seed",
+                 "weights.range": "Range method", "activations.range": "Range method",
+                 "weights.restricted": "Restricted grid (no -2^(bits-1))"}
+
+
 PLACEHOLDERS = {"input_shape": "from the dataset, e.g. 1,28,28", "checkpoint": "none: start from fresh weights",
                 "weights": "none (e.g. DEFAULT for torchvision weights, needs internet)",
                 "freeze": "none (module prefixes, or backbone)"}
 
 
 def _label(dotted: str) -> str:
+    if dotted in DOTTED_LABELS:
+        return DOTTED_LABELS[dotted]
     name = dotted.split(".")[-1]
     return LABELS.get(name, name.replace("_", " ").capitalize())
 
@@ -169,7 +181,9 @@ def spec_differences(a: dict, b: dict, prefix: str = "") -> list[tuple[str, obje
 class SpecForm(QWidget):
     changed = Signal()  # any field edited (by the user or in code)
 
-    def __init__(self, spec_cls: type[Spec], fields: list[str], values: dict | None = None, parent=None):
+    def __init__(self, spec_cls: type[Spec], fields: list[str], values: dict | None = None, parent=None, *,
+                 headings: dict[str, str] | None = None):
+        """`headings`: {field: a section heading shown above it} (Weights, Activations)."""
         super().__init__(parent)
         self.spec_cls = spec_cls
         self.widgets: dict[str, QWidget] = {}
@@ -202,6 +216,10 @@ class SpecForm(QWidget):
             row_layout.addWidget(widget)
             row_layout.addWidget(error)
             self._rows[dotted] = row
+            if headings and dotted in headings:
+                heading = QLabel(f"<b>{headings[dotted]}</b>")
+                heading.setObjectName(f"heading:{headings[dotted]}")
+                layout.addRow(heading)
             label = _label(dotted)
             layout.addRow("" if isinstance(widget, QCheckBox) else label, row)
             if isinstance(widget, QCheckBox):

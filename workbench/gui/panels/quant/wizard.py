@@ -62,12 +62,13 @@ def load_last_spec(settings) -> dict | None:
 
 
 class _FormPage(CheckedPage):
-    def __init__(self, title: str, subtitle: str, fields: list[str], data: dict):
+    def __init__(self, title: str, subtitle: str, fields: list[str], data: dict,
+                 headings: dict[str, str] | None = None):
         super().__init__()
         self.setTitle(title)
         self.setSubTitle(subtitle)
         self.fields = fields
-        self.form = SpecForm(QuantSpec, fields, data)
+        self.form = SpecForm(QuantSpec, fields, data, headings=headings)
         layout = QVBoxLayout(self)
         layout.addWidget(self.form)
         layout.addStretch(1)
@@ -144,12 +145,15 @@ class QuantWizard(QWizard):
         self.start_data = data
         self.source_page = SourcePage(runs, source_run or (data.get("source") or {}).get("run", ""), preset)
         self.scheme_page = _FormPage("Scheme", "How weights and activations are quantized: hover a field for what it "
-                                     "does.", SCHEME_FIELDS, data)
+                                     "does.", SCHEME_FIELDS, data,
+                                     headings={"weights.bits": "Weights", "activations.bits": "Activations"})
         self.calibration_page = _FormPage("Calibration subset", "The training samples that ranges, AdaRound and "
                                           "bias correction are fitted on (the Data tab's count and seed), and where "
                                           "accuracy is measured.", CALIBRATION_FIELDS, data)
         self.pipeline_page = _FormPage("Pipeline steps", "The white paper's PTQ steps, in order; each adds a rung to "
-                                       "the accuracy ladder.", PIPELINE_FIELDS, data)
+                                       "the accuracy ladder.", PIPELINE_FIELDS, data,
+                                       headings={"fold_bn": "Post-training steps", "qat.epochs":
+                                                 "Quantization-aware training", "sensitivity": "Analysis"})
         self.form_pages = [self.scheme_page, self.calibration_page, self.pipeline_page]
         for page in (self.source_page, *self.form_pages):
             self.addPage(page)
