@@ -77,9 +77,20 @@ def fake_export_model(spec, ctx):
                             "first_divergent_layer_reason": "" if broken else "parity passed",
                             "batches": [1, 7] if spec.dynamic_batch else [1], "samples": spec.parity_samples}
     if spec.format == "onnx_qdq":
-        report["accuracy"] = {"onnxruntime": 0.9874, "simulated": 0.9878}
+        report["accuracy"] = {"onnxruntime": 0.9878, "simulated": 0.9878, "equal": True}
+        if spec.verify:
+            report["parity"]["steps"] = {mode: _qdq_steps(mode, broken) for mode in ("deployed", "as_written")}
+            report["parity"]["explanation"] = "as deployed: 3 rounding flips moved the output by up to 2 step(s)."
     ctx.progress(len(steps), len(steps), "done")
     return report
+
+
+def _qdq_steps(mode: str, broken: bool) -> dict:
+    """A step analysis as the real onnx_qdq export reports it (qdq_steps.analyse)."""
+    return {"optimized": mode == "deployed", "max_steps": 9.0 if broken else 2.0, "tolerance_steps": 5,
+            "quantizers": {"checked": 6, "values": 120_000, "one_step": 3, "one_step_at_a_tie": 3,
+                           "one_step_elsewhere": 40 if broken else 0, "two_or_more": 0, "off": []},
+            "local_passed": not broken, "passed": not broken}
 
 
 def _samples(backend: str, batch: int, iters: int, dtype: str, rng) -> np.ndarray:

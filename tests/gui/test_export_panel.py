@@ -192,6 +192,16 @@ def test_a_passing_export_is_green_with_its_numbers(harness, qtbot, trained):
     assert panel.runs[run_id]["result"].startswith("✓ parity")
 
 
+def test_a_qdq_export_shows_its_steps_as_deployed_and_as_written(harness, qtbot, trained):
+    panel = harness.panel
+    _export(qtbot, harness, trained, format="onnx_qdq")
+    detail = panel.verdict_detail.text()
+    assert panel.verdict.text().startswith("Parity passed")
+    assert "as deployed: 2 of 5 steps, 3 rounding flips" in detail and "as written: 2 of 5 steps" in detail
+    assert "codes off" not in detail
+    assert "rounding flips moved the output" in panel.verdict_detail.toolTip()
+
+
 def test_a_failing_export_is_red_and_names_the_layer_for_the_graph(harness, qtbot):
     panel = harness.panel
     broken = _trained_run(harness.workspace, "file:/models/broken_net.py:Net")

@@ -219,6 +219,8 @@ class SpecForm(QWidget):
             if headings and dotted in headings:
                 heading = QLabel(f"<b>{headings[dotted]}</b>")
                 heading.setObjectName(f"heading:{headings[dotted]}")
+                if layout.rowCount():  # a section after another one stands apart from it
+                    heading.setContentsMargins(0, 8, 0, 0)
                 layout.addRow(heading)
             label = _label(dotted)
             layout.addRow("" if isinstance(widget, QCheckBox) else label, row)
