@@ -415,3 +415,11 @@ def test_rows_computed_from_bare_samples_and_read_back_in_the_engines_format(tmp
     assert [r["backend"] for r in read.rows()] == ["eager", "tensorrt"] and len(read.done_rows()) == 1
     marks = best_and_worst(read.rows())
     assert not marks  # one measured row: nothing to compare
+
+
+def test_a_peak_memory_of_zero_is_not_measured_rather_than_the_best():
+    rows = [{"backend": b, "batch_size": 1, "status": "done", "latency_ms": {"p50": p50}, "peak_memory_bytes": mem}
+            for b, p50, mem in (("eager", 2.0, 4096), ("onnxruntime", 1.0, 8192), ("onnxruntime_int8", 0.5, 0))]
+    memory = COLUMNS.index("Peak memory")
+    marks = best_and_worst(rows)
+    assert marks[(0, memory)] == "best" and marks[(1, memory)] == "worst" and (2, memory) not in marks

@@ -120,6 +120,11 @@ def test_the_ladder_fills_in_live_then_the_table_and_plots_show_the_worst_layer(
     assert current == ("classifier", "weight")
     worst_row = panel.layer_model.row_of("classifier", "weight")
     assert panel.layer_model.data(panel.layer_model.index(worst_row, 0), Qt.BackgroundRole) is not None
+    # Only the worst few: at most a quarter of each tensor kind (at least one) carries the mark.
+    for tensor in ("weight", "activation"):
+        kind = [e for e in panel.layer_model.rows if e.get("tensor") == tensor]
+        marked = [e for e in kind if (e["name"], tensor) in panel.layer_model.worst]
+        assert 1 <= len(marked) <= max(1, len(kind) // 4), (tensor, len(marked), len(kind))
     assert "FP32 99.00%" in panel.summary.text() and "logit SQNR" in panel.summary.text()
     assert panel.table.item(0, 2).text() == "W8A8 +CLE"
 
@@ -161,6 +166,9 @@ def test_compare_puts_two_ladders_side_by_side(fake_window, qtbot, trained):
     assert panel.compared is not None and panel.compared.run_id == first
     assert [label for label, _ in panel.ladder.ladders] == [panel.results.label, panel.compared.label]
     assert panel.results.label.startswith("W4A8") and panel.compared.label.startswith("W8A8")
+    # The run shown is not offered to compare with itself.
+    offered = [panel.compare_combo.itemData(i) for i in range(panel.compare_combo.count())]
+    assert first in offered and second not in offered
 
 
 def test_cancel_stops_a_running_quantization(fake_window, qtbot, trained):
@@ -255,3 +263,15 @@ def test_wizard_fields_say_what_they_are_under_weights_and_activations_headings(
     assert texts == {"fold_bn": "Fold BatchNorm", "cle": "Cross-layer equalisation", "adaround.enabled": "AdaRound"}
     label = pipeline.layout_.labelForField(pipeline._rows["adaround.iterations"])
     assert label.text() == "AdaRound iterations"
+
+
+def test_a_mixed_precision_runs_label_gives_every_bit_width_it_uses():
+    from workbench.gui.panels.quant.quant_panel import scheme_of
+    from workbench.gui.panels.quant.results import bit_widths
+
+    mixed = {"weights": {"bits": 2}, "activations": {"bits": 8}, "cle": True, "adaround": {"enabled": True},
+             "mixed_precision": {"layers": [{"name": "features.0", "bits": 8}, {"name": "classifier", "bits": 16}]}}
+    assert bit_widths(mixed) == "W2/8/16 mixed A8/16"
+    assert scheme_of(mixed) == "W2/8/16 mixed A8/16 +CLE+AdaRound"
+    assert bit_widths({"weights": {"bits": 4}, "activations": {"bits": 8}}) == "W4A8"
+    assert bit_widths({}) == ""

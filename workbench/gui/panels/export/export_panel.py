@@ -52,6 +52,7 @@ from workbench.gui.panels.export.results import (
     measured,
 )
 from workbench.gui.panels.export.results_table import BenchResultsTable
+from workbench.gui.panels.quant.results import bit_widths
 from workbench.gui.panels.runs_panel import delete_run_action
 from workbench.gui.widgets import run_table
 from workbench.gui.widgets.empty_state import EmptyState
@@ -73,8 +74,7 @@ Submit = Callable[[str, dict], "JobRecord | None"]
 
 
 def _scheme(spec: dict) -> str:
-    weights, activations = spec.get("weights") or {}, spec.get("activations") or {}
-    return f"W{weights.get('bits', 8)}A{activations.get('bits', 8)}"
+    return bit_widths({"weights": {"bits": 8}, "activations": {"bits": 8}, **spec})
 
 
 def _join_batches(values) -> str:

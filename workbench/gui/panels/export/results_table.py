@@ -25,7 +25,8 @@ NUMERIC_COLUMNS = (
     ("p99 (ms)", lambda r: (r.get("latency_ms") or {}).get("p99"), "low", format_ms),
     ("Mean (ms)", lambda r: (r.get("latency_ms") or {}).get("mean"), "low", format_ms),
     ("Throughput (/s)", lambda r: r.get("throughput_per_s"), "high", format_rate),
-    ("Peak memory", lambda r: r.get("peak_memory_bytes"), "low", format_bytes),
+    # 0 B is a probe that saw nothing (onnxruntime's own allocator, say), not the least memory: not measured.
+    ("Peak memory", lambda r: r.get("peak_memory_bytes") or None, "low", format_bytes),
 )
 TEXT_COLUMNS = ("Backend", "Batch", "Dtype", "Status")
 COLUMNS = TEXT_COLUMNS + tuple(c[0] for c in NUMERIC_COLUMNS)

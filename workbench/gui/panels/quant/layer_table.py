@@ -21,7 +21,7 @@ TOOLTIPS = {
 }
 SORT_ROLE = Qt.UserRole + 1
 KEY_ROLE = Qt.UserRole + 2  # (layer, tensor)
-WORST = 3  # quantizers marked per tensor kind
+WORST = 3  # quantizers marked per tensor kind at most, and no more than a quarter of that kind (at least one)
 WORST_COLOUR = QColor(220, 50, 47, 70)
 
 
@@ -64,7 +64,8 @@ class LayerTableModel(QAbstractTableModel):
         for tensor in ("weight", "activation"):
             scored = [(e["sqnr_db"], e["name"]) for e in self.rows
                       if e.get("tensor") == tensor and _number(e.get("sqnr_db")) is not None]
-            self.worst |= {(name, tensor) for _, name in sorted(scored)[:WORST]}
+            marked = min(WORST, max(1, len(scored) // 4))  # a mark means something only when few have it
+            self.worst |= {(name, tensor) for _, name in sorted(scored)[:marked]}
         self.endResetModel()
 
     def key(self, row: int) -> tuple[str, str]:

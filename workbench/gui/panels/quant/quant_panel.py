@@ -36,7 +36,7 @@ from workbench.gui.panels.quant.layer_table import KEY_ROLE, LayerSortProxy, Lay
 from workbench.gui.panels.quant.metric import Measure
 from workbench.gui.panels.quant.mixed_precision_plot import MixedPrecisionPlot
 from workbench.gui.panels.quant.range_histogram import RangeHistogram
-from workbench.gui.panels.quant.results import QuantResults
+from workbench.gui.panels.quant.results import QuantResults, bit_widths
 from workbench.gui.panels.quant.sensitivity_chart import SensitivityChart
 from workbench.gui.panels.runs_panel import delete_run_action
 from workbench.gui.widgets import run_table
@@ -65,13 +65,12 @@ def _value(value: float, measure: Measure) -> str:
 
 
 def scheme_of(spec: dict) -> str:
-    weights, activations = spec.get("weights") or {}, spec.get("activations") or {}
-    if not weights and not activations:
+    if not spec.get("weights") and not spec.get("activations"):
         return ""
     steps = [name for name, on in (("CLE", spec.get("cle")), ("AdaRound", (spec.get("adaround") or {}).get("enabled")),
                                    ("BC", spec.get("bias_correction", "none") != "none"),
                                    ("QAT", (spec.get("qat") or {}).get("epochs"))) if on]
-    return f"W{weights.get('bits', '?')}A{activations.get('bits', '?')}" + (f" +{'+'.join(steps)}" if steps else "")
+    return (bit_widths(spec) or "W?A?") + (f" +{'+'.join(steps)}" if steps else "")
 
 
 class QuantPanel(QWidget):
@@ -286,8 +285,9 @@ class QuantPanel(QWidget):
         self.compare_combo.blockSignals(True)
         self.compare_combo.clear()
         self.compare_combo.addItem("— none —", NO_COMPARISON)
+        shown = self.results.run_id if self.results is not None else None
         for run_id, entry in self.runs.items():
-            if entry["status"] == "done":
+            if entry["status"] == "done" and run_id != shown:  # a run beside itself compares nothing
                 self.compare_combo.addItem(f"{entry.get('scheme', '')}  {run_id}".strip(), run_id)
         self.compare_combo.setCurrentIndex(max(0, self.compare_combo.findData(current)))
         self.compare_combo.blockSignals(False)
@@ -332,6 +332,7 @@ class QuantPanel(QWidget):
     # -- showing results -------------------------------------------------------------------------
     def show_results(self, results: QuantResults | None, message: str = "") -> None:
         self.results = results
+        self._fill_compare_combo()
         self.layer_model.set_layers(results.layers if results else [])
         self._show_ladders()
         self._show_summary(message)

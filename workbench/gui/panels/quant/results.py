@@ -39,6 +39,20 @@ class TensorArrays:
     values: int = 0  # how many values the histogram counts
 
 
+def bit_widths(spec: dict) -> str:
+    """A quantize spec's bit widths: "W8A8", or for a mixed-precision run every width its layers use, e.g.
+    "W2/8 mixed A8" ("" when the spec names none)."""
+    weights, activations = spec.get("weights") or {}, spec.get("activations") or {}
+    if not weights.get("bits") or not activations.get("bits"):
+        return ""
+    layers = [int(item["bits"]) for item in (spec.get("mixed_precision") or {}).get("layers") or []
+              if isinstance(item, dict) and isinstance(item.get("bits"), int)]
+    w = sorted({int(weights["bits"]), *layers})
+    a = sorted({int(activations["bits"]), *layers})
+    mixed = " mixed " if len(w) > 1 or len(a) > 1 else ""
+    return f"W{'/'.join(map(str, w))}{mixed}A{'/'.join(map(str, a))}"
+
+
 @dataclass
 class QuantResults:
     """A quantize run, complete or filling in. `report` follows the QuantSpec report contract; arrays are kept
@@ -120,10 +134,8 @@ class QuantResults:
 
     @property
     def label(self) -> str:
-        weights = (self.spec.get("weights") or {}).get("bits")
-        activations = (self.spec.get("activations") or {}).get("bits")
-        scheme = f"W{weights}A{activations} " if weights and activations else ""
-        return f"{scheme}{self.run_id}".strip()
+        scheme = bit_widths(self.spec)
+        return f"{scheme} {self.run_id}".strip()
 
     # -- from disk ----------------------------------------------------------------------------------------------
     @classmethod
