@@ -275,3 +275,28 @@ def test_a_mixed_precision_runs_label_gives_every_bit_width_it_uses():
     assert scheme_of(mixed) == "W2/8/16 mixed A8/16 +CLE+AdaRound"
     assert bit_widths({"weights": {"bits": 4}, "activations": {"bits": 8}}) == "W4A8"
     assert bit_widths({}) == ""
+
+
+def test_the_tabs_splitter_positions_come_back_in_the_next_session(fake_window, qtbot, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from workbench.gui.main_window import MainWindow
+    from workbench.gui.settings import Settings
+
+    panel = fake_window.quant_panel
+    panel.splitters["right"].setSizes([500, 300])
+    dragged = panel.splitters["right"].sizes()
+    fake_window.close()
+    reread = Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
+    again = MainWindow(fake_window.manager, tmp_path / "workspace", reread)
+    qtbot.addWidget(again)
+    again.resize(1300, 850)
+    again.show()
+    assert again.quant_panel.splitters["right"].sizes() == dragged
+
+
+def test_apply_mixed_precision_says_why_it_is_greyed_out(fake_window, qtbot, trained):
+    _quantize(fake_window, qtbot, trained)
+    panel = fake_window.quant_panel
+    assert not panel.apply_button.isEnabled()
+    assert "no mixed-precision proposal" in panel.apply_button.toolTip()

@@ -286,6 +286,7 @@ class MainWindow(QMainWindow):
         from workbench.gui.panels.quant.quant_panel import QuantPanel
 
         panel = QuantPanel(self.workspace, self)
+        panel.restore_splitters(self.settings.get("quant_splitters"))
         panel.status_message.connect(lambda text: self.statusBar().showMessage(text, 6000))
         panel.new_run_requested.connect(lambda source, spec: self.new_quantization(source, spec or None))
         panel.start_requested.connect(self._start_quantization_data)
@@ -572,6 +573,8 @@ class MainWindow(QMainWindow):
         self.settings.set("show_debug_details", self.log_panel.show_debug.isChecked())
         if self.data_tab.is_built:
             self.settings.set("thumbnail_size", self.dataset_panel.zoom.value())
+        if self.quant_tab.is_built:
+            self.settings.set("quant_splitters", self.quant_panel.splitter_states())
         self.settings.set("calibration_count", self.dataset_state.calibration_count)
         self.settings.set("calibration_seed", self.dataset_state.calibration_seed)
         self.settings.set("current_tab", self.tabs.currentIndex())

@@ -22,6 +22,7 @@ DEFAULTS = {
     "current_tab": 0,
     "train_spec": "",  # the last spec the training wizard started, as JSON: the next wizard starts from it
     "quant_spec": "",  # the same for the quantization wizard
+    "quant_splitters": None,  # the Quantization tab's splitter positions ({name: QSplitter state})
     "spec_folder": "",  # where File ▸ Open spec ▸ Other spec file… last looked
 }
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from PySide6.QtCore import QItemSelectionModel, Qt, Signal
+from PySide6.QtCore import QByteArray, QItemSelectionModel, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -71,6 +71,19 @@ def scheme_of(spec: dict) -> str:
                                    ("BC", spec.get("bias_correction", "none") != "none"),
                                    ("QAT", (spec.get("qat") or {}).get("epochs"))) if on]
     return (bit_widths(spec) or "W?A?") + (f" +{'+'.join(steps)}" if steps else "")
+
+
+def _apply_tooltip(done: bool, results, proposal: dict) -> str:
+    """What Apply mixed precision does, or why it is greyed out."""
+    if not done:
+        return "Available on a finished quantize run"
+    if results is None or not (results.report.get("mixed_precision") or (results.spec.get("mixed_precision") or {})
+                               .get("target_drop")):
+        return ("This run made no mixed-precision proposal: set “Mixed precision: allowed drop” on the wizard's "
+                "pipeline page (the sensitivity sweep runs with it)")
+    if not proposal.get("layers"):
+        return "The proposal keeps no layer wider: the quantized model already stays within the allowed drop"
+    return "Quantize again with the proposal's per-layer bit widths (one click)"
 
 
 class QuantPanel(QWidget):
@@ -180,7 +193,7 @@ class QuantPanel(QWidget):
         right = QSplitter(Qt.Vertical)
         right.addWidget(layer_box)
         right.addWidget(self.plots)
-        right.setSizes([230, 560])  # the plots are what a person reads; the table scrolls
+        right.setSizes([330, 470])  # room for eight or so layers above the plots a person reads
         right_box = QWidget()
         right_layout = QVBoxLayout(right_box)
         right_layout.setContentsMargins(0, 0, 0, 0)
@@ -194,6 +207,8 @@ class QuantPanel(QWidget):
         splitter.setStretchFactor(0, 2)
         splitter.setStretchFactor(1, 5)
         splitter.setSizes([430, 950])
+        # Where a person drags them is kept between sessions (splitter_states / restore_splitters).
+        self.splitters = {"main": splitter, "left": left, "right": right}
 
         self.empty_button = QPushButton("Quantize a trained run…")
         self.empty_button.setMinimumHeight(40)
@@ -521,6 +536,20 @@ class QuantPanel(QWidget):
         parts = named_array(msg.content, msg.buffers)
         return parts is not None and results.add_array(*parts)
 
+    # -- layout that persists -------------------------------------------------------------------
+    def splitter_states(self) -> dict:
+        """{name: QSplitter.saveState()} of the tab's three splitters, for the window's settings."""
+        return {name: splitter.saveState() for name, splitter in self.splitters.items()}
+
+    def restore_splitters(self, states) -> None:
+        """Put back what splitter_states gave (anything unreadable is ignored: the defaults stay)."""
+        if not isinstance(states, dict):
+            return
+        for name, splitter in self.splitters.items():
+            state = states.get(name)
+            if isinstance(state, QByteArray):
+                splitter.restoreState(state)
+
     # -- buttons ---------------------------------------------------------------------------------
     def _update_buttons(self) -> None:
         run_id = self.selected_run_id()
@@ -533,6 +562,7 @@ class QuantPanel(QWidget):
         self.graph_button.setEnabled(done and bool(entry.get("source_run")))
         proposal = (self.results.report.get("mixed_precision") if self.results else None) or {}
         self.apply_button.setEnabled(done and bool(proposal.get("layers")))
+        self.apply_button.setToolTip(_apply_tooltip(done, self.results, proposal))
         self.open_button.setEnabled(bool(entry))
         self.delete_button.setEnabled(bool(entry) and not live)
 
