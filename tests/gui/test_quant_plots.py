@@ -69,6 +69,17 @@ def test_histogram_draws_a_line_pair_per_estimator_at_its_range_and_names_its_sq
     assert x0 < -0.7326 and x1 > 0.7258
 
 
+def test_learned_rounding_is_named_in_the_legend_beside_the_nearest_rounding_estimate(qtbot):
+    import dataclasses
+
+    histogram = shown(qtbot, RangeHistogram())
+    arrays = dataclasses.replace(weight_arrays(), rounding="adaround")
+    histogram.set_tensor(arrays, {"bits": 4, "range_method": "mse", "granularity": "per_channel"})
+    texts = histogram.legend_texts
+    assert any(t.startswith("in use (mse, adaround rounding)") for t in texts), texts
+    assert any(t.startswith("mse  [") for t in texts)  # the estimator itself, rounding to nearest
+
+
 def test_histogram_shades_and_colours_the_clipped_tails_and_shows_the_error_per_bin(qtbot):
     arrays = weight_arrays()
     histogram = shown(qtbot, RangeHistogram())

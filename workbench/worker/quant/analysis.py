@@ -124,7 +124,7 @@ def tensor_arrays(sim: QuantSim, entry: dict) -> dict[str, tuple[np.ndarray, dic
     counts = histogram(values, edges)
     errors = error_by_bin(values, qp, edges, quantized)
     meta = {"layer": name, "tensor": tensor, "chosen": entry["range_method"], "sampled": tensor == "activation",
-            "values": int(values.numel())}
+            "values": int(values.numel()), "rounding": entry.get("rounding", "nearest")}
     key = f"{name}:{tensor}"
     arrays = {
         f"{key}:counts": (counts.numpy().astype(np.int64), meta),

@@ -9,7 +9,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyMod
 from PySide6.QtGui import QColor
 
 COLUMNS = ("Layer", "Tensor", "Bits", "Range", "SQNR (dB)", "MSE", "Clipping MSE", "Rounding MSE", "Min", "Max",
-           "Scale", "Net SQNR (dB)")
+           "Data min", "Data max", "Scale", "Net SQNR (dB)")
 TOOLTIPS = {
     "SQNR (dB)": "Signal-to-quantization-noise ratio of this tensor alone: 10·log10(Σx² / Σ(x − q(x))²). "
                  "About 6 dB per bit; higher is better",
@@ -17,6 +17,10 @@ TOOLTIPS = {
     "Rounding MSE": "Mean squared error from rounding values inside the range to the grid",
     "Net SQNR (dB)": "Activations: SQNR of this layer's output in the fully quantized network against FP32, on "
                      "held-out data — low here but high in SQNR means the layer inherits harm from earlier ones",
+    "Min": "Low end of the clipping range in use: the smallest value the grid represents",
+    "Max": "High end of the clipping range in use: the largest value the grid represents",
+    "Data min": "The smallest value seen (the weights, or the activations over the calibration set)",
+    "Data max": "The largest value seen: beyond Max, values are clipped",
     "Scale": "Step of the quantization grid (per-channel weights: the smallest and largest channel's)",
 }
 SORT_ROLE = Qt.UserRole + 1
@@ -109,11 +113,11 @@ class LayerTableModel(QAbstractTableModel):
             value = net_sqnr(entry) if entry.get("tensor") == "activation" else None
             return ("—" if value is None else f"{value:.1f}"), value
         key = {"SQNR (dB)": "sqnr_db", "MSE": "mse", "Clipping MSE": "clipping_mse", "Rounding MSE": "rounding_mse",
-               "Min": "min", "Max": "max"}[column]
+               "Min": "min", "Max": "max", "Data min": "data_min", "Data max": "data_max"}[column]
         raw = entry.get(key)
         if isinstance(raw, list):  # per-channel: the widest extent over the channels
             values = [v for v in (_number(x) for x in raw) if v is not None]
-            raw = (min(values) if key == "min" else max(values)) if values else None
+            raw = (min(values) if key in ("min", "data_min") else max(values)) if values else None
         value = _number(raw)
         if value is None:
             return "—", None
@@ -135,7 +139,8 @@ class LayerTableModel(QAbstractTableModel):
         if role == Qt.BackgroundRole and worst:
             return WORST_COLOUR
         if role == Qt.ToolTipRole and worst:
-            return f"Among the {WORST} {entry.get('tensor')} quantizers with the lowest SQNR"
+            marked = sum(1 for _, tensor in self.worst if tensor == entry.get("tensor"))
+            return f"Among the {marked} {entry.get('tensor')} quantizers with the lowest SQNR"
         if role == Qt.TextAlignmentRole and column not in ("Layer", "Tensor", "Range"):
             return int(Qt.AlignRight | Qt.AlignVCenter)
         return None

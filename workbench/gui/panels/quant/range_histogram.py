@@ -161,6 +161,10 @@ class RangeHistogram(QWidget):
     def _draw_ranges(self, names: list[str], ranges: np.ndarray, edges: np.ndarray) -> None:
         decimals = decimals_for(float(edges[-1] - edges[0]))
         chosen = self.arrays.chosen if self.arrays is not None else ""
+        if self.arrays is not None and self.arrays.rounding != "nearest":
+            # The same range as the estimator's row below, but learned rounding: a lower SQNR of the weights
+            # themselves, chosen for the layer's output.
+            chosen = f"{chosen}, {self.arrays.rounding} rounding" if chosen else f"{self.arrays.rounding} rounding"
         for index, row in enumerate(ranges):
             name = names[index] if index < len(names) else f"range {index}"
             lo, hi, sqnr = float(row[0]), float(row[1]), float(row[2])

@@ -37,6 +37,7 @@ class TensorArrays:
     chosen: str = ""  # the range method in use ("mse", ...)
     sampled: bool = False  # activations are a sample of the calibration set's values
     values: int = 0  # how many values the histogram counts
+    rounding: str = "nearest"  # the weights' rounding in use ("adaround": learned, so its SQNR is not nearest's)
 
 
 def bit_widths(spec: dict) -> str:
@@ -115,7 +116,7 @@ class QuantResults:
             channel_ranges=parts["channel_ranges"][0] if parts["channel_ranges"] else None,
             cle_ranges=parts["cle_ranges"][0] if parts["cle_ranges"] else None,
             chosen=str(meta.get("chosen", "")), sampled=bool(meta.get("sampled", False)),
-            values=int(meta.get("values", 0)))
+            values=int(meta.get("values", 0)), rounding=str(meta.get("rounding") or "nearest"))
 
     @property
     def metric(self) -> dict | None:
