@@ -90,7 +90,9 @@ def fake_quant_analyze(spec, ctx):
                 ctx.array(f"quant/{array_name}", array, **meta)
     report = {"fp32": {"accuracy": ladder[0][1], "loss": 0.05},
               "quantized": {"accuracy": ladder[-1][1], "loss": 0.05, "logit_sqnr_db": 6.0 * spec.weights.bits - 8},
-              "steps": [{"step": s, "accuracy": a, "loss": loss} for s, a, loss in ladder], "layers": layers}
+              "steps": [{"step": s, "accuracy": a, "loss": loss} for s, a, loss in ladder], "layers": layers,
+              "coverage": {"parameters": 0.999, "quantized_parameters": 999, "total_parameters": 1000,
+                           "float": [{"type": "LayerNorm", "modules": 1, "parameters": 1}]}}
     if spec.sensitivity or spec.mixed_precision.target_drop:
         report["sensitivity"] = [{"layer": name, "only_this": 0.99 - 0.001 * i, "all_but_this": 0.985 + 0.001 * i}
                                  for i, name in enumerate(["input", *FAKE_QUANT_LAYERS])]

@@ -298,5 +298,7 @@ def test_the_tabs_splitter_positions_come_back_in_the_next_session(fake_window, 
 def test_apply_mixed_precision_says_why_it_is_greyed_out(fake_window, qtbot, trained):
     _quantize(fake_window, qtbot, trained)
     panel = fake_window.quant_panel
+    # The summary also says how much of the model is quantized and what stays float.
+    assert "99.9% of parameters quantized (float: LayerNorm)" in panel.summary.text()
     assert not panel.apply_button.isEnabled()
     assert "no mixed-precision proposal" in panel.apply_button.toolTip()

@@ -43,6 +43,9 @@ def test_w8a8_minmax_drops_at_most_half_a_point_and_reports_the_contract(quantiz
     assert set(result["quantized"]) == {"accuracy", "loss", "logit_sqnr_db"} and result["quantized"]["logit_sqnr_db"] > 30
     assert [s["step"] for s in result["steps"]] == ["fp32", "fold_bn", "weight_ranges", "activation_ranges"]
     assert all(set(s) == {"step", "accuracy", "loss"} for s in result["steps"])
+    # A conv net: every parameter sits in a quantized layer or a BatchNorm folded into one.
+    assert result["coverage"]["parameters"] == 1.0 and result["coverage"]["float"] == []
+    assert result["coverage"]["quantized_parameters"] == result["coverage"]["total_parameters"] > 0
     assert result["steps"][0]["accuracy"] == result["fp32"]["accuracy"]
     assert result["steps"][-1]["accuracy"] == result["quantized"]["accuracy"]
     # One entry per quantizer, named as in named_modules(): three weight quantizers, five activation ones.

@@ -22,6 +22,8 @@ from workbench.worker.models.build import resolve_num_classes
 from workbench.worker.objectives.base import json_safe
 from workbench.worker.quant import adaround as adaround_mod
 from workbench.worker.quant import analysis, artifacts, bias, cle, mixed, qat, source
+from workbench.worker.quant.coverage import coverage as coverage_of
+from workbench.worker.quant.coverage import warning as coverage_warning
 from workbench.worker.quant.data import Batches, calibration_batches, evaluate, held_out_batches
 from workbench.worker.quant.graph import (
     Structure,
@@ -205,6 +207,7 @@ class QuantJob:
     layer_error_samples: int = 0
     sensitivity_rows: list[dict] | None = None
     proposal: dict | None = None
+    coverage: dict = field(default_factory=dict)  # how much of the model is quantized (quant/coverage.py)
 
     @classmethod
     def open(cls, spec: QuantSpec, ctx) -> QuantJob:
@@ -343,6 +346,11 @@ class QuantJob:
                             activations=spec.activations,
                             bits={item["name"]: item["bits"] for item in spec.mixed_precision.layers})
         self.sim.to(self.device)
+        self.coverage = coverage_of(self.model, {layer.node.target for layer in self.structure.layers.values()},
+                                    self.folded)
+        said = coverage_warning(self.coverage)
+        self.ctx.log(said or f"{self.coverage['parameters']:.1%} of the model's parameters are quantized",
+                     "warning" if said else "info")
 
     def set_weight_ranges(self) -> None:
         """Set each weight quantizer's range; the rung quantizes weights only."""
@@ -483,6 +491,7 @@ class QuantJob:
             "steps": self.ladder.steps,
             "layers": self.layers,
         }
+        report["coverage"] = self.coverage
         if self.sensitivity_rows is not None:
             report["sensitivity"] = self.sensitivity_rows
         if self.proposal is not None:

@@ -46,6 +46,8 @@ from workbench.gui.widgets.open_folder import open_folder
 from workbench.protocol import Message, named_array
 from workbench.runs import RunStore
 
+COVERAGE_WARN = 0.95  # as the worker's quant/coverage.WARN_BELOW: under it the share shows red
+
 QUANT_TASK = "quant.analyze"
 RUN_COLUMNS = ("Run", "Status", "Scheme", "FP32", "Quantized")
 NO_COMPARISON = ""
@@ -415,6 +417,11 @@ class QuantPanel(QWidget):
         sqnr = (report.get("quantized") or {}).get("logit_sqnr_db")
         if isinstance(sqnr, (int, float)):
             parts.append(f"logit SQNR {sqnr:.1f} dB")
+        share = (report.get("coverage") or {}).get("parameters")
+        if isinstance(share, (int, float)):
+            kept = ", ".join(e.get("type", "?") for e in (report.get("coverage") or {}).get("float", [])[:3])
+            text = f"{share:.1%} of parameters quantized" + (f" (float: {kept})" if kept else "")
+            parts.append(text if share >= COVERAGE_WARN else f"<span style='color:#c0392b'>{text}</span>")
         if results.ladder and not report:
             last = results.ladder[-1]
             parts.append(f"step {len(results.ladder)}/{len(results.planned) or '?'}: {last['step']} "
