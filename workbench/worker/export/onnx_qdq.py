@@ -197,20 +197,19 @@ def _kept_float(kind: str, name: str, bits: int, mixed: dict[str, int], say: Say
                    "through mixed_precision.layers, and stay float here)")
 
 
-def _int32_bias(sim, name: str, wq, module: nn.Module, mixed: dict[str, int], say: Say) -> None:
+def _int32_bias(sim, name: str, module: nn.Module, mixed: dict[str, int], say: Say) -> None:
     """Write the bias of a layer fed by an 8-bit quantizer as int32 codes behind a DequantizeLinear, as the
     simulation adds it. Left float, onnxruntime would quantize it itself, and a code past the int32 range then
     becomes whatever its float-to-int cast gives (-2^31 on x86); here it saturates, in the file and the simulation."""
-    from workbench.worker.quant.quantizer import bias_codes
-
-    scale = sim.bias_input_scale(name)
     point = sim.bias_inputs.get(name)
-    bias = wq.b_q if wq.b_q is not None else wq.b_fp
-    if bias is None or scale is None or mixed.get(point, BITS) != BITS or sim.points[point].module.qp.grid.bits != BITS:
+    found = sim.int32_bias_codes(name)
+    if found is None or mixed.get(point, BITS) != BITS or sim.points[point].module.qp.grid.bits != BITS:
         return
-    codes, grid_scale, saturated = bias_codes(bias.detach().cpu(), scale.detach().cpu(), wq.qp.scale.detach().cpu())
+    codes, grid_scale, saturated = found
+    codes, grid_scale = codes.detach().cpu(), grid_scale.detach().cpu()
     if saturated:
-        say(f"{name}: its bias does not fit int32 on the grid of its input's scale ({float(scale):.3g}) times its "
+        say(f"{name}: its bias does not fit int32 on the grid of its input's scale "
+            f"({float(sim.bias_input_scale(name)):.3g}) times its "
             "weights' scale, so int8 kernels saturate it; the activations before it span almost nothing (a quantizer "
             "scale this small means they vanished): check the model's weights", "warning")
     axis = 0 if grid_scale.dim() else qdq_ops.PER_TENSOR
@@ -245,7 +244,7 @@ def qdq_module(sim, spec: QuantSpec, say: Say) -> tuple[nn.Module, dict]:
         module = gm.get_submodule(target)
         parametrize.register_parametrization(module, "weight", QuantizedWeight(codes, scale, zero_point, axis),
                                              unsafe=True)
-        _int32_bias(sim, name, wq, module, mixed, say)
+        _int32_bias(sim, name, module, mixed, say)
     activations = {"qdq": [], "float": []}
     for path, module in list(gm.named_modules()):
         if not getattr(module, "is_quantizer", False):

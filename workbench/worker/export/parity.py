@@ -36,19 +36,18 @@ class Tolerance:
 # float32: atol 1e-4 plus 1e-5 of the output's scale: logits of tens are sums of thousands of products, and another
 #   kernel library sums them in another order, which moves them by a few ulps of their own size, not of 1.
 # float16 (TensorRT): 1e-2 and 1e-2.
-# int8 Q/DQ (quant_step): one quantization step of the output (the logits' quantizer scale), against the quantize
-#   run's simulated model, not the float one (which differs by the quantization error itself): the Q/DQ graph claims
-#   to compute what that model computes, and run as written (onnxruntime's graph optimizations off) it does, up to a
-#   value on a rounding boundary landing one step over. onnxruntime's fused int8 kernels requantize intermediate
-#   results with their own rounding; the engine reports that difference beside the parity, not in it.
+# int8 Q/DQ (quant_step): whole steps of the output's quantizer, against the quantize run's simulated model, not the
+#   float one (which differs by the quantization error itself); how many steps, qdq_steps derives from the rounding
+#   flips it measures quantizer by quantizer.
 FP32 = Tolerance(1e-4, 1e-5, "max |diff| <= 1e-4 + 1e-5 * max |eager| (float32)")
 FP16 = Tolerance(1e-2, 1e-2, "max |diff| <= 1e-2 + 1e-2 * max |eager| (float16)")
 
 
-def quant_step(scale: float) -> Tolerance:
-    # A difference of exactly one step is computed in float32 as scale * (1 +- a few ulps): allow for them.
-    return Tolerance(scale * (1 + 1e-4), 0.0, f"max |diff| <= one quantization step of the output ({scale:.6g}), "
-                                              "against the quantize run's simulated model")
+def quant_step(scale: float, steps: int = 1, rule: str = "") -> Tolerance:
+    # A difference of exactly k steps is computed in float32 as k * scale * (1 +- a few ulps): allow for them.
+    return Tolerance(steps * scale * (1 + 1e-4), 0.0, rule or f"max |diff| <= {steps} quantization step(s) of the "
+                                                              f"output ({scale:.6g}), against the quantize run's "
+                                                              "simulated model")
 
 
 def _finite_max(t: torch.Tensor) -> float:

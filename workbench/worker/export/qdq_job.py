@@ -81,7 +81,7 @@ def run_qdq(spec: ExportSpec, ctx) -> dict:
     else:
         started = time.perf_counter()
         inputs, batches, samples, extra = _parity_inputs(spec, shape, data if dataset is not None else None, ctx)
-        result["parity"] = _parity(build, out, device, inputs, batches, samples, extra, ctx)
+        result["parity"] = _parity(build, out, device, deployed, inputs, batches, samples, extra, ctx)
         result["parity"]["parity_s"] = round(time.perf_counter() - started, 3)
         _log_parity(ctx, result["parity"])
     if dataset is not None and spec.verify:
@@ -92,11 +92,10 @@ def run_qdq(spec: ExportSpec, ctx) -> dict:
     return result
 
 
-def _parity(build, out, device, inputs, batches, samples, extra, ctx) -> dict:
+def _parity(build, out, device, deployed, inputs, batches, samples, extra, ctx) -> dict:
     """Parity as deployed (the headline) and as written, each held to the tolerance its step analysis derives, and
     each matching the simulation quantizer by quantizer."""
     sim = build.sim
-
     outputs: dict[int, torch.Tensor] = {}  # both configurations compare with the same simulated outputs
 
     def simulated(x: torch.Tensor) -> torch.Tensor:
@@ -112,8 +111,8 @@ def _parity(build, out, device, inputs, batches, samples, extra, ctx) -> dict:
     for mode, optimize in MODES:
         ctx.check_stop()
         analyses[mode] = qdq_steps.analyse(sim, out, analysed, step, optimize=optimize)
-        runner = formats.onnx_runner(formats.onnx_session(out, device, optimize=optimize))
-        tolerance = parity.Tolerance(analyses[mode]["tolerance"] * (1 + 1e-4), 0.0, _rule(analyses[mode], step, unit))
+        runner = deployed if optimize else formats.onnx_runner(formats.onnx_session(out, device, optimize=False))
+        tolerance = parity.quant_step(step, analyses[mode]["tolerance_steps"], _rule(analyses[mode], step, unit))
         checks[mode] = parity.check(simulated, runner, inputs, tolerance)
         passed = checks[mode]["passed"] and analyses[mode]["local_passed"]
         checks[mode]["passed"] = passed
@@ -139,8 +138,9 @@ def _parity(build, out, device, inputs, batches, samples, extra, ctx) -> dict:
 def _rule(analysis: dict, step: float, unit: str) -> str:
     return (f"max |diff| <= {analysis['tolerance_steps']} steps ({unit}, {step:.6g}) from the quantize "
             f"run's simulated model: {qdq_steps.MARGIN:g} x the {analysis['injected_spread_steps']:.1f} steps that "
-            "one-step rounding flips, injected at the rates measured quantizer by quantizer (one more flip each), moved the simulation's "
-            "output, plus one; and every quantizer within one step of the simulation's codes from the same input")
+            "one-step rounding flips, injected at the rates measured quantizer by quantizer (one more flip each), "
+            "moved the simulation's output, plus one; and every quantizer within one step of the simulation's codes "
+            "from the same input")
 
 
 def _summary(checked: dict) -> dict:

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from workbench.worker.models import logits_of
+from workbench.worker.quant.quantizer import dequantize, quantize
 
 # A one-step difference is a rounding flip when the simulation's value before rounding lies within this much of a
 # step from a half step: float32 kernels that sum in another order (or an int8 kernel that requantizes with its own
@@ -79,19 +80,19 @@ def expose(onnx_path: Path, *, optimize: bool) -> Exposed:
 
 
 def _codes(value: torch.Tensor, qp) -> torch.Tensor:
-    return torch.round(value / qp.scale).to(torch.int64) + int(qp.zero_point)
+    """The integer codes of a value on qp's grid (the simulation's outputs are on it: exact)."""
+    return quantize(value, qp).to(torch.int64)
 
 
 def _dequantized(codes: torch.Tensor, qp, like: torch.Tensor) -> torch.Tensor:
-    return ((codes - int(qp.zero_point)).to(torch.float32) * qp.scale).to(like.dtype)
+    return dequantize(codes.to(torch.float32), qp).to(like.dtype)
 
 
 @torch.no_grad()
 def forced(sim, exposed: Exposed, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, list[int]]]:
     """Run onnxruntime once, then the simulation with each quantizer's output replaced by onnxruntime's codes, so
     that every quantizer sees the input onnxruntime's saw: (onnxruntime's output, the simulation's free output,
-    {point: [values equal, one step off at a
-    rounding tie, one step off elsewhere, two or more off]})."""
+    {point: [values equal, one step off at a rounding tie, one step off elsewhere, two or more off]})."""
     out, values = exposed.run(x)
     free = logits_of(sim(x)).detach().float().cpu()
     modules = dict(sim.gm.named_modules())

@@ -60,7 +60,6 @@ def set_group_bits(sim: QuantSim, group: str, bits: int) -> None:
         state = sim.points[group]
         state.bits = bits
         sim.set_point_range(state, bits)
-    sim.refresh()  # the int32 biases behind a point follow its scale
 
 
 def snapshot(sim: QuantSim) -> dict:

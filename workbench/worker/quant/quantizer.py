@@ -164,13 +164,6 @@ def bias_codes(bias: torch.Tensor, input_scale: torch.Tensor, weight_scale: torc
     return codes.clamp_(INT32_LOW, INT32_HIGH), scale, saturated
 
 
-def int32_bias(bias: torch.Tensor, input_scale: torch.Tensor, weight_scale: torch.Tensor) -> torch.Tensor:
-    """The bias a deployed int8 layer adds: its int32 codes dequantized (code x scale, in float32 as
-    DequantizeLinear computes it)."""
-    codes, scale, _ = bias_codes(bias, input_scale, weight_scale)
-    return codes * scale
-
-
 def int_dtype(grid: Grid) -> torch.dtype:
     """The smallest integer dtype that holds the grid's codes (for the saved quantized weights)."""
     if grid.signed:

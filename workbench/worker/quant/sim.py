@@ -33,7 +33,6 @@ from workbench.worker.quant.quantizer import (
     bias_codes,
     dequantize,
     fake_quant,
-    int32_bias,
     qparams_from_range,
     quantize,
 )
@@ -299,25 +298,30 @@ class QuantSim:
             return None
         return state.module.qp.scale
 
-    def bias_in_use(self, name: str) -> torch.Tensor | None:
-        """Layer `name`'s bias with its weights quantized: the corrected one if bias correction ran, on the int32
-        grid of input scale x weight scale where quantized input feeds it (an int8 kernel adds no other)."""
+    def int32_bias_codes(self, name: str) -> tuple[torch.Tensor, torch.Tensor, bool] | None:
+        """Layer `name`'s bias as int32 codes (codes, grid scale, whether any saturated) where quantized input
+        feeds it, from the corrected bias if bias correction ran; None where its bias stays float."""
         wq = self.weights[name]
         bias = wq.b_q if wq.b_q is not None else wq.b_fp
         scale = self.bias_input_scale(name)
         if bias is None or scale is None or wq.qp is None:
-            return bias
-        return int32_bias(bias, scale, wq.qp.scale)
+            return None
+        return bias_codes(bias, scale, wq.qp.scale)
+
+    def bias_in_use(self, name: str) -> torch.Tensor | None:
+        """Layer `name`'s bias with its weights quantized: the corrected one if bias correction ran, on the int32
+        grid of input scale x weight scale where quantized input feeds it (an int8 kernel adds no other)."""
+        found = self.int32_bias_codes(name)
+        if found is None:
+            wq = self.weights[name]
+            return wq.b_q if wq.b_q is not None else wq.b_fp
+        codes, scale, _ = found
+        return codes * scale  # in float32, as DequantizeLinear computes it
 
     def saturated_biases(self) -> list[str]:
         """The layers whose int32 bias saturates as things are now quantized."""
-        found = []
-        for name, wq in self.weights.items():
-            scale, bias = self.bias_input_scale(name), wq.b_q if wq.b_q is not None else wq.b_fp
-            if name in self._weights_on and scale is not None and bias is not None and wq.qp is not None:
-                if bias_codes(bias, scale, wq.qp.scale)[2]:
-                    found.append(name)
-        return found
+        return [name for name in self.weights
+                if name in self._weights_on and (found := self.int32_bias_codes(name)) is not None and found[2]]
 
     def set_groups(self, groups: Iterable[str], *, weights: bool = True, activations: bool = True) -> None:
         groups = set(groups)
