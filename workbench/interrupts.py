@@ -66,9 +66,10 @@ class JobInterrupts:
     def _on_signal(self, signum: int) -> None:
         self.count += 1
         if self.count == 1:
-            self.stop.set()
             name = "Ctrl+C" if signum == signal.SIGINT else signal.Signals(signum).name
+            # The notice goes first: whoever sees `stop` set may read what was said (a test did, and raced).
             self.notice(f"{name}: {FIRST_NOTICE}")
+            self.stop.set()
         else:
             self.force(signum)
 

@@ -67,8 +67,18 @@ def test_metric_names_and_steps_follow_the_contract(quick_run):
     assert STEP_METRICS | EPOCH_METRICS <= set(series)
     steps_per_epoch = math.ceil(1437 / 64)
     assert result["global_steps"] == 2 * steps_per_epoch
-    # Interval metrics every log_every_steps optimiser steps; epoch metrics at each epoch's last global step.
-    assert series["train/loss"][0] == [5, 10, 15, 20, 25, 30, 35, 40, 45]
+    # Every optimiser step's loss, metrics and lr, the last included (#21: read back every log_every_steps steps
+    # but drawn at each); throughput per read-back interval; epoch metrics at each epoch's last global step.
+    every_step = list(range(1, 2 * steps_per_epoch + 1))
+    for name in ("train/loss", "train/acc", "lr"):
+        assert series[name][0] == every_step, name
+    assert series["train/samples_per_s"][0] == [5, 10, 15, 20, 25, 30, 35, 40, 45]
+    # The steps' losses are the epoch's: weighted by each step's samples (64, the last 1437 - 22 * 64), they
+    # average to epoch/train_loss.
+    sizes = [64] * (steps_per_epoch - 1) + [1437 - 64 * (steps_per_epoch - 1)]
+    first_epoch = series["train/loss"][1][:steps_per_epoch]
+    assert sum(v * n for v, n in zip(first_epoch, sizes)) / 1437 == pytest.approx(series["epoch/train_loss"][1][0],
+                                                                                 rel=1e-9)
     assert series["epoch"] == ([steps_per_epoch, 2 * steps_per_epoch], [1.0, 2.0])
     for name in EPOCH_METRICS:
         assert series[name][0] == [steps_per_epoch, 2 * steps_per_epoch]

@@ -96,9 +96,25 @@ def test_the_read_back_is_one_copy_per_interval_and_keeps_the_epoch_sums_on_the_
     read = trainer.reader.read
     trainer.reader.read = lambda tensor: reads.append(tuple(tensor.shape)) or read(tensor)
     trainer._train_epoch(0)
-    # 23 steps: read-backs at 5, 10, 15, 20 and the epoch's end, each of one [loss, correct, samples] tensor.
-    assert reads == [(3,)] * 5
+    # 23 steps: read-backs at 5, 10, 15, 20 and the epoch's end, each of one tensor: [loss, correct, samples] and
+    # each step's [loss] and [correct] (5 steps, then the last 3).
+    assert reads == [(3 + 2 * 5,)] * 4 + [(3 + 2 * 3,)]
     assert trainer.epoch_sums.device.type == "cpu" and int(trainer.epoch_sums[2]) == 1437
+
+
+def test_with_accumulation_each_step_is_reported_once_and_the_steps_make_the_epoch(tmp_path):
+    trainer = _trainer(tmp_path, merge(QUICK, epochs=1, log_every_steps=4, grad_accum_steps=3, batch_size=32))
+    points = []
+    trainer.report.metrics = lambda step, values: points.append((step, values))
+    trainer._train_epoch(0)
+    steps = [(step, values) for step, values in points if "train/loss" in values]
+    assert [step for step, _ in steps] == list(range(1, trainer.plan.steps + 1))
+    # Each step trains on up to 3 x 32 samples; its loss is their mean, so weighting by them gives the epoch's mean.
+    sizes = [trainer.plan.group_total[group] for group in range(trainer.plan.steps)]
+    assert sum(sizes) == 1437
+    epoch_loss = float(trainer.epoch_sums[0]) / 1437
+    assert sum(v["train/loss"] * n for (_, v), n in zip(steps, sizes)) / 1437 == pytest.approx(epoch_loss, rel=1e-9)
+    assert all(0.0 <= v["train/acc"] <= 1.0 and v["lr"] == pytest.approx(0.01) for _, v in steps)
 
 
 def test_data_kept_on_the_device_trains_exactly_as_data_on_the_host(tmp_path):

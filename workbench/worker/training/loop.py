@@ -3,7 +3,7 @@ early stopping, cancel and the NaN guard. Used as it is by a single-process job 
 
 The loop never waits on the device per step: losses and correct counts stay device tensors and are read back
 every `log_every_steps` steps and at epoch ends, as one small stacked tensor in one non_blocking copy, and the NaN
-and divergence checks run there. Throughput is measured after a warm-up (compilation, profiling, first-step
+and divergence checks run there. Each read-back still reports every optimiser step's loss, metrics and lr. Throughput is measured after a warm-up (compilation, profiling, first-step
 allocations), which is reported apart. Worker side; never imports Qt.
 """
 
@@ -83,8 +83,21 @@ class _Interval:
     losses: list = field(default_factory=list)  # loss summed over each micro-batch's samples
     stats: list = field(default_factory=list)  # the task's batch statistics (classification: the correct count)
     steps: list = field(default_factory=list)  # (epoch, global step) of each micro-batch, for the NaN message
+    batch_samples: list = field(default_factory=list)  # each micro-batch's samples over all ranks (before sharding)
+    lrs: dict = field(default_factory=dict)  # global step -> the lr that step used, for the steps completed
     samples: int = 0  # this rank's samples
     started: float = field(default_factory=time.perf_counter)
+
+
+def _step_segments(steps: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """[start, end) of each optimiser step's micro-batches in an interval (they are consecutive)."""
+    segments: list[tuple[int, int]] = []
+    for index, (_, step) in enumerate(steps):
+        if segments and steps[segments[-1][0]][1] == step:
+            segments[-1] = (segments[-1][0], index + 1)
+        else:
+            segments.append((index, index + 1))
+    return segments
 
 
 # Optimiser steps before throughput is measured: the first ones allocate memory, pick kernels and (with profile_steps)
@@ -277,6 +290,7 @@ class Trainer:
             group = plan.group_of[index]
             if (self._check_every_batch or index == plan.group_start[group]) and self._stop_check(state.global_step):
                 self._cancel(epoch)
+            self.interval.batch_samples.append(y.shape[0])
             if self.world > 1:
                 lo, hi = shard_bounds(y.shape[0], self.world, self.rank)
                 x, y = slice_batch(x, lo, hi), y[lo:hi]
@@ -304,6 +318,7 @@ class Trainer:
         self._drain()
 
     def _optimizer_step(self, epoch: int) -> None:
+        self.interval.lrs[self.state.global_step + 1] = current_lr(self.optimizer)  # the lr this step uses
         self.step_fn.step()
         if self.scheduler is not None:
             self.scheduler.step()
@@ -320,17 +335,28 @@ class Trainer:
         return tensor
 
     def _drain(self) -> torch.Tensor | None:
-        """Fold the interval into the epoch sums (over all ranks) and check it is finite; returns its
-        [loss sum, the task's statistics..., samples] on the host. This is the one read-back per interval."""
+        """Fold the interval into the epoch sums (over all ranks), check it is finite and report each of its steps;
+        returns its [loss sum, the task's statistics..., samples] on the host. This is the one read-back per interval:
+        the per-step loss and statistics ride in the same tensor."""
         interval = self.interval
         if not interval.losses:
             return None
         # The sample count is a host number; torch.full writes it on the device with no host-to-device copy.
         samples = torch.full((), float(interval.samples), dtype=torch.float64, device=self.device)
-        stats = torch.stack(interval.stats).double().reshape(len(interval.stats), -1).sum(dim=0)
-        sums = torch.cat([torch.stack(interval.losses).sum().double().reshape(1), stats, samples.reshape(1)])
+        losses = torch.stack(interval.losses).double().reshape(-1)
+        stats = torch.stack(interval.stats).double().reshape(len(interval.stats), -1)
+        segments = _step_segments(interval.steps)
+        if len(segments) == len(interval.losses):  # one micro-batch per step (no accumulation): nothing to add
+            step_losses, step_stats = losses, stats
+        else:
+            step_losses = torch.stack([losses[a:b].sum() for a, b in segments])
+            step_stats = torch.stack([stats[a:b].sum(dim=0) for a, b in segments])
+        sums = torch.cat([losses.sum().reshape(1), stats.sum(dim=0), samples.reshape(1),
+                          step_losses, step_stats.reshape(-1)])
         self._reduce(sums)
-        host = self.reader.read(sums)
+        read = self.reader.read(sums)
+        width = stats.shape[1]
+        host, per_step = read[:width + 2], read[width + 2:]
         self._clock(int(host[-1]))
         if not math.isfinite(float(host[0])):
             self._fail_nonfinite(float(host[0]))
@@ -340,8 +366,25 @@ class Trainer:
         if self._first_loss is None:
             self._first_loss = mean
         self.epoch_sums += host
+        if self.is_main:
+            self._report_steps(interval, segments, per_step, width)
         self.interval = _Interval()
         return host
+
+    def _report_steps(self, interval: _Interval, segments: list[tuple[int, int]], per_step: torch.Tensor,
+                      width: int) -> None:
+        """Every completed step's loss, the task's metrics and lr, at its own step (a curve point per step)."""
+        count = len(segments)
+        step_losses, step_stats = per_step[:count].tolist(), per_step[count:].reshape(count, width).tolist()
+        for (start, end), loss_sum, stats in zip(segments, step_losses, step_stats):
+            step = interval.steps[start][1]
+            if step not in interval.lrs:
+                continue  # micro-batches of a step cancelled before its optimiser step: that step never happened
+            samples = max(float(sum(interval.batch_samples[start:end])), 1.0)
+            measured = self.objective.metrics(stats, samples)
+            self.report.metrics(step, {"train/loss": loss_sum / samples,
+                                       **{f"train/{name}": value for name, value in measured.items()},
+                                       "lr": interval.lrs[step]})
 
     def _clock(self, samples: int) -> None:
         """Count training time and samples up to this read-back (the device has caught up: the clock is honest)."""
@@ -361,11 +404,8 @@ class Trainer:
         samples = max(float(sums[-1]), 1.0)
         loss = float(sums[0]) / samples
         self._last_loss = loss
-        if self.is_main:
-            measured = self.objective.metrics(sums[1:-1].tolist(), samples)
-            self.report.metrics(self.state.global_step, {
-                "train/loss": loss, **{f"train/{name}": value for name, value in measured.items()},
-                "lr": current_lr(self.optimizer), "train/samples_per_s": samples / elapsed})
+        if self.is_main:  # the steps' own values went out with the read-back; the interval adds its throughput
+            self.report.metrics(self.state.global_step, {"train/samples_per_s": samples / elapsed})
             self.report.progress(self.state.global_step, self.total_steps,
                                  f"epoch {epoch + 1}/{self.spec.epochs} · loss {loss:.4f}")
 
