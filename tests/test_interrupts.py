@@ -9,7 +9,7 @@ import signal
 import threading
 import time
 
-from workbench.interrupts import JobInterrupts
+from workbench.interrupts import JobInterrupts, exit_code_for
 
 
 def _wait_for(condition, timeout: float = 5.0) -> bool:
@@ -37,3 +37,7 @@ def test_a_child_ending_is_no_interrupt_but_sigterm_is():
             assert forced == []
     finally:
         signal.signal(signal.SIGCHLD, previous)
+
+
+def test_exit_codes_follow_the_shell():
+    assert exit_code_for(signal.SIGINT) == 130 and exit_code_for(signal.SIGTERM) == 143

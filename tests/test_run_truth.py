@@ -330,7 +330,9 @@ def test_prints_in_user_code_do_not_reach_stdout(tmp_path):
     assert "hello from forward" in proc.stderr
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+# SIGTERM only with -m heavy (CI time): its exit code is tested by itself in tests/test_interrupts.py.
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130),
+                                          pytest.param(signal.SIGTERM, 143, marks=pytest.mark.heavy)])
 def test_a_hung_forward_stops_at_the_second_signal_with_the_run_marked(tmp_path, signum, code):
     model, mark = _model(tmp_path, "hang")
     proc = subprocess.Popen(_argv(*_train_args(model), "--workspace", str(tmp_path / "ws")), cwd=tmp_path,

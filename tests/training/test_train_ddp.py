@@ -50,13 +50,13 @@ def test_two_processes_match_one_process(tmp_path):
     assert any(log["text"].startswith("epoch 2/2") for log in recorder.of("log"))
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # CI time (about a minute); test_two_processes_match_one_process keeps DDP in the default run
 def test_a_ddp_rank_error_comes_back_as_the_job_error(tmp_path):
     message = failed(train(tmp_path, merge(SPEC, epochs=1, lr=10, distributed="ddp", nproc=2)))
     assert "the training loss diverged" in message
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # CI time (over two minutes of three processes); cancel and resume of one process stay default
 def test_cancel_stops_every_rank_at_the_same_step_and_resume_finishes(tmp_path):
     stop = threading.Event()
     recorder = Recorder(on_progress=lambda p: stop.set() if p["text"].startswith("epoch") and p["done"] >= 10

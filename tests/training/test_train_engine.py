@@ -272,7 +272,7 @@ def test_ddp_batch_size_must_divide_by_the_process_count(tmp_path):
     assert "batch_size: 64 is not divisible by nproc=3" in message
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # CI time (two minutes of inductor); the message: test_train_step.py
 def test_a_compile_failure_is_a_clear_error_that_suggests_compile_off(tmp_path):
     # Inductor cannot build its C++ kernels with a compiler that is not there: a real failure, not a mocked one, on
     # any machine. device=cpu: on CUDA inductor writes Triton kernels and never calls the C++ compiler. A fresh

@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 
+from workbench.errors import JobError
 from workbench.specs import DataSpec, ModelSpec, TrainSpec
 from workbench.worker.data import load_dataset
 from workbench.worker.models import build_model
@@ -138,3 +139,21 @@ def test_each_loss_is_a_finite_scalar_that_prefers_the_right_class(loss_name):
     wrong = torch.roll(right, 1, dims=1)
     loss = build_loss(loss_name)
     assert loss(right, y).dim() == 0 and float(loss(right, y)) < float(loss(wrong, y))
+
+
+def test_a_torch_compile_failure_is_a_clear_error_that_suggests_compile_off(digits_batch):
+    # A real torch.compile failure, in seconds: a backend that raises is wrapped by dynamo as BackendCompilerFailed,
+    # as an inductor that cannot build its kernels is (that slower path: the heavy test in test_train_engine.py).
+    def broken_backend(graph_module, example_inputs):
+        raise RuntimeError("no kernels today")
+
+    x, y = digits_batch
+    model = _mlp()
+    torch._dynamo.reset()
+    step = TrainStep(model, build_optimizer(model, TrainSpec()), build_loss("cross_entropy"),
+                     forward_model=torch.compile(model, backend=broken_backend), compiled=True)
+    with pytest.raises(JobError) as caught:
+        step.accumulate(x, y)
+    message = str(caught.value)
+    assert message.startswith("compile: torch.compile failed (BackendCompilerFailed")
+    assert "no kernels today" in message and "set compile=off" in message

@@ -25,6 +25,20 @@ def _is_compile_error(exc: BaseException) -> bool:
     return module.startswith(("torch._dynamo", "torch._inductor")) or "CompilerFailed" in type(exc).__name__
 
 
+def _compile_reason(exc: BaseException) -> str:
+    """The failure in a line: dynamo's own first line is often only "backend='inductor' raised:", the cause
+    (the compiler's error) is the exception it wraps."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()] or [""]
+    reason = lines[0]
+    inner = getattr(exc, "inner_exception", None)
+    if inner is not None:
+        inner_lines = [line.strip() for line in str(inner).strip().splitlines() if line.strip()]
+        reason = f"{reason} {type(inner).__name__}: {inner_lines[0] if inner_lines else ''}"
+    elif reason.endswith(":") and len(lines) > 1:
+        reason = f"{reason} {lines[1]}"
+    return reason[:300]
+
+
 class TrainStep:
     """The engine's step function.
 
@@ -80,9 +94,8 @@ class TrainStep:
                 scaled.backward()
         except Exception as exc:
             if self.compiled and _is_compile_error(exc):
-                first = (str(exc).strip().splitlines() or [""])[0][:300]
-                raise JobError(f"compile: torch.compile failed ({type(exc).__name__}: {first}); set compile=off "
-                               "to train without it") from None
+                raise JobError(f"compile: torch.compile failed ({type(exc).__name__}: {_compile_reason(exc)}); "
+                               "set compile=off to train without it") from None
             raise
         scores = scores.detach()
         if self.objective is not None:
