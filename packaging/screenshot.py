@@ -209,6 +209,32 @@ def main() -> int:
             window.show_tab(window.training_panel)
             next_run()
             return
+        if scene == "overlay-live":  # two finished runs and a failed one ticked, a fourth running unticked (#21 6.1)
+            from workbench.specs import TrainSpec
+
+            broken = Path(tempfile.mkdtemp()) / "broken_net.py"
+            broken.write_text("import torch\nclass Net(torch.nn.Module):\n    def __init__(self:\n        pass\n")
+            specs = [{"epochs": 4, "lr": 0.003, "log_every_steps": 2},
+                     {"epochs": 4, "lr": 0.02, "log_every_steps": 2, "model": {"name": "mlp"}},
+                     {"epochs": 4, "model": {"name": f"file:{broken}:Net"}}]
+
+            def next_live_run() -> None:
+                panel = window.training_panel
+                if panel.job_of_run:
+                    QTimer.singleShot(500, next_live_run)
+                    return
+                if specs:
+                    window.start_training(TrainSpec.from_dict(specs.pop(0)))
+                    QTimer.singleShot(1500, next_live_run)
+                    return
+                for run_id in panel.runs:
+                    panel.set_shown(run_id, True)
+                window.start_training(TrainSpec.from_dict({"epochs": 60, "lr": 0.01, "log_every_steps": 2}))
+                QTimer.singleShot(int(sys.argv[4]) if len(sys.argv) > 4 else 6000, capture)
+
+            window.show_tab(window.training_panel)
+            next_live_run()
+            return
         if scene in ("quant", "quant-graph"):  # a trained CNN quantized W8A8, then W4A8 (paper's flow), compared
             from workbench.gui.panels.quant.wizard import preset_data
             from workbench.specs import QuantSpec, TrainSpec

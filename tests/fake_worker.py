@@ -87,6 +87,8 @@ def _fake_sample(spec, ctx):
 
 def _fake_train(spec, ctx):
     """Speaks like train.classifier (metric names, progress, evaluation.json) without torch."""
+    if "broken" in spec.model.name:  # a model file that does not import: the run fails before its first step
+        raise JobError(f"model.name: {spec.model.name.split(':')[1]}, line 3: SyntaxError: invalid syntax")
     steps_per_epoch = 10
     total = spec.epochs * steps_per_epoch
     step = 0

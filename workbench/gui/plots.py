@@ -24,9 +24,11 @@ from PySide6.QtWidgets import (
 )
 
 # One hue per run, in the order runs are shown. Mid-tone colours that read on white and on near-black alike;
-# ten of them, because comparing more than ten runs in one plot is a table's job.
-RUN_HUES = ("#3b78d8", "#e8710a", "#2e9d4a", "#d93a3a", "#9c5bd0", "#12a4b6", "#c49a00", "#e05aa8", "#8d6e4b",
-            "#6f8f1f")
+# ten of them, because comparing more than ten runs in one plot is a table's job. Tableau's categorical colours
+# (with Okabe-Ito's bluish green), ordered so the first ones differ the most: an orange and a gold two runs apart
+# were mistaken for each other, so no two of the first eight are closer than CIEDE2000 20.
+RUN_HUES = ("#1f77b4", "#ff7f0e", "#009e73", "#e377c2", "#bcbd22", "#d62728", "#17becf", "#7f7f7f", "#9467bd",
+            "#8c564b")
 SERIES_COLOURS = RUN_HUES[:6]  # categories within one plot (splits, channels): the same hues in the same order
 CHANNEL_COLOURS = {1: ("#7a7f87",), 3: ("#d0342c", "#2e9d4a", "#2f6fd6")}
 

@@ -61,10 +61,13 @@ def set_rows(table: QTableWidget, rows: list[list[QTableWidgetItem]]) -> None:
 
 
 def selected_run_id(table: QTableWidget) -> str | None:
+    """The selected run; of several selected rows (Ctrl+click), the one clicked last."""
     rows = table.selectionModel().selectedRows()
     if not rows:
         return None
-    item = table.item(rows[0].row(), 0)
+    current = table.currentRow()
+    row = current if any(index.row() == current for index in rows) else rows[0].row()
+    item = table.item(row, 0)
     return item.data(Qt.UserRole) if item else None
 
 

@@ -94,7 +94,11 @@ class CurvesWidget(QWidget):
         self.runs: dict[str, RunMetrics] = {}
         # Set by the owner to name runs by model and dataset: run id -> its spec dict (or None).
         self.spec_of: Callable[[str], dict | None] | None = None
-        self._hues: dict[str, int] = {}
+        self._hues: dict[str, int] = {}  # shown run id -> palette index, kept while the run stays shown
+        # Runs held but not drawn (a live run whose Show box is unticked keeps streaming into its buffers, so
+        # ticking it later shows its whole curve). The owner decides what a newly added run does.
+        self._hidden: set[str] = set()
+        self.show_new_runs = True
         self._drawn: dict[str, int] = {}  # run id -> RunMetrics.version drawn
         self._items: dict[tuple[str, str], pg.PlotDataItem] = {}
         self._curves: dict[tuple[str, str], _Curve] = {}
@@ -196,11 +200,41 @@ class CurvesWidget(QWidget):
     def run(self, run_id: str) -> RunMetrics:
         if run_id not in self.runs:
             self.runs[run_id] = RunMetrics(run_id)
-            used = set(self._hues.values())
-            self._hues[run_id] = next(i for i in range(len(used) + 1) if i not in used)  # hues stay put
+            if not self.show_new_runs:
+                self._hidden.add(run_id)
             self._dirty = True
             self._reserve_readout_lines()
         return self.runs[run_id]
+
+    def _assign_hue(self, run_id: str) -> None:
+        # The lowest palette index no drawn run holds: the palette's first colours differ the most, and a drawn
+        # run's hue stays put while others come and go. Given at the first point drawn, so a ticked run with no
+        # points (failed before its first step) takes no colour from the runs that are drawn.
+        if run_id in self._hidden or run_id in self._hues:
+            return
+        used = set(self._hues.values())
+        self._hues[run_id] = next(i for i in range(len(used) + 1) if i not in used)
+
+    def is_shown(self, run_id: str) -> bool:
+        return run_id in self.runs and run_id not in self._hidden
+
+    def shown_run_ids(self) -> list[str]:
+        return [run_id for run_id in self.runs if run_id not in self._hidden]
+
+    def set_shown(self, run_id: str, shown: bool) -> None:
+        """Draw a held run or stop drawing it; its points stay in the buffers either way."""
+        if shown == (run_id not in self._hidden):
+            return
+        if shown:
+            self._hidden.discard(run_id)
+        else:
+            self._hidden.add(run_id)
+            self._hues.pop(run_id, None)
+            self._remove_items(run_id)
+        self._drawn.pop(run_id, None)
+        self._dirty = True
+        self._reserve_readout_lines()
+        self.redraw_if_needed()
 
     def add_columns(self, run_id: str, columns: dict) -> None:
         """A decoded metrics event: {name: (steps, values, times)}."""
@@ -212,12 +246,16 @@ class CurvesWidget(QWidget):
         self.runs.pop(run_id, None)
         self._drawn.pop(run_id, None)
         self._hues.pop(run_id, None)
+        self._hidden.discard(run_id)
+        self._remove_items(run_id)
+        self._dirty = True
+        self._reserve_readout_lines()
+
+    def _remove_items(self, run_id: str) -> None:
         for key in [k for k in self._items if k[0] == run_id]:
             item = self._items.pop(key)
             curve = self._curves.pop(key)
             self.plots[curve.plot].removeItem(item)
-        self._dirty = True
-        self._reserve_readout_lines()
 
     def clear_runs(self) -> None:
         for run_id in list(self.runs):
@@ -236,9 +274,10 @@ class CurvesWidget(QWidget):
 
     # -- drawing ---------------------------------------------------------------------------------
     def redraw_if_needed(self) -> None:
-        changed = [r for r in self.runs.values() if self._drawn.get(r.run_id) != r.version]
+        shown = [self.runs[run_id] for run_id in self.shown_run_ids()]
+        changed = [r for r in shown if self._drawn.get(r.run_id) != r.version]
         if changed or self._dirty:
-            self.redraw(changed if not self._dirty else list(self.runs.values()))
+            self.redraw(changed if not self._dirty else shown)
 
     def redraw(self, runs: list[RunMetrics] | None = None) -> None:
         """Hand new points to the plots: smoothing and the peak pyramid are extended, series that did not grow
@@ -246,6 +285,10 @@ class CurvesWidget(QWidget):
         self._dirty = False
         weight = min(self.smoothing_weight, MAX_WEIGHT)
         for run in runs if runs is not None else self.runs.values():
+            if run.run_id in self._hidden:
+                continue
+            if run.series:
+                self._assign_hue(run.run_id)
             self._add_metric_plots(run)
             for key, spec in self.specs.items():
                 for name, role, smooth in spec.series:
@@ -321,8 +364,10 @@ class CurvesWidget(QWidget):
         return curve
 
     def _update_legend(self) -> None:
+        # Only the runs drawn: a hidden run, or a shown one with no point yet (it failed before its first step),
+        # would name a line that is not there.
         entries = [LegendEntry(self.label(run_id), self.hue(run_id), "train", tooltip=run_id, width=3)
-                   for run_id in self.runs]
+                   for run_id in self.shown_run_ids() if self.runs[run_id].series]
         if entries:
             entries += [LegendEntry(role, None, role) for role in SERIES_STYLES]
         self.legend.set_entries(entries)
@@ -349,7 +394,7 @@ class CurvesWidget(QWidget):
 
     def _on_plot_mouse_moved(self, plot: pg.PlotWidget, pos) -> None:
         view = plot.plotItem.vb
-        if not view.sceneBoundingRect().contains(pos) or not self.runs:
+        if not view.sceneBoundingRect().contains(pos) or not self.shown_run_ids():
             self.clear_readout()  # over an axis or the title: nothing to read
             return
         x = view.mapSceneToView(pos).x()
@@ -366,7 +411,8 @@ class CurvesWidget(QWidget):
         cell = "<td style='padding: 0 10px 0 0' align='{}'>{}</td>"
         rows = ["<tr>" + cell.format("left", f"<b>step {step:,.0f}</b>")
                 + "".join(cell.format("right", f"<b>{escape(name)}</b>") for name, _ in self.readout_series) + "</tr>"]
-        for run_id, run in self.runs.items():
+        for run_id in self.shown_run_ids():
+            run = self.runs[run_id]
             values, texts = [], []
             for name, fmt in self.readout_series:
                 series = run.get(name)
@@ -391,5 +437,5 @@ class CurvesWidget(QWidget):
 
     def _reserve_readout_lines(self) -> None:
         # Room for a line per run up front, so the plots do not jump as the mouse moves in and out.
-        lines = 1 + len(self.runs)
+        lines = 1 + len(self.shown_run_ids())
         self.readout.setMinimumHeight(self.readout.fontMetrics().lineSpacing() * lines + 4)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -112,8 +112,14 @@ class TrainingPanel(QWidget):
         header.setSectionResizeMode(1, QHeaderView.Stretch)
         for column in (0, 2, 3, 4, 5):
             header.setSectionResizeMode(column, QHeaderView.ResizeToContents)
-        self.table.setToolTip("Tick runs to overlay their curves and compare their specs")
+        # Ctrl+click and Shift+click tick and untick runs: the Show ticks are the one selection that overlays
+        # curves and compares specs; a plain click selects the run whose details the other tabs show.
+        self.table.setSelectionMode(QTableWidget.ExtendedSelection)
+        self.table.setToolTip("Tick runs (or Ctrl+click them) to overlay their curves and compare their specs")
+        self._click_modifiers = Qt.NoModifier
+        self.table.viewport().installEventFilter(self)
         self.curves = CurvesWidget()
+        self.curves.show_new_runs = False  # a live run is drawn only while its Show box is ticked
         # The legend and readout name runs "model · dataset · id tail" from their specs.
         self.curves.spec_of = lambda run_id: (self.runs.get(run_id) or {}).get("spec")
         self.evaluation = EvaluationView(self.queries)
@@ -165,6 +171,7 @@ class TrainingPanel(QWidget):
         self.open_button.clicked.connect(self._on_open_clicked)
         self.delete_button.clicked.connect(self._on_delete_clicked)
         self.table.itemSelectionChanged.connect(self._on_table_selection_changed)
+        self.table.selectionModel().selectionChanged.connect(self._on_table_rows_selected)
         self.table.itemChanged.connect(self._on_table_item_changed)
         self.only_differences.toggled.connect(self.update_spec_comparison)
         self.evaluation.sample_requested.connect(self.sample_requested)
@@ -187,6 +194,11 @@ class TrainingPanel(QWidget):
              *(QTableWidgetItem(str(entry.get(key, ""))) for key in ("model", "epochs", "val_acc"))]
             for entry in entries])
         self._show_page()
+        for run_id in list(self.curves.runs):  # the rows were set with signals blocked: draw what is ticked now
+            if run_id not in self.runs and run_id not in self.job_of_run:
+                self.curves.remove_run(run_id)
+            else:
+                self.curves.set_shown(run_id, run_id in shown)
         if selected:
             self.select_run(selected)
         self._update_buttons()
@@ -252,9 +264,30 @@ class TrainingPanel(QWidget):
         run_id = item.data(Qt.UserRole)
         if item.checkState() == Qt.Checked:
             self._load_stored_metrics(run_id)
+            self.curves.set_shown(run_id, True)
+        elif run_id in self.job_of_run:
+            self.curves.set_shown(run_id, False)  # still streaming: keep its points for when it is ticked again
         else:
             self.curves.remove_run(run_id)
         self.update_spec_comparison()
+
+    def eventFilter(self, watched, event) -> bool:
+        if watched is self.table.viewport() and event.type() == QEvent.MouseButtonPress:
+            # A click on the Show box toggles the tick itself; syncing the selection too would undo it.
+            on_tick = self.table.columnAt(int(event.position().x())) == 0
+            self._click_modifiers = Qt.NoModifier if on_tick else event.modifiers()
+        return super().eventFilter(watched, event)
+
+    def _on_table_rows_selected(self, selected, deselected) -> None:
+        """Ctrl+click or Shift+click: the rows it selects are ticked, the rows Ctrl+click deselects unticked."""
+        modifiers, self._click_modifiers = self._click_modifiers, Qt.NoModifier
+        if not modifiers & (Qt.ControlModifier | Qt.ShiftModifier):
+            return
+        for indexes, shown in ((deselected.indexes(), False), (selected.indexes(), True)):
+            for row in sorted({index.row() for index in indexes}):
+                item = self.table.item(row, 0)
+                if item is not None:
+                    item.setCheckState(Qt.Checked if shown else Qt.Unchecked)
 
     def _load_stored_metrics(self, run_id: str, force: bool = False) -> None:
         if run_id in self.curves.runs and run_id not in self.job_of_run and not force:
