@@ -22,12 +22,15 @@ import torch.distributed as dist
 from torch import nn
 
 from workbench.errors import JobCancelled, JobError
+from workbench.layer_records import FOLDER as LAYER_STATS_FOLDER
+from workbench.layer_records import write_record
 from workbench.specs import TrainSpec
 from workbench.worker.models import frozen_norm_layers
 from workbench.worker.training.batch import slice_batch
 from workbench.worker.training.devices import HostReader
 from workbench.worker.training.evaluate import evaluate_sums
 from workbench.worker.training.guards import DIVERGED_FACTOR, divergence_limit, output_check_for
+from workbench.worker.training.layer_stats import LayerStats
 from workbench.worker.training.layout import resolve_channels_last
 from workbench.worker.training.optim import (
     build_optimizer,
@@ -192,6 +195,12 @@ class Trainer:
         partial = self.state.partial_epoch_sums
         self.epoch_sums = torch.tensor(partial if len(partial) == width else [0.0] * width, dtype=torch.float64)
         self.reader = HostReader()
+        # Rank 0 records the layers (every rank's gradients are the same after DDP's all-reduce). Under
+        # torch.compile only weights and gradients: a forward hook added for one step would recompile the model.
+        self.layer_stats = None
+        if spec.layer_stats_every and self.is_main:
+            self.layer_stats = LayerStats(model, spec.layer_stats_every, setup.artifacts_dir / LAYER_STATS_FOLDER,
+                                          activations=spec.compile == "off")
         # Training time and samples up to the last read-back (validation excluded), and the same at the end of the
         # warm-up: throughput is what came after it.
         self.train_time = 0.0
@@ -297,9 +306,13 @@ class Trainer:
             last = index == plan.group_end[group] - 1
             # Each micro-batch adds its share of the step's mean: n_local * world / n_step (DDP averages ranks).
             weight = y.shape[0] * self.world / plan.group_total[group]
+            if self.layer_stats is not None and index == plan.group_start[group] \
+                    and self.layer_stats.wants(state.global_step + 1):
+                self.layer_stats.begin(state.global_step + 1)
             if first_compiled_step and compile_started is None:  # from the first micro-batch, which compiles
                 compile_started = time.perf_counter()
-            loss_sum, stats = self.step_fn.accumulate(x, y, weight, sync=last)
+            with self.layer_stats.watch() if self.layer_stats is not None else contextlib.nullcontext():
+                loss_sum, stats = self.step_fn.accumulate(x, y, weight, sync=last)
             self.interval.losses.append(loss_sum)
             self.interval.stats.append(stats)
             self.interval.steps.append((epoch, state.global_step + 1))
@@ -319,14 +332,34 @@ class Trainer:
 
     def _optimizer_step(self, epoch: int) -> None:
         self.interval.lrs[self.state.global_step + 1] = current_lr(self.optimizer)  # the lr this step uses
+        recording = self.layer_stats is not None and self.layer_stats.pending is not None
+        if recording:
+            scaler = self.step_fn.scaler
+            self.layer_stats.after_backward(scaler.get_scale() if scaler is not None else 1.0)
         self.step_fn.step()
         if self.scheduler is not None:
             self.scheduler.step()
         self.state.global_step += 1
+        if recording:
+            self._record_layers()
         self.state.step_in_epoch += 1
         self.profiler.step_done()
         if self.state.global_step % self.spec.log_every_steps == 0:
             self._log_interval(epoch)
+
+    def _record_layers(self) -> None:
+        """The recorded step's layer statistics: one read-back, one file, an artifact event, and the log's warnings."""
+        record = self.layer_stats.finish(self.reader.read)
+        if record is None:
+            return
+        try:
+            path = write_record(self.layer_stats.folder, record)
+        except OSError as exc:  # a full disk loses the statistics, never the run (checkpoints say it louder)
+            self.report.log(f"layer statistics at step {record['step']} not saved: {exc}", "warning")
+            return
+        self.report.artifact("layer_stats", path, kind="layer_stats")
+        for text in self.layer_stats.new_warnings(record):
+            self.report.log(text, "warning")
 
     # -- reading back --------------------------------------------------------------------------------
     def _reduce(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -519,6 +552,8 @@ class Trainer:
     def _cancel(self, epoch: int, during_validation: bool = False) -> None:
         """Save last.pt at the last optimiser step (its unfinished micro-batches are dropped), then stop."""
         self._drain()  # also proves the weights being saved came from finite losses
+        if self.layer_stats is not None:
+            self.layer_stats.discard()
         self.optimizer.zero_grad(set_to_none=True)
         self.profiler.close()
         state = self.state
