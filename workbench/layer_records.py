@@ -34,8 +34,8 @@ def record_from_rows(step: int, names: list[str], host: np.ndarray) -> dict:
 
 
 def findings(record: dict) -> list[tuple[str, str, str]]:
-    """(layer, kind, sentence) for what looks wrong in one recorded step: vanishing or exploding gradients, update
-    ratios far from 1e-3, layers with more than 90 % dead units."""
+    """(layer, kind, sentence) for what looks wrong in one recorded step: vanishing or exploding gradients, layers
+    with no gradient, update ratios far from 1e-3, layers with more than 90 % dead units."""
     names, scalars, step = record["layers"], record["scalars"], record["step"]
     column = {name: index for index, name in enumerate(SCALARS)}
     out = []
@@ -50,6 +50,9 @@ def findings(record: dict) -> list[tuple[str, str, str]]:
                         f"step {step}: {trend} gradients: the gradient norm of the first layer {names[0]} "
                         f"({first:.2e}) and of the last layer {names[-1]} ({last:.2e}) are {ratio}"))
     for index, name in enumerate(names):
+        if float(scalars[index, column["grad_norm"]]) == 0.0:
+            out.append((name, "no_gradient", f"step {step}: layer {name} gets no gradient at all (nothing flows back "
+                        "to it: a dead layer after it, or a detached branch)"))
         ratio = float(scalars[index, column["update_ratio"]])
         if math.isfinite(ratio) and ratio > 0 and not (UPDATE_TARGET / UPDATE_FACTOR <= ratio
                                                        <= UPDATE_TARGET * UPDATE_FACTOR):

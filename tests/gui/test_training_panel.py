@@ -158,15 +158,20 @@ def test_metric_buffers_keep_full_resolution():
 def test_the_real_worker_trains_from_the_gui(qtbot, real_window):
     """The real worker subprocess, digits and the cnn: curves fill live, the evaluation appears."""
     window = real_window
-    window.start_training(TrainSpec.from_dict({"epochs": 2, "log_every_steps": 5}))
+    window.start_training(TrainSpec.from_dict({"epochs": 2, "log_every_steps": 5, "layer_stats_every": 10}))
     panel = window.training_panel
     qtbot.waitUntil(lambda: bool(panel.job_of_run), timeout=60_000)
     run_id = next(iter(panel.job_of_run))
     qtbot.waitUntil(lambda: not panel.job_of_run, timeout=120_000)
     assert panel.runs[run_id]["status"] == "done", panel.runs[run_id].get("message")
     metrics = panel.curves.runs[run_id]
-    assert len(metrics.get("train/loss")) >= 4 and len(metrics.get("val/acc")) == 2
+    assert len(metrics.get("val/acc")) == 2
     steps = metrics.get("train/loss").x
-    assert np.all(np.diff(steps) > 0)  # no duplicates from the store and the live stream
+    # A point for every step of 2 x 23 (#21), none duplicated by the store and the live stream.
+    assert list(steps) == list(range(1, 47))
+    # The Layers view filled as the run trained: the first step, then every 10th, each layer's gradient drawn.
+    layers = panel.layers
+    assert [record["step"] for record in layers.records] == [1, 10, 20, 30, 40]
+    assert layers.matrix().shape == (3, 5) and (layers.matrix() > 0).all()
     qtbot.waitUntil(lambda: panel.evaluation.evaluation is not None, timeout=10_000)
     assert len(panel.evaluation.evaluation["confusion_matrix"]) == 10

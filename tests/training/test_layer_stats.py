@@ -3,8 +3,10 @@ dead ReLU layer, vanishing gradients and a far-off update ratio are named in the
 
 from __future__ import annotations
 
+import json
 import math
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -117,8 +119,10 @@ def test_a_dead_relu_layer_is_named_in_the_log_and_the_record(tmp_path):
     kinds = {(layer, kind) for layer, kind, _ in findings(record)}
     assert ("fc2", "dead") in kinds and ("fc1", "dead") not in kinds
     warnings = [log["text"] for log in recorder.of("log") if log["level"] == "warning"]
-    dead_warnings = [text for text in warnings if "dead" in text]
+    dead_warnings = [text for text in warnings if "units are dead" in text]
     assert len(dead_warnings) == 1 and "layer fc2: 100% of its units are dead" in dead_warnings[0]  # said once
+    # Nothing flows back past fc2's dead ReLU: every layer's weights get no gradient, each named once.
+    assert sum("gets no gradient at all" in text for text in warnings) == 3
 
 
 def test_vanishing_gradients_and_far_off_updates_are_findings():
@@ -167,3 +171,21 @@ def test_dead_units_are_seen_through_a_norm_and_an_in_place_relu(functional):
 def test_layer_stats_every_zero_records_nothing(tmp_path):
     result = done(train(tmp_path, merge(QUICK, epochs=1, model={"name": "mlp"}, layer_stats_every=0)))
     assert record_paths(result["run_dir"]) == []
+
+
+def test_show_on_graph_paints_the_latest_recorded_step(digits_run, tmp_path):
+    from workbench.worker.registry import get_task
+    from workbench.worker.runner import run_task
+
+    result, _ = digits_run
+    workspace = Path(result["run_dir"]).parent
+    graph = run_task(get_task("graph.build"), {"source": {"run": result["run_dir"]}}, emit=Recorder(),
+                     workspace=workspace)
+    assert graph["status"] == "done", graph.get("error")
+    latest = read_records(result["run_dir"])[-1]
+    overlay = graph["overlays"]["layers_grad_norm"]
+    assert overlay["label"] == f"Gradient norm (step {latest['step']})"
+    index = json.loads(Path(graph["overlays_json"]).read_text())["overlays"]
+    expected = dict(zip(latest["layers"], latest["scalars"][:, SCALARS.index("grad_norm")]))
+    assert index["layers_grad_norm"]["values"] == pytest.approx(expected)
+    assert "layers_update_ratio" in index and "layers_dead_fraction" in index

@@ -258,6 +258,7 @@ class MainWindow(QMainWindow):
         panel.cancel_requested.connect(self._on_jobs_cancel_requested)
         panel.sample_requested.connect(self._on_training_sample_requested)
         panel.graph_requested.connect(lambda run_id: run_id and self.show_graph_of_run(run_id))
+        panel.layers_graph_requested.connect(self.show_graph_of_run)
         panel.quantize_requested.connect(lambda run_id: run_id and self.new_quantization(run_id))
         # Jobs that began before the tab was built: their curves come from the store, live from here on.
         for record in self.manager.jobs.all():
@@ -405,10 +406,11 @@ class MainWindow(QMainWindow):
         if not panel.select_layer(module, tensor):
             self.statusBar().showMessage(f"{module or 'That node'} has no quantizer in run {quant_run_id}", 5000)
 
-    def show_graph_of_run(self, run_id: str) -> None:
-        """Build (or show) the graph of a training run in the Graph tab."""
+    def show_graph_of_run(self, run_id: str, overlay: str = "") -> None:
+        """Build (or show) the graph of a training run in the Graph tab, coloured by `overlay` when it has it (the
+        Layers view's "Show on graph": a layer statistic)."""
         self.show_tab(self.graph_panel)
-        self.graph_panel.build_graph_of_run(run_id)
+        self.graph_panel.build_graph_of_run(run_id, overlays=(overlay,) if overlay else ())
 
     def _on_bridge_job_changed_for_training(self, record) -> None:
         if self.training_tab.is_built:

@@ -5,6 +5,7 @@ artifacts/graph/ folder, and the result the CLI prints and the Graph tab shows. 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +90,40 @@ def _write_overlays(folder: Path, graph: dict, modules: list[dict], times: dict[
     for metric, label, values in specs:
         overlay = write_overlay(folder, metric, values, graph=graph, label=label, additive=True)
         overlays[metric] = overlay.summary(folder)
+    return overlays
+
+
+# metric, the layer statistic, label: a training run's latest recorded layer statistics (#21), painted like SQNR
+LAYER_OVERLAYS = (("layers_grad_norm", "grad_norm", "Gradient norm"),
+                  ("layers_update_ratio", "update_ratio", "Update-to-weight ratio"),
+                  ("layers_dead_fraction", "dead_fraction", "Dead units (share)"),
+                  ("layers_weight_norm", "weight_norm", "Weight norm"),
+                  ("layers_act_std", "act_std", "Activation std"))
+
+
+def _layer_overlays(folder: Path, graph: dict, spec: GraphSpec, ctx) -> dict:
+    """The latest recorded layer statistics of the training run in source.run, one overlay per statistic."""
+    from workbench.layer_records import SCALARS, read_records
+
+    if not spec.source.run:
+        return {}
+    try:
+        run_dir = RunStore(ctx.workspace).resolve(spec.source.run) if ctx.workspace is not None \
+            else Path(spec.source.run)
+    except WorkbenchError:
+        return {}
+    records = read_records(run_dir)
+    if not records:
+        return {}
+    latest = records[-1]
+    overlays = {}
+    for metric, statistic, label in LAYER_OVERLAYS:
+        column = latest["scalars"][:, SCALARS.index(statistic)]
+        values = {name: float(value) for name, value in zip(latest["layers"], column) if math.isfinite(value)}
+        if values:
+            overlay = write_overlay(folder, metric, values, graph=graph, label=f"{label} (step {latest['step']})",
+                                    additive=False, info={"run": run_dir.name, "step": latest["step"]})
+            overlays[metric] = overlay.summary(folder)
     return overlays
 
 
@@ -216,6 +251,8 @@ def build_graph(spec: GraphSpec, ctx) -> dict:
     overlays = _write_overlays(folder, found["graph"], found["modules"], found["times"])
     if quant is not None:
         overlays.update(_quant_overlays(folder, found["graph"], found["modules"], quant, ctx))
+    else:
+        overlays.update(_layer_overlays(folder, found["graph"], spec, ctx))
     ctx.artifact("graph", graph_path, kind="graph")
     ctx.artifact("overlays", folder / "overlays.json", kind="overlays")
     nodes = me_json.count_nodes(found["graph"])

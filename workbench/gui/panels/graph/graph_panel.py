@@ -282,9 +282,13 @@ class GraphPanel(QWidget):
         self.info.setText("Building the graph… (capturing with torch.export, counting parameters and FLOPs)")
         return record
 
-    def build_graph_of_run(self, run: str):
-        """The graph of a training run (its id or folder): what the Training and Runs tabs' "Show graph" call."""
-        return self.build_graph({"source": {"run": str(run)}})
+    def build_graph_of_run(self, run: str, overlays: tuple[str, ...] = ()):
+        """The graph of a training run (its id or folder): what the Training and Runs tabs' "Show graph" call;
+        coloured first by the first of `overlays` it has (the Layers view asks for a layer statistic)."""
+        record = self.build_graph({"source": {"run": str(run)}})
+        if record is not None and overlays:
+            self.job_overlays[record.job_id] = tuple(overlays)
+        return record
 
     def show_quant_run(self, quant_run_id: str, source_run_id: str):
         """A quantize run's per-layer SQNR on the graph of the training run it quantized (the Quantize tab's "Show on

@@ -30,6 +30,7 @@ from workbench.errors import WorkbenchError
 from workbench.gui.panels.runs_panel import delete_run_action
 from workbench.gui.panels.training.curves import CurvesWidget
 from workbench.gui.panels.training.evaluation import EvaluationView, load_evaluation
+from workbench.gui.panels.training.layers_view import LayersView
 from workbench.gui.panels.training.profiler import ProfilerView
 from workbench.gui.widgets import run_table
 from workbench.gui.widgets.empty_state import EmptyState
@@ -64,6 +65,7 @@ class TrainingPanel(QWidget):
     resume_requested = Signal(str, dict)  # run_dir, spec
     train_again_requested = Signal(dict)  # spec: the wizard opens on it ("Train again with changes…")
     graph_requested = Signal(str)  # run id: show the run's model graph in the Graph tab
+    layers_graph_requested = Signal(str, str)  # run id, overlay: its layer statistics painted on its graph
     quantize_requested = Signal(str)  # run id: open the quantization wizard on the run
     cancel_requested = Signal(str)  # job_id
     sample_requested = Signal(dict, str, int, str)  # dataset spec, split, index, a note (the prediction)
@@ -124,6 +126,8 @@ class TrainingPanel(QWidget):
         self.curves.spec_of = lambda run_id: (self.runs.get(run_id) or {}).get("spec")
         self.evaluation = EvaluationView(self.queries)
         self.profiler = ProfilerView()
+        self.layers = LayersView()
+        self.layers.graph_requested.connect(self.layers_graph_requested)
         self.spec_table = QTableWidget(0, 0)
         self.spec_table.setEditTriggers(QTableWidget.NoEditTriggers)
         spec_box = QWidget()
@@ -134,6 +138,9 @@ class TrainingPanel(QWidget):
         self.tabs = QTabWidget()
         self.tabs.addTab(self.curves, "Curves")
         self.tabs.addTab(self.evaluation, "Evaluation")
+        self.tabs.addTab(self.layers, "Layers")
+        self.tabs.setTabToolTip(self.tabs.count() - 1, "Per-layer weight, gradient and activation statistics as the "
+                                                       "run trains: a heatmap over steps and histograms per step")
         self.tabs.addTab(self.profiler, "Profiler")
         self.tabs.addTab(spec_box, "Compare specs")
         splitter = QSplitter(Qt.Horizontal)
@@ -321,6 +328,7 @@ class TrainingPanel(QWidget):
         else:
             self.evaluation.clear("No evaluation yet: it is written when the run finishes.")
         self.profiler.show_run(entry["run_dir"])
+        self.layers.show_run(entry["run_dir"])
 
     def update_spec_comparison(self, *args) -> None:
         ids = [run_id for run_id in self.shown_runs() if run_id in self.runs]
@@ -386,6 +394,12 @@ class TrainingPanel(QWidget):
                 self.show_details(run_id)
 
     def on_message(self, msg: Message) -> None:
+        if msg.msg_type == "artifact" and msg.content.get("kind") == "layer_stats":
+            run_id = self.live_jobs.get(msg.parent_id or "")
+            entry = self.runs.get(run_id) if run_id else None
+            if entry is not None and isinstance(msg.content.get("path"), str):
+                self.layers.add_record_file(entry["run_dir"], msg.content["path"])  # shown only if it is this run
+            return
         if msg.msg_type != "metrics":
             return
         job_id = msg.parent_id or ""
