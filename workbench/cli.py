@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _common(sub.add_parser("devices", help="the devices torch can use here, with capabilities"), spec=False)
 
-    runs = sub.add_parser("runs", help="list, show or delete runs in the workspace")
+    runs = sub.add_parser("runs", help="list, show, delete or export (to TensorBoard) runs in the workspace")
     runs_sub = runs.add_subparsers(dest="runs_verb", required=True, parser_class=_Parser)
     _common(runs_sub.add_parser("list", help="every run, newest first"), spec=False)
     show = runs_sub.add_parser("show", help="one run's status, spec, last metrics and report")
@@ -95,6 +95,15 @@ def build_parser() -> argparse.ArgumentParser:
     delete = runs_sub.add_parser("delete", help="delete a run folder")
     delete.add_argument("run", help="run id, unique id prefix, or run folder")
     _common(delete, spec=False)
+    board = runs_sub.add_parser("export-tensorboard",
+                                help="write a training run's metrics, spec and model graph as TensorBoard event files")
+    board.add_argument("run", help="the training run: id, unique id prefix, or run folder")
+    board.add_argument("--out", metavar="DIR", default=None,
+                       help="the folder to write the event files into (default: the run's tensorboard/ folder, whose "
+                            "earlier event files are replaced)")
+    board.add_argument("--no-graph", dest="graph", action="store_false",
+                       help="leave out the model graph (it rebuilds the model, and may read the dataset for its shape)")
+    _common(board, spec=False)
 
     report = sub.add_parser("report", help="one self-contained HTML page of a model: train, quantize, export, bench")
     report.add_argument("run", help="the training run: id, unique id prefix, or run folder (a quantize, export or "
@@ -398,9 +407,34 @@ def _cmd_runs(args) -> int:
             summary = run.summary()
         print(json.dumps(summary, indent=None if args.json else 2, default=str))
         return 0
+    if args.runs_verb == "export-tensorboard":
+        return _cmd_export_tensorboard(args, store)
     store.delete_run(args.run)
     if args.json:
         print(json.dumps({"deleted": args.run, "status": "done"}))
+    return 0
+
+
+def _cmd_export_tensorboard(args, store) -> int:
+    # The writer is torch's SummaryWriter: loaded here only, so the other `runs` verbs stay torch-free.
+    from workbench.worker.training.tensorboard import export_run
+
+    run_dir = store.resolve(args.run)
+    with _ReservedStdout(args.json):  # a library's chatter while the graph is traced must not break the JSON
+        result = export_run(run_dir, args.out, workspace=store.workspace, graph=args.graph)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+        return 0
+    for warning in result.warnings:
+        print(f"[warning] {warning}", file=sys.stderr)
+    parts = [f"{result.scalars} scalars ({len(result.tags)} metrics)"]
+    parts += ["the spec"] * result.spec + ["the model graph"] * result.graph
+    if result.layer_steps:
+        parts.append(f"layer histograms of {result.layer_steps} recorded step" + "s" * (result.layer_steps != 1))
+    replaced = f" (replacing {result.replaced} earlier event file(s))" if result.replaced else ""
+    listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+    print(f"wrote {listed} from run {run_dir.name} to {result.log_dir}{replaced}")
+    print(f"view them with: {result.command}")
     return 0
 
 

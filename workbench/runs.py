@@ -605,6 +605,13 @@ class Run:
         with self._db() as conn:
             return self._select_metrics(conn, name, since_rowid)
 
+    def read_metric_rows(self) -> list[tuple[int, str, float, float]]:
+        """Every (step, name, value, wall time) row in the order it was written: a resumed run's redone steps come
+        after the rows they replace (its `resume` events say from which step)."""
+        with self._db() as conn:
+            rows = conn.execute("SELECT step, name, value, time FROM metrics ORDER BY rowid").fetchall()
+        return [(step, name, _real(value), t) for step, name, value, t in rows]
+
     @staticmethod
     def _select_metrics(conn: sqlite3.Connection, name: str | None, since_rowid: int) -> dict:
         if name is None:

@@ -659,6 +659,7 @@ class TrainSpec(Spec):
     profile_steps: int = option(0, "Record a torch profiler trace of this many steps; 0 turns it off.", min=0, max=MAX_PROFILE_STEPS)
     log_every_steps: int = option(20, "How often, in steps, the loop reads losses back from the device.", min=1, max=MAX_STEPS)
     layer_stats_every: int = option(50, "How often, in steps, to record each layer's weight, gradient and activation statistics and histograms (the Training tab's Layers view); the first step is always recorded. 0 turns it off.", min=0, max=MAX_STEPS)
+    tensorboard: bool = option(False, "Also write TensorBoard event files into the run's tensorboard/ folder as it trains: every metric at every step, the spec and the model graph. Needs the tensorboard package (pip install 'torch-workbench[tensorboard]').")
 
     def validate(self) -> None:
         if self.distributed == "none" and self.nproc != 1:

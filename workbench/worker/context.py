@@ -38,6 +38,7 @@ class TaskContext:
         # takes no lock and builds no per-metric rows (flush does that, 20 times a second at most).
         self._pending: collections.deque[tuple[int, dict, float]] = collections.deque()
         self._last_progress = 0.0
+        self._sinks: list = []  # more writers of the same metrics (a run's TensorBoard files): see add_sink
         self._closed = threading.Event()
         self._flusher = threading.Thread(target=self._flush_periodically, name="metrics-flusher", daemon=True)
         self._flusher.start()
@@ -86,12 +87,18 @@ class TaskContext:
                    buffers)
 
     def histogram(self, name: str, counts, edges, **meta) -> None:
+        """Send a histogram (bin counts and their edges); one with a `step` also goes to the sinks."""
+        if meta.get("step") is not None:
+            for sink in list(self._sinks):
+                sink.histogram(name, int(meta["step"]), counts, edges)
         buffers: list[bytes] = []
         content = {"name": name, "counts": array_to_buffer(counts, buffers),
                    "edges": array_to_buffer(edges, buffers), **meta}
         self._emit("histogram", content, buffers)
 
     def artifact(self, name: str, path: str | Path, kind: str = "file") -> None:
+        for sink in list(self._sinks):  # a recorded step of layer statistics, say
+            sink.artifact(name, path, kind)
         content = {"name": name, "path": str(path), "kind": kind}
         if self.run is not None:
             self.run.log_event("artifact", content)
@@ -122,8 +129,25 @@ class TaskContext:
             if self.run is not None:
                 self.run.log_metrics([(s, name, v, t) for name, (steps, values, times) in columns.items()
                                       for s, v, t in zip(steps, values, times)])
+            for sink in self._sinks:  # under the flush lock: a sink sees batches in order, one at a time
+                sink.scalars(columns)
             content, buffers = encode_metrics(columns)
             self._emit("metrics", content, buffers)
+
+    def add_sink(self, sink) -> None:
+        """Also hand every flushed batch of metrics to `sink.scalars({name: (steps, values, times)})` (values are
+        host floats by then, so a sink never synchronises with the device), every histogram that has a step to
+        `sink.histogram(name, step, counts, edges)` and every artifact to `sink.artifact(name, path, kind)`. A sink
+        must not raise."""
+        with self._flush_lock:
+            self._sinks.append(sink)
+
+    def remove_sink(self, sink) -> None:
+        """Stop feeding `sink`, after a flush of what is pending (so it has every value recorded until now)."""
+        self.flush()
+        with self._flush_lock:
+            if sink in self._sinks:
+                self._sinks.remove(sink)
 
     def _flush_periodically(self) -> None:
         # Only for a task that stops calling metrics() (a long evaluation, say): rows it left pending still

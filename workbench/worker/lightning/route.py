@@ -38,8 +38,9 @@ class _Parts:
     own_checkpoint: object = None
 
 
-def run_lightning_training(spec: TrainSpec, ctx) -> dict:
-    """The `train.classifier` task for a lightning: model: fit with Lightning's Trainer, test, return the result."""
+def run_lightning_training(spec: TrainSpec, ctx, board=None) -> dict:
+    """The `train.classifier` task for a lightning: model: fit with Lightning's Trainer, test, return the result.
+    `board` (tensorboard = true) gets the metrics through ctx like the built-in loop's; the spec and the graph here."""
     check_spec(spec)
     lightning = require_lightning()
     device = resolve_device(spec.device)
@@ -66,6 +67,11 @@ def run_lightning_training(spec: TrainSpec, ctx) -> dict:
         test = _test(ctx, parts)
     save_state_dict(parts.module.state_dict(), run.checkpoints_dir / FINAL, name=f"checkpoints/{FINAL}")
     spec = _record_input_shape(spec, ctx, parts.callback.input_shape)
+    if board is not None:  # after training: only the first batch says what the module takes
+        from workbench.worker.training.tensorboard import example_batch
+
+        board.spec_text(spec.to_toml())
+        board.graph(parts.module, example_batch(parts.module, tuple(parts.callback.input_shape or ())))
     return _result(spec, ctx, device, parts, parameters=parameters, test=test, resumed=resume is not None)
 
 

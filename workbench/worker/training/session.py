@@ -20,7 +20,7 @@ from workbench.worker.data import load_dataset
 from workbench.worker.models import build_model, count_parameters
 from workbench.worker.models.build import resolve_num_classes
 from workbench.worker.objectives import check_target, detect_task, target_num_outputs
-from workbench.worker.training import torchrun
+from workbench.worker.training import tensorboard, torchrun
 from workbench.worker.training.devices import check_amp, check_compile, describe, resolve_device
 from workbench.worker.training.evaluate import evaluate_split, write_evaluation
 from workbench.worker.training.guards import output_check_for
@@ -71,21 +71,24 @@ def run_training(spec: TrainSpec, ctx) -> dict:
     run = ctx.run
     if run is None:
         raise JobError("training needs a run folder to keep its checkpoints: run it with a workspace")
-    if spec.model.name.startswith("lightning:"):  # a LightningModule: trained by Lightning's own Trainer
-        from workbench.worker.lightning.route import run_lightning_training
+    # tensorboard = true: every metric the job records also goes to the run's tensorboard/ folder, from every route
+    # (this process, DDP ranks' relay, torchrun's rank 0, Lightning), since all of them report through ctx.
+    with tensorboard.live(spec, ctx) as board:
+        if spec.model.name.startswith("lightning:"):  # a LightningModule: trained by Lightning's own Trainer
+            from workbench.worker.lightning.route import run_lightning_training
 
-        return run_lightning_training(spec, ctx)
-    device = resolve_device(spec.device)
-    group = torchrun.active()  # a rank of a torchrun group (global rank 0: the others never get here)
-    if group is None or group.world_size == 1:
-        return _train(spec, ctx, device, None, None)
-    device = torchrun.rank_device(group, device)
-    # Joined first, so that whatever fails here before training reaches the other ranks as an error at once.
-    with torchrun.leading(group, device) as lead:
-        return _train(spec, ctx, device, group, lead)
+            return run_lightning_training(spec, ctx, board=board)
+        device = resolve_device(spec.device)
+        group = torchrun.active()  # a rank of a torchrun group (global rank 0: the others never get here)
+        if group is None or group.world_size == 1:
+            return _train(spec, ctx, device, None, None, board)
+        device = torchrun.rank_device(group, device)
+        # Joined first, so that whatever fails here before training reaches the other ranks as an error at once.
+        with torchrun.leading(group, device) as lead:
+            return _train(spec, ctx, device, group, lead, board)
 
 
-def _train(spec: TrainSpec, ctx, device: torch.device, group, lead) -> dict:
+def _train(spec: TrainSpec, ctx, device: torch.device, group, lead, board=None) -> dict:
     """The route of one training job, in the order a reader would explain it."""
     _check_setup(spec, ctx, device, group)
     dataset = _load_data(spec, ctx)
@@ -102,12 +105,23 @@ def _train(spec: TrainSpec, ctx, device: torch.device, group, lead) -> dict:
         model = build_model(spec.model, input_shape=dataset.sample_shape, log=ctx.log,
                             pretrained=fresh, checkpoint=fresh, task=spec.task, example=first_input(dataset))
         parameters = _log_start(spec, ctx, dataset, model, device)
+        _to_tensorboard(board, spec, model, dataset)
         try:
             fitted = _fit(spec, ctx, device, group, lead, dataset=dataset, model=model, pending=pending)
             test = _evaluate_on_test(fitted, ctx, dataset, device)
         finally:
             dataset.release()  # the device copy of the data is this job's: the next job's memory is its own
     return _result(fitted, ctx, device, group, parameters=parameters, test=test, resumed_from=resumed_from)
+
+
+def _to_tensorboard(board, spec: TrainSpec, model, dataset) -> None:
+    """The spec as it trains and the model's graph, before the first step; the metrics follow as they are recorded.
+    Traced now, on the built model, so the graph is the user's network (not its compiled or DDP wrapper); the
+    tracer runs it in eval mode, so batch-norm statistics and the random streams are as without TensorBoard."""
+    if board is None:
+        return
+    board.spec_text(spec.to_toml())
+    board.graph(model, tensorboard.example_batch(model, tuple(dataset.sample_shape), first_input(dataset)))
 
 
 @dataclasses.dataclass

@@ -45,7 +45,7 @@ MODEL_CHOICES = ("cnn", "mlp", "torchvision:resnet18", "torchvision:mobilenet_v3
 HYPER_FIELDS = ["epochs", "batch_size", "lr", "optimizer", "momentum", "weight_decay", "no_decay_bias_norm",
                 "scheduler", "step_size", "gamma", "loss", "label_smoothing", "grad_accum_steps", "clip_grad_norm",
                 "clip_grad_value", "seed", "deterministic", "checkpoint_every", "keep_best", "early_stop_patience",
-                "log_every_steps"]
+                "log_every_steps", "tensorboard"]
 SPEED_FIELDS = ["channels_last", "dataset.num_workers", "dataset.pin_memory", "distributed", "nproc", "profile_steps"]
 MODEL_FIELDS = ["model.num_classes", "model.input_shape", "model.checkpoint", "model.weights", "model.replace_head",
                 "model.freeze"]
