@@ -21,10 +21,14 @@ not like-for-like with fp32 rows.
 Section "user" (issue #20): see benchmarks/user_rows.py; the reference is a plain DataLoader loop over the same
 user Dataset with the same 2 workers.
 
+Section "layers" (issue #21, part 2): the cost of recording layer statistics. The reference is the workbench with
+`layer_stats_every=0`; then its default (every 50 steps, and step 1) and every 10 steps, on the device torch has
+(cuda where there is one). Goal: the default within 3 % (>= 0.97x).
+
 Section "lightning" (issue #20): see benchmarks/lightning_rows.py; the reference is the same LightningModule under a
 bare Lightning Trainer (no logger, progress bar, checkpointing or model summary). Goal: within 1.05x.
 
-    .venv/bin/python benchmarks/train_overhead.py [--section host|cuda|user|lightning|all] [--model torchvision:resnet18|cnn]
+    .venv/bin/python benchmarks/train_overhead.py [--section host|cuda|user|layers|lightning|all] [--model torchvision:resnet18|cnn]
         [--size 32] [--batch-size 128] [--epochs 2] [--repeats 3]
 """
 
@@ -223,8 +227,8 @@ def _run_row(section: str, label: str, args, workspace: str, *, seed: int, epoch
 def _one_row(args) -> int:
     """The child's side of `_run_row`: run one row and print its samples/s."""
     section, label = args.one_row
-    device = torch.device("cuda" if section == "cuda" else "cpu")
-    rows = {"cuda": cuda_rows, "user": user_rows, "lightning": lightning_rows}.get(
+    device = torch.device("cuda" if section == "cuda" or (section == "layers" and torch.cuda.is_available()) else "cpu")
+    rows = {"cuda": cuda_rows, "user": user_rows, "lightning": lightning_rows, "layers": layer_rows}.get(
         section, lambda: host_rows(args.peers_only))()
     run = rows[label]
     rate = run(data_spec(args.size, args.samples), args.model, epochs=args.epochs, batch_size=args.batch_size,
@@ -327,6 +331,26 @@ def user_section(args, workspace) -> None:
     print(f"file: dataset: {ratio:.2f}x the plain DataLoader loop (goal >= 0.91, i.e. within 1.1x)")
 
 
+def layer_rows() -> dict:
+    return {"workbench, layer_stats_every=0": _wb({"layer_stats_every": 0}),
+            "workbench, default (layer_stats_every=50)": _wb({}),
+            "workbench, layer_stats_every=10": _wb({"layer_stats_every": 10})}
+
+
+def layers_section(args, workspace) -> None:
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    print(f"layers section: {device}; {args.model} on {args.size}x{args.size}, batch {args.batch_size}, SGD; "
+          f"{args.epochs} epoch(s) of {int(args.samples * 0.8):,} samples a run; medians of {args.repeats} "
+          "interleaved repeats")
+    median, best = _measure("layers", layer_rows(), args, workspace)
+    reference, best_reference = median["workbench, layer_stats_every=0"], best["workbench, layer_stats_every=0"]
+    for label, value in median.items():
+        print(f"  {label:<58} {value:>9,.0f}/s   {value / reference:.2f}x ({best[label] / best_reference:.2f}x) "
+              "without layer statistics")
+    ratio = median["workbench, default (layer_stats_every=50)"] / reference
+    print(f"layer statistics at the default interval: {ratio:.3f}x the run without them (goal >= 0.97)")
+
+
 def lightning_section(args, workspace) -> None:
     if importlib.util.find_spec("lightning") is None:
         print("lightning section skipped: `lightning` is not installed (pip install 'torch-workbench[lightning]')")
@@ -345,7 +369,7 @@ def lightning_section(args, workspace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--section", choices=("host", "cuda", "user", "lightning", "all"), default="all")
+    parser.add_argument("--section", choices=("host", "cuda", "user", "layers", "lightning", "all"), default="all")
     parser.add_argument("--model", default="torchvision:resnet18")
     parser.add_argument("--size", type=int, default=32, help="image side (fake 3-channel data)")
     parser.add_argument("--samples", type=int, default=0, help="fake images (80%% train); default: 4,000 on the "
@@ -368,6 +392,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.section in ("cuda", "all"):
             cuda_args = argparse.Namespace(**{**vars(args), "samples": args.samples or 40_000})
             cuda_section(cuda_args, workspace)
+        if args.section in ("layers", "all"):
+            layers_samples = args.samples or (40_000 if torch.cuda.is_available() else 4000)
+            layers_section(argparse.Namespace(**{**vars(args), "samples": layers_samples}), workspace)
         if args.section in ("user", "all"):
             user_section(argparse.Namespace(**{**vars(args), "samples": 2000}), workspace)
         if args.section in ("lightning", "all"):

@@ -22,15 +22,18 @@ FOLDER = "layer_stats"
 # What the log and the Layers view call out.
 GRADIENT_SPREAD = 1e4  # first and last layers' gradient norms this far apart: vanishing or exploding
 UPDATE_TARGET, UPDATE_FACTOR = 1e-3, 100.0  # an update ratio outside 1e-5..1e-1 is far from the usual 1e-3
+SCHEDULED_DOWN = 0.1  # an lr under a tenth of the run's peak so far: small updates are the schedule's doing
 DEAD_LIMIT = 0.9  # more than 90 % of a layer's units zero for a whole batch after its ReLU
 
 
-def record_from_rows(step: int, names: list[str], host: np.ndarray) -> dict:
-    """A step's record from its rows: per layer the SCALARS, then per kind [low, high, BINS counts]."""
+def record_from_rows(step: int, names: list[str], host: np.ndarray, *, lr: float = math.nan,
+                     lr_peak: float = math.nan) -> dict:
+    """A step's record from its rows: per layer the SCALARS, then per kind [low, high, BINS counts]; `lr` is the lr
+    the step used and `lr_peak` the largest one of the run so far (a schedule's tail is no "lr too small")."""
     scalars = host[:, :len(SCALARS)]
     rest = host[:, len(SCALARS):].reshape(len(names), len(KINDS), BINS + 2)
     return {"step": step, "layers": list(names), "scalars": scalars,
-            "ranges": rest[:, :, :2], "counts": rest[:, :, 2:]}
+            "ranges": rest[:, :, :2], "counts": rest[:, :, 2:], "lr": float(lr), "lr_peak": float(lr_peak)}
 
 
 def findings(record: dict) -> list[tuple[str, str, str]]:
@@ -39,6 +42,8 @@ def findings(record: dict) -> list[tuple[str, str, str]]:
     names, scalars, step = record["layers"], record["scalars"], record["step"]
     column = {name: index for index, name in enumerate(SCALARS)}
     out = []
+    lr, peak = record.get("lr", math.nan), record.get("lr_peak", math.nan)
+    scheduled_down = math.isfinite(lr) and math.isfinite(peak) and lr < SCHEDULED_DOWN * peak
     grads = scalars[:, column["grad_norm"]]
     if len(names) >= 2 and np.isfinite(grads[[0, -1]]).all():
         first, last = float(grads[0]), float(grads[-1])
@@ -57,6 +62,8 @@ def findings(record: dict) -> list[tuple[str, str, str]]:
         if math.isfinite(ratio) and ratio > 0 and not (UPDATE_TARGET / UPDATE_FACTOR <= ratio
                                                        <= UPDATE_TARGET * UPDATE_FACTOR):
             size = "large" if ratio > UPDATE_TARGET else "small"
+            if size == "small" and scheduled_down:
+                continue  # a warm-up's start or a schedule's tail: small steps are what was asked for
             out.append((name, f"update_{size}", f"step {step}: layer {name}: the update-to-weight ratio is "
                         f"{ratio:.1e}, far from the usual 1e-3 (the lr may be too {size})"))
         dead = float(scalars[index, column["dead_fraction"]])
@@ -73,6 +80,7 @@ def write_record(folder: Path, record: dict) -> Path:
     path = folder / STEP_FILE.format(record["step"])
     with atomic_writer(path) as handle:
         np.savez(handle, step=np.int64(record["step"]), layers=np.array(record["layers"], dtype=str),
+                 lr=np.float64(record.get("lr", math.nan)), lr_peak=np.float64(record.get("lr_peak", math.nan)),
                  scalars=record["scalars"], ranges=record["ranges"], counts=record["counts"],
                  scalar_names=np.array(SCALARS, dtype=str), kinds=np.array(KINDS, dtype=str))
     return path
@@ -96,7 +104,9 @@ def read_record(path: str | Path) -> dict:
             record = {"step": int(data["step"]), "layers": [str(name) for name in data["layers"]],
                       "scalars": np.asarray(data["scalars"], dtype=np.float64),
                       "ranges": np.asarray(data["ranges"], dtype=np.float64),
-                      "counts": np.asarray(data["counts"], dtype=np.float64)}
+                      "counts": np.asarray(data["counts"], dtype=np.float64),
+                      "lr": float(data["lr"]) if "lr" in data.files else math.nan,
+                      "lr_peak": float(data["lr_peak"]) if "lr_peak" in data.files else math.nan}
     except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise ValueError(f"{path}: not a layer statistics file ({exc})") from None
     count = len(record["layers"])

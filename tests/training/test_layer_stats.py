@@ -189,3 +189,11 @@ def test_show_on_graph_paints_the_latest_recorded_step(digits_run, tmp_path):
     expected = dict(zip(latest["layers"], latest["scalars"][:, SCALARS.index("grad_norm")]))
     assert index["layers_grad_norm"]["values"] == pytest.approx(expected)
     assert "layers_update_ratio" in index and "layers_dead_fraction" in index
+
+
+def test_small_updates_at_a_schedules_tail_are_no_finding():
+    scalars = np.array([[1.0, 1e-2, 1e-7, 0, 1, 0.0], [1.0, 1e-2, 1e-3, 0, 1, 0.0]])
+    record = {"step": 500, "layers": ["a", "b"], "scalars": scalars, "lr": 1e-5, "lr_peak": 0.1}
+    assert [kind for _, kind, _ in findings(record)] == []  # cosine near its end: small steps were asked for
+    record["lr"] = 0.05
+    assert [(layer, kind) for layer, kind, _ in findings(record)] == [("a", "update_small")]

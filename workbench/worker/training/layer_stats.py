@@ -170,9 +170,9 @@ class LayerStats:
             for hook in pending.hooks:
                 hook.remove()
 
-    def finish(self, read) -> dict | None:
+    def finish(self, read, *, lr: float = math.nan, lr_peak: float = math.nan) -> dict | None:
         """After the optimiser step: the update ratios, then one read-back (`read`: device tensor -> host tensor).
-        Returns the step's record (see `record_arrays`), or None when no step was pending."""
+        Returns the step's record (workbench.layer_records), or None when no step was pending."""
         pending, self.pending = self.pending, None
         if pending is None:
             return None
@@ -190,7 +190,7 @@ class LayerStats:
             dead = pending.dead.get(name, nan[0]).reshape(1)
             rows.append(torch.cat([before[:2], update, activation[:2], dead, before[2:], activation[2:]]))
         host = read(torch.stack(rows)).double().numpy()
-        return record_from_rows(pending.step, self.names, host)
+        return record_from_rows(pending.step, self.names, host, lr=lr, lr_peak=lr_peak)
 
     def new_warnings(self, record: dict) -> list[str]:
         """Sentences for the log, each (layer, kind) once a run."""

@@ -349,7 +349,10 @@ class Trainer:
 
     def _record_layers(self) -> None:
         """The recorded step's layer statistics: one read-back, one file, an artifact event, and the log's warnings."""
-        record = self.layer_stats.finish(self.reader.read)
+        lr = self.interval.lrs.get(self.state.global_step, math.nan)
+        # The spec's lr is what a warm-up climbs to and a schedule comes down from (a larger one seen counts too).
+        peak = max(self.spec.lr, lr) if math.isfinite(lr) else self.spec.lr
+        record = self.layer_stats.finish(self.reader.read, lr=lr, lr_peak=peak)
         if record is None:
             return
         try:

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.gui.plots import SERIES_COLOURS, add_legend, make_plot, update_empty_state
+from workbench.gui.plots import SERIES_COLOURS, make_plot, update_empty_state
 from workbench.layer_records import KINDS, SCALARS, findings, read_record, read_records
 
 # statistic, label, log colours by default, the Graph tab's overlay of it
@@ -32,6 +32,7 @@ STATISTICS = (("grad_norm", "Gradient norm", True, "layers_grad_norm"),
               ("act_std", "Activation std", True, "layers_act_std"),
               ("act_mean", "Activation mean", False, ""),
               ("dead_fraction", "Dead units (share)", False, "layers_dead_fraction"))
+FIRST_COLOUR = "#9a9a9a"  # the first recorded step, drawn under the one clicked
 KIND_TITLES = {"weights": "Weights", "gradients": "Gradients", "activations": "Activations"}
 EMPTY = ("Layer statistics appear here as a run trains (every layer_stats_every steps, 50 by default, and its first "
          "step).")
@@ -78,11 +79,11 @@ class LayersView(QWidget):
         self.marker.setVisible(False)
         self.heatmap.addItem(self.marker)
         self.readout = QLabel("Click a cell to see that layer's histograms at that step.")
+        self.readout.setWordWrap(True)
         self.histograms = {kind: make_plot(KIND_TITLES[kind], "count", "value",
                                            empty="Click a cell of the heatmap.") for kind in KINDS}
         for plot in self.histograms.values():
             plot.setMinimumHeight(150)
-            add_legend(plot)
         bar = QHBoxLayout()
         bar.addWidget(QLabel("Statistic"))
         bar.addWidget(self.statistic)
@@ -235,16 +236,15 @@ class LayersView(QWidget):
         layer = record["layers"][row]
         values = dict(zip(SCALARS, record["scalars"][row]))
         shown = " · ".join(f"{label} {_fmt(values[key])}" for key, label, _, _ in STATISTICS)
-        self.readout.setText(f"<b>{layer}</b> at step {record['step']:,}: {shown}")
+        against = (f" · histograms: <span style='color:{SERIES_COLOURS[0]}'>■ step {record['step']:,}</span> "
+                   f"against <span style='color:{FIRST_COLOUR}'>■ step {first['step']:,}</span>" if column else "")
+        self.readout.setText(f"<b>{layer}</b> at step {record['step']:,}: {shown}{against}")
         for index, kind in enumerate(KINDS):
             plot = self.histograms[kind]
             plot.clear()
-            legend = plot.getPlotItem().legend
-            if legend is not None:
-                legend.clear()
             drawn = [(record, SERIES_COLOURS[0], f"step {record['step']:,}")]
             if column:
-                drawn.insert(0, (first, "#9a9a9a", f"step {first['step']:,} (first)"))
+                drawn.insert(0, (first, FIRST_COLOUR, f"step {first['step']:,} (first)"))
             for source, colour, name in drawn:
                 counts = source["counts"][row, index]
                 low, high = source["ranges"][row, index]
