@@ -131,6 +131,25 @@ def main() -> int:
 
             QTimer.singleShot(1000, wizard_ready)
             return
+        if scene == "lr-finder":  # the wizard's learning-rate finder on digits: the curve and its suggestion
+            from workbench.gui.panels.training.wizard import TrainingWizard
+
+            wizard = TrainingWizard(window.dataset_state, window.device_picker.devices, "cpu",
+                                    start={"device": "cpu"}, parent=window)
+            wizard.show()
+            wizard.next()
+            wizard.next()
+            finder = wizard.find_learning_rate()
+            finder.resize(760, 540)
+
+            def finder_ready() -> None:  # the worker imports torch, then sweeps: poll
+                if finder.pages.currentIndex() != 1:
+                    QTimer.singleShot(300, finder_ready)
+                    return
+                QTimer.singleShot(800, lambda: (finder.grab().save(str(out)), print(out), window.close_stopping_jobs()))
+
+            QTimer.singleShot(1000, finder_ready)
+            return
         if scene == "graph":  # a trained CNN's graph in Model Explorer, coloured by FLOPs
             from workbench.specs import TrainSpec
 

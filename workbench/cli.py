@@ -25,6 +25,7 @@ JOB_TASKS = {
     "export": "export.model",
     "bench": "bench.latency",
     "graph": "graph.build",
+    "lr-find": "train.lr_find",
 }
 DIAG_TASKS = {"count": "debug.count", "sleep": "debug.sleep"}
 

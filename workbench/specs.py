@@ -36,6 +36,7 @@ __all__ = [
     "DataSpec",
     "ExportSpec",
     "GraphSpec",
+    "LrFindSpec",
     "ModelSpec",
     "QuantSpec",
     "SourceSpec",
@@ -709,6 +710,29 @@ class TrainSpec(Spec):
                                 "set monitor_mode=max or monitor_mode=min")
 
 
+MAX_LR_FIND_STEPS = 10_000  # each step is one training step on one batch; a sweep needs about a hundred
+
+
+@dataclass
+class LrFindSpec(TrainSpec):
+    """The learning-rate range test (`workbench lr-find`): a training spec (its data, model, batch size, optimiser,
+    loss, precision and device) swept from min_lr to max_lr over `steps` optimiser steps. A TrainSpec subclass, so a
+    training spec plus these three fields is one; lr, epochs, the schedule and the checkpoint fields go unused."""
+
+    min_lr: float = option(1e-7, "Learning rate of the sweep's first step.", min=0, min_exclusive=True, max=MAX_LR)
+    max_lr: float = option(10.0, "Learning rate of the sweep's last step; the rate grows exponentially from min_lr to it.", min=0, min_exclusive=True, max=MAX_LR)
+    steps: int = option(100, "Optimiser steps of the sweep (one batch each); it stops early once the loss diverges.", min=5, max=MAX_LR_FIND_STEPS)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.min_lr >= self.max_lr:
+            raise SpecError(f"min_lr: {self.min_lr:g} must be below max_lr ({self.max_lr:g}); the sweep raises the "
+                            "learning rate from min_lr to max_lr, e.g. min_lr=1e-7 and max_lr=10")
+        if self.model.name.startswith("lightning:"):
+            raise SpecError("model.name: a LightningModule's configure_optimizers sets its own learning rate, so "
+                            "lr-find cannot sweep it; use Lightning's own Tuner.lr_find")
+
+
 @dataclass
 class SourceSpec(Spec):
     """Where a job's model comes from: a run of the workspace, or an exported model file (one spec part, shared by
@@ -911,6 +935,7 @@ SPEC_TYPES: dict[str, type[Spec]] = {
     "bench": BenchSpec,
     "graph": GraphSpec,
     "data": DataInfoSpec,
+    "lr-find": LrFindSpec,
 }
 
 

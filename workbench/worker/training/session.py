@@ -91,7 +91,7 @@ def run_training(spec: TrainSpec, ctx) -> dict:
 def _train(spec: TrainSpec, ctx, device: torch.device, group, lead, board=None) -> dict:
     """The route of one training job, in the order a reader would explain it."""
     _check_setup(spec, ctx, device, group)
-    dataset = _load_data(spec, ctx)
+    dataset = load_training_data(spec, ctx)
     spec = _resolve_task(spec, dataset, ctx)
     check_data_fits(spec, dataset)
     dataset.normalization(progress=ctx.progress)  # computed (and cached) once here, not in every DDP rank
@@ -156,7 +156,8 @@ def _check_setup(spec: TrainSpec, ctx, device: torch.device, group) -> None:
         check_distributed(spec, device)
 
 
-def _load_data(spec: TrainSpec, ctx):
+def load_training_data(spec: TrainSpec, ctx):
+    """The spec's dataset, its in-memory images decoded now (so unreadable files are known before any step)."""
     dataset = load_dataset(spec.dataset, ctx=ctx)
     if dataset.in_memory:
         # Decoded now (epoch one would do it anyway), so unreadable files are known before training: the
@@ -165,16 +166,22 @@ def _load_data(spec: TrainSpec, ctx):
     return dataset
 
 
-def _resolve_task(spec: TrainSpec, dataset, ctx) -> TrainSpec:
+def resolve_task(spec: TrainSpec, dataset, log) -> TrainSpec:
     """task = auto becomes the task the data serves, model.num_classes = 0 (auto) the dataset's class count (or
-    the target's value count), both written back into the run's spec."""
+    the target's value count); says which and why through `log`. Writes nothing (lr-find has no run folder)."""
     task, why, target = _task_of(spec, dataset)
     resolved = dataclasses.replace(spec, task=task)
     if not spec.model.num_classes:
         resolved = dataclasses.replace(resolved, model=resolve_num_classes(
-            spec.model, _output_count(task, dataset, target), ctx.log))
+            spec.model, _output_count(task, dataset, target), log))
     objective = objective_for(resolved, dataset)
-    ctx.log(f"task: {task} ({why}); {objective.describe()}")
+    log(f"task: {task} ({why}); {objective.describe()}")
+    return resolved
+
+
+def _resolve_task(spec: TrainSpec, dataset, ctx) -> TrainSpec:
+    """resolve_task, with the resolved task and output count written back into the run's spec."""
+    resolved = resolve_task(spec, dataset, ctx.log)
     if resolved != spec:
         # The run's spec then says what was trained: a resume, a graph, a quantization or an export of the run
         # rebuilds the same model, for the same task, without reading the dataset again.

@@ -39,7 +39,7 @@ from workbench.gui.user_args import ARGS_EXAMPLES, args_or_message, format_args
 from workbench.gui.widgets.checked_page import CheckedPage
 from workbench.gui.widgets.device_picker import amp_unavailable_reason
 from workbench.gui.widgets.spec_form import ERROR_COLOUR, SpecForm, field_errors
-from workbench.specs import DataSpec, TrainSpec
+from workbench.specs import DataSpec, LrFindSpec, TrainSpec
 
 MODEL_CHOICES = ("cnn", "mlp", "torchvision:resnet18", "torchvision:mobilenet_v3_small", "torchvision:efficientnet_b0")
 HYPER_FIELDS = ["epochs", "batch_size", "lr", "optimizer", "momentum", "weight_decay", "no_decay_bias_norm",
@@ -69,6 +69,11 @@ ASK_DELAY_MS = 350
 NO_WORKER_NOTE = "auto decides from the first sample when the run starts."
 OLD_WORKER_NOTE = "This worker does not say which tasks fit the data, so every task is offered; the run checks."
 CLUSTER_TIP = "The torchrun command and a SLURM batch script that run this spec on several machines"
+LR_FIND_TIP = ("Run a learning-rate range test on this spec: up to a hundred training steps on a copy of the model "
+               "while the rate grows exponentially from 1e-7 to 10, with the loss plotted against the rate. The rate "
+               "where the loss falls fastest is suggested, and \"Use this rate\" puts it here. No run is created or "
+               "changed.")
+LR_FIND_NO_WORKER = "The learning-rate finder runs on the worker, and this wizard has none."
 LAST_SPEC_KEY = "train_spec"  # the last spec the wizard started, as JSON
 
 
@@ -538,6 +543,18 @@ class HyperparametersPage(_FormPage):
         self.setTitle("Hyperparameters")
         self.setSubTitle("Defaults that train the built-in models well; hover a field to see what it does.")
         self.form = SpecForm(TrainSpec, HYPER_FIELDS, spec.to_dict())
+        # The learning-rate finder sits beside the field it fills; its message (a spec it cannot run) under it.
+        self.find_lr = QPushButton("Find learning rate…")
+        self.find_lr.setToolTip(LR_FIND_TIP)
+        self.finder_note = _error_label()
+        lr_row, lr_edit = self.form._rows["lr"].layout(), self.form.widgets["lr"]
+        lr_row.removeWidget(lr_edit)
+        beside = QHBoxLayout()
+        beside.addWidget(lr_edit, 1)
+        beside.addWidget(self.find_lr)
+        lr_row.insertLayout(0, beside)
+        lr_row.addWidget(self.finder_note)
+        self.finder_available = True
         # Twenty-one fields and their messages outgrow the window: scroll rather than squash the rows.
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
@@ -572,6 +589,14 @@ class HyperparametersPage(_FormPage):
             for field in LIGHTNING_DECIDES:
                 form.set_applicable(field, False, "Not used with a LightningModule: its configure_optimizers "
                                                   "and training_step decide this.")
+        self.find_lr.setEnabled(self.finder_available and not lightning)
+        if not self.finder_available:
+            self.find_lr.setToolTip(LR_FIND_NO_WORKER)
+        elif lightning:
+            self.find_lr.setToolTip("Not with a LightningModule: its configure_optimizers sets its own rate (Lightning's "
+                                    "Tuner.lr_find sweeps it).")
+        else:
+            self.find_lr.setToolTip(LR_FIND_TIP)
 
 
 class SpeedPage(_FormPage):
@@ -770,6 +795,9 @@ class TrainingWizard(QWizard):
         for combo in (self.speed_page.device, self.speed_page.amp, self.speed_page.compile):
             combo.currentIndexChanged.connect(self.rebuild)
         self.dataset_page.changed.connect(self._on_dataset_changed)
+        self.lr_finder = None  # the learning-rate finder's dialog, once opened
+        self.hyper_page.finder_available = self.queries is not None
+        self.hyper_page.find_lr.clicked.connect(self.find_learning_rate)
         self.rebuild()
 
     def _starting_spec(self, start: TrainSpec | dict | None) -> tuple[TrainSpec, bool, str]:
@@ -832,6 +860,37 @@ class TrainingWizard(QWizard):
             self.review_page.show_spec()
         return self.spec
 
+    def find_learning_rate(self):
+        """Run the learning-rate finder on the spec as the pages hold it now; "Use this rate" fills the lr field.
+        Returns its dialog, or None (with the reason under the button) when the spec cannot run."""
+        # Its module (and pyqtgraph) loads when the finder is first used, as the cluster page's does.
+        from workbench.gui.panels.training.lr_finder import LrFinderDialog
+
+        self.rebuild()
+        data = self.spec_data()
+        if "lr" in self.invalid_fields:  # the sweep sets its own rates: a half-typed lr must not stop it
+            data["lr"] = TrainSpec().lr
+        note = self.hyper_page.finder_note
+        try:
+            spec = LrFindSpec.from_dict(data)
+        except SpecError as exc:
+            note.setText(f"The learning-rate finder needs a valid spec: {exc}")
+            note.show()
+            return None
+        note.hide()
+        if self.lr_finder is not None:
+            self.lr_finder.close()
+            self.lr_finder.deleteLater()
+        current = None if "lr" in self.invalid_fields else spec.lr
+        self.lr_finder = LrFinderDialog(self.queries, spec.to_dict(), current, self)
+        self.lr_finder.rate_chosen.connect(self._on_lr_finder_rate_chosen)
+        self.lr_finder.open()
+        self.lr_finder.start()
+        return self.lr_finder
+
+    def _on_lr_finder_rate_chosen(self, lr: float) -> None:
+        self.hyper_page.form.set_value("lr", lr)  # the form's change rebuilds the spec
+
     def open_cluster_page(self) -> None:
         """Show "Run on a cluster" for the current spec; the wizard stays open and Start is unchanged."""
         from workbench.gui.panels.training.cluster_page import ClusterPage
@@ -847,6 +906,9 @@ class TrainingWizard(QWizard):
     def done(self, result: int) -> None:
         # The window keeps its finished wizards as children; a closed one must stop following the Data tab.
         self.dataset_page.stop_asking()
+        if self.lr_finder is not None:
+            self.lr_finder.close()  # cancels a range test still running
+            self.lr_finder = None
         if self.dataset_page.following:
             self.dataset_page.following = False
             self.state.changed.disconnect(self.dataset_page._on_state_changed)
