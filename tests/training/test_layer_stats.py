@@ -197,3 +197,23 @@ def test_small_updates_at_a_schedules_tail_are_no_finding():
     assert [kind for _, kind, _ in findings(record)] == []  # cosine near its end: small steps were asked for
     record["lr"] = 0.05
     assert [(layer, kind) for layer, kind, _ in findings(record)] == [("a", "update_small")]
+
+
+def test_a_torchvision_resnet_is_recorded_with_its_relus_found_through_the_norms():
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10)
+    stats = LayerStats(model, 50, folder=None)
+    assert len(stats.names) == 21 and stats.names[0] == "conv1" and stats.names[-1] == "fc"
+    stats.begin(1)
+    with stats.watch():
+        nn.functional.cross_entropy(model(torch.randn(4, 3, 32, 32)), torch.arange(4)).backward()
+    stats.after_backward()
+    record = stats.finish(lambda tensor: tensor.detach())
+    dead = dict(zip(record["layers"], record["scalars"][:, SCALARS.index("dead_fraction")]))
+    # conv1 -> bn1 -> relu, and each block's conv1 -> bn1 -> relu: measured; conv2 -> bn2 -> (+ shortcut) -> relu
+    # and the downsample convs feed an addition, not a ReLU: not measured; fc feeds nothing.
+    assert np.isfinite(dead["conv1"]) and np.isfinite(dead["layer1.0.conv1"]) and np.isfinite(dead["layer4.1.conv1"])
+    assert math.isnan(dead["layer1.0.conv2"]) and math.isnan(dead["layer2.0.downsample.0"]) and math.isnan(dead["fc"])
+    assert (record["scalars"][:, SCALARS.index("grad_norm")] > 0).all()

@@ -78,7 +78,8 @@ class _Pending:
     before: dict = field(default_factory=dict)  # layer -> [weight_norm, grad_norm, weight hist, grad hist]
     weights: dict = field(default_factory=dict)  # layer -> the weights before the step (a device copy)
     hooks: list = field(default_factory=list)
-    # id(tensor) -> (layer, the tensor, its unit dimension): the outputs a ReLU may read, during the first forward.
+    # id(tensor) -> (layer, the tensor, its unit dimension, its version counter): the outputs a ReLU may read, during
+    # the first forward.
     produced: dict = field(default_factory=dict)
     watched: bool = False
 
@@ -129,20 +130,24 @@ class LayerStats:
             values = output.detach().float()
             pending.activations[name] = torch.cat([values.mean().reshape(1), values.std().reshape(1),
                                                    _histogram(values)])
-            pending.produced[id(output)] = (name, output, unit_dim)
+            pending.produced[id(output)] = (name, output, unit_dim, output._version)
         return hook
 
     def _norm_hook(self, module, inputs, output) -> None:
         # conv -> bn -> relu: the ReLU reads the norm's output, which stands for the conv's units.
         pending = self.pending
         source = pending.produced.get(id(inputs[0])) if pending is not None and inputs else None
-        if source is not None and source[1] is inputs[0] and isinstance(output, torch.Tensor):
-            pending.produced[id(output)] = (source[0], output, source[2])
+        if source is not None and source[1] is inputs[0] and source[3] == inputs[0]._version \
+                and isinstance(output, torch.Tensor):
+            pending.produced[id(output)] = (source[0], output, source[2], output._version)
 
     def _on_relu(self, tensor: torch.Tensor) -> None:
         pending = self.pending
         entry = pending.produced.get(id(tensor)) if pending is not None else None
-        if entry is not None and entry[1] is tensor and entry[0] not in pending.dead and tensor.dim() >= 2:
+        # The same tensor changed in place since the layer wrote it (`out += identity` in a residual block) is no
+        # longer that layer's output: its ReLU sees a sum, so it tells nothing of the layer's own units.
+        if entry is not None and entry[1] is tensor and entry[3] == tensor._version and entry[0] not in pending.dead \
+                and tensor.dim() >= 2:
             unit_dim = entry[2] if entry[2] >= 0 else tensor.dim() - 1
             pending.dead[entry[0]] = _dead_fraction(tensor, unit_dim)
 
