@@ -228,6 +228,25 @@ def main() -> int:
             window.show_tab(window.training_panel)
             next_run()
             return
+        if scene == "layers":  # a CNN's layer statistics on digits (#21 part 2): the gradient heatmap, one cell's histograms
+            from workbench.specs import TrainSpec
+
+            def layers_done() -> None:
+                panel = window.training_panel
+                if panel.job_of_run:
+                    QTimer.singleShot(500, layers_done)
+                    return
+                panel.tabs.setCurrentWidget(panel.layers)
+                layers = panel.layers
+                if layers.records:
+                    layers.show_cell(len(layers.records[-1]["layers"]) - 1, len(layers.records) - 1)
+                QTimer.singleShot(1500, capture)
+
+            window.show_tab(window.training_panel)
+            window.start_training(TrainSpec.from_dict({"epochs": 8, "lr": 0.02, "layer_stats_every": 8,
+                                                       "scheduler": "cosine"}))
+            QTimer.singleShot(3000, layers_done)
+            return
         if scene == "overlay-live":  # two finished runs and a failed one ticked, a fourth running unticked (#21 6.1)
             from workbench.specs import TrainSpec
 
@@ -330,6 +349,35 @@ def main() -> int:
                 QTimer.singleShot(1500, step)
 
             QTimer.singleShot(2000, step)
+            return
+        if scene in ("runs-columns", "build-from"):  # runs named by model, dataset and key metric (#21 6.2)
+            from workbench.specs import TrainSpec
+
+            broken = Path(tempfile.mkdtemp()) / "broken_net.py"
+            broken.write_text("class Net(:\n    pass\n")
+            pending = [{"epochs": 3}, {"epochs": 3, "model": {"name": "mlp"}},
+                       {"epochs": 3, "model": {"name": f"file:{broken}:Net"}}]
+
+            def next_identity_run() -> None:
+                if window.training_panel.job_of_run:
+                    QTimer.singleShot(500, next_identity_run)
+                    return
+                if pending:
+                    window.start_training(TrainSpec.from_dict(pending.pop(0)))
+                    QTimer.singleShot(1500, next_identity_run)
+                    return
+                if scene == "build-from":
+                    window.show_tab(window.graph_panel)
+                    window.graph_panel.refresh()
+                    window.graph_panel.source_combo.showPopup()
+                    QTimer.singleShot(1500, capture_x_screen)  # the open list is a popup: grab() misses it
+                    return
+                window.show_tab(window.runs_panel)
+                window.runs_panel.refresh()
+                window.runs_panel.view.selectRow(0)
+                QTimer.singleShot(1500, capture)
+
+            next_identity_run()
             return
         if scene == "first-run":  # a new workspace: the Training tab's empty state
             window.show_tab(window.training_panel)

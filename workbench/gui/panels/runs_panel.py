@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from workbench.errors import WorkbenchError
 from workbench.gui.panels.run_details import describe_run_html
+from workbench.gui.run_identity import RunIdentities
 from workbench.gui.theme import state_colour
 from workbench.gui.widgets.open_folder import open_folder
 from workbench.runs import RunStore
@@ -34,7 +35,10 @@ from workbench.runs import RunStore
 RESUMABLE = ("cancelled", "failed", "interrupted")
 LIVE_REFRESH_MS = 2000  # while the tab is shown: runs started elsewhere (the CLI) appear, statuses move on
 
-COLUMNS = (("id", "Run"), ("kind", "Kind"), ("task", "Task"), ("status", "Status"), ("created", "Created"))
+# Model, dataset and key metric say which run is which without opening it (ids alone told runs apart poorly).
+COLUMNS = (("id", "Run"), ("kind", "Kind"), ("task", "Task"), ("status", "Status"), ("model", "Model"),
+           ("dataset", "Dataset"), ("metric", "Key metric"), ("created", "Created"))
+CREATED_COLUMN = [key for key, _title in COLUMNS].index("created")
 
 
 def confirm_delete_run(parent, run_id: str) -> bool:
@@ -83,6 +87,8 @@ class RunsItemModel(QAbstractTableModel):
         if role == Qt.ForegroundRole and key == "status":
             return QColor(state_colour(run.get("status")))
         if role == Qt.ToolTipRole:
+            if key in ("model", "dataset", "metric") and run.get("identity_tooltip"):
+                return run["identity_tooltip"]
             return f"{run.get('run_dir')}\n{run.get('message') or ''}".strip()
         return None
 
@@ -106,12 +112,13 @@ class RunsPanel(QWidget):
         super().__init__(parent)
         self.store = RunStore(workspace)
         self.model = RunsItemModel(self)
+        self.identities = RunIdentities(self.store)
         self.proxy = QSortFilterProxyModel(self)
         self.proxy.setSourceModel(self.model)
         self.proxy.setFilterCaseSensitivity(Qt.CaseInsensitive)
         self.proxy.setFilterKeyColumn(-1)  # match any column
         self.filter_edit = QLineEdit(self)
-        self.filter_edit.setPlaceholderText("Filter runs by id, kind, task or status…")
+        self.filter_edit.setPlaceholderText("Filter runs by id, kind, task, status, model or dataset…")
         self.filter_edit.setClearButtonEnabled(True)
         self.filter_edit.textChanged.connect(self.proxy.setFilterFixedString)
         self.refresh_button = QPushButton("Refresh", self)
@@ -124,7 +131,7 @@ class RunsPanel(QWidget):
         self.view = QTableView(self)
         self.view.setModel(self.proxy)
         self.view.setSortingEnabled(True)
-        self.view.sortByColumn(4, Qt.DescendingOrder)
+        self.view.sortByColumn(CREATED_COLUMN, Qt.DescendingOrder)
         self.view.setSelectionBehavior(QTableView.SelectRows)
         self.view.setSelectionMode(QTableView.SingleSelection)
         self.view.verticalHeader().hide()
@@ -173,6 +180,7 @@ class RunsPanel(QWidget):
 
     def set_workspace(self, workspace) -> None:
         self.store = RunStore(workspace)
+        self.identities = RunIdentities(self.store)
         self.refresh()
 
     # -- live refresh: only while shown, and only a real change resets the view --------------------------
@@ -197,6 +205,10 @@ class RunsPanel(QWidget):
 
     def _apply(self, runs: list[dict]) -> None:
         selected = self.selected_run_id()
+        for run in runs:  # read once per change of a run (the identities are cached by its updated time)
+            identity = self.identities.of(run)
+            run.update(model=identity.model, dataset=identity.dataset, metric=identity.metric,
+                       identity_tooltip=identity.tooltip)
         self.model.set_runs(runs)
         count = len(self.model.runs)
         self.empty_label.setVisible(count == 0)

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWizardPage,
 )
 
-from workbench.gui.panels.export.export_wizard import TRAIN_TASK, relabel, run_text
+from workbench.gui.panels.export.export_wizard import add_run_items, relabel
 from workbench.gui.widgets.checked_page import CheckedPage
 from workbench.gui.widgets.spec_form import ERROR_COLOUR, SpecForm, field_errors
 from workbench.specs import BENCH_BACKENDS, BenchSpec
@@ -58,8 +58,7 @@ class BenchSourcePage(QWizardPage):
         group.addButton(self.from_run)
         group.addButton(self.from_file)
         self.run = QComboBox()
-        for entry in sorted(runs, key=lambda e: e.get("task") != TRAIN_TASK):
-            self.run.addItem(run_text(entry), entry["id"])
+        add_run_items(self.run, runs)
         self.run.setCurrentIndex(max(0, self.run.findData(source.get("run", ""))))
         self.run.setToolTip(BenchSpec.field_help("source.run"))
         self.artifact = QLineEdit(str(data.get("artifact", "")))

@@ -54,6 +54,7 @@ from workbench.gui.panels.export.results import (
 from workbench.gui.panels.export.results_table import BenchResultsTable
 from workbench.gui.panels.quant.results import bit_widths
 from workbench.gui.panels.runs_panel import delete_run_action
+from workbench.gui.run_identity import RunIdentities
 from workbench.gui.widgets import run_table
 from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.job_progress import JobProgress
@@ -299,9 +300,12 @@ class ExportPanel(QWidget):
         """Finished training and quantize runs the wizards can start from, newest first: {id, task, model,
         scheme}."""
         runs = []
+        identities = RunIdentities(self.store)
         for entry in self.store.list_runs():
             if entry.get("task") not in (TRAIN_TASK, QUANT_TASK) or entry.get("status") != "done":
                 continue
+            identity = identities.of(entry)  # the combos' label (model · dataset · key metric · date) and tooltip
+            entry["label"], entry["tooltip"] = identity.label, identity.tooltip
             try:
                 with self.store.open_run(entry["id"]) as run:
                     spec = run.read_spec()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QVBoxLayout, QWizard, QWizardPage
 
 from workbench.gui.widgets.checked_page import CheckedPage
@@ -48,10 +49,20 @@ def relabel(form: SpecForm) -> None:
 
 
 def run_text(entry: dict) -> str:
-    """A source run as the combos list it: id · what it is · model."""
+    """A source run as the combos list it: its readable label (model · dataset · key metric · date) and, for a
+    quantize run, that it is one; id · what it is · model where no label was read."""
+    if entry.get("label"):
+        return entry["label"] + ("  ·  quantize run" if entry.get("task") == QUANT_TASK else "")
     what = "quantized " + entry["scheme"] if entry.get("task") == QUANT_TASK and entry.get("scheme") else (
         "quantize run" if entry.get("task") == QUANT_TASK else "training run")
     return "  ·  ".join(p for p in (entry["id"], what, entry.get("model", "")) if p)
+
+
+def add_run_items(combo, runs: list[dict]) -> None:
+    """Fill a source-run combo: training runs first, then quantize runs; each run's id in its tooltip."""
+    for entry in sorted(runs, key=lambda e: e.get("task") != TRAIN_TASK):
+        combo.addItem(run_text(entry), entry["id"])
+        combo.setItemData(combo.count() - 1, entry.get("tooltip") or entry["id"], Qt.ToolTipRole)
 
 
 class SourceRunPage(QWizardPage):
@@ -62,8 +73,7 @@ class SourceRunPage(QWizardPage):
         self.setTitle(title)
         self.setSubTitle(subtitle)
         self.run = QComboBox()
-        for entry in sorted(runs, key=lambda e: e.get("task") != TRAIN_TASK):
-            self.run.addItem(run_text(entry), entry["id"])
+        add_run_items(self.run, runs)
         self.run.setCurrentIndex(max(0, self.run.findData(source_run)))
         self.tasks = {entry["id"]: entry.get("task", "") for entry in runs}
         self.about = QLabel()

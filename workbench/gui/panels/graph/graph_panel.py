@@ -43,6 +43,7 @@ from workbench.gui.panels.graph.module_table import (
     flops_text,
 )
 from workbench.gui.panels.graph.web_view import GraphView, WebEngineUnavailable
+from workbench.gui.run_identity import RunIdentities
 from workbench.runs import RunStore, atomic_write_text
 
 GRAPH_TASK = "graph.build"
@@ -255,9 +256,13 @@ class GraphPanel(QWidget):
         self.beside_combo.blockSignals(False)
         chosen = self.source_combo.currentData()
         self.source_combo.clear()
-        for entry in runs:
-            if str(entry.get("task", "")).startswith("train."):
-                self.source_combo.addItem(f"{entry['id']} ({entry.get('status', '')})", entry["id"])
+        # Readable labels (model · dataset · key metric · date), the id in the tooltip; failed runs left out.
+        identities = RunIdentities(self.store)
+        tasks = {entry.get("task") for entry in runs if str(entry.get("task", "")).startswith("train.")}
+        for entry, identity in identities.sources(runs, tasks):
+            status = "" if entry.get("status") == "done" else f" ({entry.get('status', '')})"
+            self.source_combo.addItem(identity.label + status, entry["id"])
+            self.source_combo.setItemData(self.source_combo.count() - 1, identity.tooltip, Qt.ToolTipRole)
         if self.source_combo.count() == 0:
             self.source_combo.addItem("no training runs", None)
         if chosen is not None and self.source_combo.findData(chosen) >= 0:

@@ -39,6 +39,7 @@ from workbench.gui.panels.quant.range_histogram import RangeHistogram
 from workbench.gui.panels.quant.results import QuantResults, bit_widths
 from workbench.gui.panels.quant.sensitivity_chart import SensitivityChart
 from workbench.gui.panels.runs_panel import delete_run_action
+from workbench.gui.run_identity import RunIdentities
 from workbench.gui.widgets import run_table
 from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.job_progress import JobProgress
@@ -247,8 +248,10 @@ class QuantPanel(QWidget):
         self.refresh()
 
     def training_runs(self) -> list[dict]:
-        """Finished training runs the wizard can quantize, newest first, with their model's name."""
+        """Finished training runs the wizard can quantize, newest first, with their model's name, a readable
+        label (model · dataset · key metric · date) and a tooltip naming the id."""
         runs = []
+        identities = RunIdentities(self.store)
         for entry in self.store.list_runs():
             if entry.get("task") != "train.classifier" or entry.get("status") != "done":
                 continue
@@ -257,6 +260,8 @@ class QuantPanel(QWidget):
                     entry["model"] = (run.read_spec().get("model") or {}).get("name", "")
             except WorkbenchError:
                 continue
+            identity = identities.of(entry)
+            entry["label"], entry["tooltip"] = identity.label, identity.tooltip
             runs.append(entry)
         return runs
 

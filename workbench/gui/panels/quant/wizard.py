@@ -84,7 +84,8 @@ class SourcePage(QWizardPage):
         self.run = QComboBox()
         self.run.setToolTip("A finished training run of this workspace: its best (else last) checkpoint is quantized")
         for entry in runs:
-            self.run.addItem(f"{entry['id']}  ·  {entry.get('model', '')}", entry["id"])
+            self.run.addItem(entry.get("label") or f"{entry['id']}  ·  {entry.get('model', '')}", entry["id"])
+            self.run.setItemData(self.run.count() - 1, entry.get("tooltip") or entry["id"], Qt.ToolTipRole)
         index = self.run.findData(source_run)
         self.run.setCurrentIndex(max(0, index))
         self.preset = QComboBox()

@@ -32,6 +32,7 @@ from workbench.gui.panels.training.curves import CurvesWidget
 from workbench.gui.panels.training.evaluation import EvaluationView, load_evaluation
 from workbench.gui.panels.training.layers_view import LayersView
 from workbench.gui.panels.training.profiler import ProfilerView
+from workbench.gui.run_identity import short_model
 from workbench.gui.widgets import run_table
 from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.open_folder import open_folder
@@ -45,7 +46,7 @@ TRAIN_TASK = "train.classifier"
 QUICK_START_SPEC = {"dataset": {"name": "digits"}, "model": {"name": "cnn"}, "epochs": 5}
 QUICK_START_LABEL = "Train a CNN on the bundled digits (about 10 s)"
 QUICK_START_SUMMARY = "model cnn · dataset digits · 5 epochs · the device picked in the toolbar"
-RUN_COLUMNS = ("Show", "Run", "Status", "Model", "Epochs", "Val acc")
+RUN_COLUMNS = ("Show", "Run", "Status", "Model · dataset", "Epochs", "Val acc")
 
 
 def _flatten(data: dict, prefix: str = "") -> dict:
@@ -111,9 +112,17 @@ class TrainingPanel(QWidget):
         bar.addStretch(1)
         self.table = run_table.make_run_table(RUN_COLUMNS)
         header = self.table.horizontalHeader()
-        header.setSectionResizeMode(1, QHeaderView.Stretch)
-        for column in (0, 2, 3, 4, 5):
+        # The id is sized to its text and never wrapped (a stretched Run column lost to a long model name, and
+        # wrapped or truncated ids after a relaunch). The model is shown last, taking what is left, elided in the
+        # middle; moved on screen only, so the columns keep their indexes.
+        self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.ElideMiddle)
+        for column in (0, 1, 2, 4, 5):
             header.setSectionResizeMode(column, QHeaderView.ResizeToContents)
+        header.moveSection(3, 5)
+        header.setSectionResizeMode(3, QHeaderView.Interactive)
+        header.resizeSection(3, 110)
+        header.setStretchLastSection(True)
         # Ctrl+click and Shift+click tick and untick runs: the Show ticks are the one selection that overlays
         # curves and compares specs; a plain click selects the run whose details the other tabs show.
         self.table.setSelectionMode(QTableWidget.ExtendedSelection)
@@ -148,7 +157,7 @@ class TrainingPanel(QWidget):
         splitter.addWidget(self.tabs)
         splitter.setStretchFactor(0, 2)
         splitter.setStretchFactor(1, 5)
-        splitter.setSizes([380, 900])
+        splitter.setSizes([440, 900])  # room for the full run ids and the short model names
         # First run: no training run exists yet, so the table and curves would only be empty boxes.
         self.quick_start_button = QPushButton(QUICK_START_LABEL)
         self.quick_start_button.setToolTip(f"Starts: {QUICK_START_SUMMARY}")
@@ -198,7 +207,7 @@ class TrainingPanel(QWidget):
         self.runs = {entry["id"]: entry for entry in entries}
         run_table.set_rows(self.table, [
             [self._show_item(entry["id"], entry["id"] in shown), run_table.id_item(entry), run_table.status_item(entry),
-             *(QTableWidgetItem(str(entry.get(key, ""))) for key in ("model", "epochs", "val_acc"))]
+             self._model_item(entry), *(QTableWidgetItem(str(entry.get(key, ""))) for key in ("epochs", "val_acc"))]
             for entry in entries])
         self._show_page()
         for run_id in list(self.curves.runs):  # the rows were set with signals blocked: draw what is ticked now
@@ -209,6 +218,16 @@ class TrainingPanel(QWidget):
         if selected:
             self.select_run(selected)
         self._update_buttons()
+
+    @staticmethod
+    def _model_item(entry: dict) -> QTableWidgetItem:
+        """The model's short name (Net, not file:/long/path/net.py:Net) and dataset; the full names as tooltip."""
+        dataset = ((entry.get("spec") or {}).get("dataset") or {}).get("name", "")
+        model = entry.get("model", "")
+        item = QTableWidgetItem(" · ".join(p for p in (short_model(model), dataset) if p))
+        item.setToolTip("\n".join(p for p in (f"model {model}" if model else "",
+                                                f"dataset {dataset}" if dataset else "") if p))
+        return item
 
     @staticmethod
     def _show_item(run_id: str, shown: bool) -> QTableWidgetItem:

@@ -1,0 +1,171 @@
+"""How a run is named wherever a person picks or reads one: "resnet18 · fake · 94.4 % · 27 Nov 06:24", the id in
+its tooltip, from the run's spec and report (a quantize or export run takes its model and data from its source run).
+
+No Qt: the Runs tab, the Graph tab's "Build from" and the quantize, export and bench wizards all label runs here.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime
+
+from workbench.errors import WorkbenchError
+
+# Runs a wizard or "Build from" can start from: a failed or unreadable run has no model worth picking.
+UNUSABLE = ("failed", "unreadable")
+# Monitors that are fractions of 1, written as percentages.
+_PERCENT = {"acc", "accuracy", "top5", "map", "miou", "iou", "dice", "f1"}
+
+
+def short_model(name: str) -> str:
+    """torchvision:resnet18 -> resnet18, file:/long/path/net.py:Net -> Net, others as they are."""
+    if name.startswith("torchvision:"):
+        return name.split(":")[-1]
+    if name.startswith("file:"):
+        return name.rsplit(":", 1)[-1] or "file"
+    return name
+
+
+def format_metric(name: str, value) -> str:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return ""
+    if name.lower() in _PERCENT:
+        return f"{value:.1%}".replace("%", " %")
+    return f"{name} {value:.4g}"
+
+
+def format_date(created: str | None) -> str:
+    try:
+        when = datetime.fromisoformat(created or "")
+    except ValueError:
+        return ""
+    # The year only when it is not this one: labels stay short for the runs of the last months.
+    return when.strftime("%d %b %H:%M" if when.year == datetime.now().year else "%d %b %Y")
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    run_id: str
+    task: str = ""
+    status: str = ""
+    model: str = ""  # the short name
+    model_full: str = ""
+    dataset: str = ""
+    metric: str = ""  # the key metric as written ("94.4 %", "W8A8 93.9 %", "mae 0.41")
+    metric_about: str = ""  # what the key metric is ("test accuracy")
+    date: str = ""
+
+    @property
+    def label(self) -> str:
+        parts = [p for p in (self.model, self.dataset, self.metric, self.date) if p]
+        return " · ".join(parts) if parts else self.run_id
+
+    @property
+    def tooltip(self) -> str:
+        lines = [self.run_id, f"{self.task} · {self.status}".strip(" ·")]
+        if self.model_full:
+            lines.append(f"model {self.model_full}")
+        if self.metric and self.metric_about:
+            lines.append(f"{self.metric_about}: {self.metric}")
+        return "\n".join(line for line in lines if line)
+
+    @property
+    def usable_source(self) -> bool:
+        return self.status not in UNUSABLE
+
+
+def _train_metric(report: dict, last: dict | None) -> tuple[str, str]:
+    monitor = report.get("monitor") if isinstance(report.get("monitor"), dict) else {}
+    name, label = monitor.get("name") or "acc", monitor.get("label") or "accuracy"
+    for key, about in (("test", f"test {label}"), ("best_val", f"best validation {label}")):
+        text = format_metric(name, monitor.get(key))
+        if text:
+            return text, about
+    final = report.get("final") if isinstance(report.get("final"), dict) else {}
+    text = format_metric("acc", final.get("test_accuracy"))
+    if text:
+        return text, "test accuracy"
+    # No report yet (running, stopped): the last validation value it logged.
+    point = (last or {}).get(f"val/{name}")
+    text = format_metric(name, point[1]) if point else ""
+    return (text, f"last validation {label}") if text else ("", "")
+
+
+def identify(entry: dict, spec: dict | None, report: dict | None, *, last: dict | None = None,
+             source: RunIdentity | None = None) -> RunIdentity:
+    """A run's identity from what the store gave: its list entry, spec, report, last metrics, and for a run made
+    from another run (quantize, export, bench) that run's identity."""
+    spec, report = spec or {}, report or {}
+    task = entry.get("task") or ""
+    model_full = (spec.get("model") or {}).get("name", "") if isinstance(spec.get("model"), dict) else ""
+    dataset = (spec.get("dataset") or {}).get("name", "") if isinstance(spec.get("dataset"), dict) else ""
+    metric = about = ""
+    if task.startswith("train."):
+        metric, about = _train_metric(report, last)
+    elif task == "quant.analyze":
+        weights, activations = spec.get("weights") or {}, spec.get("activations") or {}
+        scheme = f"W{weights.get('bits', '?')}A{activations.get('bits', '?')}" if weights or activations else ""
+        value = format_metric("acc", (report.get("quantized") or {}).get("accuracy"))
+        metric, about = " ".join(p for p in (scheme, value) if p), "quantized accuracy"
+    elif task.startswith("export."):
+        metric, about = str(spec.get("format") or ""), "format"
+    if source is not None and not model_full:
+        model_full, dataset = source.model_full, dataset or source.dataset
+    return RunIdentity(run_id=entry["id"], task=task, status=entry.get("status") or "",
+                       model=short_model(model_full), model_full=model_full, dataset=dataset, metric=metric,
+                       metric_about=about, date=format_date(entry.get("created")))
+
+
+class RunIdentities:
+    """Identities read from a run store, each read once per version of its run (its `updated` time), so a list
+    refreshed every few seconds does not reopen every run."""
+
+    def __init__(self, store):
+        self.store = store
+        self._cache: dict[str, tuple[object, RunIdentity]] = {}
+
+    def of(self, entry: dict) -> RunIdentity:
+        key = (entry.get("updated"), entry.get("status"))
+        cached = self._cache.get(entry["id"])
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        identity = self._read(entry)
+        self._cache[entry["id"]] = (key, identity)
+        return identity
+
+    def _read(self, entry: dict) -> RunIdentity:
+        if entry.get("status") == "unreadable":
+            return identify(entry, None, None)
+        try:
+            with self.store.open_run(entry["id"]) as run:
+                spec, report = run.read_spec(), run.read_report() or {}
+                last = run.last_metrics() if entry.get("task", "").startswith("train.") and not report else None
+        except (WorkbenchError, OSError, ValueError, sqlite3.Error):
+            return identify(entry, None, None)
+        source = None
+        source_id = (spec.get("source") or {}).get("run") if isinstance(spec.get("source"), dict) else None
+        if source_id and source_id != entry["id"]:
+            source = self._source(source_id)
+        return identify(entry, spec, report, last=last, source=source)
+
+    def _source(self, run_id: str) -> RunIdentity | None:
+        cached = self._cache.get(run_id)
+        if cached is not None:
+            return cached[1]
+        try:
+            with self.store.open_run(run_id) as run:
+                spec = run.read_spec()
+        except (WorkbenchError, OSError, ValueError, sqlite3.Error):
+            return None
+        return identify({"id": run_id}, spec, None)
+
+    def sources(self, entries, tasks) -> list[tuple[dict, RunIdentity]]:
+        """The runs of `tasks` a person can start from (failed and unreadable ones left out), newest first."""
+        tasks = set(tasks)
+        picked = []
+        for entry in entries:
+            if entry.get("task") in tasks and entry.get("status") not in UNUSABLE:
+                picked.append((entry, self.of(entry)))
+        return picked
