@@ -151,8 +151,8 @@ def test_dataset_dialog_validates_inline(qtbot):
     dialog.std.setText("0")
     assert not ok.isEnabled() and "std" in dialog.error.text()
     dialog.std.setText("0.2")
-    dialog.augment.item(1, 0).setCheckState(Qt.Checked)  # hflip, p=0.5
     dialog.name.setCurrentIndex(dialog.name.findData("fake"))
+    dialog.augment.item(1, 0).setCheckState(Qt.Checked)  # hflip, p=0.5 (after the change: augmentation is per dataset)
     assert dialog.size.isEnabled()
     assert ok.isEnabled(), dialog.error.text()
     spec = dialog.spec()

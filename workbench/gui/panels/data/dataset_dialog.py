@@ -169,7 +169,7 @@ class DatasetDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Choose dataset")
         self.setMinimumWidth(560)
-        self._spec = spec
+        self._spec = self._opened = spec
         self.workspace_data_dir = workspace_data_dir
         self.name = QComboBox()
         for name in DATASETS:
@@ -281,6 +281,8 @@ class DatasetDialog(QDialog):
                 self._field_labels[field] = form_layout.labelForField(field_widget)
         self._set_tooltips()
         self._load(spec)
+        self._name_shown = self.name.currentData()
+        self.name.currentIndexChanged.connect(self._on_name_changed)  # before _revalidate: it resets fields first
         for widget in (self.name, self.normalize):
             widget.currentIndexChanged.connect(self._revalidate)
         for widget in (self.root, self.image_size, self.mean, self.std, self.user_path, self.user_attr,
@@ -337,11 +339,32 @@ class DatasetDialog(QDialog):
         self.num_classes.setValue(spec.num_classes)
         self.num_workers.set_spec_value(spec.num_workers)
         self.pin_memory.setChecked(spec.pin_memory)
-        chosen = {step["name"]: step for step in spec.augment}
+        self._set_augment(spec.augment)
+
+    def _set_augment(self, steps) -> None:
+        chosen = {step["name"]: step for step in steps}
         for row, name in enumerate(AUGMENTATIONS):
-            if name in chosen:
-                self.augment.item(row, 0).setCheckState(Qt.Checked)
-                self.augment.item(row, 1).setText(_format_params(chosen[name]))
+            self.augment.item(row, 0).setCheckState(Qt.Checked if name in chosen else Qt.Unchecked)
+            self.augment.item(row, 1).setText(_format_params(chosen[name]) if name in chosen
+                                              else AUGMENT_DEFAULTS[name])
+
+    def _on_name_changed(self, *args) -> None:
+        """Another dataset: its augmentation starts from none, and an image folder's root is not another
+        dataset's (an MNIST folder may hold FashionMNIST too, so torchvision roots stay). Back to the dataset the
+        dialog opened on, its own settings return."""
+        old, new = self._name_shown, self.name.currentData()
+        self._name_shown = new
+        if old == new:
+            return
+        opened = USER_FILE if self._opened.name.startswith(USER_FILE) else self._opened.name
+        if new == opened:
+            if "root" not in inapplicable_fields(self._opened.name):  # digits' greyed root keeps what was typed
+                self.root.setText(self._opened.root)
+            self._set_augment(self._opened.augment)
+            return
+        if "imagefolder" in (old, new):
+            self.root.setText("")
+        self._set_augment([])
 
     def spec_data(self) -> dict:
         """The form as plain spec data (what `DataSpec.from_dict` takes)."""

@@ -59,6 +59,7 @@ class DatasetPanel(QWidget):
         self._loaded_spec = None
         self._good_spec: DataSpec | None = None  # the last spec whose data.info succeeded
         self._notice: tuple[str, str] | None = None  # (summary, details) the next reload shows: why it put one back
+        self._kept_after: str | None = None  # the dataset that failed, while the previous one loads again
         self._summary_prefix = ""
         self.model = ThumbnailItemModel(queries, self)
         self.table_model = SampleTableItemModel(queries, self)
@@ -255,7 +256,14 @@ class DatasetPanel(QWidget):
             more = f"\n… and {len(skipped) - 10} more" if len(skipped) > 10 else ""
             self._show_error(f"{len(skipped)} file(s) could not be read and are skipped:\n{listed}{more}",
                              warning=True)
-        self.status_message.emit(f"Dataset {info['dataset']} loaded")
+        self.status_message.emit(self._loaded_message(info["dataset"]))
+
+    def _loaded_message(self, name: str) -> str:
+        # Right after a failed choice, "Dataset digits loaded" read as if the choice had worked.
+        failed, self._kept_after = self._kept_after, None
+        if failed:
+            return f"Dataset {failed} could not be loaded; the previous dataset, {name}, is still shown"
+        return f"Dataset {name} loaded"
 
     def _on_user_info(self, info: dict) -> None:
         """A user's Dataset: its shape, target and task in the summary, thumbnails or a table, the targets' chart."""
@@ -272,7 +280,7 @@ class DatasetPanel(QWidget):
         self.target_chart.show_histogram(info.get("target_histogram"),
                                          "" if info.get("target_histogram") else tasks.get("why", ""))
         self._reconfigure_grid()
-        self.status_message.emit(f"Dataset {info['dataset']} loaded")
+        self.status_message.emit(self._loaded_message(info["dataset"]))
 
     def _on_table_total_changed(self, total: int) -> None:
         self.table.setToolTip(f"{total:,} samples in {self.current_split()}")
@@ -292,9 +300,12 @@ class DatasetPanel(QWidget):
                     else f"the previous <b>{previous.name}</b> settings stay")
             self._notice = (f"<b>{failed.name}</b> could not be loaded, so {kept} (the reason is below).",
                             f"{failed.name} could not be loaded: {message}")
-            self.status_message.emit(f"Dataset {failed.name} could not be loaded; kept {previous.name}")
+            self._kept_after = failed.name  # the reload of the previous one says so, not "loaded" alone
+            self.status_message.emit(f"Dataset {failed.name} could not be loaded; still showing {previous.name}")
+            self.state.refused.emit(failed.name, message)
             self.state.set_spec(previous)  # reloads, showing the notice
             return
+        self._kept_after = None
         self.summary.setText(f"<b>{failed.name}</b> could not be loaded.")
         self.class_chart.clear("")
         self.target_chart.clear("")

@@ -155,6 +155,15 @@ class DatasetPage(CheckedPage):
         builtin_layout = QVBoxLayout(self.builtin_row)
         builtin_layout.setContentsMargins(0, 0, 0, 0)
         builtin_layout.addWidget(self.summary)
+        # Why a dataset chosen with Change dataset… did not stay (its files are missing, say): said here, as the
+        # Data tab that found it out sits behind the wizard.
+        self.refusal = QLabel()
+        self.refusal.setWordWrap(True)
+        self.refusal.setTextFormat(Qt.RichText)
+        self.refusal.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.refusal.setStyleSheet(f"color: {ERROR_COLOUR}")
+        self.refusal.hide()
+        builtin_layout.addWidget(self.refusal)
         builtin_layout.addWidget(change, 0, Qt.AlignLeft)
         self.user = UserCodeFields("Dataset class or function", "Class or function", "MyDataset", with_args=True,
                                    parent=self)
@@ -206,6 +215,7 @@ class DatasetPage(CheckedPage):
         self.task_choice.changed.connect(self.edited)
         # The Data tab may take a choice back (it failed to load): follow it.
         state.changed.connect(self._on_state_changed)
+        state.refused.connect(self._on_state_refused)
         self.following = True
         self._load(self.spec)
         self._show_custom()
@@ -344,9 +354,17 @@ class DatasetPage(CheckedPage):
     def _on_state_changed(self) -> None:
         self._set_spec(self.state.spec)
 
+    def _on_state_refused(self, name: str, message: str) -> None:
+        if name != self.spec.name:
+            return  # not this page's choice
+        self.refusal.setText(f"<b>{html.escape(name)}</b> could not be loaded, so the dataset above stays: "
+                             f"{html.escape(message)}")
+        self.refusal.show()
+
     def _on_change_clicked(self) -> None:
         dialog = DatasetDialog(self.spec, self.data_dir, self)
         if dialog.exec():
+            self.refusal.hide()
             self.spec = dialog.spec()
             self.source.setCurrentIndex(self.source.findData("builtin"))
             self._set_spec(dialog.spec())
