@@ -26,6 +26,7 @@ JOB_TASKS = {
     "bench": "bench.latency",
     "graph": "graph.build",
     "lr-find": "train.lr_find",
+    "predict": "predict.model",
 }
 DIAG_TASKS = {"count": "debug.count", "sleep": "debug.sleep"}
 

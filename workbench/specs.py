@@ -38,6 +38,7 @@ __all__ = [
     "GraphSpec",
     "LrFindSpec",
     "ModelSpec",
+    "PredictSpec",
     "QuantSpec",
     "SourceSpec",
     "Spec",
@@ -926,6 +927,46 @@ class DataInfoSpec(Spec):
 
     dataset: DataSpec = option(DataSpec(), "The dataset to describe.")
 
+
+MAX_TOP_K = 1000  # rows of a top-k table; a longer list is the whole output, which nobody reads one by one
+
+
+@dataclass
+class PredictSampleSpec(Spec):
+    """A sample of the run's own dataset to predict instead of an image file (what the Data tab shows)."""
+
+    split: str = option("", "The split the sample comes from: train, val or test. Empty: no sample (input names an image file).")
+    index: int = option(0, "The sample's index within its split (the Data tab shows it as #index).", min=0, max=MAX_SAMPLES)
+
+    def validate(self) -> None:
+        self.split = self.split.strip()
+        if self.split not in ("", "train", "val", "test"):
+            raise SpecError(f"split: {self.split!r} is not a split; choose train, val or test (or leave it empty and "
+                            "name an image file with input)")
+
+
+@dataclass
+class PredictSpec(Spec):
+    """Try a run's model on one image (`workbench predict`): the top-k classes with their probabilities, and for a
+    quantize run the FP32 model's beside the quantized model's."""
+
+    source: SourceSpec = option(SourceSpec(), "The model to try: source.run names a training run (its best, else last checkpoint) or a quantize run (its quantized model, beside the FP32 model it came from).")
+    input: str = option("", "An image file (PNG, JPEG, BMP, ...) to predict; it is converted to the model's channels, resized to its input size and normalised as the run's dataset was. Empty: use sample.")
+    sample: PredictSampleSpec = option(PredictSampleSpec(), "A sample of the run's dataset to predict instead of an image file (sample.split and sample.index).")
+    top_k: int = option(5, "How many of the most likely classes (or labels) to list.", min=1, max=MAX_TOP_K)
+    preview: bool = option(False, "Also return the image as the model saw it (resized, channels converted, before normalisation) as a uint8 array: for the window, not the command line.")
+    device: str = _device("cpu", "Where to run the model: auto, cpu, mps, cuda or cuda:N.")
+
+    def validate(self) -> None:
+        self.input = self.input.strip()
+        if self.source.file:
+            raise SpecError(f"source.file: Try it runs a run's model; name a training or quantize run with source.run "
+                            f"instead of {self.source.file!r}")
+        # A missing run or input is the job's error (the default spec must validate, so a form can start from it).
+        if self.input and self.sample.split:
+            raise SpecError(f"input: {self.input!r} and sample.split {self.sample.split!r} are both given; predict an "
+                            "image file or a sample of the dataset, not both")
+
 # fmt: on
 
 SPEC_TYPES: dict[str, type[Spec]] = {
@@ -936,6 +977,7 @@ SPEC_TYPES: dict[str, type[Spec]] = {
     "graph": GraphSpec,
     "data": DataInfoSpec,
     "lr-find": LrFindSpec,
+    "predict": PredictSpec,
 }
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from workbench.registry import Registry
 
-BUILTIN_TASK_MODULES = ("workbench.worker.tasks.diagnostics", "workbench.worker.tasks.devices", "workbench.worker.tasks.data", "workbench.worker.tasks.train", "workbench.worker.tasks.graph", "workbench.worker.tasks.quant", "workbench.worker.tasks.bench", "workbench.worker.tasks.export")
+BUILTIN_TASK_MODULES = ("workbench.worker.tasks.diagnostics", "workbench.worker.tasks.devices", "workbench.worker.tasks.data", "workbench.worker.tasks.train", "workbench.worker.tasks.graph", "workbench.worker.tasks.quant", "workbench.worker.tasks.bench", "workbench.worker.tasks.export", "workbench.worker.tasks.predict")
 
 
 @dataclass(frozen=True)

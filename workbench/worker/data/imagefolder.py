@@ -192,18 +192,26 @@ def decode_file(path: str, mode: str, size: tuple[int, int]) -> np.ndarray:
     """Decode an image file to uint8 (H,W) for mode L or (H,W,3) for RGB at `size` (H, W)."""
     from PIL import Image
 
-    height, width = size
     with Image.open(path) as img:
         if img.width * img.height > MAX_DECODE_PIXELS:  # decided from the header, before any pixel is allocated
             raise TooLarge(img.width, img.height)
-        if img.format == "JPEG":
-            img.draft(mode, (width, height))  # let libjpeg decode at a reduced scale: much faster for big photos
-        if img.mode == "P" and "transparency" in img.info:
-            img = img.convert("RGBA")  # what PIL asks for before dropping a palette's transparency
-        img = img.convert(mode)
-        if img.size != (width, height):
-            img = img.resize((width, height), Image.Resampling.BILINEAR)  # antialiased when shrinking
-        return np.array(img, dtype=np.uint8)  # a writable copy: torch will not wrap read-only memory
+        return convert_image(img, mode, size)
+
+
+def convert_image(img, mode: str, size: tuple[int, int]) -> np.ndarray:
+    """An opened PIL image as uint8 (H,W) for mode L or (H,W,3) for RGB at `size` (H, W): how this dataset reads
+    its files, and how Try it (workbench.worker.predict) reads the user's image."""
+    from PIL import Image
+
+    height, width = size
+    if img.format == "JPEG":
+        img.draft(mode, (width, height))  # let libjpeg decode at a reduced scale: much faster for big photos
+    if img.mode == "P" and "transparency" in img.info:
+        img = img.convert("RGBA")  # what PIL asks for before dropping a palette's transparency
+    img = img.convert(mode)
+    if img.size != (width, height):
+        img = img.resize((width, height), Image.Resampling.BILINEAR)  # antialiased when shrinking
+    return np.array(img, dtype=np.uint8)  # a writable copy: torch will not wrap read-only memory
 
 
 def probe(paths: list[str], counts: list[int]) -> list[tuple[str, str, tuple[int, int]]]:

@@ -302,15 +302,15 @@ def input_shape_of(run: QuantRun, workspace, say: Say) -> tuple[int, ...]:
     return tuple(dataset.sample_shape)
 
 
-def build_qdq(run: QuantRun, *, say: Say, workspace=None, input_shape: tuple[int, ...] | None = None) -> QdqBuild:
-    """Rebuild the run's quantized model (load_quantized) and its Q/DQ copy, on the CPU."""
+def load_sim(run: QuantRun, *, say: Say, input_shape: tuple[int, ...]):
+    """The run's simulated quantized model (a QuantSim, everything quantized) rebuilt on the CPU from its artifacts:
+    what the ONNX QDQ export writes and what Try it (workbench.worker.predict) runs."""
     from workbench.worker.models import build_model
     from workbench.worker.quant.artifacts import load_quantized
 
-    shape = input_shape or input_shape_of(run, workspace if workspace is not None else run.dir.parent.parent, say)
     # task=custom: any output passes the trial forward pass; the model was checked for its task when it trained
     # (a segmentation model gives a map, a regression one a value).
-    model = build_model(run.model, input_shape=shape, log=say, pretrained=False, checkpoint=False,
+    model = build_model(run.model, input_shape=input_shape, log=say, pretrained=False, checkpoint=False,
                         task="custom").eval()
     try:
         sim = load_quantized(model, run.artifacts, params=run.params)
@@ -321,6 +321,13 @@ def build_qdq(run: QuantRun, *, say: Say, workspace=None, input_shape: tuple[int
                        f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); run the "
                        "quantization again") from None
     sim.all()
+    return sim
+
+
+def build_qdq(run: QuantRun, *, say: Say, workspace=None, input_shape: tuple[int, ...] | None = None) -> QdqBuild:
+    """Rebuild the run's quantized model (load_sim) and its Q/DQ copy, on the CPU."""
+    shape = input_shape or input_shape_of(run, workspace if workspace is not None else run.dir.parent.parent, say)
+    sim = load_sim(run, say=say, input_shape=shape)
     module, layers = qdq_module(sim, run.spec, say)
     return QdqBuild(run, sim, module, shape, layers)
 
