@@ -379,6 +379,24 @@ def main() -> int:
 
             next_identity_run()
             return
+        if scene == "failed-run":  # a model file with a syntax error: the reason above the panes, Edit and retry
+            from workbench.specs import TrainSpec
+
+            broken = Path(tempfile.mkdtemp()) / "broken_net.py"
+            broken.write_text("import torch\nclass Net(torch.nn.Module):\n    def __init__(self:\n        pass\n")
+            window.show_tab(window.training_panel)
+            window.start_training(TrainSpec.from_dict({"epochs": 3, "model": {"name": f"file:{broken}:Net"}}))
+
+            def select_failed() -> None:
+                panel = window.training_panel
+                if panel.job_of_run or not panel.runs:
+                    QTimer.singleShot(500, select_failed)
+                    return
+                panel.select_run(next(iter(panel.runs)))
+                QTimer.singleShot(1000, capture)
+
+            QTimer.singleShot(1500, select_failed)
+            return
         if scene == "first-run":  # a new workspace: the Training tab's empty state
             window.show_tab(window.training_panel)
             QTimer.singleShot(1500, capture)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QKeySequence
@@ -85,9 +86,14 @@ def test_double_click_opens_a_training_run_in_the_training_tab(fake_window, qtbo
 
 def test_context_menu_offers_the_run_actions(fake_window, qtbot):
     done_id, _ = _finished_train_run(fake_window.workspace)
-    failed_id, _ = _finished_train_run(fake_window.workspace, status="failed")
+    failed_id, failed_dir = _finished_train_run(fake_window.workspace, status="failed")
+    early_id, _ = _finished_train_run(fake_window.workspace, status="failed")  # failed before any checkpoint
+    (Path(failed_dir) / "checkpoints" / "model.pt").write_bytes(b"")  # a checkpoint to resume from
     panel = fake_window.runs_panel
     panel.refresh()
+    panel.select_run(early_id)
+    actions = {a.text(): a for a in panel.context_menu().actions() if a.text()}
+    assert not actions["Resume from last checkpoint"].isEnabled()
     panel.select_run(done_id)
     actions = {a.text(): a for a in panel.context_menu().actions() if a.text()}
     assert {"Open in its tab", "Resume from last checkpoint", "Show folder", "Copy folder path",

@@ -7,6 +7,7 @@ resume, show its folder, delete) from buttons, a double-click and a context menu
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QKeySequence
@@ -243,7 +244,12 @@ class RunsPanel(QWidget):
 
     @staticmethod
     def _resumable(entry: dict | None) -> bool:
-        return bool(entry) and (entry.get("task") or "").startswith("train.") and entry.get("status") in RESUMABLE
+        if not (bool(entry) and (entry.get("task") or "").startswith("train.") and entry.get("status") in RESUMABLE):
+            return False
+        # A run that failed before writing a checkpoint (a model file that does not import) has nothing to resume
+        # from: the Training tab offers Edit and retry for it instead.
+        checkpoints = Path(entry["run_dir"]) / "checkpoints"
+        return entry["status"] != "failed" or (checkpoints.is_dir() and any(checkpoints.glob("*.pt")))
 
     def _on_selection_changed(self, *args) -> None:
         self._update_buttons()

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
     QHeaderView,
+    QLabel,
     QPushButton,
     QSplitter,
     QStackedWidget,
@@ -36,7 +37,7 @@ from workbench.gui.run_identity import short_model
 from workbench.gui.widgets import run_table
 from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.open_folder import open_folder
-from workbench.gui.widgets.spec_form import canonical
+from workbench.gui.widgets.spec_form import ERROR_COLOUR, canonical
 from workbench.protocol import Message, ProtocolError
 from workbench.protocol.metrics import decode_metrics
 from workbench.runs import RunStore
@@ -46,6 +47,9 @@ TRAIN_TASK = "train.classifier"
 QUICK_START_SPEC = {"dataset": {"name": "digits"}, "model": {"name": "cnn"}, "epochs": 5}
 QUICK_START_LABEL = "Train a CNN on the bundled digits (about 10 s)"
 QUICK_START_SUMMARY = "model cnn · dataset digits · 5 epochs · the device picked in the toolbar"
+RESUME_TIP = "Continue the selected stopped run from its last checkpoint"
+RETRY_TIP = ("The selected run failed before it wrote a checkpoint, so there is nothing to resume: open the wizard "
+             "on its spec to fix what failed (a model file, a setting) and start it again as a new run")
 RUN_COLUMNS = ("Show", "Run", "Status", "Model · dataset", "Epochs", "Val acc")
 
 
@@ -58,6 +62,11 @@ def _flatten(data: dict, prefix: str = "") -> dict:
         else:
             flat[path] = value
     return flat
+
+
+def _has_checkpoint(entry: dict) -> bool:
+    checkpoints = Path(entry["run_dir"]) / "checkpoints"
+    return checkpoints.is_dir() and any(checkpoints.glob("*.pt"))
 
 
 class TrainingPanel(QWidget):
@@ -91,7 +100,7 @@ class TrainingPanel(QWidget):
         self.stop_button = QPushButton("Stop")
         self.stop_button.setToolTip("Stop the selected run at its next step; a checkpoint is written so it can resume")
         self.resume_button = QPushButton("Resume")
-        self.resume_button.setToolTip("Continue the selected stopped run from its last checkpoint")
+        self.resume_button.setToolTip(RESUME_TIP)
         self.open_button = QPushButton("Open folder")
         self.again_button = QPushButton("Train again…")
         self.again_button.setToolTip("Open the wizard on the selected run's spec, to change what you like and "
@@ -152,9 +161,21 @@ class TrainingPanel(QWidget):
                                                        "run trains: a heatmap over steps and histograms per step")
         self.tabs.addTab(self.profiler, "Profiler")
         self.tabs.addTab(spec_box, "Compare specs")
+        # Why the selected run failed, above every pane: a run that failed before its first step has no curve,
+        # evaluation or profile to show it by.
+        self.failure = QLabel()
+        self.failure.setWordWrap(True)
+        self.failure.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.failure.setStyleSheet(f"QLabel {{ color: {ERROR_COLOUR}; padding: 4px 2px; }}")
+        self.failure.hide()
+        details = QWidget()
+        details_layout = QVBoxLayout(details)
+        details_layout.setContentsMargins(0, 0, 0, 0)
+        details_layout.addWidget(self.failure)
+        details_layout.addWidget(self.tabs, 1)
         splitter = QSplitter(Qt.Horizontal)
         splitter.addWidget(self.table)
-        splitter.addWidget(self.tabs)
+        splitter.addWidget(details)
         splitter.setStretchFactor(0, 2)
         splitter.setStretchFactor(1, 5)
         splitter.setSizes([440, 900])  # room for the full run ids and the short model names
@@ -342,10 +363,13 @@ class TrainingPanel(QWidget):
         if entry is None:
             return
         evaluation = load_evaluation(entry["run_dir"])
+        failed = entry.get("status") == "failed"
         if evaluation is not None:
             self.evaluation.show_evaluation(evaluation, (entry.get("spec") or {}).get("dataset") or {}, run_id)
         else:
-            self.evaluation.clear("No evaluation yet: it is written when the run finishes.")
+            self.evaluation.clear("No evaluation: the run failed (the reason is above)." if failed
+                                  else "No evaluation yet: it is written when the run finishes.")
+        self._show_failure(entry)
         self.profiler.show_run(entry["run_dir"])
         self.layers.show_run(entry["run_dir"])
 
@@ -370,6 +394,24 @@ class TrainingPanel(QWidget):
                 self.spec_table.setItem(row, column, item)
         self.spec_table.resizeColumnsToContents()
 
+    def _show_failure(self, entry: dict) -> None:
+        if entry.get("status") != "failed":
+            self.failure.hide()
+            return
+        metrics = self.curves.runs.get(entry["id"])
+        early = not _has_checkpoint(entry) and not (metrics is not None and metrics.series)
+        when = " before its first step" if early else ""
+        text = f"This run failed{when}: {entry.get('message') or 'no reason was recorded'}"
+        if self._retry_only(entry):
+            text += "\nFix the cause, then Edit and retry… opens the wizard on its spec to start it again."
+        self.failure.setText(text)
+        self.failure.show()
+
+    @staticmethod
+    def _retry_only(entry: dict | None) -> bool:
+        """A failed run with no checkpoint has nothing to resume from: it is edited and started again."""
+        return bool(entry) and entry["status"] == "failed" and not _has_checkpoint(entry)
+
     def _update_buttons(self) -> None:
         run_id = self.selected_run_id()
         entry = self.runs.get(run_id or "")
@@ -378,6 +420,11 @@ class TrainingPanel(QWidget):
         # "interrupted": the store found its owner gone (killed, crashed), so its last checkpoint can go on.
         self.resume_button.setEnabled(bool(entry) and not live and entry["status"] in ("cancelled", "failed",
                                                                                           "interrupted"))
+        retry = self._retry_only(entry) and not live
+        self.resume_button.setText("Edit and retry…" if retry else "Resume")
+        self.resume_button.setToolTip(RETRY_TIP if retry else RESUME_TIP)
+        if retry:
+            self.resume_button.setEnabled(bool(entry.get("spec")))
         self.open_button.setEnabled(bool(entry))
         self.again_button.setEnabled(bool(entry and entry.get("spec")))
         self.graph_button.setEnabled(bool(entry))
@@ -461,7 +508,9 @@ class TrainingPanel(QWidget):
 
     def _on_resume_clicked(self) -> None:
         entry = self.runs.get(self.selected_run_id() or "")
-        if entry:
+        if entry and self._retry_only(entry):
+            self.train_again_requested.emit(dict(entry.get("spec") or {}))
+        elif entry:
             self.resume_requested.emit(entry["run_dir"], entry.get("spec") or {})
 
     def stop_selected(self) -> bool:
@@ -472,7 +521,7 @@ class TrainingPanel(QWidget):
         return True
 
     def resume_selected(self) -> bool:
-        if not self.resume_button.isEnabled():
+        if not self.resume_button.isEnabled() or self._retry_only(self.runs.get(self.selected_run_id() or "")):
             return False
         self._on_resume_clicked()
         return True
