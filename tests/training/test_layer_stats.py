@@ -217,3 +217,17 @@ def test_a_torchvision_resnet_is_recorded_with_its_relus_found_through_the_norms
     assert np.isfinite(dead["conv1"]) and np.isfinite(dead["layer1.0.conv1"]) and np.isfinite(dead["layer4.1.conv1"])
     assert math.isnan(dead["layer1.0.conv2"]) and math.isnan(dead["layer2.0.downsample.0"]) and math.isnan(dead["fc"])
     assert (record["scalars"][:, SCALARS.index("grad_norm")] > 0).all()
+
+
+def test_a_large_tensor_is_counted_on_a_stride_with_its_whole_range():
+    from workbench.worker.training.layer_stats import HISTOGRAM_SAMPLE, _histogram
+
+    torch.manual_seed(0)
+    values = torch.randn(HISTOGRAM_SAMPLE * 5 + 7)
+    values[123] = 9.0  # an extreme the stride skips: the range still reaches it
+    row = _histogram(values).numpy()
+    assert row[0] == values.min().item() and row[1] == 9.0
+    counts = row[2:]
+    assert math.isclose(counts.sum(), values.numel(), rel_tol=1e-6)
+    exact = torch.histc(values, bins=BINS, min=float(row[0]), max=float(row[1])).numpy()
+    assert np.abs(counts - exact).sum() / values.numel() < 0.01  # the same shape within a percent
