@@ -68,12 +68,15 @@ def _load_core(spec: DataSpec, root: Path, workspace: Path, ctx) -> DatasetCore:
     what = f"the {spec.name} dataset"
     if "all" in source.parts:
         store = source.parts["all"]
+        # A registered dataset's targets are classes: its splits are stratified by them.
         defs = {name: (store, idx) for name, idx in
-                split_whole(len(store), spec.val_fraction, spec.test_fraction, spec.seed, what).items()}
+                split_whole(len(store), spec.val_fraction, spec.test_fraction, spec.seed, what,
+                            labels=store.labels).items()}
     else:
         train, test = source.parts["train"], source.parts["test"]
         defs = {name: (train, idx) for name, idx in
-                split_train(len(train), spec.val_fraction, spec.seed, f"the training set of {spec.name}").items()}
+                split_train(len(train), spec.val_fraction, spec.seed, f"the training set of {spec.name}",
+                            labels=train.labels).items()}
         defs["test"] = (test, torch.arange(len(test)))
     return DatasetCore(name=spec.name, classes=source.classes, root=source.root, workspace=workspace,
                        split_defs={name: defs[name] for name in ("train", "val", "test")},

@@ -18,7 +18,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
-STATS_VERSION = 1
+# 2: splits are stratified by class, so a train split (and its statistics) differs from version 1's.
+STATS_VERSION = 2
 SAMPLE_LIMIT = 20_000  # images read for the statistics of a dataset too big to hold in memory
 CHUNK = 2048  # images summed at a time at most
 CHUNK_BYTES = 64 * 2**20  # and at most this much float64 copy of them: 2048 images of 4096x4096 would be 800 GB
