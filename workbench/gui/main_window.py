@@ -518,7 +518,7 @@ class MainWindow(QMainWindow):
         jobs_menu = menu.addMenu("&Jobs")
         cancel = jobs_menu.addAction("&Cancel job", self._cancel_current_job)
         cancel.setShortcut(QKeySequence("Ctrl+."))
-        cancel.setToolTip("Cancel the job selected in the Jobs panel (or the only running one)")
+        cancel.setToolTip("Cancel the job selected in the Jobs panel (or the newest running one)")
         jobs_menu.addAction("Clear &finished", self.jobs_panel.model.clear_finished)
 
         worker_menu = menu.addMenu("&Worker")

@@ -176,7 +176,8 @@ class JobsPanel(QWidget):
             self.view.setColumnWidth(COLUMNS.index(column), width)
         self.cancel_button = QPushButton("Cancel job", self)
         # Ctrl+. is the Jobs menu's action (window-wide); see MainWindow._build_menus.
-        self.cancel_button.setToolTip("Stop the selected job at its next step (Ctrl+.)")
+        self.cancel_button.setToolTip("Stop the selected job at its next step, or the running job when none is "
+                                      "selected (the newest, if several run) (Ctrl+.)")
         self.cancel_button.setEnabled(False)
         self.force_button = QPushButton("Force stop", self)
         self.force_button.setToolTip(
@@ -218,9 +219,17 @@ class JobsPanel(QWidget):
     def stuck_records(self) -> list[JobRecord]:
         return [r for r in self.model.records() if self.model.needs_force_stop(r)]
 
+    def cancel_target(self) -> JobRecord | None:
+        """The job Cancel stops: the selected one if it is active, else the newest active job (newest on top), so
+        the button works while a job runs without first selecting its row."""
+        record = self.selected_record()
+        if record is not None and record.active:
+            return record
+        return next((r for r in self.model.records() if r.active), None)
+
     def _update_buttons(self, *args) -> None:
         record = self.selected_record()
-        self.cancel_button.setEnabled(record is not None and record.active)
+        self.cancel_button.setEnabled(self.cancel_target() is not None)
         stuck = self.stuck_records()
         # The selected stuck job, or the only stuck one: the button must not depend on a lucky selection.
         stuck_ids = {r.job_id for r in stuck}
@@ -235,16 +244,11 @@ class JobsPanel(QWidget):
         self._update_buttons()
 
     def _on_cancel_clicked(self) -> None:
-        record = self.selected_record()
-        if record is not None and record.active:
-            self.cancel_requested.emit(record.job_id)
+        self.cancel_current()
 
     def cancel_current(self) -> bool:
-        """Cancel the selected job, or the only active one when none is selected (the menu's Ctrl+.)."""
-        record = self.selected_record()
-        if record is None or not record.active:
-            active = [r for r in self.model.records() if r.active]
-            record = active[0] if len(active) == 1 else None
+        """Cancel the selected job, or the newest active one when none is selected (the button and Ctrl+.)."""
+        record = self.cancel_target()
         if record is None:
             return False
         self.cancel_requested.emit(record.job_id)

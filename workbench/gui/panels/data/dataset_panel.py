@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QListView,
     QPushButton,
+    QScrollArea,
     QSlider,
     QSpinBox,
     QSplitter,
@@ -148,7 +149,15 @@ class DatasetPanel(QWidget):
         self.class_chart = ClassChart()
         self.target_chart = TargetChart()
         self.side_tabs = QTabWidget()
-        self.side_tabs.addTab(self.sample_view, "Sample")
+        # In a scroll area: a title or note that wraps onto more lines scrolls the sample view, where its minimum
+        # height used to pass up to the window, which grew by itself.
+        self.sample_scroll = QScrollArea()
+        self.sample_scroll.setWidget(self.sample_view)
+        self.sample_scroll.setWidgetResizable(True)
+        self.sample_scroll.setFrameShape(QScrollArea.NoFrame)
+        self.sample_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.sample_scroll.setMinimumHeight(460)  # about the room it had (the docks below would take it otherwise)
+        self.side_tabs.addTab(self.sample_scroll, "Sample")
         self.side_tabs.addTab(self.class_chart, "Classes")
         self.side_tabs.addTab(self.target_chart, "Targets")
         self.side_tabs.setTabVisible(2, False)  # the built-in sets' class chart says it all
@@ -379,7 +388,7 @@ class DatasetPanel(QWidget):
     def _on_sample(self, result: dict) -> None:
         self._sample_job = None
         self.sample_view.show_sample(result, self.state.spec.augment, self._sample_note)
-        self.side_tabs.setCurrentWidget(self.sample_view)
+        self.side_tabs.setCurrentWidget(self.sample_scroll)
 
     def _on_sample_reroll(self, seed: int) -> None:
         result = self.sample_view.result

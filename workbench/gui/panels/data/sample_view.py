@@ -27,13 +27,18 @@ def _image_label(size: int) -> QLabel:
     label = QLabel()
     label.setAlignment(Qt.AlignCenter)
     label.setMinimumSize(size, size)
-    label.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Expanding)
+    # Ignored, not Expanding: a pixmap's size is the label's size hint, and the sample view sits in a scroll area
+    # that sizes it by its hints, so each picture scaled to its label would make the label grow again.
+    label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Ignored)
     # Palette roles, not a style sheet: Qt reads palette() in a sheet once, so a sheet kept the light theme's
     # white behind the images after a switch to dark.
     label.setAutoFillBackground(True)
     label.setBackgroundRole(QPalette.AlternateBase)
     label.setFrameShape(QFrame.StyledPanel)
     return label
+
+
+HISTOGRAM_MIN_HEIGHT = 180
 
 
 class SampleView(QWidget):
@@ -54,7 +59,8 @@ class SampleView(QWidget):
         self.image = _image_label(120)
         self.histogram = make_plot("Pixel values", "count", "value (0–255)",
                                    empty="The histogram of the sample's pixel values appears here.")
-        self.histogram.setMinimumHeight(110)
+        # Room for a readable plot under its title and axis labels (110 px left about 40 px of bars).
+        self.histogram.setMinimumHeight(HISTOGRAM_MIN_HEIGHT)
         self.before = _image_label(64)
         self.after = _image_label(64)
         self.reroll_button = QPushButton("Re-roll augmentation")
@@ -79,6 +85,17 @@ class SampleView(QWidget):
         layout.addWidget(self.histogram, 2)
         layout.addWidget(transforms, 2)
         self.clear()
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802 (Qt override)
+        """The least height at `width`: the layout's minimum plus the lines the wrapped texts add. The scroll area
+        around the view sizes it by this, so the view fills what is shown and scrolls only when its texts wrap
+        past that (the layout's own answer is its preferred height, which a scaled picture keeps raising)."""
+        layout = self.layout()
+        margins = layout.contentsMargins()
+        inner = width - margins.left() - margins.right()
+        extra = sum(max(0, label.heightForWidth(inner) - label.minimumSizeHint().height())
+                    for label in (self.title, self.details) if label.isVisible() and label.text())
+        return layout.totalMinimumSize().height() + extra
 
     def clear(self, message: str = "Click a thumbnail to inspect it.") -> None:
         self.result = None

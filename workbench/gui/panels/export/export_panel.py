@@ -9,8 +9,8 @@ import copy
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QFont
+from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtGui import QColor, QDesktopServices, QFont
 from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
@@ -118,10 +118,15 @@ class ExportPanel(QWidget):
         self.open_button = QPushButton("Open folder")
         self.report_button = QPushButton("Report…")
         self.report_button.setToolTip("Open the HTML report of the training run this export or benchmark came from")
+        # The report written last time, opened again without rewriting it (Report… opened it once, in a browser
+        # a person may have closed, or that did not come to the front).
+        self.open_report_button = QPushButton("Open report")
+        self.open_report_button.setToolTip("Open the HTML report already written for the selected run's training "
+                                           "run in the web browser (Report… writes it afresh)")
         self.delete_button = QPushButton("Delete…")
         bar = QHBoxLayout()
         for button in (self.export_button, self.bench_button, self.stop_button, self.save_button,
-                       self.open_button, self.report_button, self.delete_button):
+                       self.open_button, self.report_button, self.open_report_button, self.delete_button):
             bar.addWidget(button)
         bar.addStretch(1)
 
@@ -180,6 +185,7 @@ class ExportPanel(QWidget):
         self.save_button.clicked.connect(self._on_save_clicked)
         self.open_button.clicked.connect(self._on_open_clicked)
         self.report_button.clicked.connect(self._on_report_clicked)
+        self.open_report_button.clicked.connect(self._on_open_report_clicked)
         self.delete_button.clicked.connect(self._on_delete_clicked)
         self.table.itemSelectionChanged.connect(self._on_run_selected)
         self.progress_box.hide()
@@ -784,6 +790,10 @@ class ExportPanel(QWidget):
         self.save_button.setEnabled(bench is not None and bool(bench.rows()))
         self.open_button.setEnabled(bool(entry))
         self.report_button.setEnabled(bool(entry) and bool(self.training_run_of(run_id)))
+        report = self.report_path(run_id or "") if entry else None
+        self.open_report_button.setEnabled(report is not None)
+        self.open_report_button.setToolTip(str(report) if report is not None else
+                                           "No report yet for this run's training run: Report… writes and opens it")
         self.delete_button.setEnabled(bool(entry) and not live)
 
     def _current_job(self) -> str | None:
@@ -833,6 +843,28 @@ class ExportPanel(QWidget):
             self.report_requested.emit(training)
         else:
             self.status_message.emit("This run does not come from a training run of this workspace")
+        self._update_buttons()  # the report now exists: Open report
+
+    def report_path(self, run_id: str) -> Path | None:
+        """The HTML report written for `run_id`'s training run (its artifacts/report.html), if there is one."""
+        from workbench.report import REPORT_NAME  # no torch: the report module renders stored runs only
+
+        training = self.training_run_of(run_id)
+        if not training:
+            return None
+        try:
+            path = self.store.resolve(training) / "artifacts" / REPORT_NAME
+        except WorkbenchError:
+            return None
+        return path if path.is_file() else None
+
+    def _on_open_report_clicked(self) -> None:
+        path = self.report_path(self.selected_run_id() or "")
+        if path is None:
+            self.status_message.emit("No report yet for this run: Report… writes one")
+            return
+        if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))):
+            self.status_message.emit(f"Could not open a web browser; the report is at {path}")
 
     def _on_diverging_clicked(self) -> None:
         results = self.current if isinstance(self.current, ExportResults) else None

@@ -71,7 +71,7 @@ class ProfilerView(QWidget):
         self.save_button.setEnabled(bool(trace and trace.exists()))
         if not rows:
             self.title.setText("This run has no profile. Set profile_steps in the training wizard "
-                               "(Hyperparameters page) to record one.")
+                               "(Device and speed page) to record one.")
             self.table.setSortingEnabled(True)
             return False
         self.title.setText(f"Top {len(rows)} operators by self CPU time in {self.run_dir.name}")
