@@ -150,6 +150,50 @@ def main() -> int:
 
             QTimer.singleShot(1000, finder_ready)
             return
+        if scene == "try-it":  # Try it (#21 part 5): a PNG of a digit on a W8A8 quantize run, FP32 beside quantized
+            import numpy as np
+            from PIL import Image
+            from sklearn.datasets import load_digits
+
+            from workbench.specs import QuantSpec, TrainSpec
+
+            digits = load_digits()  # a digit saved as a user would: RGB, larger than the model's 8x8
+            pixels = (digits.images[-33] * 255 / 16).round().clip(0, 255).astype(np.uint8)
+            png = Path(tempfile.mkdtemp()) / f"my-digit-{digits.target[-33]}.png"
+            Image.fromarray(pixels, "L").convert("RGB").resize((32, 32), Image.Resampling.NEAREST).save(png)
+            window.start_training(TrainSpec.from_dict({"epochs": 8, "lr": 0.02, "scheduler": "onecycle",
+                                                       "batch_size": 32}))
+            quantized: list[bool] = []
+
+            def try_it_step() -> None:
+                if any(r.active for r in window.manager.jobs.all() if not r.internal):
+                    QTimer.singleShot(500, try_it_step)
+                    return
+                if not quantized:
+                    quantized.append(True)
+                    train_id = next(iter(window.training_panel.runs))
+                    window.start_quantization(QuantSpec.from_dict({"source": {"run": train_id}}))
+                    QTimer.singleShot(1500, try_it_step)
+                    return
+                panel = window.quant_panel
+                window.show_tab(panel)
+                panel.refresh()
+                dialog = window.open_try_it(panel.selected_run_id())
+                dialog.resize(1040, 620)
+                dialog.view.predict_file(str(png))
+
+                def shown() -> None:
+                    view = dialog.view
+                    if view.result is None and not view.status.text().startswith("Could not"):
+                        QTimer.singleShot(300, shown)
+                        return
+                    QTimer.singleShot(800, lambda: (dialog.grab().save(str(out)), print(out),
+                                                    window.close_stopping_jobs()))
+
+                shown()
+
+            QTimer.singleShot(2000, try_it_step)
+            return
         if scene == "graph":  # a trained CNN's graph in Model Explorer, coloured by FLOPs
             from workbench.specs import TrainSpec
 

@@ -16,7 +16,7 @@ from fake_quant import fake_quant_analyze
 
 from workbench.errors import JobError
 from workbench.protocol import ConnectionInfo
-from workbench.specs import BenchSpec, ExportSpec, GraphSpec, QuantSpec, TrainSpec
+from workbench.specs import BenchSpec, ExportSpec, GraphSpec, PredictSpec, QuantSpec, TrainSpec
 from workbench.worker.kernel import Kernel
 from workbench.worker.registry import TaskInfo, get_task
 
@@ -184,6 +184,49 @@ def _fake_graph(spec, ctx):
             "quant_run": spec.quant_run}
 
 
+def _fake_predict(spec: PredictSpec, ctx):
+    """Speaks like predict.model (Try it) without torch: canned digits probabilities; a quantize run (read from the
+    store) swaps ranks 2 and 3, and its top answer too for a file whose name holds "disagree"; a missing file is the
+    worker's error naming input."""
+    from workbench.runs import RunStore
+
+    with RunStore(ctx.workspace).open_run(spec.source.run) as run:
+        quantize = run.task == "quant.analyze"
+    if spec.input and not Path(spec.input).is_file():
+        raise JobError(f"input: {spec.input} does not exist; give the path of an image file (PNG, JPEG, BMP, ...)")
+    probabilities = [0.70, 0.12, 0.08, 0.04, 0.03, 0.01, 0.01, 0.005, 0.004, 0.001]
+    order = [3, 8, 5, 9, 2, 7, 1, 0, 6, 4]
+
+    def rows(ranked):
+        return [{"class": c, "label": str(c), "probability": p, "logit": float(np.log(p))}
+                for c, p in zip(ranked[:spec.top_k], probabilities)]
+
+    if spec.input:
+        info = {"kind": "file", "path": spec.input, "format": "PNG", "mode": "RGBA", "size": [8, 8],
+                "model_size": [8, 8], "channels": 1, "converted_to": "L",
+                "notes": ["its alpha channel dropped, as the dataset loader drops it"]}
+    else:
+        info = {"kind": "sample", "split": spec.sample.split, "index": spec.sample.index, "model_size": [8, 8],
+                "channels": 1}
+    info["normalize"] = {"mean": [0.3], "std": [0.37], "how": "auto"}
+    result = {"run": spec.source.run, "run_kind": "quantize" if quantize else "train", "model": "cnn",
+              "dataset": "digits", "task": "classification", "top_k": spec.top_k, "device": "cpu", "input": info,
+              "notes": []}
+    if spec.sample.split:
+        result["truth"] = {"class": 3, "label": "3"}
+    fp32 = rows(order)
+    if quantize:
+        swapped = [8, 3, 5, 9] if "disagree" in Path(spec.input).name else [3, 5, 8, 9]
+        quantized = rows(swapped + order[4:])
+        result.update(predictions=quantized, quantized=quantized, fp32=fp32,
+                      agree=quantized[0]["class"] == fp32[0]["class"])
+    else:
+        result["predictions"] = fp32
+    if spec.preview:
+        result["preview"] = np.arange(64, dtype=np.uint8).reshape(8, 8, 1) * 4
+    return result
+
+
 class FakeWorker:
     def __init__(self, directory: Path):
         tasks = {name: get_task(name) for name in ("debug.count", "debug.selftest", "debug.sleep", "debug.echo")}
@@ -195,6 +238,7 @@ class FakeWorker:
         tasks["quant.analyze"] = TaskInfo("quant.analyze", fake_quant_analyze, "job", QuantSpec, True, "fake quantize")
         tasks["export.model"] = TaskInfo("export.model", fake_export_model, "job", ExportSpec, True, "fake export")
         tasks["bench.latency"] = TaskInfo("bench.latency", fake_bench_latency, "job", BenchSpec, True, "fake benchmark")
+        tasks["predict.model"] = TaskInfo("predict.model", _fake_predict, "query", PredictSpec, False, "fake Try it")
         self.kernel = Kernel(ConnectionInfo.new(), tasks=tasks)
         self.connection_file = Path(directory) / "fake-worker.json"
         self.kernel.conn.write(self.connection_file)

@@ -260,6 +260,7 @@ class MainWindow(QMainWindow):
         panel.graph_requested.connect(lambda run_id: run_id and self.show_graph_of_run(run_id))
         panel.layers_graph_requested.connect(self.show_graph_of_run)
         panel.quantize_requested.connect(lambda run_id: run_id and self.new_quantization(run_id))
+        panel.try_it_requested.connect(self.open_try_it)
         # Jobs that began before the tab was built: their curves come from the store, live from here on.
         for record in self.manager.jobs.all():
             panel.on_job_changed(record)
@@ -293,6 +294,7 @@ class MainWindow(QMainWindow):
         panel.start_requested.connect(self._start_quantization_data)
         panel.cancel_requested.connect(self._on_jobs_cancel_requested)
         panel.graph_requested.connect(self.show_quantization_on_graph)
+        panel.try_it_requested.connect(self.open_try_it)
         for record in self.manager.jobs.all():
             panel.on_job_changed(record)
         return panel
@@ -668,6 +670,28 @@ class MainWindow(QMainWindow):
         self.dataset_state.set_spec(spec)
         self.show_tab(self.dataset_panel)
         self.dataset_panel.show_sample(split, index, note)
+
+    def open_try_it(self, run_id: str):
+        """Try it (#21 part 5): a finished training or quantize run's model on a dropped image or a dataset sample,
+        in a window of its own beside the tabs; returns the dialog."""
+        from workbench.gui.panels.try_it import TryItDialog
+
+        if not run_id:
+            return None
+        dialog = TryItDialog(self.queries, self.workspace, run_id, data_sample=self._data_tab_sample, parent=self)
+        dialog.setAttribute(Qt.WA_DeleteOnClose)
+        dialog.show()
+        self.try_it_dialog = dialog
+        return dialog
+
+    def _data_tab_sample(self) -> dict | None:
+        """The sample the Data tab shows (its dataset spec, split and index), or None before one is clicked."""
+        if not self.data_tab.is_built:
+            return None
+        shown = self.dataset_panel.sample_view.result
+        if not shown or "split" not in shown:
+            return None
+        return {"dataset": self.dataset_state.spec.to_dict(), "split": shown["split"], "index": int(shown["index"])}
 
     def run_self_test(self) -> None:
         # debug.selftest runs beside any job (the worker's query pool): it never waits behind a training run.

@@ -94,6 +94,7 @@ class QuantPanel(QWidget):
     start_requested = Signal(dict)  # a QuantSpec's data to start as it is (Apply mixed precision)
     cancel_requested = Signal(str)  # job id
     graph_requested = Signal(str, str)  # quant run id, its training run id: SQNR painted on the graph
+    try_it_requested = Signal(str)  # quant run id: Try it, FP32 beside quantized on an image file or a sample
     status_message = Signal(str)
 
     def __init__(self, workspace, parent=None):
@@ -117,6 +118,9 @@ class QuantPanel(QWidget):
         self.graph_button = QPushButton("Show on graph")
         self.graph_button.setToolTip("Paint each layer's SQNR on the model's graph in the Graph tab; a click on a "
                                      "node there opens its histogram here")
+        self.try_it_button = QPushButton("Try it…")
+        self.try_it_button.setToolTip("Try the selected finished run on an image file (drop one) or a dataset sample: "
+                                      "the FP32 and the quantized model's top classes side by side")
         self.apply_button = QPushButton("Apply mixed precision")
         self.apply_button.setToolTip("Quantize again with the proposed layers kept at a higher bit width")
         self.again_button = QPushButton("Quantize again…")
@@ -124,8 +128,8 @@ class QuantPanel(QWidget):
         self.open_button = QPushButton("Open folder")
         self.delete_button = QPushButton("Delete…")
         bar = QHBoxLayout()
-        for button in (self.new_button, self.stop_button, self.again_button, self.graph_button, self.apply_button,
-                       self.open_button, self.delete_button):
+        for button in (self.new_button, self.stop_button, self.again_button, self.graph_button, self.try_it_button,
+                       self.apply_button, self.open_button, self.delete_button):
             bar.addWidget(button)
         bar.addStretch(1)
 
@@ -231,6 +235,7 @@ class QuantPanel(QWidget):
         self.stop_button.clicked.connect(self._on_stop_clicked)
         self.cancel_button.clicked.connect(self._on_stop_clicked)
         self.graph_button.clicked.connect(self._on_graph_clicked)
+        self.try_it_button.clicked.connect(lambda: self.try_it_requested.emit(self.selected_run_id() or ""))
         self.apply_button.clicked.connect(self._on_apply_clicked)
         self.open_button.clicked.connect(self._on_open_clicked)
         self.delete_button.clicked.connect(self._on_delete_clicked)
@@ -572,6 +577,7 @@ class QuantPanel(QWidget):
         self.progress_box.setVisible(live)
         self.again_button.setEnabled(bool(entry and entry.get("spec")))
         self.graph_button.setEnabled(done and bool(entry.get("source_run")))
+        self.try_it_button.setEnabled(done)
         proposal = (self.results.report.get("mixed_precision") if self.results else None) or {}
         self.apply_button.setEnabled(done and bool(proposal.get("layers")))
         self.apply_button.setToolTip(_apply_tooltip(done, self.results, proposal))

@@ -77,6 +77,7 @@ class TrainingPanel(QWidget):
     graph_requested = Signal(str)  # run id: show the run's model graph in the Graph tab
     layers_graph_requested = Signal(str, str)  # run id, overlay: its layer statistics painted on its graph
     quantize_requested = Signal(str)  # run id: open the quantization wizard on the run
+    try_it_requested = Signal(str)  # run id: Try it, the run's model on an image file or a dataset sample
     cancel_requested = Signal(str)  # job_id
     sample_requested = Signal(dict, str, int, str)  # dataset spec, split, index, a note (the prediction)
 
@@ -110,13 +111,16 @@ class TrainingPanel(QWidget):
                                      "in the Graph tab")
         self.quantize_button = QPushButton("Quantize…")
         self.quantize_button.setToolTip("Open the quantization wizard on the selected finished run")
+        self.try_it_button = QPushButton("Try it…")
+        self.try_it_button.setToolTip("Try the selected finished run's model on an image file (drop one) or a sample "
+                                      "of its dataset: its most likely classes with their probabilities")
         self.delete_button = QPushButton("Delete…")
         self.only_differences = QCheckBox("Only differences")
         self.only_differences.setChecked(True)
         self.only_differences.setToolTip("In the spec comparison, hide fields that are the same in every shown run")
         bar = QHBoxLayout()
         for button in (self.new_button, self.stop_button, self.resume_button, self.again_button, self.graph_button,
-                       self.quantize_button, self.open_button, self.delete_button):
+                       self.quantize_button, self.try_it_button, self.open_button, self.delete_button):
             bar.addWidget(button)
         bar.addStretch(1)
         self.table = run_table.make_run_table(RUN_COLUMNS)
@@ -205,6 +209,7 @@ class TrainingPanel(QWidget):
         self.again_button.clicked.connect(self._on_again_clicked)
         self.graph_button.clicked.connect(lambda: self.graph_requested.emit(self.selected_run_id() or ""))
         self.quantize_button.clicked.connect(lambda: self.quantize_requested.emit(self.selected_run_id() or ""))
+        self.try_it_button.clicked.connect(lambda: self.try_it_requested.emit(self.selected_run_id() or ""))
         self.open_button.clicked.connect(self._on_open_clicked)
         self.delete_button.clicked.connect(self._on_delete_clicked)
         self.table.itemSelectionChanged.connect(self._on_table_selection_changed)
@@ -429,6 +434,7 @@ class TrainingPanel(QWidget):
         self.again_button.setEnabled(bool(entry and entry.get("spec")))
         self.graph_button.setEnabled(bool(entry))
         self.quantize_button.setEnabled(bool(entry) and not live and entry["status"] == "done")
+        self.try_it_button.setEnabled(bool(entry) and not live and entry["status"] == "done")
         self.delete_button.setEnabled(bool(entry) and not live)
 
     # -- live runs -------------------------------------------------------------------------------
