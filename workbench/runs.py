@@ -137,6 +137,17 @@ def read_text_file(path: Path, what: str) -> str:
         raise JobError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
 
 
+def upgrade_run_spec(data: dict) -> dict:
+    """A stored run spec as it was meant when written: a run's spec.toml holds every field, so one missing is a field
+    added since, whose default may have changed what the run did. dataset.stratify (#21): splits by class came with
+    it; a run made before it was split plainly, and its resume, quantization or export must see the same splits (a
+    test split of other samples would hold samples it trained on)."""
+    dataset = data.get("dataset")
+    if isinstance(dataset, dict) and "stratify" not in dataset:
+        dataset["stratify"] = False
+    return data
+
+
 def _real(value: float | None) -> float:
     # SQLite stores NaN as NULL; the only NULLs in metrics.value come from NaN.
     return math.nan if value is None else value
@@ -589,12 +600,13 @@ class Run:
         return report
 
     def read_spec(self) -> dict:
+        """The run's spec.toml as data, with what a default that changed since meant when the run was made."""
         try:
             text = read_text_file(self.spec_path, "Run spec")
         except FileNotFoundError as exc:
             raise JobError(f"Run spec {self.spec_path} is missing.") from exc
         try:
-            return tomllib.loads(text)
+            return upgrade_run_spec(tomllib.loads(text))
         except ValueError as exc:
             raise JobError(f"Run spec {self.spec_path} is not valid TOML: {exc}") from exc
 

@@ -579,6 +579,7 @@ class DataSpec(Spec):
     size: int = option(1000, "Number of samples the 'fake' dataset generates.", min=1, max=MAX_SAMPLES)
     num_classes: int = option(10, "Number of classes the 'fake' dataset generates.", min=2, max=MAX_CLASSES)
     args: dict = option({}, "Keyword arguments for a file: dataset's class or function, e.g. {size=500}.")
+    stratify: bool = option(True, "Split by class: every class is cut into train, validation and test in the same proportions, so a small test split keeps every class (a registered or image-folder dataset; a file: dataset is split plainly). false: the plain seeded split, which runs made before this option keep.")
 
     def validate(self) -> None:
         total = self.val_fraction + self.test_fraction

@@ -82,3 +82,22 @@ def test_a_held_out_test_sets_validation_split_is_stratified(tmp_path):
     wanted = torch.bincount(train_labels, minlength=10) * 0.1
     got = torch.bincount(ds.splits["val"].labels, minlength=10)
     assert len(ds.splits["val"]) == 20 and torch.all((got - wanted).abs() <= 1.0 + 1e-9)
+
+
+def test_stratify_false_is_the_plain_seeded_split_of_earlier_runs(tmp_path):
+    # The split every run made before stratified splits had: the seed's permutation, test first, then val.
+    plain = load_dataset(DataSpec(name="digits", stratify=False, seed=3), workspace=tmp_path)
+    perm = torch.randperm(1797, generator=torch.Generator().manual_seed(3))
+    n_test, n_val = len(plain.splits["test"]), len(plain.splits["val"])
+    assert torch.equal(plain.splits["test"].indices, perm[:n_test].sort().values)
+    assert torch.equal(plain.splits["val"].indices, perm[n_test:n_test + n_val].sort().values)
+    stratified = load_dataset(DataSpec(name="digits", seed=3), workspace=tmp_path)
+    assert not torch.equal(stratified.splits["test"].indices, plain.splits["test"].indices)
+
+
+def test_a_run_made_before_stratify_reads_back_as_unstratified():
+    from workbench.runs import upgrade_run_spec
+
+    assert upgrade_run_spec({"dataset": {"name": "digits"}})["dataset"]["stratify"] is False
+    assert upgrade_run_spec({"dataset": {"name": "digits", "stratify": True}})["dataset"]["stratify"] is True
+    assert upgrade_run_spec({"epochs": 1}) == {"epochs": 1}  # no dataset table: nothing to say

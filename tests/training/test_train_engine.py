@@ -341,3 +341,18 @@ def test_a_cancel_during_validation_keeps_the_epoch_it_ends(tmp_path):
     assert summary["epochs_completed"] == 2 and summary["global_steps"] == 46
     step, first_epoch = next((step, values) for step, values in resumed.report.rows if values.get("epoch") == 1)
     assert step == 23 and 0 < first_epoch["epoch/train_loss"] < 3 and first_epoch["val/acc"] > 0.3
+
+
+def test_a_run_made_before_stratified_splits_resumes_on_its_own_splits(tmp_path):
+    first = done(train(tmp_path, merge(QUICK, epochs=1, model={"name": "mlp"})))
+    spec_file = Path(first["run_dir"]) / "spec.toml"
+    text = spec_file.read_text()
+    assert "stratify = true" in text
+    spec_file.write_text(text.replace("stratify = true\n", ""))  # as a run written before the option
+    recorder = Recorder()
+    resumed = done(train(tmp_path, merge(QUICK, epochs=2, model={"name": "mlp"}), recorder=recorder,
+                         resume=first["run_dir"]))
+    assert resumed["resumed_from_epoch"] == 1
+    logs = [log["text"] for log in recorder.of("log")]
+    assert "dataset.stratify: this run began with stratify=false; it keeps those splits" in logs
+    assert "stratify = false" in spec_file.read_text()

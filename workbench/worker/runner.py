@@ -5,6 +5,7 @@ The worker kernel and the headless CLI both call `run_task`, so a job behaves th
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import threading
@@ -58,6 +59,22 @@ def _record_outcome(run, result: dict) -> None:
     run.set_status(result["status"], result.get("error", {}).get("message", ""))
 
 
+def _as_begun(spec, run) -> tuple[object, list[str]]:
+    """A resumed run goes on with the splits it began with: its stored spec (read as it was meant, see
+    workbench.runs.upgrade_run_spec) decides dataset.stratify, whatever the spec handed in says."""
+    dataset = getattr(spec, "dataset", None)
+    if dataset is None or not hasattr(dataset, "stratify"):
+        return spec, []
+    try:
+        stored = (run.read_spec().get("dataset") or {}).get("stratify")
+    except WorkbenchError:
+        return spec, []
+    if not isinstance(stored, bool) or stored == dataset.stratify:
+        return spec, []
+    note = f"dataset.stratify: this run began with stratify={str(stored).lower()}; it keeps those splits"
+    return dataclasses.replace(spec, dataset=dataclasses.replace(dataset, stratify=stored)), [note]
+
+
 def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threading.Event | None = None,
              workspace: str | Path | None = None, job_id: str = "", resume: str | Path | None = None,
              run_id: str | None = None) -> dict:
@@ -69,6 +86,7 @@ def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threadi
     """
     run = None
     result: dict = {"status": "failed", "run_dir": None}
+    notes: list[str] = []  # what the job's log says first (a resumed run keeping what it began with)
     started = time.time()
     try:
         spec = build_spec(task, spec_data)
@@ -87,6 +105,8 @@ def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threadi
             run = opened
             result["run_dir"] = str(run.dir)  # named from here on: a write below can fail (a full disk)
             if hasattr(spec, "to_toml"):  # the spec may have grown (more epochs, say): keep the file true
+                spec, kept = _as_begun(spec, run)
+                notes.extend(kept)
                 atomic_write_text(run.spec_path, spec.to_toml())
             run.set_status("running")
             run.log_event("resumed", {"job_id": job_id})
@@ -104,6 +124,8 @@ def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threadi
             emit("status", {"state": "running"}, [])
         ctx = TaskContext(emit, stop_event=stop_event, run=run, job_id=job_id, workspace=workspace,
                           resuming=resume is not None)
+        for note in notes:
+            ctx.log(note)
         try:
             value = _drive(task, spec, ctx)
         finally:

@@ -48,7 +48,8 @@ def resolve_root(spec: DataSpec, workspace: Path) -> Path:
 def _core_key(spec: DataSpec, root: Path, workspace: Path) -> str:
     fields = {"name": spec.name, "root": str(root), "val_fraction": spec.val_fraction,
               "test_fraction": spec.test_fraction, "seed": spec.seed, "image_size": list(spec.image_size),
-              "size": spec.size, "num_classes": spec.num_classes, "workspace": str(workspace)}
+              "size": spec.size, "num_classes": spec.num_classes, "workspace": str(workspace),
+              "stratify": spec.stratify}
     return json.dumps(fields, sort_keys=True)
 
 
@@ -71,12 +72,12 @@ def _load_core(spec: DataSpec, root: Path, workspace: Path, ctx) -> DatasetCore:
         # A registered dataset's targets are classes: its splits are stratified by them.
         defs = {name: (store, idx) for name, idx in
                 split_whole(len(store), spec.val_fraction, spec.test_fraction, spec.seed, what,
-                            labels=store.labels).items()}
+                            labels=store.labels if spec.stratify else None).items()}
     else:
         train, test = source.parts["train"], source.parts["test"]
         defs = {name: (train, idx) for name, idx in
                 split_train(len(train), spec.val_fraction, spec.seed, f"the training set of {spec.name}",
-                            labels=train.labels).items()}
+                            labels=train.labels if spec.stratify else None).items()}
         defs["test"] = (test, torch.arange(len(test)))
     return DatasetCore(name=spec.name, classes=source.classes, root=source.root, workspace=workspace,
                        split_defs={name: defs[name] for name in ("train", "val", "test")},
