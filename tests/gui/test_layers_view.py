@@ -4,10 +4,12 @@ and "Show on graph" asking for the statistic's overlay."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import numpy as np
 import pytest
+from cli_helpers import one_json, wb
 from PySide6.QtCore import QPointF, Qt
 
 from workbench.gui.panels.training.layers_view import LayersView
@@ -34,15 +36,14 @@ DEAD_NET = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def dead_run(tmp_path_factory):
-    """A real digits run of the dead-layer model, trained in this process by the real task (torch, not the GUI)."""
-    from workbench.worker.registry import get_task
-    from workbench.worker.runner import run_task
-
+    """A real digits run of the dead-layer model, trained by `workbench train` in a process of its own: the GUI's
+    process never loads torch (and torch's triton beside QtWebEngine crashed it)."""
     folder = tmp_path_factory.mktemp("dead")
     (folder / "dead.py").write_text(DEAD_NET)
     spec = {"dataset": {"name": "digits"}, "model": {"name": f"file:{folder / 'dead.py'}:DeadNet"}, "epochs": 1,
             "batch_size": 64, "layer_stats_every": 5}
-    result = run_task(get_task("train.classifier"), spec, emit=lambda *a: None, workspace=folder / "ws")
+    (folder / "spec.json").write_text(json.dumps(spec))
+    result = one_json(wb(folder, "train", str(folder / "spec.json"), "--json", workspace=folder / "ws", timeout=300))
     assert result["status"] == "done", result.get("error")
     return result["run_dir"]
 

@@ -9,13 +9,14 @@ LIMIT = 20  # jobs held at once
 
 
 class EarlyMessages:
-    def __init__(self, prefix: str):
-        self.prefix = prefix  # array names of the panel's task ("quant/", "bench/")
+    def __init__(self, prefix: str, types: tuple[str, ...] = ("array",)):
+        self.prefix = prefix  # array names of the panel's task ("quant/", "bench/"); "" for any
+        self.types = types  # the message types kept (arrays; the Training tab's metrics and artifacts)
         self._held: dict[str, list[Message]] = {}
 
     def keep(self, msg: Message) -> None:
         job_id = msg.parent_id or ""
-        if job_id and str((msg.content or {}).get("name", "")).startswith(self.prefix):
+        if job_id and msg.msg_type in self.types and str((msg.content or {}).get("name", "")).startswith(self.prefix):
             self._held.setdefault(job_id, []).append(msg)
             if len(self._held) > LIMIT:
                 self._held.pop(next(iter(self._held)))

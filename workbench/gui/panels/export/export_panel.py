@@ -30,7 +30,6 @@ from PySide6.QtWidgets import (
 
 from workbench.client import JobRecord
 from workbench.errors import WorkbenchError
-from workbench.gui.early_messages import EarlyMessages
 from workbench.gui.panels.export.bench_plots import (
     HISTORY_EMPTY,
     DistributionView,
@@ -53,14 +52,12 @@ from workbench.gui.panels.export.results import (
 )
 from workbench.gui.panels.export.results_table import BenchResultsTable
 from workbench.gui.panels.quant.results import bit_widths
-from workbench.gui.panels.runs_panel import delete_run_action
+from workbench.gui.panels.run_tab import RunTab
 from workbench.gui.run_identity import RunIdentities
 from workbench.gui.widgets import run_table
 from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.job_progress import JobProgress
-from workbench.gui.widgets.open_folder import open_folder
 from workbench.protocol import Message, named_array
-from workbench.runs import RunStore
 from workbench.specs import BenchSpec, ExportSpec
 
 TASKS = (EXPORT_TASK, BENCH_TASK)
@@ -82,22 +79,20 @@ def _join_batches(values) -> str:
     return ", ".join(str(v) for v in values or [])
 
 
-class ExportPanel(QWidget):
+class ExportPanel(RunTab):
+    TASKS = TASKS
+    EARLY_PREFIX = "bench/"  # a benchmark's arrays that came before the job was ours
     report_requested = Signal(str)  # the training run whose HTML report to open
     graph_requested = Signal(str, str)  # a training (or quantize) run id, the module to select on its graph
     cancel_requested = Signal(str)  # job id
     status_message = Signal(str)
 
     def __init__(self, workspace, submit: Submit, parent=None):
-        super().__init__(parent)
-        self.store = RunStore(workspace)
+        # runs: export and bench runs; live: job id -> the ExportResults or BenchResults filling in
+        super().__init__(workspace, parent)
         self.submit = submit
         self.default_device = ""  # the toolbar's device: the wizards' default
-        self.runs: dict[str, dict] = {}  # export and bench run id -> list entry (with spec and report summary)
-        self.live: dict[str, ExportResults | BenchResults] = {}  # job id -> the run filling in
-        self.job_of_run: dict[str, str] = {}  # run id -> job id while it runs
         self.records: dict[str, JobRecord] = {}  # job id -> its latest record while it runs
-        self._early = EarlyMessages("bench/")  # arrays that came before the job was ours
         self.current: ExportResults | BenchResults | None = None
         self.overlays: dict[str, BenchResults] = {}  # run id -> an earlier benchmark ticked in History
         self._build()
@@ -183,10 +178,10 @@ class ExportPanel(QWidget):
         self.stop_button.clicked.connect(self._on_stop_clicked)
         self.cancel_button.clicked.connect(self._on_stop_clicked)
         self.save_button.clicked.connect(self._on_save_clicked)
-        self.open_button.clicked.connect(self._on_open_clicked)
+        self.open_button.clicked.connect(self.open_selected_folder)
         self.report_button.clicked.connect(self._on_report_clicked)
         self.open_report_button.clicked.connect(self._on_open_report_clicked)
-        self.delete_button.clicked.connect(self._on_delete_clicked)
+        self.delete_button.clicked.connect(self.delete_selected)
         self.table.itemSelectionChanged.connect(self._on_run_selected)
         self.progress_box.hide()
 
@@ -293,11 +288,17 @@ class ExportPanel(QWidget):
 
     # -- the runs list ---------------------------------------------------------------------------
     def set_workspace(self, workspace) -> None:
-        self.store = RunStore(workspace)
-        self.current = None
-        self.overlays.clear()
-        self.refresh()
+        super().set_workspace(workspace)
         self.show_results(None)
+
+    def forget(self, run_id: str | None) -> None:
+        if run_id is None:  # another workspace
+            self.current = None
+            self.overlays.clear()
+            return
+        self.overlays.pop(run_id, None)
+        if self.current is not None and self.current.run_id == run_id:
+            self.show_results(None)
 
     def set_default_device(self, device: str) -> None:
         self.default_device = device or ""
@@ -327,9 +328,7 @@ class ExportPanel(QWidget):
 
     def refresh(self) -> None:
         selected = self.selected_run_id()
-        listed = self.store.list_runs()  # once: listing opens every run of the workspace
-        entries = run_table.task_runs(listed, TASKS, self.job_of_run, self._summary)
-        self.runs = {entry["id"]: entry for entry in entries}
+        entries, listed = self.list_runs()
         run_table.set_rows(self.table, [[run_table.id_item(entry), run_table.status_item(entry),
                                          *self._what_and_result_items(entry)] for entry in entries])
         self._fill_history()
@@ -343,10 +342,7 @@ class ExportPanel(QWidget):
             "come back here. An exported file (.onnx, .pt2, .pt) can be benchmarked right away.")
         self.empty_export_button.setEnabled(has_sources)
         self.pages.setCurrentIndex(0 if not entries and not self.live else 1)
-        if selected and self.select_run(selected):
-            pass
-        elif entries and self.selected_run_id() is None and self.current is None:
-            self.select_run(entries[0]["id"])
+        self.keep_selection(selected, entries, pick_first=self.current is None)
         self._update_buttons()
 
     @staticmethod
@@ -359,7 +355,7 @@ class ExportPanel(QWidget):
             result.setForeground(QColor(entry["result_colour"]))
         return what, result
 
-    def _summary(self, entry: dict) -> dict:
+    def run_summary(self, entry: dict) -> dict:
         read = run_table.read_spec_and_report(self.store, entry["id"])
         if read is None:
             return {}
@@ -393,12 +389,6 @@ class ExportPanel(QWidget):
             summary["result"] = (report["error"] or {}).get("message", "") if isinstance(report["error"], dict) else ""
             summary["result_colour"] = FAILED if entry.get("status") == "failed" else NEUTRAL
         return summary
-
-    def selected_run_id(self) -> str | None:
-        return run_table.selected_run_id(self.table)
-
-    def select_run(self, run_id: str) -> bool:
-        return run_table.select_run(self.table, run_id)
 
     def _on_run_selected(self) -> None:
         run_id = self.selected_run_id()
@@ -694,15 +684,13 @@ class ExportPanel(QWidget):
             if results is None:
                 cls = ExportResults if record.task == EXPORT_TASK else BenchResults
                 results = cls(spec=copy.deepcopy(record.spec))
-                self.live[record.job_id] = results
-                for msg in self._early.take(record.job_id):
-                    self._take_array(results, msg)
+                self.start_tracking(record.job_id, None, results)  # its run folder is named a moment later
                 self.pages.setCurrentIndex(1)
                 self.table.clearSelection()
                 self.show_results(results)
             if run_id and not results.run_id:
                 results.run_id, results.run_dir = run_id, record.run_dir
-                self.job_of_run[run_id] = record.job_id
+                self.name_run(record.job_id, run_id)
                 showing = self.current is results
                 self.refresh()
                 if showing:
@@ -711,12 +699,9 @@ class ExportPanel(QWidget):
             if self.current is results:
                 self.progress_box.show_record(record)
             return
-        results = self.live.pop(record.job_id, None)
         self.records.pop(record.job_id, None)
-        self._early.take(record.job_id)
-        run_id = (results.run_id if results else "") or run_id
-        if run_id:
-            self.job_of_run.pop(run_id, None)
+        results, run_id = self.stop_tracking(record.job_id, run_id)
+        run_id = run_id or ""
         showing = results is not None and self.current is results
         self.refresh()
         if record.state == "done":
@@ -741,15 +726,13 @@ class ExportPanel(QWidget):
     def on_message(self, msg: Message) -> None:
         if msg.msg_type != "array":
             return
-        results = self.live.get(msg.parent_id or "")
+        results = self.live_of(msg)
         if results is None:
-            self._early.keep(msg)
             return
-        if isinstance(results, BenchResults) and self._take_array(results, msg) and self.current is results:
+        if isinstance(results, BenchResults) and self.take_array(results, msg) and self.current is results:
             self._show_bench(results)
 
-    @staticmethod
-    def _take_array(results, msg: Message) -> bool:
+    def take_array(self, results, msg: Message) -> bool:
         if not isinstance(results, BenchResults):
             return False
         parts = named_array(msg.content, msg.buffers)
@@ -832,11 +815,6 @@ class ExportPanel(QWidget):
             path += ".json" if "json" in chosen.lower() else ".csv"
         self.save_results(path)
 
-    def _on_open_clicked(self) -> None:
-        entry = self.runs.get(self.selected_run_id() or "")
-        if entry:
-            open_folder(self, entry["run_dir"])
-
     def _on_report_clicked(self) -> None:
         training = self.training_run_of(self.selected_run_id() or "")
         if training:
@@ -877,14 +855,6 @@ class ExportPanel(QWidget):
     def _on_bench_export_clicked(self) -> None:
         if isinstance(self.current, ExportResults) and self.current.run_id:
             self.new_benchmark(self.current.run_id)
-
-    def _on_delete_clicked(self) -> None:
-        run_id = self.selected_run_id()
-        if run_id and delete_run_action(self, self.store, run_id):
-            self.overlays.pop(run_id, None)
-            if self.current is not None and self.current.run_id == run_id:
-                self.show_results(None)
-        self.refresh()
 
 
 def _diff_text(parity: dict, key: str) -> str:

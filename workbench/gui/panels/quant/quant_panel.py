@@ -28,7 +28,6 @@ from PySide6.QtWidgets import (
 
 from workbench.client import JobRecord
 from workbench.errors import WorkbenchError
-from workbench.gui.early_messages import EarlyMessages
 from workbench.gui.panels.quant.channel_ranges_plot import ChannelRangesPlot
 from workbench.gui.panels.quant.error_plot import ErrorPlot
 from workbench.gui.panels.quant.ladder_chart import LadderChart
@@ -38,14 +37,12 @@ from workbench.gui.panels.quant.mixed_precision_plot import MixedPrecisionPlot
 from workbench.gui.panels.quant.range_histogram import RangeHistogram
 from workbench.gui.panels.quant.results import QuantResults, bit_widths
 from workbench.gui.panels.quant.sensitivity_chart import SensitivityChart
-from workbench.gui.panels.runs_panel import delete_run_action
+from workbench.gui.panels.run_tab import RunTab
 from workbench.gui.run_identity import RunIdentities
 from workbench.gui.widgets import run_table
 from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.job_progress import JobProgress
-from workbench.gui.widgets.open_folder import open_folder
 from workbench.protocol import Message, named_array
-from workbench.runs import RunStore
 
 COVERAGE_WARN = 0.95  # as the worker's quant/coverage.WARN_BELOW: under it the share shows red
 
@@ -89,7 +86,9 @@ def _apply_tooltip(done: bool, results, proposal: dict) -> str:
     return "Quantize again with the proposal's per-layer bit widths (one click)"
 
 
-class QuantPanel(QWidget):
+class QuantPanel(RunTab):
+    TASKS = (QUANT_TASK,)
+    EARLY_PREFIX = "quant/"  # ladder and layer arrays that came before the run folder
     new_run_requested = Signal(str, dict)  # the training run and spec the wizard opens on ("", {}: its own choice)
     start_requested = Signal(dict)  # a QuantSpec's data to start as it is (Apply mixed precision)
     cancel_requested = Signal(str)  # job id
@@ -98,12 +97,7 @@ class QuantPanel(QWidget):
     status_message = Signal(str)
 
     def __init__(self, workspace, parent=None):
-        super().__init__(parent)
-        self.store = RunStore(workspace)
-        self.runs: dict[str, dict] = {}  # quant run id -> list entry (with spec, report summary)
-        self.live: dict[str, QuantResults] = {}  # job id -> the results filling in
-        self.job_of_run: dict[str, str] = {}  # run id -> job id while it runs
-        self._early = EarlyMessages("quant/")  # arrays that came before the run folder
+        super().__init__(workspace, parent)  # runs: the quantize runs; live: job id -> the QuantResults filling in
         self.results: QuantResults | None = None  # the run shown
         self.compared: QuantResults | None = None  # the run whose ladder stands beside it
         self._build()
@@ -237,8 +231,8 @@ class QuantPanel(QWidget):
         self.graph_button.clicked.connect(self._on_graph_clicked)
         self.try_it_button.clicked.connect(lambda: self.try_it_requested.emit(self.selected_run_id() or ""))
         self.apply_button.clicked.connect(self._on_apply_clicked)
-        self.open_button.clicked.connect(self._on_open_clicked)
-        self.delete_button.clicked.connect(self._on_delete_clicked)
+        self.open_button.clicked.connect(self.open_selected_folder)
+        self.delete_button.clicked.connect(self.delete_selected)
         self.table.itemSelectionChanged.connect(self._on_run_selected)
         self.compare_combo.currentIndexChanged.connect(self._on_compare_changed)
         self.layer_view.selectionModel().currentRowChanged.connect(self._on_layer_selected)
@@ -247,10 +241,11 @@ class QuantPanel(QWidget):
         self.show_results(None)
 
     # -- the runs list ---------------------------------------------------------------------------
-    def set_workspace(self, workspace) -> None:
-        self.store = RunStore(workspace)
-        self.results = self.compared = None
-        self.refresh()
+    def forget(self, run_id: str | None) -> None:
+        if run_id is None:  # another workspace
+            self.results = self.compared = None
+        elif self.results is not None and self.results.run_id == run_id:
+            self.show_results(None)
 
     def training_runs(self) -> list[dict]:
         """Finished training runs the wizard can quantize, newest first, with their model's name, a readable
@@ -272,9 +267,7 @@ class QuantPanel(QWidget):
 
     def refresh(self) -> None:
         selected = self.selected_run_id()
-        listed = self.store.list_runs()  # once: listing opens every run of the workspace
-        entries = run_table.task_runs(listed, [QUANT_TASK], self.job_of_run, self._summary)
-        self.runs = {entry["id"]: entry for entry in entries}
+        entries, listed = self.list_runs()
         run_table.set_rows(self.table, [
             [run_table.id_item(entry), run_table.status_item(entry),
              *(QTableWidgetItem(text) for text in (entry.get("scheme", ""),
@@ -291,13 +284,10 @@ class QuantPanel(QWidget):
             "back here.")
         self.empty_button.setEnabled(has_training)
         self.pages.setCurrentIndex(0 if not entries and not self.live else 1)
-        if selected and self.select_run(selected):
-            pass
-        elif entries and self.selected_run_id() is None:
-            self.select_run(entries[0]["id"])
+        self.keep_selection(selected, entries)
         self._update_buttons()
 
-    def _summary(self, entry: dict) -> dict:
+    def run_summary(self, entry: dict) -> dict:
         read = run_table.read_spec_and_report(self.store, entry["id"])
         if read is None:
             return {}
@@ -318,12 +308,6 @@ class QuantPanel(QWidget):
                 self.compare_combo.addItem(f"{entry.get('scheme', '')}  {run_id}".strip(), run_id)
         self.compare_combo.setCurrentIndex(max(0, self.compare_combo.findData(current)))
         self.compare_combo.blockSignals(False)
-
-    def selected_run_id(self) -> str | None:
-        return run_table.selected_run_id(self.table)
-
-    def select_run(self, run_id: str) -> bool:
-        return run_table.select_run(self.table, run_id)
 
     def _on_run_selected(self) -> None:
         run_id = self.selected_run_id()
@@ -511,21 +495,14 @@ class QuantPanel(QWidget):
         if record.active:
             if run_id and record.job_id not in self.live:
                 results = QuantResults(run_id=run_id, run_dir=record.run_dir, spec=copy.deepcopy(record.spec))
-                self.live[record.job_id] = results
-                self.job_of_run[run_id] = record.job_id
-                for msg in self._early.take(record.job_id):
-                    self._take_array(results, msg)
+                self.start_tracking(record.job_id, run_id, results)
                 self.refresh()
                 self.select_run(run_id)
                 self.show_results(results)
             if record.job_id in self.live and self.results is self.live[record.job_id]:
                 self.progress_box.show_record(record)
             return
-        results = self.live.pop(record.job_id, None)
-        self._early.take(record.job_id)
-        run_id = results.run_id if results else run_id
-        if run_id:
-            self.job_of_run.pop(run_id, None)
+        results, run_id = self.stop_tracking(record.job_id, run_id)
         showing = results is not None and self.results is results
         self.refresh()
         if showing:
@@ -539,17 +516,15 @@ class QuantPanel(QWidget):
     def on_message(self, msg: Message) -> None:
         if msg.msg_type != "array":
             return
-        results = self.live.get(msg.parent_id or "")
+        results = self.live_of(msg)
         if results is None:
-            self._early.keep(msg)
             return
-        if self._take_array(results, msg) and results is self.results:
+        if self.take_array(results, msg) and results is self.results:
             if msg.content.get("name") == "quant/ladder":
                 self._show_ladders()
                 self._show_summary()
 
-    @staticmethod
-    def _take_array(results: QuantResults, msg: Message) -> bool:
+    def take_array(self, results: QuantResults, msg: Message) -> bool:
         parts = named_array(msg.content, msg.buffers)
         return parts is not None and results.add_array(*parts)
 
@@ -613,15 +588,3 @@ class QuantPanel(QWidget):
         spec = self.proposal_spec()
         if spec is not None:
             self.start_requested.emit(spec)
-
-    def _on_open_clicked(self) -> None:
-        entry = self.runs.get(self.selected_run_id() or "")
-        if entry:
-            open_folder(self, entry["run_dir"])
-
-    def _on_delete_clicked(self) -> None:
-        run_id = self.selected_run_id()
-        if run_id and delete_run_action(self, self.store, run_id):
-            if self.results is not None and self.results.run_id == run_id:
-                self.show_results(None)
-        self.refresh()

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 
 from workbench.client import JobRecord
 from workbench.errors import WorkbenchError
-from workbench.gui.panels.runs_panel import delete_run_action
+from workbench.gui.panels.run_tab import RunTab
 from workbench.gui.panels.training.curves import CurvesWidget
 from workbench.gui.panels.training.evaluation import EvaluationView, load_evaluation
 from workbench.gui.panels.training.layers_view import LayersView
@@ -36,11 +36,9 @@ from workbench.gui.panels.training.profiler import ProfilerView
 from workbench.gui.run_identity import short_model
 from workbench.gui.widgets import run_table
 from workbench.gui.widgets.empty_state import EmptyState
-from workbench.gui.widgets.open_folder import open_folder
 from workbench.gui.widgets.spec_form import ERROR_COLOUR, canonical
 from workbench.protocol import Message, ProtocolError
 from workbench.protocol.metrics import decode_metrics
-from workbench.runs import RunStore
 
 TRAIN_TASK = "train.classifier"
 # The first-run demo: about ten seconds of training on two CPU cores, to ~97 % test accuracy.
@@ -69,7 +67,9 @@ def _has_checkpoint(entry: dict) -> bool:
     return checkpoints.is_dir() and any(checkpoints.glob("*.pt"))
 
 
-class TrainingPanel(QWidget):
+class TrainingPanel(RunTab):
+    TASKS = (TRAIN_TASK,)
+    EARLY_TYPES = ("metrics", "artifact")  # a job's first events can overtake the record that names its run
     new_run_requested = Signal()
     quick_start_requested = Signal()  # the first-run button: a CNN on the bundled digits
     resume_requested = Signal(str, dict)  # run_dir, spec
@@ -82,13 +82,8 @@ class TrainingPanel(QWidget):
     sample_requested = Signal(dict, str, int, str)  # dataset spec, split, index, a note (the prediction)
 
     def __init__(self, workspace, queries, parent=None):
-        super().__init__(parent)
-        self.store = RunStore(workspace)
+        super().__init__(workspace, parent)  # live: job id -> the run id it trains (the curves hold its points)
         self.queries = queries
-        self.runs: dict[str, dict] = {}  # run id -> list_runs() entry (plus live state)
-        self.live_jobs: dict[str, str] = {}  # job id -> run id
-        self.job_of_run: dict[str, str] = {}  # run id -> job id of a run training now
-        self._pending_columns: dict[str, list] = {}  # job id -> metrics events that came before the run dir
         self._build()
         self.refresh()
 
@@ -210,8 +205,8 @@ class TrainingPanel(QWidget):
         self.graph_button.clicked.connect(lambda: self.graph_requested.emit(self.selected_run_id() or ""))
         self.quantize_button.clicked.connect(lambda: self.quantize_requested.emit(self.selected_run_id() or ""))
         self.try_it_button.clicked.connect(lambda: self.try_it_requested.emit(self.selected_run_id() or ""))
-        self.open_button.clicked.connect(self._on_open_clicked)
-        self.delete_button.clicked.connect(self._on_delete_clicked)
+        self.open_button.clicked.connect(self.open_selected_folder)
+        self.delete_button.clicked.connect(self.delete_selected)
         self.table.itemSelectionChanged.connect(self._on_table_selection_changed)
         self.table.selectionModel().selectionChanged.connect(self._on_table_rows_selected)
         self.table.itemChanged.connect(self._on_table_item_changed)
@@ -220,17 +215,17 @@ class TrainingPanel(QWidget):
         self._update_buttons()
 
     # -- the runs list ---------------------------------------------------------------------------
-    def set_workspace(self, workspace) -> None:
-        self.store = RunStore(workspace)
-        self.curves.clear_runs()
-        self.refresh()
+    def forget(self, run_id: str | None) -> None:
+        if run_id is None:  # another workspace
+            self.curves.clear_runs()
+        else:
+            self.curves.remove_run(run_id)
 
     def refresh(self) -> None:
         """Re-read the training runs of the workspace (live state wins over what the store says)."""
         shown = set(self.shown_runs())
         selected = self.selected_run_id()
-        entries = run_table.task_runs(self.store.list_runs(), [TRAIN_TASK], self.job_of_run, self._summary)
-        self.runs = {entry["id"]: entry for entry in entries}
+        entries, _ = self.list_runs()
         run_table.set_rows(self.table, [
             [self._show_item(entry["id"], entry["id"] in shown), run_table.id_item(entry), run_table.status_item(entry),
              self._model_item(entry), *(QTableWidgetItem(str(entry.get(key, ""))) for key in ("epochs", "val_acc"))]
@@ -272,7 +267,7 @@ class TrainingPanel(QWidget):
     def showing_empty_state(self) -> bool:
         return self.pages.currentWidget() is self.empty_state
 
-    def _summary(self, entry: dict) -> dict:
+    def run_summary(self, entry: dict) -> dict:
         summary = {}
         try:
             with self.store.open_run(entry["id"]) as run:
@@ -297,12 +292,6 @@ class TrainingPanel(QWidget):
             if item is not None and item.checkState() == Qt.Checked:
                 ids.append(item.data(Qt.UserRole))
         return ids
-
-    def selected_run_id(self) -> str | None:
-        return run_table.selected_run_id(self.table)
-
-    def select_run(self, run_id: str) -> bool:
-        return run_table.select_run(self.table, run_id)
 
     def set_shown(self, run_id: str, shown: bool = True) -> None:
         for row in range(self.table.rowCount()):
@@ -440,55 +429,46 @@ class TrainingPanel(QWidget):
     # -- live runs -------------------------------------------------------------------------------
     def on_job_changed(self, record: JobRecord) -> None:
         if record.task != TRAIN_TASK or record.internal:
+            self.drop_early(record.job_id)  # its metrics are another tab's
             return
         run_id = Path(record.run_dir).name if record.run_dir else None
-        if run_id and record.job_id not in self.live_jobs and record.active:
-            self.live_jobs[record.job_id] = run_id
+        if run_id and record.job_id not in self.live and record.active:
             self.job_of_run[run_id] = record.job_id
             self.refresh()
             # A resumed run's earlier curve comes from the store; rows that are both there and in the live
             # stream are dropped as duplicates by RunMetrics.
             self._load_stored_metrics(run_id)
-            for columns in self._pending_columns.pop(record.job_id, []):
-                self.curves.add_columns(run_id, columns)
+            self.start_tracking(record.job_id, run_id, run_id, take=lambda _run, msg: self.on_message(msg))
             self.select_run(run_id)
         if not record.active:
             # The reply (shell channel) can overtake the last metrics (event channel); the store already
             # holds them all, so read it once more, and keep routing late events of this job to its run.
-            run_id = self.live_jobs.get(record.job_id, run_id)
-            if run_id:
-                self.job_of_run.pop(run_id, None)
-                if run_id in self.curves.runs:
-                    self._load_stored_metrics(run_id, force=True)
-            self._pending_columns.pop(record.job_id, None)
+            _, run_id = self.stop_tracking(record.job_id, run_id)
+            if run_id and run_id in self.curves.runs:
+                self._load_stored_metrics(run_id, force=True)
             self.refresh()
             if run_id and run_id == self.selected_run_id():
                 self.show_details(run_id)
 
     def on_message(self, msg: Message) -> None:
-        if msg.msg_type == "artifact" and msg.content.get("kind") == "layer_stats":
-            run_id = self.live_jobs.get(msg.parent_id or "")
-            entry = self.runs.get(run_id) if run_id else None
-            if entry is not None and isinstance(msg.content.get("path"), str):
+        if msg.msg_type not in self.EARLY_TYPES:
+            return
+        run_id = self.live_of(msg)  # None: held until the job's record names its run, or another tab's job
+        if run_id is None:
+            return
+        if msg.msg_type == "artifact":
+            entry = self.runs.get(run_id)
+            if msg.content.get("kind") == "layer_stats" and entry is not None \
+                    and isinstance(msg.content.get("path"), str):
                 self.layers.add_record_file(entry["run_dir"], msg.content["path"])  # shown only if it is this run
             return
-        if msg.msg_type != "metrics":
-            return
-        job_id = msg.parent_id or ""
-        run_id = self.live_jobs.get(job_id)
         try:
             columns = decode_metrics(msg.content, msg.buffers)
         except (ProtocolError, KeyError, TypeError):
             return  # not a metrics event of ours
-        if run_id is not None:
-            self.curves.add_columns(run_id, columns)
-            if "epoch" in columns:
-                self._update_live_row(run_id)
-        elif job_id:
-            # Metrics can overtake the job record's run folder by a moment; keep them until it arrives.
-            self._pending_columns.setdefault(job_id, []).append(columns)
-            if len(self._pending_columns) > 50:  # not ours after all (another task's metrics)
-                self._pending_columns.pop(next(iter(self._pending_columns)))
+        self.curves.add_columns(run_id, columns)
+        if "epoch" in columns:
+            self._update_live_row(run_id)
 
     def _update_live_row(self, run_id: str) -> None:
         """Epochs done and validation accuracy of a running run, from its live curves (no store read)."""
@@ -536,16 +516,3 @@ class TrainingPanel(QWidget):
         entry = self.runs.get(self.selected_run_id() or "")
         if entry and entry.get("spec"):
             self.train_again_requested.emit(dict(entry["spec"]))
-
-    def _on_open_clicked(self) -> None:
-        entry = self.runs.get(self.selected_run_id() or "")
-        if entry:
-            open_folder(self, entry["run_dir"])
-
-    def _on_delete_clicked(self) -> None:
-        run_id = self.selected_run_id()
-        if not run_id:
-            return
-        if delete_run_action(self, self.store, run_id):
-            self.curves.remove_run(run_id)
-        self.refresh()
