@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtWidgets import QTableWidget, QWidget
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QHBoxLayout, QSplitter, QStackedWidget, QTableWidget, QVBoxLayout, QWidget
 
 from workbench.gui.early_messages import EarlyMessages
 from workbench.gui.panels.runs_panel import delete_run_action
@@ -53,6 +54,30 @@ class RunTab(QWidget):
     def take_array(self, kept, msg: Message) -> bool:
         """Add an array event of a live job to what the tab keeps of it; True when it changed something."""
         return False
+
+    # -- the frame -----------------------------------------------------------------------------------
+    def build_frame(self, buttons, left: QWidget, right: QWidget, empty_state: QWidget,
+                    sizes: tuple[int, int]) -> QSplitter:
+        """The tab's frame: its toolbar of `buttons`, then `empty_state` (no runs yet) or the runs (`left`) beside
+        the run shown (`right`) in a splitter, which it returns; `pages` switches between the two."""
+        bar = QHBoxLayout()
+        for button in buttons:
+            bar.addWidget(button)
+        bar.addStretch(1)
+        splitter = QSplitter(Qt.Horizontal)
+        splitter.addWidget(left)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(0, 2)
+        splitter.setStretchFactor(1, 5)
+        splitter.setSizes(list(sizes))
+        self.pages = QStackedWidget()
+        self.pages.addWidget(empty_state)
+        self.pages.addWidget(splitter)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addLayout(bar)
+        layout.addWidget(self.pages, 1)
+        return splitter
 
     # -- the workspace and its runs ----------------------------------------------------------------
     def set_workspace(self, workspace) -> None:

@@ -119,11 +119,8 @@ class ExportPanel(RunTab):
         self.open_report_button.setToolTip("Open the HTML report already written for the selected run's training "
                                            "run in the web browser (Report… writes it afresh)")
         self.delete_button = QPushButton("Delete…")
-        bar = QHBoxLayout()
-        for button in (self.export_button, self.bench_button, self.stop_button, self.save_button,
-                       self.open_button, self.report_button, self.open_report_button, self.delete_button):
-            bar.addWidget(button)
-        bar.addStretch(1)
+        buttons = (self.export_button, self.bench_button, self.stop_button, self.save_button, self.open_button,
+                   self.report_button, self.open_report_button, self.delete_button)
 
         self.table = run_table.make_run_table(RUN_COLUMNS)
         self.table.setWordWrap(False)
@@ -149,13 +146,6 @@ class ExportPanel(RunTab):
         right_layout.addWidget(self.progress_box)
         right_layout.addWidget(self.detail, 1)
 
-        splitter = QSplitter(Qt.Horizontal)
-        splitter.addWidget(self.table)
-        splitter.addWidget(right)
-        splitter.setStretchFactor(0, 2)
-        splitter.setStretchFactor(1, 5)
-        splitter.setSizes([520, 980])
-
         self.empty_export_button = QPushButton("Export a trained model…")
         self.empty_bench_button = QPushButton("Benchmark a model…")
         for button in (self.empty_export_button, self.empty_bench_button):
@@ -163,13 +153,7 @@ class ExportPanel(RunTab):
         self.empty_state = EmptyState("No exports or benchmarks yet",
                                       [self.empty_export_button, self.empty_bench_button], width=640, row=True)
         self.empty_text = self.empty_state.text
-        self.pages = QStackedWidget()
-        self.pages.addWidget(self.empty_state)
-        self.pages.addWidget(splitter)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(6, 6, 6, 6)
-        layout.addLayout(bar)
-        layout.addWidget(self.pages, 1)
+        self.build_frame(buttons, self.table, right, self.empty_state, (520, 980))
 
         self.export_button.clicked.connect(lambda: self.new_export())
         self.empty_export_button.clicked.connect(lambda: self.new_export())

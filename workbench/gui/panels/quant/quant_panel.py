@@ -18,7 +18,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPushButton,
     QSplitter,
-    QStackedWidget,
     QTableView,
     QTableWidgetItem,
     QTabWidget,
@@ -121,11 +120,8 @@ class QuantPanel(RunTab):
         self.again_button.setToolTip("Open the wizard on the selected run's spec")
         self.open_button = QPushButton("Open folder")
         self.delete_button = QPushButton("Delete…")
-        bar = QHBoxLayout()
-        for button in (self.new_button, self.stop_button, self.again_button, self.graph_button, self.try_it_button,
-                       self.apply_button, self.open_button, self.delete_button):
-            bar.addWidget(button)
-        bar.addStretch(1)
+        buttons = (self.new_button, self.stop_button, self.again_button, self.graph_button, self.try_it_button,
+                   self.apply_button, self.open_button, self.delete_button)
 
         self.table = run_table.make_run_table(RUN_COLUMNS)
         header = self.table.horizontalHeader()
@@ -202,26 +198,13 @@ class QuantPanel(RunTab):
         right_layout.addWidget(self.progress_box)
         right_layout.addWidget(right, 1)
 
-        splitter = QSplitter(Qt.Horizontal)
-        splitter.addWidget(left)
-        splitter.addWidget(right_box)
-        splitter.setStretchFactor(0, 2)
-        splitter.setStretchFactor(1, 5)
-        splitter.setSizes([430, 950])
-        # Where a person drags them is kept between sessions (splitter_states / restore_splitters).
-        self.splitters = {"main": splitter, "left": left, "right": right}
-
         self.empty_button = QPushButton("Quantize a trained run…")
         self.empty_button.setMinimumHeight(40)
         self.empty_state = EmptyState("No quantization runs yet", [self.empty_button], width=620)
         self.empty_text = self.empty_state.text
-        self.pages = QStackedWidget()
-        self.pages.addWidget(self.empty_state)
-        self.pages.addWidget(splitter)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(6, 6, 6, 6)
-        layout.addLayout(bar)
-        layout.addWidget(self.pages, 1)
+        splitter = self.build_frame(buttons, left, right_box, self.empty_state, (430, 950))
+        # Where a person drags them is kept between sessions (splitter_states / restore_splitters).
+        self.splitters = {"main": splitter, "left": left, "right": right}
 
         self.new_button.clicked.connect(lambda: self.new_run_requested.emit("", {}))
         self.empty_button.clicked.connect(lambda: self.new_run_requested.emit("", {}))

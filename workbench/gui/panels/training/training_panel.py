@@ -13,12 +13,9 @@ from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QCheckBox,
-    QHBoxLayout,
     QHeaderView,
     QLabel,
     QPushButton,
-    QSplitter,
-    QStackedWidget,
     QTableWidget,
     QTableWidgetItem,
     QTabWidget,
@@ -113,11 +110,8 @@ class TrainingPanel(RunTab):
         self.only_differences = QCheckBox("Only differences")
         self.only_differences.setChecked(True)
         self.only_differences.setToolTip("In the spec comparison, hide fields that are the same in every shown run")
-        bar = QHBoxLayout()
-        for button in (self.new_button, self.stop_button, self.resume_button, self.again_button, self.graph_button,
-                       self.quantize_button, self.try_it_button, self.open_button, self.delete_button):
-            bar.addWidget(button)
-        bar.addStretch(1)
+        buttons = (self.new_button, self.stop_button, self.resume_button, self.again_button, self.graph_button,
+                   self.quantize_button, self.try_it_button, self.open_button, self.delete_button)
         self.table = run_table.make_run_table(RUN_COLUMNS)
         header = self.table.horizontalHeader()
         # The id is sized to its text and never wrapped (a stretched Run column lost to a long model name, and
@@ -172,12 +166,6 @@ class TrainingPanel(RunTab):
         details_layout.setContentsMargins(0, 0, 0, 0)
         details_layout.addWidget(self.failure)
         details_layout.addWidget(self.tabs, 1)
-        splitter = QSplitter(Qt.Horizontal)
-        splitter.addWidget(self.table)
-        splitter.addWidget(details)
-        splitter.setStretchFactor(0, 2)
-        splitter.setStretchFactor(1, 5)
-        splitter.setSizes([440, 900])  # room for the full run ids and the short model names
         # First run: no training run exists yet, so the table and curves would only be empty boxes.
         self.quick_start_button = QPushButton(QUICK_START_LABEL)
         self.quick_start_button.setToolTip(f"Starts: {QUICK_START_SUMMARY}")
@@ -190,13 +178,8 @@ class TrainingPanel(RunTab):
             text="Train a small CNN on scikit-learn's bundled digits (1,797 images of 8×8, ten classes): live loss and "
                  "accuracy curves appear here as it trains, and the run is kept in your workspace. Or open the wizard "
                  "(Ctrl+T) to pick your own dataset and model.")
-        self.pages = QStackedWidget()
-        self.pages.addWidget(self.empty_state)
-        self.pages.addWidget(splitter)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(6, 6, 6, 6)
-        layout.addLayout(bar)
-        layout.addWidget(self.pages, 1)
+        # 440: room for the full run ids and the short model names.
+        self.build_frame(buttons, self.table, details, self.empty_state, (440, 900))
         self.quick_start_button.clicked.connect(self.quick_start_requested)
         self.new_button.clicked.connect(self.new_run_requested)
         self.stop_button.clicked.connect(self._on_stop_clicked)
