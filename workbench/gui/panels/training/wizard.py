@@ -714,11 +714,24 @@ class ReviewPage(QWizardPage):
         super().__init__()
         self.wizard_ = wizard
         self.setTitle("Review")
-        self.setSubTitle("The spec this run will use. `workbench train spec.toml` runs the same thing headless.")
+        self.setSubTitle("The spec this run will use; edit it here if you like (it is checked as you type). "
+                         "`workbench train spec.toml` runs the same thing headless.")
         self.text = QPlainTextEdit()
-        self.text.setReadOnly(True)
         self.text.setFont(QFont("monospace"))
         self.text.setPlaceholderText("No spec while a field is invalid: go back to the field named below.")
+        self.text.setToolTip("The spec as TOML. Edits are checked as you type and Start uses the edited text; going "
+                             "Back rebuilds the spec from the pages and drops them.")
+        self.generated = ""  # the text the pages made: what an edit is told apart from
+        self.edited: TrainSpec | None = None  # the spec of a valid edit
+        self.edit_error = ""
+        self._check_timer = QTimer(self)
+        self._check_timer.setSingleShot(True)
+        self._check_timer.setInterval(250)  # after a pause in typing, not at every key
+        self._check_timer.timeout.connect(self.check_edit)
+        self.text.textChanged.connect(self._check_timer.start)
+        self.note = QLabel("Edited here: Start uses this text; Back rebuilds the spec from the pages.")
+        self.note.setWordWrap(True)
+        self.note.hide()
         self.error = QLabel()
         self.error.setWordWrap(True)
         self.error.setStyleSheet(f"color: {ERROR_COLOUR}")
@@ -734,6 +747,7 @@ class ReviewPage(QWizardPage):
         buttons.addStretch(1)
         layout = QVBoxLayout(self)
         layout.addWidget(self.text, 1)
+        layout.addWidget(self.note)
         layout.addWidget(self.error)
         layout.addLayout(buttons)
         self.setButtonText(QWizard.FinishButton, "Start training")
@@ -742,9 +756,33 @@ class ReviewPage(QWizardPage):
         self.wizard_.rebuild()
         self.show_spec()
 
+    def is_edited(self) -> bool:
+        return self.text.toPlainText() != self.generated
+
+    def final_spec(self) -> TrainSpec | None:
+        """What Start runs: the edited text's spec when the text was edited, else the pages' spec."""
+        return self.edited if self.is_edited() else self.wizard_.spec
+
     def show_spec(self) -> None:
-        spec, error = self.wizard_.spec, self.wizard_.error
-        self.text.setPlainText(spec.to_toml() if spec else "")
+        spec = self.wizard_.spec
+        if self.is_edited() and self.isVisible():
+            return  # a reply that rebuilt the pages' spec must not wipe what the person is typing
+        self.generated = spec.to_toml() if spec else ""
+        self.text.setPlainText(self.generated)
+        self.check_edit()
+
+    def check_edit(self) -> None:
+        """Check the text (edited or not) and say what is wrong, naming the field; Start and Save follow."""
+        self._check_timer.stop()
+        self.edited, self.edit_error = None, ""
+        if self.is_edited():
+            try:
+                self.edited = TrainSpec.from_toml(self.text.toPlainText(), source="the review page")
+            except SpecError as exc:
+                self.edit_error = str(exc)
+        spec = self.final_spec()
+        error = self.edit_error if self.is_edited() else self.wizard_.error
+        self.note.setVisible(self.is_edited() and self.edited is not None)
         self.error.setText(error)
         self.error.setVisible(bool(error))
         self.save.setEnabled(spec is not None)
@@ -756,12 +794,13 @@ class ReviewPage(QWizardPage):
         self.completeChanged.emit()
 
     def isComplete(self) -> bool:  # noqa: N802
-        return self.wizard_.spec is not None
+        return self.final_spec() is not None
 
     def _on_save_clicked(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Save spec", "train.toml", "TOML (*.toml)")
-        if path and self.wizard_.spec is not None:
-            Path(path).write_text(self.wizard_.spec.to_toml(), encoding="utf-8")
+        spec = self.final_spec()
+        if path and spec is not None:
+            Path(path).write_text(spec.to_toml(), encoding="utf-8")
 
 
 class TrainingWizard(QWizard):
@@ -913,12 +952,14 @@ class TrainingWizard(QWizard):
         """Show "Run on a cluster" for the current spec; the wizard stays open and Start is unchanged."""
         from workbench.gui.panels.training.cluster_page import ClusterPage
 
-        if self.rebuild() is None:
+        on_review = self.currentPage() is self.review_page
+        spec = self.review_page.final_spec() if on_review else self.rebuild()  # an edited review text included
+        if spec is None:
             return
         if self.cluster_page is not None:
             self.cluster_page.close()
             self.cluster_page.deleteLater()
-        self.cluster_page = ClusterPage(copy.deepcopy(self.spec), self.workspace, self)
+        self.cluster_page = ClusterPage(copy.deepcopy(spec), self.workspace, self)
         self.cluster_page.show()
 
     def done(self, result: int) -> None:
@@ -933,7 +974,12 @@ class TrainingWizard(QWizard):
         super().done(result)
 
     def accept(self) -> None:
-        if self.rebuild() is None:
+        if self.currentPage() is self.review_page and self.review_page.is_edited():
+            self.review_page.check_edit()
+            if self.review_page.edited is None:
+                return  # Start is disabled then; this guards a programmatic accept
+            self.spec = self.review_page.edited  # the text the person edited is what runs
+        elif self.rebuild() is None:
             return  # Start is disabled then; this guards a programmatic accept
         save_last_spec(self.settings, self.spec)
         super().accept()
