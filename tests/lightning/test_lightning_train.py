@@ -61,6 +61,8 @@ def test_logged_values_stream_into_the_run(trained):
     assert any("runs with your permissions" in text for text in logs)
     assert any(text.startswith("epoch 2/2: ") and "val_acc" in text for text in logs)
     assert not any("GPU available" in text for text in logs)
+    assert any(text.startswith("layer statistics (layer_stats_every) are recorded by the workbench's own loop")
+               for text in logs)
 
 
 def test_result_has_the_built_in_keys_and_the_modules_monitor(trained):

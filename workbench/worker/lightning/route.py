@@ -49,6 +49,9 @@ def run_lightning_training(spec: TrainSpec, ctx, board=None) -> dict:
     if ignored:
         ctx.log(f"{', '.join(ignored)} ignored: the LightningModule's configure_optimizers and training_step decide "
                 "them", "warning")
+    if spec.layer_stats_every:  # the default: said once, in passing, not as a warning
+        ctx.log("layer statistics (layer_stats_every) are recorded by the workbench's own loop; Lightning's Trainer "
+                "runs this one's steps, so the Layers view stays empty")
     run = ctx.run
     run.checkpoints_dir.mkdir(parents=True, exist_ok=True)
     run.artifacts_dir.mkdir(parents=True, exist_ok=True)
