@@ -1,9 +1,32 @@
-"""Models and runs the graph and bench tests share: a model file torch.export cannot capture, and a finished
-training run of the digits cnn as the store keeps one, made without training."""
+"""Models and runs the tests share: a model file torch.export cannot capture, a model with a dead ReLU layer, and a
+finished training run of the digits cnn as the store keeps one, made without training."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
+
+# fc2's bias pushes every unit below zero: its ReLU passes nothing, a dead layer from the first step, and
+# nothing flows back past it (the layer statistics tests, #21).
+DEAD_NET = textwrap.dedent("""
+    import torch
+    from torch import nn
+
+    class DeadNet(nn.Module):
+        # fc2's bias pushes every unit below zero: its ReLU passes nothing, a dead layer from the first step.
+        def __init__(self, num_classes=10):
+            super().__init__()
+            self.fc1 = nn.Linear(64, 32)
+            self.fc2 = nn.Linear(32, 32)
+            self.fc3 = nn.Linear(32, num_classes)
+            with torch.no_grad():
+                self.fc2.bias.fill_(-1000.0)
+
+        def forward(self, x):
+            x = torch.relu(self.fc1(x.flatten(1)))
+            x = torch.relu(self.fc2(x))
+            return self.fc3(x)
+""")
 
 # Which layer runs depends on the data: neither torch.export mode can capture it; eager and tracing still run it.
 BRANCHY = '''

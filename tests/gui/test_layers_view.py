@@ -5,33 +5,15 @@ and "Show on graph" asking for the statistic's overlay."""
 from __future__ import annotations
 
 import json
-import textwrap
 
 import numpy as np
 import pytest
 from cli_helpers import one_json, wb
 from PySide6.QtCore import QPointF, Qt
+from stored_models import DEAD_NET
 
 from workbench.gui.panels.training.layers_view import LayersView
 from workbench.layer_records import SCALARS, record_paths
-
-DEAD_NET = textwrap.dedent("""
-    import torch
-    from torch import nn
-
-    class DeadNet(nn.Module):
-        def __init__(self, num_classes=10):
-            super().__init__()
-            self.fc1 = nn.Linear(64, 32)
-            self.fc2 = nn.Linear(32, 32)
-            self.fc3 = nn.Linear(32, num_classes)
-            with torch.no_grad():
-                self.fc2.bias.fill_(-1000.0)  # fc2's ReLU passes nothing: a dead layer
-
-        def forward(self, x):
-            x = torch.relu(self.fc1(x.flatten(1)))
-            return self.fc3(torch.relu(self.fc2(x)))
-""")
 
 
 @pytest.fixture(scope="module")

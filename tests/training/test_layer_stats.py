@@ -5,37 +5,17 @@ from __future__ import annotations
 
 import json
 import math
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from stored_models import DEAD_NET
 from torch import nn
 from training_helpers import QUICK, Recorder, done, merge, train
 
 from workbench.layer_records import BINS, KINDS, SCALARS, findings, read_records, record_paths
 from workbench.worker.training.layer_stats import LayerStats
-
-DEAD_NET = textwrap.dedent("""
-    import torch
-    from torch import nn
-
-    class DeadNet(nn.Module):
-        # fc2's bias pushes every unit below zero: its ReLU passes nothing, a dead layer from the first step.
-        def __init__(self, num_classes=10):
-            super().__init__()
-            self.fc1 = nn.Linear(64, 32)
-            self.fc2 = nn.Linear(32, 32)
-            self.fc3 = nn.Linear(32, num_classes)
-            with torch.no_grad():
-                self.fc2.bias.fill_(-1000.0)
-
-        def forward(self, x):
-            x = torch.relu(self.fc1(x.flatten(1)))
-            x = torch.relu(self.fc2(x))
-            return self.fc3(x)
-""")
 
 
 @pytest.fixture(scope="module")
