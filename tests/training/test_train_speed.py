@@ -78,8 +78,9 @@ def _trainer(tmp_path, spec: dict) -> Trainer:
 def test_the_training_step_reads_nothing_back_from_the_device(tmp_path, options):
     # The data on the "device" (the CPU here: the same code as on CUDA), augmentation on, no read-back interval
     # inside the epoch: everything from gathering a batch to the optimiser step must stay on the device.
-    spec = merge(QUICK, epochs=1, log_every_steps=10_000, dataset={"name": "digits", "on_device": True,
-                                                                   "augment": AUGMENT}, **options)
+    # No layer statistics: a recorded step reads its statistics back once, by design (test_layer_stats.py).
+    spec = merge(QUICK, epochs=1, log_every_steps=10_000, layer_stats_every=0,
+                 dataset={"name": "digits", "on_device": True, "augment": AUGMENT}, **options)
     trainer = _trainer(tmp_path, spec)
     assert trainer.placement == "device"
     drained = []
@@ -91,7 +92,7 @@ def test_the_training_step_reads_nothing_back_from_the_device(tmp_path, options)
 
 
 def test_the_read_back_is_one_copy_per_interval_and_keeps_the_epoch_sums_on_the_host(tmp_path):
-    trainer = _trainer(tmp_path, merge(QUICK, epochs=1, log_every_steps=5))
+    trainer = _trainer(tmp_path, merge(QUICK, epochs=1, log_every_steps=5, layer_stats_every=0))
     reads = []
     read = trainer.reader.read
     trainer.reader.read = lambda tensor: reads.append(tuple(tensor.shape)) or read(tensor)
