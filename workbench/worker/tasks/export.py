@@ -13,5 +13,7 @@ from workbench.worker.registry import register_task
 def export_model(spec: ExportSpec, ctx):
     """Export a model to one deployment format and check its outputs against eager PyTorch (parity)."""
     from workbench.worker.export.engine import run_export
+    from workbench.worker.job_threads import sized_threads
 
-    return run_export(spec, ctx)
+    with sized_threads(ctx.log):  # parity runs the model on the CPU: one thread per free core
+        return run_export(spec, ctx)

@@ -11,6 +11,8 @@ from workbench.worker.registry import register_task
 @register_task("quant.analyze", kind="job", spec=QuantSpec)
 def quant_analyze(spec: QuantSpec, ctx):
     """Quantize a trained model (PTQ pipeline), with the accuracy ladder, per-layer errors and histograms."""
+    from workbench.worker.job_threads import sized_threads
     from workbench.worker.quant import run_quantization
 
-    return run_quantization(spec, ctx)
+    with sized_threads(ctx.log):  # a training beside it must not make every op wait on a busy core
+        return run_quantization(spec, ctx)

@@ -13,9 +13,11 @@ from workbench.worker.registry import register_task
 @register_task("train.classifier", kind="job", spec=TrainSpec)
 def train_classifier(spec: TrainSpec, ctx):
     """Train a classifier: live metrics, checkpoints, resume, test evaluation."""
+    from workbench.worker.job_threads import sized_threads
     from workbench.worker.training import run_training
 
-    return run_training(spec, ctx)
+    with sized_threads(ctx.log):  # beside another job, one thread per free core rather than waiting on busy ones
+        return run_training(spec, ctx)
 
 
 # No run folder: the sweep's weights are thrown away, and a run of kind "train" without checkpoints would be offered
