@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import DIGITS_TRAIN, Events, done
 
+from workbench.errors import SpecError
 from workbench.specs import ModelSpec
 from workbench.worker.models import build_model
 from workbench.worker.quant.artifacts import load_quantized
@@ -286,3 +287,22 @@ def test_failures_name_what_to_do(quantize, digits_run):
             "dataset": DIGITS_TRAIN["dataset"], "weights": {"bits": 8}, "calibration": {"samples": 64}}
     result = done(run_task(get_task("quant.analyze"), spec, emit=Events(), workspace=workspace))
     assert result["source"]["run"] is None and result["fp32"]["accuracy"] >= 0.975
+
+
+def test_a_target_drop_meant_as_a_percentage_is_refused_with_its_unit(quantize):
+    result, _ = quantize(mixed_precision={"target_drop": 1})
+    assert result["status"] == "failed" and "traceback" not in result
+    assert result["error"]["message"] == ("mixed_precision.target_drop: 1 is a fraction of accuracy: 0.01 allows a "
+                                          "drop of one percentage point, so 1 would allow 100 points; for 1 %, set "
+                                          "0.01")
+
+
+def test_a_target_drop_in_a_monitors_own_units_is_not_a_fraction():
+    from types import SimpleNamespace
+
+    from workbench.worker.quant.pipeline import check_target_drop
+
+    check_target_drop(0.8, SimpleNamespace(monitor="mae"))  # an MAE may rise by 0.8 of its own units
+    check_target_drop(0.5, None)
+    with pytest.raises(SpecError, match=r"^mixed_precision.target_drop: 0.6 is a fraction of mIoU"):
+        check_target_drop(0.6, SimpleNamespace(monitor="miou"))

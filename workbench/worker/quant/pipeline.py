@@ -14,7 +14,7 @@ import torch
 from torch import fx
 from torch.func import functional_call
 
-from workbench.errors import JobError
+from workbench.errors import JobError, SpecError
 from workbench.specs import QuantSpec
 from workbench.worker.data import load_dataset, resolve_workspace
 from workbench.worker.models import build_model
@@ -39,6 +39,19 @@ from workbench.worker.quant.sim import QuantSim, parallel_map
 from workbench.worker.quant.taps import collect, tail_function
 from workbench.worker.training.devices import resolve_device
 from workbench.worker.training.task import first_input, measured_task, objective_for
+
+SHARE_MONITORS = {"acc": "accuracy", "miou": "mIoU", "map": "mean AP", "f1": "F1"}  # measured from 0 to 1
+
+
+def check_target_drop(target_drop: float, objective) -> None:
+    """A drop of a share (accuracy, mIoU, mean AP) is a fraction: 1 meant as 1 % would allow a drop of 100 points.
+    Above half, it is refused with the unit it takes; another monitor's drop is in its own units (an MAE)."""
+    monitor = "acc" if objective is None else objective.monitor
+    if target_drop <= 0.5 or monitor not in SHARE_MONITORS:
+        return
+    raise SpecError(f"mixed_precision.target_drop: {target_drop:g} is a fraction of {SHARE_MONITORS[monitor]}: 0.01 "
+                    f"allows a drop of one percentage point, so {target_drop:g} would allow {target_drop * 100:g} "
+                    "points; for 1 %, set 0.01")
 
 
 def metric_block(objective) -> dict | None:
@@ -250,8 +263,10 @@ class QuantJob:
         trained = self.origin.train
         # A LightningModule's run keeps task=auto (its own loss decided); its data's first sample says the task.
         if trained is None or measured_task(trained, self.dataset) == "classification":
+            check_target_drop(self.spec.mixed_precision.target_drop, None)
             return
         self.objective = objective_for(trained, self.dataset)
+        check_target_drop(self.spec.mixed_precision.target_drop, self.objective)
         self.ladder.metric = metric = metric_block(self.objective)
         direction = "higher" if metric["higher_is_better"] else "lower"
         self.ctx.log(f"task {trained.task}: measuring {metric['label']} ({direction} is better) at every step")
