@@ -31,7 +31,8 @@ def _check_parity(parity: dict, *, samples: int = 32) -> None:
     assert PARITY_KEYS <= set(parity)
     assert parity["passed"] is True, parity
     assert parity["batches"] == [1, 7] and parity["samples"] == samples
-    assert parity["max_abs_diff"] <= parity["tolerance"] < 1e-3
+    # float32's bound, 1e-4 plus 1e-5 of the output's scale: the inputs scaled x5 give logits of about 100.
+    assert parity["max_abs_diff"] <= parity["tolerance"] < 2e-3
     assert parity["first_divergent_layer"] is None
     assert {c["batch"] for c in parity["checks"]} >= {1, 7}
     assert all(c["passed"] for c in parity["checks"])

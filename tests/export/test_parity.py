@@ -115,3 +115,29 @@ def test_resnet18_onnx(digits_run):
     for batch in (1, 7):
         (out,) = session.run(None, {"input": torch.randn(batch, 3, 32, 32).numpy()})
         assert out.shape == (batch, 10)
+
+
+# A branch on the input's mean: random and real (normalised) inputs all take the second one, which is what the
+# TorchScript-based exporter traces; inputs shifted by +3 take the first in eager PyTorch.
+MEAN_BRANCH = BRANCHY.replace("if x.mean() > -100:", "if x.mean() > 1:")
+
+
+def test_a_frozen_branch_is_named_and_caught_by_inputs_of_another_distribution(digits_run, tmp_path):
+    workspace, _ = digits_run
+    result, logs = export(workspace, {"model": user_model(tmp_path, "mean_branch", MEAN_BRANCH), "format": "onnx",
+                                      "parity_samples": 7})
+    done(result)
+    assert result["exporter"] == "torchscript"
+    assert result["frozen_control_flow"].startswith("forward() has data-dependent control flow (torch.export said "
+                                                    "so), and the TorchScript-based ONNX exporter (the fallback) "
+                                                    "traced one run of forward()")
+    assert any(level == "warning" and text == result["frozen_control_flow"] for level, text in logs)
+    check = result["parity"]
+    assert check["passed"] is False
+    failing = [entry["input"] for entry in check["checks"] if not entry["passed"]]
+    assert failing == ["random batch 7 shifted by +3"]  # every input like the example agrees with the file
+    # The model whose branch never flips (threshold -100) passes on every input, the new ones included.
+    steady, _ = export(workspace, {"model": user_model(tmp_path, "steady", BRANCHY), "format": "onnx"})
+    names = [entry["input"] for entry in done(steady)["parity"]["checks"]]
+    assert "random batch 7 scaled x5" in names and "random batch 7 shifted by +3" in names
+    assert steady["parity"]["passed"] is True and "frozen_control_flow" in steady

@@ -208,6 +208,10 @@ def test_a_failing_export_is_red_and_names_the_layer_for_the_graph(harness, qtbo
     _export(qtbot, harness, broken, format="onnx")
     assert panel.verdict.text().startswith("Parity failed") and panel.verdict.property("verdict_colour") == "#d0342c"
     assert panel.diverging_box.isVisibleTo(panel) and "features.2" in panel.diverging_label.text()
+    exporter = panel.artifact_labels["Exporter"]
+    assert exporter.text().startswith("torchscript (fallback: data-dependent control flow in forward)")
+    assert "Control flow on tensor values was frozen by tracing" in exporter.text()
+    assert exporter.toolTip().startswith("forward() has data-dependent control flow")
     with qtbot.waitSignal(panel.graph_requested) as signal:
         panel.diverging_button.click()
     assert signal.args == [broken, "features.2"]

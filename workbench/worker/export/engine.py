@@ -64,7 +64,7 @@ def _parity_inputs(spec: ExportSpec, shape: tuple[int, ...], dataset_spec, ctx,
     a fixed batch), and up to parity_samples real test samples (random ones where there is no data). `loaded` is
     the dataset already loaded from dataset_spec, if any."""
     batches = list(parity.RANDOM_BATCHES) if spec.dynamic_batch else [1]
-    inputs = parity.random_inputs(shape, batches)
+    inputs = parity.random_inputs(shape, batches) + parity.distribution_inputs(shape, batches[-1])
     group = 7 if spec.dynamic_batch else 1
     real = (_real_samples(dataset_spec, shape, spec.parity_samples, group, ctx, loaded)
             if dataset_spec is not None else [])
@@ -154,6 +154,11 @@ def run_export(spec: ExportSpec, ctx) -> dict:
     result = {"artifact": str(out), "format": spec.format, "size_bytes": file_size(out), **info,
               "source": source.describe(), "input_shape": list(shape), "input_names": ["input"],
               "dynamic_batch": spec.dynamic_batch, "device": str(device), "export_s": round(export_s, 3)}
+    frozen = parity.traced_note(info.get("exporter", ""), info.get("fallback_reason"))
+    if frozen:
+        result["frozen_control_flow"] = frozen
+        # A fallback the user did not choose is a warning; format=torchscript with script=false traces as asked.
+        ctx.log(frozen, "warning" if info.get("exporter") == "torchscript" else "info")
     if spec.format != "onnx":
         result.pop("fallback_reason", None)
     data_file = out.with_name(out.name + ".data")

@@ -75,6 +75,33 @@ def random_inputs(shape: tuple[int, ...], batches: Iterable[int]) -> list[tuple[
     return [(f"random batch {b}", torch.randn(b, *shape, generator=generator)) for b in batches]
 
 
+# Inputs of other distributions than the example the exporter saw: a tracing exporter freezes a Python `if` on tensor
+# values to the branch the example took, and inputs like the example take it too (a branch on x.mean() > 1 passed
+# parity on every random and real input, and was 0.64 off on inputs scaled 5x).
+SCALE, SHIFT = 5.0, 3.0
+
+
+def distribution_inputs(shape: tuple[int, ...], batch: int) -> list[tuple[str, torch.Tensor]]:
+    """A random batch scaled by SCALE and one shifted by SHIFT."""
+    generator = torch.Generator().manual_seed(SEED + 2)
+    x = torch.randn(batch, *shape, generator=generator)
+    return [(f"random batch {batch} scaled x{SCALE:g}", x * SCALE),
+            (f"random batch {batch} shifted by +{SHIFT:g}", x + SHIFT)]
+
+
+def traced_note(exporter: str, fallback_reason: str | None) -> str | None:
+    """What a tracing exporter did to data-dependent control flow, or None for one that captures it (or refuses)."""
+    if exporter not in ("torchscript", "trace"):
+        return None
+    how = ("the TorchScript-based ONNX exporter (the fallback) traced" if exporter == "torchscript"
+           else "torch.jit.trace traced")
+    known = "data-dependent" in (fallback_reason or "")
+    lead = "forward() has data-dependent control flow (torch.export said so), and " if known else ""
+    return (f"{lead}{how} one run of forward(): a Python if or loop on tensor values is frozen to the branch the "
+            f"example input took; parity also ran inputs scaled x{SCALE:g} and shifted by +{SHIFT:g} to catch a frozen "
+            "branch")
+
+
 def sample_inputs(batches, limit: int, batch_size: int) -> list[tuple[str, torch.Tensor]]:
     """Up to `limit` real (normalised) samples from `batches` ((x, y) pairs), regrouped into `batch_size`."""
     xs, total = [], 0

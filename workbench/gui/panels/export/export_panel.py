@@ -493,6 +493,11 @@ class ExportPanel(RunTab):
         if report.get("fallback_reason"):
             exporter += f" (fallback: {report['fallback_reason']})"
         labels["Exporter"].setText(exporter)
+        # A tracing exporter froze forward()'s Python branches to the example's: said where the exporter is named.
+        labels["Exporter"].setToolTip(str(report.get("frozen_control_flow") or ""))
+        if report.get("frozen_control_flow") and report.get("exporter") == "torchscript":
+            labels["Exporter"].setText(f"{exporter}. Control flow on tensor values was frozen by tracing (see the "
+                                       "tooltip)")
         labels["Accuracy"].setText(_accuracy_text(results.format, report, checked and bool(parity.get("passed"))))
         self.bench_export_button.setEnabled(bool(report.get("artifact")) and not self._live(results))
         self.artifact_box.setVisible(bool(report.get("artifact")))
