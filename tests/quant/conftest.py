@@ -8,15 +8,10 @@ from pathlib import Path
 
 import pytest
 from event_recorder import Events
+from quant_helpers import DIGITS_TRAIN
 
 from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
-
-# About 98.5 % test accuracy in 8 epochs; keep_best off so the run's checkpoint is the final model, not an earlier
-# epoch's. A 25 % test split (449 samples, not the default 180) makes one sample 0.22 points, so "drops at most
-# 0.5 points" is a statement about accuracy rather than about a single digit.
-DIGITS_TRAIN = {"dataset": {"name": "digits", "test_fraction": 0.25}, "model": {"name": "cnn"}, "epochs": 8,
-                "batch_size": 32, "lr": 2e-2, "scheduler": "onecycle", "keep_best": False}
 
 
 @pytest.fixture(scope="session")
@@ -40,8 +35,3 @@ def quantize(digits_run):
         return run_task(get_task("quant.analyze"), spec, emit=events, workspace=workspace, stop_event=stop), events
 
     return run
-
-
-def done(result: dict) -> dict:
-    assert result["status"] == "done", (result.get("error"), result.get("traceback"))
-    return result

@@ -42,3 +42,19 @@ def test_a_folded_batchnorm_counts_as_quantized():
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU())
     found = coverage(model, {"0"}, {"0": {"bn": "1", "mean": torch.zeros(8), "std": torch.ones(8)}})
     assert found["parameters"] == 1.0 and found["float"] == [] and warning(found) is None
+
+
+def test_the_flops_share_counts_what_the_quantized_layers_compute():
+    model = Attentive()
+    x = torch.randn(2, 6, 8)  # one sample is counted
+    found = coverage(model, {"embed", "head"}, {}, example=x)
+    tokens, width = 6, 32
+    embed, head = 2 * tokens * 8 * width, 2 * width * 10
+    # Attention: its q, k, v and out projections and the two score matmuls, all float.
+    attention = 2 * tokens * width * 3 * width + 2 * tokens * width * width + 2 * 2 * tokens * tokens * width
+    assert found["quantized_flops"] == embed + head
+    assert found["total_flops"] == embed + head + attention
+    assert found["flops"] == (embed + head) / (embed + head + attention) < 0.95
+    assert "and {:.1%} of its FLOPs".format(found["flops"]) in warning(found)
+    # A model the counter cannot run is reported without a FLOPs share, not failed.
+    assert "flops" not in coverage(model, {"embed"}, {}, example=torch.randn(1, 3))

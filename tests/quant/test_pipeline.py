@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import DIGITS_TRAIN, Events, done
+from quant_helpers import DIGITS_TRAIN, Events, done
 
 from workbench.errors import SpecError
 from workbench.specs import ModelSpec

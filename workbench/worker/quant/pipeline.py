@@ -361,10 +361,13 @@ class QuantJob:
                             activations=spec.activations,
                             bits={item["name"]: item["bits"] for item in spec.mixed_precision.layers})
         self.sim.to(self.device)
+        example = next(iter(self.calibration))[0]  # one sample of it counts the FLOPs
         self.coverage = coverage_of(self.model, {layer.node.target for layer in self.structure.layers.values()},
-                                    self.folded)
+                                    self.folded, example=example)
         said = coverage_warning(self.coverage)
-        self.ctx.log(said or f"{self.coverage['parameters']:.1%} of the model's parameters are quantized",
+        flops = self.coverage.get("flops")
+        self.ctx.log(said or f"{self.coverage['parameters']:.1%} of the model's parameters"
+                     + (f" and {flops:.1%} of its FLOPs" if flops is not None else "") + " are quantized",
                      "warning" if said else "info")
 
     def set_weight_ranges(self) -> None:

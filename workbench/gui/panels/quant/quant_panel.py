@@ -394,11 +394,14 @@ class QuantPanel(RunTab):
         sqnr = (report.get("quantized") or {}).get("logit_sqnr_db")
         if isinstance(sqnr, (int, float)):
             parts.append(f"logit SQNR {sqnr:.1f} dB")
-        share = (report.get("coverage") or {}).get("parameters")
+        covered = report.get("coverage") or {}
+        share, flops = covered.get("parameters"), covered.get("flops")
         if isinstance(share, (int, float)):
-            kept = ", ".join(e.get("type", "?") for e in (report.get("coverage") or {}).get("float", [])[:3])
-            text = f"{share:.1%} of parameters quantized" + (f" (float: {kept})" if kept else "")
-            parts.append(text if share >= COVERAGE_WARN else f"<span style='color:#c0392b'>{text}</span>")
+            kept = ", ".join(e.get("type", "?") for e in covered.get("float", [])[:3])
+            of_flops = f" and {flops:.1%} of FLOPs" if isinstance(flops, (int, float)) else ""
+            text = f"{share:.1%} of parameters{of_flops} quantized" + (f" (float: {kept})" if kept else "")
+            low = share < COVERAGE_WARN or (isinstance(flops, (int, float)) and flops < COVERAGE_WARN)
+            parts.append(f"<span style='color:#c0392b'>{text}</span>" if low else text)
         if results.ladder and not report:
             last = results.ladder[-1]
             parts.append(f"step {len(results.ladder)}/{len(results.planned) or '?'}: {last['step']} "
