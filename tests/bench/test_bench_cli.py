@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from bench_helpers import stored_training_run
 from cli_helpers import expect, no_traceback, one_json, wb
-from conftest import stored_training_run
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TINY_CNN, Events, bench, done, rows, write_float_onnx, write_qdq_onnx
+from bench_helpers import TINY_CNN, Events, bench, done, rows, write_float_onnx, write_qdq_onnx
 from stored_models import BRANCHY
 
 from workbench.worker.bench.engine import ROWS_KEY, SAMPLES_FILE, array_name
