@@ -302,3 +302,26 @@ def test_apply_mixed_precision_says_why_it_is_greyed_out(fake_window, qtbot, tra
     assert "99.9% of parameters quantized (float: LayerNorm)" in panel.summary.text()
     assert not panel.apply_button.isEnabled()
     assert "no mixed-precision proposal" in panel.apply_button.toolTip()
+
+
+def test_the_allowed_drop_is_typed_in_percentage_points_for_a_share(qtbot, settings):
+    runs = [{"id": "digits-run", "learned": "classification", "label": "cnn · digits"},
+            {"id": "diabetes-run", "learned": "regression", "label": "mlp · diabetes"}]
+    wizard = QuantWizard(runs, settings=settings)
+    qtbot.addWidget(wizard)
+    form = wizard.pipeline_page.form
+    field = form.widgets["mixed_precision.target_drop"]
+    label = form.layout_.labelForField(form._rows["mixed_precision.target_drop"])
+    assert label.text() == "Mixed precision: allowed drop (percentage points)"
+    field.setText("1")  # one point, as a person means it
+    assert wizard.spec.mixed_precision.target_drop == 0.01
+    field.setText("150")  # more than the whole scale: the spec says so, under the field
+    assert wizard.spec is None and form.error_labels["mixed_precision.target_drop"].isVisibleTo(form)
+    field.setText("0.5")
+    # A regression's monitor (MAE) rises in its own units: the field shows the spec's value as it is.
+    wizard.source_page.run.setCurrentIndex(1)
+    assert label.text() == "Mixed precision: allowed drop" and field.text() == "0.005"
+    field.setText("0.3")
+    assert wizard.spec.mixed_precision.target_drop == 0.3
+    wizard.source_page.run.setCurrentIndex(0)
+    assert field.text() == "30" and wizard.spec.mixed_precision.target_drop == 0.3

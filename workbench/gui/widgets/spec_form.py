@@ -192,6 +192,8 @@ class SpecForm(QWidget):
         self.inapplicable: dict[str, str] = {}  # field -> why it does not apply now (it is greyed out)
         self._help: dict[str, str] = {}
         self._rows: dict[str, QWidget] = {}
+        self._labels: dict[str, str] = {}
+        self.percent: set[str] = set()  # fraction fields entered and shown in percentage points (see set_percent)
         self.layout_ = layout = QFormLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)  # the page around it has margins; rows it gains line up with it
         layout.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
@@ -222,7 +224,7 @@ class SpecForm(QWidget):
                 if layout.rowCount():  # a section after another one stands apart from it
                     heading.setContentsMargins(0, 8, 0, 0)
                 layout.addRow(heading)
-            label = _label(dotted)
+            label = self._labels[dotted] = _label(dotted)
             layout.addRow("" if isinstance(widget, QCheckBox) else label, row)
             if isinstance(widget, QCheckBox):
                 widget.setText(label)
@@ -264,8 +266,27 @@ class SpecForm(QWidget):
         return QLineEdit()
 
     # -- values ----------------------------------------------------------------------------------
+    def set_percent(self, dotted: str, on: bool) -> None:
+        """Enter and show a fraction field in percentage points (1 for 0.01), or back as the spec keeps it; the
+        value stays the same, and the label says the unit."""
+        if on == (dotted in self.percent):
+            return
+        value = self.value(dotted)
+        try:
+            value = float(value)  # the typed text, which the spec would coerce the same way
+        except (TypeError, ValueError):
+            pass  # text that is no number stays as typed; the spec says what is wrong with it
+        (self.percent.add if on else self.percent.discard)(dotted)
+        self.set_value(dotted, value)
+        label = self.layout_.labelForField(self._rows[dotted])
+        if label is not None:
+            label.setText(self._labels[dotted] + (" (percentage points)" if on else ""))
+
     def set_value(self, dotted: str, value) -> None:
         widget = self.widgets[dotted]
+        if dotted in self.percent and isinstance(value, (int, float)) and not isinstance(value, bool):
+            widget.setText(f"{value * 100:.6g}")
+            return
         if isinstance(widget, QCheckBox):
             widget.setChecked(bool(value))
         elif isinstance(widget, QComboBox):
@@ -303,7 +324,13 @@ class SpecForm(QWidget):
             return widget.spec_value()
         if isinstance(widget, QSpinBox):
             return widget.value()
-        return widget.text().strip()  # the spec coerces text to floats and lists and says what is wrong
+        text = widget.text().strip()
+        if dotted in self.percent:
+            try:
+                return round(float(text) / 100, 12)  # 1 (point) is 0.01, without 0.010000000000000002
+            except ValueError:
+                return text  # the spec says what is wrong with it
+        return text  # the spec coerces text to floats and lists and says what is wrong
 
     def apply_to(self, data: dict) -> dict:
         """Write the form's values into a nested spec dict (in place) and return it.

@@ -240,7 +240,10 @@ class QuantPanel(RunTab):
                 continue
             try:
                 with self.store.open_run(entry["id"]) as run:
-                    entry["model"] = (run.read_spec().get("model") or {}).get("name", "")
+                    spec = run.read_spec()
+                    entry["model"] = (spec.get("model") or {}).get("name", "")
+                    # What it learned (its spec's task, not the job's): the wizard enters a share's drop in points.
+                    entry["learned"] = spec.get("task", "")
             except WorkbenchError:
                 continue
             identity = identities.of(entry)

@@ -165,7 +165,15 @@ class QuantWizard(QWizard):
         for page in self.form_pages:
             page.form.changed.connect(self.rebuild)
         self.source_page.preset.currentIndexChanged.connect(self._apply_preset)
-        self.source_page.run.currentIndexChanged.connect(self.rebuild)
+        self.source_page.run.currentIndexChanged.connect(self._on_run_changed)
+        self._tasks = {entry["id"]: entry.get("learned", "") for entry in runs}
+        self._on_run_changed()
+
+    def _on_run_changed(self, *args) -> None:
+        """A share (accuracy, mIoU, mean AP) drops by percentage points, typed as 1 for 1 %; a regression's or a
+        custom monitor's drop is in its own units (an MAE), typed as the spec keeps it."""
+        task = self._tasks.get(self.source_page.run.currentData() or "", "")
+        self.pipeline_page.form.set_percent("mixed_precision.target_drop", task not in ("regression", "custom"))
         self.rebuild()
 
     def _apply_preset(self) -> None:
