@@ -6,7 +6,7 @@ then the grid search on each tensor's sample), and the histogram, every estimato
 clipping/rounding error split of every tensor, as the task sends them. Reference: a HistogramObserver at each of the
 same activation points and a PerChannelMinMaxObserver on each weight (what a torch.ao user would calibrate with),
 the same forward passes, then calculate_qparams. Accuracy evaluations (the ladder) are not in either side; a final
-line times the whole `quant.analyze` task on the same images for reference.
+line times the whole `quant.analyze` task on the same images for reference, with each stage's share of it.
 
     .venv/bin/python benchmarks/quant_speed.py [--images 256] [--size 224] [--batch-size 32] [--repeats 3]
         [--threads 0] [--skip-task]
@@ -83,7 +83,7 @@ def histogram_observer_calibration(model, batches) -> float:
     return time.perf_counter() - started
 
 
-def whole_task(count: int, size: int, batch: int) -> float:
+def whole_task(count: int, size: int, batch: int) -> tuple[float, dict[str, float]]:
     from workbench.worker.checkpoints import save_state_dict
     from workbench.worker.registry import get_task
     from workbench.worker.runner import run_task
@@ -99,7 +99,7 @@ def whole_task(count: int, size: int, batch: int) -> float:
         result = run_task(get_task("quant.analyze"), spec, emit=lambda *a: None, workspace=workspace)
         elapsed = time.perf_counter() - started
         assert result["status"] == "done", result.get("error")
-    return elapsed
+    return elapsed, result.get("stage_s") or {}
 
 
 def main() -> None:
@@ -129,7 +129,11 @@ def main() -> None:
     print(f"  torch.ao HistogramObserver calibration (reference)             {reference:8.2f} s")
     print(f"  ratio workbench / HistogramObserver                            {mine / reference:8.2f}   (goal <= 1.0)")
     if not args.skip_task:
-        print(f"  whole quant.analyze task (ladder, per-layer errors, artifacts) {whole_task(args.images, args.size, args.batch_size):8.2f} s")
+        elapsed, stages = whole_task(args.images, args.size, args.batch_size)
+        print(f"  whole quant.analyze task (ladder, per-layer errors, artifacts) {elapsed:8.2f} s")
+        total = sum(stages.values()) or 1.0
+        for stage, seconds in sorted(stages.items(), key=lambda item: -item[1]):  # where the time went
+            print(f"    {stage:<20} {seconds:8.2f} s  {seconds / total:6.1%}")
 
 
 if __name__ == "__main__":

@@ -306,3 +306,12 @@ def test_a_target_drop_in_a_monitors_own_units_is_not_a_fraction():
     check_target_drop(0.5, None)
     with pytest.raises(SpecError, match=r"^mixed_precision.target_drop: 0.6 is a fraction of mIoU"):
         check_target_drop(0.6, SimpleNamespace(monitor="miou"))
+
+
+def test_the_result_says_where_the_time_went(quantize):
+    result = done(quantize(weights={"bits": 8, "range": "minmax"}, activations={"bits": 8, "range": "minmax"})[0])
+    stages = result["stage_s"]
+    assert list(stages)[:2] == ["setup", "fp32"] and list(stages)[-1] == "save"
+    assert {"weight_ranges", "activation_ranges", "analysis"} <= set(stages)
+    assert all(seconds >= 0 for seconds in stages.values())
+    assert sum(stages.values()) <= result["elapsed_analysis_s"] + 0.05

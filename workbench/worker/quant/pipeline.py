@@ -97,16 +97,31 @@ class Ladder:
 
 
 class Stages:
-    """Progress over the job's stages, with a line of text for each."""
+    """Progress over the job's stages, with a line of text for each, and the seconds each took ("setup": loading
+    the source, the data and the model before the first)."""
 
     def __init__(self, ctx, names: list[str]):
         self.ctx = ctx
         self.names = names
         self.done = 0
+        self.seconds: dict[str, float] = {}
+        self._current, self._since = "setup", time.perf_counter()
+
+    def _close(self) -> None:
+        now = time.perf_counter()
+        self.seconds[self._current] = self.seconds.get(self._current, 0.0) + now - self._since
+        self._since = now
 
     def start(self, name: str, text: str) -> None:
+        self._close()
+        self._current = name
         self.ctx.check_stop()
         self.ctx.progress(self.names.index(name), len(self.names), text, force=True)
+
+    def timings(self) -> dict[str, float]:
+        """{stage: seconds} so far, the stage running now included, in the order they ran."""
+        self._close()
+        return {name: round(seconds, 3) for name, seconds in self.seconds.items()}
 
     def within(self, name: str, done: int, total: int, text: str = "") -> None:
         base = self.names.index(name)
@@ -530,6 +545,7 @@ class QuantJob:
             "bias_correction": self.corrections,
             "artifacts": saved,
             "elapsed_analysis_s": round(time.perf_counter() - self.started, 3),
+            "stage_s": self.stages.timings(),  # where the time went (benchmarks/quant_speed.py prints the shares)
         })
         return report
 
