@@ -22,14 +22,14 @@ FOLDER = "layer_stats"
 # What the log and the Layers view call out.
 GRADIENT_SPREAD = 1e4  # first and last layers' gradient norms this far apart: vanishing or exploding
 UPDATE_TARGET, UPDATE_FACTOR = 1e-3, 100.0  # an update ratio outside 1e-5..1e-1 is far from the usual 1e-3
-SCHEDULED_DOWN = 0.1  # an lr under a tenth of the run's peak so far: small updates are the schedule's doing
+SCHEDULED_DOWN = 0.1  # an lr under a tenth of the spec's: small updates are the schedule's doing
 DEAD_LIMIT = 0.9  # more than 90 % of a layer's units zero for a whole batch after its ReLU
 
 
 def record_from_rows(step: int, names: list[str], host: np.ndarray, *, lr: float = math.nan,
                      lr_peak: float = math.nan) -> dict:
     """A step's record from its rows: per layer the SCALARS, then per kind [low, high, BINS counts]; `lr` is the lr
-    the step used and `lr_peak` the largest one of the run so far (a schedule's tail is no "lr too small")."""
+    the step used and `lr_peak` the spec's (or the step's, if larger): a schedule's tail is no "lr too small"."""
     scalars = host[:, :len(SCALARS)]
     rest = host[:, len(SCALARS):].reshape(len(names), len(KINDS), BINS + 2)
     return {"step": step, "layers": list(names), "scalars": scalars,
@@ -114,6 +114,16 @@ def read_record(path: str | Path) -> dict:
             or record["ranges"].shape != (count, len(KINDS), 2):
         raise ValueError(f"{path}: not a layer statistics file (its arrays do not fit {count} layers)")
     return record
+
+
+def latest_record(run_dir: str | Path) -> dict | None:
+    """The last readable recorded step of a run (the files are read from the newest back, not all of them)."""
+    for path in reversed(record_paths(run_dir)):
+        try:
+            return read_record(path)
+        except ValueError:
+            continue
+    return None
 
 
 def read_records(run_dir: str | Path) -> list[dict]:

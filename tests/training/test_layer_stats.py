@@ -58,7 +58,7 @@ def test_the_statistics_match_the_model_they_describe():
     model = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(32, 1, 8, 8), torch.randint(0, 10, (32,))
-    stats = LayerStats(model, 5, folder=None)
+    stats = LayerStats(model, 5)
     assert stats.names == ["1", "3"]
     hidden = model[1](model[0](x)).detach()
     stats.begin(1)
@@ -136,7 +136,7 @@ def test_dead_units_are_seen_through_a_norm_and_an_in_place_relu(functional):
             return self.head(x.mean(dim=(2, 3)))
 
     model = Block()
-    stats = LayerStats(model, 1, folder=None)
+    stats = LayerStats(model, 1)
     assert stats.names == ["conv", "head"]
     stats.begin(1)
     with stats.watch():
@@ -184,7 +184,7 @@ def test_a_torchvision_resnet_is_recorded_with_its_relus_found_through_the_norms
 
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=10)
-    stats = LayerStats(model, 50, folder=None)
+    stats = LayerStats(model, 50)
     assert len(stats.names) == 21 and stats.names[0] == "conv1" and stats.names[-1] == "fc"
     stats.begin(1)
     with stats.watch():

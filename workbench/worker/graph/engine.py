@@ -103,7 +103,7 @@ LAYER_OVERLAYS = (("layers_grad_norm", "grad_norm", "Gradient norm"),
 
 def _layer_overlays(folder: Path, graph: dict, spec: GraphSpec, ctx) -> dict:
     """The latest recorded layer statistics of the training run in source.run, one overlay per statistic."""
-    from workbench.layer_records import SCALARS, read_records
+    from workbench.layer_records import SCALARS, latest_record
 
     if not spec.source.run:
         return {}
@@ -112,10 +112,9 @@ def _layer_overlays(folder: Path, graph: dict, spec: GraphSpec, ctx) -> dict:
             else Path(spec.source.run)
     except WorkbenchError:
         return {}
-    records = read_records(run_dir)
-    if not records:
+    latest = latest_record(run_dir)
+    if latest is None:
         return {}
-    latest = records[-1]
     overlays = {}
     for metric, statistic, label in LAYER_OVERLAYS:
         column = latest["scalars"][:, SCALARS.index(statistic)]

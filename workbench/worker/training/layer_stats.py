@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -96,15 +95,18 @@ class _Pending:
     produced: dict = field(default_factory=dict)
     watched: bool = False
 
+    def unhook(self) -> None:
+        for hook in self.hooks:
+            hook.remove()
+        self.hooks.clear()
+
 
 class LayerStats:
     """Records the layers of `model` every `every` steps (and at step 1): `begin`, `watch` around the step's first
     micro-batch, `after_backward` before the optimiser step, `finish` after it."""
 
-    def __init__(self, model: nn.Module, every: int, folder: Path | None, *, activations: bool = True):
-        self.model = model
+    def __init__(self, model: nn.Module, every: int, *, activations: bool = True):
         self.every = every
-        self.folder = folder
         self.layers = weighted_layers(model)
         self.names = [name for name, _ in self.layers]
         self.activations = activations and bool(self.layers)  # off under torch.compile: hooks would recompile
@@ -169,9 +171,7 @@ class LayerStats:
         pending = self.pending
         if pending is None:
             return
-        for hook in pending.hooks:
-            hook.remove()
-        pending.hooks.clear()
+        pending.unhook()
         pending.produced.clear()  # the activations it held are autograd's to free
         for name, module in self.layers:
             weight = module.weight.detach()
@@ -185,8 +185,7 @@ class LayerStats:
         """Drop a recorded step that will not finish (a cancel between its forward and its optimiser step)."""
         pending, self.pending = self.pending, None
         if pending is not None:
-            for hook in pending.hooks:
-                hook.remove()
+            pending.unhook()
 
     def finish(self, read, *, lr: float = math.nan, lr_peak: float = math.nan) -> dict | None:
         """After the optimiser step: the update ratios, then one read-back (`read`: device tensor -> host tensor).
@@ -194,8 +193,7 @@ class LayerStats:
         pending, self.pending = self.pending, None
         if pending is None:
             return None
-        for hook in pending.hooks:  # a step cancelled between forward and backward
-            hook.remove()
+        pending.unhook()  # a step cancelled between forward and backward still has them
         if not pending.before:
             return None
         nan = torch.full((1,), math.nan, device=pending.before[self.names[0]].device)

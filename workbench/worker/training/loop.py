@@ -3,8 +3,9 @@ early stopping, cancel and the NaN guard. Used as it is by a single-process job 
 
 The loop never waits on the device per step: losses and correct counts stay device tensors and are read back
 every `log_every_steps` steps and at epoch ends, as one small stacked tensor in one non_blocking copy, and the NaN
-and divergence checks run there. Each read-back still reports every optimiser step's loss, metrics and lr. Throughput is measured after a warm-up (compilation, profiling, first-step
-allocations), which is reported apart. Worker side; never imports Qt.
+and divergence checks run there; each read-back still reports every optimiser step's loss, metrics and lr.
+Throughput is measured after a warm-up (compilation, profiling, first-step allocations), which is reported apart.
+Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -198,9 +199,9 @@ class Trainer:
         # Rank 0 records the layers (every rank's gradients are the same after DDP's all-reduce). Under
         # torch.compile only weights and gradients: a forward hook added for one step would recompile the model.
         self.layer_stats = None
+        self.layer_stats_folder = setup.artifacts_dir / LAYER_STATS_FOLDER
         if spec.layer_stats_every and self.is_main:
-            self.layer_stats = LayerStats(model, spec.layer_stats_every, setup.artifacts_dir / LAYER_STATS_FOLDER,
-                                          activations=spec.compile == "off")
+            self.layer_stats = LayerStats(model, spec.layer_stats_every, activations=spec.compile == "off")
         # Training time and samples up to the last read-back (validation excluded), and the same at the end of the
         # warm-up: throughput is what came after it.
         self.train_time = 0.0
@@ -356,7 +357,7 @@ class Trainer:
         if record is None:
             return
         try:
-            path = write_record(self.layer_stats.folder, record)
+            path = write_record(self.layer_stats_folder, record)
         except OSError as exc:  # a full disk loses the statistics, never the run (checkpoints say it louder)
             self.report.log(f"layer statistics at step {record['step']} not saved: {exc}", "warning")
             return

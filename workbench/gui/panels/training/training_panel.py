@@ -416,12 +416,12 @@ class TrainingPanel(RunTab):
             return
         run_id = Path(record.run_dir).name if record.run_dir else None
         if run_id and record.job_id not in self.live and record.active:
-            self.job_of_run[run_id] = record.job_id
+            self.name_run(record.job_id, run_id)  # before the refresh, which then lists the run as running
             self.refresh()
             # A resumed run's earlier curve comes from the store; rows that are both there and in the live
-            # stream are dropped as duplicates by RunMetrics.
+            # stream are dropped as duplicates by RunMetrics. The events that came first follow it.
             self._load_stored_metrics(run_id)
-            self.start_tracking(record.job_id, run_id, run_id, take=lambda _run, msg: self.on_message(msg))
+            self.start_tracking(record.job_id, None, run_id, take=lambda _run, msg: self.on_message(msg))
             self.select_run(run_id)
         if not record.active:
             # The reply (shell channel) can overtake the last metrics (event channel); the store already
