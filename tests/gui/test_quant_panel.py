@@ -78,7 +78,10 @@ def test_wizard_presets_fill_the_paper_flow_and_defaults_come_from_the_data_tab(
     assert spec.weights.bits == 4 and spec.adaround.enabled and spec.cle and spec.weights.range == "mse"
     assert spec.calibration.samples == 100  # a preset keeps the calibration subset
     assert wizard.scheme_page.form.value("weights.bits") == 4
-    # A bad field is named under itself and blocks Quantize.
+    # A bad field is named under itself and blocks Quantize (the percentile counts with range=percentile only).
+    scheme = wizard.scheme_page.form
+    scheme.set_value("weights.range", "percentile")
+    assert scheme.widgets["weights.percentile"].isEnabled()
     wizard.scheme_page.form.widgets["weights.percentile"].setText("120")
     assert wizard.spec is None and "weights.percentile" in wizard.scheme_page.form.errors
     assert not wizard.scheme_page.isComplete()
@@ -89,6 +92,37 @@ def test_wizard_presets_fill_the_paper_flow_and_defaults_come_from_the_data_tab(
     again = QuantWizard(runs, settings=settings, parent=fake_window)
     qtbot.addWidget(again)
     assert again.rebuild().weights.bits == 4 and again.spec.weights.percentile == 99.9
+
+
+def test_wizard_greys_out_what_the_rest_of_the_spec_leaves_unused(qtbot, settings):
+    wizard = QuantWizard([{"id": "digits-run", "learned": "classification"}], settings=settings)
+    qtbot.addWidget(wizard)
+    scheme, pipeline = wizard.scheme_page.form, wizard.pipeline_page.form
+    wizard.source_page.preset.setCurrentIndex(wizard.source_page.preset.findData(W4A8))
+    # mse ranges take no percentile: greyed, the reason in its tooltip, and a stale bad value blocks nothing.
+    percentile = scheme.widgets["activations.percentile"]
+    assert not percentile.isEnabled() and "range method mse" in percentile.toolTip()
+    percentile.setText("120")
+    assert wizard.rebuild() is not None and wizard.spec.activations.percentile == 99.99
+    scheme.set_value("activations.range", "percentile")
+    assert percentile.isEnabled() and wizard.spec is None  # now it counts, and 120 is out of range
+    percentile.setText("99.5")
+    assert wizard.spec.activations.percentile == 99.5
+    # AdaRound's iterations only with AdaRound on; QAT's learning rate only with QAT epochs.
+    assert pipeline.widgets["adaround.iterations"].isEnabled()
+    pipeline.set_value("adaround.enabled", False)
+    assert not pipeline.widgets["adaround.iterations"].isEnabled()
+    assert not pipeline.widgets["qat.lr"].isEnabled() and "no QAT" in pipeline.widgets["qat.lr"].toolTip()
+    assert pipeline.widgets["qat.epochs"].text() == "0 (no QAT)"
+    pipeline.set_value("qat.epochs", 2)
+    assert pipeline.widgets["qat.lr"].isEnabled() and wizard.spec.qat.epochs == 2
+    # Counts of 0 and the granularity read as words; the values stay the spec's.
+    assert wizard.calibration_page.form.widgets["eval_samples"].text() == "all (the whole test split)"
+    assert wizard.spec.eval_samples == 0
+    granularity = scheme.widgets["weights.granularity"]
+    assert granularity.currentText() == "per-channel" and wizard.spec.weights.granularity == "per_channel"
+    # The allowed drop's tooltip speaks of the unit it is typed in.
+    assert "percentage points: 1 allows one point" in pipeline.widgets["mixed_precision.target_drop"].toolTip()
 
 
 def test_wizard_without_training_runs_cannot_start(fake_window, qtbot, settings):
@@ -321,6 +355,7 @@ def test_the_allowed_drop_is_typed_in_percentage_points_for_a_share(qtbot, setti
     # A regression's monitor (MAE) rises in its own units: the field shows the spec's value as it is.
     wizard.source_page.run.setCurrentIndex(1)
     assert label.text() == "Mixed precision: allowed drop" and field.text() == "0.005"
+    assert "as a fraction" in field.toolTip()  # the spec's own help: the monitor's own units
     field.setText("0.3")
     assert wizard.spec.mixed_precision.target_drop == 0.3
     wizard.source_page.run.setCurrentIndex(0)

@@ -34,6 +34,10 @@ SCHEME_FIELDS = ["weights.bits", "weights.granularity", "weights.symmetric", "we
 CALIBRATION_FIELDS = ["calibration.samples", "calibration.seed", "eval_samples", "batch_size", "device"]
 PIPELINE_FIELDS = ["fold_bn", "cle", "adaround.enabled", "adaround.iterations", "bias_correction", "qat.epochs",
                    "qat.lr", "sensitivity", "mixed_precision.target_drop"]
+# The allowed drop's tooltip where it is typed in percentage points (the spec's own help speaks of a fraction).
+DROP_IN_POINTS = ("Accuracy (or mIoU, mean AP) that the mixed-precision proposal may lose against FP32, in "
+                  "percentage points: 1 allows one point (the spec keeps 0.01); 0 asks for no proposal. A "
+                  "proposal runs the sensitivity sweep too: it ranks the layers.")
 
 
 def preset_data(name: str, base: dict | None = None) -> dict:
@@ -72,7 +76,6 @@ class _FormPage(CheckedPage):
         layout = QVBoxLayout(self)
         layout.addWidget(self.form)
         layout.addStretch(1)
-
 
 
 class SourcePage(QWizardPage):
@@ -156,6 +159,7 @@ class QuantWizard(QWizard):
                                        headings={"fold_bn": "Post-training steps", "qat.epochs":
                                                  "Quantization-aware training", "sensitivity": "Analysis"})
         self.form_pages = [self.scheme_page, self.calibration_page, self.pipeline_page]
+        self._readable_widgets()
         for page in (self.source_page, *self.form_pages):
             self.addPage(page)
         self.error_label = QLabel()
@@ -169,12 +173,43 @@ class QuantWizard(QWizard):
         self._tasks = {entry["id"]: entry.get("learned", "") for entry in runs}
         self._on_run_changed()
 
+    def _readable_widgets(self) -> None:
+        """What the spec's values mean, in the widgets: per-channel rather than per_channel, a count of 0 that
+        means all or none said in words, and the long allowed-drop label wrapped rather than widening its page's
+        label column."""
+        granularity = self.scheme_page.form.widgets["weights.granularity"]
+        for i in range(granularity.count()):
+            granularity.setItemText(i, str(granularity.itemData(i)).replace("_", "-"))
+        self.calibration_page.form.widgets["eval_samples"].setSpecialValueText("all (the whole test split)")
+        self.pipeline_page.form.widgets["qat.epochs"].setSpecialValueText("0 (no QAT)")
+        form = self.pipeline_page.form
+        label = form.layout_.labelForField(form.widgets["mixed_precision.target_drop"].parentWidget())
+        label.setWordWrap(True)
+        label.setFixedWidth(label.fontMetrics().horizontalAdvance("Mixed precision: allowed drop") + 4)
+        label.setMinimumHeight(2 * label.fontMetrics().lineSpacing() + 2)
+        self._drop_help = form.widgets["mixed_precision.target_drop"].toolTip()  # the spec's, in its own units
+
     def _on_run_changed(self, *args) -> None:
         """A share (accuracy, mIoU, mean AP) drops by percentage points, typed as 1 for 1 %; a regression's or a
         custom monitor's drop is in its own units (an MAE), typed as the spec keeps it."""
         task = self._tasks.get(self.source_page.run.currentData() or "", "")
-        self.pipeline_page.form.set_percent("mixed_precision.target_drop", task not in ("regression", "custom"))
+        form = self.pipeline_page.form
+        points = task not in ("regression", "custom")
+        form.set_percent("mixed_precision.target_drop", points)
+        form.widgets["mixed_precision.target_drop"].setToolTip(
+            DROP_IN_POINTS if points else self._drop_help)
         self.rebuild()
+
+    def _applicability(self) -> None:
+        """Grey out what the rest of the spec leaves unused, with the reason as tooltip (as the other wizards)."""
+        scheme, pipeline = self.scheme_page.form, self.pipeline_page.form
+        for kind in ("weights", "activations"):
+            method = scheme.value(f"{kind}.range")
+            scheme.set_applicable(f"{kind}.percentile", method == "percentile",
+                                  f"Not used with range method {method}: only percentile takes a percentile.")
+        pipeline.set_applicable("adaround.iterations", pipeline.value("adaround.enabled"),
+                                "Not used: AdaRound is off.")
+        pipeline.set_applicable("qat.lr", pipeline.value("qat.epochs") > 0, "Not used: QAT epochs is 0 (no QAT).")
 
     def _apply_preset(self) -> None:
         name = self.source_page.preset.currentData()
@@ -193,6 +228,7 @@ class QuantWizard(QWizard):
         return data
 
     def rebuild(self, *args) -> QuantSpec | None:
+        self._applicability()
         data = self.spec_data()
         fields = [field for page in self.form_pages for field in page.fields]
         errors, general = field_errors(QuantSpec, data, fields)
