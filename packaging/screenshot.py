@@ -350,6 +350,55 @@ def main() -> int:
             window.move(0, 0)
             QTimer.singleShot(2000, next_job)
             return
+        if scene == "quant-wizard":  # the New quantization wizard on a trained run: one PNG per page (OUT-<page>.png)
+            from PySide6.QtWidgets import QApplication as App
+
+            from workbench.gui.panels.quant.wizard import QuantWizard
+            from workbench.specs import TrainSpec
+
+            preset = sys.argv[4] if len(sys.argv) > 4 else "W4A8 (paper's flow)"
+            window.start_training(TrainSpec.from_dict({"epochs": 5}))  # as the quant scene: a credible accuracy
+            pages = ["source", "scheme", "calibration", "pipeline"]
+
+            def open_wizard() -> None:
+                training = window.training_panel
+                if training.job_of_run or not training.runs:
+                    QTimer.singleShot(500, open_wizard)
+                    return
+                panel = window.quant_panel
+                window.show_tab(panel)
+                # The tab's own button: the window opens the wizard modally (exec), so the pages are read from
+                # the timers that run inside its loop.
+                QTimer.singleShot(300, shoot_page)
+                panel.new_button.click()
+                window.close_stopping_jobs()
+
+            def shoot_page() -> None:
+                wizard = App.activeModalWidget()
+                if not isinstance(wizard, QuantWizard):
+                    QTimer.singleShot(200, shoot_page)
+                    return
+                if wizard.currentPage() is wizard.source_page:
+                    combo = wizard.source_page.preset
+                    if combo.currentData() != preset and combo.findData(preset) >= 0:
+                        combo.setCurrentIndex(combo.findData(preset))
+                page = pages.pop(0)
+                path = out.with_name(f"{out.stem}-{page}.png")
+
+                def grab() -> None:
+                    wizard.grab().save(str(path))
+                    print(path)
+                    if pages:
+                        wizard.next()
+                        QTimer.singleShot(300, shoot_page)
+                    else:
+                        wizard.reject()
+
+                QTimer.singleShot(500, grab)
+
+            window.show_tab(window.training_panel)
+            QTimer.singleShot(2000, open_wizard)
+            return
         if scene in ("export", "bench", "bench-dist"):  # real engines: export ONNX, quantize, benchmark three backends
             from workbench.specs import BenchSpec, ExportSpec, QuantSpec, TrainSpec
 
