@@ -226,7 +226,7 @@ def qdq_module(sim, spec: QuantSpec, say: Say) -> tuple[nn.Module, dict]:
     done: set[str] = set()
     weights = {"qdq": [], "float": []}
     for name, wq in sim.weights.items():
-        target = sim.structure.layers[name].node.target
+        target = sim.structure.layers[name].path
         if _kept_float("weights", name, wq.grid.bits, mixed, say):
             weights["float"].append(name)
             continue
@@ -266,7 +266,8 @@ def qdq_module(sim, spec: QuantSpec, say: Say) -> tuple[nn.Module, dict]:
             replacement = ActivationQDQ(point, float(qp.scale), int(qp.zero_point), qmin, qmax)
         parent, _, child = path.rpartition(".")
         setattr(gm.get_submodule(parent) if parent else gm, child, replacement)
-    gm.recompile()
+    if isinstance(gm, torch.fx.GraphModule):  # a module-level simulation's hooks call the replaced child as it is
+        gm.recompile()
     return gm, {"weights": weights, "activations": activations}
 
 

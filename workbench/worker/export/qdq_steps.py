@@ -95,7 +95,7 @@ def forced(sim, exposed: Exposed, x: torch.Tensor) -> tuple[torch.Tensor, torch.
     {point: [values equal, one step off at a rounding tie, one step off elsewhere, two or more off]})."""
     out, values = exposed.run(x)
     free = logits_of(sim(x)).detach().float().cpu()
-    modules = dict(sim.gm.named_modules())
+    modules = _quantizers_by_name(sim)
     counts: dict[str, list[int]] = {}
     handles = []
 
@@ -227,8 +227,14 @@ def analyse(sim, onnx_path: Path, inputs: list[tuple[str, torch.Tensor]], step: 
 
 def _missing(sim, exposed: Exposed) -> list[str]:
     """The quantizers the simulation applies that have no QuantizeLinear in the file (kept float, or dropped)."""
-    return [m.point for path, m in sim.gm.named_modules()
-            if getattr(m, "is_quantizer", False) and m.enabled and m.qp is not None and path not in exposed.codes]
+    return [m.point for name, m in _quantizers_by_name(sim).items()
+            if m.enabled and m.qp is not None and name not in exposed.codes]
+
+
+def _quantizers_by_name(sim) -> dict:
+    """{_quant_act_<k>: the quantizer}: a traced simulation holds them at its top level, a module-level one
+    (quant/module_level.py) inside the layers whose outputs they quantize; the ONNX nodes carry the last name."""
+    return {path.rpartition(".")[2]: m for path, m in sim.gm.named_modules() if getattr(m, "is_quantizer", False)}
 
 
 def explain(analysis: dict, step: float) -> str:

@@ -12,6 +12,7 @@ import torch
 from torch.func import functional_call
 
 from workbench.worker.models.build import call_model
+from workbench.worker.quant import module_level
 from workbench.worker.quant.measure import (
     ErrorSums,
     error_by_bin,
@@ -67,7 +68,8 @@ def activation_entry(sim: QuantSim, state: PointState) -> dict:
     point = sim.structure.points[state.name]
     entry = _entry(state.name, "activation", state.module.qp, state.method, False, metrics, float(obs.lo),
                    float(obs.hi))
-    entry.update(layer=state.name, kind=point.kind, node=point.node.name, samples=int(obs.values.numel()))
+    entry.update(layer=state.name, kind=point.kind, node=point.node.name if point.node is not None else state.name,
+                 samples=int(obs.values.numel()))
     return entry
 
 
@@ -155,7 +157,8 @@ def layer_errors(sim: QuantSim, batches, check_stop: Callable[[], None] | None =
             params = {"weight": wq.w_q}
             if wq.b_fp is not None:
                 params["bias"] = sim.bias_in_use(name)
-            value_q = tails[name](functional_call(wq.module, params, (inputs.pop(name),)))
+            with module_level.layer_alone():
+                value_q = tails[name](functional_call(wq.module, params, (inputs.pop(name),)))
         else:
             value_q = value
         only[name].add(value, fake_quant(value_q, state.module.qp))

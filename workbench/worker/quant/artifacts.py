@@ -50,8 +50,10 @@ def save_quantized(sim, folder: Path, *, model_spec: dict, checkpoint: str) -> t
         point = sim.structure.points[name]
         tensors["activation_scale"][name] = qp.scale.detach().cpu()
         tensors["activation_zero_point"][name] = qp.zero_point.detach().cpu()
-        activations.append({"name": name, "kind": point.kind, "after_node": point.node.name,
-                            "after_module": point.node.target if point.node.op == "call_module" else None,
+        traced = point.node is not None
+        activations.append({"name": name, "kind": point.kind, "after_node": point.node.name if traced else None,
+                            "after_module": (point.node.target if point.node.op == "call_module" else None)
+                            if traced else point.layer, "logits": point.logits,
                             **_grid(qp.grid), "range_method": state.method, "scale": float(qp.scale),
                             "zero_point": int(qp.zero_point)})
     weights_path = folder / WEIGHTS_FILE
@@ -59,6 +61,8 @@ def save_quantized(sim, folder: Path, *, model_spec: dict, checkpoint: str) -> t
     params = {"format": FORMAT, "model": model_spec, "checkpoint": checkpoint,
               "folded_bn": {info["bn"]: layer for layer, info in sim.folded.items()},
               "groups": sim.groups, "weights": weights, "activations": activations}
+    if not sim.structure.traced:
+        params["tracing"] = "modules"  # torch.fx could not trace it: load_quantized rebuilds the hooks
     params_path = folder / PARAMS_FILE
     atomic_write_json(params_path, params)
     return weights_path, params_path
@@ -80,6 +84,7 @@ def load_quantized(model: nn.Module, folder: str | Path, *, params: dict | None 
     `model` of the same spec: fold the same BatchNorms, load the quantized weights and biases, and put the
     activation quantizers back with their scales. Returns a QuantSim with everything quantized."""
 
+    from workbench.worker.quant import module_level
     from workbench.worker.quant.cle import ensure_bias
     from workbench.worker.quant.graph import find_structure, fold_batchnorms, trace
     from workbench.worker.quant.sim import QuantSim
@@ -89,11 +94,17 @@ def load_quantized(model: nn.Module, folder: str | Path, *, params: dict | None 
     if params.get("format") != FORMAT:
         raise JobError(f"{folder / PARAMS_FILE}: format {params.get('format')!r} is not {FORMAT}")
     saved = load_state_dict(folder / WEIGHTS_FILE)
-    gm = trace(model)
-    folded = fold_batchnorms(gm, only=set(params["folded_bn"]))
-    if sorted(info["bn"] for info in folded.values()) != sorted(params["folded_bn"]):
-        raise JobError(f"{folder}: the model does not fold the same BatchNorms as the quantized one")
-    structure = find_structure(gm)
+    if params.get("tracing") == "modules":
+        gm, folded = module_level.prepare(model), {}
+        logits = next((a["name"] for a in params["activations"] if a.get("logits")), None)
+        structure = module_level.structure_of(gm, [w["name"] for w in params["weights"]], logits,
+                                              input_point=any(a["kind"] == "input" for a in params["activations"]))
+    else:
+        gm = trace(model)
+        folded = fold_batchnorms(gm, only=set(params["folded_bn"]))
+        if sorted(info["bn"] for info in folded.values()) != sorted(params["folded_bn"]):
+            raise JobError(f"{folder}: the model does not fold the same BatchNorms as the quantized one")
+        structure = find_structure(gm)
     for name, layer in structure.layers.items():
         if layer.module.bias is None and f"{name}.bias" in saved["state_dict"]:
             ensure_bias(layer.module)  # bias correction gave a bias-free layer one

@@ -53,6 +53,10 @@ ADD_FUNCTIONS = {operator.add, operator.iadd, torch.add}
 ADD_METHODS = {"add", "add_"}
 
 
+class Untraceable(JobError):
+    """torch.fx cannot trace the model: quantize falls back to module-level quantization."""
+
+
 def trace(model: nn.Module, what: str = "the model") -> fx.GraphModule:
     """A GraphModule of a deep copy of `model` (the original is never changed), in eval mode."""
     copied = copy.deepcopy(model).eval()
@@ -60,7 +64,7 @@ def trace(model: nn.Module, what: str = "the model") -> fx.GraphModule:
         gm = fx.symbolic_trace(copied)
     except Exception as exc:
         first = (str(exc).splitlines() or [""])[0][:300]
-        raise JobError(f"quantize needs a model that torch.fx can trace, and {what} cannot be traced "
+        raise Untraceable(f"quantize needs a model that torch.fx can trace, and {what} cannot be traced "
                        f"({type(exc).__name__}: {first}); data-dependent Python control flow in forward() is the "
                        "usual cause") from None
     return gm.eval()
@@ -218,10 +222,15 @@ class Layer:
     """A conv or linear layer: its weight quantizer, and the activation point after its BatchNorm and activation."""
 
     name: str
-    node: fx.Node
+    node: fx.Node | None  # None under module-level quantization
     module: nn.Module
     tail: list[fx.Node] = field(default_factory=list)  # the nodes between the layer's output and its point
     point: str = ""
+
+    @property
+    def path(self) -> str:
+        """The module's path in the model (a traced layer called twice has one path and two names)."""
+        return self.node.target if self.node is not None else self.name
 
 
 @dataclass
@@ -229,7 +238,7 @@ class Point:
     """Where an activation quantizer goes: right after `node`."""
 
     name: str
-    node: fx.Node
+    node: fx.Node | None  # None under module-level quantization
     kind: str  # "input", "layer", "add" or "pool"
     layer: str | None = None  # the layer whose output it quantizes
     logits: bool = False  # the model's output
@@ -241,6 +250,7 @@ class Structure:
     layers: dict[str, Layer]
     points: dict[str, Point]
     groups: list[str]  # in graph order: a layer name (its weights and its output point) or a lone point's name
+    traced: bool = True  # False: module-level quantization (quant/module_level.py), no fx nodes
 
 
 def _tail(gm: fx.GraphModule, start: fx.Node) -> list[fx.Node]:
@@ -305,7 +315,8 @@ def find_structure(gm: fx.GraphModule) -> Structure:
             groups.append(name)
         elif is_weighted(gm, node):
             pooled = _averaged_input(gm, node)
-            if pooled is not None and pooled[0] not in {p.node for p in points.values()}:
+            placed = {p.node for p in points.values()}
+            if pooled is not None and pooled[0] not in placed:
                 source, pool = pooled
                 name = _unique(pool.target if pool.op == "call_module" else pool.name, taken)
                 add_point(name, source, "pool", None, [])
@@ -406,6 +417,8 @@ def cle_triplets(pairs: list[Pair], structure: Structure) -> list[list[str]]:
 def producer(gm: fx.GraphModule, structure: Structure, layer: Layer) -> tuple[Layer | None, bool]:
     """The layer whose output reaches `layer`'s input through mean-preserving ops and ReLUs only, and whether
     a ReLU is on the way (for analytical bias correction); (None, False) when there is no such layer."""
+    if layer.node is None:  # module-level quantization knows no graph
+        return None, False
     by_node = {item.node: item for item in structure.layers.values()}
     node = layer.node.args[0] if layer.node.args else None
     relu = False

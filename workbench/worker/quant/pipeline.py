@@ -21,12 +21,13 @@ from workbench.worker.models import build_model
 from workbench.worker.models.build import resolve_num_classes
 from workbench.worker.objectives.base import json_safe
 from workbench.worker.quant import adaround as adaround_mod
-from workbench.worker.quant import analysis, artifacts, bias, cle, mixed, qat, source
+from workbench.worker.quant import analysis, artifacts, bias, cle, mixed, module_level, qat, source
 from workbench.worker.quant.coverage import coverage as coverage_of
 from workbench.worker.quant.coverage import warning as coverage_warning
 from workbench.worker.quant.data import Batches, calibration_batches, evaluate, held_out_batches
 from workbench.worker.quant.graph import (
     Structure,
+    Untraceable,
     cle_chains,
     cle_pairs,
     cle_triplets,
@@ -82,6 +83,7 @@ class Ladder:
         self.planned = planned
         self.metric = metric
         self.steps: list[dict] = []
+        self.notes: list[str] = []  # what the chart says under the rungs (e.g. which ops module-level left float)
 
     def add(self, step: str, result: dict) -> None:
         index = len(self.steps)
@@ -90,6 +92,8 @@ class Ladder:
         self.ctx.flush()
         ladder = np.asarray([[s["accuracy"], s["loss"]] for s in self.steps], dtype=np.float64)
         extra = {} if self.metric is None else {"metric": self.metric}
+        if self.notes:
+            extra["notes"] = list(self.notes)
         self.ctx.array("quant/ladder", ladder, steps=[s["step"] for s in self.steps], planned=self.planned,
                        columns=["accuracy", "loss"], **extra)
         self.ctx.log(f"step {index + 1}/{len(self.planned)} {step}: {metric_text(self.metric, result['accuracy'])}, "
@@ -236,6 +240,7 @@ class QuantJob:
     sensitivity_rows: list[dict] | None = None
     proposal: dict | None = None
     coverage: dict = field(default_factory=dict)  # how much of the model is quantized (quant/coverage.py)
+    module_level: dict | None = None  # {"reason", "float_ops"} where torch.fx could not trace the model
 
     @classmethod
     def open(cls, spec: QuantSpec, ctx) -> QuantJob:
@@ -317,12 +322,28 @@ class QuantJob:
         self.fp32 = self.rung("fp32", self.model)
 
     def trace_graph(self) -> None:
-        """Trace the model into the graph that every later step rewrites or simulates."""
-        self.gm = trace(self.model, self.origin.model.name)
+        """Trace the model into the graph that every later step rewrites or simulates; a model torch.fx cannot trace
+        is quantized module by module instead (quant/module_level.py)."""
+        try:
+            self.gm = trace(self.model, self.origin.model.name)
+        except Untraceable as exc:
+            self.gm = module_level.prepare(self.model)
+            self.structure, ops = module_level.find_structure(self.gm, next(iter(self.calibration))[0])
+            self.module_level = {"reason": str(exc), "float_ops": [{"op": op, "calls": n} for op, n in ops]}
+            self.ladder.notes.append(f"module-level: functional ops stay float ({module_level.float_ops_text(ops)})")
+            self.ctx.log(f"{exc}. Quantizing module by module instead: the input and each conv and linear layer's "
+                         "weights and output are quantized, and every op between them stays float: "
+                         f"{module_level.float_ops_text(ops)} (calls in one forward pass). BatchNorms are not "
+                         "folded, and CLE and the int32 biases of integer kernels need the graph, so they are "
+                         "left out", "warning")
 
     def fold_batchnorms(self) -> None:
         """Fold each BatchNorm into the conv or linear layer before it."""
         self.stages.start("fold_bn", "folding BatchNorms")
+        if self.module_level is not None:
+            self.ctx.log("BatchNorms stay unfolded: folding needs the graph to see which layer each one follows")
+            self.rung("fold_bn", self.gm)
+            return
         self.folded = fold_batchnorms(self.gm)
         self.ctx.log(f"folded {len(self.folded)} BatchNorm(s): "
                      + (", ".join(f"{v['bn']} into {k}" for k, v in self.folded.items())
@@ -331,13 +352,20 @@ class QuantJob:
 
     def find_layers(self) -> None:
         """The quantizable layers and activation points of the (folded) graph."""
-        self.structure = find_structure(self.gm)
+        if self.module_level is None:  # module-level quantization found its layers as it fell back
+            self.structure = find_structure(self.gm)
         self.modules = {name: layer.module for name, layer in self.structure.layers.items()}
 
     def equalize(self) -> None:
         """Cross-layer equalisation with bias absorption; each touched layer's ranges before and after go out."""
         self.stages.start("cle", "cross-layer equalisation")
         structure, modules = self.structure, self.modules
+        if self.module_level is not None:
+            self.cle_report = {"pairs": [], "absorbed": [], "chains": [], "triplets": [], "clipped": [],
+                               "scale_spread": {}, "skipped": "module-level quantization: no graph to find pairs in"}
+            self.ctx.log("CLE left out: finding layer pairs needs the graph, which torch.fx could not trace")
+            self.rung("cle", self.gm)
+            return
         clipped: list = []
         pairs = cle_pairs(self.gm, structure, clipped)
         touched = {p.first for p in pairs} | {p.second for p in pairs}
@@ -377,7 +405,7 @@ class QuantJob:
                             bits={item["name"]: item["bits"] for item in spec.mixed_precision.layers})
         self.sim.to(self.device)
         example = next(iter(self.calibration))[0]  # one sample of it counts the FLOPs
-        self.coverage = coverage_of(self.model, {layer.node.target for layer in self.structure.layers.values()},
+        self.coverage = coverage_of(self.model, {layer.path for layer in self.structure.layers.values()},
                                     self.folded, example=example)
         said = coverage_warning(self.coverage)
         flops = self.coverage.get("flops")
@@ -525,6 +553,8 @@ class QuantJob:
             "layers": self.layers,
         }
         report["coverage"] = self.coverage
+        if self.module_level is not None:
+            report["module_level"] = self.module_level
         if self.sensitivity_rows is not None:
             report["sensitivity"] = self.sensitivity_rows
         if self.proposal is not None:
@@ -566,7 +596,8 @@ def _adaround_layer(sim: QuantSim, name: str, calibration, iterations: int, seed
 
     def forward(weight, x):
         params = {"weight": weight} if bias_value is None else {"weight": weight, "bias": bias_value}
-        return tail(functional_call(wq.module, params, (x,)))
+        with module_level.layer_alone():
+            return tail(functional_call(wq.module, params, (x,)))
 
     wq.codes = adaround_mod.adaround(wq.w_fp, wq.qp, inputs, targets, forward, iterations=iterations, seed=seed,
                                      check_stop=check_stop)

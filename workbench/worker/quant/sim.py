@@ -18,6 +18,7 @@ from torch import nn
 
 from workbench.errors import JobError
 from workbench.worker.models.build import call_model
+from workbench.worker.quant import module_level
 from workbench.worker.quant.graph import (
     BATCHNORMS,
     Structure,
@@ -225,7 +226,7 @@ class PointState:
 class QuantSim:
     """The simulation model over a folded (and perhaps equalised) traced network."""
 
-    def __init__(self, gm: fx.GraphModule, structure: Structure, folded: dict[str, dict], *, weights, activations,
+    def __init__(self, gm: fx.GraphModule | nn.Module, structure: Structure, folded: dict[str, dict], *, weights, activations,
                  bits: dict[str, int] | None = None):
         self.gm = gm
         self.structure = structure
@@ -246,27 +247,39 @@ class QuantSim:
                 None if module.bias is None else module.bias.detach().clone(), grid,
                 weights.granularity == "per_channel", weights.range, weights.percentile)
         self.points: dict[str, PointState] = {}
-        for i, (name, point) in enumerate(structure.points.items()):
-            quantizer = ActQuant(name)
+        for name, point in structure.points.items():
+            state = PointState(name, ActQuant(name), self.bits.get(name, activations.bits), relu=point.relu,
+                               logits=point.logits)
+            layer = structure.layers.get(point.layer) if point.layer else None
+            if layer is not None and self._bn_then_relu(layer):
+                state.bn = bn_stats(gm, layer, folded)
+            self.points[name] = state
+        quantizers = {name: state.module for name, state in self.points.items()}
+        if structure.traced:
+            self._insert(quantizers)
+            # layer -> the point whose quantizer feeds it: with both quantized, its bias is int32 as deployed.
+            self.bias_inputs = {name: point for name, layer in structure.layers.items()
+                                if (point := quantized_input(gm, layer.node)) is not None}
+        else:
+            # Hooks on each layer; with no graph, no layer is known to take quantized input, so biases stay float.
+            module_level.attach(gm, structure, quantizers)
+            self.bias_inputs = {}
+        self._weights_on: set[str] = set()
+        self._acts_on: set[str] = set()
+
+    def _insert(self, quantizers: dict[str, ActQuant]) -> None:
+        """Put each point's quantizer into the traced graph right after the node it follows."""
+        gm = self.gm
+        for i, (name, quantizer) in enumerate(quantizers.items()):
+            point = self.structure.points[name]
             target = f"_quant_act_{i}"
             gm.add_submodule(target, quantizer)
             with gm.graph.inserting_after(point.node):
                 new = gm.graph.call_module(target, (point.node,))
             point.node.replace_all_uses_with(new)
             new.args = (point.node,)
-            state = PointState(name, quantizer, self.bits.get(name, activations.bits), relu=point.relu,
-                               logits=point.logits)
-            layer = structure.layers.get(point.layer) if point.layer else None
-            if layer is not None and self._bn_then_relu(layer):
-                state.bn = bn_stats(gm, layer, folded)
-            self.points[name] = state
         gm.graph.lint()
         gm.recompile()
-        # layer -> the point whose quantizer feeds it: with both quantized, its bias is int32 as deployed.
-        self.bias_inputs = {name: point for name, layer in structure.layers.items()
-                            if (point := quantized_input(gm, layer.node)) is not None}
-        self._weights_on: set[str] = set()
-        self._acts_on: set[str] = set()
 
     def _bn_then_relu(self, layer) -> bool:
         # BN-based ranges hold for a BatchNorm's output and its ReLU, not after other activation functions.

@@ -62,7 +62,7 @@ class LadderChart(PlotPanel):
         self.plot.getAxis("bottom").setHeight(None)
 
     def set_ladders(self, ladders: list[tuple[str, list[dict]]], planned: list[str] | None = None,
-                    metric: dict | None = None) -> None:
+                    metric: dict | None = None, notes: list[str] | None = None) -> None:
         self.clear()
         self.measure = measure = Measure.of(metric)
         self.set_axis("left", measure.axis, measure.fmt)
@@ -73,7 +73,9 @@ class LadderChart(PlotPanel):
             self.clear(EMPTY)
             return
         self.ladders = ladders
-        self.set_title(f"{measure.title} after each step" + ("" if len(ladders) == 1 else ", per run"))
+        # A note (which ops module-level quantization left float) qualifies every rung, so it rides in the title.
+        self.set_title(f"{measure.title} after each step" + ("" if len(ladders) == 1 else ", per run")
+                       + "".join(f" · {note}" for note in notes or []))
         width = GROUP_WIDTH / len(ladders)
         position = {step: i for i, step in enumerate(self.steps)}
         accuracies: list[float] = []

@@ -373,7 +373,8 @@ class QuantPanel(RunTab):
         if any(steps for _, steps in ladders) or live and self.results.planned:
             # Bars of one measure: the run shown gives it (a compared run of another task would not share an axis).
             metric = self.results.metric if self.results is not None else None
-            self.ladder.set_ladders(ladders, self.results.planned if live else None, metric)
+            notes = self.results.notes if self.results is not None else None
+            self.ladder.set_ladders(ladders, self.results.planned if live else None, metric, notes)
         else:
             self.ladder.clear("The accuracy ladder: one bar per pipeline step, filled in as each step finishes.")
 
@@ -405,6 +406,11 @@ class QuantPanel(RunTab):
             text = f"{share:.1%} of parameters{of_flops} quantized" + (f" (float: {kept})" if kept else "")
             low = share < COVERAGE_WARN or (isinstance(flops, (int, float)) and flops < COVERAGE_WARN)
             parts.append(f"<span style='color:#c0392b'>{text}</span>" if low else text)
+        fallback = report.get("module_level")
+        if isinstance(fallback, dict):  # torch.fx could not trace the model: layers quantized through hooks
+            ops = ", ".join(f"{e.get('op')} ×{e.get('calls')}" for e in (fallback.get("float_ops") or [])[:5])
+            parts.append("<span style='color:#b9770e'>module-level quantization (torch.fx cannot trace the model): "
+                         f"float ops {ops or 'none seen'}</span>")
         if results.ladder and not report:
             last = results.ladder[-1]
             parts.append(f"step {len(results.ladder)}/{len(results.planned) or '?'}: {last['step']} "

@@ -69,6 +69,7 @@ class QuantResults:
     # What "accuracy" holds for a task other than classification, {name, label, higher_is_better}, from the live
     # ladder's metadata until the report brings its own; None: accuracy.
     live_metric: dict | None = None
+    notes: list[str] = field(default_factory=list)  # what the ladder says under its title (module-level, ...)
 
     # -- filling in --------------------------------------------------------------------------------------------
     def add_array(self, name: str, array: np.ndarray, meta: dict) -> bool:
@@ -83,6 +84,7 @@ class QuantResults:
             self.planned = list(meta.get("planned") or self.planned)
             if isinstance(meta.get("metric"), dict):
                 self.live_metric = dict(meta["metric"])
+            self.notes = [str(n) for n in meta.get("notes") or []]
             return True
         self.arrays[name] = (np.asarray(array), dict(meta))
         return True
@@ -92,6 +94,8 @@ class QuantResults:
         if report.get("steps"):
             self.ladder = list(report["steps"])
             self.planned = self.planned or [s["step"] for s in self.ladder]
+        if isinstance(report.get("module_level"), dict) and not self.notes:
+            self.notes = ["module-level: functional ops stay float"]
 
     # -- reading ------------------------------------------------------------------------------------------------
     @property
