@@ -14,8 +14,9 @@ from export_helpers import done, export, run
 pytestmark = pytest.mark.heavy
 
 # A residual network, one with a bias that overflowed int32 in onnxruntime, a float output after an average of
-# codes, and a depthwise one.
-MODELS = ("resnet18", "googlenet", "squeezenet1_0", "mobilenet_v2")
+# codes, a depthwise one, and one whose Linear layers follow LayerNorms (onnxruntime quantized their float inputs
+# itself, MatMulNBits, until they got quantizers of their own).
+MODELS = ("resnet18", "googlenet", "squeezenet1_0", "mobilenet_v2", "convnext_tiny")
 
 
 @pytest.mark.parametrize("arch", MODELS)
