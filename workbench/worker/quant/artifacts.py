@@ -79,6 +79,28 @@ def save_arrays(path: Path, arrays: dict[str, tuple[np.ndarray, dict]]) -> None:
     atomic_write_bytes(path, buffer.getvalue())
 
 
+def _unpacked_attention(state: dict, expected: set[str]) -> dict:
+    """`state` with nn.MultiheadAttention's packed in_proj_weight/in_proj_bias (or its q/k/v_proj_weight) as the
+    q_proj, k_proj and v_proj layers that trace() now makes of it: runs saved before attention was quantized hold
+    the packed form. Keys the model expects are left as they are."""
+    state = dict(state)
+    for key in list(state):
+        if key in expected:
+            continue
+        prefix, _, leaf = key.rpartition(".")
+        head = f"{prefix}." if prefix else ""
+        if leaf in ("in_proj_weight", "in_proj_bias"):
+            kind = leaf.removeprefix("in_proj_")
+            if f"{head}q_proj.{kind}" in expected:  # rows q, then k, then v
+                for part, value in zip(("q_proj", "k_proj", "v_proj"), state.pop(key).chunk(3), strict=True):
+                    state[f"{head}{part}.{kind}"] = value.clone()
+        elif leaf in ("q_proj_weight", "k_proj_weight", "v_proj_weight"):
+            layer = leaf.removesuffix("_weight")
+            if f"{head}{layer}.weight" in expected:
+                state[f"{head}{layer}.weight"] = state.pop(key)
+    return state
+
+
 def load_quantized(model: nn.Module, folder: str | Path, *, params: dict | None = None):
     """Rebuild the quantized model that a quantize run saved in `folder` (its artifacts/), from a freshly built
     `model` of the same spec: fold the same BatchNorms, load the quantized weights and biases, and put the
@@ -105,6 +127,7 @@ def load_quantized(model: nn.Module, folder: str | Path, *, params: dict | None 
         if sorted(info["bn"] for info in folded.values()) != sorted(params["folded_bn"]):
             raise JobError(f"{folder}: the model does not fold the same BatchNorms as the quantized one")
         structure = find_structure(gm)
+    saved["state_dict"] = _unpacked_attention(saved["state_dict"], set(gm.state_dict()))
     for name, layer in structure.layers.items():
         if layer.module.bias is None and f"{name}.bias" in saved["state_dict"]:
             ensure_bias(layer.module)  # bias correction gave a bias-free layer one
@@ -115,6 +138,10 @@ def load_quantized(model: nn.Module, folder: str | Path, *, params: dict | None 
 
     sim = QuantSim(gm, structure, folded, weights=_Plain, activations=_Plain)
     by_name = {w["name"]: w for w in params["weights"]}
+    for name in [name for name in sim.weights if name not in by_name]:
+        # A layer the run did not quantize stays float: attention's projections in a run saved before
+        # they were layers (the sim and the ONNX export then leave their weights as they are).
+        del sim.weights[name]
     for name, wq in sim.weights.items():
         info = by_name[name]
         grid = Grid(info["bits"], info["symmetric"], info["signed"], info["restricted"])

@@ -3,8 +3,7 @@ layer pairs that cross-layer equalisation may rescale.
 
 Activation quantizers sit at the model's input, after each conv/linear (past its BatchNorm and activation function),
 after each residual add (past its activation), and at the input of a conv/linear that average pooling feeds (an
-average of grid values is off the grid: integer hardware requantizes it there) or that no quantizer feeds at all
-(after a LayerNorm, a concatenation's BatchNorm, an attention's context). Max pooling and reshaping keep their
+average of grid values is off the grid: integer hardware requantizes it there). Max pooling and reshaping keep their
 input's grid exactly. Module names stay those of the original model's named_modules().
 Worker side; never imports Qt.
 """
@@ -21,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workbench.errors import JobError
+from workbench.worker.quant.attention import swap_attention
 
 WEIGHTED = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
@@ -61,6 +61,7 @@ class Untraceable(JobError):
 def trace(model: nn.Module, what: str = "the model") -> fx.GraphModule:
     """A GraphModule of a deep copy of `model` (the original is never changed), in eval mode."""
     copied = copy.deepcopy(model).eval()
+    swap_attention(copied)  # fx keeps nn.MultiheadAttention whole; this copy's has its projections as Linear layers
     try:
         gm = fx.symbolic_trace(copied)
     except Exception as exc:
@@ -295,22 +296,6 @@ def _averaged_input(gm: fx.GraphModule, layer: fx.Node) -> tuple[fx.Node, fx.Nod
     return (source, averaged) if averaged is not None else None
 
 
-def _unquantized_input(gm: fx.GraphModule, layer: fx.Node, placed: set[fx.Node]) -> fx.Node | None:
-    """The node feeding `layer` where no quantizer reaches it through ops that keep the codes (a LayerNorm, an
-    unfolded BatchNorm, a concatenation, an attention's context, an LSTM's output); None where one does. Integer
-    kernels take 8-bit inputs, so such a layer gets a quantizer at its input: left float, onnxruntime quantizes
-    a MatMul's input itself at run time (MatMulNBits), and the file no longer computes what was simulated."""
-    source = layer.args[0] if layer.args else None
-    current = source
-    while isinstance(current, fx.Node):
-        if current in placed:
-            return None
-        if not _kind(gm, current, CARRY_MODULES, CARRY_FUNCTIONS, CARRY_METHODS):
-            break
-        current = current.args[0] if current.args else None
-    return source if isinstance(source, fx.Node) else None
-
-
 def find_structure(gm: fx.GraphModule) -> Structure:
     layers: dict[str, Layer] = {}
     points: dict[str, Point] = {}
@@ -337,10 +322,6 @@ def find_structure(gm: fx.GraphModule) -> Structure:
                 source, pool = pooled
                 name = _unique(pool.target if pool.op == "call_module" else pool.name, taken)
                 add_point(name, source, "pool", None, [])
-                groups.append(name)
-            elif pooled is None and (source := _unquantized_input(gm, node, placed)) is not None:
-                name = _unique(source.target if source.op == "call_module" else f"{node.target}.input", taken)
-                add_point(name, source, "requant", None, [])
                 groups.append(name)
             name = _unique(node.target, taken)
             tail = _tail(gm, node)
