@@ -3,7 +3,8 @@ layer pairs that cross-layer equalisation may rescale.
 
 Activation quantizers sit at the model's input, after each conv/linear (past its BatchNorm and activation function),
 after each residual add (past its activation), and at the input of a conv/linear that average pooling feeds (an
-average of grid values is off the grid: integer hardware requantizes it there). Max pooling and reshaping keep their
+average of grid values is off the grid: integer hardware requantizes it there) or that no quantizer feeds at all
+(after a LayerNorm, a concatenation's BatchNorm, an attention's context). Max pooling and reshaping keep their
 input's grid exactly. Module names stay those of the original model's named_modules().
 Worker side; never imports Qt.
 """
@@ -296,6 +297,22 @@ def _averaged_input(gm: fx.GraphModule, layer: fx.Node) -> tuple[fx.Node, fx.Nod
     return (source, averaged) if averaged is not None else None
 
 
+def _unquantized_input(gm: fx.GraphModule, layer: fx.Node, placed: set[fx.Node]) -> fx.Node | None:
+    """The node feeding `layer` where no quantizer reaches it through ops that keep the codes (a LayerNorm, an
+    unfolded BatchNorm, a concatenation, an attention's context, an LSTM's output); None where one does. Integer
+    kernels take 8-bit inputs, so such a layer gets a quantizer at its input: left float, onnxruntime quantizes
+    a MatMul's input itself at run time (MatMulNBits), and the file no longer computes what was simulated."""
+    source = layer.args[0] if layer.args else None
+    current = source
+    while isinstance(current, fx.Node):
+        if current in placed:
+            return None
+        if not _kind(gm, current, CARRY_MODULES, CARRY_FUNCTIONS, CARRY_METHODS):
+            break
+        current = current.args[0] if current.args else None
+    return source if isinstance(source, fx.Node) else None
+
+
 def find_structure(gm: fx.GraphModule) -> Structure:
     layers: dict[str, Layer] = {}
     points: dict[str, Point] = {}
@@ -322,6 +339,10 @@ def find_structure(gm: fx.GraphModule) -> Structure:
                 source, pool = pooled
                 name = _unique(pool.target if pool.op == "call_module" else pool.name, taken)
                 add_point(name, source, "pool", None, [])
+                groups.append(name)
+            elif pooled is None and (source := _unquantized_input(gm, node, placed)) is not None:
+                name = _unique(source.target if source.op == "call_module" else f"{node.target}.input", taken)
+                add_point(name, source, "requant", None, [])
                 groups.append(name)
             name = _unique(node.target, taken)
             tail = _tail(gm, node)
