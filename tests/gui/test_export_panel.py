@@ -427,3 +427,26 @@ def test_a_peak_memory_of_zero_is_not_measured_rather_than_the_best():
     memory = COLUMNS.index("Peak memory")
     marks = best_and_worst(rows)
     assert marks[(0, memory)] == "best" and marks[(1, memory)] == "worst" and (2, memory) not in marks
+
+
+def test_a_peak_memory_not_measured_says_so_in_the_cell_and_why_on_hover(qtbot):
+    from workbench.gui.panels.export.results_table import BenchResultsTable
+
+    rows = [{"backend": b, "batch_size": 8, "status": "ok", "device": device, "latency_ms": {"p50": p50},
+             "peak_memory_bytes": mem}
+            for b, device, p50, mem in (("eager", "cpu", 2.0, 20480), ("onnxruntime_int8", "cpu", 0.5, 0),
+                                        ("onnxruntime", "cuda:0", 0.4, 0), ("torchscript", "cpu", 1.0, None))]
+    rows.append({"backend": "tensorrt", "batch_size": 8, "status": "unavailable", "reason": "no CUDA"})
+    table = BenchResultsTable()
+    qtbot.addWidget(table)
+    table.set_rows(rows)
+    memory = COLUMNS.index("Peak memory")
+    texts = [table.item(r, memory).text() for r in range(len(rows))]
+    assert texts == ["20.0 KiB", "not measured", "not measured", "not measured", "—"]
+    # The reason is on hover: the CPU probe saw no growth, torch's CUDA counter misses another allocator, no probe.
+    assert "resident memory did not grow" in table.item(1, memory).toolTip().replace("\n", " ")
+    assert "its own allocator" in table.item(2, memory).toolTip().replace("\n", " ")
+    assert "no probe" in table.item(3, memory).toolTip().replace("\n", " ")
+    assert table.item(1, memory).font().italic() and not table.item(0, memory).font().italic()
+    assert table.item(1, P50).text() == "0.5"  # the row's other numbers are measured and shown as ever
+    assert table.mark(1, memory) == "" and table.mark(0, memory) == ""  # nothing to compare 20 KiB against

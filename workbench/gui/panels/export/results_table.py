@@ -5,6 +5,8 @@ greyed, their reason in the tooltip."""
 
 from __future__ import annotations
 
+import textwrap
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
@@ -28,6 +30,8 @@ NUMERIC_COLUMNS = (
     # 0 B is a probe that saw nothing (onnxruntime's own allocator, say), not the least memory: not measured.
     ("Peak memory", lambda r: r.get("peak_memory_bytes") or None, "low", format_bytes),
 )
+MEMORY_COLUMN = "Peak memory"
+NOT_MEASURED = "not measured"
 TEXT_COLUMNS = ("Backend", "Batch", "Dtype", "Status")
 COLUMNS = TEXT_COLUMNS + tuple(c[0] for c in NUMERIC_COLUMNS)
 FIRST_NUMERIC = len(TEXT_COLUMNS)
@@ -63,6 +67,20 @@ def best_and_worst(rows: list[dict]) -> dict[tuple[int, int], str]:
             marks[(best[1], column)] = "best"
             marks[(worst[1], column)] = "worst"
     return marks
+
+
+def memory_unmeasured_reason(row: dict) -> str:
+    """Why a measured row has no peak memory (None, or 0 B: a probe that saw nothing), or "" when it has one."""
+    if not measured(row) or (finite_number(row.get("peak_memory_bytes")) and row["peak_memory_bytes"] > 0):
+        return ""
+    device = str(row.get("device") or "")
+    if row.get("peak_memory_bytes") is None:
+        return "this platform has no probe of the process's memory"
+    if device.startswith("cuda"):
+        return (f"torch's counter of device memory saw nothing: {row.get('backend', 'this backend')} allocates with "
+                "its own allocator, which it does not count")
+    return ("the process's resident memory did not grow while this row ran: what it needed was already held (freed "
+            "by an earlier row, or kept by its runtime's own allocator), which this probe cannot tell apart")
 
 
 def row_tooltip(row: dict) -> str:
@@ -119,10 +137,18 @@ class BenchResultsTable(QTableWidget):
         tooltip = row_tooltip(row)
         texts = [str(row.get("backend", "")), str(row.get("batch_size", "")), str(row.get("dtype", "")),
                  "waiting…" if status == "pending" else status]
-        texts += [show(read(row)) if measured(row) else "—" for _, read, _, show in NUMERIC_COLUMNS]
+        unmeasured = memory_unmeasured_reason(row)
+        texts += [(NOT_MEASURED if header == MEMORY_COLUMN and unmeasured else show(read(row))) if measured(row)
+                  else "—" for header, read, _, show in NUMERIC_COLUMNS]
         for column, text in enumerate(texts):
             item = QTableWidgetItem(text)
             item.setToolTip(tooltip)
+            if text == NOT_MEASURED and COLUMNS[column] == MEMORY_COLUMN:  # said in the cell, the reason on hover
+                item.setForeground(QBrush(GREYED))
+                font = QFont(item.font())
+                font.setItalic(True)
+                item.setFont(font)
+                item.setToolTip(f"{textwrap.fill(f'Peak memory not measured: {unmeasured}.', 72)}\n\n{tooltip}")
             if column == 0:
                 item.setData(KEY_ROLE, row_key(row))
             if column >= FIRST_NUMERIC or column == 1:
