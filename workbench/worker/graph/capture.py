@@ -1,5 +1,8 @@
-"""Capturing a model's graph: torch.export strict, then non-strict; the caller falls back to the module hierarchy
-when both fail (data-dependent control flow, say), and each failure is kept as a one-line reason.
+"""Capturing a model's graph: torch.export non-strict, then strict; the caller falls back to the module hierarchy
+when both fail (data-dependent control flow, say), and each failure is kept as a one-line reason. Non-strict goes
+first because it captures the same operator graph of nearly every model at a fraction of the time (strict traces
+the Python bytecode with Dynamo: 2.5-4.5x slower on torchvision models, issue #22); strict still catches a model
+that non-strict cannot run.
 
 Worker side; never imports Qt.
 """
@@ -61,9 +64,9 @@ def describe_failure(exc: BaseException) -> str:
 
 
 def capture(model: nn.Module, inputs: tuple[torch.Tensor, ...], log=None) -> Capture:
-    """torch.export strict, then non-strict; `program` is None when neither could capture the model."""
+    """torch.export non-strict, then strict; `program` is None when neither could capture the model."""
     failures = []
-    for strict, how, label in ((True, "export", "strict export"), (False, "non_strict", "non-strict export")):
+    for strict, how, label in ((False, "non_strict", "non-strict export"), (True, "export", "strict export")):
         try:
             with _quiet_torch_logs():
                 program = torch.export.export(model, inputs, strict=strict)
@@ -72,10 +75,9 @@ def capture(model: nn.Module, inputs: tuple[torch.Tensor, ...], log=None) -> Cap
             if log is not None:
                 log(failures[-1], "warning")
             continue
-        if strict:
-            reason = "torch.export (strict) captured the whole model"
-        else:
-            reason = f"torch.export (non-strict) captured the whole model; {failures[0]}"
+        reason = f"torch.export ({'strict' if strict else 'non-strict'}) captured the whole model"
+        if failures:
+            reason += f"; {failures[0]}"
         return Capture(program, how, reason)
     return Capture(None, "modules", "; ".join(failures) + "; showing the module hierarchy, with shapes from one "
                    "forward pass, instead of the operator graph")

@@ -71,11 +71,14 @@ def build_module(spec: GraphSpec, ctx):
     shape = input_shape_for(spec, run, ctx)
     if run is None:
         classes = None if model_spec.num_classes else dataset_class_count(spec.dataset, ctx)
-        model = build_model(model_spec, input_shape=shape, log=ctx.log, classes=classes)
+        # No trial forward pass: the graph shows any model whatever its outputs (a segmentation map, a custom
+        # head), and analyze() runs it at once with its own message (a forward at the input size is a graph's
+        # largest cost after the capture).
+        model = build_model(model_spec, input_shape=shape, log=ctx.log, classes=classes, check=False)
         return model.eval(), shape, model_spec.name, None
     # The run's own weights replace any pretrained or starting checkpoint, so neither is loaded first.
     model = build_model(dataclasses.replace(model_spec, checkpoint="", weights=""), input_shape=shape, log=ctx.log,
-                        pretrained=False, checkpoint=False)
+                        pretrained=False, checkpoint=False, check=False)
     if run.checkpoint is not None:
         load_checkpoint(model, run.checkpoint, what="source.run")
         ctx.log(f"weights from {run.checkpoint.relative_to(run.run_dir)} of run {run.run_dir.name}")

@@ -114,13 +114,14 @@ def resolve_num_classes(spec: ModelSpec, classes: int | None, log: Callable[[str
 
 def build_model(spec: ModelSpec, *, input_shape: Sequence[int] = (), log: Callable[[str], None] | None = None,
                 pretrained: bool = True, checkpoint: bool = True, classes: int | None = None,
-                task: str = "classification", example=None) -> nn.Module:
+                task: str = "classification", example=None, check: bool = True) -> nn.Module:
     """Build the network `spec` describes, on the CPU, in train mode.
 
     `input_shape` is used when spec.input_shape is empty (the dataset's sample shape), `classes` (the dataset's
     class count) when spec.num_classes is 0 (auto). `pretrained=False` and `checkpoint=False` skip spec.weights
     and spec.checkpoint (a resumed run loads its own last.pt instead). `task` decides what outputs are right
     ("auto" counts as classification); `example` is a user dataset's first input, for the trial forward pass.
+    `check=False` skips that pass, for a caller that runs the model at once and words its own failure (graph).
     """
     if spec.name.startswith("lightning:"):  # a LightningModule: its own class decides its outputs, no head surgery
         from workbench.worker.lightning.build import build_lightning_model
@@ -138,8 +139,9 @@ def build_model(spec: ModelSpec, *, input_shape: Sequence[int] = (), log: Callab
     hint = ""
     if spec.weights and not spec.replace_head:
         hint = "; pretrained weights keep their own classes, so set model.replace_head=true to train a new head"
-    check_forward(model, spec.name, shape, spec.num_classes, hint,
-                  task="classification" if task == "auto" else task, example=example)
+    if check:
+        check_forward(model, spec.name, shape, spec.num_classes, hint,
+                      task="classification" if task == "auto" else task, example=example)
     if spec.checkpoint and checkpoint:
         load_checkpoint(model, spec.checkpoint)
     if spec.freeze:

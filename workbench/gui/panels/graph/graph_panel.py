@@ -51,7 +51,7 @@ POLL_MS = 100
 NO_OVERLAY = "none"
 # graph.build's overlays of a quantize run (`quant_run`), the one "Show on graph" colours by first
 QUANT_OVERLAYS = ("quant_weight_sqnr", "quant_activation_sqnr")
-CAPTURE_WORDS = {"export": "torch.export", "non_strict": "torch.export (non-strict)",
+CAPTURE_WORDS = {"export": "torch.export (strict)", "non_strict": "torch.export",
                  "modules": "the module hierarchy (torch.export could not capture it)"}
 
 
