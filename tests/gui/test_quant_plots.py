@@ -11,7 +11,7 @@ from workbench.gui.panels.quant.channel_ranges_plot import NO_CHANNELS, ChannelR
 from workbench.gui.panels.quant.error_plot import ErrorPlot, quantize
 from workbench.gui.panels.quant.ladder_chart import LadderChart
 from workbench.gui.panels.quant.mixed_precision_plot import MixedPrecisionPlot
-from workbench.gui.panels.quant.range_histogram import RangeHistogram
+from workbench.gui.panels.quant.range_histogram import ERROR_HEADROOM, RangeHistogram, grid_extent
 from workbench.gui.panels.quant.results import TensorArrays
 from workbench.gui.panels.quant.sensitivity_chart import SensitivityChart
 from workbench.gui.theme import apply_theme
@@ -78,6 +78,59 @@ def test_learned_rounding_is_named_in_the_legend_beside_the_nearest_rounding_est
     texts = histogram.legend_texts
     assert any(t.startswith("in use (mse, adaround rounding)") for t in texts), texts
     assert any(t.startswith("mse  [") for t in texts)  # the estimator itself, rounding to nearest
+    assert "The weights round with adaround" in histogram.legend.tooltips[2]  # the in-use row says why
+    # QAT trains the weights under a range fixed before it: that, not the rounding, is what differs.
+    histogram.set_tensor(dataclasses.replace(weight_arrays(), rounding="qat"), {"bits": 4, "range_method": "mse"})
+    assert histogram.legend_texts[2].startswith("in use (mse, range fixed before QAT)  ["), histogram.legend_texts
+
+
+def test_the_legend_heads_its_columns_and_says_what_the_numbers_are(qtbot):
+    histogram = shown(qtbot, RangeHistogram())
+    histogram.set_tensor(weight_arrays(), {"bits": 4, "range_method": "mse"})
+    assert histogram.legend.header_text == "clipping range · SQNR"
+    header_tip = histogram.legend.header[0].toolTip()
+    assert "clipping range [lo, hi]" in header_tip and "SQNR of these values" in header_tip
+    assert "AdaRound" in header_tip  # why the in-use row may read lower than its method's row
+    assert all("clipping range [lo, hi]" in tip for tip in histogram.legend.tooltips)
+    assert histogram.legend.texts[:2] == ["values (18,432)", histogram.legend.texts[1]]
+    assert histogram.legend.texts[1].startswith("clipped (")
+
+
+def test_an_estimators_range_reads_as_the_grid_holds_it_so_the_one_in_use_matches_its_method(qtbot):
+    """The worker gives each estimator's own (lo, hi) but the range in use as its grid represents it; on a
+    symmetric grid mse's [-0.570, 0.587] clips at [-0.587, 0.587], as the range in use does."""
+    histogram = shown(qtbot, RangeHistogram())
+    entry = {"bits": 4, "range_method": "mse", "qmin": -7, "qmax": 7, "symmetric": True}
+    histogram.set_tensor(weight_arrays(channels=False), entry)
+    texts = histogram.legend_texts
+    assert "in use (mse)  [-0.59, 0.59]  19.0 dB" in texts and "mse  [-0.59, 0.59]  19.0 dB" in texts
+    assert [line.value() for line in histogram.lines["mse"]] == [pytest.approx(-0.5865), pytest.approx(0.5865)]
+    assert [line.value() for line in histogram.lines["minmax"]] == [pytest.approx(-0.7326), pytest.approx(0.7326)]
+    mse_tip = histogram.legend.tooltips[texts.index("mse  [-0.59, 0.59]  19.0 dB")]
+    assert "picked [-0.570, 0.587]" in mse_tip and "clips at [-0.587, 0.587]" in mse_tip
+    # Per channel: each channel's range on the grid, then the outermost (the lines show the widest channel).
+    arrays = weight_arrays()
+    histogram.set_tensor(arrays, {**entry, "granularity": "per_channel"})
+    low, high = grid_extent(arrays.channel_ranges[2][:, 0], arrays.channel_ranges[2][:, 1], -7, 7, True)
+    bound = max(-arrays.channel_ranges[2][:, 0].min(), arrays.channel_ranges[2][:, 1].max())
+    assert [line.value() for line in histogram.lines["mse"]] == [pytest.approx(low.min()), pytest.approx(high.max())]
+    assert high.max() == pytest.approx(bound) and low.min() == pytest.approx(-bound)
+    # Without the grid (an older report) the estimator's own range is shown.
+    histogram.set_tensor(weight_arrays(channels=False), {"bits": 4, "range_method": "mse"})
+    assert [line.value() for line in histogram.lines["mse"]] == [pytest.approx(-0.57), pytest.approx(0.5865)]
+
+
+def test_grid_extent_follows_the_worker_on_symmetric_and_asymmetric_grids():
+    # Symmetric signed: the larger side sets the bound; an unsigned symmetric grid (after a ReLU) keeps hi.
+    assert grid_extent(-0.3, 0.6, -127, 127, True) == (pytest.approx(-0.6), pytest.approx(0.6))
+    assert grid_extent(-0.3, 0.6, -128, 127, True) == (pytest.approx(-0.6 * 128 / 127), pytest.approx(0.6))
+    assert grid_extent(0.2, 0.6, 0, 255, True) == (pytest.approx(0.0), pytest.approx(0.6))  # 0 is always held
+    # Asymmetric: the zero point rounds to a whole code, moving both ends by under half a step.
+    scale = (1.85 + 0.81) / 255
+    zero_point = round(0.81 / scale)
+    lo, hi = grid_extent(-0.81, 1.85, 0, 255, False)
+    assert (lo, hi) == (pytest.approx(-zero_point * scale), pytest.approx((255 - zero_point) * scale))
+    assert abs(lo + 0.81) <= scale / 2 and abs(hi - 1.85) <= scale / 2
 
 
 def test_histogram_shades_and_colours_the_clipped_tails_and_shows_the_error_per_bin(qtbot):
@@ -95,11 +148,33 @@ def test_histogram_shades_and_colours_the_clipped_tails_and_shows_the_error_per_
     clipping = histogram.error_curves["clipping"].getData()[1]
     assert rounding == pytest.approx(arrays.error[1] / arrays.values)  # each bin's share of the MSE
     assert clipping == pytest.approx(arrays.error[0] / arrays.values)
-    assert any("clipping error" in label.text for _s, label in histogram.error_legend.items)
-    # The short error plot's one-row legend sits over empty space above the tallest bin, not over the curves.
-    assert histogram.error_legend.columnCount == 2
+    assert any(t.startswith("clipping error") for t in histogram.error_legend_texts)
     top = histogram.error_plot.getViewBox().viewRange()[1][1]
-    assert top == pytest.approx(1.6 * max(rounding.max(), clipping.max()))
+    assert top == pytest.approx(ERROR_HEADROOM * max(rounding.max(), clipping.max()))
+
+
+def test_the_legends_stand_beside_the_plots_and_hide_no_bar(qtbot):
+    """Over the plot, a six-row legend covered the bars however much room the y range left: beside it, every bar
+    and curve is in view, in a short plot too."""
+    from PySide6.QtCore import QPoint, QRect
+
+    histogram = shown(qtbot, RangeHistogram(), width=900, height=300)
+    arrays = weight_arrays()
+    histogram.set_tensor(arrays, {"bits": 4, "range_method": "mse"})
+    qtbot.waitUntil(lambda: histogram.legend.isVisible() and histogram.error_legend.isVisible())
+
+    def rect(widget) -> QRect:
+        return QRect(widget.mapTo(histogram, QPoint(0, 0)), widget.size())
+
+    for legend in (histogram.legend, histogram.error_legend):
+        for plot in (histogram.plot, histogram.error_plot):
+            assert not rect(legend).intersects(rect(plot))
+        assert rect(legend).left() >= rect(histogram.plot).right()
+    assert rect(histogram.legend).bottom() <= rect(histogram.error_legend).top()
+    assert len(histogram.legend_texts) == 6  # values, clipped, in use and three estimators
+    # The tallest bar is in view, and the view is not mostly empty headroom.
+    top = histogram.plot.getViewBox().viewRange()[1][1]
+    assert arrays.counts.max() < top <= 1.2 * arrays.counts.max()
 
 
 def test_log_counts_switches_the_count_axis_and_keeps_empty_bins_drawable(qtbot):

@@ -1,14 +1,17 @@
 """One quantizer's values as a histogram, with the range in use and every estimator's alternative drawn over it,
-the clipped tails shaded, and below it how much each bin adds to the clipping and the rounding error."""
+the clipped tails shaded, and below it how much each bin adds to the clipping and the rounding error. The legend
+stands beside the plots, so it never hides a bar: a row per estimator with its clipping range and SQNR."""
 
 from __future__ import annotations
 
+import html
 import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QVBoxLayout, QWidget
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QBrush, QFont, QPainter, QPalette, QPen
+from PySide6.QtWidgets import QCheckBox, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from workbench.gui.panels.quant.plot_panel import (
     CLIPPING,
@@ -21,23 +24,165 @@ from workbench.gui.panels.quant.plot_panel import (
     estimator_colour,
     pen,
     reset_plot,
-    show_legend,
 )
 from workbench.gui.panels.quant.results import TensorArrays
-from workbench.gui.plots import add_legend, make_plot, stack_plots
+from workbench.gui.plots import make_plot, stack_plots
 
 EMPTY = "The values of the selected layer's weight or activation appear here, with the range each estimator picks."
 ERROR_EMPTY = "How much each bin adds to the clipping and the rounding error appears here."
-# Room above the tallest bar for the legend (top right), in linear counts and in decades on a log axis.
-HEADROOM = 1.45
-ERROR_HEADROOM = 1.6  # the error plot is short: its one-row legend needs a larger share of its height
+# Room above the tallest bar (the legend stands beside the plot), in linear counts and in decades on a log axis.
+HEADROOM = 1.08
+ERROR_HEADROOM = 1.08
+ERROR_TIPS = {"rounding": "Per bin: its share of the MSE from rounding the values inside the range to the grid",
+              "clipping": "Per bin: its share of the MSE from clipping the values beyond the range to its ends"}
 LOG_FLOOR = 0.5  # on a log axis empty bins sit here, under a bin of one value, instead of at log(0)
+MIN_SCALE = 1e-12  # as the worker's quantizer: an all-zero range still gets a positive scale
+LEGEND_HEADER = ("clipping range", "SQNR")
+LEGEND_TIP = (
+    "Each row: the clipping range [lo, hi] an estimator gives on this quantizer's grid (widened to hold 0, then "
+    "symmetric about 0 or with its zero point on a whole step, as the range in use is), and the SQNR of these values "
+    "quantized with that range, rounding to nearest. Values beyond the range are clipped to it.\n"
+    "The in-use row is the quantizer as the run left it: an estimator row of the same method gives the same range, "
+    "and the same SQNR unless the weights' rounding was learned (AdaRound rounds each weight up or down for the "
+    "layer's output, not for the weights themselves, so their own SQNR is lower) or QAT trained the weights after "
+    "the range was fixed (the estimators measure the trained weights afresh).")
+
+
+def rich_tip(*paragraphs: str) -> str:
+    """A tooltip as rich text, which Qt wraps (a plain one runs on as one line as wide as the text)."""
+    return "".join(f"<p>{html.escape(p, quote=False).replace(chr(10), '</p><p>')}</p>" for p in paragraphs if p)
 
 
 def range_label(name: str, lo: float, hi: float, sqnr_db: float, decimals: int) -> str:
     """A legend row: "mse  [-0.57, 0.59]  19.0 dB"."""
-    sqnr = f"{sqnr_db:.1f} dB" if math.isfinite(sqnr_db) else "– dB"
-    return f"{name}  [{lo:.{decimals}f}, {hi:.{decimals}f}]  {sqnr}"
+    return f"{name}  {range_text(lo, hi, decimals)}  {sqnr_text(sqnr_db)}"
+
+
+def range_text(lo: float, hi: float, decimals: int) -> str:
+    return f"[{lo:.{decimals}f}, {hi:.{decimals}f}]"
+
+
+def sqnr_text(sqnr_db: float) -> str:
+    return f"{sqnr_db:.1f} dB" if math.isfinite(sqnr_db) else "– dB"
+
+
+def grid_extent(lo, hi, qmin: int, qmax: int, symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
+    """What the clipping range [lo, hi] becomes on a grid of codes qmin..qmax, as the worker's qparams_from_range and
+    QParams.extent make it: widened to hold 0, then symmetric about 0 (a signed grid's bound is the larger of -lo
+    and hi) or with the zero point rounded to a whole code. So an estimator's range reads as the range in use does."""
+    lo = np.minimum(np.asarray(lo, dtype=float), 0.0)
+    hi = np.maximum(np.asarray(hi, dtype=float), 0.0)
+    if symmetric:
+        bound = np.maximum(-lo, hi) if qmin < 0 else hi
+        scale = np.maximum(bound / qmax, MIN_SCALE)
+        zero_point = 0.0
+    else:
+        scale = np.maximum((hi - lo) / (qmax - qmin), MIN_SCALE)
+        zero_point = np.clip(np.round(qmin - lo / scale), qmin, qmax)
+    return scale * (qmin - zero_point), scale * (qmax - zero_point)
+
+
+def in_use_name(method: str, rounding: str) -> str:
+    """The in-use row's name, saying what makes its SQNR differ from its method's estimator row, if anything."""
+    why = {"nearest": "", "qat": "range fixed before QAT"}.get(rounding, f"{rounding} rounding")
+    inside = ", ".join(part for part in (method, why) if part)
+    return f"in use ({inside})" if inside else "in use"
+
+
+class Swatch(QWidget):
+    """A legend row's sample: the line's own pen (colour, width, dashes), or a filled box for the bars."""
+
+    def __init__(self, line: QPen | None = None, fill: QBrush | None = None, parent=None):
+        super().__init__(parent)
+        self.line, self.fill = line, fill
+        self.setFixedSize(26, 12)
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.Antialiasing)
+        if self.fill is not None:
+            painter.setPen(self.line if self.line is not None else Qt.NoPen)
+            painter.setBrush(self.fill)
+            painter.drawRect(QRectF(3, 1.5, self.width() - 6, self.height() - 3))
+        elif self.line is not None:
+            painter.setPen(self.line)
+            y = self.height() / 2
+            painter.drawLine(QPointF(1, y), QPointF(self.width() - 1, y))
+        painter.end()
+
+
+class RangeLegend(QWidget):
+    """A legend beside the plots: the histogram's (its bars, then a row per range with its clipping range and SQNR in
+    columns under a header that names them) or, with `header` None, the error plot's curves. `texts` gives each row
+    as one line ("mse  [-0.57, 0.59]  19.0 dB")."""
+
+    def __init__(self, header: tuple[str, str] | None = LEGEND_HEADER, parent=None):
+        super().__init__(parent)
+        self.setBackgroundRole(QPalette.Base)  # the plot's background: legend and plot read as one panel
+        self.setAutoFillBackground(True)
+        font = QFont(self.font())
+        font.setPointSizeF(max(7.0, font.pointSizeF() - 1))
+        self.setFont(font)
+        self.grid = QGridLayout(self)
+        self.grid.setContentsMargins(6, 4, 8, 4)
+        self.grid.setHorizontalSpacing(8)
+        self.grid.setVerticalSpacing(1)
+        self.header: list[QLabel] = []
+        for column, text in enumerate(header or (), start=2):
+            label = QLabel(text)
+            label.setForegroundRole(QPalette.PlaceholderText)
+            label.setToolTip(rich_tip(LEGEND_TIP))
+            label.setAlignment(Qt.AlignRight | Qt.AlignVCenter if column == 3 else Qt.AlignLeft | Qt.AlignVCenter)
+            self.grid.addWidget(label, 0, column)
+            self.header.append(label)
+        self.grid.setColumnStretch(1, 1)
+        self.texts: list[str] = []
+        self.tooltips: list[str] = []
+        self._rows: list[list[QWidget]] = []
+        self.hide()
+
+    @property
+    def header_text(self) -> str:
+        return " · ".join(label.text() for label in self.header)
+
+    def clear(self) -> None:
+        for widgets in self._rows:
+            for widget in widgets:
+                self.grid.removeWidget(widget)
+                widget.hide()  # at once: deleteLater waits for the event loop
+                widget.deleteLater()
+        self._rows.clear()
+        self.texts.clear()
+        self.tooltips.clear()
+        self.hide()
+
+    def add_bars(self, text: str, fill: QBrush, line: QPen | None = None, tooltip: str = "") -> None:
+        """A row for bars: a filled box and a text across the range and SQNR columns."""
+        row, label = len(self._rows) + 1, QLabel(text)  # row 0 is the header's
+        self._add([Swatch(line, fill), label], text, tooltip)
+        self.grid.addWidget(self._rows[-1][0], row, 0)
+        self.grid.addWidget(label, row, 1, 1, 3)
+
+    def add_range(self, name: str, lo: float, hi: float, sqnr_db: float, decimals: int, line: QPen,
+                  tooltip: str = "") -> None:
+        """A row for a range's line pair: its name, clipping range and SQNR, each in its column."""
+        cells = [Swatch(line), QLabel(name), QLabel(range_text(lo, hi, decimals)), QLabel(sqnr_text(sqnr_db))]
+        cells[3].setAlignment(Qt.AlignRight | Qt.AlignVCenter)
+        row = len(self._rows) + 1
+        self._add(cells, range_label(name, lo, hi, sqnr_db, decimals), tooltip)
+        for column, widget in enumerate(cells):
+            self.grid.addWidget(widget, row, column)
+
+    def _add(self, cells: list[QWidget], text: str, tooltip: str) -> None:
+        tip = rich_tip(tooltip, LEGEND_TIP if self.header else "")
+        for widget in cells:
+            widget.setToolTip(tip)
+        self._rows.append(cells)
+        self.texts.append(text)
+        self.tooltips.append(tip)
+
+    def show_rows(self) -> None:
+        self.setVisible(bool(self._rows))
 
 
 def histogram_title(arrays: TensorArrays, entry: dict | None) -> str:
@@ -59,8 +204,9 @@ def histogram_title(arrays: TensorArrays, entry: dict | None) -> str:
 class RangeHistogram(QWidget):
     """`set_tensor(arrays, entry)` draws one quantizer; `set_log_counts(bool)` switches the count axis to log.
 
-    `lines` holds each estimator's (lo, hi) InfiniteLine pair by name ("chosen" is the range in use); the legend
-    names each with its SQNR.
+    `lines` holds each estimator's (lo, hi) InfiniteLine pair by name ("chosen" is the range in use), each at the
+    clipping range it gives on the quantizer's grid; the legend beside the plot names each with that range and its
+    SQNR.
     """
 
     def __init__(self, parent=None):
@@ -78,19 +224,39 @@ class RangeHistogram(QWidget):
         self.error_plot = make_plot("", "MSE share", "value", y_format="scientific", empty=ERROR_EMPTY)
         # One x axis for both: zooming into a tail zooms its error too.
         stack_plots([self.plot, self.error_plot], left_width=64)
-        self.legend = add_legend(self.plot)
-        # Side by side: one row, which the error plot's y range leaves room for (ERROR_HEADROOM).
-        self.error_legend = add_legend(self.error_plot, columns=2)
-        controls = QHBoxLayout()
+        self.legend = RangeLegend()
+        self.error_legend = RangeLegend(header=None)
+        # The switch in the title's row, on the plot's background: a row of its own took height from the bars.
+        heading = QWidget()
+        heading.setBackgroundRole(QPalette.Base)
+        heading.setAutoFillBackground(True)
+        controls = QHBoxLayout(heading)
+        controls.setContentsMargins(6, 0, 0, 0)
         controls.addWidget(self.log_counts)
-        controls.addStretch(1)
+        controls.addWidget(self.title_label, 1)
+        plots = QVBoxLayout()
+        plots.setSpacing(0)
+        plots.addWidget(self.plot, 3)
+        plots.addWidget(self.error_plot, 2)
+        # The legends beside the plots, each by its own: over a plot they hid its bars and curves, however much
+        # room the y range left above them; one column beside both keeps the two plots' x axes lined up.
+        legend_column = QWidget()
+        legend_column.setBackgroundRole(QPalette.Base)
+        legend_column.setAutoFillBackground(True)
+        column = QVBoxLayout(legend_column)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.legend)
+        column.addStretch(1)
+        column.addWidget(self.error_legend)
+        body = QHBoxLayout()
+        body.setSpacing(0)
+        body.addLayout(plots, 1)
+        body.addWidget(legend_column)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
-        layout.addLayout(controls)
-        layout.addWidget(self.title_label)
-        layout.addWidget(self.plot, 3)
-        layout.addWidget(self.error_plot, 2)
+        layout.addWidget(heading)
+        layout.addLayout(body, 1)
         self.log_counts.toggled.connect(self._on_log_toggled)
 
     # -- input ----------------------------------------------------------------------------------------------
@@ -105,20 +271,23 @@ class RangeHistogram(QWidget):
             return
         self.title_label.set_title(histogram_title(arrays, entry))
         lo, hi = float(ranges[0, 0]), float(ranges[0, 1])
-        self.histogram = pg.PlotDataItem(pen=pen(NEUTRAL, 1.0), brush=brush(NEUTRAL, 110),
-                                         name=f"values ({int(counts.sum()):,})")
+        self.histogram = pg.PlotDataItem(pen=pen(NEUTRAL, 1.0), brush=brush(NEUTRAL, 110))
         # The clipped bins again in red, so the tails that lose their values stand out (also on a log axis).
-        self.clipped = pg.PlotDataItem(pen=None, brush=brush(CLIPPING, 150), name=self._clipped_label())
+        self.clipped = pg.PlotDataItem(pen=None, brush=brush(CLIPPING, 150))
+        self.legend.add_bars(f"values ({int(counts.sum()):,})", brush(NEUTRAL, 110), pen(NEUTRAL, 1.0),
+                             "How many of the values fall in each bin")
+        self.legend.add_bars(self._clipped_label(), brush(CLIPPING, 150),
+                             tooltip="The values outside the range in use: quantized to its nearer end")
         self._set_counts()
         self.plot.addItem(self.histogram)
         self.plot.addItem(self.clipped)
         self.error_plot.show()
         self._shade_clipped(edges, lo, hi)
-        self._draw_ranges(arrays.estimators, ranges, edges)
+        self._draw_ranges(arrays.estimators, ranges, edges, entry or {})
         self._draw_error(arrays, edges)
         self._fit_view()
-        show_legend(self.legend)
-        show_legend(self.error_legend)
+        self.legend.show_rows()
+        self.error_legend.show_rows()
 
     def set_log_counts(self, on: bool) -> None:
         self.log_counts.setChecked(on)
@@ -135,12 +304,18 @@ class RangeHistogram(QWidget):
 
     @property
     def legend_texts(self) -> list[str]:
-        return [label.text for _sample, label in self.legend.items]
+        return list(self.legend.texts)
+
+    @property
+    def error_legend_texts(self) -> list[str]:
+        return list(self.error_legend.texts)
 
     # -- drawing --------------------------------------------------------------------------------------------
     def _reset(self) -> None:
-        reset_plot(self.plot, self.legend)
-        reset_plot(self.error_plot, self.error_legend)
+        reset_plot(self.plot, None)
+        self.legend.clear()
+        self.error_legend.clear()
+        reset_plot(self.error_plot, None)
         self.title_label.set_title("")
         self.lines.clear()
         self.regions.clear()
@@ -158,32 +333,64 @@ class RangeHistogram(QWidget):
                 plot.addItem(region, ignoreBounds=True)
                 self.regions.append(region)
 
-    def _draw_ranges(self, names: list[str], ranges: np.ndarray, edges: np.ndarray) -> None:
+    def _draw_ranges(self, names: list[str], ranges: np.ndarray, edges: np.ndarray, entry: dict) -> None:
         decimals = decimals_for(float(edges[-1] - edges[0]))
-        chosen = self.arrays.chosen if self.arrays is not None else ""
-        if self.arrays is not None and self.arrays.rounding != "nearest":
-            # The same range as the estimator's row below, but learned rounding: a lower SQNR of the weights
-            # themselves, chosen for the layer's output.
-            chosen = f"{chosen}, {self.arrays.rounding} rounding" if chosen else f"{self.arrays.rounding} rounding"
+        arrays = self.arrays
+        # The same range as an estimator's row below, but learned rounding (a lower SQNR of the weights themselves,
+        # rounded for the layer's output) or a range kept from before QAT trained the weights: the name says which.
+        in_use = in_use_name(arrays.chosen, arrays.rounding)
         for index, row in enumerate(ranges):
             name = names[index] if index < len(names) else f"range {index}"
             lo, hi, sqnr = float(row[0]), float(row[1]), float(row[2])
-            if index == 0:
-                line_pen, text = pen(IN_USE, 2.6), range_label(f"in use ({chosen})" if chosen else "in use",
-                                                               lo, hi, sqnr, decimals)
+            if index == 0:  # the worker gives the range in use as its grid represents it (QParams.extent)
+                line_pen, label, tooltip = pen(IN_USE, 2.6), in_use, self._in_use_tooltip()
             else:
-                line_pen = pen(estimator_colour(name, index), 1.4, Qt.DashLine)
-                text = range_label(name, lo, hi, sqnr, decimals)
+                line_pen, label = pen(estimator_colour(name, index), 1.4, Qt.DashLine), name
+                lo, hi, tooltip = self._on_grid(index, lo, hi, entry, decimals)
             pair = tuple(pg.InfiniteLine(value, angle=90, movable=False, pen=line_pen) for value in (lo, hi))
             for line in pair:
                 line.setZValue(20 if index == 0 else 10)  # the range in use on top of an equal alternative
                 self.plot.addItem(line, ignoreBounds=True)
             self.lines[name] = pair
-            self.legend.addItem(pg.PlotDataItem(pen=line_pen), text)
+            self.legend.add_range(label, lo, hi, sqnr, decimals, line_pen, tooltip)
             if index == 0:  # the error plot shows where the range in use ends, for reading its clipping
                 for value in (lo, hi):
                     self.error_plot.addItem(pg.InfiniteLine(value, angle=90, movable=False,
                                                             pen=pen(IN_USE, 1.2)), ignoreBounds=True)
+
+    def _on_grid(self, index: int, lo: float, hi: float, entry: dict, decimals: int) -> tuple[float, float, str]:
+        """An estimator's range as the quantizer's grid would hold it, as the range in use is shown (the worker
+        gives the estimator's own lo and hi: a symmetric grid widens the smaller side, an asymmetric one moves both
+        ends by up to half a step to put the zero point on a whole code), with a tooltip naming both."""
+        qmin, qmax, symmetric = entry.get("qmin"), entry.get("qmax"), entry.get("symmetric")
+        if not isinstance(qmin, int) or not isinstance(qmax, int) or qmax <= qmin or symmetric is None:
+            return lo, hi, ""  # no grid known (an old report): the estimator's own range
+        channels = self.arrays.channel_ranges
+        if channels is not None and index < len(channels):  # per channel: each channel's, then the outermost
+            low, high = grid_extent(channels[index][:, 0], channels[index][:, 1], qmin, qmax, bool(symmetric))
+            grid_lo, grid_hi = float(np.min(low)), float(np.max(high))
+        else:
+            low, high = grid_extent(lo, hi, qmin, qmax, bool(symmetric))
+            grid_lo, grid_hi = float(low), float(high)
+        if not (math.isfinite(grid_lo) and math.isfinite(grid_hi)):
+            return lo, hi, ""
+        tooltip = f"The estimator picked {range_text(lo, hi, decimals + 1)}"
+        if range_text(lo, hi, decimals) != range_text(grid_lo, grid_hi, decimals):
+            tooltip += (f"; on this {'symmetric' if symmetric else 'asymmetric'} grid that clips at "
+                        f"{range_text(grid_lo, grid_hi, decimals + 1)}")
+        return grid_lo, grid_hi, tooltip + "."
+
+    def _in_use_tooltip(self) -> str:
+        rounding = self.arrays.rounding
+        if rounding == "qat":
+            return ("The range was estimated before quantization-aware training and kept fixed while the weights "
+                    "trained; the estimator rows measure the trained weights afresh, so their ranges and SQNRs can "
+                    "differ from it.")
+        if rounding != "nearest":
+            return (f"The weights round with {rounding}: each weight goes up or down so that the layer's output, not "
+                    "the weight itself, stays close to FP32. The same range rounded to nearest (the estimator row of "
+                    "the same method) has a higher SQNR of the weights alone.")
+        return "The quantizer as the run left it; the estimator row of the same method reads the same."
 
     def _draw_error(self, arrays: TensorArrays, edges: np.ndarray) -> None:
         error = None if arrays.error is None else np.asarray(arrays.error, dtype=float)
@@ -195,8 +402,9 @@ class RangeHistogram(QWidget):
         for row, (name, colour, alpha) in enumerate((("rounding", ROUNDING, 90), ("clipping", CLIPPING, 120))):
             values = share[1 if name == "rounding" else 0]
             curve = pg.PlotDataItem(edges, values, stepMode="center", fillLevel=0, pen=pen(colour, 1.2),
-                                    brush=brush(colour, alpha),
-                                    name=f"{name} error  (MSE {values.sum():.3g})")
+                                    brush=brush(colour, alpha))
+            self.error_legend.add_bars(f"{name} error  (MSE {values.sum():.3g})", brush(colour, alpha),
+                                       pen(colour, 1.2), ERROR_TIPS[name])
             curve.setZValue(row)  # clipping over rounding: it is the thinner one, out in the tails
             self.error_plot.addItem(curve)
             self.error_curves[name] = curve
