@@ -360,3 +360,27 @@ def test_the_allowed_drop_is_typed_in_percentage_points_for_a_share(qtbot, setti
     assert wizard.spec.mixed_precision.target_drop == 0.3
     wizard.source_page.run.setCurrentIndex(0)
     assert field.text() == "30" and wizard.spec.mixed_precision.target_drop == 0.3
+
+
+def test_the_layer_table_shows_eight_layers_at_first_in_a_1400x820_window(fake_window, qtbot):
+    from workbench.gui.panels.quant.quant_panel import TABLE_ROWS
+
+    fake_window.resize(1400, 820)
+    fake_window.show_tab(fake_window.quant_panel)
+    panel = fake_window.quant_panel
+    panel.pages.setCurrentIndex(1)  # the runs and the run shown, as once a run exists
+    panel.layer_model.set_layers([{"name": f"features.{i}", "tensor": "weight", "bits": 8, "sqnr_db": 40.0 + i}
+                                  for i in range(20)])
+    view = panel.layer_view
+
+    def rows_in_view() -> int:
+        return view.viewport().height() // view.rowHeight(0)
+
+    qtbot.waitUntil(lambda: view.isVisible() and rows_in_view() >= TABLE_ROWS >= 8)
+    assert panel.plots.height() > 150  # and the plots keep a height to read
+    # A taller window gives its height to the plots; the table keeps its eight rows.
+    right = panel.splitters["right"]
+    table_height, plots_height = right.sizes()
+    fake_window.resize(1400, 1000)
+    qtbot.waitUntil(lambda: right.sizes()[1] > plots_height)
+    assert right.sizes()[0] == table_height and rows_in_view() >= 8

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPushButton,
     QSplitter,
+    QStyle,
     QTableView,
     QTableWidgetItem,
     QTabWidget,
@@ -48,6 +49,7 @@ COVERAGE_WARN = 0.95  # as the worker's quant/coverage.WARN_BELOW: under it the 
 QUANT_TASK = "quant.analyze"
 RUN_COLUMNS = ("Run", "Status", "Scheme", "FP32", "Quantized")
 NO_COMPARISON = ""
+TABLE_ROWS = 8  # layers the layer table shows above the plots at first; a person drags the splitter for more
 PLOT_TABS = ("Histogram", "Error q(x) − x", "Channel ranges", "Sensitivity", "Mixed precision")
 
 
@@ -160,6 +162,9 @@ class QuantPanel(RunTab):
         self.layer_view.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.layer_view.setSelectionMode(QAbstractItemView.SingleSelection)
         self.layer_view.verticalHeader().hide()
+        # Rows as tall as a line of text and a little air (the style's default is half as tall again): more layers
+        # in view above the plots.
+        self.layer_view.verticalHeader().setDefaultSectionSize(self.layer_view.fontMetrics().height() + 6)
         self.layer_view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
         self.layer_view.horizontalHeader().setStretchLastSection(True)
         self.layer_view.setToolTip("Click a row to see its histogram and error; sort by any column")
@@ -190,7 +195,11 @@ class QuantPanel(RunTab):
         right = QSplitter(Qt.Vertical)
         right.addWidget(layer_box)
         right.addWidget(self.plots)
-        right.setSizes([330, 470])  # room for eight or so layers above the plots a person reads
+        # TABLE_ROWS layers above the plots, whatever the font; the table keeps that height as the window grows or
+        # shrinks (stretch 0) and the plots take the rest. A position the person dragged to (restore_splitters) wins.
+        right.setSizes([self._layer_box_height(layer_layout, filter_row), 470])
+        right.setStretchFactor(0, 0)
+        right.setStretchFactor(1, 1)
         right_box = QWidget()
         right_layout = QVBoxLayout(right_box)
         right_layout.setContentsMargins(0, 0, 0, 0)
@@ -524,6 +533,14 @@ class QuantPanel(RunTab):
         return parts is not None and results.add_array(*parts)
 
     # -- layout that persists -------------------------------------------------------------------
+    def _layer_box_height(self, box: QVBoxLayout, filter_row: QHBoxLayout) -> int:
+        """The height that shows TABLE_ROWS rows of the layer table under its filter row: the header, the rows, the
+        horizontal scroll bar (its many columns are wider than the tab) and the frame."""
+        view = self.layer_view
+        table = (view.horizontalHeader().sizeHint().height() + TABLE_ROWS * view.verticalHeader().defaultSectionSize()
+                 + view.style().pixelMetric(QStyle.PM_ScrollBarExtent, None, view) + 2 * view.frameWidth())
+        return filter_row.sizeHint().height() + max(0, box.spacing()) + table + 2  # 2: so the eighth row is whole
+
     def splitter_states(self) -> dict:
         """{name: QSplitter.saveState()} of the tab's three splitters, for the window's settings."""
         return {name: splitter.saveState() for name, splitter in self.splitters.items()}
