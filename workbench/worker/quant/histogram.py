@@ -28,16 +28,22 @@ class StreamingHistogram:
         self.total: torch.Tensor | None = None
 
     @torch.no_grad()
-    def update(self, x: torch.Tensor) -> None:
-        flat = x.detach().reshape(-1).double()
+    def update(self, x: torch.Tensor, extremes: tuple[float, float] | None = None) -> None:
+        """Add every value of `x`; `extremes` (its min and max, when the caller has them) saves a pass. The values
+        are binned and summed in their own float32 (a bin index off by one at a bin's edge moves a value by less
+        than a bin, and each batch's sums are added in float64): converting every value to float64 first took
+        as long as the binning."""
+        flat = x.detach().reshape(-1)
         if flat.numel() == 0:
             return
-        low, high = float(flat.min()), float(flat.max())
+        if not flat.is_floating_point() or flat.dtype == torch.float16 or flat.dtype == torch.bfloat16:
+            flat = flat.float()
+        low, high = extremes if extremes is not None else (float(v) for v in torch.aminmax(flat))
         if not (math.isfinite(low) and math.isfinite(high)):  # an inf or nan would widen the bins forever
             flat = flat[torch.isfinite(flat)]
             if flat.numel() == 0:
                 return
-            low, high = float(flat.min()), float(flat.max())
+            low, high = (float(v) for v in torch.aminmax(flat))
         if self.lo is None:
             self.lo = low
             # A first batch of one value (a dead ReLU's zeros) still gets a width, widened later if needed.
@@ -46,8 +52,8 @@ class StreamingHistogram:
             self.total = torch.zeros_like(self.count)
         while low < self.lo or high >= self.lo + self.width:
             self._double(downward=low < self.lo)
-        index = ((flat - self.lo) * (self.bins / self.width)).long().clamp_(0, self.bins - 1)
-        self.count += torch.bincount(index, minlength=self.bins).to(self.count.dtype)
+        index = (flat - self.lo).mul_(self.bins / self.width).clamp_(0, self.bins - 1).to(torch.int32)
+        self.count += torch.bincount(index, minlength=self.bins)
         self.total += torch.bincount(index, weights=flat, minlength=self.bins)
 
     def _double(self, *, downward: bool) -> None:

@@ -107,12 +107,14 @@ class Observer:
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
         x = x.detach().float()
-        # Extremes stay on the device until the end: one host sync per tensor, not per batch.
-        self.lows.append(x.min().reshape(1))
-        self.highs.append(x.max().reshape(1))
+        low, high = torch.aminmax(x)  # one pass for both
+        # Extremes stay on the device until the end: one host sync per tensor, not per batch (the histogram,
+        # which needs them now, is the exception).
+        self.lows.append(low.reshape(1))
+        self.highs.append(high.reshape(1))
         flat = x.reshape(-1)
         if self.histogram is not None:
-            self.histogram.update(flat)
+            self.histogram.update(flat, (float(low), float(high)))
         if flat.numel() > self.per_batch:
             index = torch.randint(0, flat.numel(), (self.per_batch,), generator=self.generator).to(flat.device)
             flat = flat[index]
