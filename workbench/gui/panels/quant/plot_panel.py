@@ -1,15 +1,17 @@
 """What the Quantization tab's plots share: a themed plot (workbench.gui.plots) in a widget that clears to a
-message, a title that follows the theme, and the colours and number formats their legends use."""
+message, a title that follows the theme, a legend beside or above the plot that hides none of its data (SideLegend),
+and the colours and number formats their legends use."""
 
 from __future__ import annotations
 
+import html
 import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QBrush, QFont, QPainter, QPalette, QPen
+from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from workbench.gui.plots import PlotWidget, add_legend, make_plot
 
@@ -59,21 +61,44 @@ def finite(values) -> np.ndarray:
     return values[np.isfinite(values)]
 
 
+LEGEND_PLACES = ("over", "beside", "above")
+
+
 class PlotPanel(QWidget):
-    """A QWidget holding one plot with a legend; `clear(message)` empties it and shows the message in its place."""
+    """A QWidget holding one plot with a legend; `clear(message)` empties it and shows the message in its place.
+
+    `legend` says where the legend stands: "over" the plot (a pyqtgraph LegendItem in its top-right corner, which
+    fills itself from the named items), or "beside" (to the right) or "above" it (a SideLegend, which hides no data
+    whatever the plot's height: rows come from add_legend_bars, add_legend_line and add_legend_marker)."""
 
     def __init__(self, left: str, bottom: str, *, empty: str, y_format: str = "plain", x_format: str = "plain",
-                 parent=None):
+                 legend: str = "over", parent=None):
         super().__init__(parent)
+        if legend not in LEGEND_PLACES:
+            raise ValueError(f"legend {legend!r}: expected one of {', '.join(LEGEND_PLACES)}")
         self.empty = empty
+        self.legend_place = legend
         self.title_label = TitleLabel()
         self.plot: PlotWidget = make_plot("", left, bottom, y_format=y_format, x_format=x_format, empty=empty)
-        self.legend = add_legend(self.plot)
         self.layout_ = QVBoxLayout(self)
         self.layout_.setContentsMargins(0, 0, 0, 0)
         self.layout_.setSpacing(0)
         self.layout_.addWidget(self.title_label)
-        self.layout_.addWidget(self.plot, 1)
+        self.legend: pg.LegendItem | SideLegend
+        if legend == "over":
+            self.legend = add_legend(self.plot)
+            self.layout_.addWidget(self.plot, 1)
+        elif legend == "above":  # a narrow panel: a row a series over the plot's full width
+            self.legend = SideLegend(margins=(8, 2, 8, 2))
+            self.layout_.addWidget(self.legend)
+            self.layout_.addWidget(self.plot, 1)
+        else:  # as the range histogram's: a column on the plot's background, rows at its top
+            self.legend = SideLegend()
+            body = QHBoxLayout()
+            body.setSpacing(0)
+            body.addWidget(self.plot, 1)
+            body.addWidget(legend_column(self.legend))
+            self.layout_.addLayout(body, 1)
 
     @property
     def is_empty(self) -> bool:
@@ -90,8 +115,19 @@ class PlotPanel(QWidget):
     def set_title(self, text: str) -> None:
         self.title_label.set_title(text)
 
+    @property
+    def legend_texts(self) -> list[str]:
+        """Each legend row as one line of text, wherever the legend stands."""
+        if isinstance(self.legend, SideLegend):
+            return list(self.legend.texts)
+        return [label.text for _sample, label in self.legend.items]
+
     def clear(self, message: str = "") -> None:
-        reset_plot(self.plot, self.legend)
+        if isinstance(self.legend, SideLegend):
+            reset_plot(self.plot, None)
+            self.legend.clear()
+        else:
+            reset_plot(self.plot, self.legend)
         self.title_label.set_title("")
         self.plot.set_empty_text(message or self.empty)
 
@@ -108,11 +144,29 @@ class PlotPanel(QWidget):
 
     def finish(self) -> None:
         """Call after drawing: the legend shows only when it has rows."""
-        show_legend(self.legend)
+        if isinstance(self.legend, SideLegend):
+            self.legend.show_rows()
+        else:
+            show_legend(self.legend)
 
-    def add_legend_line(self, text: str, line_pen) -> None:
-        """A legend row for something the legend cannot sample itself (an InfiniteLine, a region)."""
-        self.legend.addItem(pg.PlotDataItem(pen=line_pen), text)
+    def add_legend_line(self, text: str, line_pen, tooltip: str = "") -> None:
+        """A legend row for a line, or for something the legend over the plot cannot sample itself (an
+        InfiniteLine, a region)."""
+        if isinstance(self.legend, SideLegend):
+            self.legend.add_line(text, line_pen, tooltip)
+        else:
+            self.legend.addItem(pg.PlotDataItem(pen=line_pen), text)
+
+    def add_legend_bars(self, text: str, fill, line=None, tooltip: str = "") -> None:
+        """A legend row for bars: a filled box (a legend over the plot samples named bars itself)."""
+        if isinstance(self.legend, SideLegend):
+            self.legend.add_bars(text, fill, line, tooltip)
+
+    def add_legend_marker(self, text: str, symbol: str, size: float, marker_pen, fill, tooltip: str = "") -> None:
+        """A legend row for a scatter's markers, drawn as the plot draws them (a legend over the plot samples named
+        scatters itself)."""
+        if isinstance(self.legend, SideLegend):
+            self.legend.add_marker(text, symbol, size, marker_pen, fill, tooltip)
 
     def height_under_legend(self, least_share: float) -> tuple[float, float] | None:
         """(the view's height, the pixels of it below the legend), or None before the view has a size; at least
@@ -121,8 +175,142 @@ class PlotPanel(QWidget):
         height = self.plot.getViewBox().height()
         if height <= 0:
             return None
-        legend = self.legend.boundingRect().height() + 12 if self.legend.isVisible() else 0.0
+        over = not isinstance(self.legend, SideLegend) and self.legend.isVisible()
+        legend = self.legend.boundingRect().height() + 12 if over else 0.0
         return height, max(height - legend, height * least_share)
+
+
+def rich_tip(*paragraphs: str) -> str:
+    """A tooltip as rich text, which Qt wraps (a plain one runs on as one line as wide as the text)."""
+    return "".join(f"<p>{html.escape(p, quote=False).replace(chr(10), '</p><p>')}</p>" for p in paragraphs if p)
+
+
+class Swatch(QWidget):
+    """A legend row's sample: the line's own pen (colour, width, dashes), a filled box for bars, or a scatter's
+    marker (`symbol`, as pyqtgraph draws it, at most the swatch's height)."""
+
+    def __init__(self, line: QPen | None = None, fill: QBrush | None = None, symbol: str | None = None,
+                 size: float = 10.0, parent=None):
+        super().__init__(parent)
+        self.line, self.fill, self.symbol, self.size = line, fill, symbol, size
+        self.setFixedSize(26, 12)
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.Antialiasing)
+        if self.symbol is not None:
+            painter.translate(self.width() / 2, self.height() / 2)
+            pg.graphicsItems.ScatterPlotItem.drawSymbol(painter, self.symbol, min(self.size, self.height()),
+                                                        self.line if self.line is not None else Qt.NoPen,
+                                                        self.fill if self.fill is not None else Qt.NoBrush)
+        elif self.fill is not None:
+            painter.setPen(self.line if self.line is not None else Qt.NoPen)
+            painter.setBrush(self.fill)
+            painter.drawRect(QRectF(3, 1.5, self.width() - 6, self.height() - 3))
+        elif self.line is not None:
+            painter.setPen(self.line)
+            y = self.height() / 2
+            painter.drawLine(QPointF(1, y), QPointF(self.width() - 1, y))
+        painter.end()
+
+
+class SideLegend(QWidget):
+    """A legend that stands beside (or above) a plot rather than over it, so it hides none of its data: a row a
+    series, each a Swatch and its text, on the plot's background. `header` names columns 2 and up (a subclass fills
+    them, as the range histogram's RangeLegend does with each range and its SQNR) and `header_tip` explains them,
+    in every row's tooltip too. `texts` gives each row as one line ("only this layer quantized"); a text may break
+    onto more lines with "\n" where the legend must stay narrow."""
+
+    def __init__(self, header: tuple[str, ...] | None = None, header_tip: str = "",
+                 margins: tuple[int, int, int, int] = (6, 4, 8, 4), parent=None):
+        super().__init__(parent)
+        self.setBackgroundRole(QPalette.Base)  # the plot's background: legend and plot read as one panel
+        self.setAutoFillBackground(True)
+        font = QFont(self.font())
+        font.setPointSizeF(max(7.0, font.pointSizeF() - 1))
+        self.setFont(font)
+        self.header_tip = header_tip
+        self.grid = QGridLayout(self)
+        self.grid.setContentsMargins(*margins)
+        self.grid.setHorizontalSpacing(8)
+        self.grid.setVerticalSpacing(1)
+        self.header: list[QLabel] = []
+        for column, text in enumerate(header or (), start=2):
+            label = QLabel(text)
+            label.setForegroundRole(QPalette.PlaceholderText)
+            label.setToolTip(rich_tip(header_tip))
+            label.setAlignment(Qt.AlignRight | Qt.AlignVCenter if column == 3 else Qt.AlignLeft | Qt.AlignVCenter)
+            self.grid.addWidget(label, 0, column)
+            self.header.append(label)
+        self.grid.setColumnStretch(1, 1)
+        self.texts: list[str] = []
+        self.tooltips: list[str] = []
+        self._rows: list[list[QWidget]] = []
+        self.hide()
+
+    @property
+    def header_text(self) -> str:
+        return " · ".join(label.text() for label in self.header)
+
+    @property
+    def swatches(self) -> list[Swatch]:
+        return [row[0] for row in self._rows]
+
+    def clear(self) -> None:
+        for widgets in self._rows:
+            for widget in widgets:
+                self.grid.removeWidget(widget)
+                widget.hide()  # at once: deleteLater waits for the event loop
+                widget.deleteLater()
+        self._rows.clear()
+        self.texts.clear()
+        self.tooltips.clear()
+        self.hide()
+
+    def add_bars(self, text: str, fill: QBrush, line: QPen | None = None, tooltip: str = "") -> None:
+        """A row for bars: a filled box and a text across the other columns."""
+        self.add_row(Swatch(line, fill), text, tooltip)
+
+    def add_line(self, text: str, line: QPen, tooltip: str = "") -> None:
+        """A row for a line (a reference line, a curve): a stroke of its pen and a text."""
+        self.add_row(Swatch(line), text, tooltip)
+
+    def add_marker(self, text: str, symbol: str, size: float, line: QPen | None, fill: QBrush | None,
+                   tooltip: str = "") -> None:
+        """A row for a scatter's markers: one marker as the plot draws it and a text."""
+        self.add_row(Swatch(line, fill, symbol=symbol, size=size), text, tooltip)
+
+    def add_row(self, swatch: Swatch, text: str, tooltip: str = "") -> None:
+        row, label = len(self._rows) + bool(self.header), QLabel(text)  # row 0 is the header's, if any
+        self._add([swatch, label], text.replace("\n", " "), tooltip)
+        self.grid.addWidget(swatch, row, 0, Qt.AlignTop if "\n" in text else Qt.Alignment())
+        self.grid.addWidget(label, row, 1, 1, max(1, len(self.header) + 1))
+
+    def _add(self, cells: list[QWidget], text: str, tooltip: str) -> None:
+        tip = rich_tip(tooltip, self.header_tip)
+        for widget in cells:
+            widget.setToolTip(tip)
+        self._rows.append(cells)
+        self.texts.append(text)
+        self.tooltips.append(tip)
+
+    def show_rows(self) -> None:
+        self.setVisible(bool(self._rows))
+
+
+def legend_column(top: QWidget, bottom: QWidget | None = None) -> QWidget:
+    """A column to stand beside plots, on their background: `top` at its top and `bottom` (the lower plot's legend,
+    if any) at its bottom."""
+    column = QWidget()
+    column.setBackgroundRole(QPalette.Base)
+    column.setAutoFillBackground(True)
+    layout = QVBoxLayout(column)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.addWidget(top)
+    layout.addStretch(1)
+    if bottom is not None:
+        layout.addWidget(bottom)
+    return column
 
 
 class TitleLabel(QLabel):

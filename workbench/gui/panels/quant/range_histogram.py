@@ -4,24 +4,26 @@ stands beside the plots, so it never hides a bar: a row per estimator with its c
 
 from __future__ import annotations
 
-import html
 import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QBrush, QFont, QPainter, QPalette, QPen
-from PySide6.QtWidgets import QCheckBox, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QPalette, QPen
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from workbench.gui.panels.quant.plot_panel import (
     CLIPPING,
     IN_USE,
     NEUTRAL,
     ROUNDING,
+    SideLegend,
+    Swatch,
     TitleLabel,
     brush,
     decimals_for,
     estimator_colour,
+    legend_column,
     pen,
     reset_plot,
 )
@@ -46,11 +48,6 @@ LEGEND_TIP = (
     "and the same SQNR unless the weights' rounding was learned (AdaRound rounds each weight up or down for the "
     "layer's output, not for the weights themselves, so their own SQNR is lower) or QAT trained the weights after "
     "the range was fixed (the estimators measure the trained weights afresh).")
-
-
-def rich_tip(*paragraphs: str) -> str:
-    """A tooltip as rich text, which Qt wraps (a plain one runs on as one line as wide as the text)."""
-    return "".join(f"<p>{html.escape(p, quote=False).replace(chr(10), '</p><p>')}</p>" for p in paragraphs if p)
 
 
 def range_label(name: str, lo: float, hi: float, sqnr_db: float, decimals: int) -> str:
@@ -89,100 +86,22 @@ def in_use_name(method: str, rounding: str) -> str:
     return f"in use ({inside})" if inside else "in use"
 
 
-class Swatch(QWidget):
-    """A legend row's sample: the line's own pen (colour, width, dashes), or a filled box for the bars."""
-
-    def __init__(self, line: QPen | None = None, fill: QBrush | None = None, parent=None):
-        super().__init__(parent)
-        self.line, self.fill = line, fill
-        self.setFixedSize(26, 12)
-
-    def paintEvent(self, event) -> None:  # noqa: N802 (Qt override)
-        painter = QPainter(self)
-        painter.setRenderHint(QPainter.Antialiasing)
-        if self.fill is not None:
-            painter.setPen(self.line if self.line is not None else Qt.NoPen)
-            painter.setBrush(self.fill)
-            painter.drawRect(QRectF(3, 1.5, self.width() - 6, self.height() - 3))
-        elif self.line is not None:
-            painter.setPen(self.line)
-            y = self.height() / 2
-            painter.drawLine(QPointF(1, y), QPointF(self.width() - 1, y))
-        painter.end()
-
-
-class RangeLegend(QWidget):
-    """A legend beside the plots: the histogram's (its bars, then a row per range with its clipping range and SQNR in
-    columns under a header that names them) or, with `header` None, the error plot's curves. `texts` gives each row
-    as one line ("mse  [-0.57, 0.59]  19.0 dB")."""
+class RangeLegend(SideLegend):
+    """The legend beside the histogram (its bars, then a row per range with its clipping range and SQNR in columns
+    under a header that names them) or, with `header` None, beside the error plot (its curves)."""
 
     def __init__(self, header: tuple[str, str] | None = LEGEND_HEADER, parent=None):
-        super().__init__(parent)
-        self.setBackgroundRole(QPalette.Base)  # the plot's background: legend and plot read as one panel
-        self.setAutoFillBackground(True)
-        font = QFont(self.font())
-        font.setPointSizeF(max(7.0, font.pointSizeF() - 1))
-        self.setFont(font)
-        self.grid = QGridLayout(self)
-        self.grid.setContentsMargins(6, 4, 8, 4)
-        self.grid.setHorizontalSpacing(8)
-        self.grid.setVerticalSpacing(1)
-        self.header: list[QLabel] = []
-        for column, text in enumerate(header or (), start=2):
-            label = QLabel(text)
-            label.setForegroundRole(QPalette.PlaceholderText)
-            label.setToolTip(rich_tip(LEGEND_TIP))
-            label.setAlignment(Qt.AlignRight | Qt.AlignVCenter if column == 3 else Qt.AlignLeft | Qt.AlignVCenter)
-            self.grid.addWidget(label, 0, column)
-            self.header.append(label)
-        self.grid.setColumnStretch(1, 1)
-        self.texts: list[str] = []
-        self.tooltips: list[str] = []
-        self._rows: list[list[QWidget]] = []
-        self.hide()
-
-    @property
-    def header_text(self) -> str:
-        return " · ".join(label.text() for label in self.header)
-
-    def clear(self) -> None:
-        for widgets in self._rows:
-            for widget in widgets:
-                self.grid.removeWidget(widget)
-                widget.hide()  # at once: deleteLater waits for the event loop
-                widget.deleteLater()
-        self._rows.clear()
-        self.texts.clear()
-        self.tooltips.clear()
-        self.hide()
-
-    def add_bars(self, text: str, fill: QBrush, line: QPen | None = None, tooltip: str = "") -> None:
-        """A row for bars: a filled box and a text across the range and SQNR columns."""
-        row, label = len(self._rows) + 1, QLabel(text)  # row 0 is the header's
-        self._add([Swatch(line, fill), label], text, tooltip)
-        self.grid.addWidget(self._rows[-1][0], row, 0)
-        self.grid.addWidget(label, row, 1, 1, 3)
+        super().__init__(header, LEGEND_TIP if header else "", parent=parent)
 
     def add_range(self, name: str, lo: float, hi: float, sqnr_db: float, decimals: int, line: QPen,
                   tooltip: str = "") -> None:
         """A row for a range's line pair: its name, clipping range and SQNR, each in its column."""
         cells = [Swatch(line), QLabel(name), QLabel(range_text(lo, hi, decimals)), QLabel(sqnr_text(sqnr_db))]
         cells[3].setAlignment(Qt.AlignRight | Qt.AlignVCenter)
-        row = len(self._rows) + 1
+        row = len(self._rows) + bool(self.header)
         self._add(cells, range_label(name, lo, hi, sqnr_db, decimals), tooltip)
         for column, widget in enumerate(cells):
             self.grid.addWidget(widget, row, column)
-
-    def _add(self, cells: list[QWidget], text: str, tooltip: str) -> None:
-        tip = rich_tip(tooltip, LEGEND_TIP if self.header else "")
-        for widget in cells:
-            widget.setToolTip(tip)
-        self._rows.append(cells)
-        self.texts.append(text)
-        self.tooltips.append(tip)
-
-    def show_rows(self) -> None:
-        self.setVisible(bool(self._rows))
 
 
 def histogram_title(arrays: TensorArrays, entry: dict | None) -> str:
@@ -240,18 +159,10 @@ class RangeHistogram(QWidget):
         plots.addWidget(self.error_plot, 2)
         # The legends beside the plots, each by its own: over a plot they hid its bars and curves, however much
         # room the y range left above them; one column beside both keeps the two plots' x axes lined up.
-        legend_column = QWidget()
-        legend_column.setBackgroundRole(QPalette.Base)
-        legend_column.setAutoFillBackground(True)
-        column = QVBoxLayout(legend_column)
-        column.setContentsMargins(0, 0, 0, 0)
-        column.addWidget(self.legend)
-        column.addStretch(1)
-        column.addWidget(self.error_legend)
         body = QHBoxLayout()
         body.setSpacing(0)
         body.addLayout(plots, 1)
-        body.addWidget(legend_column)
+        body.addWidget(legend_column(self.legend, self.error_legend))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
