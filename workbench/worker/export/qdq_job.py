@@ -110,7 +110,7 @@ def _parity(build, out, device, deployed, inputs, batches, samples, extra, ctx) 
     checks, analyses = {}, {}
     for mode, optimize in MODES:
         ctx.check_stop()
-        analyses[mode] = qdq_steps.analyse(sim, out, analysed, step, optimize=optimize)
+        analyses[mode] = qdq_steps.analyse(sim, out, analysed, step, optimize=optimize, simulated=simulated)
         runner = deployed if optimize else formats.onnx_runner(formats.onnx_session(out, device, optimize=False))
         tolerance = parity.quant_step(step, analyses[mode]["tolerance_steps"], _rule(analyses[mode], step, unit))
         checks[mode] = parity.check(simulated, runner, inputs, tolerance)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,12 +90,15 @@ def _dequantized(codes: torch.Tensor, qp, like: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def forced(sim, exposed: Exposed, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, list[int]]]:
+def forced(sim, exposed: Exposed, x: torch.Tensor,
+           simulated: Callable[[torch.Tensor], torch.Tensor] | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor, dict[str, list[int]]]:
     """Run onnxruntime once, then the simulation with each quantizer's output replaced by onnxruntime's codes, so
     that every quantizer sees the input onnxruntime's saw: (onnxruntime's output, the simulation's free output,
-    {point: [values equal, one step off at a rounding tie, one step off elsewhere, two or more off]})."""
+    {point: [values equal, one step off at a rounding tie, one step off elsewhere, two or more off]}).
+    `simulated(x)`, where given, is the free output already computed (the parity check's, shared)."""
     out, values = exposed.run(x)
-    free = logits_of(sim(x)).detach().float().cpu()
+    free = (simulated(x) if simulated is not None else logits_of(sim(x))).detach().float().cpu()
     modules = _quantizers_by_name(sim)
     counts: dict[str, list[int]] = {}
     handles = []
@@ -138,21 +142,44 @@ def _flipper(module, rate: float, generator: torch.Generator):
         qp = module.qp
         if rate <= 0 or qp is None or not module.enabled:
             return None
-        chosen = torch.rand(output.shape, generator=generator) < rate
-        sign = torch.where(torch.rand(output.shape, generator=generator) < 0.5, -1, 1)
-        codes = _codes(output, qp) + (chosen.to(torch.int64) * sign).to(output.device)
-        return _dequantized(codes.clamp(qp.grid.qmin, qp.grid.qmax), qp, output)
+        # Each value flips on its own draw; flips are rare (about 1 in 10^5), so draw how many there are and where,
+        # and requantize only those values rather than drawing for and re-rounding every value.
+        count = int(torch.binomial(torch.tensor(float(output.numel())), torch.tensor(float(rate)),
+                                   generator=generator))
+        if count == 0:
+            return None
+        where = torch.randint(0, output.numel(), (count,), generator=generator).to(output.device)
+        sign = (torch.randint(0, 2, (count,), generator=generator) * 2 - 1).to(output.device)
+        flat = output.reshape(-1).clone()
+        codes = _codes(flat[where], qp) + sign
+        flat[where] = _dequantized(codes.clamp(qp.grid.qmin, qp.grid.qmax), qp, flat)
+        return flat.view_as(output)
     return flip
 
 
 @torch.no_grad()
 def injected_spread(sim, x: torch.Tensor, rates: dict[str, float], step: float, *, trials: int = TRIALS,
-                    seed: int = 0) -> list[float]:
+                    seed: int = 0, baseline: torch.Tensor | None = None) -> list[float]:
     """The output's largest move, in steps, when each quantizer's codes flip by one step (up or down) at its measured
-    rate: what rounding flips alone do to the output once the layers after them have carried them along."""
-    baseline = logits_of(sim(x)).detach().float().cpu()
+    rate: what rounding flips alone do to the output once the layers after them have carried them along. The trials
+    run as one batch of `trials` copies of `x` (each value flips on its own draw, so a copy is a trial): one forward
+    pass of the simulation, not `trials` of them. `baseline` is the simulation's output for `x`, where known."""
+    if baseline is None:
+        baseline = logits_of(sim(x))
+    baseline = baseline.detach().float().cpu()
     modules = [m for _, m in sim.gm.named_modules() if getattr(m, "is_quantizer", False)]
-    spreads = []
+    if isinstance(x, torch.Tensor) and x.dim() and trials > 1:
+        generator = torch.Generator().manual_seed(seed)
+        handles = [m.register_forward_hook(_flipper(m, rates.get(m.point, 0.0), generator)) for m in modules]
+        try:
+            moved = logits_of(sim(x.repeat(trials, *[1] * (x.dim() - 1)))).detach().float().cpu()
+        finally:
+            for handle in handles:
+                handle.remove()
+        if baseline.dim() and moved.shape == (trials * baseline.shape[0], *baseline.shape[1:]):
+            moved = moved.reshape(trials, *baseline.shape)
+            return [float((m - baseline).abs().max()) / step if step > 0 else 0.0 for m in moved]
+    spreads = []  # an output not batched along its first dimension, or several inputs: one trial at a time
     for trial in range(trials):
         generator = torch.Generator().manual_seed(seed + trial)
         handles = [m.register_forward_hook(_flipper(m, rates.get(m.point, 0.0), generator)) for m in modules]
@@ -172,15 +199,17 @@ def output_steps(reference: torch.Tensor, exported: torch.Tensor, step: float) -
             "3+": int((gap >= 3).sum())}
 
 
-def analyse(sim, onnx_path: Path, inputs: list[tuple[str, torch.Tensor]], step: float, *, optimize: bool) -> dict:
+def analyse(sim, onnx_path: Path, inputs: list[tuple[str, torch.Tensor]], step: float, *, optimize: bool,
+            simulated: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict:
     """The step analysis of one onnxruntime configuration over the parity inputs: per quantizer and in all, how many
     codes differ from the simulation's (same input), the output's step histogram against the free simulation, the
-    tolerance that the measured flips explain, and whether the file computes what the simulation does."""
+    tolerance that the measured flips explain, and whether the file computes what the simulation does.
+    `simulated(x)` gives the simulation's output for an input (a cache the parity check shares)."""
     exposed = expose(onnx_path, optimize=optimize)
     per_point: dict[str, list[int]] = {}
     outputs = []
     for _, x in inputs:
-        out, free, counts = forced(sim, exposed, x)
+        out, free, counts = forced(sim, exposed, x, simulated)
         outputs.append((x, out, free))
         for point, tally in counts.items():
             total = per_point.setdefault(point, [0, 0, 0, 0])
@@ -205,7 +234,7 @@ def analyse(sim, onnx_path: Path, inputs: list[tuple[str, torch.Tensor]], step: 
             histogram[key] += count
         worst_steps = max(worst_steps, float((out - free).abs().max()) / step)
         if index == 0:  # the injection runs the simulation TRIALS times: on the first (largest) input only
-            spread = max(injected_spread(sim, x, rates, step), default=0.0)
+            spread = max(injected_spread(sim, x, rates, step, baseline=free), default=0.0)
     tolerance_steps = math.ceil(MARGIN * spread) + 1
     local_ok = not off_points and bool(per_point)
     return {
