@@ -162,3 +162,24 @@ def test_integer_inputs_stay_integers_within_their_range_on_every_backend(tmp_pa
     assert bench["status"] == "done", bench.get("error")
     assert bench["input_names"] == ["ids", "extra"]
     assert all(r["status"] == "ok" for r in bench["results"]), [(r["backend"], r["reason"]) for r in bench["results"]]
+
+
+BRANCHY = PROJECT.replace('''    def forward(self, image, meta):
+        return self.head(torch.cat([self.conv(image).flatten(1), meta], dim=1))''', '''    def forward(self, image, meta):
+        out = self.head(torch.cat([self.conv(image).flatten(1), meta], dim=1))
+        if image.mean() > 1:  # a branch on a value: torch.export refuses it, tracing freezes it
+            out = out * 2
+        return out''')
+
+
+def test_a_multi_input_onnx_export_falls_back_and_its_frozen_branch_shows_on_shifted_inputs(tmp_path):
+    result, workspace = train_project(tmp_path, BRANCHY, "Pairs", batch_size=8)
+    exported = run("export.model", {"source": {"run": result["run_dir"]}, "format": "onnx"}, workspace)
+    assert exported["status"] == "done", exported.get("error")
+    assert exported["exporter"] == "torchscript" and exported["fallback_reason"]
+    assert exported["input_names"] == ["image", "meta"] and "frozen" in exported["frozen_control_flow"]
+    checks = {c["input"]: c for c in exported["parity"]["checks"]}
+    # Inputs like the example take its branch and agree; the shifted images take the other one, which the file lost.
+    assert checks["random batch of 7"]["passed"] and checks["random batch of 7 scaled x5"]["passed"]
+    assert not checks["random batch of 7 shifted by +3"]["passed"]
+    assert exported["parity"]["passed"] is False

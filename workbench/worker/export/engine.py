@@ -154,11 +154,7 @@ def run_export(spec: ExportSpec, ctx) -> dict:
     result = {"artifact": str(out), "format": spec.format, "size_bytes": file_size(out), **info,
               "source": source.describe(), "input_shape": list(shape), "input_names": ["input"],
               "dynamic_batch": spec.dynamic_batch, "device": str(device), "export_s": round(export_s, 3)}
-    frozen = parity.traced_note(info.get("exporter", ""), info.get("fallback_reason"))
-    if frozen:
-        result["frozen_control_flow"] = frozen
-        # A fallback the user did not choose is a warning; format=torchscript with script=false traces as asked.
-        ctx.log(frozen, "warning" if info.get("exporter") == "torchscript" else "info")
+    _note_frozen(result, info, ctx)
     if spec.format != "onnx":
         result.pop("fallback_reason", None)
     data_file = out.with_name(out.name + ".data")
@@ -184,6 +180,15 @@ def run_export(spec: ExportSpec, ctx) -> dict:
     return result
 
 
+def _note_frozen(result: dict, info: dict, ctx) -> None:
+    """Say where a tracing exporter froze Python control flow on tensor values (result["frozen_control_flow"])."""
+    frozen = parity.traced_note(info.get("exporter", ""), info.get("fallback_reason"))
+    if frozen:
+        result["frozen_control_flow"] = frozen
+        # A fallback the user did not choose is a warning; format=torchscript with script=false traces as asked.
+        ctx.log(frozen, "warning" if info.get("exporter") == "torchscript" else "info")
+
+
 def _run_multi(spec: ExportSpec, source, out: Path, device: torch.device, ctx) -> dict:
     """A model with several inputs (a tuple or dict input): named inputs, parity on every one."""
     from workbench.worker.export import multi
@@ -199,6 +204,9 @@ def _run_multi(spec: ExportSpec, source, out: Path, device: torch.device, ctx) -
     result = {"artifact": str(out), "format": spec.format, "size_bytes": file_size(out), **info,
               "source": source.describe(), **named, "dynamic_batch": spec.dynamic_batch, "device": str(device),
               "export_s": round(export_s, 3)}
+    _note_frozen(result, info, ctx)
+    if spec.format != "onnx":
+        result.pop("fallback_reason", None)
     ctx.check_stop()
     ctx.progress(2, STEPS, "checking parity with eager PyTorch", force=True)
     if not spec.verify:

@@ -120,19 +120,25 @@ def _opset_of(path: Path) -> int:
     return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
-def write_onnx(model: nn.Module, example: torch.Tensor, path: Path, *, opset: int, dynamic_batch: bool, log,
-               output_names: list[str] | None = None, translations: dict | None = None,
-               register_symbolics: Callable[[], None] | None = None, fmt: str = "onnx") -> dict:
+def write_onnx(model: nn.Module, example: torch.Tensor | tuple[torch.Tensor, ...], path: Path, *, opset: int,
+               dynamic_batch: bool, log, output_names: list[str] | None = None, translations: dict | None = None,
+               register_symbolics: Callable[[], None] | None = None, fmt: str = "onnx",
+               input_names: list[str] | None = None, dynamic_shapes=None) -> dict:
     """torch.onnx.export with the torch.export-based exporter (dynamo=True); where it fails, the TorchScript-based
-    one, with the reason logged and reported. The file must pass onnx.checker either way."""
-    names = {"input_names": ["input"], "output_names": output_names}
+    one, with the reason logged and reported. The file must pass onnx.checker either way. `example` is one input
+    tensor, or a tuple of them (a model with several inputs, named by `input_names`; `dynamic_shapes` then gives
+    torch.export their batch dimension as the model's signature takes them)."""
+    args = example if isinstance(example, tuple) else (example,)
+    inputs = list(input_names or ["input"])
+    names = {"input_names": inputs, "output_names": output_names}
     external = _param_bytes(model) > EXTERNAL_DATA_BYTES
     program = None
     try:
         with quiet():
-            program = torch.export.export(model, (example,),
-                                          dynamic_shapes=({0: batch_dim()},) if dynamic_batch else None)
-            torch.onnx.export(program, (example,), str(path), dynamo=True, opset_version=opset, verbose=False,
+            if dynamic_batch and dynamic_shapes is None:
+                dynamic_shapes = ({0: batch_dim()},)
+            program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes if dynamic_batch else None)
+            torch.onnx.export(program, args, str(path), dynamo=True, opset_version=opset, verbose=False,
                               external_data=external, custom_translation_table=translations or None, **names)
         check_onnx(path)
         written = _opset_of(path)
@@ -156,7 +162,7 @@ def write_onnx(model: nn.Module, example: torch.Tensor, path: Path, *, opset: in
     legacy_opset = min(opset, TORCHSCRIPT_EXPORTER_MAX_OPSET)
     if legacy_opset != opset:
         log(f"the TorchScript-based exporter writes opset {TORCHSCRIPT_EXPORTER_MAX_OPSET} at most; using it", "warning")
-    axes = {"input": {0: "batch"}} if dynamic_batch else None
+    axes = {name: {0: "batch"} for name in inputs} if dynamic_batch else None
     if axes and output_names:
         axes.update({name: {0: "batch"} for name in output_names})
     try:
@@ -165,7 +171,7 @@ def write_onnx(model: nn.Module, example: torch.Tensor, path: Path, *, opset: in
         # The TorchScript exporter turns its C++ log on (a bug: it tests the function, not its result) and prints
         # the whole graph on stderr when a symbolic fails; the failure's message says enough.
         with quiet(), torch.no_grad(), mock.patch.object(torch._C, "_jit_onnx_log", lambda *args: None):
-            torch.onnx.export(model, (example,), str(path), dynamo=False, opset_version=legacy_opset, verbose=False,
+            torch.onnx.export(model, args, str(path), dynamo=False, opset_version=legacy_opset, verbose=False,
                               dynamic_axes=axes, do_constant_folding=True, **names)
         check_onnx(path)
     except Exception as exc:

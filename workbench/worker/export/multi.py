@@ -139,15 +139,11 @@ def export(spec, source, example, out, ctx, device) -> tuple[dict, dict, nn.Modu
             raise formats.export_failure("exported_program", "torch.export", exc) from None
         info = {"exporter": "torch.export"}
     elif spec.format == "onnx":
-        try:
-            with formats.quiet(), torch.no_grad():
-                program = torch.export.export(model, args, dynamic_shapes=(dims,) if dims else None)
-                torch.onnx.export(program, args, str(out), dynamo=True, opset_version=spec.opset, verbose=False,
-                                  input_names=names, output_names=["output"])
-            formats.check_onnx(out)
-        except Exception as exc:
-            raise formats.export_failure("onnx", "torch.onnx.export", exc) from None
-        info = {"exporter": "dynamo", "opset": spec.opset}
+        # As a one-input model's: the torch.export-based exporter, and where it fails the TorchScript-based one.
+        with torch.no_grad():
+            info = formats.write_onnx(model, args, out, opset=spec.opset, dynamic_batch=spec.dynamic_batch,
+                                      log=ctx.log, output_names=["output"], input_names=names,
+                                      dynamic_shapes=(dims,) if dims else None)  # forward(*args): one entry
     else:
         raise JobError(f"format={spec.format}: models with several inputs ({', '.join(names)}) are not supported "
                        "yet; use format=onnx, exported_program or torchscript")
@@ -176,6 +172,13 @@ def check_parity(spec, source, model, samples, out, device, ctx) -> dict:
     generator = torch.Generator().manual_seed(parity.SEED)
     batches = list(parity.RANDOM_BATCHES) if spec.dynamic_batch else [1]
     inputs = [(f"random batch of {b}", random_batch(samples, b, generator)) for b in batches]
+    # Other distributions than the example's (a frozen branch shows there): its float inputs scaled and shifted,
+    # integer ones (token ids) as they are.
+    base = random_batch(samples, batches[-1], generator)
+    for label, change in ((f"scaled x{parity.SCALE:g}", lambda t: t * parity.SCALE),
+                          (f"shifted by +{parity.SHIFT:g}", lambda t: t + parity.SHIFT)):
+        inputs.append((f"random batch of {batches[-1]} {label}",
+                       Inputs(change(t) if t.is_floating_point() else t for t in base)))
     real = real_batches(source.loaded, spec.parity_samples, 7 if spec.dynamic_batch else 1, ctx)
     count = sum(len(x[0]) for _, x in real)
 
