@@ -25,7 +25,7 @@ JOB_TASKS = {
     "export": "export.model",
     "bench": "bench.latency",
     "graph": "graph.build",
-    "lr-find": "train.lr_find",
+    "lr-find": "lr.find",
     "predict": "predict.model",
 }
 DIAG_TASKS = {"count": "debug.count", "sleep": "debug.sleep"}

@@ -1,4 +1,4 @@
-"""The training wizard's learning-rate finder: "Find learning rate…" runs `train.lr_find` on the wizard's spec through
+"""The training wizard's learning-rate finder: "Find learning rate…" runs `lr.find` on the wizard's spec through
 the query runner, shows its progress with Cancel, then the loss against the rate on a log axis with the suggestion
 marked; "Use this rate" fills the lr field. The worker is the fake one over the real protocol."""
 
@@ -26,7 +26,7 @@ SUGGESTED = 0.0316227766
 
 
 class FakeFinder:
-    """A torch-free train.lr_find: the real result's shape over a canned curve (steepest near SUGGESTED), a step
+    """A torch-free lr.find: the real result's shape over a canned curve (steepest near SUGGESTED), a step
     every `delay` seconds with progress, and cancel at a step boundary."""
 
     def __init__(self):
@@ -57,7 +57,7 @@ def finder():
 @pytest.fixture
 def queries(qtbot, tmp_path, finder):
     worker = fake_worker.FakeWorker(tmp_path)
-    worker.kernel._task_overrides["train.lr_find"] = TaskInfo("train.lr_find", finder, "job", LrFindSpec, False,
+    worker.kernel._task_overrides["lr.find"] = TaskInfo("lr.find", finder, "job", LrFindSpec, False,
                                                               "fake lr finder")
     manager = WorkerManager(connection_file=worker.connection_file, heartbeat_interval=0.2)
     runner = QueryRunner(QtWorkerBridge(manager), tmp_path / "workspace")

@@ -1,4 +1,4 @@
-"""The learning-rate finder (`train.lr_find`, `workbench lr-find`) on the bundled digits: its suggestion lies within
+"""The learning-rate finder (`lr.find`, `workbench lr-find`) on the bundled digits: its suggestion lies within
 10x of a rate that trains to 95 %, it leaves runs and the worker's random state alone, it cancels, and bad specs and
 failed jobs exit as the command line's other verbs do."""
 
@@ -16,6 +16,7 @@ from cli_helpers import expect, no_traceback, one_json, run_dirs, wb
 from training_helpers import QUICK, Recorder, done, merge, metrics, train
 
 from workbench.errors import SpecError
+from workbench.runs import RunStore
 from workbench.specs import LrFindSpec
 from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
@@ -29,7 +30,7 @@ FIND = {**{key: value for key, value in TRAIN.items() if key != "lr"}, "min_lr":
 
 
 def lr_find(workspace, spec: dict, *, recorder: Recorder | None = None, stop: threading.Event | None = None) -> dict:
-    return run_task(get_task("train.lr_find"), spec, emit=recorder or Recorder(), workspace=workspace,
+    return run_task(get_task("lr.find"), spec, emit=recorder or Recorder(), workspace=workspace,
                     stop_event=stop)
 
 
@@ -56,7 +57,12 @@ def test_the_suggestion_is_within_10x_of_a_rate_that_trains_digits_to_95_percent
 
     recorder = Recorder()
     found = done(lr_find(tmp_path, FIND, recorder=recorder))
-    assert found["run_dir"] is None and run_dirs(tmp_path) == runs_before  # no run folder of its own
+    # A run folder of its own, durable as every job's, with the curve in its report; the training run is untouched.
+    made = [p for p in run_dirs(tmp_path) if p not in runs_before]
+    assert [p.name for p in made] == [Path(found["run_dir"]).name], made
+    report = RunStore(tmp_path).open_run(made[0].name).read_report()
+    assert report["suggested_lr"] == found["suggested_lr"] and report["lrs"] == found["lrs"]
+    assert not list((made[0] / "checkpoints").glob("*"))  # the sweep's weights are thrown away
     assert same_rng(rng_snapshot(), rng_before)  # the worker's random state is put back
     lrs, losses, raw = found["lrs"], found["losses"], found["raw_losses"]
     assert len(lrs) == len(losses) == len(raw) >= 20
@@ -73,7 +79,8 @@ def test_the_suggestion_is_within_10x_of_a_rate_that_trains_digits_to_95_percent
     from_run = done(lr_find(tmp_path, merge(FIND, steps=10, model={"name": "cnn", "checkpoint":
                                                                    trained["checkpoint"]})))
     assert from_run["raw_losses"][0] < 0.5 * raw[0]  # it did start from the trained weights
-    assert digests(run_dir / "checkpoints") == before and run_dirs(tmp_path) == runs_before
+    assert digests(run_dir / "checkpoints") == before
+    assert [p for p in run_dirs(tmp_path) if p not in runs_before] == made + [Path(from_run["run_dir"])]
 
     # Used as Smith intended, as the peak of a one-cycle schedule, the suggestion itself trains digits to 95 % too.
     peak = done(train(tmp_path, merge(TRAIN, lr=round(suggested, 4), scheduler="onecycle")))
@@ -99,7 +106,8 @@ def test_cancel_stops_the_sweep_at_its_next_step_and_restores_the_random_state(t
     asked = next(p for p in recorder.of("progress") if p["text"].startswith("lr "))
     assert int(message.split("after ")[1].split(" ")[0]) == asked["done"] < 500
     assert same_rng(rng_snapshot(), rng_before)
-    assert run_dirs(tmp_path) == []
+    cancelled = run_dirs(tmp_path)
+    assert len(cancelled) == 1 and RunStore(tmp_path).list_runs()[0]["status"] == "cancelled"
 
 
 def test_a_sweep_that_diverges_stops_early_and_says_where(tmp_path):
@@ -143,9 +151,9 @@ def test_the_command_line_prints_one_json_result_and_exits_like_the_other_verbs(
               "--set", "max_lr=1e-1", "--json", timeout=120)
     expect(proc, 0)
     result = one_json(proc)
-    assert result["status"] == "done" and result["run_dir"] is None and len(result["lrs"]) == 8
+    assert result["status"] == "done" and len(result["lrs"]) == 8
     assert {"lrs", "losses", "raw_losses", "suggested_lr", "stopped_early", "stop_reason"} <= set(result)
-    assert run_dirs(tmp_path / "ws") == []
+    assert [p.name for p in run_dirs(tmp_path / "ws")] == [Path(result["run_dir"]).name]
 
     proc = wb(tmp_path, "lr-find", "--set", "min_lr=1", "--set", "max_lr=0.1", "--json")
     expect(proc, 2)  # a bad spec: usage

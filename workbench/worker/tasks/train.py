@@ -1,5 +1,6 @@
 """`train.classifier`: train an image classifier from a TrainSpec (the engine is workbench.worker.training);
-`train.lr_find`: the learning-rate range test of an LrFindSpec, which leaves no run folder behind.
+`lr.find`: the learning-rate range test of an LrFindSpec, in a run folder of its own (a task that is not train.*,
+so no list offers it to resume, quantize or export).
 
 torch loads inside the task, not at import, so listing the worker's tasks stays cheap. Never imports Qt.
 """
@@ -20,9 +21,10 @@ def train_classifier(spec: TrainSpec, ctx):
         return run_training(spec, ctx)
 
 
-# No run folder: the sweep's weights are thrown away, and a run of kind "train" without checkpoints would be offered
-# to quantize, export and train again. Its result is the reply (and `workbench lr-find --json`).
-@register_task("train.lr_find", kind="job", spec=LrFindSpec, creates_run=False)
+# A run like every job's (spec, log, report with the curve and the suggestion: shared/DESIGN.md, runs are durable),
+# but not a training run: the sweep's weights are thrown away, and the lists that offer a run to resume, quantize or
+# export take train.* runs only. Its result is also the reply (and `workbench lr-find --json`).
+@register_task("lr.find", kind="job", spec=LrFindSpec)
 def train_lr_find(spec: LrFindSpec, ctx):
     """Learning-rate range test: the loss over an exponential sweep of the rate, and the suggested rate."""
     from workbench.worker.training.lr_find import run_lr_find

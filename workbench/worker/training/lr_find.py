@@ -1,8 +1,8 @@
-"""The learning-rate range test (`train.lr_find`): an exponential sweep of the rate over a few hundred steps at most,
+"""The learning-rate range test (`lr.find`): an exponential sweep of the rate over a few hundred steps at most,
 on a model copy of its own, the smoothed loss of each step, and the rate where that loss falls fastest.
 
-It writes no run folder and no checkpoint, and puts the worker's random state back as it found it, so a training run
-afterwards is the same as without it. Worker side; never imports Qt.
+It writes no checkpoint (its run folder holds the spec, the log and the curve in the report), and puts the worker's
+random state back as it found it, so a training run afterwards is the same as without it. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def _endless_batches(split, spec: LrFindSpec, device: torch.device):
 
 
 def run_lr_find(spec: LrFindSpec, ctx) -> dict:
-    """The `train.lr_find` task: the range test's rates, raw and smoothed losses, and the suggested rate."""
+    """The `lr.find` task: the range test's rates, raw and smoothed losses, and the suggested rate."""
     saved = rng_state()  # put back at the end: a train after this one draws what it would have drawn anyway
     try:
         return _find(spec, ctx)

@@ -168,7 +168,7 @@ def load_training_data(spec: TrainSpec, ctx):
 
 def resolve_task(spec: TrainSpec, dataset, log) -> TrainSpec:
     """task = auto becomes the task the data serves, model.num_classes = 0 (auto) the dataset's class count (or
-    the target's value count); says which and why through `log`. Writes nothing (lr-find has no run folder)."""
+    the target's value count); says which and why through `log`. Writes nothing (lr-find keeps no checkpoint)."""
     task, why, target = _task_of(spec, dataset)
     resolved = dataclasses.replace(spec, task=task)
     if not spec.model.num_classes:

@@ -1,4 +1,4 @@
-"""The learning-rate finder dialog of the training wizard: runs `train.lr_find` through the window's query runner
+"""The learning-rate finder dialog of the training wizard: runs `lr.find` through the window's query runner
 with progress and Cancel, then plots the smoothed loss against the rate (log axis) with the suggestion marked, and
 "Use this rate" hands the rate back. Never imports torch.
 """
@@ -24,7 +24,7 @@ from workbench.gui.plots import SERIES_COLOURS, add_legend, make_plot, series_pe
 from workbench.gui.widgets.job_progress import JobProgress
 from workbench.gui.widgets.spec_form import ERROR_COLOUR
 
-TASK = "train.lr_find"
+TASK = "lr.find"
 USE_TIP = "Put the marked rate into the wizard's lr field (drag the line to mark another rate)"
 CANCEL_TIP = "Stop the learning-rate finder at its next step"
 
@@ -162,7 +162,7 @@ class LrFinderDialog(QDialog):
 
     # -- the result ----------------------------------------------------------------------------------
     def show_result(self, result: dict) -> None:
-        """Plot a `train.lr_find` result and mark its suggestion (or, without one, the middle of the range)."""
+        """Plot a `lr.find` result and mark its suggestion (or, without one, the middle of the range)."""
         self.result = result
         lrs = np.asarray(result.get("lrs") or [], dtype=float)
         losses = np.asarray(result.get("losses") or [], dtype=float)
