@@ -3,9 +3,14 @@
 busy, each with the threads sized to the free cores (the default) and with torch's own thread per core
 (OMP_NUM_THREADS = the core count, which turns the sizing off). Every run is a fresh `workbench` process; medians of
 interleaved repeats. Goal: beside the busy loop, the sized run within 1.3x of its quiet time (torch's default threads
-took 2.5-15x in the issue). aimet-torch is not installed here, so its peer row is left out.
+took 2.5-15x in the issue), and at most aimet-torch's time in both conditions.
 
-    .venv/bin/python benchmarks/busy_neighbour.py [--repeats 3] [--iterations 300]
+The aimet-torch peer (benchmarks/aimet_peer.py: the same run, calibration images, W4A8 and AdaRound iterations, its
+own threads) runs where --aimet-python (or AIMET_PYTHON) names a Python that has aimet-torch; it is never a
+dependency. One way: `python -m venv /tmp/aimet && echo $PWD/.venv/lib/python3.11/site-packages >
+/tmp/aimet/lib/python3.11/site-packages/workbench.pth && /tmp/aimet/bin/pip install aimet-torch`.
+
+    .venv/bin/python benchmarks/busy_neighbour.py [--repeats 3] [--iterations 300] [--aimet-python PATH]
 """
 
 from __future__ import annotations
@@ -38,14 +43,34 @@ def quantize_seconds(run_dir: str, workspace: str, iterations: int, *, sized: bo
     result = workbench(args, workspace, env)
     if result["status"] != "done":
         raise SystemExit(f"quantize failed: {result.get('error')}")
+    ACCURACY["workbench"] = result["quantized"]["accuracy"]
     return time.perf_counter() - started
+
+
+ACCURACY: dict[str, float] = {}  # the last run's held-out accuracy at W4A8, per tool
+
+
+def aimet_seconds(python: str, run_dir: str, workspace: str, iterations: int) -> tuple[float, float]:
+    """(seconds, held-out accuracy) of the aimet-torch peer, a fresh process like the workbench's."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(here), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    started = time.perf_counter()
+    done = subprocess.run([python, os.path.join(here, "aimet_peer.py"), "--run", run_dir, "--workspace", workspace,
+                           "--iterations", str(iterations)], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"aimet_peer.py failed:\n{done.stderr[-3000:]}")
+    return time.perf_counter() - started, json.loads(done.stdout.strip().splitlines()[-1])["accuracy"]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=300)
+    parser.add_argument("--aimet-python", default=os.environ.get("AIMET_PYTHON", ""),
+                        help="a Python with aimet-torch installed: adds the peer's rows")
     args = parser.parse_args()
+    peer: dict[bool, list[float]] = {True: [], False: []}
     with tempfile.TemporaryDirectory() as workspace:
         trained = workbench(["train", "--set", "model.name=cnn", "--set", "epochs=3", "--set", "device=cpu"],
                             workspace, dict(os.environ))
@@ -55,6 +80,10 @@ def main() -> int:
                 neighbour = None if quiet else subprocess.Popen([sys.executable, "-c", "while True: pass"])
                 try:
                     times.append(quantize_seconds(trained["run_dir"], workspace, args.iterations, sized=sized))
+                    if args.aimet_python and sized:  # the peer beside the same neighbour (or none)
+                        seconds, ACCURACY["aimet-torch"] = aimet_seconds(args.aimet_python, trained["run_dir"],
+                                                                           workspace, args.iterations)
+                        peer[quiet].append(seconds)
                 finally:
                     if neighbour is not None:
                         neighbour.kill()
@@ -71,7 +100,16 @@ def main() -> int:
     ratio = median[(False, True)] / median[(True, True)]
     print(f"beside a busy core, sized: {ratio:.2f}x its quiet time (goal <= 1.3); torch's default threads: "
           f"{median[(False, False)] / median[(True, False)]:.2f}x theirs")
-    print("aimet-torch peer row: left out (not installed; `pip install aimet-torch` is a benchmark-only peer)")
+    if not args.aimet_python:
+        print("aimet-torch peer rows: left out (give --aimet-python; aimet-torch is a benchmark-only peer)")
+        return 0
+    for quiet in (True, False):
+        seconds = statistics.median(peer[quiet])
+        ours = median[(quiet, True)]
+        print(f"  aimet-torch, {'quiet machine' if quiet else 'one core busy':<31} {seconds:7.1f} s   the workbench's "
+              f"sized run is {ours / seconds:.2f}x its time (goal <= 1.0)")
+    print(f"  held-out accuracy at W4A8: workbench {ACCURACY['workbench']:.2%}, aimet-torch "
+          f"{ACCURACY['aimet-torch']:.2%}")
     return 0
 
 
