@@ -384,3 +384,26 @@ def test_the_layer_table_shows_eight_layers_at_first_in_a_1400x820_window(fake_w
     fake_window.resize(1400, 1000)
     qtbot.waitUntil(lambda: right.sizes()[1] > plots_height)
     assert right.sizes()[0] == table_height and rows_in_view() >= 8
+
+
+def test_the_sensitivity_tab_shows_its_value_labels_and_its_legend_beside_it_in_a_1400x820_window(fake_window, qtbot):
+    """With eight layers in the table the plots are ~80 px shorter than they were: with the legend beside the chart
+    the rows take its whole height, and five layers' bars still hold their values."""
+    from PySide6.QtCore import QPoint, QRect
+
+    fake_window.resize(1400, 820)
+    fake_window.show_tab(fake_window.quant_panel)
+    panel = fake_window.quant_panel
+    panel.pages.setCurrentIndex(1)
+    panel.plots.setCurrentWidget(panel.sensitivity)
+    chart = panel.sensitivity
+    chart.set_rows([{"layer": name, "only_this": 0.944 - i * 0.002, "all_but_this": 0.939}
+                    for i, name in enumerate(["input", "features.0", "features.4", "pool", "classifier"])], 0.9944, 0.939)
+    qtbot.waitUntil(lambda: chart.isVisible() and chart.legend.isVisible() and chart.plot.getViewBox().height() > 0)
+    qtbot.waitUntil(lambda: all(label.isVisible() for label in chart.labels))
+    assert chart.height() < 300  # the plots' height at this size, where the legend over the chart hid the labels
+
+    def rect(widget) -> QRect:
+        return QRect(widget.mapTo(chart, QPoint(0, 0)), widget.size())
+
+    assert rect(chart.legend).left() >= rect(chart.plot).right()

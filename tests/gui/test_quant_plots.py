@@ -287,8 +287,8 @@ def test_sensitivity_chart_has_a_bar_per_layer_per_series_and_reference_lines(qt
     assert chart.plot.getViewBox().state["yInverted"]  # the first layer on top
     low, high = chart.plot.getViewBox().viewRange()[0]
     assert 0.9 < low < 0.981 and high > 0.9944  # zoomed on the differences, every bar end in view
-    legend = [label.text for _s, label in chart.legend.items]
-    assert "FP32 99.4%" in legend and "quantized 98.1%" in legend
+    legend = chart.legend_texts
+    assert legend == ["only this layer quantized", "all but this layer quantized", "FP32 99.4%", "quantized 98.1%"]
     chart.clear("Sensitivity is measured after the ladder.")
     assert chart.is_empty and chart.message == "Sensitivity is measured after the ladder."
     assert chart.plot.getAxis("left")._tickLevels is None
@@ -364,8 +364,10 @@ def test_mixed_precision_plot_marks_points_the_proposal_fp32_and_the_target(qtbo
     assert plot.proposal.getData()[0] == pytest.approx([14_000 / 1024])
     assert plot.fp32.getData()[1] == pytest.approx([0.9944])
     assert plot.target.value() == pytest.approx(0.9894)
-    legend = [label.text for _s, label in plot.legend.items]
-    assert any(t.startswith("proposal: 98.5% at 13.7 KiB, 5.6× smaller") for t in legend)
+    legend = plot.legend_texts
+    assert legend[0] == "configurations tried"
+    assert legend[1] == "proposal: 98.5% at 13.7 KiB, 5.6× smaller than FP32 (1 layer at more bits)"
+    assert legend[2:] == ["FP32: 99.4% at 76.0 KiB", "target: at most 0.5% below FP32"]
     assert "target met" in plot.title
     x0, x1 = plot.plot.getViewBox().viewRange()[0]
     assert x0 == pytest.approx(0) and x1 > 77_864 / 1024
@@ -373,19 +375,127 @@ def test_mixed_precision_plot_marks_points_the_proposal_fp32_and_the_target(qtbo
     assert plot.is_empty and plot.message == "No mixed-precision search in this run." and plot.points is None
 
 
-def test_sensitivity_rows_start_under_the_legend_and_labels_need_room(qtbot):
-    rows = [{"layer": f"layer{i}.conv", "only_this": 0.99 - i * 0.001, "all_but_this": 0.98} for i in range(4)]
-    chart = shown(qtbot, SensitivityChart(), height=520)
-    chart.set_rows(rows, 0.995, 0.97)
-    qtbot.wait(20)
+# -- legends beside or above the plots: none covers data ---------------------------------------------------------
+SENSITIVITY_ROWS = [{"layer": name, "only_this": 0.944 - i * 0.002, "all_but_this": 0.939}
+                    for i, name in enumerate(["input", "features.0", "features.4", "pool", "classifier"])]
+MIXED_PRECISION = {"target_drop": 0.003, "layers": [{"name": "features.0", "bits": 8}], "accuracy": 0.944,
+                   "size_bytes": 20_072, "met": True, "fp32_accuracy": 0.9944, "fp32_size_bytes": 77_864,
+                   "points": [{"layers": [], "accuracy": 0.939, "size_bytes": 10_104},
+                              {"layers": ["features.0"], "accuracy": 0.944, "size_bytes": 20_072}]}
+
+
+def rect_in(panel, widget):
+    """A child widget's rectangle in the panel's coordinates."""
+    from PySide6.QtCore import QPoint, QRect
+
+    return QRect(widget.mapTo(panel, QPoint(0, 0)), widget.size())
+
+
+def scene_rect_in(panel, items):
+    """The union of pyqtgraph items' scene rectangles (bars, markers, labels) in the panel's coordinates."""
+    from PySide6.QtCore import QRectF
+
+    union = QRectF()
+    for item in items:
+        union = union.united(item.sceneBoundingRect())
+    view = panel.plot
+    return view.mapFromScene(union).boundingRect().translated(view.mapTo(panel, view.rect().topLeft()))
+
+
+def view_rect_in(panel):
+    return scene_rect_in(panel, [panel.plot.getViewBox()])
+
+
+def draw(qtbot, kind, width=940, height=235):
+    """A panel drawn as in the Quantization tab at 1400x820, where the plots are about 940x235 (the ladder 430)."""
+    if kind == "sensitivity":
+        panel = shown(qtbot, SensitivityChart(), width, height)
+        panel.set_rows(SENSITIVITY_ROWS, 0.9944, 0.939)
+        items = list(panel.bars.values()) + panel.labels
+    elif kind == "channels":
+        panel = shown(qtbot, ChannelRangesPlot(), width, height)
+        panel.set_ranges(weight_arrays())
+        items = [*panel.bars.values(), panel.marks]
+    elif kind == "mixed precision":
+        panel = shown(qtbot, MixedPrecisionPlot(), width, height)
+        panel.set_proposal(MIXED_PRECISION)
+        items = [panel.points, panel.proposal, panel.fp32]
+    elif kind == "error":
+        panel = shown(qtbot, ErrorPlot(), width, height)
+        panel.set_quantizer({"name": "features.4", "tensor": "weight", "bits": 4, "scale": 0.05, "zero_point": 0,
+                             "qmin": -7, "qmax": 7, "min": -0.35, "max": 0.35})
+        items = [panel.curve]
+    else:
+        panel = shown(qtbot, LadderChart(), width, height)
+        panel.set_ladders([("W4A8 20261127-085550-quant-c518b9", LADDER),
+                           ("W8A8 20261127-085549-quant-5de3af", [dict(s, accuracy=s["accuracy"] - 0.0005)
+                                                                  for s in LADDER])])
+        items = panel.bars + panel.labels
+    qtbot.waitUntil(lambda: panel.legend.isVisible() and panel.plot.getViewBox().height() > 0)
+    qtbot.wait(20)  # the rows, labels and ticks refit to the view's first size
+    return panel, items
+
+
+@pytest.mark.parametrize("kind", ["sensitivity", "channels"])
+def test_the_legend_stands_beside_the_plot_and_covers_none_of_its_data(qtbot, kind):
+    """Over the plot, the legend covered the top bars (sensitivity, channel ranges); beside it, it covers nothing."""
+    panel, items = draw(qtbot, kind)
+    legend, plot, data = rect_in(panel, panel.legend), rect_in(panel, panel.plot), scene_rect_in(panel, items)
+    assert panel.legend_place == "beside" and panel.legend.texts
+    assert not legend.intersects(plot) and legend.left() >= plot.right()
+    assert not legend.intersects(data)
+    view = view_rect_in(panel)
+    if kind == "sensitivity":
+        data.setLeft(view.left())  # the bars run off the left edge on purpose: the axis starts under the lowest value
+    if kind != "error":  # the sawtooth's clipping lines leave the view on purpose, rising
+        assert view.adjusted(-1, -1, 1, 1).contains(data)  # every bar, marker and label in view
+
+
+def test_without_the_legend_over_them_the_bars_fill_the_height(qtbot):
+    chart, _items = draw(qtbot, "sensitivity")
+    assert chart.plot.getViewBox().viewRange()[1] == pytest.approx([-0.5, len(SENSITIVITY_ROWS) - 0.5])
+    plot, _ = draw(qtbot, "channels")
+    low, high = plot.plot.getViewBox().viewRange()[1]
+    bars = plot.bars["before CLE"].opts
+    top = max(float((bars["y0"] + bars["height"]).max()), float(plot.marks.getData()[1].max()))
+    assert top < high <= top + 0.05 * (high - low)  # a little air above the highest bar, no legend's room
+
+
+def test_sensitivity_value_labels_show_at_the_tabs_default_size_and_shrink_before_they_hide(qtbot):
+    from PySide6.QtGui import QFontMetrics
+
+    from workbench.gui.panels.quant.sensitivity_chart import LABEL_FONTS, LABEL_SIZES
+
+    chart, _items = draw(qtbot, "sensitivity")  # the Sensitivity tab at 1400x820
+    assert chart.labels and all(label.isVisible() for label in chart.labels)
+    assert {label.textItem.font().pointSizeF() for label in chart.labels} == {LABEL_SIZES[0]}
+    # Each label on its own bar: centred on it, no taller than it (a pixel or two over), in no other bar's row.
     view = chart.plot.getViewBox()
-    legend = chart.legend
-    legend_bottom = view.mapSceneToView(legend.mapToScene(legend.boundingRect().bottomLeft())).y()
-    first_bar_top = chart.bars["only_this"].opts["y"][0] - chart.bars["only_this"].opts["height"] / 2
-    assert legend_bottom < first_bar_top  # y runs downwards: the legend ends above the first layer's bar
-    assert all(label.isVisible() for label in chart.labels)
-    chart.resize(800, 200)  # too short for a label in each bar: they go, the bars stay
-    qtbot.waitUntil(lambda: not any(label.isVisible() for label in chart.labels))
+    pixels_per_row = view.height() / len(SENSITIVITY_ROWS)
+    for label in chart.labels:
+        centre = view.mapViewToScene(label.pos()).y()  # the bar's centre: the label stands at its end
+        assert label.sceneBoundingRect().center().y() == pytest.approx(centre, abs=1.5)
+        assert QFontMetrics(label.textItem.font()).height() - 2 <= chart.bar_pixels() < pixels_per_row / 2
+    # More layers in the same room: thinner bars, then a smaller font, then no labels (the bars stay); a label shows
+    # whenever a font fits its bar.
+    sizes = []
+    for count in range(6, 41):
+        chart.set_rows([dict(r, layer=f"layer{i}") for i, r in enumerate(SENSITIVITY_ROWS * 8)][:count],
+                       0.9944, 0.939)
+        qtbot.wait(5)
+        shown_labels = {label.isVisible() for label in chart.labels}
+        assert len(shown_labels) == 1
+        size = chart.labels[0].textItem.font().pointSizeF() if shown_labels == {True} else None
+        if size is not None:  # the text fits its bar
+            assert QFontMetrics(chart.labels[0].textItem.font()).height() - 2 <= chart.bar_pixels()
+        else:  # no font fits
+            assert all(QFontMetrics(font).height() - 2 > chart.bar_pixels() for font in LABEL_FONTS)
+        sizes.append(size)
+    assert sizes[0] == LABEL_SIZES[0] and sizes[-1] is None
+    assert LABEL_SIZES[-1] in sizes  # between the two, the smaller font
+    order = [LABEL_SIZES[0], LABEL_SIZES[-1], None]
+    assert [order.index(size) for size in sizes] == sorted(order.index(size) for size in sizes)
+    assert len(chart.bars["only_this"].opts["y"]) == 40
 
 
 def test_titles_and_plots_follow_a_live_theme_switch(qtbot, qapp):

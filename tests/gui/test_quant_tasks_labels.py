@@ -55,7 +55,7 @@ def test_the_sensitivity_chart_names_a_higher_is_better_metric(qtbot):
     assert chart.plot.getAxis("bottom").labelText == "val mIoU ↑"
     assert chart.title.startswith("val mIoU ↑ per layer")
     assert "0.81" in texts(chart)
-    legend = [label.text for _s, label in chart.legend.items]
+    legend = chart.legend_texts
     assert "FP32 0.82" in legend and "quantized 0.77" in legend
 
 
@@ -69,7 +69,7 @@ def test_a_lower_is_better_targets_lies_above_fp32_in_the_mixed_precision_plot(q
     assert plot.target.value() == pytest.approx(0.0143)  # FP32 + the allowed rise
     assert plot.plot.getAxis("left").labelText == "val MSE ↓"
     assert plot.title.startswith("Mixed precision: val MSE ↓ against model size")
-    legend = [label.text for _s, label in plot.legend.items]
+    legend = plot.legend_texts
     assert "target: at most 0.002 above FP32" in legend
     assert any(t.startswith("proposal: 0.0135 at") for t in legend)
     plot.set_proposal(dict(proposal, fp32_accuracy=0.99, target_drop=0.01, accuracy=0.985))

@@ -1,5 +1,6 @@
 """Per output channel, the weight range as a bar from min to max: before and after cross-layer equalization
-side by side (the CLE paper's Figure 6), or else each channel's quantization range."""
+side by side (the CLE paper's Figure 6), or else each channel's quantization range. The legend stands beside the
+plot, so the bars take its whole height and none hides under it."""
 
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ EMPTY = "Each output channel's weight range appears here, before and after cross
 NO_CHANNELS = "per-tensor weights: no per-channel ranges"
 BEFORE, AFTER = "#e8710a", IN_USE
 TICK_PIXELS = 36  # at least this far apart, channel numbers never run into each other
+TIPS = {"before CLE": "Each channel's weights from their min to their max, before cross-layer equalization",
+        "after CLE": "Each channel's weights from their min to their max after cross-layer equalization rescaled "
+                     "the channels, which evens their ranges out",
+        "quantizer range": "Each channel's clipping range as the quantizer uses it"}
+MARGIN = 0.04  # of the values' span, above the highest bar and under the lowest (the legend stands beside)
 
 
 class ChannelRangesPlot(PlotPanel):
@@ -27,7 +33,7 @@ class ChannelRangesPlot(PlotPanel):
     ("before CLE", "after CLE", or "quantizer range")."""
 
     def __init__(self, parent=None):
-        super().__init__("weight", "output channel", empty=EMPTY, parent=parent)
+        super().__init__("weight", "output channel", empty=EMPTY, legend="beside", parent=parent)
         self.bars: dict[str, pg.BarGraphItem] = {}
         self.marks: pg.ScatterPlotItem | None = None
         self.channels = 0
@@ -61,9 +67,10 @@ class ChannelRangesPlot(PlotPanel):
             low, high = ranges[:, 0], ranges[:, 1]
             offset = (i - (len(series) - 1) / 2) * width  # side by side, centred on the channel
             bar = pg.BarGraphItem(x=x + offset, y0=low, height=high - low, width=width * 0.9,
-                                  brush=brush(colour, 200), pen=None, name=name)
+                                  brush=brush(colour, 200), pen=None)
             self.plot.addItem(bar)
             self.bars[name] = bar
+            self.add_legend_bars(name, brush(colour, 200), tooltip=TIPS.get(name.split(" (")[0], ""))
         if arrays.cle_ranges is not None and arrays.channel_ranges is not None:
             self._mark_quantizer_range(arrays, x + (len(series) - 1) / 2 * width)
         zero = pg.InfiniteLine(0.0, angle=0, movable=False, pen=pen(NEUTRAL, 1.0))
@@ -71,13 +78,14 @@ class ChannelRangesPlot(PlotPanel):
         self.channels = channels
         self.plot.setXRange(-0.6, channels - 0.4, padding=0)
         self._set_ticks()
-        # Room above the highest bar for the legend (top right), which would cover the last channels' bars.
+        # Every bar and mark in view with a little air: the legend beside the plot needs no room above them.
         low = min(float(np.nanmin(r[:, 0])) for _, r, _ in series)
         high = max(float(np.nanmax(r[:, 1])) for _, r, _ in series)
         if self.marks is not None:
-            low, high = min(low, float(np.nanmin(self.marks.getData()[1]))), max(high, float(np.nanmax(self.marks.getData()[1])))
+            marks = self.marks.getData()[1]
+            low, high = min(low, float(np.nanmin(marks))), max(high, float(np.nanmax(marks)))
         span = max(high - low, 1e-12)
-        self.plot.setYRange(low - span * 0.03, high + span * 0.22, padding=0)
+        self.plot.setYRange(low - span * MARGIN, high + span * MARGIN, padding=0)
         self.finish()
 
     def _set_ticks(self, *args) -> None:
@@ -99,7 +107,8 @@ class ChannelRangesPlot(PlotPanel):
             return
         tick = pen(CLIPPING, 1.6)
         points = pg.ScatterPlotItem(x=np.concatenate([x, x]), y=np.concatenate([ranges[:, 0], ranges[:, 1]]),
-                                    symbol="_", size=10, pen=tick, brush=brush(CLIPPING),
-                                    name=f"quantizer range ({arrays.chosen or 'in use'})")
+                                    symbol="_", size=10, pen=tick, brush=brush(CLIPPING))
         self.plot.addItem(points)
         self.marks = points
+        self.add_legend_marker(f"quantizer range ({arrays.chosen or 'in use'})", "_", 10, tick, brush(CLIPPING),
+                               "Where the quantizer clips each channel: its range's lo and hi")
