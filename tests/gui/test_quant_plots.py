@@ -436,9 +436,10 @@ def draw(qtbot, kind, width=940, height=235):
     return panel, items
 
 
-@pytest.mark.parametrize("kind", ["sensitivity", "channels"])
+@pytest.mark.parametrize("kind", ["sensitivity", "channels", "mixed precision", "error"])
 def test_the_legend_stands_beside_the_plot_and_covers_none_of_its_data(qtbot, kind):
-    """Over the plot, the legend covered the top bars (sensitivity, channel ranges); beside it, it covers nothing."""
+    """Over the plot, the legend covered the top bars (sensitivity, channel ranges) and the middle of the sawtooth
+    (error), or took half the height from the markers (mixed precision); beside it, it covers nothing."""
     panel, items = draw(qtbot, kind)
     legend, plot, data = rect_in(panel, panel.legend), rect_in(panel, panel.plot), scene_rect_in(panel, items)
     assert panel.legend_place == "beside" and panel.legend.texts
@@ -459,6 +460,9 @@ def test_without_the_legend_over_them_the_bars_fill_the_height(qtbot):
     bars = plot.bars["before CLE"].opts
     top = max(float((bars["y0"] + bars["height"]).max()), float(plot.marks.getData()[1].max()))
     assert top < high <= top + 0.05 * (high - low)  # a little air above the highest bar, no legend's room
+    mixed, _ = draw(qtbot, "mixed precision")
+    _low, high = mixed.plot.getViewBox().viewRange()[1]
+    assert high > 0.9944 and mixed.legend.swatches[1].symbol == "star"  # the markers drawn as the plot draws them
 
 
 def test_sensitivity_value_labels_show_at_the_tabs_default_size_and_shrink_before_they_hide(qtbot):

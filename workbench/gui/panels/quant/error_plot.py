@@ -1,5 +1,6 @@
 """The quantization error q(x) − x of one quantizer against x: a sawtooth within ±scale/2 inside the range, and
-the clipping error growing linearly outside it. Computed here from the report's scale and zero point."""
+the clipping error growing linearly outside it. Computed here from the report's scale and zero point. The legend
+stands beside the plot, so it hides none of the sawtooth."""
 
 from __future__ import annotations
 
@@ -75,13 +76,11 @@ class ErrorPlot(PlotPanel):
     one channel, by default the one with the largest scale (its `channel` attribute says which)."""
 
     def __init__(self, parent=None):
-        super().__init__("q(x) − x", "x", empty=EMPTY, parent=parent)
+        super().__init__("q(x) − x", "x", empty=EMPTY, legend="beside", parent=parent)
         self.curve: pg.PlotDataItem | None = None
         self.edges: tuple[pg.InfiniteLine, pg.InfiniteLine] | None = None
         self.channel: int | None = None
         self.scale: float | None = None
-        # Top centre: above the sawtooth, where the clipping lines (at the sides) never run.
-        self.legend.anchor(itemPos=(0.5, 0.0), parentPos=(0.5, 0.0), offset=(0, 8))
 
     def set_quantizer(self, entry: dict, channel: int | None = None) -> None:
         self.clear()
@@ -113,7 +112,9 @@ class ErrorPlot(PlotPanel):
         for line in (*self.edges, pg.InfiniteLine(scale / 2, angle=0, movable=False, pen=half_pen),
                      pg.InfiniteLine(-scale / 2, angle=0, movable=False, pen=half_pen)):
             self.plot.addItem(line, ignoreBounds=True)
-        self.curve = self.plot.plot(x, y, pen=pen(IN_USE, 1.4), name="q(x) − x")
+        self.curve = self.plot.plot(x, y, pen=pen(IN_USE, 1.4))
+        self.add_legend_line("q(x) − x", pen(IN_USE, 1.4),
+                             "The quantization error: within ±scale/2 inside the range, growing beyond it")
         self.add_legend_line(f"clipping range [{low:.{decimals}f}, {high:.{decimals}f}]", edge_pen)
         self.add_legend_line(f"±scale/2 = ±{scale / 2:.3g}", half_pen)
         self.plot.setXRange(x[0], x[-1], padding=0.02)

@@ -1,5 +1,6 @@
 """The mixed-precision search: accuracy (or a task's monitor, "val MAE ↓") against model size for every configuration
-tried, the proposal highlighted, FP32 marked and the target drawn, so the trade-off the proposal makes is visible."""
+tried, the proposal highlighted, FP32 marked and the target drawn, so the trade-off the proposal makes is visible.
+The legend stands beside the plot, so no marker hides under it."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from workbench.gui.panels.quant.plot_panel import (
 
 EMPTY = "The mixed-precision search's configurations (accuracy against model size) appear here."
 KIB = 1024.0
+MARGIN = 0.12  # of the values' span, around the markers: a marker is drawn in pixels, not in the axis' units
 
 
 def layer_names(layers) -> list[str]:
@@ -40,14 +42,13 @@ class MixedPrecisionPlot(PlotPanel):
     metric block; None: accuracy) names the values; for a lower-is-better one the target lies above FP32."""
 
     def __init__(self, parent=None):
-        super().__init__("accuracy", "model size (KiB)", empty=EMPTY, y_format="percent", parent=parent)
+        super().__init__("accuracy", "model size (KiB)", empty=EMPTY, y_format="percent", legend="beside",
+                         parent=parent)
         self.points: pg.ScatterPlotItem | None = None
         self.proposal: pg.ScatterPlotItem | None = None
         self.fp32: pg.ScatterPlotItem | None = None
         self.target: pg.InfiniteLine | None = None
         self.measure = Measure()
-        # Bottom right: FP32 sits top right (largest, most accurate) and a search never lands big and inaccurate.
-        self.legend.anchor(itemPos=(1.0, 1.0), parentPos=(1.0, 1.0), offset=(-8, -8))
 
     def clear(self, message: str = "") -> None:
         super().clear(message)
@@ -69,27 +70,32 @@ class MixedPrecisionPlot(PlotPanel):
         if len(points) > 1:
             self.plot.plot(x, y, pen=pen(NEUTRAL, 1.2, Qt.DotLine))  # the trade-off curve the search walked
         self.points = pg.ScatterPlotItem(x=x, y=y, data=tips, symbol="o", size=8, pen=pen(NEUTRAL, 1.0),
-                                         brush=brush(NEUTRAL, 200), name="configurations tried",
+                                         brush=brush(NEUTRAL, 200),
                                          hoverable=True, tip=lambda x, y, data: f"{data}\n{x:,.1f} KiB · {measure.text(y, 2)}")
         self.plot.addItem(self.points)
+        self.add_legend_marker("configurations tried", "o", 8, pen(NEUTRAL, 1.0), brush(NEUTRAL, 200),
+                               "Each configuration the search measured: which layers it kept at more bits, its "
+                               "size and its " + measure.axis)
         names = layer_names(proposal.get("layers"))
         met = proposal.get("met")
         if _finite(proposal.get("accuracy")) and _finite(proposal.get("size_bytes")):
             bits = ", ".join(f"{layer.get('name')} {layer.get('bits')}-bit" for layer in proposal.get("layers") or []
                              if isinstance(layer, dict))
+            colour = IN_USE if met is not False else CLIPPING
             self.proposal = pg.ScatterPlotItem(
                 x=[float(proposal["size_bytes"]) / KIB], y=[float(proposal["accuracy"])], symbol="star", size=18,
-                pen=pen(IN_USE if met is not False else CLIPPING, 1.2), brush=brush(IN_USE if met is not False else CLIPPING),
-                name=self._proposal_label(proposal, names),
+                pen=pen(colour, 1.2), brush=brush(colour),
                 hoverable=True, tip=lambda x, y, data, text=bits or "no layer wider": text)
             self.plot.addItem(self.proposal)
+            self.add_legend_marker(self._proposal_label(proposal, names), "star", 18, pen(colour, 1.2), brush(colour),
+                                   f"Kept at more bits: {bits}" if bits else "No layer kept at more bits")
         fp32_accuracy, fp32_size = proposal.get("fp32_accuracy"), proposal.get("fp32_size_bytes")
         if _finite(fp32_accuracy) and _finite(fp32_size):
             self.fp32 = pg.ScatterPlotItem(x=[float(fp32_size) / KIB], y=[float(fp32_accuracy)], symbol="s", size=11,
-                                           pen=pen(FP32, 1.2), brush=brush(FP32),
-                                           name=f"FP32: {measure.text(fp32_accuracy)} at "
-                                                f"{size_text(float(fp32_size))}")
+                                           pen=pen(FP32, 1.2), brush=brush(FP32))
             self.plot.addItem(self.fp32)
+            self.add_legend_marker(f"FP32: {measure.text(fp32_accuracy)} at {size_text(float(fp32_size))}", "s", 11,
+                                   pen(FP32, 1.2), brush(FP32))
             if _finite(proposal.get("target_drop")):
                 target = measure.target(float(fp32_accuracy), float(proposal["target_drop"]))
                 target_pen = pen(FP32, 1.4, Qt.DashLine)
@@ -102,18 +108,19 @@ class MixedPrecisionPlot(PlotPanel):
         self.finish()
 
     def _proposal_label(self, proposal: dict, names: list[str]) -> str:
+        """On up to three lines, so that the legend beside the plot stays narrow (its `texts` join them)."""
         size = float(proposal["size_bytes"])
         text = f"proposal: {self.measure.text(proposal['accuracy'])} at {size_text(size)}"
         fp32_size = proposal.get("fp32_size_bytes")
         if _finite(fp32_size) and size > 0:
-            text += f", {float(fp32_size) / size:.1f}× smaller than FP32"
+            text += f",\n{float(fp32_size) / size:.1f}× smaller than FP32"
         if names:
-            text += f" ({len(names)} layer{'s' * (len(names) != 1)} at more bits)"
+            text += f"\n({len(names)} layer{'s' * (len(names) != 1)} at more bits)"
         return text
 
     def _fit_view(self) -> None:
-        """Every marker and the target in view, sizes from 0 (how much smaller reads off the axis), and room at the
-        bottom for the legend."""
+        """Every marker and the target in view, with room for the markers' size, and sizes from 0 (how much smaller
+        reads off the axis)."""
         items = [i for i in (self.points, self.proposal, self.fp32) if i is not None]
         xs = finite(np.concatenate([i.getData()[0] for i in items])) if items else np.array([])
         ys = finite(np.concatenate([i.getData()[1] for i in items] + ([[self.target.value()]] if self.target else [])))
@@ -123,7 +130,7 @@ class MixedPrecisionPlot(PlotPanel):
         y_span = max(float(ys.max() - ys.min()), 0.005 if self.measure.accuracy else abs(float(ys.max())) * 0.02,
                      1e-12)
         self.plot.setXRange(0.0, float(xs.max()) + x_span * 0.08, padding=0)
-        self.plot.setYRange(float(ys.min()) - y_span * 0.45, float(ys.max()) + y_span * 0.1, padding=0)
+        self.plot.setYRange(float(ys.min()) - y_span * MARGIN, float(ys.max()) + y_span * MARGIN, padding=0)
 
 
 def _finite(value) -> bool:
