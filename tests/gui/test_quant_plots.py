@@ -502,6 +502,20 @@ def test_sensitivity_value_labels_show_at_the_tabs_default_size_and_shrink_befor
     assert len(chart.bars["only_this"].opts["y"]) == 40
 
 
+@pytest.mark.parametrize("height", [300, 220])
+def test_two_ladders_legend_stands_above_the_plot_and_their_labels_stay_in_view(qtbot, height):
+    """The ladder's panel is narrow: its legend stands above the plot, and the room above the bars is what the
+    labels need at the panel's height, not a legend's."""
+    chart, items = draw(qtbot, "ladder", width=430, height=height)
+    legend, plot = rect_in(chart, chart.legend), rect_in(chart, chart.plot)
+    assert chart.legend_place == "above" and len(chart.legend.texts) == 2
+    assert not legend.intersects(plot) and legend.bottom() <= plot.top()
+    view, labels = view_rect_in(chart), scene_rect_in(chart, chart.labels)
+    margin = int(chart.labels[0].textItem.document().documentMargin())  # a label's box holds its text and this
+    assert view.adjusted(-1, -1, 1, 1).contains(labels.adjusted(0, margin, 0, -margin))  # no label is cut off
+    assert labels.top() - view.top() < 12  # and the view keeps no legend's worth of empty room above them
+
+
 def test_titles_and_plots_follow_a_live_theme_switch(qtbot, qapp):
     histogram = shown(qtbot, RangeHistogram())
     histogram.set_tensor(weight_arrays(), {"bits": 4})

@@ -1,6 +1,6 @@
 """The accuracy ladder: accuracy (or a task's monitor, "val MSE ↓") after each step of the quantization pipeline, a
 bar group per step and a colour per run (two runs side by side), with the steps still to come shown as empty slots
-that fill in live."""
+that fill in live. The legend stands above the plot (the panel is narrow), so it hides no bar and no value."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ STEP_NAMES = {"fp32": "FP32", "fold_bn": "fold BN", "cle": "CLE", "weight_ranges
 GROUP_WIDTH = 0.8
 LABEL_FONT = QFont()
 LABEL_FONT.setPointSize(8)
+LABEL_AIR = 4  # pixels between the top label and the top of the view
 
 
 def step_order(ladders: list[list[dict]], planned: list[str]) -> list[str]:
@@ -44,13 +45,19 @@ class LadderChart(PlotPanel):
     was drawn, `bars` one BarGraphItem per run, `slots` the empty slots and `labels` the value labels."""
 
     def __init__(self, parent=None):
-        super().__init__("accuracy", "", empty=EMPTY, y_format="percent", parent=parent)
+        super().__init__("accuracy", "", empty=EMPTY, y_format="percent", legend="above", parent=parent)
         self.bars: list[pg.BarGraphItem] = []
         self.slots: pg.BarGraphItem | None = None
         self.labels: list[pg.TextItem] = []
         self.steps: list[str] = []
         self.ladders: list[tuple[str, list[dict]]] = []  # what was drawn, as given
         self.measure = Measure()
+        # (bottom, highest rung, span, label lines) while a resize refits the room above the bars for the labels;
+        # None once the user zooms or pans.
+        self._fit: tuple[float, float, float, int] | None = None
+        view = self.plot.getViewBox()
+        view.sigResized.connect(self._fit_top)
+        view.sigRangeChangedManually.connect(self._stop_fitting)
 
     def clear(self, message: str = "") -> None:
         super().clear(message)
@@ -59,6 +66,7 @@ class LadderChart(PlotPanel):
         self.slots = None
         self.steps = []
         self.ladders = []
+        self._fit = None
         self.plot.getAxis("bottom").setHeight(None)
 
     def set_ladders(self, ladders: list[tuple[str, list[dict]]], planned: list[str] | None = None,
@@ -87,10 +95,10 @@ class LadderChart(PlotPanel):
             offset = (run - (len(ladders) - 1) / 2) * width
             x = np.array([p for p, _ in rungs], dtype=float) + offset
             heights = np.array([a for _, a in rungs], dtype=float)
-            bar = pg.BarGraphItem(x=x, height=heights, width=width * 0.9, brush=brush(colour, 220), pen=None,
-                                  name=label or f"run {run + 1}")
+            bar = pg.BarGraphItem(x=x, height=heights, width=width * 0.9, brush=brush(colour, 220), pen=None)
             self.plot.addItem(bar)
             self.bars.append(bar)
+            self.add_legend_bars(label or f"run {run + 1}", brush(colour, 220))
             accuracies += list(heights)
             for (step, accuracy), xi in zip(rungs, x):
                 if len(ladders) == 1:
@@ -143,21 +151,46 @@ class LadderChart(PlotPanel):
 
     def _fit_view(self, accuracies: list[float], label_lines: int = 1) -> None:
         """Steps move the accuracy by tenths of a percent: bars from 0 would all look alike, so the axis starts a
-        little under the lowest rung (bars run off its bottom), with room above for the labels (a line a run) and
-        the legend."""
+        little under the lowest rung (bars run off its bottom), with room above the highest for its labels (a line
+        a run), measured in pixels (_fit_top): the legend stands above the plot."""
         values = finite(accuracies)
         if not len(values):
+            self._fit = None
             self.plot.setYRange(0.0, 1.0, padding=0)
             return
         low, high = float(values.min()), float(values.max())
-        accuracy = self.measure.accuracy
         # Another metric has its own scale (an MSE of 0.002 or of 40): a floor for the span relative to it.
-        span = max(high - low, 0.01) if accuracy else max(high - low, abs(high) * 0.02, 1e-12)
-        headroom = span * (0.9 + 0.35 * (label_lines - 1))
-        top = min(high + headroom, max(1.0, high + span * 0.3)) if accuracy else high + headroom  # never far past 100 %
+        span = max(high - low, 0.01) if self.measure.accuracy else max(high - low, abs(high) * 0.02, 1e-12)
         bottom = low - span * 0.6
-        self.plot.setYRange(max(0.0, bottom) if low >= 0 else bottom, top, padding=0)
+        self._fit = (max(0.0, bottom) if low >= 0 else bottom, high, span, label_lines)
+        self._fit_top()
 
+    def _fit_top(self, *args) -> None:
+        """The top of the view: the label lines over the highest rung fit under it, at the view's height now (the
+        share of the height they need grows as the panel gets shorter); before the view has a height, as much
+        room as the rungs' span."""
+        if self._fit is None:
+            return
+        bottom, high, span, lines = self._fit
+        pixels = self.plot.getViewBox().height()
+        room = lines * self.label_height() + LABEL_AIR
+        if pixels > 2 * room:  # the labels take `share` of the height: top - high = share * (top - bottom)
+            share = room / pixels
+            top = (high - share * bottom) / (1 - share)
+        else:
+            top = high + span * lines
+        if self.measure.accuracy:
+            top = min(top, max(1.0, high + span * 0.3))  # never far past 100 %
+        self.plot.setYRange(bottom, top, padding=0)
+
+    def label_height(self) -> float:
+        """A value label's height in pixels, its margins included: the labels of a group stack at this pitch."""
+        if self.labels:
+            return self.labels[0].boundingRect().height()
+        return QFontMetrics(LABEL_FONT).height() + 8
+
+    def _stop_fitting(self, *args) -> None:
+        self._fit = None
 
 def _finite(value) -> bool:
     try:
