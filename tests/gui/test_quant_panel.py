@@ -221,7 +221,7 @@ def test_a_failed_quantization_says_why_and_the_window_stays(fake_window, qtbot)
     spec = QuantSpec.from_dict({"source": {"run": "broken"}})
     fake_window.start_quantization(spec)
     panel = fake_window.quant_panel
-    qtbot.waitUntil(lambda: not panel.job_of_run and panel.runs and
+    qtbot.waitUntil(lambda: not panel.job_of_run and bool(panel.runs) and
                     next(iter(panel.runs.values()))["status"] == "failed", timeout=10_000)
     assert "not a training run" in panel.summary.text()
     assert fake_window.status_light.state == "ready"
