@@ -51,6 +51,7 @@ from workbench.gui.panels.export.results import (
     measured,
 )
 from workbench.gui.panels.export.results_table import BenchResultsTable
+from workbench.gui.panels.quant.metric import Measure
 from workbench.gui.panels.quant.results import bit_widths
 from workbench.gui.panels.run_tab import RunTab
 from workbench.gui.run_identity import RunIdentities
@@ -882,6 +883,17 @@ def _accuracy_text(fmt: str, report: dict, parity_passed: bool) -> str:
     """What the export's accuracy is: measured in onnxruntime for an int8 export, else what parity says of it (a
     float export computes what PyTorch does, so it is measured only where quantization could change it)."""
     accuracy = report.get("accuracy") if isinstance(report.get("accuracy"), dict) else None
+    if accuracy and isinstance(accuracy.get("onnxruntime"), (int, float)) and isinstance(accuracy.get("metric"), dict):
+        # Another task's monitor (val MAE, mIoU, mean AP) under the same keys: in its own units, as the Quantization
+        # tab shows it, not as a percentage of accuracy.
+        measure = Measure.of(accuracy["metric"])
+        text = f"{measure.axis}: onnxruntime {measure.text(accuracy['onnxruntime'])}"
+        if isinstance(accuracy.get("simulated"), (int, float)):
+            change = accuracy["onnxruntime"] - accuracy["simulated"]
+            text += f" · simulated (the quantize run) {measure.text(accuracy['simulated'])} ({change:+.2g})"
+        if accuracy.get("samples") and accuracy.get("split"):
+            text += f" on {accuracy['samples']:,} samples of the {accuracy['split']}"
+        return text
     if accuracy and isinstance(accuracy.get("onnxruntime"), (int, float)):
         text = f"onnxruntime {accuracy['onnxruntime']:.2%}"
         if isinstance(accuracy.get("simulated"), (int, float)):
