@@ -147,3 +147,18 @@ def user_model(folder: Path, name: str, source: str) -> dict:
     path = folder / f"{name}.py"
     path.write_text(source, encoding="utf-8")
     return {"name": f"file:{path}:Net", "input_shape": [1, 8, 8]}
+
+
+def export_qdq_matching(workspace: Path, quant_run_dir: str) -> dict:
+    """Export a quantize run as onnx_qdq and check that the file computes what the simulation does: parity passes,
+    every quantizer of the file gives the simulation's codes up to rounding ties (as deployed and as written), and
+    the accuracy in onnxruntime equals the simulated one. The export's result."""
+    result, _ = export(workspace, {"source": {"run": Path(quant_run_dir).name}, "format": "onnx_qdq",
+                                   "parity_samples": 14})
+    parity = done(result)["parity"]
+    assert parity["passed"] is True, parity.get("explanation")
+    for mode in ("deployed", "as_written"):
+        quantizers = parity["steps"][mode]["quantizers"]
+        assert quantizers["one_step_elsewhere"] == 0 and quantizers["two_or_more"] == 0, (mode, quantizers)
+    assert result["accuracy"]["equal"] is True, result["accuracy"]
+    return result
