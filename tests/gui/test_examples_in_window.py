@@ -59,3 +59,51 @@ def test_a_qdq_export_of_a_classifier_still_reads_its_accuracy(fake_window, qtbo
                                                                           "format": "onnx_qdq"})))
     assert panel.artifact_labels["Accuracy"].text() == ("onnxruntime 98.78% · simulated (the quantize run) 98.78% "
                                                         "(+0.00 pt)")
+
+
+LIGHTNING_MODEL = "lightning:/ex/digits_lightning/model.py:DigitsClassifier"
+LIGHTNING_DATA = "lightning:/ex/digits_lightning/model.py:DigitsData"
+
+
+def _lightning_run(workspace: Path, test_metrics: dict | None) -> str:
+    """A finished LightningModule run as its route leaves it: the module's test metrics in the report, no
+    evaluation.json (Lightning's own trainer.test measured them)."""
+    return _run(workspace, "train", {"epochs": 5, "model": {"name": LIGHTNING_MODEL},
+                                     "dataset": {"name": LIGHTNING_DATA, "args": {"batch_size": 64}}},
+                "train.classifier",
+                {"epochs_completed": 5, "task": "custom", "evaluation": None,
+                 "final": {"val_acc": 0.9407, "test_accuracy": 0.9442, "test_metrics": test_metrics},
+                 "monitor": {"name": "val_acc", "label": "val_acc", "higher_is_better": True, "best_val": 0.9407,
+                             "test": 0.9442},
+                 "lightning": {"checkpoint": "last.ckpt", "datamodule": LIGHTNING_DATA}})
+
+
+def test_a_lightning_run_s_evaluation_lists_its_test_metrics(fake_window):
+    # digits_lightning's finished run read "No evaluation yet: it is written when the run finishes." over an empty
+    # confusion matrix: Lightning's trainer.test writes its metrics into the report, not an evaluation.json.
+    window = fake_window
+    run_id = _lightning_run(window.workspace, {"test_loss": 0.1937, "test_acc": 0.9442})
+    panel = window.training_panel
+    window.show_tab(panel)
+    panel.refresh()
+    assert panel.select_run(run_id)
+    view = panel.evaluation
+    title = view.title.text()
+    assert "No evaluation" not in title
+    assert "test acc ↑ <b>0.9442</b>" in title and "0.1937" in title
+    metrics = view.task_views["metrics"]
+    assert view.pages.currentWidget() is metrics
+    rows = {metrics.table.item(r, 0).text(): metrics.table.item(r, 1).text() for r in range(metrics.table.rowCount())}
+    assert rows == {"test_loss": "0.1937", "test_acc": "0.9442"}
+    assert "Curves tab" in metrics.note.text()
+
+
+def test_a_finished_run_without_test_metrics_does_not_say_its_evaluation_is_coming(fake_window):
+    window = fake_window
+    run_id = _lightning_run(window.workspace, None)  # a module with no test_step
+    panel = window.training_panel
+    window.show_tab(panel)
+    panel.refresh()
+    assert panel.select_run(run_id)
+    title = panel.evaluation.title.text()
+    assert "yet" not in title and "finished without a test evaluation" in title

@@ -27,7 +27,7 @@ from workbench.client import JobRecord
 from workbench.errors import WorkbenchError
 from workbench.gui.panels.run_tab import RunTab
 from workbench.gui.panels.training.curves import CurvesWidget
-from workbench.gui.panels.training.evaluation import EvaluationView, load_evaluation
+from workbench.gui.panels.training.evaluation import TASK_VIEWS, EvaluationView, load_evaluation
 from workbench.gui.panels.training.layers_view import LayersView
 from workbench.gui.panels.training.profiler import ProfilerView
 from workbench.gui.run_identity import short_model
@@ -341,14 +341,40 @@ class TrainingPanel(RunTab):
             return
         evaluation = load_evaluation(entry["run_dir"])
         failed = entry.get("status") == "failed"
+        if evaluation is None and entry.get("status") == "done":
+            evaluation = self._evaluation_from_report(run_id)
         if evaluation is not None:
             self.evaluation.show_evaluation(evaluation, (entry.get("spec") or {}).get("dataset") or {}, run_id)
+        elif entry.get("status") == "done":
+            self.evaluation.clear("No evaluation: the run finished without a test evaluation (a LightningModule "
+                                  "without test_step or test data, say). Its curves are in the Curves tab.")
         else:
             self.evaluation.clear("No evaluation: the run failed (the reason is above)." if failed
                                   else "No evaluation yet: it is written when the run finishes.")
         self._show_failure(entry)
         self.profiler.show_run(entry["run_dir"])
         self.layers.show_run(entry["run_dir"])
+
+    def _evaluation_from_report(self, run_id: str) -> dict | None:
+        """A finished run with no evaluation.json but test metrics in its report (a LightningModule's run: Lightning's
+        own trainer.test gives them) as the metrics view reads an evaluation: its monitor's test value first."""
+        read = run_table.read_spec_and_report(self.store, run_id)
+        report = read[1] if read else {}
+        metrics = (report.get("final") or {}).get("test_metrics") if isinstance(report.get("final"), dict) else None
+        if not isinstance(metrics, dict) or not metrics:
+            return None
+        task = report.get("task") or "custom"
+        # A task with a view of its own needs what only its evaluation.json holds: these metrics go in a table.
+        evaluation = {"task": "custom" if task == "classification" or task in TASK_VIEWS else task, "split": "test",
+                      "metrics": dict(metrics)}
+        monitor = report.get("monitor") if isinstance(report.get("monitor"), dict) else {}
+        name = str(monitor.get("name") or "")
+        stem = name.removeprefix("val_")
+        test_name = next((n for n in (f"test_{stem}", name) if n and n in metrics), None)
+        if test_name is not None:
+            evaluation["monitor"] = {"name": test_name, "label": test_name.removeprefix("test_"),
+                                     "higher_is_better": monitor.get("higher_is_better"), "value": metrics[test_name]}
+        return evaluation
 
     def update_spec_comparison(self, *args) -> None:
         ids = [run_id for run_id in self.shown_runs() if run_id in self.runs]
