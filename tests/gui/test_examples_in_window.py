@@ -9,8 +9,9 @@ from workbench.runs import RunStore
 from workbench.specs import ExportSpec
 
 
-def _run(workspace: Path, kind: str, spec: dict, task: str, report: dict) -> str:
+def _run(workspace: Path, kind: str, spec: dict, task: str, report: dict, metrics=()) -> str:
     with RunStore(workspace).create_run(kind, spec, task=task) as run:
+        run.log_metrics(metrics)
         run.write_report({"status": "done", **report})
         run.set_status("done")
         return run.id
@@ -75,7 +76,9 @@ def _lightning_run(workspace: Path, test_metrics: dict | None) -> str:
                  "final": {"val_acc": 0.9407, "test_accuracy": 0.9442, "test_metrics": test_metrics},
                  "monitor": {"name": "val_acc", "label": "val_acc", "higher_is_better": True, "best_val": 0.9407,
                              "test": 0.9442},
-                 "lightning": {"checkpoint": "last.ckpt", "datamodule": LIGHTNING_DATA}})
+                 "lightning": {"checkpoint": "last.ckpt", "datamodule": LIGHTNING_DATA}},
+                metrics=[(20, "train/loss", 2.0, 1.0), (40, "train/loss", 1.1, 2.0), (40, "val/loss", 1.0, 2.0),
+                         (40, "val/acc", 0.81, 2.0), (40, "epoch", 1.0, 2.0)])
 
 
 def test_a_lightning_run_s_evaluation_lists_its_test_metrics(fake_window):
@@ -107,3 +110,51 @@ def test_a_finished_run_without_test_metrics_does_not_say_its_evaluation_is_comi
     assert panel.select_run(run_id)
     title = panel.evaluation.title.text()
     assert "yet" not in title and "finished without a test evaluation" in title
+
+
+def test_a_lightning_run_is_named_by_its_classes_not_their_paths(fake_window):
+    # The curves' legend named the run "lightning:/…/model.py:DigitsClassifier · lightning:/…/model.py:DigitsData":
+    # one line wider than the window, which squeezed the run list to a sliver.
+    window = fake_window
+    run_id = _lightning_run(window.workspace, {"test_acc": 0.9442})
+    panel = window.training_panel
+    window.show_tab(panel)
+    panel.refresh()
+    assert panel.select_run(run_id)
+    assert panel.curves.legend.texts()[0] == f"DigitsClassifier · DigitsData · {run_id[-6:]}"
+    row = next(r for r in range(panel.table.rowCount()) if panel.table.item(r, 0).data(0x0100) == run_id)
+    cell = panel.table.item(row, 3)
+    assert cell.text() == "DigitsClassifier · DigitsData"
+    assert LIGHTNING_MODEL in cell.toolTip() and LIGHTNING_DATA in cell.toolTip()
+
+
+def test_runs_made_from_an_example_s_run_name_its_model_data_and_metric(fake_window):
+    # A quantize run's spec holds QuantSpec's defaults beside its source (model cnn, dataset digits): every run made
+    # from diabetes_regression's run read "cnn · digits", and its quantize run's MAE read "W8A8 57.6 %".
+    from workbench.specs import BenchSpec, QuantSpec
+
+    window = fake_window
+    workspace = window.workspace
+    trained = _run(workspace, "train", {"task": "regression", "model": {"name": "file:/ex/model.py:mlp"},
+                                        "dataset": {"name": "file:/ex/data.py:diabetes"}}, "train.classifier",
+                   {"task": "regression", "monitor": {"name": "mae", "label": "MAE", "higher_is_better": False,
+                                                      "test": 0.586}})
+    quant_spec = QuantSpec.from_dict({"source": {"run": trained}}).to_dict()  # as the worker writes it
+    assert quant_spec["model"]["name"] == "cnn" and quant_spec["dataset"]["name"] == "digits"
+    quant = _run(workspace, "quant", quant_spec, "quant.analyze",
+                 {"metric": {"name": "mae", "label": "val MAE", "higher_is_better": False},
+                  "quantized": {"accuracy": 0.5763}, "layers": []})
+    bench = _run(workspace, "bench", BenchSpec.from_dict({"source": {"run": quant}}).to_dict(), "bench.latency",
+                 {"results": []})
+    wizard = window.export_panel.export_wizard()
+    texts = {wizard.source_page.run.itemData(i): wizard.source_page.run.itemText(i)
+             for i in range(wizard.source_page.run.count())}
+    wizard.deleteLater()
+    assert texts[trained].startswith("mlp · diabetes · mae 0.586 · ")
+    assert texts[quant].startswith("mlp · diabetes · W8A8 mae 0.5763 · ") and texts[quant].endswith("quantize run")
+    runs = window.runs_panel
+    window.show_tab(runs)
+    runs.refresh()
+    shown = {run["id"]: (run["model"], run["dataset"], run["metric"]) for run in runs.model.runs}
+    assert shown[quant] == ("mlp", "diabetes", "W8A8 mae 0.5763")
+    assert shown[bench][:2] == ("mlp", "diabetes")  # a benchmark of the quantize run: the training run's model

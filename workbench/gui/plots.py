@@ -23,6 +23,8 @@ from PySide6.QtWidgets import (
     QWidgetItem,
 )
 
+from workbench.gui.run_identity import short_model
+
 # One hue per run, in the order runs are shown. Mid-tone colours that read on white and on near-black alike;
 # ten of them, because comparing more than ten runs in one plot is a table's job. Tableau's categorical colours
 # (with Okabe-Ito's bluish green), ordered so the first ones differ the most: an orange and a gold two runs apart
@@ -57,10 +59,8 @@ def series_pen(colour: str, role: str = "train", width: float = 1.6) -> QPen:
 def run_label(run_id: str, model: str = "", dataset: str = "") -> str:
     """A short name for a run in legends and readouts: model · dataset · the tail of its id."""
     tail = run_id.rsplit("-", 1)[-1][-6:] if run_id else "?"
-    model = model.split(":")[-1] if model.startswith("torchvision:") else model  # torchvision:resnet18 -> resnet18
-    if model.startswith("file:"):
-        model = model.rsplit(":", 1)[-1] or "file"  # file:/long/path/net.py:Net -> Net
-    parts = [p for p in (model, dataset) if p]
+    # torchvision:resnet18 -> resnet18, file:/long/path/net.py:Net -> Net (lightning: too), the dataset's as well
+    parts = [short_model(p) for p in (model, dataset) if p]
     return " · ".join([*parts, tail]) if parts else f"run {tail}"
 
 

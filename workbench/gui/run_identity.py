@@ -20,11 +20,13 @@ _PERCENT = {"acc", "accuracy", "top5", "map", "miou", "iou", "dice", "f1"}
 
 
 def short_model(name: str) -> str:
-    """torchvision:resnet18 -> resnet18, file:/long/path/net.py:Net -> Net, others as they are."""
+    """A model's or dataset's short name: torchvision:resnet18 -> resnet18, file:/long/path/net.py:Net -> Net,
+    lightning:/long/path/model.py:DigitsData -> DigitsData, others as they are."""
     if name.startswith("torchvision:"):
         return name.split(":")[-1]
-    if name.startswith("file:"):
-        return name.rsplit(":", 1)[-1] or "file"
+    for kind in ("file", "lightning"):
+        if name.startswith(f"{kind}:"):
+            return name.rsplit(":", 1)[-1] or kind
     return name
 
 
@@ -52,7 +54,8 @@ class RunIdentity:
     status: str = ""
     model: str = ""  # the short name
     model_full: str = ""
-    dataset: str = ""
+    dataset: str = ""  # the short name
+    dataset_full: str = ""
     metric: str = ""  # the key metric as written ("94.4 %", "W8A8 93.9 %", "mae 0.41")
     metric_about: str = ""  # what the key metric is ("test accuracy")
     date: str = ""
@@ -67,6 +70,8 @@ class RunIdentity:
         lines = [self.run_id, f"{self.task} · {self.status}".strip(" ·")]
         if self.model_full:
             lines.append(f"model {self.model_full}")
+        if self.dataset_full and self.dataset_full != self.dataset:
+            lines.append(f"dataset {self.dataset_full}")
         if self.metric and self.metric_about:
             lines.append(f"{self.metric_about}: {self.metric}")
         return "\n".join(line for line in lines if line)
@@ -107,15 +112,21 @@ def identify(entry: dict, spec: dict | None, report: dict | None, *, last: dict 
     elif task == "quant.analyze":
         weights, activations = spec.get("weights") or {}, spec.get("activations") or {}
         scheme = f"W{weights.get('bits', '?')}A{activations.get('bits', '?')}" if weights or activations else ""
-        value = format_metric("acc", (report.get("quantized") or {}).get("accuracy"))
-        metric, about = " ".join(p for p in (scheme, value) if p), "quantized accuracy"
+        # "accuracy" holds the run's monitor where its report names one (val MAE, mIoU): written as that metric.
+        measure = report.get("metric") if isinstance(report.get("metric"), dict) else {}
+        value = format_metric(str(measure.get("name") or "acc"), (report.get("quantized") or {}).get("accuracy"))
+        metric = " ".join(p for p in (scheme, value) if p)
+        about = f"quantized {measure.get('label') or measure.get('name') or 'accuracy'}"
     elif task.startswith("export."):
         metric, about = str(spec.get("format") or ""), "format"
-    if source is not None and not model_full:
-        model_full, dataset = source.model_full, dataset or source.dataset
+    if source is not None and (source.model_full or source.dataset_full):
+        # A run made from another run (quantize, export, bench) uses that run's model and data: its own spec's
+        # model and dataset are the defaults it was written with (cnn on digits), not what it holds.
+        model_full, dataset = source.model_full or model_full, source.dataset_full or dataset
     return RunIdentity(run_id=entry["id"], task=task, status=entry.get("status") or "",
-                       model=short_model(model_full), model_full=model_full, dataset=dataset, metric=metric,
-                       metric_about=about, date=format_date(entry.get("created")))
+                       model=short_model(model_full), model_full=model_full, dataset=short_model(dataset),
+                       dataset_full=dataset, metric=metric, metric_about=about,
+                       date=format_date(entry.get("created")))
 
 
 class RunIdentities:
@@ -150,7 +161,9 @@ class RunIdentities:
             source = self._source(source_id)
         return identify(entry, spec, report, last=last, source=source)
 
-    def _source(self, run_id: str) -> RunIdentity | None:
+    def _source(self, run_id: str, seen: frozenset = frozenset()) -> RunIdentity | None:
+        """The model and data of the run `run_id`, following its own source (a bench of a quantize run of a
+        training run names the training run's)."""
         cached = self._cache.get(run_id)
         if cached is not None:
             return cached[1]
@@ -159,7 +172,10 @@ class RunIdentities:
                 spec = run.read_spec()
         except (WorkbenchError, OSError, ValueError, sqlite3.Error):
             return None
-        return identify({"id": run_id}, spec, None)
+        source_id = (spec.get("source") or {}).get("run") if isinstance(spec.get("source"), dict) else None
+        seen = seen | {run_id}
+        source = self._source(source_id, seen) if source_id and source_id not in seen else None
+        return identify({"id": run_id}, spec, None, source=source)
 
     def sources(self, entries, tasks) -> list[tuple[dict, RunIdentity]]:
         """The runs of `tasks` a person can start from (failed and unreadable ones left out), newest first."""

@@ -228,7 +228,7 @@ class TrainingPanel(RunTab):
         """The model's short name (Net, not file:/long/path/net.py:Net) and dataset; the full names as tooltip."""
         dataset = ((entry.get("spec") or {}).get("dataset") or {}).get("name", "")
         model = entry.get("model", "")
-        item = QTableWidgetItem(" · ".join(p for p in (short_model(model), dataset) if p))
+        item = QTableWidgetItem(" · ".join(short_model(p) for p in (model, dataset) if p))
         item.setToolTip("\n".join(p for p in (f"model {model}" if model else "",
                                                 f"dataset {dataset}" if dataset else "") if p))
         return item
