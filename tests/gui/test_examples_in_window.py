@@ -158,3 +158,26 @@ def test_runs_made_from_an_example_s_run_name_its_model_data_and_metric(fake_win
     shown = {run["id"]: (run["model"], run["dataset"], run["metric"]) for run in runs.model.runs}
     assert shown[quant] == ("mlp", "diabetes", "W8A8 mae 0.5763")
     assert shown[bench][:2] == ("mlp", "diabetes")  # a benchmark of the quantize run: the training run's model
+
+
+def test_the_training_list_gives_each_example_run_its_monitor(fake_window):
+    # The run list's only result column was "Val acc": empty for the regression, segmentation and multi-label
+    # examples, whose runs log val/mae, val/miou and val/map.
+    window = fake_window
+    monitors = {"regression": ("mae", "MAE", False, 0.5237), "segmentation": ("miou", "mIoU", True, 0.9241),
+                "multilabel": ("map", "mean AP", True, 0.9961)}
+    ids = {}
+    for task, (name, label, higher, value) in monitors.items():
+        ids[task] = _run(window.workspace, "train", {"task": task, "epochs": 2, "model": {"name": "file:/ex/m.py:Net"},
+                                                     "dataset": {"name": "file:/ex/d.py:Data"}}, "train.classifier",
+                         {"task": task, "epochs_completed": 2,
+                          "monitor": {"name": name, "label": label, "higher_is_better": higher, "best_val": value}},
+                         metrics=[(10, "epoch", 1.0, 1.0), (10, f"val/{name}", 0.5, 1.0), (20, "epoch", 2.0, 2.0),
+                                  (20, f"val/{name}", value, 2.0)])
+    panel = window.training_panel
+    window.show_tab(panel)
+    panel.refresh()
+    assert panel.table.horizontalHeaderItem(5).text() == "Val metric"
+    cells = {panel.table.item(r, 0).data(0x0100): panel.table.item(r, 5).text() for r in range(panel.table.rowCount())}
+    assert cells == {ids["regression"]: "MAE 0.5237", ids["segmentation"]: "mIoU 92.4 %",
+                     ids["multilabel"]: "mean AP 99.6 %"}

@@ -30,7 +30,7 @@ from workbench.gui.panels.training.curves import CurvesWidget
 from workbench.gui.panels.training.evaluation import TASK_VIEWS, EvaluationView, load_evaluation
 from workbench.gui.panels.training.layers_view import LayersView
 from workbench.gui.panels.training.profiler import ProfilerView
-from workbench.gui.run_identity import short_model
+from workbench.gui.run_identity import format_metric, short_model
 from workbench.gui.widgets import run_table
 from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.spec_form import ERROR_COLOUR, canonical
@@ -45,7 +45,9 @@ QUICK_START_SUMMARY = "model cnn · dataset digits · 5 epochs · the device pic
 RESUME_TIP = "Continue the selected stopped run from its last checkpoint"
 RETRY_TIP = ("The selected run failed before it wrote a checkpoint, so there is nothing to resume: open the wizard "
              "on its spec to fix what failed (a model file, a setting) and start it again as a new run")
-RUN_COLUMNS = ("Show", "Run", "Status", "Model · dataset", "Epochs", "Val acc")
+RUN_COLUMNS = ("Show", "Run", "Status", "Model · dataset", "Epochs", "Val metric")
+VAL_METRIC_TIP = ("The last validation accuracy, or for another task its monitor (MAE, mIoU, mean AP, or a "
+                  "LightningModule's own)")
 
 
 def _flatten(data: dict, prefix: str = "") -> dict:
@@ -57,6 +59,18 @@ def _flatten(data: dict, prefix: str = "") -> dict:
         else:
             flat[path] = value
     return flat
+
+
+def _monitor_text(report: dict, last: dict) -> str:
+    """"MAE 0.5237", "mIoU 92.4 %": a finished run's monitor, its last validation value (else its best)."""
+    monitor = report.get("monitor") if isinstance(report.get("monitor"), dict) else {}
+    name = str(monitor.get("name") or "")
+    if not name:
+        return ""
+    point = last.get(f"val/{name}")
+    text = format_metric(name, point[1] if point else monitor.get("best_val"))
+    label = str(monitor.get("label") or name)
+    return f"{label}{text[len(name):]}" if text.startswith(name) else f"{label} {text}" if text else ""
 
 
 def _has_checkpoint(entry: dict) -> bool:
@@ -125,6 +139,7 @@ class TrainingPanel(RunTab):
         header.setSectionResizeMode(3, QHeaderView.Interactive)
         header.resizeSection(3, 110)
         header.setStretchLastSection(True)
+        self.table.horizontalHeaderItem(5).setToolTip(VAL_METRIC_TIP)
         # Ctrl+click and Shift+click tick and untick runs: the Show ticks are the one selection that overlays
         # curves and compares specs; a plain click selects the run whose details the other tabs show.
         self.table.setSelectionMode(QTableWidget.ExtendedSelection)
@@ -266,6 +281,8 @@ class TrainingPanel(RunTab):
         summary["epochs"] = f"{done}/{planned}"
         if "val/acc" in last:
             summary["val_acc"] = f"{last['val/acc'][1]:.2%}"
+        else:  # regression, segmentation, multi-label: the monitor the report names, as the run logged it last
+            summary["val_acc"] = _monitor_text(report, last)
         return summary
 
     def shown_runs(self) -> list[str]:
