@@ -181,3 +181,27 @@ def test_the_training_list_gives_each_example_run_its_monitor(fake_window):
     cells = {panel.table.item(r, 0).data(0x0100): panel.table.item(r, 5).text() for r in range(panel.table.rowCount())}
     assert cells == {ids["regression"]: "MAE 0.5237", ids["segmentation"]: "mIoU 92.4 %",
                      ids["multilabel"]: "mean AP 99.6 %"}
+
+
+def test_a_regression_run_s_curves_keep_the_window_on_the_screen(fake_window, qtbot):
+    # diabetes_regression logs MAE, MSE, RMSE and R²: a plot each, whose minimum heights grew the 820-pixel window
+    # to 1078, taller than the 900-pixel screen it was walked on. The plots now scroll within the Curves tab.
+    window = fake_window
+    window.resize(1400, 820)
+    names = ("mae", "mse", "rmse", "r2")
+    rows = [(step, name, 1.0 / step, float(step)) for step in range(1, 31) for name in ("train/loss", "lr")]
+    rows += [(step, f"val/{name}", 0.5 + 1.0 / step, float(step)) for step in range(10, 31, 10)
+             for name in ("loss", *names)]
+    run_id = _run(window.workspace, "train", {"task": "regression", "model": {"name": "file:/ex/model.py:mlp"},
+                                              "dataset": {"name": "file:/ex/data.py:diabetes"}},
+                  "train.classifier", {"task": "regression"}, metrics=rows)
+    panel = window.training_panel
+    window.show_tab(panel)
+    panel.refresh()
+    assert panel.select_run(run_id)
+    panel.tabs.setCurrentWidget(panel.curves)
+    panel.curves.redraw()
+    assert {f"metric:{name}" for name in names} <= set(panel.curves.plots)
+    qtbot.wait(50)
+    assert window.minimumSizeHint().height() <= 820 and window.height() == 820
+    assert panel.curves.plots_area.verticalScrollBar().maximum() > 0  # the plots are all there, a scroll away

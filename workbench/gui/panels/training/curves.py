@@ -17,7 +17,16 @@ from html import escape
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt, QTimer
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QSlider,
+    QVBoxLayout,
+    QWidget,
+)
 
 from workbench.gui.metric_buffers import MAX_WEIGHT, IncrementalEma, PeakPyramid, RunMetrics
 from workbench.gui.plots import (
@@ -127,14 +136,25 @@ class CurvesWidget(QWidget):
         controls.addWidget(self.log_x)
         controls.addWidget(self.log_y)
         controls.addStretch(1)
-        self._layout = layout = QVBoxLayout(self)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addLayout(controls)
+        outer.addWidget(self.legend)
+        # The plots scroll when the tab is shorter than they need: a task that logs four metrics (regression: MAE,
+        # MSE, RMSE, R²) adds four plots, whose minimum heights made the window taller than a 900-pixel screen.
+        plots_box = QWidget()
+        self._layout = layout = QVBoxLayout(plots_box)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(controls)
-        layout.addWidget(self.legend)
         layout.addWidget(self.plots["loss"], 3)
         layout.addWidget(self.plots["accuracy"], 3)
         layout.addWidget(self.plots["lr"], 2)
-        layout.addWidget(self.readout)
+        self.plots_area = QScrollArea()
+        self.plots_area.setWidgetResizable(True)
+        self.plots_area.setFrameShape(QFrame.NoFrame)
+        self.plots_area.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.plots_area.setWidget(plots_box)
+        outer.addWidget(self.plots_area, 1)
+        outer.addWidget(self.readout)
         self.crosshairs = {}
         self.specs: dict[str, PlotSpec] = dict(PLOTS)  # the fixed plots, then one per other metric as runs log it
         self.readout_series: list[tuple[str, str]] = list(READOUT)
