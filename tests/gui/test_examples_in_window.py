@@ -205,3 +205,27 @@ def test_a_regression_run_s_curves_keep_the_window_on_the_screen(fake_window, qt
     qtbot.wait(50)
     assert window.minimumSizeHint().height() <= 820 and window.height() == 820
     assert panel.curves.plots_area.verticalScrollBar().maximum() > 0  # the plots are all there, a scroll away
+
+
+def test_the_lightning_example_s_wizard_greys_out_the_splits_its_datamodule_makes(fake_window, qtbot):
+    # File ▸ Open spec ▸ Example: digits_lightning offered Val fraction 0.1, Test fraction 0.1 and a split seed to
+    # edit, which its LightningDataModule never reads (it makes its own dataloaders).
+    from workbench.app_resources import example_specs
+    from workbench.gui.panels.training.wizard import TrainingWizard
+    from workbench.specs import TrainSpec
+
+    window = fake_window
+    spec = next(p for p in example_specs() if p.parent.name == "digits_lightning")
+    wizard = TrainingWizard(window.dataset_state, window.device_picker.devices, "cpu",
+                            start=TrainSpec.load(spec).to_dict(), parent=window, settings=window.settings)
+    qtbot.addWidget(wizard)
+    page = wizard.dataset_page
+    assert page.source_kind() == "lightning"
+    fields = ("dataset.val_fraction", "dataset.test_fraction", "dataset.seed")
+    for field in fields:
+        widget = page.splits.widgets[field]
+        assert not widget.isEnabled() and widget.toolTip().startswith("Not used: a LightningDataModule")
+    assert wizard.spec is not None and wizard.spec.dataset.name.startswith("lightning:")
+    page.source.setCurrentIndex(page.source.findData("file"))  # a Dataset in a Python file: the fractions apply
+    assert all(page.splits.widgets[field].isEnabled() for field in fields)
+    wizard.reject()

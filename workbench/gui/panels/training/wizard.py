@@ -64,6 +64,9 @@ LIGHTNING_NOTE = ("A LightningModule is trained by Lightning's own Trainer: its 
 # gradient-norm clipping and the seed onto Lightning's Trainer.
 LIGHTNING_DECIDES = ("lr", "optimizer", "momentum", "weight_decay", "no_decay_bias_norm", "scheduler", "step_size",
                      "gamma", "loss", "label_smoothing", "clip_grad_value")
+# A LightningDataModule splits its data itself (its train, val and test dataloaders): the fractions do not apply.
+LIGHTNING_SPLITS_NOTE = ("Not used: a LightningDataModule makes its own train, val and test dataloaders, so it "
+                         "splits its data itself.")
 MONITOR_FIELDS = ["monitor", "monitor_mode"]  # task=custom's, on the Dataset and task page
 ASK_DELAY_MS = 350
 NO_WORKER_NOTE = "auto decides from the first sample when the run starts."
@@ -331,9 +334,11 @@ class DatasetPage(CheckedPage):
         form = self.splits.layout_
         form.setRowVisible(self.builtin_row, not user)
         self.user.set_visible(user)
+        lightning = self.source_kind() == "lightning"
         for field in USER_SPLIT_FIELDS:
             form.setRowVisible(self.splits._rows[field], user)
-        if self.source_kind() == "lightning":
+            self.splits.set_applicable(field, not lightning, LIGHTNING_SPLITS_NOTE)
+        if lightning:
             self.user.attr.setPlaceholderText("MyDataModule")
             self.user.name_label_widget().setText("DataModule class")
         else:
