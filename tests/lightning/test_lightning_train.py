@@ -191,3 +191,36 @@ def test_a_lightning_run_with_a_datamodule_quantizes_on_its_first_batch(trained)
                          emit=lambda *a: None, workspace=workspace)
     assert quantized["status"] == "done", quantized.get("error")
     assert 0 <= quantized["quantized"]["accuracy"] <= 1 and quantized["steps"][0]["step"] == "fp32"
+
+
+def test_a_datamodules_samples_are_the_same_for_every_job_and_held_out_ones_come_from_its_val_loader(project):
+    """The first training batch is drawn with torch's RNG seeded (a shuffling loader gave each job other samples, so a
+    quantize run and its export measured different ones), and the held-out split is the val_dataloader's."""
+    from workbench.specs import DataSpec
+    from workbench.worker.lightning.data import load_lightning_dataset
+
+    spec = DataSpec(name=f"lightning:{project}:Features")
+    state = torch.random.get_rng_state()
+    first, second = load_lightning_dataset(spec), load_lightning_dataset(spec)
+    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's random state is put back
+    for split in ("train", "val"):
+        a, b = first.splits[split], second.splits[split]
+        assert len(a) == len(b) > 0 and all(torch.equal(a.sample(i)[0], b.sample(i)[0]) for i in range(len(a)))
+    # Features' val set is the first quarter of its 192 rows, in order, in one batch of 48.
+    assert len(first.splits["val"]) == 48 and len(first.splits["train"]) == 32
+    g = torch.Generator().manual_seed(0)
+    assert torch.equal(first.splits["val"].sample(0)[0], torch.randn(192, 8, generator=g)[0])
+
+
+def test_data_info_reads_a_datamodule_for_the_wizards_task_choice(project, tmp_path):
+    info = run_task(get_task("data.info"), {"dataset": {"name": f"lightning:{project}:Features"}},
+                    emit=lambda *a: None, workspace=tmp_path)
+    assert info["status"] == "done", info.get("error")
+    assert info["tasks"]["auto"] == "classification" and info["sample_shape"] == [8]
+    assert info["target_histogram"]["kind"] == "classes" and sum(info["target_histogram"]["counts"]) == 32
+
+
+def test_the_jobs_last_progress_says_what_the_test_gave(trained):
+    _, _, recorder = trained
+    last = recorder.of("progress")[-1]
+    assert last["fraction"] == 1.0 and last["text"].startswith("test: test_acc "), last

@@ -9,12 +9,14 @@ import torch
 
 from workbench.errors import JobError, WorkbenchError
 from workbench.specs import DataSpec
-from workbench.worker.lightning.user_classes import load_datamodule, parse_name
+from workbench.worker.lightning.user_classes import load_datamodule, overrides, parse_name
 from workbench.worker.models.user_code import _describe, _where
 
 
 class _Samples:
     """One split: a list of (input, target) samples."""
+
+    source = None  # no Dataset object of the user's to read class names from (user_views.names_of)
 
     def __init__(self, name: str, samples: list):
         self.name, self._samples = name, samples
@@ -30,15 +32,17 @@ class _Samples:
 
 
 class LightningBatch:
-    """The DataModule's first training batch as samples: "val" holds them (what export's parity and quantize's
-    evaluation read when there is no test split), "train" too (calibration)."""
+    """The DataModule's first training batch as samples ("train": calibration), and its first validation batch
+    ("val": what quantize measures and export's parity reads), or the training one where it has no
+    val_dataloader. Both are drawn with torch's RNG seeded, so every job reads the same samples."""
 
     in_memory = False
     classes: list = []
 
-    def __init__(self, name: str, samples: list):
+    def __init__(self, name: str, samples: list, held_out: list | None = None):
         self.name = name
-        self.splits = {"train": _Samples("train", samples), "val": _Samples("val", samples),
+        self.splits = {"train": _Samples("train", samples),
+                       "val": _Samples("val", samples if held_out is None else held_out),
                        "test": _Samples("test", [])}
 
     def first_sample(self) -> tuple:
@@ -52,6 +56,32 @@ class LightningBatch:
     def normalization(self, progress=None) -> None:
         """None: the DataModule's own transforms normalise its batches (as a file: dataset's do)."""
         return None
+
+    def describe(self) -> dict:
+        """For data.info (the training wizard's Task choice and the Data tab): what the first batches hold. The
+        DataModule's own sizes are not known without reading every batch, so the counts are the batches'."""
+        x, y = self.first_sample()
+        label = not y.is_floating_point() and y.dim() == 0
+        counts = {name: len(split) for name, split in self.splits.items()}
+        return {
+            "dataset": self.name,
+            "classes": [],
+            "num_samples": counts,
+            "class_counts": {name: [n] for name, n in counts.items()},
+            "sample_shape": list(x.shape),
+            "input_dtype": str(x.dtype).replace("torch.", ""),
+            "inputs": None,
+            "target": "integer class label" if label else
+                      f"{str(y.dtype).replace('torch.', '')} tensor of shape {list(y.shape)}",
+            "target_shape": list(y.shape),
+            "target_dtype": str(y.dtype).replace("torch.", ""),
+            "mean": None,
+            "std": None,
+            "skipped_files": [],
+            "in_memory": False,
+            "root": None,
+            "workers": "the LightningDataModule's own dataloaders (its first batches are shown)",
+        }
 
     def release(self) -> None:
         pass
@@ -81,11 +111,28 @@ def load_lightning_dataset(spec: DataSpec, ctx=None) -> LightningBatch:
     try:
         module.prepare_data()
         module.setup("fit")
-        batch = next(iter(module.train_dataloader()))
+        batch = _first_batch(module.train_dataloader)
+        held_out = _first_batch(module.val_dataloader) if _has_val(module) else None
     except WorkbenchError:
         raise
     except StopIteration:
         raise JobError(f"dataset.name: {attr} from {path} gives an empty train_dataloader") from None
     except Exception as exc:
         raise JobError(f"{_where(exc, path)}: {_describe(exc)} (while reading the first batch of {attr})") from None
-    return LightningBatch(spec.name, _unbatch(batch))
+    if held_out is None:
+        log(f"{attr} has no val_dataloader: the first training batch also stands in for held-out samples")
+    return LightningBatch(spec.name, _unbatch(batch), None if held_out is None else _unbatch(held_out))
+
+
+def _first_batch(loader):
+    """The first batch of `loader()`, with torch's RNG seeded for it (and put back after): a shuffling loader gives
+    the same batch to every job, so a quantize run and the export of it measure the same samples."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return next(iter(loader()))
+
+
+def _has_val(module) -> bool:
+    from workbench.worker.lightning import require_lightning
+
+    return overrides(module, "val_dataloader", require_lightning().LightningDataModule)

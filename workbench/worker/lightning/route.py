@@ -204,8 +204,11 @@ def _test(ctx, parts: _Parts) -> _Test:
     except Exception as exc:
         raise JobError(f"{_describe(exc)} (during Lightning testing)") from None
     metrics = {name: _number(value) for name, value in (results[0] if results else {}).items()}
+    text = "test: " + " · ".join(f"{name} {value:.4f}" for name, value in metrics.items() if value is not None)
     if metrics:
-        ctx.log("test: " + " · ".join(f"{name} {value:.4f}" for name, value in metrics.items() if value is not None))
+        ctx.log(text)
+    # The job's last progress says what the test gave (the Jobs panel kept "testing" after the run had ended).
+    ctx.progress(1, 1, text if metrics else "tested", force=True)
     return _Test(metrics)
 
 

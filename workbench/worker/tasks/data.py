@@ -58,7 +58,8 @@ def info(spec: DataInfoSpec, ctx):
     from workbench.worker.data.user_views import class_histogram
 
     dataset = load_dataset(spec.dataset, ctx=ctx)
-    if spec.dataset.name.startswith("file:"):  # the user's own Dataset: counts, shapes and target, no statistics
+    # The user's own Dataset or LightningDataModule: counts, shapes and target, no statistics.
+    if spec.dataset.name.startswith(("file:", "lightning:")):
         try:
             return _user_info(dataset, ctx)
         finally:
