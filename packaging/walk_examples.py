@@ -259,29 +259,43 @@ class Walk:
                     failed.status, failed.figure = "failed", str(exc)
                 print(f"    FAILED: {exc}", flush=True)
 
+    def start_job(self, stage: Stage, wizard_type, walker, trigger, what: str, task: str, button: str,
+                  waiting: str):
+        """Open a wizard with the window's own button (`trigger`), walk it, and wait for the job it starts: the job's
+        record, the stage marked with its state."""
+        stage.status = "running"
+        before = self.user_jobs()
+        problem = self.run_modal(wizard_type, walker, trigger, what)
+        if problem:
+            raise StageFailed(problem)
+        record = self.new_job(before, task)
+        if record is None:
+            raise StageFailed(f"“{button}” started no job")
+        record = yield from self.wait_job(record.job_id, waiting)
+        stage.status = record.state
+        return record
+
+    @staticmethod
+    def ended(stage: Stage, record, what: str) -> None:
+        """StageFailed unless the job is done, its error as the stage's figure."""
+        if record.state != "done":
+            stage.figure = record.error_message or record.state
+            raise StageFailed(f"{what} {record.state}: {stage.figure}")
+
     def example(self, name: str, spec: Path, stages: dict[str, Stage]):
         window = self.window
         # 1. Train: the File menu's own action for this example, then the wizard it opens.
         stage = stages["train"]
         stage.status = "running"
         action = self._spec_action(spec)
-        before = self.user_jobs()
-        problem = self.run_modal(_training_wizard(), lambda w: self._walk_training(w, stage), action.trigger,
-                                 "training")
-        if problem:
-            raise StageFailed(problem)
-        record = self.new_job(before, "train.classifier")
-        if record is None:
-            raise StageFailed("“Start training” started no job")
-        record = yield from self.wait_job(record.job_id, "the training run")
+        record = yield from self.start_job(stage, _training_wizard(), lambda w: self._walk_training(w, stage),
+                                           action.trigger, "training", "train.classifier", "Start training",
+                                           "the training run")
         train_id = Path(record.run_dir).name if record.run_dir else ""
         result = record.result or {}
-        stage.status = record.state
         monitor = result.get("monitor") or {}
         task = result.get("task") or "?"
-        if record.state != "done":
-            stage.figure = record.error_message or record.state
-            raise StageFailed(f"training {record.state}: {stage.figure}")
+        self.ended(stage, record, "training")
         value = monitor.get("test") if monitor.get("test") is not None else monitor.get("best_val")
         stage.figure = (f"{task}: {'test' if monitor.get('test') is not None else 'best val'} "
                         f"{monitor.get('label') or monitor.get('name')} {_num(value)}, "
@@ -303,23 +317,13 @@ class Walk:
 
         # 2. Quantize W8A8 from the Quantization tab's own button.
         stage = stages["quantize"]
-        stage.status = "running"
         quant = window.quant_panel
         window.show_tab(quant)
-        before = self.user_jobs()
-        problem = self.run_modal(_quant_wizard(), lambda w: self._walk_quant(w, train_id), quant.new_button.click,
-                                 "quantization")
-        if problem:
-            raise StageFailed(problem)
-        record = self.new_job(before, "quant.analyze")
-        if record is None:
-            raise StageFailed("“Quantize” started no job")
-        record = yield from self.wait_job(record.job_id, "the quantize run")
+        record = yield from self.start_job(stage, _quant_wizard(), lambda w: self._walk_quant(w, train_id),
+                                           quant.new_button.click, "quantization", "quant.analyze", "Quantize",
+                                           "the quantize run")
         quant_id = Path(record.run_dir).name if record.run_dir else ""
-        stage.status = record.state
-        if record.state != "done":
-            stage.figure = record.error_message or record.state
-            raise StageFailed(f"quantize {record.state}: {stage.figure}")
+        self.ended(stage, record, "quantize")
         result = record.result or {}
         metric = result.get("metric") or {}
         label = metric.get("label") or metric.get("name") or "accuracy"
@@ -338,19 +342,12 @@ class Walk:
         artifacts = {}
         for key, source, fmt in (("export onnx", train_id, "onnx"), ("export qdq", quant_id, "onnx_qdq")):
             stage = stages[key]
-            stage.status = "running"
             window.show_tab(export)
-            before = self.user_jobs()
-            problem = self.run_modal(_export_wizard(), lambda w, s=source, f=fmt: self._walk_export(w, s, f),
-                                     export.export_button.click, "export")
-            if problem:
-                raise StageFailed(problem)
-            record = self.new_job(before, "export.model")
-            if record is None:
-                raise StageFailed("“Export” started no job")
-            record = yield from self.wait_job(record.job_id, f"the {fmt} export")
+            record = yield from self.start_job(stage, _export_wizard(),
+                                               lambda w, s=source, f=fmt: self._walk_export(w, s, f),
+                                               export.export_button.click, "export", "export.model", "Export",
+                                               f"the {fmt} export")
             run_id = Path(record.run_dir).name if record.run_dir else ""
-            stage.status = record.state
             result = record.result or {}
             shown = export.current
             verdict = _text(export.verdict)
@@ -360,9 +357,7 @@ class Walk:
             self.grab(f"{name}-{fmt.replace('_', '-')}")
             if shown is None or shown.run_id != run_id:
                 stage.problems.append(f"the tab shows {getattr(shown, 'run_id', None)!r}, not the export {run_id!r}")
-            if record.state != "done":
-                stage.figure = record.error_message or record.state
-                raise StageFailed(f"{fmt} export {record.state}: {stage.figure}")
+            self.ended(stage, record, f"{fmt} export")
             parity = result.get("parity") or {}
             passed = parity.get("passed")
             expected = {True: "Parity passed ✓", False: "Parity failed ✗"}.get(passed, "Exported, not verified")
@@ -384,23 +379,14 @@ class Walk:
 
         # 4. Benchmark eager, onnxruntime (the ONNX file just written) and onnxruntime_int8 (the quantize run).
         stage = stages["bench"]
-        stage.status = "running"
         window.show_tab(export)
-        before = self.user_jobs()
-        problem = self.run_modal(_bench_wizard(), lambda w: self._walk_bench(w, quant_id, artifacts.get("onnx", "")),
-                                 export.bench_button.click, "benchmark")
-        if problem:
-            raise StageFailed(problem)
-        record = self.new_job(before, "bench.latency")
-        if record is None:
-            raise StageFailed("“Run” started no job")
-        record = yield from self.wait_job(record.job_id, "the benchmark")
-        stage.status = record.state
+        record = yield from self.start_job(stage, _bench_wizard(),
+                                           lambda w: self._walk_bench(w, quant_id, artifacts.get("onnx", "")),
+                                           export.bench_button.click, "benchmark", "bench.latency", "Run",
+                                           "the benchmark")
         yield from self.pause(1.0)
         self.grab(f"{name}-bench")
-        if record.state != "done":
-            stage.figure = record.error_message or record.state
-            raise StageFailed(f"benchmark {record.state}: {stage.figure}")
+        self.ended(stage, record, "benchmark")
         rows = (record.result or {}).get("results") or []
         shown_rows = export.current.rows() if export.current is not None and hasattr(export.current, "rows") else []
         if len(shown_rows) != len(rows):
