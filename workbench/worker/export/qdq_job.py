@@ -107,10 +107,18 @@ def _parity(build, out, device, deployed, inputs, batches, samples, extra, ctx) 
     step, unit = _output_step(build)
     # The step analysis runs every quantizer twice per input: on the largest random batch and the first real one.
     analysed = [max(inputs[:len(batches)], key=lambda item: len(item[1]))] + inputs[len(batches):len(batches) + 1]
+    measured = {}
+    for mode, optimize in MODES:
+        ctx.check_stop()
+        measured[mode] = qdq_steps.measure(sim, out, analysed, optimize=optimize, simulated=simulated)
+    # One flip injection serves both configurations (each quantizer at the higher of their two flip rates): it runs
+    # the simulation on several copies of the largest input, the dearest part of the check.
+    ctx.check_stop()
+    spread = qdq_steps.spread_of(sim, list(measured.values()), step)
     checks, analyses = {}, {}
     for mode, optimize in MODES:
         ctx.check_stop()
-        analyses[mode] = qdq_steps.analyse(sim, out, analysed, step, optimize=optimize, simulated=simulated)
+        analyses[mode] = qdq_steps.conclude(sim, measured[mode], step, spread)
         runner = deployed if optimize else formats.onnx_runner(formats.onnx_session(out, device, optimize=False))
         tolerance = parity.quant_step(step, analyses[mode]["tolerance_steps"], _rule(analyses[mode], step, unit))
         checks[mode] = parity.check(simulated, runner, inputs, tolerance)

@@ -199,12 +199,25 @@ def output_steps(reference: torch.Tensor, exported: torch.Tensor, step: float) -
             "3+": int((gap >= 3).sum())}
 
 
-def analyse(sim, onnx_path: Path, inputs: list[tuple[str, torch.Tensor]], step: float, *, optimize: bool,
-            simulated: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict:
-    """The step analysis of one onnxruntime configuration over the parity inputs: per quantizer and in all, how many
-    codes differ from the simulation's (same input), the output's step histogram against the free simulation, the
-    tolerance that the measured flips explain, and whether the file computes what the simulation does.
-    `simulated(x)` gives the simulation's output for an input (a cache the parity check shares)."""
+@dataclass
+class Measured:
+    """One onnxruntime configuration's codes against the simulation's, quantizer by quantizer, over the inputs."""
+
+    optimize: bool
+    exposed: Exposed
+    per_point: dict[str, list[int]]  # point: [equal, one step at a tie, one step elsewhere, two or more]
+    outputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # (input, onnxruntime's output, the simulation's)
+
+    @property
+    def rates(self) -> dict[str, float]:
+        # One flip more than seen at each quantizer: one that flipped nowhere on these inputs may flip on others.
+        return {p: (t[1] + t[2] + 1) / max(sum(t), 1) for p, t in self.per_point.items()}
+
+
+def measure(sim, onnx_path: Path, inputs: list[tuple[str, torch.Tensor]], *, optimize: bool,
+            simulated: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Measured:
+    """Run one configuration of onnxruntime over the inputs, each quantizer of the simulation fed what onnxruntime's
+    saw. `simulated(x)` gives the simulation's output for an input (a cache the parity check shares)."""
     exposed = expose(onnx_path, optimize=optimize)
     per_point: dict[str, list[int]] = {}
     outputs = []
@@ -215,31 +228,49 @@ def analyse(sim, onnx_path: Path, inputs: list[tuple[str, torch.Tensor]], step: 
             total = per_point.setdefault(point, [0, 0, 0, 0])
             for i in range(4):
                 total[i] += tally[i]
+    return Measured(optimize, exposed, per_point, outputs)
+
+
+def spread_of(sim, measured: list[Measured], step: float) -> float:
+    """The output's largest move under injected rounding flips, in steps, injected once for every configuration
+    measured: at each quantizer the highest rate any of them showed (a tolerance no tighter than each one's own),
+    on the first input whose outputs the simulation's match in shape."""
+    rates: dict[str, float] = {}
+    for m in measured:
+        for point, rate in m.rates.items():
+            rates[point] = max(rates.get(point, 0.0), rate)
+    for x, out, free in measured[0].outputs:
+        if out.shape == free.shape:  # the first (largest) random input: the injection runs TRIALS copies of it
+            return max(injected_spread(sim, x, rates, step, baseline=free), default=0.0)
+    return 0.0
+
+
+def conclude(sim, measured: Measured, step: float, spread: float) -> dict:
+    """The step analysis of one configuration: per quantizer and in all, how many codes differ from the
+    simulation's (same input), the output's step histogram against the free simulation, the tolerance that the
+    injected flips explain (`spread`), and whether the file computes what the simulation does."""
+    per_point = measured.per_point
     values = sum(sum(t) for t in per_point.values())
     ties = sum(t[1] for t in per_point.values())
     elsewhere = sum(t[2] for t in per_point.values())
     more = sum(t[3] for t in per_point.values())
-    # One flip more than seen at each quantizer: one that flipped nowhere on these inputs may flip on others.
-    rates = {p: (t[1] + t[2] + 1) / max(sum(t), 1) for p, t in per_point.items()}
     order = {name: i for i, name in enumerate(sim.points)}
     off_points = sorted((p for p, t in per_point.items() if t[2] or t[3]),
                         key=lambda p: order.get(p, len(order)))  # in graph order: the first is where it starts
     histogram = {"0": 0, "1": 0, "2": 0, "3+": 0}
-    worst_steps, spread = 0.0, 0.0
-    for index, (x, out, free) in enumerate(outputs):
+    worst_steps = 0.0
+    for _, out, free in measured.outputs:
         if out.shape != free.shape:
             worst_steps = math.inf
             continue
         for key, count in output_steps(free, out, step).items():
             histogram[key] += count
         worst_steps = max(worst_steps, float((out - free).abs().max()) / step)
-        if index == 0:  # the injection runs the simulation TRIALS times: on the first (largest) input only
-            spread = max(injected_spread(sim, x, rates, step, baseline=free), default=0.0)
     tolerance_steps = math.ceil(MARGIN * spread) + 1
     local_ok = not off_points and bool(per_point)
     return {
-        "optimized": optimize,
-        "quantizers": {"checked": len(per_point), "not_found": sorted(_missing(sim, exposed)),
+        "optimized": measured.optimize,
+        "quantizers": {"checked": len(per_point), "not_found": sorted(_missing(sim, measured.exposed)),
                        "values": values, "one_step": ties + elsewhere, "one_step_at_a_tie": ties,
                        "one_step_elsewhere": elsewhere, "two_or_more": more,
                        "off": [{"point": p, "values": sum(per_point[p]), "one_step_elsewhere": per_point[p][2],
@@ -252,6 +283,13 @@ def analyse(sim, onnx_path: Path, inputs: list[tuple[str, torch.Tensor]], step: 
         "local_passed": local_ok,
         "passed": local_ok and worst_steps <= tolerance_steps + STEP_SLACK,
     }
+
+
+def analyse(sim, onnx_path: Path, inputs: list[tuple[str, torch.Tensor]], step: float, *, optimize: bool,
+            simulated: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict:
+    """The step analysis of one onnxruntime configuration on its own (measure, its own injection, conclude)."""
+    measured = measure(sim, onnx_path, inputs, optimize=optimize, simulated=simulated)
+    return conclude(sim, measured, step, spread_of(sim, [measured], step))
 
 
 def _missing(sim, exposed: Exposed) -> list[str]:
