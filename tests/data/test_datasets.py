@@ -18,6 +18,7 @@ from data_helpers import (
     save_image,
     write_mnist_like,
 )
+from PIL import Image
 
 from workbench.errors import JobError
 from workbench.specs import DataSpec
@@ -223,6 +224,17 @@ def test_image_folder_gray_images_give_one_channel_and_mixed_sizes_are_resized_w
     images = all_images(ds.splits["train"])
     assert images.shape == (7, 1, 9, 9)
     assert ds.skipped_files == []
+
+
+def test_image_folder_scales_16_bit_images_to_8_bits_rather_than_clipping_them(tmp_path):
+    """PIL's own conversion of a 16-bit PNG clips at 255 (an almost white image); values are divided by 257."""
+    root = tmp_path / "sixteen"
+    make_image_folder(root, classes=("a", "b"), per_class=2, size=(9, 9), gray=True)
+    Image.fromarray(np.full((9, 9), 30000, dtype=np.uint16)).save(root / "a" / "deep.png")  # mid-grey at 16 bits
+    ds = load_dataset(spec(name="imagefolder", root=str(root), val_fraction=0, test_fraction=0), workspace=tmp_path)
+    images = all_images(ds.splits["train"])
+    flat = [image.unique().tolist() for image in images]
+    assert [round(30000 / 257)] in flat and [255] not in flat  # the 16-bit one: 117 everywhere, not white
 
 
 def test_image_folder_resizes_to_image_size(tmp_path):

@@ -18,7 +18,6 @@ from workbench.specs import DataSpec, ModelSpec, PredictSpec
 # More pixels than a camera's photo needs to say what it shows, and about 150 MB decoded as RGB: the image is shrunk
 # to the model's input anyway. The header says the size, so a bigger file is refused before a pixel is decoded.
 MAX_INPUT_PIXELS = 50_000_000
-SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16B", "I;16L", "I;16N"})
 TASKS = ("classification", "multilabel", "regression")  # what a prediction here can show
 MAX_VALUES = 1000  # regression outputs listed at most (a per-pixel regression map is not one sample's answer)
 STEPS = 4
@@ -282,7 +281,7 @@ def read_image(path_text: str, channels: int, size: tuple[int, int]) -> tuple[to
     files (imagefolder.convert_image), with what was done to it; JobErrors name `input` and say what to do."""
     from PIL import Image, UnidentifiedImageError
 
-    from workbench.worker.data.imagefolder import _reason, convert_image
+    from workbench.worker.data.imagefolder import _reason, convert_image, is_sixteen_bit
 
     path = Path(path_text).expanduser()
     if not path.exists():
@@ -308,10 +307,7 @@ def read_image(path_text: str, channels: int, size: tuple[int, int]) -> tuple[to
                 notes.append(f"the first of its {img.n_frames} frames")
             if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
                 notes.append("its alpha channel dropped, as the dataset loader drops it")
-            if img.mode in SIXTEEN_BIT_MODES or (img.mode == "I" and img.getextrema()[1] > 255):
-                # PIL's own conversion clips 16-bit values at 255 (an almost white image): scale them instead.
-                img = Image.fromarray(np.clip(np.asarray(img, dtype=np.float64) / 257.0, 0, 255).round()
-                                      .astype(np.uint8), "L")
+            if is_sixteen_bit(img):  # convert_image scales them, as the dataset loader does
                 notes.append("16-bit values scaled to 8 bits (divided by 257)")
             elif img.mode == "F":
                 notes.append("floating-point pixels clipped to 0..255")

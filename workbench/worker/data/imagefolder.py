@@ -198,14 +198,26 @@ def decode_file(path: str, mode: str, size: tuple[int, int]) -> np.ndarray:
         return convert_image(img, mode, size)
 
 
+SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16B", "I;16L", "I;16N"})
+
+
+def is_sixteen_bit(img) -> bool:
+    """A 16-bit grayscale image (PIL opens a 16-bit PNG as I;16, or as I with values above 255)."""
+    return img.mode in SIXTEEN_BIT_MODES or (img.mode == "I" and img.getextrema()[1] > 255)
+
+
 def convert_image(img, mode: str, size: tuple[int, int]) -> np.ndarray:
     """An opened PIL image as uint8 (H,W) for mode L or (H,W,3) for RGB at `size` (H, W): how this dataset reads
-    its files, and how Try it (workbench.worker.predict) reads the user's image."""
+    its files, and how Try it (workbench.worker.predict) reads the user's image. 16-bit values are divided by 257."""
     from PIL import Image
 
     height, width = size
     if img.format == "JPEG":
         img.draft(mode, (width, height))  # let libjpeg decode at a reduced scale: much faster for big photos
+    if is_sixteen_bit(img):
+        # PIL's own conversion clips 16-bit values at 255 (an almost white image): scale them to 8 bits instead.
+        img = Image.fromarray(np.clip(np.asarray(img, dtype=np.float64) / 257.0, 0, 255).round().astype(np.uint8),
+                              "L")
     if img.mode == "P" and "transparency" in img.info:
         img = img.convert("RGBA")  # what PIL asks for before dropping a palette's transparency
     img = img.convert(mode)
