@@ -291,3 +291,24 @@ def test_arguments_that_do_not_parse_name_the_field(text, words):
     with pytest.raises(ValueError) as info:
         parse_args(text, "dataset.args")
     assert str(info.value).startswith("dataset.args: ") and words in str(info.value)
+
+
+def test_the_class_count_the_wizard_filled_in_follows_the_dataset_chosen(qtbot, queries, data_file):
+    """From the Data tab's digits (10 classes), another dataset on the first page (3 classes) sets the model's class
+    count too, rather than leaving a 10-way head on 3 classes."""
+    wizard = open_wizard(qtbot, queries, num_classes=10)
+    form = wizard.model_page.form
+    assert form.value("model.num_classes") == 10
+    choose_file_dataset(qtbot, wizard, data_file)
+    qtbot.waitUntil(lambda: form.value("model.num_classes") == 3, timeout=10_000)
+    assert wizard.spec.model.num_classes == 3
+
+
+def test_a_class_count_the_person_typed_stays_theirs(qtbot, queries, data_file):
+    wizard = open_wizard(qtbot, queries, num_classes=10)
+    form = wizard.model_page.form
+    form.set_value("model.num_classes", 7)  # what they typed on the Model page
+    choose_file_dataset(qtbot, wizard, data_file)
+    qtbot.waitUntil(lambda: str((wizard.dataset_page.info or {}).get("dataset", "")).startswith("file:"),
+                    timeout=10_000)  # the file's 3 classes have been counted
+    assert form.value("model.num_classes") == 7

@@ -127,6 +127,7 @@ class DatasetPage(CheckedPage):
 
     changed = Signal()  # the dataset this run starts from changed (the Data tab's, or the dialog's)
     edited = Signal()  # a field on the page changed: its source, the user's file fields, the splits or the task
+    classes_known = Signal(int)  # data.info counted the page's dataset's classes
     def __init__(self, state: DatasetState, data_dir: str, spec: DataSpec | None = None, note: str = "",
                  task: str = "auto", queries=None, start_data: dict | None = None):
         super().__init__()
@@ -416,6 +417,9 @@ class DatasetPage(CheckedPage):
         tasks = info.get("tasks")
         self.task_choice.set_tasks(tasks if isinstance(tasks, dict) else None, OLD_WORKER_NOTE)
         self._set_info_line(describe_info(info), error=False)
+        classes = info.get("classes")
+        if isinstance(classes, list) and classes:
+            self.classes_known.emit(len(classes))
         self.edited.emit()  # a greyed task may now block the page
 
     def _on_info_error(self, job: str | None, error: dict) -> None:
@@ -828,10 +832,13 @@ class TrainingWizard(QWizard):
         self.state = state
         self.settings = settings
         start_spec, explicit, note = self._starting_spec(start)
+        # The class count the wizard filled in itself (from the Data tab's dataset): it follows the dataset chosen
+        # on the first page until the person types another. None: the spec given keeps its own.
+        self._filled_classes: int | None = None
         if not explicit:
             start_spec.dataset = copy.deepcopy(state.spec)
             if num_classes:
-                start_spec.model.num_classes = num_classes
+                start_spec.model.num_classes = self._filled_classes = num_classes
         self.start_data = start_spec.to_dict()
         self.spec: TrainSpec | None = None
         self.error = ""
@@ -857,6 +864,7 @@ class TrainingWizard(QWizard):
         for combo in (self.speed_page.device, self.speed_page.amp, self.speed_page.compile):
             combo.currentIndexChanged.connect(self.rebuild)
         self.dataset_page.changed.connect(self._on_dataset_changed)
+        self.dataset_page.classes_known.connect(self._on_classes_known)
         self.lr_finder = None  # the learning-rate finder's dialog, once opened
         self.hyper_page.finder_available = self.queries is not None
         self.hyper_page.find_lr.clicked.connect(self.find_learning_rate)
@@ -873,6 +881,18 @@ class TrainingWizard(QWizard):
             except SpecError as exc:
                 note = f"The run's spec cannot be used as it is ({exc}); starting from the last values instead."
         return load_last_spec(self.settings) or TrainSpec(), False, note
+
+    def _on_classes_known(self, count: int) -> None:
+        """Another dataset on the first page: the model's class count follows it, where the wizard filled it in and
+        the person has not changed it since (a digits head on cifar100 would fail the run's class check)."""
+        form = self.model_page.form
+        if self._filled_classes is None or count == self._filled_classes:
+            return
+        if form.value("model.num_classes") != self._filled_classes:
+            self._filled_classes = None  # typed by the person: theirs from now on
+            return
+        form.set_value("model.num_classes", count)
+        self._filled_classes = count
 
     def _on_dataset_changed(self) -> None:
         # The dataset dialog also edits the loader fields this wizard shows on its speed page.
