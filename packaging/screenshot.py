@@ -65,6 +65,22 @@ def main() -> int:
         print(out)
         window.close_stopping_jobs()  # a scene may leave a job running: end it without the close question
 
+    def train_in_turn(specs: list[dict], then) -> None:
+        """Train each spec (TrainSpec plain data) once the one before has ended, then call `then`."""
+        from workbench.specs import TrainSpec
+
+        def step() -> None:
+            if window.training_panel.job_of_run:
+                QTimer.singleShot(500, step)
+                return
+            if specs:
+                window.start_training(TrainSpec.from_dict(specs.pop(0)))
+                QTimer.singleShot(1500, step)
+                return
+            then()
+
+        step()
+
     def data_scene() -> None:
         panel = window.dataset_panel
         window.show_tab(panel)
@@ -256,21 +272,14 @@ def main() -> int:
             specs = [{"epochs": 6, "lr": 0.003, "log_every_steps": 2, "scheduler": "cosine"},
                      {"epochs": 6, "lr": 0.02, "log_every_steps": 2, "model": {"name": "mlp"}}]
 
-            def next_run() -> None:
+            def overlaid() -> None:
                 panel = window.training_panel
-                if panel.job_of_run:
-                    QTimer.singleShot(500, next_run)
-                    return
-                if specs:
-                    window.start_training(TrainSpec.from_dict(specs.pop(0)))
-                    QTimer.singleShot(1500, next_run)
-                    return
                 for run_id in panel.runs:
                     panel.set_shown(run_id, True)
                 QTimer.singleShot(2000, capture)
 
             window.show_tab(window.training_panel)
-            next_run()
+            train_in_turn(specs, overlaid)
             return
         if scene == "layers":  # a CNN's layer statistics on digits (#21 part 2): the gradient heatmap, one cell's histograms
             from workbench.specs import TrainSpec
@@ -300,22 +309,15 @@ def main() -> int:
                      {"epochs": 4, "lr": 0.02, "log_every_steps": 2, "model": {"name": "mlp"}},
                      {"epochs": 4, "model": {"name": f"file:{broken}:Net"}}]
 
-            def next_live_run() -> None:
+            def one_more_live() -> None:
                 panel = window.training_panel
-                if panel.job_of_run:
-                    QTimer.singleShot(500, next_live_run)
-                    return
-                if specs:
-                    window.start_training(TrainSpec.from_dict(specs.pop(0)))
-                    QTimer.singleShot(1500, next_live_run)
-                    return
                 for run_id in panel.runs:
                     panel.set_shown(run_id, True)
                 window.start_training(TrainSpec.from_dict({"epochs": 60, "lr": 0.01, "log_every_steps": 2}))
                 QTimer.singleShot(int(sys.argv[4]) if len(sys.argv) > 4 else 6000, capture)
 
             window.show_tab(window.training_panel)
-            next_live_run()
+            train_in_turn(specs, one_more_live)
             return
         if scene in ("quant", "quant-graph"):  # a trained CNN quantized W8A8, then W4A8 (paper's flow), compared
             from workbench.gui.panels.quant.wizard import preset_data
@@ -451,14 +453,7 @@ def main() -> int:
             pending = [{"epochs": 3}, {"epochs": 3, "model": {"name": "mlp"}},
                        {"epochs": 3, "model": {"name": f"file:{broken}:Net"}}]
 
-            def next_identity_run() -> None:
-                if window.training_panel.job_of_run:
-                    QTimer.singleShot(500, next_identity_run)
-                    return
-                if pending:
-                    window.start_training(TrainSpec.from_dict(pending.pop(0)))
-                    QTimer.singleShot(1500, next_identity_run)
-                    return
+            def identities() -> None:
                 if scene == "build-from":
                     window.show_tab(window.graph_panel)
                     window.graph_panel.refresh()
@@ -470,7 +465,7 @@ def main() -> int:
                 window.runs_panel.view.selectRow(0)
                 QTimer.singleShot(1500, capture)
 
-            next_identity_run()
+            train_in_turn(pending, identities)
             return
         if scene == "failed-run":  # a model file with a syntax error: the reason above the panes, Edit and retry
             from workbench.specs import TrainSpec
