@@ -530,39 +530,48 @@ class UserDataset:
 
     def describe(self) -> dict:
         """For data.info: samples per split, the input's shape and dtype, the target, the classes."""
-        x, y = self.first_sample()
-        first = first_tensor(x)
-        if isinstance(x, tuple):
-            inputs = [{"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")} for t in x]
-        elif isinstance(x, dict):
-            inputs = {k: {"shape": list(first_tensor(t).shape), "dtype": str(first_tensor(t).dtype).replace("torch.", "")}
-                      for k, t in x.items()}
-        else:
-            inputs = None
         classes = list(self.classes)
-        counts = {name: len(split) for name, split in self.splits.items()}
-        if self.target_is_label():
-            target = f"integer class label ({len(classes)} classes)"
-        else:
-            target = f"{str(y.dtype).replace('torch.', '')} tensor of shape {list(y.shape)}"
-        return {
-            "dataset": self.name,
-            "classes": classes,
-            "num_samples": counts,
-            "class_counts": {name: [n] for name, n in counts.items()},
-            "sample_shape": list(first.shape),
-            "input_dtype": str(first.dtype).replace("torch.", ""),
-            "inputs": inputs,
-            "target": target,
-            "target_shape": list(y.shape),
-            "target_dtype": str(y.dtype).replace("torch.", ""),
-            "mean": None,
-            "std": None,
-            "skipped_files": [],
-            "in_memory": False,
-            "root": self.root,
-            "workers": self.describe_workers(),
-        }
+        target = f"integer class label ({len(classes)} classes)" if self.target_is_label() else None
+        return describe_samples(self.name, self.splits, self.first_sample(), classes=classes, target=target,
+                                root=self.root, workers=self.describe_workers())
+
+
+def _dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def describe_samples(name: str, splits: dict, first: tuple, *, classes: list, target: str | None,
+                     root: str | None, workers: str) -> dict:
+    """data.info's description of samples that are not a built-in image set (a user's Dataset, a
+    LightningDataModule's first batches): samples per split, the input's shape and dtype (each input's, for several),
+    the target (`target`, else its dtype and shape), the classes."""
+    x, y = first
+    head = first_tensor(x)
+    if isinstance(x, tuple):
+        inputs = [{"shape": list(t.shape), "dtype": _dtype(t)} for t in x]
+    elif isinstance(x, dict):
+        inputs = {k: {"shape": list(first_tensor(t).shape), "dtype": _dtype(first_tensor(t))} for k, t in x.items()}
+    else:
+        inputs = None
+    counts = {split: len(samples) for split, samples in splits.items()}
+    return {
+        "dataset": name,
+        "classes": classes,
+        "num_samples": counts,
+        "class_counts": {split: [n] for split, n in counts.items()},
+        "sample_shape": list(head.shape),
+        "input_dtype": _dtype(head),
+        "inputs": inputs,
+        "target": target or f"{_dtype(y)} tensor of shape {list(y.shape)}",
+        "target_shape": list(y.shape),
+        "target_dtype": _dtype(y),
+        "mean": None,
+        "std": None,
+        "skipped_files": [],
+        "in_memory": False,
+        "root": root,
+        "workers": workers,
+    }
 
 
 def load_user_dataset(spec: DataSpec, workspace: Path, ctx=None) -> UserDataset:

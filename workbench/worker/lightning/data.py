@@ -60,28 +60,14 @@ class LightningBatch:
     def describe(self) -> dict:
         """For data.info (the training wizard's Task choice and the Data tab): what the first batches hold. The
         DataModule's own sizes are not known without reading every batch, so the counts are the batches'."""
-        x, y = self.first_sample()
+        from workbench.worker.data.user import describe_samples
+
+        first = self.first_sample()
+        y = first[1]
         label = not y.is_floating_point() and y.dim() == 0
-        counts = {name: len(split) for name, split in self.splits.items()}
-        return {
-            "dataset": self.name,
-            "classes": [],
-            "num_samples": counts,
-            "class_counts": {name: [n] for name, n in counts.items()},
-            "sample_shape": list(x.shape),
-            "input_dtype": str(x.dtype).replace("torch.", ""),
-            "inputs": None,
-            "target": "integer class label" if label else
-                      f"{str(y.dtype).replace('torch.', '')} tensor of shape {list(y.shape)}",
-            "target_shape": list(y.shape),
-            "target_dtype": str(y.dtype).replace("torch.", ""),
-            "mean": None,
-            "std": None,
-            "skipped_files": [],
-            "in_memory": False,
-            "root": None,
-            "workers": "the LightningDataModule's own dataloaders (its first batches are shown)",
-        }
+        return describe_samples(self.name, self.splits, first, classes=[],
+                                target="integer class label" if label else None, root=None,
+                                workers="the LightningDataModule's own dataloaders (its first batches are shown)")
 
     def release(self) -> None:
         pass
