@@ -167,7 +167,7 @@ def injected_spread(sim, x: torch.Tensor, rates: dict[str, float], step: float, 
     if baseline is None:
         baseline = logits_of(sim(x))
     baseline = baseline.detach().float().cpu()
-    modules = [m for _, m in sim.gm.named_modules() if getattr(m, "is_quantizer", False)]
+    modules = list(_quantizers_by_name(sim).values())
     if isinstance(x, torch.Tensor) and x.dim() and trials > 1:
         generator = torch.Generator().manual_seed(seed)
         handles = [m.register_forward_hook(_flipper(m, rates.get(m.point, 0.0), generator)) for m in modules]

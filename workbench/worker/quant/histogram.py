@@ -36,7 +36,7 @@ class StreamingHistogram:
         flat = x.detach().reshape(-1)
         if flat.numel() == 0:
             return
-        if not flat.is_floating_point() or flat.dtype == torch.float16 or flat.dtype == torch.bfloat16:
+        if flat.dtype not in (torch.float32, torch.float64):  # integers and half precision bin as float32
             flat = flat.float()
         low, high = extremes if extremes is not None else (float(v) for v in torch.aminmax(flat))
         if not (math.isfinite(low) and math.isfinite(high)):  # an inf or nan would widen the bins forever
