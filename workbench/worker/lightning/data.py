@@ -9,6 +9,7 @@ import torch
 
 from workbench.errors import JobError, WorkbenchError
 from workbench.specs import DataSpec
+from workbench.worker.lightning import require_lightning
 from workbench.worker.lightning.user_classes import load_datamodule, overrides, parse_name
 from workbench.worker.models.user_code import _describe, _where
 
@@ -119,6 +120,4 @@ def _first_batch(loader):
 
 
 def _has_val(module) -> bool:
-    from workbench.worker.lightning import require_lightning
-
     return overrides(module, "val_dataloader", require_lightning().LightningDataModule)
