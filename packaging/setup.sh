@@ -41,5 +41,5 @@ fi
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "setup: Python 3.10 or newer is needed" >&2; exit 1; }
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q -e '.[dev,lightning,tensorboard]'
+"$VENV/bin/python" -m pip install -q -e '.[dev,lightning,tensorboard,hf,timm]'
 echo "setup: done. Start the app with: $VENV/bin/workbench"

@@ -528,7 +528,8 @@ DATASETS = ("digits", "mnist", "fashion_mnist", "kmnist", "cifar10", "cifar100",
 AUGMENTATIONS = ("random_crop", "hflip", "vflip", "rotation", "color_jitter", "random_erasing")
 BENCH_BACKENDS = ("eager", "compile", "torchscript", "exported_program", "onnxruntime", "onnxruntime_int8", "tensorrt")
 DEVICE_PATTERN = r"auto|cpu|mps|cuda(:\d+)?"
-MODEL_PATTERN = r"mlp|cnn|torchvision:[A-Za-z_][A-Za-z0-9_]*|file:.+\.py:[A-Za-z_][A-Za-z0-9_]*"
+MODEL_PATTERN = (r"mlp|cnn|torchvision:[A-Za-z_][A-Za-z0-9_]*|file:.+\.py:[A-Za-z_][A-Za-z0-9_]*"
+                 r"|hf:.+|timm:[A-Za-z0-9_][A-Za-z0-9_.\-]*")  # hf: a folder or hub id; timm: a name, maybe .tag
 USER_DATASET_PATTERN = r"file:.+\.py:[A-Za-z_][A-Za-z0-9_]*"  # a torch Dataset class, or a function returning one
 USER_FUNCTION_PATTERN = USER_DATASET_PATTERN  # loss=, metrics= (task=custom): a function in the user's file
 LIGHTNING_PATTERN = r"lightning:.+\.py:[A-Za-z_][A-Za-z0-9_]*"  # a LightningModule or LightningDataModule class
@@ -600,19 +601,19 @@ class DataSpec(Spec):
 class ModelSpec(Spec):
     """Which model to build and which weights to start from."""
 
-    name: str = option("cnn", "Model to build: mlp, cnn, torchvision:<arch> or file:<path.py>:<ClassOrFactory>; lightning:<path.py>:<LightningModule> is trained by Lightning's own Trainer.", pattern=MODEL_PATTERN + "|" + LIGHTNING_PATTERN, pattern_help="mlp, cnn, torchvision:<arch>, file:<path.py>:<ClassOrFactory> or lightning:<path.py>:<LightningModule>")
+    name: str = option("cnn", "Model to build: mlp, cnn, torchvision:<arch>, file:<path.py>:<ClassOrFactory>, hf:<folder or hub id> (a Hugging Face transformers classifier, loaded offline from a local folder or the cache; pip install 'torch-workbench[hf]') or timm:<name> (untrained unless model.weights names a local file; pip install 'torch-workbench[timm]'); lightning:<path.py>:<LightningModule> is trained by Lightning's own Trainer.", pattern=MODEL_PATTERN + "|" + LIGHTNING_PATTERN, pattern_help="mlp, cnn, torchvision:<arch>, file:<path.py>:<ClassOrFactory>, hf:<folder or hub id>, timm:<name> or lightning:<path.py>:<LightningModule>")
     num_classes: int = option(0, "Number of outputs of the classifier; 0 (auto) takes the dataset's class count.", min=0, max=MAX_CLASSES)
     input_shape: list[int] = option([], "Shape of one input without the batch dimension, e.g. 1,28,28; empty takes it from the dataset.", min=1, max_items=3)
     checkpoint: str = option("", "Weights file to load before the job starts; empty loads none.")
     weights: str = option("", "Pretrained weights to start from, e.g. DEFAULT for a torchvision model; empty means none.")
     replace_head: bool = option(False, "Replace the classifier head so it has num_classes outputs, e.g. to fine-tune pretrained weights.")
     freeze: list[str] = option([], "Module-name prefixes whose parameters are not trained, or the word 'backbone' for all but the head.")
-    args: dict = option({}, "Keyword arguments for a file: model's class or factory (num_classes is passed apart, where it takes one) or a lightning: module's class, e.g. {hidden=64, lr=0.01}.")
+    args: dict = option({}, "Keyword arguments for a file: model's class or factory (num_classes is passed apart, where it takes one), a lightning: module's class, timm.create_model for a timm: model, or from_pretrained for an hf: model (plus task = \"sequence-classification\", \"token-classification\" or \"image-classification\", and local_files_only = false to allow downloads), e.g. {hidden=64, lr=0.01}.")
 
     def validate(self) -> None:
-        if self.args and not self.name.startswith(("file:", "lightning:")):
-            raise SpecError(f"args: {self.name} is a built-in model and takes no arguments; only file: and "
-                            "lightning: models do")
+        if self.args and not self.name.startswith(("file:", "lightning:", "hf:", "timm:")):
+            raise SpecError(f"args: {self.name} is a built-in model and takes no arguments; only file:, "
+                            "lightning:, hf: and timm: models do")
         values = math.prod(self.input_shape)
         if values > MAX_SAMPLE_VALUES:
             # Each side may be plausible alone (a 1-D input of 150,528 features is); their product is what

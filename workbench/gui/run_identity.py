@@ -21,9 +21,12 @@ _PERCENT = {"acc", "accuracy", "top5", "map", "miou", "iou", "dice", "f1"}
 
 def short_model(name: str) -> str:
     """A model's or dataset's short name: torchvision:resnet18 -> resnet18, file:/long/path/net.py:Net -> Net,
-    lightning:/long/path/model.py:DigitsData -> DigitsData, others as they are."""
-    if name.startswith("torchvision:"):
+    lightning:/long/path/model.py:DigitsData -> DigitsData, timm:resnet18 -> resnet18, hf:/long/path/bert-tiny
+    (or the hub id org/bert-tiny) -> bert-tiny, others as they are."""
+    if name.startswith(("torchvision:", "timm:")):
         return name.split(":")[-1]
+    if name.startswith("hf:"):
+        return name[len("hf:"):].rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] or "hf"
     for kind in ("file", "lightning"):
         if name.startswith(f"{kind}:"):
             return name.rsplit(":", 1)[-1] or kind

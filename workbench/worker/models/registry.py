@@ -16,6 +16,8 @@ BUILTIN_MODULES = (
     "workbench.worker.models.builtin",
     "workbench.worker.models.torchvision_models",
     "workbench.worker.models.user_code",
+    "workbench.worker.models.hf",
+    "workbench.worker.models.timm_models",
 )
 
 
@@ -62,7 +64,7 @@ def get_model_builder(name: str) -> tuple[ModelEntry, str]:
 def get_model(name: str, *, num_classes: int, input_shape: Sequence[int], weights: str = "",
               log: Callable[[str], None] | None = None, args: dict | None = None):
     """Build the bare network `name` names (no checkpoint, head or freezing; see build_model for those). `args`
-    (model.args) reach the builders that take them: the user's own file."""
+    (model.args) reach the builders that take them: the user's own file, hf: and timm:."""
     entry, arg = get_model_builder(name)
     extra = {"args": dict(args)} if args else {}
     return entry.builder(arg, num_classes=num_classes, input_shape=tuple(input_shape), weights=weights,
