@@ -19,7 +19,7 @@ Lightning example, its curves too), the quantization, each export and the benchm
 Run under a virtual screen, one example at a time on a small machine:
 
     xvfb-run -a -s "-screen 0 1600x900x24" .venv/bin/python packaging/walk_examples.py [--out DIR] [--epochs N] \
-        [shapes_segmentation diabetes_regression digit_attributes digits_lightning]
+        [shapes_segmentation diabetes_regression digit_attributes digits_lightning names_transformer]
 
 `--epochs N` types N into the wizard's Epochs field where the example asks for more (the output says so); without
 it the example's own epochs are kept. The workspace is a new temporary folder, kept for inspection (its path is

@@ -13,17 +13,18 @@ from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "workbench" / "resources" / "examples"
+QUICK_DATA = {"shapes_segmentation": {"size": 96}, "names_transformer": {"size": 800}}  # one short epoch each
 
 
 @pytest.mark.parametrize("name,task,monitor", [("shapes_segmentation", "segmentation", "miou"),
                                                ("diabetes_regression", "regression", "mae"),
-                                               ("digit_attributes", "multilabel", "map")])
+                                               ("digit_attributes", "multilabel", "map"),
+                                               ("names_transformer", "classification", "acc")])
 def test_an_example_trains_its_task(name, task, monitor, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the spec's relative file: paths are found beside it
     spec = TrainSpec.load(EXAMPLES / name / "train.toml")
     assert spec.dataset.name.startswith(f"file:{EXAMPLES / name}")
-    data = dataclasses.replace(spec.dataset, num_workers=0,
-                               args={"size": 96} if name == "shapes_segmentation" else {})
+    data = dataclasses.replace(spec.dataset, num_workers=0, args=QUICK_DATA.get(name, {}))
     spec = dataclasses.replace(spec, epochs=1, dataset=data)
     result = run_task(get_task("train.classifier"), spec.to_dict(), emit=lambda *a: None, workspace=tmp_path / "ws")
     assert result["status"] == "done", result.get("error")

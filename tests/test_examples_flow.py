@@ -1,6 +1,6 @@
 """Each bundled example (resources/examples) through the whole flow of issue #20: train, quantize W8A8, export to
 ONNX with parity on its own samples, write the quantize run's QDQ model, and bench the float model, its ONNX and the
-int8 model. Minutes of four trainings on two cores, so in the heavy tier (`pytest -m heavy`); the default run keeps
+int8 model. Minutes of five trainings on two cores, so in the heavy tier (`pytest -m heavy`); the default run keeps
 the short training of each example (test_examples.py) and the downstream flow on projects the tests write."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "workbench" / "resources" / "examples"
-QUICK_DATA = {"shapes_segmentation": {"size": 96}}  # the rest are small already
+QUICK_DATA = {"shapes_segmentation": {"size": 96}, "names_transformer": {"size": 800}}  # the rest are small
 
 pytestmark = pytest.mark.heavy
 
@@ -27,7 +27,7 @@ def run(task: str, spec: dict, workspace: Path) -> dict:
 
 
 @pytest.mark.parametrize("name", ["shapes_segmentation", "diabetes_regression", "digit_attributes",
-                                  "digits_lightning"])
+                                  "digits_lightning", "names_transformer"])
 def test_an_example_goes_through_quantize_export_and_bench(name, tmp_path, monkeypatch):
     if name == "digits_lightning":
         pytest.importorskip("lightning")

@@ -110,7 +110,7 @@ def test_the_bundled_examples_are_offered_and_read_as_train_specs_with_their_fil
 
     examples = example_specs()
     assert [p.parent.name for p in examples] == ["diabetes_regression", "digit_attributes", "digits_lightning",
-                                                 "shapes_segmentation"]
+                                                 "names_transformer", "shapes_segmentation"]
     for path in examples:
         spec = TrainSpec.load(path)  # relative file: and lightning: paths are anchored beside the spec
         for name in (spec.dataset.name, spec.model.name):
