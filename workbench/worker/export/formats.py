@@ -205,7 +205,8 @@ def onnx_runner(session) -> Callable:
     name = session.get_inputs()[0].name
 
     def run(x: torch.Tensor) -> torch.Tensor:
-        out = session.run(None, {name: x.detach().float().cpu().numpy()})[0]
+        x = x.detach().cpu()
+        out = session.run(None, {name: (x.float() if x.is_floating_point() else x).numpy()})[0]  # ids stay int64
         return torch.from_numpy(out)
 
     return run

@@ -24,7 +24,8 @@ from workbench.worker.export.formats import example_batch, write_onnx
 
 # What the file holds: the model as the quantize run quantized it (the same BatchNorms folded, its corrected biases),
 # every weight as int8 (symmetric, zero point 0) or uint8 (asymmetric) codes behind a DequantizeLinear, per channel
-# along axis 0 or per tensor as the run chose, and a QuantizeLinear + DequantizeLinear pair with the run's scale and
+# along the weight's output-channel axis (0; 1 for a ConvTranspose, as ONNX lays out its weight; an embedding's
+# table per row, then Gather) or per tensor as the run chose, and a QuantizeLinear + DequantizeLinear pair with the run's scale and
 # zero point at every activation point (the input, each layer's output after its activation, each residual add).
 # QuantizeLinear holds 8-bit integers here; a layer that mixed precision kept at 16 bits stays float (its 16-bit
 # weights dequantized, its output clipped to its range), with a warning; other bit widths are refused.
@@ -344,12 +345,17 @@ def count_nodes(path: Path) -> dict[str, int]:
     return counts
 
 
-def export_qdq(build: QdqBuild, out_path: Path, *, opset: int, dynamic_batch: bool, say: Say) -> dict:
-    """Write build.module as ONNX QDQ to out_path (staged: a failure leaves any earlier file in place)."""
+def export_qdq(build: QdqBuild, out_path: Path, *, opset: int, dynamic_batch: bool, say: Say,
+               example: torch.Tensor | None = None) -> dict:
+    """Write build.module as ONNX QDQ to out_path (staged: a failure leaves any earlier file in place). `example`
+    is the input the exporter traces with (token ids for a model that starts with an embedding); random floats of
+    the build's input shape where none is given."""
     if opset < MIN_OPSET:
         raise JobError(f"opset: {opset} is too old for onnx_qdq; per-channel QuantizeLinear/DequantizeLinear need "
                        f"opset {MIN_OPSET} or newer (18 is the default)")
-    example = torch.randn(example_batch(dynamic_batch), *build.input_shape, generator=torch.Generator().manual_seed(0))
+    if example is None:
+        example = torch.randn(example_batch(dynamic_batch), *build.input_shape,
+                              generator=torch.Generator().manual_seed(0))
     with staged_output(out_path) as staged:
         info = write_onnx(build.module, example, staged, opset=opset, dynamic_batch=dynamic_batch, log=say,
                           output_names=["output"], translations=qdq_ops.dynamo_translations(),

@@ -38,7 +38,9 @@ class Exposed:
 
     def run(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
         names = [self.output_name, *self.codes.values()]
-        values = self.session.run(names, {self.input_name: x.detach().float().cpu().numpy()})
+        x = x.detach().cpu()
+        feed = x.float() if x.is_floating_point() else x  # token ids stay integers, as the file takes them
+        values = self.session.run(names, {self.input_name: feed.numpy()})
         return torch.from_numpy(values[0]), dict(zip(names[1:], values[1:]))
 
 

@@ -13,6 +13,7 @@ from torch.func import functional_call
 
 from workbench.worker.models.build import call_model
 from workbench.worker.quant import module_level
+from workbench.worker.quant.channels import range_ratio
 from workbench.worker.quant.measure import (
     ErrorSums,
     error_by_bin,
@@ -70,6 +71,9 @@ def activation_entry(sim: QuantSim, state: PointState) -> dict:
                    float(obs.hi))
     entry.update(layer=state.name, kind=point.kind, node=point.node.name if point.node is not None else state.name,
                  samples=int(obs.values.numel()))
+    if obs.channel_lo is not None:  # a layer's output: how unevenly its channels spread over the one scale
+        ratio, widest = range_ratio(obs.channel_lo, obs.channel_hi)
+        entry.update(channel_range_ratio=ratio, outlier_channels=widest)
     return entry
 
 
@@ -95,8 +99,7 @@ def alternatives(tensor: str, observed, grid, percentile: float, chosen: QParams
         else:
             lo, hi = estimator.fn(observed, grid, percentile)
         lo, hi = lo.cpu(), hi.cpu()
-        qp = qparams_from_range(lo if per_channel else lo[0], hi if per_channel else hi[0], grid,
-                                0 if per_channel else None)
+        qp = qparams_from_range(lo if per_channel else lo[0], hi if per_channel else hi[0], grid, chosen.axis)
         metrics = tensor_error(values, qp)
         names.append(estimator.name)
         rows.append([float(lo.min()), float(hi.max()), _nan(metrics["sqnr_db"]), metrics["clipping_mse"],

@@ -129,7 +129,7 @@ def load_quantized(model: nn.Module, folder: str | Path, *, params: dict | None 
         structure = find_structure(gm)
     saved["state_dict"] = _unpacked_attention(saved["state_dict"], set(gm.state_dict()))
     for name, layer in structure.layers.items():
-        if layer.module.bias is None and f"{name}.bias" in saved["state_dict"]:
+        if getattr(layer.module, "bias", None) is None and f"{name}.bias" in saved["state_dict"]:
             ensure_bias(layer.module)  # bias correction gave a bias-free layer one
     gm.load_state_dict(saved["state_dict"])
 

@@ -2,7 +2,7 @@
 E[(W_q - W) x]; subtract that shift from the bias. Empirical: measured on the calibration set, layer by layer so
 each layer sees the corrections before it. Analytical: (W_q - W) E[x], with E[x] from the BatchNorm statistics of
 the layer before (through a ReLU: E[ReLU(y)] for y ~ N(beta, gamma^2)), or measured where there are none.
-Worker side; never imports Qt.
+An embedding has no bias and takes ids, not values: it is left out. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from workbench.worker.quant.graph import in_channels, out_channels, producer
+from workbench.worker.quant.graph import EMBEDDINGS, TRANSPOSED, in_channels, out_channels, producer
 from workbench.worker.quant.sim import QuantSim
 from workbench.worker.quant.taps import channel_dim, channel_mean, collect, means
 
@@ -28,8 +28,15 @@ def relu_mean(mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
 
 
 def output_shift(module: nn.Module, delta_w: torch.Tensor, expected_input: torch.Tensor) -> torch.Tensor:
-    """(W_q - W) E[x] per output channel; a conv's kernel sums over its window (padding is ignored)."""
+    """(W_q - W) E[x] per output channel; a conv's kernel sums over its window (padding is ignored). A transposed
+    conv spreads each input over its whole kernel, one tap per output position of a stride's phase: averaged
+    over the output, an output channel gets the kernel's sum divided by the stride's product."""
     groups = getattr(module, "groups", 1)
+    if isinstance(module, TRANSPOSED):
+        # (in, out / groups, *k) -> (groups, in / groups, out / groups): input i of group g is [g, i].
+        d = delta_w.reshape(groups, delta_w.shape[0] // groups, delta_w.shape[1], -1).sum(dim=3).double()
+        e = expected_input.double().reshape(groups, -1)
+        return (torch.einsum("gio,gi->go", d, e).reshape(-1) / math.prod(module.stride)).float()
     out = delta_w.shape[0]
     d = delta_w.reshape(groups, out // groups, delta_w.shape[1], -1).sum(dim=3).double()
     e = expected_input.double().reshape(groups, -1)
@@ -38,20 +45,26 @@ def output_shift(module: nn.Module, delta_w: torch.Tensor, expected_input: torch
 
 def _bias_of(wq) -> torch.Tensor:
     if wq.b_q is None:
-        wq.b_q = torch.zeros(wq.w_fp.shape[0], device=wq.w_fp.device)
+        wq.b_q = torch.zeros(out_channels(wq.module), device=wq.w_fp.device)
     return wq.b_q
+
+
+def _correctable(sim: QuantSim) -> dict:
+    """The weight quantizers whose layer has a bias to correct (every one but embeddings)."""
+    return {name: wq for name, wq in sim.weights.items() if not isinstance(wq.module, EMBEDDINGS)}
 
 
 def empirical(sim: QuantSim, batches, check_stop: Callable[[], None] | None = None,
               progress: Callable[[int, int], None] | None = None) -> dict[str, float]:
     """Correct every layer's bias so its mean output on the calibration set matches FP32. Returns the mean
     absolute shift removed per layer."""
-    modules = {name: wq.module for name, wq in sim.weights.items()}
+    correctable = _correctable(sim)
+    modules = {name: wq.module for name, wq in correctable.items()}
     with sim.keeping():
         sim.fp32()
         reference = means(sim, modules, batches, inputs=False, check_stop=check_stop)
         removed = {}
-        for k, (name, wq) in enumerate(sim.weights.items()):
+        for k, (name, wq) in enumerate(correctable.items()):
             sim.all(activations=False)  # every layer quantized, the ones before corrected already
             outputs = collect(sim, wq.module, batches, inputs=False, check_stop=check_stop)
             dim = channel_dim(wq.module)
@@ -61,18 +74,19 @@ def empirical(sim: QuantSim, batches, check_stop: Callable[[], None] | None = No
             wq.b_q = _bias_of(wq) - shift
             removed[name] = float(shift.abs().mean())
             if progress is not None:
-                progress(k + 1, len(sim.weights))
+                progress(k + 1, len(correctable))
     return removed
 
 
 def analytical(sim: QuantSim, batches, check_stop: Callable[[], None] | None = None) -> dict[str, str]:
     """Correct every layer's bias by (W_q - W) E[x]. Returns, per layer, where E[x] came from: "bn" or "data"."""
-    modules = {name: wq.module for name, wq in sim.weights.items()}
+    correctable = _correctable(sim)
+    modules = {name: wq.module for name, wq in correctable.items()}
     with sim.keeping():
         sim.fp32()
         measured = means(sim, modules, batches, inputs=True, check_stop=check_stop)
     source = {}
-    for name, wq in sim.weights.items():
+    for name, wq in correctable.items():
         layer = sim.structure.layers[name]
         before, relu = producer(sim.gm, sim.structure, layer)
         stats = sim.folded.get(before.name) if before is not None else None

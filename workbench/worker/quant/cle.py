@@ -10,7 +10,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from workbench.worker.quant.graph import Pair
+from workbench.worker.quant.graph import EMBEDDINGS, Pair, out_channels
 
 ITERATIONS = 200  # at most this many sweeps over all pairs; a layer between two pairs (a triplet) needs several
 CONVERGED = 1e-6  # a sweep that moves no scale by more than this ends them
@@ -42,9 +42,12 @@ def _scale_inputs(module: nn.Module, scale: torch.Tensor) -> None:
     weight.copy_(scaled.reshape(weight.shape))
 
 
-def ensure_bias(module: nn.Module) -> nn.Parameter:
+def ensure_bias(module: nn.Module) -> nn.Parameter | None:
+    """The layer's bias, a zero one added where it has none; None for an embedding, which takes no bias."""
+    if isinstance(module, EMBEDDINGS):
+        return None
     if module.bias is None:
-        module.bias = nn.Parameter(torch.zeros(module.weight.shape[0], device=module.weight.device))
+        module.bias = nn.Parameter(torch.zeros(out_channels(module), device=module.weight.device))
     return module.bias
 
 

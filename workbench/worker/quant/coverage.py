@@ -1,5 +1,6 @@
-"""How much of a model a quantize run quantizes: the share of its parameters held in quantized conv and linear
-weights (with their biases, the BatchNorms folded into them, and attention's projections), the share of its FLOPs
+"""How much of a model a quantize run quantizes: the share of its parameters held in quantized conv, transposed conv,
+linear and embedding weights (with their biases, the BatchNorms folded into them, and attention's projections; an
+embedding's table is quantized row by row, its padding row too), the share of its FLOPs
 those layers compute, and the modules whose parameters stay float with the reason. Worker side; never imports Qt.
 """
 
@@ -24,9 +25,10 @@ REASONS = (
     ((nn.RNNBase, nn.RNNCellBase), RECURRENT),
     (NORMS, "int8 runtimes compute normalisation in float (a BatchNorm right after a conv or linear layer is "
             "folded into it instead)"),
-    ((nn.Embedding, nn.EmbeddingBag), "a lookup table, not a matmul: it is kept float"),
-    ((nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear), "the traced graph never calls it as a layer (its weights are used "
-                                                   "some other way, or not at all), so it is not quantized"),
+    ((nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d, nn.Linear,
+      nn.Embedding, nn.EmbeddingBag),
+     "the traced graph never calls it as a layer (its weights are used some other way, or not at all), so it is "
+     "not quantized"),
 )
 WHOLE = "torch.fx keeps it whole, so its layers are not seen"
 ATTENTION = ("its projections are not among the quantized layers (quantize makes them Linear layers where torch.fx "

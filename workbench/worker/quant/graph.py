@@ -1,7 +1,9 @@
 """The model as a torch.fx graph: its weighted layers, BatchNorm folding, where activation quantizers go, and the
 layer pairs that cross-layer equalisation may rescale.
 
-Activation quantizers sit at the model's input, after each conv/linear (past its BatchNorm and activation function),
+Weighted layers are convs, transposed convs, linear layers and embedding tables (an embedding's weights are
+quantized per row, a transposed conv's per output channel: axis 1 of its (in, out / groups, *k) weight).
+Activation quantizers sit at the model's input (unless it feeds an embedding's indices), after each layer (past its BatchNorm and activation function),
 after each residual add (past its activation), and at the input of a conv/linear that average pooling feeds (an
 average of grid values is off the grid: integer hardware requantizes it there) or that no quantizer feeds at all
 (after a LayerNorm, a concatenation's BatchNorm, an attention's context). Max pooling and reshaping keep their
@@ -23,7 +25,11 @@ from torch import nn
 from workbench.errors import JobError
 from workbench.worker.quant.attention import swap_attention
 
-WEIGHTED = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
+TRANSPOSED = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+EMBEDDINGS = (nn.Embedding, nn.EmbeddingBag)
+WEIGHTED = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear, *TRANSPOSED, *EMBEDDINGS)
+# Methods that turn token ids into the integer type an embedding takes: the ids' path to the table.
+INDEX_METHODS = {"long", "int", "to", "type", "contiguous", "view", "reshape", "flatten", "unsqueeze", "squeeze"}
 BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 # Element-wise activation functions: a layer's quantizer goes after them (they are fused in deployment).
 ACTIVATION_MODULES = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.Hardtanh, nn.SiLU, nn.GELU, nn.Sigmoid, nn.Tanh,
@@ -152,11 +158,46 @@ def only_user(node: fx.Node) -> fx.Node | None:
 
 
 def out_channels(module: nn.Module) -> int:
-    return module.out_features if isinstance(module, nn.Linear) else module.out_channels
+    """Output channels (features); an embedding gives vectors of embedding_dim features."""
+    if isinstance(module, nn.Linear):
+        return module.out_features
+    if isinstance(module, EMBEDDINGS):
+        return module.embedding_dim
+    return module.out_channels
 
 
 def in_channels(module: nn.Module) -> int:
-    return module.in_features if isinstance(module, nn.Linear) else module.in_channels
+    """Input channels (features); an embedding's input is one of num_embeddings ids (a one-hot row)."""
+    if isinstance(module, nn.Linear):
+        return module.in_features
+    if isinstance(module, EMBEDDINGS):
+        return module.num_embeddings
+    return module.in_channels
+
+
+def weight_axis(module: nn.Module) -> int:
+    """The axis of a layer's weight that holds its output channels, which per-channel quantization runs along: 1
+    for a transposed conv ((in, out / groups, *k), as ONNX's ConvTranspose has it too), 0 otherwise (an
+    embedding's rows)."""
+    return 1 if isinstance(module, TRANSPOSED) else 0
+
+
+def equalisable(module: nn.Module) -> bool:
+    """Whether CLE may rescale the layer's channels: its rows are output channels and its columns inputs. A
+    transposed conv's output channels lie along axis 1 and an embedding has no input channels; both are left out."""
+    return not isinstance(module, (*TRANSPOSED, *EMBEDDINGS))
+
+
+def feeds_embedding(gm: fx.GraphModule, node: fx.Node, depth: int = 8) -> bool:
+    """Whether `node`'s value reaches an embedding as its indices (directly or through casts and reshapes): a
+    token-id input, which an activation quantizer would turn into other ids, so none goes there."""
+    for user in node.users:
+        if isinstance(module_of(gm, user), EMBEDDINGS) and _first_arg_is(user, node):
+            return True
+        if depth and user.op == "call_method" and user.target in INDEX_METHODS and _first_arg_is(user, node):
+            if feeds_embedding(gm, user, depth - 1):
+                return True
+    return False
 
 
 # --- BatchNorm folding ----------------------------------------------------------------------------------------------
@@ -180,15 +221,21 @@ def fold_batchnorms(gm: fx.GraphModule, only: set[str] | None = None) -> dict[st
             continue
         prev = node.args[0]
         layer = module_of(gm, prev) if isinstance(prev, fx.Node) else None
-        if (not isinstance(layer, WEIGHTED) or len(prev.users) != 1 or calls.get(prev.target, 0) != 1
+        if (not isinstance(layer, WEIGHTED) or isinstance(layer, EMBEDDINGS) or len(prev.users) != 1 or calls.get(prev.target, 0) != 1
                 or calls.get(node.target, 0) != 1 or out_channels(layer) != bn.num_features):
             continue
         with torch.no_grad():
             gamma = bn.weight.detach() if bn.weight is not None else torch.ones_like(bn.running_mean)
             beta = bn.bias.detach() if bn.bias is not None else torch.zeros_like(bn.running_mean)
             factor = gamma / torch.sqrt(bn.running_var + bn.eps)
-            shape = [-1] + [1] * (layer.weight.dim() - 1)
-            layer.weight.mul_(factor.view(shape))
+            if isinstance(layer, TRANSPOSED):
+                # (in, out / groups, *k): output channel g * (out / groups) + j is [group g's inputs, j].
+                groups = layer.groups
+                weight = layer.weight.view(groups, layer.weight.shape[0] // groups, layer.weight.shape[1], -1)
+                weight.mul_(factor.view(groups, 1, -1, 1))
+            else:
+                shape = [-1] + [1] * (layer.weight.dim() - 1)
+                layer.weight.mul_(factor.view(shape))
             bias = layer.bias.detach() if layer.bias is not None else torch.zeros_like(bn.running_mean)
             new_bias = (bias - bn.running_mean) * factor + beta
             if layer.bias is None:
@@ -222,7 +269,8 @@ def bn_stats(gm: fx.GraphModule, layer: Layer, folded: dict[str, dict]) -> tuple
 
 @dataclass
 class Layer:
-    """A conv or linear layer: its weight quantizer, and the activation point after its BatchNorm and activation."""
+    """A weighted layer (conv, transposed conv, linear, embedding): its weight quantizer, and the activation point
+    after its BatchNorm and activation."""
 
     name: str
     node: fx.Node | None  # None under module-level quantization
@@ -333,9 +381,14 @@ def find_structure(gm: fx.GraphModule) -> Structure:
             add_point(name, node, "input", None, [])
             groups.append(name)
         elif is_weighted(gm, node):
-            pooled = _averaged_input(gm, node)
+            if feeds_embedding(gm, node):
+                continue  # token ids: quantizing them would look up other rows
+            indexed = isinstance(module_of(gm, node), EMBEDDINGS)  # its input is ids: no quantizer before it
+            pooled = None if indexed else _averaged_input(gm, node)
             placed = {p.node for p in points.values()}
-            if pooled is not None and pooled[0] not in placed:
+            if indexed:
+                pass
+            elif pooled is not None and pooled[0] not in placed:
                 source, pool = pooled
                 name = _unique(pool.target if pool.op == "call_module" else pool.name, taken)
                 add_point(name, source, "pool", None, [])
@@ -356,7 +409,7 @@ def find_structure(gm: fx.GraphModule) -> Structure:
             add_point(name, tail[-1] if tail else node, "add", None, tail)
             groups.append(name)
     if not layers:
-        raise JobError("the model has no Conv or Linear layer to quantize")
+        raise JobError("the model has no Conv, Linear or Embedding layer to quantize")
     return Structure(layers, points, groups)
 
 
@@ -393,10 +446,13 @@ def cle_pairs(gm: fx.GraphModule, structure: Structure, clipped: list | None = N
         while True:
             user = only_user(current)
             if user is None or not _first_arg_is(user, current):
+        if not equalisable(layer.module):
+            continue
                 break
             if user in by_node:
                 second = by_node[user]
-                if second.name == user.target and in_channels(second.module) == out_channels(layer.module):
+                if (second.name == user.target and equalisable(second.module)
+                        and in_channels(second.module) == out_channels(layer.module)):
                     if clipping is None:
                         pairs.append(Pair(layer.name, second.name, relu))
                     elif clipped is not None:

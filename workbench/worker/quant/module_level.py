@@ -133,7 +133,8 @@ def find_structure(model: nn.Module, example) -> tuple[Structure, list[tuple[str
         raise JobError("the model has no Conv or Linear layer that its forward pass calls, so there is nothing to "
                        "quantize")
     logits = next((name for name in reversed(order) if outputs[name] is result), None)
-    takes_tensor = isinstance(example, torch.Tensor)
+    # One float tensor in: an input quantizer. Integer inputs (token ids) are never quantized.
+    takes_tensor = isinstance(example, torch.Tensor) and example.is_floating_point()
     structure = structure_of(model, order, logits, input_point=takes_tensor)
     return structure, mode.counts.most_common()
 

@@ -32,7 +32,8 @@ class Observed:
     random sample of the calibration values; `lo`/`hi` (C,) are the true extremes of everything seen, and
     `histogram` (centroids, counts), each (1, M), every calibration value in M fine bins (see histogram.py).
     `logits` (N, K) is set for the network's output, `bn` (mean, std per channel of the pre-activation, from a
-    folded BatchNorm) where one precedes the tensor, and `relu` when a ReLU follows that BatchNorm.
+    folded BatchNorm) where one precedes the tensor, and `relu` when a ReLU follows that BatchNorm. For a layer's
+    output, `channel_lo`/`channel_hi` are each channel's extremes over the calibration batches.
     """
 
     values: torch.Tensor
@@ -42,10 +43,14 @@ class Observed:
     bn: tuple[torch.Tensor, torch.Tensor] | None = None
     relu: bool = False
     histogram: tuple[torch.Tensor, torch.Tensor] | None = None
+    channel_lo: torch.Tensor | None = None
+    channel_hi: torch.Tensor | None = None
 
     @classmethod
-    def of_weight(cls, weight: torch.Tensor, per_channel: bool) -> Observed:
-        rows = weight.detach().float().reshape(weight.shape[0] if per_channel else 1, -1)
+    def of_weight(cls, weight: torch.Tensor, per_channel: bool, axis: int = 0) -> Observed:
+        """One row per channel along `axis` (1 for a transposed conv's output channels), or one row."""
+        weight = weight.detach().float()
+        rows = weight.movedim(axis, 0).reshape(weight.shape[axis], -1) if per_channel else weight.reshape(1, -1)
         return cls(rows, rows.min(dim=1).values, rows.max(dim=1).values)
 
 

@@ -19,13 +19,16 @@ from torch import nn
 from workbench.errors import JobError
 from workbench.worker.models.build import call_model
 from workbench.worker.quant import module_level
+from workbench.worker.quant.channels import ChannelExtremes, channel_dim
 from workbench.worker.quant.graph import (
     BATCHNORMS,
+    TRANSPOSED,
     Structure,
     bn_stats,
     is_plain_relu,
     module_of,
     quantized_input,
+    weight_axis,
 )
 from workbench.worker.quant.histogram import StreamingHistogram
 from workbench.worker.quant.quantizer import (
@@ -92,9 +95,11 @@ class Observer:
     """Running extremes and a seeded random sample of the values of one tensor over the calibration batches (for
     the histograms and errors the analysis shows, and the percentile range); with `histogram`, every value in a
     fine streaming histogram (the MSE range searches all of them); all rows as well for logits (the
-    cross-entropy range needs whole samples)."""
+    cross-entropy range needs whole samples). With `channels` (the dimension holding a layer output's channels),
+    each channel's extremes too."""
 
-    def __init__(self, batches: int, seed: int, keep_rows: bool, cap: int = SAMPLE_CAP, histogram: bool = False):
+    def __init__(self, batches: int, seed: int, keep_rows: bool, cap: int = SAMPLE_CAP, histogram: bool = False,
+                 channels: int | None = None):
         self.per_batch = max(1, math.ceil(cap / max(batches, 1)))
         self.generator = torch.Generator().manual_seed(seed)
         self.keep_rows = keep_rows
@@ -103,10 +108,13 @@ class Observer:
         self.highs: list[torch.Tensor] = []
         self.samples: list[torch.Tensor] = []
         self.rows: list[torch.Tensor] = []
+        self.channels = ChannelExtremes(channels) if channels is not None else None
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
         x = x.detach().float()
+        if self.channels is not None:
+            self.channels.update(x)
         low, high = torch.aminmax(x)  # one pass for both
         # Extremes stay on the device until the end: one host sync per tensor, not per batch (the histogram,
         # which needs them now, is the exception).
@@ -132,7 +140,10 @@ class Observer:
         if self.histogram is not None:
             centroids, counts = self.histogram.centroids()
             histogram = (centroids.reshape(1, -1), counts.reshape(1, -1))
-        return Observed(values, lo, hi, logits=torch.cat(self.rows) if self.rows else None, histogram=histogram)
+        observed = Observed(values, lo, hi, logits=torch.cat(self.rows) if self.rows else None, histogram=histogram)
+        if self.channels is not None and self.channels.lo is not None:
+            observed.channel_lo, observed.channel_hi = self.channels.lo.cpu(), self.channels.hi.cpu()
+        return observed
 
 
 class ActQuant(nn.Module):
@@ -151,6 +162,8 @@ class ActQuant(nn.Module):
         self.tap: Callable[[str, torch.Tensor], None] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not x.is_floating_point():
+            return x  # integers (token ids, masks) are never fake-quantized: they would become other integers
         if self.observer is not None:
             self.observer.update(x)
         if self.enabled and self.qp is not None:
@@ -178,9 +191,10 @@ class WeightQuant:
     b_q: torch.Tensor | None = None
     rounding: str = "nearest"
     ranges: dict = field(default_factory=dict)  # method -> (lo, hi), each estimated once
+    axis: int = 0  # the weight's output-channel axis, which per-channel quantization runs along
 
     def observed(self) -> Observed:
-        return Observed.of_weight(self.w_fp, self.per_channel)
+        return Observed.of_weight(self.w_fp, self.per_channel, self.axis)
 
     def range_of(self, method: str, grid: Grid | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         grid = grid or self.grid
@@ -193,7 +207,7 @@ class WeightQuant:
         """Choose the range with this quantizer's method and round to nearest."""
         self.grid = grid or self.grid
         lo, hi = self.range_of(self.method)
-        axis = 0 if self.per_channel else None
+        axis = self.axis if self.per_channel else None
         lo, hi = (lo, hi) if self.per_channel else (lo[0], hi[0])
         self.qp = qparams_from_range(lo, hi, self.grid, axis).to(self.w_fp.device)
         self.codes = quantize(self.w_fp, self.qp)
@@ -203,6 +217,15 @@ class WeightQuant:
     @property
     def w_q(self) -> torch.Tensor:
         return dequantize(self.codes, self.qp)
+
+    def output_scale(self) -> torch.Tensor:
+        """The weight scale of each output channel (0-d per tensor): a grouped transposed conv's per-channel scales
+        run along out / groups, and group g's output channel g * (out / groups) + j uses scale j."""
+        scale = self.qp.scale
+        groups = getattr(self.module, "groups", 1)
+        if scale.dim() and isinstance(self.module, TRANSPOSED) and groups > 1:
+            return scale.repeat(groups)
+        return scale
 
     def size_bytes(self) -> int:
         bias = 0 if self.b_fp is None else self.b_fp.numel() * 4  # int32 biases, as int8 kernels keep them
@@ -244,10 +267,11 @@ class QuantSim:
         for name, layer in structure.layers.items():
             module = layer.module
             grid = Grid.for_weights(self.bits.get(name, weights.bits), weights.symmetric, weights.restricted)
+            bias = getattr(module, "bias", None)  # an embedding has none
             self.weights[name] = WeightQuant(
                 name, module, module.weight.detach().clone(),
-                None if module.bias is None else module.bias.detach().clone(), grid,
-                weights.granularity == "per_channel", weights.range, weights.percentile)
+                None if bias is None else bias.detach().clone(), grid,
+                weights.granularity == "per_channel", weights.range, weights.percentile, axis=weight_axis(module))
         self.points: dict[str, PointState] = {}
         for name, point in structure.points.items():
             state = PointState(name, ActQuant(name), self.bits.get(name, activations.bits), relu=point.relu,
@@ -321,7 +345,7 @@ class QuantSim:
         scale = self.bias_input_scale(name)
         if bias is None or scale is None or wq.qp is None:
             return None
-        return bias_codes(bias, scale, wq.qp.scale)
+        return bias_codes(bias, scale, wq.output_scale())
 
     def bias_in_use(self, name: str) -> torch.Tensor | None:
         """Layer `name`'s bias with its weights quantized: the corrected one if bias correction ran, on the int32
@@ -400,7 +424,8 @@ class QuantSim:
         # minmax and percentile read the extremes and the sample; every other method may end in the MSE search.
         histogram = self.act_spec.range not in ("minmax", "percentile")
         for i, state in enumerate(self.points.values()):
-            state.module.observer = Observer(count, seed + i, keep_rows=state.logits, histogram=histogram)
+            state.module.observer = Observer(count, seed + i, keep_rows=state.logits, histogram=histogram,
+                                             channels=self._channel_dim(state.name))
         try:
             with self.keeping():
                 self.all(activations=False)
@@ -416,8 +441,17 @@ class QuantSim:
                 if observer is not None and observer.samples:
                     state.observed = observer.observed()
                     state.observed.bn, state.observed.relu = state.bn, state.relu
+        unseen = [name for name, state in self.points.items() if state.observed is None]
+        if unseen:
+            raise JobError(f"no floating-point values reached the activation quantizer(s) {', '.join(unseen)} during "
+                           "calibration (integer tensors are never quantized); the model's inputs may not reach them")
         parallel_map(self.set_point_range, self.points.values(), self.device, check_stop)
         self.refresh()
+
+    def _channel_dim(self, point: str) -> int | None:
+        """Where a layer's output point keeps its channels (for the channel-range ratio); None for other points."""
+        layer = self.structure.points[point].layer
+        return channel_dim(self.structure.layers[layer].module) if layer in self.structure.layers else None
 
     def set_point_range(self, state: PointState, bits: int | None = None) -> None:
         state.method = self.act_method(state)

@@ -12,15 +12,12 @@ import torch.fx as fx
 from torch import nn
 
 from workbench.worker.models.build import call_model
+from workbench.worker.quant.channels import channel_dim
 from workbench.worker.quant.graph import Layer
 
 
 class _Stop(Exception):
     """Raised by a hook once it has what it came for: the rest of the forward pass is not needed."""
-
-
-def channel_dim(module: nn.Module) -> int:
-    return -1 if isinstance(module, nn.Linear) else 1
 
 
 def channel_mean(t: torch.Tensor, dim: int) -> torch.Tensor:

@@ -1,5 +1,6 @@
 """The per-layer table of a quantize run: one row per quantizer (a layer's weights or its output activation) with
-SQNR, MSE, clipping and rounding error, range and scale; sorts by value, and the worst quantizers are marked."""
+SQNR, MSE, clipping and rounding error, range and scale, and for a layer's output how unevenly its channels spread
+(the channel-range ratio); sorts by value, and the worst quantizers are marked."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyMod
 from PySide6.QtGui import QColor
 
 COLUMNS = ("Layer", "Tensor", "Bits", "Range", "SQNR (dB)", "MSE", "Clipping MSE", "Rounding MSE", "Min", "Max",
-           "Data min", "Data max", "Scale", "Net SQNR (dB)")
+           "Data min", "Data max", "Scale", "Net SQNR (dB)", "Ch. range ratio")
 TOOLTIPS = {
     "SQNR (dB)": "Signal-to-quantization-noise ratio of this tensor alone: 10·log10(Σx² / Σ(x − q(x))²). "
                  "About 6 dB per bit; higher is better",
@@ -22,7 +23,12 @@ TOOLTIPS = {
     "Data min": "The smallest value seen (the weights, or the activations over the calibration set)",
     "Data max": "The largest value seen: beyond Max, values are clipped",
     "Scale": "Step of the quantization grid (per-channel weights: the smallest and largest channel's)",
+    "Ch. range ratio": "A layer's output: the widest channel's range over the median channel's (max / median of "
+                       "the per-channel ranges on the calibration set). One activation scale covers every channel, "
+                       "so a large value means outlier channels squeeze the others onto few levels (common in "
+                       "transformers); near 1, the channels are alike. Hover a value for its widest channels",
 }
+RATIO = "Ch. range ratio"
 SORT_ROLE = Qt.UserRole + 1
 KEY_ROLE = Qt.UserRole + 2  # (layer, tensor)
 WORST = 3  # quantizers marked per tensor kind at most, and no more than a quarter of that kind (at least one)
@@ -109,6 +115,9 @@ class LayerTableModel(QAbstractTableModel):
             return (f"{text} · {granularity}" if granularity else text), text
         if column == "Scale":
             return _scale_text(entry.get("scale"))
+        if column == RATIO:  # blank where the run did not measure it (weights, other points, older runs)
+            value = _number(entry.get("channel_range_ratio"))
+            return ("" if value is None else f"{value:.3g}"), value
         if column == "Net SQNR (dB)":
             value = net_sqnr(entry) if entry.get("tensor") == "activation" else None
             return ("—" if value is None else f"{value:.1f}"), value
@@ -136,6 +145,9 @@ class LayerTableModel(QAbstractTableModel):
         if role == KEY_ROLE:
             return entry.get("name", ""), entry.get("tensor", "")
         worst = (entry.get("name"), entry.get("tensor")) in self.worst
+        if role == Qt.ToolTipRole and column == RATIO and entry.get("outlier_channels"):
+            channels = ", ".join(str(c) for c in entry["outlier_channels"])
+            return f"Widest channels, widest first: {channels}"
         if role == Qt.BackgroundRole and worst:
             return WORST_COLOUR
         if role == Qt.ToolTipRole and worst:
