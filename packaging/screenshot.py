@@ -18,6 +18,46 @@ from workbench.gui.settings import Settings
 from workbench.workspace import resolve_workspace
 
 
+# A user's own project of token sequences (the data-tokens, evaluation-tokens and try-it-tokens scenes): short
+# reviews padded with id 0, a vocab to decode them, a tiny transformer to classify them.
+TOKENS_PROJECT = '''
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+GOOD = ["good", "great", "fine", "lovely", "fun"]
+BAD = ["bad", "dull", "awful", "poor", "slow"]
+OTHER = ["the", "a", "film", "plot", "was", "cast", "and", "very", "not", "music", "story", "it", "quite", "ending"]
+
+
+class Reviews(Dataset):
+    vocab = ["<pad>"] + GOOD + BAD + OTHER
+    def __init__(self, n=600, length=24, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.zeros(n, length, dtype=torch.long)
+        lengths = torch.randint(6, length + 1, (n,), generator=g)
+        for i, size in enumerate(lengths.tolist()):
+            self.x[i, :size] = torch.randint(1, len(self.vocab), (size,), generator=g)
+        good = ((self.x >= 1) & (self.x <= 5)).sum(1)
+        bad = ((self.x >= 6) & (self.x <= 10)).sum(1)
+        self.y = (good > bad).long()
+        self.classes = ["negative", "positive"]
+    def __len__(self): return len(self.x)
+    def __getitem__(self, i): return self.x[i], int(self.y[i])
+    def decode(self, ids): return " ".join(self.vocab[int(i)] for i in ids if int(i))
+
+
+class TinyTransformer(nn.Module):
+    def __init__(self, vocab=25, dim=32, num_classes=2):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(dim, 4, 64, dropout=0.0, batch_first=True), 2)
+        self.head = nn.Linear(dim, num_classes)
+    def forward(self, ids):
+        return self.head(self.enc(self.emb(ids)).mean(1))
+'''
+
+
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "screenshot.png").absolute()
     theme = sys.argv[2] if len(sys.argv) > 2 else "light"
@@ -91,6 +131,63 @@ def main() -> int:
         panel = window.dataset_panel
         panel.grid.setCurrentIndex(panel.model.index(12))
 
+    def tokens_scene() -> None:
+        """A token-sequence project of one's own (TOKENS_PROJECT): its Data tab, its evaluation, Try it."""
+        from workbench.specs import DataSpec, TrainSpec
+
+        folder = Path(tempfile.mkdtemp(prefix="wb-tokens-"))
+        (folder / "data.py").write_text(TOKENS_PROJECT)
+        data = {"name": f"file:{folder / 'data.py'}:Reviews", "num_workers": 0}
+        if scene == "data-tokens":
+            panel = window.dataset_panel
+            window.show_tab(panel)
+            panel.state.set_spec(DataSpec.from_dict(data))
+
+            def tokens_ready() -> None:
+                if panel.info is None or panel.table_model.rowCount() == 0:
+                    QTimer.singleShot(300, tokens_ready)
+                    return
+                panel.table.setCurrentIndex(panel.table_model.index(2, 1))
+                QTimer.singleShot(2500, lambda: panel.side_tabs.setCurrentWidget(panel.input_chart))
+                QTimer.singleShot(3500, capture)
+
+            tokens_ready()
+            return
+        panel = window.training_panel
+        window.show_tab(panel)
+        window.start_training(TrainSpec.from_dict({
+            "task": "auto", "epochs": 6, "lr": 0.003, "dataset": data,
+            "model": {"name": f"file:{folder / 'data.py'}:TinyTransformer", "num_classes": 2}}))
+
+        def finished() -> None:
+            if panel.job_of_run or not panel.runs:
+                QTimer.singleShot(500, finished)
+                return
+            run_id = next(iter(panel.runs))
+            panel.refresh()
+            panel.select_run(run_id)
+            if scene == "evaluation-tokens":
+                panel.show_details(run_id)
+                panel.tabs.setCurrentIndex(1)
+                QTimer.singleShot(2500, capture)
+                return
+            dialog = window.open_try_it(run_id)
+            dialog.resize(1040, 620)
+            dialog.view.split_combo.setCurrentIndex(dialog.view.split_combo.findData("test"))
+            dialog.view.index_spin.setValue(4)
+            dialog.view.sample_button.click()
+
+            def shown() -> None:
+                if dialog.view.result is None and not dialog.view.status.text().startswith("Could not"):
+                    QTimer.singleShot(300, shown)
+                    return
+                QTimer.singleShot(800, lambda: (dialog.grab().save(str(out)), print(out),
+                                                window.close_stopping_jobs()))
+
+            shown()
+
+        QTimer.singleShot(3000, finished)
+
     def when_ready() -> None:
         if manager.state != "ready":
             QTimer.singleShot(100, when_ready)
@@ -119,6 +216,9 @@ def main() -> int:
                 QTimer.singleShot(3500, capture)
 
             user_ready()
+            return
+        if scene in ("data-tokens", "evaluation-tokens", "try-it-tokens"):
+            tokens_scene()
             return
         if scene == "classes":
             data_scene()

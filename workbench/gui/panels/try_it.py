@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 
 from workbench.errors import WorkbenchError
 from workbench.gui.images import scaled_pixmap, to_qimage
+from workbench.gui.panels.data.input_plots import sample_lines
 from workbench.gui.plots import SERIES_COLOURS, add_legend, make_plot
 from workbench.gui.widgets.spec_form import ERROR_COLOUR
 from workbench.runs import RunStore
@@ -63,6 +64,12 @@ class RunInfo:
     dataset: str = ""
     dataset_spec: dict | None = None
     scheme: str = ""  # a quantize run's bit widths, e.g. W8A8
+
+    @property
+    def takes_images(self) -> bool:
+        """Whether an image file can be its input: a user's own Dataset (file:, lightning:) makes its inputs with
+        its own code, token ids or signals as often as images, and the worker refuses a file for it."""
+        return not self.dataset.startswith(("file:", "lightning:"))
 
     @property
     def quantized_name(self) -> str:
@@ -157,7 +164,8 @@ class TryItView(QWidget):
         self.heading = QLabel(
             f"<b>Try {html.escape(self.run.label)}</b><br>" + (
                 f"The FP32 model beside the {html.escape(self.run.quantized_name)} quantized one, on the same input."
-                if quantized else "The model's most likely classes for one image."))
+                if quantized else "The model's most likely classes for one image." if self.run.takes_images
+                else "The model's answer for one sample of its dataset."))
         self.heading.setWordWrap(True)
         self.image = _image_box(IMAGE_BOX, DROP_TEXT)
         self.image.setToolTip("Drop an image file here to try the model on it; it is converted to the model's "
@@ -177,6 +185,19 @@ class TryItView(QWidget):
         self.data_tab_button.setToolTip("Try the model on the sample shown in the Data tab (when the Data tab shows "
                                         "the run's dataset)")
         self.data_tab_button.setEnabled(self.data_sample is not None)
+        if not self.run.takes_images:
+            # Its Dataset's own code makes the inputs (token ids, signals, rows as often as images): a file
+            # cannot become one, so the sample row below is the way in.
+            self.open_button.setEnabled(False)
+            self.open_button.hide()
+            self.open_button.setToolTip(f"This run trained on {self.run.dataset}, your own Dataset, whose code makes "
+                                        "its inputs; an image file cannot become one. Pick a sample below")
+            self.image.setText("Pick a sample of the run's dataset below:<br>its split and index, then Predict sample")
+            self.image.setToolTip("The sample tried: its ids and decoded text, or its values")
+            self.image.setTextFormat(Qt.RichText)
+            self.image.setAlignment(Qt.AlignLeft | Qt.AlignTop)
+            self.image.setTextInteractionFlags(Qt.TextSelectableByMouse)
+            self.image.setMargin(8)
         self.top_k_spin = QSpinBox()
         self.top_k_spin.setRange(1, 20)
         self.top_k_spin.setValue(5)
@@ -267,7 +288,8 @@ class TryItView(QWidget):
 
     def predict_sample(self, split: str, index: int) -> None:
         self.image.clear()
-        self.image.setText(f"{split} #{index} of {self.run.dataset}\n(loading…)")
+        self.image.setText(f"{split} #{index} of {html.escape(self.run.dataset)}<br>(loading…)"
+                           if not self.run.takes_images else f"{split} #{index} of {self.run.dataset}\n(loading…)")
         self._submit({"sample": {"split": split, "index": int(index)}})
 
     def _submit(self, part: dict) -> None:
@@ -313,11 +335,11 @@ class TryItView(QWidget):
         return None
 
     def dragEnterEvent(self, event) -> None:
-        if self._dropped_file(event.mimeData()):
+        if self.run.takes_images and self._dropped_file(event.mimeData()):
             event.acceptProposedAction()
 
     def dragMoveEvent(self, event) -> None:
-        if self._dropped_file(event.mimeData()):
+        if self.run.takes_images and self._dropped_file(event.mimeData()):
             event.acceptProposedAction()
 
     def dropEvent(self, event) -> None:
@@ -506,6 +528,11 @@ class TryItView(QWidget):
                          + (f", the model's {shape}" if height else ""))
             if info.get("note"):
                 lines.append(html.escape(info["note"]))
+            sample = info.get("sample") or {}
+            if sample:  # not an image: the sample as its kind reads, where the picture would be
+                self.image.setText("<br>".join(sample_lines(sample)))
+                self.seen.setText(f"{sample.get('length', '')} tokens" if sample.get("kind") == "tokens"
+                                  else sample.get("kind", ""))
         norm = info.get("normalize")
         if norm:
             numbers = ", ".join(f"{m:.3g}/{s:.3g}" for m, s in zip(norm["mean"], norm["std"]))

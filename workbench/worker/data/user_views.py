@@ -196,9 +196,13 @@ def label_of(y: torch.Tensor) -> int:
     return -1
 
 
-def table_row(index: int, x, y: torch.Tensor) -> dict:
-    return {"index": int(index), "inputs": input_summaries(x),
-            "target": {**summary(y), "text": target_text(y)}}
+def table_row(index: int, x, y: torch.Tensor, describer=None, classes: list[str] | None = None) -> dict:
+    """A table row: the input's summaries, the target; with a describer (sequence_views), the input itself as its
+    kind shows it (ids and text, a signal's values, a row of features)."""
+    row = {"index": int(index), "inputs": input_summaries(x), "target": {**summary(y), "text": target_text(y, classes)}}
+    if describer is not None:
+        row["sample"] = describer.describe(x)
+    return row
 
 
 # -- tasks ---------------------------------------------------------------------------------------------------------
@@ -240,9 +244,11 @@ def names_of(source, count: int = 0, attrs=("classes", "labels", "label_names"))
 
 def target_histogram(split, task: str | None, classes: list[str], limit: int = HISTOGRAM_SAMPLES,
                      progress: Callable[[int, int, str], None] | None = None,
-                     check_stop: Callable[[], None] | None = None) -> dict | None:
+                     check_stop: Callable[[], None] | None = None,
+                     inputs: Callable[[object], None] | None = None) -> dict | None:
     """The targets of the first `limit` samples of a user split, by task: class counts, per-label counts, a value
-    histogram (with edges) or pixels per class; "sampled" says how many were read, "total" of how many."""
+    histogram (with edges) or pixels per class; "sampled" says how many were read, "total" of how many. `inputs`,
+    when given, sees each sample's input on the way (the input histograms read the same samples once)."""
     total = len(split)
     n = min(limit, total)
     class_counts = np.zeros(0, dtype=np.int64)
@@ -250,7 +256,9 @@ def target_histogram(split, task: str | None, classes: list[str], limit: int = H
     for i in range(n):
         if check_stop is not None:
             check_stop()
-        _, y = split.sample(i)
+        x, y = split.sample(i)
+        if inputs is not None:
+            inputs(x)
         y = y.detach().cpu()
         if task in ("classification", "segmentation"):
             ids = y.reshape(-1).to(torch.int64).numpy()
@@ -293,11 +301,13 @@ def target_histogram(split, task: str | None, classes: list[str], limit: int = H
 
 
 # -- one sample at full size ---------------------------------------------------------------------------------------
-def sample_view(x, y: torch.Tensor, classes: list[str]) -> dict:
+def sample_view(x, y: torch.Tensor, classes: list[str], describer=None) -> dict:
     """data.sample's part for a user sample: the image (masks blended) and raw mask when image-like, the tensor
-    summaries always, the target as text."""
+    summaries always, the target as text; with a describer (sequence_views), the input as its kind shows it."""
     out = {"view": view_of(x, y), "inputs": input_summaries(x), "target": {**summary(y), "text": target_text(y, classes)},
            "label": label_of(y)}
+    if describer is not None and not is_image(x):
+        out["sample"] = describer.describe(x)
     out["class_name"] = out["target"]["text"]
     if is_image(x):
         image = image_uint8(x)

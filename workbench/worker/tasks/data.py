@@ -99,15 +99,21 @@ def _builtin_tasks(dataset) -> dict:
 def _user_info(dataset, ctx) -> dict:
     """data.info of a user's Dataset: its description, the tasks its first sample serves, the target histogram
     over the first train samples (cancellable)."""
+    from workbench.worker.data.sequence_views import InputStats, input_kind
     from workbench.worker.data.user_views import HISTOGRAM_SAMPLES, target_histogram, tasks_of, view_of
 
     result = dataset.describe()
     x, y = dataset.first_sample()
     result["tasks"] = tasks_of(x, y)
     result["view"] = view_of(x, y)
+    result["input_kind"] = input_kind(x)
+    train = dataset.splits["train"]
+    stats = InputStats(getattr(train, "source", None))
     result["target_histogram"] = target_histogram(
-        dataset.splits["train"], result["tasks"]["auto"], result["classes"], HISTOGRAM_SAMPLES,
-        progress=lambda done, total, text: ctx.progress(done, total, text), check_stop=ctx.check_stop)
+        train, result["tasks"]["auto"], result["classes"], HISTOGRAM_SAMPLES,
+        progress=lambda done, total, text: ctx.progress(done, total, text), check_stop=ctx.check_stop,
+        inputs=stats.add)
+    result["input_histogram"] = stats.result(min(HISTOGRAM_SAMPLES, len(train)), len(train))
     return result
 
 
@@ -230,6 +236,8 @@ def _user_page(dataset, split_name: str, offset: int, count: int, label: int, th
         ctx.check_stop()
         samples.append(split.sample(index))  # a failing __getitem__ is a JobError naming the sample, file and line
         ctx.progress(done + 1, len(chosen), f"reading {split_name} samples {done + 1}/{len(chosen)}")
+    from workbench.worker.data.sequence_views import Describer, input_kind
+
     names = names_of(split.source)  # the Dataset's own `classes`, if it has them: captions name the classes
     x0, y0 = samples[0] if samples else dataset.first_sample()
     view = view_of(x0, y0)
@@ -242,17 +250,20 @@ def _user_page(dataset, split_name: str, offset: int, count: int, label: int, th
         "labels": [label_of(y) for _, y in samples],
         "captions": [target_text(y, names) for _, y in samples],
         "view": view,
+        "input_kind": input_kind(x0),
     }
     if view == "images":
         result.update(thumbnail_page(samples, thumb_size))
     else:
-        result["rows"] = [table_row(i, x, y) for i, (x, y) in zip(chosen, samples, strict=True)]
+        describer = Describer(split.source)  # the user's decode / vocab, found once for the page
+        result["rows"] = [table_row(i, x, y, describer, names) for i, (x, y) in zip(chosen, samples, strict=True)]
     return result
 
 
 def _user_sample(dataset, split_name: str, index: int) -> dict:
     """One sample of a user's Dataset: the image (mask blended, the raw mask too) or the tensor summaries, and
     the target as text."""
+    from workbench.worker.data.sequence_views import Describer
     from workbench.worker.data.user_views import names_of, sample_view
 
     split = dataset.splits[split_name]
@@ -261,7 +272,7 @@ def _user_sample(dataset, split_name: str, index: int) -> dict:
                        f"{len(split)} samples (0..{len(split) - 1})")
     x, y = split.sample(index)
     classes = names_of(split.source)
-    view = sample_view(x, y, classes)
+    view = sample_view(x, y, classes, Describer(split.source))
     first = view["inputs"][0]
     return {
         "index": index,

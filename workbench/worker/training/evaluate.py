@@ -101,7 +101,21 @@ def evaluate_split(model: nn.Module, split, objective, classes: list[str], *, de
             evaluator.add(indices, scores, y)
     finally:
         model.train(was_training)
-    return evaluator.result()
+    result = evaluator.result()
+    _attach_inputs(split, result)
+    return result
+
+
+def _attach_inputs(split, result: dict) -> None:
+    """The worst samples' inputs when they are not images (token ids and text, signals, rows): the view shows
+    them from evaluation.json alone. Reading them is the user's code: a failure leaves the evaluation as it is."""
+    from workbench.errors import JobError
+    from workbench.worker.data.sequence_views import attach_inputs
+
+    try:
+        attach_inputs(split, result)
+    except (JobError, RuntimeError, ValueError, TypeError, IndexError, KeyError):
+        pass
 
 
 def write_evaluation(path: Path, evaluation: dict) -> None:

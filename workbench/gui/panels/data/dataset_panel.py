@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 
 from workbench.gui.panels.data.class_chart import ClassChart
 from workbench.gui.panels.data.dataset_dialog import DatasetDialog
+from workbench.gui.panels.data.input_plots import InputChart
 from workbench.gui.panels.data.sample_view import SampleView
 from workbench.gui.panels.data.target_chart import TargetChart
 from workbench.gui.panels.data.thumbnails import INDEX_ROLE, ThumbnailItemModel
@@ -71,6 +72,7 @@ class DatasetPanel(QWidget):
         self.model.page_loaded.connect(self._on_model_page_loaded)
         self.table_model.load_failed.connect(self._on_model_load_failed)
         self.table_model.total_changed.connect(self._on_table_total_changed)
+        self.table_model.modelReset.connect(self._fit_table_columns)
         state.changed.connect(self.reload)
         state.calibration_changed.connect(self._sync_calibration)
 
@@ -148,6 +150,7 @@ class DatasetPanel(QWidget):
         self.sample_view = SampleView()
         self.class_chart = ClassChart()
         self.target_chart = TargetChart()
+        self.input_chart = InputChart()  # a user's inputs that are not images: lengths, columns, values
         self.side_tabs = QTabWidget()
         # In a scroll area: a title or note that wraps onto more lines scrolls the sample view, where its minimum
         # height used to pass up to the window, which grew by itself.
@@ -160,7 +163,11 @@ class DatasetPanel(QWidget):
         self.side_tabs.addTab(self.sample_scroll, "Sample")
         self.side_tabs.addTab(self.class_chart, "Classes")
         self.side_tabs.addTab(self.target_chart, "Targets")
+        self.side_tabs.addTab(self.input_chart, "Inputs")
+        self.side_tabs.setTabToolTip(3, "Histograms of the inputs: token sequence lengths, each feature column's "
+                                        "values, a signal's values")
         self.side_tabs.setTabVisible(2, False)  # the built-in sets' class chart says it all
+        self.side_tabs.setTabVisible(3, False)  # shown once data.info says the inputs are not images
         splitter = QSplitter(Qt.Horizontal)
         splitter.addWidget(self.views)
         splitter.addWidget(self.side_tabs)
@@ -201,6 +208,8 @@ class DatasetPanel(QWidget):
         user = self.is_user_dataset()
         self.side_tabs.setTabVisible(1, not user)
         self.side_tabs.setTabVisible(2, user)
+        self.side_tabs.setTabVisible(3, False)
+        self.input_chart.clear()
         self.class_combo.setEnabled(not user)  # a user's samples are not filtered by class
         self.target_chart.clear("Reading the targets of the first training samples…" if user else "")
         self.views.setCurrentWidget(self.grid)
@@ -282,14 +291,30 @@ class DatasetPanel(QWidget):
         tasks = info.get("tasks") or {}
         auto = tasks.get("auto")
         task = f"task=auto: <b>{auto}</b>" if auto else "task=auto cannot tell the task"
+        kind = {"tokens": " token ids", "signal": " signal", "tabular": " features"}.get(info.get("input_kind"), "")
         self.summary.setText(f"{self._summary_prefix}<b>{info['dataset']}</b> · your Dataset · input {shape} "
-                             f"{info.get('input_dtype', '')} · target {info.get('target', '')} · {task} · "
+                             f"{info.get('input_dtype', '')}{kind} · target {info.get('target', '')} · {task} · "
                              f"train {n['train']:,} · val {n['val']:,} · test {n['test']:,}")
         self.summary.setToolTip(tasks.get("why", ""))
         self.target_chart.show_histogram(info.get("target_histogram"),
                                          "" if info.get("target_histogram") else tasks.get("why", ""))
+        inputs = info.get("input_histogram")
+        self.side_tabs.setTabVisible(3, bool(inputs))
+        if inputs:
+            self.input_chart.show_histogram(inputs)
         self._reconfigure_grid()
         self.status_message.emit(self._loaded_message(info["dataset"]))
+
+    def _fit_table_columns(self) -> None:
+        """Room for what people read: a token sequence's text and ids on one line each, numbers narrow."""
+        token = self.table_model.kind == "tokens"
+        self.table.setWordWrap(not token)  # a wrapped sequence shows two cut lines of a row; the tooltip has it all
+        widths = {"#": 48, "text": 340, "ids": 220, "length": 60, "min id": 60, "max id": 60}
+        for column, name in enumerate(self.table_model.columns):
+            if token and name in widths:
+                self.table.setColumnWidth(column, widths[name])
+            elif name == "#":
+                self.table.setColumnWidth(column, 48)
 
     def _on_table_total_changed(self, total: int) -> None:
         self.table.setToolTip(f"{total:,} samples in {self.current_split()}")

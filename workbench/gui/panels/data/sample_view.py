@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.gui.images import scaled_pixmap, to_qimage
+from workbench.gui.panels.data.input_plots import draw_sample, sample_lines
 from workbench.gui.plots import CHANNEL_COLOURS, make_plot
 
 
@@ -39,6 +40,7 @@ def _image_label(size: int) -> QLabel:
 
 
 HISTOGRAM_MIN_HEIGHT = 180
+PIXELS = ("Pixel values", "count", "value (0–255)")  # the plot's title and axes for an image
 
 
 class SampleView(QWidget):
@@ -57,8 +59,7 @@ class SampleView(QWidget):
         self.details.setWordWrap(True)
         self.details.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.image = _image_label(120)
-        self.histogram = make_plot("Pixel values", "count", "value (0–255)",
-                                   empty="The histogram of the sample's pixel values appears here.")
+        self.histogram = make_plot(*PIXELS, empty="The histogram of the sample's pixel values appears here.")
         # Room for a readable plot under its title and axis labels (110 px left about 40 px of bars).
         self.histogram.setMinimumHeight(HISTOGRAM_MIN_HEIGHT)
         self.before = _image_label(64)
@@ -143,6 +144,7 @@ class SampleView(QWidget):
 
     def _draw_histogram(self, histogram: dict) -> None:
         self.histogram.clear()
+        self._pixel_axes()
         edges, counts = np.asarray(histogram["edges"]), np.asarray(histogram["counts"])
         colours = CHANNEL_COLOURS.get(counts.shape[0], CHANNEL_COLOURS[3])
         for channel, row in enumerate(counts):
@@ -152,7 +154,8 @@ class SampleView(QWidget):
 
     def show_user_sample(self, result: dict, note: str = "") -> None:
         """A sample of the user's own Dataset: the image with its mask blended in (and which colour is which
-        class), or, for inputs that are not images, the shapes, dtypes and value ranges of its tensors."""
+        class), or, for inputs that are not images, the input as its kind reads (a token sequence's text and ids, a
+        signal's line, a row's features) over the shapes, dtypes and value ranges of its tensors."""
         self.result = result
         target = result["target"]
         title = f"{result['split']} #{result['index']} — target {target['text']}"
@@ -164,16 +167,30 @@ class SampleView(QWidget):
             swatches = " ".join(f"<span style='color:rgb({c[0]},{c[1]},{c[2]})'>■</span> {item['id']}: {item['name']}"
                                 for item in legend for c in [item["colour"]])
             lines.append(f"mask overlay: {swatches}")
+        sample = result.get("sample") or {}
+        lines[:0] = sample_lines(sample)  # the input itself first (its text, ids), its tensor summary after
         self.details.setText("<br>".join(lines))
         self.transforms.hide()  # the workbench does not augment a user's Dataset: its own transforms do
         self.histogram.clear()
         if "image" in result:
             self.image.show()
+            self.histogram.show()
             self._set_image(self.image, result["image"])
             self._draw_histogram(result["histogram"])
         else:
             self.image.clear()
             self.image.hide()
+            # A plot of what this input is (ids by position, a signal, a row's features); none for other tensors,
+            # where an empty "Pixel values" histogram said nothing true.
+            self.histogram.setVisible(draw_sample(self.histogram, sample))
+
+    def _pixel_axes(self) -> None:
+        """The plot back to an image's pixel histogram (after a token sequence or a signal was drawn on it)."""
+        self.histogram.show()
+        self.histogram.setTitle(PIXELS[0], size="10pt")
+        self.histogram.setLabel("left", PIXELS[1])
+        self.histogram.setLabel("bottom", PIXELS[2])
+        self.histogram.getAxis("bottom").setTicks(None)
 
 
 def _tensor_text(summary: dict) -> str:

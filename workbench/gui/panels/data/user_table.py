@@ -1,5 +1,6 @@
-"""SampleTableItemModel: the samples of a user's Dataset whose inputs are not images, as table rows of shapes,
-dtypes and value ranges. Rows arrive a page at a time from `data.page` as the view scrolls (Qt's fetchMore)."""
+"""SampleTableItemModel: the samples of a user's Dataset whose inputs are not images, as table rows: token
+sequences as their ids and decoded text, tabular rows as one column per feature, anything else as shapes, dtypes
+and value ranges. Rows arrive a page at a time from `data.page` as the view scrolls (Qt's fetchMore)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,22 @@ from workbench.gui.panels.data.thumbnails import INDEX_ROLE
 
 PAGE_SIZE = 200
 COLUMNS = ("#", "input", "shape", "dtype", "min", "max", "mean", "target", "target shape", "target range")
+TOKEN_COLUMNS = ("#", "text", "ids", "length", "min id", "max id", "target")
+MAX_FEATURE_COLUMNS = 40  # a wider row keeps the summary columns: forty columns of numbers read as noise
+NUMERIC = {"#", "min", "max", "mean", "length", "min id", "max id"}
+
+
+def columns_for(kind: str, rows: list[dict]) -> tuple[str, ...]:
+    """The columns a page of this input kind reads best in: tokens' text and ids, one per tabular feature, or the
+    tensor summaries (with the input column only when a sample has several, named inputs)."""
+    first = (rows[0].get("sample") or {}) if rows else {}
+    if kind == "tokens":
+        return TOKEN_COLUMNS if "text" in first else tuple(c for c in TOKEN_COLUMNS if c != "text")
+    names = first.get("names") or []
+    if kind == "tabular" and 0 < len(names) <= MAX_FEATURE_COLUMNS:
+        return ("#", *names, "target")
+    several = any(len(row["inputs"]) > 1 for row in rows)
+    return COLUMNS if several else tuple(c for c in COLUMNS if c != "input")
 
 
 def _number(value) -> str:
@@ -37,6 +54,8 @@ class SampleTableItemModel(QAbstractTableModel):
         self.dataset: dict | None = None
         self.split = "train"
         self.rows: list[dict] = []
+        self.columns: tuple[str, ...] = COLUMNS
+        self.kind = ""
         self._total = 0
         self._generation = 0
         self._in_flight: str | None = None
@@ -49,6 +68,7 @@ class SampleTableItemModel(QAbstractTableModel):
             self.queries.forget(self._in_flight)
         self._in_flight = None
         self.rows = []
+        self.columns, self.kind = COLUMNS, ""
         self._total = 0
         self.endResetModel()
         if dataset is not None:
@@ -63,11 +83,11 @@ class SampleTableItemModel(QAbstractTableModel):
         return 0 if parent.isValid() else len(self.rows)
 
     def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802 (Qt override)
-        return 0 if parent.isValid() else len(COLUMNS)
+        return 0 if parent.isValid() else len(self.columns)
 
     def headerData(self, section, orientation, role=Qt.DisplayRole):  # noqa: N802 (Qt override)
-        if orientation == Qt.Horizontal and role == Qt.DisplayRole and 0 <= section < len(COLUMNS):
-            return COLUMNS[section]
+        if orientation == Qt.Horizontal and role == Qt.DisplayRole and 0 <= section < len(self.columns):
+            return self.columns[section]
         return None
 
     def data(self, index, role=Qt.DisplayRole):
@@ -76,12 +96,21 @@ class SampleTableItemModel(QAbstractTableModel):
         row = self.rows[index.row()]
         if role == INDEX_ROLE:
             return row["index"]
-        if role == Qt.TextAlignmentRole and index.column() in (0, 4, 5, 6):
+        column = self.columns[index.column()]
+        sample = row.get("sample") or {}
+        if role == Qt.TextAlignmentRole and (column in NUMERIC or sample.get("kind") == "tabular"
+                                             and column not in ("target",)):
             return int(Qt.AlignRight | Qt.AlignVCenter)
         if role not in (Qt.DisplayRole, Qt.ToolTipRole):
             return None
+        if column == "#":
+            return str(row["index"])
+        if self.kind == "tokens" and sample.get("kind") == "tokens":
+            return _token_cell(column, sample, row["target"], role == Qt.ToolTipRole)
+        if self.kind == "tabular" and sample.get("kind") == "tabular" and column in sample.get("names", ()):
+            value = sample["values"][sample["names"].index(column)]
+            return f"{value:.6g}" if role == Qt.ToolTipRole else _number(value)
         inputs, target = row["inputs"], row["target"]
-        column = COLUMNS[index.column()]
         per_input = {
             "input": lambda s: s.get("name", "input"),
             "shape": lambda s: _shape(s["shape"]),
@@ -123,6 +152,13 @@ class SampleTableItemModel(QAbstractTableModel):
         if int(result.get("offset", 0)) != len(self.rows):
             return
         total = int(result["total"])
+        if rows and not self.rows:
+            kind = str(result.get("input_kind") or (rows[0].get("sample") or {}).get("kind") or "")
+            columns = columns_for(kind, rows)
+            if columns != self.columns or kind != self.kind:
+                self.beginResetModel()
+                self.columns, self.kind = columns, kind
+                self.endResetModel()
         if rows:
             self.beginInsertRows(QModelIndex(), len(self.rows), len(self.rows) + len(rows) - 1)
             self.rows.extend(rows)
@@ -137,3 +173,23 @@ class SampleTableItemModel(QAbstractTableModel):
         self._in_flight = None
         self._total = len(self.rows)  # stop asking for more of a dataset that cannot be read
         self.load_failed.emit(error.get("message", "the dataset could not be read"))
+
+
+def _token_cell(column: str, sample: dict, target: dict, tooltip: bool) -> str:
+    """A token sequence's cell: its decoded text, its ids, the count of non-padding tokens, its id range."""
+    ids = sample.get("ids") or []
+    if column == "text":
+        return sample.get("text", "")
+    if column == "ids":
+        text = " ".join(str(i) for i in ids)
+        more = sample.get("total", len(ids)) - len(ids)
+        return text + (f" … (+{more})" if more > 0 else "")
+    if column == "length":
+        if tooltip:
+            return ("tokens other than the padding id 0" if sample.get("pad") else "tokens in the sequence")
+        return str(sample.get("length", len(ids)))
+    if column == "min id":
+        return str(sample.get("min", ""))
+    if column == "max id":
+        return str(sample.get("max", ""))
+    return target.get("text", "")

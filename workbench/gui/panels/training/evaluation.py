@@ -2,7 +2,8 @@
 the most confidently wrong test samples (click one to open it in the Data tab); runs of another task get that
 task's view (evaluation_<task>.py), chosen by evaluation.json's "task" (absent in runs from before tasks).
 
-It reads the run's artifacts/evaluation.json; classification's images come from the worker's data.sample query.
+It reads the run's artifacts/evaluation.json; classification's images come from the worker's data.sample query,
+and inputs that are not images (token sequences, signals, rows) from evaluation.json itself, shown as rows.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from workbench.gui.images import scaled_pixmap, to_qimage
 from workbench.gui.panels.training.evaluation_common import header_html
 from workbench.gui.panels.training.evaluation_metrics import MetricsEvaluationView
 from workbench.gui.panels.training.evaluation_multilabel import MultilabelEvaluationView
+from workbench.gui.panels.training.evaluation_rows import WorstRows, has_rows, input_text
 from workbench.gui.panels.training.evaluation_regression import RegressionEvaluationView
 from workbench.gui.panels.training.evaluation_segmentation import SegmentationEvaluationView
 from workbench.gui.plots import SERIES_COLOURS, make_plot, update_empty_state
@@ -79,6 +81,11 @@ class EvaluationView(QWidget):
         self.gallery.setMovement(QListWidget.Static)
         self.gallery.setToolTip("The most confidently wrong test samples; double-click to open one in the Data tab")
         self.gallery.itemActivated.connect(self._on_gallery_activated)
+        self.worst_rows = WorstRows()  # the same samples when they are not images: text, ids or values
+        self.worst_rows.sample_activated.connect(self._on_task_sample_requested)
+        self.worst_pages = QStackedWidget()
+        self.worst_pages.addWidget(self.gallery)
+        self.worst_pages.addWidget(self.worst_rows)
         top = QSplitter(Qt.Horizontal)
         top.addWidget(self.confusion)
         top.addWidget(self.per_class)
@@ -88,7 +95,7 @@ class EvaluationView(QWidget):
         box = QVBoxLayout(gallery_box)
         box.setContentsMargins(0, 0, 0, 0)
         box.addWidget(QLabel("Most confidently wrong (true → predicted, confidence)"))
-        box.addWidget(self.gallery)
+        box.addWidget(self.worst_pages)
         split.addWidget(gallery_box)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 2)
@@ -122,6 +129,8 @@ class EvaluationView(QWidget):
         self.cell_labels.clear()
         self.per_class.clear()
         self.gallery.clear()
+        self.worst_rows.setRowCount(0)
+        self.worst_pages.setCurrentWidget(self.gallery)
         update_empty_state(self.confusion)  # ImageItem.clear() emits nothing the plot could hear
 
     def show_evaluation(self, evaluation: dict, dataset: dict, run_id: str = "") -> None:
@@ -180,6 +189,11 @@ class EvaluationView(QWidget):
         for job_id in self._gallery_jobs:
             self.queries.forget(job_id)
         self._gallery_jobs.clear()
+        if has_rows(worst):  # the inputs are in evaluation.json: no thumbnails to ask the worker for
+            self.worst_pages.setCurrentWidget(self.worst_rows)
+            self.worst_rows.show_worst(worst, classes)
+            return
+        self.worst_pages.setCurrentWidget(self.gallery)
         for row, item_info in enumerate(worst):
             true, predicted = classes[item_info["label"]], classes[item_info["predicted"]]
             item = QListWidgetItem(f"{true} → {predicted}\n{item_info['confidence']:.0%}")
@@ -195,8 +209,12 @@ class EvaluationView(QWidget):
 
     def _on_gallery_image(self, row: int, result: dict) -> None:
         item = self.gallery.item(row)
-        if item is not None:
+        if item is None:
+            return
+        if "image" in result:
             item.setIcon(QIcon(scaled_pixmap(to_qimage(result["image"]), 64)))
+        elif result.get("sample"):  # a run from before evaluation.json kept non-image inputs: their text
+            item.setToolTip(f"{item.toolTip()}\n{input_text(result['sample'])}")
 
     def _on_gallery_activated(self, item: QListWidgetItem) -> None:
         info = item.data(Qt.UserRole)

@@ -61,6 +61,10 @@ def _flatten(data: dict, prefix: str = "") -> dict:
     return flat
 
 
+TRY_IT_TASKS = ("classification", "multilabel", "regression")  # what workbench.worker.predict answers
+TRY_IT_TIP = ("Try the selected finished run's model on an image file (drop one) or a sample of its dataset: its "
+              "most likely classes with their probabilities")
+
 def _monitor_text(report: dict, last: dict) -> str:
     """"MAE 0.5237", "mIoU 92.4 %": a finished run's monitor, its last validation value (else its best)."""
     monitor = report.get("monitor") if isinstance(report.get("monitor"), dict) else {}
@@ -118,8 +122,7 @@ class TrainingPanel(RunTab):
         self.quantize_button = QPushButton("Quantize…")
         self.quantize_button.setToolTip("Open the quantization wizard on the selected finished run")
         self.try_it_button = QPushButton("Try it…")
-        self.try_it_button.setToolTip("Try the selected finished run's model on an image file (drop one) or a sample "
-                                      "of its dataset: its most likely classes with their probabilities")
+        self.try_it_button.setToolTip(TRY_IT_TIP)
         self.delete_button = QPushButton("Delete…")
         self.only_differences = QCheckBox("Only differences")
         self.only_differences.setChecked(True)
@@ -279,6 +282,8 @@ class TrainingPanel(RunTab):
         planned = spec.get("epochs", "")
         done = report.get("epochs_completed") or (int(last["epoch"][1]) if "epoch" in last else 0)
         summary["epochs"] = f"{done}/{planned}"
+        # The measured task (task=auto resolved); "task" is the run's own kind (train.classifier).
+        summary["objective_task"] = report.get("task") or spec.get("task") or ""
         if "val/acc" in last:
             summary["val_acc"] = f"{last['val/acc'][1]:.2%}"
         else:  # regression, segmentation, multi-label: the monitor the report names, as the run logged it last
@@ -449,7 +454,14 @@ class TrainingPanel(RunTab):
         self.again_button.setEnabled(bool(entry and entry.get("spec")))
         self.graph_button.setEnabled(bool(entry))
         self.quantize_button.setEnabled(bool(entry) and not live and entry["status"] == "done")
-        self.try_it_button.setEnabled(bool(entry) and not live and entry["status"] == "done")
+        # Try it predicts classes, labels and values; a run of another task (segmentation's masks) would only be
+        # refused by the worker, so the button says so rather than inviting the click.
+        task = (entry or {}).get("objective_task") or ""
+        tried = task in TRY_IT_TASKS or task in ("", "auto")
+        self.try_it_button.setEnabled(bool(entry) and not live and entry["status"] == "done" and tried)
+        self.try_it_button.setToolTip(TRY_IT_TIP if tried else
+                                      f"Try it shows classification, multilabel and regression predictions; this "
+                                      f"{task} run's predictions are in its Evaluation view")
         self.delete_button.setEnabled(bool(entry) and not live)
 
     # -- live runs -------------------------------------------------------------------------------
