@@ -273,7 +273,29 @@ def _user_sample(spec: PredictSpec, loaded: Loaded):
         truth = {"value": y.tolist()}
     info = {"kind": "sample", "split": split.name, "index": index,
             "note": "the input as the dataset's own code made it (its transforms normalise it)"}
-    return default_collate([x]), info, truth, None
+    return default_collate([x]), info, _user_truth(truth, y, loaded), _user_input(x, split, info)
+
+
+def _user_truth(truth: dict | None, y, loaded: Loaded) -> dict | None:
+    """A classification sample's true class by name, as a built-in set's sample gives it."""
+    if truth is None or loaded.task != "classification" or y.dim() != 0 or y.is_floating_point():
+        return truth
+    classes = list(getattr(loaded.dataset, "classes", None) or [])
+    label = int(y)
+    return {**truth, "class": label, "label": classes[label] if 0 <= label < len(classes) else str(label)}
+
+
+def _user_input(x, split, info: dict):
+    """The sample as the window shows it: an image's uint8 H×W×C preview, or (returned in `info`) a token
+    sequence's ids and decoded text, a signal's or a row's values, made by the Dataset's own decode in here."""
+    from workbench.worker.data.imageops import to_hwc
+    from workbench.worker.data.sequence_views import Describer
+    from workbench.worker.data.user_views import image_uint8, is_image
+
+    if is_image(x):
+        return np.ascontiguousarray(to_hwc(image_uint8(x)))
+    info["sample"] = Describer(getattr(split, "source", None)).describe(x)
+    return None
 
 
 def read_image(path_text: str, channels: int, size: tuple[int, int]) -> tuple[torch.Tensor, dict]:
