@@ -377,12 +377,12 @@ def find_structure(gm: fx.GraphModule) -> Structure:
 
     for node in gm.graph.nodes:
         if node.op == "placeholder":
+            if feeds_embedding(gm, node):
+                continue  # token ids: quantizing them would look up other rows
             name = _unique("input", taken)
             add_point(name, node, "input", None, [])
             groups.append(name)
         elif is_weighted(gm, node):
-            if feeds_embedding(gm, node):
-                continue  # token ids: quantizing them would look up other rows
             indexed = isinstance(module_of(gm, node), EMBEDDINGS)  # its input is ids: no quantizer before it
             pooled = None if indexed else _averaged_input(gm, node)
             placed = {p.node for p in points.values()}
@@ -442,12 +442,12 @@ def cle_pairs(gm: fx.GraphModule, structure: Structure, clipped: list | None = N
     for layer in structure.layers.values():
         if layer.name != layer.node.target:  # a module called twice: rescaling it would change both calls
             continue
+        if not equalisable(layer.module):
+            continue
         current, relu, clipping = layer.node, False, None
         while True:
             user = only_user(current)
             if user is None or not _first_arg_is(user, current):
-        if not equalisable(layer.module):
-            continue
                 break
             if user in by_node:
                 second = by_node[user]
