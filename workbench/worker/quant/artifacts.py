@@ -101,6 +101,32 @@ def _unpacked_attention(state: dict, expected: set[str]) -> dict:
     return state
 
 
+def _inside(node, module: str) -> bool:
+    """Whether the traced `node` computes part of the module at path `module`."""
+    inner = f"{module}."
+    if node.op == "call_module" and (node.target == module or node.target.startswith(inner)):
+        return True
+    stack = node.meta.get("nn_module_stack") or {}
+    return any(path == module or path.startswith(inner) for path, _ in stack.values())
+
+
+def _moved_points(gm, structure, activations: list[dict]) -> dict[str, str]:
+    """{saved point: point now} for the saved points the structure no longer has: one after a module that fx kept
+    whole when the run was saved (an nn.TransformerEncoder, now traced op by op) sits at that module's last node,
+    which the structure names after what computes it there (its last layer's LayerNorm)."""
+    at = {point.node: name for name, point in structure.points.items() if point.node is not None}
+    nodes = list(gm.graph.nodes)
+    moved = {}
+    for info in activations:
+        module = info.get("after_module")
+        if info["name"] in structure.points or not module:
+            continue
+        inside = [node for node in nodes if _inside(node, module)]
+        if inside and inside[-1] in at and at[inside[-1]] not in moved.values():
+            moved[info["name"]] = at[inside[-1]]
+    return moved
+
+
 def load_quantized(model: nn.Module, folder: str | Path, *, params: dict | None = None):
     """Rebuild the quantized model that a quantize run saved in `folder` (its artifacts/), from a freshly built
     `model` of the same spec: fold the same BatchNorms, load the quantized weights and biases, and put the
@@ -127,6 +153,7 @@ def load_quantized(model: nn.Module, folder: str | Path, *, params: dict | None 
         if sorted(info["bn"] for info in folded.values()) != sorted(params["folded_bn"]):
             raise JobError(f"{folder}: the model does not fold the same BatchNorms as the quantized one")
         structure = find_structure(gm)
+    moved = _moved_points(gm, structure, params["activations"]) if structure.traced else {}
     saved["state_dict"] = _unpacked_attention(saved["state_dict"], set(gm.state_dict()))
     for name, layer in structure.layers.items():
         if getattr(layer.module, "bias", None) is None and f"{name}.bias" in saved["state_dict"]:
@@ -152,7 +179,9 @@ def load_quantized(model: nn.Module, folder: str | Path, *, params: dict | None 
         wq.b_q = None if wq.b_fp is None else wq.b_fp.clone()  # the saved biases are the corrected ones
         wq.rounding, wq.method = info["rounding"], info["range_method"]
     for info in params["activations"]:
-        state = sim.points[info["name"]]
+        state = sim.points.get(moved.get(info["name"], info["name"]))
+        if state is None:  # a point the model no longer has: what it quantized stays float
+            continue
         grid = Grid(info["bits"], info["symmetric"], info["signed"], info["restricted"])
         state.grid, state.bits, state.method = grid, grid.bits, info["range_method"]
         state.module.qp = QParams(saved["activation_scale"][info["name"]].float(),

@@ -13,6 +13,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from workbench.worker.quant.attention import fx_keeps_whole, swap_attention, why_kept
+from workbench.worker.quant.transformer import SWAPS, swap_transformers
 
 WARN_BELOW = 0.95  # under this share the label W8A8 misleads: say which modules stay float
 
@@ -96,7 +97,7 @@ def coverage(model: nn.Module, quantized: set[str], folded: dict[str, dict], exa
                 and not any(path.startswith(inside) for path in covered)):  # not quantized some other way
             every = _count(module)
             whole.append(name)
-            if every:  # e.g. nn.TransformerEncoderLayer: traced as one call, nothing inside it is quantized
+            if every:  # e.g. nn.TransformerEncoderLayer under module-level quantization: its fast path is one call
                 total += every
                 keep(module, every, WHOLE)
             continue
@@ -123,10 +124,12 @@ def flop_share(model: nn.Module, quantized: set[str], example) -> dict:
     whose projections are not quantized; {} when the model cannot be counted (a custom op the counter does not know
     is then no failure)."""
     one = example[:1] if isinstance(example, torch.Tensor) else example
-    if any(isinstance(m, nn.MultiheadAttention) for m in model.modules()):
+    if any(isinstance(m, (nn.MultiheadAttention, *SWAPS)) for m in model.modules()):
         # Counted as trace() runs it: the projections as the q_proj, k_proj, v_proj and out_proj layers named in
-        # `quantized` (nn.MultiheadAttention computes them inside one module call, none of them by name).
+        # `quantized` (nn.MultiheadAttention computes them inside one module call, none of them by name), and a
+        # transformer layer's feed-forward through its Linear modules (torch's fast path calls one fused op).
         model = copy.deepcopy(model)
+        swap_transformers(model)
         swap_attention(model)
     counter = FlopCounterMode(display=False)
     try:

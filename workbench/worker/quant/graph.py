@@ -24,6 +24,7 @@ from torch import nn
 
 from workbench.errors import JobError
 from workbench.worker.quant.attention import swap_attention
+from workbench.worker.quant.transformer import swap_transformers
 
 TRANSPOSED = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 EMBEDDINGS = (nn.Embedding, nn.EmbeddingBag)
@@ -68,7 +69,10 @@ class Untraceable(JobError):
 def trace(model: nn.Module, what: str = "the model") -> fx.GraphModule:
     """A GraphModule of a deep copy of `model` (the original is never changed), in eval mode."""
     copied = copy.deepcopy(model).eval()
-    swap_attention(copied)  # fx keeps nn.MultiheadAttention whole; this copy's has its projections as Linear layers
+    # fx keeps torch.nn's transformer modules and nn.MultiheadAttention whole: this copy's are rebuilt from plain ops,
+    # their feed-forward and projection Linear layers visible (module names unchanged, projections added).
+    swap_transformers(copied)
+    swap_attention(copied)
     try:
         gm = fx.symbolic_trace(copied)
     except Exception as exc:

@@ -17,7 +17,9 @@ from torch.overrides import TorchFunctionMode
 
 from workbench.errors import JobError
 from workbench.worker.models.build import call_model
+from workbench.worker.quant.attention import swap_attention
 from workbench.worker.quant.graph import WEIGHTED, Layer, Point, Structure
+from workbench.worker.quant.transformer import swap_transformers
 
 INPUT = "input"
 # The attributes that name a module's quantizer child: _quant_act_<k>, as the traced graph names them, so the ONNX
@@ -95,8 +97,13 @@ def _quantize_input(module: nn.Module, args):
 
 
 def prepare(model: nn.Module) -> nn.Module:
-    """The copy the simulation works on (the original is never changed), in eval mode."""
-    return copy.deepcopy(model).eval()
+    """The copy the simulation works on (the original is never changed), in eval mode, its transformer modules and
+    attention rebuilt as trace() rebuilds them: torch's own compute their Linear layers in fused calls that never
+    run those modules' forward, so no hook would see them."""
+    copied = copy.deepcopy(model).eval()
+    swap_transformers(copied)
+    swap_attention(copied)
+    return copied
 
 
 @torch.no_grad()
