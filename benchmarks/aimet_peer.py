@@ -36,18 +36,22 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
 
+    from types import SimpleNamespace
+
     from aimet_common.defs import QuantScheme
     from aimet_torch.adaround.adaround_weight import Adaround, AdaroundParameters
     from aimet_torch.batch_norm_fold import fold_all_batch_norms
     from aimet_torch.quantsim import QuantizationSimModel
 
-    from workbench.specs import DataSpec, ModelSpec
+    from workbench.specs import DataSpec, ModelSpec, SourceSpec
     from workbench.worker.data import load_dataset
     from workbench.worker.models import build_model
-    from workbench.worker.quant import source
     from workbench.worker.quant.data import calibration_batches, evaluate, held_out_batches
+    from workbench.worker.source import resolve
 
-    origin = source.resolve(args.run, ModelSpec(), DataSpec(), Path(args.workspace))
+    ctx = SimpleNamespace(workspace=Path(args.workspace), log=lambda *a: None)
+    origin = resolve(SourceSpec(run=args.run), ModelSpec(), DataSpec(), ctx, job="a training run")
+    origin.model = origin.with_weights()
     dataset = load_dataset(origin.dataset)
     dataset.normalization()
     model = build_model(origin.model, input_shape=dataset.sample_shape, pretrained=False).eval()

@@ -180,6 +180,21 @@ def _check_count(items: list, path: str, meta: Mapping[str, Any]) -> None:
         raise SpecError(f"{path}: {items!r} has too many items; must have at most {most}")
 
 
+def _table_text(text: str, path: str) -> dict:
+    """A table written on the command line: a TOML inline table ({n = 3, name = "x"}) or a JSON object."""
+    try:
+        return tomllib.loads(f"value = {text.strip()}")["value"]
+    except tomllib.TOMLDecodeError as toml_error:
+        try:
+            found = json.loads(text)
+        except ValueError:
+            raise SpecError(f"{path}: {text!r} is not a table: write a TOML inline table such as {{n = 3}} or a JSON "
+                            f"object such as {{\"n\": 3}} ({toml_error})") from None
+        if not isinstance(found, dict):
+            raise SpecError(f"{path}: {text!r} is not a table") from None
+        return found
+
+
 def _coerce(value: Any, hint: Any, path: str, meta: Mapping[str, Any]) -> Any:
     """Turn plain data (TOML, JSON or a command-line string) into a value of type `hint`, checked."""
     origin = get_origin(hint)
@@ -216,7 +231,9 @@ def _coerce(value: Any, hint: Any, path: str, meta: Mapping[str, Any]) -> Any:
         _check_count(items, path, meta)
         return items
     if hint is dict or origin is dict:
-        if isinstance(value, str) and meta.get("str_key"):
+        if isinstance(value, str) and value.strip().startswith("{"):
+            value = _table_text(value, path)  # --set model.args={n_classes=3}: a TOML inline table, or JSON
+        elif isinstance(value, str) and meta.get("str_key"):
             return {meta["str_key"]: value}
         if not isinstance(value, Mapping):
             raise SpecError(f"{path}: {value!r} is not a table")
@@ -597,6 +614,37 @@ class DataSpec(Spec):
                 raise SpecError(f"augment[{i}].name: {what}; choose one of: {', '.join(AUGMENTATIONS)}")
 
 
+INPUT_DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
+
+
+def _check_input_spec(input_spec: dict) -> None:
+    """model.input_spec: {name: {shape: [batch, ...], dtype, low, high}}, each entry checked with its path."""
+    for name, entry in input_spec.items():
+        where = f"input_spec.{name}"
+        if not isinstance(entry, dict):
+            raise SpecError(f"{where}: {entry!r} is not a table; write {{shape = [1, 48], dtype = \"int64\"}}")
+        unknown = sorted(set(entry) - {"shape", "dtype", "low", "high"})
+        if unknown:
+            raise SpecError(f"{where}: unknown key {unknown[0]!r}; allowed: shape, dtype, low, high")
+        shape = entry.get("shape")
+        if (not isinstance(shape, list) or not shape or len(shape) > 8
+                or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
+            raise SpecError(f"{where}.shape: {shape!r} must be a list of 1 to 8 positive integers, the batch first, "
+                            "e.g. [1, 48]")
+        if math.prod(shape) > MAX_SAMPLE_VALUES:
+            raise SpecError(f"{where}.shape: {shape!r} is {math.prod(shape):,} values; at most {MAX_SAMPLE_VALUES:,}")
+        dtype = entry.get("dtype", "float32")
+        if dtype not in INPUT_DTYPES:
+            raise SpecError(f"{where}.dtype: {dtype!r} is not allowed; choose one of: {', '.join(INPUT_DTYPES)}")
+        for key in ("low", "high"):
+            value = entry.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value)):
+                raise SpecError(f"{where}.{key}: {value!r} is not a finite number")
+        if entry.get("low") is not None and entry.get("high") is not None and entry["low"] > entry["high"]:
+            raise SpecError(f"{where}: low {entry['low']} is above high {entry['high']}")
+
+
 @dataclass
 class ModelSpec(Spec):
     """Which model to build and which weights to start from."""
@@ -604,6 +652,7 @@ class ModelSpec(Spec):
     name: str = option("cnn", "Model to build: mlp, cnn, torchvision:<arch>, file:<path.py>:<ClassOrFactory>, hf:<folder or hub id> (a Hugging Face transformers classifier, loaded offline from a local folder or the cache; pip install 'torch-workbench[hf]') or timm:<name> (untrained unless model.weights names a local file; pip install 'torch-workbench[timm]'); lightning:<path.py>:<LightningModule> is trained by Lightning's own Trainer.", pattern=MODEL_PATTERN + "|" + LIGHTNING_PATTERN, pattern_help="mlp, cnn, torchvision:<arch>, file:<path.py>:<ClassOrFactory>, hf:<folder or hub id>, timm:<name> or lightning:<path.py>:<LightningModule>")
     num_classes: int = option(0, "Number of outputs of the classifier; 0 (auto) takes the dataset's class count.", min=0, max=MAX_CLASSES)
     input_shape: list[int] = option([], "Shape of one input without the batch dimension, e.g. 1,28,28; empty takes it from the dataset.", min=1, max_items=3)
+    input_spec: dict = option({}, "The model's inputs by name, for a job with no dataset to take real samples from: {name = {shape = [batch, ...], dtype = \"int64\", low = 0, high = 200}}; e.g. {ids = {shape = [1, 48], dtype = \"int64\", low = 0, high = 200}}. Empty: inputs come from the dataset, else model.input_shape.")
     checkpoint: str = option("", "Weights file to load before the job starts; empty loads none.")
     weights: str = option("", "Pretrained weights to start from, e.g. DEFAULT for a torchvision model; empty means none.")
     replace_head: bool = option(False, "Replace the classifier head so it has num_classes outputs, e.g. to fine-tune pretrained weights.")
@@ -614,6 +663,7 @@ class ModelSpec(Spec):
         if self.args and not self.name.startswith(("file:", "lightning:", "hf:", "timm:")):
             raise SpecError(f"args: {self.name} is a built-in model and takes no arguments; only file:, "
                             "lightning:, hf: and timm: models do")
+        _check_input_spec(self.input_spec)
         values = math.prod(self.input_shape)
         if values > MAX_SAMPLE_VALUES:
             # Each side may be plausible alone (a 1-D input of 150,528 features is); their product is what
@@ -873,6 +923,7 @@ class ExportSpec(Spec):
     precision: Literal["fp32", "fp16", "int8"] = option("fp32", "For tensorrt: the engine's precision.")
     output: str = option("", "Where to write the exported file; empty writes it into the run's artifacts.")
     dynamic_batch: bool = option(True, "Let the exported model take any batch size.")
+    dynamic_axes: list[str] = option([], "Which input dimensions the exported model lets vary: batch (the first) and, for token sequences, sequence (the second dimension of every integer input). Empty: batch where dynamic_batch is true.", choices=["batch", "sequence"], max_items=2)
     verify: bool = option(True, "Check the export against eager PyTorch on random inputs and, where there is a dataset, real samples; when it fails, find the first layer whose output diverges.")
     parity_samples: int = option(32, "Real samples (and random inputs) the parity check runs.", min=1, max=MAX_SAMPLES)
     device: str = _device("cpu", "Where to trace, export and check: auto, cpu, mps, cuda or cuda:N.")

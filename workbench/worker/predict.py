@@ -130,8 +130,7 @@ def _check_task(task: str, run_dir: Path) -> None:
 
 
 def _load_training_run(spec: PredictSpec, ctx) -> Loaded:
-    from workbench.worker.quant.source import run_checkpoint
-    from workbench.worker.sources import read_training_run
+    from workbench.worker.source import read_training_run, run_checkpoint
     from workbench.worker.training.task import measured_task
 
     run_dir, trained = read_training_run(spec.source.run, ctx.workspace, refusal="Try it takes a training run")
@@ -183,10 +182,10 @@ def _build_models(loaded: Loaded, x, ctx) -> None:
         loaded.fp32 = fp32_from(loaded.checkpoint, "source.run")
         return
     from workbench.worker.export.onnx_qdq import load_sim
-    from workbench.worker.quant.source import run_checkpoint
+    from workbench.worker.source import run_checkpoint
 
     run = loaded.quant_run
-    loaded.quantized = load_sim(run, say=ctx.log, input_shape=shape)
+    loaded.quantized = load_sim(run, say=ctx.log, input_shape=shape, example=example)
     # The float weights the quantize run started from (its params name the file): the FP32 side of the comparison.
     # A quantize run keeps only its quantized weights, so without that file there is no FP32 model to show.
     recorded = Path(str(run.params.get("checkpoint") or "")).expanduser()

@@ -70,11 +70,11 @@ class BuildContext:
         """The same random input for every backend at this batch size (seeded), on the host, in the dtype; for a
         model with several inputs a tuple of them, integer inputs within the example's range and kept integer."""
         generator = torch.Generator().manual_seed(INPUT_SEED + batch)
-        if self.source.example is not None:
-            from workbench.worker.export.multi import random_batch
-
-            batched = random_batch(self.source.example, batch, generator)
-            return tuple(t.to(self.dtype) if t.is_floating_point() else t for t in batched)
+        example = self.source.example
+        if example is not None:
+            # Real samples repeated to the batch size where the data gave them; else drawn like them.
+            batched = example.batch(batch) if example.real else example.random(batch, generator)
+            return tuple(t.to(self.dtype) if t.is_floating_point() else t for t in batched.tensors)
         return torch.randn(batch, *self.source.input_shape, generator=generator).to(self.dtype)
 
     def sync(self) -> Callable[[], None]:
@@ -336,7 +336,7 @@ def _qdq_onnx(ctx: BuildContext) -> tuple[Path, str]:
             try:
                 with warnings_quiet(), contextlib.redirect_stdout(io.StringIO()):
                     info = write_onnx_qdq(quant.dir, path, opset=QDQ_OPSET, dynamic_batch=True,
-                                          log=lambda text, *a, **k: ctx.log(text))
+                                          log=lambda text, *a, **k: ctx.log(text), example=ctx.source.example)
                 ctx._onnx[key] = path
                 ctx.log(f"QDQ model of quantize run {quant.id} written"
                         + (f" ({_brief(info)})" if isinstance(info, dict) and info else ""))

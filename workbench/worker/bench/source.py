@@ -13,6 +13,9 @@ from pathlib import Path
 from workbench.errors import JobError, SpecError, WorkbenchError
 from workbench.runs import RunStore, effective_status
 from workbench.specs import MAX_SAMPLE_VALUES, BenchSpec, DataSpec, ModelSpec, QuantSpec, TrainSpec
+from workbench.worker.inputs import Example, Positional, named_for, values_in
+from workbench.worker.source import Source
+from workbench.worker.source import resolve as resolve_model
 
 QUANT_TASK = "quant.analyze"
 FILE_KINDS = {".onnx": "onnx", ".pt2": "exported_program", ".pt": "torchscript", ".pth": "torchscript",
@@ -38,10 +41,14 @@ class BenchSource:
     file_kind: str | None = None  # onnx, exported_program or torchscript
     quant_run: QuantRunInfo | None = None
     notes: list[str] = field(default_factory=list)
-    # A model with several inputs: one sample per input (the shapes and dtypes each row feeds, batched) and their
-    # names; `model` then takes them positionally, in that order. None for a model with one input.
-    example: list | None = None
-    input_names: list[str] | None = None
+    # The example inputs of a model whose inputs are not one float tensor (token ids, several inputs): each row
+    # feeds them batched, real samples repeated, and `model` takes them positionally in `example.names` order.
+    # None for a model with one float input (random values of input_shape).
+    example: Example | None = None
+
+    @property
+    def input_names(self) -> list[str] | None:
+        return list(self.example.names) if self.example is not None else None
 
     def describe(self) -> dict:
         described = {"model": self.label, "file": str(self.file) if self.file else None, "file_kind": self.file_kind,
@@ -50,17 +57,14 @@ class BenchSource:
         return {**described, **self.named_inputs()}
 
     def named_inputs(self) -> dict:
-        """{input_names, input_shapes} of a model with several inputs (as export reports them); {} otherwise."""
-        if self.example is None:
-            return {}
-        return {"input_names": list(self.input_names),
-                "input_shapes": {name: list(t.shape) for name, t in zip(self.input_names, self.example)}}
+        """{input_names, input_shapes, input_dtypes, inputs_from} of a model whose inputs are named and typed (as
+        export reports them); {} for one float input."""
+        return self.example.summary() if self.example is not None else {}
 
     def shapes_text(self) -> str:
         if self.example is None:
             return "x".join(map(str, self.input_shape))
-        return ", ".join(f"{name} {'x'.join(map(str, t.shape)) or 'scalar'}"
-                         for name, t in zip(self.input_names, self.example))
+        return self.example.describe()
 
 
 def check_file(path_text: str, field_name: str) -> tuple[Path, str]:
@@ -88,7 +92,7 @@ def _open_run(ref: str, workspace) -> tuple[str, Path, dict, str, str]:
 
 
 def _training_model(run_dir: Path, trained: TrainSpec, ctx) -> tuple[ModelSpec, DataSpec, Path | None]:
-    from workbench.worker.sources import first_checkpoint
+    from workbench.worker.source import first_checkpoint
 
     checkpoint = first_checkpoint(run_dir, CHECKPOINTS)
     if checkpoint is None:
@@ -119,7 +123,7 @@ def _from_quant_run(run_dir: Path, data: dict, status: str, message: str, worksp
                            "model; it should be a training run")
         trained = TrainSpec.from_dict(train_data)
         model, dataset, checkpoint = _training_model(train_dir, trained, ctx)
-        from workbench.worker.quant.source import merge_dataset
+        from workbench.worker.source import merge_dataset
 
         return (model, merge_dataset(dataset, quant.dataset), checkpoint,
                 f"{model.name} (run {train_dir.name}, quantized in {run_dir.name})", info)
@@ -149,22 +153,31 @@ def _onnx_sample_shape(value_info) -> tuple[int, ...] | None:
     return shape if all(d > 0 for d in shape) else None
 
 
-def _onnx_example(path: Path, inputs: list) -> tuple[list, list[str]]:
-    """(one zero sample per input, typed as the file declares, its input names) for an ONNX file with several
-    inputs; a float input is fed random values and an integer one zeros (a valid index in any embedding)."""
+def _onnx_example(path: Path, inputs: list) -> Example:
+    """Inputs typed as an ONNX file with several (or integer) inputs declares them: a float input fed random
+    values, an integer one zeros (a valid index in any embedding)."""
     import numpy as np
     import onnx
     import torch
 
-    example = []
+    tensors = []
     for value_info in inputs:
         shape = _onnx_sample_shape(value_info)
         if shape is None:
             raise JobError(f"source.file: {path.name}'s input {value_info.name} has no fixed shape past the batch "
                            "dimension; bench the training run it came from (source.run, with the file as artifact)")
         np_type = onnx.helper.tensor_dtype_to_np_dtype(value_info.type.tensor_type.elem_type)
-        example.append(torch.from_numpy(np.zeros(shape, dtype=np_type)))
-    return example, [i.name for i in inputs]
+        tensors.append(torch.from_numpy(np.zeros((1, *shape), dtype=np_type)))
+    ranges = [None if t.is_floating_point() else (0, 0) for t in tensors]
+    return Example(tensors, [i.name for i in inputs], "tuple", f"inputs declared by {path.name}", real=False,
+                   ranges=ranges)
+
+
+def _onnx_is_float(value_info) -> bool:
+    import onnx
+
+    return value_info.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
+                                                     onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)
 
 
 def _file_input_shape(path: Path, kind: str, onnx_inputs: list | None = None) -> tuple[int, ...] | None:
@@ -213,10 +226,6 @@ def _check_shape(shape: tuple[int, ...], where: str) -> tuple[int, ...]:
 
 def resolve(spec: BenchSpec, ctx) -> BenchSource:
     """The model, input shape, file and quantize run a BenchSpec names; a JobError naming the field otherwise."""
-    from workbench.worker.models import build_model
-    from workbench.worker.models.surgery import load_checkpoint
-    from workbench.worker.sources import dataset_class_count
-
     file, kind = None, None
     if spec.source.file or spec.artifact:
         name = "source.file" if spec.source.file else "artifact"
@@ -225,11 +234,10 @@ def resolve(spec: BenchSpec, ctx) -> BenchSource:
 
     if spec.source.file:  # a file alone: no PyTorch model to measure beside it
         inputs = _onnx_inputs(file) if kind == "onnx" else None
-        if inputs is not None and len(inputs) > 1:
-            example, names = _onnx_example(file, inputs)
-            _check_shape((sum(t.numel() for t in example),), "source.file")
-            return BenchSource(None, tuple(example[0].shape), file.name, file, kind, example=example,
-                               input_names=names)
+        if inputs is not None and (len(inputs) > 1 or (inputs and not _onnx_is_float(inputs[0]))):
+            example = _onnx_example(file, inputs)
+            _check_shape((values_in(example),), "source.file")
+            return BenchSource(None, example.sample_shape, file.name, file, kind, example=example)
         shape = override or _file_input_shape(file, kind, inputs)
         if not shape:
             raise JobError(f"model.input_shape: {file.name} does not record a fixed input shape; set "
@@ -237,57 +245,34 @@ def resolve(spec: BenchSpec, ctx) -> BenchSource:
         return BenchSource(None, _check_shape(shape, "model.input_shape"), file.name, file, kind)
 
     quant_info = None
-    # What the trial forward pass accepts: a training run's task; a quantize run's model was checked when its
-    # training run trained it, so any output passes ("custom").
-    run_task = "custom"
     if spec.source.run:
         task, run_dir, data, status, message = _open_run(spec.source.run, ctx.workspace)
         if task.startswith("train."):
-            try:
-                trained = TrainSpec.from_dict(data)
-            except SpecError as exc:
-                raise JobError(f"source.run: the spec of {run_dir.name} no longer reads as a training spec "
-                               f"({exc})") from None
-            model_spec, dataset, checkpoint = _training_model(run_dir, trained, ctx)
-            from workbench.worker.quant.source import merge_dataset
-
-            dataset = merge_dataset(dataset, spec.dataset)
-            label = f"{model_spec.name} (run {run_dir.name})"
-            run_task = trained.task  # decides which outputs are right: a segmentation model gives a map
+            source = resolve_model(spec.source, spec.model, spec.dataset, ctx, need_checkpoint=False,
+                             job="bench takes a training run (its model and checkpoint) or a quantize run (also its "
+                                 "QDQ model)")
         elif task == QUANT_TASK:
             model_spec, dataset, checkpoint, label, quant_info = _from_quant_run(run_dir, data, status, message,
                                                                                  ctx.workspace, ctx)
+            # A quantize run's model was checked when its training run trained it, so any output passes ("custom").
+            source = Source(dataclasses.replace(model_spec, checkpoint="", weights="", freeze=[]), dataset,
+                            checkpoint, label, task="custom", shape_override=override, pretrained=False)
         else:
             raise JobError(f"source.run: {run_dir.name} is a {task or 'unknown'} run; bench takes a training run "
                            "(its model and checkpoint) or a quantize run (also its QDQ model)")
-        from workbench.worker.export import multi
-
-        loaded = multi.user_dataset(dataset, ctx)  # a user Dataset, read once for its inputs and its shape
-        several = multi.several_inputs(loaded)  # a tuple or dict of tensors: a model with several inputs
-        if several is not None:
-            example = multi.tensors_of(several)
-            _check_shape((sum(t.numel() for t in example),), "source.run")
-            shape = tuple(example[0].shape)
-        else:
-            shape = override or tuple(model_spec.input_shape) or (
-                tuple(loaded.sample_shape) if loaded is not None else _dataset_shape(dataset, ctx))
-            _check_shape(shape, "model.input_shape")
-        # The run's own weights replace any pretrained or starting checkpoint, so neither is loaded first.
-        model = build_model(dataclasses.replace(model_spec, checkpoint="", weights="", freeze=[]),
-                            input_shape=shape, log=ctx.log, pretrained=False, checkpoint=False, task=run_task,
-                            example=several)
-        if checkpoint is not None:
-            load_checkpoint(model, checkpoint, what="source.run")
-            ctx.log(f"weights from {checkpoint}")
-        if several is not None:  # every backend calls it with the inputs in order, each one batched
-            names = multi.input_names(model, several)
-            model = multi.Positional(model, names, isinstance(several, dict))
-            return BenchSource(model.eval(), shape, label, file, kind, quant_info, example=example,
-                               input_names=names)
     else:
-        shape = override or _dataset_shape(spec.dataset, ctx)
-        _check_shape(shape, "model.input_shape")
-        classes = None if spec.model.num_classes else dataset_class_count(spec.dataset, ctx)
-        model = build_model(spec.model, input_shape=shape, log=ctx.log, classes=classes)
-        label = spec.model.name
+        source = resolve_model(spec.source, spec.model, spec.dataset, ctx, job="")
+    example = source.example(ctx)
+    _check_shape((values_in(example),) if not example.single else example.sample_shape,
+                 "model.input_shape" if example.single else "source.run")
+    model = source.build(ctx)
+    if source.checkpoint is not None and not source.pretrained:
+        ctx.log(f"weights from {source.checkpoint}")
+    source.release()
+    label = source.label
+    if not example.single:  # every backend calls it with the inputs in order, each one batched
+        example = named_for(example, model)
+        model = Positional(model, example.names, example.kind == "dict")
+        return BenchSource(model.eval(), example.sample_shape, label, file, kind, quant_info, example=example)
+    shape = example.sample_shape
     return BenchSource(model.eval(), tuple(shape), label, file, kind, quant_info)

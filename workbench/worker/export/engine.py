@@ -59,11 +59,26 @@ def _device(spec: ExportSpec, ctx) -> torch.device:
 
 
 def _parity_inputs(spec: ExportSpec, shape: tuple[int, ...], dataset_spec, ctx,
-                   loaded=None) -> tuple[list, list[int], int, int]:
+                   loaded=None, example=None) -> tuple[list, list[int], int, int]:
     """(inputs, random batch sizes, real samples, extra random samples): random batches of 1 and 7 (1 only for
     a fixed batch), and up to parity_samples real test samples (random ones where there is no data). `loaded` is
-    the dataset already loaded from dataset_spec, if any."""
+    the dataset already loaded from dataset_spec, if any. `example` (an inputs.Example of one integer tensor, token
+    ids) makes the random inputs integers within the data's observed range, and leaves out the scaled and shifted
+    batches, which apply to floating inputs only."""
     batches = list(parity.RANDOM_BATCHES) if spec.dynamic_batch else [1]
+    if example is not None and not example.single:
+        generator = torch.Generator().manual_seed(parity.SEED)
+        inputs = [(f"random batch {b}", example.random(b, generator).tensors[0]) for b in batches]
+        real = (_real_samples(dataset_spec, example.sample_shape, spec.parity_samples,
+                              7 if spec.dynamic_batch else 1, ctx, loaded) if dataset_spec is not None else [])
+        samples = sum(len(x) for _, x in real)
+        if real:
+            return inputs + real, batches, samples, 0
+        drawn = example.random(spec.parity_samples, generator).tensors[0]
+        group = 7 if spec.dynamic_batch else 1
+        real = [(f"random samples {i}..{i + len(drawn[i:i + group]) - 1}", drawn[i:i + group])
+                for i in range(0, len(drawn), group)]
+        return inputs + real, batches, 0, len(drawn)
     inputs = parity.random_inputs(shape, batches) + parity.distribution_inputs(shape, batches[-1])
     group = 7 if spec.dynamic_batch else 1
     real = (_real_samples(dataset_spec, shape, spec.parity_samples, group, ctx, loaded)
@@ -190,14 +205,15 @@ def _note_frozen(result: dict, info: dict, ctx) -> None:
 
 
 def _run_multi(spec: ExportSpec, source, out: Path, device: torch.device, ctx) -> dict:
-    """A model with several inputs (a tuple or dict input): named inputs, parity on every one."""
+    """A model whose inputs are not one float tensor (token ids, a tuple or dict input): named and typed inputs,
+    parity on every one."""
     from workbench.worker.export import multi
 
     ctx.check_stop()
     ctx.progress(1, STEPS, f"exporting to {spec.format}", force=True)
     started = time.perf_counter()
     with staged_output(out) as staged:
-        info, named, model, samples = multi.export(spec, source, source.example, staged, ctx, device)
+        info, named, model, example = multi.export(spec, source, source.example, staged, ctx, device)
     export_s = time.perf_counter() - started
     ctx.artifact(f"{spec.format} model", out, kind=spec.format)
     ctx.log(f"wrote {out} ({file_size(out):,} bytes) in {export_s:.1f} s with inputs {', '.join(named['input_names'])}")
@@ -212,7 +228,7 @@ def _run_multi(spec: ExportSpec, source, out: Path, device: torch.device, ctx) -
     if not spec.verify:
         result["parity"] = _skipped()
     else:
-        result["parity"] = multi.check_parity(spec, source, model, samples, out, device, ctx)
+        result["parity"] = multi.check_parity(spec, source, model, example, out, device, ctx)
         _log_parity(ctx, result["parity"])
     ctx.progress(STEPS, STEPS, "done", force=True)
     return result

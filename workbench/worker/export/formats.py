@@ -123,11 +123,13 @@ def _opset_of(path: Path) -> int:
 def write_onnx(model: nn.Module, example: torch.Tensor | tuple[torch.Tensor, ...], path: Path, *, opset: int,
                dynamic_batch: bool, log, output_names: list[str] | None = None, translations: dict | None = None,
                register_symbolics: Callable[[], None] | None = None, fmt: str = "onnx",
-               input_names: list[str] | None = None, dynamic_shapes=None) -> dict:
+               input_names: list[str] | None = None, dynamic_shapes=None,
+               sequence_inputs: list[str] | None = None) -> dict:
     """torch.onnx.export with the torch.export-based exporter (dynamo=True); where it fails, the TorchScript-based
     one, with the reason logged and reported. The file must pass onnx.checker either way. `example` is one input
     tensor, or a tuple of them (a model with several inputs, named by `input_names`; `dynamic_shapes` then gives
-    torch.export their batch dimension as the model's signature takes them)."""
+    torch.export their batch dimension as the model's signature takes them; `sequence_inputs` names the inputs whose
+    second dimension varies too, token ids and masks)."""
     args = example if isinstance(example, tuple) else (example,)
     inputs = list(input_names or ["input"])
     names = {"input_names": inputs, "output_names": output_names}
@@ -137,7 +139,8 @@ def write_onnx(model: nn.Module, example: torch.Tensor | tuple[torch.Tensor, ...
         with quiet():
             if dynamic_batch and dynamic_shapes is None:
                 dynamic_shapes = ({0: batch_dim()},)
-            program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes if dynamic_batch else None)
+            dynamic = dynamic_batch or bool(sequence_inputs)
+            program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes if dynamic else None)
             torch.onnx.export(program, args, str(path), dynamo=True, opset_version=opset, verbose=False,
                               external_data=external, custom_translation_table=translations or None, **names)
         check_onnx(path)
@@ -162,9 +165,12 @@ def write_onnx(model: nn.Module, example: torch.Tensor | tuple[torch.Tensor, ...
     legacy_opset = min(opset, TORCHSCRIPT_EXPORTER_MAX_OPSET)
     if legacy_opset != opset:
         log(f"the TorchScript-based exporter writes opset {TORCHSCRIPT_EXPORTER_MAX_OPSET} at most; using it", "warning")
-    axes = {name: {0: "batch"} for name in inputs} if dynamic_batch else None
-    if axes and output_names:
+    axes = {name: {0: "batch"} for name in inputs} if dynamic_batch else {}
+    for name in sequence_inputs or []:
+        axes.setdefault(name, {})[1] = "sequence"
+    if dynamic_batch and output_names:
         axes.update({name: {0: "batch"} for name in output_names})
+    axes = axes or None
     try:
         if register_symbolics is not None:
             register_symbolics()

@@ -106,7 +106,8 @@ def sample_inputs(batches, limit: int, batch_size: int) -> list[tuple[str, torch
     """Up to `limit` real (normalised) samples from `batches` ((x, y) pairs), regrouped into `batch_size`."""
     xs, total = [], 0
     for x, _ in batches:
-        xs.append(x.detach().float().cpu())
+        x = x.detach().cpu()
+        xs.append(x.float() if x.is_floating_point() else x)  # token ids stay integers
         total += len(x)
         if total >= limit:
             break

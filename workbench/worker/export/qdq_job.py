@@ -30,7 +30,7 @@ MODES = (("deployed", True), ("as_written", False))  # onnxruntime's graph optim
 def run_qdq(spec: ExportSpec, ctx) -> dict:
     from workbench.worker.data import load_dataset
     from workbench.worker.export import onnx_qdq
-    from workbench.worker.quant.source import merge_dataset
+    from workbench.worker.source import merge_dataset
 
     device = resolve_device(spec.device)
     ctx.progress(0, STEPS, "loading the quantize run", force=True)
@@ -53,13 +53,17 @@ def run_qdq(spec: ExportSpec, ctx) -> dict:
             warnings.append(text)
         ctx.log(text, level)
 
-    build = onnx_qdq.build_qdq(run, say=say, input_shape=shape)
+    example = _example(run, dataset, data)
+    integer = example is not None and not example.single  # token ids: the export traces and parity feeds them
+    build = onnx_qdq.build_qdq(run, say=say, input_shape=shape, example=example.sample(0) if integer else None)
     name, suffixes = FILE_NAMES["onnx_qdq"]
     out = output_path(spec.output, ctx.run.artifacts_dir if ctx.run is not None else None, name, suffixes)
     ctx.check_stop()
     ctx.progress(1, STEPS, "exporting to ONNX with QuantizeLinear/DequantizeLinear", force=True)
     started = time.perf_counter()
-    info = onnx_qdq.export_qdq(build, out, opset=spec.opset, dynamic_batch=spec.dynamic_batch, say=say)
+    traced = example.batch(formats.example_batch(spec.dynamic_batch)).tensors[0] if integer else None
+    info = onnx_qdq.export_qdq(build, out, opset=spec.opset, dynamic_batch=spec.dynamic_batch, say=say,
+                               example=traced)
     export_s = time.perf_counter() - started
     ctx.artifact("onnx_qdq model", out, kind="onnx_qdq")
     described = onnx_qdq.describe(build, out, info, spec.dynamic_batch, warnings)
@@ -80,7 +84,8 @@ def run_qdq(spec: ExportSpec, ctx) -> dict:
         result["parity"] = _skipped()
     else:
         started = time.perf_counter()
-        inputs, batches, samples, extra = _parity_inputs(spec, shape, data if dataset is not None else None, ctx)
+        inputs, batches, samples, extra = _parity_inputs(spec, shape, data if dataset is not None else None, ctx,
+                                                         dataset, example if integer else None)
         result["parity"] = _parity(build, out, device, deployed, inputs, batches, samples, extra, ctx)
         result["parity"]["parity_s"] = round(time.perf_counter() - started, 3)
         _log_parity(ctx, result["parity"])
@@ -90,6 +95,24 @@ def run_qdq(spec: ExportSpec, ctx) -> dict:
         result["accuracy"] = _accuracy(run, dataset, deployed, ctx)
     ctx.progress(STEPS, STEPS, "done", force=True)
     return result
+
+
+def _example(run, dataset, data):
+    """The quantized model's example inputs (inputs.Example): the run's real samples, else its model.input_spec;
+    None for a float image model with neither (random floats of its input shape, as before). A tuple or dict input
+    is refused: the QDQ parity and its step analysis feed one tensor."""
+    from workbench.worker import inputs
+
+    if dataset is not None:
+        example = inputs.from_dataset(dataset)
+    elif run.model.input_spec:
+        example = inputs.from_input_spec(run.model.input_spec, 2)
+    else:
+        return None
+    if example.kind != "tensor":
+        raise JobError(f"format=onnx_qdq: the model takes {example.describe()}; the QDQ export and its parity take "
+                       "models with one input so far; export format=onnx, or quantize a model with one input")
+    return example
 
 
 def _parity(build, out, device, deployed, inputs, batches, samples, extra, ctx) -> dict:

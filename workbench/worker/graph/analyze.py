@@ -105,9 +105,12 @@ def _where(exc: BaseException) -> str:
     return f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
 
 
-def analyze(model: nn.Module, inputs: Sequence[torch.Tensor], *, names: dict[str, str] | None = None) -> Analysis:
-    """Run `model` once on `inputs` (a batch of one) and measure it; `names` overrides module type names (an
-    unflattened ExportedProgram's modules are all InterpreterModule, their real types are in its metadata)."""
+def analyze(model: nn.Module, inputs: Sequence[torch.Tensor], *, names: dict[str, str] | None = None,
+            kwargs: dict[str, torch.Tensor] | None = None) -> Analysis:
+    """Run `model` once on `inputs` (a batch of one; `kwargs` for a model that takes its inputs by name) and
+    measure it; `names` overrides module type names (an unflattened ExportedProgram's modules are all
+    InterpreterModule, their real types are in its metadata)."""
+    kwargs = kwargs or {}
     named = list(model.named_modules())
     stats: dict[str, ModuleStat] = {}
     for name, module in named:
@@ -115,8 +118,8 @@ def analyze(model: nn.Module, inputs: Sequence[torch.Tensor], *, names: dict[str
         stats[name] = ModuleStat(name, (names or {}).get(name) or type_name(module),
                                  sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad),
                                  leaf=not any(True for _ in module.children()))
-    producers: dict[int, str] = {id(t): "input" for t in inputs}
-    keep: list[torch.Tensor] = list(inputs)  # alive until the end, so no id() is reused mid-pass
+    producers: dict[int, str] = {id(t): "input" for t in (*inputs, *kwargs.values())}
+    keep: list[torch.Tensor] = [*inputs, *kwargs.values()]  # alive until the end, so no id() is reused mid-pass
     calls: list[LeafCall] = []
     last = ["input"]
 
@@ -148,14 +151,17 @@ def analyze(model: nn.Module, inputs: Sequence[torch.Tensor], *, names: dict[str
     counter = FlopCounterMode(display=False)
     try:
         with torch.no_grad(), counter:
-            output = model(*inputs)
+            output = model(*inputs, **kwargs)
     except JobError:
         raise
     except Exception as exc:
+        from workbench.worker.models.build import input_advice, inputs_text
+
         first = (str(exc).splitlines() or [""])[0][:300]
-        shape = ",".join(str(s) for s in inputs[0].shape[1:]) if inputs else ""
-        raise JobError(f"the model cannot run on an input of shape {shape}: {type(exc).__name__}: {first}"
-                       f"{_where(exc)}; check model.input_shape") from None
+        given = kwargs or (inputs[0] if len(inputs) == 1 else tuple(inputs))
+        what = inputs_text(given).replace("inputs of shape", "an input of shape")
+        raise JobError(f"the model cannot run on {what}: {type(exc).__name__}: {first}{_where(exc)}"
+                       f"{input_advice(exc, given)}") from None
     finally:
         for handle in handles:
             handle.remove()
@@ -169,6 +175,8 @@ def analyze(model: nn.Module, inputs: Sequence[torch.Tensor], *, names: dict[str
     total = int(counter.get_total_flops())
     stats[""].flops = total  # the root's own key misses ops a wrapper ran outside its forward; Global has them
     unique = {id(p): p for p in model.parameters()}.values()  # a shared parameter counts once in the total
+    first_input = next(iter((*inputs, *kwargs.values())), None)
     return Analysis(modules=list(stats.values()), flops=total, params_total=sum(p.numel() for p in unique),
                     params_trainable=sum(p.numel() for p in unique if p.requires_grad), calls=calls,
-                    input_shape=tuple(inputs[0].shape[1:]) if inputs else (), output_source=output_source)
+                    input_shape=tuple(first_input.shape[1:]) if first_input is not None else (),
+                    output_source=output_source)

@@ -63,13 +63,14 @@ def describe_failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" + (f" (at {site})" if site else "")
 
 
-def capture(model: nn.Module, inputs: tuple[torch.Tensor, ...], log=None) -> Capture:
-    """torch.export non-strict, then strict; `program` is None when neither could capture the model."""
+def capture(model: nn.Module, inputs: tuple[torch.Tensor, ...], log=None, kwargs: dict | None = None) -> Capture:
+    """torch.export non-strict, then strict; `program` is None when neither could capture the model. `kwargs`: the
+    inputs of a model that takes them by name."""
     failures = []
     for strict, how, label in ((False, "non_strict", "non-strict export"), (True, "export", "strict export")):
         try:
             with _quiet_torch_logs():
-                program = torch.export.export(model, inputs, strict=strict)
+                program = torch.export.export(model, inputs, kwargs=kwargs or None, strict=strict)
         except Exception as exc:  # anything the user's code or the tracer raises means: try the next way
             failures.append(f"{label} failed: {describe_failure(exc)}")
             if log is not None:

@@ -15,10 +15,10 @@ from workbench.errors import JobError, SpecError, WorkbenchError
 from workbench.runs import RunStore, atomic_write_json, effective_status
 from workbench.specs import GraphSpec, ModelSpec, QuantSpec
 from workbench.worker.graph import me_json
-from workbench.worker.graph.analyze import Analysis, ModuleStat, analyze, example_input
+from workbench.worker.graph.analyze import Analysis, ModuleStat, analyze
 from workbench.worker.graph.capture import capture, describe_failure
 from workbench.worker.graph.overlays import write_overlay, write_quant_overlays
-from workbench.worker.graph.sources import build_module, check_file, load_exported_program
+from workbench.worker.graph.sources import build_module, check_file, has_profile, load_exported_program
 
 GRAPH_DIR = "graph"
 STEPS = 4
@@ -153,13 +153,15 @@ def _quant_overlays(folder: Path, graph: dict, modules: list[dict], quant: Quant
 
 
 def _from_module(spec: GraphSpec, ctx) -> tuple[dict, Analysis, str, str, str, dict | None]:
-    model, shape, label, run = build_module(spec, ctx)
+    model, example, label, source = build_module(spec, ctx)
     ctx.progress(1, STEPS, "counting parameters and FLOPs", force=True)
-    inputs = (example_input(shape),)
-    analysis = analyze(model, inputs)
+    ctx.log(f"example inputs: {example.describe()} ({example.origin})")
+    # A dict input goes by name, so the graph's module names stay the model's own.
+    inputs, kwargs = ((), example.value) if example.kind == "dict" else (example.args(), None)
+    analysis = analyze(model, inputs, kwargs=kwargs)
     ctx.check_stop()
     ctx.progress(2, STEPS, "capturing the graph with torch.export", force=True)
-    captured = capture(model, inputs, ctx.log)
+    captured = capture(model, inputs, ctx.log, kwargs=kwargs)
     ctx.check_stop()
     ctx.progress(3, STEPS, "writing Model Explorer's graph", force=True)
     if captured.program is not None:
@@ -167,11 +169,11 @@ def _from_module(spec: GraphSpec, ctx) -> tuple[dict, Analysis, str, str, str, d
     else:
         graph = me_json.graph_from_modules(analysis)
     times = None
-    if run is not None and run.has_profile:
+    if has_profile(source):
         # The run's own profile is by operator, not by module; per-module time is measured here, on this model.
         from workbench.worker.graph.timing import self_times_ms
 
-        times = self_times_ms(model, inputs)
+        times = self_times_ms(model, inputs, kwargs)
     return graph, analysis, captured.how, captured.reason, label, times
 
 

@@ -1,91 +1,45 @@
-"""Where a graph's model comes from: `model.*`, a training run (`source.run`) or a saved file (`source.file`).
-
-A run gives its model spec and its best (else last) checkpoint, loaded with weights_only=True. Worker side.
+"""Where a graph's model comes from: `model.*` or a training run (`source.run`) through the one resolver
+(workbench/worker/source.py), or a saved file (`source.file`: a .pt2 loaded without running code, or ONNX).
+Worker side.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import pickle
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
 from workbench.errors import JobError
-from workbench.specs import GraphSpec, ModelSpec, TrainSpec
-from workbench.worker.sources import dataset_class_count, first_checkpoint, read_training_run
+from workbench.specs import GraphSpec
 
 CHECKPOINT_ORDER = ("best.pt", "last.pt", "model.pt")  # best, else the newest state training wrote
 FILE_SUFFIXES = (".pt2", ".onnx")
 
 
-@dataclass
-class RunModel:
-    """What a training run says about its model."""
-
-    run_dir: Path
-    spec: TrainSpec
-    checkpoint: Path | None  # None: the run never wrote one (the graph then shows fresh weights)
-    has_profile: bool
-
-
-def find_run_model(ref: str, workspace: str | Path | None) -> RunModel:
-    """The model spec and best-else-last checkpoint of a training run named by id, id prefix or folder."""
-    run_dir, spec = read_training_run(ref, workspace,
-                                      refusal="a graph needs a training run (or use model.* or source.file)")
-    checkpoint = first_checkpoint(run_dir, CHECKPOINT_ORDER)
-    has_profile = (run_dir / "artifacts" / "profile_top_ops.json").is_file()
-    return RunModel(run_dir, spec, checkpoint, has_profile)
-
-
-def input_shape_for(spec: GraphSpec, run: RunModel | None, ctx) -> tuple[int, ...]:
-    """The per-sample input shape: model.input_shape, else the run's, else its (or spec.dataset's) sample shape."""
-    if spec.model.input_shape:
-        return tuple(spec.model.input_shape)
-    if run is not None and run.spec.model.input_shape:
-        return tuple(run.spec.model.input_shape)
-    data = run.spec.dataset if run is not None else spec.dataset
-    from workbench.worker.data import load_dataset
-
-    try:
-        dataset = load_dataset(data, ctx=ctx)
-    except JobError as exc:
-        raise JobError(f"model.input_shape is empty and the dataset it would come from cannot be read ({exc}); "
-                       "set model.input_shape, e.g. 3,224,224") from None
-    try:
-        return tuple(dataset.sample_shape)
-    finally:
-        dataset.release()
-
-
 def build_module(spec: GraphSpec, ctx):
-    """(model in eval mode, input shape, label, RunModel or None) for `model.*` or `source.run`."""
-    from workbench.worker.models import build_model
-    from workbench.worker.models.surgery import load_checkpoint
+    """(model in eval mode, its example inputs (a batch of one), label, the resolved Source) for `model.*` or
+    `source.run`: the one resolver's, with the run's profile noted."""
+    from workbench.worker.source import resolve
 
-    run = find_run_model(spec.source.run, ctx.workspace) if spec.source.run else None
-    model_spec: ModelSpec = run.spec.model if run is not None else spec.model
-    shape = input_shape_for(spec, run, ctx)
-    if run is None:
-        classes = None if model_spec.num_classes else dataset_class_count(spec.dataset, ctx)
-        # No trial forward pass: the graph shows any model whatever its outputs (a segmentation map, a custom
-        # head), and analyze() runs it at once with its own message (a forward at the input size is a graph's
-        # largest cost after the capture).
-        model = build_model(model_spec, input_shape=shape, log=ctx.log, classes=classes, check=False)
-        return model.eval(), shape, model_spec.name, None
-    # The run's own weights replace any pretrained or starting checkpoint, so neither is loaded first.
-    model = build_model(dataclasses.replace(model_spec, checkpoint="", weights=""), input_shape=shape, log=ctx.log,
-                        pretrained=False, checkpoint=False, check=False)
-    if run.checkpoint is not None:
-        load_checkpoint(model, run.checkpoint, what="source.run")
-        ctx.log(f"weights from {run.checkpoint.relative_to(run.run_dir)} of run {run.run_dir.name}")
-    else:
-        ctx.log(f"run {run.run_dir.name} has no checkpoint yet: the graph shows its model with fresh weights",
-                "warning")
-    return model.eval(), shape, f"{model_spec.name} (run {run.run_dir.name})", run
+    source = resolve(spec.source, spec.model, spec.dataset, ctx, need_checkpoint=False, order=CHECKPOINT_ORDER,
+                     job="a graph needs a training run (or use model.* or source.file)")
+    # No trial forward pass: the graph shows any model whatever its outputs (a segmentation map, a custom head), and
+    # analyze() runs it at once with its own message (a forward at the input size is a graph's largest cost after
+    # the capture).
+    model = source.build(ctx, check=False)
+    if source.run_dir is not None and source.checkpoint is not None:
+        ctx.log(f"weights from {source.checkpoint.relative_to(source.run_dir)} of run {source.run_dir.name}")
+    example = source.example(ctx).first(1)
+    source.release()
+    return model, example, source.label, source
+
+
+def has_profile(source) -> bool:
+    """Whether the run the graph's model came from kept a profile of its operators."""
+    return source.run_dir is not None and (source.run_dir / "artifacts" / "profile_top_ops.json").is_file()
 
 
 def check_file(path_text: str) -> Path:

@@ -51,6 +51,34 @@ def _two_of(example):
     return torch.stack([torch.as_tensor(example)] * 2)
 
 
+def _tensors(x) -> list[torch.Tensor]:
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _tensors(v)]
+    if isinstance(x, (tuple, list)):
+        return [t for v in x for t in _tensors(v)]
+    return [torch.as_tensor(x)]
+
+
+def inputs_text(batch) -> str:
+    """"inputs of shape 1,28,28" for one float tensor; "inputs int64[32]" or "inputs ids int64[32], mask bool[32]"
+    otherwise, so a dtype mismatch reads as one."""
+    if isinstance(batch, torch.Tensor) and batch.is_floating_point():
+        return f"inputs of shape {_shape_text(batch.shape[1:])}"
+    named = batch.items() if isinstance(batch, dict) else [("", t) for t in _tensors(batch)]
+    return "inputs " + ", ".join(f"{name + ' ' if name else ''}{str(t.dtype).removeprefix('torch.')}"
+                                 f"[{_shape_text(t.shape[1:])}]" for name, t in named)
+
+
+def input_advice(exc: BaseException, batch) -> str:
+    """What to check: the dtype the model expected where the failure says so, else the input's shape."""
+    text = str(exc)
+    floats = any(t.is_floating_point() for t in _tensors(batch))
+    if floats and any(word in text for word in ("Long, Int", "indices", "scalar type Long")):
+        return ("; the model expected integer inputs (int64 ids) but got float32: take the inputs from the run's "
+                "dataset, or set model.input_spec with dtype = \"int64\"")
+    return "; check model.input_shape and dataset.image_size"
+
+
 def call_model(model: nn.Module, x):
     """model(x), model(*x) for a tuple (or list) of inputs, model(**x) for a dict of them."""
     if isinstance(x, dict):
@@ -86,9 +114,8 @@ def check_forward(model: nn.Module, name: str, input_shape: Sequence[int], num_c
         raise
     except Exception as exc:
         first = (str(exc).splitlines() or [""])[0][:300]
-        raise JobError(f"model {name} cannot take inputs of shape {_shape_text(input_shape)}: "
-                       f"{type(exc).__name__}: {first}{_where(exc)}; check model.input_shape and dataset.image_size"
-                       ) from None
+        raise JobError(f"model {name} cannot take {inputs_text(batch)}: {type(exc).__name__}: {first}{_where(exc)}"
+                       f"{input_advice(exc, batch)}") from None
     finally:
         model.train(was_training)
     fits, needed = _output_fits(out, num_classes, task)

@@ -16,12 +16,12 @@ from torch.func import functional_call
 
 from workbench.errors import JobError, SpecError
 from workbench.specs import QuantSpec
-from workbench.worker.data import load_dataset, resolve_workspace
+from workbench.worker.data import load_dataset
 from workbench.worker.models import build_model
 from workbench.worker.models.build import resolve_num_classes
 from workbench.worker.objectives.base import json_safe
 from workbench.worker.quant import adaround as adaround_mod
-from workbench.worker.quant import analysis, artifacts, bias, cle, mixed, module_level, qat, source
+from workbench.worker.quant import analysis, artifacts, bias, cle, mixed, module_level, qat
 from workbench.worker.quant.coverage import coverage as coverage_of
 from workbench.worker.quant.coverage import warning as coverage_warning
 from workbench.worker.quant.data import Batches, calibration_batches, evaluate, held_out_batches
@@ -38,6 +38,7 @@ from workbench.worker.quant.graph import (
 from workbench.worker.quant.measure import sqnr_db
 from workbench.worker.quant.sim import QuantSim, parallel_map
 from workbench.worker.quant.taps import collect, tail_function
+from workbench.worker.source import Source, trained_source
 from workbench.worker.training.devices import resolve_device
 from workbench.worker.training.task import first_input, measured_task, objective_for
 
@@ -215,7 +216,7 @@ class QuantJob:
     ladder: Ladder
     started: float
     # The source and its data: load_source_and_data, prepare_model, draw_batches.
-    origin: source.Source | None = None
+    origin: Source | None = None
     device: torch.device | None = None
     dataset: Any = None
     model: torch.nn.Module | None = None
@@ -271,8 +272,16 @@ class QuantJob:
     def load_source_and_data(self) -> None:
         """Resolve the source (model spec, checkpoint, dataset) and the device, and load the dataset."""
         spec = self.spec
-        workspace = resolve_workspace(None, self.ctx)
-        self.origin = source.resolve(spec.source.run, spec.model, spec.dataset, workspace)
+        origin = trained_source(spec.source, spec.model, spec.dataset, self.ctx,
+                                job="quantize takes a training run (train.classifier)",
+                                nothing="nothing to quantize: set source.run=<run id> (a training run of this "
+                                        "workspace), or model.name and model.checkpoint=<weights file>")
+        # The saved quantized model names the weights it was made from; model.* names them itself.
+        origin.model = origin.with_weights()
+        origin.pretrained = False
+        if origin.dataset is None:  # model.* with only an input shape or spec: calibration still needs data
+            origin.dataset = spec.dataset
+        self.origin = origin
         self.device = resolve_device(spec.device)
         self.dataset = load_dataset(self.origin.dataset, ctx=self.ctx)
         self.dataset.normalization(progress=self.ctx.progress)
@@ -565,7 +574,7 @@ class QuantJob:
             report["fp32"]["metrics"] = json_safe(fp32["metrics"])
             report["quantized"]["metrics"] = json_safe(quantized["metrics"])
         report.update({
-            "source": self.origin.describe(),
+            "source": self.origin.describe(label=False),
             "device": str(self.device),
             "calibration": {"samples": self.calibration.samples, "seed": self.spec.calibration.seed},
             "held_out": {"samples": self.held_out.samples, "split": self.held_out.what,

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 from workbench.errors import JobError
 
@@ -193,7 +194,7 @@ class Board:
                            "more is written there")
                 return False
             try:
-                with _quiet_tracer():
+                with _quiet_tracer(), _unchecked_trace():
                     writer.add_graph(model, example)
                 return True
             except Exception as exc:
@@ -210,6 +211,22 @@ class Board:
                     writer.close()  # flushes what the writer's own thread still holds
                 except Exception as exc:
                     self._warn(f"tensorboard: closing the event file in {self.log_dir} failed: {exc}")
+
+
+@contextlib.contextmanager
+def _unchecked_trace():
+    """add_graph's torch.jit.trace without its check pass: the check runs the model again and compares, and
+    nn.TransformerEncoder's eval fast path (nested tensors) takes another kernel than the trace recorded, which the
+    check reads as a divergence (TracingCheckError) though the graph drawn is the model's."""
+    import torch
+
+    real = torch.jit.trace
+
+    def trace(*args, **kwargs):
+        return real(*args, **{**kwargs, "check_trace": False})
+
+    with mock.patch.object(torch.jit, "trace", trace):
+        yield
 
 
 def layer_scalars(record: dict):
