@@ -277,7 +277,9 @@ def _int8_initializers(path: str) -> dict:
     inits = {init.name: numpy_helper.to_array(init) for init in proto.graph.initializer}
     found = {}
     for node in proto.graph.node:
-        if node.op_type == "DequantizeLinear" and node.input[0] in inits and inits[node.input[0]].dtype == np.int8:
+        # 8-bit weight codes: int8, or uint8 with zero point 128 where the CPU's kernels want them unsigned.
+        if (node.op_type == "DequantizeLinear" and node.input[0] in inits
+                and inits[node.input[0]].dtype in (np.int8, np.uint8) and inits[node.input[0]].ndim >= 2):
             found[node.input[0]] = inits[node.input[0]].shape
     return found
 

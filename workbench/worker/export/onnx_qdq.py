@@ -8,6 +8,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
+import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,8 +68,7 @@ def read_quant_run(ref: str | Path, workspace: str | Path | None, *, field: str 
     naming `field`, the run and what to do otherwise."""
     from workbench.runs import RunStore, effective_status
     from workbench.worker.quant.artifacts import FORMAT, PARAMS_FILE, WEIGHTS_FILE
-    from workbench.worker.quant.source import merge_dataset
-    from workbench.worker.sources import read_training_run
+    from workbench.worker.source import merge_dataset, read_training_run
     from workbench.workspace import default_workspace
 
     ref_path = Path(str(ref)).expanduser()
@@ -128,6 +129,24 @@ def read_quant_run(ref: str | Path, workspace: str | Path | None, *, field: str 
 
 
 # --- the exportable model ----------------------------------------------------------------------------------------------
+
+
+def unsigned_weights() -> bool:
+    """Whether int8 weight codes are written as uint8 with zero point 128 (the same values): on an x86 CPU without
+    VNNI, onnxruntime's fused u8 x s8 kernels add products in pairs in int16 (vpmaddubsw), which saturates for large
+    codes and leaves the simulation's grid; its u8 x u8 kernels widen first and compute exactly. With VNNI (or on
+    ARM) the signed weights stay, as its kernels are exact and faster there. WORKBENCH_QDQ_WEIGHTS=int8 or uint8
+    chooses for another target."""
+    chosen = os.environ.get("WORKBENCH_QDQ_WEIGHTS", "").strip().lower()
+    if chosen in ("int8", "uint8"):
+        return chosen == "uint8"
+    if platform.machine().lower() not in ("x86_64", "amd64", "i686", "x86"):
+        return False
+    try:
+        flags = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return False
+    return not any(flag in flags for flag in (" avx512_vnni", " avx_vnni", " amx_int8"))
 
 
 class QuantizedWeight(nn.Module):
@@ -226,6 +245,11 @@ def qdq_module(sim, spec: QuantSpec, say: Say) -> tuple[nn.Module, dict]:
     # Each weight quantizer's module is found in the copy by its path (a module called twice is one entry).
     done: set[str] = set()
     weights = {"qdq": [], "float": []}
+    unsigned = unsigned_weights()
+    if unsigned:
+        say("int8 weight codes are written as uint8 with zero point 128 (the same values): this CPU has no VNNI, "
+            "and onnxruntime's u8 x s8 kernels saturate there while its u8 x u8 kernels compute exactly; set "
+            "WORKBENCH_QDQ_WEIGHTS=int8 to write signed weights for a VNNI target")
     for name, wq in sim.weights.items():
         target = sim.structure.layers[name].path
         if _kept_float("weights", name, wq.grid.bits, mixed, say):
@@ -236,8 +260,11 @@ def qdq_module(sim, spec: QuantSpec, say: Say) -> tuple[nn.Module, dict]:
             continue
         done.add(target)
         dtype, _, _ = _onnx_grid(wq.grid, f"{name} weights")
-        codes = wq.codes.detach().cpu().round().to(dtype)
-        zero_point = wq.qp.zero_point.detach().cpu().to(dtype)
+        codes = wq.codes.detach().cpu().round()
+        zero_point = wq.qp.zero_point.detach().cpu()
+        if dtype == torch.int8 and unsigned:  # the same values on a grid onnxruntime computes exactly here
+            codes, zero_point, dtype = codes + 128, zero_point + 128, torch.uint8
+        codes, zero_point = codes.to(dtype), zero_point.to(dtype)
         axis = wq.qp.axis if wq.qp.axis is not None else qdq_ops.PER_TENSOR
         scale = wq.qp.scale.detach().cpu().float()
         if axis == qdq_ops.PER_TENSOR:
@@ -304,16 +331,17 @@ def input_shape_of(run: QuantRun, workspace, say: Say) -> tuple[int, ...]:
     return tuple(dataset.sample_shape)
 
 
-def load_sim(run: QuantRun, *, say: Say, input_shape: tuple[int, ...]):
+def load_sim(run: QuantRun, *, say: Say, input_shape: tuple[int, ...], example=None):
     """The run's simulated quantized model (a QuantSim, everything quantized) rebuilt on the CPU from its artifacts:
-    what the ONNX QDQ export writes and what Try it (workbench.worker.predict) runs."""
+    what the ONNX QDQ export writes and what Try it (workbench.worker.predict) runs. `example`: one sample of the
+    model's inputs (workbench.worker.inputs.Example.sample), for a model that does not take one float tensor."""
     from workbench.worker.models import build_model
     from workbench.worker.quant.artifacts import load_quantized
 
     # task=custom: any output passes the trial forward pass; the model was checked for its task when it trained
     # (a segmentation model gives a map, a regression one a value).
     model = build_model(run.model, input_shape=input_shape, log=say, pretrained=False, checkpoint=False,
-                        task="custom").eval()
+                        task="custom", example=example).eval()
     try:
         sim = load_quantized(model, run.artifacts, params=run.params)
     except JobError:
@@ -326,10 +354,11 @@ def load_sim(run: QuantRun, *, say: Say, input_shape: tuple[int, ...]):
     return sim
 
 
-def build_qdq(run: QuantRun, *, say: Say, workspace=None, input_shape: tuple[int, ...] | None = None) -> QdqBuild:
-    """Rebuild the run's quantized model (load_sim) and its Q/DQ copy, on the CPU."""
+def build_qdq(run: QuantRun, *, say: Say, workspace=None, input_shape: tuple[int, ...] | None = None,
+              example=None) -> QdqBuild:
+    """Rebuild the run's quantized model (load_sim) and its Q/DQ copy, on the CPU; `example` as load_sim's."""
     shape = input_shape or input_shape_of(run, workspace if workspace is not None else run.dir.parent.parent, say)
-    sim = load_sim(run, say=say, input_shape=shape)
+    sim = load_sim(run, say=say, input_shape=shape, example=example)
     module, layers = qdq_module(sim, run.spec, say)
     return QdqBuild(run, sim, module, shape, layers)
 
@@ -369,7 +398,7 @@ def export_qdq(build: QdqBuild, out_path: Path, *, opset: int, dynamic_batch: bo
 
 
 def write_onnx_qdq(quant_run_dir: Path, out_path: Path, *, opset: int = 18, dynamic_batch: bool = True,
-                   log=print) -> dict:
+                   log=print, example=None) -> dict:
     """Write the quantized model of the quantize run in `quant_run_dir` (a run folder) as ONNX with
     QuantizeLinear/DequantizeLinear to `out_path`. `log` takes one string.
 
@@ -388,9 +417,13 @@ def write_onnx_qdq(quant_run_dir: Path, out_path: Path, *, opset: int = 18, dyna
         log(text if level == "info" else f"{level}: {text}")
 
     run = read_quant_run(Path(quant_run_dir), None, field="quant_run_dir", say=say)
-    build = build_qdq(run, say=say)
+    # `example` (workbench.worker.inputs.Example): the inputs of a model that does not take one float tensor, token
+    # ids say, which the rebuild's trial pass and the exporter's trace take instead of random floats.
+    integer = example is not None and not example.single
+    build = build_qdq(run, say=say, example=example.sample(0) if integer else None)
     out_path = Path(out_path)
-    info = export_qdq(build, out_path, opset=opset, dynamic_batch=dynamic_batch, say=say)
+    traced = example.batch(example_batch(dynamic_batch)).tensors[0] if integer else None
+    info = export_qdq(build, out_path, opset=opset, dynamic_batch=dynamic_batch, say=say, example=traced)
     return describe(build, out_path, info, dynamic_batch, warnings)
 
 
