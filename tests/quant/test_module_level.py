@@ -75,7 +75,9 @@ def test_an_untraceable_model_is_quantized_module_by_module(quantized):
     weights = [e["name"] for e in result["layers"] if e["tensor"] == "weight"]
     points = [e["name"] for e in result["layers"] if e["tensor"] == "activation"]
     assert weights == ["conv1", "conv2", "fc"]  # in call order; the never-called layer is not among them
-    assert points == ["input", "conv1", "conv2", "fc"]
+    # conv2 takes an unfolded BatchNorm's output and fc a mean, neither on a grid: each gets an input quantizer,
+    # as integer kernels take 8-bit inputs.
+    assert points == ["input", "conv1", "conv2.input", "conv2", "fc.input", "fc"]
     assert result["cle"]["skipped"] and result["cle"]["pairs"] == []
     assert [s["step"] for s in result["steps"]] == ["fp32", "fold_bn", "cle", "weight_ranges", "adaround",
                                                     "bias_correction", "activation_ranges"]
@@ -132,7 +134,7 @@ def test_the_qdq_export_of_a_module_level_run_keeps_parity_in_onnxruntime(quanti
     assert exported["exporter"] != "dynamo" and exported["fallback_reason"]
     proto = onnx.load(exported["artifact"])
     ops = [node.op_type for node in proto.graph.node]
-    assert ops.count("QuantizeLinear") == 4  # the input and each layer's output
+    assert ops.count("QuantizeLinear") == 6  # the input, each layer's output, conv2's and fc's inputs
     int8 = [name for name, init in ((i.name, numpy_helper.to_array(i)) for i in proto.graph.initializer)
             if init.dtype in ("int8", "uint8") and init.ndim >= 2]
     assert len(int8) == 3, int8  # conv1, conv2 and fc weights as 8-bit codes

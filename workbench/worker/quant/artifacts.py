@@ -55,7 +55,8 @@ def save_quantized(sim, folder: Path, *, model_spec: dict, checkpoint: str) -> t
                             "after_module": (point.node.target if point.node.op == "call_module" else None)
                             if traced else point.layer, "logits": point.logits,
                             **_grid(qp.grid), "range_method": state.method, "scale": float(qp.scale),
-                            "zero_point": int(qp.zero_point)})
+                            "zero_point": int(qp.zero_point),
+                            **({"feeds": sim.structure.feeds[name]} if name in sim.structure.feeds else {})})
     weights_path = folder / WEIGHTS_FILE
     save_state_dict(tensors, weights_path, name=f"artifacts/{WEIGHTS_FILE}")
     params = {"format": FORMAT, "model": model_spec, "checkpoint": checkpoint,
@@ -145,8 +146,10 @@ def load_quantized(model: nn.Module, folder: str | Path, *, params: dict | None 
     if params.get("tracing") == "modules":
         gm, folded = module_level.prepare(model), {}
         logits = next((a["name"] for a in params["activations"] if a.get("logits")), None)
-        structure = module_level.structure_of(gm, [w["name"] for w in params["weights"]], logits,
-                                              input_point=any(a["kind"] == "input" for a in params["activations"]))
+        structure = module_level.structure_of(
+            gm, [w["name"] for w in params["weights"]], logits,
+            input_point=any(a["kind"] == "input" for a in params["activations"]),
+            feeds={a["name"]: a["feeds"] for a in params["activations"] if a["kind"] == "requant"})
     else:
         gm = trace(model)
         folded = fold_batchnorms(gm, only=set(params["folded_bn"]))

@@ -306,6 +306,8 @@ class Structure:
     points: dict[str, Point]
     groups: list[str]  # in graph order: a layer name (its weights and its output point) or a lone point's name
     traced: bool = True  # False: module-level quantization (quant/module_level.py), no fx nodes
+    # Module-level only: an input point -> the layers it feeds (one tensor into several layers: one quantizer).
+    feeds: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _tail(gm: fx.GraphModule, start: fx.Node) -> list[fx.Node]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 
@@ -46,23 +47,47 @@ def _op_name(func) -> str:
     return name
 
 
+# Ops whose output stays on their input's grid: a layer they feed from a quantized tensor needs no quantizer of its
+# own (relu and max of grid values are grid values; reshaping moves them).
+_ON_GRID = {"view", "reshape", "flatten", "permute", "transpose", "contiguous", "unsqueeze", "squeeze", "expand",
+            "clone", "detach", "chunk", "split", "unbind", "__getitem__", "t", "dropout", "relu", "relu_",
+            "max_pool1d", "max_pool2d", "max_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "hardtanh",
+            "relu6", "identity"}
+
+
 class _FloatOps(TorchFunctionMode):
-    """Counts the torch functions called outside the quantized layers during one forward pass."""
+    """Counts the torch functions called outside the quantized layers during one forward pass, and follows which
+    tensors stay on a quantizer's grid (`quantized`: their ids; `kept` holds them so no id is reused)."""
 
     def __init__(self):
         super().__init__()
         self.depth = 0
         self.counts: Counter = Counter()
+        self.quantized: set[int] = set()
+        self.kept: list = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
         if self.depth == 0:
             name = _op_name(func)
             if name not in _SHAPE_OPS and not name.startswith("_"):
                 self.counts[name] += 1
-        return func(*args, **(kwargs or {}))
+            if name in _ON_GRID and args and id(args[0]) in self.quantized:
+                self.mark(result)
+        return result
+
+    def mark(self, value) -> None:
+        for t in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(t, torch.Tensor):
+                self.quantized.add(id(t))
+                self.kept.append(t)
 
 
+REQUANT_SUFFIX = ".input"  # a layer's input point is named after the first layer it feeds
+SHARED_INPUT = "_wb_shared_input_quantizer"
+_LAST_INPUT = "_wb_last_input"  # (forward pass, weak reference to the last input, its quantized value)
 _alone = threading.local()
+_passes = threading.local()
 
 
 @contextlib.contextmanager
@@ -87,6 +112,27 @@ def _quantize_output(module: nn.Module, args, output):
     if quantizer is None or not isinstance(output, torch.Tensor) or getattr(_alone, "depth", 0):
         return output
     return quantizer(output)
+
+
+def _quantize_layer_input(module: nn.Module, args):
+    """A layer's input quantizer, shared by the layers one tensor feeds: the same tensor is quantized once (q, k
+    and v take one QuantizeLinear); off while the layer is called alone (its trial inputs are given as they are)."""
+    owner = module.__dict__.get(SHARED_INPUT)
+    quantizer = getattr(owner[0], owner[1], None) if owner is not None else None
+    if quantizer is None or getattr(_alone, "depth", 0) or not args or not isinstance(args[0], torch.Tensor):
+        return None
+    last = quantizer.__dict__.get(_LAST_INPUT)
+    now = getattr(_passes, "count", 0)
+    if last is not None and last[0] == now and last[1]() is args[0]:
+        return (last[2], *args[1:])
+    out = quantizer(args[0])
+    object.__setattr__(quantizer, _LAST_INPUT, (now, weakref.ref(args[0]), out))
+    return (out, *args[1:])
+
+
+def _next_pass(module: nn.Module, args) -> None:
+    """A new forward pass of the model: a shared input quantizer's last value belongs to the one before."""
+    _passes.count = getattr(_passes, "count", 0) + 1
 
 
 def _quantize_input(module: nn.Module, args):
@@ -116,8 +162,21 @@ def find_structure(model: nn.Module, example) -> tuple[Structure, list[tuple[str
     outputs: dict[str, torch.Tensor] = {}
     mode = _FloatOps()
     handles = []
+    takes_tensor = isinstance(example, torch.Tensor) and example.is_floating_point()
+    if takes_tensor:
+        mode.mark(example)
+    # A layer fed a float tensor that no quantizer gave (a LayerNorm's output, attention's context, a GELU after a
+    # layer) gets a quantizer at its input, as integer kernels take 8-bit inputs: where none feeds it, onnxruntime
+    # quantizes that input itself at run time. One tensor into several layers (q, k, v) is one quantizer.
+    feeds: dict[int, list[str]] = {}
 
     def enter(module, args):
+        name = weighted[module]
+        first = args[0] if args else None
+        if (mode.depth == 0 and name not in outputs and isinstance(first, torch.Tensor)
+                and first.is_floating_point() and id(first) not in mode.quantized):
+            feeds.setdefault(id(first), []).append(name)
+            mode.kept.append(first)
         mode.depth += 1
 
     def leave(module, args, output):
@@ -126,6 +185,7 @@ def find_structure(model: nn.Module, example) -> tuple[Structure, list[tuple[str
         if name not in outputs:
             order.append(name)
         outputs[name] = output
+        mode.mark(output)
 
     for module in weighted:
         handles.append(module.register_forward_pre_hook(enter))
@@ -141,14 +201,18 @@ def find_structure(model: nn.Module, example) -> tuple[Structure, list[tuple[str
                        "quantize")
     logits = next((name for name in reversed(order) if outputs[name] is result), None)
     # One float tensor in: an input quantizer. Integer inputs (token ids) are never quantized.
-    takes_tensor = isinstance(example, torch.Tensor) and example.is_floating_point()
-    structure = structure_of(model, order, logits, input_point=takes_tensor)
+    inputs = {f"{layers[0]}{REQUANT_SUFFIX}": layers for layers in feeds.values()}
+    structure = structure_of(model, order, logits, input_point=takes_tensor, feeds=inputs)
     return structure, mode.counts.most_common()
 
 
-def structure_of(model: nn.Module, order: list[str], logits: str | None, *, input_point: bool) -> Structure:
-    """The Structure of these layers (module paths, in call order): a layer point after each one's output and, with
-    `input_point`, one at the model's input. Also what a saved module-level run is rebuilt from."""
+def structure_of(model: nn.Module, order: list[str], logits: str | None, *, input_point: bool,
+                 feeds: dict[str, list[str]] | None = None) -> Structure:
+    """The Structure of these layers (module paths, in call order): a layer point after each one's output, with
+    `input_point` one at the model's input, and an input point for each entry of `feeds` ({"<layer>.input": the
+    layers that one tensor feeds}). Also what a saved module-level run is rebuilt from."""
+    feeds = dict(feeds or {})
+    first_fed = {layers[0]: point for point, layers in feeds.items()}
     modules = dict(model.named_modules())
     layers, points, groups = {}, {}, []
     if input_point:
@@ -157,15 +221,19 @@ def structure_of(model: nn.Module, order: list[str], logits: str | None, *, inpu
     for name in order:
         if name not in modules or not isinstance(modules[name], WEIGHTED):
             raise JobError(f"{name} is not a conv or linear layer of this model")
+        if name in first_fed:
+            points[first_fed[name]] = Point(first_fed[name], None, "requant")
+            groups.append(first_fed[name])
         layers[name] = Layer(name, None, modules[name], [], name)
         points[name] = Point(name, None, "layer", name, logits=name == logits)
         groups.append(name)
-    return Structure(layers, points, groups, traced=False)
+    return Structure(layers, points, groups, traced=False, feeds={p: list(v) for p, v in feeds.items() if p in points})
 
 
 def attach(model: nn.Module, structure: Structure, quantizers: dict[str, nn.Module]) -> None:
     """Register each point's quantizer as a child of the module it follows (of the model itself for the input), with
     a hook that applies it: a deep copy (the ONNX QDQ export's) keeps both, and swapping the child swaps the op."""
+    shared = False
     for k, (name, quantizer) in enumerate(quantizers.items()):
         point = structure.points[name]
         child = f"_quant_act_{k}"
@@ -173,6 +241,17 @@ def attach(model: nn.Module, structure: Structure, quantizers: dict[str, nn.Modu
             model.add_module(child, quantizer)
             setattr(model, INPUT_QUANTIZER, child)
             model.register_forward_pre_hook(_quantize_input)
+        elif point.kind == "requant":
+            if not shared:
+                model.register_forward_pre_hook(_next_pass)
+                shared = True
+            fed = [structure.layers[layer].module for layer in structure.feeds[name]]
+            fed[0].add_module(child, quantizer)
+            for module in fed:
+                # A plain reference to the owner and the child's name, not a child: one quantizer shared by the
+                # layers one tensor feeds (a deep copy keeps it shared; swapping the child swaps it for all).
+                object.__setattr__(module, SHARED_INPUT, (fed[0], child))
+                module.register_forward_pre_hook(_quantize_layer_input)
         else:
             module = structure.layers[point.layer].module
             module.add_module(child, quantizer)
