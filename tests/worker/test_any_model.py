@@ -140,10 +140,11 @@ def test_a_project_goes_from_training_to_an_int8_benchmark(tmp_path, name):
     quantized = run("quant.analyze", {**source_run, "calibration": {"samples": 64}, "eval_samples": 64}, workspace)
     assert quantized["coverage"]["parameters"] >= 0.90, quantized["coverage"]
 
-    onnx = run("export.model", {**source_run, "format": "onnx", "parity_samples": 8}, workspace)
-    assert onnx["parity"]["passed"], onnx["parity"]
-    if name != "unet":  # token ids stay int64 and keep forward()'s name
-        assert onnx["input_names"] == ["ids"] and onnx["input_dtypes"] == {"ids": "int64"}
+    for fmt in ("onnx", "torchscript", "exported_program"):
+        exported = run("export.model", {**source_run, "format": fmt, "parity_samples": 8}, workspace)
+        assert exported["parity"]["passed"], (fmt, exported["parity"])
+        if name != "unet":  # token ids stay int64 and keep forward()'s name
+            assert exported["input_names"] == ["ids"] and exported["input_dtypes"] == {"ids": "int64"}, fmt
 
     qdq = run("export.model", {"source": {"run": quantized["run_dir"]}, "format": "onnx_qdq", "parity_samples": 8},
               workspace)
