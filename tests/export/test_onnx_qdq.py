@@ -114,7 +114,7 @@ def test_qdq_runs_at_batch_1_and_7(qdq):
 def test_write_onnx_qdq_is_callable_on_a_run_folder(quant_run, tmp_path):
     assert str(inspect.signature(write_onnx_qdq)) == (
         "(quant_run_dir: 'Path', out_path: 'Path', *, opset: 'int' = 18, dynamic_batch: 'bool' = True, log=<built-in "
-        "function print>) -> 'dict'")
+        "function print>, example=None) -> 'dict'")
     _, quant = quant_run
     lines: list[str] = []
     out = tmp_path / "int8" / "digits_qdq.onnx"

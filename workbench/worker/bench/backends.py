@@ -336,7 +336,10 @@ def _qdq_onnx(ctx: BuildContext) -> tuple[Path, str]:
             try:
                 with warnings_quiet(), contextlib.redirect_stdout(io.StringIO()):
                     info = write_onnx_qdq(quant.dir, path, opset=QDQ_OPSET, dynamic_batch=True,
-                                          log=lambda text, *a, **k: ctx.log(text), example=ctx.source.example)
+                                          log=lambda text, *a, **k: ctx.log(text),
+                                          # token ids and the like; one float input needs no example
+                                          **({"example": ctx.source.example} if ctx.source.example is not None
+                                             else {}))
                 ctx._onnx[key] = path
                 ctx.log(f"QDQ model of quantize run {quant.id} written"
                         + (f" ({_brief(info)})" if isinstance(info, dict) and info else ""))
