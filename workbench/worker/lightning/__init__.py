@@ -5,8 +5,10 @@ so the worker starts without it. Worker side; never imports Qt.
 
 from __future__ import annotations
 
+from workbench.worker.extras import install_hint, require_extra
+
 PREFIX = "lightning:"
-INSTALL_HINT = "pip install 'torch-workbench[lightning]'"
+INSTALL_HINT = install_hint("lightning")
 
 
 def is_lightning_name(name: str) -> bool:
@@ -16,14 +18,7 @@ def is_lightning_name(name: str) -> bool:
 
 def require_lightning():
     """The `lightning` package, or a JobError saying how to install it."""
-    from workbench.errors import JobError
-
-    try:
-        import lightning
-    except ImportError as exc:
-        raise JobError(f"model.name: a lightning: model is trained by PyTorch Lightning, which is not installed here "
-                       f"({exc}); install it with {INSTALL_HINT}") from None
-    return lightning
+    return require_extra("lightning", "lightning", "a lightning: model is trained by PyTorch Lightning")
 
 
 __all__ = ["INSTALL_HINT", "PREFIX", "is_lightning_name", "require_lightning"]

@@ -17,9 +17,10 @@ import torch
 from torch import nn
 
 from workbench.errors import JobError
+from workbench.worker.extras import install_hint, require_extra
 from workbench.worker.models.registry import register_model
 
-INSTALL_HINT = "pip install 'torch-workbench[hf]'"
+INSTALL_HINT = install_hint("hf")
 # model.args.task -> the Auto class that loads it, and the suffix of the architectures a config names for it.
 TASKS = {
     "sequence-classification": ("AutoModelForSequenceClassification", "ForSequenceClassification"),
@@ -39,12 +40,7 @@ SET_HERE = {  # from_pretrained arguments the workbench decides, and what to set
 
 def require_transformers():
     """The `transformers` package, or a JobError saying how to install it."""
-    try:
-        import transformers
-    except ImportError as exc:
-        raise JobError(f"model.name: an hf: model is loaded by Hugging Face transformers, which is not installed "
-                       f"here ({exc}); install it with {INSTALL_HINT}") from None
-    return transformers
+    return require_extra("transformers", "hf", "an hf: model is loaded by Hugging Face transformers")
 
 
 class TextClassifier(nn.Module):

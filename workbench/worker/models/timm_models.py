@@ -14,10 +14,11 @@ from torch import nn
 
 from workbench.errors import JobError
 from workbench.worker.checkpoints import load_state_dict
+from workbench.worker.extras import install_hint, require_extra
 from workbench.worker.models.registry import register_model
 from workbench.worker.models.surgery import load_checkpoint, unwrap_state
 
-INSTALL_HINT = "pip install 'torch-workbench[timm]'"
+INSTALL_HINT = install_hint("timm")
 SET_HERE = {  # create_model arguments the workbench decides, and what to set instead
     "pretrained": "timm: models are built untrained; set model.weights to a local state_dict file",
     "num_classes": "set model.num_classes instead",
@@ -29,12 +30,7 @@ SET_HERE = {  # create_model arguments the workbench decides, and what to set in
 
 def require_timm():
     """The `timm` package, or a JobError saying how to install it."""
-    try:
-        import timm
-    except ImportError as exc:
-        raise JobError(f"model.name: a timm: model is built by PyTorch Image Models (timm), which is not installed "
-                       f"here ({exc}); install it with {INSTALL_HINT}") from None
-    return timm
+    return require_extra("timm", "timm", "a timm: model is built by PyTorch Image Models (timm)")
 
 
 def _check_name(timm, name: str) -> None:
