@@ -45,12 +45,25 @@ def count_args(**fields: object) -> list[str]:
     return ["diag", "count", *(arg for key, value in fields.items() for arg in ("--set", f"{key}={value}"))]
 
 
+def trust_tmp(tmp_path: Path, workspace: Path) -> None:
+    """Trust the test's own folder in `workspace`, as `workbench trust <tmp_path>` would: the Python files a test
+    writes there are its user code. The check itself stays on (tests/test_trust.py runs it untrusted)."""
+    from workbench.trust import trust_folder
+
+    if (workspace.exists() and not workspace.is_dir()) or not any(tmp_path.rglob("*.py")):
+        return  # a test of a bad workspace, or one with no user code: its workspace is left as the command finds it
+    workspace.mkdir(parents=True, exist_ok=True)
+    trust_folder(workspace, tmp_path)
+
+
 def wb(
-    tmp_path: Path, *args: str, workspace: Path | None = None, timeout: float = 60
+    tmp_path: Path, *args: str, workspace: Path | None = None, timeout: float = 60, trusted: bool = True
 ) -> subprocess.CompletedProcess:
     """Run `workbench ARGS --workspace WS` in tmp_path (a child forked with torch already imported: see
-    cli_runner) and return the finished process."""
+    cli_runner) and return the finished process. `trusted`: tmp_path is a trusted folder of WS first."""
     ws = workspace if workspace is not None else tmp_path / "ws"
+    if trusted:
+        trust_tmp(tmp_path, ws)
     return run_cli([*args, "--workspace", str(ws)], cwd=tmp_path, env=_env(tmp_path), timeout=timeout)
 
 

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from cli_helpers import TRACEBACK, _argv, _env, expect, one_json, wb
+from cli_helpers import TRACEBACK, _argv, _env, expect, one_json, trust_tmp, wb
 from waiting import wait_until
 
 from workbench.errors import JobError, UsageError
@@ -335,6 +335,7 @@ def test_prints_in_user_code_do_not_reach_stdout(tmp_path):
                                           pytest.param(signal.SIGTERM, 143, marks=pytest.mark.heavy)])
 def test_a_hung_forward_stops_at_the_second_signal_with_the_run_marked(tmp_path, signum, code):
     model, mark = _model(tmp_path, "hang")
+    trust_tmp(tmp_path, tmp_path / "ws")
     proc = subprocess.Popen(_argv(*_train_args(model), "--workspace", str(tmp_path / "ws")), cwd=tmp_path,
                             env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stderr: list[str] = []

@@ -49,6 +49,9 @@ def _global_flags(parser: argparse.ArgumentParser, *, top: bool, json_flag: bool
                             help="print exactly one JSON object (the result) on stdout")
     parser.add_argument("--debug", action="store_true", default=default(False),
                         help="show tracebacks and debug logging")
+    parser.add_argument("--allow-changed-code", action="store_true", default=default(False),
+                        help="let a later job of a run (graph, quantize, export, bench, predict, export-tensorboard) "
+                             "run user code that changed since the run trained")
 
 
 def _common(parser: argparse.ArgumentParser, *, spec: bool = True, json_flag: bool = True) -> None:
@@ -56,7 +59,14 @@ def _common(parser: argparse.ArgumentParser, *, spec: bool = True, json_flag: bo
         parser.add_argument("spec", nargs="?", help="a spec file (.toml or .json); defaults are used without one")
         parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                             help="override a spec field, e.g. --set lr=0.01 --set dataset.name=mnist (repeatable)")
+        _trust_flag(parser)
     _global_flags(parser, top=False, json_flag=json_flag)
+
+
+def _trust_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trust", action="store_true",
+                        help="trust the folders of the Python files this job runs (file:, lightning:) for this "
+                             "workspace, and go on")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -105,7 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "earlier event files are replaced)")
     board.add_argument("--no-graph", dest="graph", action="store_false",
                        help="leave out the model graph (it rebuilds the model, and may read the dataset for its shape)")
+    _trust_flag(board)
     _common(board, spec=False)
+
+    trust = sub.add_parser("trust", help="trust a folder's Python files (file:, lightning:) to run in this workspace")
+    trust.add_argument("folder", nargs="?", help="the folder to trust (and every folder inside it)")
+    trust.add_argument("--list", action="store_true", help="list the trusted folders")
+    trust.add_argument("--remove", metavar="FOLDER", default=None, help="stop trusting FOLDER")
+    _common(trust, spec=False)
 
     report = sub.add_parser("report", help="one self-contained HTML page of a model: train, quantize, export, bench")
     report.add_argument("run", help="the training run: id, unique id prefix, or run folder (a quantize, export or "
@@ -301,11 +318,29 @@ def _cmd_job(args, verb: str, task_name: str) -> int:
         spec = _load_spec(verb, args.spec or str(run_dir / "spec.toml"), args.overrides)
     else:
         spec = _load_spec(verb, args.spec, args.overrides)
+    _check_trust(args, spec.to_dict(), workspace)
     then = None
     if verb == "graph" and (spec.open_browser or spec.port):
         then = lambda result: _serve_graph(result, workspace, spec.port, spec.open_browser)  # noqa: E731
     return run_headless(task_name, spec, workspace=workspace, as_json=args.json, debug=args.debug, resume=resume,
                         then=then)
+
+
+def _check_trust(args, spec_data: dict, workspace: Path, files=None) -> None:
+    """Before anything imports it or a run folder is made: a job's user code must come from a trusted folder, or the
+    user passes --trust (trusting its folders for this workspace: started knowingly). A UsageError (exit 2) otherwise."""
+    from workbench import trust
+
+    files = trust.job_user_files(spec_data, workspace) if files is None else files
+    untrusted = trust.untrusted(files, workspace)
+    if not untrusted:
+        return
+    if not getattr(args, "trust", False):
+        raise UsageError(trust.refusal(untrusted))
+    for folder in trust.folders_of(untrusted):
+        trust.trust_folder(workspace, folder)
+        print(f"workbench: trusting {folder} for workspace {workspace}; its Python files run with your permissions",
+              file=sys.stderr)
 
 
 def _torchrun_group():
@@ -331,6 +366,7 @@ def _cmd_train_with_id(args, workspace: Path, task_name: str, run_id: str | None
         run_id = torchrun.run_id_for(group)
     if group is not None and group.world_size > 1 and group.rank != 0:
         spec = _load_spec("train", args.spec, args.overrides)  # only its device counts: rank 0 sends the spec
+        _check_trust(args, spec.to_dict(), workspace)
         with _ReservedStdout(args.json):
             result = torchrun.follow(spec, env=group, workspace=workspace)
         _print_result(result, args.json)
@@ -341,6 +377,7 @@ def _cmd_train_with_id(args, workspace: Path, task_name: str, run_id: str | None
         spec = _load_spec("train", args.spec or str(Path(resume) / "spec.toml"), args.overrides)
     else:
         spec = _load_spec("train", args.spec, args.overrides)
+    _check_trust(args, spec.to_dict(), workspace)
     return run_headless(task_name, spec, workspace=workspace, as_json=args.json, debug=args.debug, resume=resume,
                         run_id=create)
 
@@ -419,9 +456,12 @@ def _cmd_runs(args) -> int:
 
 def _cmd_export_tensorboard(args, store) -> int:
     # The writer is torch's SummaryWriter: loaded here only, so the other `runs` verbs stay torch-free.
+    from workbench.trust import run_user_files
     from workbench.worker.training.tensorboard import export_run
 
     run_dir = store.resolve(args.run)
+    if args.graph:  # the graph rebuilds the model from the run's own code
+        _check_trust(args, {}, store.workspace, files=run_user_files(store.workspace, str(run_dir)))
     with _ReservedStdout(args.json):  # a library's chatter while the graph is traced must not break the JSON
         result = export_run(run_dir, args.out, workspace=store.workspace, graph=args.graph)
     if args.json:
@@ -452,6 +492,37 @@ def _cmd_report(args) -> int:
         print(f"report of {story.train.id}: 1 training, {len(runs['quantize'])} quantize, {len(runs['export'])} "
               f"export and {len(runs['bench'])} benchmark runs", file=sys.stderr)
         print(path)
+    return 0
+
+
+def _cmd_trust(args) -> int:
+    from workbench import trust
+
+    workspace = _workspace(args)
+    if sum(bool(x) for x in (args.folder, args.list, args.remove)) != 1:
+        raise UsageError("trust: name one folder to trust, or pass --list, or --remove FOLDER")
+    if args.list:
+        folders = [str(p) for p in trust.trusted_folders(workspace)]
+        if args.json:
+            print(json.dumps({"run_dir": None, "status": "done", "workspace": str(workspace), "trusted": folders,
+                              "bundled": str(trust.examples_folder())}))
+        else:
+            for folder in folders:
+                print(folder)
+            print(f"{len(folders)} trusted folder(s) in {workspace}; the bundled examples ({trust.examples_folder()}) "
+                  "are always trusted", file=sys.stderr)
+        return 0
+    if args.remove:
+        folder = trust.untrust_folder(workspace, args.remove)
+        action = "removed"
+    else:
+        folder = trust.trust_folder(workspace, args.folder)
+        action = "trusted"
+    if args.json:
+        print(json.dumps({"run_dir": None, "status": "done", "action": action, "folder": str(folder)}))
+    else:
+        print(f"{action}: {folder}" + (" (its Python files and its subfolders' run with your permissions in "
+                                       f"workspace {workspace})" if action == "trusted" else ""))
     return 0
 
 
@@ -505,6 +576,10 @@ def _cmd_worker(args) -> int:
 
 def dispatch(args) -> int:
     verb = args.verb or "gui"
+    if getattr(args, "allow_changed_code", False):
+        from workbench.trust import set_allow_changed_code
+
+        set_allow_changed_code(True)
     if verb == "gui":
         return _cmd_gui(args)
     if verb in JOB_TASKS:
@@ -517,6 +592,8 @@ def dispatch(args) -> int:
         return _cmd_runs(args)
     if verb == "report":
         return _cmd_report(args)
+    if verb == "trust":
+        return _cmd_trust(args)
     if verb == "desktop":
         return _cmd_desktop(args)
     if verb == "diag":

@@ -11,6 +11,21 @@ from workbench.gui.main_window import MainWindow
 from workbench.gui.settings import Settings
 
 
+@pytest.fixture(autouse=True)
+def trust_answers_once_for_test_files(monkeypatch, tmp_path):
+    """The window asks before it runs user code from a folder not trusted (workbench.gui.trust_gate); a modal question
+    would hang a test, so the tests' own files, written under tmp_path, are trusted once when asked. Any other file
+    fails the test. tests/gui/test_trust_window.py answers the real dialog instead."""
+    from workbench.gui import trust_gate
+
+    def answer(files, parent):
+        outside = [str(f.path) for f in files if tmp_path.resolve() not in f.path.resolve().parents]
+        assert not outside, f"the window asked to trust {outside}, outside the test's folder"
+        return trust_gate.ONCE
+
+    monkeypatch.setattr(trust_gate, "ask", answer)
+
+
 @pytest.fixture
 def settings(tmp_path):
     return Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))

@@ -26,7 +26,7 @@ def test_workbench_train_runs_a_lightning_spec_from_another_folder(tmp_path):
                                         '[dataset]\nname = "lightning:project.py:Features"\n')
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    done = wb(elsewhere, "train", str(project / "train.toml"), workspace=tmp_path / "ws", timeout=600)
+    done = wb(elsewhere, "train", str(project / "train.toml"), "--trust", workspace=tmp_path / "ws", timeout=600)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert TRACEBACK not in output

@@ -36,6 +36,7 @@ from workbench.gui.queries import QueryRunner
 from workbench.gui.settings import Settings
 from workbench.gui.state import DatasetState
 from workbench.gui.theme import THEMES, apply_theme
+from workbench.gui.trust_gate import TrustGate
 from workbench.gui.widgets.device_picker import DevicePicker
 from workbench.gui.widgets.lazy_tab import LazyTab
 from workbench.gui.widgets.open_folder import open_folder
@@ -145,6 +146,8 @@ class MainWindow(QMainWindow):
         self.settings = settings or Settings()
         self.bridge = QtWorkerBridge(manager, self)
         self.queries = QueryRunner(self.bridge, self.workspace, self)
+        self.trust_gate = TrustGate(lambda: self.workspace, self)
+        self.queries.gate = self.trust_gate
         self._quitting = False
         self._close_answer: str | None = None  # how the user answered the close question, once they have
         self.close_question: QMessageBox | None = None  # the question, while it is open
@@ -324,6 +327,9 @@ class MainWindow(QMainWindow):
         except SpecError as exc:
             QMessageBox.warning(self, "Open spec", str(exc))
             return
+        # Asked before the wizard opens: its pages ask the worker about the data, which imports the spec's code.
+        # Cancel still opens the wizard; its queries are then not sent, and it says why.
+        self.trust_gate.allow(data, self)
         if verb == "train":
             self.new_training_run(start=data)
         elif verb == "quantize":
@@ -616,7 +622,13 @@ class MainWindow(QMainWindow):
 
     # -- worker ----------------------------------------------------------------------------------
     def submit_job(self, task: str, spec: dict | None = None, *, with_run: bool = True) -> JobRecord | None:
-        """Start a job on the worker; returns None (and says why) when the worker cannot take it."""
+        """Start a job on the worker; returns None (and says why) when the worker cannot take it, or the user did not
+        trust the code it would run."""
+        if not self.trust_gate.allow(spec or {}, self):
+            message = self.trust_gate.refusal(spec or {})["message"]
+            self.log_panel.append(f"Did not start {task}: {message}", "warning")
+            self.statusBar().showMessage(message, 8000)
+            return None
         try:
             return self.manager.submit(task, spec or {}, self.workspace if with_run else None)
         except RuntimeError as exc:
@@ -654,6 +666,9 @@ class MainWindow(QMainWindow):
         return spec
 
     def _on_training_resume_requested(self, run_dir: str, spec: dict) -> None:
+        if not self.trust_gate.allow(spec, self):
+            self.log_panel.append(f"Did not resume: {self.trust_gate.refusal(spec)['message']}", "warning")
+            return
         try:
             self.manager.submit("train.classifier", spec, self.workspace, resume=run_dir)
         except RuntimeError as exc:

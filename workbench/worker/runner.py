@@ -118,6 +118,10 @@ def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threadi
             run = RunStore(Path(workspace)).create_run(task.name.split(".")[0], spec_dict, task=task.name,
                                                       run_id=run_id)
             result["run_dir"] = str(run.dir)  # the folder exists from here on, even if the next write fails
+            if task.name.startswith("train."):
+                from workbench.trust import record_user_code
+
+                record_user_code(run.dir, spec_dict)  # later jobs of the run check they run this same code
             run.set_status("running")
             emit("status", {"state": "running", "run_dir": str(run.dir)}, [])
         else:

@@ -13,6 +13,7 @@ from pathlib import Path
 from workbench.errors import JobError, SpecError, WorkbenchError
 from workbench.runs import RunStore
 from workbench.specs import DataSpec, ModelSpec, SourceSpec, TrainSpec
+from workbench.trust import check_run_code
 from workbench.worker import inputs
 from workbench.worker.inputs import Example
 
@@ -35,9 +36,11 @@ def read_training_run(ref: str, workspace: str | Path | None, *, refusal: str) -
     if not task.startswith("train."):
         raise JobError(f"source.run: {run_dir.name} is a {task or 'unknown'} run; {refusal}")
     try:
-        return run_dir, TrainSpec.from_dict(data)
+        spec = TrainSpec.from_dict(data)
     except SpecError as exc:
         raise JobError(f"source.run: the spec of {run_dir.name} no longer reads as a training spec ({exc})") from None
+    check_run_code(run_dir, data)  # every later job of a run comes here before it imports the run's code
+    return run_dir, spec
 
 
 def first_checkpoint(run_dir: Path, order: tuple[str, ...] = CHECKPOINTS) -> Path | None:

@@ -67,6 +67,7 @@ def read_quant_run(ref: str | Path, workspace: str | Path | None, *, field: str 
     """The finished quantize run `ref` names (id, id prefix or folder), read without writing to it; a JobError
     naming `field`, the run and what to do otherwise."""
     from workbench.runs import RunStore, effective_status
+    from workbench.trust import ChangedCodeError
     from workbench.worker.quant.artifacts import FORMAT, PARAMS_FILE, WEIGHTS_FILE
     from workbench.worker.source import merge_dataset, read_training_run
     from workbench.workspace import default_workspace
@@ -121,6 +122,8 @@ def read_quant_run(ref: str | Path, workspace: str | Path | None, *, field: str 
             train_dir, trained = read_training_run(str(sibling) if sibling.is_dir() else spec.source.run,
                                                    run_dir.parent.parent, refusal="it is not a training run")
             dataset = merge_dataset(trained.dataset, spec.dataset)
+        except ChangedCodeError:
+            raise
         except JobError as exc:
             if say is not None:
                 say(f"the training run of {run_dir.name} cannot be read ({exc}); using the quantize run's own dataset "

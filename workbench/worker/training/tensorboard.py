@@ -371,6 +371,10 @@ def export_run(run_dir: str | Path, out_dir: str | Path | None = None, *, worksp
             raise JobError(f"{run_dir.name} is a {run.task or 'unknown'} run; export-tensorboard takes a training run")
         rows = _current_rows(run.read_metric_rows(), run.events("resume"))
         spec_text = run.spec_path.read_text(encoding="utf-8") if run.spec_path.is_file() else ""
+        if graph:  # the graph rebuilds the model from the run's code: only the code it trained with
+            from workbench.trust import check_run_code
+
+            check_run_code(run_dir, run.read_spec())
     from workbench.layer_records import read_record, record_paths
 
     layer_files = record_paths(run_dir)

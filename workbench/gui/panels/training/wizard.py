@@ -35,6 +35,7 @@ from workbench.gui.panels.data.dataset_dialog import DatasetDialog, inapplicable
 from workbench.gui.panels.training.task_choice import TaskChoice
 from workbench.gui.panels.training.user_code_fields import PERMISSION_NOTE, UserCodeFields, split_user_name
 from workbench.gui.state import DatasetState
+from workbench.gui.trust_gate import ERROR_TYPE as UNTRUSTED
 from workbench.gui.user_args import ARGS_EXAMPLES, args_or_message, format_args
 from workbench.gui.widgets.checked_page import CheckedPage
 from workbench.gui.widgets.device_picker import amp_unavailable_reason
@@ -428,7 +429,11 @@ class DatasetPage(CheckedPage):
         self._info_job = None
         message = str(error.get("message") or error.get("type") or "the query failed")
         self.task_choice.set_tasks(None, "Which tasks fit is not known, so every task is offered.")
-        self._set_info_line(f"The worker could not read this dataset: {message}", error=True)
+        if error.get("type") == UNTRUSTED:  # not asked at all: the data's code was not trusted
+            self._set_info_line(f"The worker was not asked about this dataset, since that would run its code: "
+                                f"{message}", error=True)
+        else:
+            self._set_info_line(f"The worker could not read this dataset: {message}", error=True)
         self.edited.emit()
 
     def _set_info_line(self, text: str, error: bool) -> None:
