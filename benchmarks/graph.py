@@ -7,8 +7,8 @@ Rows:
   same capture mode the workbench tries first, so its ratio is the workbench's own overhead (building the model
   and its dry forward pass, one counting forward for FLOPs and shapes, overlays, files).
 - `bare export + convert (default)`: torch.export.export with its default (non-strict in torch >= 2.7), as the
-  issue's reference ("a bare torch.export.export"). The workbench tries strict first, on purpose (shared/DESIGN.md,
-  issue 8), which costs what Dynamo costs. Goal (issue 8): <= 1.5x.
+  reference ("a bare torch.export.export"). The workbench captures non-strict first, and strict only where
+  non-strict fails. Goal: <= 1.5x.
 - `workbench graph.build`: the task through the runner in this process (run folder, report, overlays included).
 
     .venv/bin/python benchmarks/graph.py [--models resnet18,resnet50] [--repeats 3]

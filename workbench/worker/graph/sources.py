@@ -77,7 +77,7 @@ class _GuardedPickle:
 @contextlib.contextmanager
 def _weights_only_unpickling():
     """torch.export.load unpickles some payloads with weights_only=False or plain pickle; here every torch.load is
-    weights_only and the other unpickling paths refuse, so a .pt2 cannot run code (shared/DESIGN.md: hostile files).
+    weights_only and the other unpickling paths refuse, so a .pt2 cannot run code (docs/architecture.md: hostile files).
 
     The patched functions are process-wide while a load runs, but restrict only the loading thread: a training
     job's checkpoint or a DataLoader in another thread of the worker unpickles as it always does.

@@ -21,7 +21,7 @@ def train_classifier(spec: TrainSpec, ctx):
         return run_training(spec, ctx)
 
 
-# A run like every job's (spec, log, report with the curve and the suggestion: shared/DESIGN.md, runs are durable),
+# A run like every job's (spec, log, report with the curve and the suggestion: docs/architecture.md, runs),
 # but not a training run: the sweep's weights are thrown away, and the lists that offer a run to resume, quantize or
 # export take train.* runs only. Its result is also the reply (and `workbench lr-find --json`).
 @register_task("lr.find", kind="job", spec=LrFindSpec)
