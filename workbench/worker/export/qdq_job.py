@@ -12,15 +12,8 @@ import torch
 from workbench.errors import JobError
 from workbench.specs import ExportSpec
 from workbench.worker.export import formats, parity, qdq_steps
+from workbench.worker.export.checks import EVAL_BATCH, FILE_NAMES, STEPS, log_parity, parity_inputs, skipped
 from workbench.worker.export.common import output_path
-from workbench.worker.export.engine import (
-    EVAL_BATCH,
-    FILE_NAMES,
-    STEPS,
-    _log_parity,
-    _parity_inputs,
-    _skipped,
-)
 from workbench.worker.models import logits_of
 from workbench.worker.training.devices import resolve_device
 
@@ -81,14 +74,14 @@ def run_qdq(spec: ExportSpec, ctx) -> dict:
     ctx.progress(2, STEPS, "checking parity with the simulated quantized model", force=True)
     deployed = formats.onnx_runner(formats.onnx_session(out, device))
     if not spec.verify:
-        result["parity"] = _skipped()
+        result["parity"] = skipped()
     else:
         started = time.perf_counter()
-        inputs, batches, samples, extra = _parity_inputs(spec, shape, data if dataset is not None else None, ctx,
+        inputs, batches, samples, extra = parity_inputs(spec, shape, data if dataset is not None else None, ctx,
                                                          dataset, example if integer else None)
         result["parity"] = _parity(build, out, device, deployed, inputs, batches, samples, extra, ctx)
         result["parity"]["parity_s"] = round(time.perf_counter() - started, 3)
-        _log_parity(ctx, result["parity"])
+        log_parity(ctx, result["parity"])
     if dataset is not None and spec.verify:
         ctx.check_stop()
         ctx.progress(3, STEPS, "measuring accuracy in onnxruntime", force=True)
