@@ -223,9 +223,9 @@ def onnx_runner(session) -> Callable:
 
 def tensorrt_status(device: torch.device) -> tuple[bool, str]:
     """Whether torch_tensorrt can build an engine on `device`, and why not (the reasons devices.list gives)."""
-    from workbench.worker.tasks.devices import _tensorrt_status
+    from workbench.worker.tasks.devices import tensorrt_availability
 
-    status = _tensorrt_status(torch.cuda.is_available())
+    status = tensorrt_availability(torch.cuda.is_available())
     if status["available"] and device.type != "cuda":
         return False, f"TensorRT builds CUDA engines, and device is {device}; set device=cuda"
     return bool(status["available"]), status["reason"]

@@ -32,7 +32,9 @@ def _onnxruntime_providers() -> list[str]:
         return []
 
 
-def _tensorrt_status(has_cuda: bool) -> dict:
+def tensorrt_availability(has_cuda: bool) -> dict:
+    """{available, reason}: whether torch_tensorrt can build engines here (devices.list and the TensorRT export
+    both ask)."""
     if importlib.util.find_spec("torch_tensorrt") is None:
         return {"available": False, "reason": "torch-tensorrt is not installed (pip install 'torch-workbench[tensorrt]')"}
     if not has_cuda:
@@ -67,7 +69,7 @@ def describe_devices() -> list[dict]:
 
     providers = _onnxruntime_providers()
     has_cuda = torch.cuda.is_available()
-    tensorrt = _tensorrt_status(has_cuda)
+    tensorrt = tensorrt_availability(has_cuda)
     devices = [{
         "id": "cpu", "type": "cpu", "name": platform.processor() or platform.machine() or "CPU",
         "memory_total": _cpu_memory(), "threads": torch.get_num_threads(),
