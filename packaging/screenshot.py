@@ -310,6 +310,49 @@ def main() -> int:
 
             QTimer.singleShot(2000, try_it_step)
             return
+        if scene == "try-it-segmentation":  # the shapes example's U-Net and its W8A8 run: masks on a test sample
+            import workbench
+            from workbench.specs import QuantSpec, TrainSpec
+
+            folder = Path(workbench.__file__).parent / "resources" / "examples" / "shapes_segmentation"
+            start = TrainSpec.load(folder / "train.toml").to_dict()
+            start["dataset"] = {**start["dataset"], "name": f"file:{folder / 'data.py'}:Shapes", "num_workers": 0}
+            start["model"] = {**start["model"], "name": f"file:{folder / 'model.py'}:UNet"}
+            window.start_training(TrainSpec.from_dict({**start, "epochs": 3}))
+            stages: list[str] = []
+
+            def segmentation_step() -> None:
+                if any(r.active for r in window.manager.jobs.all() if not r.internal):
+                    QTimer.singleShot(500, segmentation_step)
+                    return
+                if not stages:
+                    stages.append("quantize")
+                    train_id = next(iter(window.training_panel.runs))
+                    window.start_quantization(QuantSpec.from_dict({"source": {"run": train_id},
+                                                                   "calibration": {"samples": 64}}))
+                    QTimer.singleShot(1500, segmentation_step)
+                    return
+                panel = window.quant_panel
+                window.show_tab(panel)
+                panel.refresh()
+                dialog = window.open_try_it(panel.selected_run_id())
+                dialog.resize(1180, 680)
+                view = dialog.view
+                view.split_combo.setCurrentIndex(view.split_combo.findData("test"))
+                view.index_spin.setValue(3)
+                view.sample_button.click()
+
+                def shown() -> None:
+                    if view.result is None and not view.status.text().startswith("Could not"):
+                        QTimer.singleShot(300, shown)
+                        return
+                    QTimer.singleShot(800, lambda: (dialog.grab().save(str(out)), print(out),
+                                                    window.close_stopping_jobs()))
+
+                shown()
+
+            QTimer.singleShot(2000, segmentation_step)
+            return
         if scene == "graph":  # a trained CNN's graph in Model Explorer, coloured by FLOPs
             from workbench.specs import TrainSpec
 

@@ -1,7 +1,8 @@
 """Try it (`predict.model`) through the real runner: a digits run's prediction for a PNG of a test sample is the
 model's own prediction on that sample, read and normalised as evaluation reads it; every odd image mode converts,
 every hostile file is a clear error naming `input`; a W8A8 quantize run gives FP32 and quantized predictions; a
-regression or multilabel run of a user Dataset answers for a sample, a segmentation run says what Try it takes."""
+regression, multilabel or segmentation run of a user Dataset answers for a sample (test_predict_segmentation.py
+walks segmentation)."""
 
 from __future__ import annotations
 
@@ -224,8 +225,9 @@ def test_user_dataset_runs_answer_for_a_sample_or_say_what_try_it_takes(tmp_path
     assert result["task"] == "multilabel" and len(rows) == 3 and all("positive" in row for row in rows)
     assert [row["probability"] for row in rows] == sorted((row["probability"] for row in rows), reverse=True)
     squares = user_run(tmp_path, project, "Squares", "segmenter", model={"num_classes": 2})
-    text = failed(predict(tmp_path, source={"run": squares}, sample={"split": "test", "index": 0}))
-    assert text.startswith("source.run: ") and "segmentation run" in text and "classification" in text
+    result = done(predict(tmp_path, source={"run": squares}, sample={"split": "test", "index": 0}, preview=True))
+    assert result["task"] == "segmentation" and result["mask"].shape == (16, 16) and result["mask"].max() <= 1
+    assert result["true_mask"].shape == (16, 16) and "truth" not in result
 
 
 def test_the_command_line_prints_one_json_object(digits, sample, tmp_path):

@@ -1,6 +1,7 @@
 """Try it (`predict.model`, `workbench predict`): a training or quantize run's model on one image file or one sample
 of its dataset, read and normalised as the run's dataset reads its images; the top-k classes (multilabel: labels,
-regression: values), and for a quantize run the FP32 model's beside the quantized one's. Worker side; never Qt.
+regression: values, segmentation: the predicted mask and each class's share, predict_masks), and for a quantize run
+the FP32 model's beside the quantized one's. Worker side; never Qt.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from workbench.specs import DataSpec, ModelSpec, PredictSpec
 # More pixels than a camera's photo needs to say what it shows, and about 150 MB decoded as RGB: the image is shrunk
 # to the model's input anyway. The header says the size, so a bigger file is refused before a pixel is decoded.
 MAX_INPUT_PIXELS = 50_000_000
-TASKS = ("classification", "multilabel", "regression")  # what a prediction here can show
+TASKS = ("classification", "multilabel", "regression", "segmentation")  # what a prediction here can show
 MAX_VALUES = 1000  # regression outputs listed at most (a per-pixel regression map is not one sample's answer)
 STEPS = 4
 
@@ -37,6 +38,7 @@ class Loaded:
     fp32: object = None  # the FP32 model: the training run's, or the float checkpoint the quantize run started from
     checkpoint: Path | None = None
     quant_run: object = None  # the QuantRun (onnx_qdq.read_quant_run) of a quantize run
+    true_mask: object = None  # a segmentation sample's (H, W) uint8 true mask
     notes: list[str] = field(default_factory=list)
 
 
@@ -69,14 +71,10 @@ def run_predict(spec: PredictSpec, ctx) -> dict:
             result["checkpoint"] = str(loaded.checkpoint)
         if truth is not None:
             result["truth"] = truth
-        fp32 = _answer(loaded.fp32, x, device, loaded.task, classes, spec.top_k) if loaded.fp32 is not None else None
-        if loaded.kind == "quantize":
-            quantized = _answer(loaded.quantized, x, device, loaded.task, classes, spec.top_k)
-            result.update(predictions=quantized, quantized=quantized, fp32=fp32)
-            result["agree"] = (None if fp32 is None or loaded.task != "classification"
-                               else fp32[0]["class"] == quantized[0]["class"])
+        if loaded.task == "segmentation":
+            result.update(_segmentation_result(loaded, x, device, classes, as_arrays=spec.preview))
         else:
-            result["predictions"] = fp32
+            result.update(_ranked_result(loaded, x, device, classes, spec.top_k))
         if spec.preview and preview is not None:
             result["preview"] = preview
         ctx.log(_summary(result))
@@ -125,8 +123,8 @@ def _load_data(data: DataSpec, run_dir: Path, ctx):
 def _check_task(task: str, run_dir: Path) -> None:
     if task not in TASKS:
         raise JobError(f"source.run: run {run_dir.name} is a {task} run; Try it shows classification (the top-k "
-                       "classes), multilabel (each label's probability) and regression (the values) predictions; for "
-                       "this run use the Training tab's Evaluation view")
+                       "classes), multilabel (each label's probability), regression (the values) and segmentation "
+                       "(the predicted mask) predictions; for this run use the Training tab's Evaluation view")
 
 
 def _load_training_run(spec: PredictSpec, ctx) -> Loaded:
@@ -268,7 +266,12 @@ def _user_sample(spec: PredictSpec, loaded: Loaded):
                        f"({len(split):,} samples: 0 to {len(split) - 1})")
     x, y = split.sample(index)
     truth = None
-    if isinstance(y, torch.Tensor) and y.numel() <= MAX_VALUES:
+    if loaded.task == "segmentation":
+        from workbench.worker.predict_masks import true_mask
+
+        # The mask is drawn and scored, not listed as values.
+        loaded.true_mask = true_mask(y)
+    elif isinstance(y, torch.Tensor) and y.numel() <= MAX_VALUES:
         truth = {"value": y.tolist()}
     info = {"kind": "sample", "split": split.name, "index": index,
             "note": "the input as the dataset's own code made it (its transforms normalise it)"}
@@ -350,9 +353,49 @@ def read_image(path_text: str, channels: int, size: tuple[int, int]) -> tuple[to
 # --- the answer ------------------------------------------------------------------------------------------------------
 
 
-def _answer(model, x, device, task: str, classes: list[str], top_k: int) -> list[dict]:
-    """The model's prediction for the one input: top-k classes (softmax), top-k labels (sigmoid, each also
-    `positive` at the multilabel threshold) or the values (regression)."""
+def _ranked_result(loaded: Loaded, x, device, classes: list[str], top_k: int) -> dict:
+    """The result's ranked rows (classes, labels or values); for a quantize run FP32 beside quantized."""
+    fp32 = _answer(loaded.fp32, x, device, loaded.task, classes, top_k) if loaded.fp32 is not None else None
+    if loaded.kind != "quantize":
+        return {"predictions": fp32}
+    quantized = _answer(loaded.quantized, x, device, loaded.task, classes, top_k)
+    agree = None if fp32 is None or loaded.task != "classification" else fp32[0]["class"] == quantized[0]["class"]
+    return {"predictions": quantized, "quantized": quantized, "fp32": fp32, "agree": agree}
+
+
+def _segmentation_result(loaded: Loaded, x, device, classes: list[str], as_arrays: bool) -> dict:
+    """The result's segmentation part: each model's class shares as its predictions, its mask, and with a true
+    mask that image's scores; for a quantize run FP32 beside quantized and the share of pixels they agree on.
+    Masks are uint8 arrays for the window (raw buffers), lists of rows for the command line's JSON."""
+    from workbench.worker.predict_masks import segmentation_answer
+
+    models = [("fp32", loaded.fp32), ("quantized", loaded.quantized)] if loaded.kind == "quantize" else [
+        ("fp32", loaded.fp32)]
+    answers = {name: segmentation_answer(_forward(model, x, device), classes, loaded.true_mask)
+               for name, model in models if model is not None}
+    out: dict = {"masks": {name: a["mask"] for name, a in answers.items()}}
+    if loaded.true_mask is not None:
+        out["true_mask"] = loaded.true_mask
+        out["scores"] = {name: a["scores"] for name, a in answers.items()}
+    count = len(next(iter(answers.values()))["shares"])
+    out["classes"] = [classes[k] if k < len(classes) else str(k) for k in range(count)]
+    main = "quantized" if loaded.kind == "quantize" else "fp32"
+    out.update(predictions=answers[main]["shares"], mask=answers[main]["mask"])
+    if loaded.kind == "quantize":
+        out.update(fp32=answers["fp32"]["shares"] if "fp32" in answers else None,
+                   quantized=answers["quantized"]["shares"], agree=None)
+        if "fp32" in answers:
+            out["mask_agreement"] = float((answers["fp32"]["mask"] == answers["quantized"]["mask"]).mean())
+    if not as_arrays:
+        for key in ("mask", "true_mask"):
+            if key in out:
+                out[key] = out[key].tolist()
+        out["masks"] = {name: mask.tolist() for name, mask in out["masks"].items()}
+    return out
+
+
+def _forward(model, x, device) -> torch.Tensor:
+    """The model's float scores for the one input, on the CPU; NaN or infinite scores are a clear error."""
     from workbench.worker.models.build import call_model, logits_of
 
     def to(value):
@@ -369,6 +412,13 @@ def _answer(model, x, device, task: str, classes: list[str], top_k: int) -> list
     if not torch.isfinite(scores).all():
         raise JobError("the model's output holds NaN or infinite values for this input; check the run's model (its "
                        "Evaluation view) or try another image")
+    return scores
+
+
+def _answer(model, x, device, task: str, classes: list[str], top_k: int) -> list[dict]:
+    """The model's prediction for the one input: top-k classes (softmax), top-k labels (sigmoid, each also
+    `positive` at the multilabel threshold) or the values (regression)."""
+    scores = _forward(model, x, device)
 
     def label(i: int) -> str:
         return classes[i] if i < len(classes) else str(i)
@@ -396,6 +446,9 @@ def _summary(result: dict) -> str:
         if not rows:
             return "none"
         top = rows[0]
+        if "share" in top:  # segmentation: the class covering most pixels other than the first (background)
+            top = max(rows[1:] or rows, key=lambda row: row["share"])
+            return f"{top['label']} on {top['share']:.1%} of the pixels"
         if "probability" in top:
             return f"{top['label']} ({top['probability']:.1%})"
         return f"{top['label']} = {top['value']:.4g}"

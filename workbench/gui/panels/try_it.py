@@ -38,6 +38,8 @@ from PySide6.QtWidgets import (
 from workbench.errors import WorkbenchError
 from workbench.gui.images import scaled_pixmap, to_qimage
 from workbench.gui.panels.data.input_plots import sample_lines
+from workbench.gui.panels.try_it_masks import MaskPanel, fill_share_table
+from workbench.gui.panels.try_it_masks import verdict as mask_verdict
 from workbench.gui.plots import SERIES_COLOURS, add_legend, make_plot
 from workbench.gui.widgets.spec_form import ERROR_COLOUR
 from workbench.runs import RunStore
@@ -257,6 +259,11 @@ class TryItView(QWidget):
         self.chart.setMouseEnabled(x=False, y=False)
         self.chart.setToolTip("Probability of each listed class" + (", FP32 beside quantized" if quantized else ""))
         self.legend = add_legend(self.chart, offset=(-8, -8))  # bottom right: the top bars are the long ones
+        # A segmentation run's answer is a mask: drawn over the image where the bars would be.
+        self.masks = MaskPanel()
+        self.masks.setToolTip("The predicted mask over the image the model saw" + (
+            ", FP32 beside quantized" if quantized else "") + "; the true mask beside it for a dataset sample")
+        self.masks.hide()
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
@@ -265,6 +272,7 @@ class TryItView(QWidget):
         right_layout.addWidget(self.verdict)
         right_layout.addWidget(self.table, 2)
         right_layout.addWidget(self.chart, 3)
+        right_layout.addWidget(self.masks, 3)
 
         splitter = QSplitter(Qt.Horizontal)
         splitter.addWidget(left)
@@ -395,6 +403,7 @@ class TryItView(QWidget):
         self.chart.clear()
         self.legend.clear()
         self.chart.getAxis("left").setTicks(None)
+        self.masks.clear()
         self.seen.clear()
         self.input_note.setText("")
 
@@ -411,9 +420,22 @@ class TryItView(QWidget):
         series = self.series(result)
         notes = list(result.get("notes") or [])
         self._say(" ".join(notes), error=False)
-        self._fill_table(series, result.get("task", "classification"))
-        self._draw_bars(series)
-        self.verdict.setText(self._verdict(result, series))
+        segmentation = result.get("task") == "segmentation"
+        self.chart.setVisible(not segmentation)
+        self.masks.setVisible(segmentation)
+        # Every class of a mask is listed: no top k to choose.
+        self.top_k_spin.setVisible(not segmentation)
+        if segmentation:
+            fill_share_table(self.table, result, series)
+            preview = result.get("preview")
+            self.masks.show_result(result, preview if isinstance(preview, np.ndarray) else None,
+                                   self.run.quantized_name)
+            self.verdict.setText(mask_verdict(result, series))
+        else:
+            self.table.setMaximumHeight(16777215)
+            self._fill_table(series, result.get("task", "classification"))
+            self._draw_bars(series)
+            self.verdict.setText(self._verdict(result, series))
         self._show_input(result)
 
     @staticmethod

@@ -61,9 +61,9 @@ def _flatten(data: dict, prefix: str = "") -> dict:
     return flat
 
 
-TRY_IT_TASKS = ("classification", "multilabel", "regression")  # what workbench.worker.predict answers
+TRY_IT_TASKS = ("classification", "multilabel", "regression", "segmentation")  # what workbench.worker.predict answers
 TRY_IT_TIP = ("Try the selected finished run's model on an image file (drop one) or a sample of its dataset: its "
-              "most likely classes with their probabilities")
+              "most likely classes with their probabilities, or its predicted mask over the image")
 
 def _monitor_text(report: dict, last: dict) -> str:
     """"MAE 0.5237", "mIoU 92.4 %": a finished run's monitor, its last validation value (else its best)."""
@@ -454,13 +454,14 @@ class TrainingPanel(RunTab):
         self.again_button.setEnabled(bool(entry and entry.get("spec")))
         self.graph_button.setEnabled(bool(entry))
         self.quantize_button.setEnabled(bool(entry) and not live and entry["status"] == "done")
-        # Try it predicts classes, labels and values; a run of another task (segmentation's masks) would only be
-        # refused by the worker, so the button says so rather than inviting the click.
+        # Try it predicts classes, labels, values and masks; a run of another task (a custom objective's) would only
+        # be refused by the worker, so the button says so rather than inviting the click.
         task = (entry or {}).get("objective_task") or ""
         tried = task in TRY_IT_TASKS or task in ("", "auto")
         self.try_it_button.setEnabled(bool(entry) and not live and entry["status"] == "done" and tried)
         self.try_it_button.setToolTip(TRY_IT_TIP if tried else
-                                      f"Try it shows classification, multilabel and regression predictions; this "
+                                      f"Try it shows classification, multilabel, regression and segmentation "
+                                      f"predictions; this "
                                       f"{task} run's predictions are in its Evaluation view")
         self.delete_button.setEnabled(bool(entry) and not live)
 
