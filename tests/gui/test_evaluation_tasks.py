@@ -233,3 +233,12 @@ def test_a_task_evaluation_that_does_not_fit_its_view_says_so_in_one_line(view):
     assert "could not be read as a regression evaluation" in view.title.text()
     assert view.task_views["regression"].worst.rowCount() == 0
 
+
+
+def test_the_header_names_the_checkpoint_the_test_split_was_evaluated_with(view):
+    classification = {"classes": ["a", "b"], "confusion_matrix": [[3, 1], [0, 4]], "per_class_accuracy": [0.75, 1.0],
+                      "test_accuracy": 0.875, "worst": [], "checkpoint": {"file": "best.pt", "epoch": 3}}
+    view.show_evaluation(classification, DATASET, "run-cls")
+    assert "with best.pt (epoch 3)" in view.title.text()
+    view.show_evaluation(dict(regression_evaluation(), checkpoint={"file": "model.pt", "epoch": 5}), DATASET, "r")
+    assert "with model.pt (epoch 5)" in view.title.text()

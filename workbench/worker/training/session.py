@@ -139,6 +139,7 @@ class _TestEvaluation:
     accuracy: float | None = None
     path: object = None  # the evaluation.json written, or None without a test split
     content: dict | None = None  # what it holds
+    checkpoint: dict | None = None  # the checkpoint evaluated: {"file": "best.pt", "epoch": 3}
 
 
 def _check_setup(spec: TrainSpec, ctx, device: torch.device, group) -> None:
@@ -289,12 +290,14 @@ def _evaluate_on_test(fitted: _Fitted, ctx, dataset, device: torch.device) -> _T
     if not len(test_split):
         ctx.log("the test split is empty: no test evaluation (set dataset.test_fraction to hold some out)")
         return _TestEvaluation()
+    checkpoint = _load_test_checkpoint(fitted, ctx)
     ctx.progress(0, len(test_split), "evaluating on the test split", force=True)
     objective = objective_for(spec, dataset)
     classes = dataset.classes if objective.task == "classification" else _label_names(spec, dataset)
     evaluation = evaluate_split(fitted.model, test_split, objective, classes, device=device, amp=spec.amp,
                                 channels_last=fitted.channels_last, batch_size=spec.batch_size,
                                 check_stop=ctx.check_stop, output_check=output_check_for(spec, objective, dataset))
+    evaluation["checkpoint"] = checkpoint
     path = run.artifacts_dir / "evaluation.json"
     write_evaluation(path, evaluation)
     ctx.artifact("evaluation", path, kind="evaluation")
@@ -306,9 +309,31 @@ def _evaluate_on_test(fitted: _Fitted, ctx, dataset, device: torch.device) -> _T
         monitor = _number((evaluation.get("monitor") or {}).get("value"))
         text = (f"test {objective.monitor_label} {format_metric(objective.monitor, monitor)}" if monitor is not None
                 else "no test samples evaluated")
+    text += f" with {checkpoint_text(checkpoint)}"
     ctx.progress(len(test_split), len(test_split), text, force=True)
     ctx.log(text)
-    return _TestEvaluation(accuracy, path, evaluation)
+    return _TestEvaluation(accuracy, path, evaluation, checkpoint)
+
+
+def _load_test_checkpoint(fitted: _Fitted, ctx) -> dict:
+    """Put into the model the checkpoint every later job of the run loads (quantize, export, Try it: best.pt, else
+    model.pt), so that the test number the Training tab shows is the one those jobs start from; returns which."""
+    folder = ctx.run.checkpoints_dir
+    name = next((name for name in (BEST, FINAL) if (folder / name).is_file()), FINAL)
+    epoch = fitted.summary.get("best_epoch") if name == BEST else fitted.summary.get("epochs_completed")
+    if name == BEST:
+        # The model holds the last epoch's weights; load_state_dict copies into its parameters in place, so a
+        # channels-last layout and the device stay as they are.
+        fitted.model.load_state_dict(load_state_dict(folder / BEST, map_location="cpu"))
+    return {"file": name, "epoch": epoch}
+
+
+def checkpoint_text(checkpoint: dict | None) -> str:
+    """"best.pt (epoch 3)": the checkpoint a test evaluation used."""
+    if not checkpoint:
+        return ""
+    epoch = checkpoint.get("epoch")
+    return f"{checkpoint.get('file')}" + (f" (epoch {epoch})" if epoch else "")
 
 
 def _label_names(spec: TrainSpec, dataset) -> list[str]:
@@ -343,6 +368,7 @@ def _result(fitted: _Fitted, ctx, device: torch.device, group, *, parameters: di
         "best_val_accuracy": _number(summary.get("best_val_accuracy")),
         "best_epoch": summary.get("best_epoch"),
         "evaluation": str(test.path) if test.path else None,
+        "test_checkpoint": test.checkpoint,
         "task": spec.task,
         "monitor": _monitor_result(spec, summary, test),
     }

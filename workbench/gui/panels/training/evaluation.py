@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.gui.images import scaled_pixmap, to_qimage
-from workbench.gui.panels.training.evaluation_common import header_html
+from workbench.gui.panels.training.evaluation_common import checkpoint_text, header_html
 from workbench.gui.panels.training.evaluation_metrics import MetricsEvaluationView
 from workbench.gui.panels.training.evaluation_multilabel import MultilabelEvaluationView
 from workbench.gui.panels.training.evaluation_rows import WorstRows, has_rows, input_text
@@ -142,8 +142,9 @@ class EvaluationView(QWidget):
             return
         classes = evaluation["classes"]
         matrix = np.asarray(evaluation["confusion_matrix"], dtype=float)
+        checkpoint = checkpoint_text(evaluation)
         self.title.setText(f"<b>{run_id}</b> · test accuracy <b>{evaluation['test_accuracy']:.2%}</b> on "
-                           f"{int(matrix.sum()):,} samples")
+                           f"{int(matrix.sum()):,} samples" + (f" · {checkpoint}" if checkpoint else ""))
         # Row-normalised colours (recall per class) with the raw counts written in the cells.
         rows = matrix.sum(axis=1, keepdims=True)
         normalised = np.divide(matrix, rows, out=np.zeros_like(matrix), where=rows > 0)

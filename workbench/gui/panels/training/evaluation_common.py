@@ -47,8 +47,19 @@ def monitor_text(evaluation: dict) -> str:
     return f"{evaluation.get('split') or 'test'} {name} {arrow} <b>{number(monitor.get('value'))}</b>".replace("  ", " ")
 
 
+def checkpoint_text(evaluation: dict) -> str:
+    """"with best.pt (epoch 3)": the weights the test split was evaluated with (quantize, export and Try it load
+    the same file); empty for an evaluation.json that does not say."""
+    checkpoint = evaluation.get("checkpoint") or {}
+    if not isinstance(checkpoint, dict) or not checkpoint.get("file"):
+        return ""
+    epoch = checkpoint.get("epoch")
+    return f"with {checkpoint['file']}" + (f" (epoch {epoch})" if epoch else "")
+
+
 def header_html(evaluation: dict, run_id: str, samples: str = "") -> str:
-    """The view's title: the run, the monitor metric first and the task's other metrics after it."""
+    """The view's title: the run, the monitor metric first and the task's other metrics after it, then the
+    checkpoint they were measured with."""
     monitor = (evaluation.get("monitor") or {}).get("name")
     parts = [f"<b>{run_id}</b>"] if run_id else []
     text = monitor_text(evaluation)
@@ -59,6 +70,8 @@ def header_html(evaluation: dict, run_id: str, samples: str = "") -> str:
             parts.append(f"{metric_label(name)} {number(value)}")
     if samples:
         parts.append(samples)
+    if checkpoint_text(evaluation):
+        parts.append(checkpoint_text(evaluation))
     return " · ".join(parts)
 
 
