@@ -69,7 +69,7 @@ def test_quantize_measures_the_runs_own_monitor(regression_run):
     quantized = run("quant.analyze", {"source": {"run": result["run_dir"]}, "calibration": {"samples": 32}},
                      workspace)
     assert quantized["status"] == "done", quantized.get("error")
-    assert quantized["metric"] == {"name": "mae", "label": "val MAE", "higher_is_better": False}
+    assert quantized["metric"] == {"name": "mae", "label": "test MAE", "split": "test", "higher_is_better": False}
 
 
 SEGMENTATION = '''

@@ -44,7 +44,7 @@ def test_a_qdq_export_of_a_regression_run_reads_its_mae_not_a_percentage(fake_wi
     _export_shown(qtbot, window, record)
     text = panel.artifact_labels["Accuracy"].text()
     assert "%" not in text and " pt" not in text
-    assert text.startswith("val MAE ↓: onnxruntime 0.5763 · simulated (the quantize run) 0.5763 (+0)")
+    assert text.startswith("test MAE ↓: onnxruntime 0.5763 · simulated (the quantize run) 0.5763 (+0)")
     assert text.endswith("on 66 samples of the test split")
 
 

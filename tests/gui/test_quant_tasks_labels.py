@@ -86,3 +86,13 @@ def test_results_know_the_metric_live_and_from_the_report():
     results.set_report({"steps": LADDER, "metric": MIOU})
     assert results.metric == MIOU
     assert Measure.of(MSE).text(0.01234567) == "0.01235" and Measure.of(None).text(0.5) == "50.0%"
+
+
+def test_a_result_names_the_split_it_measured_not_val():
+    # Written before the label named the split: "val mIoU" measured on the test split reads "test mIoU".
+    old = QuantResults(report={"metric": MIOU, "held_out": {"samples": 40, "split": "test split"}})
+    assert old.metric["label"] == "test mIoU"
+    assert Measure.of(old.metric).axis == "test mIoU ↑"
+    on_val = QuantResults(report={"metric": MIOU, "held_out": {"samples": 40, "split": "val split"}})
+    assert on_val.metric["label"] == "val mIoU"
+    assert Measure.of(MIOU, "test split").axis == "test mIoU ↑"

@@ -102,7 +102,7 @@ def regression(project) -> tuple[dict, dict, Events]:
 
 def test_regression_ladder_measures_mae_and_says_lower_is_better(regression):
     trained, result, events = regression
-    assert result["metric"] == {"name": "mae", "label": "val MAE", "higher_is_better": False}
+    assert result["metric"] == {"name": "mae", "label": "test MAE", "split": "test", "higher_is_better": False}
     # The first rung is the trained model on the held-out (test) split: the MAE the run's own test evaluation gave.
     assert result["held_out"]["split"] == "test split"
     assert result["steps"][0]["step"] == "fp32"
@@ -113,10 +113,10 @@ def test_regression_ladder_measures_mae_and_says_lower_is_better(regression):
     for step in result["steps"]:
         assert math.isfinite(step["accuracy"]) and step["accuracy"] > 0  # an MAE, not a fraction correct
     lines = [e["text"] for e in events.of("log")]
-    assert any("val MAE" in line and "lower is better" in line for line in lines)
+    assert any("test MAE" in line and "lower is better" in line for line in lines)
     rungs = [line for line in lines if line.startswith("step ")]
-    assert len(rungs) == len(result["steps"]) and all("val MAE" in line and "accuracy" not in line for line in rungs)
-    assert events.arrays("quant/ladder")[-1]["metric"]["label"] == "val MAE"
+    assert len(rungs) == len(result["steps"]) and all("test MAE" in line and "accuracy" not in line for line in rungs)
+    assert events.arrays("quant/ladder")[-1]["metric"]["label"] == "test MAE"
 
 
 def test_regression_sensitivity_and_proposal_turn_the_direction_round(regression):
@@ -138,7 +138,7 @@ def test_segmentation_ladder_measures_miou(project):
     assert trained["task"] == "segmentation"
     result = _run("quant.analyze", {"source": {"run": trained["run_dir"]}, "calibration": {"samples": 32}},
                   project[1])
-    assert result["metric"] == {"name": "miou", "label": "val mIoU", "higher_is_better": True}
+    assert result["metric"] == {"name": "miou", "label": "test mIoU", "split": "test", "higher_is_better": True}
     assert result["steps"][0]["accuracy"] == pytest.approx(_test_monitor(trained), rel=1e-6)
     assert [s["step"] for s in result["steps"]][-1] == "activation_ranges"
     for step in result["steps"]:
@@ -152,7 +152,7 @@ def test_the_model_report_names_the_metric_and_its_direction(regression, project
 
     trained, result, _ = regression
     page = build_report(project[1], trained["run_dir"])
-    assert ">val MAE ↓ ladder</text>" in page and "Accuracy ladder" not in page
-    assert "Best quantized val MAE ↓" in page
+    assert ">test MAE ↓ ladder</text>" in page and "Accuracy ladder" not in page
+    assert "Best quantized test MAE ↓" in page
     assert f"{result['quantized']['accuracy']:.4g}" in page
     assert f"{result['quantized']['accuracy'] * 100:.2f} %" not in page  # an MAE is not a percentage

@@ -227,8 +227,11 @@ def _monitor(run, dataset, batches, run_onnx, ctx) -> dict:
     from workbench.worker.quant.data import evaluate
     from workbench.worker.training.task import objective_for
 
-    metric = run.report["metric"]
-    measured = evaluate(run_onnx, batches, ctx.check_stop, objective=objective_for(run.train, dataset))
+    objective = objective_for(run.train, dataset)
+    # Named after the split measured here ("test mIoU"), whatever an older quantize run's label said.
+    split = batches.what.split()[0]
+    metric = {**run.report["metric"], "label": f"{split} {objective.monitor_label}", "split": split}
+    measured = evaluate(run_onnx, batches, ctx.check_stop, objective=objective)
     simulated = (run.report.get("quantized") or {}).get("accuracy")
     total = int(measured["logits"].shape[0])
     ctx.log(f"{metric.get('label', metric['name'])} in onnxruntime {measured['accuracy']:.4g} on {total:,} samples "

@@ -132,8 +132,13 @@ def calibration_batches(dataset, samples: int, seed: int, *, batch_size: int, de
                    what="calibration")
 
 
+def held_out_split(dataset) -> str:
+    """The split every rung is measured on: "test", else "val" when the dataset holds no test samples."""
+    return "test" if len(dataset.splits["test"]) else "val"
+
+
 def held_out_batches(dataset, samples: int, *, batch_size: int, device) -> Batches:
-    name = "test" if len(dataset.splits["test"]) else "val"
+    name = held_out_split(dataset)
     split = dataset.splits[name]
     if not len(split):
         raise JobError(f"{dataset.name} has no test or validation samples to measure accuracy on; set "

@@ -24,7 +24,7 @@ from workbench.worker.quant import adaround as adaround_mod
 from workbench.worker.quant import analysis, artifacts, bias, cle, mixed, module_level, qat
 from workbench.worker.quant.coverage import coverage as coverage_of
 from workbench.worker.quant.coverage import warning as coverage_warning
-from workbench.worker.quant.data import Batches, calibration_batches, evaluate, held_out_batches
+from workbench.worker.quant.data import Batches, calibration_batches, evaluate, held_out_batches, held_out_split
 from workbench.worker.quant.graph import (
     Structure,
     Untraceable,
@@ -56,18 +56,18 @@ def check_target_drop(target_drop: float, objective) -> None:
                     "points; for 1 %, set 0.01")
 
 
-def metric_block(objective) -> dict | None:
+def metric_block(objective, split: str = "test") -> dict | None:
     """What the ladder, the sweeps and the proposal measure, for a task other than classification: the run's
-    monitor, its label as training shows it ("val mIoU") and its direction. None for classification, whose numbers
-    are accuracy as they have always been (the GUI and the report then say "accuracy")."""
+    monitor, labelled with the split it is measured on ("test mIoU"), and its direction. None for classification,
+    whose numbers are accuracy as they have always been (the GUI and the report then say "accuracy")."""
     if objective is None or objective.task == "classification":
         return None
-    return {"name": objective.monitor, "label": f"val {objective.monitor_label}",
+    return {"name": objective.monitor, "label": f"{split} {objective.monitor_label}", "split": split,
             "higher_is_better": bool(objective.higher_is_better)}
 
 
 def metric_text(metric: dict | None, value: float) -> str:
-    """"accuracy 93.12%" for classification, "val MAE 0.1234" for another task's monitor."""
+    """"accuracy 93.12%" for classification, "test MAE 0.1234" for another task's monitor."""
     if metric is None:
         return f"accuracy {value:.2%}"
     return f"{metric['label']} {value:.4f}"
@@ -296,7 +296,7 @@ class QuantJob:
             return
         self.objective = objective_for(trained, self.dataset)
         check_target_drop(self.spec.mixed_precision.target_drop, self.objective)
-        self.ladder.metric = metric = metric_block(self.objective)
+        self.ladder.metric = metric = metric_block(self.objective, held_out_split(self.dataset))
         direction = "higher" if metric["higher_is_better"] else "lower"
         self.ctx.log(f"task {trained.task}: measuring {metric['label']} ({direction} is better) at every step")
 

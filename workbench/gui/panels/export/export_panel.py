@@ -886,7 +886,7 @@ def _accuracy_text(fmt: str, report: dict, parity_passed: bool) -> str:
     if accuracy and isinstance(accuracy.get("onnxruntime"), (int, float)) and isinstance(accuracy.get("metric"), dict):
         # Another task's monitor (val MAE, mIoU, mean AP) under the same keys: in its own units, as the Quantization
         # tab shows it, not as a percentage of accuracy.
-        measure = Measure.of(accuracy["metric"])
+        measure = Measure.of(accuracy["metric"], accuracy.get("split"))
         text = f"{measure.axis}: onnxruntime {measure.text(accuracy['onnxruntime'])}"
         if isinstance(accuracy.get("simulated"), (int, float)):
             change = accuracy["onnxruntime"] - accuracy["simulated"]

@@ -17,12 +17,17 @@ class Measure:
     accuracy: bool = True
 
     @classmethod
-    def of(cls, metric) -> Measure:
-        """The measure a result's `metric` block names; accuracy where there is none (or it is not a dict)."""
+    def of(cls, metric, split: str | None = None) -> Measure:
+        """The measure a result's `metric` block names; accuracy where there is none (or it is not a dict). With
+        `split` ("test", "test split"), the label names that split: results written before the label said which
+        split was measured called every split "val"."""
         if not isinstance(metric, dict) or not metric.get("label"):
             return cls()
-        return cls(label=str(metric["label"]), higher_is_better=bool(metric.get("higher_is_better", True)),
-                   accuracy=False)
+        label = str(metric["label"])
+        split = (split or "").split()[0] if (split or "").strip() else ""
+        if split and label.split(" ", 1)[0] in ("val", "test") and " " in label:
+            label = f"{split} {label.split(' ', 1)[1]}"
+        return cls(label=label, higher_is_better=bool(metric.get("higher_is_better", True)), accuracy=False)
 
     @property
     def arrow(self) -> str:

@@ -127,7 +127,14 @@ class QuantResults:
         """The report's metric block (a task's monitor: what every "accuracy" of this run holds), or None for
         accuracy (classification, and every run from before it)."""
         metric = self.report.get("metric")
-        return metric if isinstance(metric, dict) else self.live_metric
+        if not isinstance(metric, dict):
+            return self.live_metric
+        split = str((self.report.get("held_out") or {}).get("split") or "").split(" ")[0]
+        label = str(metric.get("label") or "")
+        if "split" not in metric and split and label.startswith("val "):
+            # Written before the label named the split measured: every split was called "val".
+            return {**metric, "label": f"{split} {label[4:]}", "split": split}
+        return metric
 
     @property
     def fp32_accuracy(self) -> float | None:
