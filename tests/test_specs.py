@@ -737,3 +737,17 @@ def test_a_file_beside_the_spec_is_found_from_any_working_folder(tmp_path, monke
     assert spec.model.name == "file:nets.py:Net"  # nowhere to be found: left for the job to report
     monkeypatch.chdir(project)
     assert TrainSpec.load("train.toml").dataset.name == "file:data.py:Shapes"  # in the working folder: as written
+
+
+def test_a_dotted_key_inside_a_free_form_table_is_set_with_its_toml_value():
+    data = apply_overrides({"model": {"name": "file:m.py:Net", "args": {"width": 8}}},
+                           ["model.args.n_classes=3", 'model.args.act="relu"', "model.args.bias=true",
+                            "model.args.sizes=[1, 2]", "model.args.norm=batch", "dataset.args.size=50"], TrainSpec)
+    assert data["model"]["args"] == {"width": 8, "n_classes": 3, "act": "relu", "bias": True, "sizes": [1, 2],
+                                     "norm": "batch"}
+    assert data["dataset"]["args"] == {"size": 50}
+    spec = TrainSpec.from_dict(data)
+    assert spec.model.args["n_classes"] == 3 and isinstance(spec.model.args["n_classes"], int)
+    # A field that is not a free-form table still says it has no fields.
+    with pytest.raises(SpecError, match="has no fields"):
+        apply_overrides({}, ["model.name.x=3"], TrainSpec)

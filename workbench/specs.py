@@ -490,6 +490,9 @@ def apply_overrides(data: Mapping[str, Any], overrides: Iterable[str], spec_cls:
         key = key.strip()
         if not sep or not key:
             raise SpecError(f"--set {item}: expected key=value, e.g. lr=0.01")
+        if _in_free_table(spec_cls, key):
+            _set_path(result, key.split("."), _free_value(raw.strip()), item)
+            continue
         try:
             hint, meta = _lookup(spec_cls, key)
             if _is_spec(hint):
@@ -498,18 +501,47 @@ def apply_overrides(data: Mapping[str, Any], overrides: Iterable[str], spec_cls:
             value = _coerce(raw.strip(), hint, key, meta)
         except SpecError as exc:
             raise SpecError(f"--set {item}: {exc}") from None
-        *parents, leaf = key.split(".")
-        node = result
-        for part in parents:
-            child = node.get(part)
-            if child is None:
-                child = {}
-            elif not isinstance(child, Mapping):
-                raise SpecError(f"--set {item}: {part!r} in the spec is {child!r}, not a table")
-            node[part] = child = dict(child)
-            node = child
-        node[leaf] = value
+        _set_path(result, key.split("."), value, item)
     return result
+
+
+def _set_path(result: dict, parts: list[str], value: Any, item: str) -> None:
+    """result[a][b]...[leaf] = value, creating the tables on the way (copies: `data` is never changed)."""
+    *parents, leaf = parts
+    node = result
+    for part in parents:
+        child = node.get(part)
+        if child is None:
+            child = {}
+        elif not isinstance(child, Mapping):
+            raise SpecError(f"--set {item}: {part!r} in the spec is {child!r}, not a table")
+        node[part] = child = dict(child)
+        node = child
+    node[leaf] = value
+
+
+def _in_free_table(cls: type, dotted: str) -> bool:
+    """Whether `dotted` names a key inside a free-form table field (model.args.n_classes): such a table has no
+    fields of its own to look the rest up in, so its keys are whatever the user's code takes."""
+    parts = dotted.split(".")
+    for i, part in enumerate(parts[:-1]):
+        fields = _fields(cls) if _is_spec(cls) else {}
+        if part not in fields:
+            return False
+        hint = fields[part][0]
+        if hint is dict or get_origin(hint) is dict:
+            return all(parts[i + 1:])
+        cls = hint
+    return False
+
+
+def _free_value(raw: str) -> Any:
+    """A value inside a free-form table, read as TOML (3 is an int, "x" a string, true a bool, [1, 2] a list);
+    a bare word TOML cannot read (relu) is taken as the string it reads as."""
+    try:
+        return tomllib.loads(f"value = {raw}")["value"]
+    except tomllib.TOMLDecodeError:
+        return raw
 
 
 def _check_normalize(value: str | dict) -> str | dict:
