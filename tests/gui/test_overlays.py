@@ -45,6 +45,10 @@ def test_a_running_run_is_drawn_only_while_ticked(window, qtbot):
     qtbot.waitUntil(lambda: len(panel.curves.runs.get(live, None).series.get("train/loss", ()) or ()) >= 5,
                     timeout=10_000)
     panel.curves.redraw_if_needed()
+    # A run started from the window is ticked and drawn beside the run already ticked.
+    assert _drawn(panel) == {first, live} and set(panel.shown_runs()) == {first, live}
+    panel.set_shown(live, False)
+    panel.curves.redraw_if_needed()
     assert _drawn(panel) == {first} and panel.shown_runs() == [first]  # streaming, held, but not drawn
     assert panel.curves.legend.texts()[:1] == [panel.curves.label(first)] and len(panel.curves.legend.texts()) == 4
 

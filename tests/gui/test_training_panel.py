@@ -175,3 +175,22 @@ def test_the_real_worker_trains_from_the_gui(qtbot, real_window):
     assert layers.matrix().shape == (3, 5) and (layers.matrix() > 0).all()
     qtbot.waitUntil(lambda: panel.evaluation.evaluation is not None, timeout=10_000)
     assert len(panel.evaluation.evaluation["confusion_matrix"]) == 10
+
+
+def test_a_new_run_is_drawn_while_it_trains_though_an_older_run_is_ticked(window, qtbot):
+    panel = window.training_panel
+    window.start_training(TrainSpec.from_dict({"epochs": 1, "lr": 0.01}))
+    qtbot.waitUntil(lambda: len(panel.runs) == 1 and not panel.job_of_run, timeout=10_000)
+    old = next(iter(panel.runs))
+    assert panel.shown_runs() == [old]
+    window.start_training(TrainSpec.from_dict({"epochs": 50, "seed": 20}))  # "Train again…": still training
+    qtbot.waitUntil(lambda: bool(panel.job_of_run), timeout=10_000)
+    new = next(iter(panel.job_of_run))
+    assert set(panel.shown_runs()) == {old, new}
+    qtbot.waitUntil(lambda: len(panel.curves.runs[new].series.get("train/loss", MetricSeries())) > 0,
+                    timeout=20_000)
+    panel.curves.redraw()
+    assert (new, "train/loss") in panel.curves._items
+    panel.select_run(new)
+    qtbot.mouseClick(panel.stop_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: not panel.job_of_run, timeout=10_000)

@@ -474,6 +474,9 @@ class TrainingPanel(RunTab):
         if run_id and record.job_id not in self.live and record.active:
             self.name_run(record.job_id, run_id)  # before the refresh, which then lists the run as running
             self.refresh()
+            # A run started now is what the person wants to watch: ticked beside the runs already ticked, or the
+            # pane would keep drawing only those (a live run is drawn only while its Show box is ticked).
+            self.set_shown(run_id, True)
             # A resumed run's earlier curve comes from the store; rows that are both there and in the live
             # stream are dropped as duplicates by RunMetrics. The events that came first follow it.
             self._load_stored_metrics(run_id)
