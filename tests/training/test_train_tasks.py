@@ -180,3 +180,35 @@ def test_a_built_in_set_is_classification_and_refuses_another_task(tmp_path):
     assert math.isclose(result["monitor"]["test"], result["final"]["test_accuracy"])
     view = evaluation(result)
     assert {"classes", "confusion_matrix", "per_class_accuracy", "test_accuracy", "worst"} <= set(view)
+
+
+SEGMENTERS = '''
+from torch import nn
+
+
+def fixed_head():
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 2, 1))
+
+
+def required(num_classes):
+    return nn.Conv2d(1, num_classes, 1)
+'''
+
+
+def test_segmentation_with_auto_classes_takes_the_count_from_the_model(tmp_path, project):
+    # Squares has no `classes`: the constructor's num_classes default says 2.
+    recorder = Recorder()
+    result = done(train(tmp_path, spec_for(project, "Squares", "segmenter", epochs=1), recorder=recorder))
+    assert result["task"] == "segmentation"
+    assert "model.num_classes: auto, 2 (the num_classes default of segmenter: " in logs(recorder)
+    # A model that takes no num_classes: its output channels on the trial batch.
+    (tmp_path / "segmenters.py").write_text(SEGMENTERS)
+    recorder = Recorder()
+    spec = spec_for(project, "Squares", "segmenter", epochs=1,
+                    model={"name": f"file:{tmp_path / 'segmenters.py'}:fixed_head"})
+    done(train(tmp_path, spec, recorder=recorder))
+    assert "model.num_classes: auto, 2 (the output channels of fixed_head on the trial batch" in logs(recorder)
+    # One that needs num_classes and has no default cannot say: the refusal names why.
+    spec["model"]["name"] = f"file:{tmp_path / 'segmenters.py'}:required"
+    message = failed(train(tmp_path, spec))
+    assert "required takes num_classes with no default" in message and "set model.num_classes" in message

@@ -127,16 +127,52 @@ def check_forward(model: nn.Module, name: str, input_shape: Sequence[int], num_c
 FALLBACK_CLASSES = 10  # model.num_classes = 0 (auto) with no dataset at hand to count (a graph of model.* alone)
 
 
-def resolve_num_classes(spec: ModelSpec, classes: int | None, log: Callable[[str], None] | None = None) -> ModelSpec:
+def resolve_num_classes(spec: ModelSpec, classes: int | None, log: Callable[[str], None] | None = None,
+                        source: str = "the dataset's classes") -> ModelSpec:
     """`spec` with num_classes 0 (auto) replaced by the dataset's class count `classes` (or the fallback when no
-    dataset is at hand); an explicit count is kept, and checked against the dataset by the job that trains."""
+    dataset is at hand); an explicit count is kept, and checked against the dataset by the job that trains.
+    `source` says where `classes` came from, for the log."""
     if spec.num_classes:
         return spec
     count = int(classes) if classes else FALLBACK_CLASSES
     if log is not None:
-        log(f"model.num_classes: auto, {count} " + ("(the dataset's classes)" if classes else
+        log(f"model.num_classes: auto, {count} " + (f"({source})" if classes else
                                                     "(no dataset to count: the default)"))
     return dataclasses.replace(spec, num_classes=count)
+
+
+def model_class_count(spec: ModelSpec, input_shape: Sequence[int], example=None) -> tuple[int | None, str]:
+    """For model.num_classes = 0 (auto) when the data names no classes (a segmentation Dataset without
+    `classes`): (the count the model itself decides, where it came from), or (None, why not). A file: model says it
+    by its num_classes default, or, when it takes no num_classes, by its output channels on the trial batch."""
+    args = spec.args or {}
+    if isinstance(args.get("num_classes"), int) and args["num_classes"] > 0:
+        return int(args["num_classes"]), "model.args.num_classes"
+    if not spec.name.startswith("file:"):
+        return None, f"{spec.name} takes num_classes from the spec"
+    from workbench.worker.models.user_code import num_classes_parameter
+
+    takes, default, attr = num_classes_parameter(spec.name[len("file:"):])
+    if default is not None:
+        return default, f"the num_classes default of {attr}"
+    if takes:
+        return None, f"{attr} takes num_classes with no default"
+    return _output_channels(spec, input_shape, example), f"the output channels of {attr} on the trial batch"
+
+
+def _output_channels(spec: ModelSpec, input_shape: Sequence[int], example) -> int | None:
+    """Dim 1 of the model's (batch, classes, height, width) scores on two copies of the first sample (or zeros);
+    None when the output is not such scores. The count passed is unused: the model takes no num_classes."""
+    shape = tuple(spec.input_shape) or tuple(input_shape)
+    try:
+        model = get_model(spec.name, num_classes=1, input_shape=shape, args=spec.args, log=lambda *_: None)
+        model.eval()
+        with torch.no_grad():
+            batch = _two_of(example) if example is not None else torch.zeros(2, *shape)
+            out = logits_of(call_model(model, batch))
+    except Exception:  # the user's code: the build that follows words its failure with the file and line
+        return None
+    return int(out.shape[1]) if out.dim() == 4 else None
 
 
 def build_model(spec: ModelSpec, *, input_shape: Sequence[int] = (), log: Callable[[str], None] | None = None,

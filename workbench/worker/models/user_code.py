@@ -87,6 +87,26 @@ def _accepts_num_classes(target) -> bool:
     return any(p.name == "num_classes" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
+def num_classes_parameter(arg: str) -> tuple[bool, int | None, str]:
+    """(whether the file's class or factory takes num_classes, its int default or None, the target's name): what
+    a segmentation model says of its class count when the data does not. Imports the file (user code, trusted by
+    the job that asks). A file that cannot be read says nothing here; building the model words its error."""
+    path_text, _, attr = arg.rpartition(":")
+    path = Path(path_text).expanduser().absolute()
+    if not path_text or not attr or not path.is_file():
+        return False, None, attr
+    target = getattr(import_user_file(path), attr, None)
+    try:
+        param = inspect.signature(target).parameters.get("num_classes") if callable(target) else None
+    except (TypeError, ValueError):
+        param = None
+    if param is None:
+        return False, None, attr
+    default = param.default
+    takes_int = isinstance(default, int) and not isinstance(default, bool) and default > 0
+    return True, default if takes_int else None, attr
+
+
 @register_model("file", family=True, usage="file:<path.py>:<ClassOrFactory>",
                 description="A class or factory from your own Python file; it is called with num_classes= if it takes it.")
 def build_from_file(arg: str, *, num_classes: int, input_shape: tuple[int, ...], weights: str, log,

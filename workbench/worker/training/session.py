@@ -18,7 +18,7 @@ from workbench.specs import TrainSpec
 from workbench.worker.checkpoints import load_state_dict
 from workbench.worker.data import load_dataset
 from workbench.worker.models import build_model, count_parameters
-from workbench.worker.models.build import resolve_num_classes
+from workbench.worker.models.build import model_class_count, resolve_num_classes
 from workbench.worker.objectives import check_target, detect_task, target_num_outputs
 from workbench.worker.training import tensorboard, torchrun
 from workbench.worker.training.devices import check_amp, check_compile, describe, resolve_device
@@ -173,8 +173,8 @@ def resolve_task(spec: TrainSpec, dataset, log) -> TrainSpec:
     task, why, target = _task_of(spec, dataset)
     resolved = dataclasses.replace(spec, task=task)
     if not spec.model.num_classes:
-        resolved = dataclasses.replace(resolved, model=resolve_num_classes(
-            spec.model, _output_count(task, dataset, target), log))
+        count, source = _output_count(task, dataset, target, spec.model)
+        resolved = dataclasses.replace(resolved, model=resolve_num_classes(spec.model, count, log, source))
     objective = objective_for(resolved, dataset)
     log(f"task: {task} ({why}); {objective.describe()}")
     return resolved
@@ -208,17 +208,26 @@ def _task_of(spec: TrainSpec, dataset) -> tuple[str, str, object]:
     return spec.task, "set in the spec", y
 
 
-def _output_count(task: str, dataset, target) -> int:
-    """How many outputs the model needs when model.num_classes is 0 (auto)."""
+def _output_count(task: str, dataset, target, model) -> tuple[int, str]:
+    """How many outputs the model needs when model.num_classes is 0 (auto), and where that count came from."""
     if task in ("regression", "multilabel"):
-        return target_num_outputs(task, target)
+        return target_num_outputs(task, target), "the target's values"
     if task == "custom":  # the user's loss reads the outputs: the dataset's classes if it has them, else one a value
-        return len(getattr(dataset, "classes", None) or []) or target_num_outputs("regression", target)
+        classes = len(getattr(dataset, "classes", None) or [])
+        return classes or target_num_outputs("regression", target), \
+            "the dataset's classes" if classes else "the target's values"
     classes = len(dataset.classes)
-    if not classes:
-        raise JobError(f"model.num_classes: 0 (auto) needs the number of classes, and {dataset.name} does not say "
-                       "it (no `classes` attribute); set model.num_classes")
-    return classes
+    if classes:
+        return classes, "the dataset's classes"
+    why = "no `classes` attribute"
+    if task == "segmentation":
+        # A mask holds class indices, not their count: the model's own head says how many classes it scores.
+        count, source = model_class_count(model, dataset.sample_shape, first_input(dataset))
+        if count:
+            return count, f"{source}: {dataset.name} has no `classes`"
+        why += f", and {source}"
+    raise JobError(f"model.num_classes: 0 (auto) needs the number of classes, and {dataset.name} does not say "
+                   f"it ({why}); set model.num_classes")
 
 
 def _prepare_run_folder(spec: TrainSpec, dataset, ctx) -> tuple[dict | None, int | None]:
