@@ -56,3 +56,16 @@ def test_a_custom_runs_metrics_get_plots_and_a_readout(curves, qtbot):
     assert layout.indexOf(plot) < layout.indexOf(curves.plots["lr"])
     text = curves.show_readout(30)
     assert "val/dice 0.625" in text
+
+
+def test_a_run_without_accuracy_shows_no_empty_accuracy_plot(curves):
+    segmentation = {"train/loss": [2.0, 1.0, 0.5], "lr": [0.1] * 3, "val/loss": [1.2, 0.9, 0.6],
+                    "val/miou": [0.4, 0.6, 0.7], "val/pixel_acc": [0.8, 0.9, 0.95]}
+    assert not curves.plots["accuracy"].isHidden()  # nothing shown yet: its hint says what comes
+    curves.add_columns(RUN, columns(segmentation))
+    curves.redraw()
+    assert curves.plots["accuracy"].isHidden()
+    assert "metric:miou" in curves.plots  # its own plot
+    curves.add_columns("classification-run", columns({"train/loss": [1.0], "train/acc": [0.5]}))
+    curves.redraw()
+    assert not curves.plots["accuracy"].isHidden()  # overlaid with a run that has it

@@ -332,6 +332,15 @@ class CurvesWidget(QWidget):
                     self._draw(curve, series.x, y)
             self._drawn[run.run_id] = run.version
         self._update_legend()
+        self._update_accuracy_plot()
+
+    def _update_accuracy_plot(self) -> None:
+        """Hide the accuracy plot while every shown run with points logs no accuracy (segmentation, regression:
+        their own metrics get plots of their own), rather than leave an empty plot titled accuracy."""
+        names = [name for name, _role, _smooth in PLOTS["accuracy"].series]
+        shown = [run for run_id, run in self.runs.items() if run_id not in self._hidden and run.series]
+        needed = not shown or any(run.get(name) is not None and len(run.get(name)) for run in shown for name in names)
+        self.plots["accuracy"].setVisible(needed)
 
     def redraw_windows(self) -> None:
         """After a zoom, pan or resize: give each item the points of its new window (only where it moved)."""
