@@ -228,7 +228,10 @@ def test_an_export_without_the_check_says_it_was_not_verified(harness, qtbot, tr
 
 def test_a_failed_export_says_why(harness, qtbot, trained):
     panel = harness.panel
+    messages = []
+    panel.status_message.connect(messages.append)
     run_id = _export(qtbot, harness, trained, format="tensorrt")
+    assert messages[0].startswith("Exporting") and "failed" in messages[-1]  # not "Exporting…" to the end
     assert panel.runs[run_id]["status"] == "failed"
     assert panel.verdict.text() == "Export failed" and "TensorRT is not available here" in panel.verdict_detail.text()
     assert not panel.progress_box.isVisible() and not panel.artifact_box.isVisibleTo(panel)

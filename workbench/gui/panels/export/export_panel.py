@@ -694,8 +694,9 @@ class ExportPanel(RunTab):
         run_id = run_id or ""
         showing = results is not None and self.current is results
         self.refresh()
-        if record.state == "done":
-            self.status_message.emit(f"{KIND_NAMES[record.task]} {run_id} finished")
+        # Every ending replaces the "Exporting …" message the start left in the status bar.
+        ending = {"done": "finished", "cancelled": "stopped"}.get(record.state, "failed: see the verdict")
+        self.status_message.emit(f"{KIND_NAMES[record.task]} {run_id} {ending}".replace("  ", " "))
         if not showing:
             return
         self.progress_box.hide()
