@@ -57,6 +57,45 @@ class TinyTransformer(nn.Module):
         return self.head(self.enc(self.emb(ids)).mean(1))
 '''
 
+# A 1-D signal project of one's own (the data-signal, evaluation-signal and try-it-signal scenes): noisy sine, square
+# and sawtooth waves of 128 samples at a random frequency and phase, and a small Conv1d network to tell them apart.
+SIGNAL_PROJECT = '''
+import math
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+
+class Waves(Dataset):
+    classes = ["sine", "square", "sawtooth"]
+    def __init__(self, n=600, length=128, noise=0.6, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        t = torch.arange(length, dtype=torch.float32) / length
+        self.y = torch.randint(0, 3, (n,), generator=g)
+        cycles = 2 + 4 * torch.rand(n, 1, generator=g)
+        phase = torch.rand(n, 1, generator=g)
+        turns = cycles * t + phase
+        sine = torch.sin(2 * math.pi * turns)
+        square = torch.sign(sine)
+        saw = 2 * (turns - torch.floor(turns)) - 1
+        waves = torch.stack([sine, square, saw], 1)[torch.arange(n), self.y]
+        self.x = (waves + noise * torch.randn(n, length, generator=g))[:, None]
+    def __len__(self): return len(self.x)
+    def __getitem__(self, i): return self.x[i], int(self.y[i])
+
+
+class WaveNet(nn.Module):
+    def __init__(self, num_classes=3):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv1d(1, 16, 7, padding=3), nn.ReLU(), nn.MaxPool1d(2),
+            nn.Conv1d(16, 32, 5, padding=2), nn.ReLU(), nn.AdaptiveAvgPool1d(1))
+        self.head = nn.Linear(32, num_classes)
+    def forward(self, x):
+        return self.head(self.features(x).flatten(1))
+'''
+
 
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "screenshot.png").absolute()
@@ -131,14 +170,39 @@ def main() -> int:
         panel = window.dataset_panel
         panel.grid.setCurrentIndex(panel.model.index(12))
 
+    def user_project() -> tuple[dict, dict]:
+        """(train spec without its dataset, dataset) of the scene's project: token reviews, the bundled diabetes
+        rows (tabular) or the waves (signal)."""
+        kind = scene.rsplit("-", 1)[-1]
+        if kind == "tabular":
+            import workbench
+
+            folder = Path(workbench.__file__).parent / "resources" / "examples" / "diabetes_regression"
+            return ({"task": "regression", "loss": "mse", "epochs": 30, "lr": 0.003, "weight_decay": 0.0001,
+                     "model": {"name": f"file:{folder / 'model.py'}:mlp", "num_classes": 1}},
+                    {"name": f"file:{folder / 'data.py'}:diabetes", "num_workers": 0, "val_fraction": 0.15,
+                     "test_fraction": 0.15})
+        from workbench.trust import trust_folder
+
+        folder = Path(tempfile.mkdtemp(prefix=f"wb-{kind}-"))
+        trust_folder(workspace, folder)  # the scene wrote this code: the window need not ask about it
+        if kind == "signal":
+            (folder / "data.py").write_text(SIGNAL_PROJECT)
+            return ({"task": "auto", "epochs": 6, "lr": 0.003,
+                     "model": {"name": f"file:{folder / 'data.py'}:WaveNet", "num_classes": 3}},
+                    {"name": f"file:{folder / 'data.py'}:Waves", "num_workers": 0})
+        (folder / "data.py").write_text(TOKENS_PROJECT)
+        return ({"task": "auto", "epochs": 6, "lr": 0.003,
+                 "model": {"name": f"file:{folder / 'data.py'}:TinyTransformer", "num_classes": 2}},
+                {"name": f"file:{folder / 'data.py'}:Reviews", "num_workers": 0})
+
     def tokens_scene() -> None:
-        """A token-sequence project of one's own (TOKENS_PROJECT): its Data tab, its evaluation, Try it."""
+        """A project of one's own that is not images (token sequences, tabular rows, signals: user_project): its
+        Data tab, its evaluation, Try it."""
         from workbench.specs import DataSpec, TrainSpec
 
-        folder = Path(tempfile.mkdtemp(prefix="wb-tokens-"))
-        (folder / "data.py").write_text(TOKENS_PROJECT)
-        data = {"name": f"file:{folder / 'data.py'}:Reviews", "num_workers": 0}
-        if scene == "data-tokens":
+        training, data = user_project()
+        if scene.startswith("data-"):
             panel = window.dataset_panel
             window.show_tab(panel)
             panel.state.set_spec(DataSpec.from_dict(data))
@@ -148,16 +212,15 @@ def main() -> int:
                     QTimer.singleShot(300, tokens_ready)
                     return
                 panel.table.setCurrentIndex(panel.table_model.index(2, 1))
-                QTimer.singleShot(2500, lambda: panel.side_tabs.setCurrentWidget(panel.input_chart))
+                if scene != "data-signal":  # a signal's own plot (the Sample tab) says more than its values' histogram
+                    QTimer.singleShot(2500, lambda: panel.side_tabs.setCurrentWidget(panel.input_chart))
                 QTimer.singleShot(3500, capture)
 
             tokens_ready()
             return
         panel = window.training_panel
         window.show_tab(panel)
-        window.start_training(TrainSpec.from_dict({
-            "task": "auto", "epochs": 6, "lr": 0.003, "dataset": data,
-            "model": {"name": f"file:{folder / 'data.py'}:TinyTransformer", "num_classes": 2}}))
+        window.start_training(TrainSpec.from_dict({**training, "dataset": data}))
 
         def finished() -> None:
             if panel.job_of_run or not panel.runs:
@@ -166,7 +229,7 @@ def main() -> int:
             run_id = next(iter(panel.runs))
             panel.refresh()
             panel.select_run(run_id)
-            if scene == "evaluation-tokens":
+            if scene.startswith("evaluation-"):
                 panel.show_details(run_id)
                 panel.tabs.setCurrentIndex(1)
                 QTimer.singleShot(2500, capture)
@@ -217,7 +280,7 @@ def main() -> int:
 
             user_ready()
             return
-        if scene in ("data-tokens", "evaluation-tokens", "try-it-tokens"):
+        if scene.rsplit("-", 1)[-1] in ("tokens", "tabular", "signal") and scene != "try-it":
             tokens_scene()
             return
         if scene == "classes":

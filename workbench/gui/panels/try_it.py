@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
 
 from workbench.errors import WorkbenchError
 from workbench.gui.images import scaled_pixmap, to_qimage
-from workbench.gui.panels.data.input_plots import sample_lines
+from workbench.gui.panels.data.input_plots import draw_sample, sample_lines
 from workbench.gui.panels.try_it_masks import MaskPanel, fill_share_table
 from workbench.gui.panels.try_it_masks import verdict as mask_verdict
 from workbench.gui.plots import SERIES_COLOURS, add_legend, make_plot
@@ -200,6 +200,11 @@ class TryItView(QWidget):
             self.image.setAlignment(Qt.AlignLeft | Qt.AlignTop)
             self.image.setTextInteractionFlags(Qt.TextSelectableByMouse)
             self.image.setMargin(8)
+        # A signal or a row of features is drawn (a line, bars) where an image would be.
+        self.sample_plot = make_plot("", "", "", empty="The sample is drawn here after a prediction.")
+        self.sample_plot.setMinimumSize(IMAGE_BOX, IMAGE_BOX // 2)
+        self.sample_plot.setToolTip("The sample tried: a signal's values by step, or a row's value per feature")
+        self.sample_plot.hide()
         self.top_k_spin = QSpinBox()
         self.top_k_spin.setRange(1, 20)
         self.top_k_spin.setValue(5)
@@ -231,6 +236,7 @@ class TryItView(QWidget):
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
         left_layout.addWidget(self.image, 3)
+        left_layout.addWidget(self.sample_plot, 3)
         left_layout.addLayout(open_row)
         left_layout.addWidget(sample_box)
         left_layout.addLayout(seen_row, 1)
@@ -406,6 +412,8 @@ class TryItView(QWidget):
         self.masks.clear()
         self.seen.clear()
         self.input_note.setText("")
+        self.sample_plot.hide()
+        self.image.show()
 
     def series(self, result: dict) -> list[tuple[str, list[dict]]]:
         """(name, ranked rows) per model: FP32 then quantized for a quantize run, else the run's one model."""
@@ -421,10 +429,11 @@ class TryItView(QWidget):
         notes = list(result.get("notes") or [])
         self._say(" ".join(notes), error=False)
         segmentation = result.get("task") == "segmentation"
-        self.chart.setVisible(not segmentation)
         self.masks.setVisible(segmentation)
-        # Every class of a mask is listed: no top k to choose.
-        self.top_k_spin.setVisible(not segmentation)
+        # Every class of a mask, every value of a regression is listed: no top k to choose.
+        self.top_k_spin.setVisible(result.get("task") not in ("segmentation", "regression"))
+        # A regression's values are in the table (with the true ones): no probability bars to draw.
+        self.chart.setVisible(result.get("task") not in ("segmentation", "regression"))
         if segmentation:
             fill_share_table(self.table, result, series)
             preview = result.get("preview")
@@ -434,6 +443,8 @@ class TryItView(QWidget):
         else:
             self.table.setMaximumHeight(16777215)
             self._fill_table(series, result.get("task", "classification"))
+            if result.get("task") == "regression":
+                self._add_true_values(result)
             self._draw_bars(series)
             self.verdict.setText(self._verdict(result, series))
         self._show_input(result)
@@ -479,6 +490,25 @@ class TryItView(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeToContents)
         header.setStretchLastSection(True)
 
+    def _add_true_values(self, result: dict) -> None:
+        """A regression sample's true value beside each predicted one, when the sample's target lists them."""
+        truth = (result.get("truth") or {}).get("value")
+        values = truth if isinstance(truth, list) else [truth] if isinstance(truth, (int, float)) else None
+        rows = self.table.rowCount()
+        if values is None:
+            return
+        flat = np.asarray(values, dtype=float).reshape(-1)
+        if len(flat) != rows:
+            return
+        column = self.table.columnCount()
+        self.table.setColumnCount(column + 1)
+        self.table.setHorizontalHeaderItem(column, QTableWidgetItem("True"))
+        for i, value in enumerate(flat.tolist()):
+            item = QTableWidgetItem(f"{value:.4g}")
+            item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+            item.setToolTip("The sample's true value")
+            self.table.setItem(i, column, item)
+
     def _draw_bars(self, series) -> None:
         """Horizontal bars of each listed class's probability, one colour per model (none for regression)."""
         order: list[int] = []
@@ -521,6 +551,10 @@ class TryItView(QWidget):
         truth = result.get("truth") or {}
         if "label" in truth:
             text += f" · true label <b>{html.escape(str(truth['label']))}</b>"
+        elif result.get("task") == "regression" and isinstance(truth.get("value"), (int, float, list)):
+            flat = np.asarray(truth["value"], dtype=float).reshape(-1)
+            if len(flat) == 1:
+                text += f" · true value <b>{flat[0]:.4g}</b>"
         if len(series) > 1 and result.get("agree") is not None:
             agree = bool(result["agree"])
             text += (" — <span>they agree</span>" if agree else
@@ -555,11 +589,28 @@ class TryItView(QWidget):
                 self.image.setText("<br>".join(sample_lines(sample)))
                 self.seen.setText(f"{sample.get('length', '')} tokens" if sample.get("kind") == "tokens"
                                   else sample.get("kind", ""))
+                self._draw_sample(sample)
+                if not self.sample_plot.isHidden():  # drawn: its numbers go under the picture
+                    lines += sample_lines(sample)
         norm = info.get("normalize")
         if norm:
             numbers = ", ".join(f"{m:.3g}/{s:.3g}" for m, s in zip(norm["mean"], norm["std"]))
             lines.append(f"normalised with mean/std {numbers} ({norm.get('how')}, as the run's dataset)")
         self.input_note.setText("<br>".join(lines))
+
+
+    def _draw_sample(self, sample: dict) -> None:
+        """A signal as lines, a row of features as bars, in place of the text box; the row's values also listed
+        under it, to be read exactly."""
+        if sample.get("kind") not in ("signal", "tabular") or not draw_sample(self.sample_plot, sample):
+            return
+        self.sample_plot.setMouseEnabled(x=False, y=False)
+        self.image.hide()
+        self.sample_plot.show()
+        if sample.get("kind") == "signal":
+            self.seen.setText(f"{sample.get('length', '')} steps")
+        else:
+            self.seen.setText(f"{len(sample.get('values') or [])} features")
 
 
 class TryItDialog(QDialog):

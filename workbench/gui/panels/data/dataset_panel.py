@@ -34,6 +34,8 @@ from workbench.gui.panels.data.class_chart import ClassChart
 from workbench.gui.panels.data.dataset_dialog import DatasetDialog
 from workbench.gui.panels.data.input_plots import InputChart
 from workbench.gui.panels.data.sample_view import SampleView
+from workbench.gui.panels.data.sparkline import HEIGHT as SPARK_HEIGHT
+from workbench.gui.panels.data.sparkline import WIDTH as SPARK_WIDTH
 from workbench.gui.panels.data.target_chart import TargetChart
 from workbench.gui.panels.data.thumbnails import INDEX_ROLE, ThumbnailItemModel
 from workbench.gui.panels.data.user_table import SampleTableItemModel
@@ -310,8 +312,13 @@ class DatasetPanel(QWidget):
         token = self.table_model.kind == "tokens"
         self.table.setWordWrap(not token)  # a wrapped sequence shows two cut lines of a row; the tooltip has it all
         widths = {"#": 48, "text": 340, "ids": 220, "length": 60, "min id": 60, "max id": 60}
+        signal = self.table_model.kind == "signal"
+        if signal:  # the signal's line and its rows tall enough to read it
+            self.table.setIconSize(QSize(SPARK_WIDTH, SPARK_HEIGHT))
         for column, name in enumerate(self.table_model.columns):
-            if token and name in widths:
+            if signal and name == "signal":
+                self.table.setColumnWidth(column, SPARK_WIDTH + 12)
+            elif token and name in widths:
                 self.table.setColumnWidth(column, widths[name])
             elif name == "#":
                 self.table.setColumnWidth(column, 48)

@@ -18,6 +18,7 @@ from workbench.gui.plots import SERIES_COLOURS, make_plot
 
 COLUMNS_PER_ROW = 3
 MAX_COLUMN_PLOTS = 40
+MAX_LISTED = 40  # a row's values listed by name; a wider row's are in its plot
 COLUMN_PLOT_HEIGHT = 150
 # kind -> (plot title, left axis, bottom axis) of one sample's plot
 SAMPLE_PLOTS = {
@@ -48,7 +49,11 @@ def sample_lines(sample: dict) -> list[str]:
         lines.append(f"a signal of {sample.get('length')} steps" + (f", {channels} channels" if channels > 1 else "")
                      + (f" (every {stride}th step drawn)" if stride > 1 else ""))
     elif kind == "tabular":
-        lines.append(f"a row of {len(sample.get('values') or [])} features")
+        values = sample.get("values") or []
+        names = sample.get("names") or [str(i) for i in range(len(values))]
+        lines.append(f"a row of {len(values)} features")
+        shown = [f"{html.escape(str(n))} = {v:.4g}" for n, v in zip(names, values[:MAX_LISTED], strict=False)]
+        lines.append(" · ".join(shown) + (f" … (+{len(values) - MAX_LISTED})" if len(values) > MAX_LISTED else ""))
     return lines
 
 

@@ -1,16 +1,20 @@
 """SampleTableItemModel: the samples of a user's Dataset whose inputs are not images, as table rows: token
-sequences as their ids and decoded text, tabular rows as one column per feature, anything else as shapes, dtypes
-and value ranges. Rows arrive a page at a time from `data.page` as the view scrolls (Qt's fetchMore)."""
+sequences as their ids and decoded text, tabular rows as their target then one column per feature, signals as a
+small line of their values beside their target, anything else as shapes, dtypes and value ranges. Rows arrive a page at a time from `data.page` as the view scrolls (Qt's fetchMore)."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
 
+from workbench.gui.panels.data.sparkline import sparkline
 from workbench.gui.panels.data.thumbnails import INDEX_ROLE
+from workbench.gui.plots import SERIES_COLOURS
 
 PAGE_SIZE = 200
 COLUMNS = ("#", "input", "shape", "dtype", "min", "max", "mean", "target", "target shape", "target range")
 TOKEN_COLUMNS = ("#", "text", "ids", "length", "min id", "max id", "target")
+# The target next to the picture of the signal: what a row is, before its numbers.
+SIGNAL_COLUMNS = ("#", "signal", "target", "min", "max", "mean", "shape")
 MAX_FEATURE_COLUMNS = 40  # a wider row keeps the summary columns: forty columns of numbers read as noise
 NUMERIC = {"#", "min", "max", "mean", "length", "min id", "max id"}
 
@@ -23,7 +27,10 @@ def columns_for(kind: str, rows: list[dict]) -> tuple[str, ...]:
         return TOKEN_COLUMNS if "text" in first else tuple(c for c in TOKEN_COLUMNS if c != "text")
     names = first.get("names") or []
     if kind == "tabular" and 0 < len(names) <= MAX_FEATURE_COLUMNS:
-        return ("#", *names, "target")
+        # The target first: after a dozen feature columns it would be scrolled out of sight.
+        return ("#", "target", *names)
+    if kind == "signal" and first.get("kind") == "signal" and not any(len(row["inputs"]) > 1 for row in rows):
+        return SIGNAL_COLUMNS
     several = any(len(row["inputs"]) > 1 for row in rows)
     return COLUMNS if several else tuple(c for c in COLUMNS if c != "input")
 
@@ -101,6 +108,8 @@ class SampleTableItemModel(QAbstractTableModel):
         if role == Qt.TextAlignmentRole and (column in NUMERIC or sample.get("kind") == "tabular"
                                              and column not in ("target",)):
             return int(Qt.AlignRight | Qt.AlignVCenter)
+        if column == "signal":
+            return self._signal_cell(row, sample, role)
         if role not in (Qt.DisplayRole, Qt.ToolTipRole):
             return None
         if column == "#":
@@ -128,6 +137,19 @@ class SampleTableItemModel(QAbstractTableModel):
         if column == "target shape":
             return f"{_shape(target['shape'])} {target['dtype']}"
         return _range(target)
+
+    def _signal_cell(self, row: dict, sample: dict, role):
+        """The signal's line (its first channel) as the cell's picture, drawn once per row."""
+        if role == Qt.DecorationRole:
+            if "_sparkline" not in row:
+                values = (sample.get("values") or [[]])[0]
+                row["_sparkline"] = sparkline(values, SERIES_COLOURS[0])
+            return row["_sparkline"]
+        if role == Qt.ToolTipRole:
+            channels = len(sample.get("values") or [])
+            return (f"{sample.get('length', '')} steps" + (f", {channels} channels (the first drawn)"
+                                                         if channels > 1 else "") + "; open the row for its plot")
+        return None
 
     # -- fetching --------------------------------------------------------------------------------
     def canFetchMore(self, parent=QModelIndex()) -> bool:  # noqa: N802 (Qt override)

@@ -1,5 +1,6 @@
 """The regression evaluation view: predicted against true on the test split (a scatter with the y = x line a
-perfect model lies on) and the samples with the largest residuals. GUI side; never imports torch."""
+perfect model lies on) and the samples with the largest residuals, with their input's values when it is a row of
+features, a signal or a token sequence. GUI side; never imports torch."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QLabel, QSplitter, QVBoxLayout, QWidget
 
-from workbench.gui.panels.training.evaluation_common import WorstTable, number
+from workbench.gui.panels.training.evaluation_common import WorstTable, number, read_only_table
+from workbench.gui.panels.training.evaluation_rows import MAX_CELL, has_rows, input_text
 from workbench.gui.plots import SERIES_COLOURS, make_plot
+
+HEADERS = ("split", "index", "true", "predicted", "residual")
+INPUT_TABLE_WIDTH = 520  # the worst table's least width when it lists inputs
 
 
 def _values(value) -> list[float | None]:
@@ -38,7 +43,7 @@ class RegressionEvaluationView(QWidget):
                                         pen=pg.mkPen(SERIES_COLOURS[1], width=1.4, style=Qt.DashLine),
                                         label="y = x", labelOpts={"position": 0.92, "color": SERIES_COLOURS[1]})
         self.scatter_plot.addItem(self.identity)
-        self.worst = WorstTable(["split", "index", "true", "predicted", "residual"],
+        self.worst = WorstTable(HEADERS,
                                 "The test samples with the largest absolute residual (predicted − true); "
                                 "double-click one to open it in the Data tab")
         self.worst.sample_activated.connect(self.sample_requested)
@@ -79,13 +84,28 @@ class RegressionEvaluationView(QWidget):
         self.scatter_plot.setTitle(f"Predicted against true on the {split} split{which}: "
                                    f"{len(points):,} samples", size="10pt")
         self.scatter_plot.getPlotItem().vb.autoRange()
-        rows, samples = [], []
-        for info in evaluation.get("worst") or []:
+        rows, samples, tooltips = [], [], []
+        worst = evaluation.get("worst") or []
+        # Rows of features, signals or token sequences carry their input (evaluation.json has it): a column of
+        # its values, so a bad prediction can be read against what the model was given.
+        with_inputs = has_rows(worst)
+        read_only_table([*HEADERS, "input"] if with_inputs else HEADERS, self.worst)
+        for info in worst:
             rows.append([info.get("split", split), int(info["index"]), _cell(info.get("target")),
                          _cell(info.get("predicted")), _cell(info.get("residual"))])
+            text = input_text(info.get("sample") or {}) if with_inputs else ""
+            if with_inputs:
+                rows[-1].append(text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…")
+            tooltips.append(text)
             samples.append((info.get("split", split), int(info["index"]),
                             f"predicted {_cell_text(info.get('predicted'))} (true {_cell_text(info.get('target'))})"))
-        self.worst.set_rows(rows, samples)
+        self.worst.set_rows(rows, samples, tooltips if with_inputs else None)
+        # One line per sample (the tooltip has the whole input), and the scatter keeps its room: the input column
+        # is as wide as the splitter leaves it, not as wide as its text.
+        self.worst.setWordWrap(not with_inputs)
+        if with_inputs:
+            self.worst.resizeRowsToContents()
+            self.worst.setMinimumWidth(min(self.worst.minimumWidth(), INPUT_TABLE_WIDTH))
 
 
 def _cell_text(value) -> str:

@@ -1,5 +1,5 @@
 """The most confidently wrong test samples of a classification run whose inputs are not images, as table rows: the
-decoded text (or the ids) of a token sequence, or a few numbers of a signal or a row of features, with the true
+decoded text (or the ids) of a token sequence, a signal's line and first values, or a row of features, with the true
 and predicted class and the confidence. The inputs come from evaluation.json (the worker wrote them there), so
 showing them asks nothing of the worker or the user's Dataset.
 
@@ -8,7 +8,14 @@ GUI side: Qt only, never torch.
 
 from __future__ import annotations
 
+from PySide6.QtCore import QSize
+from PySide6.QtGui import QIcon
+
+from workbench.gui.panels.data.sparkline import HEIGHT as SPARK_HEIGHT
+from workbench.gui.panels.data.sparkline import WIDTH as SPARK_WIDTH
+from workbench.gui.panels.data.sparkline import sparkline
 from workbench.gui.panels.training.evaluation_common import WorstTable
+from workbench.gui.plots import SERIES_COLOURS
 
 HEADERS = ("#", "true", "predicted", "confidence", "input")
 MAX_CELL = 160  # characters of an input shown in its cell; the tooltip has the rest
@@ -62,5 +69,22 @@ class WorstRows(WorstTable):
             tooltips.append(f"{w['split']} #{w['index']}: true {true}, predicted {predicted} with confidence "
                             f"{w['confidence']:.3f}\n{text}" + (f"\nids: {ids}" if ids and "text" in sample else ""))
         self.set_rows(rows, samples, tooltips)
+        self._draw_signals(worst)
         # The input column takes what is left: it is the one people read.
         self.horizontalHeader().setStretchLastSection(True)
+
+    def _draw_signals(self, worst: list[dict]) -> None:
+        """A signal's line in its input cell, before its first values: its shape says more than the numbers."""
+        drawn = False
+        for r, w in enumerate(worst):
+            sample = w.get("sample") or {}
+            item = self.item(r, len(HEADERS) - 1)
+            if sample.get("kind") != "signal" or item is None:
+                continue
+            picture = sparkline((sample.get("values") or [[]])[0], SERIES_COLOURS[0])
+            if picture is not None:
+                item.setIcon(QIcon(picture))
+                drawn = True
+        if drawn:
+            self.setIconSize(QSize(SPARK_WIDTH, SPARK_HEIGHT))
+            self.resizeRowsToContents()
