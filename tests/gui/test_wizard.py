@@ -243,3 +243,11 @@ def test_a_seed_field_reaching_past_a_spin_boxs_int_is_clamped_to_it(qtbot):
         assert box.minimum() == 0 and box.maximum() == QT_INT_MAX
         box.setValue(QT_INT_MAX)
         assert form.value(field) == QT_INT_MAX
+
+
+def test_the_model_pages_class_count_reads_auto_for_zero(wizard):
+    box = wizard.model_page.form.widgets["model.num_classes"]
+    box.setValue(0)
+    assert box.text() == "auto" and wizard.model_page.form.value("model.num_classes") == 0
+    box.setValue(3)
+    assert box.text() == "3"

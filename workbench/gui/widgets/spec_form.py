@@ -260,6 +260,8 @@ class SpecForm(QWidget):
             low = meta.get("min", 0)
             # QSpinBox holds a C int: a wider bound (a 64-bit seed) is clamped to what the box can show.
             widget.setRange(int(low) + (1 if meta.get("min_exclusive") else 0), min(int(meta.get("max", QT_INT_MAX)), QT_INT_MAX))
+            if widget.minimum() == 0 and "0 (auto)" in str(meta.get("help", "")):
+                widget.setSpecialValueText("auto")  # model.num_classes: 0 means the job counts them, not zero
             return widget
         # A line edit, not a spin box: learning rates want 3e-4, not a fixed number of decimals. No validator
         # either: one silently swallows keystrokes, while the spec's inline message says what is wrong.
