@@ -40,18 +40,18 @@ def test_labels_name_model_dataset_key_metric_and_date():
              "created": "2026-11-22T18:52:13+00:00"}
     spec = {"model": {"name": "torchvision:resnet18"}, "dataset": {"name": "fake"}}
     identity = identify(entry, spec, {"monitor": MONITOR})
-    assert identity.label == f"resnet18 · fake · 94.4 % · {format_date(entry['created'])}"
-    assert entry["id"] in identity.tooltip and "test accuracy: 94.4 %" in identity.tooltip
+    assert identity.label == f"resnet18 · fake · acc 94.4 % · {format_date(entry['created'])}"
+    assert entry["id"] in identity.tooltip and "test accuracy: acc 94.4 %" in identity.tooltip
     assert format_date(f"{datetime.now().year}-11-22T18:52:13") == "22 Nov 18:52"
     assert format_date("2001-11-22T18:52:13") == "22 Nov 2001"
     regression = identify(entry, {"model": {"name": "file:/x/net.py:Net"}, "dataset": {"name": "diabetes"}},
                           {"monitor": {"name": "mae", "label": "MAE", "test": 41.234}})
     assert regression.label.startswith("Net · diabetes · mae 41.23 · ")
     running = identify({**entry, "status": "running"}, spec, None, last={"val/acc": (40, 0.9)})
-    assert running.metric == "90.0 %" and "last validation accuracy" in running.tooltip
+    assert running.metric == "acc 90.0 %" and "last validation accuracy" in running.tooltip
     quant = identify({**entry, "task": "quant.analyze"}, {"weights": {"bits": 8}, "activations": {"bits": 8}},
                      {"quantized": {"accuracy": 0.939}}, source=identity)
-    assert quant.label.startswith("resnet18 · fake · W8A8 93.9 % · ")
+    assert quant.label.startswith("resnet18 · fake · W8A8 acc 93.9 % · ")
 
 
 def test_source_lists_show_labels_and_leave_failed_runs_out(fake_window, qtbot, settings):
@@ -59,7 +59,7 @@ def test_source_lists_show_labels_and_leave_failed_runs_out(fake_window, qtbot, 
     good = _train_run(workspace, report={"status": "done", "monitor": MONITOR})
     failed = _train_run(workspace, status="failed", model="file:/tmp/net.py:Net")
     quant = _quant_run(workspace, good)
-    label = f"resnet18 · fake · 94.4 % · {format_date(RunStore(workspace).list_runs()[-1]['created'])}"
+    label = f"resnet18 · fake · acc 94.4 % · {format_date(RunStore(workspace).list_runs()[-1]['created'])}"
 
     graph = fake_window.graph_panel
     graph.refresh()
@@ -81,7 +81,7 @@ def test_source_lists_show_labels_and_leave_failed_runs_out(fake_window, qtbot, 
         combo = wizard.source_page.run
         texts = {combo.itemData(i): combo.itemText(i) for i in range(combo.count())}
         assert texts[good] == label
-        assert texts[quant].startswith("resnet18 · fake · W8A8 93.9 % · ") and texts[quant].endswith("quantize run")
+        assert texts[quant].startswith("resnet18 · fake · W8A8 acc 93.9 % · ") and texts[quant].endswith("quantize run")
         assert quant in combo.itemData(combo.findData(quant), Qt.ToolTipRole)
 
 
@@ -92,7 +92,7 @@ def test_runs_tab_has_model_dataset_and_key_metric_columns(fake_window, qtbot):
     keys = [key for key, _title in COLUMNS]
     row = next(r for r, run in enumerate(panel.model.runs) if run["id"] == good)
     cells = {key: panel.model.data(panel.model.index(row, keys.index(key))) for key in ("model", "dataset", "metric")}
-    assert cells == {"model": "resnet18", "dataset": "fake", "metric": "94.4 %"}
+    assert cells == {"model": "resnet18", "dataset": "fake", "metric": "acc 94.4 %"}
     assert good in panel.model.data(panel.model.index(row, keys.index("metric")), Qt.ToolTipRole)
     assert panel.model.headerData(keys.index("metric"), Qt.Horizontal) == "Key metric"
     panel.filter_edit.setText("resnet18")  # the filter reads the new columns too
