@@ -7,11 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QAbstractButton, QApplication, QMessageBox
 from test_stopping_jobs import answer_next_dialog
 
+from workbench.gui.panels import runs_panel
 from workbench.gui.panels.run_details import describe_run_html
 from workbench.runs import RunStore
 
@@ -182,3 +183,22 @@ def test_menu_cancel_cancels_the_only_running_job(fake_window, qtbot):
     fake_window._cancel_current_job()
     qtbot.waitUntil(lambda: fake_window.manager.jobs.get(record.job_id).state == "cancelled", timeout=10_000)
     assert QKeySequence("Ctrl+.").toString() == "Ctrl+."
+
+
+def test_the_task_column_says_what_a_training_run_learns(fake_window):
+    segmentation, _ = _finished_train_run(fake_window.workspace, task="segmentation")
+    plain, _ = _finished_train_run(fake_window.workspace)  # a report from before tasks: the spec's task (auto)
+    with RunStore(fake_window.workspace).create_run("train", {"model": {"name": "lightning:/p/m.py:Net"}},
+                                                    task="train.classifier") as run:
+        run.set_status("done")
+        lightning = run.id
+    panel = fake_window.runs_panel
+    panel.refresh()
+    model = panel.model
+    column = [key for key, _title in runs_panel.COLUMNS].index("task")
+    shown = {run["id"]: model.data(model.index(row, column)) for row, run in enumerate(model.runs)}
+    assert shown[segmentation] == "segmentation" and shown[lightning] == "lightning"
+    assert shown[plain] == "train.classifier"  # task=auto, no report naming it: the id, as before
+    row = next(r for r, run in enumerate(model.runs) if run["id"] == segmentation)
+    assert "train.classifier" in model.data(model.index(row, column), Qt.ToolTipRole)
+    assert all(run["task"] == "train.classifier" for run in model.runs)  # the id itself is unchanged

@@ -62,6 +62,7 @@ class RunIdentity:
     metric: str = ""  # the key metric as written ("94.4 %", "W8A8 93.9 %", "mae 0.41")
     metric_about: str = ""  # what the key metric is ("test accuracy")
     date: str = ""
+    learns: str = ""  # a training run's task as a person says it (segmentation, lightning); "" for other runs
 
     @property
     def label(self) -> str:
@@ -141,7 +142,18 @@ def identify(entry: dict, spec: dict | None, report: dict | None, *, last: dict 
     return RunIdentity(run_id=entry["id"], task=task, status=entry.get("status") or "",
                        model=short_model(model_full), model_full=model_full, dataset=short_model(dataset),
                        dataset_full=dataset, metric=metric, metric_about=about,
-                       date=format_date(entry.get("created")))
+                       date=format_date(entry.get("created")), learns=_learns(task, model_full, spec, report))
+
+
+def _learns(task: str, model: str, spec: dict, report: dict) -> str:
+    """What a training run learns: every task's runs share the id train.classifier, which says nothing of it. The
+    report's task is the one resolved from task=auto; a LightningModule's own loss decides, so it reads lightning."""
+    if not task.startswith("train."):
+        return ""
+    if model.startswith("lightning:"):
+        return "lightning"
+    learned = report.get("task") or spec.get("task") or ""
+    return "" if learned == "auto" else str(learned)
 
 
 class RunIdentities:

@@ -83,6 +83,8 @@ class RunsItemModel(QAbstractTableModel):
             return None
         run, key = self.runs[index.row()], COLUMNS[index.column()][0]
         if role == Qt.DisplayRole:
+            if key == "task" and run.get("learns"):
+                return run["learns"]  # the task id (train.classifier) is the same for every training run
             value = run.get(key) or ""
             return value.replace("T", " ")[:19] if key == "created" else str(value)
         if role == Qt.ForegroundRole and key == "status":
@@ -90,6 +92,8 @@ class RunsItemModel(QAbstractTableModel):
         if role == Qt.ToolTipRole:
             if key in ("model", "dataset", "metric") and run.get("identity_tooltip"):
                 return run["identity_tooltip"]
+            if key == "task" and run.get("learns"):
+                return f"{run['learns']} · task id {run.get('task')}"
             return f"{run.get('run_dir')}\n{run.get('message') or ''}".strip()
         return None
 
@@ -209,7 +213,7 @@ class RunsPanel(QWidget):
         for run in runs:  # read once per change of a run (the identities are cached by its updated time)
             identity = self.identities.of(run)
             run.update(model=identity.model, dataset=identity.dataset, metric=identity.metric,
-                       identity_tooltip=identity.tooltip)
+                       identity_tooltip=identity.tooltip, learns=identity.learns)
         self.model.set_runs(runs)
         count = len(self.model.runs)
         self.empty_label.setVisible(count == 0)
