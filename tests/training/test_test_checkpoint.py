@@ -8,10 +8,10 @@ import json
 import torch
 from training_helpers import QUICK, Recorder, done, merge, train
 
+from workbench.specs import TrainSpec
 from workbench.worker.checkpoints import load_state_dict
 from workbench.worker.data import load_dataset
 from workbench.worker.models import build_model
-from workbench.specs import TrainSpec
 from workbench.worker.training.evaluate import evaluate_test
 
 

@@ -24,7 +24,13 @@ from workbench.worker.quant import adaround as adaround_mod
 from workbench.worker.quant import analysis, artifacts, bias, cle, mixed, module_level, qat
 from workbench.worker.quant.coverage import coverage as coverage_of
 from workbench.worker.quant.coverage import warning as coverage_warning
-from workbench.worker.quant.data import Batches, calibration_batches, evaluate, held_out_batches, held_out_split
+from workbench.worker.quant.data import (
+    Batches,
+    calibration_batches,
+    evaluate,
+    held_out_batches,
+    held_out_split,
+)
 from workbench.worker.quant.graph import (
     Structure,
     Untraceable,
