@@ -17,7 +17,6 @@ from workbench.gui.main_window import MainWindow
 from workbench.gui.settings import Settings
 from workbench.workspace import resolve_workspace
 
-
 # A user's own project of token sequences (the data-tokens, evaluation-tokens and try-it-tokens scenes): short
 # reviews padded with id 0, a vocab to decode them, a tiny transformer to classify them.
 TOKENS_PROJECT = '''
@@ -95,6 +94,15 @@ class WaveNet(nn.Module):
     def forward(self, x):
         return self.head(self.features(x).flatten(1))
 '''
+
+
+def save_when_predicted(dialog, out: Path, window) -> None:
+    """Save the Try it dialog once its prediction (or its refusal) is shown, then close the window."""
+    view = dialog.view
+    if view.result is None and not view.status.text().startswith("Could not"):
+        QTimer.singleShot(300, lambda: save_when_predicted(dialog, out, window))
+        return
+    QTimer.singleShot(800, lambda: (dialog.grab().save(str(out)), print(out), window.close_stopping_jobs()))
 
 
 def main() -> int:
@@ -240,14 +248,7 @@ def main() -> int:
             dialog.view.index_spin.setValue(4)
             dialog.view.sample_button.click()
 
-            def shown() -> None:
-                if dialog.view.result is None and not dialog.view.status.text().startswith("Could not"):
-                    QTimer.singleShot(300, shown)
-                    return
-                QTimer.singleShot(800, lambda: (dialog.grab().save(str(out)), print(out),
-                                                window.close_stopping_jobs()))
-
-            shown()
+            save_when_predicted(dialog, out, window)
 
         QTimer.singleShot(3000, finished)
 
@@ -361,15 +362,7 @@ def main() -> int:
                 dialog.resize(1040, 620)
                 dialog.view.predict_file(str(png))
 
-                def shown() -> None:
-                    view = dialog.view
-                    if view.result is None and not view.status.text().startswith("Could not"):
-                        QTimer.singleShot(300, shown)
-                        return
-                    QTimer.singleShot(800, lambda: (dialog.grab().save(str(out)), print(out),
-                                                    window.close_stopping_jobs()))
-
-                shown()
+                save_when_predicted(dialog, out, window)
 
             QTimer.singleShot(2000, try_it_step)
             return
@@ -405,14 +398,7 @@ def main() -> int:
                 view.index_spin.setValue(3)
                 view.sample_button.click()
 
-                def shown() -> None:
-                    if view.result is None and not view.status.text().startswith("Could not"):
-                        QTimer.singleShot(300, shown)
-                        return
-                    QTimer.singleShot(800, lambda: (dialog.grab().save(str(out)), print(out),
-                                                    window.close_stopping_jobs()))
-
-                shown()
+                save_when_predicted(dialog, out, window)
 
             QTimer.singleShot(2000, segmentation_step)
             return
