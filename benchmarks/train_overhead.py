@@ -51,11 +51,11 @@ from user_rows import user_rows  # noqa: E402  (beside this script: python bench
 
 from workbench.specs import DataSpec, ModelSpec
 from workbench.worker.data import load_dataset
+from workbench.worker.devices import check_amp
 from workbench.worker.host_memory import keep_freed_memory
 from workbench.worker.models import build_model
 from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
-from workbench.worker.training.devices import check_amp
 
 WARMUP_STEPS = 20  # the workbench's default warm-up ends at its first read-back (log_every_steps = 20)
 LR, MOMENTUM = 0.01, 0.9

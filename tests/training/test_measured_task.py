@@ -9,7 +9,7 @@ import torch
 from workbench.errors import JobError
 from workbench.specs import TrainSpec
 from workbench.worker.lightning.data import LightningBatch
-from workbench.worker.training.task import measured_task, objective_for
+from workbench.worker.objectives.of_run import measured_task, objective_for
 
 
 def _batch(targets) -> LightningBatch:

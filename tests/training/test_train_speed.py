@@ -17,9 +17,9 @@ import workbench.worker.training as training_package
 from workbench.specs import ModelSpec, TrainSpec
 from workbench.worker.checkpoints import load_state_dict
 from workbench.worker.data import load_dataset
+from workbench.worker.devices import HostReader
 from workbench.worker.models import build_model
 from workbench.worker.training import Trainer, TrainSetup, build_optimizer, param_groups
-from workbench.worker.training.devices import HostReader
 from workbench.worker.training.layout import cache_path, layout_key, resolve_channels_last, timed_trial
 from workbench.worker.training.profiling import StepProfiler
 

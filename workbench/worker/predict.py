@@ -43,7 +43,7 @@ class Loaded:
 
 
 def run_predict(spec: PredictSpec, ctx) -> dict:
-    from workbench.worker.training.devices import resolve_device
+    from workbench.worker.devices import resolve_device
 
     if not spec.source.run:
         raise JobError("source.run: name the training or quantize run to try (its id, a unique id prefix or its "
@@ -128,8 +128,8 @@ def _check_task(task: str, run_dir: Path) -> None:
 
 
 def _load_training_run(spec: PredictSpec, ctx) -> Loaded:
+    from workbench.worker.objectives.of_run import measured_task
     from workbench.worker.source import read_training_run, run_checkpoint
-    from workbench.worker.training.task import measured_task
 
     run_dir, trained = read_training_run(spec.source.run, ctx.workspace, refusal="Try it takes a training run")
     checkpoint = run_checkpoint(run_dir)
@@ -142,7 +142,7 @@ def _load_training_run(spec: PredictSpec, ctx) -> Loaded:
 
 def _load_quant_run(spec: PredictSpec, ctx) -> Loaded:
     from workbench.worker.export.onnx_qdq import read_quant_run
-    from workbench.worker.training.task import measured_task
+    from workbench.worker.objectives.of_run import measured_task
 
     notes: list[str] = []
 
@@ -163,7 +163,7 @@ def _build_models(loaded: Loaded, x, ctx) -> None:
     """The model(s) on the CPU in eval mode: the training run's with its checkpoint; for a quantize run its
     simulated quantized model and, where its float checkpoint is still there, the FP32 model it started from."""
     from workbench.worker.models import build_model, load_checkpoint
-    from workbench.worker.training.task import first_input
+    from workbench.worker.objectives.of_run import first_input
 
     shape = tuple(loaded.model_spec.input_shape) or tuple(loaded.dataset.sample_shape)
     example = first_input(loaded.dataset)
@@ -208,7 +208,7 @@ def _build_models(loaded: Loaded, x, ctx) -> None:
 def _read_input(spec: PredictSpec, loaded: Loaded, ctx):
     """(the model's input batch of one, what was done to it, the sample's true target or None, the uint8 H×W×C image
     the model saw before normalisation or None)."""
-    from workbench.worker.training.task import is_user_data
+    from workbench.worker.objectives.of_run import is_user_data
 
     dataset = loaded.dataset
     if is_user_data(dataset):

@@ -156,7 +156,7 @@ def build_eager(ctx: BuildContext, batch: int) -> Runnable:
 
 def build_compile(ctx: BuildContext, batch: int) -> Runnable:
     from workbench.errors import JobError
-    from workbench.worker.training.devices import check_compile
+    from workbench.worker.devices import check_compile
 
     model = ctx.model("compile")
     try:

@@ -23,7 +23,7 @@ from workbench.worker.bench.backends import BUILDERS, BuildContext, Unavailable,
 from workbench.worker.bench.source import resolve
 from workbench.worker.bench.stats import MemoryProbe, summarize, throughput_per_s
 from workbench.worker.bench.timing import measure
-from workbench.worker.training.devices import describe, resolve_device
+from workbench.worker.devices import describe, resolve_device
 
 SAMPLES_FILE = "samples.npz"
 RESULTS_FILE = "results.json"

@@ -15,11 +15,11 @@ import torch
 
 from workbench.errors import JobError
 from workbench.specs import ExportSpec
+from workbench.worker.devices import resolve_device
 from workbench.worker.export import formats, parity
 from workbench.worker.export.checks import FILE_NAMES, STEPS, log_parity, parity_inputs, skipped
 from workbench.worker.export.common import file_size, output_path, reason, staged_output
 from workbench.worker.models import logits_of
-from workbench.worker.training.devices import resolve_device
 
 
 @contextlib.contextmanager

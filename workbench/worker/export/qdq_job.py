@@ -11,11 +11,11 @@ import torch
 
 from workbench.errors import JobError
 from workbench.specs import ExportSpec
+from workbench.worker.devices import resolve_device
 from workbench.worker.export import formats, parity, qdq_steps
 from workbench.worker.export.checks import EVAL_BATCH, FILE_NAMES, STEPS, log_parity, parity_inputs, skipped
 from workbench.worker.export.common import output_path
 from workbench.worker.models import logits_of
-from workbench.worker.training.devices import resolve_device
 
 MODES = (("deployed", True), ("as_written", False))  # onnxruntime's graph optimizations on, then off
 
@@ -224,8 +224,8 @@ def _agreement(measured, simulated, total: int) -> dict:
 def _monitor(run, dataset, batches, run_onnx, ctx) -> dict:
     """A run of another task (segmentation, regression, ...): its monitor metric in onnxruntime, as quantize
     measured it, under the same keys ("accuracy" holds the monitor), with the metric named."""
+    from workbench.worker.objectives.of_run import objective_for
     from workbench.worker.quant.data import evaluate
-    from workbench.worker.training.task import objective_for
 
     objective = objective_for(run.train, dataset)
     # Named after the split measured here ("test mIoU"), whatever an older quantize run's label said.

@@ -15,13 +15,13 @@ from workbench.errors import JobCancelled, JobError, WorkbenchError
 from workbench.runs import atomic_write_text
 from workbench.specs import DataSpec, TrainSpec
 from workbench.worker.checkpoints import save_state_dict
+from workbench.worker.devices import check_amp, describe, resolve_device
 from workbench.worker.lightning import is_lightning_name, require_lightning
 from workbench.worker.lightning.output import lightning_messages
 from workbench.worker.lightning.settings import check_spec, ignored_fields, trainer_arguments
 from workbench.worker.lightning.user_classes import load_datamodule, load_module, overrides
 from workbench.worker.models import count_parameters
 from workbench.worker.models.user_code import _describe, _where
-from workbench.worker.training.devices import check_amp, describe, resolve_device
 from workbench.worker.training.state import BEST, FINAL
 
 LAST_CKPT = "last.ckpt"  # Lightning's own checkpoint (loops, optimizers, callbacks); last.pt stays the built-in loop's

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from workbench.errors import JobError
 from workbench.worker.models import logits_of
 from workbench.worker.models.build import call_model
-from workbench.worker.training.task import is_user_data
+from workbench.worker.objectives.of_run import is_user_data
 
 CACHE_BYTES = 512 * 2**20  # subsets up to this size (as float32) are decoded once and kept
 

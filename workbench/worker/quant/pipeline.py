@@ -17,9 +17,11 @@ from torch.func import functional_call
 from workbench.errors import JobError, SpecError
 from workbench.specs import QuantSpec
 from workbench.worker.data import load_dataset
+from workbench.worker.devices import resolve_device
 from workbench.worker.models import build_model
 from workbench.worker.models.build import resolve_num_classes
 from workbench.worker.objectives.base import json_safe
+from workbench.worker.objectives.of_run import first_input, measured_task, objective_for
 from workbench.worker.quant import adaround as adaround_mod
 from workbench.worker.quant import analysis, artifacts, bias, cle, mixed, module_level, qat
 from workbench.worker.quant.coverage import coverage as coverage_of
@@ -45,8 +47,6 @@ from workbench.worker.quant.measure import sqnr_db
 from workbench.worker.quant.sim import QuantSim, parallel_map
 from workbench.worker.quant.taps import collect, tail_function
 from workbench.worker.source import Source, trained_source
-from workbench.worker.training.devices import resolve_device
-from workbench.worker.training.task import first_input, measured_task, objective_for
 
 SHARE_MONITORS = {"acc": "accuracy", "miou": "mIoU", "map": "mean AP", "f1": "F1"}  # measured from 0 to 1
 

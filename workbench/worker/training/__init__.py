@@ -4,7 +4,7 @@ function, optimisers and schedules, losses, the epoch loop, checkpoints, evaluat
 Imports torch; never Qt. The task module imports this lazily, so listing tasks does not load torch.
 """
 
-from workbench.worker.training.devices import autocast, check_amp, resolve_device
+from workbench.worker.devices import autocast, check_amp, resolve_device
 from workbench.worker.training.evaluate import evaluate_sums, evaluate_test
 from workbench.worker.training.loop import Reporter, Trainer, TrainSetup
 from workbench.worker.training.losses import build_loss

@@ -15,10 +15,10 @@ import torch
 from torch import nn
 
 from workbench.runs import atomic_write_json
+from workbench.worker.devices import autocast
 from workbench.worker.models import logits_of
 from workbench.worker.training.batch import call_model
 from workbench.worker.training.batch import channels_last as to_channels_last
-from workbench.worker.training.devices import autocast
 from workbench.worker.training.guards import OutputCheck
 from workbench.worker.training.losses import LossFn
 

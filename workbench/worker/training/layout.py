@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from workbench.worker.devices import autocast
 from workbench.worker.models import logits_of
-from workbench.worker.training.devices import autocast
 
 log = logging.getLogger(__name__)
 

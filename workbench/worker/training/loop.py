@@ -26,9 +26,10 @@ from workbench.errors import JobCancelled, JobError
 from workbench.layer_records import FOLDER as LAYER_STATS_FOLDER
 from workbench.layer_records import write_record
 from workbench.specs import TrainSpec
+from workbench.worker.devices import HostReader
 from workbench.worker.models import frozen_norm_layers
+from workbench.worker.objectives.of_run import format_metric, objective_for
 from workbench.worker.training.batch import slice_batch
-from workbench.worker.training.devices import HostReader
 from workbench.worker.training.evaluate import evaluate_sums
 from workbench.worker.training.guards import DIVERGED_FACTOR, divergence_limit, output_check_for
 from workbench.worker.training.layer_stats import LayerStats
@@ -45,7 +46,6 @@ from workbench.worker.training.profiling import StepProfiler
 from workbench.worker.training.reproducibility import restore_rng_state
 from workbench.worker.training.state import BEST, FINAL, LAST, TrainState, last_checkpoint
 from workbench.worker.training.step import TrainStep
-from workbench.worker.training.task import format_metric, objective_for
 from workbench.worker.training.writer import CheckpointWriter
 
 

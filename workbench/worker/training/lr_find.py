@@ -15,8 +15,9 @@ import torch
 
 from workbench.errors import JobCancelled, JobError
 from workbench.specs import LrFindSpec
+from workbench.worker.devices import check_amp, describe, resolve_device
 from workbench.worker.models import build_model, frozen_norm_layers
-from workbench.worker.training.devices import check_amp, describe, resolve_device
+from workbench.worker.objectives.of_run import first_input, objective_for
 from workbench.worker.training.guards import output_check_for
 from workbench.worker.training.optim import build_optimizer
 from workbench.worker.training.reproducibility import (
@@ -27,7 +28,6 @@ from workbench.worker.training.reproducibility import (
 )
 from workbench.worker.training.session import check_data_fits, load_training_data, resolve_task
 from workbench.worker.training.step import TrainStep
-from workbench.worker.training.task import first_input, objective_for
 
 # After fastai's LRFinder (Smith, "Cyclical Learning Rates for Training Neural Networks", 2017): an exponential
 # moving average of the loss, and a stop once the smoothed loss is this many times its lowest so far. fastai's weight

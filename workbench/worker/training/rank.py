@@ -13,10 +13,10 @@ import torch
 from workbench.specs import TrainSpec
 from workbench.worker.data import load_dataset
 from workbench.worker.models import build_model
+from workbench.worker.objectives.of_run import first_input
 from workbench.worker.training.loop import Reporter, Trainer, TrainSetup
 from workbench.worker.training.reproducibility import seed_everything
 from workbench.worker.training.state import LAST, load_last
-from workbench.worker.training.task import first_input
 
 
 def build_for_rank(spec: TrainSpec, *, device: torch.device, workspace: str, checkpoints_dir: str,

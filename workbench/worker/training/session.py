@@ -17,18 +17,18 @@ from workbench.runs import atomic_write_text
 from workbench.specs import TrainSpec
 from workbench.worker.checkpoints import load_state_dict
 from workbench.worker.data import load_dataset
+from workbench.worker.devices import check_amp, check_compile, describe, resolve_device
 from workbench.worker.models import build_model, count_parameters
 from workbench.worker.models.build import model_class_count, resolve_num_classes
 from workbench.worker.objectives import check_target, detect_task, target_num_outputs
+from workbench.worker.objectives.of_run import first_input, format_metric, is_user_data, objective_for
 from workbench.worker.training import tensorboard, torchrun
-from workbench.worker.training.devices import check_amp, check_compile, describe, resolve_device
 from workbench.worker.training.evaluate import evaluate_split, write_evaluation
 from workbench.worker.training.guards import output_check_for
 from workbench.worker.training.layout import resolve_channels_last
 from workbench.worker.training.loop import Trainer, TrainSetup
 from workbench.worker.training.reproducibility import deterministic_mode, seed_everything
 from workbench.worker.training.state import BEST, FINAL, LAST, load_last
-from workbench.worker.training.task import first_input, format_metric, is_user_data, objective_for
 
 
 def _shape(shape) -> str:

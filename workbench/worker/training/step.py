@@ -13,9 +13,9 @@ import torch
 from torch import nn
 
 from workbench.errors import JobError
+from workbench.worker.devices import autocast
 from workbench.worker.models import logits_of
 from workbench.worker.training.batch import call_model, channels_last
-from workbench.worker.training.devices import autocast
 from workbench.worker.training.guards import OutputCheck
 from workbench.worker.training.losses import LossFn
 

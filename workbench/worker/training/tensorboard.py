@@ -445,7 +445,7 @@ def _export_graph(board: Board, spec_text: str, run_dir: Path, workspace, warn: 
 
 def _rebuild(spec, run_dir: Path, workspace):
     from workbench.worker.models import build_model
-    from workbench.worker.training.task import first_input
+    from workbench.worker.objectives.of_run import first_input
 
     model_spec = dataclasses.replace(spec.model, checkpoint="", weights="")
     shape = tuple(spec.model.input_shape)

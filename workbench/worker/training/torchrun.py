@@ -322,7 +322,7 @@ def follow(spec, *, env: TorchrunEnv, workspace: Path) -> dict:
     log. Returns a small result (status, rank, run_dir); errors come back as a failed result, logged."""
     from workbench.runs import RunStore
     from workbench.specs import TrainSpec
-    from workbench.worker.training.devices import resolve_device
+    from workbench.worker.devices import resolve_device
     from workbench.worker.training.rank import build_for_rank
     from workbench.worker.training.reproducibility import deterministic_mode
 

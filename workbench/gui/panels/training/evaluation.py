@@ -29,8 +29,8 @@ from workbench.gui.images import scaled_pixmap, to_qimage
 from workbench.gui.panels.training.evaluation_common import checkpoint_text, header_html
 from workbench.gui.panels.training.evaluation_metrics import MetricsEvaluationView
 from workbench.gui.panels.training.evaluation_multilabel import MultilabelEvaluationView
-from workbench.gui.panels.training.evaluation_rows import WorstRows, has_rows, input_text
 from workbench.gui.panels.training.evaluation_regression import RegressionEvaluationView
+from workbench.gui.panels.training.evaluation_rows import WorstRows, has_rows, input_text
 from workbench.gui.panels.training.evaluation_segmentation import SegmentationEvaluationView
 from workbench.gui.plots import SERIES_COLOURS, make_plot, update_empty_state
 
