@@ -44,7 +44,8 @@ LABELS = {"lr": "Learning rate", "nproc": "Processes", "num_workers": "Loader wo
           "no_decay_bias_norm": "No weight decay on biases and norms", "grad_accum_steps": "Gradient accumulation",
           "clip_grad_norm": "Clip gradient norm", "clip_grad_value": "Clip gradient value",
           "pin_memory": "Pin memory", "input_shape": "Input shape (C,H,W)", "num_classes": "Classes",
-          "replace_head": "Replace the classifier head", "freeze": "Freeze modules"}
+          "replace_head": "Replace the classifier head", "freeze": "Freeze modules",
+          "layer_stats_every": "Layer statistics every (steps)"}
 
 
 # Fields whose leaf name reads poorly once its section is gone (`adaround.iterations` is not any "Iterations").

@@ -47,7 +47,9 @@ HYPER_FIELDS = ["epochs", "batch_size", "lr", "optimizer", "momentum", "weight_d
                 "scheduler", "step_size", "gamma", "loss", "label_smoothing", "grad_accum_steps", "clip_grad_norm",
                 "clip_grad_value", "seed", "deterministic", "checkpoint_every", "keep_best", "early_stop_patience",
                 "log_every_steps", "tensorboard"]
-SPEED_FIELDS = ["channels_last", "dataset.num_workers", "dataset.pin_memory", "distributed", "nproc", "profile_steps"]
+# layer_stats_every sits with the profiler: both record what the run does, at a cost in speed.
+SPEED_FIELDS = ["channels_last", "dataset.num_workers", "dataset.pin_memory", "distributed", "nproc", "profile_steps",
+                "layer_stats_every"]
 MODEL_FIELDS = ["model.num_classes", "model.input_shape", "model.checkpoint", "model.weights", "model.replace_head",
                 "model.freeze"]
 # Where the dataset comes from (the Dataset page's Source): a registered dataset, or the user's own code.
