@@ -621,6 +621,17 @@ def test_from_toml_and_json_name_the_source():
     assert error(TrainSpec.from_toml, "x = ").startswith("<string>: line 1: invalid TOML")
 
 
+def test_a_key_or_table_given_twice_is_named():
+    # tomllib says only "Cannot overwrite a value" and where it stopped: after the value, or at the file's end.
+    assert error(TrainSpec.from_toml, "lr = 0.1\nlr = 0.2\n") == "<string>: line 2: the key 'lr' appears twice"
+    assert error(TrainSpec.from_toml, "epochs = 1\n[dataset]\nname = 'a'\nname = 'b'") == (
+        "<string>: line 4: the key 'dataset.name' appears twice")
+    assert error(TrainSpec.from_toml, "lr = 1\nlr = [\n  1,\n  2,\n]\n") == (
+        "<string>: line 2: the key 'lr' appears twice")  # the key's line, not the end of its list
+    assert error(TrainSpec.from_toml, "[model]\nname = 'cnn'\n[model]\n") == (
+        "<string>: line 3: the table [model] appears twice")
+
+
 # --- field listings and verbs ----------------------------------------------------------------------
 
 

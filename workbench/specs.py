@@ -327,22 +327,67 @@ def _parse(text: str, suffix: str, source: str) -> dict:
     return data
 
 
+# A TOML key: bare, or quoted; dotted keys are several of these joined by dots.
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"[^"\n]*"|'[^'\n]*')"""
+_KEY_LINE = re.compile(rf"\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
+_HEADER_LINE = re.compile(rf"\s*\[\[?\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*\]")
+
+
+def _key_name(raw: str) -> str:
+    return ".".join(part.strip("\"'") for part in re.findall(_KEY_PART, raw))
+
+
+def _table_above(lines: list[str], number: int) -> str:
+    """The [table] a key on line `number` (1-based) belongs to: the nearest header above it ("" for the top)."""
+    for previous in reversed(lines[: number - 1]):
+        header = _HEADER_LINE.match(previous)
+        if header:
+            return _key_name(header[1])
+    return ""
+
+
+def _repeated_key(text: str, line: int) -> tuple[int, str] | None:
+    """(line, dotted key) of the key tomllib refused to set twice. tomllib says only where it stopped, which is
+    after the value: a list written over several lines puts that below the key, so look upwards for it."""
+    lines = text.splitlines()
+    for number in range(min(line, len(lines)), 0, -1):
+        header = _HEADER_LINE.match(lines[number - 1])
+        if header:  # [model.x] after model.x = 1
+            return number, _key_name(header[1])
+        found = _KEY_LINE.match(lines[number - 1])
+        if found:
+            table = _table_above(lines, number)
+            return number, f"{table}.{_key_name(found[1])}" if table else _key_name(found[1])
+    return None
+
+
+def _toml_error(message: str, text: str, source: str) -> SpecError:
+    """tomllib's message in the spec's words: the line, and for a key or table given twice, which one (tomllib
+    says only "Cannot overwrite a value", or the table as a Python tuple)."""
+    found = re.search(r"\s*\(at line (\d+), column (\d+)\)", message)
+    ended = re.search(r"\s*\(at end of document\)", message)
+    line = int(found[1]) if found else text.count("\n") + 1 if ended else None
+    if line is not None and message.startswith("Cannot overwrite a value"):
+        repeated = _repeated_key(text, line)
+        if repeated:
+            return SpecError(f"{source}: line {repeated[0]}: the key '{repeated[1]}' appears twice")
+    table = re.match(r"Cannot declare \((.*)\) twice", message)
+    if line is not None and table:
+        name = ".".join(re.findall(r"'([^']*)'", table[1]))
+        return SpecError(f"{source}: line {line}: the table [{name}] appears twice")
+    if found:
+        return SpecError(f"{source}: line {line}: invalid TOML ({message[: found.start()]} at column {found[2]})")
+    if ended:
+        return SpecError(f"{source}: line {line}: invalid TOML ({message[: ended.start()]} at the end of the file)")
+    return SpecError(f"{source}: invalid TOML ({message})")
+
+
 def _parse_text(text: str, suffix: str, source: str) -> dict:
     if suffix == ".toml":
         try:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            message = str(exc)
-            found = re.search(r"\s*\(at line (\d+), column (\d+)\)", message)
-            if found:
-                detail = f"{message[: found.start()]} at column {found[2]}"
-                raise SpecError(f"{source}: line {found[1]}: invalid TOML ({detail})") from None
-            found = re.search(r"\s*\(at end of document\)", message)
-            if found:
-                line = text.count("\n") + 1
-                detail = f"{message[: found.start()]} at the end of the file"
-                raise SpecError(f"{source}: line {line}: invalid TOML ({detail})") from None
-            raise SpecError(f"{source}: invalid TOML ({message})") from None
+            raise _toml_error(str(exc), text, source) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -65,3 +65,14 @@ def test_a_rebuild_while_typing_keeps_the_edit_and_save_writes_it(review, qtbot,
                         lambda *a, **k: (str(path), ""))
     page.save.click()
     assert TrainSpec.load(path).epochs == 9
+
+
+def test_a_key_given_twice_is_named_with_its_line(review, qtbot):
+    page = review.review_page
+    text = page.text.toPlainText()
+    lines = text.splitlines()
+    at = next(n for n, line in enumerate(lines, 1) if line.startswith("epochs = "))
+    page.text.setPlainText(text.replace("epochs = 3", "epochs = 3\nepochs = 4"))
+    page.check_edit()
+    assert page.error.text() == f"the review page: line {at + 1}: the key 'epochs' appears twice"
+    assert not page.isComplete()
