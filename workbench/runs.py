@@ -139,7 +139,7 @@ def read_text_file(path: Path, what: str) -> str:
 
 def upgrade_run_spec(data: dict) -> dict:
     """A stored run spec as it was meant when written: a run's spec.toml holds every field, so one missing is a field
-    added since, whose default may have changed what the run did. dataset.stratify (#21): splits by class came with
+    added since, whose default may have changed what the run did. dataset.stratify: splits by class came with
     it; a run made before it was split plainly, and its resume, quantization or export must see the same splits (a
     test split of other samples would hold samples it trained on)."""
     dataset = data.get("dataset")

@@ -687,7 +687,7 @@ class MainWindow(QMainWindow):
         self.dataset_panel.show_sample(split, index, note)
 
     def open_try_it(self, run_id: str):
-        """Try it (#21 part 5): a finished training or quantize run's model on a dropped image or a dataset sample,
+        """Try it: a finished training or quantize run's model on a dropped image or a dataset sample,
         in a window of its own beside the tabs; returns the dialog."""
         from workbench.gui.panels.try_it import TryItDialog
 

@@ -1,4 +1,4 @@
-"""One self-contained HTML report per model: train → quantize → export → benchmark (issue #10).
+"""One self-contained HTML report per model: train → quantize → export → benchmark.
 
 `build_report(workspace, run)` returns the page; `write_report(workspace, run, output)` writes it atomically
 (by default to `<training run>/artifacts/report.html`). No torch, no Qt: the GUI and the command line both

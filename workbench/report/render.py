@@ -123,9 +123,9 @@ def _pp(delta: float | None) -> str:
     return f"{sign}{abs(delta) * 100:.2f} pp"
 
 
-# A quantize run of a task other than classification (issue #20) carries a `metric` block: every "accuracy" of its
+# A quantize run of a task other than classification carries a `metric` block: every "accuracy" of its
 # report holds that task's monitor (MAE, mIoU), named by its label and direction ("val MAE ↓") and shown as a plain
-# number; a report without one is accuracy, in percent, as before.
+# number; a report without one is accuracy, in percent.
 
 
 def _metric(record: RunRecord) -> dict | None:

@@ -21,7 +21,7 @@ M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
 
 # Blocks up to 32 MiB (glibc's own ceiling for its sliding threshold, which it only reaches after such a block has
-# been freed once) come from the heap and are reused; larger ones are mapped and unmapped as before. Setting any of
+# been freed once) come from the heap and are reused; larger ones are mapped and unmapped as usual. Setting any of
 # these turns glibc's sliding thresholds off, so both are set together: the trim threshold alone made every block
 # over 128 KiB a fresh mapping and took 13 times as many faults.
 MMAP_THRESHOLD = 32 << 20

@@ -1,4 +1,4 @@
-"""Torch's CPU threads for one job, sized to the cores that are free when it starts (issue #22, part 4).
+"""Torch's CPU threads for one job, sized to the cores that are free when it starts.
 
 A desktop user runs jobs side by side. With torch's default of a thread per core, a job whose cores are partly busy
 (a training beside it, a second workbench) makes every parallel op wait for a descheduled partner thread: measured,

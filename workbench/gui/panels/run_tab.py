@@ -1,6 +1,6 @@
 """What the Training, Quantization and Export tabs share: their runs of the workspace, the jobs of this window still
 running them, the messages a job sends before its record names its run, which run is selected, and the Open folder
-and Delete… actions. Each tab says what it shows; the bookkeeping lives here once (issue #21, part 6.7).
+and Delete… actions. Each tab says what it shows; the bookkeeping lives here once.
 """
 
 from __future__ import annotations

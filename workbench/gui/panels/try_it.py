@@ -1,4 +1,4 @@
-"""Try it (#21 part 5): a finished training or quantize run's model on an image file (dropped, or Open image…) or a
+"""Try it: a finished training or quantize run's model on an image file (dropped, or Open image…) or a
 sample of its dataset, through the worker's `predict.model` query: the image, what the model saw, and the top-k
 classes as a table and bars, FP32 beside quantized for a quantize run. The Training and Quantization tabs open it.
 Never imports torch.

@@ -179,7 +179,7 @@ def _consume(items: queue.Queue, done: object) -> Iterator:
 class Staging:
     """`slots` reused host buffers of one batch each (pinned for CUDA, so copies from them are asynchronous).
 
-    Pinning a fresh tensor every batch cost more than it saved (issue 12); these are allocated once per epoch's
+    Pinning a fresh tensor every batch cost more than it saved; these are allocated once per epoch's
     iterator and refilled in turn.
     """
 

@@ -92,7 +92,7 @@ def run_qdq(spec: ExportSpec, ctx) -> dict:
 
 def _example(run, dataset, data):
     """The quantized model's example inputs (inputs.Example): the run's real samples, else its model.input_spec;
-    None for a float image model with neither (random floats of its input shape, as before). A tuple or dict input
+    None for a float image model with neither (random floats of its input shape). A tuple or dict input
     is refused: the QDQ parity and its step analysis feed one tensor."""
     from workbench.worker import inputs
 

@@ -1,7 +1,7 @@
 """Capturing a model's graph: torch.export non-strict, then strict; the caller falls back to the module hierarchy
 when both fail (data-dependent control flow, say), and each failure is kept as a one-line reason. Non-strict goes
 first because it captures the same operator graph of nearly every model at a fraction of the time (strict traces
-the Python bytecode with Dynamo: 2.5-4.5x slower on torchvision models, issue #22); strict still catches a model
+the Python bytecode with Dynamo: 2.5-4.5x slower on torchvision models); strict still catches a model
 that non-strict cannot run.
 
 Worker side; never imports Qt.

@@ -93,7 +93,7 @@ def _write_overlays(folder: Path, graph: dict, modules: list[dict], times: dict[
     return overlays
 
 
-# metric, the layer statistic, label: a training run's latest recorded layer statistics (#21), painted like SQNR
+# metric, the layer statistic, label: a training run's latest recorded layer statistics, painted like SQNR
 LAYER_OVERLAYS = (("layers_grad_norm", "grad_norm", "Gradient norm"),
                   ("layers_update_ratio", "update_ratio", "Update-to-weight ratio"),
                   ("layers_dead_fraction", "dead_fraction", "Dead units (share)"),

@@ -1,4 +1,4 @@
-"""Per-task objectives (issue #20): build_objective gives the loss, mergeable batch statistics, metrics, output
+"""Per-task objectives: build_objective gives the loss, mergeable batch statistics, metrics, output
 check and test evaluator of classification, regression, multilabel, segmentation or custom (the user's own loss
 and metrics functions); detect picks the task.
 """

@@ -180,7 +180,7 @@ def evaluate(model: Callable[..., object], batches: Batches, check_stop: Callabl
 
 
 def _evaluate_classification(model, batches, check_stop) -> dict:
-    """accuracy (argmax), loss (mean cross-entropy) and logits: the numbers quantize has always reported."""
+    """accuracy (argmax), loss (mean cross-entropy) and logits: the numbers quantize reports for classification."""
     correct, loss, total = 0, 0.0, 0
     logits = []
     for x, y in batches:

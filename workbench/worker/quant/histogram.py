@@ -1,5 +1,5 @@
 """Every calibration value of an activation, kept as a fine streaming histogram (count and sum per bin), so the MSE
-range search sees all of them rather than a sample (issue #22). Worker side; never imports Qt.
+range search sees all of them rather than a sample. Worker side; never imports Qt.
 
 Each bin keeps its count and the sum of its values, hence its centroid c. The squared error of quantizing the
 bin's values x to q is sum (x - c)^2 + n (c - q)^2, and the first term does not depend on the range whenever the

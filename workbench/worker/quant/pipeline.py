@@ -226,7 +226,7 @@ class QuantJob:
     device: torch.device | None = None
     dataset: Any = None
     model: torch.nn.Module | None = None
-    objective: Any = None  # the run's task objective (workbench.worker.objectives); None: classification, as before
+    objective: Any = None  # the run's task objective (workbench.worker.objectives); None: classification
     calibration: Batches | None = None
     held_out: Batches | None = None
     # The ladder's graph and simulation: trace_graph to set_activation_ranges.
@@ -558,7 +558,7 @@ class QuantJob:
                             "histograms": str(histograms_path)})
 
     def report(self, saved: dict) -> dict:
-        """The job's result, its keys in the order the report has always had them."""
+        """The job's result, its keys in the order the report lists them."""
         fp32, quantized = self.fp32, self.quantized
         report: dict = {
             "fp32": {"accuracy": fp32["accuracy"], "loss": fp32["loss"]},

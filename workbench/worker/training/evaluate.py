@@ -85,7 +85,7 @@ def evaluate_split(model: nn.Module, split, objective, classes: list[str], *, de
                    amp: str = "none", channels_last: bool = False, batch_size: int = 256,
                    check_stop: Callable[[], None] | None = None, output_check=None) -> dict:
     """The evaluation.json content for `split` under any task: the objective's test evaluator fed every batch
-    in split order (classification: the confusion matrix, per-class accuracy and worst samples, as always)."""
+    in split order (classification: the confusion matrix, per-class accuracy and worst samples)."""
     evaluator = objective.test_evaluator(split.name, list(classes))
     was_training = model.training
     model.eval()

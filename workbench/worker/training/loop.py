@@ -175,7 +175,7 @@ class Trainer:
         self.optimizer = build_optimizer(model, spec, self.device)
         self.scheduler = build_scheduler(self.optimizer, spec, self.plan.steps, self.total_steps)
         # The task's loss, batch statistics and monitor metric (classification: cross-entropy, correct count and
-        # accuracy, as always).
+        # accuracy).
         self.objective = objective = setup.objective or objective_for(spec, setup.dataset)
         self.loss_fn = objective.loss
         # 0 (auto) is the dataset's class count: the task resolves it first, a Trainer built directly may not have.

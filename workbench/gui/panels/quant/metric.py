@@ -1,5 +1,5 @@
 """What a quantize run's ladder, sensitivity sweep and mixed-precision proposal measure: accuracy (classification, and
-every result from before issue #20), or the run's task monitor that the result's `metric` block names ("val MSE ↓").
+every result without a metric block), or the run's task monitor that the result's `metric` block names ("val MSE ↓").
 The charts and the summary take their axis names, titles and number formats from here. No Qt, no torch."""
 
 from __future__ import annotations
