@@ -710,8 +710,9 @@ def main() -> int:
             from workbench.specs import TrainSpec
 
             task = scene.removeprefix("evaluation-")
+            # classification: names_transformer's five languages, names long enough to crowd the confusion matrix
             example = {"regression": "diabetes_regression", "multilabel": "digit_attributes",
-                       "segmentation": "shapes_segmentation"}[task]
+                       "segmentation": "shapes_segmentation", "classification": "names_transformer"}[task]
             panel = window.training_panel
             window.show_tab(panel)
 

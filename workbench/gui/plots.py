@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QPointF, QRect, QSize, Qt
-from PySide6.QtGui import QColor, QPainter, QPalette, QPen, QTextOption
+from PySide6.QtCore import QEvent, QPointF, QRect, QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPalette, QPen, QTextOption
 from PySide6.QtWidgets import (
     QApplication,
     QGraphicsTextItem,
@@ -220,6 +220,88 @@ class NumberAxis(pg.AxisItem):
         return [(None, labelled), (None, minor)]
 
 
+class CategoryAxis(NumberAxis):
+    """A bottom axis of named categories (bars at 0, 1, 2…, a heat map's columns) that shows every name and
+    overlaps none: side by side where the widest fits between two ticks, else turned upright (reading upwards)
+    and, past MAX_UPRIGHT pixels, elided. pyqtgraph centres each name under its tick whatever its width, so long
+    names ran into each other, and it drops a name that runs past the axis's end (the first bar's "background").
+    Without ticks set (no data yet) it is a NumberAxis."""
+
+    MAX_UPRIGHT = 110  # pixels: a longer name is elided rather than squeeze the plot above it
+    GAP = 6  # pixels between two names side by side
+
+    def __init__(self, fmt: str = "plain", **kwargs):
+        super().__init__("bottom", fmt, **kwargs)
+        self.upright = False
+
+    def generateDrawSpecs(self, p):
+        if not self._tickLevels or not self.style["showValues"]:
+            return super().generateDrawSpecs(p)
+        # pyqtgraph places the ticks; with its values off it neither places nor measures any text of its own.
+        self.style["showValues"] = False
+        try:
+            specs = super().generateDrawSpecs(p)
+        finally:
+            self.style["showValues"] = True
+        if specs is None:
+            return None
+        axis_spec, tick_specs, _ = specs
+        text_specs, height = self._name_specs(QFontMetricsF(p.font()))
+        self._updateMaxTextSize(height)  # the axis grows to the upright names' length
+        return axis_spec, tick_specs, text_specs
+
+    def _placed(self) -> list[tuple[float, str]]:
+        """(x in the axis's own pixels, name) of each tick inside the range, left to right."""
+        low, high = self.range
+        if high == low:
+            return []
+        scale = self.mapRectFromParent(self.geometry()).width() / (high - low)
+        return sorted(((value - low) * scale, str(name)) for value, name in self._tickLevels[0]
+                      if min(low, high) <= value <= max(low, high))
+
+    def _name_specs(self, metrics: QFontMetricsF) -> tuple[list, float]:
+        """pyqtgraph's text specs (rect, flags, text) for the names, and the height they need. An upright
+        name's rect is the area it covers on screen; drawPicture turns the text into it."""
+        placed = self._placed()
+        if not placed:
+            return [], 0
+        bounds = self.mapRectFromParent(self.geometry())
+        xs = [x for x, _ in placed]
+        widths = [metrics.horizontalAdvance(name) for _, name in placed]
+        line = metrics.height()
+        top = bounds.top() + max(0, self.style["tickLength"]) + self.style["tickTextOffset"][1]
+        self.upright = not self._side_by_side(xs, widths, bounds.width())
+        if not self.upright:
+            flags = Qt.AlignHCenter | Qt.AlignTop
+            return [(QRectF(x - w / 2, top, w, line), flags, name) for (x, name), w in zip(placed, widths)], line
+        room = min((b - a for a, b in zip(xs, xs[1:])), default=bounds.width())
+        every = max(1, math.ceil(line / room))  # closer than a line apart even upright: every n-th name
+        length = min(max(widths), self.MAX_UPRIGHT)
+        flags = Qt.AlignRight | Qt.AlignVCenter
+        return [(QRectF(x - line / 2, top, line, length), flags, metrics.elidedText(name, Qt.ElideRight, length))
+                for k, (x, name) in enumerate(placed) if k % every == 0], length
+
+    def _side_by_side(self, xs: list[float], widths: list[float], length: float) -> bool:
+        """Whether the names fit level, centred under their ticks: GAP apart, and inside the axis (pyqtgraph
+        clips the text to it)."""
+        inside = all(x - w / 2 >= 0 and x + w / 2 <= length for x, w in zip(xs, widths))
+        return inside and all(b - a >= (wa + wb) / 2 + self.GAP
+                              for a, b, wa, wb in zip(xs, xs[1:], widths, widths[1:]))
+
+    def drawPicture(self, p, axisSpec, tickSpecs, textSpecs):
+        if not self.upright:
+            super().drawPicture(p, axisSpec, tickSpecs, textSpecs)
+            return
+        super().drawPicture(p, axisSpec, tickSpecs, [])  # the line and ticks; it leaves the text pen and clip set
+        for rect, flags, text in textSpecs:
+            p.save()
+            # A quarter turn left about the name's top centre: the text reads upwards and ends at the axis.
+            p.translate(rect.center().x(), rect.top())
+            p.rotate(-90)
+            p.drawText(QRectF(-rect.height(), -rect.width() / 2, rect.height(), rect.width()), int(flags), text)
+            p.restore()
+
+
 # -- the view box: flat data and the empty state -------------------------------------------------------------
 class PlotViewBox(pg.ViewBox):
     """A ViewBox that pads flat data relative to its value and shows an empty-state message.
@@ -347,13 +429,15 @@ class PlotWidget(pg.PlotWidget):
 
 
 def make_plot(title: str = "", left: str = "", bottom: str = "", *, y_format: str = "plain",
-              x_format: str = "plain", empty: str = "", grid: bool = True) -> PlotWidget:
+              x_format: str = "plain", empty: str = "", grid: bool = True, categories: bool = False) -> PlotWidget:
     """A themed plot: unit-less axes without SI prefixes, formatted as asked, and an empty state.
 
     `empty` says what will appear there ("The loss of each step appears here once a run starts."); `grid=False`
-    for an image (a heatmap), where grid lines would cross the cells and run on over the margins.
+    for an image (a heatmap), where grid lines would cross the cells and run on over the margins; `categories`
+    for names along x (setTicks), each shown whole or elided and none overlapping (CategoryAxis).
     """
-    axes = {"left": NumberAxis("left", y_format), "bottom": NumberAxis("bottom", x_format),
+    bottom_axis = CategoryAxis(x_format) if categories else NumberAxis("bottom", x_format)
+    axes = {"left": NumberAxis("left", y_format), "bottom": bottom_axis,
             "right": NumberAxis("right", y_format), "top": NumberAxis("top", x_format)}
     item = PlotItem(viewBox=PlotViewBox(), axisItems=axes, empty_text=empty, grid=grid)
     plot = PlotWidget(plotItem=item)

@@ -61,14 +61,14 @@ class EvaluationView(QWidget):
         self.title.setWordWrap(True)
         self.confusion = make_plot("Confusion matrix (rows: true class, columns: predicted)", "true", "predicted",
                                    empty="The confusion matrix on the test split appears when a run finishes.",
-                                   grid=False)
+                                   grid=False, categories=True)
         self.confusion.getPlotItem().invertY(True)
         self.confusion.setAspectLocked(True)
         self.confusion_image = pg.ImageItem()
         self.confusion.addItem(self.confusion_image)
         self.colour_bar = None
         self.cell_labels: list[pg.TextItem] = []
-        self.per_class = make_plot("Per-class accuracy", "accuracy", "class", y_format="percent",
+        self.per_class = make_plot("Per-class accuracy", "accuracy", "class", y_format="percent", categories=True,
                                    empty="Each class's test accuracy appears when a run finishes.")
         self.per_class.setYRange(0, 1)
         self.gallery = QListWidget()

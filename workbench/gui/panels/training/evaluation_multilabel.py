@@ -23,7 +23,7 @@ class MultilabelEvaluationView(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.bars_plot = make_plot("Per-label average precision and F1", "AP, F1", "label",
+        self.bars_plot = make_plot("Per-label average precision and F1", "AP, F1", "label", categories=True,
                                    empty="Each label's average precision and F1 on the test split appear here.")
         self.bars_plot.setYRange(0, 1)
         self.legend = add_legend(self.bars_plot, columns=2)

@@ -103,7 +103,7 @@ class SegmentationEvaluationView(QWidget):
         self.colours = class_colours(0)
         self.clear_set: set[int] = set()
         self.worst: list[dict] = []
-        self.iou_plot = make_plot("Per-class IoU", "IoU", "class",
+        self.iou_plot = make_plot("Per-class IoU", "IoU", "class", categories=True,
                                   empty="Each class's IoU on the test split appears here.")
         self.iou_plot.setYRange(0, 1)
         self.iou_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=SERIES_COLOURS[0], pen=None)
@@ -139,7 +139,7 @@ class SegmentationEvaluationView(QWidget):
         self.gallery.currentRowChanged.connect(self.show_image)
         self.gallery.itemActivated.connect(self._on_gallery_activated)
         top = QSplitter(Qt.Horizontal)
-        # Room for a class name under each bar: narrower, the axis drops the names that overlap ("background").
+        # Room for the bars: narrower, and the class names under them would all be turned upright and elided.
         self.iou_plot.setMinimumWidth(260)
         top.addWidget(self.iou_plot)
         top.addWidget(detail)
