@@ -443,3 +443,42 @@ def test_a_second_graph_opens_beside_the_first_in_the_split_pane(qtbot, harness)
     assert panel.show_beside(None)
     assert "&beside=" not in view.urls[-1]
     assert not panel.show_beside(harness.workspace / "runs" / "nothing-here")
+
+
+def test_a_failed_build_names_what_was_tried_and_build_from_follows_it(qtbot, harness):
+    """A build asked for elsewhere (a tab's Show graph) that fails: Build from names that run, not the model built
+    before it, and the message says which build failed and that the graph shown is still the earlier one."""
+    import dataclasses
+
+    from workbench.errors import JobError
+    from workbench.runs import RunStore
+
+    store = RunStore(harness.workspace)
+    ids = {}
+    for model in ("cnn", "mlp"):
+        spec = {"epochs": 1, "model": {"name": model}, "dataset": {"name": "digits"}}
+        with store.create_run("train", spec, task="train.classifier") as run:
+            run.set_status("done")
+            ids[model] = run.id
+    panel = harness.panel
+    panel.refresh()
+    before = panel.graph
+    panel.build_graph_of_run(ids["cnn"])
+    qtbot.waitUntil(lambda: panel.graph is not None and panel.graph is not before, timeout=30_000)
+    tasks = harness.worker.kernel._task_overrides
+    built = tasks["graph.build"]
+
+    def fails_on_mlp(spec, ctx):
+        if spec.source.run == ids["mlp"]:
+            raise JobError("model.name: cannot build this model")
+        return built.fn(spec, ctx)
+
+    tasks["graph.build"] = dataclasses.replace(built, fn=fails_on_mlp)
+    panel.build_graph_of_run(ids["mlp"])
+    assert panel.source_combo.currentData() == ids["mlp"]
+    tried = panel.source_combo.currentText()
+    assert "mlp" in tried and "cnn" not in tried
+    qtbot.waitUntil(lambda: "could not be built" in panel.info.text(), timeout=10_000)
+    info = panel.info.text()
+    assert info.startswith(f"The graph of {tried} could not be built: ") and "cannot build this model" in info
+    assert info.endswith(f"The graph shown is still the earlier one of {ids['cnn']}.")  # the fake's model name

@@ -43,7 +43,7 @@ from workbench.gui.panels.graph.module_table import (
     flops_text,
 )
 from workbench.gui.panels.graph.web_view import GraphView, WebEngineUnavailable
-from workbench.gui.run_identity import RunIdentities
+from workbench.gui.run_identity import RunIdentities, short_model
 from workbench.runs import RunStore, atomic_write_text
 
 GRAPH_TASK = "graph.build"
@@ -93,6 +93,7 @@ class GraphPanel(QWidget):
         self.module_node: dict[str, str] = {}  # module name -> the node selecting it shows
         self.jobs: set[str] = set()  # graph.build jobs this panel started
         self.job_overlays: dict[str, tuple[str, ...]] = {}  # job id -> the overlays its graph is first coloured by
+        self.job_sources: dict[str, str] = {}  # job id -> what it builds, in words: named again if it fails
         self._shown_once = False
         self._page_url = ""
         self._beside_copies: dict[str, tuple[Path, str, str]] = {}  # graph run -> its right-hand copy
@@ -284,12 +285,36 @@ class GraphPanel(QWidget):
             self.info.setText("The worker cannot take the job now (see the log).")
             return None
         self.jobs.add(record.job_id)
-        self.info.setText("Building the graph… (capturing with torch.export, counting parameters and FLOPs)")
+        what = self._source_words(spec)
+        self.job_sources[record.job_id] = what
+        self.info.setText(f"Building the graph of {what}… (capturing with torch.export, counting "
+                          "parameters and FLOPs)")
         return record
+
+    def _source_words(self, spec: dict) -> str:
+        """What a graph.build spec builds, as the person picked it: the run as Build from names it, a file's name."""
+        source = spec.get("source") or {}
+        if source.get("run"):
+            index = self.source_combo.findData(str(source["run"]))
+            return self.source_combo.itemText(index) if index >= 0 else f"run {source['run']}"
+        if source.get("file"):
+            return Path(source["file"]).name
+        if spec.get("quant_run"):
+            return f"the model quantized by {spec['quant_run']}"
+        return (spec.get("model") or {}).get("name") or "the model"
+
+    def _still_shown(self) -> str:
+        """After a build that failed, which graph the panel still shows: not the one just asked for."""
+        if not self.graph:
+            return ""
+        return f" The graph shown is still the earlier one of {short_model(self.graph.get('model') or '') or 'another model'}."
 
     def build_graph_of_run(self, run: str, overlays: tuple[str, ...] = ()):
         """The graph of a training run (its id or folder): what the Training and Runs tabs' "Show graph" call;
         coloured first by the first of `overlays` it has (the Layers view asks for a layer statistic)."""
+        index = self.source_combo.findData(str(run))
+        if index >= 0:  # Build from names the run being built, also when another tab asked for it
+            self.source_combo.setCurrentIndex(index)
         record = self.build_graph({"source": {"run": str(run)}})
         if record is not None and overlays:
             self.job_overlays[record.job_id] = tuple(overlays)
@@ -314,13 +339,15 @@ class GraphPanel(QWidget):
             return
         self.jobs.discard(record.job_id)
         overlays = self.job_overlays.pop(record.job_id, ())
+        what = self.job_sources.pop(record.job_id, "the model")
         if record.state == "done" and record.run_dir:
             self.refresh()
             self.show_graph_run(record.run_dir, overlays=overlays)
         elif record.state == "cancelled":
-            self.info.setText("Building the graph was cancelled.")
+            self.info.setText(f"Building the graph of {what} was cancelled.{self._still_shown()}")
         else:
-            self.info.setText(f"The graph could not be built: {record.error_message or record.state}")
+            error = record.error_message or record.state
+            self.info.setText(f"The graph of {what} could not be built: {error}{self._still_shown()}")
 
     def _on_build_clicked(self) -> None:
         run = self.source_combo.currentData()
