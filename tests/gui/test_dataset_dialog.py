@@ -115,3 +115,19 @@ def test_loader_workers_round_trip_auto_and_a_count(dialog):
     assert DataSpec.from_dict(dialog.spec_data()).num_workers == 2
     dialog._load(DataSpec.from_dict({"num_workers": "auto"}))
     assert dialog.num_workers.text() == "auto"
+
+
+def test_the_permission_note_of_a_python_file_shows_whole(qtbot):
+    """Opened on a built-in dataset (a one-line note), then switched to a Python file at the dialog's own size: the
+    note saying the file's code runs with your permissions wraps and gets the height of all its lines."""
+    dialog = DatasetDialog(DataSpec(name="digits"))
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    dialog.name.setCurrentIndex(dialog.name.findData("file:"))
+    note = dialog.note
+    assert "runs with your permissions" in note.text() and note.wordWrap()
+    needed = note.heightForWidth(note.width())
+    assert needed > note.fontMetrics().lineSpacing() * 2  # several lines at this width
+    qtbot.waitUntil(lambda: note.height() >= needed, timeout=2000)
+    assert note.minimumHeight() >= needed

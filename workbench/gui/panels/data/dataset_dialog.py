@@ -164,6 +164,29 @@ def _format_params(step: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in step.items() if k != "name")
 
 
+class FittedNote(QLabel):
+    """A wrapped note whose minimum height fits its text at its width. A top-level dialog sizes itself once from
+    its layout's minimum, which counts a wrapped label as the height of its first text; a longer text set later
+    (the permission note of a Python file) was cut off to that height."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setWordWrap(True)
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt override)
+        super().setText(text)
+        self._fit()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        # Hidden, its width is not the one it will have: its first resize when shown fits it.
+        if self.isVisible():
+            self.setMinimumHeight(self.heightForWidth(self.width()) if self.text() else 0)
+
+
 class DatasetDialog(QDialog):
     def __init__(self, spec: DataSpec, workspace_data_dir: str = "", parent=None):
         super().__init__(parent)
@@ -192,8 +215,7 @@ class DatasetDialog(QDialog):
                                    "of 'train', 'val', 'test' datasets). It is called with split='train', 'val', "
                                    "'test' if it takes a split argument.")
         self.user_args.setToolTip(DataSpec.field_help("args"))
-        self.note = QLabel()
-        self.note.setWordWrap(True)
+        self.note = FittedNote()
         self.note.setStyleSheet("color: palette(placeholder-text)")
         self.root = QLineEdit()
         self.browse = QPushButton("Browse…")
