@@ -43,9 +43,9 @@ from workbench.gui.panels.try_it_masks import verdict as mask_verdict
 from workbench.gui.plots import SERIES_COLOURS, add_legend, make_plot
 from workbench.gui.widgets.spec_form import ERROR_COLOUR
 from workbench.runs import RunStore
+from workbench.task_ids import PREDICT_TASK, QUANT_TASK
 
-TASK = "predict.model"
-QUANT_TASK = "quant.analyze"
+TASK = PREDICT_TASK
 # The worker refuses a bigger file (workbench.worker.predict.MAX_INPUT_PIXELS); the window does not decode one either.
 MAX_SHOWN_PIXELS = 50_000_000
 IMAGE_BOX = 220

@@ -13,11 +13,11 @@ from pathlib import Path
 from workbench.errors import JobError, SpecError, WorkbenchError
 from workbench.runs import RunStore, effective_status
 from workbench.specs import MAX_SAMPLE_VALUES, BenchSpec, DataSpec, ModelSpec, QuantSpec, TrainSpec
+from workbench.task_ids import QUANT_TASK
 from workbench.worker.inputs import Example, Positional, named_for, values_in
 from workbench.worker.source import Source
 from workbench.worker.source import resolve as resolve_model
 
-QUANT_TASK = "quant.analyze"
 FILE_KINDS = {".onnx": "onnx", ".pt2": "exported_program", ".pt": "torchscript", ".pth": "torchscript",
               ".ts": "torchscript", ".jit": "torchscript"}
 CHECKPOINTS = ("best.pt", "model.pt", "last.pt")  # as quantize reads a run: best, else final, else last epoch

@@ -20,6 +20,7 @@ from torch.nn.utils import parametrize
 
 from workbench.errors import JobError, SpecError, WorkbenchError
 from workbench.specs import DataSpec, ModelSpec, QuantSpec
+from workbench.task_ids import QUANT_TASK
 from workbench.worker.export import qdq_ops
 from workbench.worker.export.common import file_size, staged_output
 from workbench.worker.export.formats import example_batch, write_onnx
@@ -31,7 +32,6 @@ from workbench.worker.export.formats import example_batch, write_onnx
 # zero point at every activation point (the input, each layer's output after its activation, each residual add).
 # QuantizeLinear holds 8-bit integers here; a layer that mixed precision kept at 16 bits stays float (its 16-bit
 # weights dequantized, its output clipped to its range), with a warning; other bit widths are refused.
-QUANT_TASK = "quant.analyze"
 MIN_OPSET = qdq_ops.SYMBOLIC_OPSET
 BITS = 8
 FLOAT_BITS = 16  # a mixed-precision layer at this width is kept float in the ONNX file

@@ -14,6 +14,7 @@ import torch
 from workbench.errors import JobError, SpecError, WorkbenchError
 from workbench.runs import RunStore, atomic_write_json, effective_status
 from workbench.specs import GraphSpec, ModelSpec, QuantSpec
+from workbench.task_ids import QUANT_TASK
 from workbench.worker.graph import me_json
 from workbench.worker.graph.analyze import Analysis, ModuleStat, analyze
 from workbench.worker.graph.capture import capture, describe_failure
@@ -22,7 +23,6 @@ from workbench.worker.graph.sources import build_module, check_file, has_profile
 
 GRAPH_DIR = "graph"
 STEPS = 4
-QUANT_TASK = "quant.analyze"
 
 
 @dataclass

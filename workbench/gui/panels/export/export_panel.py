@@ -39,10 +39,8 @@ from workbench.gui.panels.export.bench_plots import (
     short_run_label,
 )
 from workbench.gui.panels.export.bench_wizard import BenchWizard
-from workbench.gui.panels.export.export_wizard import QUANT_TASK, TRAIN_TASK, ExportWizard
+from workbench.gui.panels.export.export_wizard import ExportWizard
 from workbench.gui.panels.export.results import (
-    BENCH_TASK,
-    EXPORT_TASK,
     BenchResults,
     ExportResults,
     format_bytes,
@@ -60,6 +58,7 @@ from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.job_progress import JobProgress
 from workbench.protocol import Message, named_array
 from workbench.specs import BenchSpec, ExportSpec
+from workbench.task_ids import BENCH_TASK, EXPORT_TASK, QUANT_TASK, TRAIN_TASK
 
 TASKS = (EXPORT_TASK, BENCH_TASK)
 RUN_COLUMNS = ("Run", "Status", "What", "Result")

@@ -12,9 +12,8 @@ from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QVBoxLayout, QWiza
 from workbench.gui.widgets.checked_page import CheckedPage
 from workbench.gui.widgets.spec_form import ERROR_COLOUR, SpecForm, field_errors
 from workbench.specs import ExportSpec
+from workbench.task_ids import QUANT_TASK, TRAIN_TASK
 
-TRAIN_TASK = "train.classifier"
-QUANT_TASK = "quant.analyze"
 FORMAT_FIELDS = ["format", "script", "opset", "precision", "dynamic_batch", "verify", "parity_samples", "output",
                  "device"]
 FORMAT_ABOUT = {

@@ -20,8 +20,6 @@ except ImportError:  # Python 3.10
 
 from workbench.errors import WorkbenchError
 
-EXPORT_TASK = "export.model"
-BENCH_TASK = "bench.latency"
 SAMPLES_PREFIX = "bench/"
 SAMPLES_SUFFIX = ":samples"
 SAMPLES_FILE = "samples.npz"

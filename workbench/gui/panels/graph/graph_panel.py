@@ -45,8 +45,8 @@ from workbench.gui.panels.graph.module_table import (
 from workbench.gui.panels.graph.web_view import GraphView, WebEngineUnavailable
 from workbench.gui.run_identity import RunIdentities, short_model
 from workbench.runs import RunStore, atomic_write_text
+from workbench.task_ids import GRAPH_TASK
 
-GRAPH_TASK = "graph.build"
 POLL_MS = 100
 NO_OVERLAY = "none"
 # graph.build's overlays of a quantize run (`quant_run`), the one "Show on graph" colours by first

@@ -43,10 +43,10 @@ from workbench.gui.widgets import run_table
 from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.job_progress import JobProgress
 from workbench.protocol import Message, named_array
+from workbench.task_ids import QUANT_TASK
 
 COVERAGE_WARN = 0.95  # as the worker's quant/coverage.WARN_BELOW: under it the share shows red
 
-QUANT_TASK = "quant.analyze"
 RUN_COLUMNS = ("Run", "Status", "Scheme", "FP32", "Quantized")
 NO_COMPARISON = ""
 TABLE_ROWS = 8  # layers the layer table shows above the plots at first; a person drags the splitter for more

@@ -15,7 +15,6 @@ from workbench.gui.widgets.spec_form import SpecForm, field_errors
 from workbench.specs import QuantSpec
 
 LAST_SPEC_KEY = "quant_spec"
-TRAIN_TASK = "train.classifier"
 
 # name: (what it is, the fields it sets over QuantSpec's defaults)
 PRESETS: dict[str, tuple[str, dict]] = {

@@ -23,8 +23,9 @@ from PySide6.QtWidgets import (
 from workbench.gui.plots import SERIES_COLOURS, add_legend, make_plot, series_pen
 from workbench.gui.widgets.job_progress import JobProgress
 from workbench.gui.widgets.spec_form import ERROR_COLOUR
+from workbench.task_ids import LR_FIND_TASK
 
-TASK = "lr.find"
+TASK = LR_FIND_TASK
 USE_TIP = "Put the marked rate into the wizard's lr field (drag the line to mark another rate)"
 CANCEL_TIP = "Stop the learning-rate finder at its next step"
 

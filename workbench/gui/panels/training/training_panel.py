@@ -36,8 +36,8 @@ from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.spec_form import ERROR_COLOUR, canonical
 from workbench.protocol import Message, ProtocolError
 from workbench.protocol.metrics import decode_metrics
+from workbench.task_ids import TRAIN_TASK
 
-TRAIN_TASK = "train.classifier"
 # The first-run demo: about ten seconds of training on two CPU cores, to ~97 % test accuracy.
 QUICK_START_SPEC = {"dataset": {"name": "digits"}, "model": {"name": "cnn"}, "epochs": 5}
 QUICK_START_LABEL = "Train a CNN on the bundled digits (about 10 s)"
