@@ -1,5 +1,5 @@
 """A torch-free export.model and bench.latency for panel tests: the real tasks' result contracts (see ExportSpec
-and BenchSpec in workbench/specs.py), progress, the live `bench/<backend>/<batch>:samples` arrays and the run's
+and BenchSpec in workbench/specs/jobs.py), progress, the live `bench/<backend>/<batch>:samples` arrays and the run's
 artifacts/samples.npz, on made-up numbers. `dataset.seed` doubles as a per-step delay (ms) for tests."""
 
 from __future__ import annotations

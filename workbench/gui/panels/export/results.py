@@ -1,5 +1,5 @@
 """Export and benchmark runs as the Export & Benchmark tab holds them: the report (its contract in
-workbench/specs.py's ExportSpec and BenchSpec) and, for a benchmark, each row's latency samples, filled live from
+workbench/specs/jobs.py's ExportSpec and BenchSpec) and, for a benchmark, each row's latency samples, filled live from
 the job's `bench/<backend>/<batch>:samples` arrays or read back from a finished run. No Qt, no torch."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One quantize run's results as the Quantization tab holds them: the report (its contract in workbench/specs.py's
+"""One quantize run's results as the Quantization tab holds them: the report (its contract in workbench/specs/jobs.py's
 QuantSpec) and the arrays, filled live from the job's messages or read back from a finished run. No Qt, no torch."""
 
 from __future__ import annotations
