@@ -163,6 +163,15 @@ class TryItView(QWidget):
     # -- layout ----------------------------------------------------------------------------------------------------
     def _build(self) -> None:
         quantized = self.run.kind == "quantize"
+        self._build_input_widgets(quantized)
+        left = self._build_input_side()
+        self._build_answer_widgets(quantized)
+        right = self._build_answer_side()
+        self._build_layout(left, right)
+        self._connect()
+
+    def _build_input_widgets(self, quantized: bool) -> None:
+        """The heading and what picks the input: an image box, Open image, the dataset sample row, top k."""
         self.heading = QLabel(
             f"<b>Try {html.escape(self.run.label)}</b><br>" + (
                 f"The FP32 model beside the {html.escape(self.run.quantized_name)} quantized one, on the same input."
@@ -218,6 +227,8 @@ class TryItView(QWidget):
         self.input_note.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.input_note.setToolTip("How the input was read: its size and mode, and what was done to it")
 
+    def _build_input_side(self) -> QWidget:
+        """The left side: the input, how to pick another, and what the model saw."""
         sample_box = QGroupBox("Or a sample of the run's dataset")
         sample_box.setToolTip(f"A sample of {self.run.dataset or 'the run dataset'}, as the Data tab shows it")
         sample_row = QHBoxLayout(sample_box)
@@ -240,7 +251,10 @@ class TryItView(QWidget):
         left_layout.addLayout(open_row)
         left_layout.addWidget(sample_box)
         left_layout.addLayout(seen_row, 1)
+        return left
 
+    def _build_answer_widgets(self, quantized: bool) -> None:
+        """The answer's widgets: busy bar, status, verdict, the ranked table, its bar chart and the masks."""
         self.busy = QProgressBar()
         self.busy.setRange(0, 0)  # busy: one forward pass has no steps worth counting
         self.busy.setTextVisible(False)
@@ -270,6 +284,8 @@ class TryItView(QWidget):
         self.masks.setToolTip("The predicted mask over the image the model saw" + (
             ", FP32 beside quantized" if quantized else "") + "; the true mask beside it for a dataset sample")
         self.masks.hide()
+
+    def _build_answer_side(self) -> QWidget:
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
@@ -279,7 +295,9 @@ class TryItView(QWidget):
         right_layout.addWidget(self.table, 2)
         right_layout.addWidget(self.chart, 3)
         right_layout.addWidget(self.masks, 3)
+        return right
 
+    def _build_layout(self, left: QWidget, right: QWidget) -> None:
         splitter = QSplitter(Qt.Horizontal)
         splitter.addWidget(left)
         splitter.addWidget(right)
@@ -289,6 +307,7 @@ class TryItView(QWidget):
         layout.addWidget(self.heading)
         layout.addWidget(splitter, 1)
 
+    def _connect(self) -> None:
         self.open_button.clicked.connect(self._on_open_clicked)
         self.sample_button.clicked.connect(
             lambda: self.predict_sample(self.split_combo.currentData(), self.index_spin.value()))
