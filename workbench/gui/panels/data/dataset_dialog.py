@@ -194,6 +194,20 @@ class DatasetDialog(QDialog):
         self.setMinimumWidth(560)
         self._spec = self._opened = spec
         self.workspace_data_dir = workspace_data_dir
+        user_row, root_row = self._build_source_widgets()
+        self._build_preprocessing_widgets()
+        self._build_augment_table()
+        self._build_footer()
+        form, form2 = self._build_layout(user_row, root_row)
+        self._index_field_labels(form, form2, user_row, root_row)
+        self._set_tooltips()
+        self._load(spec)
+        self._name_shown = self.name.currentData()
+        self._connect_revalidation()
+        self._revalidate()
+
+    def _build_source_widgets(self) -> tuple[QHBoxLayout, QHBoxLayout]:
+        """The dataset's name, your own Python file's fields, the root folder; returns the file's and root's rows."""
         self.name = QComboBox()
         for name in DATASETS:
             self.name.addItem(name, name)
@@ -224,6 +238,10 @@ class DatasetDialog(QDialog):
         root_row.addWidget(self.root, 1)
         root_row.addWidget(self.browse)
         self.download = QCheckBox("Download when missing (needs internet)")
+        return user_row, root_row
+
+    def _build_preprocessing_widgets(self) -> None:
+        """The splits, resizing, normalisation and loader fields."""
         self.val_fraction = self._fraction_box()
         self.test_fraction = self._fraction_box()
         self.seed = QSpinBox()
@@ -242,6 +260,9 @@ class DatasetDialog(QDialog):
         self.num_classes.setRange(2, 100_000)
         self.num_workers = AutoSpinBox(64)
         self.pin_memory = QCheckBox("Pin memory (faster copies to CUDA)")
+
+    def _build_augment_table(self) -> None:
+        """One checkable row per augmentation, its parameters beside it."""
         self.augment = QTableWidget(len(AUGMENTATIONS), 2)
         self.augment.setHorizontalHeaderLabels(["Augmentation (training only)", "Parameters"])
         self.augment.horizontalHeader().setStretchLastSection(True)
@@ -254,6 +275,8 @@ class DatasetDialog(QDialog):
             self.augment.setItem(row, 1, QTableWidgetItem(AUGMENT_DEFAULTS[name]))
         self.augment.setColumnWidth(0, 200)
         self.augment.setMinimumHeight(self.augment.verticalHeader().length() + 30)
+
+    def _build_footer(self) -> None:
         self.error = QLabel()
         self.error.setWordWrap(True)
         self.error.setStyleSheet(f"color: {ERROR_COLOUR}")
@@ -261,6 +284,8 @@ class DatasetDialog(QDialog):
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
 
+    def _build_layout(self, user_row: QHBoxLayout, root_row: QHBoxLayout) -> tuple[QFormLayout, QFormLayout]:
+        """The Source and Splits and preprocessing boxes, the augmentations and the buttons; returns both forms."""
         source = QGroupBox("Source")
         form = QFormLayout(source)
         form.addRow("Dataset", self.name)
@@ -289,6 +314,10 @@ class DatasetDialog(QDialog):
         layout.addWidget(self.augment)
         layout.addWidget(self.error)
         layout.addWidget(self.buttons)
+        return form, form2
+
+    def _index_field_labels(self, form: QFormLayout, form2: QFormLayout, user_row: QHBoxLayout,
+                            root_row: QHBoxLayout) -> None:
         # The label of the field an error names turns red too, so the message below points somewhere.
         self._field_labels = {}
         self._source_form, self._user_rows = form, (user_row, self.user_attr, self.user_args)
@@ -301,9 +330,8 @@ class DatasetDialog(QDialog):
                                            "normalize.std": self.std, "num_workers": self.num_workers})):
             for field, field_widget in rows.items():
                 self._field_labels[field] = form_layout.labelForField(field_widget)
-        self._set_tooltips()
-        self._load(spec)
-        self._name_shown = self.name.currentData()
+
+    def _connect_revalidation(self) -> None:
         self.name.currentIndexChanged.connect(self._on_name_changed)  # before _revalidate: it resets fields first
         for widget in (self.name, self.normalize):
             widget.currentIndexChanged.connect(self._revalidate)
@@ -317,7 +345,6 @@ class DatasetDialog(QDialog):
         for widget in (self.download, self.pin_memory):
             widget.toggled.connect(self._revalidate)
         self.augment.itemChanged.connect(self._revalidate)
-        self._revalidate()
 
     @staticmethod
     def _fraction_box() -> _NumberEdit:
