@@ -106,6 +106,21 @@ class QuantPanel(RunTab):
 
     # -- construction ----------------------------------------------------------------------------
     def _build(self) -> None:
+        buttons = self._build_buttons()
+        left = self._build_runs_side()
+        right, right_box = self._build_results_side()
+        self.empty_button = QPushButton("Quantize a trained run…")
+        self.empty_button.setMinimumHeight(40)
+        self.empty_state = EmptyState("No quantization runs yet", [self.empty_button], width=620)
+        self.empty_text = self.empty_state.text
+        splitter = self.build_frame(buttons, left, right_box, self.empty_state, (430, 950))
+        # Where a person drags them is kept between sessions (splitter_states / restore_splitters).
+        self.splitters = {"main": splitter, "left": left, "right": right}
+        self._connect()
+        self.show_results(None)
+
+    def _build_buttons(self) -> tuple[QPushButton, ...]:
+        """The buttons above the runs, in the order they are laid out."""
         self.new_button = QPushButton("New quantization…")
         self.new_button.setToolTip("Open the quantization wizard on a trained run (Ctrl+Shift+Q)")
         self.stop_button = QPushButton("Stop")
@@ -124,7 +139,10 @@ class QuantPanel(RunTab):
         self.delete_button = QPushButton("Delete…")
         buttons = (self.new_button, self.stop_button, self.again_button, self.graph_button, self.try_it_button,
                    self.apply_button, self.open_button, self.delete_button)
+        return buttons
 
+    def _build_runs_side(self) -> QSplitter:
+        """The runs table above the accuracy ladder, with the run to compare it with."""
         self.table = run_table.make_run_table(RUN_COLUMNS)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.Stretch)
@@ -145,13 +163,43 @@ class QuantPanel(RunTab):
         left.addWidget(self.table)
         left.addWidget(ladder_box)
         left.setSizes([260, 420])
+        return left
 
+    def _build_results_side(self) -> tuple[QSplitter, QWidget]:
+        """The summary and progress above the layer table and its plots; returns the splitter and its box."""
         self.summary = QLabel()
         self.summary.setTextFormat(Qt.RichText)
         self.summary.setWordWrap(True)
         self.progress_box = JobProgress("Stop this quantization at its next step (Ctrl+.)")
         self.progress, self.cancel_button = self.progress_box.bar, self.progress_box.cancel_button
+        layer_box, layer_layout, filter_row = self._build_layer_table()
+        self.histogram = RangeHistogram()
+        self.error_plot = ErrorPlot()
+        self.channel_plot = ChannelRangesPlot()
+        self.sensitivity = SensitivityChart()
+        self.mixed = MixedPrecisionPlot()
+        self.plots = QTabWidget()
+        for widget, title in zip((self.histogram, self.error_plot, self.channel_plot, self.sensitivity, self.mixed),
+                                 PLOT_TABS):
+            self.plots.addTab(widget, title)
+        right = QSplitter(Qt.Vertical)
+        right.addWidget(layer_box)
+        right.addWidget(self.plots)
+        # TABLE_ROWS layers above the plots, whatever the font; the table keeps that height as the window grows or
+        # shrinks (stretch 0) and the plots take the rest. A position the person dragged to (restore_splitters) wins.
+        right.setSizes([self._layer_box_height(layer_layout, filter_row), 470])
+        right.setStretchFactor(0, 0)
+        right.setStretchFactor(1, 1)
+        right_box = QWidget()
+        right_layout = QVBoxLayout(right_box)
+        right_layout.setContentsMargins(0, 0, 0, 0)
+        right_layout.addWidget(self.summary)
+        right_layout.addWidget(self.progress_box)
+        right_layout.addWidget(right, 1)
+        return right, right_box
 
+    def _build_layer_table(self) -> tuple[QWidget, QVBoxLayout, QHBoxLayout]:
+        """The per-layer table with its filter row; returns its box, the box's layout and the filter row."""
         self.layer_model = LayerTableModel(self)
         self.layer_proxy = LayerSortProxy(self)
         self.layer_proxy.setSourceModel(self.layer_model)
@@ -182,39 +230,9 @@ class QuantPanel(RunTab):
         layer_layout.setContentsMargins(0, 0, 0, 0)
         layer_layout.addLayout(filter_row)
         layer_layout.addWidget(self.layer_view, 1)
+        return layer_box, layer_layout, filter_row
 
-        self.histogram = RangeHistogram()
-        self.error_plot = ErrorPlot()
-        self.channel_plot = ChannelRangesPlot()
-        self.sensitivity = SensitivityChart()
-        self.mixed = MixedPrecisionPlot()
-        self.plots = QTabWidget()
-        for widget, title in zip((self.histogram, self.error_plot, self.channel_plot, self.sensitivity, self.mixed),
-                                 PLOT_TABS):
-            self.plots.addTab(widget, title)
-        right = QSplitter(Qt.Vertical)
-        right.addWidget(layer_box)
-        right.addWidget(self.plots)
-        # TABLE_ROWS layers above the plots, whatever the font; the table keeps that height as the window grows or
-        # shrinks (stretch 0) and the plots take the rest. A position the person dragged to (restore_splitters) wins.
-        right.setSizes([self._layer_box_height(layer_layout, filter_row), 470])
-        right.setStretchFactor(0, 0)
-        right.setStretchFactor(1, 1)
-        right_box = QWidget()
-        right_layout = QVBoxLayout(right_box)
-        right_layout.setContentsMargins(0, 0, 0, 0)
-        right_layout.addWidget(self.summary)
-        right_layout.addWidget(self.progress_box)
-        right_layout.addWidget(right, 1)
-
-        self.empty_button = QPushButton("Quantize a trained run…")
-        self.empty_button.setMinimumHeight(40)
-        self.empty_state = EmptyState("No quantization runs yet", [self.empty_button], width=620)
-        self.empty_text = self.empty_state.text
-        splitter = self.build_frame(buttons, left, right_box, self.empty_state, (430, 950))
-        # Where a person drags them is kept between sessions (splitter_states / restore_splitters).
-        self.splitters = {"main": splitter, "left": left, "right": right}
-
+    def _connect(self) -> None:
         self.new_button.clicked.connect(lambda: self.new_run_requested.emit("", {}))
         self.empty_button.clicked.connect(lambda: self.new_run_requested.emit("", {}))
         self.again_button.clicked.connect(self._on_again_clicked)
@@ -230,7 +248,6 @@ class QuantPanel(RunTab):
         self.layer_view.selectionModel().currentRowChanged.connect(self._on_layer_selected)
         self.filter_edit.textChanged.connect(self.layer_proxy.setFilterFixedString)
         self.tensor_combo.currentIndexChanged.connect(lambda: self.layer_proxy.set_tensor(self.tensor_combo.currentData()))
-        self.show_results(None)
 
     # -- the runs list ---------------------------------------------------------------------------
     def forget(self, run_id: str | None) -> None:
