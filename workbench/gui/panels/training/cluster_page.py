@@ -71,11 +71,17 @@ class ClusterPage(QDialog):
         self.spec = spec
         self.command = ""
         self.script = ""
+        self._build_fields(spec, workspace, run_id)
+        settings = self._build_settings()
+        self._build_messages()
+        self._build_outputs()
+        buttons = self._build_buttons()
+        self._build_layout(settings, buttons)
+        self._connect()
+        self.refresh()
 
-        intro = QLabel(INTRO)
-        intro.setWordWrap(True)
-        intro.setTextFormat(Qt.RichText)
-
+    def _build_fields(self, spec: TrainSpec, workspace: str | Path, run_id: str) -> None:
+        """The cluster's settings: nodes, processes, head node, restarts, SLURM limits, workspace, run id, folder."""
         self.nodes = QSpinBox()
         self.nodes.setRange(1, 4096)
         self.nodes.setValue(2)
@@ -109,6 +115,8 @@ class ClusterPage(QDialog):
         self._folder_auto = True  # follows the workspace and run id until the user edits it
         self._set_auto_folder()
 
+    def _build_settings(self) -> QGroupBox:
+        """The Cluster box laying out the fields."""
         settings = QGroupBox("Cluster")
         form = QFormLayout(settings)
         form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
@@ -132,6 +140,9 @@ class ClusterPage(QDialog):
         form.addRow("Shared workspace", self._with_browse(self.workspace, "Shared workspace"))
         form.addRow("Run id", self.run_id)
         form.addRow("Save spec and script in", self._with_browse(self.folder, "Folder for the spec and script"))
+        return settings
+
+    def _build_messages(self) -> None:
         self.note = QLabel()
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color: #c77700")
@@ -141,6 +152,8 @@ class ClusterPage(QDialog):
         self.error.setStyleSheet(f"color: {ERROR_COLOUR}")
         self.error.hide()
 
+    def _build_outputs(self) -> None:
+        """The command for each node and the batch script, each with its Copy button."""
         self.command_box = _code_box(3)
         self.command_box.setMaximumHeight(self.command_box.minimumHeight() + 24)
         self.copy_command = QPushButton("Copy")
@@ -151,6 +164,7 @@ class ClusterPage(QDialog):
         self.copy_script.setToolTip("Copy the batch script to the clipboard")
         self.copy_script.clicked.connect(lambda: self._copy(self.script))
 
+    def _build_buttons(self) -> QDialogButtonBox:
         self.save_button = QPushButton("Save…")
         self.save_button.setToolTip(f"Write {SPEC_NAME} and {SCRIPT_NAME} side by side into a folder")
         self.save_button.clicked.connect(self._on_save_clicked)
@@ -160,7 +174,12 @@ class ClusterPage(QDialog):
         buttons = QDialogButtonBox(QDialogButtonBox.Close)
         buttons.rejected.connect(self.reject)
         buttons.addButton(self.save_button, QDialogButtonBox.ActionRole)
+        return buttons
 
+    def _build_layout(self, settings: QGroupBox, buttons: QDialogButtonBox) -> None:
+        intro = QLabel(INTRO)
+        intro.setWordWrap(True)
+        intro.setTextFormat(Qt.RichText)
         layout = QVBoxLayout(self)
         layout.addWidget(intro)
         layout.addSpacing(6)
@@ -176,6 +195,7 @@ class ClusterPage(QDialog):
         bottom.addWidget(buttons)
         layout.addLayout(bottom)
 
+    def _connect(self) -> None:
         for spin in (self.nodes, self.nproc, self.restarts):
             spin.valueChanged.connect(self.refresh)
         for line in (self.endpoint, self.time, self.partition, self.folder):
@@ -183,7 +203,6 @@ class ClusterPage(QDialog):
         for line in (self.workspace, self.run_id):
             line.textChanged.connect(self._on_location_changed)
         self.folder.textEdited.connect(self._on_folder_edited)
-        self.refresh()
 
     # -- building blocks -------------------------------------------------------------------------------------------
 
