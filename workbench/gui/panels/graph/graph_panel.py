@@ -108,6 +108,17 @@ class GraphPanel(QWidget):
 
     # -- construction ----------------------------------------------------------------------------
     def _build(self) -> None:
+        bar = self._build_bar()
+        self._build_page()
+        side = self._build_side()
+        self._build_layout(bar, side)
+        self._connect()
+        self._show_message("No graph yet: pick a training run under “Build from” and press Build graph, or open "
+                           "a saved .pt2 or .onnx file.")
+        self._update_buttons()
+
+    def _build_bar(self) -> QHBoxLayout:
+        """The row on top: the graph shown, what to build one from, the graph beside it, the exports."""
         self.graph_combo = QComboBox()
         self.graph_combo.setMinimumContentsLength(28)
         self.graph_combo.setToolTip("Graphs built earlier in this workspace")
@@ -139,6 +150,10 @@ class GraphPanel(QWidget):
         bar.addStretch(1)
         bar.addWidget(self.export_json_button)
         bar.addWidget(self.export_csv_button)
+        return bar
+
+    def _build_page(self) -> None:
+        """The info line and the left stack, which holds the graph's page or a message in its place."""
         self.info = QLabel()
         self.info.setWordWrap(True)
         self.info.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -150,6 +165,8 @@ class GraphPanel(QWidget):
         self.left = QStackedWidget()
         self.left.addWidget(self.message)
 
+    def _build_side(self) -> QWidget:
+        """The side panel: the module table, its filters, the overlay and its legend."""
         self.search = QLineEdit()
         self.search.setPlaceholderText("Search modules by name or type")
         self.search.setClearButtonEnabled(True)
@@ -194,6 +211,9 @@ class GraphPanel(QWidget):
         side_layout.addLayout(overlay_row)
         side_layout.addWidget(self.legend)
         side_layout.addWidget(self.selection_value)
+        return side
+
+    def _build_layout(self, bar: QHBoxLayout, side: QWidget) -> None:
         self.splitter = QSplitter(Qt.Horizontal)
         self.splitter.addWidget(self.left)
         self.splitter.addWidget(side)
@@ -206,6 +226,7 @@ class GraphPanel(QWidget):
         layout.addWidget(self.info)
         layout.addWidget(self.splitter, 1)
 
+    def _connect(self) -> None:
         self.graph_combo.activated.connect(self._on_graph_combo_activated)
         self.build_button.clicked.connect(self._on_build_clicked)
         self.file_button.clicked.connect(self._on_file_clicked)
@@ -216,9 +237,6 @@ class GraphPanel(QWidget):
         self.overlay_combo.currentIndexChanged.connect(self._on_overlay_combo_changed)
         self.beside_combo.currentIndexChanged.connect(lambda _index: self._load_page())
         self.table.selectionModel().selectionChanged.connect(self._on_table_selection_changed)
-        self._show_message("No graph yet: pick a training run under “Build from” and press Build graph, or open "
-                           "a saved .pt2 or .onnx file.")
-        self._update_buttons()
 
     # -- runs ------------------------------------------------------------------------------------
     def set_workspace(self, workspace) -> None:
