@@ -104,6 +104,17 @@ class TrainingPanel(RunTab):
 
     # -- construction ----------------------------------------------------------------------------
     def _build(self) -> None:
+        buttons = self._build_buttons()
+        self._build_runs_table()
+        details = self._build_details()
+        self._build_empty_state()
+        # 440: room for the full run ids and the short model names.
+        self.build_frame(buttons, self.table, details, self.empty_state, (440, 900))
+        self._connect()
+        self._update_buttons()
+
+    def _build_buttons(self) -> tuple[QPushButton, ...]:
+        """The buttons above the runs, in the order they are laid out, and the specs' Only differences box."""
         self.new_button = QPushButton("New training…")
         # Ctrl+T lives on the Training menu's action, so it works from every tab (a button's own shortcut
         # only fires while the button is visible, and the two together would be an ambiguous shortcut).
@@ -129,6 +140,9 @@ class TrainingPanel(RunTab):
         self.only_differences.setToolTip("In the spec comparison, hide fields that are the same in every shown run")
         buttons = (self.new_button, self.stop_button, self.resume_button, self.again_button, self.graph_button,
                    self.quantize_button, self.try_it_button, self.open_button, self.delete_button)
+        return buttons
+
+    def _build_runs_table(self) -> None:
         self.table = run_table.make_run_table(RUN_COLUMNS)
         header = self.table.horizontalHeader()
         # The id is sized to its text and never wrapped (a stretched Run column lost to a long model name, and
@@ -149,6 +163,9 @@ class TrainingPanel(RunTab):
         self.table.setToolTip("Tick runs (or Ctrl+click them) to overlay their curves and compare their specs")
         self._click_modifiers = Qt.NoModifier
         self.table.viewport().installEventFilter(self)
+
+    def _build_details(self) -> QWidget:
+        """The selected runs' panes (curves, evaluation, layers, profiler, specs) under the failure line."""
         self.curves = CurvesWidget()
         self.curves.show_new_runs = False  # a live run is drawn only while its Show box is ticked
         # The legend and readout name runs "model · dataset · id tail" from their specs.
@@ -184,6 +201,9 @@ class TrainingPanel(RunTab):
         details_layout.setContentsMargins(0, 0, 0, 0)
         details_layout.addWidget(self.failure)
         details_layout.addWidget(self.tabs, 1)
+        return details
+
+    def _build_empty_state(self) -> None:
         # First run: no training run exists yet, so the table and curves would only be empty boxes.
         self.quick_start_button = QPushButton(QUICK_START_LABEL)
         self.quick_start_button.setToolTip(f"Starts: {QUICK_START_SUMMARY}")
@@ -196,8 +216,8 @@ class TrainingPanel(RunTab):
             text="Train a small CNN on scikit-learn's bundled digits (1,797 images of 8×8, ten classes): live loss and "
                  "accuracy curves appear here as it trains, and the run is kept in your workspace. Or open the wizard "
                  "(Ctrl+T) to pick your own dataset and model.")
-        # 440: room for the full run ids and the short model names.
-        self.build_frame(buttons, self.table, details, self.empty_state, (440, 900))
+
+    def _connect(self) -> None:
         self.quick_start_button.clicked.connect(self.quick_start_requested)
         self.new_button.clicked.connect(self.new_run_requested)
         self.stop_button.clicked.connect(self._on_stop_clicked)
@@ -213,7 +233,6 @@ class TrainingPanel(RunTab):
         self.table.itemChanged.connect(self._on_table_item_changed)
         self.only_differences.toggled.connect(self.update_spec_comparison)
         self.evaluation.sample_requested.connect(self.sample_requested)
-        self._update_buttons()
 
     # -- the runs list ---------------------------------------------------------------------------
     def forget(self, run_id: str | None) -> None:
