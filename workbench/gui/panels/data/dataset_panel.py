@@ -80,6 +80,15 @@ class DatasetPanel(QWidget):
 
     # -- construction ----------------------------------------------------------------------------
     def _build(self) -> None:
+        top = self._build_top()
+        self._build_error()
+        self._build_views()
+        self._build_side_tabs()
+        self._build_layout(top)
+        self._connect()
+
+    def _build_top(self) -> QHBoxLayout:
+        """The summary line and the row on top: Choose dataset, split, class, zoom and the calibration subset."""
         self.summary = QLabel("No dataset loaded yet.")
         self.summary.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.choose_button = QPushButton("Choose dataset…")
@@ -120,12 +129,18 @@ class DatasetPanel(QWidget):
         top.addWidget(self.calibration_count)
         top.addWidget(QLabel("seed"))
         top.addWidget(self.calibration_seed)
+        return top
+
+    def _build_error(self) -> None:
         self.error = QLabel()
         self.error.setWordWrap(True)
         self.error.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.error.setStyleSheet("QLabel { background: #fbe3e1; color: #5c1410; border: 1px solid #d0342c;"
                                  " border-radius: 4px; padding: 6px; }")
         self.error.hide()
+
+    def _build_views(self) -> None:
+        """The thumbnail grid and, for a user's Dataset whose inputs are not images, the table; stacked."""
         self.grid = QListView()
         self.grid.setViewMode(QListView.IconMode)
         self.grid.setResizeMode(QListView.Adjust)
@@ -149,6 +164,9 @@ class DatasetPanel(QWidget):
         self.views = QStackedWidget()
         self.views.addWidget(self.grid)
         self.views.addWidget(self.table)
+
+    def _build_side_tabs(self) -> None:
+        """The sample shown, the class and target charts, the inputs' histograms."""
         self.sample_view = SampleView()
         self.class_chart = ClassChart()
         self.target_chart = TargetChart()
@@ -170,6 +188,8 @@ class DatasetPanel(QWidget):
                                         "values, a signal's values")
         self.side_tabs.setTabVisible(2, False)  # the built-in sets' class chart says it all
         self.side_tabs.setTabVisible(3, False)  # shown once data.info says the inputs are not images
+
+    def _build_layout(self, top: QHBoxLayout) -> None:
         splitter = QSplitter(Qt.Horizontal)
         splitter.addWidget(self.views)
         splitter.addWidget(self.side_tabs)
@@ -181,6 +201,8 @@ class DatasetPanel(QWidget):
         layout.addWidget(self.summary)
         layout.addWidget(self.error)
         layout.addWidget(splitter, 1)
+
+    def _connect(self) -> None:
         self.split_combo.currentIndexChanged.connect(self._reconfigure_grid)
         self.class_combo.currentIndexChanged.connect(self._reconfigure_grid)
         self.zoom.valueChanged.connect(self._apply_zoom)
