@@ -141,6 +141,18 @@ class DatasetPage(CheckedPage):
         self.setTitle("Dataset and task")
         self.setSubTitle("The data to train on (the dataset chosen in the Data tab, another one, or your own "
                          "Python file) and what the model learns from it.")
+        self._build_source_fields(note)
+        self._build_task_fields(task)
+        self._build_form(start_data)
+        self._init_info_query()
+        self._connect()
+        self.following = True
+        self._load(self.spec)
+        self._show_custom()
+        self.task_choice.set_tasks(None, "" if queries is not None else NO_WORKER_NOTE)
+
+    def _build_source_fields(self, note: str) -> None:
+        """The note, the Source choice and the built-in dataset's row: its summary, a refusal, Change dataset…"""
         self.summary = QLabel()
         self.summary.setWordWrap(True)
         self.summary.setTextFormat(Qt.RichText)
@@ -172,6 +184,9 @@ class DatasetPage(CheckedPage):
         self.refusal.hide()
         builtin_layout.addWidget(self.refusal)
         builtin_layout.addWidget(change, 0, Qt.AlignLeft)
+
+    def _build_task_fields(self, task: str) -> None:
+        """Your own Dataset's fields, the Task choice, a custom task's loss and metrics fields, the info line."""
         self.user = UserCodeFields("Dataset class or function", "Class or function", "MyDataset", with_args=True,
                                    parent=self)
         self.task_choice = TaskChoice(task)
@@ -184,6 +199,8 @@ class DatasetPage(CheckedPage):
         self.info_line = QLabel()
         self.info_line.setWordWrap(True)
         self.info_line.setTextInteractionFlags(Qt.TextSelectableByMouse)
+
+    def _build_form(self, start_data: dict | None) -> None:
         # The split fields as a spec form, so their messages are the spec's; the other rows join its layout so
         # every label on the page lines up in one column.
         self.splits = SpecForm(TrainSpec, [*USER_SPLIT_FIELDS, *MONITOR_FIELDS],
@@ -205,6 +222,9 @@ class DatasetPage(CheckedPage):
         layout.addWidget(self.note)
         layout.addWidget(self.splits)
         layout.addStretch(1)
+
+    def _init_info_query(self) -> None:
+        """The state of the background data.info query about the page's dataset."""
         self.info: dict | None = None  # the last data.info reply about this page's dataset
         self._info_job: str | None = None
         self._asked: dict | None = None  # the dataset data.info was last asked about
@@ -213,6 +233,8 @@ class DatasetPage(CheckedPage):
         self._ask_timer.setInterval(ASK_DELAY_MS)  # typing a path asks once it pauses, not per keystroke
         self._ask_timer.timeout.connect(self._send_info_query)
         self._pending: dict | None = None
+
+    def _connect(self) -> None:
         self.source.currentIndexChanged.connect(self._on_source_changed)
         self.user.changed.connect(self.edited)
         self.loss_fields.changed.connect(self.edited)
@@ -221,12 +243,8 @@ class DatasetPage(CheckedPage):
         self.task_choice.changed.connect(self._show_custom)
         self.task_choice.changed.connect(self.edited)
         # The Data tab may take a choice back (it failed to load): follow it.
-        state.changed.connect(self._on_state_changed)
-        state.refused.connect(self._on_state_refused)
-        self.following = True
-        self._load(self.spec)
-        self._show_custom()
-        self.task_choice.set_tasks(None, "" if queries is not None else NO_WORKER_NOTE)
+        self.state.changed.connect(self._on_state_changed)
+        self.state.refused.connect(self._on_state_refused)
 
     @property
     def fields(self) -> list[str]:  # the fields whose messages this page shows (and that hold its Next)
