@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QMainWindow,
+    QMenuBar,
     QMessageBox,
     QPushButton,
     QTabWidget,
@@ -461,7 +462,16 @@ class MainWindow(QMainWindow):
         bar.addWidget(self.status_light)
 
     def _build_menus(self) -> None:
+        # The menus in the menu bar's order.
         menu = self.menuBar()
+        self._build_file_menu(menu)
+        self._build_view_menu(menu)
+        self._build_task_menus(menu)
+        self._build_worker_menu(menu)
+        self._build_help_menu(menu)
+
+    def _build_file_menu(self, menu: QMenuBar) -> None:
+        """Workspace, the sample and example specs, Quit."""
         file_menu = menu.addMenu("&File")
         self.choose_workspace_action = file_menu.addAction("Choose &workspace…", self.choose_workspace)
         self.choose_workspace_action.setToolTip("Pick the folder where runs, data caches and checkpoints live")
@@ -486,6 +496,8 @@ class MainWindow(QMainWindow):
         has_quit_key = bool(QKeySequence.keyBindings(QKeySequence.Quit))
         self.quit_action.setShortcut(QKeySequence.Quit if has_quit_key else QKeySequence("Ctrl+Q"))
 
+    def _build_view_menu(self, menu: QMenuBar) -> None:
+        """The docks' toggles and the theme."""
         view_menu = menu.addMenu("&View")
         view_menu.addAction(self.jobs_dock.toggleViewAction())
         view_menu.addAction(self.log_dock.toggleViewAction())
@@ -499,6 +511,8 @@ class MainWindow(QMainWindow):
             theme_menu.addAction(action)
         self.theme_actions.triggered.connect(lambda action: self.set_theme(action.data()))
 
+    def _build_task_menus(self, menu: QMenuBar) -> None:
+        """Data, Training, Quantization, Export and Jobs: each starts, stops or cancels its kind of job."""
         data_menu = menu.addMenu("&Data")
         choose = data_menu.addAction("&Choose dataset…", self._choose_dataset)
         choose.setShortcut(QKeySequence("Ctrl+D"))
@@ -529,6 +543,7 @@ class MainWindow(QMainWindow):
         cancel.setToolTip("Cancel the job selected in the Jobs panel (or the newest running one)")
         jobs_menu.addAction("Clear &finished", self.jobs_panel.model.clear_finished)
 
+    def _build_worker_menu(self, menu: QMenuBar) -> None:
         worker_menu = menu.addMenu("&Worker")
         self.restart_action = worker_menu.addAction("&Restart worker", self.restart_worker)
         self.restart_action.setShortcut(QKeySequence("Ctrl+Shift+R"))
@@ -536,6 +551,7 @@ class MainWindow(QMainWindow):
         self.self_test_action.setToolTip("A short job that checks the worker, the event stream and the run store")
         worker_menu.addAction("Refresh &devices", self._request_devices)
 
+    def _build_help_menu(self, menu: QMenuBar) -> None:
         help_menu = menu.addMenu("&Help")
         shortcuts = help_menu.addAction("&Keyboard shortcuts", self._show_shortcuts)
         shortcuts.setShortcut(QKeySequence.HelpContents)
