@@ -197,11 +197,9 @@ def _title(text: str, width: float) -> str:
     return f'<text x="{width / 2:.1f}" y="16" text-anchor="middle" font-size="13" font-weight="600" fill="{INK}">{esc(text)}</text>'
 
 
-def line_chart(series: Sequence[Series], *, title: str = "", x_label: str = "", y_label: str = "",
-               width: int = 520, height: int = 300, log_x: bool = False, log_y: bool = False,
-               y_range: tuple[float | None, float | None] = (None, None), x_ticks: Sequence[float] | None = None,
-               x_format: Callable[[float], str] = fmt_number, y_format: Callable[[float], str] = fmt_number) -> str:
-    """Lines (and optional markers) of several series on shared axes; log axes drop non-positive values."""
+def _clean_series(series: Sequence[Series], log_x: bool, log_y: bool) -> list[tuple[Series, list[float], list[float], str]]:
+    """Each series thinned, with its colour; a point whose x cannot be drawn is dropped, a y that cannot becomes a
+    gap (NaN); a series left with no point is dropped."""
     cleaned: list[tuple[Series, list[float], list[float], str]] = []
     for index, s in enumerate(series):
         xs, ys = thin(list(s.x), list(s.y))
@@ -210,28 +208,24 @@ def line_chart(series: Sequence[Series], *, title: str = "", x_label: str = "", 
         ys = [b if finite(b) and (not log_y or b > 0) else math.nan for _, b in pairs]
         if xs:
             cleaned.append((s, xs, ys, s.color or color(index)))
-    all_x = [a for _, xs, _, _ in cleaned for a in xs]
-    all_y = [b for _, _, ys, _ in cleaned for b in ys if finite(b)]
-    legend_items = [(s.name, col, s.dashed) for s, _, _, col in cleaned] if len(cleaned) > 1 or (
-        cleaned and cleaned[0][0].name) else []
-    font = 11
-    top = 26 if title else 8
-    legend_svg, legend_h = _legend(legend_items, 56, top, width - 70, font)
-    top += legend_h + (6 if legend_h else 0)
-    if not all_x or not all_y:
-        body = (f'<text x="{width / 2:.1f}" y="{(top + height) / 2:.1f}" text-anchor="middle" font-size="12" '
-                f'fill="{MUTED}">no data</text>')
-        return _svg_open(width, height, title or "chart") + (_title(title, width) if title else "") + body + "</svg>"
+    return cleaned
 
+
+def _y_axis(all_y: list[float], y_range: tuple[float | None, float | None],
+            log_y: bool) -> tuple[float, float, list[float]]:
+    """The y axis's bounds and ticks: the data's, or y_range's where given."""
     y_lo, y_hi = min(all_y), max(all_y)
     if y_range[0] is not None:
         y_lo = y_range[0]
     if y_range[1] is not None:
         y_hi = y_range[1]
     if log_y:
-        y_lo, y_hi, y_ticks = log_ticks(y_lo, y_hi)
-    else:
-        y_lo, y_hi, y_ticks = nice_ticks(y_lo, y_hi)
+        return log_ticks(y_lo, y_hi)
+    return nice_ticks(y_lo, y_hi)
+
+
+def _x_axis(all_x: list[float], x_ticks: Sequence[float] | None, log_x: bool) -> tuple[float, float, list[float]]:
+    """The x axis's bounds and ticks: the given ticks widen the data's range; a single x gets room either side."""
     x_lo, x_hi = min(all_x), max(all_x)
     if log_x:
         if x_ticks:
@@ -253,7 +247,90 @@ def line_chart(series: Sequence[Series], *, title: str = "", x_label: str = "", 
             x_lo, x_hi = x_lo - 1, x_hi + 1
         _, _, x_ticks_v = nice_ticks(x_lo, x_hi, 6)
         x_ticks_v = [t for t in x_ticks_v if x_lo - 1e-9 <= t <= x_hi + 1e-9]
+    return x_lo, x_hi, x_ticks_v
 
+
+def _x_grid(ticks: list[float], sx: _Scale, top: float, plot_bottom: float, font: int,
+            x_format: Callable[[float], str]) -> str:
+    """A vertical grid line per x tick, and its label unless it would overlap the one before."""
+    out = []
+    last_right = -1e9
+    for tick in ticks:
+        x = sx(tick)
+        label = x_format(tick)
+        out.append(f'<line x1="{x:.1f}" y1="{top:.1f}" x2="{x:.1f}" y2="{plot_bottom:.1f}" stroke="{GRID}"/>')
+        half = _text_width(label, font) / 2
+        if x - half > last_right + 4:  # drop a tick label that would overlap the one before
+            out.append(f'<text x="{x:.1f}" y="{plot_bottom + 15:.1f}" text-anchor="middle" font-size="{font}" '
+                       f'fill="{MUTED}">{esc(label)}</text>')
+            last_right = x + half
+    return "".join(out)
+
+
+def _axes(left: float, right: float, top: float, plot_bottom: float, height: float, font: int,
+          x_label: str, y_label: str) -> str:
+    """The two axis lines and their labels (the y label turned upright along its axis)."""
+    out = [f'<line x1="{left:.1f}" y1="{plot_bottom:.1f}" x2="{right:.1f}" y2="{plot_bottom:.1f}" stroke="{MUTED}"/>'
+           f'<line x1="{left:.1f}" y1="{top:.1f}" x2="{left:.1f}" y2="{plot_bottom:.1f}" stroke="{MUTED}"/>']
+    if x_label:
+        out.append(f'<text x="{(left + right) / 2:.1f}" y="{height - 6:.1f}" text-anchor="middle" '
+                   f'font-size="{font}" fill="{INK}">{esc(x_label)}</text>')
+    if y_label:
+        cy = (top + plot_bottom) / 2
+        out.append(f'<text x="12" y="{cy:.1f}" text-anchor="middle" font-size="{font}" fill="{INK}" '
+                   f'transform="rotate(-90 12 {cy:.1f})">{esc(y_label)}</text>')
+    return "".join(out)
+
+
+def _series_line(s: Series, xs: list[float], ys: list[float], col: str, sx: _Scale, sy: _Scale, y_lo: float,
+                 y_hi: float, x_format: Callable[[float], str], y_format: Callable[[float], str]) -> str:
+    """One series's line, broken at its gaps and clamped to the y range; its markers, or a dot where a point
+    stands alone between gaps (a line of one point draws nothing)."""
+    out = []
+    segments: list[list[tuple[float, float]]] = [[]]
+    for a, b in zip(xs, ys):
+        if finite(b):
+            segments[-1].append((sx(a), sy(min(max(b, y_lo), y_hi))))
+        elif segments[-1]:
+            segments.append([])
+    path = " ".join("M" + " L".join(f"{px:.1f},{py:.1f}" for px, py in seg) for seg in segments if seg)
+    dash = ' stroke-dasharray="6 4"' if s.dashed else ""
+    if path:
+        out.append(f'<path d="{path}" fill="none" stroke="{col}" stroke-width="1.8" stroke-linejoin="round"'
+                   f'{dash}><title>{esc(s.name)}</title></path>')
+    lonely = {i for i, seg in enumerate(segments) if len(seg) == 1}
+    if s.markers or lonely:
+        labels = list(s.labels)
+        for i, (a, b) in enumerate(zip(xs, ys)):
+            if not finite(b):
+                continue
+            hover = labels[i] if i < len(labels) else f"{s.name}: {x_format(a)}, {y_format(b)}"
+            out.append(f'<circle cx="{sx(a):.1f}" cy="{sy(min(max(b, y_lo), y_hi)):.1f}" r="3.2" fill="{col}" '
+                       f'stroke="#fff" stroke-width="1"><title>{esc(hover)}</title></circle>')
+    return "".join(out)
+
+
+def line_chart(series: Sequence[Series], *, title: str = "", x_label: str = "", y_label: str = "",
+               width: int = 520, height: int = 300, log_x: bool = False, log_y: bool = False,
+               y_range: tuple[float | None, float | None] = (None, None), x_ticks: Sequence[float] | None = None,
+               x_format: Callable[[float], str] = fmt_number, y_format: Callable[[float], str] = fmt_number) -> str:
+    """Lines (and optional markers) of several series on shared axes; log axes drop non-positive values."""
+    cleaned = _clean_series(series, log_x, log_y)
+    all_x = [a for _, xs, _, _ in cleaned for a in xs]
+    all_y = [b for _, _, ys, _ in cleaned for b in ys if finite(b)]
+    legend_items = [(s.name, col, s.dashed) for s, _, _, col in cleaned] if len(cleaned) > 1 or (
+        cleaned and cleaned[0][0].name) else []
+    font = 11
+    top = 26 if title else 8
+    legend_svg, legend_h = _legend(legend_items, 56, top, width - 70, font)
+    top += legend_h + (6 if legend_h else 0)
+    if not all_x or not all_y:
+        body = (f'<text x="{width / 2:.1f}" y="{(top + height) / 2:.1f}" text-anchor="middle" font-size="12" '
+                f'fill="{MUTED}">no data</text>')
+        return _svg_open(width, height, title or "chart") + (_title(title, width) if title else "") + body + "</svg>"
+
+    y_lo, y_hi, y_ticks = _y_axis(all_y, y_range, log_y)
+    x_lo, x_hi, x_ticks_v = _x_axis(all_x, x_ticks, log_x)
     y_tick_labels = [y_format(t) for t in y_ticks]
     left = max(40.0, 14 + max(_text_width(t, font) for t in y_tick_labels)) + (16 if y_label else 0)
     right, bottom = 14.0, 34.0 + (14 if x_label else 0)
@@ -265,49 +342,11 @@ def line_chart(series: Sequence[Series], *, title: str = "", x_label: str = "", 
     if title:
         out.append(_title(title, width))
     out.append(legend_svg)
-    # grid and axes
     out.append(_value_grid(y_ticks, y_tick_labels, sy, left, width - right, font))
-    last_right = -1e9
-    for tick in x_ticks_v:
-        x = sx(tick)
-        label = x_format(tick)
-        out.append(f'<line x1="{x:.1f}" y1="{top:.1f}" x2="{x:.1f}" y2="{plot_bottom:.1f}" stroke="{GRID}"/>')
-        half = _text_width(label, font) / 2
-        if x - half > last_right + 4:  # drop a tick label that would overlap the one before
-            out.append(f'<text x="{x:.1f}" y="{plot_bottom + 15:.1f}" text-anchor="middle" font-size="{font}" '
-                       f'fill="{MUTED}">{esc(label)}</text>')
-            last_right = x + half
-    out.append(f'<line x1="{left:.1f}" y1="{plot_bottom:.1f}" x2="{width - right:.1f}" y2="{plot_bottom:.1f}" stroke="{MUTED}"/>'
-               f'<line x1="{left:.1f}" y1="{top:.1f}" x2="{left:.1f}" y2="{plot_bottom:.1f}" stroke="{MUTED}"/>')
-    if x_label:
-        out.append(f'<text x="{(left + width - right) / 2:.1f}" y="{height - 6:.1f}" text-anchor="middle" '
-                   f'font-size="{font}" fill="{INK}">{esc(x_label)}</text>')
-    if y_label:
-        cy = (top + plot_bottom) / 2
-        out.append(f'<text x="12" y="{cy:.1f}" text-anchor="middle" font-size="{font}" fill="{INK}" '
-                   f'transform="rotate(-90 12 {cy:.1f})">{esc(y_label)}</text>')
-    # lines
+    out.append(_x_grid(x_ticks_v, sx, top, plot_bottom, font, x_format))
+    out.append(_axes(left, width - right, top, plot_bottom, height, font, x_label, y_label))
     for s, xs, ys, col in cleaned:
-        segments: list[list[tuple[float, float]]] = [[]]
-        for a, b in zip(xs, ys):
-            if finite(b):
-                segments[-1].append((sx(a), sy(min(max(b, y_lo), y_hi))))
-            elif segments[-1]:
-                segments.append([])
-        path = " ".join("M" + " L".join(f"{px:.1f},{py:.1f}" for px, py in seg) for seg in segments if seg)
-        dash = ' stroke-dasharray="6 4"' if s.dashed else ""
-        if path:
-            out.append(f'<path d="{path}" fill="none" stroke="{col}" stroke-width="1.8" stroke-linejoin="round"'
-                       f'{dash}><title>{esc(s.name)}</title></path>')
-        lonely = {i for i, seg in enumerate(segments) if len(seg) == 1}
-        if s.markers or lonely:
-            labels = list(s.labels)
-            for i, (a, b) in enumerate(zip(xs, ys)):
-                if not finite(b):
-                    continue
-                hover = labels[i] if i < len(labels) else f"{s.name}: {x_format(a)}, {y_format(b)}"
-                out.append(f'<circle cx="{sx(a):.1f}" cy="{sy(min(max(b, y_lo), y_hi)):.1f}" r="3.2" fill="{col}" '
-                           f'stroke="#fff" stroke-width="1"><title>{esc(hover)}</title></circle>')
+        out.append(_series_line(s, xs, ys, col, sx, sy, y_lo, y_hi, x_format, y_format))
     out.append("</svg>")
     return "".join(out)
 
