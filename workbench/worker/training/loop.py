@@ -116,11 +116,26 @@ def _fmt(value: float) -> str:
 class Trainer:
     def __init__(self, setup: TrainSetup):
         self.setup = setup
-        self.spec = spec = setup.spec
+        self.spec = setup.spec
         self.report = setup.report
         self.device = setup.device
         self.rank, self.world = setup.rank, setup.world
         self.is_main = setup.rank == 0
+        self._plan_epochs(setup)
+        model = self._place_model(setup)
+        self.state = TrainState()
+        resume = setup.resume
+        if resume is not None:
+            self._load_weights(model, resume)
+        forward_model = self._forward_model(model)
+        self._build_step(setup, model, forward_model)
+        if resume is not None:
+            self._restore(resume)
+        self._init_counters(setup, model)
+
+    def _plan_epochs(self, setup: TrainSetup) -> None:
+        """The splits, the epoch's steps, the checkpoints' paths and when to look for a stop request."""
+        spec = self.spec
         self.train_split = setup.dataset.splits["train"]
         self.val_split = setup.dataset.splits["val"]
         if len(self.train_split) == 0:
@@ -139,6 +154,9 @@ class Trainer:
         self._stop_check = setup.stop_check or (lambda step: self.report.should_stop())
         self._check_every_batch = setup.world == 1  # DDP ranks must agree, so they check at step starts only
 
+    def _place_model(self, setup: TrainSetup) -> nn.Module:
+        """The model on the device in its memory layout, and the data placed for training; returns the model."""
+        spec = self.spec
         model = setup.model.to(self.device)
         self.channels_last, layout = resolve_channels_last(
             spec.channels_last, model=model, sample_shape=tuple(setup.dataset.sample_shape),
@@ -154,16 +172,22 @@ class Trainer:
         if self.is_main:
             self.report.log(f"memory layout: {layout}")
             self.report.log(f"batches: {where}")
-        self.state = TrainState()
-        resume = setup.resume
-        if resume is not None:
-            try:
-                model.load_state_dict(resume["model"])
-            except RuntimeError as exc:
-                first = (str(exc).splitlines() or [""])[0]
-                raise JobError(f"cannot resume: {self.ckpt_last} holds weights of another model than "
-                               f"{spec.model.name} as this spec builds it ({first}); was the model changed?") from None
-            self.state = TrainState.from_dict(resume["state"])
+        return model
+
+    def _load_weights(self, model: nn.Module, resume: dict) -> None:
+        """The resumed run's weights and training state."""
+        spec = self.spec
+        try:
+            model.load_state_dict(resume["model"])
+        except RuntimeError as exc:
+            first = (str(exc).splitlines() or [""])[0]
+            raise JobError(f"cannot resume: {self.ckpt_last} holds weights of another model than "
+                           f"{spec.model.name} as this spec builds it ({first}); was the model changed?") from None
+        self.state = TrainState.from_dict(resume["state"])
+
+    def _forward_model(self, model: nn.Module) -> nn.Module:
+        """What runs the forward pass: the model, wrapped in DDP across processes, compiled if asked."""
+        spec = self.spec
         forward_model: nn.Module = model
         if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel
@@ -172,6 +196,11 @@ class Trainer:
                 model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         if spec.compile != "off":
             forward_model = torch.compile(forward_model, mode=None if spec.compile == "default" else spec.compile)
+        return forward_model
+
+    def _build_step(self, setup: TrainSetup, model: nn.Module, forward_model: nn.Module) -> None:
+        """The optimiser, the scheduler, the task's objective and the step that applies them."""
+        spec = self.spec
         self.optimizer = build_optimizer(model, spec, self.device)
         self.scheduler = build_scheduler(self.optimizer, spec, self.plan.steps, self.total_steps)
         # The task's loss, batch statistics and monitor metric (classification: cross-entropy, correct count and
@@ -185,8 +214,11 @@ class Trainer:
                                  channels_last=self.channels_last, forward_model=forward_model,
                                  compiled=spec.compile != "off", output_check=self.output_check,
                                  objective=objective)
-        if resume is not None:
-            self._restore(resume)
+
+    def _init_counters(self, setup: TrainSetup, model: nn.Module) -> None:
+        """The epoch's running sums, layer statistics, timing and throughput counters, the checkpoint writer."""
+        spec = self.spec
+        objective = self.objective
         self.frozen_norms = frozen_norm_layers(model)
         self.interval = _Interval()
         # Loss sum, the task's statistics (classification: the correct count) and samples of the epoch so far, on
