@@ -75,6 +75,81 @@ def _as_begun(spec, run) -> tuple[object, list[str]]:
     return dataclasses.replace(spec, dataset=dataclasses.replace(dataset, stratify=stored)), [note]
 
 
+def _open_for_resume(task: TaskInfo, workspace: str | Path | None, resume: str | Path):
+    """The run to resume, opened for writing and claimed by this job; refused if it is another task's run."""
+    from workbench.runs import RunStore
+
+    opened = RunStore(Path(workspace) if workspace else Path(resume).parent.parent).open_run(
+        str(resume), readonly=False)
+    try:
+        if opened.task != task.name:
+            raise UsageError(f"{opened.dir} is a {opened.task} run; it cannot be resumed as {task.name}")
+        opened.claim(doing="resume it")  # one writer per run: a second resume is refused here
+    except BaseException:
+        opened.close()
+        raise
+    return opened
+
+
+def _start_resumed(run, spec, notes: list[str], job_id: str, emit: Emit):
+    """Mark the resumed run running and return its spec: the one it began with where that must be kept (its notes
+    go to `notes`), written back to the run's spec file."""
+    from workbench.runs import atomic_write_text
+
+    if hasattr(spec, "to_toml"):  # the spec may have grown (more epochs, say): keep the file true
+        spec, kept = _as_begun(spec, run)
+        notes.extend(kept)
+        atomic_write_text(run.spec_path, spec.to_toml())
+    run.set_status("running")
+    run.log_event("resumed", {"job_id": job_id})
+    emit("status", {"state": "running", "run_dir": str(run.dir), "resumed": True}, [])
+    return spec
+
+
+def _create_run(task: TaskInfo, spec, workspace: str | Path, run_id: str | None):
+    """A new run of the task in the workspace; returns it and its spec as a dict."""
+    from workbench.runs import RunStore
+
+    spec_dict = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
+    run = RunStore(Path(workspace)).create_run(task.name.split(".")[0], spec_dict, task=task.name, run_id=run_id)
+    return run, spec_dict
+
+
+def _start_created(task: TaskInfo, run, spec_dict: dict, emit: Emit) -> None:
+    if task.name.startswith("train."):
+        from workbench.trust import record_user_code
+
+        record_user_code(run.dir, spec_dict)  # later jobs of the run check they run this same code
+    run.set_status("running")
+    emit("status", {"state": "running", "run_dir": str(run.dir)}, [])
+
+
+def _drive_logged(task: TaskInfo, spec, ctx: TaskContext, notes: list[str]):
+    """The task's value, its notes logged first; the context is closed whatever happens."""
+    for note in notes:
+        ctx.log(note)
+    try:
+        return _drive(task, spec, ctx)
+    finally:
+        ctx.close()
+
+
+def _record_and_close(run, result: dict) -> None:
+    """Save how the job ended in its run and close the run; a save that fails turns up in `result`'s error."""
+    try:
+        _record_outcome(run, result)
+    except (OSError, WorkbenchError) as exc:  # a full disk: the run cannot say how it ended, so this reply must
+        if "error" not in result:
+            result["status"] = "failed"
+            result["error"] = {"type": type(exc).__name__, "message": (
+                f"the job finished, but its outcome could not be saved in {run.dir}: {exc}")}
+        else:
+            why = "" if str(exc) in result["error"]["message"] else f": {exc}"
+            result["error"]["message"] += f" (its report could not be saved in {run.dir} either{why})"
+    finally:
+        run.close()
+
+
 def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threading.Event | None = None,
              workspace: str | Path | None = None, job_id: str = "", resume: str | Path | None = None,
              run_id: str | None = None) -> dict:
@@ -90,50 +165,21 @@ def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threadi
     started = time.time()
     try:
         spec = build_spec(task, spec_data)
+        # `run` is set as soon as the run is open, so that whatever fails after it, its outcome is recorded and
+        # it is closed below.
         if resume is not None:
-            from workbench.runs import RunStore, atomic_write_text
-
-            opened = RunStore(Path(workspace) if workspace else Path(resume).parent.parent).open_run(
-                str(resume), readonly=False)
-            try:
-                if opened.task != task.name:
-                    raise UsageError(f"{opened.dir} is a {opened.task} run; it cannot be resumed as {task.name}")
-                opened.claim(doing="resume it")  # one writer per run: a second resume is refused here
-            except BaseException:
-                opened.close()
-                raise
-            run = opened
+            run = _open_for_resume(task, workspace, resume)
             result["run_dir"] = str(run.dir)  # named from here on: a write below can fail (a full disk)
-            if hasattr(spec, "to_toml"):  # the spec may have grown (more epochs, say): keep the file true
-                spec, kept = _as_begun(spec, run)
-                notes.extend(kept)
-                atomic_write_text(run.spec_path, spec.to_toml())
-            run.set_status("running")
-            run.log_event("resumed", {"job_id": job_id})
-            emit("status", {"state": "running", "run_dir": str(run.dir), "resumed": True}, [])
+            spec = _start_resumed(run, spec, notes, job_id, emit)
         elif task.creates_run and workspace is not None:
-            from workbench.runs import RunStore
-
-            spec_dict = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
-            run = RunStore(Path(workspace)).create_run(task.name.split(".")[0], spec_dict, task=task.name,
-                                                      run_id=run_id)
+            run, spec_dict = _create_run(task, spec, workspace, run_id)
             result["run_dir"] = str(run.dir)  # the folder exists from here on, even if the next write fails
-            if task.name.startswith("train."):
-                from workbench.trust import record_user_code
-
-                record_user_code(run.dir, spec_dict)  # later jobs of the run check they run this same code
-            run.set_status("running")
-            emit("status", {"state": "running", "run_dir": str(run.dir)}, [])
+            _start_created(task, run, spec_dict, emit)
         else:
             emit("status", {"state": "running"}, [])
         ctx = TaskContext(emit, stop_event=stop_event, run=run, job_id=job_id, workspace=workspace,
                           resuming=resume is not None)
-        for note in notes:
-            ctx.log(note)
-        try:
-            value = _drive(task, spec, ctx)
-        finally:
-            ctx.close()
+        value = _drive_logged(task, spec, ctx, notes)
         if isinstance(value, dict):
             result.update(value)
         elif value is not None:
@@ -155,17 +201,6 @@ def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threadi
     result["elapsed_s"] = round(time.time() - started, 6)
     result = strip_ansi_deep(result)  # error messages and reasons (a bench backend's) may carry a library's colours
     if run is not None:
-        try:
-            _record_outcome(run, result)
-        except (OSError, WorkbenchError) as exc:  # a full disk: the run cannot say how it ended, so this reply must
-            if "error" not in result:
-                result["status"] = "failed"
-                result["error"] = {"type": type(exc).__name__, "message": (
-                    f"the job finished, but its outcome could not be saved in {run.dir}: {exc}")}
-            else:
-                why = "" if str(exc) in result["error"]["message"] else f": {exc}"
-                result["error"]["message"] += f" (its report could not be saved in {run.dir} either{why})"
-        finally:
-            run.close()
+        _record_and_close(run, result)
     emit("status", {"state": result["status"], **({"error": result["error"]} if "error" in result else {})}, [])
     return result
