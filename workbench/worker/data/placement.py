@@ -195,6 +195,42 @@ class Staging:
             self.free.put(slot)
 
 
+def _gather(store: ImageStore, staging: Staging, slot: int, local: torch.Tensor, store_idx: torch.Tensor,
+            y: torch.Tensor) -> tuple[torch.Tensor, int] | None:
+    """Fetch a batch's images and labels into the staging slot; returns its split indices and size, without the
+    samples that could not be read (moved up to close the gaps), or None when none could."""
+    images, labels = staging.images[slot], staging.labels[slot]
+    n = store_idx.numel()
+    ok = store.fetch_into(store_idx, images)
+    labels[:n].copy_(y)
+    if not bool(ok.all()):
+        local = local[ok]
+        kept = int(ok.sum())
+        images[:kept] = images[:n][ok]
+        labels[:kept] = labels[:n][ok]
+        n = kept
+        if not n:
+            return None
+    return local, n
+
+
+def _staged_item(staging: Staging, slot: int, local: torch.Tensor, n: int, device: torch.device,
+                 side) -> tuple:
+    """What the consumer is handed for a filled slot: on CUDA the batch copied to the device on the side stream
+    with the event that ends the copy; on the CPU the slot's images themselves and a copy of its labels."""
+    images, labels = staging.images[slot], staging.labels[slot]
+    if side is not None:
+        with torch.cuda.stream(side):
+            x_dev = images[:n].to(device, non_blocking=True)
+            y_dev = labels[:n].to(device, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(side)
+        staging.copied[slot] = event
+        # Free to refill once `event` has passed: the producer waits on it before refilling.
+        return (local, x_dev, y_dev, event, slot)
+    return (local, images[:n], labels[:n].clone(), None, slot)
+
+
 def staged_batches(store: ImageStore, parts: list[Part], batch_size: int, device: torch.device, *,
                    pin: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor, object]]:
     """(split indices, uint8 images on `device`, labels on `device`, release) for each planned batch.
@@ -237,30 +273,11 @@ def staged_batches(store: ImageStore, parts: list[Part], batch_size: int, device
                         return
                     if staging.copied[slot] is not None:
                         staging.copied[slot].synchronize()  # this thread waits, not the training one
-                    images, labels = staging.images[slot], staging.labels[slot]
-                    n = store_idx.numel()
-                    ok = store.fetch_into(store_idx, images)
-                    labels[:n].copy_(y)
-                    if not bool(ok.all()):
-                        local = local[ok]
-                        kept = int(ok.sum())
-                        images[:kept] = images[:n][ok]
-                        labels[:kept] = labels[:n][ok]
-                        n = kept
-                        if not n:
-                            staging.free.put(slot)
-                            continue
-                    if cuda:
-                        with torch.cuda.stream(side):
-                            x_dev = images[:n].to(device, non_blocking=True)
-                            y_dev = labels[:n].to(device, non_blocking=True)
-                            event = torch.cuda.Event()
-                            event.record(side)
-                        staging.copied[slot] = event
-                        # Free to refill once `event` has passed: the producer waits on it above.
-                        item = (local, x_dev, y_dev, event, slot)
-                    else:
-                        item = (local, images[:n], labels[:n].clone(), None, slot)
+                    gathered = _gather(store, staging, slot, local, store_idx, y)
+                    if gathered is None:
+                        staging.free.put(slot)
+                        continue
+                    item = _staged_item(staging, slot, *gathered, device, side)
                     if not offer(item):
                         return
             offer(done)
