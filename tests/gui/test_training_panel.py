@@ -85,10 +85,11 @@ def test_live_curves_fill_from_batched_metrics_and_evaluation_shows(window, qtbo
     spec = TrainSpec.from_dict({"epochs": 4, "lr": 0.01, "seed": 5})
     window.start_training(spec)
     panel = window.training_panel
-    qtbot.waitUntil(lambda: len(panel.runs) == 1 and bool(panel.job_of_run), timeout=10_000)
+    # The worker imports torch before the job starts: on a busy 2-core machine that alone can take 10 s.
+    qtbot.waitUntil(lambda: len(panel.runs) == 1 and bool(panel.job_of_run), timeout=30_000)
     run_id = next(iter(panel.runs))
     assert window.current_panel() is panel
-    qtbot.waitUntil(lambda: not panel.job_of_run, timeout=15_000)
+    qtbot.waitUntil(lambda: not panel.job_of_run, timeout=30_000)
     metrics = panel.curves.runs[run_id]
     loss = metrics.get("train/loss")
     assert len(loss) == 40 and loss.x[0] == 1 and loss.x[-1] == 40  # every step, none dropped

@@ -98,7 +98,7 @@ def test_evaluation_json_has_the_shape_the_gui_reads(quick_run):
         evaluation = json.load(f)
     # Today's keys, which the Evaluation view reads, plus what every task's evaluation carries (issue #20).
     assert set(evaluation) == {"classes", "confusion_matrix", "per_class_accuracy", "test_accuracy", "worst",
-                               "task", "split", "monitor", "metrics"}
+                               "task", "split", "monitor", "metrics", "checkpoint"}
     assert evaluation["task"] == "classification" and evaluation["split"] == "test"
     assert evaluation["monitor"]["name"] == "acc" and evaluation["monitor"]["value"] == evaluation["test_accuracy"]
     assert evaluation["classes"] == [str(i) for i in range(10)]
