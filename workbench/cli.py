@@ -251,7 +251,7 @@ def run_headless(task_name: str, spec, *, workspace: Path | None, as_json: bool,
     Ctrl+C (or SIGTERM) once cancels at the next step; a second one stops at once (exit 130, or 143 for
     SIGTERM) with the run marked cancelled, even when the job is stuck in user code.
     """
-    from workbench.interrupts import JobInterrupts, exit_code_for, hard_exit
+    from workbench.interrupts import JobInterrupts, exit_code_for, guard_exit, hard_exit
     from workbench.worker.host_memory import keep_freed_memory
     from workbench.worker.registry import get_task
     from workbench.worker.runner import run_task
@@ -271,14 +271,24 @@ def run_headless(task_name: str, spec, *, workspace: Path | None, as_json: bool,
                 from workbench.runs import force_end_own_run
 
                 force_end_own_run(seen["run_dir"], "cancelled", message)
-            result = {"run_dir": seen["run_dir"], "status": "cancelled",
-                      "error": {"type": "JobCancelled", "message": message}}
-            print(f"workbench: {message}", file=sys.stderr, flush=True)
-            stdout.write_now(json.dumps(result, default=str) + "\n" if as_json
-                             else json.dumps(result, indent=2, default=str) + "\n")
+            say_now({"run_dir": seen["run_dir"], "status": "cancelled",
+                     "error": {"type": "JobCancelled", "message": message}})
             hard_exit(exit_code_for(signum))
 
-        with _Progress(task_name) as progress, JobInterrupts(stop, force):
+        def exited(code: int) -> int:
+            # User code called os._exit: the run is left without an end state, which reads as interrupted.
+            message = (f"the job's own code called os._exit({code}) and ended the process before the job finished; "
+                       "the run reads as interrupted")
+            say_now({"run_dir": seen["run_dir"], "status": "interrupted",
+                     "error": {"type": "ProcessExit", "message": message}})
+            return code if code else 1
+
+        def say_now(result: dict) -> None:
+            print(f"workbench: {result['error']['message']}", file=sys.stderr, flush=True)
+            stdout.write_now(json.dumps(result, default=str) + "\n" if as_json
+                             else json.dumps(result, indent=2, default=str) + "\n")
+
+        with _Progress(task_name) as progress, JobInterrupts(stop, force), guard_exit(exited):
             def emit(msg_type: str, content: dict, buffers: list) -> None:
                 if msg_type == "status" and content.get("run_dir"):
                     seen["run_dir"] = content["run_dir"]

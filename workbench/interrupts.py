@@ -94,8 +94,70 @@ def exit_code_for(signum: int) -> int:
     return 128 + int(signum)
 
 
+_real_exit = os._exit  # kept before guard_exit replaces os._exit, so our own hard exit is never taken for user code's
+
+
+def _child_pids() -> list[int]:
+    """This process's child processes (DataLoader workers, a user's subprocesses): /proc's parent pids on Linux,
+    else the children multiprocessing started."""
+    me = os.getpid()
+    pids = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        import multiprocessing
+
+        return [child.pid for child in multiprocessing.active_children() if child.pid]
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                # The command name (field 2) may hold spaces and parentheses: the parent pid follows its last ")".
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and int(fields[1]) == me:
+            pids.append(int(entry))
+    return pids
+
+
+def end_children() -> None:
+    """SIGKILL this process's children: leaving without the main thread's cleanup would orphan them (a DataLoader
+    worker busy in `__getitem__` never notices its parent is gone), and nothing a job started may outlive it."""
+    for pid in _child_pids():
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def hard_exit(code: int) -> None:
-    """Leave now, without running the stuck main thread's cleanup (it may never return)."""
+    """Leave now, without running the stuck main thread's cleanup (it may never return), and take the job's child
+    processes along."""
+    with contextlib.suppress(Exception):
+        end_children()
     with contextlib.suppress(Exception):
         sys.stderr.flush()
-    os._exit(code)
+    _real_exit(code)
+
+
+@contextlib.contextmanager
+def guard_exit(on_exit: Callable[[int], int]):
+    """While a job runs, `os._exit` called by user code in this process (not in a forked child: multiprocessing's
+    own children leave through it) first runs `on_exit(code)`, which says what happened and gives the exit code to
+    leave with. Without this the process would vanish with its status and no result at all."""
+    owner = os.getpid()
+
+    def guarded(code: int) -> None:
+        if os.getpid() != owner:
+            _real_exit(code)
+        leave_with = 1
+        try:
+            leave_with = on_exit(code)
+        finally:
+            hard_exit(leave_with)
+
+    os._exit = guarded
+    try:
+        yield
+    finally:
+        os._exit = _real_exit
