@@ -4,10 +4,11 @@ a clear one-line message naming the field or file, the right exit code, and no t
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
-from cli_helpers import _env, count_args, expect, no_traceback, one_json, run_dirs, wb
+from cli_helpers import _argv, _env, count_args, expect, no_traceback, one_json, run_dirs, wb
 from cli_runner import run_cli
 
 pytestmark = pytest.mark.slow
@@ -60,11 +61,12 @@ def test_an_empty_workspace_is_refused_not_taken_as_the_current_folder(tmp_path:
 
 def test_diag_names_the_field_of_a_bad_number(tmp_path: Path):
     proc = wb(tmp_path, *count_args(steps="abc"), "--json")
-    expect(proc, 1)
+    expect(proc, 2)  # a bad spec, refused before a run exists
     no_traceback(proc)
     message = one_json(proc)["error"]["message"]
     assert message == "steps: 'abc' is not an integer"
     assert "invalid literal" not in proc.stderr
+    assert run_dirs(tmp_path / "ws") == []
 
 
 def test_a_garbage_pt2_is_one_clean_error_without_torchs_traceback(tmp_path: Path):
@@ -77,3 +79,12 @@ def test_a_garbage_pt2_is_one_clean_error_without_torchs_traceback(tmp_path: Pat
     result = one_json(proc)
     text = json.dumps(result)
     assert "garbage.pt2" in text
+
+
+def test_runs_show_into_a_closed_pipe_exits_quietly(tmp_path: Path):
+    assert wb(tmp_path, *count_args(steps=2, delay=0)).returncode == 0
+    run = run_dirs(tmp_path / "ws")[0]
+    # `| true`: the reader is gone before the command writes (as `| head` is after its lines).
+    shell = subprocess.run(" ".join(_argv("runs", "show", str(run), "--workspace", str(tmp_path / "ws"))) +
+                           " | true", shell=True, capture_output=True, text=True, env=_env(tmp_path), timeout=120)
+    assert shell.stderr == ""

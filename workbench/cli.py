@@ -29,6 +29,8 @@ JOB_TASKS = {
     "predict": "predict.model",
 }
 DIAG_TASKS = {"count": "debug.count", "sleep": "debug.sleep"}
+# The diagnostics' number fields, checked before a run exists: a bad one is a bad spec (exit 2), not a failed run.
+DIAG_NUMBERS = {"steps": int, "delay": float, "crash_at": int, "seconds": float}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -565,8 +567,18 @@ def _cmd_diag(args) -> int:
             data[key] = json.loads(value)
         except ValueError:
             data[key] = value
+        _check_diag_number(key, data[key])
     return run_headless(DIAG_TASKS[args.diag_task], data, workspace=_workspace(args), as_json=args.json,
                         debug=args.debug)
+
+
+def _check_diag_number(key: str, value) -> None:
+    """A SpecError naming the field when a diagnostic's number field is not a number of its kind."""
+    from workbench.specs import _to_float, _to_int
+
+    kind = DIAG_NUMBERS.get(key)
+    if kind is not None:
+        (_to_int if kind is int else _to_float)(value, key)
 
 
 def _cmd_gui(args) -> int:
@@ -627,6 +639,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"run_dir": None, "status": "failed", "error": exc.to_dict()}))
         print(f"workbench: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:  # the reader left (`| head`): nothing more can be said there, and it is no error of ours
+        return _stdout_gone()
     except KeyboardInterrupt:  # a real Ctrl+C outside a job (a job's own are handled in run_headless)
         if as_json:
             print(json.dumps({"run_dir": None, "status": "cancelled",
@@ -642,6 +656,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"workbench: internal error: {type(exc).__name__}: {exc} (run again with --debug for details)",
               file=sys.stderr)
         return 1
+
+
+def _stdout_gone() -> int:
+    """141, the shell's code for a write to a closed pipe (128 + SIGPIPE), without a traceback: stdout is pointed at
+    devnull so the interpreter's last flush of what was left does not raise again."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 141
 
 
 if __name__ == "__main__":
