@@ -472,6 +472,8 @@ def _cmd_export_tensorboard(args, store) -> int:
     from workbench.worker.training.tensorboard import export_run
 
     run_dir = store.resolve(args.run)
+    if args.out is not None:
+        _check_board_out(Path(args.out), run_dir, store.runs_dir)
     if args.graph:  # the graph rebuilds the model from the run's own code
         _check_trust(args, {}, store.workspace, files=run_user_files(store.workspace, str(run_dir)))
     with _ReservedStdout(args.json):  # a library's chatter while the graph is traced must not break the JSON
@@ -490,6 +492,23 @@ def _cmd_export_tensorboard(args, store) -> int:
     print(f"wrote {listed} from run {run_dir.name} to {result.log_dir}{replaced}")
     print(f"view them with: {result.command}")
     return 0
+
+
+def _check_board_out(out: Path, run_dir: Path, runs_dir: Path) -> None:
+    """--out must not be the filesystem's root, another run's folder or a run's checkpoints/: event files there
+    would mix into what that run (or its checkpoints) holds. A folder of its own inside this run is fine."""
+    target = out.expanduser().resolve()
+    if target == Path(target.anchor):
+        raise UsageError(f"--out {out}: the filesystem's root; give a folder of its own for the event files")
+    runs = runs_dir.resolve()
+    if not target.is_relative_to(runs):
+        return
+    own = run_dir.resolve()
+    if not target.is_relative_to(own):
+        raise UsageError(f"--out {out} is inside another run's folder ({runs}); give a folder outside the workspace's "
+                         "runs, or one inside this run")
+    if target.is_relative_to(own / "checkpoints"):
+        raise UsageError(f"--out {out} is inside the run's checkpoints/; give another folder")
 
 
 def _cmd_report(args) -> int:

@@ -230,3 +230,13 @@ def test_a_board_that_cannot_be_written_is_a_warning_and_training_goes_on(tmp_pa
     code = cli_main(["--workspace", str(tmp_path), "runs", "export-tensorboard", result["run_dir"], "--out",
                      str(tb.Path(result["run_dir"]) / "spec.toml" / "board")])
     assert code == 1 and "nothing more is written there" in capsys.readouterr().err
+
+
+def test_out_is_refused_in_another_run_its_checkpoints_or_the_root(runs, capsys):
+    workspace, live, plain, _ = runs
+    for out in (tb.Path(plain["run_dir"]) / "board", tb.Path(live["run_dir"]) / "checkpoints", tb.Path("/")):
+        code = cli_main(["--workspace", str(workspace), "runs", "export-tensorboard", live["run_dir"], "--out",
+                         str(out), "--no-graph", "--json"])
+        result = json.loads(capsys.readouterr().out)
+        assert code == 2 and result["error"]["message"].startswith(f"--out {out}"), result
+        assert not list(out.glob("events.out.tfevents.*"))
