@@ -6,7 +6,9 @@ walks segmentation)."""
 
 from __future__ import annotations
 
+import os
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -176,6 +178,21 @@ def test_hostile_files_are_clear_errors_naming_input(digits, sample, tmp_path):
     assert failed(predict(workspace, source={"run": "nope"}, input=str(whole))).startswith("source.run: ")
     text = failed(predict(workspace, source={"run": run_id}, sample={"split": "test", "index": 100_000}))
     assert text.startswith("sample.index: 100000 is past the end of the test split")
+
+
+def test_a_fifo_as_input_is_refused_without_waiting_for_a_writer(digits, tmp_path):
+    workspace, run_id, _ = digits
+    fifo = tmp_path / "image.png"
+    os.mkfifo(fifo)
+    answer: list = []
+    # A thread: opening the FIFO would block for a writer that never comes, and the test must end either way.
+    thread = threading.Thread(target=lambda: answer.append(predict(workspace, source={"run": run_id},
+                                                                   input=str(fifo))), daemon=True)
+    thread.start()
+    thread.join(60)
+    assert answer, "predict was still waiting on the FIFO after 60 s"
+    text = failed(answer[0])
+    assert text.startswith(f"input: {fifo} is not a regular file"), text
 
 
 def test_a_quantize_run_gives_fp32_and_quantized_side_by_side(digits, sample, tmp_path):

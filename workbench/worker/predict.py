@@ -312,6 +312,8 @@ def read_image(path_text: str, channels: int, size: tuple[int, int]) -> tuple[to
         raise JobError(f"input: {path} does not exist; give the path of an image file (PNG, JPEG, BMP, ...)")
     if path.is_dir():
         raise JobError(f"input: {path} is a folder; give the path of one image file in it")
+    if not path.is_file():  # a FIFO, socket or device: opening it could wait forever for a writer
+        raise JobError(f"input: {path} is not a regular file (a pipe, socket or device); give the path of an image file")
     mode = "L" if channels == 1 else "RGB"
     if channels not in (1, 3):
         raise JobError(f"input: the model takes {channels}-channel images, and an image file gives 1 (grayscale) or "
