@@ -328,6 +328,7 @@ def _cmd_job(args, verb: str, task_name: str) -> int:
         run_dir = RunStore(workspace).resolve(resume)
         resume = str(run_dir)
         spec = _load_spec(verb, args.spec or str(run_dir / "spec.toml"), args.overrides)
+        _check_lightning_resume(verb, spec, run_dir)
     else:
         spec = _load_spec(verb, args.spec, args.overrides)
     _check_trust(args, spec.to_dict(), workspace)
@@ -336,6 +337,16 @@ def _cmd_job(args, verb: str, task_name: str) -> int:
         then = lambda result: _serve_graph(result, workspace, spec.port, spec.open_browser)  # noqa: E731
     return run_headless(task_name, spec, workspace=workspace, as_json=args.json, debug=args.debug, resume=resume,
                         then=then)
+
+
+def _check_lightning_resume(verb: str, spec, run_dir: Path) -> None:
+    """A Lightning run resumed with fewer epochs than it has done is a bad spec, refused before the run is touched."""
+    from workbench.worker.lightning import is_lightning_name
+
+    if verb == "train" and is_lightning_name(spec.model.name):
+        from workbench.worker.lightning.route import check_resume_epochs
+
+        check_resume_epochs(spec, run_dir)
 
 
 def _check_trust(args, spec_data: dict, workspace: Path, files=None) -> None:

@@ -4,16 +4,19 @@ without a traceback, and the run reads done with its checkpoints in the run fold
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
 from cli_helpers import TRACEBACK, wb  # noqa: E402
-from lightning_helpers import write_project  # noqa: E402
+from lightning_helpers import lightning_spec, write_project  # noqa: E402
+from training_helpers import done, train  # noqa: E402
 
-from workbench.runs import RunStore  # noqa: E402
+from workbench.runs import Run, RunStore  # noqa: E402
 
 pytest.importorskip("lightning")
 
@@ -34,3 +37,15 @@ def test_workbench_train_runs_a_lightning_spec_from_another_folder(tmp_path):
     (run,) = RunStore(tmp_path / "ws").list_runs()
     assert run["status"] == "done"
     assert {"model.pt", "last.ckpt"} <= {p.name for p in (Path(run["run_dir"]) / "checkpoints").iterdir()}
+
+
+def test_a_resume_with_fewer_epochs_than_done_is_a_spec_error_and_leaves_the_run_as_it_was(tmp_path):
+    project = write_project(tmp_path)
+    run_dir = done(train(tmp_path / "ws", lightning_spec(project, epochs=2)))["run_dir"]
+    proc = wb(tmp_path, "train", "--resume", run_dir, "--set", "epochs=1", "--json", timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert TRACEBACK not in proc.stderr and "site-packages" not in proc.stdout + proc.stderr
+    message = json.loads(proc.stdout)["error"]["message"]
+    assert message.startswith("epochs: 1 is below the 2 epoch(s) this run has done"), message
+    with Run(run_dir, readonly=True) as run:
+        assert run.summary()["status"] == "done"

@@ -124,6 +124,22 @@ def test_a_module_without_a_required_hook_says_which(project, tmp_path, module, 
     assert f"{module} in {project} does not define {missing};" in message
 
 
+def test_a_nan_loss_ends_the_run_diverged_not_done(project, tmp_path):
+    result = train(tmp_path, lightning_spec(project, "NaNLoss"))
+    message = failed(result)
+    assert message.startswith("the training loss became NaN by epoch 1, step 1;"), message
+    with Run(result["run_dir"]) as run:
+        assert run.status == "failed"
+
+
+def test_a_training_step_returning_none_is_said_in_the_log_and_the_result(project, tmp_path):
+    recorder = Recorder()
+    result = done(train(tmp_path, lightning_spec(project, "NoneStep", epochs=1), recorder=recorder))
+    warning = "NoneStep.training_step returned None for 3 of 3 training steps"
+    assert any(text.startswith(warning) and "never changed" in text for text in result["warnings"]), result
+    assert any(event["level"] == "warning" and event["text"].startswith(warning) for event in recorder.of("log"))
+
+
 def test_bad_names_say_what_is_wrong(project, tmp_path):
     message = failed(train(tmp_path, lightning_spec(project, data="Featurez")))
     assert message.startswith("dataset.name: 'Featurez' in") and "Features" in message  # names the classes it has

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from workbench.errors import JobCancelled, JobError, WorkbenchError
+from workbench.errors import CheckpointError, JobCancelled, JobError, SpecError, WorkbenchError
 from workbench.runs import atomic_write_text
 from workbench.specs import DataSpec, TrainSpec
 from workbench.worker.checkpoints import save_state_dict
@@ -66,6 +66,7 @@ def run_lightning_training(spec: TrainSpec, ctx, board=None) -> dict:
     with lightning_messages(ctx.log):  # Lightning's own lines and warnings into the job's log, not stderr
         _build_trainer(spec, ctx, device, parts)
         _fit(spec, ctx, parts, resume)
+        warnings = _skipped_steps(ctx, parts)
         _save_last(ctx, parts)
         test = _test(ctx, parts)
     save_state_dict(parts.module.state_dict(), run.checkpoints_dir / FINAL, name=f"checkpoints/{FINAL}")
@@ -75,7 +76,24 @@ def run_lightning_training(spec: TrainSpec, ctx, board=None) -> dict:
 
         board.spec_text(spec.to_toml())
         board.graph(parts.module, example_batch(parts.module, tuple(parts.callback.input_shape or ())))
-    return _result(spec, ctx, device, parts, parameters=parameters, test=test, resumed=resume is not None)
+    result = _result(spec, ctx, device, parts, parameters=parameters, test=test, resumed=resume is not None)
+    if warnings:
+        result["warnings"] = warnings
+    return result
+
+
+def _skipped_steps(ctx, parts: _Parts) -> list[str]:
+    """A warning in the run's log and result when training_step returned None: Lightning skips such a step (no
+    backward, no optimizer step) and says so once, in its own log; a run whose every step was skipped learnt nothing."""
+    skipped, seen = parts.callback.skipped_steps, parts.callback.steps_seen
+    if not skipped:
+        return []
+    name = type(parts.module).__name__
+    text = (f"{name}.training_step returned None for {skipped} of {seen} training steps; Lightning skipped them (no "
+            "backward, no optimizer step)")
+    text += ", so the weights never changed" if skipped == seen else ""
+    ctx.log(text, "warning")
+    return [text]
 
 
 def _load_data(spec: TrainSpec, module, ctx, announced: set):
@@ -102,6 +120,35 @@ def _resume_point(ctx):
                        "by Lightning); start a new run instead")
     ctx.log(f"resuming from checkpoints/{LAST_CKPT}")
     return path
+
+
+def check_resume_epochs(spec: TrainSpec, run_dir) -> None:
+    """Before a resumed run is touched: a SpecError when `epochs` is below the epochs its last.ckpt has done, which
+    Lightning would refuse only once the run is running again (with its own exception, and the run then failed)."""
+    from pathlib import Path
+
+    from workbench.worker.checkpoints import load_state_dict
+
+    path = Path(run_dir) / "checkpoints" / LAST_CKPT
+    if not path.is_file():
+        return  # the job itself says there is nothing to resume from
+    try:
+        saved = load_state_dict(path)
+    except CheckpointError:
+        return  # the job itself says why it cannot be read
+    done = _epochs_done(saved)
+    if done is not None and spec.epochs < done:
+        raise SpecError(f"epochs: {spec.epochs} is below the {done} epoch(s) this run has done (checkpoints/"
+                        f"{LAST_CKPT}); resume with epochs={done} or more, or start a new run")
+
+
+def _epochs_done(saved: dict) -> int | None:
+    """The epochs a Lightning checkpoint has finished, as its Trainer counts them when it restores it."""
+    try:
+        return int(saved["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
+    except (KeyError, TypeError, ValueError):
+        epoch = saved.get("epoch") if isinstance(saved, dict) else None
+        return int(epoch) + 1 if isinstance(epoch, int) else None
 
 
 def _build_trainer(spec: TrainSpec, ctx, device: torch.device, parts: _Parts) -> None:
@@ -131,7 +178,7 @@ def _build_trainer(spec: TrainSpec, ctx, device: torch.device, parts: _Parts) ->
 
 
 def _fit(spec: TrainSpec, ctx, parts: _Parts, resume) -> None:
-    from workbench.worker.lightning.stream import Cancelled
+    from workbench.worker.lightning.stream import Cancelled, Diverged
 
     trainer, callback = parts.trainer, parts.callback
     try:
@@ -139,6 +186,10 @@ def _fit(spec: TrainSpec, ctx, parts: _Parts, resume) -> None:
     except Cancelled:
         raise JobCancelled(f"cancelled by the user in epoch {trainer.current_epoch + 1}/{spec.epochs} at step "
                            f"{trainer.global_step}; {_kept(ctx, callback)}") from None
+    except Diverged as exc:  # the built-in loop's words for the same end
+        raise JobError(f"the training loss became {exc.what} {exc.where}; training stopped and {_kept(ctx, callback)}. "
+                       "Try a lower learning rate in configure_optimizers, amp=none, or gradient clipping (e.g. "
+                       "clip_grad_norm=1.0).") from None
     except SystemExit as exc:  # Lightning's SIGTERMException: the job is being stopped from outside
         if ctx.should_stop() or type(exc).__name__ == "SIGTERMException":
             raise JobCancelled(f"stopped (SIGTERM) in epoch {trainer.current_epoch + 1}/{spec.epochs}; "

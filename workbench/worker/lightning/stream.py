@@ -28,12 +28,27 @@ class Cancelled(Exception):
     """Raised from a hook when the job was asked to stop: the Trainer tears down and fit() re-raises it."""
 
 
+class Diverged(Exception):
+    """Raised from a hook when the training loss is NaN or infinite: `what` ("NaN"), `where` ("by epoch 1, step 3")."""
+
+    def __init__(self, what: str, where: str):
+        super().__init__(f"{what} {where}")
+        self.what, self.where = what, where
+
+
 def _number(value) -> float | None:
     try:
         number = float(value)
     except (TypeError, ValueError, RuntimeError):
         return None
     return number if math.isfinite(number) else None
+
+
+def _raw(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
 
 
 class MetricsLogger(Logger):
@@ -96,6 +111,9 @@ class WorkbenchCallback(Callback):
         self.saved_epoch = 0  # epochs that checkpoints/last.ckpt holds
         self.resumed_from: int | None = None
         self.input_shape: tuple[int, ...] | None = None  # one sample's input, from the first training batch
+        self.skipped_steps = 0  # batches whose training_step returned None: Lightning skips them with a warning
+        self.steps_seen = 0
+        self._finite: torch.Tensor | None = None  # on the loss's device: every loss so far finite (no read-back)
 
     # -- kept in Lightning's checkpoint, so a resumed run knows its best value and its patience -------
     def state_dict(self) -> dict:
@@ -153,17 +171,34 @@ class WorkbenchCallback(Callback):
         self._check_stop(trainer)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.steps_seen += 1
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor):
+            finite = torch.isfinite(loss.detach()).all()
+            self._finite = finite if self._finite is None else self._finite & finite
+        elif loss is None:
+            self.skipped_steps += 1
         now = time.monotonic()
         if now - self._last_progress < PROGRESS_EVERY:
             return
         self._last_progress = now
-        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        self.check_finite(trainer, loss)
         loss = _number(loss) if isinstance(loss, torch.Tensor) else None  # one device read, 10 times a second
         text = f"epoch {trainer.current_epoch + 1}/{self.epochs}" + (f" · loss {loss:.4f}" if loss is not None else "")
         self.ctx.progress(trainer.global_step, self.total_steps or None, text)
 
+    def check_finite(self, trainer, loss=None) -> None:
+        """Diverged when a loss since the last check was NaN or infinite: read at the progress reads and each epoch's
+        end, as the built-in loop reads its losses back, so a NaN run ends diverged instead of done with NaN weights."""
+        if self._finite is None or bool(self._finite):
+            return
+        value = _raw(loss)
+        what = "infinite" if value is not None and math.isinf(value) else "NaN"
+        raise Diverged(what, f"by epoch {trainer.current_epoch + 1}, step {trainer.global_step}")
+
     # -- epoch end -----------------------------------------------------------------------------------
     def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self.check_finite(trainer)
         epoch = trainer.current_epoch + 1
         logged = {name: _number(value) for name, value in trainer.callback_metrics.items()}
         self.last_metrics = {name: value for name, value in logged.items() if not name.endswith("_step")}
