@@ -88,3 +88,18 @@ def test_runs_show_into_a_closed_pipe_exits_quietly(tmp_path: Path):
     shell = subprocess.run(" ".join(_argv("runs", "show", str(run), "--workspace", str(tmp_path / "ws"))) +
                            " | true", shell=True, capture_output=True, text=True, env=_env(tmp_path), timeout=120)
     assert shell.stderr == ""
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda path: None, "does not exist"),
+    (lambda path: path.mkdir(), "is a folder, not a Python file"),
+    (lambda path: path.symlink_to(path), "is a symbolic link that loops back on itself"),
+], ids=["missing", "folder", "symlink-loop"])
+def test_a_bad_file_path_is_a_spec_error_before_any_run(tmp_path: Path, make, words: str):
+    path = tmp_path / "x.py"
+    make(path)
+    proc = wb(tmp_path, "train", "--set", f"dataset.name=file:{path}:Data", "--json", "--trust")
+    expect(proc, 2)
+    no_traceback(proc)
+    assert one_json(proc)["error"]["message"] == f"dataset.name: {path} {words}"
+    assert run_dirs(tmp_path / "ws") == []

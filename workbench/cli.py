@@ -354,6 +354,7 @@ def _check_trust(args, spec_data: dict, workspace: Path, files=None) -> None:
     user passes --trust (trusting its folders for this workspace: started knowingly). A UsageError (exit 2) otherwise."""
     from workbench import trust
 
+    trust.check_spec_files(spec_data)
     files = trust.job_user_files(spec_data, workspace) if files is None else files
     untrusted = trust.untrusted(files, workspace)
     if not untrusted:

@@ -5,13 +5,15 @@ Stdlib only (plus the run store): no torch, no Qt.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.errors import JobError, UsageError, WorkbenchError
+from workbench.errors import JobError, SpecError, UsageError, WorkbenchError
 
 PREFIXES = ("file:", "lightning:")
 SETTINGS_FILE = "settings.json"  # in the workspace folder, beside runs/
@@ -69,6 +71,35 @@ def user_files(spec_data: Mapping, base: str | Path | None = None) -> list[UserF
 
     walk(spec_data, "")
     return found
+
+
+def file_problem(path: Path) -> str | None:
+    """Why `path` cannot be a Python file to import, in words ("does not exist", "is a folder", ...); None when it is
+    a regular file."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symbolic link that loops back on itself"
+        if path.is_symlink():
+            return "is a symbolic link to a file that does not exist"
+        return "does not exist"
+    except RuntimeError:  # pathlib's own "Symlink loop" on older Pythons
+        return "is a symbolic link that loops back on itself"
+    if stat.S_ISDIR(info.st_mode):
+        return "is a folder, not a Python file"
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a regular file (a pipe, socket or device)"
+    return None
+
+
+def check_spec_files(spec_data: Mapping, base: str | Path | None = None) -> None:
+    """A SpecError naming the field for each file: or lightning: path of a spec that is not a Python file to import:
+    a bad path is a bad spec, refused before a run exists."""
+    for f in user_files(spec_data, base):
+        problem = file_problem(f.path)
+        if problem is not None:
+            raise SpecError(f"{f.field}: {f.path} {problem}")
 
 
 def sha256(path: str | Path) -> str:

@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
 
 from workbench.errors import JobError
 from workbench.specs import DataSpec
+from workbench.trust import file_problem
 from workbench.worker.data.loaded import _mix, auto_worker_count
 from workbench.worker.data.splits import split_train, split_whole
 from workbench.worker.data.user_samples import (
@@ -62,8 +63,9 @@ def parse_user_name(name: str) -> tuple[Path, str]:
     if not path_text or not attr.isidentifier():
         raise JobError(f"dataset.name: {name!r} must be file:<path.py>:<DatasetClassOrFunction>")
     path = Path(path_text).expanduser().absolute()
-    if not path.is_file():
-        raise JobError(f"dataset.name: the dataset file {path} does not exist")
+    problem = file_problem(path)
+    if problem is not None:
+        raise JobError(f"dataset.name: the dataset file {path} {problem}")
     return path, attr
 
 
