@@ -432,6 +432,20 @@ def test_missing_name_not_a_dataset_and_wrong_args(tmp_path):
         load(syntax, "oops", tmp_path)
 
 
+@pytest.mark.parametrize("returned", [-5, 2**62, "7"])
+def test_a_len_that_is_no_count_names_the_users_class_and_what_it_returned(tmp_path, returned):
+    path = write(tmp_path, SIMPLE, f"""
+    class Odd(Numbers):
+        def __len__(self):
+            return {returned!r}
+    """)
+    with pytest.raises(JobError) as caught:
+        load(path, "Odd", tmp_path)
+    message = str(caught.value)
+    assert f"Odd.__len__ returned {returned!r} for the train split ({path})" in message, message
+    assert "user.py" not in message and "OverflowError" not in message
+
+
 def test_empty_train_split(tmp_path):
     path = write(tmp_path, SIMPLE, """
     def nothing(split):

@@ -88,8 +88,24 @@ def _accepts(target, name: str) -> bool:
 MISSING = object()  # a split the user's function raised ValueError/KeyError for
 
 
+MAX_SAMPLES = 2**36  # the splits draw a permutation of every index, 8 bytes each: past this it cannot fit in memory
+
+
 def _size(ds) -> int:
-    return len(ds)
+    """The raw value of the dataset's __len__: len() would refuse a negative or huge one in words of its own, naming
+    neither the user's class nor what it returned."""
+    return type(ds).__len__(ds)
+
+
+def _check_size(n, ds, split: str, label: str, path: Path) -> int:
+    name = f"{type(ds).__name__}.__len__"
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise JobError(f"{label}: {name} returned {n!r} for the {split} split ({path}); it must return the number of "
+                       "samples, an int")
+    if n < 0 or n > MAX_SAMPLES:
+        raise JobError(f"{label}: {name} returned {n} for the {split} split ({path}); it must return the number of "
+                       f"samples, from 0 to {MAX_SAMPLES:,}")
+    return n
 
 
 class _Maker:
@@ -127,7 +143,7 @@ class _Maker:
         except Exception as exc:
             raise JobError(f"{self.label}: len() of the {split} split failed: {type(exc).__name__}: "
                            f"{one_line(exc)} ({where(exc, self.path)}); a dataset needs __len__") from None
-        return ds if n > 0 else None
+        return ds if _check_size(n, ds, split, self.label, self.path) > 0 else None
 
 
 def _is_call_error(exc: TypeError) -> bool:
