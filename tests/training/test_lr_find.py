@@ -169,3 +169,25 @@ def test_the_command_line_prints_one_json_result_and_exits_like_the_other_verbs(
     no_traceback(proc)
     result = one_json(proc)
     assert result["status"] == "failed" and "nowhere.pt" in result["error"]["message"]
+
+
+NAN_MODEL = '''
+import torch
+from torch import nn
+
+class NaNNet(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.fc = nn.Linear(64, num_classes)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1)) * float("nan")
+'''
+
+
+def test_a_loss_that_is_nan_at_once_says_so_rather_than_asking_for_another_range(tmp_path):
+    (tmp_path / "nan_net.py").write_text(NAN_MODEL)
+    found = done(lr_find(tmp_path / "ws", merge(FIND, model={"name": f"file:{tmp_path / 'nan_net.py'}:NaNNet"})))
+    assert found["suggested_lr"] is None
+    assert found["suggestion"].startswith("the loss became NaN at lr 1e-07 (step 1)"), found["suggestion"]
+    assert "lower min_lr" not in found["suggestion"] and "NaN or infinite values" in found["suggestion"]

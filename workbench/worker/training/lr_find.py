@@ -185,6 +185,11 @@ def _sweep(spec: LrFindSpec, ctx, dataset, model: torch.nn.Module, device: torch
     kept = len(lrs) - (1 if reason else 0)
     curve_lrs, curve = lrs[:kept], smoothed[:kept]
     suggested, why = suggest(curve_lrs, curve)
+    if suggested is None and reason and raw and raw[-1] is None and kept < MIN_POINTS:
+        # A loss that is not a number within the first few (tiny) rates comes from the model or the data, not the
+        # rate: "lower min_lr or raise steps" would send the user the wrong way.
+        why = (f"{reason}, before the sweep had {MIN_POINTS} points; the rate was still {lrs[-1]:.3g}, so look at the "
+               "model's output and the data for NaN or infinite values rather than at the range")
     lowest = int(np.argmin(curve)) if curve else None
     text = (f"lr-find: suggested lr {suggested:.3g} ({why})" if suggested is not None
             else f"lr-find: no suggestion ({why})")
