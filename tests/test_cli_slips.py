@@ -103,3 +103,29 @@ def test_a_bad_file_path_is_a_spec_error_before_any_run(tmp_path: Path, make, wo
     no_traceback(proc)
     assert one_json(proc)["error"]["message"] == f"dataset.name: {path} {words}"
     assert run_dirs(tmp_path / "ws") == []
+
+
+PATCHING_MODEL = '''
+import torch
+from torch import nn
+
+torch.save = lambda *args, **kwargs: None  # the module replaces torch.save, as the probe's did
+
+class Net(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.fc = nn.Linear(64, num_classes)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+'''
+
+
+def test_a_replaced_torch_save_fails_the_run_instead_of_leaving_empty_checkpoints(tmp_path: Path):
+    (tmp_path / "patching.py").write_text(PATCHING_MODEL)
+    proc = wb(tmp_path, "train", "--set", f"model.name=file:{tmp_path / 'patching.py'}:Net", "--set", "epochs=1",
+              "--json", timeout=180)
+    expect(proc, 1)
+    no_traceback(proc)
+    result = one_json(proc)
+    assert result["status"] == "failed" and "torch.save wrote 0 bytes" in result["error"]["message"], result

@@ -43,6 +43,7 @@ def save_state_dict(obj: dict, path: str | Path, *, name: str | None = None) -> 
                 if _disk_full(exc, path.parent, _payload_bytes(obj)):
                     raise _DiskFull from exc
                 raise
+            _check_written(f, name)
     except _DiskFull as marker:  # the temp file is removed by now, so the message reports the real free space
         raise _disk_full_error(path, name, obj) from marker.__cause__
     except (OSError, RuntimeError) as exc:  # flush, fsync, rename, or torch's wrapping of a failed write
@@ -52,6 +53,15 @@ def save_state_dict(obj: dict, path: str | Path, *, name: str | None = None) -> 
         if cause is None:
             raise  # not an I/O failure: a bug, left with its traceback
         raise CheckpointError(f"Cannot write checkpoint {name}: {cause.strerror or cause}.") from exc
+
+
+def _check_written(f: IO[bytes], name: str) -> None:
+    """A CheckpointError when torch.save left the file empty: a replaced torch.save (a user's module can patch it)
+    returns without a word, and the run would read done with a checkpoint that holds nothing."""
+    f.flush()
+    if f.tell() == 0:
+        raise CheckpointError(f"Cannot write checkpoint {name}: torch.save wrote 0 bytes (is torch.save replaced by the "
+                              f"job's own code, {getattr(torch.save, '__module__', '?')}.{getattr(torch.save, '__name__', '?')}?).")
 
 
 class _DiskFull(Exception):
