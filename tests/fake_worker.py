@@ -245,6 +245,12 @@ class FakeWorker:
         self.thread = threading.Thread(target=self.kernel.serve_forever, name="fake-worker", daemon=True)
         self.thread.start()
 
+    def replace_task(self, name: str, fn) -> None:
+        """Serve `name` with `fn` instead (same kind, spec type and run rule): a test's own canned answer."""
+        task = self.kernel._task_overrides[name]
+        self.kernel._task_overrides[name] = type(task)(task.name, fn, task.kind, task.spec_type, task.creates_run,
+                                                       task.description)
+
     def stop(self) -> None:
         self.kernel.request_shutdown()
         self.thread.join(timeout=5)

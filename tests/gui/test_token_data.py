@@ -162,9 +162,7 @@ def test_try_it_on_a_token_run_predicts_a_sample_and_offers_no_image(qtbot, tmp_
                                 {"class": 0, "label": "no", "probability": 0.2, "logit": -0.4}]}
 
     worker = FakeWorker(tmp_path)
-    task = worker.kernel._task_overrides["predict.model"]
-    worker.kernel._task_overrides["predict.model"] = type(task)(task.name, predict, task.kind, task.spec_type,
-                                                                task.creates_run, task.description)
+    worker.replace_task("predict.model", predict)
     manager = WorkerManager(connection_file=worker.connection_file, heartbeat_interval=0.2)
     workspace = tmp_path / "workspace"
     queries = QueryRunner(QtWorkerBridge(manager), workspace)

@@ -37,10 +37,8 @@ def _runs(workspace) -> tuple[str, str]:
 def harness(qtbot, tmp_path):
     worker = FakeWorker(tmp_path)
     seen: list[dict] = []
-    task = worker.kernel._task_overrides["predict.model"]
-    worker.kernel._task_overrides["predict.model"] = type(task)(
-        task.name, lambda spec, ctx: (seen.append(spec.to_dict()), task.fn(spec, ctx))[1], task.kind,
-        task.spec_type, task.creates_run, task.description)
+    canned = worker.kernel._task_overrides["predict.model"].fn
+    worker.replace_task("predict.model", lambda spec, ctx: (seen.append(spec.to_dict()), canned(spec, ctx))[1])
     manager = WorkerManager(connection_file=worker.connection_file, heartbeat_interval=0.2)
     workspace = tmp_path / "workspace"
     queries = QueryRunner(QtWorkerBridge(manager), workspace)

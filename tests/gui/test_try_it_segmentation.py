@@ -62,9 +62,7 @@ def _predict(spec, ctx):
 @pytest.fixture
 def harness(qtbot, tmp_path):
     worker = FakeWorker(tmp_path)
-    task = worker.kernel._task_overrides["predict.model"]
-    worker.kernel._task_overrides["predict.model"] = type(task)(task.name, _predict, task.kind, task.spec_type,
-                                                                task.creates_run, task.description)
+    worker.replace_task("predict.model", _predict)
     manager = WorkerManager(connection_file=worker.connection_file, heartbeat_interval=0.2)
     workspace = tmp_path / "workspace"
     queries = QueryRunner(QtWorkerBridge(manager), workspace)

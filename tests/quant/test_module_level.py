@@ -109,7 +109,7 @@ def test_a_module_level_run_reloads_to_the_same_outputs(quantized, tmp_path):
         if info["kind"] != "layer":
             continue
         seen = []
-        handle = sim.structure.layers[info["name"]].module.register_forward_hook(lambda m, a, o: seen.append(o))
+        handle = sim.structure.layers[info["name"]].module.register_forward_hook(lambda m, a, o, seen=seen: seen.append(o))
         sim(x)
         handle.remove()
         codes = (seen[0] / info["scale"]) + info["zero_point"]
