@@ -85,8 +85,9 @@ def test_live_curves_fill_from_batched_metrics_and_evaluation_shows(window, qtbo
     spec = TrainSpec.from_dict({"epochs": 4, "lr": 0.01, "seed": 5})
     window.start_training(spec)
     panel = window.training_panel
-    # The worker imports torch before the job starts: on a busy 2-core machine that alone can take 10 s.
-    qtbot.waitUntil(lambda: len(panel.runs) == 1 and bool(panel.job_of_run), timeout=30_000)
+    # The run is listed; its job may already have ended by then on a busy machine (the fake one trains in under a
+    # second), so the test does not insist on catching it in flight: the curves below are what it checks.
+    qtbot.waitUntil(lambda: len(panel.runs) == 1, timeout=30_000)
     run_id = next(iter(panel.runs))
     assert window.current_panel() is panel
     qtbot.waitUntil(lambda: not panel.job_of_run, timeout=30_000)
