@@ -502,10 +502,17 @@ class TrainingPanel(RunTab):
             self.start_tracking(record.job_id, None, run_id, take=lambda _run, msg: self.on_message(msg))
             self.select_run(run_id)
         if not record.active:
+            # A short job on a busy machine can end before its start reached this tab: it was never tracked, so
+            # its run is shown and ticked from the store, as a live one would have been.
+            unseen = bool(run_id) and record.job_id not in self.live and run_id not in self.curves.runs
             # The reply (shell channel) can overtake the last metrics (event channel); the store already
             # holds them all, so read it once more, and keep routing late events of this job to its run.
             _, run_id = self.stop_tracking(record.job_id, run_id)
-            if run_id and run_id in self.curves.runs:
+            if unseen:
+                self.refresh()
+                self.set_shown(run_id, True)
+                self._load_stored_metrics(run_id, force=True)
+            elif run_id and run_id in self.curves.runs:
                 self._load_stored_metrics(run_id, force=True)
             self.refresh()
             if run_id and run_id == self.selected_run_id():
