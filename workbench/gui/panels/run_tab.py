@@ -1,15 +1,18 @@
 """What the Training, Quantization and Export tabs share: their runs of the workspace, the jobs of this window still
-running them, the messages a job sends before its record names its run, which run is selected, and the Open folder
-and Delete… actions. Each tab says what it shows; the bookkeeping lives here once.
+running them and the one lifecycle each job goes through, the messages a job sends before its record names its run,
+which run is selected, and the Stop, Open folder and Delete… actions. Each tab says what it shows; the bookkeeping
+lives here once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QSplitter, QStackedWidget, QTableWidget, QVBoxLayout, QWidget
 
+from workbench.client import JobRecord
 from workbench.gui.early_messages import EarlyMessages
 from workbench.gui.panels.runs_panel import delete_run_action
 from workbench.gui.widgets import run_table
@@ -24,12 +27,19 @@ class RunTab(QWidget):
 
     A tab overrides `run_summary(entry)` (its columns' values), `forget(run_id)` (a deleted run, or every run when the
     workspace changes: None) and, where it keeps arrays of a live job, `take_array(kept, msg)`.
+
+    A job goes through `on_job_changed` once for the three tabs: `job_started` (first seen: the tab starts tracking it
+    and says what it keeps), `run_named` (its run folder came after it started), `job_finished` (it ended; the tab
+    shows its result), with `showing(kept)` and `ended_message` for the progress box and the status bar.
     """
 
+    cancel_requested = Signal(str)  # job id: stop it at its next step
+    status_message = Signal(str)
     TASKS: tuple[str, ...] = ()
     EARLY_PREFIX = ""  # the array names of the tab's jobs ("quant/", "bench/") that may come before their record
     EARLY_TYPES: tuple[str, ...] = ("array",)  # the message types that may
     ENDED_KEPT = 50  # jobs whose late messages still find their run after the job ended
+    STOPPING_TEXT = ""  # what the status bar says when Stop was clicked ("" : nothing)
 
     def __init__(self, workspace, parent=None):
         super().__init__(parent)
@@ -41,7 +51,10 @@ class RunTab(QWidget):
         # job id -> (what was kept, run id) of jobs that ended: the reply that ends a job can overtake its last
         # events (another channel), which still belong to its run.
         self.ended: dict[str, tuple[object, str | None]] = {}
+        self.records: dict[str, JobRecord] = {}  # job id -> its latest record while it runs
         self.table: QTableWidget | None = None
+        self.stop_button = None  # set by connect_stop
+        self.progress_box = None  # a tab's JobProgress, shown for the live job it shows
 
     # -- what a tab says -------------------------------------------------------------------------
     def run_summary(self, entry: dict) -> dict:
@@ -54,6 +67,26 @@ class RunTab(QWidget):
     def take_array(self, kept, msg: Message) -> bool:
         """Add an array event of a live job to what the tab keeps of it; True when it changed something."""
         return False
+
+    def job_started(self, record: JobRecord, run_id: str | None):
+        """A job of the tab's tasks is seen for the first time: start tracking it (`start_tracking`) and show it;
+        returns what the tab keeps of it, or None to wait for a later record (one that names its run)."""
+        return None
+
+    def run_named(self, record: JobRecord, kept, run_id: str) -> None:
+        """A tracked job's record named its run folder after the job started (`name_run` was done)."""
+
+    def job_finished(self, record: JobRecord, kept, run_id: str | None, showing: bool) -> None:
+        """A job ended (done, failed or cancelled), after the runs list was read again: `kept` is what the tab kept
+        of it (None: never tracked), `showing` whether the tab was showing it."""
+
+    def showing(self, kept) -> bool:
+        """Whether the tab shows this live job now (its progress box follows it)."""
+        return False
+
+    def ended_message(self, record: JobRecord, run_id: str | None) -> str:
+        """What the status bar says when a job of the tab ends ("": nothing)."""
+        return ""
 
     # -- the frame -----------------------------------------------------------------------------------
     def build_frame(self, buttons, left: QWidget, right: QWidget, empty_state: QWidget,
@@ -154,7 +187,71 @@ class RunTab(QWidget):
         """A job turned out to be another tab's: what was held for it goes."""
         self._early.take(job_id)
 
+    # -- the job lifecycle ---------------------------------------------------------------------------
+    def on_job_changed(self, record: JobRecord) -> None:
+        """A job's record changed: a job of the tab's tasks starts, names its run, progresses or ends here; another
+        tab's job only lets go of the messages held for it."""
+        if record.task not in self.TASKS or record.internal:
+            self.drop_early(record.job_id)
+            return
+        run_id = Path(record.run_dir).name if record.run_dir else None
+        if record.active:
+            self._job_running(record, run_id)
+        else:
+            self._job_ended(record, run_id)
+
+    def _job_running(self, record: JobRecord, run_id: str | None) -> None:
+        self.records[record.job_id] = record
+        kept = self.live.get(record.job_id)
+        if kept is None:
+            kept = self.job_started(record, run_id)
+        if kept is None:
+            return
+        if run_id and self.job_of_run.get(run_id) != record.job_id:
+            self.name_run(record.job_id, run_id)
+            self.run_named(record, kept, run_id)
+        if self.progress_box is not None and self.showing(kept):
+            self.progress_box.show_record(record)
+
+    def _job_ended(self, record: JobRecord, run_id: str | None) -> None:
+        self.records.pop(record.job_id, None)
+        # The reply that ends a job can overtake its last events: stop_tracking keeps routing them to its run.
+        kept, run_id = self.stop_tracking(record.job_id, run_id)
+        # Asked before the refresh, whose selection may show another run.
+        showing = kept is not None and self.showing(kept)
+        self.refresh()
+        message = self.ended_message(record, run_id)
+        if message:
+            self.status_message.emit(message)
+        if showing and self.progress_box is not None:
+            self.progress_box.hide()
+        self.job_finished(record, kept, run_id, showing)
+
     # -- actions every tab has -----------------------------------------------------------------------
+    def connect_stop(self, *buttons) -> None:
+        """Stop buttons of the tab (the first is the toolbar's, which says whether there is a job to stop)."""
+        self.stop_button = buttons[0]
+        for button in buttons:
+            button.clicked.connect(self._on_stop_clicked)
+
+    def job_to_stop(self) -> str | None:
+        """The job Stop cancels: the selected run's, while it runs."""
+        return self.job_of_run.get(self.selected_run_id() or "")
+
+    def _on_stop_clicked(self) -> None:
+        job_id = self.job_to_stop()
+        if job_id:
+            self.cancel_requested.emit(job_id)
+            if self.STOPPING_TEXT:
+                self.status_message.emit(self.STOPPING_TEXT)
+
+    def stop_selected(self) -> bool:
+        """Stop the selected live run (a menu's Stop); False when none is selected and live."""
+        if self.stop_button is None or not self.stop_button.isEnabled():
+            return False
+        self._on_stop_clicked()
+        return True
+
     def open_selected_folder(self) -> None:
         entry = self.selected_entry()
         if entry:

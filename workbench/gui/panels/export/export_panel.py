@@ -82,17 +82,15 @@ def _join_batches(values) -> str:
 class ExportPanel(RunTab):
     TASKS = TASKS
     EARLY_PREFIX = "bench/"  # a benchmark's arrays that came before the job was ours
+    STOPPING_TEXT = "Stopping at the next step…"
     report_requested = Signal(str)  # the training run whose HTML report to open
     graph_requested = Signal(str, str)  # a training (or quantize) run id, the module to select on its graph
-    cancel_requested = Signal(str)  # job id
-    status_message = Signal(str)
 
     def __init__(self, workspace, submit: Submit, parent=None):
         # runs: export and bench runs; live: job id -> the ExportResults or BenchResults filling in
         super().__init__(workspace, parent)
         self.submit = submit
         self.default_device = ""  # the toolbar's device: the wizards' default
-        self.records: dict[str, JobRecord] = {}  # job id -> its latest record while it runs
         self.current: ExportResults | BenchResults | None = None
         self.overlays: dict[str, BenchResults] = {}  # run id -> an earlier benchmark ticked in History
         self._build()
@@ -159,8 +157,7 @@ class ExportPanel(RunTab):
         self.empty_export_button.clicked.connect(lambda: self.new_export())
         self.bench_button.clicked.connect(lambda: self.new_benchmark())
         self.empty_bench_button.clicked.connect(lambda: self.new_benchmark())
-        self.stop_button.clicked.connect(self._on_stop_clicked)
-        self.cancel_button.clicked.connect(self._on_stop_clicked)
+        self.connect_stop(self.stop_button, self.cancel_button)
         self.save_button.clicked.connect(self._on_save_clicked)
         self.open_button.clicked.connect(self.open_selected_folder)
         self.report_button.clicked.connect(self._on_report_clicked)
@@ -656,49 +653,43 @@ class ExportPanel(RunTab):
         record = self.submit(task, data)
         if record is None:
             return None
-        self.on_job_changed(record)
         what = "Exporting" if task == EXPORT_TASK else "Benchmarking"
         source = (data.get("source") or {}).get("run") or (data.get("source") or {}).get("file") or "a model"
+        # Said before the record is taken: a record that has already ended says so after it, last.
         self.status_message.emit(f"{what} {source}…")
+        self.on_job_changed(record)
         return record
 
     # -- live jobs -------------------------------------------------------------------------------
-    def on_job_changed(self, record: JobRecord) -> None:
-        if record.task not in TASKS or record.internal:
-            return
-        run_id = Path(record.run_dir).name if record.run_dir else ""
-        if record.active:
-            results = self.live.get(record.job_id)
-            self.records[record.job_id] = record
-            if results is None:
-                cls = ExportResults if record.task == EXPORT_TASK else BenchResults
-                results = cls(spec=copy.deepcopy(record.spec))
-                self.start_tracking(record.job_id, None, results)  # its run folder is named a moment later
-                self.pages.setCurrentIndex(1)
-                self.table.clearSelection()
-                self.show_results(results)
-            if run_id and not results.run_id:
-                results.run_id, results.run_dir = run_id, record.run_dir
-                self.name_run(record.job_id, run_id)
-                showing = self.current is results
-                self.refresh()
-                if showing:
-                    self.select_run(run_id)
-                    self.show_results(results)
-            if self.current is results:
-                self.progress_box.show_record(record)
-            return
-        self.records.pop(record.job_id, None)
-        results, run_id = self.stop_tracking(record.job_id, run_id)
-        run_id = run_id or ""
-        showing = results is not None and self.current is results
+    def job_started(self, record: JobRecord, run_id: str | None) -> ExportResults | BenchResults:
+        """An export or benchmark is shown as soon as it is submitted; its run folder is named a moment later."""
+        cls = ExportResults if record.task == EXPORT_TASK else BenchResults
+        results = cls(spec=copy.deepcopy(record.spec))
+        self.start_tracking(record.job_id, None, results)
+        self.pages.setCurrentIndex(1)
+        self.table.clearSelection()
+        self.show_results(results)
+        return results
+
+    def run_named(self, record: JobRecord, results, run_id: str) -> None:
+        results.run_id, results.run_dir = run_id, record.run_dir
+        showing = self.current is results
         self.refresh()
+        if showing:
+            self.select_run(run_id)
+            self.show_results(results)
+
+    def showing(self, kept) -> bool:
+        return kept is self.current
+
+    def ended_message(self, record: JobRecord, run_id: str | None) -> str:
         # Every ending replaces the "Exporting …" message the start left in the status bar.
         ending = {"done": "finished", "cancelled": "stopped"}.get(record.state, "failed: see the verdict")
-        self.status_message.emit(f"{KIND_NAMES[record.task]} {run_id} {ending}".replace("  ", " "))
+        return f"{KIND_NAMES[record.task]} {run_id or ''} {ending}".replace("  ", " ")
+
+    def job_finished(self, record: JobRecord, results, run_id: str | None, showing: bool) -> None:
         if not showing:
             return
-        self.progress_box.hide()
         if run_id and run_id in self.runs:
             if self.selected_run_id() != run_id:
                 self.select_run(run_id)  # selecting reads it back from its folder
@@ -769,14 +760,9 @@ class ExportPanel(RunTab):
                                            "No report yet for this run's training run: Report… writes and opens it")
         self.delete_button.setEnabled(bool(entry) and not live)
 
-    def _current_job(self) -> str | None:
-        return self._job_of(self.current) or self.job_of_run.get(self.selected_run_id() or "")
-
-    def _on_stop_clicked(self) -> None:
-        job_id = self._current_job()
-        if job_id:
-            self.cancel_requested.emit(job_id)
-            self.status_message.emit("Stopping at the next step…")
+    def job_to_stop(self) -> str | None:
+        """The job of the export or benchmark shown (it may not be listed yet), else the selected run's."""
+        return self._job_of(self.current) or super().job_to_stop()
 
     def save_results(self, path: str | Path) -> bool:
         """Write the shown benchmark's rows to `path`: CSV for a .csv file, JSON otherwise."""

@@ -6,7 +6,6 @@ proposal in one click. Live runs stream over the protocol; finished ones are rea
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QItemSelectionModel, Qt, Signal
 from PySide6.QtWidgets import (
@@ -92,10 +91,8 @@ class QuantPanel(RunTab):
     EARLY_PREFIX = "quant/"  # ladder and layer arrays that came before the run folder
     new_run_requested = Signal(str, dict)  # the training run and spec the wizard opens on ("", {}: its own choice)
     start_requested = Signal(dict)  # a QuantSpec's data to start as it is (Apply mixed precision)
-    cancel_requested = Signal(str)  # job id
     graph_requested = Signal(str, str)  # quant run id, its training run id: SQNR painted on the graph
     try_it_requested = Signal(str)  # quant run id: Try it, FP32 beside quantized on an image file or a sample
-    status_message = Signal(str)
 
     def __init__(self, workspace, parent=None):
         super().__init__(workspace, parent)  # runs: the quantize runs; live: job id -> the QuantResults filling in
@@ -236,8 +233,7 @@ class QuantPanel(RunTab):
         self.new_button.clicked.connect(lambda: self.new_run_requested.emit("", {}))
         self.empty_button.clicked.connect(lambda: self.new_run_requested.emit("", {}))
         self.again_button.clicked.connect(self._on_again_clicked)
-        self.stop_button.clicked.connect(self._on_stop_clicked)
-        self.cancel_button.clicked.connect(self._on_stop_clicked)
+        self.connect_stop(self.stop_button, self.cancel_button)
         self.graph_button.clicked.connect(self._on_graph_clicked)
         self.try_it_button.clicked.connect(lambda: self.try_it_requested.emit(self.selected_run_id() or ""))
         self.apply_button.clicked.connect(self._on_apply_clicked)
@@ -509,30 +505,28 @@ class QuantPanel(RunTab):
         return True
 
     # -- live runs -------------------------------------------------------------------------------
-    def on_job_changed(self, record: JobRecord) -> None:
-        if record.task != QUANT_TASK or record.internal:
-            return
-        run_id = Path(record.run_dir).name if record.run_dir else None
-        if record.active:
-            if run_id and record.job_id not in self.live:
-                results = QuantResults(run_id=run_id, run_dir=record.run_dir, spec=copy.deepcopy(record.spec))
-                self.start_tracking(record.job_id, run_id, results)
-                self.refresh()
-                self.select_run(run_id)
-                self.show_results(results)
-            if record.job_id in self.live and self.results is self.live[record.job_id]:
-                self.progress_box.show_record(record)
-            return
-        results, run_id = self.stop_tracking(record.job_id, run_id)
-        showing = results is not None and self.results is results
+    def job_started(self, record: JobRecord, run_id: str | None) -> QuantResults | None:
+        """A quantization is shown as it runs once its record names its run: its ladder fills in here."""
+        if not run_id:
+            return None
+        results = QuantResults(run_id=run_id, run_dir=record.run_dir, spec=copy.deepcopy(record.spec))
+        self.start_tracking(record.job_id, run_id, results)
         self.refresh()
-        if showing:
-            self.progress_box.hide()
-            if record.state == "done":
-                self.open_run(run_id)
-            else:
-                results.report = {**results.report, "error": record.error_message or record.state}
-                self.show_results(results)
+        self.select_run(run_id)
+        self.show_results(results)
+        return results
+
+    def showing(self, kept) -> bool:
+        return kept is self.results
+
+    def job_finished(self, record: JobRecord, results, run_id: str | None, showing: bool) -> None:
+        if not showing:
+            return
+        if record.state == "done":
+            self.open_run(run_id)
+        else:
+            results.report = {**results.report, "error": record.error_message or record.state}
+            self.show_results(results)
 
     def on_message(self, msg: Message) -> None:
         if msg.msg_type != "array":
@@ -587,11 +581,6 @@ class QuantPanel(RunTab):
         self.apply_button.setToolTip(_apply_tooltip(done, self.results, proposal))
         self.open_button.setEnabled(bool(entry))
         self.delete_button.setEnabled(bool(entry) and not live)
-
-    def _on_stop_clicked(self) -> None:
-        job_id = self.job_of_run.get(self.selected_run_id() or "")
-        if job_id:
-            self.cancel_requested.emit(job_id)
 
     def _on_again_clicked(self) -> None:
         entry = self.runs.get(self.selected_run_id() or "")

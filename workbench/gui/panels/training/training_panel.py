@@ -93,7 +93,6 @@ class TrainingPanel(RunTab):
     layers_graph_requested = Signal(str, str)  # run id, overlay: its layer statistics painted on its graph
     quantize_requested = Signal(str)  # run id: open the quantization wizard on the run
     try_it_requested = Signal(str)  # run id: Try it, the run's model on an image file or a dataset sample
-    cancel_requested = Signal(str)  # job_id
     sample_requested = Signal(dict, str, int, str)  # dataset spec, split, index, a note (the prediction)
 
     def __init__(self, workspace, queries, parent=None):
@@ -220,7 +219,7 @@ class TrainingPanel(RunTab):
     def _connect(self) -> None:
         self.quick_start_button.clicked.connect(self.quick_start_requested)
         self.new_button.clicked.connect(self.new_run_requested)
-        self.stop_button.clicked.connect(self._on_stop_clicked)
+        self.connect_stop(self.stop_button)
         self.resume_button.clicked.connect(self._on_resume_clicked)
         self.again_button.clicked.connect(self._on_again_clicked)
         self.graph_button.clicked.connect(lambda: self.graph_requested.emit(self.selected_run_id() or ""))
@@ -485,38 +484,36 @@ class TrainingPanel(RunTab):
         self.delete_button.setEnabled(bool(entry) and not live)
 
     # -- live runs -------------------------------------------------------------------------------
-    def on_job_changed(self, record: JobRecord) -> None:
-        if record.task != TRAIN_TASK or record.internal:
-            self.drop_early(record.job_id)  # its metrics are another tab's
+    def job_started(self, record: JobRecord, run_id: str | None) -> str | None:
+        """A run starts streaming once its record names it; the tab keeps its run id (the curves hold its points)."""
+        if not run_id:
+            return None
+        self.name_run(record.job_id, run_id)  # before the refresh, which then lists the run as running
+        self.refresh()
+        # A run started now is what the person wants to watch: ticked beside the runs already ticked, or the
+        # pane would keep drawing only those (a live run is drawn only while its Show box is ticked).
+        self.set_shown(run_id, True)
+        # A resumed run's earlier curve comes from the store; rows that are both there and in the live
+        # stream are dropped as duplicates by RunMetrics. The events that came first follow it.
+        self._load_stored_metrics(run_id)
+        self.start_tracking(record.job_id, None, run_id, take=lambda _run, msg: self.on_message(msg))
+        self.select_run(run_id)
+        return run_id
+
+    def job_finished(self, record: JobRecord, kept, run_id: str | None, showing: bool) -> None:
+        if not run_id:
             return
-        run_id = Path(record.run_dir).name if record.run_dir else None
-        if run_id and record.job_id not in self.live and record.active:
-            self.name_run(record.job_id, run_id)  # before the refresh, which then lists the run as running
-            self.refresh()
-            # A run started now is what the person wants to watch: ticked beside the runs already ticked, or the
-            # pane would keep drawing only those (a live run is drawn only while its Show box is ticked).
-            self.set_shown(run_id, True)
-            # A resumed run's earlier curve comes from the store; rows that are both there and in the live
-            # stream are dropped as duplicates by RunMetrics. The events that came first follow it.
-            self._load_stored_metrics(run_id)
-            self.start_tracking(record.job_id, None, run_id, take=lambda _run, msg: self.on_message(msg))
-            self.select_run(run_id)
-        if not record.active:
+        if kept is None and run_id not in self.curves.runs:
             # A short job on a busy machine can end before its start reached this tab: it was never tracked, so
             # its run is shown and ticked from the store, as a live one would have been.
-            unseen = bool(run_id) and record.job_id not in self.live and run_id not in self.curves.runs
+            self.set_shown(run_id, True)
+            self._load_stored_metrics(run_id, force=True)
+        elif run_id in self.curves.runs:
             # The reply (shell channel) can overtake the last metrics (event channel); the store already
-            # holds them all, so read it once more, and keep routing late events of this job to its run.
-            _, run_id = self.stop_tracking(record.job_id, run_id)
-            if unseen:
-                self.refresh()
-                self.set_shown(run_id, True)
-                self._load_stored_metrics(run_id, force=True)
-            elif run_id and run_id in self.curves.runs:
-                self._load_stored_metrics(run_id, force=True)
-            self.refresh()
-            if run_id and run_id == self.selected_run_id():
-                self.show_details(run_id)
+            # holds them all, so read it once more.
+            self._load_stored_metrics(run_id, force=True)
+        if run_id == self.selected_run_id():
+            self.show_details(run_id)
 
     def on_message(self, msg: Message) -> None:
         if msg.msg_type not in self.EARLY_TYPES:
@@ -555,24 +552,12 @@ class TrainingPanel(RunTab):
                 self.table.item(row, 5).setText(str(entry.get("val_acc", "")))
 
     # -- buttons ---------------------------------------------------------------------------------
-    def _on_stop_clicked(self) -> None:
-        job_id = self.job_of_run.get(self.selected_run_id() or "")
-        if job_id:
-            self.cancel_requested.emit(job_id)
-
     def _on_resume_clicked(self) -> None:
         entry = self.runs.get(self.selected_run_id() or "")
         if entry and self._retry_only(entry):
             self.train_again_requested.emit(dict(entry.get("spec") or {}))
         elif entry:
             self.resume_requested.emit(entry["run_dir"], entry.get("spec") or {})
-
-    def stop_selected(self) -> bool:
-        """Stop the selected live run (the Training menu's Stop); False when none is selected and live."""
-        if not self.stop_button.isEnabled():
-            return False
-        self._on_stop_clicked()
-        return True
 
     def resume_selected(self) -> bool:
         if not self.resume_button.isEnabled() or self._retry_only(self.runs.get(self.selected_run_id() or "")):
