@@ -1,7 +1,7 @@
-"""The Export & Benchmark tab: export a trained (or quantized) model with the wizard and read its parity verdict,
-with the first diverging layer one click from the graph; measure latency, throughput and memory across backends
-and batch sizes, the table and plots filling in live as each row is measured; overlay earlier benchmarks; save
-the numbers as CSV or JSON. Live runs stream over the protocol; finished ones are read from their run folder."""
+"""The Export & Benchmark tab: export a trained (or quantized) model with the wizard and read its parity
+verdict (the export view); measure latency, throughput and memory across backends and batch sizes, the
+table and plots filling in live (the benchmark view). The runs of both kinds, the toolbar and the jobs are
+the tab's own. Live runs stream over the protocol; finished ones are read from their run folder."""
 
 from __future__ import annotations
 
@@ -10,46 +10,25 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl, Signal
-from PySide6.QtGui import QColor, QDesktopServices, QFont
+from PySide6.QtGui import QColor, QDesktopServices
 from PySide6.QtWidgets import (
-    QFileDialog,
-    QFormLayout,
-    QHBoxLayout,
     QHeaderView,
     QLabel,
-    QListWidget,
-    QListWidgetItem,
     QPushButton,
-    QSplitter,
     QStackedWidget,
     QTableWidgetItem,
-    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from workbench.client import JobRecord
 from workbench.errors import WorkbenchError
-from workbench.gui.panels.export.bench_plots import (
-    HISTORY_EMPTY,
-    DistributionView,
-    LatencyPlot,
-    ParityPlot,
-    ThroughputPlot,
-    short_run_label,
-)
+from workbench.gui.panels.export.bench_view import BenchView, bench_summary
 from workbench.gui.panels.export.bench_wizard import BenchWizard
+from workbench.gui.panels.export.export_view import ExportView, export_summary
 from workbench.gui.panels.export.export_wizard import ExportWizard
-from workbench.gui.panels.export.results import (
-    BenchResults,
-    ExportResults,
-    format_bytes,
-    format_diff,
-    format_ms,
-    measured,
-)
-from workbench.gui.panels.export.results_table import BenchResultsTable
-from workbench.gui.panels.quant.metric import Measure
+from workbench.gui.panels.export.palette import FAILED, NEUTRAL
+from workbench.gui.panels.export.results import BenchResults, ExportResults
 from workbench.gui.panels.quant.results import bit_widths
 from workbench.gui.panels.run_tab import RunTab
 from workbench.gui.run_identity import RunIdentities
@@ -63,8 +42,6 @@ from workbench.task_ids import BENCH_TASK, EXPORT_TASK, QUANT_TASK, TRAIN_TASK
 TASKS = (EXPORT_TASK, BENCH_TASK)
 RUN_COLUMNS = ("Run", "Status", "What", "Result")
 KIND_NAMES = {EXPORT_TASK: "Export", BENCH_TASK: "Benchmark"}
-PLOT_TABS = ("Latency vs batch", "Distribution", "Throughput", "History")
-PASSED, FAILED, NEUTRAL, RUNNING = "#2e9d4a", "#d0342c", "#8a8f98", "#2f6fd6"
 # The benchmark backend that measures each export format's file.
 FORMAT_BACKENDS = {"torchscript": "torchscript", "exported_program": "exported_program", "onnx": "onnxruntime",
                    "onnx_qdq": "onnxruntime", "tensorrt": "tensorrt"}
@@ -73,10 +50,6 @@ Submit = Callable[[str, dict], "JobRecord | None"]
 
 def _scheme(spec: dict) -> str:
     return bit_widths({"weights": {"bits": 8}, "activations": {"bits": 8}, **spec})
-
-
-def _join_batches(values) -> str:
-    return ", ".join(str(v) for v in values or [])
 
 
 class ExportPanel(RunTab):
@@ -92,12 +65,32 @@ class ExportPanel(RunTab):
         self.submit = submit
         self.default_device = ""  # the toolbar's device: the wizards' default
         self.current: ExportResults | BenchResults | None = None
-        self.overlays: dict[str, BenchResults] = {}  # run id -> an earlier benchmark ticked in History
         self._build()
         self.refresh()
 
     # -- construction ----------------------------------------------------------------------------
     def _build(self) -> None:
+        buttons = self._build_buttons()
+        self.table = run_table.make_run_table(RUN_COLUMNS)
+        self.table.setWordWrap(False)
+        header = self.table.horizontalHeader()
+        for column in range(len(RUN_COLUMNS) - 1):
+            header.setSectionResizeMode(column, QHeaderView.ResizeToContents)
+        header.setSectionResizeMode(len(RUN_COLUMNS) - 1, QHeaderView.Stretch)  # the result, elided
+        right = self._build_detail()
+        self.empty_export_button = QPushButton("Export a trained model…")
+        self.empty_bench_button = QPushButton("Benchmark a model…")
+        for button in (self.empty_export_button, self.empty_bench_button):
+            button.setMinimumHeight(40)
+        empty_buttons = [self.empty_export_button, self.empty_bench_button]
+        self.empty_state = EmptyState("No exports or benchmarks yet", empty_buttons, width=640, row=True)
+        self.empty_text = self.empty_state.text
+        self.build_frame(buttons, self.table, right, self.empty_state, (520, 980))
+        self._connect()
+        self.progress_box.hide()
+
+    def _build_buttons(self) -> tuple[QPushButton, ...]:
+        """The buttons above the runs, in the order they are laid out."""
         self.export_button = QPushButton("New export…")
         self.export_button.setToolTip("Export a trained or quantized model to TorchScript, torch.export, ONNX or "
                                       "TensorRT and check its outputs against PyTorch")
@@ -117,155 +110,55 @@ class ExportPanel(RunTab):
         self.open_report_button.setToolTip("Open the HTML report already written for the selected run's training "
                                            "run in the web browser (Report… writes it afresh)")
         self.delete_button = QPushButton("Delete…")
-        buttons = (self.export_button, self.bench_button, self.stop_button, self.save_button, self.open_button,
-                   self.report_button, self.open_report_button, self.delete_button)
+        return (self.export_button, self.bench_button, self.stop_button, self.save_button, self.open_button,
+                self.report_button, self.open_report_button, self.delete_button)
 
-        self.table = run_table.make_run_table(RUN_COLUMNS)
-        self.table.setWordWrap(False)
-        header = self.table.horizontalHeader()
-        for column in range(len(RUN_COLUMNS) - 1):
-            header.setSectionResizeMode(column, QHeaderView.ResizeToContents)
-        header.setSectionResizeMode(len(RUN_COLUMNS) - 1, QHeaderView.Stretch)  # the result, elided
-
+    def _build_detail(self) -> QWidget:
+        """The run shown under its job's progress: nothing picked, the export view or the benchmark view."""
         self.progress_box = JobProgress("Stop this job at its next step (Ctrl+.)")
         self.progress, self.cancel_button = self.progress_box.bar, self.progress_box.cancel_button
-
         self.nothing = QLabel("Pick an export or a benchmark in the list.")
         self.nothing.setAlignment(Qt.AlignCenter)
         self.nothing.setWordWrap(True)
-        self.export_page = self._build_export_page()
-        self.bench_page = self._build_bench_page()
+        self.export_view = ExportView(self.training_run_of)
+        self.bench_view = BenchView()
+        self.overlays = self.bench_view.overlays  # run id -> an earlier benchmark ticked in History
+        self.export_page, self.bench_page = self.export_view, self.bench_view
         self.detail = QStackedWidget()
-        for page in (self.nothing, self.export_page, self.bench_page):
+        for page in (self.nothing, self.export_view, self.bench_view):
             self.detail.addWidget(page)
+        # The views' widgets, reached through the tab as well (the window's tests read them there).
+        view, bench = self.export_view, self.bench_view
+        self.verdict, self.verdict_detail = view.verdict, view.verdict_detail
+        self.parity_plot, self.diverging_box = view.parity_plot, view.diverging_box
+        self.diverging_label, self.diverging_button = view.diverging_label, view.diverging_button
+        self.artifact_box, self.artifact_labels = view.artifact_box, view.artifact_labels
+        self.bench_summary, self.results_table = bench.bench_summary, bench.results_table
+        self.plots, self.latency_plot, self.distribution = bench.plots, bench.latency_plot, bench.distribution
+        self.throughput_plot, self.history_list = bench.throughput_plot, bench.history_list
+        self.history_plot = bench.history_plot
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
         right_layout.addWidget(self.progress_box)
         right_layout.addWidget(self.detail, 1)
+        return right
 
-        self.empty_export_button = QPushButton("Export a trained model…")
-        self.empty_bench_button = QPushButton("Benchmark a model…")
-        for button in (self.empty_export_button, self.empty_bench_button):
-            button.setMinimumHeight(40)
-        self.empty_state = EmptyState("No exports or benchmarks yet",
-                                      [self.empty_export_button, self.empty_bench_button], width=640, row=True)
-        self.empty_text = self.empty_state.text
-        self.build_frame(buttons, self.table, right, self.empty_state, (520, 980))
-
+    def _connect(self) -> None:
         self.export_button.clicked.connect(lambda: self.new_export())
         self.empty_export_button.clicked.connect(lambda: self.new_export())
         self.bench_button.clicked.connect(lambda: self.new_benchmark())
         self.empty_bench_button.clicked.connect(lambda: self.new_benchmark())
         self.connect_stop(self.stop_button, self.cancel_button)
-        self.save_button.clicked.connect(self._on_save_clicked)
+        self.save_button.clicked.connect(self.bench_view.ask_and_save)
         self.open_button.clicked.connect(self.open_selected_folder)
         self.report_button.clicked.connect(self._on_report_clicked)
         self.open_report_button.clicked.connect(self._on_open_report_clicked)
         self.delete_button.clicked.connect(self.delete_selected)
         self.table.itemSelectionChanged.connect(self._on_run_selected)
-        self.progress_box.hide()
-
-    def _build_export_page(self) -> QWidget:
-        page = QWidget()
-        self.export_title = QLabel()
-        self.export_title.setTextFormat(Qt.RichText)
-        self.export_title.setWordWrap(True)
-        self.verdict = QLabel()
-        font = QFont(self.verdict.font())
-        font.setPointSize(max(18, int(font.pointSize() * 2)))
-        font.setBold(True)
-        self.verdict.setFont(font)
-        self.verdict_detail = QLabel()
-        self.verdict_detail.setTextFormat(Qt.RichText)
-        self.verdict_detail.setWordWrap(True)
-        self.verdict_detail.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.diverging_label = QLabel()
-        self.diverging_label.setTextFormat(Qt.RichText)
-        self.diverging_button = QPushButton()
-        self.diverging_button.setToolTip("Open the model's graph in the Graph tab with this layer selected")
-        diverging_row = QHBoxLayout()
-        diverging_row.setContentsMargins(0, 0, 0, 0)
-        diverging_row.addWidget(self.diverging_label)
-        diverging_row.addWidget(self.diverging_button)
-        diverging_row.addStretch(1)
-        self.diverging_box = QWidget()
-        self.diverging_box.setLayout(diverging_row)
-        self.parity_plot = ParityPlot()
-        self.parity_plot.setFixedHeight(190)
-        self.artifact_form = QFormLayout()
-        self.artifact_labels: dict[str, QLabel] = {}
-        for name in ("File", "Format", "Size", "Exporter", "Accuracy"):
-            label = QLabel()
-            label.setTextInteractionFlags(Qt.TextSelectableByMouse)
-            label.setWordWrap(True)
-            self.artifact_labels[name] = label
-            self.artifact_form.addRow(f"{name}:", label)
-        self.bench_export_button = QPushButton("Benchmark this export…")
-        self.bench_export_button.setToolTip("Measure the exported file beside the PyTorch model")
-        actions = QHBoxLayout()
-        actions.addWidget(self.bench_export_button)
-        actions.addStretch(1)
-        self.artifact_box = QWidget()
-        artifact_layout = QVBoxLayout(self.artifact_box)
-        artifact_layout.setContentsMargins(0, 0, 0, 0)
-        artifact_layout.addLayout(self.artifact_form)
-        artifact_layout.addSpacing(8)
-        artifact_layout.addLayout(actions)
-        layout = QVBoxLayout(page)
-        layout.setContentsMargins(12, 8, 12, 8)
-        layout.addWidget(self.export_title)
-        layout.addSpacing(8)
-        layout.addWidget(self.verdict)
-        layout.addWidget(self.verdict_detail)
-        layout.addWidget(self.diverging_box)
-        layout.addWidget(self.parity_plot)
-        layout.addSpacing(12)
-        layout.addWidget(self.artifact_box)
-        layout.addStretch(1)
-        self.diverging_button.clicked.connect(self._on_diverging_clicked)
-        self.bench_export_button.clicked.connect(self._on_bench_export_clicked)
-        return page
-
-    def _build_bench_page(self) -> QWidget:
-        page = QWidget()
-        self.bench_summary = QLabel()
-        self.bench_summary.setTextFormat(Qt.RichText)
-        self.bench_summary.setWordWrap(True)
-        self.results_table = BenchResultsTable()
-        self.latency_plot = LatencyPlot()
-        self.distribution = DistributionView()
-        self.throughput_plot = ThroughputPlot()
-        self.history_list = QListWidget()
-        self.history_list.setToolTip("Tick earlier benchmarks to overlay their p50 latency as dashed lines")
-        history_label = QLabel("Earlier benchmarks to overlay")
-        history_label.setWordWrap(True)
-        history_left = QWidget()
-        history_left_layout = QVBoxLayout(history_left)
-        history_left_layout.setContentsMargins(0, 0, 0, 0)
-        history_left_layout.addWidget(history_label)
-        history_left_layout.addWidget(self.history_list, 1)
-        self.history_plot = LatencyPlot(HISTORY_EMPTY)
-        history = QSplitter(Qt.Horizontal)
-        history.addWidget(history_left)
-        history.addWidget(self.history_plot)
-        history.setSizes([230, 700])
-        history.setStretchFactor(1, 1)
-        self.plots = QTabWidget()
-        for widget, title in zip((self.latency_plot, self.distribution, self.throughput_plot, history), PLOT_TABS):
-            self.plots.addTab(widget, title)
-        splitter = QSplitter(Qt.Vertical)
-        splitter.addWidget(self.results_table)
-        splitter.addWidget(self.plots)
-        splitter.setSizes([270, 500])
-        splitter.setStretchFactor(1, 1)
-        layout = QVBoxLayout(page)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.bench_summary)
-        layout.addWidget(splitter, 1)
-        self.results_table.row_selected.connect(self._on_bench_row_selected)
-        self.history_list.itemChanged.connect(self._on_history_changed)
-        return page
+        self.export_view.graph_requested.connect(self.graph_requested)
+        self.export_view.bench_requested.connect(lambda run_id: self.new_benchmark(run_id))
+        self.bench_view.status_message.connect(self.status_message)
 
     # -- the runs list ---------------------------------------------------------------------------
     def set_workspace(self, workspace) -> None:
@@ -345,27 +238,10 @@ class ExportPanel(RunTab):
         summary = {"spec": spec, "source_run": (spec.get("source") or {}).get("run", ""),
                    "what_tooltip": f"{KIND_NAMES[entry['task']]} of {source or 'a model'}"}
         if entry["task"] == EXPORT_TASK:
-            summary["what"] = f"export · {spec.get('format', '')}"
-            parity = report.get("parity") if isinstance(report.get("parity"), dict) else None
-            if parity is not None and parity.get("passed") is not None and not parity.get("skipped"):
-                passed = bool(parity.get("passed"))
-                summary["result"] = (f"{'✓ parity' if passed else '✗ parity'} "
-                                     f"{format_diff(parity.get('max_abs_diff'))}")
-                summary["result_colour"] = PASSED if passed else FAILED
-            elif report.get("artifact"):
-                summary["result"] = f"{format_bytes(report.get('size_bytes'))}, not verified"
+            summary.update(export_summary(spec, report))
         else:
-            backends = spec.get("backends") or []
-            summary["what"] = f"bench · {len(backends)} × {len(spec.get('batch_sizes') or [])}"
-            summary["what_tooltip"] += (f"\nbackends {', '.join(backends)}\nbatch sizes "
-                                        f"{_join_batches(spec.get('batch_sizes'))}")
-            rows = [r for r in report.get("results") or [] if isinstance(r, dict) and measured(r)
-                    and isinstance((r.get("latency_ms") or {}).get("p50"), (int, float))]
-            if rows:
-                batch = min(int(r.get("batch_size", 0)) for r in rows)
-                best = min((r for r in rows if int(r.get("batch_size", 0)) == batch),
-                           key=lambda r: r["latency_ms"]["p50"])
-                summary["result"] = f"{best['backend']} {format_ms(best['latency_ms']['p50'])} ms @{batch}"
+            summary.update(bench_summary(spec, report))
+            summary["what_tooltip"] += summary.pop("what_details")
         if report.get("error") and entry.get("status") in ("failed", "cancelled"):
             summary["result"] = (report["error"] or {}).get("message", "") if isinstance(report["error"], dict) else ""
             summary["result_colour"] = FAILED if entry.get("status") == "failed" else NEUTRAL
@@ -415,12 +291,13 @@ class ExportPanel(RunTab):
     # -- showing a run ---------------------------------------------------------------------------
     def show_results(self, results: ExportResults | BenchResults | None, message: str = "") -> None:
         self.current = results
+        self.bench_view.results = results if isinstance(results, BenchResults) else None
         if isinstance(results, ExportResults):
-            self.detail.setCurrentWidget(self.export_page)
-            self._show_export(results)
+            self.detail.setCurrentWidget(self.export_view)
+            self.export_view.show_results(results, self._live(results))
         elif isinstance(results, BenchResults):
-            self.detail.setCurrentWidget(self.bench_page)
-            self._show_bench(results, redraw_all=True)
+            self.detail.setCurrentWidget(self.bench_view)
+            self.bench_view.show_results(results, self._live(results), redraw_all=True)
         else:
             self.nothing.setText(message or "Pick an export or a benchmark in the list.")
             self.nothing.setStyleSheet(f"color: {FAILED}" if message else "")
@@ -439,148 +316,12 @@ class ExportPanel(RunTab):
     def _live(self, results) -> bool:
         return self._job_of(results) is not None
 
-    def _show_export(self, results: ExportResults) -> None:
-        spec, report = results.spec, results.report
-        source = results.source_run or (spec.get("model") or {}).get("name", "a model")
-        self.export_title.setText(f"<b>{results.run_id or 'Starting…'}</b> · {results.format} export of "
-                                  f"{source} on {spec.get('device', 'cpu')}")
-        parity = results.parity
-        self.diverging_box.hide()
-        checked = parity is not None and parity.get("passed") is not None and not parity.get("skipped")
-        self.parity_plot.set_parity(parity if checked else None, PASSED, FAILED)
-        self.parity_plot.setVisible(checked and not self.parity_plot.is_empty)
-        if self._live(results):
-            self._set_verdict("Exporting…", RUNNING)
-            self.verdict_detail.setText("The verdict appears when the export has been checked against PyTorch.")
-        elif results.error:
-            self._set_verdict("Export failed" if "cancel" not in results.error.lower() else "Export stopped",
-                              FAILED)
-            self.verdict_detail.setText(_escape(results.error))
-        elif parity is None or parity.get("skipped") or parity.get("passed") is None:
-            self._set_verdict("Exported, not verified", NEUTRAL)
-            reason = (parity or {}).get("reason", "")
-            self.verdict_detail.setText("The parity check was off (“verify” in the wizard)." if not reason or
-                                        reason == "verify=false" else _escape(reason))
-        else:
-            passed = bool(parity.get("passed"))
-            self._set_verdict("Parity passed ✓" if passed else "Parity failed ✗", PASSED if passed else FAILED)
-            self.verdict_detail.setText(
-                f"max abs diff <b>{_diff_text(parity, 'max_abs_diff')}</b> · max rel diff "
-                f"<b>{_diff_text(parity, 'max_rel_diff')}</b> · tolerance {format_diff(parity.get('tolerance'))}"
-                f"<br>checked on {_count_text(parity.get('samples'))} samples at batch sizes "
-                f"{_count_text(parity.get('batches'))}" + _steps_text(parity))
-            self.verdict_detail.setToolTip(str(parity.get("explanation") or ""))
-            layer = parity.get("first_divergent_layer")
-            if layer:
-                self.diverging_label.setText(f"First layer whose output diverges: <b>{_escape(layer)}</b>")
-                self.diverging_button.setText(f"Show {layer} on the graph")
-                self.diverging_button.setEnabled(bool(self.training_run_of(results.run_id) or results.source_run))
-                self.diverging_button.show()
-                self.diverging_box.show()
-            elif not passed and parity.get("first_divergent_layer_reason"):
-                self.diverging_label.setText(f"No diverging layer named: "
-                                             f"{_escape(parity['first_divergent_layer_reason'])}")
-                self.diverging_button.hide()
-                self.diverging_box.show()
-        labels = self.artifact_labels
-        labels["File"].setText(str(report.get("artifact") or "—"))
-        labels["Format"].setText(results.format)
-        labels["Size"].setText(format_bytes(report.get("size_bytes")))
-        exporter = str(report.get("exporter") or "—")
-        if report.get("fallback_reason"):
-            exporter += f" (fallback: {report['fallback_reason']})"
-        labels["Exporter"].setText(exporter)
-        # A tracing exporter froze forward()'s Python branches to the example's: said where the exporter is named.
-        labels["Exporter"].setToolTip(str(report.get("frozen_control_flow") or ""))
-        if report.get("frozen_control_flow") and report.get("exporter") == "torchscript":
-            labels["Exporter"].setText(f"{exporter}. Control flow on tensor values was frozen by tracing (see the "
-                                       "tooltip)")
-        labels["Accuracy"].setText(_accuracy_text(results.format, report, checked and bool(parity.get("passed"))))
-        self.bench_export_button.setEnabled(bool(report.get("artifact")) and not self._live(results))
-        self.artifact_box.setVisible(bool(report.get("artifact")))
-
-    def _set_verdict(self, text: str, colour: str) -> None:
-        self.verdict.setText(text)
-        self.verdict.setStyleSheet(f"color: {colour}")
-        self.verdict.setProperty("verdict_colour", colour)
-
-    def _show_bench(self, results: BenchResults, *, redraw_all: bool = False) -> None:
-        spec = results.spec
-        live = self._live(results)
-        parts = [f"<b>{results.run_id or 'Starting…'}</b>", _escape(results.source_text() or "a model"),
-                 f"{', '.join(results.backends)} × batch {_join_batches(results.batch_sizes)}",
-                 f"{spec.get('dtype', 'float32')} on {spec.get('device', 'cpu')}",
-                 f"{spec.get('iters', '?')} iterations after {spec.get('warmup', '?')} warm-up"]
-        if results.error:
-            parts.append(f"<span style='color:{FAILED}'>{_escape(results.error)}</span>")
-        self.bench_summary.setText(" · ".join(parts))
-        previous = self.results_table.selected_key()
-        self.results_table.set_rows(results.rows(pending=live))
-        self.latency_plot.set_results(results)
-        self.throughput_plot.set_results(results)
-        self._draw_history()
-        if previous is None or redraw_all:
-            if not (previous and self.results_table.select_key(previous)):
-                first = next(iter(results.done_rows()), None)
-                if first is not None:
-                    self.results_table.select_key(f"{first['backend']}/{first['batch_size']}")
-            self._on_bench_row_selected(self.results_table.selected_row())
-        elif self.distribution.row is None:  # the selected row had not been measured: it may be now
-            self._on_bench_row_selected(self.results_table.selected_row())
-
-    def _on_bench_row_selected(self, row: dict | None) -> None:
-        results = self.current if isinstance(self.current, BenchResults) else None
-        if results is None or row is None:
-            self.distribution.set_row(None, None)
-            return
-        self.distribution.set_row(row, results.samples_of(row))
-
-    # -- history ---------------------------------------------------------------------------------
     def _fill_history(self) -> None:
-        current = self.current.run_id if self.current is not None else ""
-        checked = set(self.overlays)
-        self.history_list.blockSignals(True)
-        self.history_list.clear()
-        for run_id, entry in self.runs.items():
-            if entry["task"] != BENCH_TASK or entry["status"] != "done" or run_id == current:
-                continue
-            item = QListWidgetItem(f"{short_run_label(run_id)}  {entry.get('what', '')}")
-            item.setData(Qt.UserRole, run_id)
-            item.setToolTip(f"{run_id}\n{entry.get('result', '')}")
-            item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
-            item.setCheckState(Qt.Checked if run_id in checked else Qt.Unchecked)
-            self.history_list.addItem(item)
-        self.history_list.blockSignals(False)
-        for run_id in list(self.overlays):
-            if run_id not in self.runs or run_id == current:
-                self.overlays.pop(run_id)
+        self.bench_view.fill_history(self.runs, self.current.run_id if self.current is not None else "")
 
     def overlay_runs(self, run_ids: list[str]) -> None:
         """Tick these earlier benchmarks in History (and untick the others)."""
-        for index in range(self.history_list.count()):
-            item = self.history_list.item(index)
-            item.setCheckState(Qt.Checked if item.data(Qt.UserRole) in run_ids else Qt.Unchecked)
-
-    def _on_history_changed(self, item: QListWidgetItem) -> None:
-        run_id = item.data(Qt.UserRole)
-        if item.checkState() == Qt.Checked:
-            try:
-                self.overlays[run_id] = BenchResults.from_run(self.runs[run_id]["run_dir"])
-            except (WorkbenchError, KeyError) as exc:
-                self.status_message.emit(f"Cannot overlay {run_id}: {exc}")
-                item.setCheckState(Qt.Unchecked)
-                return
-        else:
-            self.overlays.pop(run_id, None)
-        self._draw_history()
-
-    def _draw_history(self) -> None:
-        current = self.current if isinstance(self.current, BenchResults) else None
-        earlier = [r for run_id, r in self.overlays.items() if current is None or run_id != current.run_id]
-        if not earlier:
-            self.history_plot.clear(HISTORY_EMPTY)
-            return
-        self.history_plot.set_results(current, earlier, band=False)
+        self.bench_view.overlay_runs(run_ids)
 
     # -- starting jobs ---------------------------------------------------------------------------
     def export_wizard(self, source_run: str = "", start: dict | None = None) -> ExportWizard:
@@ -662,7 +403,7 @@ class ExportPanel(RunTab):
 
     # -- live jobs -------------------------------------------------------------------------------
     def job_started(self, record: JobRecord, run_id: str | None) -> ExportResults | BenchResults:
-        """An export or benchmark is shown as soon as it is submitted; its run folder is named a moment later."""
+        """An export or benchmark is shown as soon as it is submitted; its run folder comes a moment later."""
         cls = ExportResults if record.task == EXPORT_TASK else BenchResults
         results = cls(spec=copy.deepcopy(record.spec))
         self.start_tracking(record.job_id, None, results)
@@ -711,7 +452,7 @@ class ExportPanel(RunTab):
         if results is None:
             return
         if isinstance(results, BenchResults) and self.take_array(results, msg) and self.current is results:
-            self._show_bench(results)
+            self.bench_view.show_results(results, self._live(results))
 
     def take_array(self, results, msg: Message) -> bool:
         if not isinstance(results, BenchResults):
@@ -766,30 +507,7 @@ class ExportPanel(RunTab):
 
     def save_results(self, path: str | Path) -> bool:
         """Write the shown benchmark's rows to `path`: CSV for a .csv file, JSON otherwise."""
-        bench = self.current if isinstance(self.current, BenchResults) else None
-        if bench is None or not bench.rows():
-            self.status_message.emit("Pick a benchmark with results to save")
-            return False
-        try:
-            written = bench.save(path)
-        except WorkbenchError as exc:
-            self.status_message.emit(str(exc))
-            return False
-        self.status_message.emit(f"Saved {len(bench.rows())} rows of {bench.run_id} to {written}")
-        return True
-
-    def _on_save_clicked(self) -> None:
-        bench = self.current if isinstance(self.current, BenchResults) else None
-        if bench is None:
-            return
-        default = str(Path.home() / f"{bench.run_id or 'benchmark'}.csv")
-        path, chosen = QFileDialog.getSaveFileName(self, "Save benchmark results", default,
-                                                   "CSV (*.csv);;JSON (*.json)")
-        if not path:
-            return
-        if not Path(path).suffix:
-            path += ".json" if "json" in chosen.lower() else ".csv"
-        self.save_results(path)
+        return self.bench_view.save_results(path)
 
     def _on_report_clicked(self) -> None:
         training = self.training_run_of(self.selected_run_id() or "")
@@ -819,79 +537,3 @@ class ExportPanel(RunTab):
             return
         if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))):
             self.status_message.emit(f"Could not open a web browser; the report is at {path}")
-
-    def _on_diverging_clicked(self) -> None:
-        results = self.current if isinstance(self.current, ExportResults) else None
-        layer = ((results.parity or {}).get("first_divergent_layer") if results else None) or ""
-        if not results or not layer:
-            return
-        source = self.training_run_of(results.run_id) or results.source_run
-        self.graph_requested.emit(source, layer)
-
-    def _on_bench_export_clicked(self) -> None:
-        if isinstance(self.current, ExportResults) and self.current.run_id:
-            self.new_benchmark(self.current.run_id)
-
-
-def _diff_text(parity: dict, key: str) -> str:
-    """A difference; a key present as null is one the check found not finite (inf or NaN)."""
-    value = parity.get(key)
-    return "not finite" if value is None and key in parity else format_diff(value)
-
-
-def _steps_text(parity: dict) -> str:
-    """For a QDQ export: each onnxruntime configuration's output difference in steps against its derived tolerance,
-    and how many quantizer codes differed from the simulation's (the tooltip explains)."""
-    steps = parity.get("steps")
-    if not isinstance(steps, dict):
-        return ""
-    parts = []
-    for mode, label in (("deployed", "as deployed"), ("as_written", "as written")):
-        analysis = steps.get(mode)
-        if not isinstance(analysis, dict) or analysis.get("max_steps") is None:
-            continue
-        q = analysis.get("quantizers") or {}
-        flips = int(q.get("one_step_at_a_tie") or 0)
-        other = int(q.get("one_step_elsewhere") or 0) + int(q.get("two_or_more") or 0)
-        parts.append(f"{label}: {analysis['max_steps']:.0f} of {analysis.get('tolerance_steps')} steps, "
-                     f"{flips:,} rounding flip{'s' if flips != 1 else ''}"
-                     + (f", <b>{other:,} codes off</b>" if other else ""))
-    return "<br>" + " · ".join(parts) if parts else ""
-
-
-def _count_text(value) -> str:
-    if isinstance(value, (list, tuple)):
-        return ", ".join(str(v) for v in value) or "?"
-    return "?" if value is None else str(value)
-
-
-def _accuracy_text(fmt: str, report: dict, parity_passed: bool) -> str:
-    """What the export's accuracy is: measured in onnxruntime for an int8 export, else what parity says of it (a
-    float export computes what PyTorch does, so it is measured only where quantization could change it)."""
-    accuracy = report.get("accuracy") if isinstance(report.get("accuracy"), dict) else None
-    if accuracy and isinstance(accuracy.get("onnxruntime"), (int, float)) and isinstance(accuracy.get("metric"), dict):
-        # Another task's monitor (val MAE, mIoU, mean AP) under the same keys: in its own units, as the Quantization
-        # tab shows it, not as a percentage of accuracy.
-        measure = Measure.of(accuracy["metric"], accuracy.get("split"))
-        text = f"{measure.axis}: onnxruntime {measure.text(accuracy['onnxruntime'])}"
-        if isinstance(accuracy.get("simulated"), (int, float)):
-            change = accuracy["onnxruntime"] - accuracy["simulated"]
-            text += f" · simulated (the quantize run) {measure.text(accuracy['simulated'])} ({change:+.2g})"
-        if accuracy.get("samples") and accuracy.get("split"):
-            text += f" on {accuracy['samples']:,} samples of the {accuracy['split']}"
-        return text
-    if accuracy and isinstance(accuracy.get("onnxruntime"), (int, float)):
-        text = f"onnxruntime {accuracy['onnxruntime']:.2%}"
-        if isinstance(accuracy.get("simulated"), (int, float)):
-            drop = (accuracy["onnxruntime"] - accuracy["simulated"]) * 100
-            text += f" · simulated (the quantize run) {accuracy['simulated']:.2%} ({drop:+.2f} pt)"
-        return text
-    if fmt == "onnx_qdq":
-        return "not measured (the dataset could not be read: see the log)" if report.get("artifact") else "—"
-    if parity_passed:
-        return "the PyTorch model's: its outputs match within the tolerance (measured only for onnx_qdq)"
-    return "not measured: only onnx_qdq exports are (a float export computes what PyTorch does)"
-
-
-def _escape(text: str) -> str:
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
