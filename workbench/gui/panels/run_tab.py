@@ -1,7 +1,7 @@
-"""What the Training, Quantization and Export tabs share: their runs of the workspace, the jobs of this window still
-running them and the one lifecycle each job goes through, the messages a job sends before its record names its run,
-which run is selected, and the Stop, Open folder and Delete… actions. Each tab says what it shows; the bookkeeping
-lives here once.
+"""What the Training, Quantization and Export tabs share: their runs of the workspace, the jobs of this
+window still running them and the one lifecycle each job goes through, the messages a job sends before its
+record names its run, which run is selected, and the Stop, Open folder and Delete… actions. Each tab says what
+it shows; the bookkeeping lives here once.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ class RunTab(QWidget):
     A tab overrides `run_summary(entry)` (its columns' values), `forget(run_id)` (a deleted run, or every run when the
     workspace changes: None) and, where it keeps arrays of a live job, `take_array(kept, msg)`.
 
-    A job goes through `on_job_changed` once for the three tabs: `job_started` (first seen: the tab starts tracking it
-    and says what it keeps), `run_named` (its run folder came after it started), `job_finished` (it ended; the tab
-    shows its result), with `showing(kept)` and `ended_message` for the progress box and the status bar.
+    A job goes through `on_job_changed`, one lifecycle for the three tabs: `job_started` (first seen: the tab
+    tracks it and says what it keeps), `run_named` (its run folder came after it started), `job_finished` (it
+    ended: the tab shows its result); `showing(kept)` and `ended_message` serve the progress box and status
+    bar.
     """
 
     cancel_requested = Signal(str)  # job id: stop it at its next step
@@ -69,7 +70,7 @@ class RunTab(QWidget):
         return False
 
     def job_started(self, record: JobRecord, run_id: str | None):
-        """A job of the tab's tasks is seen for the first time: start tracking it (`start_tracking`) and show it;
+        """A job of the tab's tasks is seen for the first time: track it (`start_tracking`) and show it;
         returns what the tab keeps of it, or None to wait for a later record (one that names its run)."""
         return None
 
@@ -77,8 +78,8 @@ class RunTab(QWidget):
         """A tracked job's record named its run folder after the job started (`name_run` was done)."""
 
     def job_finished(self, record: JobRecord, kept, run_id: str | None, showing: bool) -> None:
-        """A job ended (done, failed or cancelled), after the runs list was read again: `kept` is what the tab kept
-        of it (None: never tracked), `showing` whether the tab was showing it."""
+        """A job ended (done, failed or cancelled), after the runs list was read again: `kept` is what the tab
+        kept of it (None: never tracked), `showing` whether the tab was showing it."""
 
     def showing(self, kept) -> bool:
         """Whether the tab shows this live job now (its progress box follows it)."""
@@ -189,8 +190,8 @@ class RunTab(QWidget):
 
     # -- the job lifecycle ---------------------------------------------------------------------------
     def on_job_changed(self, record: JobRecord) -> None:
-        """A job's record changed: a job of the tab's tasks starts, names its run, progresses or ends here; another
-        tab's job only lets go of the messages held for it."""
+        """A job's record changed: a job of the tab's tasks starts, names its run, progresses or ends here;
+        another tab's job only lets go of the messages held for it."""
         if record.task not in self.TASKS or record.internal:
             self.drop_early(record.job_id)
             return

@@ -485,7 +485,7 @@ class TrainingPanel(RunTab):
 
     # -- live runs -------------------------------------------------------------------------------
     def job_started(self, record: JobRecord, run_id: str | None) -> str | None:
-        """A run starts streaming once its record names it; the tab keeps its run id (the curves hold its points)."""
+        """Tracked once its record names its run; the tab keeps the run id (the curves hold its points)."""
         if not run_id:
             return None
         self.name_run(record.job_id, run_id)  # before the refresh, which then lists the run as running
