@@ -13,7 +13,8 @@ from workbench.worker.models import build_model, find_head, get_model, list_mode
 
 
 def test_the_registry_lists_every_way_to_name_a_model():
-    assert list_models() == ["cnn", "file:<path.py>:<ClassOrFactory>", "hf:<folder or hub id>", "mlp", "timm:<name>",
+    assert list_models() == ["cnn", "file:<path.py>:<ClassOrFactory>", "hf:<folder or hub id>",
+                             "lightning:<path.py>:<LightningModule>", "mlp", "timm:<name>",
                              "torchvision:<arch>"]
     with pytest.raises(JobError, match="'cnm' is not a known model; did you mean 'cnn'"):
         get_model("cnm", num_classes=10, input_shape=(1, 8, 8))

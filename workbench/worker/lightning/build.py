@@ -1,6 +1,6 @@
-"""`build_model` for a `lightning:<path.py>:<LightningModule>` name: the user's class, instantiated (it is an
-nn.Module), with model.checkpoint and model.freeze applied, so graph, export and bench rebuild a Lightning run's
-model from its spec and its plain state_dict. Worker side; never imports Qt.
+"""The `lightning:<path.py>:<LightningModule>` model family: the user's class, instantiated (it is an
+nn.Module) with model.args. build_model applies model.checkpoint and model.freeze and nothing else, so graph,
+export and bench rebuild a Lightning run's model from its spec and its plain state_dict. Never imports Qt.
 """
 
 from __future__ import annotations
@@ -8,20 +8,21 @@ from __future__ import annotations
 from torch import nn
 
 from workbench.errors import JobError
-from workbench.specs import ModelSpec
+from workbench.worker.lightning import PREFIX
 from workbench.worker.lightning.user_classes import load_module
-from workbench.worker.models.surgery import freeze, load_checkpoint
+from workbench.worker.models.registry import LIGHTNING, register_model
 
 
-def build_lightning_model(spec: ModelSpec, *, log=None, checkpoint: bool = True) -> nn.Module:
-    """The module on the CPU, in train mode; its own forward is what export and bench call."""
-    module = load_module(spec.name, log or (lambda text, level="info": None), args=spec.args)
-    if spec.weights:
+@register_model("lightning", family=True, usage="lightning:<path.py>:<LightningModule>", trainer=LIGHTNING,
+                owns_outputs=True, user_code=True,
+                description="A LightningModule from your own Python file, trained by Lightning's Trainer.")
+def build_from_lightning_file(arg: str, *, num_classes: int, input_shape: tuple[int, ...], weights: str, log,
+                              args: dict | None = None) -> nn.Module:
+    """The user's LightningModule called with model.args; its own class decides its outputs, so num_classes
+    and input_shape are not passed."""
+    module = load_module(PREFIX + arg, log, args=args)
+    if weights:
         raise JobError("model.weights: a lightning: model has no pretrained weights to download; pass a trained "
                        "state_dict as model.checkpoint instead")
-    if spec.checkpoint and checkpoint:
-        load_checkpoint(module, spec.checkpoint)
-    if spec.freeze:
-        freeze(module, spec.freeze)
-    module.train()
     return module
+

@@ -15,7 +15,7 @@ from torch import nn
 
 from workbench.errors import JobError
 from workbench.specs import ModelSpec
-from workbench.worker.models.registry import get_model
+from workbench.worker.models.registry import find_model, get_model
 from workbench.worker.models.surgery import find_head, freeze, load_checkpoint, replace_head
 
 
@@ -175,6 +175,20 @@ def _output_channels(spec: ModelSpec, input_shape: Sequence[int], example) -> in
     return int(out.shape[1]) if out.dim() == 4 else None
 
 
+def _build_as_declared(spec: ModelSpec, *, log, checkpoint: bool) -> nn.Module:
+    """A model that decides its own outputs, built from model.args alone (no num_classes, head or trial pass),
+    then model.checkpoint and model.freeze. model.weights reach its builder even when `pretrained` is off, so
+    a family that has none refuses them in every job."""
+    model = get_model(spec.name, num_classes=spec.num_classes, input_shape=tuple(spec.input_shape),
+                      weights=spec.weights, log=log, args=spec.args)
+    if spec.checkpoint and checkpoint:
+        load_checkpoint(model, spec.checkpoint)
+    if spec.freeze:
+        freeze(model, spec.freeze)
+    model.train()
+    return model
+
+
 def build_model(spec: ModelSpec, *, input_shape: Sequence[int] = (), log: Callable[[str], None] | None = None,
                 pretrained: bool = True, checkpoint: bool = True, classes: int | None = None,
                 task: str = "classification", example=None, check: bool = True) -> nn.Module:
@@ -186,10 +200,9 @@ def build_model(spec: ModelSpec, *, input_shape: Sequence[int] = (), log: Callab
     ("auto" counts as classification); `example` is a user dataset's first input, for the trial forward pass.
     `check=False` skips that pass, for a caller that runs the model at once and words its own failure (graph).
     """
-    if spec.name.startswith("lightning:"):  # a LightningModule: its own class decides its outputs, no head surgery
-        from workbench.worker.lightning.build import build_lightning_model
-
-        return build_lightning_model(spec, log=log, checkpoint=checkpoint)
+    found = find_model(spec.name)
+    if found is not None and found[0].owns_outputs:  # e.g. a LightningModule: its class decides its outputs
+        return _build_as_declared(spec, log=log, checkpoint=checkpoint)
     spec = resolve_num_classes(spec, classes, log)
     shape = tuple(spec.input_shape) or tuple(input_shape)
     if not shape:

@@ -107,7 +107,7 @@ def num_classes_parameter(arg: str) -> tuple[bool, int | None, str]:
     return True, default if takes_int else None, attr
 
 
-@register_model("file", family=True, usage="file:<path.py>:<ClassOrFactory>",
+@register_model("file", family=True, usage="file:<path.py>:<ClassOrFactory>", user_code=True,
                 description="A class or factory from your own Python file; it is called with num_classes= if it takes it.")
 def build_from_file(arg: str, *, num_classes: int, input_shape: tuple[int, ...], weights: str, log,
                     args: dict | None = None) -> nn.Module:

@@ -20,6 +20,7 @@ from workbench.worker.data import load_dataset
 from workbench.worker.devices import check_amp, check_compile, describe, resolve_device
 from workbench.worker.models import build_model, count_parameters
 from workbench.worker.models.build import model_class_count, resolve_num_classes
+from workbench.worker.models.registry import LIGHTNING, model_trainer
 from workbench.worker.objectives import check_target, detect_task, target_num_outputs
 from workbench.worker.objectives.of_run import first_input, format_metric, is_user_data, objective_for
 from workbench.worker.training import tensorboard, torchrun
@@ -74,7 +75,7 @@ def run_training(spec: TrainSpec, ctx) -> dict:
     # tensorboard = true: every metric the job records also goes to the run's tensorboard/ folder, from every route
     # (this process, DDP ranks' relay, torchrun's rank 0, Lightning), since all of them report through ctx.
     with tensorboard.live(spec, ctx) as board:
-        if spec.model.name.startswith("lightning:"):  # a LightningModule: trained by Lightning's own Trainer
+        if model_trainer(spec.model.name) == LIGHTNING:  # a LightningModule: trained by Lightning's Trainer
             from workbench.worker.lightning.route import run_lightning_training
 
             return run_lightning_training(spec, ctx, board=board)
