@@ -179,7 +179,9 @@ class Source:
 
 def _user_code(dataset: DataSpec | None) -> bool:
     """A dataset of the user's own code (file:, lightning:), whose samples alone say what the model takes."""
-    return dataset is not None and dataset.name.startswith(("file:", "lightning:"))
+    from workbench.worker.data.registry import is_user_dataset
+
+    return dataset is not None and is_user_dataset(dataset.name)
 
 
 def resolve(source: SourceSpec, model: ModelSpec, dataset: DataSpec, ctx, *, job: str,

@@ -19,7 +19,7 @@ from workbench.specs import DataSpec
 from workbench.worker.data.cache import DatasetCache
 from workbench.worker.data.loaded import DatasetCore, LoadedDataset
 from workbench.worker.data.normalize import stats_key
-from workbench.worker.data.registry import SourceRequest, get_dataset
+from workbench.worker.data.registry import SourceRequest, find_dataset, get_dataset
 from workbench.worker.data.splits import split_train, split_whole
 
 if TYPE_CHECKING:
@@ -94,15 +94,11 @@ def load_dataset(spec: DataSpec, workspace=None, ctx=None) -> LoadedDataset | Us
     if not isinstance(spec, DataSpec):
         spec = DataSpec.from_dict(spec, path="dataset")
     workspace = resolve_workspace(workspace, ctx)
-    if spec.name.startswith("file:"):
-        # The user's own Dataset: imported afresh for every job (their file may have changed), never cached.
-        from workbench.worker.data.user import load_user_dataset
-
-        return load_user_dataset(spec, workspace, ctx)
-    if spec.name.startswith("lightning:"):  # a LightningDataModule: its first training batch, for the later jobs
-        from workbench.worker.lightning.data import load_lightning_dataset
-
-        return load_lightning_dataset(spec, ctx)
+    family = find_dataset(spec.name)
+    if family is not None and family.family:
+        # The user's own Dataset or LightningDataModule: opened afresh for every job (their file may have
+        # changed), never split or cached here.
+        return family.load(spec, workspace, ctx)
     root = resolve_root(spec, workspace)
     core = _cache.get_or_load(_core_key(spec, root, workspace), lambda: _load_core(spec, root, workspace, ctx))
     return LoadedDataset(core, spec)

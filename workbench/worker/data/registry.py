@@ -1,7 +1,8 @@
 """The dataset registry: `register_dataset` / `list_datasets` / `get_dataset`, as torchvision's models/_api.py does.
 
 A dataset is a loader function that takes a `SourceRequest` (the spec, the resolved root, a log callback)
-and returns a `Source` (class names and the stores of its parts). Built-in loaders register on first use.
+and returns a `Source` (class names and the stores of its parts); a dataset family (`file:`, `lightning:`)
+opens its dataset itself, uncached. Built-in loaders and families register on first use.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ BUILTIN_MODULES = (
     "workbench.worker.data.builtin",
     "workbench.worker.data.torchvision_sets",
     "workbench.worker.data.imagefolder",
+    "workbench.worker.data.user_family",
+    "workbench.worker.lightning.data",
 )
 
 
@@ -48,14 +51,21 @@ class Source:
 @dataclass(frozen=True)
 class DatasetEntry:
     name: str
-    load: Callable[[SourceRequest], Source]
+    # A dataset's: (SourceRequest) -> Source; a family's: (spec, workspace, ctx) -> the dataset itself.
+    load: Callable
     has_test_split: bool
     description: str
+    # True: the name is a prefix, `name:<arg>`, and load_dataset neither splits nor caches what it opens.
+    family: bool = False
+    usage: str = ""  # how the name is written, e.g. "file:<path.py>:<Name>"
+    user_code: bool = False  # the name names a user's Python file: it is code, run only where trusted
 
 
-DATASETS: Registry[DatasetEntry] = Registry(
-    "dataset", BUILTIN_MODULES, error=JobError,
-    missing=lambda name, hint: f"dataset.name: no dataset named {name!r}; {hint}")
+def _missing(name: str, hint: str) -> str:
+    return f"dataset.name: no dataset named {name!r}; {hint}"
+
+
+DATASETS: Registry[DatasetEntry] = Registry("dataset", BUILTIN_MODULES, error=JobError, missing=_missing)
 
 
 def register_dataset(name: str, *, has_test_split: bool, description: str = "") -> Callable:
@@ -67,9 +77,43 @@ def register_dataset(name: str, *, has_test_split: bool, description: str = "") 
     return decorator
 
 
+def register_dataset_family(name: str, *, usage: str, user_code: bool = False,
+                            description: str = "") -> Callable:
+    """Register `name:<arg>` datasets: `fn(spec, workspace, ctx)` returns the dataset itself (e.g. a
+    UserDataset), opened afresh for every job since the user's file may have changed."""
+
+    def decorator(fn: Callable) -> Callable:
+        doc = description or (fn.__doc__ or "").strip().split("\n")[0]
+        DATASETS.add(name, DatasetEntry(name, fn, False, doc, family=True, usage=usage, user_code=user_code))
+        return fn
+
+    return decorator
+
+
+def find_dataset(name: str) -> DatasetEntry | None:
+    """The entry for a dataset name: a plain name's own, or its family's for `family:<arg>`; None (no
+    error)."""
+    prefix, sep, arg = name.partition(":")
+    entry = DATASETS.lookup(prefix)
+    if entry is not None and entry.family == bool(sep) and (arg or not sep):
+        return entry
+    return None
+
+
 def get_dataset(name: str) -> DatasetEntry:
-    return DATASETS.get(name)
+    entry = find_dataset(name)
+    if entry is None:
+        usages = list_datasets() + sorted(family.usage for family in DATASETS.entries() if family.family)
+        raise JobError(_missing(name, DATASETS.hint(name, usages)))
+    return entry
+
+
+def is_user_dataset(name: str) -> bool:
+    """Whether a dataset name names a user's own Python file (file:, lightning:)."""
+    entry = find_dataset(name)
+    return entry is not None and entry.user_code
 
 
 def list_datasets() -> list[str]:
-    return DATASETS.names()
+    """The plain dataset names (families such as file:<path.py>:<Name> are written with an argument)."""
+    return [entry.name for entry in DATASETS.entries() if not entry.family]

@@ -9,6 +9,7 @@ import torch
 
 from workbench.errors import JobError, WorkbenchError
 from workbench.specs import DataSpec
+from workbench.worker.data.registry import register_dataset_family
 from workbench.worker.lightning import require_lightning
 from workbench.worker.lightning.user_classes import load_datamodule, overrides, parse_name
 from workbench.worker.models.user_code import _describe, _where
@@ -86,6 +87,13 @@ def _unbatch(batch) -> list:
         raise JobError(f"the first batch's input is a {type(x).__name__}; a tensor input is needed here")
     y = y if isinstance(y, torch.Tensor) and len(y) == len(x) else torch.zeros(len(x), dtype=torch.long)
     return [(x[i], y[i]) for i in range(len(x))]
+
+
+@register_dataset_family("lightning", usage="lightning:<path.py>:<LightningDataModule>", user_code=True,
+                         description="A LightningDataModule from your own Python file: its first batches.")
+def open_lightning_dataset(spec: DataSpec, workspace=None, ctx=None) -> LightningBatch:
+    """The DataModule's first batches, read afresh for every job; the workspace plays no part."""
+    return load_lightning_dataset(spec, ctx)
 
 
 def load_lightning_dataset(spec: DataSpec, ctx=None) -> LightningBatch:

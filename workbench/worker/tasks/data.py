@@ -55,11 +55,12 @@ def info(spec: DataInfoSpec, ctx):
     """Sizes, classes, class counts, shape and mean/std of a dataset; image folders are decoded in full. Every
     dataset also gets "tasks" (what task=auto picks, why, and the tasks it cannot serve) and "target_histogram"."""
     from workbench.worker.data import load_dataset
+    from workbench.worker.data.registry import is_user_dataset
     from workbench.worker.data.user_views import class_histogram
 
     dataset = load_dataset(spec.dataset, ctx=ctx)
     # The user's own Dataset or LightningDataModule: counts, shapes and target, no statistics.
-    if spec.dataset.name.startswith(("file:", "lightning:")):
+    if is_user_dataset(spec.dataset.name):
         try:
             return _user_info(dataset, ctx)
         finally:
