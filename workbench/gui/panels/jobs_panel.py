@@ -175,18 +175,20 @@ class JobsPanel(QWidget):
         for column, width in zip(COLUMNS, (130, 80, 140, 70)):
             self.view.setColumnWidth(COLUMNS.index(column), width)
         self.cancel_button = QPushButton("Cancel job", self)
-        # Ctrl+. is the Jobs menu's action (window-wide); see MainWindow._build_menus.
-        self.cancel_button.setToolTip("Stop the selected job at its next step, or the running job when none is "
-                                      "selected (the newest, if several run) (Ctrl+.)")
+        # Ctrl+. is the Jobs menu's action (window-wide); see WindowChrome._build_task_menus.
+        self.cancel_button.setToolTip("Stop the selected job at its next step, or the running job when none "
+                                      "is selected (the newest, if several run) (Ctrl+.)")
         self.cancel_button.setEnabled(False)
         self.force_button = QPushButton("Force stop", self)
         self.force_button.setToolTip(
-            f"Offered when a cancelled job has not stopped within {CANCEL_GRACE_S:.0f} s (a model stuck in its "
-            "own code). Restarts the worker: the run is marked cancelled and can be resumed from its last "
-            "checkpoint; other jobs of the worker stop too.")
+            f"Offered when a cancelled job has not stopped within {CANCEL_GRACE_S:.0f} s (a model stuck in "
+            "its own code). Restarts the worker: the run is marked cancelled and can be resumed from its "
+            "last checkpoint; other jobs of the worker stop too.")
         self.force_button.setVisible(False)
         self.clear_button = QPushButton("Clear finished", self)
-        self.clear_button.setToolTip("Remove finished, failed and cancelled jobs from this list (their runs stay)")
+        self.clear_button.setToolTip(
+            "Remove finished, failed and cancelled jobs from this list (their runs stay)"
+        )
         buttons = QHBoxLayout()
         buttons.addWidget(self.cancel_button)
         buttons.addWidget(self.force_button)
@@ -220,8 +222,8 @@ class JobsPanel(QWidget):
         return [r for r in self.model.records() if self.model.needs_force_stop(r)]
 
     def cancel_target(self) -> JobRecord | None:
-        """The job Cancel stops: the selected one if it is active, else the newest active job (newest on top), so
-        the button works while a job runs without first selecting its row."""
+        """The job Cancel stops: the selected one if it is active, else the newest active job (newest on top),
+        so the button works while a job runs without first selecting its row."""
         record = self.selected_record()
         if record is not None and record.active:
             return record
