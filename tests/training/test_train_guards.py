@@ -13,6 +13,7 @@ from training_helpers import QUICK, failed, merge, train
 from workbench.errors import JobError
 from workbench.runs import Run
 from workbench.worker.training import TrainStep, build_loss, load_last
+from workbench.worker.training.evaluate import evaluate_sums
 from workbench.worker.training.guards import OutputCheck, divergence_limit, model_title
 
 # 1,437 training samples of digits in batches of 64: 22 full batches, then one of 29 (step 23 of each epoch).
@@ -68,8 +69,9 @@ class Net(nn.Module):
         return out
 '''
 
-# Class 0 gets a logit 1e20 above the rest from the 31st training forward pass on (step 31, in epoch 2): the loss
-# of every other sample is then about 1e20, yet the gradients stay those of softmax, so nothing becomes NaN.
+# Class 0 gets a logit 1e20 above the rest from the 31st training forward pass on (step 31, in epoch 2): the
+# loss of every other sample is then about 1e20, yet the gradients stay those of softmax, so nothing becomes
+# NaN.
 EXPLODES = '''
 import torch
 from torch import nn
@@ -102,7 +104,8 @@ def _model_file(tmp_path: Path, source: str) -> tuple[Path, str]:
 def test_scores_of_the_wrong_shape_for_the_smaller_last_batch_name_the_model_file_and_both_shapes(tmp_path):
     path, name = _model_file(tmp_path, WRONG_FOR_SMALL_BATCHES)
     result = train(tmp_path, merge(QUICK, epochs=2, model={"name": name}))
-    message = failed(result)  # before: IndexError "Target 9 is out of bounds" at step 23, as an internal error
+    # before: IndexError "Target 9 is out of bounds" at step 23, as an internal error
+    message = failed(result)
     assert f"model Net from {path}" in message
     assert "shape (29, 8) for a training batch of 29 samples; expected (29, 10)" in message
     assert "(batch, model.num_classes)" in message
@@ -140,6 +143,33 @@ def test_a_loss_failure_is_explained_with_the_model_name_and_the_output_shape():
     assert isinstance(info.value.__cause__, IndexError)
 
 
+@pytest.mark.parametrize("label", [12, -1])
+def test_a_label_the_loss_cannot_use_is_named_with_its_place_in_the_batch(label: int):
+    torch.manual_seed(0)
+    model = nn.Linear(64, 10)
+    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1), build_loss("cross_entropy"),
+                     output_check=OutputCheck("file:/models/net.py:Net", 10))
+    x, y = torch.randn(4, 64), torch.tensor([1, 2, label, 3])
+    with pytest.raises(JobError) as info:
+        step.accumulate(x, y)
+    message = str(info.value)
+    assert message.startswith(f"a training batch of 4 samples has label {label} (position 2 in the batch), "
+                              "outside the 10 classes 0..9 (model.num_classes=10), so the loss cannot use "
+                              "it ("), message
+    assert "fix the dataset's labels or model.num_classes" in message
+
+
+def test_a_validation_batch_with_a_bad_label_says_validation():
+    model = nn.Linear(8, 3)
+    batches = [(torch.arange(2), torch.randn(2, 8), torch.tensor([0, 5]))]
+    split = type("Split", (), {"indexed_batches": lambda self, *args, **kwargs: iter(batches)})()
+    with pytest.raises(JobError, match=(
+        r"^a validation batch of 2 samples has label 5 \(position 1 in the batch\)"
+    )):
+        evaluate_sums(model, split, build_loss("cross_entropy"), device=torch.device("cpu"),
+                      output_check=OutputCheck("mlp", 3))
+
+
 def test_model_titles():
     assert model_title("file:/a/b/net.py:Net") == "model Net from /a/b/net.py"
     assert model_title("file:C:/models/net.py:make") == "model make from C:/models/net.py"
@@ -151,7 +181,8 @@ def test_a_loss_that_explodes_without_nan_stops_the_run_and_keeps_the_last_good_
     result = train(tmp_path, merge(QUICK, epochs=3, model={"name": name}))
     message = failed(result)  # before: the run ended "done" with a loss of 1e20
     assert message.startswith("the training loss diverged (")
-    assert "at step 35" in message  # steps 31-35 are the first read-back (log_every_steps=5) after it exploded
+    # steps 31-35 are the first read-back (log_every_steps=5) after it exploded
+    assert "at step 35" in message
     assert "a million times the first loss read back" in message and "lower lr" in message
     last = Path(result["run_dir"]) / "checkpoints" / "last.pt"
     assert f"the last good checkpoint is kept: {last}" in message

@@ -1,13 +1,14 @@
 """`dataset.name = "file:<path.py>:<Name>"`: the user's own torch Dataset, read through torch's DataLoader.
 
-`Name` is a torch.utils.data.Dataset subclass, or a function returning one, called with `**dataset.args`. If it
-takes a `split` argument it is called for "train", "val" and "test" (a split it raises ValueError/KeyError for,
-or gives None or an empty dataset for, is missing); a function may also return {"train": ds, "val": ds, ...}.
-Missing val/test splits are carved out of train with the seeded splitters of splits.py, as Subsets.
+`Name` is a torch.utils.data.Dataset subclass, or a function returning one, called with `**dataset.args`. If
+it takes a `split` argument it is called for "train", "val" and "test" (a split it raises ValueError/KeyError
+for, or gives None or an empty dataset for, is missing); a function may also return {"train": ds, "val": ds,
+...}. Missing val/test splits are carved out of train with the seeded splitters of splits.py, as Subsets.
 
-A sample is (input, target) or {"input": ..., "target": ...}; user_samples.py converts and collates them. Batches
-come from a DataLoader with dataset.num_workers worker processes (kept between epochs), its order drawn from
-(seed, epoch) alone. Running the file is running the user's code: announced in the job's log. Never imports Qt.
+A sample is (input, target) or {"input": ..., "target": ...}; user_samples.py converts and collates them.
+Batches come from a DataLoader with dataset.num_workers worker processes (kept between epochs), its order
+drawn from (seed, epoch) alone. Running the file is running the user's code: announced in the job's log. Never
+imports Qt.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from workbench.specs import DataSpec
 from workbench.trust import file_problem
 from workbench.worker.data.loaded import _mix, auto_worker_count
 from workbench.worker.data.splits import split_train, split_whole
+from workbench.worker.data.user_labels import LabelRange, LargestLabel, label_range, scan_batch
 from workbench.worker.data.user_samples import (
     Collate,
     IndexedSamples,
@@ -75,7 +77,8 @@ def _import(path: Path):
     try:
         return import_user_file(path)
     except JobError as exc:
-        raise JobError(str(exc).replace("while importing the model file", "while importing the dataset file")) from None
+        raise JobError(str(exc).replace("while importing the model file",
+                                        "while importing the dataset file")) from None
 
 
 def _accepts(target, name: str) -> bool:
@@ -88,23 +91,24 @@ def _accepts(target, name: str) -> bool:
 MISSING = object()  # a split the user's function raised ValueError/KeyError for
 
 
-MAX_SAMPLES = 2**36  # the splits draw a permutation of every index, 8 bytes each: past this it cannot fit in memory
+# the splits draw a permutation of every index, 8 bytes each: past this it cannot fit in memory
+MAX_SAMPLES = 2**36
 
 
 def _size(ds) -> int:
-    """The raw value of the dataset's __len__: len() would refuse a negative or huge one in words of its own, naming
-    neither the user's class nor what it returned."""
+    """The raw value of the dataset's __len__: len() would refuse a negative or huge one in words of its own,
+    naming neither the user's class nor what it returned."""
     return type(ds).__len__(ds)
 
 
 def _check_size(n, ds, split: str, label: str, path: Path) -> int:
     name = f"{type(ds).__name__}.__len__"
     if isinstance(n, bool) or not isinstance(n, int):
-        raise JobError(f"{label}: {name} returned {n!r} for the {split} split ({path}); it must return the number of "
-                       "samples, an int")
+        raise JobError(f"{label}: {name} returned {n!r} for the {split} split ({path}); it must return the "
+                       "number of samples, an int")
     if n < 0 or n > MAX_SAMPLES:
-        raise JobError(f"{label}: {name} returned {n} for the {split} split ({path}); it must return the number of "
-                       f"samples, from 0 to {MAX_SAMPLES:,}")
+        raise JobError(f"{label}: {name} returned {n} for the {split} split ({path}); it must return the "
+                       f"number of samples, from 0 to {MAX_SAMPLES:,}")
     return n
 
 
@@ -125,19 +129,19 @@ class _Maker:
             if isinstance(exc, TypeError) and _is_call_error(exc):
                 raise JobError(f"{self.label}: {self.attr}({shown}) from {self.path}: {one_line(exc)}; "
                                "check dataset.args") from None
-            raise JobError(f"{self.label}: {type(exc).__name__}: {one_line(exc)} ({where(exc, self.path)}, while "
-                           f"calling {self.attr}({shown}))") from None
+            raise JobError(f"{self.label}: {type(exc).__name__}: {one_line(exc)} ({where(exc, self.path)}, "
+                           f"while calling {self.attr}({shown}))") from None
 
     def check(self, ds, split: str):
         """The dataset for a split, or None when it counts as missing (None or empty)."""
         if ds is None:
             return None
         if isinstance(ds, IterableDataset):
-            raise JobError(f"{self.label}: {self.attr} gave an IterableDataset for the {split} split; it needs "
-                           "__len__ and __getitem__ (a map-style torch.utils.data.Dataset)")
+            raise JobError(f"{self.label}: {self.attr} gave an IterableDataset for the {split} split; it "
+                           "needs __len__ and __getitem__ (a map-style torch.utils.data.Dataset)")
         if not isinstance(ds, Dataset):
-            raise JobError(f"{self.label}: {self.attr} from {self.path} gave a {type(ds).__name__} for the {split} "
-                           "split, not a torch.utils.data.Dataset")
+            raise JobError(f"{self.label}: {self.attr} from {self.path} gave a {type(ds).__name__} for the "
+                           f"{split} split, not a torch.utils.data.Dataset")
         try:
             n = _size(ds)
         except Exception as exc:
@@ -171,8 +175,8 @@ def _make_splits(maker: _Maker) -> dict:
     if isinstance(made, dict):
         unknown = [key for key in made if key not in SPLITS]
         if unknown:
-            raise JobError(f"{maker.label}: {maker.attr} returned a dict with key(s) {', '.join(map(repr, unknown))}; "
-                           "the keys must be 'train', 'val' and 'test'")
+            raise JobError(f"{maker.label}: {maker.attr} returned a dict with key(s) "
+                           f"{', '.join(map(repr, unknown))}; the keys must be 'train', 'val' and 'test'")
         for split in SPLITS:
             found[split] = maker.check(made.get(split), split)
         return found
@@ -184,7 +188,9 @@ def _carve(found: dict, spec: DataSpec, label: str) -> dict:
     """Fill the missing val/test splits from train with the seeded splitters; every split a Dataset."""
     train = found["train"]
     if train is None:
-        raise JobError(f"{label}: the train split is empty (0 samples); the dataset must give at least one sample")
+        raise JobError(
+            f"{label}: the train split is empty (0 samples); the dataset must give at least one sample"
+        )
     n = len(train)
     what = f"the train split of {label}"
     val, test = found["val"], found["test"]
@@ -201,7 +207,8 @@ def _carve(found: dict, spec: DataSpec, label: str) -> dict:
     out = {"train": _carved(train, parts["train"])}
     for split in ("val", "test"):
         given = found[split]
-        out[split] = given if given is not None else _carved(train, parts.get(split, torch.empty(0, dtype=torch.int64)))
+        out[split] = given if given is not None else _carved(train, parts.get(split, torch.empty(0,
+                                                                                                 dtype=torch.int64)))
     return out
 
 
@@ -236,7 +243,8 @@ def _move(value, device: torch.device, non_blocking: bool):
 
 
 class UserSplit:
-    """One of train/val/test of a user's dataset: `len`, `class_counts()`, `batches(...)`, `indexed_batches(...)`."""
+    """One of train/val/test of a user's dataset: `len`, `class_counts()`, `batches(...)`,
+    `indexed_batches(...)`."""
 
     def __init__(self, name: str, source, dataset: UserDataset):
         self.name = name
@@ -262,27 +270,30 @@ class UserSplit:
             raise JobError(clean_message(exc)) from None
         return x, y
 
-    # -- batches -------------------------------------------------------------------------------------------------
-    def batches(self, batch_size: int, *, shuffle: bool, seed: int = 0, epoch: int = 0, drop_last: bool = False,
+    # -- batches ---------------------------------------------------------------------------------------------
+    def batches(self, batch_size: int, *, shuffle: bool, seed: int = 0, epoch: int = 0,
+                drop_last: bool = False,
                 device: str | torch.device = "cpu", augment: bool | None = None,
                 placement: str | None = None) -> Iterator[tuple]:
-        """Yield (x, y) on `device` covering the split once; the order (shuffle) is drawn from (seed, epoch) alone.
-        `augment` and `placement` are accepted for the built-in datasets' signature and ignored."""
+        """Yield (x, y) on `device` covering the split once; the order (shuffle) is drawn from (seed, epoch)
+        alone. `augment` and `placement` are accepted for the built-in datasets' signature and ignored."""
         order = torch.randperm(len(self), generator=torch.Generator().manual_seed(_mix(seed, epoch))) \
             if shuffle else torch.arange(len(self))
         plan = self._plan(order, batch_size, drop_last, (0, 1))
         for _, x, y in self._run(plan, device, seed=_mix(seed, epoch)):
             yield x, y
 
-    def indexed_batches(self, batch_size: int, *, device: str | torch.device = "cpu", rank: int = 0, world: int = 1,
+    def indexed_batches(self, batch_size: int, *, device: str | torch.device = "cpu", rank: int = 0,
+                        world: int = 1,
                         placement: str | None = None) -> Iterator[tuple]:
-        """(indices within the split (host int64), x, y) in split order; with world > 1, every world-th batch from
-        the rank-th."""
+        """(indices within the split (host int64), x, y) in split order; with world > 1, every world-th batch
+        from the rank-th."""
         plan = self._plan(torch.arange(len(self)), batch_size, False, (rank, world))
         yield from self._run(plan, device, seed=0)
 
     @staticmethod
-    def _plan(order: torch.Tensor, batch_size: int, drop_last: bool, shard: tuple[int, int]) -> list[list[int]]:
+    def _plan(order: torch.Tensor, batch_size: int, drop_last: bool, shard: tuple[int,
+                                                                                  int]) -> list[list[int]]:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, not {batch_size}")
         rank, world = shard
@@ -336,6 +347,9 @@ class UserSplit:
                     if dead or worker_death(exc) is not None:
                         self._forget_loaders()
                     raise error from None
+                labels = self.dataset.labels
+                if labels is not None:  # on the host, before the device (or the loss) meets a bad label
+                    labels.check(self.dataset.label, self.samples.origin, indices, y)
                 yield indices, _move(x, device, pin), _move(y, device, pin)
         finally:
             with self._lock:
@@ -353,9 +367,10 @@ class UserSplit:
 
 
 def _no_sigchld_raise(stream) -> None:
-    """Keep torch's SIGCHLD handler from raising "worker killed by signal" wherever the main thread happens to be
-    (inside the training step, say, where no one turns it into a JobError): without its pids registered, a dead
-    worker is found by the iterator itself, within 5 s, and raised from next(), where _run translates it."""
+    """Keep torch's SIGCHLD handler from raising "worker killed by signal" wherever the main thread happens to
+    be (inside the training step, say, where no one turns it into a JobError): without its pids registered, a
+    dead worker is found by the iterator itself, within 5 s, and raised from next(), where _run translates
+    it."""
     if not getattr(stream, "_worker_pids_set", False):
         return
     try:
@@ -368,9 +383,10 @@ def _no_sigchld_raise(stream) -> None:
 
 
 def _dead_workers(stream, exc: BaseException, wait: float = 3.0) -> dict[str, str]:
-    """pid -> how it ended, for the DataLoader's worker processes that are gone. A worker that dies mid-transfer
-    can surface as any error of the transfer (ConnectionResetError, EOFError, ...) before it is reaped, so for an
-    error that is not a sample's own, wait up to `wait` seconds for a worker to be seen dead."""
+    """pid -> how it ended, for the DataLoader's worker processes that are gone. A worker that dies
+    mid-transfer can surface as any error of the transfer (ConnectionResetError, EOFError, ...) before it is
+    reaped, so for an error that is not a sample's own, wait up to `wait` seconds for a worker to be seen
+    dead."""
     workers = getattr(stream, "_workers", None) or []
     if not workers or clean_message(exc) is not None:
         return {}
@@ -397,7 +413,8 @@ def _how(code: int) -> str:
 
 
 def _shutdown(loader: DataLoader) -> None:
-    """Stop a DataLoader's persistent worker processes now rather than when the garbage collector gets to them."""
+    """Stop a DataLoader's persistent worker processes now rather than when the garbage collector gets to
+    them."""
     iterator = getattr(loader, "_iterator", None)
     stop = getattr(iterator, "_shutdown_workers", None)
     if stop is not None:
@@ -410,7 +427,8 @@ def _shutdown(loader: DataLoader) -> None:
 
 class UserDataset:
     """A `file:` dataset with the interface training uses of LoadedDataset: name, spec, splits, classes,
-    sample_shape, first_sample(), prepare(), loader_workers(), describe_workers(), normalization(), release()."""
+    sample_shape, first_sample(), prepare(), loader_workers(), describe_workers(), normalization(),
+    release()."""
 
     in_memory = False
 
@@ -427,11 +445,14 @@ class UserDataset:
         self._first = None
         self._classes: list[str] | None = None
         self._classes_lock = threading.Lock()
+        # the train split's largest label, once the class scan read it
+        self._largest: LargestLabel | None = None
+        self.labels: LabelRange | None = None  # the labels a classification run allows (expect_labels)
 
-    # -- what the first sample says ------------------------------------------------------------------------------
+    # -- what the first sample says --------------------------------------------------------------------------
     def first_sample(self) -> tuple:
-        """(input, target) of sample 0 of the train split, converted as batches convert them (without the batch
-        dimension): input a tensor, or a tuple/dict of tensors; target a tensor."""
+        """(input, target) of sample 0 of the train split, converted as batches convert them (without the
+        batch dimension): input a tensor, or a tuple/dict of tensors; target a tensor."""
         if self._first is None:
             self._first = self.splits["train"].sample(0)
         return self._first
@@ -448,43 +469,67 @@ class UserDataset:
 
     @property
     def classes(self) -> list[str]:
-        """Class names: the dataset's `classes` attribute (any task), else for integer scalar targets "0".."K-1" from
-        the largest label of the train split (read once, through the DataLoader); [] for any other target."""
+        """Class names: the dataset's `classes` attribute (any task), else for integer scalar targets
+        "0".."K-1" from the largest label of the train split (read once, through the DataLoader); [] for any
+        other target."""
         with self._classes_lock:
             if self._classes is None:
                 self._classes = self._find_classes()
             return self._classes
 
-    def _find_classes(self) -> list[str]:
-        # The Dataset's own names first, whatever its targets: a segmentation set's classes name its mask values.
+    def _declared_classes(self) -> list[str] | None:
+        """The names the Dataset's own `classes` attribute gives (of the train split, or of what it was carved
+        from)."""
         source = self.splits["train"].source
         while True:
             named = getattr(source, "classes", None)
             if isinstance(named, list | tuple) and named:
                 return [str(c) for c in named]
             if not isinstance(source, Subset):
-                break
+                return None
             source = source.dataset
+
+    def _find_classes(self) -> list[str]:
+        # The Dataset's own names first, whatever its targets: a segmentation set's classes name its mask
+        # values.
+        declared = self._declared_classes()
+        if declared:
+            return declared
         if not self.target_is_label():
             return []
         train = self.splits["train"]
         total = len(train)
-        done, largest = 0, -1
-        for _, _, y in train.indexed_batches(SCAN_BATCH):
+        done, largest = 0, None
+        for indices, _, y in train.indexed_batches(SCAN_BATCH):
             if y.dim() != 1 or y.is_floating_point():
-                raise JobError(f"{self.label}: sample 0 of the train split has an integer label, but a batch near "
-                               f"sample {done} has targets of shape {list(y.shape[1:])} and type {y.dtype}; "
-                               "give every sample the same kind of target")
-            low = int(y.min())
-            if low < 0:
-                raise JobError(f"{self.label}: the train split has the label {low}; class labels must be 0..K-1")
-            largest = max(largest, int(y.max()))
+                raise JobError(f"{self.label}: sample 0 of the train split has an integer label, but a batch "
+                               f"near sample {done} has targets of shape {list(y.shape[1:])} and type "
+                               f"{y.dtype}; give every sample the same kind of target")
+            largest = scan_batch(self.label, train.samples.origin, indices, y, largest)
             done += int(y.shape[0])
             if self._progress is not None:
                 self._progress(done, total, f"reading the labels of {self.name} {done:,}/{total:,}")
-        return [str(i) for i in range(largest + 1)]
+        self._largest = largest
+        return [str(i) for i in range(largest.value + 1 if largest is not None else 0)]
 
-    # -- what the engine asks of any dataset ---------------------------------------------------------------------
+    def classes_source(self) -> str:
+        """Where `classes` came from, for the log line of model.num_classes auto."""
+        largest = self._largest
+        if self._declared_classes() or largest is None:
+            return "the dataset's classes"
+        return (
+            f"one past the largest label, {largest.value} in {largest.sample}; the dataset has no `classes`"
+        )
+
+    def expect_labels(self, count: int) -> None:
+        """From now on every batch's integer labels must lie in 0..count-1, checked on the host as the batch
+        arrives; a train label the class scan already read past that is a JobError now, naming its sample."""
+        self.labels = label_range(count, self._declared_classes(), self._largest)
+        largest = self._largest
+        if largest is not None and largest.value >= count:
+            raise JobError(self.labels.message(self.label, largest.sample, largest.value))
+
+    # -- what the engine asks of any dataset -----------------------------------------------------------------
     def normalization(self, progress=None) -> None:
         """None: a user's dataset is normalised by its own transforms."""
         return None
@@ -542,8 +587,8 @@ class UserDataset:
             pids, how = died
             how = how.replace("is killed by signal", "killed by signal")
         if dead or died is not None:
-            return JobError(f"a DataLoader worker of {self.label} died (pid {pids}, {how}); the job stopped — try "
-                            "dataset.num_workers=0 to see the error in the job itself")
+            return JobError(f"a DataLoader worker of {self.label} died (pid {pids}, {how}); the job stopped "
+                            "— try dataset.num_workers=0 to see the error in the job itself")
         return None
 
     def describe(self) -> dict:
@@ -561,14 +606,15 @@ def _dtype(t: torch.Tensor) -> str:
 def describe_samples(name: str, splits: dict, first: tuple, *, classes: list, target: str | None,
                      root: str | None, workers: str) -> dict:
     """data.info's description of samples that are not a built-in image set (a user's Dataset, a
-    LightningDataModule's first batches): samples per split, the input's shape and dtype (each input's, for several),
-    the target (`target`, else its dtype and shape), the classes."""
+    LightningDataModule's first batches): samples per split, the input's shape and dtype (each input's, for
+    several), the target (`target`, else its dtype and shape), the classes."""
     x, y = first
     head = first_tensor(x)
     if isinstance(x, tuple):
         inputs = [{"shape": list(t.shape), "dtype": _dtype(t)} for t in x]
     elif isinstance(x, dict):
-        inputs = {k: {"shape": list(first_tensor(t).shape), "dtype": _dtype(first_tensor(t))} for k, t in x.items()}
+        inputs = {k: {"shape": list(first_tensor(t).shape), "dtype": _dtype(first_tensor(t))} for k,
+                  t in x.items()}
     else:
         inputs = None
     counts = {split: len(samples) for split, samples in splits.items()}
@@ -593,7 +639,8 @@ def describe_samples(name: str, splits: dict, first: tuple, *, classes: list, ta
 
 
 def load_user_dataset(spec: DataSpec, workspace: Path, ctx=None) -> UserDataset:
-    """Import the user's file, call `Name` for the splits, carve the missing ones and read sample 0 of train."""
+    """Import the user's file, call `Name` for the splits, carve the missing ones and read sample 0 of
+    train."""
     path, attr = parse_user_name(spec.name)
     label = f"dataset {spec.name}"
 
@@ -608,15 +655,21 @@ def load_user_dataset(spec: DataSpec, workspace: Path, ctx=None) -> UserDataset:
     target = getattr(module, attr, None)
     if target is None or not callable(target):
         found = sorted(n for n, v in vars(module).items()
-                       if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == module.__name__)
+                       if callable(v) and not n.startswith("_") and getattr(v, "__module__",
+                                                                            None) == module.__name__)
         what = "is not callable" if target is not None else "is not defined there"
-        raise JobError(f"dataset.name: {attr!r} in {path} {what}; it defines: {', '.join(found) or 'nothing callable'}")
+        raise JobError(
+            f"dataset.name: {attr!r} in {path} {what}; it defines: {', '.join(found) or 'nothing callable'}"
+        )
     if inspect.isclass(target) and not issubclass(target, Dataset):
-        raise JobError(f"dataset.name: {attr} in {path} is a class but not a torch.utils.data.Dataset subclass")
+        raise JobError(
+            f"dataset.name: {attr} in {path} is a class but not a torch.utils.data.Dataset subclass"
+        )
     maker = _Maker(target, attr, path, spec.args, label)
     splits = _carve(_make_splits(maker), spec, label)
     dataset = UserDataset(spec, workspace, path, attr, splits, progress)
-    dataset.first_sample()  # a sample that fails, or is not (input, target), says so now, before any worker starts
+    # a sample that fails, or is not (input, target), says so now, before any worker starts
+    dataset.first_sample()
     counts = ", ".join(f"{len(dataset.splits[name]):,} {name}" for name in SPLITS)
     say(f"{label}: {counts} samples, input {list(dataset.sample_shape)}")
     return dataset

@@ -1,8 +1,8 @@
 """Evaluation: validation loss and accuracy during training, and the final test evaluation (confusion matrix,
 per-class accuracy, the most confidently wrong samples) the GUI's evaluation view reads from evaluation.json.
 
-Batches are gathered by index here (not by Split.batches) so every prediction keeps its index within the split,
-even when some files fail to decode. Worker side; never imports Qt.
+Batches are gathered by index here (not by Split.batches) so every prediction keeps its index within the
+split, even when some files fail to decode. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from workbench.worker.training.losses import LossFn
 
 def indexed_batches(split, batch_size: int, device: torch.device, *, rank: int = 0,
                     world: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """(indices within the split (host), normalised x, y) in split order, no augmentation; with world > 1, this
-    rank's share of the batches. Gathered where the dataset keeps its batches for `device` (on it, staged, host)."""
+    """(indices within the split (host), normalised x, y) in split order, no augmentation; with world > 1,
+    this rank's share of the batches. Gathered where the dataset keeps its batches for `device` (on it,
+    staged, host)."""
     return split.indexed_batches(batch_size, device=device, rank=rank, world=world)
 
 
@@ -42,8 +43,8 @@ def evaluate_sums(model: nn.Module, split, loss_fn: LossFn, *, device: torch.dev
                   channels_last: bool = False, batch_size: int = 256, rank: int = 0, world: int = 1,
                   check_stop: Callable[[], None] | None = None,
                   output_check: OutputCheck | None = None, objective=None) -> torch.Tensor:
-    """[loss summed over samples, the objective's statistics (without one: the correct count), sample count] as
-    one float64 device tensor (for all_reduce)."""
+    """[loss summed over samples, the objective's statistics (without one: the correct count), sample count]
+    as one float64 device tensor (for all_reduce)."""
     was_training = model.training
     model.eval()
     width = objective.stat_count() + 2 if objective is not None else 3
@@ -55,7 +56,7 @@ def evaluate_sums(model: nn.Module, split, loss_fn: LossFn, *, device: torch.dev
             scores = _forward(model, x, amp, device, channels_last)
             if output_check is not None:
                 output_check.scores(scores, y, where="validation")
-                sums[0] += output_check.loss(loss_fn, scores, y).double() * y.shape[0]
+                sums[0] += output_check.loss(loss_fn, scores, y, where="validation").double() * y.shape[0]
             else:
                 sums[0] += loss_fn(scores, y).double() * y.shape[0]
             if objective is not None:
@@ -70,13 +71,15 @@ def evaluate_sums(model: nn.Module, split, loss_fn: LossFn, *, device: torch.dev
 
 def evaluate_test(model: nn.Module, split, classes: list[str], *, device: torch.device, amp: str = "none",
                   channels_last: bool = False, batch_size: int = 256,
-                  check_stop: Callable[[], None] | None = None, output_check: OutputCheck | None = None) -> dict:
+                  check_stop: Callable[[], None] | None = None,
+                  output_check: OutputCheck | None = None) -> dict:
     """Classification's evaluation.json content for `split`: classes, confusion matrix (rows: true class),
     per-class accuracy (None for a class with no samples), accuracy, the most confidently wrong samples."""
     from workbench.worker.objectives import build_objective
 
     objective = build_objective("classification", num_outputs=len(classes))
-    return evaluate_split(model, split, objective, classes, device=device, amp=amp, channels_last=channels_last,
+    return evaluate_split(model, split, objective, classes, device=device, amp=amp,
+                          channels_last=channels_last,
                           batch_size=batch_size, check_stop=check_stop, output_check=output_check)
 
 
@@ -96,7 +99,8 @@ def evaluate_split(model: nn.Module, split, objective, classes: list[str], *, de
             scores = _forward(model, x, amp, device, channels_last)
             if output_check is not None:
                 output_check.scores(scores, y, where="test")
-            if hasattr(evaluator, "add_inputs"):  # a custom task's evaluator may not derive from TestEvaluator
+            # a custom task's evaluator may not derive from TestEvaluator
+            if hasattr(evaluator, "add_inputs"):
                 evaluator.add_inputs(x)
             evaluator.add(indices, scores, y)
     finally:
@@ -108,7 +112,8 @@ def evaluate_split(model: nn.Module, split, objective, classes: list[str], *, de
 
 def _attach_inputs(split, result: dict) -> None:
     """The worst samples' inputs when they are not images (token ids and text, signals, rows): the view shows
-    them from evaluation.json alone. Reading them is the user's code: a failure leaves the evaluation as it is."""
+    them from evaluation.json alone. Reading them is the user's code: a failure leaves the evaluation as it
+    is."""
     from workbench.errors import JobError
     from workbench.worker.data.sequence_views import attach_inputs
 

@@ -25,7 +25,7 @@ from workbench.worker.objectives import check_target, detect_task, target_num_ou
 from workbench.worker.objectives.of_run import first_input, format_metric, is_user_data, objective_for
 from workbench.worker.training import tensorboard, torchrun
 from workbench.worker.training.evaluate import evaluate_split, write_evaluation
-from workbench.worker.training.guards import output_check_for
+from workbench.worker.training.guards import expect_labels, output_check_for
 from workbench.worker.training.layout import resolve_channels_last
 from workbench.worker.training.loop import Trainer, TrainSetup
 from workbench.worker.training.reproducibility import deterministic_mode, seed_everything
@@ -39,8 +39,9 @@ def _shape(shape) -> str:
 def check_data_fits(spec: TrainSpec, dataset) -> None:
     classes = len(dataset.classes) if spec.task in ("auto", "classification") else spec.model.num_classes
     if spec.model.num_classes != classes:
-        raise JobError(f"model.num_classes is {spec.model.num_classes}, but {dataset.name} has {classes} classes; "
-                       f"set model.num_classes={classes}")
+        expect_labels(dataset, spec.model.num_classes)  # a user's label past num_classes: named by its sample
+        raise JobError(f"model.num_classes is {spec.model.num_classes}, but {dataset.name} has {classes} "
+                       f"classes; set model.num_classes={classes}")
     wanted = tuple(spec.model.input_shape)
     if wanted and wanted != tuple(dataset.sample_shape):
         raise JobError(f"model.input_shape is {_shape(wanted)}, but the images of {dataset.name} are "
@@ -52,12 +53,12 @@ def check_distributed(spec: TrainSpec, device: torch.device) -> None:
     if spec.distributed != "ddp":
         return
     if device.type not in ("cpu", "cuda"):
-        raise JobError(f"distributed: ddp runs on cpu (gloo) or cuda (nccl), not {device.type}; use device=cpu or "
-                       "distributed=none")
+        raise JobError(f"distributed: ddp runs on cpu (gloo) or cuda (nccl), not {device.type}; use "
+                       "device=cpu or distributed=none")
     if spec.batch_size % spec.nproc:
         fitting = spec.nproc * max(1, round(spec.batch_size / spec.nproc))
-        raise JobError(f"batch_size: {spec.batch_size} is not divisible by nproc={spec.nproc}; each process takes "
-                       f"batch_size // nproc samples of every batch, so use e.g. batch_size={fitting}")
+        raise JobError(f"batch_size: {spec.batch_size} is not divisible by nproc={spec.nproc}; each process "
+                       f"takes batch_size // nproc samples of every batch, so use e.g. batch_size={fitting}")
     if device.type == "cuda" and spec.nproc > torch.cuda.device_count():
         raise JobError(f"nproc: {spec.nproc} processes need {spec.nproc} CUDA devices; this machine has "
                        f"{torch.cuda.device_count()}")
@@ -72,8 +73,9 @@ def run_training(spec: TrainSpec, ctx) -> dict:
     run = ctx.run
     if run is None:
         raise JobError("training needs a run folder to keep its checkpoints: run it with a workspace")
-    # tensorboard = true: every metric the job records also goes to the run's tensorboard/ folder, from every route
-    # (this process, DDP ranks' relay, torchrun's rank 0, Lightning), since all of them report through ctx.
+    # tensorboard = true: every metric the job records also goes to the run's tensorboard/ folder, from every
+    # route (this process, DDP ranks' relay, torchrun's rank 0, Lightning), since all of them report through
+    # ctx.
     with tensorboard.live(spec, ctx) as board:
         if model_trainer(spec.model.name) == LIGHTNING:  # a LightningModule: trained by Lightning's Trainer
             from workbench.worker.lightning.route import run_lightning_training
@@ -84,7 +86,8 @@ def run_training(spec: TrainSpec, ctx) -> dict:
         if group is None or group.world_size == 1:
             return _train(spec, ctx, device, None, None, board)
         device = torchrun.rank_device(group, device)
-        # Joined first, so that whatever fails here before training reaches the other ranks as an error at once.
+        # Joined first, so that whatever fails here before training reaches the other ranks as an error at
+        # once.
         with torchrun.leading(group, device) as lead:
             return _train(spec, ctx, device, group, lead, board)
 
@@ -116,9 +119,10 @@ def _train(spec: TrainSpec, ctx, device: torch.device, group, lead, board=None) 
 
 
 def _to_tensorboard(board, spec: TrainSpec, model, dataset) -> None:
-    """The spec as it trains and the model's graph, before the first step; the metrics follow as they are recorded.
-    Traced now, on the built model, so the graph is the user's network (not its compiled or DDP wrapper); the
-    tracer runs it in eval mode, so batch-norm statistics and the random streams are as without TensorBoard."""
+    """The spec as it trains and the model's graph, before the first step; the metrics follow as they are
+    recorded. Traced now, on the built model, so the graph is the user's network (not its compiled or DDP
+    wrapper); the tracer runs it in eval mode, so batch-norm statistics and the random streams are as without
+    TensorBoard."""
     if board is None:
         return
     board.spec_text(spec.to_toml())
@@ -159,7 +163,8 @@ def _check_setup(spec: TrainSpec, ctx, device: torch.device, group) -> None:
 
 
 def load_training_data(spec: TrainSpec, ctx):
-    """The spec's dataset, its in-memory images decoded now (so unreadable files are known before any step)."""
+    """The spec's dataset, its in-memory images decoded now (so unreadable files are known before any
+    step)."""
     dataset = load_dataset(spec.dataset, ctx=ctx)
     if dataset.in_memory:
         # Decoded now (epoch one would do it anyway), so unreadable files are known before training: the
@@ -169,8 +174,9 @@ def load_training_data(spec: TrainSpec, ctx):
 
 
 def resolve_task(spec: TrainSpec, dataset, log) -> TrainSpec:
-    """task = auto becomes the task the data serves, model.num_classes = 0 (auto) the dataset's class count (or
-    the target's value count); says which and why through `log`. Writes nothing (lr-find keeps no checkpoint)."""
+    """task = auto becomes the task the data serves, model.num_classes = 0 (auto) the dataset's class count
+    (or the target's value count); says which and why through `log`. Writes nothing (lr-find keeps no
+    checkpoint)."""
     task, why, target = _task_of(spec, dataset)
     resolved = dataclasses.replace(spec, task=task)
     if not spec.model.num_classes:
@@ -197,9 +203,10 @@ def _task_of(spec: TrainSpec, dataset) -> tuple[str, str, object]:
         return "custom", "set in the spec", dataset.first_sample()[1] if is_user_data(dataset) else None
     if not is_user_data(dataset):
         if spec.task not in ("auto", "classification"):
-            raise JobError(f"task: {spec.task} needs targets of its own kind, but {dataset.name} is a built-in image "
-                           "classification set (a class label per image); set task=auto or task=classification, or "
-                           "train on your own Dataset with dataset.name=file:<path.py>:<Name>")
+            raise JobError(f"task: {spec.task} needs targets of its own kind, but {dataset.name} is a "
+                           "built-in image classification set (a class label per image); set task=auto or "
+                           "task=classification, or train on your own Dataset with "
+                           "dataset.name=file:<path.py>:<Name>")
         return "classification", f"{dataset.name} is an image classification set", None
     x, y = dataset.first_sample()
     if spec.task == "auto":
@@ -213,13 +220,15 @@ def _output_count(task: str, dataset, target, model) -> tuple[int, str]:
     """How many outputs the model needs when model.num_classes is 0 (auto), and where that count came from."""
     if task in ("regression", "multilabel"):
         return target_num_outputs(task, target), "the target's values"
-    if task == "custom":  # the user's loss reads the outputs: the dataset's classes if it has them, else one a value
+    # the user's loss reads the outputs: the dataset's classes if it has them, else one a value
+    if task == "custom":
         classes = len(getattr(dataset, "classes", None) or [])
         return classes or target_num_outputs("regression", target), \
             "the dataset's classes" if classes else "the target's values"
     classes = len(dataset.classes)
     if classes:
-        return classes, "the dataset's classes"
+        source = getattr(dataset, "classes_source", None)  # a user's Dataset may have counted its labels
+        return classes, source() if source is not None else "the dataset's classes"
     why = "no `classes` attribute"
     if task == "segmentation":
         # A mask holds class indices, not their count: the model's own head says how many classes it scores.
@@ -227,15 +236,17 @@ def _output_count(task: str, dataset, target, model) -> tuple[int, str]:
         if count:
             return count, f"{source}: {dataset.name} has no `classes`"
         why += f", and {source}"
-    raise JobError(f"model.num_classes: 0 (auto) needs the number of classes, and {dataset.name} does not say "
-                   f"it ({why}); set model.num_classes")
+    raise JobError(f"model.num_classes: 0 (auto) needs the number of classes, and {dataset.name} does not "
+                   f"say it ({why}); set model.num_classes")
 
 
 def _prepare_run_folder(spec: TrainSpec, dataset, ctx) -> tuple[dict | None, int | None]:
-    """The run's checkpoint and artifact folders, and what a resume continues from: (last.pt's content, its epoch)."""
+    """The run's checkpoint and artifact folders, and what a resume continues from: (last.pt's content, its
+    epoch)."""
     run = ctx.run
     if not len(dataset.splits["val"]):
-        ctx.log("no validation split (dataset.val_fraction is 0): no best.pt and no early stopping", "warning")
+        ctx.log("no validation split (dataset.val_fraction is 0): no best.pt and no early stopping",
+                "warning")
     run.checkpoints_dir.mkdir(parents=True, exist_ok=True)
     run.artifacts_dir.mkdir(parents=True, exist_ok=True)
     resume = load_last(run.checkpoints_dir / LAST) if ctx.resuming else None
@@ -258,13 +269,15 @@ def _log_start(spec: TrainSpec, ctx, dataset, model, device: torch.device) -> di
     return parameters
 
 
-def _fit(spec: TrainSpec, ctx, device: torch.device, group, lead, *, dataset, model, pending: list) -> _Fitted:
-    """Train in this process, as rank 0 of a torchrun group, or in spawned DDP ranks; `pending` holds what a resume
-    continues from (or None), taken out here so that no caller keeps it alive."""
+def _fit(spec: TrainSpec, ctx, device: torch.device, group, lead, *, dataset, model,
+         pending: list) -> _Fitted:
+    """Train in this process, as rank 0 of a torchrun group, or in spawned DDP ranks; `pending` holds what a
+    resume continues from (or None), taken out here so that no caller keeps it alive."""
     run = ctx.run
     resume = pending.pop()
     if group is not None:
-        summary, model, channels_last, spec = _lead_group(spec, ctx, group, lead, dataset=dataset, model=model,
+        summary, model, channels_last, spec = _lead_group(spec, ctx, group, lead, dataset=dataset,
+                                                          model=model,
                                                           device=device, resume=resume)
         return _Fitted(spec, summary, model, channels_last)
     if spec.distributed == "ddp":
@@ -275,7 +288,8 @@ def _fit(spec: TrainSpec, ctx, device: torch.device, group, lead, *, dataset, mo
         channels_last, layout = resolve_channels_last(
             spec.channels_last, model=model, sample_shape=tuple(dataset.sample_shape),
             batch_size=max(1, spec.batch_size // spec.nproc), device=device, amp=spec.amp,
-            workspace=dataset.core.workspace, deterministic=spec.deterministic, compiled=spec.compile != "off")
+            workspace=dataset.core.workspace, deterministic=spec.deterministic,
+                                                      compiled=spec.compile != "off")
         ctx.log(f"memory layout: {layout}")
         spec = dataclasses.replace(spec, channels_last=channels_last)
         summary = launch(spec, ctx, device=device, checkpoints_dir=run.checkpoints_dir,
@@ -306,7 +320,8 @@ def _evaluate_on_test(fitted: _Fitted, ctx, dataset, device: torch.device) -> _T
     classes = dataset.classes if objective.task == "classification" else _label_names(spec, dataset)
     evaluation = evaluate_split(fitted.model, test_split, objective, classes, device=device, amp=spec.amp,
                                 channels_last=fitted.channels_last, batch_size=spec.batch_size,
-                                check_stop=ctx.check_stop, output_check=output_check_for(spec, objective, dataset))
+                                check_stop=ctx.check_stop, output_check=output_check_for(spec, objective,
+                                                                                         dataset))
     evaluation["checkpoint"] = checkpoint
     path = run.artifacts_dir / "evaluation.json"
     write_evaluation(path, evaluation)
@@ -317,7 +332,9 @@ def _evaluate_on_test(fitted: _Fitted, ctx, dataset, device: torch.device) -> _T
     else:
         accuracy = None
         monitor = _number((evaluation.get("monitor") or {}).get("value"))
-        text = (f"test {objective.monitor_label} {format_metric(objective.monitor, monitor)}" if monitor is not None
+        text = ((
+            f"test {objective.monitor_label} {format_metric(objective.monitor, monitor)}"
+        ) if monitor is not None
                 else "no test samples evaluated")
     text += f" with {checkpoint_text(checkpoint)}"
     ctx.progress(len(test_split), len(test_split), text, force=True)
@@ -326,8 +343,9 @@ def _evaluate_on_test(fitted: _Fitted, ctx, dataset, device: torch.device) -> _T
 
 
 def _load_test_checkpoint(fitted: _Fitted, ctx) -> dict:
-    """Put into the model the checkpoint every later job of the run loads (quantize, export, Try it: best.pt, else
-    model.pt), so that the test number the Training tab shows is the one those jobs start from; returns which."""
+    """Put into the model the checkpoint every later job of the run loads (quantize, export, Try it: best.pt,
+    else model.pt), so that the test number the Training tab shows is the one those jobs start from; returns
+    which."""
     folder = ctx.run.checkpoints_dir
     name = next((name for name in (BEST, FINAL) if (folder / name).is_file()), FINAL)
     epoch = fitted.summary.get("best_epoch") if name == BEST else fitted.summary.get("epochs_completed")
@@ -347,14 +365,16 @@ def checkpoint_text(checkpoint: dict | None) -> str:
 
 
 def _label_names(spec: TrainSpec, dataset) -> list[str]:
-    """Names of the outputs for the evaluation view: the dataset's `classes` where it has them, else numbers."""
+    """Names of the outputs for the evaluation view: the dataset's `classes` where it has them, else
+    numbers."""
     names = list(getattr(dataset, "classes", None) or [])
     return names if len(names) == spec.model.num_classes else [str(i) for i in range(spec.model.num_classes)]
 
 
 def _result(fitted: _Fitted, ctx, device: torch.device, group, *, parameters: dict, test: _TestEvaluation,
             resumed_from: int | None) -> dict:
-    """The result the runner writes as report.json (its keys are a contract: the GUI, the report and tests read them)."""
+    """The result the runner writes as report.json (its keys are a contract: the GUI, the report and tests
+    read them)."""
     spec, summary, run = fitted.spec, fitted.summary, ctx.run
     last = summary.get("last_epoch") or {}
     best = run.checkpoints_dir / BEST
@@ -364,7 +384,8 @@ def _result(fitted: _Fitted, ctx, device: torch.device, group, *, parameters: di
                   "val_accuracy": _number(last.get("val_acc")), "test_accuracy": test.accuracy},
         # Samples/s after the warm-up; the warm-up (first steps, profiling, compilation) is reported apart.
         "throughput": {"train_samples_per_s": _number(summary.get("train_samples_per_s")),
-                       "warmup_s": _number(summary.get("warmup_s")), "warmup_steps": summary.get("warmup_steps"),
+                       "warmup_s": _number(summary.get("warmup_s")),
+                       "warmup_steps": summary.get("warmup_steps"),
                        "compile_s": _number(summary.get("compile_s"))},
         "checkpoint": str(run.checkpoints_dir / FINAL),
         "best_checkpoint": str(best) if spec.keep_best and best.exists() else None,
@@ -398,10 +419,12 @@ def _result(fitted: _Fitted, ctx, device: torch.device, group, *, parameters: di
 
 
 def _monitor_result(spec: TrainSpec, summary: dict, test: _TestEvaluation) -> dict:
-    """The task's monitor metric: its name, label and direction, its best validation value and its test value."""
+    """The task's monitor metric: its name, label and direction, its best validation value and its test
+    value."""
     objective = objective_for(spec, None)  # the spec is resolved: it names the task and its output count
     return {"name": objective.monitor, "label": objective.monitor_label,
-            "higher_is_better": objective.higher_is_better, "best_val": _number(summary.get("best_val_monitor")),
+            "higher_is_better": objective.higher_is_better,
+            "best_val": _number(summary.get("best_val_monitor")),
             "test": _number(((test.content or {}).get("monitor") or {}).get("value"))}
 
 
@@ -410,9 +433,9 @@ def _prefixed(prefix: str, metrics: dict) -> dict:
 
 
 def _lead_group(spec: TrainSpec, ctx, group, lead, *, dataset, model, device, resume):
-    """Global rank 0 of a torchrun group (joined already): tell the other ranks the run (and the spec as resolved
-    here), then train this rank's shard in this process, reporting through the task's own context (the run's one
-    writer). Returns (summary, model, channels_last, spec)."""
+    """Global rank 0 of a torchrun group (joined already): tell the other ranks the run (and the spec as
+    resolved here), then train this rank's shard in this process, reporting through the task's own context
+    (the run's one writer). Returns (summary, model, channels_last, spec)."""
     # Decided once here, not by every rank (whose timings would race each other), and sent as a value.
     channels_last, layout = resolve_channels_last(
         spec.channels_last, model=model, sample_shape=tuple(dataset.sample_shape),
@@ -420,15 +443,16 @@ def _lead_group(spec: TrainSpec, ctx, group, lead, *, dataset, model, device, re
         workspace=dataset.core.workspace, deterministic=spec.deterministic, compiled=spec.compile != "off")
     spec = dataclasses.replace(spec, channels_last=channels_last)
     backend = torchrun.backend_for(device)
-    ctx.log(f"torchrun group at {group.master_addr}:{group.master_port} ({backend}, {group.world_size} ranks, "
-            f"restart {group.restart_count}), {spec.batch_size // group.world_size} samples each per batch; "
-            f"memory layout: {layout}")
+    ctx.log(f"torchrun group at {group.master_addr}:{group.master_port} ({backend}, {group.world_size} "
+            f"ranks, restart {group.restart_count}), {spec.batch_size // group.world_size} samples each per "
+            f"batch; memory layout: {layout}")
     run = ctx.run
     lead.share({"spec": spec.to_dict(), "run_id": run.dir.name, "resuming": resume is not None})
     trainer = Trainer(TrainSetup(spec=spec, dataset=dataset, model=model, device=device,
                                  checkpoints_dir=run.checkpoints_dir, artifacts_dir=run.artifacts_dir,
                                  report=ctx, resume=resume, workspace=dataset.core.workspace, rank=0,
-                                 world=group.world_size, stop_check=torchrun.GroupStop(ctx.should_stop, device, 0)))
+                                 world=group.world_size, stop_check=torchrun.GroupStop(ctx.should_stop,
+                                                                                       device, 0)))
     del resume
     summary = trainer.fit()
     return summary, trainer.model, trainer.channels_last, spec
