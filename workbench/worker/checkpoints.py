@@ -26,8 +26,8 @@ _RESAVE = "re-save it with `torch.save(model.state_dict(), path)`"
 def save_state_dict(obj: dict, path: str | Path, *, name: str | None = None) -> None:
     """Write `obj` to `path` so that a crash mid-write leaves the previous file (or none), never half a file.
 
-    `name` is how error messages call the file (e.g. checkpoints/last.pt, relative to its run); default: `path`.
-    A full disk is a CheckpointError that says so, whichever way torch reports it.
+    `name` is how error messages call the file (e.g. checkpoints/last.pt, relative to its run); default:
+    `path`. A full disk is a CheckpointError that says so, whichever way torch reports it.
     """
     if not isinstance(obj, dict):
         raise TypeError(f"save_state_dict expects a dict (a state_dict), not {type(obj).__name__}")
@@ -56,12 +56,13 @@ def save_state_dict(obj: dict, path: str | Path, *, name: str | None = None) -> 
 
 
 def _check_written(f: IO[bytes], name: str) -> None:
-    """A CheckpointError when torch.save left the file empty: a replaced torch.save (a user's module can patch it)
-    returns without a word, and the run would read done with a checkpoint that holds nothing."""
+    """A CheckpointError when torch.save left the file empty: a replaced torch.save (a user's module can patch
+    it) returns without a word, and the run would read done with a checkpoint that holds nothing."""
     f.flush()
     if f.tell() == 0:
-        raise CheckpointError(f"Cannot write checkpoint {name}: torch.save wrote 0 bytes (is torch.save replaced by the "
-                              f"job's own code, {getattr(torch.save, '__module__', '?')}.{getattr(torch.save, '__name__', '?')}?).")
+        raise CheckpointError(f"Cannot write checkpoint {name}: torch.save wrote 0 bytes (is torch.save "
+                              "replaced by the job's own code, "
+                              f"{getattr(torch.save, '__module__', '?')}.{getattr(torch.save, '__name__', '?')}?).")  # noqa: E501
 
 
 class _DiskFull(Exception):
@@ -174,6 +175,60 @@ def load_state_dict(path: str | Path, *, map_location: str | torch.device = "cpu
             f"tensors; {_RESAVE}."
         )
     return obj
+
+
+def check_final_checkpoint(folder: Path, expected: dict, order: tuple[str, ...] = ("best.pt",
+                                                                                   "model.pt")) -> None:
+    """Load back, once at the end of a run, the checkpoint its later jobs will load (the first of `order` in
+    `folder`), with their loader (weights only, on the CPU), and compare it with `expected`, the state_dict it
+    was saved from: a CheckpointError naming the file when it does not load or does not hold those weights. A
+    user's module that replaces torch.save can write garbage, or something other than the weights, that is not
+    empty."""
+    path = next((folder / name for name in order if (folder / name).is_file()), None)
+    if path is None:
+        return
+    name = f"{folder.name}/{path.name}"
+    try:
+        loaded = load_state_dict(path, map_location="cpu")
+    except CheckpointError as exc:
+        # Only the loader's finding: its advice (pick another file) is for a file the user chose, not for this
+        # one.
+        finding = re.split(r"\.\s", str(exc), maxsplit=1)[0].rstrip(".")
+        raise CheckpointError(f"{name} was saved but does not load back{_replaced_save()}: {finding}. The "
+                              "run is not done: its later jobs could not load it.") from exc
+    problem = _weights_problem(loaded, expected)
+    if problem:
+        raise CheckpointError(f"{name} was saved but does not hold the model's weights{_replaced_save()}: "
+                              f"{problem}. The run is not done: its later jobs could not load it.")
+
+
+def _weights_problem(loaded: dict, expected: dict) -> str:
+    """What differs between a loaded state_dict and the one it was saved from (names, shapes); "" when
+    nothing."""
+    missing = [key for key in expected if key not in loaded]
+    extra = [key for key in loaded if key not in expected]
+    if missing or extra:
+        parts = [f"{len(missing)} of the model's {len(expected)} entries missing ({', '.join(missing[:3])})"
+                 if missing else "",
+                 f"{len(extra)} unknown ({', '.join(map(str, extra[:3]))})" if extra else ""]
+        return "; ".join(part for part in parts if part)
+    for key, value in expected.items():
+        got = loaded[key]
+        if isinstance(value, torch.Tensor) and (not isinstance(got,
+                                                               torch.Tensor) or got.shape != value.shape):
+            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            return f"{key} is {shape}, not {tuple(value.shape)}"
+    return ""
+
+
+def _replaced_save() -> str:
+    """" (torch.save is replaced by x.y)" when the job's own code replaced torch.save, else ""."""
+    save = torch.save
+    if save is torch.serialization.save:
+        return ""
+    code = getattr(save, "__code__", None)
+    where = f" from {code.co_filename}" if code is not None else ""
+    return f" (torch.save is replaced by {getattr(save, '__qualname__', type(save).__name__)}{where})"
 
 
 def _imports_names(path: Path) -> bool:

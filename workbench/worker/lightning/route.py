@@ -1,7 +1,7 @@
-"""One Lightning training job from spec to result: the user's LightningModule (and DataModule) trained by Lightning's
-own Trainer, with the workbench's logger, callback, atomic checkpoints in the run folder, resume through ckpt_path,
-cancel, the final weights as a plain state_dict and the result with the built-in route's keys.
-Worker side; never imports Qt. Imported only when a spec names a lightning: model.
+"""One Lightning training job from spec to result: the user's LightningModule (and DataModule) trained by
+Lightning's own Trainer, with the workbench's logger, callback, atomic checkpoints in the run folder, resume
+through ckpt_path, cancel, the final weights as a plain state_dict and the result with the built-in route's
+keys. Worker side; never imports Qt. Imported only when a spec names a lightning: model.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from workbench.errors import CheckpointError, JobCancelled, JobError, SpecError, WorkbenchError
 from workbench.runs import atomic_write_text
 from workbench.specs import DataSpec, TrainSpec
-from workbench.worker.checkpoints import save_state_dict
+from workbench.worker.checkpoints import check_final_checkpoint, save_state_dict
 from workbench.worker.devices import check_amp, describe, resolve_device
 from workbench.worker.lightning import is_lightning_name, require_lightning
 from workbench.worker.lightning.output import lightning_messages
@@ -24,7 +24,8 @@ from workbench.worker.models import count_parameters
 from workbench.worker.models.user_code import _describe, _where
 from workbench.worker.training.state import BEST, FINAL
 
-LAST_CKPT = "last.ckpt"  # Lightning's own checkpoint (loops, optimizers, callbacks); last.pt stays the built-in loop's
+# Lightning's own checkpoint (loops, optimizers, callbacks); last.pt stays the built-in loop's
+LAST_CKPT = "last.ckpt"
 
 
 @dataclasses.dataclass
@@ -39,19 +40,20 @@ class _Parts:
 
 
 def run_lightning_training(spec: TrainSpec, ctx, board=None) -> dict:
-    """The `train.classifier` task for a lightning: model: fit with Lightning's Trainer, test, return the result.
-    `board` (tensorboard = true) gets the metrics through ctx like the built-in loop's; the spec and the graph here."""
+    """The `train.classifier` task for a lightning: model: fit with Lightning's Trainer, test, return the
+    result. `board` (tensorboard = true) gets the metrics through ctx like the built-in loop's; the spec and
+    the graph here."""
     check_spec(spec)
     lightning = require_lightning()
     device = resolve_device(spec.device)
     check_amp(spec.amp, device)
     ignored = ignored_fields(spec)
     if ignored:
-        ctx.log(f"{', '.join(ignored)} ignored: the LightningModule's configure_optimizers and training_step decide "
-                "them", "warning")
+        ctx.log(f"{', '.join(ignored)} ignored: the LightningModule's configure_optimizers and training_step "
+                "decide them", "warning")
     if spec.layer_stats_every:  # the default: said once, in passing, not as a warning
-        ctx.log("layer statistics (layer_stats_every) are recorded by the workbench's own loop; Lightning's Trainer "
-                "runs this one's steps, so the Layers view stays empty")
+        ctx.log("layer statistics (layer_stats_every) are recorded by the workbench's own loop; Lightning's "
+                "Trainer runs this one's steps, so the Layers view stays empty")
     run = ctx.run
     run.checkpoints_dir.mkdir(parents=True, exist_ok=True)
     run.artifacts_dir.mkdir(parents=True, exist_ok=True)
@@ -62,7 +64,8 @@ def run_lightning_training(spec: TrainSpec, ctx, board=None) -> dict:
     resume = _resume_point(ctx)
     parameters = count_parameters(parts.module)
     ctx.log(f"training {spec.model.name} ({parameters['trainable']:,} of {parameters['total']:,} parameters "
-            f"trainable) with Lightning {lightning.__version__}'s Trainer on {describe(device)}, amp={spec.amp}")
+            f"trainable) with Lightning {lightning.__version__}'s Trainer on {describe(device)}, "
+            f"amp={spec.amp}")
     with lightning_messages(ctx.log):  # Lightning's own lines and warnings into the job's log, not stderr
         _build_trainer(spec, ctx, device, parts)
         _fit(spec, ctx, parts, resume)
@@ -70,6 +73,8 @@ def run_lightning_training(spec: TrainSpec, ctx, board=None) -> dict:
         _save_last(ctx, parts)
         test = _test(ctx, parts)
     save_state_dict(parts.module.state_dict(), run.checkpoints_dir / FINAL, name=f"checkpoints/{FINAL}")
+    # done only if it loads
+    check_final_checkpoint(run.checkpoints_dir, parts.module.state_dict(), (BEST, FINAL))
     spec = _record_input_shape(spec, ctx, parts.callback.input_shape)
     if board is not None:  # after training: only the first batch says what the module takes
         from workbench.worker.training.tensorboard import example_batch
@@ -84,13 +89,14 @@ def run_lightning_training(spec: TrainSpec, ctx, board=None) -> dict:
 
 def _skipped_steps(ctx, parts: _Parts) -> list[str]:
     """A warning in the run's log and result when training_step returned None: Lightning skips such a step (no
-    backward, no optimizer step) and says so once, in its own log; a run whose every step was skipped learnt nothing."""
+    backward, no optimizer step) and says so once, in its own log; a run whose every step was skipped learnt
+    nothing."""
     skipped, seen = parts.callback.skipped_steps, parts.callback.steps_seen
     if not skipped:
         return []
     name = type(parts.module).__name__
-    text = (f"{name}.training_step returned None for {skipped} of {seen} training steps; Lightning skipped them (no "
-            "backward, no optimizer step)")
+    text = (f"{name}.training_step returned None for {skipped} of {seen} training steps; Lightning skipped "
+            "them (no backward, no optimizer step)")
     text += ", so the weights never changed" if skipped == seen else ""
     ctx.log(text, "warning")
     return [text]
@@ -102,11 +108,13 @@ def _load_data(spec: TrainSpec, module, ctx, announced: set):
     if is_lightning_name(spec.dataset.name):
         return load_datamodule(spec.dataset.name, spec.dataset.args, ctx.log, announced=announced)
     if not overrides(module, "train_dataloader", lightning.LightningModule):
-        raise JobError(f"dataset.name: {spec.dataset.name!r} is not a LightningDataModule, and {type(module).__name__} "
-                       "has no train_dataloader of its own; set dataset.name=lightning:<path.py>:<LightningDataModule> "
-                       "or give the module a train_dataloader")
+        raise JobError(f"dataset.name: {spec.dataset.name!r} is not a LightningDataModule, and "
+                       f"{type(module).__name__} has no train_dataloader of its own; set "
+                       "dataset.name=lightning:<path.py>:<LightningDataModule> or give the module a "
+                       "train_dataloader")
     if spec.dataset != DataSpec():
-        ctx.log(f"dataset.* ignored: {type(module).__name__} loads its own data (its train_dataloader)", "warning")
+        ctx.log(f"dataset.* ignored: {type(module).__name__} loads its own data (its train_dataloader)",
+                "warning")
     return None
 
 
@@ -116,15 +124,16 @@ def _resume_point(ctx):
         return None
     path = ctx.run.checkpoints_dir / LAST_CKPT
     if not path.is_file():
-        raise JobError(f"cannot resume: {path} does not exist (the run never finished an epoch, or it was not trained "
-                       "by Lightning); start a new run instead")
+        raise JobError(f"cannot resume: {path} does not exist (the run never finished an epoch, or it was "
+                       "not trained by Lightning); start a new run instead")
     ctx.log(f"resuming from checkpoints/{LAST_CKPT}")
     return path
 
 
 def check_resume_epochs(spec: TrainSpec, run_dir) -> None:
-    """Before a resumed run is touched: a SpecError when `epochs` is below the epochs its last.ckpt has done, which
-    Lightning would refuse only once the run is running again (with its own exception, and the run then failed)."""
+    """Before a resumed run is touched: a SpecError when `epochs` is below the epochs its last.ckpt has done,
+    which Lightning would refuse only once the run is running again (with its own exception, and the run then
+    failed)."""
     from pathlib import Path
 
     from workbench.worker.checkpoints import load_state_dict
@@ -161,14 +170,17 @@ def _build_trainer(spec: TrainSpec, ctx, device: torch.device, parts: _Parts) ->
     run = ctx.run
     # The run's resume point: one file, replaced atomically at each checkpointed epoch's end.
     class RunCheckpoint(ModelCheckpoint):
-        """A type of its own: Lightning drops Trainer callbacks whose exact type a module's configure_callbacks
-        returns, and a module's own ModelCheckpoint must not remove the run's resume point."""
+        """A type of its own: Lightning drops Trainer callbacks whose exact type a module's
+        configure_callbacks returns, and a module's own ModelCheckpoint must not remove the run's resume
+        point."""
 
     parts.own_checkpoint = RunCheckpoint(dirpath=run.checkpoints_dir, filename=LAST_CKPT[:-len(".ckpt")],
                                            monitor=None, save_top_k=1, every_n_epochs=spec.checkpoint_every,
                                            save_on_train_epoch_end=True, enable_version_counter=False)
-    parts.callback = WorkbenchCallback(ctx, epochs=spec.epochs, best_path=run.checkpoints_dir / BEST if spec.keep_best
-                                       else None, patience=spec.early_stop_patience, own_checkpoint=parts.own_checkpoint)
+    parts.callback = WorkbenchCallback(ctx, epochs=spec.epochs,
+                                       best_path=run.checkpoints_dir / BEST if spec.keep_best
+                                       else None, patience=spec.early_stop_patience,
+                                       own_checkpoint=parts.own_checkpoint)
     holder: list = []
     parts.trainer = lightning.Trainer(
         **trainer_arguments(spec, device), default_root_dir=str(run.dir),
@@ -184,12 +196,12 @@ def _fit(spec: TrainSpec, ctx, parts: _Parts, resume) -> None:
     try:
         trainer.fit(parts.module, datamodule=parts.datamodule, ckpt_path=str(resume) if resume else None)
     except Cancelled:
-        raise JobCancelled(f"cancelled by the user in epoch {trainer.current_epoch + 1}/{spec.epochs} at step "
-                           f"{trainer.global_step}; {_kept(ctx, callback)}") from None
+        raise JobCancelled(f"cancelled by the user in epoch {trainer.current_epoch + 1}/{spec.epochs} at "
+                           f"step {trainer.global_step}; {_kept(ctx, callback)}") from None
     except Diverged as exc:  # the built-in loop's words for the same end
-        raise JobError(f"the training loss became {exc.what} {exc.where}; training stopped and {_kept(ctx, callback)}. "
-                       "Try a lower learning rate in configure_optimizers, amp=none, or gradient clipping (e.g. "
-                       "clip_grad_norm=1.0).") from None
+        raise JobError(f"the training loss became {exc.what} {exc.where}; training stopped and "
+                       f"{_kept(ctx, callback)}. Try a lower learning rate in configure_optimizers, "
+                       "amp=none, or gradient clipping (e.g. clip_grad_norm=1.0).") from None
     except SystemExit as exc:  # Lightning's SIGTERMException: the job is being stopped from outside
         if ctx.should_stop() or type(exc).__name__ == "SIGTERMException":
             raise JobCancelled(f"stopped (SIGTERM) in epoch {trainer.current_epoch + 1}/{spec.epochs}; "
@@ -203,8 +215,8 @@ def _fit(spec: TrainSpec, ctx, parts: _Parts, resume) -> None:
 
 
 def _save_last(ctx, parts: _Parts) -> None:
-    """last.ckpt at the end of training when checkpoint_every did not fall on the last epoch (or is 0): a later
-    `--resume` with more epochs continues from here."""
+    """last.ckpt at the end of training when checkpoint_every did not fall on the last epoch (or is 0): a
+    later `--resume` with more epochs continues from here."""
     if parts.callback.saved_epoch != parts.trainer.current_epoch:
         parts.trainer.save_checkpoint(ctx.run.checkpoints_dir / LAST_CKPT)
 
@@ -212,7 +224,10 @@ def _save_last(ctx, parts: _Parts) -> None:
 def _kept(ctx, callback) -> str:
     path = ctx.run.checkpoints_dir / LAST_CKPT
     if callback.saved_epoch and path.is_file():
-        return f"checkpoints/{LAST_CKPT} (after epoch {callback.saved_epoch}) is saved, so the run can be resumed"
+        return (
+            f"checkpoints/{LAST_CKPT} (after epoch {callback.saved_epoch}) is saved, so the run can be "
+            "resumed"
+        )
     return "no checkpoint had been written yet, so it cannot be resumed"
 
 
@@ -255,7 +270,8 @@ def _test(ctx, parts: _Parts) -> _Test:
     except Exception as exc:
         raise JobError(f"{_describe(exc)} (during Lightning testing)") from None
     metrics = {name: _number(value) for name, value in (results[0] if results else {}).items()}
-    text = "test: " + " · ".join(f"{name} {value:.4f}" for name, value in metrics.items() if value is not None)
+    text = "test: " + " · ".join(f"{name} {value:.4f}" for name,
+                                 value in metrics.items() if value is not None)
     if metrics:
         ctx.log(text)
     # The job's last progress says what the test gave (the Jobs panel kept "testing" after the run had ended).
@@ -272,8 +288,8 @@ def _number(value):
 
 
 def _record_input_shape(spec: TrainSpec, ctx, shape) -> TrainSpec:
-    """model.input_shape from the first training batch, written into the run's spec, so graph, export and bench of
-    the run know the input without the DataModule; left empty for inputs it cannot describe."""
+    """model.input_shape from the first training batch, written into the run's spec, so graph, export and
+    bench of the run know the input without the DataModule; left empty for inputs it cannot describe."""
     if spec.model.input_shape or not shape or not 1 <= len(shape) <= 3:
         return spec
     resolved = dataclasses.replace(spec, model=dataclasses.replace(spec.model, input_shape=list(shape)))
@@ -296,12 +312,14 @@ def _result(spec: TrainSpec, ctx, device: torch.device, parts: _Parts, *, parame
         test_value = test_metrics.get(f"test_{stem}", test_metrics.get(monitor.name))
     result = {
         "epochs_completed": int(trainer.current_epoch),
-        "final": {"train_loss": last.get("train_loss_epoch", last.get("train_loss")), "val_loss": last.get("val_loss"),
+        "final": {"train_loss": last.get("train_loss_epoch", last.get("train_loss")),
+                  "val_loss": last.get("val_loss"),
                   "val_accuracy": last.get("val_acc", last.get("val_accuracy")),
                   "test_accuracy": test_metrics.get("test_acc", test_metrics.get("test_accuracy")),
                   **{name: value for name, value in last.items() if name.startswith("val_")},
                   "test_metrics": test.metrics},
-        "throughput": {"train_samples_per_s": None, "warmup_s": None, "warmup_steps": None, "compile_s": None},
+        "throughput": {"train_samples_per_s": None, "warmup_s": None, "warmup_steps": None,
+                       "compile_s": None},
         "checkpoint": str(run.checkpoints_dir / FINAL),
         "best_checkpoint": str(best) if spec.keep_best and best.exists() else None,
         "device": str(device),

@@ -2,10 +2,10 @@
 early stopping, cancel and the NaN guard. Used as it is by a single-process job and by every DDP rank.
 
 The loop never waits on the device per step: losses and correct counts stay device tensors and are read back
-every `log_every_steps` steps and at epoch ends, as one small stacked tensor in one non_blocking copy, and the NaN
-and divergence checks run there; each read-back still reports every optimiser step's loss, metrics and lr.
-Throughput is measured after a warm-up (compilation, profiling, first-step allocations), which is reported apart.
-Worker side; never imports Qt.
+every `log_every_steps` steps and at epoch ends, as one small stacked tensor in one non_blocking copy, and the
+NaN and divergence checks run there; each read-back still reports every optimiser step's loss, metrics and lr.
+Throughput is measured after a warm-up (compilation, profiling, first-step allocations), which is reported
+apart. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from workbench.errors import JobCancelled, JobError
 from workbench.layer_records import FOLDER as LAYER_STATS_FOLDER
 from workbench.layer_records import write_record
 from workbench.specs import TrainSpec
+from workbench.worker.checkpoints import check_final_checkpoint
 from workbench.worker.devices import HostReader
 from workbench.worker.models import frozen_norm_layers
 from workbench.worker.objectives.of_run import format_metric, objective_for
@@ -61,7 +62,8 @@ class Reporter(Protocol):
 
 @dataclass
 class TrainSetup:
-    """Everything one training process needs; `model` is built (and on the CPU), `resume` is a loaded last.pt."""
+    """Everything one training process needs; `model` is built (and on the CPU), `resume` is a loaded
+    last.pt."""
 
     spec: TrainSpec
     dataset: object  # a workbench.worker.data.LoadedDataset
@@ -85,9 +87,11 @@ class _Interval:
     """Device tensors of the micro-batches since the last read-back."""
 
     losses: list = field(default_factory=list)  # loss summed over each micro-batch's samples
-    stats: list = field(default_factory=list)  # the task's batch statistics (classification: the correct count)
+    # the task's batch statistics (classification: the correct count)
+    stats: list = field(default_factory=list)
     steps: list = field(default_factory=list)  # (epoch, global step) of each micro-batch, for the NaN message
-    batch_samples: list = field(default_factory=list)  # each micro-batch's samples over all ranks (before sharding)
+    # each micro-batch's samples over all ranks (before sharding)
+    batch_samples: list = field(default_factory=list)
     lrs: dict = field(default_factory=dict)  # global step -> the lr that step used, for the steps completed
     samples: int = 0  # this rank's samples
     started: float = field(default_factory=time.perf_counter)
@@ -104,8 +108,9 @@ def _step_segments(steps: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return segments
 
 
-# Optimiser steps before throughput is measured: the first ones allocate memory, pick kernels and (with profile_steps)
-# run under the profiler. With torch.compile the whole first epoch is warm-up: its smaller last batch compiles again.
+# Optimiser steps before throughput is measured: the first ones allocate memory, pick kernels and (with
+# profile_steps) run under the profiler. With torch.compile the whole first epoch is warm-up: its smaller last
+# batch compiles again.
 WARMUP_STEPS = 5
 
 
@@ -142,20 +147,22 @@ class Trainer:
             raise JobError("the training split is empty; lower dataset.val_fraction / dataset.test_fraction")
         self.plan = plan_epoch(len(self.train_split), spec.batch_size, spec.grad_accum_steps, self.world)
         if self.plan.steps == 0:
-            raise JobError(f"the training split has {len(self.train_split)} samples: too few for {self.world} "
-                           "processes")
+            raise JobError(f"the training split has {len(self.train_split)} samples: too few for "
+                           f"{self.world} processes")
         self.total_steps = spec.epochs * self.plan.steps
         self.ckpt_last = setup.checkpoints_dir / LAST
         self.ckpt_best = setup.checkpoints_dir / BEST
         self.ckpt_final = setup.checkpoints_dir / FINAL
-        # Validation batches as large as training ones: bigger ones would churn the CPU allocator (measured: the
-        # epoch after a 256-sample validation ran ~4 % slower) and could run out of memory a training step fits in.
+        # Validation batches as large as training ones: bigger ones would churn the CPU allocator (measured:
+        # the epoch after a 256-sample validation ran ~4 % slower) and could run out of memory a training step
+        # fits in.
         self.eval_batch_size = setup.eval_batch_size or spec.batch_size
         self._stop_check = setup.stop_check or (lambda step: self.report.should_stop())
         self._check_every_batch = setup.world == 1  # DDP ranks must agree, so they check at step starts only
 
     def _place_model(self, setup: TrainSetup) -> nn.Module:
-        """The model on the device in its memory layout, and the data placed for training; returns the model."""
+        """The model on the device in its memory layout, and the data placed for training; returns the
+        model."""
         spec = self.spec
         model = setup.model.to(self.device)
         self.channels_last, layout = resolve_channels_last(
@@ -182,7 +189,8 @@ class Trainer:
         except RuntimeError as exc:
             first = (str(exc).splitlines() or [""])[0]
             raise JobError(f"cannot resume: {self.ckpt_last} holds weights of another model than "
-                           f"{spec.model.name} as this spec builds it ({first}); was the model changed?") from None
+                           f"{spec.model.name} as this spec builds it ({first}); was the model "
+                           "changed?") from None
         self.state = TrainState.from_dict(resume["state"])
 
     def _forward_model(self, model: nn.Module) -> nn.Module:
@@ -195,7 +203,8 @@ class Trainer:
             forward_model = DistributedDataParallel(
                 model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         if spec.compile != "off":
-            forward_model = torch.compile(forward_model, mode=None if spec.compile == "default" else spec.compile)
+            forward_model = torch.compile(forward_model,
+                                          mode=None if spec.compile == "default" else spec.compile)
         return forward_model
 
     def _build_step(self, setup: TrainSetup, model: nn.Module, forward_model: nn.Module) -> None:
@@ -203,11 +212,12 @@ class Trainer:
         spec = self.spec
         self.optimizer = build_optimizer(model, spec, self.device)
         self.scheduler = build_scheduler(self.optimizer, spec, self.plan.steps, self.total_steps)
-        # The task's loss, batch statistics and monitor metric (classification: cross-entropy, correct count and
-        # accuracy).
+        # The task's loss, batch statistics and monitor metric (classification: cross-entropy, correct count
+        # and accuracy).
         self.objective = objective = setup.objective or objective_for(spec, setup.dataset)
         self.loss_fn = objective.loss
-        # 0 (auto) is the dataset's class count: the task resolves it first, a Trainer built directly may not have.
+        # 0 (auto) is the dataset's class count: the task resolves it first, a Trainer built directly may not
+        # have.
         self.output_check = output_check_for(spec, objective, setup.dataset)
         self.step_fn = TrainStep(model, self.optimizer, self.loss_fn, device=self.device, amp=spec.amp,
                                  clip_grad_norm=spec.clip_grad_norm, clip_grad_value=spec.clip_grad_value,
@@ -216,26 +226,29 @@ class Trainer:
                                  objective=objective)
 
     def _init_counters(self, setup: TrainSetup, model: nn.Module) -> None:
-        """The epoch's running sums, layer statistics, timing and throughput counters, the checkpoint writer."""
+        """The epoch's running sums, layer statistics, timing and throughput counters, the checkpoint
+        writer."""
         spec = self.spec
         objective = self.objective
         self.frozen_norms = frozen_norm_layers(model)
         self.interval = _Interval()
-        # Loss sum, the task's statistics (classification: the correct count) and samples of the epoch so far, on
-        # the host: every interval is read back before the epoch ends anyway, and float64 adds the same there. A
-        # cancelled epoch's part comes back on resume.
+        # Loss sum, the task's statistics (classification: the correct count) and samples of the epoch so far,
+        # on the host: every interval is read back before the epoch ends anyway, and float64 adds the same
+        # there. A cancelled epoch's part comes back on resume.
         width = objective.stat_count() + 2
         partial = self.state.partial_epoch_sums
-        self.epoch_sums = torch.tensor(partial if len(partial) == width else [0.0] * width, dtype=torch.float64)
+        self.epoch_sums = torch.tensor(partial if len(partial) == width else [0.0] * width,
+                                       dtype=torch.float64)
         self.reader = HostReader()
         # Rank 0 records the layers (every rank's gradients are the same after DDP's all-reduce). Under
-        # torch.compile only weights and gradients: a forward hook added for one step would recompile the model.
+        # torch.compile only weights and gradients: a forward hook added for one step would recompile the
+        # model.
         self.layer_stats = None
         self.layer_stats_folder = setup.artifacts_dir / LAYER_STATS_FOLDER
         if spec.layer_stats_every and self.is_main:
             self.layer_stats = LayerStats(model, spec.layer_stats_every, activations=spec.compile == "off")
-        # Training time and samples up to the last read-back (validation excluded), and the same at the end of the
-        # warm-up: throughput is what came after it.
+        # Training time and samples up to the last read-back (validation excluded), and the same at the end of
+        # the warm-up: throughput is what came after it.
         self.train_time = 0.0
         self.train_samples = 0
         self._since = time.perf_counter()
@@ -243,9 +256,11 @@ class Trainer:
         self._start_step = self._warmup_until = 0  # global steps where fit() started and the warm-up ends
         self.compile_s: float | None = None
         self.early_stopped = False
-        self.writer = CheckpointWriter(relative_to=setup.checkpoints_dir.parent)  # errors name checkpoints/...
+        # errors name checkpoints/...
+        self.writer = CheckpointWriter(relative_to=setup.checkpoints_dir.parent)
         self._last_loss: float | None = None  # for progress texts between read-backs
-        self._first_loss: float | None = None  # the first interval's mean loss: the divergence guard's reference
+        # the first interval's mean loss: the divergence guard's reference
+        self._first_loss: float | None = None
 
     def _progress(self, done: float, total: float | None = None, text: str = "") -> None:
         if self.is_main:  # decoding every image before the data goes to the device can take a while
@@ -261,11 +276,12 @@ class Trainer:
             try:
                 load_optimizer_state(self.optimizer, resume["optimizer"])
             except (ValueError, KeyError) as exc:
-                raise JobError(f"cannot resume: the optimizer state in {self.ckpt_last} does not fit this model "
-                               f"and optimizer ({exc}); was model.freeze or no_decay_bias_norm changed?") from None
+                raise JobError(f"cannot resume: the optimizer state in {self.ckpt_last} does not fit this "
+                               f"model and optimizer ({exc}); was model.freeze or no_decay_bias_norm "
+                               "changed?") from None
         elif self.is_main:
-            self.report.log(f"the optimizer changed from {resume.get('optimizer_name')} to {self.spec.optimizer}: "
-                            "its state starts afresh", "warning")
+            self.report.log(f"the optimizer changed from {resume.get('optimizer_name')} to "
+                            f"{self.spec.optimizer}: its state starts afresh", "warning")
         fast_forward(self.scheduler, self.state.global_step)
         if self.step_fn.scaler is not None and resume.get("scaler"):
             self.step_fn.scaler.load_state_dict(resume["scaler"])
@@ -277,7 +293,8 @@ class Trainer:
         """Train up to spec.epochs (from where a resumed state left off); returns a summary for the result."""
         spec, state = self.spec, self.state
         remaining = max(0, self.total_steps - state.global_step)
-        profiler = StepProfiler(spec.profile_steps if self.is_main else 0, self.device, self.setup.artifacts_dir,
+        profiler = StepProfiler(spec.profile_steps if self.is_main else 0, self.device,
+                                self.setup.artifacts_dir,
                                 self.report, remaining)
         self.profiler = profiler
         warmup = max(WARMUP_STEPS, profiler.warmup + spec.profile_steps if self.is_main else 0)
@@ -301,6 +318,8 @@ class Trainer:
             profiler.close()
             self.writer.close()
         self.writer.wait()  # the result names these files: they must be complete (raises a write error)
+        if self.is_main:  # once, not per epoch: the run is done only when its later jobs can load it
+            check_final_checkpoint(self.ckpt_final.parent, self.model.state_dict(), (BEST, FINAL))
         return self.summary()
 
     def _train_mode(self) -> None:
@@ -330,14 +349,15 @@ class Trainer:
             if index >= len(plan.group_of):
                 break  # a dropped last batch (too small to shard)
             group = plan.group_of[index]
-            if (self._check_every_batch or index == plan.group_start[group]) and self._stop_check(state.global_step):
+            if (self._check_every_batch or index == plan.group_start[group]) and self._stop_check(state.global_step):  # noqa: E501
                 self._cancel(epoch)
             self.interval.batch_samples.append(y.shape[0])
             if self.world > 1:
                 lo, hi = shard_bounds(y.shape[0], self.world, self.rank)
                 x, y = slice_batch(x, lo, hi), y[lo:hi]
             last = index == plan.group_end[group] - 1
-            # Each micro-batch adds its share of the step's mean: n_local * world / n_step (DDP averages ranks).
+            # Each micro-batch adds its share of the step's mean: n_local * world / n_step (DDP averages
+            # ranks).
             weight = y.shape[0] * self.world / plan.group_total[group]
             if self.layer_stats is not None and index == plan.group_start[group] \
                     and self.layer_stats.wants(state.global_step + 1):
@@ -355,11 +375,12 @@ class Trainer:
                 self._optimizer_step(epoch)
                 pending = 0
                 if first_compiled_step:
-                    # torch.compile traces and builds its kernels inside the first call, on the host: this clock
-                    # (no device sync) holds the compilation and at most one step of device work.
+                    # torch.compile traces and builds its kernels inside the first call, on the host: this
+                    # clock (no device sync) holds the compilation and at most one step of device work.
                     self.compile_s = time.perf_counter() - compile_started
                     first_compiled_step = False
-        if pending:  # planned batches that never came (files that failed to decode): apply what was accumulated
+        # planned batches that never came (files that failed to decode): apply what was accumulated
+        if pending:
             self._optimizer_step(epoch)
         self._drain()
 
@@ -381,9 +402,11 @@ class Trainer:
             self._log_interval(epoch)
 
     def _record_layers(self) -> None:
-        """The recorded step's layer statistics: one read-back, one file, an artifact event, and the log's warnings."""
+        """The recorded step's layer statistics: one read-back, one file, an artifact event, and the log's
+        warnings."""
         lr = self.interval.lrs.get(self.state.global_step, math.nan)
-        # The spec's lr is what a warm-up climbs to and a schedule comes down from (a larger one seen counts too).
+        # The spec's lr is what a warm-up climbs to and a schedule comes down from (a larger one seen counts
+        # too).
         peak = max(self.spec.lr, lr) if math.isfinite(lr) else self.spec.lr
         record = self.layer_stats.finish(self.reader.read, lr=lr, lr_peak=peak)
         if record is None:
@@ -404,8 +427,9 @@ class Trainer:
         return tensor
 
     def _drain(self) -> torch.Tensor | None:
-        """Fold the interval into the epoch sums (over all ranks), check it is finite and report each of its steps;
-        returns its [loss sum, the task's statistics..., samples] on the host. This is the one read-back per interval:
+        """Fold the interval into the epoch sums (over all ranks), check it is finite and report each of its
+        steps; returns its [loss sum, the task's statistics..., samples] on the host. This is the one
+        read-back per interval:
         the per-step loss and statistics ride in the same tensor."""
         interval = self.interval
         if not interval.losses:
@@ -415,7 +439,8 @@ class Trainer:
         losses = torch.stack(interval.losses).double().reshape(-1)
         stats = torch.stack(interval.stats).double().reshape(len(interval.stats), -1)
         segments = _step_segments(interval.steps)
-        if len(segments) == len(interval.losses):  # one micro-batch per step (no accumulation): nothing to add
+        # one micro-batch per step (no accumulation): nothing to add
+        if len(segments) == len(interval.losses):
             step_losses, step_stats = losses, stats
         else:
             step_losses = torch.stack([losses[a:b].sum() for a, b in segments])
@@ -442,13 +467,15 @@ class Trainer:
 
     def _report_steps(self, interval: _Interval, segments: list[tuple[int, int]], per_step: torch.Tensor,
                       width: int) -> None:
-        """Every completed step's loss, the task's metrics and lr, at its own step (a curve point per step)."""
+        """Every completed step's loss, the task's metrics and lr, at its own step (a curve point per
+        step)."""
         count = len(segments)
         step_losses, step_stats = per_step[:count].tolist(), per_step[count:].reshape(count, width).tolist()
         for (start, end), loss_sum, stats in zip(segments, step_losses, step_stats):
             step = interval.steps[start][1]
             if step not in interval.lrs:
-                continue  # micro-batches of a step cancelled before its optimiser step: that step never happened
+                # micro-batches of a step cancelled before its optimiser step: that step never happened
+                continue
             samples = max(float(sum(interval.batch_samples[start:end])), 1.0)
             measured = self.objective.metrics(stats, samples)
             self.report.metrics(step, {"train/loss": loss_sum / samples,
@@ -456,7 +483,8 @@ class Trainer:
                                        "lr": interval.lrs[step]})
 
     def _clock(self, samples: int) -> None:
-        """Count training time and samples up to this read-back (the device has caught up: the clock is honest)."""
+        """Count training time and samples up to this read-back (the device has caught up: the clock is
+        honest)."""
         now = time.perf_counter()
         self.train_time += now - self._since
         self._since = now
@@ -473,7 +501,8 @@ class Trainer:
         samples = max(float(sums[-1]), 1.0)
         loss = float(sums[0]) / samples
         self._last_loss = loss
-        if self.is_main:  # the steps' own values went out with the read-back; the interval adds its throughput
+        # the steps' own values went out with the read-back; the interval adds its throughput
+        if self.is_main:
             self.report.metrics(self.state.global_step, {"train/samples_per_s": samples / elapsed})
             self.report.progress(self.state.global_step, self.total_steps,
                                  f"epoch {epoch + 1}/{self.spec.epochs} · loss {loss:.4f}")
@@ -488,9 +517,9 @@ class Trainer:
             (epoch, first), (_, last) = self.interval.steps[0], self.interval.steps[-1]
             where = f"at epoch {epoch + 1}, between steps {first} and {last}"
         what = "NaN" if math.isnan(value) else "infinite"
-        raise JobError(f"the training loss became {what} {where}; training stopped and {self._kept_checkpoint()}. "
-                       f"Try a lower lr (now {self.spec.lr:g}), amp=none, or gradient clipping (e.g. "
-                       "clip_grad_norm=1.0).")
+        raise JobError(f"the training loss became {what} {where}; training stopped and "
+                       f"{self._kept_checkpoint()}. Try a lower lr (now {self.spec.lr:g}), amp=none, or "
+                       "gradient clipping (e.g. clip_grad_norm=1.0).")
 
     def _fail_diverged(self, mean: float) -> None:
         limit = divergence_limit(self._first_loss)
@@ -498,8 +527,8 @@ class Trainer:
         if self._first_loss is not None and limit == DIVERGED_FACTOR * self._first_loss:
             why += f", a million times the first loss read back ({self._first_loss:.3g})"
         raise JobError(f"the training loss diverged ({mean:.2g} at step {self.state.global_step}, {why}); "
-                       f"training stopped and {self._kept_checkpoint()}. Try a lower lr (now {self.spec.lr:g}) or "
-                       "gradient clipping (e.g. clip_grad_norm=1.0).")
+                       f"training stopped and {self._kept_checkpoint()}. Try a lower lr (now "
+                       f"{self.spec.lr:g}) or gradient clipping (e.g. clip_grad_norm=1.0).")
 
     def _kept_checkpoint(self) -> str:
         self.writer.wait()  # a last.pt still being written counts (and a write error is the one to report)
@@ -524,7 +553,8 @@ class Trainer:
             read = self.reader.read(self._reduce(evaluate_sums(
                 self.model, self.val_split, self.loss_fn, device=self.device, amp=spec.amp,
                 channels_last=self.channels_last, batch_size=self.eval_batch_size, rank=self.rank,
-                world=self.world, check_stop=check, output_check=self.output_check, objective=objective))).tolist()
+                world=self.world, check_stop=check, output_check=self.output_check,
+                                                               objective=objective))).tolist()
             if read[-1]:
                 val_loss, val = read[0] / read[-1], objective.metrics(read[1:-1], read[-1])
                 values.update({"val/loss": val_loss, **{f"val/{name}": value for name, value in val.items()}})
@@ -549,8 +579,11 @@ class Trainer:
             self.report.metrics(state.global_step, values)
             train_text = " ".join(f"{name} {format_metric(name, value)}" for name, value in train.items())
             val_text = (f" · val loss {_fmt(val_loss)} "
-                        + " ".join(f"{name} {format_metric(name, value)}" for name, value in val.items())) if val else ""
-            self.report.log(f"epoch {epoch + 1}/{spec.epochs}: train loss {_fmt(train_loss)} {train_text}{val_text}")
+                        + " ".join(f"{name} {format_metric(name, value)}" for name,
+                                   value in val.items())) if val else ""
+            self.report.log(
+                f"epoch {epoch + 1}/{spec.epochs}: train loss {_fmt(train_loss)} {train_text}{val_text}"
+            )
             self.report.progress(state.global_step, self.total_steps,
                                  f"epoch {epoch + 1}/{spec.epochs} · loss {train_loss:.4f}")
             if spec.checkpoint_every and (epoch + 1) % spec.checkpoint_every == 0:
@@ -560,8 +593,9 @@ class Trainer:
             self.early_stopped = True
             if self.is_main:
                 best = format_metric(objective.monitor, state.best_metric)
-                self.report.log(f"early stop after epoch {epoch + 1}: validation {objective.monitor_label} has not "
-                                f"improved for {patience} epoch(s) (best {best} at epoch {state.best_epoch})")
+                self.report.log(f"early stop after epoch {epoch + 1}: validation {objective.monitor_label} "
+                                f"has not improved for {patience} epoch(s) (best {best} at epoch "
+                                f"{state.best_epoch})")
             return True
         return False
 
@@ -618,7 +652,7 @@ class Trainer:
             "epochs_completed": state.epoch,
             "global_steps": state.global_step,
             "early_stopped": self.early_stopped,
-            "best_val_accuracy": (state.best_metric if state.best_epoch and self.objective.task == "classification"
+            "best_val_accuracy": (state.best_metric if state.best_epoch and self.objective.task == "classification"  # noqa: E501
                                   else None),
             "best_val_monitor": state.best_metric if state.best_epoch else None,
             "best_epoch": state.best_epoch or None,
