@@ -15,9 +15,11 @@ LEVELS = (8, 16)
 
 
 def sensitivity(sim: QuantSim, batches, *, objective=None, check_stop: Callable[[], None] | None = None,
-                progress: Callable[[int, int, str], None] | None = None) -> list[dict]:
+                progress: Callable[[int, int, str], None] | None = None,
+                measure: Callable[[object], float] | None = None) -> list[dict]:
     """One {layer, only_this, all_but_this} (accuracies, or `objective`'s monitor values) per group, in graph
-    order."""
+    order. `measure` (model -> value) replaces the measure on `batches`: a LightningModule's own monitor."""
+    measure = measure or _measure_on(batches, check_stop, objective)
     rows = []
     groups = sim.groups
     with sim.keeping():
@@ -25,11 +27,15 @@ def sensitivity(sim: QuantSim, batches, *, objective=None, check_stop: Callable[
             if progress is not None:
                 progress(k, len(groups), f"sensitivity of {group}")
             sim.set_groups([group])
-            only = evaluate(sim, batches, check_stop, objective)["accuracy"]
+            only = measure(sim)
             sim.set_groups([g for g in groups if g != group])
-            rest = evaluate(sim, batches, check_stop, objective)["accuracy"]
+            rest = measure(sim)
             rows.append({"layer": group, "only_this": only, "all_but_this": rest})
     return rows
+
+
+def _measure_on(batches, check_stop, objective) -> Callable[[object], float]:
+    return lambda model: evaluate(model, batches, check_stop, objective)["accuracy"]
 
 
 def size_bytes(sim: QuantSim) -> int:
@@ -79,13 +85,16 @@ def restore(sim: QuantSim, saved: dict) -> None:
 
 def propose(sim: QuantSim, rows: list[dict], *, fp32_accuracy: float, quantized_accuracy: float,
             target_drop: float, batches, objective=None, check_stop: Callable[[], None] | None = None,
-            progress: Callable[[int, int, str], None] | None = None) -> dict:
+            progress: Callable[[int, int, str], None] | None = None,
+            measure: Callable[[object], float] | None = None) -> dict:
     """Raise groups to 8 bits, then 16, most helpful first (by how much accuracy quantizing all but that group
     recovers, then by how much quantizing only it costs), until accuracy is within `target_drop` of FP32.
 
     With a lower-is-better monitor (`objective.higher_is_better` false, e.g. MAE) every comparison turns round:
     the goal is at most FP32 + target_drop (a rise in the metric's own units), and a group helps by lowering it.
-    The search itself runs on `better` (the value, negated where lower is better), so there is one search."""
+    The search itself runs on `better` (the value, negated where lower is better), so there is one search.
+    `measure` (model -> value) replaces the measure on `batches`; `objective` then only says the direction."""
+    measure = measure or _measure_on(batches, check_stop, objective)
     sign = 1.0 if objective is None or objective.higher_is_better else -1.0
 
     def better(value: float) -> float:
@@ -110,7 +119,7 @@ def propose(sim: QuantSim, rows: list[dict], *, fp32_accuracy: float, quantized_
             set_group_bits(sim, group, level)
             chosen[group] = level
             sim.all()
-            accuracy = evaluate(sim, batches, check_stop, objective)["accuracy"]
+            accuracy = measure(sim)
             point = {"layers": [{"name": name, "bits": bits} for name, bits in chosen.items()],
                      "accuracy": accuracy, "size_bytes": size_bytes(sim)}
             points.append(point)

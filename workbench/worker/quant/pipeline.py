@@ -182,6 +182,7 @@ def run_quantization(spec: QuantSpec, ctx) -> dict:
     job.load_source_and_data()
     job.choose_objective()
     job.prepare_model()
+    job.use_own_monitor()
     job.draw_batches()
 
     # The ladder: one rung per step, in plan()'s order.
@@ -227,6 +228,7 @@ class QuantJob:
     dataset: Any = None
     model: torch.nn.Module | None = None
     objective: Any = None  # the run's task objective (workbench.worker.objectives); None: classification
+    own: Any = None  # a LightningModule's own validation (lightning/validate.py): its monitor is each rung's
     calibration: Batches | None = None
     held_out: Batches | None = None
     # The ladder's graph and simulation: trace_graph to set_activation_ranges.
@@ -264,8 +266,19 @@ class QuantJob:
 
     def measure(self, model) -> dict:
         """Accuracy (or the task's monitor), loss and logits of `model` on the held-out batches: the one measure
-        every ladder rung takes."""
-        return evaluate(model, self.held_out, self.ctx.check_stop, self.objective)
+        every ladder rung takes. A LightningModule's rungs are its own monitor, from its validation_step."""
+        result = evaluate(model, self.held_out, self.ctx.check_stop, self.objective)
+        if self.own is not None:
+            result = self.own.measure(model, result, self.ctx.check_stop)
+            self.ladder.metric = self.own.metric or self.ladder.metric  # known after the first validation
+        return result
+
+    def sweep_measure(self) -> tuple[Any, Any]:
+        """(measure, objective) for mixed's sweeps: the module's own monitor (its Monitor says the direction),
+        or (None, the run's objective) for the workbench's measure."""
+        if self.own is None or not self.own.active:
+            return None, self.objective
+        return (lambda model: self.own.value(model, self.ctx.check_stop)), self.own.monitor
 
     def rung(self, step: str, model) -> dict:
         """Measure `model` and send the result as the ladder's rung for `step`."""
@@ -318,6 +331,13 @@ class QuantJob:
         self.ctx.log(f"quantizing {origin.model.name} from {origin.checkpoint} on {self.device}: weights "
                      f"W{spec.weights.bits} {spec.weights.granularity} {spec.weights.range}, activations "
                      f"A{spec.activations.bits} {spec.activations.range}")
+
+    def use_own_monitor(self) -> None:
+        """A run that trained a LightningModule is measured by its own validation_step and monitor."""
+        from workbench.worker.lightning.validate import own_validation
+
+        self.own = own_validation(self.model, self.origin.train, self.origin.dataset, self.device,
+                                  self.ctx.log, root=str(self.run.dir))
 
     def draw_batches(self) -> None:
         """The calibration subset of the training split and the held-out batches every rung is measured on."""
@@ -515,9 +535,10 @@ class QuantJob:
     def sweep_sensitivity(self) -> None:
         """Each layer's accuracy with only it quantized, and with all but it quantized."""
         self.stages.start("sensitivity", "sensitivity sweeps")
+        measure, objective = self.sweep_measure()
         self.sensitivity_rows = mixed.sensitivity(
-            self.sim, self.held_out, objective=self.objective, check_stop=self.ctx.check_stop,
-            progress=lambda d, t, text: self.stages.within("sensitivity", d, t, text))
+            self.sim, self.held_out, objective=objective, check_stop=self.ctx.check_stop,
+            progress=lambda d, t, text: self.stages.within("sensitivity", d, t, text), measure=measure)
         self.sim.all()
 
     def propose_mixed_precision(self) -> None:
@@ -525,10 +546,12 @@ class QuantJob:
         the rise it allows)."""
         target_drop = self.spec.mixed_precision.target_drop
         self.stages.start("mixed_precision", "mixed-precision proposal")
+        measure, objective = self.sweep_measure()
         proposal = mixed.propose(self.sim, self.sensitivity_rows, fp32_accuracy=self.fp32["accuracy"],
                                  quantized_accuracy=self.quantized["accuracy"], target_drop=target_drop,
-                                 batches=self.held_out, objective=self.objective, check_stop=self.ctx.check_stop,
-                                 progress=lambda d, t, text: self.stages.within("mixed_precision", d, t, text))
+                                 batches=self.held_out, objective=objective, check_stop=self.ctx.check_stop,
+                                 measure=measure, progress=lambda d, t, text: self.stages.within(
+                                     "mixed_precision", d, t, text))
         self.proposal = proposal
         metric = self.ladder.metric
         allowed = f"drop of {target_drop:.2%}" if metric is None else \
