@@ -35,6 +35,15 @@ class Direct(Plain):
     def validation_step(self, batch, batch_idx):
         x, y = batch
         self.log("val_acc", (self.net(x).argmax(1) == y).float().mean())
+
+
+class Fragile(Plain):
+    """Validates while it trains, and fails in the validation quantize runs."""
+
+    def validation_step(self, batch, batch_idx):
+        if self.trainer.state.fn == "validate":
+            raise ValueError("no validation outside fit")
+        return super().validation_step(batch, batch_idx)
 '''
 
 
@@ -52,13 +61,13 @@ def _train(tmp_path: Path, project: Path, module: str) -> dict:
     return trained
 
 
-def _quantize(tmp_path: Path, run_dir: str, *extra: str) -> tuple[dict, str]:
+def _quantize(tmp_path: Path, run_dir: str, *extra: str, status: str = "done") -> dict:
     proc = wb(tmp_path, "quantize", "--set", f"source.run={run_dir}", "--set", "calibration.samples=32",
               "--set", "weights.bits=3", *extra, "--json", timeout=600)
     assert TRACEBACK not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     result = one_json(proc)
-    assert result["status"] == "done", result.get("error")
-    return result, proc.stderr
+    assert result["status"] == status, result.get("error")
+    return result
 
 
 def _validate(project: Path, checkpoint: str) -> dict:
@@ -80,10 +89,11 @@ def _validate(project: Path, checkpoint: str) -> dict:
 def test_a_lightning_runs_ladder_measures_the_modules_own_monitor(tmp_path):
     project = _project(tmp_path)
     trained = _train(tmp_path, project, "Classifier")
-    result, _ = _quantize(tmp_path, trained["run_dir"], "--set", "sensitivity=true")
+    result = _quantize(tmp_path, trained["run_dir"], "--set", "sensitivity=true")
     metric = result["metric"]
     assert metric == {"name": "val_acc", "label": "val_acc", "split": "val", "higher_is_better": True}
-    assert Measure.of(metric, result["held_out"]["split"]).axis == "val_acc ↑"  # what the GUI's charts show
+    measure = Measure.of(metric, result["held_out"]["split"])  # what the GUI's charts and summary show
+    assert measure.axis == "val_acc ↑" and measure.title == "val_acc ↑" and not measure.accuracy
     expected = _validate(project, result["source"]["checkpoint"])
     steps = {step["step"]: step for step in result["steps"]}
     assert steps["fp32"]["accuracy"] == pytest.approx(expected["val_acc"], abs=1e-6)
@@ -103,8 +113,17 @@ def test_a_lightning_runs_ladder_measures_the_modules_own_monitor(tmp_path):
 def test_a_validation_step_that_bypasses_forward_falls_back_and_says_so(tmp_path):
     project = _project(tmp_path)
     trained = _train(tmp_path, project, "Direct")
-    result, _ = _quantize(tmp_path, trained["run_dir"])
+    result = _quantize(tmp_path, trained["run_dir"])
     assert "metric" not in result  # the workbench's own accuracy, as for any classifier
     with Run(result["run_dir"], readonly=True) as run:
         logs = [event["content"].get("text", "") for event in run.events("log")]
     assert any(text.startswith("Direct.validation_step never calls the module itself") for text in logs), logs
+
+
+def test_a_validation_step_that_fails_in_quantize_names_the_users_line(tmp_path):
+    project = _project(tmp_path)
+    trained = _train(tmp_path, project, "Fragile")
+    message = _quantize(tmp_path, trained["run_dir"], status="failed")["error"]["message"]
+    assert message.startswith(f"{project}, line "), message
+    assert "no validation outside fit" in message
+    assert message.endswith("(during Lightning validation of a quantize step)"), message
