@@ -8,27 +8,13 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from test_trust_window import _spec  # the payload that writes MARKER, and its spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
-PAYLOAD = """
-from pathlib import Path
-Path(__file__).with_name("MARKER").write_text("ran")
-
-import torch
-from torch.utils.data import Dataset
-
-class Data(Dataset):
-    def __len__(self):
-        return 32
-
-    def __getitem__(self, i):
-        return torch.zeros(4), i % 2
-"""
 
 # Run in its own process under xvfb-run: the window, the worker, the menu action, the real modal question.
 SCRIPT = """
@@ -101,17 +87,7 @@ print(json.dumps(report))
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("xvfb-run"), reason="needs xvfb-run (Debian: apt-get install xvfb)")
 def test_open_spec_under_xvfb_asks_before_the_payload_runs(tmp_path):
-    folder = tmp_path / "proj"
-    folder.mkdir()
-    (folder / "payload.py").write_text(PAYLOAD)
-    spec = folder / "train.toml"
-    spec.write_text(textwrap.dedent("""
-        epochs = 1
-        [dataset]
-        name = "file:payload.py:Data"
-        [model]
-        name = "mlp"
-    """))
+    folder, spec = _spec(tmp_path)
     script = tmp_path / "open_spec.py"
     script.write_text(SCRIPT.format(out=str(tmp_path), spec=str(spec)))
     env = {k: v for k, v in os.environ.items() if k != "QT_QPA_PLATFORM"}
