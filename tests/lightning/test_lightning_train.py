@@ -200,13 +200,15 @@ def test_model_args_build_the_module_for_training_and_every_later_job(project, t
 
 
 def test_a_lightning_run_with_a_datamodule_quantizes_on_its_first_batch(trained):
-    """Calibration and evaluation read the DataModule's first training batch (it normalises its own data)."""
+    """Calibration reads the DataModule's first training batch (it normalises its own data); every rung is the
+    module's own monitor, from its validation_step over the DataModule's val batches."""
     workspace, result, _ = trained
     quantized = run_task(get_task("quant.analyze"), {"source": {"run": result["run_dir"]},
                                                      "calibration": {"samples": 16}},
                          emit=lambda *a: None, workspace=workspace)
     assert quantized["status"] == "done", quantized.get("error")
     assert 0 <= quantized["quantized"]["accuracy"] <= 1 and quantized["steps"][0]["step"] == "fp32"
+    assert quantized["metric"]["name"] == "val_acc" and quantized["metric"]["higher_is_better"] is True
 
 
 def test_a_datamodules_samples_are_the_same_for_every_job_and_held_out_ones_come_from_its_val_loader(project):
