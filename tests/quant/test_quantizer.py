@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from workbench.worker.quant.quantizer import Grid, dequantize, fake_quant, qparams_from_range, quantize
 
@@ -72,3 +74,63 @@ def test_range_always_holds_zero_and_the_gradient_passes_straight_through():
     fake_quant(x, qp).sum().backward()
     inside = (x.detach() >= 0) & (x.detach() <= 2)
     assert torch.equal(x.grad, inside.float())
+
+
+# --- far outside the grid: the no-gradient path is the grid's value, exactly --------------------------------------
+
+FINITE = st.floats(allow_nan=False, allow_infinity=False, width=32)  # every finite float32
+
+
+@pytest.mark.parametrize(("lo", "hi", "grid", "x", "expected"), [
+    (0.0, 6.0, Grid.for_activations(8, True, nonnegative=True), 6e7, 6.0),
+    (0.0, 6.0, Grid.for_activations(8, True, nonnegative=True), 1e9, 6.0),
+    (-1.27, 1.27, Grid.for_weights(8, True), -1e6, -1.27),
+])
+def test_values_far_outside_the_grid_land_on_its_end(lo, hi, grid, x, expected):
+    qp = qparams_from_range(torch.tensor(lo), torch.tensor(hi), grid)
+    got = fake_quant(torch.tensor([x]), qp)
+    assert torch.equal(got, dequantize(quantize(torch.tensor([x]), qp), qp))
+    assert float(got) == pytest.approx(expected, rel=1e-6)
+    graded = fake_quant(torch.tensor([x], requires_grad=True), qp)  # torch's op agrees
+    assert torch.equal(graded.detach(), got)
+
+
+@settings(max_examples=150)
+@given(values=st.lists(FINITE, min_size=1, max_size=64), lo=st.floats(-100, 0), hi=st.floats(0, 100),
+       bits=st.integers(2, 16), symmetric=st.booleans())
+def test_no_grad_fake_quant_is_dequantize_of_quantize_per_tensor(values, lo, hi, bits, symmetric):
+    x = torch.tensor(values, dtype=torch.float32)
+    grid = Grid.for_weights(bits, symmetric)
+    qp = qparams_from_range(torch.tensor(lo), torch.tensor(hi), grid)
+    got = fake_quant(x, qp)
+    assert torch.equal(got, dequantize(quantize(x, qp), qp))
+    low, high = qp.extent()
+    assert bool((got >= low).all() and (got <= high).all())
+    assert torch.equal(x, torch.tensor(values, dtype=torch.float32))  # the input is left alone
+
+
+@settings(max_examples=100)
+@given(values=st.lists(FINITE, min_size=12, max_size=12), bounds=st.lists(st.floats(0.01, 50), min_size=6,
+       max_size=6), bits=st.integers(2, 16), symmetric=st.booleans(), axis=st.integers(0, 1))
+def test_no_grad_fake_quant_is_dequantize_of_quantize_per_channel(values, bounds, bits, symmetric, axis):
+    x = torch.tensor(values, dtype=torch.float32).reshape(3, 4)
+    channels = x.shape[axis]
+    b = torch.tensor(bounds[:channels])
+    grid = Grid.for_weights(bits, symmetric)
+    qp = qparams_from_range(-b * 0.5, b, grid, axis=axis)
+    got = fake_quant(x, qp)
+    assert torch.equal(got, dequantize(quantize(x, qp), qp))
+    inside = x.abs() < 1e9  # where torch's op (the gradient path) is exact too: its int64 cast does not overflow
+    graded = fake_quant(x.clone().requires_grad_(), qp).detach()
+    assert torch.equal(graded[inside], got[inside])
+
+
+def test_the_gradient_path_still_passes_straight_through_per_channel():
+    w = torch.linspace(-3, 3, 24).reshape(4, 6).requires_grad_()
+    grid = Grid.for_weights(4, symmetric=True)
+    qp = qparams_from_range(torch.full((4,), -2.0), torch.full((4,), 2.0), grid, axis=0)
+    fake_quant(w, qp).sum().backward()
+    low, high = qp.extent()
+    inside = (w.detach() >= low.view(-1, 1)) & (w.detach() <= high.view(-1, 1))
+    assert torch.equal(w.grad, inside.float())
+    assert 0 < int(inside.sum()) < w.numel()

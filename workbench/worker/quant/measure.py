@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from workbench.worker.quant.quantizer import QParams, quant_error
+from workbench.worker.quant.quantizer import QParams, quant_dequant
 
 HISTOGRAM_BINS = 256
 
@@ -39,7 +39,7 @@ def tensor_error(values: torch.Tensor, qp: QParams, quantized: torch.Tensor | No
     Values outside the grid's extent carry clipping error, the rest rounding error.
     """
     x = values.detach().float()
-    q = quantized.detach().float() if quantized is not None else quant_error(x, qp).add_(x)
+    q = quantized.detach().float() if quantized is not None else quant_dequant(x, qp)
     err = (q - x).pow_(2)
     clipped = clipped_mask(x, qp)
     n = max(x.numel(), 1)
@@ -106,7 +106,7 @@ def error_by_bin(values: torch.Tensor, qp: QParams, edges: torch.Tensor,
                  quantized: torch.Tensor | None = None) -> torch.Tensor:
     """(2, bins) float64: the squared clipping error and the squared rounding error of the values in each bin."""
     x = values.detach().float()
-    q = quantized.detach().float() if quantized is not None else quant_error(x, qp).add_(x)
+    q = quantized.detach().float() if quantized is not None else quant_dequant(x, qp)
     err = (q - x).pow_(2).double().reshape(-1)
     clipped = clipped_mask(x, qp).reshape(-1)
     index = bin_index(x, edges)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from workbench.errors import JobError
 from workbench.registry import Registry
-from workbench.worker.quant.quantizer import Grid, qparams_from_range, quant_error
+from workbench.worker.quant.quantizer import Grid, qparams_from_range, quant_dequant
 
 COARSE_STEPS = 100  # candidate clipping ranges alpha * (lo, hi), alpha = 1/100 .. 1
 FINE_STEPS = 20  # then a grid ten times finer (1/1000) within one coarse step either side of ...
@@ -213,7 +213,7 @@ def _softmax_cross_entropy(logits: torch.Tensor, grid: Grid) -> Callable[[torch.
     def objective(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
         out = []
         for low, high in zip(lo.reshape(-1), hi.reshape(-1)):
-            q = quant_error(logits, qparams_from_range(low, high, grid)).add_(logits)
+            q = quant_dequant(logits, qparams_from_range(low, high, grid))
             out.append(-(target * F.log_softmax(q, dim=1)).sum(dim=1).mean())
         return torch.stack(out).reshape(lo.shape)
 
