@@ -124,6 +124,30 @@ class MixedPrecisionSpec(Spec):
             item["bits"] = bits
 
 
+DOCTOR_FIXES = ("cle", "cle_fanout", "per_channel", "smoothquant", "concat_rescale", "concat_requant", "mse_range",
+                "percentile_range", "minmax_range", "bias_correction", "bits_16", "relu6_to_relu", "keep_float")
+
+
+@dataclass
+class DoctorSpec(Spec):
+    """The quantization doctor: after the ladder, find why each layer hurts, try fixes and measure what each gains."""
+
+    enabled: bool = option(False, "Diagnose each layer after the ladder: the cause of its error, the fixes for it, each tried by re-quantizing and measured (logit SQNR and the monitor).")
+    apply: bool = option(False, "Apply the fixes that measurably helped and add a doctor rung to the ladder (needs enabled).")
+    fixes: list[str] = option([], "Only these fixes, each <layer>:<fix> as a finding names them (e.g. conv1:cle); empty: every finding's best fix whose measured gain is positive.")
+    max_findings: int = option(12, "Fixes are tried for at most this many findings, the worst first.", min=1, max=256)
+
+    def validate(self) -> None:
+        for i, item in enumerate(self.fixes):
+            layer, sep, fix = str(item).rpartition(":")
+            if not sep or not layer.strip():
+                raise SpecError(f"fixes[{i}]: {item!r} is not <layer>:<fix>, e.g. conv1:cle")
+            if fix not in DOCTOR_FIXES:
+                raise SpecError(f"fixes[{i}]: {fix!r} is not a fix; choose one of: {', '.join(DOCTOR_FIXES)}")
+        if self.apply and not self.enabled:
+            self.enabled = True  # applying needs the diagnosis; asking for one asks for the other
+
+
 @dataclass
 class QuantSpec(Spec):
     """Post-training quantization (Nagel et al., arXiv 2106.08295): BN folding, cross-layer equalisation, weight
@@ -142,6 +166,7 @@ class QuantSpec(Spec):
     qat: QatSpec = option(QatSpec(), "Quantization-aware training after the post-training steps.")
     sensitivity: bool = option(False, "Measure each layer's accuracy with only it quantized and with all but it quantized.")
     mixed_precision: MixedPrecisionSpec = option(MixedPrecisionSpec(), "Mixed-precision proposal (target_drop) or per-layer bit widths to apply (layers).")
+    doctor: DoctorSpec = option(DoctorSpec(), "The quantization doctor: per layer, why it hurts, the fixes tried and their measured gain.")
     eval_samples: int = option(0, "Held-out (test split) samples that accuracy is measured on; 0 uses the whole test split.", min=0, max=MAX_SAMPLES)
     batch_size: int = option(128, "Samples per forward pass when calibrating and evaluating.", min=1, max=MAX_BATCH)
     device: str = _device("auto", "Where to calibrate and evaluate: auto, cpu, mps, cuda or cuda:N.")
