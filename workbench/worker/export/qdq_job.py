@@ -12,7 +12,7 @@ import torch
 from workbench.errors import JobError
 from workbench.specs import ExportSpec
 from workbench.worker.devices import resolve_device
-from workbench.worker.export import formats, parity, qdq_steps
+from workbench.worker.export import backend_compare, formats, parity, qdq_steps
 from workbench.worker.export.checks import EVAL_BATCH, FILE_NAMES, STEPS, log_parity, parity_inputs, skipped
 from workbench.worker.export.common import output_path
 from workbench.worker.models import logits_of
@@ -79,7 +79,8 @@ def run_qdq(spec: ExportSpec, ctx) -> dict:
         started = time.perf_counter()
         inputs, batches, samples, extra = parity_inputs(spec, shape, data if dataset is not None else None, ctx,
                                                          dataset, example if integer else None)
-        result["parity"] = _parity(build, out, device, deployed, inputs, batches, samples, extra, ctx)
+        result["parity"], result["by_module"], result["tensorrt_by_module"] = _parity(
+            build, out, device, deployed, inputs, batches, samples, extra, ctx)
         result["parity"]["parity_s"] = round(time.perf_counter() - started, 3)
         log_parity(ctx, result["parity"])
     if dataset is not None and spec.verify:
@@ -108,9 +109,10 @@ def _example(run, dataset, data):
     return example
 
 
-def _parity(build, out, device, deployed, inputs, batches, samples, extra, ctx) -> dict:
+def _parity(build, out, device, deployed, inputs, batches, samples, extra, ctx) -> tuple[dict, list[dict], dict]:
     """Parity as deployed (the headline) and as written, each held to the tolerance its step analysis derives, and
-    each matching the simulation quantizer by quantizer."""
+    each matching the simulation quantizer by quantizer; with that comparison per PyTorch module (by_module), and
+    TensorRT's per module where it runs here."""
     sim = build.sim
     outputs: dict[int, torch.Tensor] = {}  # both configurations compare with the same simulated outputs
 
@@ -151,12 +153,27 @@ def _parity(build, out, device, deployed, inputs, batches, samples, extra, ctx) 
     result["optimized"] = {**_summary(headline), "note": "onnxruntime with its graph optimizations (fused int8 "
                                                         "kernels), as deployed; the headline figures"}
     first = next((a["quantizers"]["off"][0]["point"] for a in analyses.values() if a["quantizers"]["off"]), None)
+    by_module, tensorrt = _by_module(sim, out, measured, analysed, ctx)
     result["first_divergent_layer"] = first
     if first is None:
         result["first_divergent_layer_reason"] = (
             "parity passed" if result["passed"] else "every quantizer computes the simulation's codes from the same "
             "input, up to rounding flips; the output moved further than those flips explain")
-    return result
+    return result, by_module, tensorrt
+
+
+def _by_module(sim, out, measured: dict, analysed: list, ctx) -> tuple[list[dict], dict]:
+    """The step analysis's code comparison per PyTorch module, both configurations; then TensorRT's, module by
+    module, on the worst modules (or why it cannot run here)."""
+    owners = backend_compare.point_owners(sim)
+    labels = dict(zip((mode for mode, _ in MODES), (label for label, _ in backend_compare.CONFIGURATIONS)))
+    rows = backend_compare.codes_by_module({labels[m]: backend_compare.tallies_of(measured[m]) for m, _ in MODES},
+                                           owners)
+    ctx.check_stop()
+    tensorrt = backend_compare.tensorrt_by_module(sim, out, analysed[0][1], owners, [r["module"] for r in rows])
+    if not tensorrt["available"]:
+        ctx.log(tensorrt["reason"])
+    return rows, tensorrt
 
 
 def _rule(analysis: dict, step: float, unit: str) -> str:

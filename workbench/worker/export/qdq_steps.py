@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -93,12 +93,13 @@ def _dequantized(codes: torch.Tensor, qp, like: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def forced(sim, exposed: Exposed, x: torch.Tensor,
-           simulated: Callable[[torch.Tensor], torch.Tensor] | None = None
+           simulated: Callable[[torch.Tensor], torch.Tensor] | None = None, worst: dict[str, int] | None = None
            ) -> tuple[torch.Tensor, torch.Tensor, dict[str, list[int]]]:
     """Run onnxruntime once, then the simulation with each quantizer's output replaced by onnxruntime's codes, so
     that every quantizer sees the input onnxruntime's saw: (onnxruntime's output, the simulation's free output,
     {point: [values equal, one step off at a rounding tie, one step off elsewhere, two or more off]}).
-    `simulated(x)`, where given, is the free output already computed (the parity check's, shared)."""
+    `simulated(x)`, where given, is the free output already computed (the parity check's, shared); `worst`, where
+    given, gets each point's largest code difference in steps (kept at its highest over calls)."""
     out, values = exposed.run(x)
     free = (simulated(x) if simulated is not None else logits_of(sim(x))).detach().float().cpu()
     modules = _quantizers_by_name(sim)
@@ -124,6 +125,8 @@ def forced(sim, exposed: Exposed, x: torch.Tensor,
             tally[1] += int((one & near_tie).sum())
             tally[2] += int((one & ~near_tie).sum())
             tally[3] += int((gap >= 2).sum())
+            if worst is not None and gap.numel():
+                worst[module.point] = max(worst.get(module.point, 0), int(gap.max()))
             return _dequantized(theirs, qp, output)
         return replace
 
@@ -209,6 +212,7 @@ class Measured:
     exposed: Exposed
     per_point: dict[str, list[int]]  # point: [equal, one step at a tie, one step elsewhere, two or more]
     outputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # (input, onnxruntime's output, the simulation's)
+    worst: dict[str, int] = field(default_factory=dict)  # point: its largest code difference, in steps
 
     @property
     def rates(self) -> dict[str, float]:
@@ -222,15 +226,16 @@ def measure(sim, onnx_path: Path, inputs: list[tuple[str, torch.Tensor]], *, opt
     saw. `simulated(x)` gives the simulation's output for an input (a cache the parity check shares)."""
     exposed = expose(onnx_path, optimize=optimize)
     per_point: dict[str, list[int]] = {}
+    worst: dict[str, int] = {}
     outputs = []
     for _, x in inputs:
-        out, free, counts = forced(sim, exposed, x, simulated)
+        out, free, counts = forced(sim, exposed, x, simulated, worst)
         outputs.append((x, out, free))
         for point, tally in counts.items():
             total = per_point.setdefault(point, [0, 0, 0, 0])
             for i in range(4):
                 total[i] += tally[i]
-    return Measured(optimize, exposed, per_point, outputs)
+    return Measured(optimize, exposed, per_point, outputs, worst)
 
 
 def spread_of(sim, measured: list[Measured], step: float) -> float:
