@@ -8,6 +8,7 @@ import json
 import time
 
 import numpy as np
+from fake_doctor import fake_doctor
 
 from workbench.errors import JobError
 
@@ -102,6 +103,8 @@ def fake_quant_analyze(spec, ctx):
                                      "size_bytes": 9000, "met": True, "fp32_accuracy": 0.99, "fp32_size_bytes": 40000,
                                      "points": [{"layers": [], "accuracy": 0.985, "size_bytes": 6000},
                                                 {"layers": ["classifier"], "accuracy": 0.989, "size_bytes": 9000}]}
+    if spec.doctor.enabled:
+        report["doctor"] = fake_doctor(spec)
     folder = ctx.run.artifacts_dir
     folder.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 from workbench.client import JobRecord
 from workbench.errors import WorkbenchError
 from workbench.gui.panels.quant.channel_ranges_plot import ChannelRangesPlot
+from workbench.gui.panels.quant.doctor_view import DoctorView, doctor_spec, fix_of
 from workbench.gui.panels.quant.error_plot import ErrorPlot
 from workbench.gui.panels.quant.ladder_chart import LadderChart
 from workbench.gui.panels.quant.layer_table import KEY_ROLE, LayerSortProxy, LayerTableModel
@@ -50,6 +51,7 @@ RUN_COLUMNS = ("Run", "Status", "Scheme", "FP32", "Quantized")
 NO_COMPARISON = ""
 TABLE_ROWS = 8  # layers the layer table shows above the plots at first; a person drags the splitter for more
 PLOT_TABS = ("Histogram", "Error q(x) − x", "Channel ranges", "Sensitivity", "Mixed precision")
+DOCTOR_TAB = "Doctor"
 
 
 def _percent(value, metric: dict | None = None) -> str:
@@ -179,6 +181,10 @@ class QuantPanel(RunTab):
         for widget, title in zip((self.histogram, self.error_plot, self.channel_plot, self.sensitivity, self.mixed),
                                  PLOT_TABS):
             self.plots.addTab(widget, title)
+        self.doctor = DoctorView()
+        self.plots.addTab(self.doctor, DOCTOR_TAB)
+        self.plots.setTabToolTip(self.plots.count() - 1, "The doctor's findings: why each layer loses precision, "
+                                 "its evidence, the fixes tried and their measured gain")
         right = QSplitter(Qt.Vertical)
         right.addWidget(layer_box)
         right.addWidget(self.plots)
@@ -237,6 +243,8 @@ class QuantPanel(RunTab):
         self.graph_button.clicked.connect(self._on_graph_clicked)
         self.try_it_button.clicked.connect(lambda: self.try_it_requested.emit(self.selected_run_id() or ""))
         self.apply_button.clicked.connect(self._on_apply_clicked)
+        self.doctor.try_fix_requested.connect(self._on_try_fix)
+        self.doctor.apply_all_requested.connect(lambda: self._start_doctor([], "every verified fix"))
         self.open_button.clicked.connect(self.open_selected_folder)
         self.delete_button.clicked.connect(self.delete_selected)
         self.table.itemSelectionChanged.connect(self._on_run_selected)
@@ -376,6 +384,7 @@ class QuantPanel(RunTab):
             for plot in (self.histogram, self.error_plot, self.channel_plot):
                 plot.clear(waiting)
         self._update_buttons()
+        self._show_doctor()
 
     def _worst_layer(self) -> tuple[str, str]:
         """The layer to show first: the lowest-SQNR weight quantizer (what a person would look at first)."""
@@ -606,3 +615,36 @@ class QuantPanel(RunTab):
         spec = self.proposal_spec()
         if spec is not None:
             self.start_requested.emit(spec)
+
+    # -- the doctor --------------------------------------------------------------------------------
+    def _show_doctor(self) -> None:
+        entry = self.runs.get(self.selected_run_id() or "")
+        done = bool(entry) and entry["status"] == "done" and entry["id"] not in self.job_of_run \
+            and self.results is not None and self.results.run_id == entry["id"]
+        report = self.results.report if self.results else {}
+        self.doctor.set_doctor(report.get("doctor"), self.results.metric if self.results else None, done)
+
+    def select_finding(self, layer: str) -> bool:
+        """Show the Doctor tab on `layer`'s worst finding (a click on the graph's Doctor overlay)."""
+        if not self.doctor.select_finding(layer):
+            return False
+        self.plots.setCurrentWidget(self.doctor)
+        return True
+
+    def doctor_spec(self, fixes: list[str]) -> dict | None:
+        """The shown run's spec to quantize again with the doctor applying `fixes` (empty: every verified one)."""
+        entry = self.runs.get(self.selected_run_id() or "")
+        if not entry or not entry.get("spec"):
+            return None
+        return doctor_spec(entry["spec"], fixes)
+
+    def _on_try_fix(self, finding: dict) -> None:
+        self._start_doctor([fix_of(finding)], fix_of(finding))
+
+    def _start_doctor(self, fixes: list[str], what: str) -> None:
+        spec = self.doctor_spec(fixes)
+        if spec is None:
+            self.status_message.emit("Pick a finished quantize run first")
+            return
+        self.status_message.emit(f"Quantizing again with the doctor applying {what}…")
+        self.start_requested.emit(spec)

@@ -32,7 +32,9 @@ SCHEME_FIELDS = ["weights.bits", "weights.granularity", "weights.symmetric", "we
                  "activations.percentile"]
 CALIBRATION_FIELDS = ["calibration.samples", "calibration.seed", "eval_samples", "batch_size", "device"]
 PIPELINE_FIELDS = ["fold_bn", "cle", "adaround.enabled", "adaround.iterations", "bias_correction", "qat.epochs",
-                   "qat.lr", "sensitivity", "mixed_precision.target_drop"]
+                   "qat.lr", "sensitivity", "mixed_precision.target_drop", "doctor.enabled", "doctor.apply"]
+# The doctor's checkboxes, said as what they do (the spec's field names alone read as jargon).
+DOCTOR_TEXTS = {"doctor.enabled": "Doctor: diagnose after the ladder", "doctor.apply": "apply verified fixes"}
 # The allowed drop's tooltip where it is typed in percentage points (the spec's own help speaks of a fraction).
 DROP_IN_POINTS = ("Accuracy (or mIoU, mean AP) that the mixed-precision proposal may lose against FP32, in "
                   "percentage points: 1 allows one point (the spec keeps 0.01); 0 asks for no proposal. A "
@@ -156,7 +158,8 @@ class QuantWizard(QWizard):
         self.pipeline_page = _FormPage("Pipeline steps", "The white paper's PTQ steps, in order; each adds a rung to "
                                        "the accuracy ladder.", PIPELINE_FIELDS, data,
                                        headings={"fold_bn": "Post-training steps", "qat.epochs":
-                                                 "Quantization-aware training", "sensitivity": "Analysis"})
+                                                 "Quantization-aware training", "sensitivity": "Analysis",
+                                                 "doctor.enabled": "Doctor"})
         self.form_pages = [self.scheme_page, self.calibration_page, self.pipeline_page]
         self._readable_widgets()
         for page in (self.source_page, *self.form_pages):
@@ -187,6 +190,8 @@ class QuantWizard(QWizard):
         label.setFixedWidth(label.fontMetrics().horizontalAdvance("Mixed precision: allowed drop") + 4)
         label.setMinimumHeight(2 * label.fontMetrics().lineSpacing() + 2)
         self._drop_help = form.widgets["mixed_precision.target_drop"].toolTip()  # the spec's, in its own units
+        for dotted, text in DOCTOR_TEXTS.items():
+            form.widgets[dotted].setText(text)
 
     def _on_run_changed(self, *args) -> None:
         """A share (accuracy, mIoU, mean AP) drops by percentage points, typed as 1 for 1 %; a regression's or a
@@ -209,6 +214,8 @@ class QuantWizard(QWizard):
         pipeline.set_applicable("adaround.iterations", pipeline.value("adaround.enabled"),
                                 "Not used: AdaRound is off.")
         pipeline.set_applicable("qat.lr", pipeline.value("qat.epochs") > 0, "Not used: QAT epochs is 0 (no QAT).")
+        pipeline.set_applicable("doctor.apply", pipeline.value("doctor.enabled"),
+                                "Not used: the doctor is off (it applies only the fixes it diagnosed and measured).")
 
     def _apply_preset(self) -> None:
         name = self.source_page.preset.currentData()

@@ -1,0 +1,136 @@
+"""The Quantization tab's Doctor view against a fake worker that speaks the real protocol: the findings worst first,
+each cause's evidence plot with its data, Try fix and Apply all starting the right quantize runs, the before and
+after of a run that applied a fix, the wizard's Doctor checkboxes and the empty state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fake_doctor import OUTLIER_RANGES
+from PySide6.QtCore import Qt
+from test_quant_panel import _quantize, _trained_run
+
+from workbench.gui.panels.quant.doctor_view import COLUMNS, DoctorView
+from workbench.gui.panels.quant.wizard import QuantWizard
+
+
+@pytest.fixture
+def trained(fake_window):
+    return _trained_run(fake_window.workspace)
+
+
+def _doctor_run(window, qtbot, trained, **fields):
+    run_id = _quantize(window, qtbot, trained, doctor={"enabled": True, **fields})
+    panel = window.quant_panel
+    panel.plots.setCurrentWidget(panel.doctor)
+    return run_id, panel, panel.doctor
+
+
+def _row(table, row: int) -> list[str]:
+    return [table.item(row, column).text() for column in range(table.columnCount())]
+
+
+def _newest_job(window, before: int):
+    jobs = window.manager.jobs.all()
+    assert len(jobs) > before
+    return max(jobs, key=lambda r: r.submitted)
+
+
+def test_findings_are_listed_worst_first_with_their_gains(fake_window, qtbot, trained):
+    _, panel, view = _doctor_run(fake_window, qtbot, trained)
+    assert panel.plots.tabText(panel.plots.indexOf(view)) == "Doctor"
+    assert view.pages.currentIndex() == 1
+    assert [view.table.horizontalHeaderItem(c).text() for c in range(view.table.columnCount())] == list(COLUMNS)
+    assert view.table.rowCount() == 3
+    assert _row(view.table, 0) == ["7.5", "features.0", "weight", "outlier channels", "cle", "+6.2 dB", "+0.40 pt"]
+    assert [_row(view.table, r)[1] for r in range(3)] == ["features.0", "features.2", "classifier"]
+    assert _row(view.table, 2)[3:6] == ["mixed-range concat", "concat requant", "+1.2 dB"]
+    assert "22.0 dB" in view.header.text() and "98.30%" in view.header.text()
+    assert view.apply_button.isEnabled() and view.try_button.isEnabled()
+    assert not view.applied_table.isVisibleTo(view)
+
+
+def test_each_cause_draws_its_evidence(fake_window, qtbot, trained):
+    _, _, view = _doctor_run(fake_window, qtbot, trained)
+    plot = view.evidence.plot
+    view.table.setCurrentCell(0, 0)  # outlier channels: a bar per channel, the widest red
+    assert view.evidence.currentWidget() is plot and plot.kind == "channels"
+    assert np.allclose(plot.values, OUTLIER_RANGES) and plot.highlighted == [3]
+    assert "12.0×" in plot.title and view.tried.rowCount() == 2
+    assert plot.plot.getAxis("bottom").labelText == "output channel"
+    view.table.setCurrentCell(1, 0)  # clipping: the histogram with its two clip lines
+    assert plot.kind == "histogram" and len(plot.values) == 32 and plot.clip_lines == [0.0, 3.5]
+    assert "clipping 72%" in plot.title and "clipping range" in plot.legend_texts
+    view.table.setCurrentCell(2, 0)  # the concat: a bar per input over [lo, hi], the narrow one red
+    assert plot.kind == "inputs" and np.allclose(plot.values, [10.0, 0.5]) and plot.highlighted == [1]
+    assert "95%" in plot.title
+    ticks = plot.plot.getAxis("left")._tickLevels
+    assert [name for _, name in ticks[0]] == ["features.2", "skip"]
+
+
+def test_other_causes_show_their_numbers_and_bias_its_bars(qtbot):
+    view = DoctorView()
+    qtbot.addWidget(view)
+    view.set_doctor({"findings": [
+        {"id": "a:weight:relu6_blocks_cle", "layer": "a", "tensor": "weight", "cause": "relu6_blocks_cle",
+         "evidence": {"pairs": [["a", "b"]]}, "fix": "relu6_to_relu", "severity": 2.0},
+        {"id": "b:activation:bias_shift", "layer": "b", "tensor": "activation", "cause": "bias_shift",
+         "evidence": {"mean_error": [0.01, -0.3, 0.02], "worst_channel": 1, "worst": -0.3},
+         "fix": "bias_correction", "severity": 1.0}]}, done=True)
+    assert view.evidence.currentWidget() is view.evidence.table
+    assert _row(view.evidence.table, 0) == ["pairs", "a – b"]
+    assert view.select_finding("b")
+    assert view.evidence.plot.kind == "bias" and view.evidence.plot.highlighted == [1]
+    assert not view.select_finding("nowhere")
+
+
+def test_try_fix_quantizes_again_with_that_fix_and_shows_before_and_after(fake_window, qtbot, trained):
+    run_id, panel, view = _doctor_run(fake_window, qtbot, trained)
+    view.table.setCurrentCell(2, 0)
+    before = len(fake_window.manager.jobs.all())
+    qtbot.mouseClick(view.try_button, Qt.LeftButton)
+    started = _newest_job(fake_window, before)
+    assert started.task == "quant.analyze"
+    assert started.spec["doctor"]["fixes"] == ["classifier:concat_requant"]
+    assert started.spec["doctor"]["enabled"] and started.spec["doctor"]["apply"]
+    assert started.spec["source"]["run"] == trained
+    qtbot.waitUntil(lambda: panel.results is not None and panel.results.run_id != run_id
+                    and bool(panel.results.report.get("doctor")), timeout=15_000)
+    qtbot.waitUntil(lambda: view.applied_table.rowCount() == 1, timeout=5_000)
+    assert view.applied_table.isVisibleTo(view)
+    assert _row(view.applied_table, 0)[:2] == ["classifier", "concat_requant"]
+    assert _row(view.applied_table, 0)[3] == "21.5 dB → 27.7 dB"
+    assert "28.2 dB" in view.header.text() and "98.80%" in view.header.text()
+    assert view.select_finding("classifier")
+    assert "21.5 dB → <b>27.7 dB</b>" in view.result.text() and "98.30% → <b>98.80%</b>" in view.result.text()
+
+
+def test_apply_all_asks_for_every_verified_fix(fake_window, qtbot, trained):
+    _, _, view = _doctor_run(fake_window, qtbot, trained)
+    before = len(fake_window.manager.jobs.all())
+    qtbot.mouseClick(view.apply_button, Qt.LeftButton)
+    started = _newest_job(fake_window, before)
+    assert started.spec["doctor"]["apply"] and started.spec["doctor"]["enabled"]
+    assert started.spec["doctor"]["fixes"] == []
+
+
+def test_a_run_without_a_doctor_says_how_to_turn_it_on(fake_window, qtbot, trained):
+    _quantize(fake_window, qtbot, trained)
+    view = fake_window.quant_panel.doctor
+    assert view.pages.currentWidget() is view.empty
+    assert "doctor.enabled=true" in view.empty.text() and "Doctor: diagnose after the ladder" in view.empty.text()
+    assert not view.apply_button.isEnabled()
+
+
+def test_the_wizard_writes_the_doctor_fields(fake_window, qtbot, trained):
+    wizard = QuantWizard(fake_window.quant_panel.training_runs(), parent=fake_window)
+    qtbot.addWidget(wizard)
+    form = wizard.pipeline_page.form
+    enabled, apply = form.widgets["doctor.enabled"], form.widgets["doctor.apply"]
+    assert enabled.text() == "Doctor: diagnose after the ladder" and apply.text() == "apply verified fixes"
+    assert not apply.isEnabled() and enabled.toolTip()
+    enabled.setChecked(True)
+    assert apply.isEnabled()
+    apply.setChecked(True)
+    spec = wizard.rebuild()
+    assert spec.doctor.enabled and spec.doctor.apply
