@@ -17,6 +17,7 @@ from fake_quant import fake_quant_analyze
 from workbench.errors import JobError
 from workbench.protocol import ConnectionInfo
 from workbench.specs import BenchSpec, ExportSpec, GraphSpec, PredictSpec, QuantSpec, TrainSpec
+from workbench.task_ids import TRAIN_TASK
 from workbench.worker.kernel import Kernel
 from workbench.worker.registry import TaskInfo, get_task
 
@@ -86,7 +87,7 @@ def _fake_sample(spec, ctx):
 
 
 def _fake_train(spec, ctx):
-    """Speaks like train.classifier (metric names, progress, evaluation.json) without torch."""
+    """Speaks like train.model (metric names, progress, evaluation.json) without torch."""
     if "broken" in spec.model.name:  # a model file that does not import: the run fails before its first step
         raise JobError(f"model.name: {spec.model.name.split(':')[1]}, line 3: SyntaxError: invalid syntax")
     steps_per_epoch = 10
@@ -155,7 +156,7 @@ def _fake_graph(spec, ctx):
     if spec.source.file.endswith(".broken"):
         raise JobError(f"source.file: {spec.source.file} cannot be read as a saved ExportedProgram")
     if "-train-" in spec.quant_run:  # a training run's id
-        raise JobError(f"quant_run: run {spec.quant_run} is not a quantize run (it is a train.classifier run)")
+        raise JobError(f"quant_run: run {spec.quant_run} is not a quantize run (it is a train.model run)")
     folder = ctx.run.artifacts_dir / "graph"
     folder.mkdir(parents=True, exist_ok=True)
     graph = _fake_graph_json()
@@ -233,7 +234,7 @@ class FakeWorker:
         tasks["devices.list"] = TaskInfo("devices.list", _fake_devices, "query", None, False, "canned devices")
         for name, fn in (("data.info", _fake_info), ("data.page", _fake_page), ("data.sample", _fake_sample)):
             tasks[name] = TaskInfo(name, fn, "query", None, False, "fake data")
-        tasks["train.classifier"] = TaskInfo("train.classifier", _fake_train, "job", TrainSpec, True, "fake training")
+        tasks[TRAIN_TASK] = TaskInfo(TRAIN_TASK, _fake_train, "job", TrainSpec, True, "fake training")
         tasks["graph.build"] = TaskInfo("graph.build", _fake_graph, "job", GraphSpec, True, "fake graph")
         tasks["quant.analyze"] = TaskInfo("quant.analyze", fake_quant_analyze, "job", QuantSpec, True, "fake quantize")
         tasks["export.model"] = TaskInfo("export.model", fake_export_model, "job", ExportSpec, True, "fake export")

@@ -66,6 +66,7 @@ def test_shared_middle_loads_neither():
     code = f"""
 import sys
 import workbench.specs, workbench.protocol, workbench.client, workbench.runs, workbench.workspace, workbench.errors
+import workbench.results, workbench.task_ids
 print("LOADED", [m for m in {TORCH_SIDE + QT_SIDE!r} if m in sys.modules])
 """
     result = _run(code)

@@ -17,16 +17,17 @@ from pathlib import Path
 
 from workbench import __version__
 from workbench.errors import JobError, UsageError, WorkbenchError
+from workbench.task_ids import TaskId
 
 # The job verbs and the worker task each runs; the capability issues register these tasks.
 JOB_TASKS = {
-    "train": "train.classifier",
-    "quantize": "quant.analyze",
-    "export": "export.model",
-    "bench": "bench.latency",
-    "graph": "graph.build",
-    "lr-find": "lr.find",
-    "predict": "predict.model",
+    "train": TaskId.TRAIN.value,
+    "quantize": TaskId.QUANT.value,
+    "export": TaskId.EXPORT.value,
+    "bench": TaskId.BENCH.value,
+    "graph": TaskId.GRAPH.value,
+    "lr-find": TaskId.LR_FIND.value,
+    "predict": TaskId.PREDICT.value,
 }
 DIAG_TASKS = {"count": "debug.count", "sleep": "debug.sleep"}
 # The diagnostics' number fields, checked before a run exists: a bad one is a bad spec (exit 2), not a failed run.

@@ -126,7 +126,7 @@ def test_verify_false_skips_parity(digits_run):
 @pytest.mark.parametrize("parts, expected", [
     ({"source": {"file": "model.onnx"}}, "source.file: model.onnx is already an exported model"),
     ({"output": "model.txt"}, "output: "),
-    ({"format": "onnx_qdq"}, "is a train.classifier run; onnx_qdq takes the scales"),
+    ({"format": "onnx_qdq"}, "is a train.model run; onnx_qdq takes the scales"),
 ])
 def test_refusals_name_the_field(digits_run, parts, expected):
     workspace, run_id = digits_run

@@ -3,6 +3,8 @@ the bundled digits and then gives way to the runs table and live curves."""
 
 from __future__ import annotations
 
+from workbench.task_ids import TRAIN_TASK
+
 
 def test_empty_training_tab_offers_one_button_that_starts_a_digits_cnn(fake_window, qtbot):
     panel = fake_window.training_panel
@@ -11,7 +13,7 @@ def test_empty_training_tab_offers_one_button_that_starts_a_digits_cnn(fake_wind
     assert panel.quick_start_button.isVisible()
     assert "digits" in panel.quick_start_button.text() and "10 s" in panel.quick_start_button.text()
     panel.quick_start_button.click()
-    jobs = [r for r in fake_window.manager.jobs.all() if r.task == "train.classifier"]
+    jobs = [r for r in fake_window.manager.jobs.all() if r.task == TRAIN_TASK]
     assert len(jobs) == 1
     spec = jobs[0].spec
     assert spec["model"]["name"] == "cnn" and spec["dataset"]["name"] == "digits" and spec["epochs"] == 5

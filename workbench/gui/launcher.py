@@ -14,6 +14,7 @@ from workbench.app_resources import sample_specs
 from workbench.client import JobRecord
 from workbench.errors import SpecError, WorkbenchError
 from workbench.specs import QuantSpec, TrainSpec
+from workbench.task_ids import TRAIN_TASK
 
 
 class JobLauncher(QObject):
@@ -96,7 +97,7 @@ class JobLauncher(QObject):
         return self.start_training(spec)
 
     def start_training(self, spec: TrainSpec) -> TrainSpec | None:
-        record = self.submit_job("train.classifier", spec.to_dict())
+        record = self.submit_job(TRAIN_TASK, spec.to_dict())
         if record is None:
             return None
         self.main.show_tab(self.main.training_panel)
@@ -109,7 +110,7 @@ class JobLauncher(QObject):
             main.log_panel.append(f"Did not resume: {main.trust_gate.refusal(spec)['message']}", "warning")
             return
         try:
-            main.manager.submit("train.classifier", spec, main.workspace, resume=run_dir)
+            main.manager.submit(TRAIN_TASK, spec, main.workspace, resume=run_dir)
         except RuntimeError as exc:
             main.log_panel.append(f"Could not resume: {exc}", "error")
             return

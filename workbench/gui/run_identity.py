@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from workbench.errors import WorkbenchError
+from workbench.task_ids import with_aliases
 
 # Runs a wizard or "Build from" can start from: a failed or unreadable run has no model worth picking.
 UNUSABLE = ("failed", "unreadable")
@@ -146,7 +147,7 @@ def identify(entry: dict, spec: dict | None, report: dict | None, *, last: dict 
 
 
 def _learns(task: str, model: str, spec: dict, report: dict) -> str:
-    """What a training run learns: every task's runs share the id train.classifier, which says nothing of it. The
+    """What a training run learns: every task's runs share the id train.model, which says nothing of it. The
     report's task is the one resolved from task=auto; a LightningModule's own loss decides, so it reads lightning."""
     if not task.startswith("train."):
         return ""
@@ -206,7 +207,7 @@ class RunIdentities:
 
     def sources(self, entries, tasks) -> list[tuple[dict, RunIdentity]]:
         """The runs of `tasks` a person can start from (failed and unreadable ones left out), newest first."""
-        tasks = set(tasks)
+        tasks = with_aliases(tasks)  # a training run recorded as train.classifier is a source as before
         picked = []
         for entry in entries:
             if entry.get("task") in tasks and entry.get("status") not in UNUSABLE:

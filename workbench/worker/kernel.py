@@ -41,6 +41,7 @@ from workbench.protocol import (
 from workbench.protocol.gatekeeper import Gatekeeper
 from workbench.protocol.sockets import limit_incoming, require_curve, serve_curve, serve_plain, use_ipv6
 from workbench.protocol.wire import MAX_REQUEST_FRAME, MAX_SUBSCRIPTION_FRAME, RECEIVE_HWM
+from workbench.task_ids import canonical_name
 from workbench.worker.host_memory import release_freed_memory
 from workbench.worker.registry import TaskInfo, get_task, list_tasks
 from workbench.worker.runner import build_spec, run_task
@@ -303,6 +304,7 @@ class Kernel:
     def _get_task(self, name: str) -> TaskInfo:
         if self._task_overrides is None:
             return get_task(name)
+        name = name if name in self._task_overrides else canonical_name(name)
         if name not in self._task_overrides:
             raise UsageError(f"no task named {name!r} in this worker; known tasks: {', '.join(sorted(self._task_overrides))}")
         return self._task_overrides[name]

@@ -107,7 +107,7 @@ def _load_run(spec: PredictSpec, ctx) -> Loaded:
     if task == "quant.analyze":
         return _load_quant_run(spec, ctx)
     raise JobError(f"source.run: {spec.source.run} is a {task or 'unknown'} run; Try it takes a training run "
-                   "(train.classifier) or a quantize run (quant.analyze)")
+                   "(train.model) or a quantize run (quant.analyze)")
 
 
 def _load_data(data: DataSpec, run_dir: Path, ctx):

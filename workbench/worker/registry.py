@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from workbench.registry import Registry
+from workbench.task_ids import canonical_name
 
 BUILTIN_TASK_MODULES = ("workbench.worker.tasks.diagnostics", "workbench.worker.tasks.devices", "workbench.worker.tasks.data", "workbench.worker.tasks.train", "workbench.worker.tasks.graph", "workbench.worker.tasks.quant", "workbench.worker.tasks.bench", "workbench.worker.tasks.export", "workbench.worker.tasks.predict")
 
@@ -46,7 +47,8 @@ def load_builtin_tasks() -> None:
 
 
 def get_task(name: str) -> TaskInfo:
-    return TASKS.get(name)
+    """The task `name` names; an old id (train.classifier) finds the task that took its place."""
+    return TASKS.get(canonical_name(name))
 
 
 def list_tasks() -> list[TaskInfo]:

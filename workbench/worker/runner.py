@@ -14,6 +14,7 @@ import traceback
 from pathlib import Path
 
 from workbench.errors import JobCancelled, UsageError, WorkbenchError
+from workbench.task_ids import same_task
 from workbench.text import strip_ansi_deep
 from workbench.worker.context import Emit, TaskContext
 from workbench.worker.registry import TaskInfo
@@ -82,7 +83,7 @@ def _open_for_resume(task: TaskInfo, workspace: str | Path | None, resume: str |
     opened = RunStore(Path(workspace) if workspace else Path(resume).parent.parent).open_run(
         str(resume), readonly=False)
     try:
-        if opened.task != task.name:
+        if not same_task(opened.task, task.name):  # a run recorded under the training id's old name too
             raise UsageError(f"{opened.dir} is a {opened.task} run; it cannot be resumed as {task.name}")
         opened.claim(doing="resume it")  # one writer per run: a second resume is refused here
     except BaseException:

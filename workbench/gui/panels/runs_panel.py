@@ -84,7 +84,7 @@ class RunsItemModel(QAbstractTableModel):
         run, key = self.runs[index.row()], COLUMNS[index.column()][0]
         if role == Qt.DisplayRole:
             if key == "task" and run.get("learns"):
-                return run["learns"]  # the task id (train.classifier) is the same for every training run
+                return run["learns"]  # the task id (train.model) is the same for every training run
             value = run.get(key) or ""
             return value.replace("T", " ")[:19] if key == "created" else str(value)
         if role == Qt.ForegroundRole and key == "status":

@@ -11,13 +11,14 @@ from PySide6.QtWidgets import QTableWidget, QTableWidgetItem
 
 from workbench.errors import WorkbenchError
 from workbench.gui.theme import state_colour
+from workbench.task_ids import with_aliases
 
 
 def task_runs(listed: Iterable[dict], tasks: Iterable[str], live_run_ids: Iterable[str],
               summarize: Callable[[dict], dict]) -> list[dict]:
     """The listed runs of `tasks`, each with its summary; a run a job of this window is still running shows as
     running whatever its folder says (the worker writes the final state last)."""
-    tasks, live = set(tasks), set(live_run_ids)
+    tasks, live = with_aliases(tasks), set(live_run_ids)  # a run recorded under a job's old id is listed too
     entries = [entry for entry in listed if entry.get("task") in tasks]
     for entry in entries:
         if entry["id"] in live:

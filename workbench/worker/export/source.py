@@ -57,7 +57,7 @@ def resolve_source(spec: ExportSpec, ctx) -> ExportSource:
         if ignored:
             ctx.log(f"model.{', model.'.join(ignored)} ignored: source.run gives the model", "warning")
     source = resolve(spec.source, spec.model, spec.dataset, ctx,
-                     job=f"format={spec.format} exports a training run's model: name a train.classifier run (for a "
+                     job=f"format={spec.format} exports a training run's model: name a training run (train.model) (for a "
                          "quantize run's int8 model use format=onnx_qdq)")
     model = source.build(ctx)
     example = source.example(ctx)

@@ -40,7 +40,7 @@ class _Parts:
 
 
 def run_lightning_training(spec: TrainSpec, ctx, board=None) -> dict:
-    """The `train.classifier` task for a lightning: model: fit with Lightning's Trainer, test, return the
+    """The `train.model` task for a lightning: model: fit with Lightning's Trainer, test, return the
     result. `board` (tensorboard = true) gets the metrics through ctx like the built-in loop's; the spec and
     the graph here."""
     check_spec(spec)

@@ -1,4 +1,5 @@
-"""`train.classifier`: train an image classifier from a TrainSpec (the engine is workbench.worker.training);
+"""`train.model` (once `train.classifier`, an id it still answers to): train a model for any learning task from a
+TrainSpec (the engine is workbench.worker.training);
 `lr.find`: the learning-rate range test of an LrFindSpec, in a run folder of its own (a task that is not train.*,
 so no list offers it to resume, quantize or export).
 
@@ -8,12 +9,14 @@ torch loads inside the task, not at import, so listing the worker's tasks stays 
 from __future__ import annotations
 
 from workbench.specs import LrFindSpec, TrainSpec
+from workbench.task_ids import TRAIN_TASK
 from workbench.worker.registry import register_task
 
 
-@register_task("train.classifier", kind="job", spec=TrainSpec)
-def train_classifier(spec: TrainSpec, ctx):
-    """Train a classifier: live metrics, checkpoints, resume, test evaluation."""
+@register_task(TRAIN_TASK, kind="job", spec=TrainSpec)
+def train_model(spec: TrainSpec, ctx):
+    """Train a model (classification, segmentation, regression, ...): live metrics, checkpoints, resume, test
+    evaluation."""
     from workbench.worker.job_threads import sized_threads
     from workbench.worker.training import run_training
 

@@ -69,7 +69,7 @@ def _number(value):
 
 
 def run_training(spec: TrainSpec, ctx) -> dict:
-    """The `train.classifier` task: train, evaluate on the test split, return the result."""
+    """The `train.model` task: train, evaluate on the test split, return the result."""
     run = ctx.run
     if run is None:
         raise JobError("training needs a run folder to keep its checkpoints: run it with a workspace")

@@ -37,7 +37,7 @@ from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.job_progress import JobProgress
 from workbench.protocol import Message, named_array
 from workbench.specs import BenchSpec, ExportSpec
-from workbench.task_ids import BENCH_TASK, EXPORT_TASK, QUANT_TASK, TRAIN_TASK
+from workbench.task_ids import BENCH_TASK, EXPORT_TASK, QUANT_TASK, TRAIN_TASKS
 
 TASKS = (EXPORT_TASK, BENCH_TASK)
 RUN_COLUMNS = ("Run", "Status", "What", "Result")
@@ -183,7 +183,7 @@ class ExportPanel(RunTab):
         runs = []
         identities = RunIdentities(self.store)
         for entry in self.store.list_runs():
-            if entry.get("task") not in (TRAIN_TASK, QUANT_TASK) or entry.get("status") != "done":
+            if entry.get("task") not in (*TRAIN_TASKS, QUANT_TASK) or entry.get("status") != "done":
                 continue
             identity = identities.of(entry)  # the combos' label (model · dataset · key metric · date) and tooltip
             entry["label"], entry["tooltip"] = identity.label, identity.tooltip
@@ -192,7 +192,7 @@ class ExportPanel(RunTab):
                     spec = run.read_spec()
             except WorkbenchError:
                 continue
-            if entry["task"] == TRAIN_TASK:
+            if entry["task"] in TRAIN_TASKS:
                 entry["model"] = (spec.get("model") or {}).get("name", "")
             else:
                 entry["scheme"] = _scheme(spec)
@@ -206,7 +206,7 @@ class ExportPanel(RunTab):
         run_table.set_rows(self.table, [[run_table.id_item(entry), run_table.status_item(entry),
                                          *self._what_and_result_items(entry)] for entry in entries])
         self._fill_history()
-        has_sources = any(e.get("task") in (TRAIN_TASK, QUANT_TASK) and e.get("status") == "done" for e in listed)
+        has_sources = any(e.get("task") in (*TRAIN_TASKS, QUANT_TASK) and e.get("status") == "done" for e in listed)
         self.empty_state.set_text(
             "Export a trained model to TorchScript, torch.export, ONNX (int8 QDQ from a quantize run) or TensorRT: "
             "its outputs are checked against PyTorch and, when they differ, the first diverging layer is named. "
@@ -480,7 +480,7 @@ class ExportPanel(RunTab):
                     task, spec = run.task, run.read_spec()
             except WorkbenchError:
                 return ""
-            if task == TRAIN_TASK:
+            if task in TRAIN_TASKS:
                 return run_id
             run_id = (spec.get("source") or {}).get("run", "")
         return ""

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QVBoxLayout, QWiza
 from workbench.gui.widgets.checked_page import CheckedPage
 from workbench.gui.widgets.spec_form import ERROR_COLOUR, SpecForm, field_errors
 from workbench.specs import ExportSpec
-from workbench.task_ids import QUANT_TASK, TRAIN_TASK
+from workbench.task_ids import QUANT_TASK, is_training
 
 FORMAT_FIELDS = ["format", "script", "opset", "precision", "dynamic_batch", "verify", "parity_samples", "output",
                  "device"]
@@ -59,7 +59,7 @@ def run_text(entry: dict) -> str:
 
 def add_run_items(combo, runs: list[dict]) -> None:
     """Fill a source-run combo: training runs first, then quantize runs; each run's id in its tooltip."""
-    for entry in sorted(runs, key=lambda e: e.get("task") != TRAIN_TASK):
+    for entry in sorted(runs, key=lambda e: not is_training(e.get("task"))):
         combo.addItem(run_text(entry), entry["id"])
         combo.setItemData(combo.count() - 1, entry.get("tooltip") or entry["id"], Qt.ToolTipRole)
 
@@ -160,7 +160,7 @@ class ExportWizard(QWizard):
         task, current = self.source_page.task(), self.form.value("format")
         if task == QUANT_TASK and current != "onnx_qdq":
             self.form.set_value("format", "onnx_qdq")
-        elif task == TRAIN_TASK and current == "onnx_qdq":
+        elif is_training(task) and current == "onnx_qdq":
             self.form.set_value("format", "onnx")
 
     def _on_source_changed(self) -> None:
@@ -186,7 +186,7 @@ class ExportWizard(QWizard):
         data = self.spec_data()
         errors, general = field_errors(ExportSpec, data, [*FORMAT_FIELDS, "source.run"])
         task, fmt = self.source_page.task(), data.get("format")
-        if "format" not in errors and task == TRAIN_TASK and fmt == "onnx_qdq":
+        if "format" not in errors and is_training(task) and fmt == "onnx_qdq":
             errors["format"] = ("format: onnx_qdq takes its scales and zero points from a quantize run; pick one "
                                 "on the Source page, or another format")
         elif "format" not in errors and task == QUANT_TASK and fmt != "onnx_qdq":

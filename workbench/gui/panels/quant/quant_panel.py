@@ -43,7 +43,7 @@ from workbench.gui.widgets import run_table
 from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.job_progress import JobProgress
 from workbench.protocol import Message, named_array
-from workbench.task_ids import QUANT_TASK
+from workbench.task_ids import QUANT_TASK, TRAIN_TASKS
 
 COVERAGE_WARN = 0.95  # as the worker's quant/coverage.WARN_BELOW: under it the share shows red
 
@@ -266,7 +266,7 @@ class QuantPanel(RunTab):
         runs = []
         identities = RunIdentities(self.store)
         for entry in self.store.list_runs():
-            if entry.get("task") != "train.classifier" or entry.get("status") != "done":
+            if entry.get("task") not in TRAIN_TASKS or entry.get("status") != "done":
                 continue
             try:
                 with self.store.open_run(entry["id"]) as run:
@@ -291,7 +291,7 @@ class QuantPanel(RunTab):
                                                    _percent(entry.get("quantized"), entry.get("metric"))))]
             for entry in entries])
         self._fill_compare_combo()
-        has_training = any(e.get("task") == "train.classifier" for e in listed)
+        has_training = any(e.get("task") in TRAIN_TASKS for e in listed)
         self.empty_state.set_text(
             "Quantize a trained model with the white paper's post-training pipeline (Nagel et al., 2021): the "
             "accuracy ladder fills in step by step, then each layer's SQNR, range histogram and error show which "
