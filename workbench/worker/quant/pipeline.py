@@ -292,7 +292,7 @@ class QuantJob:
         """Resolve the source (model spec, checkpoint, dataset) and the device, and load the dataset."""
         spec = self.spec
         origin = trained_source(spec.source, spec.model, spec.dataset, self.ctx,
-                                job="quantize takes a training run (train.classifier)",
+                                job="quantize takes a training run (train.model)",
                                 nothing="nothing to quantize: set source.run=<run id> (a training run of this "
                                         "workspace), or model.name and model.checkpoint=<weights file>")
         # The saved quantized model names the weights it was made from; model.* names them itself.
