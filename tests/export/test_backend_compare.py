@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from export_helpers import done, export
+from test_qdq_structures import _quantize_and_export, zoo  # noqa: F401, F811 (zoo: the fixture)
 
 from workbench.specs import ModelSpec
 from workbench.worker.export import backend_compare
@@ -100,3 +101,15 @@ def test_codes_by_module_gathers_a_modules_quantizers_and_keeps_its_worse_config
     assert fc["configuration"] == "as written" and fc["worst_step"] == 2 and fc["codes_off"] == 4
     assert layer1["quantizers"] == ["layer1", "layer1@1"] and layer1["codes"] == 200
     assert layer1["configuration"] == "deployed" and layer1["codes_off"] == 3 and layer1["ties"] == 1
+
+
+def test_a_residual_nets_adds_and_pooling_belong_to_its_modules(zoo):  # noqa: F811
+    _, result, _, _ = _quantize_and_export(zoo, "Residual")
+    rows = {r["module"]: r for r in result["by_module"]}
+    # The adds, written in the model's own forward(), quantize the output of the ReLU module after them; the fc's
+    # averaged input belongs to `avg`.
+    assert set(rows) == {backend_compare.INPUT_MODULE, "stem.0", "a.0", "b.0", "c.0", "d.0", "relu", "avg", "fc"}, \
+        sorted(rows)
+    assert sorted(rows["relu"]["quantizers"]) == ["add", "add_1"]
+    totals = result["parity"]["steps"]["deployed"]["quantizers"]
+    assert sum(r["by_configuration"]["deployed"]["codes"] for r in rows.values()) == totals["values"]

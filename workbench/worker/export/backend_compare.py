@@ -15,6 +15,7 @@ from workbench.worker.export.common import reason as reason_of
 
 CONFIGURATIONS = (("deployed", True), ("as written", False))  # onnxruntime's graph optimizations on, then off
 INPUT_MODULE = "(input)"  # the model's input quantizer belongs to no submodule
+ROOT_MODULE = "(model)"  # an op of the model's own forward() (a residual add written there) belongs to no submodule
 TENSORRT_MODULES = 8  # TensorRT builds one engine per module compared: the worst modules only
 
 
@@ -23,15 +24,13 @@ TENSORRT_MODULES = 8  # TensorRT builds one engine per module compared: the wors
 
 def point_owners(sim) -> dict[str, str]:
     """{activation point: the PyTorch module path that owns it}. A layer's point belongs to its layer (the path of
-    a layer called twice, whose second point is named `<path>@1`); a requantization before a layer to the module
-    it follows, else to the layer; an add, or an average pooling, to the module it sits in; the input to
-    INPUT_MODULE."""
+    a layer called twice, whose second point is named `<path>@1`); a point named after a module (a pooling, a
+    requantization after a LayerNorm, `<layer>.input` before a layer) to that module; an add to the module whose
+    output it quantizes (the ReLU module after it) or whose forward holds it (ROOT_MODULE for the model's own
+    forward); the input to INPUT_MODULE."""
     structure = sim.structure
     modules = {name for name, _ in sim.gm.named_modules() if name}
-    owners = {}
-    for name, point in structure.points.items():
-        owners[name] = _owner_of(name, point, structure, modules)
-    return owners
+    return {name: _owner_of(name, point, structure, modules) for name, point in structure.points.items()}
 
 
 def _owner_of(name: str, point, structure, modules: set[str]) -> str:
@@ -39,16 +38,13 @@ def _owner_of(name: str, point, structure, modules: set[str]) -> str:
         return INPUT_MODULE
     if point.kind == "layer" and point.layer in structure.layers:
         return structure.layers[point.layer].path
-    node = point.node
-    if node is not None and node.op == "call_module":
-        return str(node.target)
     base = re.sub(r"@\d+$", "", name)
     for candidate in (base, base.removesuffix(".input")):
         if candidate in modules:
             return candidate
-    stack = (node.meta.get("nn_module_stack") or {}) if node is not None else {}
-    paths = [value[0] for value in stack.values() if value and value[0]]
-    return paths[-1] if paths else base
+    stack = (point.node.meta.get("nn_module_stack") or {}) if point.node is not None else {}
+    paths = [value[0] for value in stack.values() if isinstance(value, (tuple, list)) and value and value[0]]
+    return paths[-1] if paths else ROOT_MODULE
 
 
 # --- onnxruntime's codes per module ---------------------------------------------------------------------------------
