@@ -154,6 +154,8 @@ def plan(spec: QuantSpec) -> list[str]:
     steps.append("activation_ranges")
     if spec.qat.epochs:
         steps.append("qat")
+    if spec.doctor.apply:
+        steps.append("doctor")  # the fixes the doctor verified, applied (quant/doctor/run.py)
     return steps
 
 
@@ -162,7 +164,8 @@ def stage_names(spec: QuantSpec, steps: list[str]) -> list[str]:
     sweeps = ["sensitivity"] if spec.sensitivity or spec.mixed_precision.target_drop else []
     if spec.mixed_precision.target_drop:
         sweeps.append("mixed_precision")
-    return steps + ["analysis"] + sweeps + ["save"]
+    doctor = ["doctor"] if spec.doctor.enabled else []  # after the sweeps, whose rows it reads
+    return [s for s in steps if s != "doctor"] + ["analysis"] + sweeps + doctor + ["save"]
 
 
 def _logit_sqnr(reference: torch.Tensor, logits: torch.Tensor) -> float | None:
@@ -209,6 +212,8 @@ def run_quantization(spec: QuantSpec, ctx) -> dict:
         job.sweep_sensitivity()
     if spec.mixed_precision.target_drop:
         job.propose_mixed_precision()
+    if spec.doctor.enabled:
+        job.diagnose()
     return job.save()
 
 
@@ -250,6 +255,7 @@ class QuantJob:
     proposal: dict | None = None
     coverage: dict = field(default_factory=dict)  # how much of the model is quantized (quant/coverage.py)
     module_level: dict | None = None  # {"reason", "float_ops"} where torch.fx could not trace the model
+    doctor: dict | None = None  # the doctor's findings, fixes tried and applied (quant/doctor/)
 
     @classmethod
     def open(cls, spec: QuantSpec, ctx) -> QuantJob:
@@ -562,6 +568,14 @@ class QuantJob:
                         "reached even with every layer at 16 bits)"))
         self.sim.all()
 
+    def diagnose(self) -> None:
+        """The doctor: why each layer hurts, the fixes tried with their measured gain, the verified ones applied."""
+        from workbench.worker.quant.doctor.run import run_doctor
+
+        self.stages.start("doctor", "diagnosing each layer and trying fixes")
+        with self.sim.keeping():
+            self.doctor = run_doctor(self)
+
     def save(self) -> dict:
         """Save the quantized model, its parameters and every array sent; return the job's report."""
         self.stages.start("save", "saving the quantized model")
@@ -597,6 +611,8 @@ class QuantJob:
             report["sensitivity"] = self.sensitivity_rows
         if self.proposal is not None:
             report["mixed_precision"] = self.proposal
+        if self.doctor is not None:
+            report["doctor"] = self.doctor
         if self.ladder.metric is not None:
             # Every "accuracy" above holds this metric's value; each end's other metrics ride along.
             report["metric"] = self.ladder.metric
