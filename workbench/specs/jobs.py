@@ -134,7 +134,7 @@ class DoctorSpec(Spec):
 
     enabled: bool = option(False, "Diagnose each layer after the ladder: the cause of its error, the fixes for it, each tried by re-quantizing and measured (logit SQNR and the monitor).")
     apply: bool = option(False, "Apply the fixes that measurably helped and add a doctor rung to the ladder (needs enabled).")
-    fixes: list[str] = option([], "Only these fixes, each <layer>:<fix> as a finding names them (e.g. conv1:cle); empty: every finding's best fix whose measured gain is positive.")
+    fixes: list[str] = option([], "Only these fixes, each <layer>:<fix> as a finding names them (e.g. conv1:cle); empty: every finding's best fix. Only a fix whose measured gain is positive is applied.")
     max_findings: int = option(12, "Fixes are tried for at most this many findings, the worst first.", min=1, max=256)
 
     def validate(self) -> None:

@@ -101,15 +101,15 @@ class Doctor:
 
     def apply(self, pool: list[Finding], wanted: set[str] | None) -> tuple[dict, list[dict]]:
         """Round by round, apply the fix that gains the most on top of those applied before, then measure the
-        rest again on top of it (one cause can hide another); stop when none helps. The fixes the spec names
-        are applied regardless of their gain."""
+        rest again on top of it (one cause can hide another); stop when none helps. A fix with no measured
+        gain is never applied, even one the spec names."""
         current, kept, applied = self.baseline, [], []
         pool = [f for f in pool if f.best is not None]
         while pool:
             if kept:
                 for finding in pool:
                     self.try_fixes(finding, wanted, kept, current)
-            ranked = sorted((f for f in pool if f.best is not None and (wanted is not None or f.verified)),
+            ranked = sorted((f for f in pool if f.best is not None and f.verified),
                             key=lambda f: f.gain["sqnr_db"], reverse=True)
             if not ranked:
                 break
