@@ -150,6 +150,18 @@ FAKE_QUANT_LAYERS = [{"name": "features.0", "tensor": "weight", "sqnr_db": 24.5}
                      {"name": "classifier", "tensor": "activation", "sqnr_db": 35.0}]
 
 
+def _doctor_of(quant_run: str, ctx) -> dict | None:
+    """The doctor block of a quantize run in the store, as graph.build reads it (canned run ids have none)."""
+    from workbench.errors import WorkbenchError
+    from workbench.runs import RunStore
+
+    try:
+        with RunStore(ctx.workspace).open_run(quant_run) as run:
+            return (run.read_report() or {}).get("doctor")
+    except WorkbenchError:
+        return None
+
+
 def _fake_graph(spec, ctx):
     from workbench.worker.graph.overlays import write_overlay, write_quant_overlays
 
@@ -176,7 +188,7 @@ def _fake_graph(spec, ctx):
         overlays[metric] = overlay.summary(folder)
     if spec.quant_run:  # the real engine's painting of a quantize run's report, on canned values
         written = write_quant_overlays(folder, graph, FAKE_QUANT_LAYERS, quant_run=spec.quant_run,
-                                       names=[r["name"] for r in rows])
+                                       names=[r["name"] for r in rows], doctor=_doctor_of(spec.quant_run, ctx))
         overlays.update({metric: overlay.summary(folder) for metric, overlay in written.items()})
     return {"graph_json": str(folder / "graph.json"), "nodes": len(graph["graphs"][0]["nodes"]),
             "params_total": rows[0]["params"], "params_trainable": rows[0]["params"], "flops": rows[0]["flops"],

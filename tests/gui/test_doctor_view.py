@@ -134,3 +134,23 @@ def test_the_wizard_writes_the_doctor_fields(fake_window, qtbot, trained):
     apply.setChecked(True)
     spec = wizard.rebuild()
     assert spec.doctor.enabled and spec.doctor.apply
+
+
+def test_the_graph_colours_the_findings_and_a_click_opens_one(fake_window, qtbot, trained):
+    run_id, panel, view = _doctor_run(fake_window, qtbot, trained)
+    assert panel.graph_button.isEnabled()
+    qtbot.mouseClick(panel.graph_button, Qt.LeftButton)  # from the Doctor view: coloured by the findings
+    graph = fake_window.graph_panel
+    qtbot.waitUntil(lambda: graph.graph is not None and graph.graph.get("quant_run") == run_id, timeout=15_000)
+    assert graph.overlay_combo.currentData() == "quant_doctor"
+    assert graph.overlay_combo.currentText() == "Doctor findings (severity)"
+    overlay = graph.graph["overlay_index"]["overlays"]["quant_doctor"]
+    assert overlay["values"] == {"features.0": 7.5, "features.2": 3.1, "classifier": 1.4}
+    assert overlay["doctor"] and overlay["quant_run"] == run_id and not overlay["higher_is_better"]
+    view.table.setCurrentCell(0, 0)
+    with qtbot.waitSignal(graph.doctor_finding_requested, timeout=2_000) as request:
+        assert graph.select_module("features.2")  # a node picked (in the graph or its module table)
+    assert request.args == [run_id, "features.2"]
+    assert fake_window.current_panel() is panel and panel.plots.currentWidget() is view
+    assert view.current_finding()["id"] == "features.2:activation:clipping"
+    assert "Doctor findings (severity): 3.1" in graph.selection_value.text()

@@ -131,6 +131,7 @@ class Navigation(QObject):
         panel = GraphPanel(main.workspace, lambda task, spec: main.launcher.submit_job(task, spec), main)
         panel.status_message.connect(lambda text: self._say(text, 5000))
         panel.quant_layer_requested.connect(self.open_quant_layer)
+        panel.doctor_finding_requested.connect(self.open_doctor_finding)
         return panel
 
     def _make_quant_panel(self):
@@ -217,8 +218,12 @@ class Navigation(QObject):
 
     def show_quantization_on_graph(self, quant_run_id: str, source_run_id: str) -> None:
         """Paint a quantize run's per-layer SQNR on its model's graph in the Graph tab."""
+        from workbench.gui.panels.graph.graph_panel import DOCTOR_OVERLAY
+
+        # From the Doctor view the graph opens coloured by the findings, else by the weight SQNR.
+        first = (DOCTOR_OVERLAY,) if self.quant_panel.doctor_shown() else ()
         self.show_tab(self.graph_panel)
-        self.graph_panel.show_quant_run(quant_run_id, source_run_id)
+        self.graph_panel.show_quant_run(quant_run_id, source_run_id, first)
 
     def open_quant_layer(self, quant_run_id: str, module: str, tensor: str) -> None:
         """A node clicked on a graph coloured by SQNR: open that layer's histogram in the Quantization tab."""
@@ -228,6 +233,15 @@ class Navigation(QObject):
             panel.open_run(quant_run_id)
         if not panel.select_layer(module, tensor):
             self._say(f"{module or 'That node'} has no quantizer in run {quant_run_id}", 5000)
+
+    def open_doctor_finding(self, quant_run_id: str, module: str) -> None:
+        """A node clicked on a graph coloured by a quantize run's doctor findings: open its finding."""
+        panel = self.quant_panel
+        self.show_tab(panel)
+        if panel.results is None or panel.results.run_id != quant_run_id:
+            panel.open_run(quant_run_id)
+        if not panel.select_finding(module):
+            self._say(f"{module or 'That node'} has no doctor finding in run {quant_run_id}", 5000)
 
     def show_export_divergence(self, run_id: str, module: str) -> None:
         """The layer where an export first diverges, on its model's graph."""

@@ -33,6 +33,7 @@ class QuantRun:
     dir: Path
     spec: QuantSpec
     layers: list
+    doctor: dict | None = None  # the report's doctor block, when the run diagnosed its layers
 
 
 def read_quant_run(ref: str, workspace) -> QuantRun:
@@ -63,7 +64,8 @@ def read_quant_run(ref: str, workspace) -> QuantRun:
         spec = QuantSpec.from_dict(data)
     except SpecError as exc:
         raise JobError(f"quant_run: the spec of {run_dir.name} no longer reads as a quantize spec ({exc})") from None
-    return QuantRun(run_dir.name, run_dir, spec, report["layers"])
+    doctor = report.get("doctor") if isinstance(report.get("doctor"), dict) else None
+    return QuantRun(run_dir.name, run_dir, spec, report["layers"], doctor)
 
 
 def _with_quant_source(spec: GraphSpec, quant: QuantRun) -> GraphSpec:
@@ -142,7 +144,8 @@ def _check_quant_source(spec: GraphSpec, quant: QuantRun, ctx) -> None:
 
 
 def _quant_overlays(folder: Path, graph: dict, modules: list[dict], quant: QuantRun, ctx) -> dict:
-    written = write_quant_overlays(folder, graph, quant.layers, quant_run=quant.id, names=[m["name"] for m in modules])
+    written = write_quant_overlays(folder, graph, quant.layers, quant_run=quant.id, names=[m["name"] for m in modules],
+                                   doctor=quant.doctor)
     if not written:
         named = sorted({e.get("name") for e in quant.layers if isinstance(e, dict) and isinstance(e.get("name"), str)})
         raise JobError(f"quant_run: none of the layers of run {quant.id} ({', '.join(named[:6]) or 'none'}) is a "

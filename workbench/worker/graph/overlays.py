@@ -186,11 +186,30 @@ def quant_values(layers, tensor: str, names) -> dict[str, float]:
     return values
 
 
+# metric, label: a quantize run's doctor findings, each layer by the severity of its worst one
+DOCTOR_OVERLAY = ("quant_doctor", "Doctor findings (severity)")
+
+
+def doctor_values(doctor, names) -> dict[str, float]:
+    """Module name -> the severity of its worst finding in a quantize report's `doctor` block, for names in
+    `names`; a finding without a finite severity counts as 0 (it is still a finding, so its node is coloured)."""
+    values: dict[str, float] = {}
+    findings = doctor.get("findings") if isinstance(doctor, Mapping) else None
+    for finding in findings or []:
+        if not isinstance(finding, Mapping) or finding.get("layer") not in names:
+            continue
+        severity = finding.get("severity")
+        ok = isinstance(severity, (int, float)) and not isinstance(severity, bool) and math.isfinite(severity)
+        values[finding["layer"]] = max(values.get(finding["layer"], 0.0), float(severity) if ok else 0.0)
+    return values
+
+
 def write_quant_overlays(directory: str | Path, graph: Mapping, layers, *, quant_run: str,
-                         names=()) -> dict[str, Overlay]:
+                         names=(), doctor=None) -> dict[str, Overlay]:
     """The weight and activation SQNR overlays of a quantize run's report `layers` on `graph`: metric -> Overlay,
     leaving out a tensor with no value on this graph. Modules are those of `names` and the graph's own nodes; each
-    index entry names `quant_run` (the run's id) and its `tensor`, so the Graph tab knows where it came from."""
+    index entry names `quant_run` (the run's id) and its `tensor`, so the Graph tab knows where it came from. With
+    the report's `doctor` block, its findings too (DOCTOR_OVERLAY, darker is more severe, `doctor: true`)."""
     known = set(names) | {module for _, module in node_modules(graph)}
     written = {}
     for metric, tensor, label in QUANT_OVERLAYS:
@@ -198,4 +217,9 @@ def write_quant_overlays(directory: str | Path, graph: Mapping, layers, *, quant
         if values:
             written[metric] = write_overlay(directory, metric, values, graph=graph, label=label, additive=False,
                                             higher_is_better=True, info={"quant_run": quant_run, "tensor": tensor})
+    findings = doctor_values(doctor, known)
+    if findings and written:  # beside the SQNR, never instead of it: a run whose layers match no module has none
+        metric, label = DOCTOR_OVERLAY
+        written[metric] = write_overlay(directory, metric, findings, graph=graph, label=label, additive=False,
+                                        info={"quant_run": quant_run, "doctor": True})
     return written

@@ -50,7 +50,8 @@ from workbench.task_ids import GRAPH_TASK
 POLL_MS = 100
 NO_OVERLAY = "none"
 # graph.build's overlays of a quantize run (`quant_run`), the one "Show on graph" colours by first
-QUANT_OVERLAYS = ("quant_weight_sqnr", "quant_activation_sqnr")
+QUANT_OVERLAYS = ("quant_weight_sqnr", "quant_activation_sqnr", "quant_doctor")
+DOCTOR_OVERLAY = "quant_doctor"  # a quantize run's doctor findings by severity: a click opens the finding
 CAPTURE_WORDS = {"export": "torch.export (strict)", "non_strict": "torch.export",
                  "modules": "the module hierarchy (torch.export could not capture it)"}
 
@@ -77,6 +78,9 @@ class GraphPanel(QWidget):
     # the graph is coloured by that run's SQNR; the Quantize tab opens that layer's histogram.
     quant_layer_requested = Signal(str, str, str)
 
+    # (quantize run id, module name): a module picked while the graph shows that run's doctor findings; the
+    # Quantize tab opens its finding.
+    doctor_finding_requested = Signal(str, str)
     def __init__(self, workspace, submit: Callable[[str, dict], object], parent=None, *,
                  server_factory: Callable[[list], GraphServer] = GraphServer,
                  view_factory: Callable[[], QWidget] = GraphView):
@@ -338,16 +342,16 @@ class GraphPanel(QWidget):
             self.job_overlays[record.job_id] = tuple(overlays)
         return record
 
-    def show_quant_run(self, quant_run_id: str, source_run_id: str):
+    def show_quant_run(self, quant_run_id: str, source_run_id: str, first: tuple[str, ...] = ()):
         """A quantize run's per-layer SQNR on the graph of the training run it quantized (the Quantize tab's "Show on
-        graph"): builds that graph with `quant_run` and, once it is shown, colours it by the weight SQNR. Returns the
-        job record, or None."""
+        graph"): builds that graph with `quant_run` and, once it is shown, colours it by the weight SQNR (or by the
+        first overlay of `first` it has, such as DOCTOR_OVERLAY). Returns the job record, or None."""
         spec: dict = {"quant_run": str(quant_run_id)}
         if source_run_id:
             spec["source"] = {"run": str(source_run_id)}
         record = self.build_graph(spec)
         if record is not None:
-            self.job_overlays[record.job_id] = QUANT_OVERLAYS
+            self.job_overlays[record.job_id] = tuple(first) + QUANT_OVERLAYS
             self.info.setText(f"Building the graph of {source_run_id or 'the quantized model'} with the per-layer "
                               f"SQNR of {quant_run_id}…")
         return record
@@ -668,6 +672,9 @@ class GraphPanel(QWidget):
         if not overlay or not overlay.get("quant_run") or module not in overlay.get("values", {}):
             return
         tensor = overlay.get("tensor") or ("activation" if "activation" in self.overlay_combo.currentData()
+        if overlay.get("doctor"):
+            self.doctor_finding_requested.emit(str(overlay["quant_run"]), module)
+            return
                                            else "weight")
         self.quant_layer_requested.emit(str(overlay["quant_run"]), module, tensor)
 

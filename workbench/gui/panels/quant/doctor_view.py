@@ -12,10 +12,12 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QFrame,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QPushButton,
+    QScrollArea,
     QSplitter,
     QStackedWidget,
     QTableWidget,
@@ -100,7 +102,12 @@ class DoctorView(QWidget):
         self.empty.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.empty.setToolTip("The doctor is off for this run")
         self.pages.addWidget(self.empty)
-        self.pages.addWidget(self._build_content())
+        # Scrolled when the tab is short: the view's own minimum would otherwise take height from the layer table.
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.NoFrame)
+        scroll.setWidget(self._build_content())
+        self.pages.addWidget(scroll)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.pages)

@@ -624,6 +624,10 @@ class QuantPanel(RunTab):
         report = self.results.report if self.results else {}
         self.doctor.set_doctor(report.get("doctor"), self.results.metric if self.results else None, done)
 
+    def doctor_shown(self) -> bool:
+        """The Doctor view is the plot in front and has findings ("Show on graph" colours by them then)."""
+        return self.plots.currentWidget() is self.doctor and bool(self.doctor.findings)
+
     def select_finding(self, layer: str) -> bool:
         """Show the Doctor tab on `layer`'s worst finding (a click on the graph's Doctor overlay)."""
         if not self.doctor.select_finding(layer):
