@@ -160,6 +160,7 @@ class QuantSpec(Spec):
     activations: ActivationQuantSpec = option(ActivationQuantSpec(), "How activations are quantized.")
     fold_bn: bool = option(True, "Fold each BatchNorm into the convolution or linear layer before it.")
     cle: bool = option(False, "Cross-layer equalisation with bias absorption: rescale layers joined by ReLUs so their per-channel weight ranges match (the FP32 function is kept).")
+    cle_relu6: Literal["relu", "keep"] = option("relu", "With cle: relu replaces each ReLU6 (or Hardtanh(0, 6)) between two layers by a ReLU so CLE can rescale across it (the white paper's section 4.1; the float change is measured and reported); keep leaves those pairs unequalised.")
     bias_correction: Literal["none", "empirical", "analytical"] = option("none", "Correct the shift quantized weights cause in each layer's mean output: empirical (measured on the calibration set) or analytical (from BatchNorm statistics, measured where there are none).")
     adaround: AdaRoundSpec = option(AdaRoundSpec(), "Learned rounding of the weights.")
     calibration: CalibrationSpec = option(CalibrationSpec(), "The calibration subset.")

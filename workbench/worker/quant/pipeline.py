@@ -23,7 +23,7 @@ from workbench.worker.models.build import resolve_num_classes
 from workbench.worker.objectives.base import json_safe
 from workbench.worker.objectives.of_run import first_input, measured_task, objective_for
 from workbench.worker.quant import adaround as adaround_mod
-from workbench.worker.quant import analysis, artifacts, bias, cle, mixed, module_level, qat
+from workbench.worker.quant import analysis, artifacts, bias, cle, mixed, module_level, qat, relu6
 from workbench.worker.quant.coverage import coverage as coverage_of
 from workbench.worker.quant.coverage import warning as coverage_warning
 from workbench.worker.quant.data import (
@@ -403,10 +403,12 @@ class QuantJob:
         structure, modules = self.structure, self.modules
         if self.module_level is not None:
             self.cle_report = {"pairs": [], "absorbed": [], "chains": [], "triplets": [], "clipped": [],
-                               "scale_spread": {}, "skipped": "module-level quantization: no graph to find pairs in"}
+                               "scale_spread": {}, "relu6_replaced": [], "float_change": None, "skipped": "module-level quantization: no graph to find pairs in"}
             self.ctx.log("CLE left out: finding layer pairs needs the graph, which torch.fx could not trace")
             self.rung("cle", self.gm)
             return
+        replaced, float_change = self.relu6_to_relu() if self.spec.cle_relu6 == "relu" else ([], None)
+        structure, modules = self.structure, self.modules  # found again where ReLU6s became ReLUs
         clipped: list = []
         pairs = cle_pairs(self.gm, structure, clipped)
         touched = {p.first for p in pairs} | {p.second for p in pairs}
@@ -422,7 +424,8 @@ class QuantJob:
         self.cle_report = {"pairs": [[p.first, p.second] for p in pairs], "absorbed": absorbed,
                            "chains": chains, "triplets": cle_triplets(pairs, structure),
                            "clipped": [{"first": a, "second": b, "op": op} for a, b, op in clipped],
-                           "scale_spread": {k: [float(v.min()), float(v.max())] for k, v in scales.items()}}
+                           "scale_spread": {k: [float(v.min()), float(v.max())] for k, v in scales.items()},
+                           "relu6_replaced": replaced, "float_change": float_change}
         longer = [c for c in chains if len(c) > 2]
         self.ctx.log(f"equalised {len(pairs)} layer pair(s)"
                      + (f" in {len(longer)} chain(s) of three or more, e.g. {' -> '.join(longer[0])}" if longer else "")
@@ -434,6 +437,26 @@ class QuantJob:
                          f"Hardtanh) joins them, e.g. {a} -> {op} -> {b}: scaling what enters it would move its "
                          "fixed bound and change the network", "warning")
         self.rung("cle", self.gm)
+
+    def relu6_to_relu(self) -> tuple[list[str], dict | None]:
+        """Replace each ReLU6 between two layers by a ReLU (white paper 4.1) so CLE can rescale across it, and
+        measure what that changes in the float model: its monitor and logit SQNR against the model as loaded."""
+        replaced = relu6.relu6_to_relu(self.gm, self.structure)
+        if not replaced:
+            return [], None
+        self.find_layers()  # the activation points after a ReLU are now unsigned
+        result = self.measure(self.gm)
+        before, after = self.fp32.get("accuracy"), result.get("accuracy")  # accuracy, or the task's monitor
+        sqnr = _logit_sqnr(self.fp32["logits"], result["logits"]) if "logits" in result else None
+        change = {"measure": (self.ladder.metric or {}).get("label", "accuracy"), "before": before, "after": after,
+                  "logit_sqnr_db": sqnr}
+        what = (f"float {metric_text(self.ladder.metric, before)} -> {metric_text(self.ladder.metric, after)}"
+                if isinstance(before, float) and isinstance(after, float) else "float measure unchanged")
+        self.ctx.log(f"CLE: replaced {len(replaced)} ReLU6 by ReLU (white paper 4.1); {what}"
+                     + (f", logit SQNR {sqnr:.1f} dB against the float model" if sqnr is not None
+                        else ", logits unchanged" if "logits" in result else "")
+                     + "; set cle_relu6 to keep to leave them")
+        return replaced, json_safe(change)
 
     def build_sim(self) -> None:
         """Wrap the graph in the quantization simulation, with any per-layer bit widths the spec applies."""
