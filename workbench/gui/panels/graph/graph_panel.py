@@ -77,10 +77,10 @@ class GraphPanel(QWidget):
     # (quantize run id, module name, "weight" or "activation"): a module was picked in the graph or the table while
     # the graph is coloured by that run's SQNR; the Quantize tab opens that layer's histogram.
     quant_layer_requested = Signal(str, str, str)
-
     # (quantize run id, module name): a module picked while the graph shows that run's doctor findings; the
     # Quantize tab opens its finding.
     doctor_finding_requested = Signal(str, str)
+
     def __init__(self, workspace, submit: Callable[[str, dict], object], parent=None, *,
                  server_factory: Callable[[list], GraphServer] = GraphServer,
                  view_factory: Callable[[], QWidget] = GraphView):
@@ -671,10 +671,10 @@ class GraphPanel(QWidget):
         overlay = self._overlay()
         if not overlay or not overlay.get("quant_run") or module not in overlay.get("values", {}):
             return
-        tensor = overlay.get("tensor") or ("activation" if "activation" in self.overlay_combo.currentData()
         if overlay.get("doctor"):
             self.doctor_finding_requested.emit(str(overlay["quant_run"]), module)
             return
+        tensor = overlay.get("tensor") or ("activation" if "activation" in self.overlay_combo.currentData()
                                            else "weight")
         self.quant_layer_requested.emit(str(overlay["quant_run"]), module, tensor)
 
