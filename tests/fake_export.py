@@ -85,6 +85,9 @@ def fake_export_model(spec, ctx):
         report["accuracy"] = _qdq_accuracy(spec, ctx)
         if spec.verify:
             report["parity"]["steps"] = {mode: _qdq_steps(mode, broken) for mode in ("deployed", "as_written")}
+            report["by_module"] = _qdq_by_module(broken)
+            report["tensorrt_by_module"] = {"available": False, "rows": [],
+                                            "reason": "TensorRT comparison: not available here (no CUDA)"}
             report["parity"]["explanation"] = "as deployed: 3 rounding flips moved the output by up to 2 step(s)."
     ctx.progress(len(steps), len(steps), "done")
     return report
@@ -113,6 +116,20 @@ def _qdq_steps(mode: str, broken: bool) -> dict:
             "quantizers": {"checked": 6, "values": 120_000, "one_step": 3, "one_step_at_a_tie": 3,
                            "one_step_elsewhere": 40 if broken else 0, "two_or_more": 0, "off": []},
             "local_passed": not broken, "passed": not broken}
+
+
+def _qdq_by_module(broken: bool) -> list[dict]:
+    """The step analysis per PyTorch module, as the real onnx_qdq export reports it (backend_compare), worst first;
+    its deployed numbers sum to _qdq_steps'."""
+    rows = [("features.3", ["features.3"], 40_000, 42 if broken else 2, 2, 3 if broken else 1),
+            ("features.0", ["features.0"], 50_000, 1, 1, 1), ("(input)", ["input"], 20_000, 0, 0, 0),
+            ("classifier", ["classifier", "classifier@1"], 10_000, 0, 0, 0)]
+    out = []
+    for module, quantizers, codes, off, ties, worst in rows:
+        numbers = {"codes": codes, "codes_off": off, "ties": ties, "worst_step": worst}
+        out.append({"module": module, "quantizers": quantizers, **numbers, "configuration": "deployed",
+                    "by_configuration": {"deployed": numbers, "as written": dict(numbers)}})
+    return out
 
 
 def _samples(backend: str, batch: int, iters: int, dtype: str, rng) -> np.ndarray:

@@ -12,6 +12,7 @@ from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from workbench.gui.panels.export.bench_plots import ParityPlot
+from workbench.gui.panels.export.by_module_table import ByModuleTable
 from workbench.gui.panels.export.palette import FAILED, NEUTRAL, PASSED, RUNNING
 from workbench.gui.panels.export.results import ExportResults, format_bytes, format_diff
 from workbench.gui.panels.quant.metric import Measure
@@ -48,6 +49,7 @@ class ExportView(QWidget):
         self.export_title.setWordWrap(True)
         self._build_verdict()
         self._build_artifact()
+        self.by_module = ByModuleTable()  # a QDQ export's codes against the simulation's, per PyTorch module
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 8, 12, 8)
         layout.addWidget(self.export_title)
@@ -56,6 +58,7 @@ class ExportView(QWidget):
         layout.addWidget(self.verdict_detail)
         layout.addWidget(self.diverging_box)
         layout.addWidget(self.parity_plot)
+        layout.addWidget(self.by_module)
         layout.addSpacing(12)
         layout.addWidget(self.artifact_box)
         layout.addStretch(1)
@@ -138,6 +141,7 @@ class ExportView(QWidget):
         else:
             self._show_parity(results, parity)
         self._show_artifact(results, checked and bool(parity.get("passed")), live)
+        self.by_module.show_report(results.format, {} if live else results.report)
 
     def _show_parity(self, results: ExportResults, parity: dict) -> None:
         """A checked export's verdict, its differences and, when one diverged, its first diverging layer."""
