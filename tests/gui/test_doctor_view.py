@@ -154,3 +154,18 @@ def test_the_graph_colours_the_findings_and_a_click_opens_one(fake_window, qtbot
     assert fake_window.current_panel() is panel and panel.plots.currentWidget() is view
     assert view.current_finding()["id"] == "features.2:activation:clipping"
     assert "Doctor findings (severity): 3.1" in graph.selection_value.text()
+
+
+def test_a_histogram_whose_merged_bins_repeat_the_last_edge_still_draws(qtbot):
+    view = DoctorView()
+    qtbot.addWidget(view)
+    edges = list(np.linspace(-1.0, 1.0, 65)) + [1.0]  # 64 bins, the last edge twice
+    view.set_doctor({"findings": [{"id": "c:weight:clipping", "layer": "c", "tensor": "weight", "cause": "clipping",
+                                   "evidence": {"clip_share": 0.6, "round_share": 0.4, "lo": -0.5, "hi": 0.5,
+                                                "histogram": {"edges": edges, "counts": [1.0] * 64}},
+                                   "fix": "mse_range", "tried": [], "gain": None, "severity": 1.0}],
+                     "baseline": None, "applied": [], "skipped": "module-level quantization"})
+    plot = view.evidence.plot
+    assert plot.kind == "histogram" and len(plot.values) == 64 and plot.clip_lines == [-0.5, 0.5]
+    assert "module-level quantization" in view.header.text()
+    assert _row(view.table, 0)[5:] == ["—", "—"] and "No fix measured a gain" in view.result.text()

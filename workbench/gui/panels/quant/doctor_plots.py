@@ -121,6 +121,9 @@ class EvidencePlot(PlotPanel):
         99.9th percentile of |w| as two bars."""
         histogram = evidence.get("histogram") or {}
         edges, counts = _numbers(histogram.get("edges")), _numbers(histogram.get("counts"))
+        if len(counts) and len(edges) > len(counts) + 1:
+            # Bins merged by a stride can repeat the last edge: the first len(counts) edges and the last one.
+            edges = np.append(edges[:len(counts)], edges[-1])
         self.clear()
         if len(edges) == len(counts) + 1 and len(counts):
             self.plot.addItem(pg.PlotDataItem(edges, counts, stepMode="center", fillLevel=0,

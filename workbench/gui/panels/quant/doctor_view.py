@@ -124,8 +124,9 @@ class DoctorView(QWidget):
         top = QHBoxLayout()
         top.addWidget(self.header, 1)
         top.addWidget(self.apply_button, 0, Qt.AlignTop)
-        self.applied_table = self._table(("Layer", "Fix", "What it changed", "Layer SQNR before → after"),
-                                         "The fixes this run applied, and each layer's SQNR before and after")
+        self.applied_table = self._table(("Layer", "Fix", "What it changed", "Logit SQNR before → after"),
+                                         "The fixes this run applied, in order, and the model's logit SQNR before "
+                                         "and after each")
         self.table = self._table(COLUMNS, "The findings, worst first: click one for its evidence and fixes")
         for column, tip in enumerate(COLUMN_TIPS):
             self.table.horizontalHeaderItem(column).setToolTip(tip)
@@ -221,6 +222,9 @@ class DoctorView(QWidget):
         baseline, after = self.doctor.get("baseline") or {}, self.doctor.get("after") or {}
         name = html.escape(self._monitor_name())
         parts = [f"<b>{len(self.findings)} finding{'s' if len(self.findings) != 1 else ''}</b>"]
+        if self.doctor.get("skipped"):
+            parts.append(f"<span style='color:#b9770e'>the doctor tried nothing: "
+                         f"{html.escape(str(self.doctor['skipped']))}</span>")
         if baseline:
             parts.append(f"baseline: logit SQNR {db_text(baseline.get('sqnr_db'), False)}, {name} "
                          f"{self.monitor_text(baseline.get('monitor'))}")
@@ -321,7 +325,7 @@ class DoctorView(QWidget):
         baseline, after = self.doctor.get("baseline") or {}, self.doctor.get("after") or {}
         name = html.escape(self._monitor_name())
         if applied is not None:
-            text = (f"Applied here ({html.escape(str(applied.get('fix', '')))}): layer SQNR "
+            text = (f"Applied here ({html.escape(str(applied.get('fix', '')))}): logit SQNR "
                     f"{db_text(applied.get('sqnr_db_before'), False)} → "
                     f"<b>{db_text(applied.get('sqnr_db_after'), False)}</b>")
             if after:
