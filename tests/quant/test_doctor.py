@@ -1,0 +1,172 @@
+"""The quantization doctor on a digits CNN with two planted, function-preserving pathologies: one output channel
+of conv1 scaled x100 (conv2's inputs divided by 100) and one branch scaled x50 before a torch.cat (the consumer's
+inputs divided by 50). W8A8 collapses the logit SQNR; the doctor names both causes, applies verified fixes and
+brings the SQNR back to the unplanted model's. Real training, real pipeline, real torch."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from event_recorder import Events
+
+from workbench.errors import SpecError
+from workbench.specs import apply_overrides
+from workbench.specs.jobs import QuantSpec
+from workbench.worker.checkpoints import load_state_dict
+from workbench.worker.quant.doctor.findings import FIX_TEXT
+from workbench.worker.registry import get_task
+from workbench.worker.runner import run_task
+
+MODEL = '''
+import torch
+from torch import nn
+
+
+class Branchy(nn.Module):
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 16, 3, padding=1)
+        self.branch_a = nn.Conv2d(16, 8, 1)
+        self.branch_b = nn.Conv2d(16, 8, 3, padding=1)
+        self.conv3 = nn.Conv2d(16, 16, 3, padding=1)
+        self.fc = nn.Linear(16, num_classes)
+
+    def forward(self, x):
+        x = torch.relu(self.conv1(x))
+        x = torch.relu(self.conv2(x))
+        x = torch.cat([torch.relu(self.branch_a(x)), torch.relu(self.branch_b(x))], dim=1)
+        x = torch.relu(self.conv3(x))
+        return self.fc(x.mean((2, 3)))
+'''
+DATA = {"name": "digits", "test_fraction": 0.25}
+CAUSES = {"outlier_channels", "mixed_range_concat", "weight_outliers", "clipping", "bias_shift",
+          "low_bits_sensitive", "relu6_blocks_cle", "backend_mismatch"}
+
+
+def _run(task: str, spec: dict, workspace: Path, events: Events | None = None) -> dict:
+    result = run_task(get_task(task), spec, emit=events or Events(), workspace=workspace)
+    assert result["status"] == "done", (result.get("error"), result.get("traceback"))
+    return result
+
+
+def plant(state: dict) -> dict:
+    """The two pathologies, each exactly undone by the next layer: the float model computes the same function."""
+    state = {k: v.clone() for k, v in state.items()}
+    k = int(state["conv1.weight"].reshape(16, -1).abs().amax(1).argmax())
+    state["conv1.weight"][k] *= 100
+    state["conv1.bias"][k] *= 100
+    state["conv2.weight"][:, k] /= 100
+    state["branch_b.weight"] *= 50
+    state["branch_b.bias"] *= 50
+    state["conv3.weight"][:, 8:] /= 50
+    return state
+
+
+@pytest.fixture(scope="module")
+def doctored(tmp_path_factory):
+    """(clean quantize result, planted one with the doctor applying, its events, quantize(spec parts))."""
+    root = tmp_path_factory.mktemp("doctor")
+    (root / "branchy.py").write_text(textwrap.dedent(MODEL))
+    workspace = root / "ws"
+    model = {"name": f"file:{root / 'branchy.py'}:Branchy"}
+    trained = _run("train.classifier", {"dataset": DATA, "model": model, "epochs": 8, "batch_size": 32, "lr": 2e-2,
+                                        "scheduler": "onecycle", "keep_best": False}, workspace)
+    state = load_state_dict(Path(trained["run_dir"]) / "checkpoints" / "model.pt")
+    torch.save(state, root / "clean.pt")
+    torch.save(plant(state), root / "planted.pt")
+
+    def quantize(checkpoint: str, events: Events | None = None, **parts) -> dict:
+        spec = {"model": {**model, "checkpoint": str(root / checkpoint)}, "dataset": DATA,
+                "calibration": {"samples": 256, "seed": 0}, **parts}
+        return _run("quant.analyze", spec, workspace, events)
+
+    events = Events()
+    planted = quantize("planted.pt", events, doctor={"enabled": True, "apply": True})
+    return quantize("clean.pt"), planted, events, quantize
+
+
+def test_the_doctor_names_both_pathologies_and_recovers_the_clean_sqnr(doctored):
+    clean, planted, events, _ = doctored
+    clean_db = clean["quantized"]["logit_sqnr_db"]
+    assert "doctor" not in clean  # off by default
+    assert planted["quantized"]["logit_sqnr_db"] < clean_db - 15  # W8A8 collapses on the planted model
+    block = planted["doctor"]
+    by_cause = {}
+    for finding in block["findings"]:
+        assert set(finding) >= {"id", "layer", "tensor", "cause", "summary", "evidence", "fix", "fix_text",
+                                "tried", "gain", "severity"}
+        assert finding["cause"] in CAUSES and finding["tensor"] in ("weight", "activation")
+        assert finding["id"] == f"{finding['layer']}:{finding['tensor']}:{finding['cause']}"
+        by_cause.setdefault(finding["cause"], []).append(finding)
+    severities = [f["severity"] for f in block["findings"]]
+    assert severities == sorted(severities, reverse=True)  # worst first
+    outlier = next(f for f in by_cause["outlier_channels"] if f["layer"] == "conv1")
+    assert outlier["evidence"]["ratio"] > 20 and outlier["evidence"]["axis"] == 1
+    assert len(outlier["evidence"]["ranges"]) == 16 and outlier["evidence"]["channels"]
+    concat = by_cause["mixed_range_concat"][0]
+    assert concat["evidence"]["op"] == "cat" and concat["evidence"]["range_ratio"] > 10
+    assert 0.5 < concat["evidence"]["lost_share"] < 1
+    assert [i["name"] for i in concat["evidence"]["inputs"]] == ["branch_a", "branch_b"]
+    assert concat["fix"] == "concat_rescale" and concat["fix_text"] == FIX_TEXT["concat_rescale"]
+    assert {t["fix"] for t in concat["tried"]} >= {"concat_rescale", "keep_float"}
+    # Applied: function-preserving fixes for both, each raising the SQNR it was measured on top of.
+    applied = {a["fix"]: a for a in block["applied"]}
+    assert "concat_rescale" in applied and applied.keys() & {"cle", "smoothquant", "cle_fanout"}
+    for item in block["applied"]:
+        assert item["sqnr_db_after"] > item["sqnr_db_before"] and item["changed"]
+    assert block["baseline"]["monitor_name"] == "accuracy"
+    assert abs(block["baseline"]["sqnr_db"] - planted["quantized"]["logit_sqnr_db"]) < 0.5
+    assert block["after"]["sqnr_db"] > clean_db - 1.5, (block["after"], clean_db)
+    assert block["after"]["monitor"] >= clean["quantized"]["accuracy"] - 0.01
+    # The doctor's rung closes the ladder, and the log says what was found and applied.
+    assert [s["step"] for s in planted["steps"]][-1] == "doctor"
+    assert planted["steps"][-1]["accuracy"] == block["after"]["monitor"]
+    logs = [e["text"] for e in events.of("log")]
+    assert any("doctor: cat" in t and "mixed_range_concat" in t for t in logs)
+    assert any(t.startswith("doctor applied concat_rescale to cat") for t in logs)
+
+
+def test_a_fix_with_no_gain_is_not_applied(doctored):
+    _, planted, _, _ = doctored
+    block = planted["doctor"]
+    applied = {a["id"] for a in block["applied"]}
+    kept = {f"{a['layer']}:{a['fix']}" for a in block["applied"]}
+    # The doctor stopped because nothing left helped: every fix not applied was measured on top of all those
+    # applied, and gained nothing there.
+    last = [(f, row) for f in block["findings"] if f["id"] not in applied for row in f["tried"]
+            if set(row.get("with", [])) == kept]
+    assert last, block["findings"]
+    for finding, row in last:
+        assert row["sqnr_db"] < block["after"]["sqnr_db"] + 0.1 or row["monitor"] < block["after"]["monitor"] - 0.01, \
+            (finding["id"], row, block["after"])
+
+
+def test_only_the_fixes_named_are_tried_and_only_a_gain_is_applied(doctored):
+    _, planted, _, quantize = doctored
+    result = quantize("planted.pt", doctor={"apply": True, "fixes": ["conv1:cle"]})
+    block = result["doctor"]
+    finding = next(f for f in block["findings"] if f["layer"] == "conv1" and f["cause"] == "outlier_channels")
+    assert [t["fix"] for t in finding["tried"]] == ["cle"]
+    assert all(not f["tried"] for f in block["findings"] if f["layer"] != "conv1")
+    gained = finding["gain"]["sqnr_db"] > 0.1 and finding["gain"]["monitor"] > -0.01
+    assert [a["id"] for a in block["applied"]] == ([finding["id"]] if gained else [])
+    if not gained:
+        assert block["after"]["sqnr_db"] == block["baseline"]["sqnr_db"]
+
+
+def test_doctor_spec_fields_and_their_checks():
+    spec = QuantSpec.from_dict(apply_overrides({}, ["doctor.enabled=true", "doctor.max_findings=3"], QuantSpec))
+    assert spec.doctor.enabled and not spec.doctor.apply and spec.doctor.max_findings == 3
+    assert QuantSpec().doctor.enabled is False and QuantSpec().doctor.fixes == []
+    assert QuantSpec.from_dict({"doctor": {"apply": True}}).doctor.enabled  # applying implies diagnosing
+    assert QuantSpec.from_dict({"doctor": {"fixes": ["layer1.0.conv1:cle"]}}).doctor.fixes == ["layer1.0.conv1:cle"]
+    with pytest.raises(SpecError, match=r"doctor\.fixes\[0\].*not a fix"):
+        QuantSpec.from_dict({"doctor": {"fixes": ["conv1:magic"]}})
+    with pytest.raises(SpecError, match=r"doctor\.fixes\[0\].*<layer>:<fix>"):
+        QuantSpec.from_dict({"doctor": {"fixes": ["cle"]}})
+    with pytest.raises(SpecError, match="max_findings"):
+        QuantSpec.from_dict({"doctor": {"max_findings": 0}})
