@@ -170,3 +170,74 @@ def test_doctor_spec_fields_and_their_checks():
         QuantSpec.from_dict({"doctor": {"fixes": ["cle"]}})
     with pytest.raises(SpecError, match="max_findings"):
         QuantSpec.from_dict({"doctor": {"max_findings": 0}})
+
+
+SQUARES = '''
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+
+class Squares(Dataset):
+    """A bright 6x6 square on a dark 12x12 image; the mask is 1 inside it."""
+
+    def __len__(self):
+        return 96
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        top, left = (int(v) for v in torch.randint(0, 6, (2,), generator=g))
+        mask = torch.zeros(12, 12, dtype=torch.int64)
+        mask[top:top + 6, left:left + 6] = 1
+        return 0.1 * torch.randn(1, 12, 12, generator=g) + mask.float()[None], mask
+
+
+def segmenter(num_classes=2):
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+                         nn.Conv2d(8, num_classes, 1))
+'''
+
+
+def test_the_doctor_measures_a_segmentation_runs_own_monitor(tmp_path):
+    (tmp_path / "squares.py").write_text(textwrap.dedent(SQUARES))
+    path, workspace = tmp_path / "squares.py", tmp_path / "ws"
+    trained = _run("train.classifier", {"dataset": {"name": f"file:{path}:Squares", "num_workers": 0},
+                                        "model": {"name": f"file:{path}:segmenter", "num_classes": 2},
+                                        "epochs": 1, "batch_size": 16, "lr": 0.05, "keep_best": False}, workspace)
+    assert trained["task"] == "segmentation"
+    result = _run("quant.analyze", {"source": {"run": trained["run_dir"]}, "calibration": {"samples": 32},
+                                    "weights": {"bits": 4}, "doctor": {"apply": True}}, workspace)
+    block = result["doctor"]
+    assert block["baseline"]["monitor_name"] == "test mIoU"
+    assert 0.0 <= block["baseline"]["monitor"] <= 1.0 and block["baseline"]["sqnr_db"] is not None
+    assert 0.0 <= block["after"]["monitor"] <= 1.0
+    assert block["after"]["sqnr_db"] >= block["baseline"]["sqnr_db"]  # only verified fixes are kept
+    assert result["steps"][-1]["step"] == "doctor" and result["metric"]["name"] == "miou"
+    for finding in block["findings"]:
+        for row in finding["tried"]:
+            assert 0.0 <= row["monitor"] <= 1.0  # every trial measured with the run's mIoU
+
+
+def test_the_doctor_runs_from_the_cli_on_a_lightning_run_with_its_own_monitor(tmp_path):
+    pytest.importorskip("lightning")
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lightning"))
+    from cli_helpers import TRACEBACK, one_json, wb
+    from lightning_helpers import write_project
+
+    project = write_project(tmp_path)
+    trained = one_json(wb(tmp_path, "train", "--set", f"model.name=lightning:{project}:Classifier", "--set",
+                          f"dataset.name=lightning:{project}:Features", "--set", "epochs=1", "--json",
+                          timeout=600))
+    assert trained["status"] == "done", trained.get("error")
+    proc = wb(tmp_path, "quantize", "--set", f"source.run={trained['run_dir']}", "--set", "calibration.samples=32",
+              "--set", "weights.bits=3", "--set", "doctor.enabled=true", "--set", "doctor.apply=true", "--json",
+              timeout=600)
+    assert TRACEBACK not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    result = one_json(proc)
+    assert result["status"] == "done", result.get("error")
+    block = result["doctor"]
+    assert block["baseline"]["monitor_name"] == result["metric"]["label"] == "val_acc"
+    assert result["steps"][-1]["step"] == "doctor"
+    assert result["steps"][-1]["accuracy"] == block["after"]["monitor"]
