@@ -119,8 +119,8 @@ def _qdq_steps(mode: str, broken: bool) -> dict:
 
 
 def _qdq_by_module(broken: bool) -> list[dict]:
-    """The step analysis per PyTorch module, as the real onnx_qdq export reports it (backend_compare), worst first;
-    its deployed numbers sum to _qdq_steps'."""
+    """The step analysis per PyTorch module, as the real onnx_qdq export reports it (backend_compare), worst
+    first; its deployed numbers sum to _qdq_steps'."""
     rows = [("features.3", ["features.3"], 40_000, 42 if broken else 2, 2, 3 if broken else 1),
             ("features.0", ["features.0"], 50_000, 1, 1, 1), ("(input)", ["input"], 20_000, 0, 0, 0),
             ("classifier", ["classifier", "classifier@1"], 10_000, 0, 0, 0)]

@@ -1,6 +1,7 @@
-"""The QDQ export's code comparison per PyTorch module: a real quantize run of the digits cnn exported to onnx_qdq,
-its `by_module` rows named after the model's own modules and summing to the step analysis's totals; the doctor's
-`backend_mismatch` findings drawn from rows; TensorRT's comparison where it can run, and why not where it cannot."""
+"""The QDQ export's code comparison per PyTorch module: a real quantize run of the digits cnn exported to
+onnx_qdq, its `by_module` rows named after the model's own modules and summing to the step analysis's totals;
+the doctor's `backend_mismatch` findings drawn from rows; TensorRT's comparison where it can run, and why not
+where it cannot."""
 
 from __future__ import annotations
 
@@ -94,7 +95,8 @@ def test_codes_by_module_gathers_a_modules_quantizers_and_keeps_its_worse_config
     clean = {"codes": 100, "equal": 100, "ties": 0, "elsewhere": 0, "two_or_more": 0, "worst_step": 0}
     rows = backend_compare.codes_by_module(
         {"deployed": {"layer1": tally, "layer1@1": clean, "fc": clean},
-         "as written": {"layer1": clean, "layer1@1": clean, "fc": {**tally, "two_or_more": 1, "worst_step": 2}}},
+         "as written": {"layer1": clean, "layer1@1": clean,
+                        "fc": {**tally, "two_or_more": 1, "worst_step": 2}}},
         {"layer1": "layer1", "layer1@1": "layer1", "fc": "fc"})
     assert [r["module"] for r in rows] == ["fc", "layer1"]
     fc, layer1 = rows
@@ -106,10 +108,10 @@ def test_codes_by_module_gathers_a_modules_quantizers_and_keeps_its_worse_config
 def test_a_residual_nets_adds_and_pooling_belong_to_its_modules(zoo):  # noqa: F811
     _, result, _, _ = _quantize_and_export(zoo, "Residual")
     rows = {r["module"]: r for r in result["by_module"]}
-    # The adds, written in the model's own forward(), quantize the output of the ReLU module after them; the fc's
-    # averaged input belongs to `avg`.
-    assert set(rows) == {backend_compare.INPUT_MODULE, "stem.0", "a.0", "b.0", "c.0", "d.0", "relu", "avg", "fc"}, \
-        sorted(rows)
+    # The adds, written in the model's own forward(), quantize the output of the ReLU module after them; the
+    # fc's averaged input belongs to `avg`.
+    expected = {backend_compare.INPUT_MODULE, "stem.0", "a.0", "b.0", "c.0", "d.0", "relu", "avg", "fc"}
+    assert set(rows) == expected, sorted(rows)
     assert sorted(rows["relu"]["quantizers"]) == ["add", "add_1"]
     totals = result["parity"]["steps"]["deployed"]["quantizers"]
     assert sum(r["by_configuration"]["deployed"]["codes"] for r in rows.values()) == totals["values"]

@@ -32,9 +32,10 @@ def test_a_qdq_export_shows_its_codes_by_module_worst_first(harness, qtbot):
     view = panel.export_view.by_module
     assert view.isVisibleTo(panel)
     table = view.table
-    assert [table.horizontalHeaderItem(c).text() for c in range(4)] == ["Module", "Codes off", "Ties", "Worst step"]
+    headers = [table.horizontalHeaderItem(c).text() for c in range(4)]
+    assert headers == ["Module", "Codes off", "Ties", "Worst step"]
     assert _column(table, 0) == ["features.3", "features.0", "(input)", "classifier"]
-    assert _column(table, 1)[0] == "42 of 40,000" and _column(table, 2)[0] == "2" and _column(table, 3)[0] == "3"
+    assert [_column(table, c)[0] for c in (1, 2, 3)] == ["42 of 40,000", "2", "3"]
     assert "40 code(s) off away from a rounding tie" in table.item(0, 1).toolTip()
     assert table.item(3, 0).toolTip() == "quantizers: classifier, classifier@1"
     assert "rounding tie" in table.horizontalHeaderItem(2).toolTip()
@@ -64,7 +65,8 @@ def test_a_report_without_rows_hides_it_and_tensorrt_rows_join_onnxruntimes(qtbo
     assert table.isHidden()
     row = {"module": "fc", "quantizers": ["fc"], "codes": 10, "codes_off": 1, "ties": 1, "worst_step": 1,
            "configuration": "deployed"}
-    trt = {"module": "fc", "codes": 10, "codes_off": 3, "ties": None, "worst_step": 2, "configuration": "TensorRT"}
+    trt = {"module": "fc", "codes": 10, "codes_off": 3, "ties": None, "worst_step": 2,
+           "configuration": "TensorRT"}
     table.show_report("onnx_qdq", {"by_module": [row], "tensorrt_by_module": {"available": True, "reason": "",
                                                                                "rows": [trt]}})
     assert not table.isHidden() and table.table.rowCount() == 2

@@ -1,7 +1,7 @@
-"""Across backends, per PyTorch module: the QDQ step analysis's code comparison (onnxruntime against the quantize
-run's simulation, quantizer by quantizer) gathered by the module that owns each quantizer, the doctor's
-`backend_mismatch` findings drawn from it, and TensorRT's per-module outputs where TensorRT and CUDA are here.
-"""
+"""Across backends, per PyTorch module: the QDQ step analysis's code comparison (onnxruntime against the
+quantize run's simulation, quantizer by quantizer) gathered by the module that owns each quantizer, the
+doctor's `backend_mismatch` findings drawn from it, and TensorRT's per-module outputs where TensorRT and CUDA
+are here."""
 
 from __future__ import annotations
 
@@ -15,19 +15,21 @@ from workbench.worker.export.common import reason as reason_of
 
 CONFIGURATIONS = (("deployed", True), ("as written", False))  # onnxruntime's graph optimizations on, then off
 INPUT_MODULE = "(input)"  # the model's input quantizer belongs to no submodule
-ROOT_MODULE = "(model)"  # an op of the model's own forward() (a residual add written there) belongs to no submodule
+# An op of the model's own forward() (a residual add written there) belongs to no submodule.
+ROOT_MODULE = "(model)"
 TENSORRT_MODULES = 8  # TensorRT builds one engine per module compared: the worst modules only
 
 
-# --- which module owns a quantizer ----------------------------------------------------------------------------------
+# --- which module owns a quantizer
+# ----------------------------------------------------------------------------------
 
 
 def point_owners(sim) -> dict[str, str]:
-    """{activation point: the PyTorch module path that owns it}. A layer's point belongs to its layer (the path of
-    a layer called twice, whose second point is named `<path>@1`); a point named after a module (a pooling, a
-    requantization after a LayerNorm, `<layer>.input` before a layer) to that module; an add to the module whose
-    output it quantizes (the ReLU module after it) or whose forward holds it (ROOT_MODULE for the model's own
-    forward); the input to INPUT_MODULE."""
+    """{activation point: the PyTorch module path that owns it}. A layer's point belongs to its layer (the
+    path of a layer called twice, whose second point is named `<path>@1`); a point named after a module (a
+    pooling, a requantization after a LayerNorm, `<layer>.input` before a layer) to that module; an add to the
+    module whose output it quantizes (the ReLU module after it) or whose forward holds it (ROOT_MODULE for the
+    model's own forward); the input to INPUT_MODULE."""
     structure = sim.structure
     modules = {name for name, _ in sim.gm.named_modules() if name}
     return {name: _owner_of(name, point, structure, modules) for name, point in structure.points.items()}
@@ -47,12 +49,13 @@ def _owner_of(name: str, point, structure, modules: set[str]) -> str:
     return paths[-1] if paths else ROOT_MODULE
 
 
-# --- onnxruntime's codes per module ---------------------------------------------------------------------------------
+# --- onnxruntime's codes per module
+# ---------------------------------------------------------------------------------
 
 
 def tallies_of(measured: qdq_steps.Measured) -> dict[str, dict]:
-    """One configuration's per-quantizer comparison (qdq_steps.measure's `per_point`) as plain numbers: {point:
-    {codes, equal, ties, elsewhere, two_or_more, worst_step}}."""
+    """One configuration's per-quantizer comparison (qdq_steps.measure's `per_point`) as plain numbers:
+    {point: {codes, equal, ties, elsewhere, two_or_more, worst_step}}."""
     worst = getattr(measured, "worst", {}) or {}
     return {point: {"codes": sum(t), "equal": t[0], "ties": t[1], "elsewhere": t[2], "two_or_more": t[3],
                     "worst_step": int(worst.get(point, _least_worst(t)))}
@@ -65,11 +68,12 @@ def _least_worst(tally: list[int]) -> int:
 
 
 def codes_by_module(configurations: dict[str, dict[str, dict]], owners: dict[str, str]) -> list[dict]:
-    """The step analysis per PyTorch module: `configurations` = {"deployed": tallies_of(...), "as written": ...}.
-    One row per module that owns a compared quantizer: {module, quantizers, codes, codes_off, ties, worst_step,
-    configuration, by_configuration}. `codes_off` counts every code that differs (a tie's one-step flip
-    included), `ties` those flips alone; the row's headline numbers are the configuration where the module is
-    worse (codes off beyond ties, then the worst step), each configuration's in `by_configuration`. Worst first."""
+    """The step analysis per PyTorch module: `configurations` = {"deployed": tallies_of(...), "as written":
+    ...}. One row per module that owns a compared quantizer: {module, quantizers, codes, codes_off, ties,
+    worst_step, configuration, by_configuration}. `codes_off` counts every code that differs (a tie's one-step
+    flip included), `ties` those flips alone; the row's headline numbers are the configuration where the
+    module is worse (codes off beyond ties, then the worst step), each configuration's in `by_configuration`.
+    Worst first."""
     grouped: dict[str, dict[str, dict]] = {}
     quantizers: dict[str, list[str]] = {}
     for configuration, tallies in configurations.items():
@@ -99,9 +103,9 @@ def _beyond_ties(numbers: dict) -> int:
 
 
 def backend_findings(rows: list[dict]) -> list[dict]:
-    """The doctor's `backend_mismatch` findings: one per module whose codes differ from the simulation's beyond
-    rounding ties. Their gain is not measured (it needs another export), so `gain` is None; severity is the share
-    of the module's codes off beyond ties, in percent (not dB: no re-quantization measured it)."""
+    """The doctor's `backend_mismatch` findings: one per module whose codes differ from the simulation's
+    beyond rounding ties. Their gain is not measured (it needs another export), so `gain` is None; severity is
+    the share of the module's codes off beyond ties, in percent (not dB: no re-quantization measured it)."""
     findings = []
     for row in rows:
         beyond = _beyond_ties(row)
@@ -113,23 +117,29 @@ def backend_findings(rows: list[dict]) -> list[dict]:
         findings.append({
             "id": f"{module}:activation:backend_mismatch", "layer": module, "tensor": "activation",
             "cause": "backend_mismatch",
-            "summary": (f"onnxruntime ({row['configuration']}) computes {beyond:,} of {row['codes']:,} codes of "
-                        f"{module} differently from the simulation, away from rounding ties, up to {worst} "
-                        f"step(s) apart"),
+            "summary": (f"onnxruntime ({row['configuration']}) computes {beyond:,} of {row['codes']:,} codes "
+                        f"of {module} differently from the simulation, away from rounding ties, up to "
+                        f"{worst} step(s) apart"),
             "evidence": {"codes_off": int(row["codes_off"]), "ties": int(row["ties"]), "worst_step": worst,
                          "module": module, "codes": int(row["codes"]), "configuration": row["configuration"]},
             "fix": "requantize_step" if requantize else "keep_float",
-            "fix_text": (f"The step analysis (each quantizer fed onnxruntime's own input) finds {module}'s codes "
-                         + ("one step off where no tie explains it: the fused int8 kernel requantizes with its "
-                            "own multiplier at another step; add a requantization step (a QuantizeLinear) at "
-                            f"{module}'s output so both round in the same place" if requantize else
-                            f"{worst} steps off: the file does not compute what the simulation does there; keep "
-                            f"{module} in float in the export")),
+            "fix_text": _fix_text(module, worst, requantize),
             "tried": [], "gain": None, "severity": round(100.0 * share, 4)})
     return findings
 
 
-# --- TensorRT, one module's output at a time ------------------------------------------------------------------------
+def _fix_text(module: str, worst: int, requantize: bool) -> str:
+    lead = f"The step analysis (each quantizer fed onnxruntime's own input) finds {module}'s codes "
+    if requantize:
+        return lead + ("one step off where no tie explains it: the fused int8 kernel requantizes with its "
+                       "own multiplier at another step; add a requantization step (a QuantizeLinear) at "
+                       f"{module}'s output so both round in the same place")
+    return lead + (f"{worst} steps off: the file does not compute what the simulation does there; keep "
+                   f"{module} in float in the export")
+
+
+# --- TensorRT, one module's output at a time
+# ------------------------------------------------------------------------
 
 
 def tensorrt_unavailable() -> str | None:
@@ -142,11 +152,12 @@ def tensorrt_unavailable() -> str | None:
 
 
 def tensorrt_by_module(sim, onnx_path, x: torch.Tensor, owners: dict[str, str], modules: list[str]) -> dict:
-    """TensorRT's output of each of `modules` (the first TENSORRT_MODULES) against the simulation's on input x: for
-    each, an engine built from the QDQ file with only that module's dequantized outputs marked as extra outputs,
-    so TensorRT's fusions hold everywhere else and one engine at a time is in memory. Counted in steps of the
-    module's quantizer; the simulation runs free (no teacher forcing), so a difference carried from upstream
-    counts too. {available, reason, rows}; where TensorRT or CUDA is missing, the reason and no rows."""
+    """TensorRT's output of each of `modules` (the first TENSORRT_MODULES) against the simulation's on input
+    x: for each, an engine built from the QDQ file with only that module's dequantized outputs marked as extra
+    outputs, so TensorRT's fusions hold everywhere else and one engine at a time is in memory. Counted in
+    steps of the module's quantizer; the simulation runs free (no teacher forcing), so a difference carried
+    from upstream counts too. {available, reason, rows}; where TensorRT or CUDA is missing, the reason and no
+    rows."""
     reason = tensorrt_unavailable()
     if reason is not None:
         return {"available": False, "reason": reason, "rows": []}
@@ -183,7 +194,8 @@ def tensorrt_by_module(sim, onnx_path, x: torch.Tensor, owners: dict[str, str], 
 
 
 def _dequantized_outputs(proto) -> dict[str, str]:
-    """{quantizer module name (_quant_act_<k>): the output of the DequantizeLinear right after its QuantizeLinear}."""
+    """{quantizer module name (_quant_act_<k>): the output of the DequantizeLinear right after its
+    QuantizeLinear}."""
     quantized = {}
     for node in proto.graph.node:
         if node.op_type == "QuantizeLinear":
@@ -199,13 +211,15 @@ def _dequantized_outputs(proto) -> dict[str, str]:
 
 @torch.no_grad()
 def _simulated_points(sim, by_name: dict, x: torch.Tensor) -> dict[str, tuple[torch.Tensor, float]]:
-    """{point: (the simulation's quantized output there, its step)} for the per-tensor quantizers, in one pass."""
+    """{point: (the simulation's quantized output there, its step)} for the per-tensor quantizers, in one
+    pass."""
     seen: dict[str, tuple[torch.Tensor, float]] = {}
 
     def hook(module):
         def keep(_, __, output):
             qp = module.qp
-            if module.enabled and qp is not None and qp.scale.numel() == 1 and isinstance(output, torch.Tensor):
+            per_tensor = qp is not None and qp.scale.numel() == 1
+            if module.enabled and per_tensor and isinstance(output, torch.Tensor):
                 seen.setdefault(module.point, (output.detach().float().cpu().clone(), float(qp.scale)))
         return keep
 
@@ -219,7 +233,7 @@ def _simulated_points(sim, by_name: dict, x: torch.Tensor) -> dict[str, tuple[to
 
 
 def _tensorrt_run(proto, x: torch.Tensor, marked: list[str]) -> dict[str, torch.Tensor]:
-    """Build a TensorRT engine from the QDQ model with `marked` tensors as extra outputs, run it on x (CUDA)."""
+    """A TensorRT engine built from the QDQ model with `marked` tensors as extra outputs, run on x (CUDA)."""
     import tensorrt as trt
 
     logger = trt.Logger(trt.Logger.ERROR)

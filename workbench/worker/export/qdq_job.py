@@ -109,10 +109,11 @@ def _example(run, dataset, data):
     return example
 
 
-def _parity(build, out, device, deployed, inputs, batches, samples, extra, ctx) -> tuple[dict, list[dict], dict]:
+def _parity(build, out, device, deployed, inputs, batches, samples, extra, ctx
+            ) -> tuple[dict, list[dict], dict]:
     """Parity as deployed (the headline) and as written, each held to the tolerance its step analysis derives, and
-    each matching the simulation quantizer by quantizer; with that comparison per PyTorch module (by_module), and
-    TensorRT's per module where it runs here."""
+    each matching the simulation quantizer by quantizer; with that comparison per PyTorch module (by_module),
+    and TensorRT's per module where it runs here."""
     sim = build.sim
     outputs: dict[int, torch.Tensor] = {}  # both configurations compare with the same simulated outputs
 
@@ -167,10 +168,11 @@ def _by_module(sim, out, measured: dict, analysed: list, ctx) -> tuple[list[dict
     module, on the worst modules (or why it cannot run here)."""
     owners = backend_compare.point_owners(sim)
     labels = dict(zip((mode for mode, _ in MODES), (label for label, _ in backend_compare.CONFIGURATIONS)))
-    rows = backend_compare.codes_by_module({labels[m]: backend_compare.tallies_of(measured[m]) for m, _ in MODES},
-                                           owners)
+    tallies = {labels[m]: backend_compare.tallies_of(measured[m]) for m, _ in MODES}
+    rows = backend_compare.codes_by_module(tallies, owners)
     ctx.check_stop()
-    tensorrt = backend_compare.tensorrt_by_module(sim, out, analysed[0][1], owners, [r["module"] for r in rows])
+    worst = [r["module"] for r in rows]
+    tensorrt = backend_compare.tensorrt_by_module(sim, out, analysed[0][1], owners, worst)
     if not tensorrt["available"]:
         ctx.log(tensorrt["reason"])
     return rows, tensorrt

@@ -93,13 +93,13 @@ def _dequantized(codes: torch.Tensor, qp, like: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def forced(sim, exposed: Exposed, x: torch.Tensor,
-           simulated: Callable[[torch.Tensor], torch.Tensor] | None = None, worst: dict[str, int] | None = None
-           ) -> tuple[torch.Tensor, torch.Tensor, dict[str, list[int]]]:
+           simulated: Callable[[torch.Tensor], torch.Tensor] | None = None,
+           worst: dict[str, int] | None = None) -> tuple[torch.Tensor, torch.Tensor, dict[str, list[int]]]:
     """Run onnxruntime once, then the simulation with each quantizer's output replaced by onnxruntime's codes, so
     that every quantizer sees the input onnxruntime's saw: (onnxruntime's output, the simulation's free output,
     {point: [values equal, one step off at a rounding tie, one step off elsewhere, two or more off]}).
-    `simulated(x)`, where given, is the free output already computed (the parity check's, shared); `worst`, where
-    given, gets each point's largest code difference in steps (kept at its highest over calls)."""
+    `simulated(x)`, where given, is the free output already computed (the parity check's, shared); `worst`,
+    where given, gets each point's largest code difference in steps (kept at its highest over calls)."""
     out, values = exposed.run(x)
     free = (simulated(x) if simulated is not None else logits_of(sim(x))).detach().float().cpu()
     modules = _quantizers_by_name(sim)
