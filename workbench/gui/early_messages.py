@@ -4,6 +4,7 @@ names the run folder): kept per job until the record comes, bounded, so a job th
 from __future__ import annotations
 
 from workbench.protocol import Message
+from workbench.results import dig
 
 LIMIT = 20  # jobs held at once
 
@@ -16,7 +17,7 @@ class EarlyMessages:
 
     def keep(self, msg: Message) -> None:
         job_id = msg.parent_id or ""
-        if job_id and msg.msg_type in self.types and str((msg.content or {}).get("name", "")).startswith(self.prefix):
+        if job_id and msg.msg_type in self.types and str(dig(msg.content, "name", default="")).startswith(self.prefix):
             self._held.setdefault(job_id, []).append(msg)
             if len(self._held) > LIMIT:
                 self._held.pop(next(iter(self._held)))

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 from workbench.app_resources import sample_specs
 from workbench.client import JobRecord
 from workbench.errors import SpecError, WorkbenchError
+from workbench.results import dig
 from workbench.specs import QuantSpec, TrainSpec
 from workbench.task_ids import TRAIN_TASK
 
@@ -61,7 +62,7 @@ class JobLauncher(QObject):
         if verb == "train":
             self.new_training_run(start=data)
         elif verb == "quantize":
-            self.new_quantization((data.get("source") or {}).get("run", ""), start=data)
+            self.new_quantization(dig(data, "source", "run", default=""), start=data)
         else:  # export or bench: the whole spec fills the wizard, its source run included
             self.open_export_wizard(verb if verb == "bench" else "export", start=data)
 

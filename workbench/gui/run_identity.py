@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from workbench.errors import WorkbenchError
+from workbench.results import QuantResult, TrainResult, as_dict, dig
 from workbench.task_ids import with_aliases
 
 # Runs a wizard or "Build from" can start from: a failed or unreadable run has no model worth picking.
@@ -98,18 +99,18 @@ def named_metric(name: str, value, label: str = "") -> str:
 
 
 def _train_metric(report: dict, last: dict | None) -> tuple[str, str]:
-    monitor = report.get("monitor") if isinstance(report.get("monitor"), dict) else {}
-    name, label = monitor.get("name") or "acc", monitor.get("label") or "accuracy"
-    for key, about in (("test", f"test {label}"), ("best_val", f"best validation {label}")):
-        text = named_metric(name, monitor.get(key), label)
+    result = TrainResult.from_dict(report)
+    name, label = result.monitor.name or "acc", result.monitor.label or "accuracy"
+    for value, about in ((result.monitor.test, f"test {label}"),
+                         (result.monitor.best_val, f"best validation {label}")):
+        text = named_metric(name, value, label)
         if text:
             return text, about
-    final = report.get("final") if isinstance(report.get("final"), dict) else {}
-    text = named_metric("acc", final.get("test_accuracy"))
+    text = named_metric("acc", result.final.test_accuracy)
     if text:
         return text, "test accuracy"
     # No report yet (running, stopped): the last validation value it logged.
-    point = (last or {}).get(f"val/{name}")
+    point = as_dict(last).get(f"val/{name}")
     text = named_metric(name, point[1], label) if point else ""
     return (text, f"last validation {label}") if text else ("", "")
 
@@ -120,8 +121,7 @@ def identify(entry: dict, spec: dict | None, report: dict | None, *, last: dict 
     from another run (quantize, export, bench) that run's identity."""
     spec, report = spec or {}, report or {}
     task = entry.get("task") or ""
-    model_full = (spec.get("model") or {}).get("name", "") if isinstance(spec.get("model"), dict) else ""
-    dataset = (spec.get("dataset") or {}).get("name", "") if isinstance(spec.get("dataset"), dict) else ""
+    model_full, dataset = dig(spec, "model", "name", default=""), dig(spec, "dataset", "name", default="")
     metric = about = ""
     if task.startswith("train."):
         metric, about = _train_metric(report, last)
@@ -129,8 +129,9 @@ def identify(entry: dict, spec: dict | None, report: dict | None, *, last: dict 
         weights, activations = spec.get("weights") or {}, spec.get("activations") or {}
         scheme = f"W{weights.get('bits', '?')}A{activations.get('bits', '?')}" if weights or activations else ""
         # "accuracy" holds the run's monitor where its report names one (val MAE, mIoU): written as that metric.
-        measure = report.get("metric") if isinstance(report.get("metric"), dict) else {}
-        value = named_metric(str(measure.get("name") or "acc"), (report.get("quantized") or {}).get("accuracy"),
+        quant = QuantResult.from_dict(report)
+        measure = as_dict(quant.metric)
+        value = named_metric(quant.metric_name or "acc", quant.quantized.accuracy,
                              str(measure.get("label") or ""))
         metric = " ".join(p for p in (scheme, value) if p)
         about = f"quantized {measure.get('label') or measure.get('name') or 'accuracy'}"
@@ -184,7 +185,7 @@ class RunIdentities:
         except (WorkbenchError, OSError, ValueError, sqlite3.Error):
             return identify(entry, None, None)
         source = None
-        source_id = (spec.get("source") or {}).get("run") if isinstance(spec.get("source"), dict) else None
+        source_id = dig(spec, "source", "run")
         if source_id and source_id != entry["id"]:
             source = self._source(source_id)
         return identify(entry, spec, report, last=last, source=source)
@@ -200,7 +201,7 @@ class RunIdentities:
                 spec = run.read_spec()
         except (WorkbenchError, OSError, ValueError, sqlite3.Error):
             return None
-        source_id = (spec.get("source") or {}).get("run") if isinstance(spec.get("source"), dict) else None
+        source_id = dig(spec, "source", "run")
         seen = seen | {run_id}
         source = self._source(source_id, seen) if source_id and source_id not in seen else None
         return identify({"id": run_id}, spec, None, source=source)

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMessageBox, QPushBut
 from workbench.client import JobRecord
 from workbench.gui.job_questions import confirm_stop_jobs, describe_job
 from workbench.protocol import Message
+from workbench.results import as_dict
 
 
 class WorkerBanner(QFrame):
@@ -142,7 +143,7 @@ class WorkerControl(QObject):
             log.append(f"{record.task} cancelled", "warning")
         else:
             log.append(f"{record.task} failed: {record.error_message}", "error")
-            traceback = (record.result or {}).get("traceback")
+            traceback = as_dict(record.result).get("traceback")
             if traceback:
                 log.append(traceback, "debug")
         if record.run_dir:

@@ -42,6 +42,7 @@ from workbench.gui.panels.try_it_masks import MaskPanel, fill_share_table
 from workbench.gui.panels.try_it_masks import verdict as mask_verdict
 from workbench.gui.plots import SERIES_COLOURS, add_legend, make_plot
 from workbench.gui.widgets.spec_form import ERROR_COLOUR
+from workbench.results import dig
 from workbench.runs import RunStore
 from workbench.task_ids import PREDICT_TASK, QUANT_TASK
 
@@ -96,10 +97,10 @@ def describe_run(workspace, run_id: str) -> RunInfo:
         return RunInfo(run_id, "train")
     kind = "quantize" if task == QUANT_TASK else "train"
     dataset = dict(spec.get("dataset") or {})
-    info = RunInfo(run_id, kind, (spec.get("model") or {}).get("name", ""), dataset.get("name", "digits"), dataset)
+    info = RunInfo(run_id, kind, dig(spec, "model", "name", default=""), dataset.get("name", "digits"), dataset)
     if kind == "quantize":
         info.scheme = bit_widths(spec)
-        source = (spec.get("source") or {}).get("run", "")
+        source = dig(spec, "source", "run", default="")
         if source:
             try:
                 with store.open_run(source) as trained:
@@ -110,7 +111,7 @@ def describe_run(workspace, run_id: str) -> RunInfo:
             info.dataset_spec = {**(trained_spec.get("dataset") or {}), **{
                 k: v for k, v in dataset.items() if k != "name" or v != "digits"}}
             info.dataset = info.dataset_spec.get("name", "digits")
-            info.model = (trained_spec.get("model") or {}).get("name", "")
+            info.model = dig(trained_spec, "model", "name", default="")
     return info
 
 
@@ -350,7 +351,7 @@ class TryItView(QWidget):
         if not shown:
             self._say("Click a sample in the Data tab first; its split and index are then tried here.", error=True)
             return
-        dataset = (shown.get("dataset") or {}).get("name", "digits")
+        dataset = dig(shown, "dataset", "name", default="digits")
         if dataset != self.run.dataset:
             self._say(f"The Data tab shows {dataset}, but this run was trained on {self.run.dataset}: open "
                       f"{self.run.dataset} there, or drop an image file here.", error=True)
@@ -511,7 +512,7 @@ class TryItView(QWidget):
 
     def _add_true_values(self, result: dict) -> None:
         """A regression sample's true value beside each predicted one, when the sample's target lists them."""
-        truth = (result.get("truth") or {}).get("value")
+        truth = dig(result, "truth", "value")
         values = truth if isinstance(truth, list) else [truth] if isinstance(truth, (int, float)) else None
         rows = self.table.rowCount()
         if values is None:

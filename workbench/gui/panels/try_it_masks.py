@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 
 from workbench.gui.images import scaled_pixmap, to_qimage
 from workbench.gui.panels.training.evaluation_segmentation import class_colours, clear_classes, overlay
+from workbench.results import dig
 
 MASK_BOX = 240
 
@@ -182,7 +183,7 @@ def verdict(result: dict, series: list[tuple[str, list[dict]]]) -> str:
 
     parts = [f"{name}: {top(rows)}" if len(series) > 1 else top(rows) for name, rows in series]
     text = " · ".join(parts)
-    scores = (result.get("scores") or {}).get("quantized" if len(series) > 1 else "fp32") or {}
+    scores = dig(result, "scores", "quantized" if len(series) > 1 else "fp32", default={})
     if scores.get("miou") is not None:
         text += f" · against the true mask: mIoU <b>{_percent(scores['miou'])}</b>"
     if result.get("mask_agreement") is not None:

@@ -9,6 +9,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
 from workbench.gui.panels.data.sparkline import sparkline
 from workbench.gui.panels.data.thumbnails import INDEX_ROLE
 from workbench.gui.plots import SERIES_COLOURS
+from workbench.results import dig
 
 PAGE_SIZE = 200
 COLUMNS = ("#", "input", "shape", "dtype", "min", "max", "mean", "target", "target shape", "target range")
@@ -175,7 +176,7 @@ class SampleTableItemModel(QAbstractTableModel):
             return
         total = int(result["total"])
         if rows and not self.rows:
-            kind = str(result.get("input_kind") or (rows[0].get("sample") or {}).get("kind") or "")
+            kind = str(result.get("input_kind") or dig(rows[0], "sample", "kind", default=""))
             columns = columns_for(kind, rows)
             if columns != self.columns or kind != self.kind:
                 self.beginResetModel()

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QHBoxLayout, QWidget
 from workbench.gui.panels.export.results import BenchResults, format_ms, measured
 from workbench.gui.panels.quant.plot_panel import PlotPanel, brush, finite, pen
 from workbench.gui.plots import run_colour
+from workbench.results import BenchRow
 from workbench.specs import BENCH_BACKENDS
 
 # What each percentile mark is drawn in, in the histogram and the CDF alike.
@@ -47,7 +48,7 @@ def short_run_label(run_id: str) -> str:
 
 
 def _latency(row: dict, key: str) -> float | None:
-    value = (row.get("latency_ms") or {}).get(key)
+    value = BenchRow.from_dict(row).latency(key)
     return float(value) if isinstance(value, (int, float)) and np.isfinite(value) and value > 0 else None
 
 

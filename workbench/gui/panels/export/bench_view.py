@@ -28,8 +28,9 @@ from workbench.gui.panels.export.bench_plots import (
     short_run_label,
 )
 from workbench.gui.panels.export.palette import FAILED
-from workbench.gui.panels.export.results import BenchResults, format_ms, measured
+from workbench.gui.panels.export.results import BenchResults, format_ms
 from workbench.gui.panels.export.results_table import BenchResultsTable
+from workbench.results import BenchResult
 from workbench.task_ids import BENCH_TASK
 
 PLOT_TABS = ("Latency vs batch", "Distribution", "Throughput", "History")
@@ -47,8 +48,7 @@ def bench_summary(spec: dict, report: dict) -> dict:
     batches = spec.get("batch_sizes")
     summary = {"what": f"bench · {len(backends)} × {len(batches or [])}",
                "what_details": f"\nbackends {', '.join(backends)}\nbatch sizes {join_batches(batches)}"}
-    rows = [r for r in report.get("results") or [] if isinstance(r, dict) and measured(r)
-            and isinstance((r.get("latency_ms") or {}).get("p50"), (int, float))]
+    rows = [row.raw for row in BenchResult.from_dict(report).rows if row.measured and row.p50 is not None]
     if rows:
         batch = min(int(r.get("batch_size", 0)) for r in rows)
         best = min((r for r in rows if int(r.get("batch_size", 0)) == batch),

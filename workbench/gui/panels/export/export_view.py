@@ -16,6 +16,7 @@ from workbench.gui.panels.export.by_module_table import ByModuleTable
 from workbench.gui.panels.export.palette import FAILED, NEUTRAL, PASSED, RUNNING
 from workbench.gui.panels.export.results import ExportResults, format_bytes, format_diff
 from workbench.gui.panels.quant.metric import Measure
+from workbench.results import ExportResult, dig
 
 ARTIFACT_FIELDS = ("File", "Format", "Size", "Exporter", "Accuracy")
 
@@ -23,13 +24,13 @@ ARTIFACT_FIELDS = ("File", "Format", "Size", "Exporter", "Accuracy")
 def export_summary(spec: dict, report: dict) -> dict:
     """An export run's What and Result columns (and the result's colour) from its spec and report."""
     summary = {"what": f"export · {spec.get('format', '')}"}
-    parity = report.get("parity") if isinstance(report.get("parity"), dict) else None
-    if parity is not None and parity.get("passed") is not None and not parity.get("skipped"):
-        passed = bool(parity.get("passed"))
-        verdict = "✓ parity" if passed else "✗ parity"
-        summary["result"] = f"{verdict} {format_diff(parity.get('max_abs_diff'))}"
-        summary["result_colour"] = PASSED if passed else FAILED
-    elif report.get("artifact"):
+    result = ExportResult.from_dict(report)
+    parity = result.parity
+    if parity is not None and parity.checked:
+        verdict = "✓ parity" if parity.passed else "✗ parity"
+        summary["result"] = f"{verdict} {format_diff(parity.max_abs_diff)}"
+        summary["result_colour"] = PASSED if parity.passed else FAILED
+    elif result.artifact:
         summary["result"] = f"{format_bytes(report.get('size_bytes'))}, not verified"
     return summary
 
@@ -117,12 +118,12 @@ class ExportView(QWidget):
         """Show an export, `live` while its job runs (no verdict yet)."""
         self.results = results
         spec = results.spec
-        source = results.source_run or (spec.get("model") or {}).get("name", "a model")
+        source = results.source_run or dig(spec, "model", "name", default="a model")
         self.export_title.setText(f"<b>{results.run_id or 'Starting…'}</b> · {results.format} export of "
                                   f"{source} on {spec.get('device', 'cpu')}")
-        parity = results.parity
+        parity, typed = results.parity, results.result.parity
         self.diverging_box.hide()
-        checked = parity is not None and parity.get("passed") is not None and not parity.get("skipped")
+        checked = typed is not None and typed.checked
         self.parity_plot.set_parity(parity if checked else None, PASSED, FAILED)
         self.parity_plot.setVisible(checked and not self.parity_plot.is_empty)
         if live:
@@ -135,12 +136,12 @@ class ExportView(QWidget):
             self.verdict_detail.setText(escape(results.error, quote=False))
         elif not checked:
             self._set_verdict("Exported, not verified", NEUTRAL)
-            reason = (parity or {}).get("reason", "")
+            reason = typed.reason if typed is not None else ""
             self.verdict_detail.setText("The parity check was off (“verify” in the wizard)." if not reason or
                                         reason == "verify=false" else escape(reason, quote=False))
         else:
             self._show_parity(results, parity)
-        self._show_artifact(results, checked and bool(parity.get("passed")), live)
+        self._show_artifact(results, checked and bool(typed.passed), live)
         self.by_module.show_report(results.format, {} if live else results.report)
 
     def _show_parity(self, results: ExportResults, parity: dict) -> None:
@@ -194,7 +195,8 @@ class ExportView(QWidget):
     # -- its buttons -------------------------------------------------------------------------------
     def _on_diverging_clicked(self) -> None:
         results = self.results
-        layer = ((results.parity or {}).get("first_divergent_layer") if results else None) or ""
+        parity = results.result.parity if results else None
+        layer = parity.first_divergent_layer if parity is not None else ""
         if not results or not layer:
             return
         source = self.training_run_of(results.run_id) or results.source_run

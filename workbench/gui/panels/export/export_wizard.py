@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QVBoxLayout, QWiza
 
 from workbench.gui.widgets.checked_page import CheckedPage
 from workbench.gui.widgets.spec_form import ERROR_COLOUR, SpecForm, field_errors
+from workbench.results import dig
 from workbench.specs import ExportSpec
 from workbench.task_ids import QUANT_TASK, is_training
 
@@ -137,7 +138,7 @@ class ExportWizard(QWizard):
         if device and not start:
             data["device"] = device
         self.start_data = data
-        source_run = source_run or (data.get("source") or {}).get("run", "")
+        source_run = source_run or dig(data, "source", "run", default="")
         self.source_page = SourceRunPage(
             runs, source_run, title="Source",
             subtitle="The model to export: a finished training run (its best, else last, checkpoint), or a "

@@ -19,6 +19,7 @@ except ImportError:  # Python 3.10
     import tomli as tomllib
 
 from workbench.errors import WorkbenchError
+from workbench.results import BenchRow, ExportResult, dig
 
 SAMPLES_PREFIX = "bench/"
 SAMPLES_SUFFIX = ":samples"
@@ -125,12 +126,17 @@ class ExportResults:
 
     @property
     def source_run(self) -> str:
-        return str((self.spec.get("source") or {}).get("run", ""))
+        return str(dig(self.spec, "source", "run", default=""))
+
+    @property
+    def result(self) -> ExportResult:
+        """The report as the typed export result."""
+        return ExportResult.from_dict(self.report)
 
     @property
     def parity(self) -> dict | None:
-        parity = self.report.get("parity")
-        return parity if isinstance(parity, dict) else None
+        parity = self.result.parity
+        return parity.raw if parity is not None else None
 
     @classmethod
     def from_run(cls, run_dir: str | Path) -> ExportResults:
@@ -218,7 +224,7 @@ class BenchResults:
         return rows
 
     def done_rows(self) -> list[dict]:
-        return [r for r in self.rows() if measured(r) and (r.get("latency_ms") or {}).get("p50")]
+        return [r for r in self.rows() if measured(r) and BenchRow.from_dict(r).p50]
 
     def samples_of(self, row: dict) -> np.ndarray | None:
         samples = self.samples.get(row_key(row))
@@ -231,7 +237,7 @@ class BenchResults:
     def source_text(self) -> str:
         source = self.spec.get("source") or {}
         return str(source.get("run") or source.get("file") or self.spec.get("artifact") or
-                   (self.spec.get("model") or {}).get("name", ""))
+                   dig(self.spec, "model", "name", default=""))
 
     # -- from disk and out again ---------------------------------------------------------------------------------
     @classmethod

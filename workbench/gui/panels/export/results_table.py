@@ -19,13 +19,14 @@ from workbench.gui.panels.export.results import (
     measured,
     row_key,
 )
+from workbench.results import BenchRow
 
 # (header, how to read the value from a row, "low" or "high" is better, how to show it)
 NUMERIC_COLUMNS = (
-    ("p50 (ms)", lambda r: (r.get("latency_ms") or {}).get("p50"), "low", format_ms),
-    ("p90 (ms)", lambda r: (r.get("latency_ms") or {}).get("p90"), "low", format_ms),
-    ("p99 (ms)", lambda r: (r.get("latency_ms") or {}).get("p99"), "low", format_ms),
-    ("Mean (ms)", lambda r: (r.get("latency_ms") or {}).get("mean"), "low", format_ms),
+    ("p50 (ms)", lambda r: BenchRow.from_dict(r).latency("p50"), "low", format_ms),
+    ("p90 (ms)", lambda r: BenchRow.from_dict(r).latency("p90"), "low", format_ms),
+    ("p99 (ms)", lambda r: BenchRow.from_dict(r).latency("p99"), "low", format_ms),
+    ("Mean (ms)", lambda r: BenchRow.from_dict(r).latency("mean"), "low", format_ms),
     ("Throughput (/s)", lambda r: r.get("throughput_per_s"), "high", format_rate),
     # 0 B is a probe that saw nothing (onnxruntime's own allocator, say), not the least memory: not measured.
     ("Peak memory", lambda r: r.get("peak_memory_bytes") or None, "low", format_bytes),

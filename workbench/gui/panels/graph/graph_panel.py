@@ -44,6 +44,7 @@ from workbench.gui.panels.graph.module_table import (
 )
 from workbench.gui.panels.graph.web_view import GraphView, WebEngineUnavailable
 from workbench.gui.run_identity import RunIdentities, short_model
+from workbench.results import dig
 from workbench.runs import RunStore, atomic_write_text
 from workbench.task_ids import GRAPH_TASK
 
@@ -323,7 +324,7 @@ class GraphPanel(QWidget):
             return Path(source["file"]).name
         if spec.get("quant_run"):
             return f"the model quantized by {spec['quant_run']}"
-        return (spec.get("model") or {}).get("name") or "the model"
+        return dig(spec, "model", "name") or "the model"
 
     def _still_shown(self) -> str:
         """After a build that failed, which graph the panel still shows: not the one just asked for."""
@@ -429,7 +430,7 @@ class GraphPanel(QWidget):
         return text
 
     def _fill_overlays(self, preferred: tuple[str, ...] = ()) -> None:
-        overlays = (self.graph or {}).get("overlay_index", {}).get("overlays", {})
+        overlays = dig(self.graph, "overlay_index", "overlays", default={})
         current = self.overlay_combo.currentData() or NO_OVERLAY
         self.overlay_combo.blockSignals(True)
         self.overlay_combo.clear()

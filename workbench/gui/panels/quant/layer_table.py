@@ -9,6 +9,8 @@ import math
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt
 from PySide6.QtGui import QColor
 
+from workbench.results import dig
+
 COLUMNS = ("Layer", "Tensor", "Bits", "Range", "SQNR (dB)", "MSE", "Clipping MSE", "Rounding MSE", "Min", "Max",
            "Data min", "Data max", "Scale", "Net SQNR (dB)", "Ch. range ratio")
 TOOLTIPS = {
@@ -53,9 +55,8 @@ def _scale_text(scale) -> tuple[str, float | None]:
 
 def net_sqnr(entry: dict) -> float | None:
     """An activation's SQNR in the fully quantized network, held-out data first (else calibration)."""
-    error = entry.get("error") or {}
     for where in ("held_out", "calibration"):
-        value = _number(((error.get(where) or {}).get("accumulated") or {}).get("sqnr_db"))
+        value = _number(dig(entry, "error", where, "accumulated", "sqnr_db"))
         if value is not None:
             return value
     return None

@@ -15,6 +15,7 @@ except ImportError:  # Python 3.10
     import tomli as tomllib
 
 from workbench.errors import WorkbenchError
+from workbench.results import QuantResult, dig
 
 ARRAY_PREFIX = "quant/"
 HISTOGRAMS_FILE = "histograms.npz"
@@ -46,7 +47,7 @@ def bit_widths(spec: dict) -> str:
     weights, activations = spec.get("weights") or {}, spec.get("activations") or {}
     if not weights.get("bits") or not activations.get("bits"):
         return ""
-    layers = [int(item["bits"]) for item in (spec.get("mixed_precision") or {}).get("layers") or []
+    layers = [int(item["bits"]) for item in dig(spec, "mixed_precision", "layers", default=[])
               if isinstance(item, dict) and isinstance(item.get("bits"), int)]
     w = sorted({int(weights["bits"]), *layers})
     a = sorted({int(activations["bits"]), *layers})
@@ -99,6 +100,11 @@ class QuantResults:
 
     # -- reading ------------------------------------------------------------------------------------------------
     @property
+    def result(self) -> QuantResult:
+        """The report as the typed quantize result."""
+        return QuantResult.from_dict(self.report)
+
+    @property
     def layers(self) -> list[dict]:
         return list(self.report.get("layers") or [])
 
@@ -126,10 +132,11 @@ class QuantResults:
     def metric(self) -> dict | None:
         """The report's metric block (a task's monitor: what every "accuracy" of this run holds), or None for
         accuracy (classification, and every run from before it)."""
-        metric = self.report.get("metric")
-        if not isinstance(metric, dict):
+        result = self.result
+        metric = result.metric
+        if metric is None:
             return self.live_metric
-        split = str((self.report.get("held_out") or {}).get("split") or "").split(" ")[0]
+        split = result.held_out_split
         label = str(metric.get("label") or "")
         if "split" not in metric and split and label.startswith("val "):
             # Written before the label named the split measured: every split was called "val".
@@ -138,9 +145,9 @@ class QuantResults:
 
     @property
     def fp32_accuracy(self) -> float | None:
-        fp32 = self.report.get("fp32") or {}
-        if "accuracy" in fp32:
-            return float(fp32["accuracy"])
+        accuracy = self.result.fp32.accuracy
+        if accuracy is not None:
+            return float(accuracy)
         first = next((s for s in self.ladder if s.get("step") == "fp32"), None)
         return float(first["accuracy"]) if first else None
 

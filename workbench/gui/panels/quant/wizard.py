@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QVBoxLayout, QWiza
 from workbench.errors import SpecError
 from workbench.gui.widgets.checked_page import CheckedPage
 from workbench.gui.widgets.spec_form import SpecForm, field_errors
+from workbench.results import dig
 from workbench.specs import QuantSpec
 
 LAST_SPEC_KEY = "quant_spec"
@@ -148,7 +149,7 @@ class QuantWizard(QWizard):
             if device:
                 data["device"] = device
         self.start_data = data
-        self.source_page = SourcePage(runs, source_run or (data.get("source") or {}).get("run", ""), preset)
+        self.source_page = SourcePage(runs, source_run or dig(data, "source", "run", default=""), preset)
         self.scheme_page = _FormPage("Scheme", "How weights and activations are quantized: hover a field for what it "
                                      "does.", SCHEME_FIELDS, data,
                                      headings={"weights.bits": "Weights", "activations.bits": "Activations"})

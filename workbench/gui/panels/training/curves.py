@@ -40,6 +40,7 @@ from workbench.gui.plots import (
     series_pen,
     stack_plots,
 )
+from workbench.results import dig
 
 
 @dataclass
@@ -290,7 +291,8 @@ class CurvesWidget(QWidget):
 
     def label(self, run_id: str) -> str:
         spec = (self.spec_of(run_id) if self.spec_of is not None else None) or {}
-        return run_label(run_id, (spec.get("model") or {}).get("name", ""), (spec.get("dataset") or {}).get("name", ""))
+        return run_label(run_id, dig(spec, "model", "name", default=""),
+                         dig(spec, "dataset", "name", default=""))
 
     # -- drawing ---------------------------------------------------------------------------------
     def redraw_if_needed(self) -> None:

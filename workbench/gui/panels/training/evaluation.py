@@ -33,6 +33,7 @@ from workbench.gui.panels.training.evaluation_regression import RegressionEvalua
 from workbench.gui.panels.training.evaluation_rows import WorstRows, has_rows, input_text
 from workbench.gui.panels.training.evaluation_segmentation import SegmentationEvaluationView
 from workbench.gui.plots import SERIES_COLOURS, make_plot, update_empty_state
+from workbench.results import Evaluation
 
 # The view of each task; a task not named here (custom, or one this window does not know) gets the metrics table.
 TASK_VIEWS = {"regression": RegressionEvaluationView, "multilabel": MultilabelEvaluationView,
@@ -220,7 +221,7 @@ class EvaluationView(QWidget):
     def _on_gallery_activated(self, item: QListWidgetItem) -> None:
         info = item.data(Qt.UserRole)
         if info and self.dataset is not None:
-            classes = (self.evaluation or {}).get("classes") or []
+            classes = Evaluation.from_dict(self.evaluation).classes
 
             def name(label: int) -> str:
                 return str(classes[label]) if 0 <= label < len(classes) else str(label)

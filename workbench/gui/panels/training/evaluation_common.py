@@ -13,6 +13,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
 
+from workbench.results import Evaluation
+
 # How each objective's metric keys read on screen (evaluation.json stores the keys).
 METRIC_LABELS = {
     "acc": "accuracy", "top5": "top-5 accuracy", "mae": "MAE", "rmse": "RMSE", "mse": "MSE", "r2": "R²",
@@ -39,12 +41,13 @@ def number(value) -> str:
 
 def monitor_text(evaluation: dict) -> str:
     """"test mIoU ↑ 0.93": the split, the monitor metric, which way is better, its value."""
-    monitor = evaluation.get("monitor") or {}
-    name = monitor.get("label") or metric_label(str(monitor.get("name", "")))
+    read = Evaluation.from_dict(evaluation)
+    monitor = read.monitor
+    name = monitor.label or metric_label(monitor.name)
     if not name:
         return ""
-    arrow = {True: "↑", False: "↓"}.get(monitor.get("higher_is_better"), "")
-    return f"{evaluation.get('split') or 'test'} {name} {arrow} <b>{number(monitor.get('value'))}</b>".replace("  ", " ")
+    arrow = {True: "↑", False: "↓"}.get(monitor.higher_is_better, "")
+    return f"{read.split or 'test'} {name} {arrow} <b>{number(monitor.value)}</b>".replace("  ", " ")
 
 
 def checkpoint_text(evaluation: dict) -> str:
@@ -60,12 +63,12 @@ def checkpoint_text(evaluation: dict) -> str:
 def header_html(evaluation: dict, run_id: str, samples: str = "") -> str:
     """The view's title: the run, the monitor metric first and the task's other metrics after it, then the
     checkpoint they were measured with."""
-    monitor = (evaluation.get("monitor") or {}).get("name")
+    monitor = Evaluation.from_dict(evaluation).monitor.name
     parts = [f"<b>{run_id}</b>"] if run_id else []
     text = monitor_text(evaluation)
     if text:
         parts.append(text)
-    for name, value in (evaluation.get("metrics") or {}).items():
+    for name, value in Evaluation.from_dict(evaluation).metrics.items():
         if name != monitor:
             parts.append(f"{metric_label(name)} {number(value)}")
     if samples:

@@ -16,6 +16,7 @@ from workbench.gui.panels.data.sparkline import WIDTH as SPARK_WIDTH
 from workbench.gui.panels.data.sparkline import sparkline
 from workbench.gui.panels.training.evaluation_common import WorstTable
 from workbench.gui.plots import SERIES_COLOURS
+from workbench.results import dig
 
 HEADERS = ("#", "true", "predicted", "confidence", "input")
 MAX_CELL = 160  # characters of an input shown in its cell; the tooltip has the rest
@@ -24,7 +25,7 @@ TOOLTIP = "The most confidently wrong test samples; double-click one to open it 
 
 def has_rows(worst: list[dict]) -> bool:
     """Whether every worst sample carries its input as a row (tokens, a signal, a row of features)."""
-    return bool(worst) and all((w.get("sample") or {}).get("kind") in ("tokens", "signal", "tabular") for w in worst)
+    return bool(worst) and all(dig(w, "sample", "kind") in ("tokens", "signal", "tabular") for w in worst)
 
 
 def input_text(sample: dict) -> str:

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 from workbench.gui.plots import SERIES_COLOURS, add_legend, make_plot, series_pen
 from workbench.gui.widgets.job_progress import JobProgress
 from workbench.gui.widgets.spec_form import ERROR_COLOUR
+from workbench.results import dig
 from workbench.task_ids import LR_FIND_TASK
 
 TASK = LR_FIND_TASK
@@ -62,8 +63,8 @@ class LrFinderDialog(QDialog):
     def _running_page(self) -> QWidget:
         page = QWidget()
         steps, low, high = self.spec.get("steps", 100), self.spec.get("min_lr", 1e-7), self.spec.get("max_lr", 10)
-        model = (self.spec.get("model") or {}).get("name", "cnn")
-        dataset = (self.spec.get("dataset") or {}).get("name", "digits")
+        model = dig(self.spec, "model", "name", default="cnn")
+        dataset = dig(self.spec, "dataset", "name", default="digits")
         self.heading = QLabel(f"Training a copy of {model} on {dataset} for up to {steps} steps while the learning "
                               f"rate grows from {low:g} to {high:g}. It stops early once the loss blows up.")
         self.heading.setWordWrap(True)

@@ -13,6 +13,7 @@ from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QLabel, QVBoxLayout, QWidget
 
 from workbench.gui.widgets.spec_form import ERROR_COLOUR
+from workbench.results import dig
 from workbench.specs import TASKS, TrainSpec
 
 TASK_TEXT = {
@@ -95,10 +96,10 @@ class TaskChoice(QWidget):
         reply, a failed one) leaves every task enabled and `note` says why nothing is known."""
         model = self.combo.model()
         tasks = tasks if isinstance(tasks, dict) else None
-        unavailable = dict((tasks or {}).get("unavailable") or {})
+        unavailable = dict(dig(tasks, "unavailable", default={}))
         self.unavailable = {task: str(why) for task, why in unavailable.items() if task in TASKS}
-        self.auto = (tasks or {}).get("auto")
-        why = str((tasks or {}).get("why") or "")
+        self.auto = dig(tasks, "auto")
+        why = str(dig(tasks, "why", default=""))
         if tasks is not None and self.auto is None and "auto" not in self.unavailable:
             # auto cannot decide for this data: a run with task=auto would fail, so it is one more greyed choice.
             self.unavailable["auto"] = why or "auto cannot tell the task from the first sample"

@@ -40,6 +40,7 @@ from workbench.gui.user_args import ARGS_EXAMPLES, args_or_message, format_args
 from workbench.gui.widgets.checked_page import CheckedPage
 from workbench.gui.widgets.device_picker import amp_unavailable_reason
 from workbench.gui.widgets.spec_form import ERROR_COLOUR, SpecForm, field_errors
+from workbench.results import dig
 from workbench.specs import DataSpec, LrFindSpec, TrainSpec
 
 MODEL_CHOICES = ("cnn", "mlp", "torchvision:resnet18", "torchvision:mobilenet_v3_small", "torchvision:efficientnet_b0")
@@ -214,8 +215,8 @@ class DatasetPage(CheckedPage):
         form.insertRow(row + len(USER_SPLIT_FIELDS) + 1, "", self.info_line)
         row = self.loss_fields.add_to(form, row + len(USER_SPLIT_FIELDS) + 2)
         self.metrics_fields.add_to(form, row)  # the monitor rows of the spec form follow
-        for name, (kind, path, function) in (("loss", split_user_name(str((start_data or {}).get("loss", "")))),
-                                             ("metrics", split_user_name(str((start_data or {}).get("metrics", ""))))):
+        for name in ("loss", "metrics"):
+            kind, path, function = split_user_name(str(dig(start_data, name, default="")))
             if kind == "file":
                 getattr(self, f"{name}_fields").set_name(f"file:{path}:{function}")
         layout = QVBoxLayout(self)
