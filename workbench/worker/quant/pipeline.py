@@ -447,14 +447,16 @@ class QuantJob:
         self.find_layers()  # the activation points after a ReLU are now unsigned
         result = self.measure(self.gm)
         before, after = self.fp32.get("accuracy"), result.get("accuracy")  # accuracy, or the task's monitor
-        sqnr = _logit_sqnr(self.fp32["logits"], result["logits"]) if "logits" in result else None
+        logits = "logits" in result and "logits" in self.fp32
+        sqnr = _logit_sqnr(self.fp32["logits"], result["logits"]) if logits else None
         change = {"measure": (self.ladder.metric or {}).get("label", "accuracy"), "before": before, "after": after,
                   "logit_sqnr_db": sqnr}
-        what = (f"float {metric_text(self.ladder.metric, before)} -> {metric_text(self.ladder.metric, after)}"
-                if isinstance(before, float) and isinstance(after, float) else "float measure unchanged")
+        what = (f"float {metric_text(self.ladder.metric, before)} -> "
+                + (f"{after:.2%}" if self.ladder.metric is None else f"{after:.4f}")
+                if isinstance(before, float) and isinstance(after, float) else "no float measure to compare")
         self.ctx.log(f"CLE: replaced {len(replaced)} ReLU6 by ReLU (white paper 4.1); {what}"
                      + (f", logit SQNR {sqnr:.1f} dB against the float model" if sqnr is not None
-                        else ", logits unchanged" if "logits" in result else "")
+                        else ", logits unchanged" if logits else "")
                      + "; set cle_relu6 to keep to leave them")
         return replaced, json_safe(change)
 
