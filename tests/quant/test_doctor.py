@@ -1,7 +1,7 @@
-"""The quantization doctor on a digits CNN with two planted, function-preserving pathologies: one output channel
-of conv1 scaled x100 (conv2's inputs divided by 100) and one branch scaled x50 before a torch.cat (the consumer's
-inputs divided by 50). W8A8 collapses the logit SQNR; the doctor names both causes, applies verified fixes and
-brings the SQNR back to the unplanted model's. Real training, real pipeline, real torch."""
+"""The quantization doctor on a digits CNN with two planted, function-preserving pathologies: one output
+channel of conv1 scaled x100 (conv2's inputs divided by 100) and one branch scaled x50 before a torch.cat (the
+consumer's inputs divided by 50). W8A8 collapses the logit SQNR; the doctor names both causes, applies
+verified fixes and brings the SQNR back to the unplanted model's. Real training, real pipeline, real torch."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from workbench.worker.quant.doctor.findings import FIX_TEXT
 from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
 
-MODEL = '''
+MODEL = """
 import torch
 from torch import nn
 
@@ -41,10 +41,18 @@ class Branchy(nn.Module):
         x = torch.cat([torch.relu(self.branch_a(x)), torch.relu(self.branch_b(x))], dim=1)
         x = torch.relu(self.conv3(x))
         return self.fc(x.mean((2, 3)))
-'''
+"""
 DATA = {"name": "digits", "test_fraction": 0.25}
-CAUSES = {"outlier_channels", "mixed_range_concat", "weight_outliers", "clipping", "bias_shift",
-          "low_bits_sensitive", "relu6_blocks_cle", "backend_mismatch"}
+CAUSES = {
+    "outlier_channels",
+    "mixed_range_concat",
+    "weight_outliers",
+    "clipping",
+    "bias_shift",
+    "low_bits_sensitive",
+    "relu6_blocks_cle",
+    "backend_mismatch",
+}
 
 
 def _run(task: str, spec: dict, workspace: Path, events: Events | None = None) -> dict:
@@ -54,7 +62,8 @@ def _run(task: str, spec: dict, workspace: Path, events: Events | None = None) -
 
 
 def plant(state: dict) -> dict:
-    """The two pathologies, each exactly undone by the next layer: the float model computes the same function."""
+    """The two pathologies, each exactly undone by the next layer: the float model computes the same
+    function."""
     state = {k: v.clone() for k, v in state.items()}
     k = int(state["conv1.weight"].reshape(16, -1).abs().amax(1).argmax())
     state["conv1.weight"][k] *= 100
@@ -73,15 +82,30 @@ def doctored(tmp_path_factory):
     (root / "branchy.py").write_text(textwrap.dedent(MODEL))
     workspace = root / "ws"
     model = {"name": f"file:{root / 'branchy.py'}:Branchy"}
-    trained = _run("train.classifier", {"dataset": DATA, "model": model, "epochs": 8, "batch_size": 32, "lr": 2e-2,
-                                        "scheduler": "onecycle", "keep_best": False}, workspace)
+    trained = _run(
+        "train.classifier",
+        {
+            "dataset": DATA,
+            "model": model,
+            "epochs": 8,
+            "batch_size": 32,
+            "lr": 2e-2,
+            "scheduler": "onecycle",
+            "keep_best": False,
+        },
+        workspace,
+    )
     state = load_state_dict(Path(trained["run_dir"]) / "checkpoints" / "model.pt")
     torch.save(state, root / "clean.pt")
     torch.save(plant(state), root / "planted.pt")
 
     def quantize(checkpoint: str, events: Events | None = None, **parts) -> dict:
-        spec = {"model": {**model, "checkpoint": str(root / checkpoint)}, "dataset": DATA,
-                "calibration": {"samples": 256, "seed": 0}, **parts}
+        spec = {
+            "model": {**model, "checkpoint": str(root / checkpoint)},
+            "dataset": DATA,
+            "calibration": {"samples": 256, "seed": 0},
+            **parts,
+        }
         return _run("quant.analyze", spec, workspace, events)
 
     events = Events()
@@ -97,8 +121,19 @@ def test_the_doctor_names_both_pathologies_and_recovers_the_clean_sqnr(doctored)
     block = planted["doctor"]
     by_cause = {}
     for finding in block["findings"]:
-        assert set(finding) >= {"id", "layer", "tensor", "cause", "summary", "evidence", "fix", "fix_text",
-                                "tried", "gain", "severity"}
+        assert set(finding) >= {
+            "id",
+            "layer",
+            "tensor",
+            "cause",
+            "summary",
+            "evidence",
+            "fix",
+            "fix_text",
+            "tried",
+            "gain",
+            "severity",
+        }
         assert finding["cause"] in CAUSES and finding["tensor"] in ("weight", "activation")
         assert finding["id"] == f"{finding['layer']}:{finding['tensor']}:{finding['cause']}"
         by_cause.setdefault(finding["cause"], []).append(finding)
@@ -137,12 +172,19 @@ def test_a_fix_with_no_gain_is_not_applied(doctored):
     kept = {f"{a['layer']}:{a['fix']}" for a in block["applied"]}
     # The doctor stopped because nothing left helped: every fix not applied was measured on top of all those
     # applied, and gained nothing there.
-    last = [(f, row) for f in block["findings"] if f["id"] not in applied for row in f["tried"]
-            if set(row.get("with", [])) == kept]
+    last = [
+        (f, row)
+        for f in block["findings"]
+        if f["id"] not in applied
+        for row in f["tried"]
+        if set(row.get("with", [])) == kept
+    ]
     assert last, block["findings"]
     for finding, row in last:
-        assert row["sqnr_db"] < block["after"]["sqnr_db"] + 0.1 or row["monitor"] < block["after"]["monitor"] - 0.01, \
-            (finding["id"], row, block["after"])
+        assert (
+            row["sqnr_db"] < block["after"]["sqnr_db"] + 0.1
+            or row["monitor"] < block["after"]["monitor"] - 0.01
+        ), (finding["id"], row, block["after"])
 
 
 def test_only_the_fixes_named_are_tried_and_only_a_gain_is_applied(doctored):
@@ -159,11 +201,15 @@ def test_only_the_fixes_named_are_tried_and_only_a_gain_is_applied(doctored):
 
 
 def test_doctor_spec_fields_and_their_checks():
-    spec = QuantSpec.from_dict(apply_overrides({}, ["doctor.enabled=true", "doctor.max_findings=3"], QuantSpec))
+    spec = QuantSpec.from_dict(
+        apply_overrides({}, ["doctor.enabled=true", "doctor.max_findings=3"], QuantSpec)
+    )
     assert spec.doctor.enabled and not spec.doctor.apply and spec.doctor.max_findings == 3
     assert QuantSpec().doctor.enabled is False and QuantSpec().doctor.fixes == []
     assert QuantSpec.from_dict({"doctor": {"apply": True}}).doctor.enabled  # applying implies diagnosing
-    assert QuantSpec.from_dict({"doctor": {"fixes": ["layer1.0.conv1:cle"]}}).doctor.fixes == ["layer1.0.conv1:cle"]
+    assert QuantSpec.from_dict({"doctor": {"fixes": ["layer1.0.conv1:cle"]}}).doctor.fixes == [
+        "layer1.0.conv1:cle"
+    ]
     with pytest.raises(SpecError, match=r"doctor\.fixes\[0\].*not a fix"):
         QuantSpec.from_dict({"doctor": {"fixes": ["conv1:magic"]}})
     with pytest.raises(SpecError, match=r"doctor\.fixes\[0\].*<layer>:<fix>"):
@@ -201,12 +247,29 @@ def segmenter(num_classes=2):
 def test_the_doctor_measures_a_segmentation_runs_own_monitor(tmp_path):
     (tmp_path / "squares.py").write_text(textwrap.dedent(SQUARES))
     path, workspace = tmp_path / "squares.py", tmp_path / "ws"
-    trained = _run("train.classifier", {"dataset": {"name": f"file:{path}:Squares", "num_workers": 0},
-                                        "model": {"name": f"file:{path}:segmenter", "num_classes": 2},
-                                        "epochs": 1, "batch_size": 16, "lr": 0.05, "keep_best": False}, workspace)
+    trained = _run(
+        "train.classifier",
+        {
+            "dataset": {"name": f"file:{path}:Squares", "num_workers": 0},
+            "model": {"name": f"file:{path}:segmenter", "num_classes": 2},
+            "epochs": 1,
+            "batch_size": 16,
+            "lr": 0.05,
+            "keep_best": False,
+        },
+        workspace,
+    )
     assert trained["task"] == "segmentation"
-    result = _run("quant.analyze", {"source": {"run": trained["run_dir"]}, "calibration": {"samples": 32},
-                                    "weights": {"bits": 4}, "doctor": {"apply": True}}, workspace)
+    result = _run(
+        "quant.analyze",
+        {
+            "source": {"run": trained["run_dir"]},
+            "calibration": {"samples": 32},
+            "weights": {"bits": 4},
+            "doctor": {"apply": True},
+        },
+        workspace,
+    )
     block = result["doctor"]
     assert block["baseline"]["monitor_name"] == "test mIoU"
     assert 0.0 <= block["baseline"]["monitor"] <= 1.0 and block["baseline"]["sqnr_db"] is not None
@@ -227,13 +290,37 @@ def test_the_doctor_runs_from_the_cli_on_a_lightning_run_with_its_own_monitor(tm
     from lightning_helpers import write_project
 
     project = write_project(tmp_path)
-    trained = one_json(wb(tmp_path, "train", "--set", f"model.name=lightning:{project}:Classifier", "--set",
-                          f"dataset.name=lightning:{project}:Features", "--set", "epochs=1", "--json",
-                          timeout=600))
+    trained = one_json(
+        wb(
+            tmp_path,
+            "train",
+            "--set",
+            f"model.name=lightning:{project}:Classifier",
+            "--set",
+            f"dataset.name=lightning:{project}:Features",
+            "--set",
+            "epochs=1",
+            "--json",
+            timeout=600,
+        )
+    )
     assert trained["status"] == "done", trained.get("error")
-    proc = wb(tmp_path, "quantize", "--set", f"source.run={trained['run_dir']}", "--set", "calibration.samples=32",
-              "--set", "weights.bits=3", "--set", "doctor.enabled=true", "--set", "doctor.apply=true", "--json",
-              timeout=600)
+    proc = wb(
+        tmp_path,
+        "quantize",
+        "--set",
+        f"source.run={trained['run_dir']}",
+        "--set",
+        "calibration.samples=32",
+        "--set",
+        "weights.bits=3",
+        "--set",
+        "doctor.enabled=true",
+        "--set",
+        "doctor.apply=true",
+        "--json",
+        timeout=600,
+    )
     assert TRACEBACK not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     result = one_json(proc)
     assert result["status"] == "done", result.get("error")

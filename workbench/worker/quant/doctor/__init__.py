@@ -1,2 +1,2 @@
-"""The quantization doctor: after the ladder, why each layer hurts (a cause with its evidence), the fixes for it,
-each tried by re-quantizing a fixed copy and measured, and the verified ones applied. Worker side; never Qt."""
+"""The quantization doctor: why each layer hurts, the fixes for it, each tried by re-quantizing a fixed copy
+and measured, and the verified ones applied (run.run_doctor is the pipeline's stage)."""

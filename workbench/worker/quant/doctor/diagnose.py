@@ -1,7 +1,6 @@
-"""The doctor's diagnosis: one function per cause, each reading what the ladder and the analysis already hold
-(per-channel ranges, histograms, the clipping/rounding split, the sensitivity rows) and returning Findings with
-the fixes to try, in order. Worker side; never imports Qt.
-"""
+"""The doctor's diagnosis: one function per cause, reading what the ladder and the analysis hold (channel
+ranges, histograms, the clipping/rounding split, sensitivity) and returning Findings with their fixes to try,
+in order."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ import numpy as np
 import torch
 import torch.fx as fx
 
+from workbench.worker.quant.channels import channel_dim
 from workbench.worker.quant.doctor import remedies
 from workbench.worker.quant.doctor.findings import Finding
 from workbench.worker.quant.doctor.trial import METHOD_OF_FIX, Change, set_point_method, set_weight_method
@@ -36,8 +36,12 @@ def _short(values, cap: int = MAX_LIST) -> list[float]:
 
 def _keep(layer: str, fix: str = "keep_float") -> Change:
     if fix == "bits_16":
-        return Change("bits_16", layer, spec=lambda s: s.mixed_precision.layers.append({"name": layer, "bits": 16}),
-                      text=f"kept {layer} at 16 bits")
+        return Change(
+            "bits_16",
+            layer,
+            spec=lambda s: s.mixed_precision.layers.append({"name": layer, "bits": 16}),
+            text=f"kept {layer} at 16 bits",
+        )
     return Change("keep_float", layer, floating={layer}, text=f"left {layer} in float")
 
 
@@ -56,18 +60,33 @@ def outlier_channels(job) -> list[Finding]:
         observed = job.sim.points[name].observed
         spans = (observed.channel_hi - observed.channel_lo).float()
         widest = [int(i) for i in torch.argsort(spans, descending=True)[:8]]
-        candidates = [_graph("cle", name, lambda gm, f, n=name: remedies.cle_pair(gm, f, n)),
-                      _graph("cle_fanout", name, lambda gm, f, n=name: remedies.cle_fanout(gm, f, n))]
+        candidates = [
+            _graph("cle", name, lambda gm, f, n=name: remedies.cle_pair(gm, f, n)),
+            _graph("cle_fanout", name, lambda gm, f, n=name: remedies.cle_fanout(gm, f, n)),
+        ]
         act = observed.channel_hi.abs().maximum(observed.channel_lo.abs())
         for alpha in SMOOTH_ALPHAS:
-            candidates.append(_graph("smoothquant", name, lambda gm, f, n=name, a=alpha, r=act:
-                                     remedies.smoothquant(gm, f, n, r, a), f"smoothquant(alpha={alpha:g})"))
+            candidates.append(
+                _graph(
+                    "smoothquant",
+                    name,
+                    lambda gm, f, n=name, a=alpha, r=act: remedies.smoothquant(gm, f, n, r, a),
+                    f"smoothquant(alpha={alpha:g})",
+                )
+            )
         candidates += [_keep(name, "bits_16"), _keep(name)]
-        found.append(Finding(name, "activation", "outlier_channels",
-                             f"{name}'s output channels span ranges {ratio:.0f}x apart (widest {widest[0]}): one "
-                             "scale for all leaves the others few codes",
-                             {"ratio": float(ratio), "channels": widest, "ranges": _short(spans), "axis": 1},
-                             [name], candidates))
+        found.append(
+            Finding(
+                name,
+                "activation",
+                "outlier_channels",
+                f"{name}'s output channels span ranges {ratio:.0f}x apart (widest {widest[0]}): one "
+                "scale for all leaves the others few codes",
+                {"ratio": float(ratio), "channels": widest, "ranges": _short(spans), "axis": 1},
+                [name],
+                candidates,
+            )
+        )
     for name, wq in job.sim.weights.items():  # per-tensor weights with channels far apart
         if wq.per_channel or wq.w_fp.dim() < 2:
             continue
@@ -75,13 +94,30 @@ def outlier_channels(job) -> list[Finding]:
         median = float(rows.median())
         ratio = float(rows.max()) / median if median > 0 else 0.0
         if ratio >= OUTLIER_RATIO:
-            found.append(Finding(name, "weight", "outlier_channels",
-                                 f"{name}'s weight channels span ranges {ratio:.0f}x apart on one per-tensor scale",
-                                 {"ratio": ratio, "channels": [int(i) for i in torch.argsort(rows, descending=True)[:8]],
-                                  "ranges": _short(rows), "axis": wq.axis}, [name],
-                                 [Change("per_channel", name, weights=lambda s, n=name: set_weight_method(
-                                     s, n, per_channel=True), text=f"quantized {name}'s weights per channel"),
-                                  _graph("cle", name, lambda gm, f, n=name: remedies.cle_pair(gm, f, n))]))
+            found.append(
+                Finding(
+                    name,
+                    "weight",
+                    "outlier_channels",
+                    f"{name}'s weight channels span ranges {ratio:.0f}x apart on one per-tensor scale",
+                    {
+                        "ratio": ratio,
+                        "channels": [int(i) for i in torch.argsort(rows, descending=True)[:8]],
+                        "ranges": _short(rows),
+                        "axis": wq.axis,
+                    },
+                    [name],
+                    [
+                        Change(
+                            "per_channel",
+                            name,
+                            weights=lambda s, n=name: set_weight_method(s, n, per_channel=True),
+                            text=f"quantized {name}'s weights per channel",
+                        ),
+                        _graph("cle", name, lambda gm, f, n=name: remedies.cle_pair(gm, f, n)),
+                    ],
+                )
+            )
     return found
 
 
@@ -98,7 +134,8 @@ def _point_behind(gm: fx.GraphModule, node) -> str | None:
 
 
 def mixed_range_concat(job) -> list[Finding]:
-    """A concatenation (or add) whose inputs' ranges lie far apart: one grid after it loses the narrow ones."""
+    """A concatenation (or add) whose inputs' ranges lie far apart: one grid after it loses the narrow
+    ones."""
     gm, sim, found = job.sim.gm, job.sim, []
     at = {p.node.name: name for name, p in sim.structure.points.items() if p.node is not None}
     for node in gm.graph.nodes:
@@ -112,38 +149,49 @@ def mixed_range_concat(job) -> list[Finding]:
         points = [_point_behind(gm, value) for value in inputs]
         if None in points or len(points) < 2:
             continue
-        rows = [{"name": p, "lo": float(sim.points[p].observed.lo), "hi": float(sim.points[p].observed.hi)}
-                for p in points]
+        rows = [
+            {"name": p, "lo": float(sim.points[p].observed.lo), "hi": float(sim.points[p].observed.hi)}
+            for p in points
+        ]
         spans = [r["hi"] - r["lo"] for r in rows]
         if min(spans) <= 0 or max(spans) / min(spans) < CONCAT_RATIO:
             continue
         ratio = max(spans) / min(spans)
         lo, hi = min(r["lo"] for r in rows), max(r["hi"] for r in rows)
         lost = 1.0 - min(spans) / (hi - lo)
-        point = at.get(node.name) or next((n for n, p in sim.structure.points.items() if p.node is not None
-                                           and p.node.name == _after_quantizer(gm, node)), None)
+        point = at.get(node.name)  # the requantizing point after a concat (graph.py places it on the cat)
         candidates = []
         if op == "cat":
-            candidates.append(_graph("concat_rescale", node.name,
-                                     lambda g, f, n=node.name, s=spans: remedies.concat_rescale(g, f, n, s)))
+            candidates.append(
+                _graph(
+                    "concat_rescale",
+                    node.name,
+                    lambda g, f, n=node.name, s=spans: remedies.concat_rescale(g, f, n, s),
+                )
+            )
         if point is not None:
             candidates += [_keep(point, "bits_16"), _keep(point)]
         consumers = [n.target for n in node.users if n.op == "call_module" and n.target in sim.weights]
         groups = ([point] if point else []) + consumers
-        found.append(Finding(node.name, "activation", "mixed_range_concat",
-                             f"the inputs of {node.name} span ranges {ratio:.0f}x apart: on one grid the narrowest "
-                             f"loses {lost:.0%} of its codes",
-                             {"op": op, "inputs": rows, "range_ratio": ratio, "lost_share": lost,
-                              **({"point": point} if point else {})}, groups, candidates))
+        found.append(
+            Finding(
+                node.name,
+                "activation",
+                "mixed_range_concat",
+                f"the inputs of {node.name} span ranges {ratio:.0f}x apart: on one grid the narrowest "
+                f"loses {lost:.0%} of its codes",
+                {
+                    "op": op,
+                    "inputs": rows,
+                    "range_ratio": ratio,
+                    "lost_share": lost,
+                    **({"point": point} if point else {}),
+                },
+                groups,
+                candidates,
+            )
+        )
     return found
-
-
-def _after_quantizer(gm, node) -> str | None:
-    """The name of the node an activation quantizer directly after `node` follows (the point's own node)."""
-    for user in node.users:
-        if is_quantizer(gm, user):
-            return node.name
-    return None
 
 
 def weight_outliers(job) -> list[Finding]:
@@ -153,18 +201,39 @@ def weight_outliers(job) -> list[Finding]:
         values = wq.w_fp.detach().abs().reshape(-1).float()
         if values.numel() < 1000:
             continue
-        top, p999 = float(values.max()), float(torch.quantile(values[:2**24], 0.999))
+        top, p999 = float(values.max()), float(torch.quantile(values[: 2**24], 0.999))
         if p999 <= 0 or top / p999 < WEIGHT_RATIO:
             continue
-        candidates = [Change(fix, name, weights=lambda s, n=name, m=METHOD_OF_FIX[fix]: set_weight_method(s, n, m),
-                             text=f"{name}'s weights: {METHOD_OF_FIX[fix]} range")
-                      for fix in ("mse_range", "percentile_range") if METHOD_OF_FIX[fix] != wq.method]
+        candidates = [
+            Change(
+                fix,
+                name,
+                weights=lambda s, n=name, m=METHOD_OF_FIX[fix]: set_weight_method(s, n, m),
+                text=f"{name}'s weights: {METHOD_OF_FIX[fix]} range",
+            )
+            for fix in ("mse_range", "percentile_range")
+            if METHOD_OF_FIX[fix] != wq.method
+        ]
         if not wq.per_channel:
-            candidates.append(Change("per_channel", name, weights=lambda s, n=name: set_weight_method(
-                s, n, per_channel=True), text=f"quantized {name}'s weights per channel"))
-        found.append(Finding(name, "weight", "weight_outliers",
-                             f"{name}'s largest weight is {top / p999:.1f}x its 99.9th percentile",
-                             {"max": top, "p999": p999, "ratio": top / p999}, [name], candidates))
+            candidates.append(
+                Change(
+                    "per_channel",
+                    name,
+                    weights=lambda s, n=name: set_weight_method(s, n, per_channel=True),
+                    text=f"quantized {name}'s weights per channel",
+                )
+            )
+        found.append(
+            Finding(
+                name,
+                "weight",
+                "weight_outliers",
+                f"{name}'s largest weight is {top / p999:.1f}x its 99.9th percentile",
+                {"max": top, "p999": p999, "ratio": top / p999},
+                [name],
+                candidates,
+            )
+        )
     return found
 
 
@@ -187,20 +256,49 @@ def clipping(job) -> list[Finding]:
         if mse <= 0 or clip / mse < CLIP_SHARE or (sqnr is not None and sqnr > CLIP_SQNR):
             continue
         name, tensor = entry["name"], entry["tensor"]
-        methods = [f for f in ("minmax_range", "percentile_range", "mse_range")
-                   if METHOD_OF_FIX[f] != entry["range_method"]]
+        methods = [
+            f
+            for f in ("minmax_range", "percentile_range", "mse_range")
+            if METHOD_OF_FIX[f] != entry["range_method"]
+        ]
         if tensor == "activation":
-            candidates = [Change(f, name, points=lambda s, n=name, m=METHOD_OF_FIX[f]: set_point_method(s, n, m),
-                                 text=f"{name}'s output: {METHOD_OF_FIX[f]} range") for f in methods]
+            candidates = [
+                Change(
+                    f,
+                    name,
+                    points=lambda s, n=name, m=METHOD_OF_FIX[f]: set_point_method(s, n, m),
+                    text=f"{name}'s output: {METHOD_OF_FIX[f]} range",
+                )
+                for f in methods
+            ]
         else:
-            candidates = [Change(f, name, weights=lambda s, n=name, m=METHOD_OF_FIX[f]: set_weight_method(s, n, m),
-                                 text=f"{name}'s weights: {METHOD_OF_FIX[f]} range") for f in methods]
+            candidates = [
+                Change(
+                    f,
+                    name,
+                    weights=lambda s, n=name, m=METHOD_OF_FIX[f]: set_weight_method(s, n, m),
+                    text=f"{name}'s weights: {METHOD_OF_FIX[f]} range",
+                )
+                for f in methods
+            ]
         low, high = min(_listed(entry["min"])), max(_listed(entry["max"]))
-        found.append(Finding(name, tensor, "clipping",
-                             f"{clip / mse:.0%} of {name}'s {tensor} error is clipping: its range cuts values off",
-                             {"clip_share": clip / mse, "round_share": (entry.get("rounding_mse") or 0.0) / mse,
-                              "lo": low, "hi": high, "histogram": _histogram(job, f"{name}:{tensor}")},
-                             [name] if name in job.sim.groups else [], candidates))
+        found.append(
+            Finding(
+                name,
+                tensor,
+                "clipping",
+                f"{clip / mse:.0%} of {name}'s {tensor} error is clipping: its range cuts values off",
+                {
+                    "clip_share": clip / mse,
+                    "round_share": (entry.get("rounding_mse") or 0.0) / mse,
+                    "lo": low,
+                    "hi": high,
+                    "histogram": _histogram(job, f"{name}:{tensor}"),
+                },
+                [name] if name in job.sim.groups else [],
+                candidates,
+            )
+        )
     return found
 
 
@@ -215,7 +313,9 @@ def _channel_means(sim, batches, quantized: bool, check_stop) -> dict[str, torch
 
     sums: dict[str, torch.Tensor] = {}
     counts: dict[str, int] = {}
-    dims = {name: sim._channel_dim(name) for name in sim.points}
+    dims = {
+        name: channel_dim(sim.structure.layers[name].module) for name in sim.weights if name in sim.points
+    }
 
     def tap(name, value):
         dim = dims.get(name)
@@ -240,7 +340,8 @@ def _channel_means(sim, batches, quantized: bool, check_stop) -> dict[str, torch
 
 
 def bias_shift(job) -> list[Finding]:
-    """A layer whose quantized output is shifted from the float one, channel by channel, beyond half a step."""
+    """A layer whose quantized output is shifted from the float one, channel by channel, beyond half a
+    step."""
     sim, check_stop = job.sim, job.ctx.check_stop
     batches = job.calibration.head(min(job.calibration.samples, 256))
     floats = _channel_means(sim, batches, False, check_stop)
@@ -256,12 +357,25 @@ def bias_shift(job) -> list[Finding]:
         worst = int(error.abs().argmax())
         if abs(float(error[worst])) < SHIFT_STEPS * step:
             continue
-        found.append(Finding(name, "activation", "bias_shift",
-                             f"{name}'s quantized output is shifted by {float(error[worst]):.3g} in channel {worst} "
-                             f"({abs(float(error[worst])) / step:.1f} quantization steps)",
-                             {"mean_error": _short(error), "worst_channel": worst, "worst": float(error[worst])},
-                             [name], [Change("bias_correction", name, spec=_empirical,
-                                             text="corrected every layer's bias for its mean shift (empirical)")]))
+        found.append(
+            Finding(
+                name,
+                "activation",
+                "bias_shift",
+                f"{name}'s quantized output is shifted by {float(error[worst]):.3g} in channel {worst} "
+                f"({abs(float(error[worst])) / step:.1f} quantization steps)",
+                {"mean_error": _short(error), "worst_channel": worst, "worst": float(error[worst])},
+                [name],
+                [
+                    Change(
+                        "bias_correction",
+                        name,
+                        spec=_empirical,
+                        text="corrected every layer's bias for its mean shift (empirical)",
+                    )
+                ],
+            )
+        )
     return found
 
 
@@ -287,10 +401,18 @@ def low_bits_sensitive(job, costs: dict[str, float], taken: set[str]) -> list[Fi
         if name in taken or costs.get(name, 0.0) < 1.0:
             continue
         tensor = "weight" if name in job.sim.weights else "activation"
-        found.append(Finding(name, tensor, "low_bits_sensitive",
-                             f"quantizing {name} costs the most: left float, the logits gain "
-                             f"{costs.get(name, 0.0):.1f} dB", {**evidence[name], "rank": rank}, [name],
-                             [_keep(name, "bits_16"), _keep(name)]))
+        found.append(
+            Finding(
+                name,
+                tensor,
+                "low_bits_sensitive",
+                f"quantizing {name} costs the most: left float, the logits gain "
+                f"{costs.get(name, 0.0):.1f} dB",
+                {**evidence[name], "rank": rank},
+                [name],
+                [_keep(name, "bits_16"), _keep(name)],
+            )
+        )
     return found
 
 
@@ -300,16 +422,29 @@ def relu6_blocks_cle(job, gm: fx.GraphModule) -> list[Finding]:
     cle_pairs(gm, find_structure(gm), clipped)
     found = []
     for first, second, op in clipped:
-        found.append(Finding(first, "weight", "relu6_blocks_cle",
-                             f"{op} between {first} and {second} keeps cross-layer equalisation from rescaling them",
-                             {"pairs": [[first, second]], "op": op}, [first],
-                             [_graph("relu6_to_relu", first, lambda g, f, a=first, b=second:
-                                     remedies.relu6_to_relu(g, f, a, b))]))
+        found.append(
+            Finding(
+                first,
+                "weight",
+                "relu6_blocks_cle",
+                f"{op} between {first} and {second} keeps cross-layer equalisation from rescaling them",
+                {"pairs": [[first, second]], "op": op},
+                [first],
+                [
+                    _graph(
+                        "relu6_to_relu",
+                        first,
+                        lambda g, f, a=first, b=second: remedies.relu6_to_relu(g, f, a, b),
+                    )
+                ],
+            )
+        )
     return found
 
 
 def diagnose(job, float_gm: fx.GraphModule) -> list[Finding]:
-    """Every cause's findings on the ladder's quantized model (low_bits_sensitive is added once costs are known)."""
+    """Every cause's findings on the ladder's quantized model (low_bits_sensitive is added once costs are
+    known)."""
     found = outlier_channels(job) + mixed_range_concat(job) + weight_outliers(job) + clipping(job)
     found += bias_shift(job) + relu6_blocks_cle(job, float_gm)
     for check in BACKEND_CHECKS:

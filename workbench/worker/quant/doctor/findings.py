@@ -1,19 +1,19 @@
-"""A finding of the doctor: one layer's cause of error, its evidence, the fixes tried with their measured results,
-and the best one's gain; `to_dict` is the result JSON's entry. Worker side; never imports Qt."""
+"""A finding of the doctor: one layer's cause of error, its evidence, the fixes tried with their measured
+results and the best one's gain; `to_dict` is its entry in the result JSON."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 FIX_TEXT = {
-    "cle": "rescale this layer's output channels and the next layer's inputs so their ranges match (cross-layer "
-           "equalisation; the float function is unchanged)",
+    "cle": "rescale this layer's output channels and the next layer's inputs so their ranges match "
+    "(cross-layer equalisation; the float function is unchanged)",
     "cle_fanout": "rescale this layer's output channels and the inputs of every layer it feeds (equalisation "
-                  "across the fan-out; the float function is unchanged)",
-    "smoothquant": "move the activation's per-channel scale into the next layer's weights (SmoothQuant, alpha "
-                   "searched; the float function is unchanged)",
-    "concat_rescale": "scale the wider inputs of the concatenation down at their producers and up in its consumer "
-                      "(equalisation through the concat; the float function is unchanged)",
+    "across the fan-out; the float function is unchanged)",
+    "smoothquant": "move the activation's per-channel scale into the next layer's weights (SmoothQuant, "
+    "alpha searched; the float function is unchanged)",
+    "concat_rescale": "scale the wider inputs of the concatenation down at their producers and up in its "
+    "consumer (equalisation through the concat; the float function is unchanged)",
     "per_channel": "quantize this layer's weights with one scale per output channel",
     "mse_range": "choose the range with the least squared error",
     "percentile_range": "clip the range at a percentile of the values",
@@ -21,8 +21,8 @@ FIX_TEXT = {
     "bias_correction": "correct the shift quantization causes in each layer's mean output (empirical)",
     "bits_16": "keep this layer (its weights and output) at 16 bits",
     "keep_float": "leave this layer in float",
-    "relu6_to_relu": "replace the ReLU6 by a ReLU so cross-layer equalisation can rescale across it (the float "
-                     "model no longer clips at 6)",
+    "relu6_to_relu": "replace the ReLU6 by a ReLU so cross-layer equalisation can rescale across it (the "
+    "float model no longer clips at 6)",
 }
 
 
@@ -51,7 +51,16 @@ class Finding:
 
     def to_dict(self) -> dict:
         fix = self.fix or (self.candidates[0].fix if self.candidates else "")
-        return {"id": self.id, "layer": self.layer, "tensor": self.tensor, "cause": self.cause,
-                "summary": self.summary, "evidence": self.evidence, "fix": fix,
-                "fix_text": self.fix_text or FIX_TEXT.get(fix, ""), "tried": self.tried, "gain": self.gain,
-                "severity": round(float(self.severity), 4)}
+        return {
+            "id": self.id,
+            "layer": self.layer,
+            "tensor": self.tensor,
+            "cause": self.cause,
+            "summary": self.summary,
+            "evidence": self.evidence,
+            "fix": fix,
+            "fix_text": self.fix_text or FIX_TEXT.get(fix, ""),
+            "tried": self.tried,
+            "gain": self.gain,
+            "severity": round(float(self.severity), 4),
+        }

@@ -1,8 +1,6 @@
-"""The doctor's graph fixes, each on a float fx GraphModule copy (quantizers stripped) and its folded BatchNorm
-statistics: it changes the copy in place and returns a sentence saying what it changed. Function-preserving fixes
-(CLE of a pair or across a fan-out, SmoothQuant, concat rescale) come first; relu6_to_relu changes the float model.
-Worker side; never imports Qt.
-"""
+"""The doctor's graph fixes, each changing a float fx GraphModule copy (and its folded BatchNorm statistics)
+in place and returning what it did: function-preserving ones first (CLE of a pair or a fan-out, SmoothQuant,
+concat rescale); relu6_to_relu changes the float model."""
 
 from __future__ import annotations
 
@@ -41,8 +39,11 @@ def _node(gm: fx.GraphModule, name: str) -> fx.Node:
 
 def _plain(module: nn.Module) -> bool:
     """Rescalable along output channel rows and input channel columns, ungrouped."""
-    return isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)) and equalisable(module) \
+    return (
+        isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear))
+        and equalisable(module)
         and getattr(module, "groups", 1) == 1
+    )
 
 
 def _through(gm: fx.GraphModule, node: fx.Node) -> fx.Node:
@@ -63,7 +64,12 @@ def _consumers(gm: fx.GraphModule, node: fx.Node, channels: int) -> list[nn.Modu
     found = []
     for user in node.users:
         module = module_of(gm, user)
-        if module is None or not _plain(module) or user.args[0] is not node or in_channels(module) != channels:
+        if (
+            module is None
+            or not _plain(module)
+            or user.args[0] is not node
+            or in_channels(module) != channels
+        ):
             raise NotApplicable(f"{user.name} is not a conv or linear layer that reads the channels whole")
         found.append(module)
     if not found:
@@ -78,8 +84,13 @@ def _input_ranges(module: nn.Module) -> torch.Tensor:
 
 
 @torch.no_grad()
-def rescale(first: nn.Module, consumers: list[nn.Module], scale: torch.Tensor, folded_info: dict | None,
-            columns: slice | None = None) -> None:
+def rescale(
+    first: nn.Module,
+    consumers: list[nn.Module],
+    scale: torch.Tensor,
+    folded_info: dict | None,
+    columns: slice | None = None,
+) -> None:
     """Divide `first`'s output channels by `scale` and multiply the consumers' matching input columns (at
     `columns`, for a concatenation's slice) by it: through ReLUs and pass-through ops, the same function."""
     scale = scale.to(first.weight.device)
@@ -106,7 +117,8 @@ def cle_pair(gm: fx.GraphModule, folded: dict, layer: str) -> str:
 
 
 def cle_fanout(gm: fx.GraphModule, folded: dict, layer: str) -> str:
-    """CLE of `layer` with every layer its output feeds: s = sqrt(r1 / max over consumers of r2) per channel."""
+    """CLE of `layer` with every layer its output feeds: s = sqrt(r1 / max over consumers of r2) per
+    channel."""
     node = _node(gm, layer)
     first = module_of(gm, node)
     if first is None or not _plain(first):
@@ -124,8 +136,9 @@ def cle_fanout(gm: fx.GraphModule, folded: dict, layer: str) -> str:
 
 
 def smoothquant(gm: fx.GraphModule, folded: dict, layer: str, act_range: torch.Tensor, alpha: float) -> str:
-    """SmoothQuant through the producer: activation channel j is divided by s_j = a_j^alpha / w_j^(1-alpha) (a_j
-    its calibration range, w_j the largest consumer weight reading it), the consumers' columns multiplied."""
+    """SmoothQuant through the producer: activation channel j is divided by s_j = a_j^alpha / w_j^(1-alpha)
+    (a_j its calibration range, w_j the largest consumer weight reading it), the consumers' columns
+    multiplied."""
     node = _node(gm, layer)
     first = module_of(gm, node)
     if first is None or not _plain(first):
@@ -169,8 +182,13 @@ def concat_rescale(gm: fx.GraphModule, folded: dict, cat: str, spans: list[float
         width = out_channels(producer)
         factor = span / narrowest
         if factor > 1.5:
-            rescale(producer, consumers, torch.full((width,), factor), folded.get(producer_node.target),
-                    slice(offset, offset + width))
+            rescale(
+                producer,
+                consumers,
+                torch.full((width,), factor),
+                folded.get(producer_node.target),
+                slice(offset, offset + width),
+            )
             moved.append(f"{producer_node.target} by 1/{factor:.3g}")
         offset += width
     if not moved:
@@ -202,5 +220,13 @@ def cat_dim(node: fx.Node) -> int | None:
     return node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else 0)
 
 
-__all__ = ["NotApplicable", "cat_dim", "cle_fanout", "cle_pair", "concat_rescale", "relu6_to_relu", "rescale",
-           "smoothquant"]
+__all__ = [
+    "NotApplicable",
+    "cat_dim",
+    "cle_fanout",
+    "cle_pair",
+    "concat_rescale",
+    "relu6_to_relu",
+    "rescale",
+    "smoothquant",
+]

@@ -1,8 +1,6 @@
-"""The doctor's stage, called by the quantize pipeline after the ladder: diagnose every layer, measure what each
-costs, try the fixes of the worst `max_findings` findings, rank them by measured gain, and (with doctor.apply)
-apply the verified ones one at a time, each kept only if it helps on top of those before it. Returns the result's
-`doctor` block. Worker side; never imports Qt.
-"""
+"""The doctor's stage after the ladder: diagnose every layer, measure what each costs, try the fixes of the
+worst `max_findings` findings, and with doctor.apply keep the verified ones round by round; returns the
+`doctor` block."""
 
 from __future__ import annotations
 
@@ -18,8 +16,9 @@ from workbench.worker.quant.doctor.remedies import NotApplicable
 
 MIN_GAIN_DB = 0.1  # a gain below this is measurement noise, not a fix
 PREFER_WITHIN_DB = 0.5  # a fix listed earlier (function-preserving first) wins over a later one this close
-# The monitor may fall this share of the FP32 model's value (a few held-out samples of accuracy) when the logits
-# measurably gain: the SQNR over every logit is the steadier measure, the monitor a guard against a real loss.
+# The monitor may fall this share of the FP32 model's value (a few held-out samples of accuracy) when the
+# logits measurably gain: the SQNR over every logit is the steadier measure, the monitor a guard against a
+# real loss.
 MONITOR_SLACK = 0.01
 COST_GROUPS = 64  # measure every group's cost up to this many groups; above, only the findings' groups
 
@@ -65,7 +64,8 @@ class Doctor:
         return {g: (c if math.isfinite(c) else 0.0) for g, c in costs.items()}
 
     def attempt(self, changes: list[trial.Change]) -> dict | None:
-        """The trial of `changes` (None where a fix does not fit the graph), each distinct set measured once."""
+        """The trial of `changes` (None where a fix does not fit the graph), each distinct set measured
+        once."""
         key = "|".join(f"{c.key}:{c.label}" for c in changes)
         if key not in self.trials:
             try:
@@ -74,8 +74,13 @@ class Doctor:
                 self.trials[key] = None
         return self.trials[key]
 
-    def try_fixes(self, finding: Finding, wanted: set[str] | None, kept: list[trial.Change] = (),
-                  base: dict | None = None) -> tuple[trial.Change | None, dict | None]:
+    def try_fixes(
+        self,
+        finding: Finding,
+        wanted: set[str] | None,
+        kept: list[trial.Change] = (),
+        base: dict | None = None,
+    ) -> tuple[trial.Change | None, dict | None]:
         """Try each of the finding's candidate fixes on top of `kept` (measured against `base`); the best is
         kept on the finding (an earlier candidate, function-preserving first, wins when it is close)."""
         base, kept = base or self.baseline, list(kept)
@@ -86,16 +91,25 @@ class Doctor:
             result = self.attempt(kept + [change])
             if result is None:
                 continue
-            row = {"fix": change.label or change.fix, "sqnr_db": result["sqnr_db"], "monitor": result["monitor"]}
+            row = {
+                "fix": change.label or change.fix,
+                "sqnr_db": result["sqnr_db"],
+                "monitor": result["monitor"],
+            }
             if kept:
                 row["with"] = [c.key for c in kept]  # measured on top of the fixes applied before it
             finding.tried.append(row)
-            if best_result is None or _sqnr(result["sqnr_db"]) > _sqnr(best_result["sqnr_db"]) + PREFER_WITHIN_DB:
+            if (
+                best_result is None
+                or _sqnr(result["sqnr_db"]) > _sqnr(best_result["sqnr_db"]) + PREFER_WITHIN_DB
+            ):
                 best, best_result = change, result
         if best is not None:
             finding.best, finding.fix = best, best.fix
-            finding.gain = {"sqnr_db": _sqnr(best_result["sqnr_db"]) - _sqnr(base["sqnr_db"]),
-                            "monitor": best_result["monitor"] - base["monitor"]}
+            finding.gain = {
+                "sqnr_db": _sqnr(best_result["sqnr_db"]) - _sqnr(base["sqnr_db"]),
+                "monitor": best_result["monitor"] - base["monitor"],
+            }
             finding.verified = self.better(best_result, base)
         return best, best_result
 
@@ -109,18 +123,31 @@ class Doctor:
             if kept:
                 for finding in pool:
                     self.try_fixes(finding, wanted, kept, current)
-            ranked = sorted((f for f in pool if f.best is not None and f.verified),
-                            key=lambda f: f.gain["sqnr_db"], reverse=True)
+            ranked = sorted(
+                (f for f in pool if f.best is not None and f.verified),
+                key=lambda f: f.gain["sqnr_db"],
+                reverse=True,
+            )
             if not ranked:
                 break
             finding = ranked[0]
             change = finding.best
             result = self.attempt(kept + [change])
             said = result["changed"][-1] if change.graph is not None else change.text
-            applied.append({"id": finding.id, "layer": finding.layer, "fix": change.fix, "changed": said,
-                            "sqnr_db_before": current["sqnr_db"], "sqnr_db_after": result["sqnr_db"]})
-            self.job.ctx.log(f"doctor applied {change.fix} to {finding.layer}: {said}; logit SQNR "
-                             f"{_sqnr(current['sqnr_db']):.1f} -> {_sqnr(result['sqnr_db']):.1f} dB")
+            applied.append(
+                {
+                    "id": finding.id,
+                    "layer": finding.layer,
+                    "fix": change.fix,
+                    "changed": said,
+                    "sqnr_db_before": current["sqnr_db"],
+                    "sqnr_db_after": result["sqnr_db"],
+                }
+            )
+            self.job.ctx.log(
+                f"doctor applied {change.fix} to {finding.layer}: {said}; logit SQNR "
+                f"{_sqnr(current['sqnr_db']):.1f} -> {_sqnr(result['sqnr_db']):.1f} dB"
+            )
             kept.append(change)
             current = result
             pool = [f for f in pool if f is not finding and f.best is not None and f.best.key != change.key]
@@ -131,23 +158,35 @@ def run_doctor(job) -> dict:
     """The `doctor` block of the quantize result; with doctor.apply, the ladder's `doctor` rung too."""
     spec, log = job.spec.doctor, job.ctx.log
     if job.module_level is not None:
-        log("doctor: the model is quantized module by module (torch.fx could not trace it); its fixes need the "
-            "graph, so there is nothing to try", "warning")
+        log(
+            "doctor: the model is quantized module by module (torch.fx could not trace it); its fixes need "
+            "the graph, so there is nothing to try",
+            "warning",
+        )
         return {"findings": [], "baseline": None, "applied": [], "skipped": "module-level quantization"}
     doctor = Doctor(job)
     if job.spec.adaround.enabled or job.spec.qat.epochs:
-        log("doctor: fixes are tried with the ladder's recipe less AdaRound and QAT (too slow to repeat per fix)")
+        log(
+            "doctor: fixes are tried with the ladder's recipe less AdaRound and QAT (too slow to repeat per "
+            "fix)"
+        )
     findings = diagnose(job, doctor.float_gm)
-    groups = job.sim.groups if len(job.sim.groups) <= COST_GROUPS else \
-        sorted({g for f in findings for g in f.groups})
+    groups = (
+        job.sim.groups
+        if len(job.sim.groups) <= COST_GROUPS
+        else sorted({g for f in findings for g in f.groups})
+    )
     costs = doctor.costs(groups)
     findings += low_bits_sensitive(job, costs, {g for f in findings for g in f.groups})
     for finding in findings:
         finding.severity = max((costs.get(g, 0.0) for g in finding.groups), default=0.0)
     findings.sort(key=lambda f: f.severity, reverse=True)
     wanted = set(spec.fixes) or None
-    tried = findings[:spec.max_findings] if wanted is None else \
-        [f for f in findings if any(c.key in wanted for c in f.candidates)]
+    tried = (
+        findings[: spec.max_findings]
+        if wanted is None
+        else [f for f in findings if any(c.key in wanted for c in f.candidates)]
+    )
     for k, finding in enumerate(tried):
         job.stages.within("doctor", len(tried) + k, len(tried) * 3, f"trying fixes for {finding.layer}")
         doctor.try_fixes(finding, wanted)
@@ -155,9 +194,15 @@ def run_doctor(job) -> dict:
         gained = f", best {finding.fix} gains {finding.gain['sqnr_db']:+.1f} dB" if finding.gain else ""
         log(f"doctor: {finding.layer} ({finding.tensor}): {finding.cause}: {finding.summary}{gained}")
     base = doctor.baseline
-    block = {"findings": [],
-             "baseline": {"sqnr_db": base["sqnr_db"], "monitor": base["monitor"], "monitor_name": doctor.monitor_name},
-             "applied": []}
+    block = {
+        "findings": [],
+        "baseline": {
+            "sqnr_db": base["sqnr_db"],
+            "monitor": base["monitor"],
+            "monitor_name": doctor.monitor_name,
+        },
+        "applied": [],
+    }
     if spec.apply:
         after, block["applied"] = doctor.apply(tried, wanted)
         block["after"] = {"sqnr_db": after["sqnr_db"], "monitor": after["monitor"]}

@@ -1,8 +1,6 @@
-"""Trying fixes: a Change (a graph fix, a spec or quantizer tweak, groups left float) applied to a float copy of
-the ladder's graph, quantized again by the pipeline's own steps (find_layers, build_sim, set_weight_ranges,
-correct_biases, set_activation_ranges) on the calibration batches already drawn, and measured with the job's
-`measure`: logit SQNR against the FP32 model on the held-out batches, and the monitor. Worker side; never Qt.
-"""
+"""Trying fixes: a Change applied to a float copy of the ladder's graph, quantized again by the pipeline's own
+steps on the calibration batches already drawn, and measured by the job's `measure` (logit SQNR and the
+monitor)."""
 
 from __future__ import annotations
 
@@ -42,7 +40,8 @@ class Change:
 
 
 class Quiet:
-    """The job's context with every event dropped: a trial sends no rungs, arrays or log lines; cancel works."""
+    """The job's context with every event dropped: a trial sends no rungs, arrays or log lines; cancel
+    works."""
 
     def __init__(self, ctx):
         self._ctx = ctx
@@ -107,8 +106,18 @@ def quantize(job, changes: list[Change], float_gm: fx.GraphModule) -> dict:
             change.spec(spec)
     quiet = Quiet(job.ctx)
     values = {f.name: getattr(job, f.name) for f in fields(job) if f.init}
-    values.update(spec=spec, ctx=quiet, gm=gm, folded=folded, structure=None, modules={}, sim=None, arrays={},
-                  stages=Stages(quiet, stage_names(spec, plan(spec))), ladder=Ladder(quiet, plan(spec), job.ladder.metric))
+    values.update(
+        spec=spec,
+        ctx=quiet,
+        gm=gm,
+        folded=folded,
+        structure=None,
+        modules={},
+        sim=None,
+        arrays={},
+        stages=Stages(quiet, stage_names(spec, plan(spec))),
+        ladder=Ladder(quiet, plan(spec), job.ladder.metric),
+    )
     trial = TrialJob(**values)
     trial.find_layers()
     trial.build_sim()
@@ -126,5 +135,10 @@ def quantize(job, changes: list[Change], float_gm: fx.GraphModule) -> dict:
     trial.sim.set_groups([g for g in trial.sim.groups if g not in floating])
     with torch.no_grad():
         result = job.measure(trial.sim)
-    return {"sqnr_db": _logit_sqnr(job.fp32["logits"], result["logits"]), "monitor": float(result["accuracy"]),
-            "result": result, "sim": trial.sim, "changed": changed}
+    return {
+        "sqnr_db": _logit_sqnr(job.fp32["logits"], result["logits"]),
+        "monitor": float(result["accuracy"]),
+        "result": result,
+        "sim": trial.sim,
+        "changed": changed,
+    }
