@@ -328,3 +328,66 @@ def test_the_doctor_runs_from_the_cli_on_a_lightning_run_with_its_own_monitor(tm
     assert block["baseline"]["monitor_name"] == result["metric"]["label"] == "val_acc"
     assert result["steps"][-1]["step"] == "doctor"
     assert result["steps"][-1]["accuracy"] == block["after"]["monitor"]
+
+
+class Fan(torch.nn.Module):
+    """conv1 -> ReLU6 -> conv2, whose output fans out to two convs joined by torch.cat into conv5."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.act = torch.nn.ReLU6()
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.conv3 = torch.nn.Conv2d(8, 4, 1)
+        self.conv4 = torch.nn.Conv2d(8, 4, 3, padding=1)
+        self.conv5 = torch.nn.Conv2d(8, 6, 1)
+
+    def forward(self, x):
+        x = torch.relu(self.conv2(self.act(self.conv1(x))))
+        return self.conv5(torch.cat([torch.relu(self.conv3(x)), torch.relu(self.conv4(x))], dim=1))
+
+
+def _traced(seed: int = 0):
+    from workbench.worker.quant.graph import trace
+
+    torch.manual_seed(seed)
+    model = Fan().eval()
+    with torch.no_grad():
+        model.conv2.weight[3] *= 30  # a wide channel of conv2, undone in both layers it feeds
+        model.conv2.bias[3] *= 30
+        model.conv3.weight[:, 3] /= 30
+        model.conv4.weight[:, 3] /= 30
+    return model, trace(model)
+
+
+def test_function_preserving_remedies_keep_the_float_outputs_and_narrow_the_ranges():
+    from workbench.worker.quant.doctor import remedies
+
+    model, gm = _traced()
+    x = torch.randn(16, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    expected = model(x)
+    said = remedies.cle_fanout(gm, {}, "conv2")
+    assert "2 layers" in said
+    assert torch.allclose(gm(x), expected, atol=1e-4)
+    widths = gm.conv2.weight.detach().reshape(8, -1).abs().amax(1)
+    assert float(widths.max() / widths.median()) < 5  # the x30 channel is back among the others
+    with pytest.raises(remedies.NotApplicable):
+        remedies.cle_pair(gm, {}, "conv2")  # a fan-out is no pair
+    said = remedies.concat_rescale(gm, {}, "cat", [1.0, 40.0])
+    assert "conv4 by 1/40" in said
+    assert torch.allclose(gm(x), expected, atol=1e-4)
+
+
+def test_relu6_to_relu_changes_only_what_clipped_and_lets_cle_pair_the_layers():
+    from workbench.worker.quant.doctor import remedies
+
+    model, gm = _traced()
+    x = 4 * torch.randn(16, 3, 8, 8, generator=torch.Generator().manual_seed(2))
+    with pytest.raises(remedies.NotApplicable):
+        remedies.cle_pair(gm, {}, "conv1")  # the ReLU6 keeps CLE out
+    said = remedies.relu6_to_relu(gm, {}, "conv1", "conv2")
+    assert "ReLU6" in said and "equalised conv1 with conv2" in said
+    clipped = (model.conv1(x) > 6).any()
+    assert clipped and not torch.allclose(gm(x), model(x), atol=1e-4)  # the float model no longer clips at 6
+    model.act = torch.nn.ReLU()
+    assert torch.allclose(gm(x), model(x), atol=1e-3)  # and is otherwise the same function

@@ -49,6 +49,21 @@ class Finding:
     def id(self) -> str:
         return f"{self.layer}:{self.tensor}:{self.cause}"
 
+    @classmethod
+    def from_dict(cls, item: dict) -> Finding:
+        """A finding another check wrote in the result's shape (export/backend_compare's backend_findings), for
+        diagnose.BACKEND_CHECKS to hand in; nothing is tried for it here."""
+        return cls(
+            item["layer"],
+            item.get("tensor", "activation"),
+            item["cause"],
+            item.get("summary", ""),
+            dict(item.get("evidence", {})),
+            severity=float(item.get("severity", 0.0)),
+            fix=item.get("fix", ""),
+            fix_text=item.get("fix_text", ""),
+        )
+
     def to_dict(self) -> dict:
         fix = self.fix or (self.candidates[0].fix if self.candidates else "")
         return {

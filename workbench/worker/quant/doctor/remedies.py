@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import torch
 import torch.fx as fx
-import torch.nn.functional as F
 from torch import nn
 
 from workbench.errors import JobError
-from workbench.worker.quant import cle
+from workbench.worker.quant import cle, relu6
 from workbench.worker.quant.graph import (
     cle_pairs,
     equalisable,
     find_structure,
     in_channels,
-    is_clipping,
     is_pass,
     is_relu,
     module_of,
@@ -197,17 +195,15 @@ def concat_rescale(gm: fx.GraphModule, folded: dict, cat: str, spans: list[float
 
 
 def relu6_to_relu(gm: fx.GraphModule, folded: dict, first: str, second: str) -> str:
-    """Replace the clipping activation between `first` and `second` by a ReLU, then equalise the pair."""
-    current = _node(gm, first)
-    while (user := only_user(current)) is not None and not is_clipping(gm, user):
-        current = user
-    if user is None:
-        raise NotApplicable(f"no ReLU6 follows {first}")
-    if user.op == "call_module":
-        parent, _, leaf = user.target.rpartition(".")
-        setattr(gm.get_submodule(parent) if parent else gm, leaf, nn.ReLU())
-    else:
-        user.target, user.args, user.kwargs = F.relu, (user.args[0],), {}
+    """Replace the ReLU6 between `first` and `second` by a ReLU (relu6.replace_node), then equalise the pair."""
+    clipped: list = []
+    cle_pairs(gm, find_structure(gm), clipped)
+    nodes = {node.name: node for node in gm.graph.nodes}
+    ops = [nodes[op] for a, b, op in clipped if (a, b) == (first, second) and op in nodes]
+    if not ops or not relu6.is_relu6(gm, ops[0]):
+        raise NotApplicable(f"no ReLU6 joins {first} and {second}")
+    relu6.replace_node(gm, ops[0])
+    gm.graph.lint()
     gm.recompile()
     said = cle_pair(gm, folded, first)
     return f"replaced the ReLU6 after {first} by a ReLU (the float model no longer clips at 6), then {said}"

@@ -179,7 +179,8 @@ def run_doctor(job) -> dict:
     costs = doctor.costs(groups)
     findings += low_bits_sensitive(job, costs, {g for f in findings for g in f.groups})
     for finding in findings:
-        finding.severity = max((costs.get(g, 0.0) for g in finding.groups), default=0.0)
+        if finding.groups:  # a finding handed in by another check keeps its own severity
+            finding.severity = max(costs.get(g, 0.0) for g in finding.groups)
     findings.sort(key=lambda f: f.severity, reverse=True)
     wanted = set(spec.fixes) or None
     tried = (
