@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.errors import JobError, SpecError, UsageError, WorkbenchError
+from workbench.results import dig
 
 PREFIXES = ("file:", "lightning:")
 SETTINGS_FILE = "settings.json"  # in the workspace folder, beside runs/
@@ -211,7 +212,7 @@ def run_user_files(workspace: str | Path, ref: str, *, field: str = "source.run"
     except WorkbenchError:
         return []
     if task.startswith("quant.") and _hops > 0:  # a quantize run rebuilds its training run's model
-        source = (data.get("source") or {}).get("run") if isinstance(data, dict) else None
+        source = dig(data, "source", "run")
         return run_user_files(workspace, source, field=f"{field}.source.run", _hops=_hops - 1) if source else []
     if not task.startswith("train."):
         return []

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from workbench.protocol import Message
+from workbench.results import dig
 
 ACTIVE_STATES = frozenset({"submitted", "queued", "running"})
 
@@ -35,7 +36,7 @@ class JobRecord:
 
     @property
     def error_message(self) -> str:
-        return (self.error or {}).get("message", "")
+        return dig(self.error, "message", default="")
 
 
 class JobTable:

@@ -21,6 +21,7 @@ from pathlib import Path
 from workbench.client.client import WorkerClient
 from workbench.client.jobs import JobRecord, JobTable
 from workbench.protocol import ConnectionInfo, Message
+from workbench.results import dig
 from workbench.runs import mark_run_ended
 
 log = logging.getLogger(__name__)
@@ -234,7 +235,7 @@ class WorkerManager:
             if record.run_dir:
                 try:
                     mark_run_ended(record.run_dir, record.state, record.error_message,
-                                   error_type=(record.error or {}).get("type", "WorkerDied"))
+                                   error_type=dig(record.error, "type", default="WorkerDied"))
                 except Exception:  # the run folder may be gone or unwritable; the job list still tells
                     log.exception("could not mark run %s %s", record.run_dir, record.state)
             self._notify("job", record)

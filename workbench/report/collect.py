@@ -15,17 +15,16 @@ from datetime import datetime
 from pathlib import Path
 
 from workbench.errors import JobError, UsageError
+from workbench.results import ExportResult, as_dict
 from workbench.runs import Run, RunStore, read_text_file
+from workbench.task_ids import BENCH_TASK, EXPORT_TASK, QUANT_TASK, is_training
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-TRAIN_PREFIX = "train"
-QUANTIZE = "quant.analyze"
-EXPORT = "export.model"
-BENCH = "bench.latency"
+QUANTIZE, EXPORT, BENCH = QUANT_TASK, EXPORT_TASK, BENCH_TASK
 _MAX_HOPS = 4  # quantize -> export -> bench is three; a longer chain is a loop
 
 
@@ -164,8 +163,7 @@ def _find_training_run(resolve: _Resolver, entries: dict[str, dict], start: str)
     seen = []
     for _ in range(_MAX_HOPS + 1):
         entry = entries.get(current)
-        task = (entry or {}).get("task") or ""
-        if task.startswith(TRAIN_PREFIX):
+        if is_training(as_dict(entry).get("task")):  # train.model, or train.classifier on an older run
             return current
         seen.append(current)
         if entry is None:
@@ -250,8 +248,8 @@ def collect(workspace: str | Path, run_ref: str) -> ModelStory:
     export_ids = {r.id for r in story.export}
     artifacts = {}
     for record in story.export:
-        artifact = (record.report or {}).get("artifact") if isinstance(record.report, dict) else None
-        if isinstance(artifact, str) and artifact:
+        artifact = ExportResult.from_dict(record.report).artifact
+        if artifact:
             artifacts[artifact] = record.id
     picked = {r.id for r in bench}
     for record in candidates[BENCH]:

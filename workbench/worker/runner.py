@@ -14,6 +14,7 @@ import traceback
 from pathlib import Path
 
 from workbench.errors import JobCancelled, UsageError, WorkbenchError
+from workbench.results import dig
 from workbench.task_ids import same_task
 from workbench.text import strip_ansi_deep
 from workbench.worker.context import Emit, TaskContext
@@ -67,7 +68,7 @@ def _as_begun(spec, run) -> tuple[object, list[str]]:
     if dataset is None or not hasattr(dataset, "stratify"):
         return spec, []
     try:
-        stored = (run.read_spec().get("dataset") or {}).get("stratify")
+        stored = dig(run.read_spec(), "dataset", "stratify")
     except WorkbenchError:
         return spec, []
     if not isinstance(stored, bool) or stored == dataset.stratify:

@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from workbench.errors import JobError, SpecError, WorkbenchError
+from workbench.results import dig
 from workbench.specs import DataSpec, ModelSpec, QuantSpec
 from workbench.task_ids import QUANT_TASK
 from workbench.worker.export import qdq_ops
@@ -304,7 +305,7 @@ def qdq_module(sim, spec: QuantSpec, say: Say) -> tuple[nn.Module, dict]:
 
 def logits_scale(sim, layers: dict | None = None) -> float | None:
     """The scale of the 8-bit quantizer on the model's output, or None where the export leaves the output float."""
-    kept = set((layers or {}).get("activations", {}).get("float", []))
+    kept = set(dig(layers, "activations", "float", default=[]))
     for name, point in sim.structure.points.items():
         qp = sim.points[name].module.qp
         if point.logits and qp is not None and sim.points[name].module.enabled and name not in kept:

@@ -10,6 +10,7 @@ import time
 import torch
 
 from workbench.errors import JobError
+from workbench.results import QuantResult
 from workbench.specs import ExportSpec
 from workbench.worker.devices import resolve_device
 from workbench.worker.export import backend_compare, formats, parity, qdq_steps
@@ -217,7 +218,7 @@ def _accuracy(run, dataset, run_onnx, ctx) -> dict:
     from workbench.worker.quant.data import held_out_batches
 
     batches = held_out_batches(dataset, run.spec.eval_samples, batch_size=EVAL_BATCH, device=torch.device("cpu"))
-    if run.train is not None and (run.report.get("metric") or {}).get("name"):
+    if run.train is not None and QuantResult.from_dict(run.report).metric_name:
         return _monitor(run, dataset, batches, run_onnx, ctx)
     correct = total = 0
     for x, y in batches:
@@ -226,7 +227,7 @@ def _accuracy(run, dataset, run_onnx, ctx) -> dict:
         correct += int((predicted == y.cpu()).sum())
         total += int(y.numel())
     measured = correct / total if total else None
-    simulated = (run.report.get("quantized") or {}).get("accuracy")
+    simulated = QuantResult.from_dict(run.report).quantized.accuracy
     ctx.log(f"accuracy in onnxruntime {measured:.2%} on {total:,} samples of the {batches.what}"
             + (f" (the quantize run simulated {simulated:.2%})" if isinstance(simulated, (int, float)) else ""))
     return {"onnxruntime": measured, "simulated": simulated, "samples": total, "split": batches.what,
@@ -251,7 +252,7 @@ def _monitor(run, dataset, batches, run_onnx, ctx) -> dict:
     split = batches.what.split()[0]
     metric = {**run.report["metric"], "label": f"{split} {objective.monitor_label}", "split": split}
     measured = evaluate(run_onnx, batches, ctx.check_stop, objective=objective)
-    simulated = (run.report.get("quantized") or {}).get("accuracy")
+    simulated = QuantResult.from_dict(run.report).quantized.accuracy
     total = int(measured["logits"].shape[0])
     ctx.log(f"{metric.get('label', metric['name'])} in onnxruntime {measured['accuracy']:.4g} on {total:,} samples "
             f"of the {batches.what}" + (f" (the quantize run simulated {simulated:.4g})"

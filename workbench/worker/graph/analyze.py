@@ -15,6 +15,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from workbench.errors import JobError
+from workbench.results import as_dict
 
 INPUT_SEED = 0
 
@@ -115,7 +116,7 @@ def analyze(model: nn.Module, inputs: Sequence[torch.Tensor], *, names: dict[str
     stats: dict[str, ModuleStat] = {}
     for name, module in named:
         params = list(module.parameters())
-        stats[name] = ModuleStat(name, (names or {}).get(name) or type_name(module),
+        stats[name] = ModuleStat(name, as_dict(names).get(name) or type_name(module),
                                  sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad),
                                  leaf=not any(True for _ in module.children()))
     producers: dict[int, str] = {id(t): "input" for t in (*inputs, *kwargs.values())}

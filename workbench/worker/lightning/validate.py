@@ -9,6 +9,7 @@ import contextlib
 import math
 
 from workbench.errors import JobError, WorkbenchError
+from workbench.results import as_dict
 from workbench.worker.lightning import is_lightning_name, require_lightning
 from workbench.worker.lightning.monitor import Monitor, from_callbacks, from_logged
 from workbench.worker.lightning.output import lightning_messages
@@ -64,7 +65,7 @@ class OwnValidation:
         if value is None:
             self.log(f"{self.monitor.name} was not logged by this validation; the step reads NaN", "warning")
             value = math.nan
-        loss = (logged or {}).get("val_loss")
+        loss = as_dict(logged).get("val_loss")
         return {**result, "accuracy": value, "loss": result["loss"] if loss is None else loss,
                 "metrics": dict(logged or {})}
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from torch import nn
 
 from workbench.errors import JobError
+from workbench.results import dig
 from workbench.worker.checkpoints import load_state_dict
 from workbench.worker.extras import install_hint, require_extra
 from workbench.worker.models.registry import register_model
@@ -81,7 +82,7 @@ def build_timm(name: str, *, num_classes: int, input_shape: tuple[int, ...], wei
     if not path.is_file():
         raise JobError(f"model.weights: {weights!r} is not a file; a timm: model loads its weights from a local "
                        "state_dict file (nothing is downloaded), or leave model.weights empty to start untrained")
-    classes = _weights_classes(path, (getattr(model, "pretrained_cfg", None) or {}).get("classifier"))
+    classes = _weights_classes(path, dig(getattr(model, "pretrained_cfg", None), "classifier"))
     if classes is not None and classes != num_classes:
         # Built with the weights' own class count, as torchvision weights are; build_model swaps the head when
         # model.replace_head asks for it.

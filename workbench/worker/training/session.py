@@ -13,6 +13,7 @@ import os
 import torch
 
 from workbench.errors import JobError
+from workbench.results import Evaluation, as_dict
 from workbench.runs import atomic_write_text
 from workbench.specs import TrainSpec
 from workbench.worker.checkpoints import load_state_dict
@@ -331,7 +332,7 @@ def _evaluate_on_test(fitted: _Fitted, ctx, dataset, device: torch.device) -> _T
         text = f"test accuracy {accuracy:.2%}" if accuracy is not None else "no test samples decoded"
     else:
         accuracy = None
-        monitor = _number((evaluation.get("monitor") or {}).get("value"))
+        monitor = _number(Evaluation.from_dict(evaluation).monitor.value)
         text = ((
             f"test {objective.monitor_label} {format_metric(objective.monitor, monitor)}"
         ) if monitor is not None
@@ -404,7 +405,7 @@ def _result(fitted: _Fitted, ctx, device: torch.device, group, *, parameters: di
         "monitor": _monitor_result(spec, summary, test),
     }
     if spec.task != "classification":
-        result["final"].update(_prefixed("val_", last), test_metrics=(test.content or {}).get("metrics"))
+        result["final"].update(_prefixed("val_", last), test_metrics=as_dict(test.content).get("metrics"))
     if resumed_from is not None:
         result["resumed_from_epoch"] = resumed_from
     if group is not None:
@@ -425,7 +426,7 @@ def _monitor_result(spec: TrainSpec, summary: dict, test: _TestEvaluation) -> di
     return {"name": objective.monitor, "label": objective.monitor_label,
             "higher_is_better": objective.higher_is_better,
             "best_val": _number(summary.get("best_val_monitor")),
-            "test": _number(((test.content or {}).get("monitor") or {}).get("value"))}
+            "test": _number(Evaluation.from_dict(test.content).monitor.value)}
 
 
 def _prefixed(prefix: str, metrics: dict) -> dict:
