@@ -51,8 +51,8 @@ class Finding:
 
     @classmethod
     def from_dict(cls, item: dict) -> Finding:
-        """A finding another check wrote in the result's shape (export/backend_compare's backend_findings), for
-        diagnose.BACKEND_CHECKS to hand in; nothing is tried for it here."""
+        """A finding another check wrote in the result's shape (export/backend_compare's backend_findings),
+        for diagnose.BACKEND_CHECKS to hand in; nothing is tried for it here."""
         return cls(
             item["layer"],
             item.get("tensor", "activation"),

@@ -195,7 +195,8 @@ def concat_rescale(gm: fx.GraphModule, folded: dict, cat: str, spans: list[float
 
 
 def relu6_to_relu(gm: fx.GraphModule, folded: dict, first: str, second: str) -> str:
-    """Replace the ReLU6 between `first` and `second` by a ReLU (relu6.replace_node), then equalise the pair."""
+    """Replace the ReLU6 between `first` and `second` by a ReLU (relu6.replace_node), then equalise the
+    pair."""
     clipped: list = []
     cle_pairs(gm, find_structure(gm), clipped)
     nodes = {node.name: node for node in gm.graph.nodes}

@@ -9,6 +9,7 @@ import math
 import torch
 
 from workbench.worker.objectives.base import json_safe
+from workbench.worker.quant.data import evaluate
 from workbench.worker.quant.doctor import trial
 from workbench.worker.quant.doctor.diagnose import diagnose, low_bits_sensitive
 from workbench.worker.quant.doctor.findings import Finding
@@ -20,7 +21,8 @@ PREFER_WITHIN_DB = 0.5  # a fix listed earlier (function-preserving first) wins 
 # logits measurably gain: the SQNR over every logit is the steadier measure, the monitor a guard against a
 # real loss.
 MONITOR_SLACK = 0.01
-COST_GROUPS = 64  # measure every group's cost up to this many groups; above, only the findings' groups
+COST_GROUPS = 64
+COST_SAMPLES = 512  # held-out samples each group's cost is measured on  # measure every group's cost up to this many groups; above, only the findings' groups
 
 
 def _sqnr(value) -> float:
@@ -49,18 +51,26 @@ class Doctor:
         return _sqnr(new["sqnr_db"]) - _sqnr(old["sqnr_db"]) > min_db and monitor_gain >= -slack
 
     def costs(self, groups: list[str]) -> dict[str, float]:
-        """dB of logit SQNR each group costs: what leaving it float gains on the ladder's quantized model."""
-        job, sim = self.job, self.job.sim
+        """dB of logit SQNR each group costs: what leaving it float gains on the ladder's quantized model,
+        on the first COST_SAMPLES held-out samples (logits only: no monitor, so no validation loop)."""
         from workbench.worker.quant.pipeline import _logit_sqnr
+
+        job, sim = self.job, self.job.sim
+        batches = job.held_out.head(min(COST_SAMPLES, job.held_out.samples))
+        reference = job.fp32["logits"][: batches.samples]
+
+        def sqnr() -> float:
+            logits = evaluate(sim, batches, job.ctx.check_stop, job.objective)["logits"]
+            return _sqnr(_logit_sqnr(reference, logits))
 
         costs = {}
         with sim.keeping(), torch.no_grad():
             sim.all()
-            whole = _sqnr(_logit_sqnr(job.fp32["logits"], job.measure(sim)["logits"]))
+            whole = sqnr()
             for k, group in enumerate(groups):
                 job.stages.within("doctor", k, len(groups) * 3, f"what {group} costs")
                 sim.set_groups([g for g in sim.groups if g != group])
-                costs[group] = _sqnr(_logit_sqnr(job.fp32["logits"], job.measure(sim)["logits"])) - whole
+                costs[group] = sqnr() - whole
         return {g: (c if math.isfinite(c) else 0.0) for g, c in costs.items()}
 
     def attempt(self, changes: list[trial.Change]) -> dict | None:
