@@ -21,8 +21,8 @@ PREFER_WITHIN_DB = 0.5  # a fix listed earlier (function-preserving first) wins 
 # logits measurably gain: the SQNR over every logit is the steadier measure, the monitor a guard against a
 # real loss.
 MONITOR_SLACK = 0.01
-COST_GROUPS = 64
-COST_SAMPLES = 512  # held-out samples each group's cost is measured on  # measure every group's cost up to this many groups; above, only the findings' groups
+COST_GROUPS = 64  # measure every group's cost up to this many groups; above, only the findings' groups
+COST_SAMPLES = 512  # held-out samples each group's cost is measured on
 
 
 def _sqnr(value) -> float:
