@@ -220,3 +220,23 @@ def test_an_old_training_run_resumes_under_the_new_id(jobs):
     assert TrainResult.from_dict(resumed).epochs_completed == 2
     with RunStore(jobs["workspace"]).open_run(old) as run:
         assert run.task == "train.classifier"  # the run keeps the id it was recorded under
+
+
+def test_the_cli_lists_shows_and_reports_an_old_training_run(jobs, tmp_path):
+    from cli_helpers import expect, wb
+
+    old = _old_training_run(jobs)
+    quant = _done(_run(QUANT_TASK, {"source": {"run": old}, "calibration": {"samples": 32}, "eval_samples": 64},
+                       jobs["workspace"]))
+    ws = jobs["workspace"]
+    listed = wb(tmp_path, "runs", "list", "--json", workspace=ws, trusted=False)
+    expect(listed, 0)
+    assert {r["id"]: r["task"] for r in json.loads(listed.stdout)["runs"]}[old] == "train.classifier"
+    shown = wb(tmp_path, "runs", "show", old, "--json", workspace=ws, trusted=False)
+    expect(shown, 0)
+    assert json.loads(shown.stdout)["task"] == "train.classifier"
+    # A report of the quantize run stands for the training run behind it: the old-id run.
+    reported = wb(tmp_path, "report", Path(quant["run_dir"]).name, "--json", workspace=ws, trusted=False)
+    expect(reported, 0)
+    runs = json.loads(reported.stdout)["runs"]
+    assert runs["train"] == old and Path(quant["run_dir"]).name in runs["quantize"]
