@@ -226,7 +226,8 @@ def test_the_cli_lists_shows_and_reports_an_old_training_run(jobs, tmp_path):
     from cli_helpers import expect, wb
 
     old = _old_training_run(jobs)
-    quant = _done(_run(QUANT_TASK, {"source": {"run": old}, "calibration": {"samples": 32}, "eval_samples": 64},
+    quant = _done(_run(QUANT_TASK, {"source": {"run": old}, "calibration": {"samples": 32},
+                                    "eval_samples": 64},
                        jobs["workspace"]))
     ws = jobs["workspace"]
     listed = wb(tmp_path, "runs", "list", "--json", workspace=ws, trusted=False)

@@ -1,6 +1,6 @@
 """A training run recorded under the old id train.classifier sits beside a train.model one in the window: the
-Training tab lists both, the quantize, export and bench wizards offer both as sources, the Graph tab builds from
-both, and the Runs tab shows both as training runs."""
+Training tab lists both, the quantize, export and bench wizards offer both as sources, the Graph tab builds
+from both, and the Runs tab shows both as training runs."""
 
 from __future__ import annotations
 
