@@ -340,8 +340,10 @@ def _channel_means(sim, batches, quantized: bool, check_stop) -> dict[str, torch
 
 
 def bias_shift(job) -> list[Finding]:
-    """A layer whose quantized output is shifted from the float one, channel by channel, beyond half a
-    step."""
+    """A layer whose quantized output is shifted from the float one, channel by channel, beyond half a step.
+    None where the recipe already corrects biases empirically: its fix would be the recipe itself."""
+    if job.spec.bias_correction == "empirical":
+        return []
     sim, check_stop = job.sim, job.ctx.check_stop
     batches = job.calibration.head(min(job.calibration.samples, 256))
     floats = _channel_means(sim, batches, False, check_stop)

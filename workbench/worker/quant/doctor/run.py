@@ -218,5 +218,10 @@ def run_doctor(job) -> dict:
         after, block["applied"] = doctor.apply(tried, wanted)
         block["after"] = {"sqnr_db": after["sqnr_db"], "monitor": after["monitor"]}
         job.ladder.add("doctor", after["result"])
+        log(
+            f"doctor: {len(block['applied'])} fix(es) applied, logit SQNR {_sqnr(base['sqnr_db']):.1f} -> "
+            f"{_sqnr(after['sqnr_db']):.1f} dB (the doctor rung); the saved quantized model and the layer "
+            "analysis are the ladder's"
+        )
     block["findings"] = [f.to_dict() for f in findings]
     return json_safe(block)
