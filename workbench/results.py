@@ -83,7 +83,7 @@ class TrainFinal:
 
 @dataclass(frozen=True)
 class TrainResult:
-    """A training job's result (`train.model`, formerly `train.classifier`)."""
+    """A training job's result (`train.model`; runs recorded as `train.classifier` hold the same)."""
 
     raw: dict = field(default_factory=dict, repr=False)
     # the learning task (classification, segmentation, ...); "" for a run from before it was kept

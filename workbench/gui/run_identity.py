@@ -208,7 +208,7 @@ class RunIdentities:
 
     def sources(self, entries, tasks) -> list[tuple[dict, RunIdentity]]:
         """The runs of `tasks` a person can start from (failed and unreadable ones left out), newest first."""
-        tasks = with_aliases(tasks)  # a training run recorded as train.classifier is a source as before
+        tasks = with_aliases(tasks)  # a training run recorded as train.classifier is a source too
         picked = []
         for entry in entries:
             if entry.get("task") in tasks and entry.get("status") not in UNUSABLE:
