@@ -189,7 +189,10 @@ def test_a_fix_with_no_gain_is_not_applied(doctored):
 
 def test_only_the_fixes_named_are_tried_and_only_a_gain_is_applied(doctored):
     _, planted, _, quantize = doctored
-    result = quantize("planted.pt", doctor={"apply": True, "fixes": ["conv1:cle"]})
+    events = Events()
+    result = quantize("planted.pt", events, doctor={"apply": True, "fixes": ["conv1:cle", "nowhere:cle"]})
+    warned = [e["text"] for e in events.of("log") if e["level"] == "warning" and "doctor.fixes" in e["text"]]
+    assert warned and warned[0].startswith("doctor.fixes: nowhere:cle match(es) no finding's fix"), warned
     block = result["doctor"]
     finding = next(f for f in block["findings"] if f["layer"] == "conv1" and f["cause"] == "outlier_channels")
     assert [t["fix"] for t in finding["tried"]] == ["cle"]

@@ -198,6 +198,14 @@ def run_doctor(job) -> dict:
         if wanted is None
         else [f for f in findings if any(c.key in wanted for c in f.candidates)]
     )
+    unmatched = sorted((wanted or set()) - {c.key for f in findings for c in f.candidates})
+    if unmatched:
+        log(
+            f"doctor.fixes: {', '.join(unmatched)} match(es) no finding's fix, so nothing was tried for it; "
+            "the findings' fixes are: "
+            + (", ".join(sorted({c.key for f in findings for c in f.candidates})) or "none"),
+            "warning",
+        )
     for k, finding in enumerate(tried):
         job.stages.within("doctor", len(tried) + k, len(tried) * 3, f"trying fixes for {finding.layer}")
         doctor.try_fixes(finding, wanted)
