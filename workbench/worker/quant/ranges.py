@@ -20,7 +20,8 @@ from workbench.worker.quant.quantizer import Grid, qparams_from_range, quant_deq
 
 COARSE_STEPS = 100  # candidate clipping ranges alpha * (lo, hi), alpha = 1/100 .. 1
 FINE_STEPS = 20  # then a grid ten times finer (1/1000) within one coarse step either side of ...
-REFINED = 3  # ... each of the best three coarse candidates
+REFINED = 3  # ... each of the three best local minima of the coarse errors
+FINEST_STEPS = 20  # and a grid ten times finer again (1/10000) within one fine step of each window's best
 BN_SIGMAS = 6.0  # the paper's BN-based range: beta +- 6 gamma
 
 
@@ -102,13 +103,16 @@ def estimate(name: str, obs: Observed, grid: Grid, percentile: float = 99.99) ->
 
 def grid_search(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], lo: torch.Tensor, hi: torch.Tensor,
                 coarse: int = COARSE_STEPS, fine: int = FINE_STEPS, top: int = REFINED, chunk: int = 1,
-                check_stop: Callable[[], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                check_stop: Callable[[], None] | None = None,
+                finest: int = FINEST_STEPS) -> tuple[torch.Tensor, torch.Tensor]:
     """The clipping range alpha * (lo, hi) per row that minimises `objective(lo, hi) -> error`, where lo and hi
     are (K, C): K candidates for each of the C rows at once, `chunk` candidates per call.
 
-    Exhaustive, in two stages: every alpha on the grid 1/coarse .. 1 for every row, then the grid `fine / 2` times
-    finer within one coarse step either side of each row's `top` best coarse candidates (the error is not convex
-    in alpha: at low bit widths it has several dips, and near alpha = 1 it ripples with the zero point's rounding).
+    In three stages: every alpha on the grid 1/coarse .. 1 for every row; then the grid `fine / 2` times finer
+    within one coarse step either side of each row's `top` best local minima of the coarse errors (the error is not
+    convex in alpha: at low bit widths it has several dips, and near alpha = 1 it ripples with the zero point's
+    rounding); then `finest / 2` times finer again within one fine step of each of those windows' best alpha, as
+    a lumpy tensor (clusters of values that line up with the grid's levels) has dips narrower than a fine step.
     """
 
     def evaluate(alphas: torch.Tensor) -> torch.Tensor:
@@ -120,17 +124,36 @@ def grid_search(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
             errors.append(objective(alpha * lo, alpha * hi))
         return torch.cat(errors)
 
+    def around(centres: torch.Tensor, steps: int, half_width: float) -> torch.Tensor:
+        """(len(centres) * (steps + 1), C): `steps + 1` alphas evenly over centre +- half_width, each centre."""
+        offsets = (2 * torch.arange(steps + 1, dtype=lo.dtype, device=lo.device) / steps - 1) * half_width
+        return (centres.unsqueeze(1) + offsets.view(1, -1, 1)).reshape(-1, rows).clamp(1e-4, 1.0)
+
     rows = lo.numel()
     coarse_alphas = (torch.arange(1, coarse + 1, dtype=lo.dtype, device=lo.device) / coarse).unsqueeze(1)
     coarse_alphas = coarse_alphas.expand(-1, rows)
     coarse_errors = evaluate(coarse_alphas)
-    centres = coarse_alphas.gather(0, coarse_errors.argsort(dim=0)[:top])  # (top, C)
-    offsets = (2 * torch.arange(fine + 1, dtype=lo.dtype, device=lo.device) / fine - 1) / coarse
-    fine_alphas = (centres.unsqueeze(1) + offsets.view(1, -1, 1)).reshape(-1, rows).clamp(1e-4, 1.0)
-    alphas = torch.cat([coarse_alphas, fine_alphas])
-    errors = torch.cat([coarse_errors, evaluate(fine_alphas)])
+    fine_alphas = around(coarse_alphas.gather(0, _best_minima(coarse_errors, top)), fine, 1 / coarse)
+    fine_errors = evaluate(fine_alphas)
+    windows = fine_errors.view(-1, fine + 1, rows).argmin(dim=1, keepdim=True)  # (top, 1, C)
+    window_best = fine_alphas.view(-1, fine + 1, rows).gather(1, windows)[:, 0]
+    finest_alphas = around(window_best, finest, 2 / (coarse * fine)) if finest else fine_alphas[:0]
+    alphas = torch.cat([coarse_alphas, fine_alphas, finest_alphas])
+    errors = torch.cat([coarse_errors, fine_errors, evaluate(finest_alphas)])
     best = alphas.gather(0, errors.argmin(dim=0, keepdim=True))[0]
     return best * lo, best * hi
+
+
+def _best_minima(errors: torch.Tensor, top: int) -> torch.Tensor:
+    """(top, C) indices into errors (K, C): each row's `top` lowest local minima along K (an end counts when it is
+    below its one neighbour), then its lowest other candidates where a row has fewer minima."""
+    pad = torch.full_like(errors[:1], math.inf)
+    padded = torch.cat([pad, errors, pad])
+    minimum = (errors <= padded[:-2]) & (errors <= padded[2:])
+    # Candidates that are not minima rank after every minimum, among themselves by error.
+    spread = (errors.max(dim=0).values - errors.min(dim=0).values).clamp(min=0) + 1
+    ranked = torch.where(minimum, errors, errors + spread.nan_to_num(posinf=0.0) + 1)
+    return ranked.argsort(dim=0)[:min(top, errors.shape[0])]
 
 
 CHUNK_VALUES = 2**22  # values per objective call: candidates are batched up to this many (16 MB as float32)
