@@ -19,6 +19,7 @@ from workbench.gui.widgets import run_table
 from workbench.gui.widgets.open_folder import open_folder
 from workbench.protocol import Message
 from workbench.runs import RunStore
+from workbench.task_ids import with_aliases
 
 
 class RunTab(QWidget):
@@ -192,7 +193,7 @@ class RunTab(QWidget):
     def on_job_changed(self, record: JobRecord) -> None:
         """A job's record changed: a job of the tab's tasks starts, names its run, progresses or ends here;
         another tab's job only lets go of the messages held for it."""
-        if record.task not in self.TASKS or record.internal:
+        if record.task not in with_aliases(self.TASKS) or record.internal:
             self.drop_early(record.job_id)
             return
         run_id = Path(record.run_dir).name if record.run_dir else None

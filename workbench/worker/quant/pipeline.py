@@ -449,7 +449,7 @@ class QuantJob:
         before, after = self.fp32.get("accuracy"), result.get("accuracy")  # accuracy, or the task's monitor
         logits = "logits" in result and "logits" in self.fp32
         sqnr = _logit_sqnr(self.fp32["logits"], result["logits"]) if logits else None
-        change = {"measure": (self.ladder.metric or {}).get("label", "accuracy"), "before": before, "after": after,
+        change = {"measure": (self.ladder.metric or {"label": "accuracy"})["label"], "before": before, "after": after,
                   "logit_sqnr_db": sqnr}
         what = (f"float {metric_text(self.ladder.metric, before)} -> "
                 + (f"{after:.2%}" if self.ladder.metric is None else f"{after:.4f}")

@@ -36,6 +36,7 @@ from workbench.gui.widgets import run_table
 from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.job_progress import JobProgress
 from workbench.protocol import Message, named_array
+from workbench.results import dig
 from workbench.specs import BenchSpec, ExportSpec
 from workbench.task_ids import BENCH_TASK, EXPORT_TASK, QUANT_TASK, TRAIN_TASKS
 
@@ -193,10 +194,10 @@ class ExportPanel(RunTab):
             except WorkbenchError:
                 continue
             if entry["task"] in TRAIN_TASKS:
-                entry["model"] = (spec.get("model") or {}).get("name", "")
+                entry["model"] = dig(spec, "model", "name", default="")
             else:
                 entry["scheme"] = _scheme(spec)
-                entry["model"] = f"of {(spec.get('source') or {}).get('run', '?')}"
+                entry["model"] = f"of {dig(spec, 'source', 'run', default='?')}"
             runs.append(entry)
         return runs
 
@@ -234,8 +235,8 @@ class ExportPanel(RunTab):
         if read is None:
             return {}
         spec, report = read
-        source = (spec.get("source") or {}).get("run", "") or (spec.get("source") or {}).get("file", "")
-        summary = {"spec": spec, "source_run": (spec.get("source") or {}).get("run", ""),
+        source = dig(spec, "source", "run", default="") or dig(spec, "source", "file", default="")
+        summary = {"spec": spec, "source_run": dig(spec, "source", "run", default=""),
                    "what_tooltip": f"{KIND_NAMES[entry['task']]} of {source or 'a model'}"}
         if entry["task"] == EXPORT_TASK:
             summary.update(export_summary(spec, report))
@@ -243,7 +244,7 @@ class ExportPanel(RunTab):
             summary.update(bench_summary(spec, report))
             summary["what_tooltip"] += summary.pop("what_details")
         if report.get("error") and entry.get("status") in ("failed", "cancelled"):
-            summary["result"] = (report["error"] or {}).get("message", "") if isinstance(report["error"], dict) else ""
+            summary["result"] = str(dig(report, "error", "message", default=""))
             summary["result_colour"] = FAILED if entry.get("status") == "failed" else NEUTRAL
         return summary
 
@@ -360,7 +361,7 @@ class ExportPanel(RunTab):
         fmt = spec.get("format", "onnx")
         start: dict = {"backends": ["eager", FORMAT_BACKENDS.get(fmt, "onnxruntime")],
                        "device": spec.get("device", "cpu")}
-        source_run = (spec.get("source") or {}).get("run", "")
+        source_run = dig(spec, "source", "run", default="")
         artifact = str(report.get("artifact") or "")
         if source_run:
             start["source"] = {"run": source_run, "file": ""}
@@ -395,7 +396,7 @@ class ExportPanel(RunTab):
         if record is None:
             return None
         what = "Exporting" if task == EXPORT_TASK else "Benchmarking"
-        source = (data.get("source") or {}).get("run") or (data.get("source") or {}).get("file") or "a model"
+        source = dig(data, "source", "run") or dig(data, "source", "file") or "a model"
         # Said before the record is taken: a record that has already ended says so after it, last.
         self.status_message.emit(f"{what} {source}…")
         self.on_job_changed(record)
@@ -482,7 +483,7 @@ class ExportPanel(RunTab):
                 return ""
             if task in TRAIN_TASKS:
                 return run_id
-            run_id = (spec.get("source") or {}).get("run", "")
+            run_id = dig(spec, "source", "run", default="")
         return ""
 
     # -- buttons ---------------------------------------------------------------------------------

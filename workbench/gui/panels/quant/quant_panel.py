@@ -43,6 +43,7 @@ from workbench.gui.widgets import run_table
 from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.job_progress import JobProgress
 from workbench.protocol import Message, named_array
+from workbench.results import QuantResult, dig
 from workbench.task_ids import QUANT_TASK, TRAIN_TASKS
 
 COVERAGE_WARN = 0.95  # as the worker's quant/coverage.WARN_BELOW: under it the share shows red
@@ -69,9 +70,9 @@ def _value(value: float, measure: Measure) -> str:
 def scheme_of(spec: dict) -> str:
     if not spec.get("weights") and not spec.get("activations"):
         return ""
-    steps = [name for name, on in (("CLE", spec.get("cle")), ("AdaRound", (spec.get("adaround") or {}).get("enabled")),
+    steps = [name for name, on in (("CLE", spec.get("cle")), ("AdaRound", dig(spec, "adaround", "enabled")),
                                    ("BC", spec.get("bias_correction", "none") != "none"),
-                                   ("QAT", (spec.get("qat") or {}).get("epochs"))) if on]
+                                   ("QAT", dig(spec, "qat", "epochs"))) if on]
     return (bit_widths(spec) or "W?A?") + (f" +{'+'.join(steps)}" if steps else "")
 
 
@@ -271,7 +272,7 @@ class QuantPanel(RunTab):
             try:
                 with self.store.open_run(entry["id"]) as run:
                     spec = run.read_spec()
-                    entry["model"] = (spec.get("model") or {}).get("name", "")
+                    entry["model"] = dig(spec, "model", "name", default="")
                     # What it learned (its spec's task, not the job's): the wizard enters a share's drop in points.
                     entry["learned"] = spec.get("task", "")
             except WorkbenchError:
@@ -308,10 +309,9 @@ class QuantPanel(RunTab):
         if read is None:
             return {}
         spec, report = read
-        return {"spec": spec, "scheme": scheme_of(spec), "source_run": (spec.get("source") or {}).get("run", ""),
-                "fp32": (report.get("fp32") or {}).get("accuracy"),
-                "quantized": (report.get("quantized") or {}).get("accuracy"),
-                "metric": report.get("metric") if isinstance(report.get("metric"), dict) else None}
+        result = QuantResult.from_dict(report)
+        return {"spec": spec, "scheme": scheme_of(spec), "source_run": dig(spec, "source", "run", default=""),
+                "fp32": result.fp32.accuracy, "quantized": result.quantized.accuracy, "metric": result.metric}
 
     def _fill_compare_combo(self) -> None:
         current = self.compare_combo.currentData()
@@ -367,7 +367,7 @@ class QuantPanel(RunTab):
         sensitivity = report.get("sensitivity")
         if sensitivity:
             self.sensitivity.set_rows(sensitivity, results.fp32_accuracy,
-                                      (report.get("quantized") or {}).get("accuracy"), results.metric)
+                                      QuantResult.from_dict(report).quantized.accuracy, results.metric)
         else:
             self.sensitivity.clear("No sensitivity sweep in this run: tick “sensitivity” in the wizard's pipeline "
                                    "page to measure each layer alone and all but it.")
@@ -415,7 +415,7 @@ class QuantPanel(RunTab):
             self.summary.setText(message)
             return
         report = results.report
-        fp32, quantized = results.fp32_accuracy, (report.get("quantized") or {}).get("accuracy")
+        fp32, quantized = results.fp32_accuracy, QuantResult.from_dict(report).quantized.accuracy
         measure = Measure.of(results.metric)
         parts = [f"<b>{results.label}</b>"]
         if fp32 is not None:
@@ -426,7 +426,7 @@ class QuantPanel(RunTab):
                 parts.append(f"quantized <b>{quantized:.2%}</b>" + (f" ({drop:+.2f} pt drop)" if drop is not None else ""))
             else:
                 parts.append(f"quantized <b>{_value(quantized, measure)}</b>")
-        sqnr = (report.get("quantized") or {}).get("logit_sqnr_db")
+        sqnr = QuantResult.from_dict(report).quantized.logit_sqnr_db
         if isinstance(sqnr, (int, float)):
             parts.append(f"logit SQNR {sqnr:.1f} dB")
         covered = report.get("coverage") or {}
@@ -594,7 +594,7 @@ class QuantPanel(RunTab):
     def _on_again_clicked(self) -> None:
         entry = self.runs.get(self.selected_run_id() or "")
         if entry and entry.get("spec"):
-            self.new_run_requested.emit((entry["spec"].get("source") or {}).get("run", ""), copy.deepcopy(entry["spec"]))
+            self.new_run_requested.emit(dig(entry["spec"], "source", "run", default=""), copy.deepcopy(entry["spec"]))
 
     def _on_graph_clicked(self) -> None:
         entry = self.runs.get(self.selected_run_id() or "")

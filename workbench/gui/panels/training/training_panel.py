@@ -36,6 +36,7 @@ from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.spec_form import ERROR_COLOUR, canonical
 from workbench.protocol import Message, ProtocolError
 from workbench.protocol.metrics import decode_metrics
+from workbench.results import TrainResult, dig
 from workbench.task_ids import TRAIN_TASK
 
 # The first-run demo: about ten seconds of training on two CPU cores, to ~97 % test accuracy.
@@ -168,7 +169,7 @@ class TrainingPanel(RunTab):
         self.curves = CurvesWidget()
         self.curves.show_new_runs = False  # a live run is drawn only while its Show box is ticked
         # The legend and readout name runs "model · dataset · id tail" from their specs.
-        self.curves.spec_of = lambda run_id: (self.runs.get(run_id) or {}).get("spec")
+        self.curves.spec_of = lambda run_id: dig(self.runs, run_id, "spec")
         self.evaluation = EvaluationView(self.queries)
         self.profiler = ProfilerView()
         self.layers = LayersView()
@@ -262,7 +263,7 @@ class TrainingPanel(RunTab):
     @staticmethod
     def _model_item(entry: dict) -> QTableWidgetItem:
         """The model's short name (Net, not file:/long/path/net.py:Net) and dataset; the full names as tooltip."""
-        dataset = ((entry.get("spec") or {}).get("dataset") or {}).get("name", "")
+        dataset = dig(entry, "spec", "dataset", "name", default="")
         model = entry.get("model", "")
         item = QTableWidgetItem(" · ".join(short_model(p) for p in (model, dataset) if p))
         item.setToolTip("\n".join(p for p in (f"model {model}" if model else "",
@@ -295,12 +296,12 @@ class TrainingPanel(RunTab):
                 last = run.last_metrics()
         except WorkbenchError:
             return summary
-        summary["model"] = (spec.get("model") or {}).get("name", "")
+        summary["model"] = dig(spec, "model", "name", default="")
         summary["spec"] = spec
         planned = spec.get("epochs", "")
         done = report.get("epochs_completed") or (int(last["epoch"][1]) if "epoch" in last else 0)
         summary["epochs"] = f"{done}/{planned}"
-        # The measured task (task=auto resolved); "task" is the run's own kind (train.classifier).
+        # The measured task (task=auto resolved); "task" is the run's own kind (train.model).
         summary["objective_task"] = report.get("task") or spec.get("task") or ""
         if "val/acc" in last:
             summary["val_acc"] = f"{last['val/acc'][1]:.2%}"
@@ -384,7 +385,7 @@ class TrainingPanel(RunTab):
         if evaluation is None and entry.get("status") == "done":
             evaluation = self._evaluation_from_report(run_id)
         if evaluation is not None:
-            self.evaluation.show_evaluation(evaluation, (entry.get("spec") or {}).get("dataset") or {}, run_id)
+            self.evaluation.show_evaluation(evaluation, dig(entry, "spec", "dataset", default={}), run_id)
         elif entry.get("status") == "done":
             self.evaluation.clear("No evaluation: the run finished without a test evaluation (a LightningModule "
                                   "without test_step or test data, say). Its curves are in the Curves tab.")
@@ -400,7 +401,7 @@ class TrainingPanel(RunTab):
         own trainer.test gives them) as the metrics view reads an evaluation: its monitor's test value first."""
         read = run_table.read_spec_and_report(self.store, run_id)
         report = read[1] if read else {}
-        metrics = (report.get("final") or {}).get("test_metrics") if isinstance(report.get("final"), dict) else None
+        metrics = TrainResult.from_dict(report).final.test_metrics
         if not isinstance(metrics, dict) or not metrics:
             return None
         task = report.get("task") or "custom"
@@ -474,7 +475,7 @@ class TrainingPanel(RunTab):
         self.quantize_button.setEnabled(bool(entry) and not live and entry["status"] == "done")
         # Try it predicts classes, labels, values and masks; a run of another task (a custom objective's) would only
         # be refused by the worker, so the button says so rather than inviting the click.
-        task = (entry or {}).get("objective_task") or ""
+        task = dig(entry, "objective_task", default="")
         tried = task in TRY_IT_TASKS or task in ("", "auto")
         self.try_it_button.setEnabled(bool(entry) and not live and entry["status"] == "done" and tried)
         self.try_it_button.setToolTip(TRY_IT_TIP if tried else
@@ -541,7 +542,7 @@ class TrainingPanel(RunTab):
         if entry is None or metrics is None:
             return
         epoch, val_acc = metrics.get("epoch"), metrics.get("val/acc")
-        planned = (entry.get("spec") or {}).get("epochs", "")
+        planned = dig(entry, "spec", "epochs", default="")
         if epoch is not None and len(epoch):
             entry["epochs"] = f"{int(epoch.y[-1])}/{planned}"
         if val_acc is not None and len(val_acc):
