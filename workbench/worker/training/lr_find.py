@@ -132,7 +132,9 @@ def _find(spec: LrFindSpec, ctx) -> dict:
         dataset.release()
 
 
-def _sweep(spec: LrFindSpec, ctx, dataset, model: torch.nn.Module, device: torch.device) -> dict:
+def _prepare(spec: LrFindSpec, ctx, dataset, model: torch.nn.Module, device: torch.device):
+    """The model on `device` in train mode (frozen norms kept), its optimizer and training step, and where the
+    batches are."""
     model = model.to(device)
     channels_last = spec.channels_last is True  # "auto" would time both layouts: longer than the sweep itself
     if channels_last:
@@ -147,6 +149,11 @@ def _sweep(spec: LrFindSpec, ctx, dataset, model: torch.nn.Module, device: torch
     model.train()
     for module in frozen_norm_layers(model):  # as training does: a frozen BatchNorm keeps its statistics
         module.eval()
+    return optimizer, step_fn, placement, where
+
+
+def _sweep(spec: LrFindSpec, ctx, dataset, model: torch.nn.Module, device: torch.device) -> dict:
+    optimizer, step_fn, placement, where = _prepare(spec, ctx, dataset, model, device)
     rates = sweep_rates(spec.min_lr, spec.max_lr, spec.steps)
     ctx.log(f"lr-find: {spec.steps} steps from {spec.min_lr:g} to {spec.max_lr:g} with {spec.optimizer}, batch "
             f"{spec.batch_size}, on {describe(device)} (batches: {where})")
