@@ -12,7 +12,7 @@ from torch import nn
 
 from workbench.errors import JobError
 from workbench.worker.objectives import build_objective
-from workbench.worker.training.losses import build_loss
+from workbench.worker.objectives.losses import build_loss
 
 
 @torch.no_grad()

@@ -1,4 +1,5 @@
-"""Where training runs and in what precision: resolving `device` (auto = cuda, then mps, then cpu) and `amp`.
+"""Where jobs run and in what precision: resolving `device` (auto = cuda, then mps, then cpu) and `amp`, and
+whether TensorRT can build engines here.
 
 Worker side; never imports Qt.
 """
@@ -6,6 +7,7 @@ Worker side; never imports Qt.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import shutil
 
 import torch
@@ -103,3 +105,16 @@ class HostReader:
         done.synchronize()
         return buffer.clone()
 
+
+def tensorrt_availability(has_cuda: bool) -> dict:
+    """{available, reason}: whether torch_tensorrt can build engines here (devices.list and the TensorRT export
+    both ask)."""
+    if importlib.util.find_spec("torch_tensorrt") is None:
+        return {"available": False, "reason": "torch-tensorrt is not installed (pip install 'torch-workbench[tensorrt]')"}
+    if not has_cuda:
+        return {"available": False, "reason": "TensorRT needs a CUDA device; none is visible"}
+    try:
+        import torch_tensorrt  # noqa: F401
+    except Exception as exc:
+        return {"available": False, "reason": f"torch-tensorrt failed to import: {exc}"}
+    return {"available": True, "reason": ""}

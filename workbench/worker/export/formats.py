@@ -223,7 +223,7 @@ def onnx_runner(session) -> Callable:
 
 def tensorrt_status(device: torch.device) -> tuple[bool, str]:
     """Whether torch_tensorrt can build an engine on `device`, and why not (the reasons devices.list gives)."""
-    from workbench.worker.tasks.devices import tensorrt_availability
+    from workbench.worker.devices import tensorrt_availability
 
     status = tensorrt_availability(torch.cuda.is_available())
     if status["available"] and device.type != "cuda":

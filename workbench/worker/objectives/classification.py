@@ -1,4 +1,4 @@
-"""Classification: one class index per sample, scores (N, C). Loss from training/losses.build_loss, accuracy as
+"""Classification: one class index per sample, scores (N, C). Loss from objectives/losses.build_loss, accuracy as
 the monitor, and the test evaluation (confusion matrix, per-class accuracy, most confidently wrong samples).
 """
 
@@ -26,7 +26,7 @@ class ClassificationObjective(Objective):
         super().__init__(loss_name=resolved, num_outputs=num_outputs, label_smoothing=label_smoothing)
         # The very function today's engine uses, so loss values stay bit-identical. Imported here, not at the
         # top: the training package imports this one, and importing it back at import time would be circular.
-        from workbench.worker.training.losses import build_loss
+        from workbench.worker.objectives.losses import build_loss
 
         self._loss = build_loss(resolved, label_smoothing=label_smoothing, num_classes=num_outputs)
 

@@ -7,6 +7,7 @@ import os
 import platform
 import shutil
 
+from workbench.worker.devices import tensorrt_availability
 from workbench.worker.registry import register_task
 
 
@@ -30,20 +31,6 @@ def _onnxruntime_providers() -> list[str]:
         return list(onnxruntime.get_available_providers())
     except Exception:
         return []
-
-
-def tensorrt_availability(has_cuda: bool) -> dict:
-    """{available, reason}: whether torch_tensorrt can build engines here (devices.list and the TensorRT export
-    both ask)."""
-    if importlib.util.find_spec("torch_tensorrt") is None:
-        return {"available": False, "reason": "torch-tensorrt is not installed (pip install 'torch-workbench[tensorrt]')"}
-    if not has_cuda:
-        return {"available": False, "reason": "TensorRT needs a CUDA device; none is visible"}
-    try:
-        import torch_tensorrt  # noqa: F401
-    except Exception as exc:
-        return {"available": False, "reason": f"torch-tensorrt failed to import: {exc}"}
-    return {"available": True, "reason": ""}
 
 
 def _compile_status(device_type: str) -> dict:

@@ -8,6 +8,7 @@ torch loads inside the task, not at import, so listing the worker's tasks stays 
 
 from __future__ import annotations
 
+from workbench.errors import JobError
 from workbench.specs import LrFindSpec, TrainSpec
 from workbench.task_ids import TRAIN_TASK
 from workbench.worker.registry import register_task
@@ -18,9 +19,18 @@ def train_model(spec: TrainSpec, ctx):
     """Train a model (classification, segmentation, regression, ...): live metrics, checkpoints, resume, test
     evaluation."""
     from workbench.worker.job_threads import sized_threads
+    from workbench.worker.models.registry import LIGHTNING, model_trainer
     from workbench.worker.training import run_training
 
+    if ctx.run is None:
+        raise JobError("training needs a run folder to keep its checkpoints: run it with a workspace")
     with sized_threads(ctx.log):  # beside another job, one thread per free core rather than waiting on busy ones
+        if model_trainer(spec.model.name) == LIGHTNING:  # a LightningModule: trained by Lightning's Trainer
+            from workbench.worker.lightning.route import run_lightning_training
+            from workbench.worker.training import tensorboard
+
+            with tensorboard.live(spec, ctx) as board:  # tensorboard = true: Lightning's metrics go there too
+                return run_lightning_training(spec, ctx, board=board)
         return run_training(spec, ctx)
 
 

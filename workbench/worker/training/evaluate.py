@@ -20,7 +20,7 @@ from workbench.worker.models import logits_of
 from workbench.worker.training.batch import call_model
 from workbench.worker.training.batch import channels_last as to_channels_last
 from workbench.worker.training.guards import OutputCheck
-from workbench.worker.training.losses import LossFn
+from workbench.worker.objectives.losses import LossFn
 
 
 def indexed_batches(split, batch_size: int, device: torch.device, *, rank: int = 0,

@@ -14,7 +14,7 @@ import torch
 
 from workbench.errors import JobError
 from workbench.worker.data.user_labels import classes_text, is_label_batch
-from workbench.worker.training.losses import LossFn
+from workbench.worker.objectives.losses import LossFn
 
 # A classification loss (cross_entropy, nll, mse on one-hot targets) starts near ln(num_classes) or below, a
 # few units, and a run that learns only lowers it. A mean loss a million times the first one read back has

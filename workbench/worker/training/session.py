@@ -21,7 +21,6 @@ from workbench.worker.data import load_dataset
 from workbench.worker.devices import check_amp, check_compile, describe, resolve_device
 from workbench.worker.models import build_model, count_parameters
 from workbench.worker.models.build import model_class_count, resolve_num_classes
-from workbench.worker.models.registry import LIGHTNING, model_trainer
 from workbench.worker.objectives import check_target, detect_task, target_num_outputs
 from workbench.worker.objectives.of_run import first_input, format_metric, is_user_data, objective_for
 from workbench.worker.training import tensorboard, torchrun
@@ -71,17 +70,10 @@ def _number(value):
 
 def run_training(spec: TrainSpec, ctx) -> dict:
     """The `train.model` task: train, evaluate on the test split, return the result."""
-    run = ctx.run
-    if run is None:
-        raise JobError("training needs a run folder to keep its checkpoints: run it with a workspace")
     # tensorboard = true: every metric the job records also goes to the run's tensorboard/ folder, from every
     # route (this process, DDP ranks' relay, torchrun's rank 0, Lightning), since all of them report through
     # ctx.
     with tensorboard.live(spec, ctx) as board:
-        if model_trainer(spec.model.name) == LIGHTNING:  # a LightningModule: trained by Lightning's Trainer
-            from workbench.worker.lightning.route import run_lightning_training
-
-            return run_lightning_training(spec, ctx, board=board)
         device = resolve_device(spec.device)
         group = torchrun.active()  # a rank of a torchrun group (global rank 0: the others never get here)
         if group is None or group.world_size == 1:

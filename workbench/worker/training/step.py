@@ -17,7 +17,7 @@ from workbench.worker.devices import autocast
 from workbench.worker.models import logits_of
 from workbench.worker.training.batch import call_model, channels_last
 from workbench.worker.training.guards import OutputCheck
-from workbench.worker.training.losses import LossFn
+from workbench.worker.objectives.losses import LossFn
 
 
 def _is_compile_error(exc: BaseException) -> bool:
