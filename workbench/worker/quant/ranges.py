@@ -21,7 +21,8 @@ from workbench.worker.quant.quantizer import Grid, qparams_from_range, quant_deq
 COARSE_STEPS = 100  # candidate clipping ranges alpha * (lo, hi), alpha = 1/100 .. 1
 FINE_STEPS = 20  # then a grid ten times finer (1/1000) within one coarse step either side of ...
 REFINED = 3  # ... each of the three best local minima of the coarse errors
-FINEST_STEPS = 20  # and a grid ten times finer again (1/10000) within one fine step of each window's best
+FINEST_STEPS = 20  # then grids ten times finer again (1/10000, 1/100000), each within one step of the best so far
+FINER_STAGES = 2
 BN_SIGMAS = 6.0  # the paper's BN-based range: beta +- 6 gamma
 
 
@@ -108,11 +109,12 @@ def grid_search(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     """The clipping range alpha * (lo, hi) per row that minimises `objective(lo, hi) -> error`, where lo and hi
     are (K, C): K candidates for each of the C rows at once, `chunk` candidates per call.
 
-    In three stages: every alpha on the grid 1/coarse .. 1 for every row; then the grid `fine / 2` times finer
+    In stages: every alpha on the grid 1/coarse .. 1 for every row; then the grid `fine / 2` times finer
     within one coarse step either side of each row's `top` best local minima of the coarse errors (the error is not
     convex in alpha: at low bit widths it has several dips, and near alpha = 1 it ripples with the zero point's
-    rounding); then `finest / 2` times finer again within one fine step of each of those windows' best alpha, as
-    a lumpy tensor (clusters of values that line up with the grid's levels) has dips narrower than a fine step.
+    rounding); then FINER_STAGES grids each `finest / 2` times finer again, within one step of the previous grid
+    of the best alpha so far, as a lumpy tensor (clusters of values that line up with the grid's levels) has dips
+    narrower than a fine step.
     """
 
     def evaluate(alphas: torch.Tensor) -> torch.Tensor:
@@ -135,11 +137,16 @@ def grid_search(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     coarse_errors = evaluate(coarse_alphas)
     fine_alphas = around(coarse_alphas.gather(0, _best_minima(coarse_errors, top)), fine, 1 / coarse)
     fine_errors = evaluate(fine_alphas)
-    windows = fine_errors.view(-1, fine + 1, rows).argmin(dim=1, keepdim=True)  # (top, 1, C)
-    window_best = fine_alphas.view(-1, fine + 1, rows).gather(1, windows)[:, 0]
-    finest_alphas = around(window_best, finest, 2 / (coarse * fine)) if finest else fine_alphas[:0]
-    alphas = torch.cat([coarse_alphas, fine_alphas, finest_alphas])
-    errors = torch.cat([coarse_errors, fine_errors, evaluate(finest_alphas)])
+    alphas, errors = torch.cat([coarse_alphas, fine_alphas]), torch.cat([coarse_errors, fine_errors])
+    # The first finer grid goes around the `top` best local minima of the fine errors (dips a ripple apart, in one
+    # window or several, differ by less than their depth), later ones around the best so far.
+    centres = fine_alphas.gather(0, _best_minima(fine_errors, top))
+    step = 2 / (coarse * fine)
+    for _ in range(FINER_STAGES if finest else 0):  # each `finest / 2` times finer, within a step of the centres
+        finer = around(centres, finest, step)
+        alphas, errors = torch.cat([alphas, finer]), torch.cat([errors, evaluate(finer)])
+        centres = alphas.gather(0, errors.argmin(dim=0, keepdim=True))
+        step *= 2 / finest
     best = alphas.gather(0, errors.argmin(dim=0, keepdim=True))[0]
     return best * lo, best * hi
 
