@@ -544,6 +544,36 @@ def main() -> int:
             window.move(0, 0)
             QTimer.singleShot(2000, next_job)
             return
+        if scene == "quant-doctor":  # the Doctor view: per-tensor W4A8 minmax, diagnosed and its fixes applied
+            from workbench.specs import QuantSpec, TrainSpec
+
+            window.start_training(TrainSpec.from_dict({"epochs": 5}))
+            started: list[bool] = []
+
+            def doctor_step() -> None:
+                training, quant = window.training_panel, window.navigation.quant_tab
+                if training.job_of_run or not training.runs or (quant.is_built and window.quant_panel.job_of_run):
+                    QTimer.singleShot(500, doctor_step)
+                    return
+                if not started:
+                    started.append(True)
+                    window.start_quantization(QuantSpec.from_dict({
+                        "source": {"run": next(iter(training.runs))},
+                        "weights": {"bits": 4, "granularity": "per_tensor", "range": "minmax"},
+                        "activations": {"bits": 8, "range": "minmax"}, "doctor": {"enabled": True, "apply": True}}))
+                    QTimer.singleShot(1500, doctor_step)
+                    return
+                from PySide6.QtWidgets import QDockWidget
+
+                for dock in window.findChildren(QDockWidget):  # the Jobs and Log docks closed (View menu)
+                    dock.hide()
+                panel = window.quant_panel
+                panel.plots.setCurrentWidget(panel.doctor)
+                panel.splitters["right"].setSizes([120, 620])  # the layer table short: the findings take the room
+                QTimer.singleShot(2000, capture)
+
+            QTimer.singleShot(2000, doctor_step)
+            return
         if scene == "quant-wizard":  # the New quantization wizard on a trained run: one PNG per page (OUT-<page>.png)
             from PySide6.QtWidgets import QApplication as App
 

@@ -12,12 +12,10 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QFrame,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QPushButton,
-    QScrollArea,
     QSplitter,
     QStackedWidget,
     QTableWidget,
@@ -37,6 +35,7 @@ COLUMN_TIPS = ("How much this layer costs: dB of logit SQNR (or the monitor's dr
                "Logit SQNR the best fix gained, measured by applying it and quantizing again",
                "What the best fix did to the run's monitor (accuracy, mIoU, …), measured the same way")
 FINDING_ROLE = Qt.UserRole + 1
+FINDING_ROWS = 5  # findings in view above the evidence at first; a person drags the splitter for more
 CAUSES = {"outlier_channels": "outlier channels", "mixed_range_concat": "mixed-range concat",
           "weight_outliers": "weight outliers", "clipping": "clipping", "bias_shift": "bias shift",
           "low_bits_sensitive": "sensitive at low bits", "relu6_blocks_cle": "ReLU6 blocks CLE",
@@ -102,12 +101,10 @@ class DoctorView(QWidget):
         self.empty.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.empty.setToolTip("The doctor is off for this run")
         self.pages.addWidget(self.empty)
-        # Scrolled when the tab is short: the view's own minimum would otherwise take height from the layer table.
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QFrame.NoFrame)
-        scroll.setWidget(self._build_content())
-        self.pages.addWidget(scroll)
+        content = self._build_content()
+        # No minimum of its own: a short tab squeezes the evidence rather than taking height from the layer table.
+        content.setMinimumSize(1, 1)
+        self.pages.addWidget(content)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.pages)
@@ -136,6 +133,9 @@ class DoctorView(QWidget):
         self.evidence = EvidenceView()
         self.tried = self._table(("Fix tried", "Logit SQNR", "Monitor"),
                                  "Every fix tried for this finding, with what it measured after quantizing again")
+        # The fix's name takes the width the numbers leave: no horizontal scroll bar in a narrow column.
+        self.tried.horizontalHeader().setStretchLastSection(False)
+        self.tried.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
         self.try_button = QPushButton("Try fix")
         self.try_button.setToolTip("Quantize again with only this finding's fix applied, to see its before and "
                                    "after (a new run)")
@@ -158,7 +158,10 @@ class DoctorView(QWidget):
         self.splitter = QSplitter(Qt.Vertical)
         self.splitter.addWidget(self.table)
         self.splitter.addWidget(detail)
-        self.splitter.setSizes([150, 330])
+        # The findings take the rows they need (up to FINDING_ROWS); the evidence takes the rest and never collapses.
+        self.splitter.setCollapsible(1, False)
+        self.splitter.setStretchFactor(0, 0)
+        self.splitter.setStretchFactor(1, 1)
         content = QWidget()
         layout = QVBoxLayout(content)
         layout.setContentsMargins(4, 4, 4, 4)
@@ -242,8 +245,9 @@ class DoctorView(QWidget):
             for column, text in enumerate(cells):
                 self.applied_table.setItem(row, column, QTableWidgetItem(str(text)))
         self.applied_table.setVisible(bool(applied))
-        rows = self.applied_table.verticalHeader().defaultSectionSize() * (min(len(applied), 4) + 1)
-        self.applied_table.setFixedHeight(rows + 2 * self.applied_table.frameWidth() + 4)
+        table = self.applied_table
+        rows = table.verticalHeader().defaultSectionSize() * min(len(applied), 4)
+        table.setFixedHeight(table.horizontalHeader().sizeHint().height() + rows + 2 * table.frameWidth() + 2)
 
     def _fill_findings(self) -> None:
         self.table.blockSignals(True)
@@ -267,6 +271,16 @@ class DoctorView(QWidget):
             shade.setAlpha(int(40 + 170 * max(0.0, min(1.0, (severity or 0.0) / worst))))
             self.table.item(row, 0).setBackground(shade)
         self.table.blockSignals(False)
+        self._fit_findings()
+
+    def _fit_findings(self) -> None:
+        """The findings table as tall as its rows (FINDING_ROWS at most), the evidence below taking the rest."""
+        table = self.table
+        rows = max(1, min(len(self.findings), FINDING_ROWS))
+        height = (table.horizontalHeader().sizeHint().height() + rows * table.verticalHeader().defaultSectionSize()
+                  + 2 * table.frameWidth() + 2)
+        total = sum(self.splitter.sizes()) or 480
+        self.splitter.setSizes([height, max(total - height, 200)])
 
     def select_finding(self, layer: str) -> bool:
         """Select the worst finding of `layer` (a graph node's click comes here); False when it has none."""
