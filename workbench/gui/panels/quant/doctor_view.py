@@ -115,6 +115,7 @@ class DoctorView(QWidget):
         self.header = QLabel()
         self.header.setWordWrap(True)
         self.header.setTextFormat(Qt.RichText)
+        self.header.setToolTip("The run's logit SQNR and monitor as quantized, and after the fixes it applied")
         self.apply_button = QPushButton("Apply all")
         self.apply_button.setToolTip("Quantize again with the doctor applying every fix that measurably helped: a "
                                      "new run with a doctor rung on its ladder")
@@ -130,6 +131,7 @@ class DoctorView(QWidget):
         self.summary = QLabel()
         self.summary.setWordWrap(True)
         self.summary.setTextFormat(Qt.RichText)
+        self.summary.setToolTip("What the doctor found for the selected layer, and what its fix does")
         self.evidence = EvidenceView()
         self.tried = self._table(("Fix tried", "Logit SQNR", "Monitor"),
                                  "Every fix tried for this finding, with what it measured after quantizing again")
@@ -142,6 +144,7 @@ class DoctorView(QWidget):
         self.result = QLabel()
         self.result.setWordWrap(True)
         self.result.setTextFormat(Qt.RichText)
+        self.result.setToolTip("The fix's measured effect: before and after when this run applied it")
         buttons = QHBoxLayout()
         buttons.addWidget(self.result, 1)
         buttons.addWidget(self.try_button, 0, Qt.AlignTop)
