@@ -127,7 +127,7 @@ def test_the_wizard_writes_the_doctor_fields(fake_window, qtbot, trained):
     qtbot.addWidget(wizard)
     form = wizard.pipeline_page.form
     enabled, apply = form.widgets["doctor.enabled"], form.widgets["doctor.apply"]
-    assert enabled.text() == "Doctor: diagnose after the ladder" and apply.text() == "apply verified fixes"
+    assert enabled.text() == "Doctor: diagnose after the ladder" and apply.text() == "Apply verified fixes"
     assert not apply.isEnabled() and enabled.toolTip()
     enabled.setChecked(True)
     assert apply.isEnabled()

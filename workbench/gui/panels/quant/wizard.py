@@ -35,7 +35,7 @@ CALIBRATION_FIELDS = ["calibration.samples", "calibration.seed", "eval_samples",
 PIPELINE_FIELDS = ["fold_bn", "cle", "adaround.enabled", "adaround.iterations", "bias_correction", "qat.epochs",
                    "qat.lr", "sensitivity", "mixed_precision.target_drop", "doctor.enabled", "doctor.apply"]
 # The doctor's checkboxes, said as what they do (the spec's field names alone read as jargon).
-DOCTOR_TEXTS = {"doctor.enabled": "Doctor: diagnose after the ladder", "doctor.apply": "apply verified fixes"}
+DOCTOR_TEXTS = {"doctor.enabled": "Doctor: diagnose after the ladder", "doctor.apply": "Apply verified fixes"}
 # The allowed drop's tooltip where it is typed in percentage points (the spec's own help speaks of a fraction).
 DROP_IN_POINTS = ("Accuracy (or mIoU, mean AP) that the mixed-precision proposal may lose against FP32, in "
                   "percentage points: 1 allows one point (the spec keeps 0.01); 0 asks for no proposal. A "
