@@ -70,8 +70,8 @@ def export_and_check(sim, example: torch.Tensor, inputs: list[tuple[str, torch.T
     info = onnx_qdq.export_qdq(build, path, opset=18, dynamic_batch=True, say=_say, example=example)
     cpu = torch.device("cpu")
     deployed = formats.onnx_runner(formats.onnx_session(path, cpu))
-    parity = qdq_job._parity(build, path, cpu, deployed, inputs, list(RANDOM), 0, 0, _Ctx())
-    return {"info": info, "layers": layers, "parity": parity, "proto": onnx.load(str(path))}
+    parity, by_module, _ = qdq_job._parity(build, path, cpu, deployed, inputs, list(RANDOM), 0, 0, _Ctx())
+    return {"info": info, "layers": layers, "parity": parity, "by_module": by_module, "proto": onnx.load(str(path))}
 
 
 def _dequantize_feeding(proto, op_type: str) -> list:
