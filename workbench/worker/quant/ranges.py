@@ -21,7 +21,7 @@ from workbench.worker.quant.quantizer import Grid, qparams_from_range, quant_deq
 COARSE_STEPS = 100  # candidate clipping ranges alpha * (lo, hi), alpha = 1/100 .. 1
 FINE_STEPS = 20  # then a grid ten times finer (1/1000) within one coarse step either side of ...
 REFINED = 3  # ... each of the three best local minima of the coarse errors
-FINEST_STEPS = 20  # then grids ten times finer again (1/10000, 1/100000), each within one step of the best so far
+FINEST_STEPS = 10  # then grids five times finer again (1/5000, 1/25000), each within one step of the best
 FINER_STAGES = 2
 BN_SIGMAS = 6.0  # the paper's BN-based range: beta +- 6 gamma
 
