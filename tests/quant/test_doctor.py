@@ -8,6 +8,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from event_recorder import Events
@@ -394,3 +395,14 @@ def test_relu6_to_relu_changes_only_what_clipped_and_lets_cle_pair_the_layers():
     assert clipped and not torch.allclose(gm(x), model(x), atol=1e-4)  # the float model no longer clips at 6
     model.act = torch.nn.ReLU()
     assert torch.allclose(gm(x), model(x), atol=1e-3)  # and is otherwise the same function
+
+
+def test_an_evidence_histogram_has_one_edge_more_than_its_bins():
+    """Merged for the window, a histogram keeps its last edge once: edges and counts still pair up as bins."""
+    from workbench.worker.quant.doctor import diagnose
+
+    for bins in (10, 255, 512, 2048):
+        job = type("Job", (), {"arrays": {"t:counts": [np.ones(bins)], "t:edges": [np.linspace(-1.0, 1.0, bins + 1)]}})
+        hist = diagnose._histogram(job, "t")
+        assert len(hist["edges"]) == len(hist["counts"]) + 1
+        assert hist["edges"][0] == -1.0 and hist["edges"][-1] == 1.0 and sum(hist["counts"]) == bins

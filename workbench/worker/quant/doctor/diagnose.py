@@ -243,8 +243,10 @@ def _histogram(job, key: str) -> dict:
         return {"edges": [], "counts": []}
     counts, edges = np.asarray(counts[0], dtype=np.float64), np.asarray(edges[0], dtype=np.float64)
     step = max(1, int(np.ceil(len(counts) / (MAX_LIST - 1))))
-    merged = np.add.reduceat(counts, np.arange(0, len(counts), step))
-    return {"edges": _short(edges[::step].tolist() + [edges[-1]], MAX_LIST + 1), "counts": _short(merged)}
+    starts = np.arange(0, len(counts), step)
+    merged = np.add.reduceat(counts, starts)
+    bounds = np.append(starts, len(counts))  # one edge more than merged bins, the last edge once
+    return {"edges": _short(edges[bounds].tolist(), MAX_LIST + 1), "counts": _short(merged)}
 
 
 def clipping(job) -> list[Finding]:
