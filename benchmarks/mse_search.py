@@ -1,10 +1,10 @@
 """Speed and fidelity of the MSE range search against the search it replaced (coarse 1/100, then 1/1000 around
-the three best coarse candidates), both run in this process on the same tensors: time ratio new / old, and each
-one's error above a 1/20000 exhaustive search.
+the three best coarse candidates), both run in this process on the same tensors: time ratio new / old, and
+each one's error above a 1/20000 exhaustive search.
 
-Tensors: the per-channel weights of torchvision resnet18 (random weights), and activations as the task sees them
-(every calibration value in a 2^15-bin histogram): lumpy ones (49 % exact zeros, ~10k distinct values in narrow
-clusters) and smooth ones (a ReLU'd and a signed Laplace).
+Tensors: the per-channel weights of torchvision resnet18 (random weights), and activations as the task sees
+them (every calibration value in a 2^15-bin histogram): lumpy ones (49 % exact zeros, ~10k distinct values in
+narrow clusters) and smooth ones (a ReLU'd and a signed Laplace).
 
     .venv/bin/python benchmarks/mse_search.py [--repeats 3] [--threads 1]
 """
@@ -46,9 +46,10 @@ def old_search(objective: Callable, lo: torch.Tensor, hi: torch.Tensor, chunk: i
 def lumpy(seed: int, n: int = 200_000) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     centres = torch.rand(40, generator=g) * 0.6 + 0.4
-    pool = (centres[torch.randint(0, 40, (14_000,), generator=g)] + torch.randn(14_000, generator=g) * 8e-4) * 6
+    pool = centres[torch.randint(0, 40, (14_000,), generator=g)] + torch.randn(14_000, generator=g) * 8e-4
+    pool = pool.clamp(min=1e-3 / 6) * 6
     weights = torch.rand(14_000, generator=g) ** 3
-    positive = pool.clamp(min=1e-3)[torch.multinomial(weights, n - int(n * 0.49), replacement=True, generator=g)]
+    positive = pool[torch.multinomial(weights, n - int(n * 0.49), replacement=True, generator=g)]
     return torch.cat([torch.zeros(int(n * 0.49)), positive])
 
 
@@ -57,7 +58,8 @@ def activations() -> list[tuple[str, torch.Tensor, Grid]]:
     laplace = torch.distributions.Laplace(0.0, 1.0).sample((2**17,))
     out = [(f"lumpy {seed}", lumpy(seed), Grid.for_activations(8, False, True)) for seed in range(6)]
     out.append(("relu laplace", laplace.clamp(min=0), Grid.for_activations(8, False, True)))
-    out.append(("signed laplace", laplace * (1 + torch.rand(1, generator=g)), Grid.for_activations(8, False, False)))
+    signed = laplace * (1 + torch.rand(1, generator=g))
+    out.append(("signed laplace", signed, Grid.for_activations(8, False, False)))
     return out
 
 
@@ -66,7 +68,8 @@ def exhaustive(values: torch.Tensor, grid: Grid, steps: int = 20_000) -> float:
     objective = binned_squared_error(distinct.unsqueeze(0), counts.double().unsqueeze(0), grid)
     lo, hi = values.min().double().reshape(1), values.max().double().reshape(1)
     alphas = (torch.arange(1, steps + 1, dtype=torch.float64) / steps).unsqueeze(1)
-    return float(torch.cat([objective(a * lo, a * hi) for a in alphas.split(max(1, 2**22 // len(distinct)))]).min())
+    per_call = max(1, 2**22 // len(distinct))
+    return float(torch.cat([objective(a * lo, a * hi) for a in alphas.split(per_call)]).min())
 
 
 def timed(search: Callable, problems: list[tuple]) -> tuple[float, list[tuple[torch.Tensor, torch.Tensor]]]:
@@ -86,7 +89,8 @@ def main() -> None:
         if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)):
             rows = module.weight.detach().reshape(module.weight.shape[0], -1)
             grid = Grid.for_weights(8, True)
-            weight_problems.append((squared_error(rows, grid), rows.min(1).values, rows.max(1).values, _chunk(rows)))
+            lo, hi = rows.min(1).values, rows.max(1).values
+            weight_problems.append((squared_error(rows, grid), lo, hi, _chunk(rows)))
     acts, act_problems = activations(), []
     for _, values, grid in acts:
         histogram = StreamingHistogram()
@@ -107,8 +111,8 @@ def main() -> None:
     print("error above the exhaustive best (1/20000 grid, every value):   old      new")
     for (name, values, grid), old, new in zip(acts, old_ranges, new_ranges):
         best = exhaustive(values, grid)
-        errors = [float(squared_error(values.double().reshape(1, -1), grid)(lo.double(), hi.double())[0]) / best - 1
-                  for lo, hi in (old, new)]
+        objective = squared_error(values.double().reshape(1, -1), grid)
+        errors = [float(objective(lo.double(), hi.double())[0]) / best - 1 for lo, hi in (old, new)]
         print(f"  {name:<58} {errors[0]:7.2%}  {errors[1]:7.2%}")
 
 

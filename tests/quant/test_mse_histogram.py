@@ -1,5 +1,6 @@
-"""The MSE activation range is searched on every calibration value (issue #22): a streaming histogram keeps them
-all, exactly in count and sum, and the range it picks is within 0.5 % of an exhaustive search over the raw values."""
+"""The MSE activation range is searched on every calibration value (issue #22): a streaming histogram keeps
+them all, exactly in count and sum, and the range it picks is within 0.5 % of an exhaustive search over the
+raw values."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from workbench.worker.quant.sim import SAMPLE_CAP, Observer
 
 
 def batches(seed: int, count: int = 8, size: int = 2**16) -> list[torch.Tensor]:
-    """Heavy-tailed activations whose extremes grow batch by batch (the histogram widens as they arrive), with a
-    few rare outliers, as a post-GELU or residual tensor has: where a clipped range pays off, and a sample misses
-    tails."""
+    """Heavy-tailed activations whose extremes grow batch by batch (the histogram widens as they arrive), with
+    a few rare outliers, as a post-GELU or residual tensor has: where a clipped range pays off, and a sample
+    misses tails."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for i in range(count):
@@ -73,17 +74,18 @@ def test_the_mse_range_is_within_half_a_percent_of_an_exhaustive_search(bits, no
     assert mse(everything, *chosen, grid) <= best * 1.005
 
 
-# --- lumpy activations: narrow dips in the error that a 1/1000 grid steps over -------------------------------------
+# --- lumpy activations: narrow dips in the error that a 1/1000 grid steps over ------------------------------
 
 
 def lumpy(seed: int, n: int = 200_000, zeros: float = 0.49, distinct: int = 14_000, clusters: int = 40,
           width: float = 0.0008, floor: float = 0.4) -> torch.Tensor:
-    """`zeros` of the values exactly 0 (a ReLU's), the rest drawn from about `distinct` values in `clusters` narrow
-    clusters (relative `width`) between `floor` and 1 of the max, unevenly weighted: a few clusters line up with the
-    8-bit grid's levels for only a narrow band of ranges."""
+    """`zeros` of the values exactly 0 (a ReLU's), the rest drawn from about `distinct` values in `clusters`
+    narrow clusters (relative `width`) between `floor` and 1 of the max, unevenly weighted: a few clusters
+    line up with the 8-bit grid's levels for only a narrow band of ranges."""
     g = torch.Generator().manual_seed(seed)
     centres = torch.rand(clusters, generator=g) * (1 - floor) + floor
-    pool = centres[torch.randint(0, clusters, (distinct,), generator=g)] + torch.randn(distinct, generator=g) * width
+    pool = centres[torch.randint(0, clusters, (distinct,), generator=g)]
+    pool = pool + torch.randn(distinct, generator=g) * width
     pool = pool.clamp(min=1e-3) * 6
     weights = torch.rand(distinct, generator=g) ** 3
     positive = pool[torch.multinomial(weights, n - int(n * zeros), replacement=True, generator=g)]
@@ -92,20 +94,24 @@ def lumpy(seed: int, n: int = 200_000, zeros: float = 0.49, distinct: int = 14_0
 
 def exhaustive_best(values: torch.Tensor, grid: Grid, steps: int = 20_000) -> float:
     """The least squared error over every upper bound alpha * max, alpha on the grid 1/steps .. 1 (lower bound
-    alpha * min), each evaluated on every distinct value weighted by its count: the same sum as over all values."""
+    alpha * min), each evaluated on every distinct value weighted by its count: the same sum as over all
+    values."""
     distinct, counts = torch.unique(values.double(), return_counts=True)
     objective = binned_squared_error(distinct.unsqueeze(0), counts.double().unsqueeze(0), grid)
     lo, hi = values.min().double().reshape(1), values.max().double().reshape(1)
     alphas = (torch.arange(1, steps + 1, dtype=torch.float64) / steps).unsqueeze(1)
-    return float(torch.cat([objective(a * lo, a * hi) for a in alphas.split(max(1, 2**22 // len(distinct)))]).min())
+    per_call = max(1, 2**22 // len(distinct))
+    return float(torch.cat([objective(a * lo, a * hi) for a in alphas.split(per_call)]).min())
 
 
 def chosen_error(values: torch.Tensor, grid: Grid, batches: int = 4) -> float:
-    """The squared error over all values of the range the mse estimator picks from the calibration histogram."""
+    """The squared error over all values of the range the mse estimator picks from the calibration
+    histogram."""
     from workbench.worker.quant.ranges import estimate
 
     observer = Observer(batches, seed=0, keep_rows=False, histogram=True)
-    for part in values[torch.randperm(len(values), generator=torch.Generator().manual_seed(1))].chunk(batches):
+    shuffled = values[torch.randperm(len(values), generator=torch.Generator().manual_seed(1))]
+    for part in shuffled.chunk(batches):
         observer.update(part)
     lo, hi = estimate("mse", observer.observed(), grid)
     return mse(values.double(), lo.double(), hi.double(), grid)
@@ -124,8 +130,8 @@ def test_a_lumpy_activation_gets_within_half_a_percent_of_the_exhaustive_best(se
 @given(seed=st.integers(0, 2**31 - 1), bits=st.sampled_from([4, 6, 8]), zeros=st.floats(0.0, 0.6),
        clusters=st.integers(2, 60), width=st.floats(1e-4, 2e-2), floor=st.floats(0.0, 0.9),
        signed=st.booleans())
-def test_the_mse_range_of_random_lumpy_activations_is_within_half_a_percent(seed, bits, zeros, clusters, width,
-                                                                            floor, signed):
+def test_the_mse_range_of_random_lumpy_activations_is_within_half_a_percent(
+        seed, bits, zeros, clusters, width, floor, signed):
     values = lumpy(seed, n=20_000, zeros=zeros, distinct=2_000, clusters=clusters, width=width, floor=floor)
     if signed:  # a few clusters below zero too, so the zero point moves with the range
         values = torch.where(torch.arange(len(values)) % 3 == 0, -0.4 * values, values)

@@ -34,7 +34,8 @@ def test_per_tensor_equals_torch_fake_quantize(bits, symmetric):
     torch.manual_seed(bits)
     x = torch.randn(4096) * 3 + (0 if symmetric else 1.5)
     grid = Grid.for_weights(bits, symmetric)
-    qp = qparams_from_range(x.min(), x.max() * 0.8, grid)  # some clipping at the top, so clamping is exercised
+    # some clipping at the top, so clamping is exercised
+    qp = qparams_from_range(x.min(), x.max() * 0.8, grid)
     expected = torch.fake_quantize_per_tensor_affine(x, float(qp.scale), int(qp.zero_point), grid.qmin, grid.qmax)
     assert torch.equal(fake_quant(x, qp), expected)  # the plain-ops path (no gradient wanted)
     assert torch.equal(fake_quant(x.clone().requires_grad_(), qp).detach(), expected)  # torch's op
@@ -76,7 +77,7 @@ def test_range_always_holds_zero_and_the_gradient_passes_straight_through():
     assert torch.equal(x.grad, inside.float())
 
 
-# --- far outside the grid: the no-gradient path is the grid's value, exactly --------------------------------------
+# --- far outside the grid: the no-gradient path is the grid's value, exactly --------------------------------
 
 FINITE = st.floats(allow_nan=False, allow_infinity=False, width=32)  # every finite float32
 
@@ -120,7 +121,8 @@ def test_no_grad_fake_quant_is_dequantize_of_quantize_per_channel(values, bounds
     qp = qparams_from_range(-b * 0.5, b, grid, axis=axis)
     got = fake_quant(x, qp)
     assert torch.equal(got, dequantize(quantize(x, qp), qp))
-    inside = x.abs() < 1e9  # where torch's op (the gradient path) is exact too: its int64 cast does not overflow
+    # where torch's op (the gradient path) is exact too: its int64 cast does not overflow
+    inside = x.abs() < 1e9
     graded = fake_quant(x.clone().requires_grad_(), qp).detach()
     assert torch.equal(graded[inside], got[inside])
 

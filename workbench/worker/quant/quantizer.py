@@ -1,5 +1,5 @@
-"""Uniform affine quantizers on plain torch ops: the integer grid (qmin, qmax), scale and zero point from a range,
-and quantize-dequantize per tensor or per channel (torch.fake_quantize_*: straight-through gradient).
+"""Uniform affine quantizers on plain torch ops: the integer grid (qmin, qmax), scale and zero point from a
+range, and quantize-dequantize per tensor or per channel (torch.fake_quantize_*: straight-through gradient).
 
 x_int = clamp(round(x / s) + z, qmin, qmax), x_hat = s (x_int - z). Worker side; never imports Qt.
 """
@@ -20,7 +20,8 @@ class Grid:
     bits: int
     symmetric: bool
     signed: bool
-    restricted: bool = False  # signed symmetric only: +-(2^(b-1)-1), dropping -2^(b-1) (ONNX/TensorRT weights)
+    # signed symmetric only: +-(2^(b-1)-1), dropping -2^(b-1) (ONNX/TensorRT weights)
+    restricted: bool = False
 
     def __post_init__(self):
         if not 2 <= self.bits <= 16:
@@ -45,7 +46,8 @@ class Grid:
 
     @classmethod
     def for_weights(cls, bits: int, symmetric: bool, restricted: bool = True) -> Grid:
-        # Symmetric weights are signed (zero point 0); asymmetric ones use the unsigned grid with a fitted zero point.
+        # Symmetric weights are signed (zero point 0); asymmetric ones use the unsigned grid with a fitted
+        # zero point.
         return cls(bits, symmetric, signed=symmetric, restricted=restricted)
 
     @classmethod
@@ -56,7 +58,8 @@ class Grid:
 
 @dataclass
 class QParams:
-    """Scale and zero point of one quantizer: 0-d tensors per tensor, (C,) tensors per channel along `axis`."""
+    """Scale and zero point of one quantizer: 0-d tensors per tensor, (C,) tensors per channel along
+    `axis`."""
 
     scale: torch.Tensor  # float32
     zero_point: torch.Tensor  # int32
@@ -101,9 +104,9 @@ def _broadcast(t: torch.Tensor, x: torch.Tensor, axis: int) -> torch.Tensor:
 
 
 def fake_quant(x: torch.Tensor, qp: QParams) -> torch.Tensor:
-    """Quantize-dequantize `x`: with torch's fake-quantize ops where a gradient is wanted (it passes straight through
-    inside the grid), else on plain ops (`quant_dequant`), equal bit for bit and several times faster on a CPU (every
-    activation of every evaluation pass goes through here)."""
+    """Quantize-dequantize `x`: with torch's fake-quantize ops where a gradient is wanted (it passes straight
+    through inside the grid), else on plain ops (`quant_dequant`), equal bit for bit and several times faster
+    on a CPU (every activation of every evaluation pass goes through here)."""
     if not (x.requires_grad and torch.is_grad_enabled()):
         return quant_dequant(x, qp)
     g = qp.grid
@@ -135,8 +138,10 @@ def dequantize(q: torch.Tensor, qp: QParams) -> torch.Tensor:
 
 @torch.no_grad()
 def quant_dequant(x: torch.Tensor, qp: QParams) -> torch.Tensor:
-    """dequantize(quantize(x)) bit for bit, with no gradient, in place on one new tensor: s (clamp(round(x / s) + z)
-    - z). Computed directly rather than as (q(x) - x) + x, which is off the grid for values far outside it (the
+    """dequantize(quantize(x)) bit for bit, with no gradient, in place on one new tensor: s (clamp(round(x /
+    s) + z)
+    - z). Computed directly rather than as (q(x) - x) + x, which is off the grid for values far outside it
+      (the
     float sum loses q(x) against a huge x: 6e7 on a [0, 6] grid came back as 8)."""
     scale = qp.scale if qp.axis is None else _broadcast(qp.scale, x, qp.axis)
     q = x * (1.0 / scale)
@@ -150,8 +155,9 @@ def quant_dequant(x: torch.Tensor, qp: QParams) -> torch.Tensor:
 
 
 def quant_error(x: torch.Tensor, qp: QParams) -> torch.Tensor:
-    """q(x) - x, with no gradient: the plain-ops path (about ten times faster than fake_quantize on a CPU) that
-    error measures run. For q(x) itself use `quant_dequant`: adding x back is not exact far outside the grid."""
+    """q(x) - x, with no gradient: the plain-ops path (about ten times faster than fake_quantize on a CPU)
+    that error measures run. For q(x) itself use `quant_dequant`: adding x back is not exact far outside the
+    grid."""
     with torch.no_grad():
         return quant_dequant(x, qp).sub_(x)
 
@@ -162,12 +168,14 @@ INT32_LOW, INT32_HIGH = -(2**31), 2**31 - 128
 
 def bias_codes(bias: torch.Tensor, input_scale: torch.Tensor, weight_scale: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor, bool]:
-    """A layer's bias as int8 kernels take it: int32 codes round(b / s) on the grid s = input scale x weight scale
-    (per output channel where the weights are), saturated to int32; (codes as float, s, whether any saturated).
-    onnxruntime quantizes a float bias beside quantized inputs the same way (Mul, Div, Round, Cast), in float32."""
+    """A layer's bias as int8 kernels take it: int32 codes round(b / s) on the grid s = input scale x weight
+    scale (per output channel where the weights are), saturated to int32; (codes as float, s, whether any
+    saturated). onnxruntime quantizes a float bias beside quantized inputs the same way (Mul, Div, Round,
+    Cast), in float32."""
     scale = input_scale.float().reshape(()) * weight_scale.float()
     codes = torch.round(bias.float() / scale)
-    # At an end counts too: a saved quantized model keeps the saturated bias, whose codes then sit there exactly.
+    # At an end counts too: a saved quantized model keeps the saturated bias, whose codes then sit there
+    # exactly.
     saturated = bool(((codes <= INT32_LOW) | (codes >= INT32_HIGH)).any())
     return codes.clamp_(INT32_LOW, INT32_HIGH), scale, saturated
 

@@ -1,8 +1,9 @@
-"""Range setting (paper section 3.4): the registry of range estimators (minmax, mse, percentile, cross_entropy, bn)
-and what each one sees of a tensor (`Observed`). An estimator returns the clipping range (lo, hi) per row.
+"""Range setting (paper section 3.4): the registry of range estimators (minmax, mse, percentile,
+cross_entropy, bn) and what each one sees of a tensor (`Observed`). An estimator returns the clipping range
+(lo, hi) per row.
 
-Every estimator is vectorised over rows: one row per output channel for per-channel weights, one row otherwise.
-Worker side; never imports Qt.
+Every estimator is vectorised over rows: one row per output channel for per-channel weights, one row
+otherwise. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ BN_SIGMAS = 6.0  # the paper's BN-based range: beta +- 6 gamma
 class Observed:
     """What a range estimator sees of one tensor.
 
-    `values` is (C, N): the whole weight tensor (one row per output channel, or one row), or for an activation a
-    random sample of the calibration values; `lo`/`hi` (C,) are the true extremes of everything seen, and
+    `values` is (C, N): the whole weight tensor (one row per output channel, or one row), or for an activation
+    a random sample of the calibration values; `lo`/`hi` (C,) are the true extremes of everything seen, and
     `histogram` (centroids, counts), each (1, M), every calibration value in M fine bins (see histogram.py).
     `logits` (N, K) is set for the network's output, `bn` (mean, std per channel of the pre-activation, from a
-    folded BatchNorm) where one precedes the tensor, and `relu` when a ReLU follows that BatchNorm. For a layer's
-    output, `channel_lo`/`channel_hi` are each channel's extremes over the calibration batches.
+    folded BatchNorm) where one precedes the tensor, and `relu` when a ReLU follows that BatchNorm. For a
+    layer's output, `channel_lo`/`channel_hi` are each channel's extremes over the calibration batches.
     """
 
     values: torch.Tensor
@@ -99,22 +100,22 @@ def estimate(name: str, obs: Observed, grid: Grid, percentile: float = 99.99) ->
     return lo.float(), hi.float()
 
 
-# --- the search both mse and cross_entropy use --------------------------------------------------------------------
+# --- the search both mse and cross_entropy use --------------------------------------------------------------
 
 
 def grid_search(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], lo: torch.Tensor, hi: torch.Tensor,
                 coarse: int = COARSE_STEPS, fine: int = FINE_STEPS, top: int = REFINED, chunk: int = 1,
                 check_stop: Callable[[], None] | None = None,
                 finest: int = FINEST_STEPS) -> tuple[torch.Tensor, torch.Tensor]:
-    """The clipping range alpha * (lo, hi) per row that minimises `objective(lo, hi) -> error`, where lo and hi
-    are (K, C): K candidates for each of the C rows at once, `chunk` candidates per call.
+    """The clipping range alpha * (lo, hi) per row that minimises `objective(lo, hi) -> error`, where lo and
+    hi are (K, C): K candidates for each of the C rows at once, `chunk` candidates per call.
 
     In stages: every alpha on the grid 1/coarse .. 1 for every row; then the grid `fine / 2` times finer
-    within one coarse step either side of each row's `top` best local minima of the coarse errors (the error is not
-    convex in alpha: at low bit widths it has several dips, and near alpha = 1 it ripples with the zero point's
-    rounding); then FINER_STAGES grids each `finest / 2` times finer again, within one step of the previous grid
-    of the best alpha so far, as a lumpy tensor (clusters of values that line up with the grid's levels) has dips
-    narrower than a fine step.
+    within one coarse step either side of each row's `top` best local minima of the coarse errors (the error
+    is not convex in alpha: at low bit widths it has several dips, and near alpha = 1 it ripples with the zero
+    point's rounding); then FINER_STAGES grids each `finest / 2` times finer again, within one step of the
+    previous grid of the best alpha so far, as a lumpy tensor (clusters of values that line up with the grid's
+    levels) has dips narrower than a fine step.
     """
 
     def evaluate(alphas: torch.Tensor) -> torch.Tensor:
@@ -127,7 +128,8 @@ def grid_search(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         return torch.cat(errors)
 
     def around(centres: torch.Tensor, steps: int, half_width: float) -> torch.Tensor:
-        """(len(centres) * (steps + 1), C): `steps + 1` alphas evenly over centre +- half_width, each centre."""
+        """(len(centres) * (steps + 1), C): `steps + 1` alphas evenly over centre +- half_width, each
+        centre."""
         offsets = (2 * torch.arange(steps + 1, dtype=lo.dtype, device=lo.device) / steps - 1) * half_width
         return (centres.unsqueeze(1) + offsets.view(1, -1, 1)).reshape(-1, rows).clamp(1e-4, 1.0)
 
@@ -138,11 +140,12 @@ def grid_search(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     fine_alphas = around(coarse_alphas.gather(0, _best_minima(coarse_errors, top)), fine, 1 / coarse)
     fine_errors = evaluate(fine_alphas)
     alphas, errors = torch.cat([coarse_alphas, fine_alphas]), torch.cat([coarse_errors, fine_errors])
-    # The first finer grid goes around the `top` best local minima of the fine errors (dips a ripple apart, in one
-    # window or several, differ by less than their depth), later ones around the best so far.
+    # The first finer grid goes around the `top` best local minima of the fine errors (dips a ripple apart, in
+    # one window or several, differ by less than their depth), later ones around the best so far.
     centres = fine_alphas.gather(0, _best_minima(fine_errors, top))
     step = 2 / (coarse * fine)
-    for _ in range(FINER_STAGES if finest else 0):  # each `finest / 2` times finer, within a step of the centres
+    # each `finest / 2` times finer, within a step of the centres
+    for _ in range(FINER_STAGES if finest else 0):
         finer = around(centres, finest, step)
         alphas, errors = torch.cat([alphas, finer]), torch.cat([errors, evaluate(finer)])
         centres = alphas.gather(0, errors.argmin(dim=0, keepdim=True))
@@ -152,8 +155,8 @@ def grid_search(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
 
 
 def _best_minima(errors: torch.Tensor, top: int) -> torch.Tensor:
-    """(top, C) indices into errors (K, C): each row's `top` lowest local minima along K (an end counts when it is
-    below its one neighbour), then its lowest other candidates where a row has fewer minima."""
+    """(top, C) indices into errors (K, C): each row's `top` lowest local minima along K (an end counts when
+    it is below its one neighbour), then its lowest other candidates where a row has fewer minima."""
     pad = torch.full_like(errors[:1], math.inf)
     padded = torch.cat([pad, errors, pad])
     minimum = (errors <= padded[:-2]) & (errors <= padded[2:])
@@ -172,8 +175,8 @@ def _chunk(values: torch.Tensor, width: int = 1) -> int:
 
 
 def squared_error(values: torch.Tensor, grid: Grid) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """objective(lo, hi) -> sum over each row of (x - q(x))^2 with that row's range; lo and hi are (C,) or (K, C)
-    for K candidate ranges at once (values are (C, N))."""
+    """objective(lo, hi) -> sum over each row of (x - q(x))^2 with that row's range; lo and hi are (C,) or (K,
+    C) for K candidate ranges at once (values are (C, N))."""
 
     def objective(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
         return torch.linalg.vector_norm(_residual(values, lo, hi, grid), dim=-1).square_()
@@ -183,7 +186,8 @@ def squared_error(values: torch.Tensor, grid: Grid) -> Callable[[torch.Tensor, t
 
 @torch.no_grad()
 def _residual(values: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, grid: Grid) -> torch.Tensor:
-    """q(x) - x of every value (C, N) under each candidate range (lo, hi: (C,) or (K, C)), in the values' dtype."""
+    """q(x) - x of every value (C, N) under each candidate range (lo, hi: (C,) or (K, C)), in the values'
+    dtype."""
     qp = qparams_from_range(lo, hi, grid)
     scale = qp.scale.to(values.dtype).unsqueeze(-1)
     q = values * (1.0 / scale)
@@ -198,8 +202,8 @@ def _residual(values: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, grid: Gr
 
 def binned_squared_error(centroids: torch.Tensor, counts: torch.Tensor,
                          grid: Grid) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """objective(lo, hi) -> sum over the bins of count * (centroid - q(centroid))^2: the squared error of every
-    value the histogram holds, less a constant (each bin's spread about its centroid), in float64."""
+    """objective(lo, hi) -> sum over the bins of count * (centroid - q(centroid))^2: the squared error of
+    every value the histogram holds, less a constant (each bin's spread about its centroid), in float64."""
 
     def objective(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
         return _residual(centroids, lo, hi, grid).square_().mul_(counts).sum(dim=-1)
@@ -207,7 +211,7 @@ def binned_squared_error(centroids: torch.Tensor, counts: torch.Tensor,
     return objective
 
 
-# --- the estimators ---------------------------------------------------------------------------------------------------
+# --- the estimators -----------------------------------------------------------------------------------------
 
 
 @register_range_estimator("minmax", description="The tensor's own extremes: nothing is clipped.")
