@@ -81,3 +81,17 @@ def test_import_linter_contracts_hold():
     result = subprocess.run([lint], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "3 kept, 0 broken" in result.stdout
+
+
+def test_listing_the_workers_tasks_loads_no_torch():
+    """The worker answers its first ping before torch loads (each task imports torch when it runs), which keeps its
+    start fast and its idle memory small: registering every task must not import torch."""
+    code = f"""
+import sys
+from workbench.worker.registry import list_tasks
+tasks = list_tasks()
+print("TASKS", len(tasks), "LOADED", [m for m in {TORCH_SIDE!r} if m in sys.modules])
+"""
+    result = _run(code)
+    assert result.returncode == 0, result.stderr
+    assert "LOADED []" in result.stdout and "TASKS 0" not in result.stdout, result.stdout

@@ -7,7 +7,6 @@ import os
 import platform
 import shutil
 
-from workbench.worker.devices import tensorrt_availability
 from workbench.worker.registry import register_task
 
 
@@ -53,6 +52,8 @@ def _cpu_memory() -> int:
 
 def describe_devices() -> list[dict]:
     import torch
+
+    from workbench.worker.devices import tensorrt_availability  # imports torch: not at the worker's start
 
     providers = _onnxruntime_providers()
     has_cuda = torch.cuda.is_available()
