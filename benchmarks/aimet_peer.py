@@ -1,12 +1,13 @@
-"""aimet-torch's W4A8 with AdaRound on a workbench training run, as a peer row for benchmarks/busy_neighbour.py
-(issue #22, part 4): the same model and checkpoint, the same calibration images (256 training samples, batch 32) and
-the same held-out split, quantized the way AIMET's own examples do it (BatchNorm folding, AdaRound at W4 for the
-given iterations, then QuantizationSimModel W4A8 with the AdaRound encodings frozen and activation encodings
-computed on the calibration set). Prints one JSON line: seconds (the whole process, imports included, as the
-workbench row is timed) and the held-out accuracy.
+"""aimet-torch's W4A8 with AdaRound on a workbench training run, as a peer row for
+benchmarks/busy_neighbour.py (issue #22, part 4): the same model and checkpoint, the same calibration images
+(256 training samples, batch 32) and the same held-out split, quantized the way AIMET's own examples do it
+(BatchNorm folding, AdaRound at W4 for the given iterations, then QuantizationSimModel W4A8 with the AdaRound
+encodings frozen and activation encodings computed on the calibration set). Prints one JSON line: seconds (the
+whole process, imports included, as the workbench row is timed) and the held-out accuracy.
 
-aimet-torch is a benchmark-only peer, never a dependency: run this with a Python that has it, e.g. a venv that sees
-the workbench's packages through a .pth file and `pip install aimet-torch`, and PYTHONPATH pointing at this checkout.
+aimet-torch is a benchmark-only peer, never a dependency: run this with a Python that has it, e.g. a venv that
+sees the workbench's packages through a .pth file and `pip install aimet-torch`, and PYTHONPATH pointing at
+this checkout.
 
     AIMET_PYTHON/bin/python benchmarks/aimet_peer.py --run RUN_DIR --workspace WS [--iterations 300]
 """
@@ -55,20 +56,37 @@ def main() -> None:
     dataset = load_dataset(origin.dataset)
     dataset.normalization()
     model = build_model(origin.model, input_shape=dataset.sample_shape, pretrained=False).eval()
-    calibration = calibration_batches(dataset, 256, 0, batch_size=32, device=torch.device("cpu"), log=lambda *a: None)
+    calibration = calibration_batches(
+        dataset, 256, 0, batch_size=32, device=torch.device("cpu"), log=lambda *a: None
+    )
     held_out = held_out_batches(dataset, 0, batch_size=128, device=torch.device("cpu"))
     batches = [(x, y) for x, y in calibration]
     dummy = batches[0][0][:1]
 
     fold_all_batch_norms(model, input_shapes=tuple(dummy.shape))
     with tempfile.TemporaryDirectory() as folder:
-        params = AdaroundParameters(data_loader=batches, num_batches=len(batches),
-                                    default_num_iterations=args.iterations,
-                                    forward_fn=lambda m, batch: m(batch[0]))
-        model = Adaround.apply_adaround(model, dummy, params, path=folder, filename_prefix="peer",
-                                        default_param_bw=4, default_quant_scheme=QuantScheme.post_training_tf_enhanced)
-        sim = QuantizationSimModel(model, dummy_input=dummy, quant_scheme=QuantScheme.post_training_tf_enhanced,
-                                   default_param_bw=4, default_output_bw=8)
+        params = AdaroundParameters(
+            data_loader=batches,
+            num_batches=len(batches),
+            default_num_iterations=args.iterations,
+            forward_fn=lambda m, batch: m(batch[0]),
+        )
+        model = Adaround.apply_adaround(
+            model,
+            dummy,
+            params,
+            path=folder,
+            filename_prefix="peer",
+            default_param_bw=4,
+            default_quant_scheme=QuantScheme.post_training_tf_enhanced,
+        )
+        sim = QuantizationSimModel(
+            model,
+            dummy_input=dummy,
+            quant_scheme=QuantScheme.post_training_tf_enhanced,
+            default_param_bw=4,
+            default_output_bw=8,
+        )
         sim.set_and_freeze_param_encodings(encoding_path=str(Path(folder) / "peer.encodings"))
 
         def calibrate(m, _):
@@ -78,8 +96,15 @@ def main() -> None:
 
         sim.compute_encodings(calibrate, None)
         accuracy = evaluate(sim.model, held_out)["accuracy"]
-    print(json.dumps({"seconds": round(time.perf_counter() - STARTED, 3), "accuracy": accuracy,
-                      "threads": torch.get_num_threads()}))
+    print(
+        json.dumps(
+            {
+                "seconds": round(time.perf_counter() - STARTED, 3),
+                "accuracy": accuracy,
+                "threads": torch.get_num_threads(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

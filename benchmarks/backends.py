@@ -1,20 +1,21 @@
-"""Latency of torchvision resnet18 (random weights, random BatchNorm statistics) on each `bench.latency` backend,
-as ratios measured in the same run (medians of repeats, jobs interleaved so drifting machine load hits all alike).
+"""Latency of torchvision resnet18 (random weights, random BatchNorm statistics) on each `bench.latency`
+backend, as ratios measured in the same run (medians of repeats, jobs interleaved so drifting machine load
+hits all alike).
 
-Every number comes from the real task (workbench.worker.bench through the runner), on the CPU, at batch 1 and 32 of
-3x224x224 inputs:
+Every number comes from the real task (workbench.worker.bench through the runner), on the CPU, at batch 1 and
+32 of 3x224x224 inputs:
   - each backend's p50 latency against eager PyTorch's;
-  - eager's p50 against torch.utils.benchmark.Timer timing the same model on the same input (a sanity ratio: the
-    task's loop should add nothing, so ~1.0);
+  - eager's p50 against torch.utils.benchmark.Timer timing the same model on the same input (a sanity ratio:
+    the task's loop should add nothing, so ~1.0);
   - ONNX Runtime INT8 with our QDQ model (workbench.worker.export.onnx_qdq.write_onnx_qdq from a quantize run)
-    against ONNX Runtime FP32, beside onnxruntime's own `quantize_static` (QDQ, per-channel int8 weights, uint8
-    activations, MinMax calibration, after `quant_pre_process`) as the peer. When ours is slower than the peer,
-    the node types ORT left in each optimized graph are printed, so the unfused ones show.
+    against ONNX Runtime FP32, beside onnxruntime's own `quantize_static` (QDQ, per-channel int8 weights,
+    uint8 activations, MinMax calibration, after `quant_pre_process`) as the peer. When ours is slower than
+    the peer, the node types ORT left in each optimized graph are printed, so the unfused ones show.
 
-The quantize run: `--quant-run ID --workspace W` takes an existing one (of a resnet18 at 3x224x224); otherwise the
-script makes one first with `quant.analyze` on a few fake 224x224 images (about half a minute on 2 cores; its
-calibration only sets the scales, which do not change the latency). The same run's FP32 model is what every other
-backend measures, so all rows share one set of weights.
+The quantize run: `--quant-run ID --workspace W` takes an existing one (of a resnet18 at 3x224x224); otherwise
+the script makes one first with `quant.analyze` on a few fake 224x224 images (about half a minute on 2 cores;
+its calibration only sets the scales, which do not change the latency). The same run's FP32 model is what
+every other backend measures, so all rows share one set of weights.
 
     .venv/bin/python benchmarks/backends.py [--quick] [--batch-sizes 1,32] [--iters 30] [--warmup 5]
         [--repeats 3] [--threads 0] [--backends eager,compile,...] [--quant-run ID --workspace W] [--show-ops]
@@ -63,12 +64,26 @@ def make_quant_run(workspace: Path, images: int) -> str:
 
     path = workspace / "resnet18.pt"
     save_state_dict(random_resnet18().state_dict(), path)
-    spec = {"model": {"name": "torchvision:resnet18", "num_classes": 1000, "checkpoint": str(path),
-                      "input_shape": list(SHAPE)},
-            "dataset": {"name": "fake", "size": images * 2, "image_size": list(SHAPE[1:]), "num_classes": 1000,
-                        "test_fraction": 0.5, "val_fraction": 0.0},
-            "calibration": {"samples": images}, "eval_samples": images, "batch_size": min(images, 32),
-            "device": "cpu"}
+    spec = {
+        "model": {
+            "name": "torchvision:resnet18",
+            "num_classes": 1000,
+            "checkpoint": str(path),
+            "input_shape": list(SHAPE),
+        },
+        "dataset": {
+            "name": "fake",
+            "size": images * 2,
+            "image_size": list(SHAPE[1:]),
+            "num_classes": 1000,
+            "test_fraction": 0.5,
+            "val_fraction": 0.0,
+        },
+        "calibration": {"samples": images},
+        "eval_samples": images,
+        "batch_size": min(images, 32),
+        "device": "cpu",
+    }
     result = run_task(get_task("quant.analyze"), spec, emit=lambda *a: None, workspace=workspace)
     if result["status"] != "done":
         sys.exit(f"the quantize run failed: {result.get('error')}")
@@ -105,9 +120,11 @@ def timer_p50_ms(model: torch.nn.Module, batch: int, threads: int, min_run_time:
     from torch.utils import benchmark
 
     x = torch.randn(batch, *SHAPE, generator=torch.Generator().manual_seed(batch))
-    timer = benchmark.Timer(stmt="with torch.inference_mode(): model(x)", globals={"model": model, "x": x,
-                                                                                   "torch": torch},
-                            num_threads=threads)
+    timer = benchmark.Timer(
+        stmt="with torch.inference_mode(): model(x)",
+        globals={"model": model, "x": x, "torch": torch},
+        num_threads=threads,
+    )
     return timer.blocked_autorange(min_run_time=min_run_time).median * 1e3
 
 
@@ -131,14 +148,23 @@ def peer_qdq(model: torch.nn.Module, folder: Path, images: int) -> Path:
     class Reader(CalibrationDataReader):
         def __init__(self):
             g = torch.Generator().manual_seed(1)
-            self.batches = iter([{"input": torch.randn(1, *SHAPE, generator=g).numpy()} for _ in range(images)])
+            self.batches = iter(
+                [{"input": torch.randn(1, *SHAPE, generator=g).numpy()} for _ in range(images)]
+            )
 
         def get_next(self):
             return next(self.batches, None)
 
     out = folder / "peer-qdq.onnx"
-    quantize_static(str(source), str(out), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    quantize_static(
+        str(source),
+        str(out),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+    )
     return out
 
 
@@ -177,12 +203,22 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=0, help="torch and onnxruntime threads; 0 keeps defaults")
-    parser.add_argument("--backends", default=",".join(FP32_BACKENDS), help="FP32 backends to compare with eager")
-    parser.add_argument("--quant-run", default="", help="an existing quantize run of resnet18 (with --workspace)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch and onnxruntime threads; 0 keeps defaults"
+    )
+    parser.add_argument(
+        "--backends", default=",".join(FP32_BACKENDS), help="FP32 backends to compare with eager"
+    )
+    parser.add_argument(
+        "--quant-run", default="", help="an existing quantize run of resnet18 (with --workspace)"
+    )
     parser.add_argument("--workspace", default="", help="the workspace of --quant-run")
-    parser.add_argument("--images", type=int, default=32, help="calibration images (our quantize run and the peer)")
-    parser.add_argument("--show-ops", action="store_true", help="print ORT's node types even when ours is faster")
+    parser.add_argument(
+        "--images", type=int, default=32, help="calibration images (our quantize run and the peer)"
+    )
+    parser.add_argument(
+        "--show-ops", action="store_true", help="print ORT's node types even when ours is faster"
+    )
     args = parser.parse_args()
     if args.quick:
         args.iters, args.warmup, args.repeats, args.images = 5, 2, 1, 16
@@ -202,22 +238,36 @@ def main() -> None:
         if not quant_run:
             started = time.perf_counter()
             quant_run = make_quant_run(workspace, args.images)
-            print(f"quantize run {quant_run} made in {time.perf_counter() - started:.1f} s "
-                  f"({args.images} fake images)")
+            print(
+                f"quantize run {quant_run} made in {time.perf_counter() - started:.1f} s "
+                f"({args.images} fake images)"
+            )
         model = source_model(workspace, quant_run)
         started = time.perf_counter()
         peer = peer_qdq(model, tmp, args.images)
         print(f"peer QDQ model (onnxruntime quantize_static) made in {time.perf_counter() - started:.1f} s")
-        common = {"batch_sizes": batches, "iters": args.iters, "warmup": args.warmup, "threads": args.threads,
-                  "device": "cpu"}
+        common = {
+            "batch_sizes": batches,
+            "iters": args.iters,
+            "warmup": args.warmup,
+            "threads": args.threads,
+            "device": "cpu",
+        }
         ours_runs, peer_runs, timer = [], [], collections.defaultdict(list)
         for _ in range(args.repeats):
-            ours_runs.append(bench(workspace, {**common, "source": {"run": quant_run},
-                                               "backends": [*backends, "onnxruntime_int8"]}))
-            peer_runs.append(bench(workspace, {**common, "source": {"file": str(peer)},
-                                               "backends": ["onnxruntime_int8"]}))
+            ours_runs.append(
+                bench(
+                    workspace,
+                    {**common, "source": {"run": quant_run}, "backends": [*backends, "onnxruntime_int8"]},
+                )
+            )
+            peer_runs.append(
+                bench(workspace, {**common, "source": {"file": str(peer)}, "backends": ["onnxruntime_int8"]})
+            )
             for batch in batches:
-                timer[batch].append(timer_p50_ms(model, batch, threads, min_run_time=0.5 if args.quick else 2.0))
+                timer[batch].append(
+                    timer_p50_ms(model, batch, threads, min_run_time=0.5 if args.quick else 2.0)
+                )
         slower = report(args, batches, backends, threads, ours_runs, peer_runs, timer)
         if slower or args.show_ops:
             show_ops(workspace, quant_run, peer, tmp, args.threads)
@@ -226,8 +276,10 @@ def main() -> None:
 def report(args, batches, backends, threads, ours_runs, peer_runs, timer) -> bool:
     """Print the tables; True when our INT8 model is slower than the peer's at some batch size."""
     slower = False
-    print(f"\nresnet18 (random weights), 3x224x224, cpu, {threads} threads, float32, {args.iters} iterations after "
-          f"{args.warmup} warm-up, median of {args.repeats} job(s)")
+    print(
+        f"\nresnet18 (random weights), 3x224x224, cpu, {threads} threads, float32, {args.iters} iterations "
+        f"after {args.warmup} warm-up, median of {args.repeats} job(s)"
+    )
     for batch in batches:
         eager = median_p50(ours_runs, ("eager", batch))
         print(f"\nbatch {batch}")
@@ -244,8 +296,10 @@ def report(args, batches, backends, threads, ours_runs, peer_runs, timer) -> boo
         fp32 = median_p50(ours_runs, ("onnxruntime", batch))
         ours = median_p50(ours_runs, ("onnxruntime_int8", batch))
         theirs = median_p50(peer_runs, ("onnxruntime_int8", batch))
-        for label, value, runs in (("ORT INT8, ours (write_onnx_qdq)", ours, ours_runs),
-                                   ("ORT INT8, peer (quantize_static)", theirs, peer_runs)):
+        for label, value, runs in (
+            ("ORT INT8, ours (write_onnx_qdq)", ours, ours_runs),
+            ("ORT INT8, peer (quantize_static)", theirs, peer_runs),
+        ):
             if value is None:
                 print(f"  {label:<34}{'-':>9}   {reason(runs, ('onnxruntime_int8', batch))}")
             else:
@@ -270,6 +324,7 @@ def show_ops(workspace: Path, quant_run: str, peer: Path, folder: Path, threads:
     for op in sorted(set(ours) | set(theirs)):
         mark = "  <-" if ours[op] != theirs[op] else ""
         print(f"  {op:<28}{ours[op]:>6}{theirs[op]:>6}{mark}")
+
 
 if __name__ == "__main__":
     main()

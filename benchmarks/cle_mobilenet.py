@@ -1,7 +1,8 @@
-"""CLE on torchvision mobilenet_v2 (weights=None, torch.manual_seed(0), BatchNorms folded in eval mode): the per-tensor
-W8 weight SQNR of each of its 17 depthwise layers with the ReLU6s kept (CLE can pair none of them) and after ReLU6 ->
-ReLU (white paper 4.1) and CLE with its expand -> depthwise -> project triplets; then the logit SQNR against the
-float model with every conv and linear weight quantized per tensor at W8, on random 3x224x224 inputs.
+"""CLE on torchvision mobilenet_v2 (weights=None, torch.manual_seed(0), BatchNorms folded in eval mode): the
+per-tensor W8 weight SQNR of each of its 17 depthwise layers with the ReLU6s kept (CLE can pair none of them)
+and after ReLU6 -> ReLU (white paper 4.1) and CLE with its expand -> depthwise -> project triplets; then the
+logit SQNR against the float model with every conv and linear weight quantized per tensor at W8, on random
+3x224x224 inputs.
 
     PYTHONPATH=. .venv/bin/python benchmarks/cle_mobilenet.py [--size 224] [--batch 8]
 """
@@ -27,7 +28,9 @@ def w8_per_tensor(weight: torch.Tensor) -> torch.Tensor:
 
 
 def sqnr_db(reference: torch.Tensor, approx: torch.Tensor) -> float:
-    return 10 * math.log10(float(reference.double().square().sum() / (reference - approx).double().square().sum()))
+    return 10 * math.log10(
+        float(reference.double().square().sum() / (reference - approx).double().square().sum())
+    )
 
 
 @torch.no_grad()
@@ -61,8 +64,10 @@ def main() -> None:
     names = [n for n, layer in structure.layers.items() if cle.is_depthwise(layer.module)]
     kept = cle_pairs(gm, structure)
     kept_equalised = [n for n in names if any(n in (p.first, p.second) for p in kept)]
-    before = {n: sqnr_db(structure.layers[n].module.weight, w8_per_tensor(structure.layers[n].module.weight))
-              for n in names}
+    before = {
+        n: sqnr_db(structure.layers[n].module.weight, w8_per_tensor(structure.layers[n].module.weight))
+        for n in names
+    }
     logits_before = logits_with_w8(gm, modules_of(structure), x)
 
     replaced = relu6_to_relu(gm, structure)
@@ -79,17 +84,29 @@ def main() -> None:
 
     print(f"ReLU6 kept: {len(kept_equalised)} of {len(names)} depthwise layers in a CLE pair")
     print(f"ReLU6 -> ReLU: {len(replaced)} replaced; {len(pairs)} pairs, {len(triplets)} triplets")
-    print(f"float change of ReLU6 -> ReLU: logit SQNR {sqnr_db(reference, relu_logits):.1f} dB, argmax agree "
-          f"{float((reference.argmax(1) == relu_logits.argmax(1)).float().mean()):.0%}")
-    print(f"CLE keeps the ReLU model: relative change {float((after_logits - relu_logits).norm() / relu_logits.norm()):.1e}")
-    print("\n| depthwise layer | W8 per-tensor SQNR before (dB) | after (dB) | gain (dB) |\n|---|---|---|---|")
+    print(
+        f"float change of ReLU6 -> ReLU: logit SQNR {sqnr_db(reference, relu_logits):.1f} dB, argmax agree "
+        f"{float((reference.argmax(1) == relu_logits.argmax(1)).float().mean()):.0%}"
+    )
+    print(
+        "CLE keeps the ReLU model: relative change "
+        f"{float((after_logits - relu_logits).norm() / relu_logits.norm()):.1e}"
+    )
+    print(
+        "\n| depthwise layer | W8 per-tensor SQNR before (dB) | after (dB) | gain (dB) |\n|---|---|---|---|"
+    )
     for n in names:
         print(f"| {n} | {before[n]:.2f} | {after[n]:.2f} | {after[n] - before[n]:+.2f} |")
     median_before, median_after = statistics.median(before.values()), statistics.median(after.values())
-    print(f"| **median** | **{median_before:.2f}** | **{median_after:.2f}** | **{median_after - median_before:+.2f}** |")
-    print(f"\nevery weight W8 per tensor, logit SQNR against float: ReLU6 kept, no CLE "
-          f"{sqnr_db(reference, logits_before):.1f} dB; ReLU + CLE {sqnr_db(relu_logits, logits_after):.1f} dB "
-          f"(against the ReLU model)")
+    print(
+        f"| **median** | **{median_before:.2f}** | **{median_after:.2f}** | "
+        f"**{median_after - median_before:+.2f}** |"
+    )
+    print(
+        f"\nevery weight W8 per tensor, logit SQNR against float: ReLU6 kept, no CLE "
+        f"{sqnr_db(reference, logits_before):.1f} dB; ReLU + CLE {sqnr_db(relu_logits, logits_after):.1f} dB "
+        f"(against the ReLU model)"
+    )
 
 
 if __name__ == "__main__":

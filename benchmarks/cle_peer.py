@@ -1,11 +1,12 @@
-"""Cross-layer equalisation against aimet-torch's on the issue's peer test (#22, part 2): a MobileNet-like net of four
-expand -> depthwise -> project blocks with ReLU, trained on digits, its BatchNorms folded, then every layer pair
-rescaled per channel by factors in [1/30, 30] (the same function, its per-tensor ranges wrecked). Each tool
-equalises a copy; then every conv and linear weight is quantized per tensor at W8 (symmetric min-max) and the
-table gives held-out accuracy, logit SQNR against the float net, and the worst depthwise layer's weight SQNR.
+"""Cross-layer equalisation against aimet-torch's on the issue's peer test (#22, part 2): a MobileNet-like net
+of four expand -> depthwise -> project blocks with ReLU, trained on digits, its BatchNorms folded, then every
+layer pair rescaled per channel by factors in [1/30, 30] (the same function, its per-tensor ranges wrecked).
+Each tool equalises a copy; then every conv and linear weight is quantized per tensor at W8 (symmetric
+min-max) and the table gives held-out accuracy, logit SQNR against the float net, and the worst depthwise
+layer's weight SQNR.
 
-aimet-torch is a benchmark-only peer: run with a Python that has it (see benchmarks/busy_neighbour.py) and this
-checkout on PYTHONPATH; without it, the aimet row is left out.
+aimet-torch is a benchmark-only peer: run with a Python that has it (see benchmarks/busy_neighbour.py) and
+this checkout on PYTHONPATH; without it, the aimet row is left out.
 
     PYTHONPATH=. AIMET_PYTHON/bin/python benchmarks/cle_peer.py [--epochs 4]
 """
@@ -26,16 +27,32 @@ from workbench.worker.quant.graph import cle_pairs, find_structure, trace
 
 
 def block(c_in: int, hidden: int, c_out: int) -> list[nn.Module]:
-    return [nn.Conv2d(c_in, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU(),
-            nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden, bias=False), nn.BatchNorm2d(hidden), nn.ReLU(),
-            nn.Conv2d(hidden, c_out, 1, bias=False), nn.BatchNorm2d(c_out)]
+    return [
+        nn.Conv2d(c_in, hidden, 1, bias=False),
+        nn.BatchNorm2d(hidden),
+        nn.ReLU(),
+        nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden, bias=False),
+        nn.BatchNorm2d(hidden),
+        nn.ReLU(),
+        nn.Conv2d(hidden, c_out, 1, bias=False),
+        nn.BatchNorm2d(c_out),
+    ]
 
 
 def mobilenet_like() -> nn.Sequential:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
-                         *block(8, 24, 12), *block(12, 32, 16), *block(16, 48, 16), *block(16, 48, 24),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(24, 10))
+    return nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1, bias=False),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        *block(8, 24, 12),
+        *block(12, 32, 16),
+        *block(16, 48, 16),
+        *block(16, 48, 24),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(24, 10),
+    )
 
 
 def digits() -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,9 +93,9 @@ def fold(model: nn.Sequential) -> nn.Sequential:
 
 @torch.no_grad()
 def rescale(model: nn.Sequential, *, everywhere: bool, seed: int = 0) -> nn.Sequential:
-    """Layer pairs rescaled: output channel c x s_c, the next layer's input c / s_c. Within the blocks only (the
-    pairs either side of a depthwise layer, joined by ReLU: what AIMET's CLE equalises), or `everywhere` (also the
-    project -> expand pairs across blocks, which no ReLU joins, and the stem)."""
+    """Layer pairs rescaled: output channel c x s_c, the next layer's input c / s_c. Within the blocks only
+    (the pairs either side of a depthwise layer, joined by ReLU: what AIMET's CLE equalises), or `everywhere`
+    (also the project -> expand pairs across blocks, which no ReLU joins, and the stem)."""
     model = copy.deepcopy(model)
     gm = trace(model)
     modules = dict(model.named_modules())
@@ -128,7 +145,9 @@ def quantized_w8(model: nn.Module) -> nn.Module:
 
 
 def sqnr_db(reference: torch.Tensor, value: torch.Tensor) -> float:
-    return 10 * math.log10(float(reference.square().sum() / (reference - value).square().sum().clamp_min(1e-30)))
+    return 10 * math.log10(
+        float(reference.square().sum() / (reference - value).square().sum().clamp_min(1e-30))
+    )
 
 
 @torch.no_grad()
@@ -139,7 +158,7 @@ def row(name: str, model: nn.Module, x, y, reference: torch.Tensor) -> str:
     depthwise = [m.weight for m in model.modules() if isinstance(m, nn.Conv2d) and m.groups > 1]
     worst = min(_w8_sqnr(w) for w in depthwise)
     drift = float((model(x) - reference).abs().max())
-    return (f"| {name} | {accuracy:.2%} | {sqnr_db(reference, logits):.1f} | {worst:.1f} | {drift:.1e} |")
+    return f"| {name} | {accuracy:.2%} | {sqnr_db(reference, logits):.1f} | {worst:.1f} | {drift:.1e} |"
 
 
 def _w8_sqnr(weight: torch.Tensor) -> float:
@@ -157,8 +176,10 @@ def main() -> None:
     net = fold(train(mobilenet_like(), x, y, args.epochs))
     with torch.no_grad():
         reference = net(x)
-    print(f"digits, {len(x)} images; float accuracy {float((reference.argmax(1) == y).float().mean()):.2%}; "
-          "weights W8 per tensor, symmetric min-max")
+    print(
+        f"digits, {len(x)} images; float accuracy {float((reference.argmax(1) == y).float().mean()):.2%}; "
+        "weights W8 per tensor, symmetric min-max"
+    )
     print("| net | W8 accuracy | logit SQNR dB | worst depthwise weight SQNR dB | float drift from the net |")
     print("|---|---|---|---|---|")
     print(row("trained, BN folded", net, x, y, reference))
@@ -167,8 +188,11 @@ def main() -> None:
         print(row(f"rescaled {where}, no CLE", wrecked, x, y, reference))
         print(row(f"rescaled {where}, workbench CLE", ours(wrecked), x, y, reference))
         peer = aimet(wrecked)
-        print(row(f"rescaled {where}, aimet-torch CLE", peer, x, y, reference) if peer is not None
-              else f"| rescaled {where}, aimet-torch CLE | not installed | | | |")
+        print(
+            row(f"rescaled {where}, aimet-torch CLE", peer, x, y, reference)
+            if peer is not None
+            else f"| rescaled {where}, aimet-torch CLE | not installed | | | |"
+        )
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from workbench.gui.metric_buffers import MetricSeries, ema  # noqa: E402
 from workbench.gui.panels.training.curves import CurvesWidget  # noqa: E402
 
 SIZES = (1_000, 100_000, 1_000_000)
-BATCH = 100  # new steps per update and series: 20 metrics messages a second of 25 steps, at 5 redraws a second
+# new steps per update and series: 20 metrics messages a second of 25 steps, at 5 redraws a second
+BATCH = 100
 REPEATS = 25
 NAMES = ("train/loss", "train/acc", "lr")
 GOAL_RATIO, GOAL_RATE = 1.5, 30.0
@@ -38,7 +39,8 @@ def series(start: int, n: int, rng: np.random.Generator) -> dict[str, tuple[np.n
 
 
 class Bare:
-    """The reference: three plain PlotWidgets, each one PlotDataItem re-set with the whole series per update."""
+    """The reference: three plain PlotWidgets, each one PlotDataItem re-set with the whole series per
+    update."""
 
     def __init__(self):
         self.widget = QWidget()
@@ -68,10 +70,14 @@ def paint(plots) -> None:
 def main() -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     rng = np.random.default_rng(0)
-    print(f"one live update: {BATCH} new steps in each of {len(NAMES)} series, then a repaint; "
-          f"median of {REPEATS}, interleaved")
-    print(f"{'points':>10} {'workbench ms':>13} {'bare ms':>9} {'ratio':>7} {'updates/s':>10} "
-          f"{'full EMA ms':>12}")
+    print(
+        f"one live update: {BATCH} new steps in each of {len(NAMES)} series, then a repaint; "
+        f"median of {REPEATS}, interleaved"
+    )
+    print(
+        f"{'points':>10} {'workbench ms':>13} {'bare ms':>9} {'ratio':>7} {'updates/s':>10} "
+        f"{'full EMA ms':>12}"
+    )
     verdict = True
     for n in SIZES:
         curves = CurvesWidget()
@@ -102,7 +108,8 @@ def main() -> int:
             paint(bare.plots)
             theirs.append(time.perf_counter() - t)
             app.processEvents()
-        # What each update cost before smoothing was incremental: the EMA of both smoothed series from scratch.
+        # What each update cost before smoothing was incremental: the EMA of both smoothed series from
+        # scratch.
         loss = curves.runs["run"].get("train/loss").y
         t = time.perf_counter()
         for _ in range(2):
@@ -110,7 +117,10 @@ def main() -> int:
         full = time.perf_counter() - t
         ours_s, bare_s = statistics.median(ours), statistics.median(theirs)
         ratio, rate = ours_s / bare_s, 1 / ours_s
-        print(f"{n:>10,} {ours_s * 1000:>13.2f} {bare_s * 1000:>9.2f} {ratio:>7.2f} {rate:>10.1f} {full * 1000:>12.1f}")
+        print(
+            f"{n:>10,} {ours_s * 1000:>13.2f} {bare_s * 1000:>9.2f} {ratio:>7.2f} {rate:>10.1f} "
+            f"{full * 1000:>12.1f}"
+        )
         if n == SIZES[-1]:
             verdict = ratio <= GOAL_RATIO and rate >= GOAL_RATE
         curves.close()
@@ -118,8 +128,10 @@ def main() -> int:
         curves.deleteLater()
         bare.widget.deleteLater()
         app.processEvents()
-    print(f"goal at {SIZES[-1]:,} points: ratio <= {GOAL_RATIO} and >= {GOAL_RATE:.0f} updates/s: "
-          f"{'OK' if verdict else 'MISSED'}")
+    print(
+        f"goal at {SIZES[-1]:,} points: ratio <= {GOAL_RATIO} and >= {GOAL_RATE:.0f} updates/s: "
+        f"{'OK' if verdict else 'MISSED'}"
+    )
     return 0
 
 

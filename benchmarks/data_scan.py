@@ -44,7 +44,9 @@ def main() -> int:
     root = Path(tempfile.gettempdir()) / f"workbench-bench-scan-{CLASSES}x{PER_CLASS}"
     started = time.perf_counter()
     make_tree(root)
-    print(f"tree: {CLASSES * PER_CLASS:,} files under {root} (ready in {time.perf_counter() - started:.1f} s)")
+    print(
+        f"tree: {CLASSES * PER_CLASS:,} files under {root} (ready in {time.perf_counter() - started:.1f} s)"
+    )
     walk_listing(root)  # warm the directory cache for both
     walks, scans = [], []
     for _ in range(REPEATS):

@@ -1,5 +1,5 @@
-"""DDP scaling on this machine, as ratios measured in the same run (medians of interleaved repeats; these machines
-are shared and noisy, so read ratios, not figures).
+"""DDP scaling on this machine, as ratios measured in the same run (medians of interleaved repeats; these
+machines are shared and noisy, so read ratios, not figures).
 
 Rows, each `workbench train` headless in its own processes, training samples/s after the warm-up as the engine
 reports it (`throughput.train_samples_per_s`, summed over ranks by rank 0):
@@ -18,7 +18,7 @@ OMP_NUM_THREADS); the ratios say what the workbench adds, not what a real cluste
 
     .venv/bin/python benchmarks/ddp_scaling.py [--quick] [--repeats 3] [--samples 8192] [--size 16]
         [--batch-size 64] [--epochs 2] [--model cnn]
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -37,12 +37,23 @@ import tomli_w
 
 ROOT = Path(__file__).resolve().parents[1]
 WARMUP_STEPS = 20  # the workbench's warm-up ends at its first read-back (log_every_steps = 20)
-TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                 "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "GROUP_RANK", "ROLE_RANK")
+TORCHRUN_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "GROUP_RANK",
+    "ROLE_RANK",
+)
 
-# A plain DDP loop as a user would write it for torchrun: the data normalised in memory, every global batch split
-# across ranks, DDP, SGD; samples/s over all ranks after the same warm-up, measured on rank 0 between barriers.
-BARE = textwrap.dedent('''
+# A plain DDP loop as a user would write it for torchrun: the data normalised in memory, every global batch
+# split across ranks, DDP, SGD; samples/s over all ranks after the same warm-up, measured on rank 0 between
+# barriers.
+BARE = textwrap.dedent("""
     import json, os, sys, time
     import torch, torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -92,7 +103,7 @@ BARE = textwrap.dedent('''
         print(json.dumps({"train_samples_per_s": counted / elapsed}), flush=True)
     dist.barrier()
     dist.destroy_process_group()
-''')
+""")
 
 
 def _free_port() -> int:
@@ -123,7 +134,9 @@ def _rank0_result(outputs: list[str]) -> dict:
 def _samples_per_s(data: dict) -> float:
     if data.get("status", "done") != "done":
         raise RuntimeError(f"the run failed: {data.get('error')}")
-    return float(data["throughput"]["train_samples_per_s"] if "throughput" in data else data["train_samples_per_s"])
+    return float(
+        data["throughput"]["train_samples_per_s"] if "throughput" in data else data["train_samples_per_s"]
+    )
 
 
 def _run(cmds: list[list[str]], timeout: float = 580, threads: int | None = None) -> dict:
@@ -135,8 +148,12 @@ def _run(cmds: list[list[str]], timeout: float = 580, threads: int | None = None
 
 
 def _run_once(cmds: list[list[str]], timeout: float, threads: int | None) -> dict:
-    procs = [subprocess.Popen(cmd, cwd=ROOT, env=_env(threads), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for cmd in cmds]
+    procs = [
+        subprocess.Popen(
+            cmd, cwd=ROOT, env=_env(threads), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for cmd in cmds
+    ]
     outputs = []
     for proc in procs:
         out, err = proc.communicate(timeout=timeout)
@@ -148,9 +165,20 @@ def _run_once(cmds: list[list[str]], timeout: float, threads: int | None) -> dic
 
 def _torchrun(nodes: int, tail: list[str], rdzv_id: str) -> list[list[str]]:
     port = _free_port()
-    return [[sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}", "--nproc-per-node=1",
-             "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={rdzv_id}", *tail]
-            for _ in range(nodes)]
+    return [
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nnodes={nodes}",
+            "--nproc-per-node=1",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}",
+            f"--rdzv-id={rdzv_id}",
+            *tail,
+        ]
+        for _ in range(nodes)
+    ]
 
 
 def main() -> None:
@@ -169,43 +197,89 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="ddp-scaling-"))
     workspace = tmp / "ws"
     dataset = {"name": "fake", "size": args.samples, "image_size": [args.size, args.size], "num_classes": 10}
-    base = {"dataset": dataset, "model": {"name": args.model, "num_classes": 10}, "epochs": args.epochs,
-            "batch_size": args.batch_size, "lr": 0.01, "optimizer": "sgd", "momentum": 0.9, "seed": 0,
-            "device": "cpu", "log_every_steps": WARMUP_STEPS, "checkpoint_every": 0}
+    base = {
+        "dataset": dataset,
+        "model": {"name": args.model, "num_classes": 10},
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "lr": 0.01,
+        "optimizer": "sgd",
+        "momentum": 0.9,
+        "seed": 0,
+        "device": "cpu",
+        "log_every_steps": WARMUP_STEPS,
+        "checkpoint_every": 0,
+    }
     specs = {}
-    for name, extra in (("one", {}), ("ddp", {"distributed": "ddp", "nproc": 2}), ("torchrun", {"distributed": "ddp"})):
+    for name, extra in (
+        ("one", {}),
+        ("ddp", {"distributed": "ddp", "nproc": 2}),
+        ("torchrun", {"distributed": "ddp"}),
+    ):
         specs[name] = tmp / f"{name}.toml"
         specs[name].write_text(tomli_w.dumps({**base, **extra}))
     bare_script = tmp / "bare_ddp.py"
     bare_script.write_text(BARE)
-    bare_cfg = json.dumps({"dataset": dataset, "model": {"name": args.model, "num_classes": 10},
-                           "workspace": str(workspace), "batch_size": args.batch_size, "epochs": args.epochs,
-                           "seed": 0, "warmup": WARMUP_STEPS})
+    bare_cfg = json.dumps(
+        {
+            "dataset": dataset,
+            "model": {"name": args.model, "num_classes": 10},
+            "workspace": str(workspace),
+            "batch_size": args.batch_size,
+            "epochs": args.epochs,
+            "seed": 0,
+            "warmup": WARMUP_STEPS,
+        }
+    )
 
     def workbench(spec: Path) -> list[str]:
         return ["-m", "workbench", "train", str(spec), "--workspace", str(workspace), "--json"]
 
-    # Two "nodes" on one machine share its cores: each gets half, through OMP_NUM_THREADS as torchrun's users do.
+    # Two "nodes" on one machine share its cores: each gets half, through OMP_NUM_THREADS as torchrun's users
+    # do.
     per_node = max(1, (os.cpu_count() or 2) // 2)
-    rows = {"1 process": [], f"1 process, {per_node} thread(s)": [], "ddp nproc=2": [], "torchrun 2 nodes": [], "bare torchrun script 2 nodes": []}
+    rows = {
+        "1 process": [],
+        f"1 process, {per_node} thread(s)": [],
+        "ddp nproc=2": [],
+        "torchrun 2 nodes": [],
+        "bare torchrun script 2 nodes": [],
+    }
     for repeat in range(args.repeats):  # interleaved, so drift on a shared machine hits every row alike
         rows["1 process"].append(_samples_per_s(_run([[sys.executable, *workbench(specs["one"])]])))
-        rows[f"1 process, {per_node} thread(s)"].append(_samples_per_s(_run([[sys.executable,
-                                                                             *workbench(specs["one"])]],
-                                                                           threads=per_node)))
+        rows[f"1 process, {per_node} thread(s)"].append(
+            _samples_per_s(_run([[sys.executable, *workbench(specs["one"])]], threads=per_node))
+        )
         rows["ddp nproc=2"].append(_samples_per_s(_run([[sys.executable, *workbench(specs["ddp"])]])))
-        rows["torchrun 2 nodes"].append(_samples_per_s(_run(_torchrun(2, workbench(specs["torchrun"]),
-                                                                      f"bench-{os.getpid()}-{repeat}"),
-                                                             threads=per_node)))
-        rows["bare torchrun script 2 nodes"].append(_samples_per_s(_run(_torchrun(
-            2, [str(bare_script), bare_cfg], f"bare-{os.getpid()}-{repeat}"), threads=per_node)))
-        print(f"repeat {repeat + 1}/{args.repeats}: " + ", ".join(f"{k} {v[-1]:.0f}/s" for k, v in rows.items()),
-              file=sys.stderr, flush=True)
+        rows["torchrun 2 nodes"].append(
+            _samples_per_s(
+                _run(
+                    _torchrun(2, workbench(specs["torchrun"]), f"bench-{os.getpid()}-{repeat}"),
+                    threads=per_node,
+                )
+            )
+        )
+        rows["bare torchrun script 2 nodes"].append(
+            _samples_per_s(
+                _run(
+                    _torchrun(2, [str(bare_script), bare_cfg], f"bare-{os.getpid()}-{repeat}"),
+                    threads=per_node,
+                )
+            )
+        )
+        print(
+            f"repeat {repeat + 1}/{args.repeats}: "
+            + ", ".join(f"{k} {v[-1]:.0f}/s" for k, v in rows.items()),
+            file=sys.stderr,
+            flush=True,
+        )
 
     medians = {name: statistics.median(values) for name, values in rows.items()}
     reference = medians["1 process"]
-    print(f"DDP scaling, {args.model} on fake {args.size}x{args.size} ({args.samples} samples), batch "
-          f"{args.batch_size}, {args.epochs} epoch(s), {os.cpu_count()} CPU cores, median of {args.repeats}")
+    print(
+        f"DDP scaling, {args.model} on fake {args.size}x{args.size} ({args.samples} samples), batch "
+        f"{args.batch_size}, {args.epochs} epoch(s), {os.cpu_count()} CPU cores, median of {args.repeats}"
+    )
     print(f"{'row':<32} {'samples/s':>10} {'vs 1 process':>13}")
     for name, value in medians.items():
         print(f"{name:<32} {value:>10.0f} {value / reference:>12.2f}x")

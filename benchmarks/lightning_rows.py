@@ -1,7 +1,8 @@
 """The "lightning" section of train_overhead.py (issue #20): one LightningModule trained by a bare Lightning
-`Trainer` (no logger, progress bar, checkpointing or model summary) and by the workbench (model.name=lightning:...,
-which adds its logger, callback, checkpoints and final weights). Both are timed by the module itself, over the steps
-after WARMUP_STEPS, so the two rows measure the same thing. Goal: the workbench within 1.05x (>= 0.95x samples/s)."""
+`Trainer` (no logger, progress bar, checkpointing or model summary) and by the workbench
+(model.name=lightning:..., which adds its logger, callback, checkpoints and final weights). Both are timed by
+the module itself, over the steps after WARMUP_STEPS, so the two rows measure the same thing. Goal: the
+workbench within 1.05x (>= 0.95x samples/s)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
-PROJECT = '''
+PROJECT = """
 import os
 import time
 
@@ -74,7 +75,7 @@ class Data(L.LightningDataModule):
 
     def val_dataloader(self):
         return DataLoader(self.val_set, batch_size=self.batch_size)
-'''
+"""  # noqa: E501
 
 
 def project_file(workspace: str) -> Path:
@@ -101,8 +102,16 @@ def bare_trainer(data, model_name, *, epochs, batch_size, seed, device, workspac
 
     module = import_user_file(project_file(workspace))
     L.seed_everything(seed, verbose=False)
-    trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                        enable_checkpointing=False, enable_model_summary=False, default_root_dir=workspace)
+    trainer = L.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        default_root_dir=workspace,
+    )
     return _rate(lambda: trainer.fit(module.Net(), datamodule=module.Data(batch_size=batch_size)))
 
 
@@ -111,8 +120,13 @@ def workbench_route(data, model_name, *, epochs, batch_size, seed, device, works
     from workbench.worker.runner import run_task
 
     path = project_file(workspace)
-    spec = {"model": {"name": f"lightning:{path}:Net"}, "epochs": epochs, "seed": seed, "device": "cpu",
-            "dataset": {"name": f"lightning:{path}:Data", "args": {"batch_size": batch_size}}}
+    spec = {
+        "model": {"name": f"lightning:{path}:Net"},
+        "epochs": epochs,
+        "seed": seed,
+        "device": "cpu",
+        "dataset": {"name": f"lightning:{path}:Data", "args": {"batch_size": batch_size}},
+    }
 
     def run() -> None:
         result = run_task(get_task("train.classifier"), spec, emit=lambda *args: None, workspace=workspace)

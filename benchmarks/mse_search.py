@@ -24,8 +24,15 @@ from workbench.worker.quant.quantizer import Grid
 from workbench.worker.quant.ranges import _chunk, binned_squared_error, grid_search, squared_error
 
 
-def old_search(objective: Callable, lo: torch.Tensor, hi: torch.Tensor, chunk: int = 1,
-               coarse: int = 100, fine: int = 20, top: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+def old_search(
+    objective: Callable,
+    lo: torch.Tensor,
+    hi: torch.Tensor,
+    chunk: int = 1,
+    coarse: int = 100,
+    fine: int = 20,
+    top: int = 3,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The replaced search, verbatim but for its docstring: it steps over dips narrower than 1/1000."""
 
     def evaluate(alphas: torch.Tensor) -> torch.Tensor:
@@ -96,10 +103,18 @@ def main() -> None:
         histogram = StreamingHistogram()
         histogram.update(values)
         centroids, counts = histogram.centroids()
-        act_problems.append((binned_squared_error(centroids.unsqueeze(0), counts.unsqueeze(0), grid),
-                             values.min().reshape(1), values.max().reshape(1), _chunk(centroids, 2)))
-    for label, problems in (("resnet18 weights, per channel, W8", weight_problems),
-                            ("activations (histogram), A8", act_problems)):
+        act_problems.append(
+            (
+                binned_squared_error(centroids.unsqueeze(0), counts.unsqueeze(0), grid),
+                values.min().reshape(1),
+                values.max().reshape(1),
+                _chunk(centroids, 2),
+            )
+        )
+    for label, problems in (
+        ("resnet18 weights, per channel, W8", weight_problems),
+        ("activations (histogram), A8", act_problems),
+    ):
         old_s, new_s = [], []
         for _ in range(args.repeats):  # interleaved, so drifting machine load hits both alike
             old_s.append(timed(old_search, problems)[0])

@@ -49,8 +49,16 @@ def _model(kind: str):
     if kind == "mlp":  # a very light step (~0.25 ms here): the fixed cost per metrics() call shows most
         return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)), torch.randn(64, 64)
     # a small CNN on 28x28 images, the size of step a real CPU training loop takes
-    model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1),
-                          nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+    model = nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 10),
+    )
     return model, torch.randn(64, 1, 28, 28)
 
 
@@ -86,8 +94,12 @@ def main() -> None:
     conn_path = Path(tempfile.mkdtemp()) / "bench.json"
     kernel.conn.write(conn_path)
     threading.Thread(target=kernel.serve_forever, daemon=True).start()
-    child = subprocess.Popen([sys.executable, __file__, "--receive", str(conn_path)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--receive", str(conn_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert child.stdout.readline().strip() == "READY"
 
     def counts() -> dict:
@@ -108,8 +120,10 @@ def main() -> None:
         time.sleep(0.01)
     elapsed = time.perf_counter() - start
     got = counts()
-    print(f"metrics over the protocol: {got['rows'] / elapsed:,.0f} rows/s delivered to another process "
-          f"in {got['messages']} messages ({got['messages'] / elapsed:.1f} messages/s; the cap is 20/s)")
+    print(
+        f"metrics over the protocol: {got['rows'] / elapsed:,.0f} rows/s delivered to another process "
+        f"in {got['messages']} messages ({got['messages'] / elapsed:.1f} messages/s; the cap is 20/s)"
+    )
 
     for kind, steps in (("mlp", STEPS), ("cnn", STEPS // 10)):
         training_loop(None, 50, kind)  # warm-up
@@ -118,7 +132,7 @@ def main() -> None:
             # Pairs run back to back, alternating which goes first: this machine's speed drifts over seconds,
             # so the median of per-pair ratios is steadier than a ratio of medians.
             pair = {}
-            for which in (("plain", "streamed") if i % 2 else ("streamed", "plain")):
+            for which in ("plain", "streamed") if i % 2 else ("streamed", "plain"):
                 ctx = TaskContext(emit) if which == "streamed" else None
                 pair[which] = training_loop(ctx, steps, kind)
                 if ctx is not None:
@@ -127,9 +141,11 @@ def main() -> None:
             streamed.append(pair["streamed"])
             ratios.append(pair["streamed"] / pair["plain"])
         p, s = statistics.median(plain), statistics.median(streamed)
-        print(f"{kind} loop (batch 64, 1 thread): no metrics {p * 1e6 / steps:.1f} us/step, metrics every step "
-              f"{s * 1e6 / steps:.1f} us/step; slowdown {100 * (statistics.median(ratios) - 1):+.2f} % "
-              f"(median of {REPEATS} back-to-back pairs; goal < 2 %)")
+        print(
+            f"{kind} loop (batch 64, 1 thread): no metrics {p * 1e6 / steps:.1f} us/step, metrics every step "
+            f"{s * 1e6 / steps:.1f} us/step; slowdown {100 * (statistics.median(ratios) - 1):+.2f} % "
+            f"(median of {REPEATS} back-to-back pairs; goal < 2 %)"
+        )
     child.stdin.write("stop\n")
     child.stdin.flush()
     child.wait(timeout=10)
@@ -145,7 +161,8 @@ def _status_kib(pid: int, field: str) -> int:
 
 
 def _zmtp_peer(port: int) -> socket.socket:
-    """A TCP connection that has done a ZMTP 3.0 NULL handshake as a DEALER: no key, no signature, nothing else."""
+    """A TCP connection that has done a ZMTP 3.0 NULL handshake as a DEALER: no key, no signature, nothing
+    else."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
     sock.sendall(b"\xff" + b"\x00" * 8 + b"\x7f\x03\x00" + b"NULL".ljust(20, b"\x00") + b"\x00" * 32)
     ready = b"\x05READY\x0bSocket-Type" + struct.pack(">I", 6) + b"DEALER"
@@ -154,7 +171,8 @@ def _zmtp_peer(port: int) -> socket.socket:
 
 
 def _stream(sock: socket.socket, size: int, more: bool = False) -> tuple[int, bool]:
-    """Announce one frame of `size` bytes and stream zeros lazily (never a 1 GB buffer here); (sent, dropped)."""
+    """Announce one frame of `size` bytes and stream zeros lazily (never a 1 GB buffer here); (sent,
+    dropped)."""
     chunk = bytes(1 << 20)
     sent = 0
     try:
@@ -169,15 +187,20 @@ def _stream(sock: socket.socket, size: int, more: bool = False) -> tuple[int, bo
 
 
 def oversized_frames() -> None:
-    """A real worker subprocess; three connections each send one unsigned 1 GiB frame; its memory before and after."""
+    """A real worker subprocess; three connections each send one unsigned 1 GiB frame; its memory before and
+    after."""
     from workbench.client import WorkerClient
     from workbench.protocol import ConnectionInfo
     from workbench.protocol.wire import MAX_REQUEST_FRAME
 
     conn_path = Path(tempfile.mkdtemp()) / "worker.json"
     ConnectionInfo.new().write(conn_path)
-    worker = subprocess.Popen([sys.executable, "-m", "workbench.worker", "--connection-file", str(conn_path)],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "workbench.worker", "--connection-file", str(conn_path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while not ConnectionInfo.read(conn_path).bound:
@@ -186,7 +209,8 @@ def oversized_frames() -> None:
             time.sleep(0.05)
         conn = ConnectionInfo.read(conn_path)
         client = WorkerClient(conn, heartbeat_interval=0)
-        assert client.wait_ready(30), "the worker did not answer"  # fully started: what it holds now is its own
+        # fully started: what it holds now is its own
+        assert client.wait_ready(30), "the worker did not answer"
         client.close()
         time.sleep(0.5)
         before = _status_kib(worker.pid, "VmRSS")
@@ -200,11 +224,16 @@ def oversized_frames() -> None:
             peer.close()
         accepted = max(sent for sent, _ in results)
         dropped = sum(d for _, d in results)
-        print(f"oversized frames: 3 unsigned 1 GiB frames on the shell socket; the largest frame an unauthenticated "
-              f"peer can make the worker hold is {MAX_REQUEST_FRAME / 2**20:.0f} MiB (the cap); {dropped}/3 peers "
-              f"were dropped, each after at most {accepted / 2**20:.1f} MiB had left the sender (socket buffers)")
-        print(f"worker memory: RSS {before / 1024:.0f} MB before, {after / 1024:.0f} MB after "
-              f"(after/before {after / before:.2f}x; peak {peak / 1024:.0f} MB, {peak / before:.2f}x)")
+        print(
+            "oversized frames: 3 unsigned 1 GiB frames on the shell socket; the largest frame an "
+            f"unauthenticated peer can make the worker hold is {MAX_REQUEST_FRAME / 2**20:.0f} MiB (the "
+            f"cap); {dropped}/3 peers were dropped, each after at most {accepted / 2**20:.1f} MiB had left "
+            "the sender (socket buffers)"
+        )
+        print(
+            f"worker memory: RSS {before / 1024:.0f} MB before, {after / 1024:.0f} MB after "
+            f"(after/before {after / before:.2f}x; peak {peak / 1024:.0f} MB, {peak / before:.2f}x)"
+        )
 
         # Not bounded by a per-frame cap: zmq keeps the frames of an unfinished multipart message until its
         # last one arrives (docs/protocol.md). Measured so the gap stays visible, on loopback only.
@@ -215,8 +244,11 @@ def oversized_frames() -> None:
         time.sleep(1.0)
         held = _status_kib(worker.pid, "VmRSS")
         peer.close()
-        print(f"known gap: one multipart message of {frames} frames under the cap that never ends: RSS "
-              f"{after / 1024:.0f} -> {held / 1024:.0f} MB (loopback only; off loopback Curve keeps such a peer out)")
+        print(
+            f"known gap: one multipart message of {frames} frames under the cap that never ends: RSS "
+            f"{after / 1024:.0f} -> {held / 1024:.0f} MB (loopback only; off loopback Curve keeps such a "
+            "peer out)"
+        )
     finally:
         worker.terminate()
         worker.wait(timeout=30)

@@ -23,11 +23,18 @@ def time_import_torch() -> float:
 
 
 def time_window_shown(workspace: str) -> tuple[float, float]:
-    env = {**os.environ, "QT_QPA_PLATFORM": os.environ.get("QT_QPA_PLATFORM", "offscreen"),
-           "WORKBENCH_EXIT_AFTER_MS": "300"}
+    env = {
+        **os.environ,
+        "QT_QPA_PLATFORM": os.environ.get("QT_QPA_PLATFORM", "offscreen"),
+        "WORKBENCH_EXIT_AFTER_MS": "300",
+    }
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "workbench", "gui", "--workspace", workspace],
-                            stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench", "gui", "--workspace", workspace],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     shown = ready = None
     for line in proc.stdout:
         if line.startswith("WORKBENCH_WINDOW_SHOWN"):

@@ -1,31 +1,32 @@
-"""Training throughput on an ImageFolder that streams from its files, against torchvision's ImageFolder + DataLoader,
-as ratios measured in the same run (medians of interleaved repeats; these machines are shared and noisy, so read
-ratios, not figures).
+"""Training throughput on an ImageFolder that streams from its files, against torchvision's ImageFolder +
+DataLoader, as ratios measured in the same run (medians of interleaved repeats; these machines are shared and
+noisy, so read ratios, not figures).
 
-A folder of real JPEG files (CLASSES class folders, random smooth-plus-noise content at 64x64) is written to a temp
-dir. The workbench keeps a folder whose decoded images fit half the available memory in memory, and streams the
-rest from the files; to measure the streaming path on a small folder, the workbench's rows SIMULATE A FOLDER LARGER
-THAN MEMORY: `workbench.worker.data.stores.available_memory` is patched (in the process that runs the task) to
-report just enough for STREAM_IMAGES decoded images, and the decoded-image cache (`imagefolder.LRU_BYTES`, 256 MB,
-which would otherwise hold this whole small folder from the second epoch on) to the same STREAM_IMAGES, the share a
-real folder many times its size would get. Every row then decodes every image of every epoch from its file, as
-the torchvision rows do.
+A folder of real JPEG files (CLASSES class folders, random smooth-plus-noise content at 64x64) is written to a
+temp dir. The workbench keeps a folder whose decoded images fit half the available memory in memory, and
+streams the rest from the files; to measure the streaming path on a small folder, the workbench's rows
+SIMULATE A FOLDER LARGER THAN MEMORY: `workbench.worker.data.stores.available_memory` is patched (in the
+process that runs the task) to report just enough for STREAM_IMAGES decoded images, and the decoded-image
+cache (`imagefolder.LRU_BYTES`, 256 MB, which would otherwise hold this whole small folder from the second
+epoch on) to the same STREAM_IMAGES, the share a real folder many times its size would get. Every row then
+decodes every image of every epoch from its file, as the torchvision rows do.
 
-Rows: torchvision's `ImageFolder` (ToTensor + Normalize) through a `DataLoader` with num_workers=2 (the reference)
-and 0 (the old workbench default's counterpart), with a plain loop (forward, cross-entropy, backward, Adam step);
-then the workbench's real `train.classifier` task (run_task, in-process, as the worker runs it) with
-dataset.num_workers=0 and auto (the default). All train the workbench's small `cnn` from the same seed with Adam
-(lr 1e-3), batch 64, one epoch a run, timed over the steps after the first WARMUP_STEPS = 5 (the workbench reports
-that itself: its warm-up ends at its first loss read-back at or after step 5, so its rows read losses back every 5
-steps, `log_every_steps=5`, not 20: a read-back is a no-op wait on the CPU, and 20 warm-up steps would double the
-run). The workbench rows keep its other defaults: channels_last=auto picks a layout by a timed trial, which the
-plain loop does not get (the "memory layout" line the task logs is printed, with its "batches" line, which says how
-many loaders it used). Each run is a fresh Python process, as a user's script is; one untimed workbench run first
-reads every file (the page cache) and leaves its layout trial and the folder's statistics in the shared workspace.
+Rows: torchvision's `ImageFolder` (ToTensor + Normalize) through a `DataLoader` with num_workers=2 (the
+reference) and 0 (the old workbench default's counterpart), with a plain loop (forward, cross-entropy,
+backward, Adam step); then the workbench's real `train.classifier` task (run_task, in-process, as the worker
+runs it) with dataset.num_workers=0 and auto (the default). All train the workbench's small `cnn` from the
+same seed with Adam (lr 1e-3), batch 64, one epoch a run, timed over the steps after the first WARMUP_STEPS =
+5 (the workbench reports that itself: its warm-up ends at its first loss read-back at or after step 5, so its
+rows read losses back every 5 steps, `log_every_steps=5`, not 20: a read-back is a no-op wait on the CPU, and
+20 warm-up steps would double the run). The workbench rows keep its other defaults: channels_last=auto picks a
+layout by a timed trial, which the plain loop does not get (the "memory layout" line the task logs is printed,
+with its "batches" line, which says how many loaders it used). Each run is a fresh Python process, as a user's
+script is; one untimed workbench run first reads every file (the page cache) and leaves its layout trial and
+the folder's statistics in the shared workspace.
 
-Two figures say how much loading can matter at all: "loading alone" (the same rows' batches for one epoch with no
-model, all four in one fresh process a repeat), and one batch's data work in one thread against a whole step. Where
-the step costs far more than its batch's data work, loaders can save little, whatever their count.
+Two figures say how much loading can matter at all: "loading alone" (the same rows' batches for one epoch with
+no model, all four in one fresh process a repeat), and one batch's data work in one thread against a whole
+step. Where the step costs far more than its batch's data work, loaders can save little, whatever their count.
 
     .venv/bin/python benchmarks/stream_loading.py [--images 1500] [--repeats 3]
 """
@@ -53,8 +54,8 @@ WARM_UP_ROW = "workbench, dataset.num_workers=auto"
 
 
 def make_folder(root: Path, images: int) -> None:
-    """`images` JPEGs of SIZE x SIZE in CLASSES class folders: a random 8x8 pattern scaled up, plus noise, so files
-    compress and decode like small photos rather than pure noise. Written once per size and reused."""
+    """`images` JPEGs of SIZE x SIZE in CLASSES class folders: a random 8x8 pattern scaled up, plus noise, so
+    files compress and decode like small photos rather than pure noise. Written once per size and reused."""
     import numpy as np
     from PIL import Image
 
@@ -65,8 +66,9 @@ def make_folder(root: Path, images: int) -> None:
     for i in range(images):
         folder = root / f"class_{i % CLASSES}"
         folder.mkdir(parents=True, exist_ok=True)
-        coarse = Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).resize((SIZE, SIZE),
-                                                                                          Image.Resampling.BILINEAR)
+        coarse = Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).resize(
+            (SIZE, SIZE), Image.Resampling.BILINEAR
+        )
         pixels = np.asarray(coarse, dtype=np.int16) + rng.integers(-20, 21, (SIZE, SIZE, 3), dtype=np.int16)
         Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(folder / f"img_{i:05d}.jpg", quality=90)
     done.touch()
@@ -89,7 +91,9 @@ class _Clock:
 
     def rate(self) -> float:
         if self.started is None or not self.samples:
-            raise SystemExit(f"too few steps to time: {self.steps} ran, {WARMUP_STEPS} are warm-up; use more --images")
+            raise SystemExit(
+                f"too few steps to time: {self.steps} ran, {WARMUP_STEPS} are warm-up; use more --images"
+            )
         return self.samples / (time.perf_counter() - self.started)
 
 
@@ -102,8 +106,9 @@ def torchvision_loop(root: str, workers: int, *, epochs: int, seed: int, workspa
     from workbench.specs import ModelSpec
     from workbench.worker.models import build_model
 
-    dataset = datasets.ImageFolder(root, transform=transforms.Compose([transforms.ToTensor(),
-                                                                       transforms.Normalize(MEAN, STD)]))
+    dataset = datasets.ImageFolder(
+        root, transform=transforms.Compose([transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
+    )
     torch.manual_seed(seed)
     loader = DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True, num_workers=workers)
     model = build_model(ModelSpec(name="cnn", num_classes=len(dataset.classes)), input_shape=(3, SIZE, SIZE))
@@ -135,8 +140,9 @@ def torchvision_load(root: str, workers: int, *, seed: int, workspace: str, **_)
     from torch.utils.data import DataLoader
     from torchvision import datasets, transforms
 
-    dataset = datasets.ImageFolder(root, transform=transforms.Compose([transforms.ToTensor(),
-                                                                       transforms.Normalize(MEAN, STD)]))
+    dataset = datasets.ImageFolder(
+        root, transform=transforms.Compose([transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
+    )
     torch.manual_seed(seed)
     loader = DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True, num_workers=workers)
     _epoch_rate(loader)
@@ -176,8 +182,8 @@ def batch_data_seconds(root: Path) -> float:
 
 
 def simulate_folder_larger_than_memory() -> None:
-    """In this process: the memory the workbench sees has room for STREAM_IMAGES decoded images (its budget is half
-    of it), and so has its decoded-image cache; a folder of more images streams from its files."""
+    """In this process: the memory the workbench sees has room for STREAM_IMAGES decoded images (its budget is
+    half of it), and so has its decoded-image cache; a folder of more images streams from its files."""
     from workbench.worker.data import imagefolder, stores
 
     room = stores.nbytes(STREAM_IMAGES, (3, SIZE, SIZE))
@@ -186,8 +192,14 @@ def simulate_folder_larger_than_memory() -> None:
 
 
 def _data_spec(root: str, workers) -> dict:
-    return {"name": "imagefolder", "root": root, "num_workers": workers, "image_size": [SIZE], "val_fraction": 0.0,
-            "test_fraction": 0.0}
+    return {
+        "name": "imagefolder",
+        "root": root,
+        "num_workers": workers,
+        "image_size": [SIZE],
+        "val_fraction": 0.0,
+        "test_fraction": 0.0,
+    }
 
 
 def workbench_loop(root: str, workers, *, epochs: int, seed: int, workspace: str) -> float:
@@ -207,12 +219,21 @@ def workbench_loop(root: str, workers, *, epochs: int, seed: int, workspace: str
             logged.append(payload.get("text", ""))
 
     data = _data_spec(root, workers)
-    # The same dataset the task loads (the process's dataset cache hands the task this one): it must stream, or the
-    # row would measure the in-memory path.
+    # The same dataset the task loads (the process's dataset cache hands the task this one): it must stream,
+    # or the row would measure the in-memory path.
     if load_dataset(DataSpec.from_dict(data), workspace=workspace).in_memory:
         raise SystemExit("the simulated memory did not take: the folder is held in memory in this run")
-    spec = {"dataset": data, "model": {"name": "cnn"}, "epochs": epochs, "batch_size": BATCH_SIZE, "seed": seed,
-            "device": "cpu", "optimizer": "adam", "lr": LR, "log_every_steps": WARMUP_STEPS}
+    spec = {
+        "dataset": data,
+        "model": {"name": "cnn"},
+        "epochs": epochs,
+        "batch_size": BATCH_SIZE,
+        "seed": seed,
+        "device": "cpu",
+        "optimizer": "adam",
+        "lr": LR,
+        "log_every_steps": WARMUP_STEPS,
+    }
     result = run_task(get_task("train.classifier"), spec, emit=emit, workspace=workspace)
     if result["status"] != "done":
         raise SystemExit(f"workbench run failed: {result.get('error')}")
@@ -245,17 +266,31 @@ def _child(args: list[str], what: str) -> list[str]:
 
 def _run_row(label: str, root: Path, workspace: str, *, seed: int, epochs: int) -> tuple[float, list[str]]:
     """One training row in a fresh Python process; returns its samples/s and the log lines it printed."""
-    lines = _child(["--one-row", label, "--root", str(root), "--workspace", workspace, "--seed", str(seed),
-                    "--epochs", str(epochs)], f"row {label!r}")
+    lines = _child(
+        [
+            "--one-row",
+            label,
+            "--root",
+            str(root),
+            "--workspace",
+            workspace,
+            "--seed",
+            str(seed),
+            "--epochs",
+            str(epochs),
+        ],
+        f"row {label!r}",
+    )
     return float(lines[-1]), [line[4:] for line in lines if line.startswith("LOG ")]
 
 
 def _run_loads(root: Path, workspace: str, *, seed: int) -> dict[str, float]:
     """Every loading-alone row, one after another in one fresh process (no model: nothing of one row's heap or
     threads slows the next, and a process start here costs more than all four rows)."""
-    lines = _child(["--load-only", "--root", str(root), "--workspace", workspace, "--seed", str(seed)],
-                   "loading alone")
-    return {label: float(value) for label, value in zip(LOAD_ROWS, lines[-len(LOAD_ROWS):])}
+    lines = _child(
+        ["--load-only", "--root", str(root), "--workspace", workspace, "--seed", str(seed)], "loading alone"
+    )
+    return {label: float(value) for label, value in zip(LOAD_ROWS, lines[-len(LOAD_ROWS) :])}
 
 
 def _one_row(args) -> int:
@@ -265,7 +300,8 @@ def _one_row(args) -> int:
 
 
 def _loads(args) -> int:
-    """The child's side of `_run_loads`: every loading-alone row, one samples/s a line, in LOAD_ROWS' order."""
+    """The child's side of `_run_loads`: every loading-alone row, one samples/s a line, in LOAD_ROWS'
+    order."""
     rates = [run(args.root, seed=args.seed, workspace=args.workspace) for run in LOAD_ROWS.values()]
     print("\n".join(map(str, rates)))
     return 0
@@ -295,45 +331,68 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.gettempdir()) / f"workbench-bench-stream-{CLASSES}x{args.images}-{SIZE}px"
     make_folder(root, args.images)
     files = sum(1 for _ in root.rglob("*.jpg"))
-    print(f"folder: {files:,} JPEGs of {SIZE}x{SIZE} in {CLASSES} classes under {root} "
-          f"(ready in {time.perf_counter() - started:.1f} s)")
-    print(f"SIMULATED: the workbench's rows see memory for {STREAM_IMAGES} decoded images (budget: half of it) and "
-          f"cache {STREAM_IMAGES}, so this folder streams from its files as one larger than memory would")
+    print(
+        f"folder: {files:,} JPEGs of {SIZE}x{SIZE} in {CLASSES} classes under {root} "
+        f"(ready in {time.perf_counter() - started:.1f} s)"
+    )
+    print(
+        f"SIMULATED: the workbench's rows see memory for {STREAM_IMAGES} decoded images (budget: half of it) "
+        f"and cache {STREAM_IMAGES}, so this folder streams from its files as one larger than memory would"
+    )
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"cpu: {cores} usable cores, {torch.get_num_threads()} torch threads; cnn, batch {BATCH_SIZE}, Adam; "
-          f"{EPOCHS} epoch(s) a run, timed after {WARMUP_STEPS} steps; medians of {args.repeats} interleaved repeats, "
-          "each run a fresh process")
+    print(
+        f"cpu: {cores} usable cores, {torch.get_num_threads()} torch threads; cnn, batch {BATCH_SIZE}, Adam; "
+        f"{EPOCHS} epoch(s) a run, timed after {WARMUP_STEPS} steps; medians of {args.repeats} interleaved "
+        "repeats, each run a fresh process"
+    )
     data_s = batch_data_seconds(root)
     runs: dict[str, list[float]] = {label: [] for label in ROWS}
     loads: dict[str, list[float]] = {label: [] for label in LOAD_ROWS}
     logs: dict[str, list[str]] = {}
     with tempfile.TemporaryDirectory() as workspace:
-        # Untimed, once: reads every file (the page cache, for every row) and leaves the workbench's layout trial
-        # and the folder's statistics in the shared workspace, as a user's workspace has them after a first run.
+        # Untimed, once: reads every file (the page cache, for every row) and leaves the workbench's layout
+        # trial and the folder's statistics in the shared workspace, as a user's workspace has them after a
+        # first run.
         _run_row(WARM_UP_ROW, root, workspace, seed=0, epochs=1)
         for repeat in range(args.repeats):
             for label in ROWS:
                 rate, lines = _run_row(label, root, workspace, seed=repeat, epochs=EPOCHS)
                 runs[label].append(rate)
                 logs.setdefault(label, lines)
-                print(f"  repeat {repeat + 1}/{args.repeats}: {label} {rate:,.1f}/s", file=sys.stderr, flush=True)
+                print(
+                    f"  repeat {repeat + 1}/{args.repeats}: {label} {rate:,.1f}/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
             for label, rate in _run_loads(root, workspace, seed=repeat).items():
                 loads[label].append(rate)
     median = {label: statistics.median(values) for label, values in runs.items()}
     loading = {label: statistics.median(values) for label, values in loads.items()}
     reference = median[REFERENCE]
-    print(f"  {'row':<40} {'training samples/s':>18}   vs reference   {'loading alone samples/s':>23}   vs reference")
+    print(
+        f"  {'row':<40} {'training samples/s':>18}   vs reference   {'loading alone samples/s':>23}   vs "
+        "reference"
+    )
     for label, value in median.items():
-        print(f"  {label:<40} {value:>18,.1f}   {value / reference:>11.2f}x   {loading[label]:>23,.0f}   "
-              f"{loading[label] / loading[REFERENCE]:>11.2f}x")
-    print(f"  (reference: {REFERENCE}; loading alone: one epoch of the same batches with no model, after one untimed)")
+        print(
+            f"  {label:<40} {value:>18,.1f}   {value / reference:>11.2f}x   {loading[label]:>23,.0f}   "
+            f"{loading[label] / loading[REFERENCE]:>11.2f}x"
+        )
+    print(
+        f"  (reference: {REFERENCE}; loading alone: one epoch of the same batches with no model, after one "
+        "untimed)"
+    )
     auto, zero = "workbench, dataset.num_workers=auto", "workbench, dataset.num_workers=0"
-    print(f"workbench auto / workbench 0: {median[auto] / median[zero]:.2f}x training, "
-          f"{loading[auto] / loading[zero]:.2f}x loading alone")
+    print(
+        f"workbench auto / workbench 0: {median[auto] / median[zero]:.2f}x training, "
+        f"{loading[auto] / loading[zero]:.2f}x loading alone"
+    )
     step_s = BATCH_SIZE / median["torchvision DataLoader, num_workers=0"]
-    print(f"one batch's data work in one thread (decode {BATCH_SIZE} files, ToTensor, Normalize): "
-          f"{data_s * 1000:,.0f} ms, {data_s / step_s:.1%} of a whole step of the num_workers=0 reference "
-          f"({step_s * 1000:,.0f} ms), about the most that loading ahead of the step can save here")
+    print(
+        f"one batch's data work in one thread (decode {BATCH_SIZE} files, ToTensor, Normalize): "
+        f"{data_s * 1000:,.0f} ms, {data_s / step_s:.1%} of a whole step of the num_workers=0 reference "
+        f"({step_s * 1000:,.0f} ms), about the most that loading ahead of the step can save here"
+    )
     for label, lines in logs.items():
         for text in lines:
             print(f"  [{label}] {text}")

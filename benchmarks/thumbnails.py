@@ -1,7 +1,7 @@
 """Time to the first page of 200 thumbnails of a 60,000-image in-memory dataset, after the dataset is loaded.
 
-The dataset is MNIST read by torchvision's real loader from IDX files of 60,000 random 28x28 images written to a
-temp dir. The page goes through the real `data.page` task (run_task), as the worker runs it. The reference,
+The dataset is MNIST read by torchvision's real loader from IDX files of 60,000 random 28x28 images written to
+a temp dir. The page goes through the real `data.page` task (run_task), as the worker runs it. The reference,
 measured in the same run on the same files: the first 200 items through torchvision's own MNIST dataset and a
 DataLoader (batch 200), what a script would do to show them. The ratio printed is page time / reference time,
 medians over repeats (goal: well under 1; the page also resizes to thumbnails and filters by class).
@@ -68,17 +68,31 @@ def main() -> int:
             loaded = load_dataset(DataSpec.from_dict(dataset), workspace=tmp)
             loads.append(time.perf_counter() - t)
             assert len(loaded.splits["train"]) == N_TRAIN
-            spec = {"dataset": dataset, "split": "train", "offset": 0, "count": PAGE, "label": i % 11 - 1,
-                    "thumb_size": 64, "request_id": i}
+            spec = {
+                "dataset": dataset,
+                "split": "train",
+                "offset": 0,
+                "count": PAGE,
+                "label": i % 11 - 1,
+                "thumb_size": 64,
+                "request_id": i,
+            }
             t = time.perf_counter()
             result = run_task(task, spec, emit=lambda *a: None, workspace=tmp)
             pages.append(time.perf_counter() - t)
-            assert result["status"] == "done" and result["images"].shape == (PAGE, 28, 28, 1), result.get("error")
+            assert result["status"] == "done" and result["images"].shape == (PAGE, 28, 28, 1), result.get(
+                "error"
+            )
     load_s, page_s, ref_s = statistics.median(loads), statistics.median(pages), statistics.median(references)
     print(f"dataset: MNIST via torchvision, {N_TRAIN:,} train images 28x28 in memory")
     print(f"load time:            {load_s * 1000:8.1f} ms (median of {REPEATS})")
-    print(f"first page of {PAGE}:    {page_s * 1000:8.1f} ms (median of {REPEATS}; worst {max(pages) * 1000:.1f} ms, the very first {pages[0] * 1000:.1f} ms)")
-    print(f"reference:            {ref_s * 1000:8.1f} ms (first {PAGE} through torchvision MNIST + DataLoader)")
+    print(
+        f"first page of {PAGE}:    {page_s * 1000:8.1f} ms (median of {REPEATS}; worst "
+        f"{max(pages) * 1000:.1f} ms, the very first {pages[0] * 1000:.1f} ms)"
+    )
+    print(
+        f"reference:            {ref_s * 1000:8.1f} ms (first {PAGE} through torchvision MNIST + DataLoader)"
+    )
     ratio = page_s / ref_s
     print(f"ratio page/reference: {ratio:8.3f} (goal < 1) {'OK' if ratio < 1 else 'OVER GOAL'}")
     return 0

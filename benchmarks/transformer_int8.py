@@ -1,18 +1,19 @@
 """INT8 of a small transformer in ONNX Runtime: our QDQ model against onnxruntime's own `quantize_dynamic`, as
-ratios measured in the same run (medians of repeats, the models interleaved so drifting machine load hits all alike).
+ratios measured in the same run (medians of repeats, the models interleaved so drifting machine load hits all
+alike).
 
-The model is the bundled example names_transformer (resources/examples/names_transformer: character ids of a name
-through two nn.TransformerEncoder layers to its language). The workbench is driven through its command line, as a
-person would (`workbench <verb> ... --json`):
+The model is the bundled example names_transformer (resources/examples/names_transformer: character ids of a
+name through two nn.TransformerEncoder layers to its language). The workbench is driven through its command
+line, as a person would (`workbench <verb> ... --json`):
   - `workbench train` the example (or `--run RUN` takes a training run of it);
   - `workbench export format=onnx`: the FP32 ONNX file, the reference;
-  - onnxruntime.quantization.quantize_dynamic (int8 weights, activations quantized at run time) of that same FP32
-    file, after `quant_pre_process` where it succeeds: the peer;
+  - onnxruntime.quantization.quantize_dynamic (int8 weights, activations quantized at run time) of that same
+    FP32 file, after `quant_pre_process` where it succeeds: the peer;
   - `workbench quantize` (W8A8, the default) then `workbench export format=onnx_qdq`: ours, static int8.
 
-For each ONNX file it reports p50 latency at batch 1 and 32 in onnxruntime CPU sessions with the same thread count
-(warm-up, then timed runs on real test samples), and accuracy on the run's whole test split, the same samples for
-every file. Then ours / quantize_dynamic in speed (goal >= 1.0x) and the accuracy of each.
+For each ONNX file it reports p50 latency at batch 1 and 32 in onnxruntime CPU sessions with the same thread
+count (warm-up, then timed runs on real test samples), and accuracy on the run's whole test split, the same
+samples for every file. Then ours / quantize_dynamic in speed (goal >= 1.0x) and the accuracy of each.
 
     .venv/bin/python benchmarks/transformer_int8.py [--run RUN --workspace W] [--epochs N] [--threads 1]
         [--batch-sizes 1,32] [--iters 200] [--warmup 20] [--repeats 3] [--quick]
@@ -37,7 +38,8 @@ WORKBENCH = [sys.executable, "-m", "workbench.cli"]
 
 
 class StepFailed(Exception):
-    """A workbench command that did not finish: its verb and the error it printed; `run_dir` is the run it left."""
+    """A workbench command that did not finish: its verb and the error it printed; `run_dir` is the run it
+    left."""
 
     def __init__(self, message: str, run_dir: str = ""):
         super().__init__(message)
@@ -47,8 +49,12 @@ class StepFailed(Exception):
 def workbench(verb: str, args: list[str], workspace: Path) -> dict:
     """Run `workbench <verb> ... --json` and return its result; StepFailed with its error when it fails."""
     started = time.perf_counter()
-    proc = subprocess.run([*WORKBENCH, verb, *args, "--workspace", str(workspace), "--json"],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [*WORKBENCH, verb, *args, "--workspace", str(workspace), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         result = json.loads(proc.stdout)
     except json.JSONDecodeError:
@@ -57,7 +63,9 @@ def workbench(verb: str, args: list[str], workspace: Path) -> dict:
         error = result.get("error") or {}
         message = error.get("message") if isinstance(error, dict) else str(error)
         kind = error.get("type", "") if isinstance(error, dict) else ""
-        raise StepFailed(f"workbench {verb} {' '.join(args)}: {kind} {message}".strip(), result.get("run_dir") or "")
+        raise StepFailed(
+            f"workbench {verb} {' '.join(args)}: {kind} {message}".strip(), result.get("run_dir") or ""
+        )
     print(f"  workbench {verb} {' '.join(args)}: {time.perf_counter() - started:.1f} s", flush=True)
     return result
 
@@ -89,8 +97,8 @@ def accuracy(sess, ids: np.ndarray, labels: np.ndarray, batch: int = 100) -> flo
     name = sess.get_inputs()[0].name
     right = 0
     for start in range(0, len(ids), batch):
-        logits = sess.run(None, {name: ids[start:start + batch]})[0]
-        right += int((logits.argmax(1) == labels[start:start + batch]).sum())
+        logits = sess.run(None, {name: ids[start : start + batch]})[0]
+        right += int((logits.argmax(1) == labels[start : start + batch]).sum())
     return right / len(ids)
 
 
@@ -125,8 +133,8 @@ def peer_dynamic(fp32: Path, folder: Path) -> Path:
 
 
 def make_models(args, workspace: Path, folder: Path) -> tuple[Path, dict[str, Path], dict[str, str]]:
-    """The training run, the ONNX files by label, and notes by label: why a file could not be made, or what went
-    wrong after it was written."""
+    """The training run, the ONNX files by label, and notes by label: why a file could not be made, or what
+    went wrong after it was written."""
     if args.run:
         run_dir = Path(args.run) if Path(args.run).is_dir() else workspace / "runs" / args.run
     else:
@@ -143,8 +151,9 @@ def make_models(args, workspace: Path, folder: Path) -> tuple[Path, dict[str, Pa
     ours = "ours, QDQ INT8 (W8A8)"
     try:
         quant = workbench("quantize", ["--set", f"source.run={run_dir}"], workspace)
-        qdq = workbench("export", ["--set", f"source.run={quant['run_dir']}", "--set", "format=onnx_qdq"],
-                        workspace)
+        qdq = workbench(
+            "export", ["--set", f"source.run={quant['run_dir']}", "--set", "format=onnx_qdq"], workspace
+        )
         files[ours] = Path(qdq["artifact"])
     except StepFailed as exc:
         notes[ours] = str(exc)
@@ -159,16 +168,28 @@ def make_models(args, workspace: Path, folder: Path) -> tuple[Path, dict[str, Pa
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", default="", help="a training run of names_transformer (its folder, or id with "
-                                                  "--workspace); trained first when not given")
-    parser.add_argument("--workspace", default="", help="the workspace for the runs (default: a temporary one)")
-    parser.add_argument("--epochs", type=int, default=0, help="epochs of the training (default: the example's)")
-    parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads, every session alike")
+    parser.add_argument(
+        "--run",
+        default="",
+        help="a training run of names_transformer (its folder, or id with "
+        "--workspace); trained first when not given",
+    )
+    parser.add_argument(
+        "--workspace", default="", help="the workspace for the runs (default: a temporary one)"
+    )
+    parser.add_argument(
+        "--epochs", type=int, default=0, help="epochs of the training (default: the example's)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="onnxruntime intra-op threads, every session alike"
+    )
     parser.add_argument("--batch-sizes", default="1,32")
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="a short run: 30 iterations, 5 warm-up, 1 repeat")
+    parser.add_argument(
+        "--quick", action="store_true", help="a short run: 30 iterations, 5 warm-up, 1 repeat"
+    )
     args = parser.parse_args()
     if args.quick:
         args.iters, args.warmup, args.repeats = 30, 5, 1
@@ -191,9 +212,12 @@ def main() -> int:
         latency: dict[tuple[str, int], list[float]] = {}
         for _ in range(args.repeats):
             for batch in batches:
-                sample = np.ascontiguousarray(np.resize(ids, (batch, ids.shape[1])))  # real names, repeated if few
+                # real names, repeated if few
+                sample = np.ascontiguousarray(np.resize(ids, (batch, ids.shape[1])))
                 for label, sess in sessions.items():
-                    latency.setdefault((label, batch), []).append(p50_ms(sess, sample, args.iters, args.warmup))
+                    latency.setdefault((label, batch), []).append(
+                        p50_ms(sess, sample, args.iters, args.warmup)
+                    )
         report(args, run_dir, files, notes, accuracies, latency, batches, len(labels))
     return 1 if notes else 0
 
@@ -201,9 +225,11 @@ def main() -> int:
 def report(args, run_dir, files, notes, accuracies, latency, batches, samples) -> None:
     import onnxruntime
 
-    print(f"\nnames_transformer (run {run_dir.name}), int64 ids [batch, 16], onnxruntime {onnxruntime.__version__} "
-          f"CPU, {args.threads} thread(s), p50 of {args.iters} runs after {args.warmup} warm-up, median of "
-          f"{args.repeats} repeat(s); accuracy on the {samples} test samples")
+    print(
+        f"\nnames_transformer (run {run_dir.name}), int64 ids [batch, 16], onnxruntime "
+        f"{onnxruntime.__version__} CPU, {args.threads} thread(s), p50 of {args.iters} runs after "
+        f"{args.warmup} warm-up, median of {args.repeats} repeat(s); accuracy on the {samples} test samples"
+    )
     head = "".join(f"{f'p50 ms @{b}':>13}" for b in batches)
     print(f"\n  {'model':<28}{'size KB':>9}{'accuracy':>10}{head}")
     for label in [*files, *(n for n in notes if n not in files)]:
@@ -220,12 +246,16 @@ def report(args, run_dir, files, notes, accuracies, latency, batches, samples) -
         line = f"  batch {batch}: FP32 / quantize_dynamic {base / theirs:.2f}x"
         if ours in files:
             mine = statistics.median(latency[ours, batch])
-            line += (f", FP32 / ours {base / mine:.2f}x, ours speed / quantize_dynamic's speed "
-                     f"{theirs / mine:.2f}x (goal >= 1.0)")
+            line += (
+                f", FP32 / ours {base / mine:.2f}x, ours speed / quantize_dynamic's speed "
+                f"{theirs / mine:.2f}x (goal >= 1.0)"
+            )
         print(line)
     if ours in files:
-        print(f"  accuracy: ours {accuracies[ours]:.4f}, quantize_dynamic {accuracies[peer]:.4f}, "
-              f"FP32 {accuracies[fp32]:.4f} (goal: ours >= quantize_dynamic)")
+        print(
+            f"  accuracy: ours {accuracies[ours]:.4f}, quantize_dynamic {accuracies[peer]:.4f}, "
+            f"FP32 {accuracies[fp32]:.4f} (goal: ours >= quantize_dynamic)"
+        )
     for label, note in notes.items():
         if label in files:
             print(f"  note: {label} is the file its export wrote before the job failed: {note}")

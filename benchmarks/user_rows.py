@@ -1,5 +1,5 @@
-"""The "user" section of train_overhead.py (issue #20): a user's own Dataset whose __getitem__ costs about 2 ms of
-Python, loaded by 2 DataLoader worker processes, trained by a plain DataLoader loop and by the workbench
+"""The "user" section of train_overhead.py (issue #20): a user's own Dataset whose __getitem__ costs about 2
+ms of Python, loaded by 2 DataLoader worker processes, trained by a plain DataLoader loop and by the workbench
 (dataset.name=file:...). Goal: the workbench within 1.1x of the plain loop (>= 0.91x its samples/s)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-PROJECT = '''
+PROJECT = """
 import time
 import torch
 from torch import nn
@@ -39,7 +39,7 @@ def net(num_classes=10):
     return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                          nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                          nn.Linear(32, num_classes))
-'''
+"""
 
 WORKERS = 2
 WARMUP_STEPS = 20
@@ -53,15 +53,22 @@ def project_file(workspace: str) -> Path:
 
 
 def plain_loop(data, model_name, *, epochs, batch_size, seed, device, workspace) -> float:
-    """What a user writes: their Dataset in a DataLoader with 2 workers, SGD, no reads back but the loss at the end."""
+    """What a user writes: their Dataset in a DataLoader with 2 workers, SGD, no reads back but the loss at
+    the end."""
     from workbench.worker.models.user_code import import_user_file
 
     module = import_user_file(project_file(workspace))
     torch.manual_seed(seed)
     dataset, model = module.Costly(), module.net().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=WORKERS, persistent_workers=True,
-                        generator=torch.Generator().manual_seed(seed))
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=WORKERS,
+        persistent_workers=True,
+        generator=torch.Generator().manual_seed(seed),
+    )
     steps = samples = 0
     started = None
     for _ in range(epochs):
@@ -86,11 +93,24 @@ def workbench_row(data, model_name, *, epochs, batch_size, seed, device, workspa
     from workbench.worker.runner import run_task
 
     path = project_file(workspace)
-    spec = {"dataset": {"name": f"file:{path}:Costly", "num_workers": WORKERS, "val_fraction": 0.0,
-                        "test_fraction": 0.0},
-            "model": {"name": f"file:{path}:net"}, "epochs": epochs, "batch_size": batch_size, "seed": seed,
-            "device": str(device), "optimizer": "sgd", "lr": 0.01, "momentum": 0.9, "log_every_steps": WARMUP_STEPS,
-            "channels_last": False}
+    spec = {
+        "dataset": {
+            "name": f"file:{path}:Costly",
+            "num_workers": WORKERS,
+            "val_fraction": 0.0,
+            "test_fraction": 0.0,
+        },
+        "model": {"name": f"file:{path}:net"},
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "seed": seed,
+        "device": str(device),
+        "optimizer": "sgd",
+        "lr": 0.01,
+        "momentum": 0.9,
+        "log_every_steps": WARMUP_STEPS,
+        "channels_last": False,
+    }
     result = run_task(get_task("train.classifier"), spec, emit=lambda *args: None, workspace=workspace)
     if result["status"] != "done":
         raise SystemExit(f"workbench run failed: {result.get('error')}")
@@ -98,4 +118,7 @@ def workbench_row(data, model_name, *, epochs, batch_size, seed, device, workspa
 
 
 def user_rows() -> dict:
-    return {"plain DataLoader loop, 2 workers": plain_loop, "workbench, file: dataset, num_workers=2": workbench_row}
+    return {
+        "plain DataLoader loop, 2 workers": plain_loop,
+        "workbench, file: dataset, num_workers=2": workbench_row,
+    }

@@ -1,8 +1,8 @@
 """Render the app icon's PNGs from its SVG: workbench/resources/icons/torch-workbench-<N>.png for every size.
 
 Run after editing the SVG and commit the PNGs with it:  .venv/bin/python packaging/render_icons.py
-Uses Qt's own SVG renderer (PySide6 is already installed), so no Inkscape, rsvg or ImageMagick is needed; the SVG
-keeps to SVG Tiny 1.2 (paths, circles, linear gradients) so every renderer draws it the same.
+Uses Qt's own SVG renderer (PySide6 is already installed), so no Inkscape, rsvg or ImageMagick is needed; the
+SVG keeps to SVG Tiny 1.2 (paths, circles, linear gradients) so every renderer draws it the same.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ def render(svg: Path, size: int, out: Path) -> None:
     renderer = QSvgRenderer(str(svg))
     if not renderer.isValid():
         raise SystemExit(f"{svg}: Qt cannot read this SVG")
-    # Straight (not premultiplied) ARGB, as a PNG stores it: converting from premultiplied afterwards turns the
-    # colour of nearly transparent edge pixels into noise.
+    # Straight (not premultiplied) ARGB, as a PNG stores it: converting from premultiplied afterwards turns
+    # the colour of nearly transparent edge pixels into noise.
     image = QImage(size, size, QImage.Format_ARGB32)
     image.fill(Qt.transparent)
     painter = QPainter(image)

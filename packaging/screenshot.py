@@ -1,4 +1,5 @@
-"""Drive the real app (real worker) through a short scene and save a PNG of the window, for README and reviews.
+"""Drive the real app (real worker) through a short scene and save a PNG of the window, for README and
+reviews.
 
 Run under a virtual screen: `xvfb-run -a -s "-screen 0 1600x900x24" python packaging/screenshot.py OUT.png`.
 """
@@ -19,7 +20,7 @@ from workbench.workspace import resolve_workspace
 
 # A user's own project of token sequences (the data-tokens, evaluation-tokens and try-it-tokens scenes): short
 # reviews padded with id 0, a vocab to decode them, a tiny transformer to classify them.
-TOKENS_PROJECT = '''
+TOKENS_PROJECT = """
 import torch
 from torch import nn
 from torch.utils.data import Dataset
@@ -54,11 +55,12 @@ class TinyTransformer(nn.Module):
         self.head = nn.Linear(dim, num_classes)
     def forward(self, ids):
         return self.head(self.enc(self.emb(ids)).mean(1))
-'''
+"""  # noqa: E501
 
-# A 1-D signal project of one's own (the data-signal, evaluation-signal and try-it-signal scenes): noisy sine, square
-# and sawtooth waves of 128 samples at a random frequency and phase, and a small Conv1d network to tell them apart.
-SIGNAL_PROJECT = '''
+# A 1-D signal project of one's own (the data-signal, evaluation-signal and try-it-signal scenes): noisy sine,
+# square and sawtooth waves of 128 samples at a random frequency and phase, and a small Conv1d network to tell
+# them apart.
+SIGNAL_PROJECT = """
 import math
 
 import torch
@@ -93,7 +95,7 @@ class WaveNet(nn.Module):
         self.head = nn.Linear(32, num_classes)
     def forward(self, x):
         return self.head(self.features(x).flatten(1))
-'''
+"""
 
 
 def save_when_predicted(dialog, out: Path, window) -> None:
@@ -119,7 +121,8 @@ def main() -> int:
 
     settings = Settings(QSettings(str(Path(tempfile.mkdtemp()) / "settings.ini"), QSettings.IniFormat))
     settings.set("theme", theme)
-    # An evaluation-<task> scene may show a run already trained (argv[4]: its workspace) rather than train one.
+    # An evaluation-<task> scene may show a run already trained (argv[4]: its workspace) rather than train
+    # one.
     given = sys.argv[4] if scene.startswith("evaluation-") and len(sys.argv) > 4 else None
     workspace = resolve_workspace(Path(given) if given else Path(tempfile.mkdtemp(prefix="wb-shot-")))
     manager = WorkerManager()
@@ -179,34 +182,58 @@ def main() -> int:
         panel.grid.setCurrentIndex(panel.model.index(12))
 
     def user_project() -> tuple[dict, dict]:
-        """(train spec without its dataset, dataset) of the scene's project: token reviews, the bundled diabetes
-        rows (tabular) or the waves (signal)."""
+        """(train spec without its dataset, dataset) of the scene's project: token reviews, the bundled
+        diabetes rows (tabular) or the waves (signal)."""
         kind = scene.rsplit("-", 1)[-1]
         if kind == "tabular":
             import workbench
 
             folder = Path(workbench.__file__).parent / "resources" / "examples" / "diabetes_regression"
-            return ({"task": "regression", "loss": "mse", "epochs": 30, "lr": 0.003, "weight_decay": 0.0001,
-                     "model": {"name": f"file:{folder / 'model.py'}:mlp", "num_classes": 1}},
-                    {"name": f"file:{folder / 'data.py'}:diabetes", "num_workers": 0, "val_fraction": 0.15,
-                     "test_fraction": 0.15})
+            return (
+                {
+                    "task": "regression",
+                    "loss": "mse",
+                    "epochs": 30,
+                    "lr": 0.003,
+                    "weight_decay": 0.0001,
+                    "model": {"name": f"file:{folder / 'model.py'}:mlp", "num_classes": 1},
+                },
+                {
+                    "name": f"file:{folder / 'data.py'}:diabetes",
+                    "num_workers": 0,
+                    "val_fraction": 0.15,
+                    "test_fraction": 0.15,
+                },
+            )
         from workbench.trust import trust_folder
 
         folder = Path(tempfile.mkdtemp(prefix=f"wb-{kind}-"))
         trust_folder(workspace, folder)  # the scene wrote this code: the window need not ask about it
         if kind == "signal":
             (folder / "data.py").write_text(SIGNAL_PROJECT)
-            return ({"task": "auto", "epochs": 6, "lr": 0.003,
-                     "model": {"name": f"file:{folder / 'data.py'}:WaveNet", "num_classes": 3}},
-                    {"name": f"file:{folder / 'data.py'}:Waves", "num_workers": 0})
+            return (
+                {
+                    "task": "auto",
+                    "epochs": 6,
+                    "lr": 0.003,
+                    "model": {"name": f"file:{folder / 'data.py'}:WaveNet", "num_classes": 3},
+                },
+                {"name": f"file:{folder / 'data.py'}:Waves", "num_workers": 0},
+            )
         (folder / "data.py").write_text(TOKENS_PROJECT)
-        return ({"task": "auto", "epochs": 6, "lr": 0.003,
-                 "model": {"name": f"file:{folder / 'data.py'}:TinyTransformer", "num_classes": 2}},
-                {"name": f"file:{folder / 'data.py'}:Reviews", "num_workers": 0})
+        return (
+            {
+                "task": "auto",
+                "epochs": 6,
+                "lr": 0.003,
+                "model": {"name": f"file:{folder / 'data.py'}:TinyTransformer", "num_classes": 2},
+            },
+            {"name": f"file:{folder / 'data.py'}:Reviews", "num_workers": 0},
+        )
 
     def tokens_scene() -> None:
-        """A project of one's own that is not images (token sequences, tabular rows, signals: user_project): its
-        Data tab, its evaluation, Try it."""
+        """A project of one's own that is not images (token sequences, tabular rows, signals: user_project):
+        its Data tab, its evaluation, Try it."""
         from workbench.specs import DataSpec, TrainSpec
 
         training, data = user_project()
@@ -220,7 +247,8 @@ def main() -> int:
                     QTimer.singleShot(300, tokens_ready)
                     return
                 panel.table.setCurrentIndex(panel.table_model.index(2, 1))
-                if scene != "data-signal":  # a signal's own plot (the Sample tab) says more than its values' histogram
+                # a signal's own plot (the Sample tab) says more than its values' histogram
+                if scene != "data-signal":
                     QTimer.singleShot(2500, lambda: panel.side_tabs.setCurrentWidget(panel.input_chart))
                 QTimer.singleShot(3500, capture)
 
@@ -261,11 +289,14 @@ def main() -> int:
             QTimer.singleShot(6000, data_pick)
             QTimer.singleShot(8000, capture)
             return
-        if scene == "data-user":  # the shapes_segmentation example's own Dataset: masks overlaid, target histogram
+        # the shapes_segmentation example's own Dataset: masks overlaid, target histogram
+        if scene == "data-user":
             import workbench
             from workbench.specs import DataSpec
 
-            example = Path(workbench.__file__).parent / "resources" / "examples" / "shapes_segmentation" / "data.py"
+            example = (
+                Path(workbench.__file__).parent / "resources" / "examples" / "shapes_segmentation" / "data.py"
+            )
             panel = window.dataset_panel
             window.show_tab(panel)
             panel.zoom.setValue(96)  # wide enough for the captions ("square, disc") under the thumbnails
@@ -296,8 +327,9 @@ def main() -> int:
 
             folder = Path(workbench.__file__).parent / "resources" / "examples" / "shapes_segmentation"
             start = {**TrainSpec.load(folder / "train.toml").to_dict(), "task": "auto"}
-            wizard = TrainingWizard(window.dataset_state, window.device_picker.devices, "cpu", start=start,
-                                    parent=window)
+            wizard = TrainingWizard(
+                window.dataset_state, window.device_picker.devices, "cpu", start=start, parent=window
+            )
             wizard.resize(900, 780)
             wizard.show()
 
@@ -314,8 +346,13 @@ def main() -> int:
         if scene == "lr-finder":  # the wizard's learning-rate finder on digits: the curve and its suggestion
             from workbench.gui.panels.training.wizard import TrainingWizard
 
-            wizard = TrainingWizard(window.dataset_state, window.device_picker.devices, "cpu",
-                                    start={"device": "cpu"}, parent=window)
+            wizard = TrainingWizard(
+                window.dataset_state,
+                window.device_picker.devices,
+                "cpu",
+                start={"device": "cpu"},
+                parent=window,
+            )
             wizard.show()
             wizard.next()
             wizard.next()
@@ -326,11 +363,14 @@ def main() -> int:
                 if finder.pages.currentIndex() != 1:
                     QTimer.singleShot(300, finder_ready)
                     return
-                QTimer.singleShot(800, lambda: (finder.grab().save(str(out)), print(out), window.close_stopping_jobs()))
+                QTimer.singleShot(
+                    800, lambda: (finder.grab().save(str(out)), print(out), window.close_stopping_jobs())
+                )
 
             QTimer.singleShot(1000, finder_ready)
             return
-        if scene == "try-it":  # Try it (#21 part 5): a PNG of a digit on a W8A8 quantize run, FP32 beside quantized
+        # Try it (#21 part 5): a PNG of a digit on a W8A8 quantize run, FP32 beside quantized
+        if scene == "try-it":
             import numpy as np
             from PIL import Image
             from sklearn.datasets import load_digits
@@ -341,8 +381,9 @@ def main() -> int:
             pixels = (digits.images[-33] * 255 / 16).round().clip(0, 255).astype(np.uint8)
             png = Path(tempfile.mkdtemp()) / f"my-digit-{digits.target[-33]}.png"
             Image.fromarray(pixels, "L").convert("RGB").resize((32, 32), Image.Resampling.NEAREST).save(png)
-            window.start_training(TrainSpec.from_dict({"epochs": 8, "lr": 0.02, "scheduler": "onecycle",
-                                                       "batch_size": 32}))
+            window.start_training(
+                TrainSpec.from_dict({"epochs": 8, "lr": 0.02, "scheduler": "onecycle", "batch_size": 32})
+            )
             quantized: list[bool] = []
 
             def try_it_step() -> None:
@@ -366,13 +407,18 @@ def main() -> int:
 
             QTimer.singleShot(2000, try_it_step)
             return
-        if scene == "try-it-segmentation":  # the shapes example's U-Net and its W8A8 run: masks on a test sample
+        # the shapes example's U-Net and its W8A8 run: masks on a test sample
+        if scene == "try-it-segmentation":
             import workbench
             from workbench.specs import QuantSpec, TrainSpec
 
             folder = Path(workbench.__file__).parent / "resources" / "examples" / "shapes_segmentation"
             start = TrainSpec.load(folder / "train.toml").to_dict()
-            start["dataset"] = {**start["dataset"], "name": f"file:{folder / 'data.py'}:Shapes", "num_workers": 0}
+            start["dataset"] = {
+                **start["dataset"],
+                "name": f"file:{folder / 'data.py'}:Shapes",
+                "num_workers": 0,
+            }
             start["model"] = {**start["model"], "name": f"file:{folder / 'model.py'}:UNet"}
             window.start_training(TrainSpec.from_dict({**start, "epochs": 3}))
             stages: list[str] = []
@@ -384,8 +430,9 @@ def main() -> int:
                 if not stages:
                     stages.append("quantize")
                     train_id = next(iter(window.training_panel.runs))
-                    window.start_quantization(QuantSpec.from_dict({"source": {"run": train_id},
-                                                                   "calibration": {"samples": 64}}))
+                    window.start_quantization(
+                        QuantSpec.from_dict({"source": {"run": train_id}, "calibration": {"samples": 64}})
+                    )
                     QTimer.singleShot(1500, segmentation_step)
                     return
                 panel = window.quant_panel
@@ -461,8 +508,10 @@ def main() -> int:
         if scene == "overlay":  # two finished runs overlaid: one hue per run, the same line style per role
             from workbench.specs import TrainSpec
 
-            specs = [{"epochs": 6, "lr": 0.003, "log_every_steps": 2, "scheduler": "cosine"},
-                     {"epochs": 6, "lr": 0.02, "log_every_steps": 2, "model": {"name": "mlp"}}]
+            specs = [
+                {"epochs": 6, "lr": 0.003, "log_every_steps": 2, "scheduler": "cosine"},
+                {"epochs": 6, "lr": 0.02, "log_every_steps": 2, "model": {"name": "mlp"}},
+            ]
 
             def overlaid() -> None:
                 panel = window.training_panel
@@ -473,7 +522,8 @@ def main() -> int:
             window.show_tab(window.training_panel)
             train_in_turn(specs, overlaid)
             return
-        if scene == "layers":  # a CNN's layer statistics on digits (#21 part 2): the gradient heatmap, one cell's histograms
+        # a CNN's layer statistics on digits (#21 part 2): the gradient heatmap, one cell's histograms
+        if scene == "layers":
             from workbench.specs import TrainSpec
 
             def layers_done() -> None:
@@ -488,18 +538,24 @@ def main() -> int:
                 QTimer.singleShot(1500, capture)
 
             window.show_tab(window.training_panel)
-            window.start_training(TrainSpec.from_dict({"epochs": 8, "lr": 0.02, "layer_stats_every": 8,
-                                                       "scheduler": "cosine"}))
+            window.start_training(
+                TrainSpec.from_dict({"epochs": 8, "lr": 0.02, "layer_stats_every": 8, "scheduler": "cosine"})
+            )
             QTimer.singleShot(3000, layers_done)
             return
-        if scene == "overlay-live":  # two finished runs and a failed one ticked, a fourth running unticked (#21 6.1)
+        # two finished runs and a failed one ticked, a fourth running unticked (#21 6.1)
+        if scene == "overlay-live":
             from workbench.specs import TrainSpec
 
             broken = Path(tempfile.mkdtemp()) / "broken_net.py"
-            broken.write_text("import torch\nclass Net(torch.nn.Module):\n    def __init__(self:\n        pass\n")
-            specs = [{"epochs": 4, "lr": 0.003, "log_every_steps": 2},
-                     {"epochs": 4, "lr": 0.02, "log_every_steps": 2, "model": {"name": "mlp"}},
-                     {"epochs": 4, "model": {"name": f"file:{broken}:Net"}}]
+            broken.write_text(
+                "import torch\nclass Net(torch.nn.Module):\n    def __init__(self:\n        pass\n"
+            )
+            specs = [
+                {"epochs": 4, "lr": 0.003, "log_every_steps": 2},
+                {"epochs": 4, "lr": 0.02, "log_every_steps": 2, "model": {"name": "mlp"}},
+                {"epochs": 4, "model": {"name": f"file:{broken}:Net"}},
+            ]
 
             def one_more_live() -> None:
                 panel = window.training_panel
@@ -511,7 +567,8 @@ def main() -> int:
             window.show_tab(window.training_panel)
             train_in_turn(specs, one_more_live)
             return
-        if scene in ("quant", "quant-graph"):  # a trained CNN quantized W8A8, then W4A8 (paper's flow), compared
+        # a trained CNN quantized W8A8, then W4A8 (paper's flow), compared
+        if scene in ("quant", "quant-graph"):
             from workbench.gui.panels.quant.wizard import preset_data
             from workbench.specs import QuantSpec, TrainSpec
 
@@ -544,7 +601,8 @@ def main() -> int:
             window.move(0, 0)
             QTimer.singleShot(2000, next_job)
             return
-        if scene == "quant-doctor":  # the Doctor view: per-tensor W4A8 minmax, diagnosed and its fixes applied
+        # the Doctor view: per-tensor W4A8 minmax, diagnosed and its fixes applied
+        if scene == "quant-doctor":
             from workbench.specs import QuantSpec, TrainSpec
 
             window.start_training(TrainSpec.from_dict({"epochs": 5}))
@@ -552,15 +610,25 @@ def main() -> int:
 
             def doctor_step() -> None:
                 training, quant = window.training_panel, window.navigation.quant_tab
-                if training.job_of_run or not training.runs or (quant.is_built and window.quant_panel.job_of_run):
+                if (
+                    training.job_of_run
+                    or not training.runs
+                    or (quant.is_built and window.quant_panel.job_of_run)
+                ):
                     QTimer.singleShot(500, doctor_step)
                     return
                 if not started:
                     started.append(True)
-                    window.start_quantization(QuantSpec.from_dict({
-                        "source": {"run": next(iter(training.runs))},
-                        "weights": {"bits": 4, "granularity": "per_tensor", "range": "minmax"},
-                        "activations": {"bits": 8, "range": "minmax"}, "doctor": {"enabled": True, "apply": True}}))
+                    window.start_quantization(
+                        QuantSpec.from_dict(
+                            {
+                                "source": {"run": next(iter(training.runs))},
+                                "weights": {"bits": 4, "granularity": "per_tensor", "range": "minmax"},
+                                "activations": {"bits": 8, "range": "minmax"},
+                                "doctor": {"enabled": True, "apply": True},
+                            }
+                        )
+                    )
                     QTimer.singleShot(1500, doctor_step)
                     return
                 from PySide6.QtWidgets import QDockWidget
@@ -569,19 +637,22 @@ def main() -> int:
                     dock.hide()
                 panel = window.quant_panel
                 panel.plots.setCurrentWidget(panel.doctor)
-                panel.splitters["right"].setSizes([120, 620])  # the layer table short: the findings take the room
+                # the layer table short: the findings take the room
+                panel.splitters["right"].setSizes([120, 620])
                 QTimer.singleShot(2000, capture)
 
             QTimer.singleShot(2000, doctor_step)
             return
-        if scene == "quant-wizard":  # the New quantization wizard on a trained run: one PNG per page (OUT-<page>.png)
+        # the New quantization wizard on a trained run: one PNG per page (OUT-<page>.png)
+        if scene == "quant-wizard":
             from PySide6.QtWidgets import QApplication as App
 
             from workbench.gui.panels.quant.wizard import QuantWizard
             from workbench.specs import TrainSpec
 
             preset = sys.argv[4] if len(sys.argv) > 4 else "W4A8 (paper's flow)"
-            window.start_training(TrainSpec.from_dict({"epochs": 5}))  # as the quant scene: a credible accuracy
+            # as the quant scene: a credible accuracy
+            window.start_training(TrainSpec.from_dict({"epochs": 5}))
             pages = ["source", "scheme", "calibration", "pipeline"]
 
             def open_wizard() -> None:
@@ -623,7 +694,8 @@ def main() -> int:
             window.show_tab(window.training_panel)
             QTimer.singleShot(2000, open_wizard)
             return
-        if scene in ("export", "bench", "bench-dist"):  # real engines: export ONNX, quantize, benchmark three backends
+        # real engines: export ONNX, quantize, benchmark three backends
+        if scene in ("export", "bench", "bench-dist"):
             from workbench.specs import BenchSpec, ExportSpec, QuantSpec, TrainSpec
 
             window.start_training(TrainSpec.from_dict({"epochs": 5}))
@@ -644,17 +716,32 @@ def main() -> int:
                 if "train" not in made:
                     made["train"] = latest("train.classifier")
                     window.show_tab(panel)
-                    panel.start_export(ExportSpec.from_dict({"source": {"run": made["train"]}, "format": "onnx"}))
+                    panel.start_export(
+                        ExportSpec.from_dict({"source": {"run": made["train"]}, "format": "onnx"})
+                    )
                 elif "quant" not in made:
                     made["quant"] = True
                     window.start_quantization(QuantSpec.from_dict({"source": {"run": made["train"]}}))
                 elif "bench" not in made and scene != "export":
                     made["bench"] = True
                     window.show_tab(panel)
-                    panel.start_benchmark(BenchSpec.from_dict({
-                        "source": {"run": latest("quant.analyze")}, "batch_sizes": [1, 8, 32], "iters": 200,
-                        "backends": ["eager", "torchscript", "onnxruntime", "onnxruntime_int8", "tensorrt"],
-                        "threads": 1}))
+                    panel.start_benchmark(
+                        BenchSpec.from_dict(
+                            {
+                                "source": {"run": latest("quant.analyze")},
+                                "batch_sizes": [1, 8, 32],
+                                "iters": 200,
+                                "backends": [
+                                    "eager",
+                                    "torchscript",
+                                    "onnxruntime",
+                                    "onnxruntime_int8",
+                                    "tensorrt",
+                                ],
+                                "threads": 1,
+                            }
+                        )
+                    )
                 else:
                     window.show_tab(panel)
                     if scene == "export":
@@ -672,8 +759,11 @@ def main() -> int:
 
             broken = Path(tempfile.mkdtemp()) / "broken_net.py"
             broken.write_text("class Net(:\n    pass\n")
-            pending = [{"epochs": 3}, {"epochs": 3, "model": {"name": "mlp"}},
-                       {"epochs": 3, "model": {"name": f"file:{broken}:Net"}}]
+            pending = [
+                {"epochs": 3},
+                {"epochs": 3, "model": {"name": "mlp"}},
+                {"epochs": 3, "model": {"name": f"file:{broken}:Net"}},
+            ]
 
             def identities() -> None:
                 if scene == "build-from":
@@ -689,11 +779,14 @@ def main() -> int:
 
             train_in_turn(pending, identities)
             return
-        if scene == "failed-run":  # a model file with a syntax error: the reason above the panes, Edit and retry
+        # a model file with a syntax error: the reason above the panes, Edit and retry
+        if scene == "failed-run":
             from workbench.specs import TrainSpec
 
             broken = Path(tempfile.mkdtemp()) / "broken_net.py"
-            broken.write_text("import torch\nclass Net(torch.nn.Module):\n    def __init__(self:\n        pass\n")
+            broken.write_text(
+                "import torch\nclass Net(torch.nn.Module):\n    def __init__(self:\n        pass\n"
+            )
             window.show_tab(window.training_panel)
             window.start_training(TrainSpec.from_dict({"epochs": 3, "model": {"name": f"file:{broken}:Net"}}))
 
@@ -733,23 +826,33 @@ def main() -> int:
             window.show_tab(window.training_panel)
             window.start_training(TrainSpec.from_dict({"epochs": 40, "lr": 0.003, "log_every_steps": 2}))
             QTimer.singleShot(9000, window.close)
-            QTimer.singleShot(11000, capture_x_screen)  # the question is a window of its own: grab() misses it
+            # the question is a window of its own: grab() misses it
+            QTimer.singleShot(11000, capture_x_screen)
             return
-        if scene.startswith("evaluation-"):  # a bundled example's evaluation view: regression, multilabel, segmentation
+        # a bundled example's evaluation view: regression, multilabel, segmentation
+        if scene.startswith("evaluation-"):
             import workbench
             from workbench.specs import TrainSpec
 
             task = scene.removeprefix("evaluation-")
-            # classification: names_transformer's five languages, names long enough to crowd the confusion matrix
-            example = {"regression": "diabetes_regression", "multilabel": "digit_attributes",
-                       "segmentation": "shapes_segmentation", "classification": "names_transformer"}[task]
+            # classification: names_transformer's five languages, names long enough to crowd the confusion
+            # matrix
+            example = {
+                "regression": "diabetes_regression",
+                "multilabel": "digit_attributes",
+                "segmentation": "shapes_segmentation",
+                "classification": "names_transformer",
+            }[task]
             panel = window.training_panel
             window.show_tab(panel)
 
             def run_of_task() -> str | None:
                 panel.refresh()
-                done = [i for i, e in panel.runs.items() if (e.get("spec") or {}).get("task") == task
-                        and e.get("status") == "done"]
+                done = [
+                    i
+                    for i, e in panel.runs.items()
+                    if (e.get("spec") or {}).get("task") == task and e.get("status") == "done"
+                ]
                 return max(done) if done else None
 
             def show_run() -> None:
@@ -772,11 +875,15 @@ def main() -> int:
 
             window.show_tab(window.training_panel)
             epochs = 40 if scene == "training" else 12  # a live scene is caught mid-run
-            window.start_training(TrainSpec.from_dict({"epochs": epochs, "lr": 0.003, "log_every_steps": 2,
-                                                       "scheduler": "cosine"}))
+            window.start_training(
+                TrainSpec.from_dict(
+                    {"epochs": epochs, "lr": 0.003, "log_every_steps": 2, "scheduler": "cosine"}
+                )
+            )
             if scene == "training":
                 QTimer.singleShot(int(sys.argv[4]) if len(sys.argv) > 4 else 12000, capture)
             else:
+
                 def finished() -> None:
                     if window.training_panel.job_of_run:
                         QTimer.singleShot(500, finished)

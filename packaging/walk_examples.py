@@ -1,30 +1,32 @@
 """Walk the bundled examples through the real window, as a person would, and say what each stage gave.
 
-For each example in resources/examples (or those named on the command line) this drives the real app with the real
-worker, through the window's own menus, buttons and wizards:
+For each example in resources/examples (or those named on the command line) this drives the real app with the
+real worker, through the window's own menus, buttons and wizards:
 
-1. File ▸ Open spec ▸ "Example: <name>" (the menu's own action), which opens the training wizard on the example's
-   train.toml; the wizard is walked page by page (Next, then "Start training") and the run is waited for;
+1. File ▸ Open spec ▸ "Example: <name>" (the menu's own action), which opens the training wizard on the
+   example's train.toml; the wizard is walked page by page (Next, then "Start training") and the run is waited
+   for;
 2. the Quantization tab's "New quantization…": the run picked as the source, the W8A8 preset, "Quantize";
-3. the Export & Benchmark tab's "New export…": ONNX of the training run with its parity check, then onnx_qdq of
-   the quantize run (the wizard switches the format itself);
+3. the Export & Benchmark tab's "New export…": ONNX of the training run with its parity check, then onnx_qdq
+   of the quantize run (the wizard switches the format itself);
 4. its "New benchmark…": the quantize run with the ONNX export as its file, backends eager, onnxruntime and
    onnxruntime_int8.
 
-Each stage's job status is read from the worker's record, each export's parity verdict from the tab that shows it
-(and checked against the run's report), and PNGs are saved of the training wizard's first page (the Task choice the
-worker filled), of the window after the training (the Training tab's evaluation view; for a custom task, such as the
-Lightning example, its curves too), the quantization, each export and the benchmark. It ends with a table of example × stage and exits non-zero if any stage failed.
+Each stage's job status is read from the worker's record, each export's parity verdict from the tab that shows
+it (and checked against the run's report), and PNGs are saved of the training wizard's first page (the Task
+choice the worker filled), of the window after the training (the Training tab's evaluation view; for a custom
+task, such as the Lightning example, its curves too), the quantization, each export and the benchmark. It ends
+with a table of example × stage and exits non-zero if any stage failed.
 
 Run under a virtual screen, one example at a time on a small machine:
 
     xvfb-run -a -s "-screen 0 1600x900x24" .venv/bin/python packaging/walk_examples.py [--out DIR] [--epochs N] \
         [shapes_segmentation diabetes_regression digit_attributes digits_lightning names_transformer]
 
-`--epochs N` types N into the wizard's Epochs field where the example asks for more (the output says so); without
-it the example's own epochs are kept. The workspace is a new temporary folder, kept for inspection (its path is
-printed).
-"""
+`--epochs N` types N into the wizard's Epochs field where the example asks for more (the output says so);
+without it the example's own epochs are kept. The workspace is a new temporary folder, kept for inspection
+(its path is printed).
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -49,7 +51,8 @@ STAGES = ("train", "quantize", "export onnx", "export qdq", "bench")
 BENCH_BACKENDS = ("eager", "onnxruntime", "onnxruntime_int8")
 BENCH_FIELDS = {"batch_sizes": [1, 8, 32], "iters": 30, "warmup": 5}  # typed into the wizard: a short measure
 JOB_TIMEOUT_S = 45 * 60  # one job on two busy cores; a stuck one fails its stage rather than hanging the walk
-PAGE_TIMEOUT_S = 180  # a wizard page waiting on the worker (data.info imports torch and reads the first sample)
+# a wizard page waiting on the worker (data.info imports torch and reads the first sample)
+PAGE_TIMEOUT_S = 180
 POLL_MS = 200
 
 
@@ -71,7 +74,8 @@ class Stage:
     status: str = "not run"
     figure: str = ""
     notes: list[str] = field(default_factory=list)  # what was seen on the way
-    problems: list[str] = field(default_factory=list)  # where the window disagrees with the run: the stage fails
+    # where the window disagrees with the run: the stage fails
+    problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -79,9 +83,9 @@ class Stage:
 
 
 class Driver:
-    """Runs a generator that yields Wait (or None: wait one poll) from the event loop's timers; a Wait that times out
-    is raised into the generator as StageFailed. A call that opens a modal dialog blocks the generator, so a modal is
-    walked by a Driver of its own, whose timers run inside the dialog's loop."""
+    """Runs a generator that yields Wait (or None: wait one poll) from the event loop's timers; a Wait that
+    times out is raised into the generator as StageFailed. A call that opens a modal dialog blocks the
+    generator, so a modal is walked by a Driver of its own, whose timers run inside the dialog's loop."""
 
     def __init__(self, gen, done=None):
         self.gen, self.done = gen, done
@@ -137,8 +141,13 @@ def _plain(html_text: str) -> str:
 def _visible_errors(widget) -> list[str]:
     """The red messages a person would read on a page: its visible, non-empty labels in an error colour."""
     reds = ("#c0392b", "#d0342c")
-    return [_plain(label.text()) for label in widget.findChildren(QLabel)
-            if label.isVisible() and label.text().strip() and any(red in label.styleSheet().lower() for red in reds)]
+    return [
+        _plain(label.text())
+        for label in widget.findChildren(QLabel)
+        if label.isVisible()
+        and label.text().strip()
+        and any(red in label.styleSheet().lower() for red in reds)
+    ]
 
 
 class Walk:
@@ -165,8 +174,11 @@ class Walk:
 
     def new_job(self, before: set[str], task: str):
         """The job (its record) the last click started, or None when it started none."""
-        new = [r for r in self.window.manager.jobs.all() if not r.internal and r.job_id not in before
-               and r.task == task]
+        new = [
+            r
+            for r in self.window.manager.jobs.all()
+            if not r.internal and r.job_id not in before and r.task == task
+        ]
         return max(new, key=lambda r: r.submitted) if new else None
 
     def wait_job(self, job_id: str, what: str):
@@ -178,8 +190,9 @@ class Walk:
         return record
 
     def run_modal(self, wizard_type, walker, trigger, what: str):
-        """Click `trigger` (a button's click or a menu action's trigger), which opens a `wizard_type` modally, and walk
-        it with `walker(wizard)` (a generator of Wait) in the dialog's own loop. Returns what went wrong, or ""."""
+        """Click `trigger` (a button's click or a menu action's trigger), which opens a `wizard_type` modally,
+        and walk it with `walker(wizard)` (a generator of Wait) in the dialog's own loop. Returns what went
+        wrong, or ""."""
         problem: list[str] = []
         finished: list[bool] = []
 
@@ -215,8 +228,8 @@ class Walk:
         return "; ".join(problem)
 
     def through_pages(self, wizard, edits: dict, finish_text: str):
-        """Next through `wizard`'s pages as a person would, running `edits[page]` (a generator) on each page it
-        reaches, then its Finish button (named `finish_text`)."""
+        """Next through `wizard`'s pages as a person would, running `edits[page]` (a generator) on each page
+        it reaches, then its Finish button (named `finish_text`)."""
         seen = set()
         while True:
             page = wizard.currentPage()
@@ -227,7 +240,9 @@ class Walk:
                 finish = wizard.button(QWizard.FinishButton)
                 if finish.text().replace("&", "") != finish_text:
                     raise StageFailed(f"the last page's button reads {finish.text()!r}, not {finish_text!r}")
-                yield Wait(finish.isEnabled, PAGE_TIMEOUT_S, f"“{finish_text}” to be enabled on {page.title()!r}")
+                yield Wait(
+                    finish.isEnabled, PAGE_TIMEOUT_S, f"“{finish_text}” to be enabled on {page.title()!r}"
+                )
                 finish.click()
                 return
             button = wizard.button(QWizard.NextButton)
@@ -259,10 +274,11 @@ class Walk:
                     failed.status, failed.figure = "failed", str(exc)
                 print(f"    FAILED: {exc}", flush=True)
 
-    def start_job(self, stage: Stage, wizard_type, walker, trigger, what: str, task: str, button: str,
-                  waiting: str):
-        """Open a wizard with the window's own button (`trigger`), walk it, and wait for the job it starts: the job's
-        record, the stage marked with its state."""
+    def start_job(
+        self, stage: Stage, wizard_type, walker, trigger, what: str, task: str, button: str, waiting: str
+    ):
+        """Open a wizard with the window's own button (`trigger`), walk it, and wait for the job it starts:
+        the job's record, the stage marked with its state."""
         stage.status = "running"
         before = self.user_jobs()
         problem = self.run_modal(wizard_type, walker, trigger, what)
@@ -288,18 +304,27 @@ class Walk:
         stage = stages["train"]
         stage.status = "running"
         action = self._spec_action(spec)
-        record = yield from self.start_job(stage, _training_wizard(), lambda w: self._walk_training(w, stage),
-                                           action.trigger, "training", "train.classifier", "Start training",
-                                           "the training run")
+        record = yield from self.start_job(
+            stage,
+            _training_wizard(),
+            lambda w: self._walk_training(w, stage),
+            action.trigger,
+            "training",
+            "train.classifier",
+            "Start training",
+            "the training run",
+        )
         train_id = Path(record.run_dir).name if record.run_dir else ""
         result = record.result or {}
         monitor = result.get("monitor") or {}
         task = result.get("task") or "?"
         self.ended(stage, record, "training")
         value = monitor.get("test") if monitor.get("test") is not None else monitor.get("best_val")
-        stage.figure = (f"{task}: {'test' if monitor.get('test') is not None else 'best val'} "
-                        f"{monitor.get('label') or monitor.get('name')} {_num(value)}, "
-                        f"{result.get('epochs_completed')} epochs")
+        stage.figure = (
+            f"{task}: {'test' if monitor.get('test') is not None else 'best val'} "
+            f"{monitor.get('label') or monitor.get('name')} {_num(value)}, "
+            f"{result.get('epochs_completed')} epochs"
+        )
         print(f"    train {train_id}: {stage.figure}", flush=True)
         panel = window.training_panel
         window.show_tab(panel)
@@ -319,17 +344,26 @@ class Walk:
         stage = stages["quantize"]
         quant = window.quant_panel
         window.show_tab(quant)
-        record = yield from self.start_job(stage, _quant_wizard(), lambda w: self._walk_quant(w, train_id),
-                                           quant.new_button.click, "quantization", "quant.analyze", "Quantize",
-                                           "the quantize run")
+        record = yield from self.start_job(
+            stage,
+            _quant_wizard(),
+            lambda w: self._walk_quant(w, train_id),
+            quant.new_button.click,
+            "quantization",
+            "quant.analyze",
+            "Quantize",
+            "the quantize run",
+        )
         quant_id = Path(record.run_dir).name if record.run_dir else ""
         self.ended(stage, record, "quantize")
         result = record.result or {}
         metric = result.get("metric") or {}
         label = metric.get("label") or metric.get("name") or "accuracy"
-        stage.figure = (f"{label} FP32 {_num(result['fp32']['accuracy'])} → W8A8 "
-                        f"{_num(result['quantized']['accuracy'])}, logit SQNR "
-                        f"{_num(result['quantized'].get('logit_sqnr_db'))} dB")
+        stage.figure = (
+            f"{label} FP32 {_num(result['fp32']['accuracy'])} → W8A8 "
+            f"{_num(result['quantized']['accuracy'])}, logit SQNR "
+            f"{_num(result['quantized'].get('logit_sqnr_db'))} dB"
+        )
         print(f"    quantize {quant_id}: {stage.figure}", flush=True)
         window.show_tab(quant)
         quant.refresh()
@@ -343,10 +377,16 @@ class Walk:
         for key, source, fmt in (("export onnx", train_id, "onnx"), ("export qdq", quant_id, "onnx_qdq")):
             stage = stages[key]
             window.show_tab(export)
-            record = yield from self.start_job(stage, _export_wizard(),
-                                               lambda w, s=source, f=fmt: self._walk_export(w, s, f),
-                                               export.export_button.click, "export", "export.model", "Export",
-                                               f"the {fmt} export")
+            record = yield from self.start_job(
+                stage,
+                _export_wizard(),
+                lambda w, s=source, f=fmt: self._walk_export(w, s, f),
+                export.export_button.click,
+                "export",
+                "export.model",
+                "Export",
+                f"the {fmt} export",
+            )
             run_id = Path(record.run_dir).name if record.run_dir else ""
             result = record.result or {}
             shown = export.current
@@ -356,45 +396,70 @@ class Walk:
             print(f"    {key} {run_id}: {record.state}; the tab shows {verdict!r}: {detail}", flush=True)
             self.grab(f"{name}-{fmt.replace('_', '-')}")
             if shown is None or shown.run_id != run_id:
-                stage.problems.append(f"the tab shows {getattr(shown, 'run_id', None)!r}, not the export {run_id!r}")
+                stage.problems.append(
+                    f"the tab shows {getattr(shown, 'run_id', None)!r}, not the export {run_id!r}"
+                )
             self.ended(stage, record, f"{fmt} export")
             parity = result.get("parity") or {}
             passed = parity.get("passed")
-            expected = {True: "Parity passed ✓", False: "Parity failed ✗"}.get(passed, "Exported, not verified")
+            expected = {True: "Parity passed ✓", False: "Parity failed ✗"}.get(
+                passed, "Exported, not verified"
+            )
             if verdict != expected:
-                stage.problems.append(f"the tab's verdict {verdict!r} disagrees with the report ({expected!r})")
-            stage.figure = (f"{verdict or '(no verdict)'}, max abs diff {_num(parity.get('max_abs_diff'))} "
-                            f"(tol {_num(parity.get('tolerance'))})")
+                stage.problems.append(
+                    f"the tab's verdict {verdict!r} disagrees with the report ({expected!r})"
+                )
+            stage.figure = (
+                f"{verdict or '(no verdict)'}, max abs diff {_num(parity.get('max_abs_diff'))} "
+                f"(tol {_num(parity.get('tolerance'))})"
+            )
             if fmt == "onnx_qdq":
                 stage.figure += f"; the tab's Accuracy: {accuracy}"
                 measured = result.get("accuracy") or {}
                 if measured.get("equal") is False:
-                    stage.notes.append(f"onnxruntime measured {_num(measured.get('onnxruntime'))}, the quantize run "
-                                       f"simulated {_num(measured.get('simulated'))} on {measured.get('samples')} "
-                                       f"samples of the {measured.get('split')}")
+                    stage.notes.append(
+                        f"onnxruntime measured {_num(measured.get('onnxruntime'))}, the quantize run "
+                        f"simulated {_num(measured.get('simulated'))} on {measured.get('samples')} "
+                        f"samples of the {measured.get('split')}"
+                    )
             if passed is not True:
                 stage.status = "failed"
                 raise StageFailed(f"{fmt} parity: {verdict} {detail}")
             artifacts[fmt] = result.get("artifact") or ""
 
-        # 4. Benchmark eager, onnxruntime (the ONNX file just written) and onnxruntime_int8 (the quantize run).
+        # 4. Benchmark eager, onnxruntime (the ONNX file just written) and onnxruntime_int8 (the quantize
+        #    run).
         stage = stages["bench"]
         window.show_tab(export)
-        record = yield from self.start_job(stage, _bench_wizard(),
-                                           lambda w: self._walk_bench(w, quant_id, artifacts.get("onnx", "")),
-                                           export.bench_button.click, "benchmark", "bench.latency", "Run",
-                                           "the benchmark")
+        record = yield from self.start_job(
+            stage,
+            _bench_wizard(),
+            lambda w: self._walk_bench(w, quant_id, artifacts.get("onnx", "")),
+            export.bench_button.click,
+            "benchmark",
+            "bench.latency",
+            "Run",
+            "the benchmark",
+        )
         yield from self.pause(1.0)
         self.grab(f"{name}-bench")
         self.ended(stage, record, "benchmark")
         rows = (record.result or {}).get("results") or []
-        shown_rows = export.current.rows() if export.current is not None and hasattr(export.current, "rows") else []
+        shown_rows = (
+            export.current.rows() if export.current is not None and hasattr(export.current, "rows") else []
+        )
         if len(shown_rows) != len(rows):
             stage.problems.append(f"the tab's table holds {len(shown_rows)} rows, the report {len(rows)}")
-        bad = [f"{r.get('backend')}@{r.get('batch_size')}: {r.get('status')} ({r.get('reason')})" for r in rows
-               if r.get("status") != "ok"]
-        at_one = {r["backend"]: (r.get("latency_ms") or {}).get("p50") for r in rows
-                  if r.get("batch_size") == 1 and r.get("status") == "ok"}
+        bad = [
+            f"{r.get('backend')}@{r.get('batch_size')}: {r.get('status')} ({r.get('reason')})"
+            for r in rows
+            if r.get("status") != "ok"
+        ]
+        at_one = {
+            r["backend"]: (r.get("latency_ms") or {}).get("p50")
+            for r in rows
+            if r.get("batch_size") == 1 and r.get("status") == "ok"
+        }
         stage.figure = "p50 @1: " + ", ".join(f"{b} {_num(at_one.get(b))} ms" for b in BENCH_BACKENDS)
         if bad or len(rows) != len(BENCH_BACKENDS) * len(BENCH_FIELDS["batch_sizes"]):
             stage.status = "failed"
@@ -420,9 +485,14 @@ class Walk:
 
         def dataset():
             # The Task choice is filled from the worker's data.info about the example's own data: wait for it.
-            yield Wait(lambda: page._info_job is None and bool(page.info_line.text()), PAGE_TIMEOUT_S,
-                       "the wizard to read the example's data (data.info)")
-            stage.notes.append(f"wizard: task {page.task_choice.task()}, {_plain(page.info_line.text())[:120]}")
+            yield Wait(
+                lambda: page._info_job is None and bool(page.info_line.text()),
+                PAGE_TIMEOUT_S,
+                "the wizard to read the example's data (data.info)",
+            )
+            stage.notes.append(
+                f"wizard: task {page.task_choice.task()}, {_plain(page.info_line.text())[:120]}"
+            )
             self.grab(f"{self.current}-wizard", wizard)
 
         def hyper():
@@ -445,7 +515,9 @@ class Walk:
             yield None
             scheme = wizard.spec_data()
             if (scheme["weights"]["bits"], scheme["activations"]["bits"]) != (8, 8):
-                raise StageFailed(f"the W8A8 preset set W{scheme['weights']['bits']}A{scheme['activations']['bits']}")
+                raise StageFailed(
+                    f"the W8A8 preset set W{scheme['weights']['bits']}A{scheme['activations']['bits']}"
+                )
 
         yield from self.through_pages(wizard, {wizard.source_page: source}, "Quantize")
 
@@ -456,13 +528,18 @@ class Walk:
 
         def options():
             form = wizard.form
-            if form.value("format") != fmt:  # the wizard matches the format to the source; onnx is the default
-                raise StageFailed(f"the wizard chose format {form.value('format')!r} for this source, not {fmt!r}")
+            # the wizard matches the format to the source; onnx is the default
+            if form.value("format") != fmt:
+                raise StageFailed(
+                    f"the wizard chose format {form.value('format')!r} for this source, not {fmt!r}"
+                )
             if not form.value("verify"):
                 form.set_value("verify", True)
             yield None
 
-        yield from self.through_pages(wizard, {wizard.source_page: source, wizard.options_page: options}, "Export")
+        yield from self.through_pages(
+            wizard, {wizard.source_page: source, wizard.options_page: options}, "Export"
+        )
 
     def _walk_bench(self, wizard, quant_id: str, onnx_file: str):
         def source():
@@ -480,7 +557,9 @@ class Walk:
             page.form.set_value("warmup", BENCH_FIELDS["warmup"])
             yield None
 
-        yield from self.through_pages(wizard, {wizard.source_page: source, wizard.backends_page: backends}, "Run")
+        yield from self.through_pages(
+            wizard, {wizard.source_page: source, wizard.backends_page: backends}, "Run"
+        )
 
     # -- the report ---------------------------------------------------------------------------------
     def table(self) -> str:
@@ -495,8 +574,12 @@ class Walk:
                     mark = "done, but the window disagrees"
                 cells.append(f"{mark}: {stage.figure}" if stage.figure else mark)
             lines.append(f"| {name} | {' | '.join(cells)} |")
-        notes = [f"- {name} / {stage_name}: {note}" for name in names for stage_name, stage in self.results[name].items()
-                 for note in [*stage.notes, *(f"PROBLEM: {p}" for p in stage.problems)]]
+        notes = [
+            f"- {name} / {stage_name}: {note}"
+            for name in names
+            for stage_name, stage in self.results[name].items()
+            for note in [*stage.notes, *(f"PROBLEM: {p}" for p in stage.problems)]
+        ]
         return "\n".join(lines + ([""] + notes if notes else []))
 
     @property
@@ -540,9 +623,15 @@ def main() -> int:
     names = {spec.parent.name: spec for spec in example_specs()}
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("examples", nargs="*", help=f"which examples (default: all of {', '.join(names)})")
-    parser.add_argument("--out", default="walk-examples", help="folder for the PNGs (default: ./walk-examples)")
-    parser.add_argument("--epochs", type=int, default=None,
-                        help="type at most this many epochs into the wizard (default: the example's own)")
+    parser.add_argument(
+        "--out", default="walk-examples", help="folder for the PNGs (default: ./walk-examples)"
+    )
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="type at most this many epochs into the wizard (default: the example's own)",
+    )
     parser.add_argument("--theme", default="light", choices=("light", "dark"))
     args = parser.parse_args()
     unknown = [n for n in args.examples if n not in names]

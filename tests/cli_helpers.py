@@ -46,12 +46,13 @@ def count_args(**fields: object) -> list[str]:
 
 
 def trust_tmp(tmp_path: Path, workspace: Path) -> None:
-    """Trust the test's own folder in `workspace`, as `workbench trust <tmp_path>` would: the Python files a test
-    writes there are its user code. The check itself stays on (tests/test_trust.py runs it untrusted)."""
+    """Trust the test's own folder in `workspace`, as `workbench trust <tmp_path>` would: the Python files a
+    test writes there are its user code. The check itself stays on (tests/test_trust.py runs it untrusted)."""
     from workbench.trust import trust_folder
 
     if (workspace.exists() and not workspace.is_dir()) or not any(tmp_path.rglob("*.py")):
-        return  # a test of a bad workspace, or one with no user code: its workspace is left as the command finds it
+        # a test of a bad workspace, or one with no user code: its workspace is left as the command finds it
+        return
     workspace.mkdir(parents=True, exist_ok=True)
     trust_folder(workspace, tmp_path)
 

@@ -1,4 +1,5 @@
-"""An `emit` for running a task in the test process (workbench.worker.runner.run_task) that keeps every event."""
+"""An `emit` for running a task in the test process (workbench.worker.runner.run_task) that keeps every
+event."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Models and runs the tests share: a model file torch.export cannot capture, a model with a dead ReLU layer, and a
-finished training run of the digits cnn as the store keeps one, made without training."""
+"""Models and runs the tests share: a model file torch.export cannot capture, a model with a dead ReLU layer,
+and a finished training run of the digits cnn as the store keeps one, made without training."""
 
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ DEAD_NET = textwrap.dedent("""
             return self.fc3(x)
 """)
 
-# Which layer runs depends on the data: neither torch.export mode can capture it; eager and tracing still run it.
-BRANCHY = '''
+# Which layer runs depends on the data: neither torch.export mode can capture it; eager and tracing still run
+# it.
+BRANCHY = """
 import torch
 from torch import nn
 
@@ -46,12 +47,12 @@ class Branchy(nn.Module):
         if h.sum() > 0:
             return self.a(h)
         return self.b(h)
-'''
+"""
 
 
 def stored_training_run(workspace: Path, seed: int = 7) -> str:
-    """The id of a finished training run of the digits cnn as the store keeps one (its spec and a last.pt of seeded
-    weights), without training: graph, quantize and bench read nothing else of it."""
+    """The id of a finished training run of the digits cnn as the store keeps one (its spec and a last.pt of
+    seeded weights), without training: graph, quantize and bench read nothing else of it."""
     import torch
 
     from workbench.runs import RunStore
@@ -62,7 +63,9 @@ def stored_training_run(workspace: Path, seed: int = 7) -> str:
     spec = TrainSpec.from_dict({"dataset": {"name": "digits"}, "model": {"name": "cnn"}, "epochs": 1})
     run = RunStore(workspace).create_run("train", spec.to_dict(), task="train.classifier")
     torch.manual_seed(seed)
-    save_state_dict(build_model(spec.model, input_shape=(1, 8, 8)).state_dict(), run.checkpoints_dir / "last.pt")
+    save_state_dict(
+        build_model(spec.model, input_shape=(1, 8, 8)).state_dict(), run.checkpoints_dir / "last.pt"
+    )
     run.set_status("done")
     run.close()
     return run.id

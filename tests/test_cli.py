@@ -236,7 +236,7 @@ def test_spec_error_with_debug_shows_traceback_and_one_json(tmp_path: Path):
     assert one_json(proc)["error"]["type"] == "SpecError"
 
 
-# -- job verbs (train runs; the others' tasks are not built yet) ---------------------------------------------------------
+# -- job verbs (train runs; the others' tasks are not built yet) ---------------------------------------------
 
 
 def test_a_train_spec_file_with_overrides_runs_and_bad_ones_fail_cleanly(tmp_path: Path):
@@ -249,7 +249,9 @@ def test_a_train_spec_file_with_overrides_runs_and_bad_ones_fail_cleanly(tmp_pat
     # The file with one bad override is a spec error (2), found before anything runs (no run folder).
     bad = wb(tmp_path, "train", str(spec), "--set", "dataset.val_fraction=1.5", "--json")
     assert "dataset.val_fraction" in _spec_error(bad, tmp_path)
-    proc = wb(tmp_path, "train", str(spec), "--set", "batch_size=8", "--set", "dataset.val_fraction=0.2", "--json")
+    proc = wb(
+        tmp_path, "train", str(spec), "--set", "batch_size=8", "--set", "dataset.val_fraction=0.2", "--json"
+    )
     expect(proc, 0)
     result = one_json(proc)
     assert result["status"] == "done" and result["epochs_completed"] == 2
@@ -271,7 +273,8 @@ def test_a_train_spec_file_with_overrides_runs_and_bad_ones_fail_cleanly(tmp_pat
     ],
 )
 def test_export_and_bench_validate_then_fail_cleanly(tmp_path: Path, verb: list[str], bad: str):
-    # A source that is not there fails the job (exit 1) with one line naming the field; a bad value is a usage error.
+    # A source that is not there fails the job (exit 1) with one line naming the field; a bad value is a usage
+    # error.
     proc = wb(tmp_path, *verb, "--set", "source.run=nope", "--json")
     expect(proc, 1)
     no_traceback(proc)
@@ -443,8 +446,9 @@ def test_run_folder_line_on_stderr_is_not_wrapped(tmp_path: Path):
 @pytest.mark.parametrize("before", [True, False])
 def test_workspace_and_json_flags_work_before_or_after_every_verb(tmp_path: Path, before: bool):
     ws = tmp_path / "flag-ws"
-    made = run_cli([*count_args(steps=2, delay=0), "--json", "--workspace", str(ws)], cwd=tmp_path,
-                   env=_env(tmp_path))
+    made = run_cli(
+        [*count_args(steps=2, delay=0), "--json", "--workspace", str(ws)], cwd=tmp_path, env=_env(tmp_path)
+    )
     expect(made, 0)
     run_id = Path(one_json(made)["run_dir"]).name
     for verb in (["runs", "list"], ["runs", "show", run_id]):
@@ -460,7 +464,10 @@ def test_workspace_and_json_flags_work_before_or_after_every_verb(tmp_path: Path
 
 
 def test_debug_before_the_verb_shows_the_traceback(tmp_path: Path):
-    proc = run_cli(["--debug", "--workspace", str(tmp_path / "ws"), *count_args(crash_at=0, crash_mode="raise")],
-                   cwd=tmp_path, env=_env(tmp_path))
+    proc = run_cli(
+        ["--debug", "--workspace", str(tmp_path / "ws"), *count_args(crash_at=0, crash_mode="raise")],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+    )
     expect(proc, 1)
     assert TRACEBACK in proc.stderr

@@ -17,12 +17,16 @@ pytestmark = pytest.mark.slow
 DEEP = 100_000  # far past Python's recursion limit: the parsers recurse once per level
 
 
-@pytest.mark.parametrize("suffix, text", [
-    (".toml", "epochs = " + "[" * DEEP + "]" * DEEP + "\n"),
-    (".json", '{"epochs": ' + "[" * DEEP + "]" * DEEP + "}"),
-    # deep enough to mean harm, not to recurse
-    (".json", '{"dataset": ' + '{"a": ' * 40 + "1" + "}" * 40 + "}"),
-], ids=["toml", "json", "json-40-tables"])
+@pytest.mark.parametrize(
+    "suffix, text",
+    [
+        (".toml", "epochs = " + "[" * DEEP + "]" * DEEP + "\n"),
+        (".json", '{"epochs": ' + "[" * DEEP + "]" * DEEP + "}"),
+        # deep enough to mean harm, not to recurse
+        (".json", '{"dataset": ' + '{"a": ' * 40 + "1" + "}" * 40 + "}"),
+    ],
+    ids=["toml", "json", "json-40-tables"],
+)
 def test_a_deeply_nested_spec_exits_2_with_one_line(tmp_path: Path, suffix: str, text: str):
     spec = tmp_path / f"deep{suffix}"
     spec.write_text(text)
@@ -74,8 +78,16 @@ def test_diag_names_the_field_of_a_bad_number(tmp_path: Path):
 def test_a_garbage_pt2_is_one_clean_error_without_torchs_traceback(tmp_path: Path):
     garbage = tmp_path / "garbage.pt2"
     garbage.write_bytes(b"this is not a zip archive at all\n" * 8)
-    proc = wb(tmp_path, "bench", "--set", f"source.file={garbage}", "--set", "backends=exported_program",
-              "--json", timeout=180)
+    proc = wb(
+        tmp_path,
+        "bench",
+        "--set",
+        f"source.file={garbage}",
+        "--set",
+        "backends=exported_program",
+        "--json",
+        timeout=180,
+    )
     no_traceback(proc)
     assert "Traceback" not in proc.stderr
     result = one_json(proc)
@@ -87,17 +99,26 @@ def test_runs_show_into_a_closed_pipe_exits_quietly(tmp_path: Path):
     assert wb(tmp_path, *count_args(steps=2, delay=0)).returncode == 0
     run = run_dirs(tmp_path / "ws")[0]
     # `| true`: the reader is gone before the command writes (as `| head` is after its lines).
-    shell = subprocess.run(" ".join(_argv("runs", "show", str(run), "--workspace", str(tmp_path / "ws"))) +
-                           " | true", shell=True, capture_output=True, text=True, env=_env(tmp_path),
-                           timeout=120)
+    shell = subprocess.run(
+        " ".join(_argv("runs", "show", str(run), "--workspace", str(tmp_path / "ws"))) + " | true",
+        shell=True,
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        timeout=120,
+    )
     assert shell.stderr == ""
 
 
-@pytest.mark.parametrize("make, words", [
-    (lambda path: None, "does not exist"),
-    (lambda path: path.mkdir(), "is a folder, not a Python file"),
-    (lambda path: path.symlink_to(path), "is a symbolic link that loops back on itself"),
-], ids=["missing", "folder", "symlink-loop"])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda path: None, "does not exist"),
+        (lambda path: path.mkdir(), "is a folder, not a Python file"),
+        (lambda path: path.symlink_to(path), "is a symbolic link that loops back on itself"),
+    ],
+    ids=["missing", "folder", "symlink-loop"],
+)
 def test_a_bad_file_path_is_a_spec_error_before_any_run(tmp_path: Path, make, words: str):
     path = tmp_path / "x.py"
     make(path)
@@ -108,7 +129,7 @@ def test_a_bad_file_path_is_a_spec_error_before_any_run(tmp_path: Path, make, wo
     assert run_dirs(tmp_path / "ws") == []
 
 
-PATCHING_MODEL = '''
+PATCHING_MODEL = """
 import torch
 from torch import nn
 
@@ -121,14 +142,21 @@ class Net(nn.Module):
 
     def forward(self, x):
         return self.fc(x.flatten(1))
-'''
+"""
 
 
 def test_a_replaced_torch_save_fails_the_run_instead_of_leaving_empty_checkpoints(tmp_path: Path):
     (tmp_path / "patching.py").write_text(PATCHING_MODEL)
-    proc = wb(tmp_path, "train", "--set", f"model.name=file:{tmp_path / 'patching.py'}:Net", "--set",
-              "epochs=1",
-              "--json", timeout=180)
+    proc = wb(
+        tmp_path,
+        "train",
+        "--set",
+        f"model.name=file:{tmp_path / 'patching.py'}:Net",
+        "--set",
+        "epochs=1",
+        "--json",
+        timeout=180,
+    )
     expect(proc, 1)
     no_traceback(proc)
     result = one_json(proc)
@@ -165,9 +193,21 @@ class Unnamed(Data):
 def _train_on(tmp_path: Path, name: str, *settings: str) -> subprocess.CompletedProcess:
     (tmp_path / "data.py").write_text(LABELLED_DATA)
     args = [arg for setting in settings for arg in ("--set", setting)]
-    return wb(tmp_path, "train", "--set", f"dataset.name=file:{tmp_path / 'data.py'}:{name}", "--set",
-              "model.name=mlp",
-              "--set", "epochs=1", "--set", "dataset.num_workers=0", *args, "--json", timeout=180)
+    return wb(
+        tmp_path,
+        "train",
+        "--set",
+        f"dataset.name=file:{tmp_path / 'data.py'}:{name}",
+        "--set",
+        "model.name=mlp",
+        "--set",
+        "epochs=1",
+        "--set",
+        "dataset.num_workers=0",
+        *args,
+        "--json",
+        timeout=180,
+    )
 
 
 def _run_status(tmp_path: Path) -> str:
@@ -177,21 +217,27 @@ def _run_status(tmp_path: Path) -> str:
     return run["status"]
 
 
-@pytest.mark.parametrize("name, settings, why, fix", [
-    ("Data", [], "its `classes` lists 10 names", "fix the label or the class list"),
-    ("Data", ["model.num_classes=10"], "its `classes` lists 10 names", "fix the label or the class list"),
-    ("Unnamed", ["model.num_classes=10"], "model.num_classes=10", "fix the label or model.num_classes"),
-], ids=["classes", "classes-and-num-classes", "num-classes"])
-def test_a_label_outside_the_classes_names_the_dataset_the_sample_and_the_label(tmp_path: Path, name: str,
-                                                                                settings: list[str], why: str,
-                                                                                fix: str):
+@pytest.mark.parametrize(
+    "name, settings, why, fix",
+    [
+        ("Data", [], "its `classes` lists 10 names", "fix the label or the class list"),
+        ("Data", ["model.num_classes=10"], "its `classes` lists 10 names", "fix the label or the class list"),
+        ("Unnamed", ["model.num_classes=10"], "model.num_classes=10", "fix the label or model.num_classes"),
+    ],
+    ids=["classes", "classes-and-num-classes", "num-classes"],
+)
+def test_a_label_outside_the_classes_names_the_dataset_the_sample_and_the_label(
+    tmp_path: Path, name: str, settings: list[str], why: str, fix: str
+):
     proc = _train_on(tmp_path, name, *settings)
     expect(proc, 1)
     no_traceback(proc)
     result = one_json(proc)
     message = result["error"]["message"]
-    assert message == (f"dataset file:{tmp_path / 'data.py'}:{name}: sample 17 of the train split has label "
-                       f"99, outside the 10 classes 0..9 ({why}); {fix}"), message
+    assert message == (
+        f"dataset file:{tmp_path / 'data.py'}:{name}: sample 17 of the train split has label "
+        f"99, outside the 10 classes 0..9 ({why}); {fix}"
+    ), message
     assert "out of bounds" not in message and "has 100 classes" not in message
     assert result["status"] == "failed" and _run_status(tmp_path) == "failed"
 
@@ -201,8 +247,10 @@ def test_a_negative_label_names_its_sample(tmp_path: Path):
     expect(proc, 1)
     no_traceback(proc)
     message = one_json(proc)["error"]["message"]
-    assert message.endswith("sample 17 of the train split has label -1, outside the 10 classes 0..9 (its "
-                            "`classes` lists 10 names); fix the label or the class list"), message
+    assert message.endswith(
+        "sample 17 of the train split has label -1, outside the 10 classes 0..9 (its "
+        "`classes` lists 10 names); fix the label or the class list"
+    ), message
     assert _run_status(tmp_path) == "failed"
 
 
@@ -211,8 +259,10 @@ def test_a_negative_label_of_a_dataset_without_classes_names_its_sample_before_t
     expect(proc, 1)
     no_traceback(proc)
     message = one_json(proc)["error"]["message"]
-    assert message.endswith("sample 17 of the train split has label -3; class labels count from 0 (0..K-1 "
-                            "for K classes); fix the label"), message
+    assert message.endswith(
+        "sample 17 of the train split has label -3; class labels count from 0 (0..K-1 "
+        "for K classes); fix the label"
+    ), message
     assert "training mlp" not in proc.stderr  # refused while the labels were counted, before any step
 
 
@@ -220,11 +270,13 @@ def test_without_classes_the_largest_label_still_sets_the_class_count_and_the_lo
     proc = _train_on(tmp_path, "Unnamed")
     expect(proc, 0)
     assert one_json(proc)["status"] == "done"
-    assert ("model.num_classes: auto, 100 (one past the largest label, 99 in sample 17 of the train split; "
-            "the dataset has no `classes`)") in proc.stderr, proc.stderr
+    assert (
+        "model.num_classes: auto, 100 (one past the largest label, 99 in sample 17 of the train split; "
+        "the dataset has no `classes`)"
+    ) in proc.stderr, proc.stderr
 
 
-GARBLING_MODEL = '''
+GARBLING_MODEL = """
 import torch
 from torch import nn
 
@@ -249,23 +301,49 @@ class Net(nn.Module):
 
     def forward(self, x):
         return self.fc(x.flatten(1))
-'''
+"""
 
 
-@pytest.mark.parametrize("how, keep_best, words", [
-    # keep_best=false: no best.pt, so model.pt is what later jobs load, and the test evaluation never reads it
-    ("_garbage", "false", "checkpoints/model.pt was saved but does not load back (torch.save is replaced by "
-                          "_garbage from "),
-    ("_garbage", "true", "checkpoints/best.pt was saved but does not load back (torch.save is replaced by _garbage "
-                         "from "),
-    ("_not_the_weights", "true", "checkpoints/best.pt was saved but does not hold the model's weights (torch.save is "
-                                 "replaced by _not_the_weights from "),
-], ids=["garbage-model.pt", "garbage-best.pt", "not-the-weights"])
-def test_a_replaced_torch_save_that_writes_an_unloadable_checkpoint_fails_the_run(tmp_path: Path, how: str,
-                                                                                 keep_best: str, words: str):
+@pytest.mark.parametrize(
+    "how, keep_best, words",
+    [
+        # keep_best=false: no best.pt, so model.pt is what later jobs load, and the test evaluation never
+        # reads it
+        (
+            "_garbage",
+            "false",
+            "checkpoints/model.pt was saved but does not load back (torch.save is replaced by _garbage from ",
+        ),
+        (
+            "_garbage",
+            "true",
+            "checkpoints/best.pt was saved but does not load back (torch.save is replaced by _garbage from ",
+        ),
+        (
+            "_not_the_weights",
+            "true",
+            "checkpoints/best.pt was saved but does not hold the model's weights (torch.save is "
+            "replaced by _not_the_weights from ",
+        ),
+    ],
+    ids=["garbage-model.pt", "garbage-best.pt", "not-the-weights"],
+)
+def test_a_replaced_torch_save_that_writes_an_unloadable_checkpoint_fails_the_run(
+    tmp_path: Path, how: str, keep_best: str, words: str
+):
     (tmp_path / "garbling.py").write_text(GARBLING_MODEL.replace("HOW", how))
-    proc = wb(tmp_path, "train", "--set", f"model.name=file:{tmp_path / 'garbling.py'}:Net", "--set", "epochs=1",
-              "--set", f"keep_best={keep_best}", "--json", timeout=180)
+    proc = wb(
+        tmp_path,
+        "train",
+        "--set",
+        f"model.name=file:{tmp_path / 'garbling.py'}:Net",
+        "--set",
+        "epochs=1",
+        "--set",
+        f"keep_best={keep_best}",
+        "--json",
+        timeout=180,
+    )
     expect(proc, 1)
     no_traceback(proc)
     result = one_json(proc)

@@ -34,7 +34,7 @@ def train_args(argv: list[str]) -> list[str]:
     """What follows `-m workbench` in a torchrun argv."""
     at = argv.index("-m")
     assert argv[at + 1] == "workbench"
-    return argv[at + 2:]
+    return argv[at + 2 :]
 
 
 def test_the_command_has_torchrun_flags_and_the_train_arguments():
@@ -43,12 +43,22 @@ def test_the_command_has_torchrun_flags_and_the_train_arguments():
     assert "--nnodes=4" in argv and "--nproc-per-node=8" in argv
     assert "--rdzv-backend=c10d" in argv and "--rdzv-endpoint=$HEAD_NODE:29500" in argv
     assert f"--rdzv-id={RUN_ID}" in argv and "--max-restarts=5" in argv
-    assert train_args(argv) == ["train", SPEC, "--run-id", RUN_ID, "--workspace", WORKSPACE,
-                                "--set", "distributed=ddp"]
+    assert train_args(argv) == [
+        "train",
+        SPEC,
+        "--run-id",
+        RUN_ID,
+        "--workspace",
+        WORKSPACE,
+        "--set",
+        "distributed=ddp",
+    ]
 
 
 def test_paths_with_spaces_and_quotes_are_quoted_once():
-    text = torchrun_command("/a b/it's.toml", nnodes=1, nproc_per_node=2, run_id=RUN_ID, workspace="/w s/$HOME;x")
+    text = torchrun_command(
+        "/a b/it's.toml", nnodes=1, nproc_per_node=2, run_id=RUN_ID, workspace="/w s/$HOME;x"
+    )
     assert "'/w s/$HOME;x'" in text  # a user's $ is literal: only the head node variable is expanded
     args = train_args(shlex.split(text))
     assert args[1] == "/a b/it's.toml"
@@ -68,27 +78,40 @@ def test_the_command_parses_with_torchruns_own_parser():
     pytest.importorskip("torch")
     from torch.distributed.run import get_args_parser
 
-    argv = shlex.split(command(nnodes=3, nproc_per_node=2, rdzv_endpoint="head.cluster:29400", max_restarts=1))
+    argv = shlex.split(
+        command(nnodes=3, nproc_per_node=2, rdzv_endpoint="head.cluster:29400", max_restarts=1)
+    )
     args = get_args_parser().parse_args(argv[1:])
     assert (args.nnodes, args.nproc_per_node) == ("3", "2")
     assert (args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id) == ("c10d", "head.cluster:29400", RUN_ID)
     assert args.max_restarts == 1
     assert args.module and not args.no_python and not args.standalone
     assert args.training_script == "workbench"
-    assert args.training_script_args == ["train", SPEC, "--run-id", RUN_ID, "--workspace", WORKSPACE,
-                                         "--set", "distributed=ddp"]
+    assert args.training_script_args == [
+        "train",
+        SPEC,
+        "--run-id",
+        RUN_ID,
+        "--workspace",
+        WORKSPACE,
+        "--set",
+        "distributed=ddp",
+    ]
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    (dict(nnodes=0), "nodes"),
-    (dict(nproc_per_node=0), "processes per node"),
-    (dict(max_restarts=-1), "max restarts"),
-    (dict(rdzv_endpoint="head"), "head node"),
-    (dict(rdzv_endpoint="head:99999"), "head node"),
-    (dict(run_id="a b"), "run id"),
-    (dict(run_id=""), "run id"),
-    (dict(workspace=" "), "workspace"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(nnodes=0), "nodes"),
+        (dict(nproc_per_node=0), "processes per node"),
+        (dict(max_restarts=-1), "max restarts"),
+        (dict(rdzv_endpoint="head"), "head node"),
+        (dict(rdzv_endpoint="head:99999"), "head node"),
+        (dict(run_id="a b"), "run id"),
+        (dict(run_id=""), "run id"),
+        (dict(workspace=" "), "workspace"),
+    ],
+)
 def test_bad_values_are_named(kwargs, message):
     with pytest.raises(ValueError, match=f"^{message}"):
         command(**kwargs)
@@ -99,8 +122,15 @@ def test_the_batch_script_asks_slurm_for_the_nodes_and_gpus():
     lines = text.splitlines()
     assert lines[0] == "#!/bin/bash"
     sbatch = [line.split("#", 2)[1].split()[1] for line in lines if line.startswith("#SBATCH")]
-    assert sbatch == [f"--job-name={RUN_ID}", "--nodes=4", "--ntasks-per-node=1", "--gpus-per-node=8",
-                      "--time=12:30:00", "--partition=gpu-long", "--output=%x-%j.out"]
+    assert sbatch == [
+        f"--job-name={RUN_ID}",
+        "--nodes=4",
+        "--ntasks-per-node=1",
+        "--gpus-per-node=8",
+        "--time=12:30:00",
+        "--partition=gpu-long",
+        "--output=%x-%j.out",
+    ]
     assert 'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in lines
     # The #SBATCH lines come before the first command, or sbatch ignores them.
     first_command = next(i for i, line in enumerate(lines) if line and not line.startswith("#"))
@@ -109,20 +139,24 @@ def test_the_batch_script_asks_slurm_for_the_nodes_and_gpus():
 
 def test_the_batch_script_runs_the_same_torchrun_at_the_head_node():
     text = script()
-    srun = text[text.index("srun "):].replace("\\\n", " ")
+    srun = text[text.index("srun ") :].replace("\\\n", " ")
     argv = shlex.split(srun)
     assert argv[:2] == ["srun", "torchrun"]
     assert argv[1:] == shlex.split(command(rdzv_endpoint="$HEAD_NODE:29500"))
-    assert not any(line.startswith("#SBATCH --partition") for line in text.splitlines())  # no partition: commented
+    # no partition: commented
+    assert not any(line.startswith("#SBATCH --partition") for line in text.splitlines())
     assert "##SBATCH --partition=" in text
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    (dict(time="4h"), "time limit"),
-    (dict(time="12:30"), "time limit"),
-    (dict(partition="gpu long"), "partition"),
-    (dict(nodes=0), "nodes"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(time="4h"), "time limit"),
+        (dict(time="12:30"), "time limit"),
+        (dict(partition="gpu long"), "partition"),
+        (dict(nodes=0), "nodes"),
+    ],
+)
 def test_bad_batch_values_are_named(kwargs, message):
     with pytest.raises(ValueError, match=f"^{message}"):
         script(**kwargs)

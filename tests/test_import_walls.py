@@ -20,7 +20,9 @@ QT_SIDE = ("PySide6", "shiboken6", "pyqtgraph")
 
 def _run(code: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, cwd=ROOT
+    )
 
 
 def test_gui_window_shown_without_torch(tmp_path):
@@ -33,13 +35,13 @@ from workbench.client import WorkerManager
 from workbench.gui.main_window import MainWindow
 from workbench.gui.settings import Settings
 app = QApplication([])
-window = MainWindow(WorkerManager(), {str(tmp_path / 'ws')!r}, Settings(QSettings({str(tmp_path / 's.ini')!r}, QSettings.IniFormat)))
+window = MainWindow(WorkerManager(), {str(tmp_path / "ws")!r}, Settings(QSettings({str(tmp_path / "s.ini")!r}, QSettings.IniFormat)))
 window.show()
 app.processEvents()
 loaded = [m for m in {TORCH_SIDE!r} if m in sys.modules]
 print("LOADED", loaded)
 assert 'PySide6.QtWidgets' in sys.modules
-"""
+"""  # noqa: E501
     result = _run(code)
     assert result.returncode == 0, result.stderr
     assert "LOADED []" in result.stdout
@@ -68,7 +70,7 @@ import sys
 import workbench.specs, workbench.protocol, workbench.client, workbench.runs, workbench.workspace, workbench.errors
 import workbench.results, workbench.task_ids
 print("LOADED", [m for m in {TORCH_SIDE + QT_SIDE!r} if m in sys.modules])
-"""
+"""  # noqa: E501
     result = _run(code)
     assert result.returncode == 0, result.stderr
     assert "LOADED []" in result.stdout
@@ -84,8 +86,8 @@ def test_import_linter_contracts_hold():
 
 
 def test_listing_the_workers_tasks_loads_no_torch():
-    """The worker answers its first ping before torch loads (each task imports torch when it runs), which keeps its
-    start fast and its idle memory small: registering every task must not import torch."""
+    """The worker answers its first ping before torch loads (each task imports torch when it runs), which
+    keeps its start fast and its idle memory small: registering every task must not import torch."""
     code = f"""
 import sys
 from workbench.worker.registry import list_tasks

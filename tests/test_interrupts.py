@@ -1,6 +1,6 @@
-"""JobInterrupts, the headless job's Ctrl+C: only SIGINT and SIGTERM count, though the wakeup fd it reads carries
-every signal with a Python handler (torch's DataLoader installs one for SIGCHLD: its workers ending at an
-epoch's end once stopped a whole `workbench train` run)."""
+"""JobInterrupts, the headless job's Ctrl+C: only SIGINT and SIGTERM count, though the wakeup fd it reads
+carries every signal with a Python handler (torch's DataLoader installs one for SIGCHLD: its workers ending at
+an epoch's end once stopped a whole `workbench train` run)."""
 
 from __future__ import annotations
 
@@ -49,10 +49,10 @@ def test_exit_codes_follow_the_shell():
     assert exit_code_for(signal.SIGINT) == 130 and exit_code_for(signal.SIGTERM) == 143
 
 
-# -- through the real command: nothing the job started outlives it ------------------------------------------------
-# The dataset signals its own job from a DataLoader worker: a real SIGTERM, twice, while every loader sits in a
-# long `__getitem__`, which is where the probe found them orphaned and still running long after the job.
-SIGNALLING_DATA = '''
+# -- through the real command: nothing the job started outlives it -------------------------------------------
+# The dataset signals its own job from a DataLoader worker: a real SIGTERM, twice, while every loader sits in
+# a long `__getitem__`, which is where the probe found them orphaned and still running long after the job.
+SIGNALLING_DATA = """
 import os, pathlib, signal, time
 import torch
 from torch.utils.data import Dataset, get_worker_info
@@ -75,9 +75,9 @@ class Stuck(Dataset):
             time.sleep(1)
             os.kill(os.getppid(), signal.SIGTERM)
         time.sleep(600)
-'''
+"""
 
-EXITING_DATA = '''
+EXITING_DATA = """
 import os
 import torch
 from torch.utils.data import Dataset
@@ -90,7 +90,7 @@ class Exits(Dataset):
         if i == 5:
             os._exit(0)
         return torch.zeros(1, 8, 8), i % 2
-'''
+"""
 
 
 def _alive(pid: int) -> bool:
@@ -102,8 +102,20 @@ def _alive(pid: int) -> bool:
 
 
 def _train_args(dataset: str, workers: int) -> list[str]:
-    return ["train", "--set", f"dataset.name={dataset}", "--set", f"dataset.num_workers={workers}",
-            "--set", "model.name=mlp", "--set", "epochs=1", "--set", "batch_size=8", "--json"]
+    return [
+        "train",
+        "--set",
+        f"dataset.name={dataset}",
+        "--set",
+        f"dataset.num_workers={workers}",
+        "--set",
+        "model.name=mlp",
+        "--set",
+        "epochs=1",
+        "--set",
+        "batch_size=8",
+        "--json",
+    ]
 
 
 @pytest.mark.slow
@@ -111,15 +123,23 @@ def test_a_second_sigterm_takes_the_dataloader_workers_along(tmp_path):
     pids = tmp_path / "pids"
     (tmp_path / "stuck.py").write_text(SIGNALLING_DATA.format(pids=str(pids)))
     trust_tmp(tmp_path, tmp_path / "ws")
-    # A fresh interpreter, as a user starts it: the test runner's forked command does not host DataLoader workers.
-    proc = subprocess.run(_argv(*_train_args(f"file:{tmp_path / 'stuck.py'}:Stuck", 2), "--workspace",
-                                str(tmp_path / "ws")), cwd=tmp_path, env=_env(tmp_path), capture_output=True,
-                          text=True, timeout=300)
+    # A fresh interpreter, as a user starts it: the test runner's forked command does not host DataLoader
+    # workers.
+    proc = subprocess.run(
+        _argv(*_train_args(f"file:{tmp_path / 'stuck.py'}:Stuck", 2), "--workspace", str(tmp_path / "ws")),
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     expect(proc, 143)
     assert one_json(proc)["status"] == "cancelled"
     workers = [int(p.name) for p in pids.iterdir()]
     assert workers
-    wait_until(lambda: not any(_alive(pid) for pid in workers), timeout=5, what=f"loader workers {workers} to end")
+    wait_until(
+        lambda: not any(_alive(pid) for pid in workers), timeout=5, what=f"loader workers {workers} to end"
+    )
 
 
 @pytest.mark.slow

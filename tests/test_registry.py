@@ -40,5 +40,7 @@ def test_the_three_registries_share_it():
     assert "cnn" in MODELS and "torchvision:<arch>" in list_models()
     with pytest.raises(JobError, match="dataset.name: no dataset named 'digit'; did you mean 'digits'"):
         get_dataset("digit")
-    with pytest.raises(UsageError, match="no task named 'debug.cont' in this worker; did you mean 'debug.count'"):
+    with pytest.raises(
+        UsageError, match="no task named 'debug.cont' in this worker; did you mean 'debug.count'"
+    ):
         get_task("debug.cont")

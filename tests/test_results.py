@@ -34,8 +34,13 @@ from workbench.task_ids import (
 from workbench.worker.registry import get_task, list_tasks
 from workbench.worker.runner import run_task
 
-TRAIN = {"dataset": {"name": "digits", "test_fraction": 0.25}, "model": {"name": "cnn"}, "epochs": 1,
-         "batch_size": 64, "keep_best": False}
+TRAIN = {
+    "dataset": {"name": "digits", "test_fraction": 0.25},
+    "model": {"name": "cnn"},
+    "epochs": 1,
+    "batch_size": 64,
+    "keep_best": False,
+}
 
 
 def _run(task: str, spec: dict, workspace: Path, **kwargs) -> dict:
@@ -53,16 +58,22 @@ def jobs(tmp_path_factory) -> dict:
     workspace = tmp_path_factory.mktemp("results-ws")
     train = _done(_run(TRAIN_ALIAS, TRAIN, workspace))
     source = {"run": Path(train["run_dir"]).name}
-    quant = _done(_run(QUANT_TASK, {"source": source, "calibration": {"samples": 64}, "eval_samples": 128},
-                       workspace))
+    quant = _done(
+        _run(QUANT_TASK, {"source": source, "calibration": {"samples": 64}, "eval_samples": 128}, workspace)
+    )
     export = _done(_run("export.model", {"source": source, "format": "onnx", "parity_samples": 8}, workspace))
-    bench = _done(_run("bench.latency", {"source": source, "backends": ["eager"], "batch_sizes": [1],
-                                         "warmup": 1,
-                                         "iters": 3}, workspace))
+    bench = _done(
+        _run(
+            "bench.latency",
+            {"source": source, "backends": ["eager"], "batch_sizes": [1], "warmup": 1, "iters": 3},
+            workspace,
+        )
+    )
     return {"workspace": workspace, "train": train, "quant": quant, "export": export, "bench": bench}
 
 
 # -- the task ids --------------------------------------------------------------------------------------------
+
 
 def test_task_ids_equal_their_strings_and_the_old_training_id_reads_as_the_new():
     assert TaskId.TRAIN == "train.model" == TRAIN_TASK and TaskId.QUANT == "quant.analyze"
@@ -84,6 +95,7 @@ def test_the_worker_answers_to_both_training_ids_and_lists_the_new_one():
 
 
 # -- typed results of real jobs ------------------------------------------------------------------------------
+
 
 def test_a_training_result_called_by_its_old_id_records_the_new_one(jobs):
     raw = jobs["train"]
@@ -141,6 +153,7 @@ def test_a_bench_result_reads_its_rows(jobs):
 
 # -- old, partial and failed results -------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", [TrainResult, QuantResult, ExportResult, BenchResult, Evaluation])
 @pytest.mark.parametrize("raw", [None, {}, {"status": "failed", "error": {"message": "boom"}}, "not a dict"])
 def test_a_missing_or_failed_result_reads_as_empty(kind, raw):
@@ -149,25 +162,38 @@ def test_a_missing_or_failed_result_reads_as_empty(kind, raw):
 
 
 def test_old_and_partial_blocks_read_as_none_not_errors():
-    old_train = {"final": {"val_accuracy": 0.9, "test_accuracy": None}, "monitor": None, "best_epoch": "3",
-                 "best_val_accuracy": True}
+    old_train = {
+        "final": {"val_accuracy": 0.9, "test_accuracy": None},
+        "monitor": None,
+        "best_epoch": "3",
+        "best_val_accuracy": True,
+    }
     train = TrainResult.from_dict(old_train)
     assert train.final.val_accuracy == 0.9
     assert train.final.test_accuracy is None and train.final.train_loss is None
     assert train.monitor.name == "" and train.monitor.test is None
     assert train.best_epoch is None and train.best_val_accuracy is None  # wrong types are not numbers
-    quant = QuantResult.from_dict({"fp32": None, "quantized": {"accuracy": float("nan")},
-                                   "steps": [{"step": "fp32", "accuracy": 0.5}, "junk"], "layers": None,
-                                   "metric": "accuracy", "held_out": {"split": "validation (256 samples)"}})
+    quant = QuantResult.from_dict(
+        {
+            "fp32": None,
+            "quantized": {"accuracy": float("nan")},
+            "steps": [{"step": "fp32", "accuracy": 0.5}, "junk"],
+            "layers": None,
+            "metric": "accuracy",
+            "held_out": {"split": "validation (256 samples)"},
+        }
+    )
     assert quant.fp32.accuracy is None and math.isnan(quant.quantized.accuracy)
     assert [r.step for r in quant.steps] == ["fp32"] and quant.layers == [] and quant.metric is None
     assert quant.held_out_split == "validation"
-    export = ExportResult.from_dict({"format": "onnx", "parity": {"skipped": True, "passed": None,
-                                                                  "reason": "verify=false"}})
+    export = ExportResult.from_dict(
+        {"format": "onnx", "parity": {"skipped": True, "passed": None, "reason": "verify=false"}}
+    )
     assert export.parity.skipped and not export.parity.checked and export.parity.reason == "verify=false"
     assert ExportResult.from_dict({"parity": None}).parity is None
-    bench = BenchResult.from_dict({"results": [{"backend": "tensorrt", "status": "unavailable",
-                                                "latency_ms": None}, None]})
+    bench = BenchResult.from_dict(
+        {"results": [{"backend": "tensorrt", "status": "unavailable", "latency_ms": None}, None]}
+    )
     assert len(bench.rows) == 1 and not bench.rows[0].measured and bench.rows[0].p50 is None
     assert result_of("debug.count", {}) is None
 
@@ -180,6 +206,7 @@ def test_dig_reads_nested_dicts_and_defaults_where_a_step_is_missing():
 
 
 # -- a run recorded as train.classifier ----------------------------------------------------------------------
+
 
 def _old_training_run(jobs) -> str:
     """A copy of the trained run whose folder says train.classifier, as every run from before the rename
@@ -206,9 +233,13 @@ def test_an_old_training_run_is_listed_filtered_and_a_source(jobs):
     assert entry["task"] == "train.classifier"  # what the folder says is kept, not rewritten
     shown = {e["id"] for e in task_runs([dict(e) for e in listed], (TRAIN_TASK,), (), lambda e: {})}
     assert old in shown and Path(jobs["train"]["run_dir"]).name in shown
-    quant = _done(_run(QUANT_TASK, {"source": {"run": old}, "calibration": {"samples": 32},
-                                    "eval_samples": 64},
-                       jobs["workspace"]))
+    quant = _done(
+        _run(
+            QUANT_TASK,
+            {"source": {"run": old}, "calibration": {"samples": 32}, "eval_samples": 64},
+            jobs["workspace"],
+        )
+    )
     assert Path(QuantResult.from_dict(quant).source["run"]).name == old
 
 
@@ -226,9 +257,13 @@ def test_the_cli_lists_shows_and_reports_an_old_training_run(jobs, tmp_path):
     from cli_helpers import expect, wb
 
     old = _old_training_run(jobs)
-    quant = _done(_run(QUANT_TASK, {"source": {"run": old}, "calibration": {"samples": 32},
-                                    "eval_samples": 64},
-                       jobs["workspace"]))
+    quant = _done(
+        _run(
+            QUANT_TASK,
+            {"source": {"run": old}, "calibration": {"samples": 32}, "eval_samples": 64},
+            jobs["workspace"],
+        )
+    )
     ws = jobs["workspace"]
     listed = wb(tmp_path, "runs", "list", "--json", workspace=ws, trusted=False)
     expect(listed, 0)

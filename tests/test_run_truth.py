@@ -28,8 +28,11 @@ pytestmark = pytest.mark.slow
 
 def _files(run_dir: Path) -> dict[str, tuple[int, int]]:
     """Every file in a run folder with its size and mtime: what a reader must leave as it was."""
-    return {p.relative_to(run_dir).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in run_dir.rglob("*") if p.is_file()}
+    return {
+        p.relative_to(run_dir).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in run_dir.rglob("*")
+        if p.is_file()
+    }
 
 
 OWNER_CHILD = textwrap.dedent("""
@@ -89,12 +92,21 @@ def test_a_run_closed_without_an_end_state_reads_interrupted(tmp_path):
 
 def test_the_cli_killed_mid_run_leaves_an_interrupted_run(tmp_path):
     ws = tmp_path / "ws"
-    proc = subprocess.Popen(_argv("diag", "count", "--set", "steps=100000", "--set", "delay=0.01", "--json",
-                                  "--workspace", str(ws)), cwd=tmp_path, env=_env(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        _argv(
+            "diag", "count", "--set", "steps=100000", "--set", "delay=0.01", "--json", "--workspace", str(ws)
+        ),
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
-        wait_until(lambda: any(e["status"] == "running" for e in RunStore(ws).list_runs()), timeout=30,
-                   what="the CLI's run to be running")
+        wait_until(
+            lambda: any(e["status"] == "running" for e in RunStore(ws).list_runs()),
+            timeout=30,
+            what="the CLI's run to be running",
+        )
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     finally:
@@ -118,16 +130,18 @@ def test_a_second_writer_is_refused_naming_the_owner(owned_by_child):
 def test_a_second_resume_of_a_live_run_is_refused_and_changes_nothing(tmp_path, owned_by_child):
     proc, run_dir = owned_by_child
     before = _files(run_dir)
-    resumed = wb(tmp_path, "train", "--resume", run_dir.name, "--json", workspace=run_dir.parent.parent,
-                 timeout=120)
+    resumed = wb(
+        tmp_path, "train", "--resume", run_dir.name, "--json", workspace=run_dir.parent.parent, timeout=120
+    )
     expect(resumed, 1)
     result = one_json(resumed)
     assert result["status"] == "failed" and result["error"]["type"] == "RunBusyError"
     assert f"pid {proc.pid}" in result["error"]["message"] and "stop it first" in result["error"]["message"]
     assert TRACEBACK not in resumed.stderr
     after = _files(run_dir)
-    assert {k: v for k, v in after.items() if not k.startswith("metrics.db")} == \
-        {k: v for k, v in before.items() if not k.startswith("metrics.db")}
+    assert {k: v for k, v in after.items() if not k.startswith("metrics.db")} == {
+        k: v for k, v in before.items() if not k.startswith("metrics.db")
+    }
     with Run(run_dir, readonly=True) as run:
         assert run.status == "running" and run.read_report() is None
         assert len(run.read_metrics("loss")["loss"][0]) == 1  # no rows of a second writer
@@ -197,7 +211,9 @@ def test_runs_list_and_show_change_no_file(tmp_path):
 def _mount_tmpfs(path: Path, options: str) -> None:
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}): a read-only workspace needs one")
+        pytest.skip(
+            f"cannot mount a tmpfs here ({done.stderr.decode().strip()}): a read-only workspace needs one"
+        )
 
 
 def test_a_read_only_workspace_lists_healthy_runs_as_healthy(tmp_path):
@@ -213,8 +229,9 @@ def test_a_read_only_workspace_lists_healthy_runs_as_healthy(tmp_path):
             run.write_report({"status": "done"})
             run.set_status("done")
         # A writer killed mid-run, as SIGKILL leaves it: its last commits still sit in the WAL.
-        child = subprocess.Popen([sys.executable, "-c", OWNER_CHILD, str(mount / "ws")], stdout=subprocess.PIPE,
-                                 text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-c", OWNER_CHILD, str(mount / "ws")], stdout=subprocess.PIPE, text=True
+        )
         killed_dir = Path(child.stdout.readline().strip())
         child.kill()
         child.wait()
@@ -269,7 +286,7 @@ def test_a_symlink_out_of_the_workspace_is_not_a_run(tmp_path):
 # -- 6, 7. the command line: hung user code, sys.exit, KeyboardInterrupt, prints -------------------------
 
 
-MODEL = textwrap.dedent('''
+MODEL = textwrap.dedent("""
     import pathlib, sys, time
     from torch import nn
 
@@ -292,7 +309,7 @@ MODEL = textwrap.dedent('''
             if MODE == "keyboard_interrupt":
                 raise KeyboardInterrupt
             return self.fc(x.flatten(1))
-''')
+""")
 
 
 def _model(tmp_path: Path, mode: str) -> tuple[str, Path]:
@@ -306,10 +323,13 @@ def _train_args(model: str) -> list[str]:
     return ["train", "--set", f"model.name={model}", "--set", "epochs=1", "--set", "batch_size=64", "--json"]
 
 
-@pytest.mark.parametrize("mode, kind, words", [
-    ("exit_in_init", "SystemExit", "sys.exit(5)"),
-    ("keyboard_interrupt", "KeyboardInterrupt", "KeyboardInterrupt"),
-])
+@pytest.mark.parametrize(
+    "mode, kind, words",
+    [
+        ("exit_in_init", "SystemExit", "sys.exit(5)"),
+        ("keyboard_interrupt", "KeyboardInterrupt", "KeyboardInterrupt"),
+    ],
+)
 def test_user_code_exiting_still_gives_exit_1_and_one_json(tmp_path, mode, kind, words):
     model, _ = _model(tmp_path, mode)
     proc = wb(tmp_path, *_train_args(model), timeout=180)
@@ -331,20 +351,28 @@ def test_prints_in_user_code_do_not_reach_stdout(tmp_path):
 
 
 # SIGTERM only with -m heavy (CI time): its exit code is tested by itself in tests/test_interrupts.py.
-@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130),
-                                          pytest.param(signal.SIGTERM, 143, marks=pytest.mark.heavy)])
+@pytest.mark.parametrize(
+    "signum, code", [(signal.SIGINT, 130), pytest.param(signal.SIGTERM, 143, marks=pytest.mark.heavy)]
+)
 def test_a_hung_forward_stops_at_the_second_signal_with_the_run_marked(tmp_path, signum, code):
     model, mark = _model(tmp_path, "hang")
     trust_tmp(tmp_path, tmp_path / "ws")
-    proc = subprocess.Popen(_argv(*_train_args(model), "--workspace", str(tmp_path / "ws")), cwd=tmp_path,
-                            env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _argv(*_train_args(model), "--workspace", str(tmp_path / "ws")),
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     stderr: list[str] = []
     threading.Thread(target=lambda: stderr.extend(proc.stderr), daemon=True).start()
     try:
         wait_until(mark.exists, timeout=120, what="the model's forward to start hanging")
         proc.send_signal(signum)
-        wait_until(lambda: "again to stop at once" in "".join(stderr), timeout=30,
-                   what="the first signal's notice")
+        wait_until(
+            lambda: "again to stop at once" in "".join(stderr), timeout=30, what="the first signal's notice"
+        )
         assert proc.poll() is None  # the hung forward never reached a step boundary
         proc.send_signal(signum)
         out = proc.stdout.read()
@@ -385,8 +413,11 @@ def test_a_worker_killed_mid_job_leaves_its_run_failed_on_disk(tmp_path):
     manager = WorkerManager(runtime_dir=tmp_path / "rt", max_restarts=0)
     assert manager.start(wait=True)
     try:
-        record = manager.submit("debug.count", {"steps": 1000, "delay": 0.01, "crash_at": 30, "crash_mode": "kill"},
-                                workspace=tmp_path / "ws")
+        record = manager.submit(
+            "debug.count",
+            {"steps": 1000, "delay": 0.01, "crash_at": 30, "crash_mode": "kill"},
+            workspace=tmp_path / "ws",
+        )
         ended = manager.wait_job(record.job_id, timeout=60)
     finally:
         manager.shutdown()
@@ -397,7 +428,9 @@ def test_a_worker_killed_mid_job_leaves_its_run_failed_on_disk(tmp_path):
             return run.summary()
 
     # The job list turns failed first; the monitor thread then writes the run (and only then tells the GUI).
-    wait_until(lambda: summary()["status"] == "failed", timeout=10, what="the run to be marked failed on disk")
+    wait_until(
+        lambda: summary()["status"] == "failed", timeout=10, what="the run to be marked failed on disk"
+    )
     assert summary()["message"] == "worker exited: SIGKILL"
     summary = summary()
     assert summary["report"]["error"]["type"] == "WorkerDied"

@@ -370,8 +370,8 @@ def test_committed_metrics_survive_sigkill(tmp_path):
     threading.Thread(target=read, daemon=True).start()
 
     def next_line() -> str:
-        # Wait for the writer's next line or its exit, however slow its start on this machine: the event, not a
-        # clock. HANG_S only keeps a writer that neither writes nor exits from hanging the suite.
+        # Wait for the writer's next line or its exit, however slow its start on this machine: the event, not
+        # a clock. HANG_S only keeps a writer that neither writes nor exits from hanging the suite.
         line = lines.get(timeout=HANG_S)
         if line is None:
             proc.wait()
@@ -404,12 +404,16 @@ def test_committed_metrics_survive_sigkill(tmp_path):
         assert steps[:reported] == list(range(reported))
 
 
-# -- what a job killed mid-write leaves behind (issue #19, 5.8) -------------------------------------------------
+# -- what a job killed mid-write leaves behind (issue #19, 5.8) ----------------------------------------------
 
 
 def _kill_mid_export(store: RunStore) -> tuple[Path, list[Path]]:
     """A run whose owner died with an export staged and a checkpoint half-written, as SIGKILL leaves it."""
-    child = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import os, tempfile
         from pathlib import Path
         from workbench.runs import RunStore
@@ -419,7 +423,12 @@ def _kill_mid_export(store: RunStore) -> tuple[Path, list[Path]]:
         (run.dir / "checkpoints" / ".last.pt.0a1b2c3d.tmp").write_bytes(b"half")
         print(run.dir, flush=True)
         os._exit(0)  # no cleanup of any kind, as after a SIGKILL
-    """)], capture_output=True, text=True, check=True)
+    """),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     run_dir = Path(child.stdout.strip())
     leftovers = [*(run_dir / "artifacts").iterdir(), *(run_dir / "checkpoints").iterdir()]
     assert len(leftovers) == 2

@@ -91,8 +91,13 @@ NON_DEFAULTS: dict[type[Spec], dict] = {
     QuantSpec: {
         "model": MODEL,
         "dataset": {"name": "mnist", "normalize": "none"},
-        "weights": {"bits": 4, "granularity": "per_tensor", "symmetric": False, "range": "percentile",
-                    "percentile": 99.9},
+        "weights": {
+            "bits": 4,
+            "granularity": "per_tensor",
+            "symmetric": False,
+            "range": "percentile",
+            "percentile": 99.9,
+        },
         "activations": {"bits": 6, "symmetric": True, "range": "cross_entropy"},
         "fold_bn": False,
         "cle": True,
@@ -194,7 +199,9 @@ def test_defaults_are_not_shared_between_instances():
     a.dataset.augment.append({"name": "hflip"})
     a.model.freeze.append("backbone")
     assert b.dataset.augment == [] and b.model.freeze == []
-    assert ExportSpec().format == "onnx" and BenchSpec().batch_sizes == [1] and BenchSpec().backends == ["eager"]
+    assert (
+        ExportSpec().format == "onnx" and BenchSpec().batch_sizes == [1] and BenchSpec().backends == ["eager"]
+    )
 
 
 def test_nested_spec_instances_are_accepted_and_checked():
@@ -389,9 +396,8 @@ def test_the_upper_bounds_themselves_are_allowed():
 
 def test_an_input_shape_too_large_in_total_names_the_field_the_shape_and_the_limit():
     message = error(TrainSpec.from_dict, {"model": {"input_shape": [3, 100000, 100000]}})
-    assert (
-        message
-        == "model.input_shape: 3,100000,100000 is 30,000,000,000 values per sample; must be at most 268,435,456"
+    assert message == (
+        "model.input_shape: 3,100000,100000 is 30,000,000,000 values per sample; must be at most 268,435,456"
     )
     assert error(ExportSpec.from_dict, {"model": {"input_shape": [17, 4096, 4096]}}).startswith(
         "model.input_shape: "
@@ -400,8 +406,8 @@ def test_an_input_shape_too_large_in_total_names_the_field_the_shape_and_the_lim
 
 @pytest.mark.parametrize("cls", list(SPEC_TYPES.values()), ids=lambda c: c.__name__)
 def test_integer_bounds_fit_the_forms_spin_boxes(cls):
-    # The GUI's spec form turns an int field's min and max into a QSpinBox range, which holds 32-bit ints only;
-    # seeds alone go to torch's 64-bit bound, and the form clamps those (tests/gui/test_spec_form*).
+    # The GUI's spec form turns an int field's min and max into a QSpinBox range, which holds 32-bit ints
+    # only; seeds alone go to torch's 64-bit bound, and the form clamps those (tests/gui/test_spec_form*).
     for path, hint, _default, meta in cls.iter_fields():
         if hint is int and meta.get("max") is not None:
             assert meta["max"] <= 2**31 - 1 or (path.endswith("seed") and meta["max"] == MAX_SEED), path
@@ -440,7 +446,9 @@ def test_model_names_that_are_not(name):
 
 
 def test_list_lengths():
-    assert error(BenchSpec.from_dict, {"backends": []}) == "backends: [] has too few items; must have at least 1"
+    assert (
+        error(BenchSpec.from_dict, {"backends": []}) == "backends: [] has too few items; must have at least 1"
+    )
     assert "batch_sizes: [] has too few items" in error(BenchSpec.from_dict, {"batch_sizes": ""})
     message = error(TrainSpec.from_dict, {"dataset": {"image_size": [1, 2, 3]}})
     assert message == "dataset.image_size: [1, 2, 3] has too many items; must have at most 2"
@@ -460,9 +468,9 @@ def test_unknown_field_did_you_mean():
 
 def test_unknown_field_with_nothing_close_lists_the_fields():
     message = error(GraphSpec.from_dict, {"zzzzzz": 1})
-    assert (
-        message
-        == "zzzzzz: unknown field; allowed fields: source, model, dataset, const_element_count_limit, port, open_browser, quant_run"
+    assert message == (
+        "zzzzzz: unknown field; allowed fields: source, model, dataset, const_element_count_limit, port, "
+        "open_browser, quant_run"
     )
     message = error(TrainSpec.from_dict, {"model": {"qqqqqq": 1}})
     assert message.startswith("model.qqqqqq: unknown field; allowed fields: name, num_classes, input_shape")
@@ -622,14 +630,20 @@ def test_from_toml_and_json_name_the_source():
 
 
 def test_a_key_or_table_given_twice_is_named():
-    # tomllib says only "Cannot overwrite a value" and where it stopped: after the value, or at the file's end.
-    assert error(TrainSpec.from_toml, "lr = 0.1\nlr = 0.2\n") == "<string>: line 2: the key 'lr' appears twice"
+    # tomllib says only "Cannot overwrite a value" and where it stopped: after the value, or at the file's
+    # end.
+    assert (
+        error(TrainSpec.from_toml, "lr = 0.1\nlr = 0.2\n") == "<string>: line 2: the key 'lr' appears twice"
+    )
     assert error(TrainSpec.from_toml, "epochs = 1\n[dataset]\nname = 'a'\nname = 'b'") == (
-        "<string>: line 4: the key 'dataset.name' appears twice")
+        "<string>: line 4: the key 'dataset.name' appears twice"
+    )
     assert error(TrainSpec.from_toml, "lr = 1\nlr = [\n  1,\n  2,\n]\n") == (
-        "<string>: line 2: the key 'lr' appears twice")  # the key's line, not the end of its list
+        "<string>: line 2: the key 'lr' appears twice"
+    )  # the key's line, not the end of its list
     assert error(TrainSpec.from_toml, "[model]\nname = 'cnn'\n[model]\n") == (
-        "<string>: line 3: the table [model] appears twice")
+        "<string>: line 3: the table [model] appears twice"
+    )
 
 
 # --- field listings and verbs ----------------------------------------------------------------------
@@ -682,7 +696,10 @@ def test_spec_for_verbs():
 def test_specs_import_neither_torch_nor_qt():
     import subprocess
 
-    code = "import sys, workbench.specs; print(sorted(m for m in ('torch', 'PySide6', 'numpy') if m in sys.modules))"
+    code = (
+        "import sys, workbench.specs; print(sorted(m for m in ('torch', 'PySide6', 'numpy') if m in "
+        "sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -733,7 +750,8 @@ def test_on_device_and_channels_last_take_auto_or_a_boolean():
     data = apply_overrides({}, ["channels_last=auto", "dataset.on_device=true"], TrainSpec)
     assert data == {"channels_last": "auto", "dataset": {"on_device": True}}
     assert error(TrainSpec.from_dict, {"channels_last": "fast"}) == (
-        "channels_last: 'fast' is not a boolean or one of auto")
+        "channels_last: 'fast' is not a boolean or one of auto"
+    )
     assert error(TrainSpec.from_dict, {"dataset": {"on_device": 2}}).startswith("dataset.on_device: 2 is not")
 
 
@@ -741,21 +759,39 @@ def test_a_file_beside_the_spec_is_found_from_any_working_folder(tmp_path, monke
     project = tmp_path / "project"
     project.mkdir()
     (project / "data.py").write_text("")
-    (project / "train.toml").write_text('[dataset]\nname = "file:data.py:Shapes"\n[model]\nname = "file:nets.py:Net"\n')
+    (project / "train.toml").write_text(
+        '[dataset]\nname = "file:data.py:Shapes"\n[model]\nname = "file:nets.py:Net"\n'
+    )
     monkeypatch.chdir(tmp_path)
     spec = TrainSpec.load(project / "train.toml")
     assert spec.dataset.name == f"file:{project / 'data.py'}:Shapes"  # beside the spec: anchored there
     assert spec.model.name == "file:nets.py:Net"  # nowhere to be found: left for the job to report
     monkeypatch.chdir(project)
-    assert TrainSpec.load("train.toml").dataset.name == "file:data.py:Shapes"  # in the working folder: as written
+    # in the working folder: as written
+    assert TrainSpec.load("train.toml").dataset.name == "file:data.py:Shapes"
 
 
 def test_a_dotted_key_inside_a_free_form_table_is_set_with_its_toml_value():
-    data = apply_overrides({"model": {"name": "file:m.py:Net", "args": {"width": 8}}},
-                           ["model.args.n_classes=3", 'model.args.act="relu"', "model.args.bias=true",
-                            "model.args.sizes=[1, 2]", "model.args.norm=batch", "dataset.args.size=50"], TrainSpec)
-    assert data["model"]["args"] == {"width": 8, "n_classes": 3, "act": "relu", "bias": True, "sizes": [1, 2],
-                                     "norm": "batch"}
+    data = apply_overrides(
+        {"model": {"name": "file:m.py:Net", "args": {"width": 8}}},
+        [
+            "model.args.n_classes=3",
+            'model.args.act="relu"',
+            "model.args.bias=true",
+            "model.args.sizes=[1, 2]",
+            "model.args.norm=batch",
+            "dataset.args.size=50",
+        ],
+        TrainSpec,
+    )
+    assert data["model"]["args"] == {
+        "width": 8,
+        "n_classes": 3,
+        "act": "relu",
+        "bias": True,
+        "sizes": [1, 2],
+        "norm": "batch",
+    }
     assert data["dataset"]["args"] == {"size": 50}
     spec = TrainSpec.from_dict(data)
     assert spec.model.args["n_classes"] == 3 and isinstance(spec.model.args["n_classes"], int)

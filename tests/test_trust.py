@@ -1,6 +1,6 @@
-"""User code runs only when the user chooses to: the real `workbench` command refuses a spec whose Python files come from
-a folder not trusted in the workspace (exit 2, no run folder, nothing imported), `--trust` and `workbench trust`
-record the folder, and a later job of a run refuses a file changed since the run trained."""
+"""User code runs only when the user chooses to: the real `workbench` command refuses a spec whose Python
+files come from a folder not trusted in the workspace (exit 2, no run folder, nothing imported), `--trust` and
+`workbench trust` record the folder, and a later job of a run refuses a file changed since the run trained."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ def project(tmp_path: Path, code: str = PAYLOAD) -> tuple[Path, Path]:
     folder.mkdir()
     (folder / "payload.py").write_text(code)
     spec = folder / "train.toml"
-    spec.write_text(textwrap.dedent("""
+    spec.write_text(
+        textwrap.dedent("""
         epochs = 1
         batch_size = 16
         device = "cpu"
@@ -48,7 +49,8 @@ def project(tmp_path: Path, code: str = PAYLOAD) -> tuple[Path, Path]:
         num_workers = 0
         [model]
         name = "mlp"
-    """))
+    """)
+    )
     return folder, spec
 
 
@@ -83,11 +85,19 @@ def test_trust_flag_runs_it_and_records_the_folder(tmp_path):
     assert f"trusting {folder.resolve()}" in proc.stderr
     assert trust.trusted_folders(ws) == [folder.resolve()]
     record = json.loads((Path(result["run_dir"]) / "user_code.json").read_text())
-    assert record["files"] == [{"field": "dataset.name", "ref": f"file:{folder / 'payload.py'}:Data",
-                                "path": str(folder / "payload.py"), "sha256": trust.sha256(folder / "payload.py")}]
+    assert record["files"] == [
+        {
+            "field": "dataset.name",
+            "ref": f"file:{folder / 'payload.py'}:Data",
+            "path": str(folder / "payload.py"),
+            "sha256": trust.sha256(folder / "payload.py"),
+        }
+    ]
     # Trusted now: the next job needs no flag.
     (folder / "MARKER").unlink()
-    again = wb(tmp_path, "data", "info", "--set", "dataset.name=file:proj/payload.py:Data", "--json", trusted=False)
+    again = wb(
+        tmp_path, "data", "info", "--set", "dataset.name=file:proj/payload.py:Data", "--json", trusted=False
+    )
     expect(again, 0)
     assert (folder / "MARKER").exists()
 
@@ -140,7 +150,9 @@ def test_a_changed_file_is_refused_by_later_jobs_of_the_run(tmp_path):
     for args in (("runs", "list"), ("runs", "show", run.name), ("report", run.name)):
         expect(wb(tmp_path, *args), 0)
     assert not (folder / "MARKER").exists()
-    allowed = wb(tmp_path, "graph", "--set", f"source.run={run.name}", "--allow-changed-code", "--json", timeout=180)
+    allowed = wb(
+        tmp_path, "graph", "--set", f"source.run={run.name}", "--allow-changed-code", "--json", timeout=180
+    )
     expect(allowed, 0)
     assert (folder / "MARKER").exists()
 

@@ -1,8 +1,8 @@
 """Finds the files the package carries (app icon, desktop entry, sample specs) through importlib.resources.
 
-They live in workbench/resources/ (the repository's top-level `resources` is a link to it), so an installed wheel,
-an editable install and a clone all find them the same way, never through a path relative to a checkout.
-No torch, no Qt: the GUI, the command line and `workbench desktop install` all import this.
+They live in workbench/resources/ (the repository's top-level `resources` is a link to it), so an installed
+wheel, an editable install and a clone all find them the same way, never through a path relative to a
+checkout. No torch, no Qt: the GUI, the command line and `workbench desktop install` all import this.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ def _root() -> Traversable:
 
 
 def resource_path(*parts: str) -> Path:
-    """A real file for workbench/resources/<parts>: the file itself for any ordinary install (a zipped one gets a
-    temporary copy that lives as long as the process). FileNotFoundError names what is missing."""
+    """A real file for workbench/resources/<parts>: the file itself for any ordinary install (a zipped one
+    gets a temporary copy that lives as long as the process). FileNotFoundError names what is missing."""
     item = _root()
     for part in parts:  # Python 3.10's joinpath takes one part at a time
         item = item / part
@@ -78,19 +78,22 @@ def icon_path(size: int | None = None) -> Path:
 
 
 def sample_specs(verb: str | None = None) -> list[Path]:
-    """The commented sample specs (train, quantize, export, bench), in menu order; only `verb`'s when given."""
+    """The commented sample specs (train, quantize, export, bench), in menu order; only `verb`'s when
+    given."""
     return [
         resource_path("specs", name) for name, for_verb in SAMPLE_SPECS.items() if verb in (None, for_verb)
     ]
 
 
 def example_specs() -> list[Path]:
-    """The bundled examples' train specs (resources/examples/<name>/train.toml), by example name; each names its
-    Dataset and model beside it with relative `file:` or `lightning:` paths."""
+    """The bundled examples' train specs (resources/examples/<name>/train.toml), by example name; each names
+    its Dataset and model beside it with relative `file:` or `lightning:` paths."""
     folder = _root() / "examples"
     if not folder.is_dir():
         return []
-    names = sorted(item.name for item in folder.iterdir() if item.is_dir() and (item / "train.toml").is_file())
+    names = sorted(
+        item.name for item in folder.iterdir() if item.is_dir() and (item / "train.toml").is_file()
+    )
     return [resource_path("examples", name, "train.toml") for name in names]
 
 
@@ -113,7 +116,8 @@ def spec_summary(path: str | Path) -> str:
 
 
 def desktop_entry_text() -> str:
-    """The desktop entry as shipped (Exec=workbench gui); `workbench.desktop.install` points Exec at this install."""
+    """The desktop entry as shipped (Exec=workbench gui); `workbench.desktop.install` points Exec at this
+    install."""
     return resource_path(f"{APP_ID}.desktop").read_text(encoding="utf-8")
 
 
@@ -124,9 +128,9 @@ _PREFIXES = {"train": "train", "quant": "quantize", "export": "export", "bench":
 def spec_verb(path: str | Path) -> str:
     """Which job a spec file is for (train, quantize, export or bench), so File ▸ Open spec… knows its wizard.
 
-    A sample spec's is known; otherwise a file name starting with the verb (quantize-…, bench_…) decides; otherwise
-    the one job whose spec the file parses as (a run's spec.toml holds every field, so only its own job fits).
-    SpecError when the file is unreadable or fits several jobs or none.
+    A sample spec's is known; otherwise a file name starting with the verb (quantize-…, bench_…) decides;
+    otherwise the one job whose spec the file parses as (a run's spec.toml holds every field, so only its own
+    job fits). SpecError when the file is unreadable or fits several jobs or none.
     """
     from workbench.errors import SpecError
     from workbench.specs import spec_for

@@ -30,7 +30,8 @@ JOB_TASKS = {
     "predict": TaskId.PREDICT.value,
 }
 DIAG_TASKS = {"count": "debug.count", "sleep": "debug.sleep"}
-# The diagnostics' number fields, checked before a run exists: a bad one is a bad spec (exit 2), not a failed run.
+# The diagnostics' number fields, checked before a run exists: a bad one is a bad spec (exit 2), not a failed
+# run.
 DIAG_NUMBERS = {"steps": int, "delay": float, "crash_at": int, "seconds": float}
 
 
@@ -45,55 +46,92 @@ def _global_flags(parser: argparse.ArgumentParser, *, top: bool, json_flag: bool
     `workbench runs list --workspace W`. After the verb they default to SUPPRESS, so a flag given only
     before the verb is not overwritten by the verb's own default (the argparse idiom for this)."""
     default = (lambda value: value) if top else (lambda value: argparse.SUPPRESS)
-    parser.add_argument("--workspace", default=default(None),
-                        help="workspace folder for runs (default: the platform's user data folder)")
+    parser.add_argument(
+        "--workspace",
+        default=default(None),
+        help="workspace folder for runs (default: the platform's user data folder)",
+    )
     if json_flag:
-        parser.add_argument("--json", action="store_true", default=default(False),
-                            help="print exactly one JSON object (the result) on stdout")
-    parser.add_argument("--debug", action="store_true", default=default(False),
-                        help="show tracebacks and debug logging")
-    parser.add_argument("--allow-changed-code", action="store_true", default=default(False),
-                        help="let a later job of a run (graph, quantize, export, bench, predict, export-tensorboard) "
-                             "run user code that changed since the run trained")
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            default=default(False),
+            help="print exactly one JSON object (the result) on stdout",
+        )
+    parser.add_argument(
+        "--debug", action="store_true", default=default(False), help="show tracebacks and debug logging"
+    )
+    parser.add_argument(
+        "--allow-changed-code",
+        action="store_true",
+        default=default(False),
+        help="let a later job of a run (graph, quantize, export, bench, predict, export-tensorboard) "
+        "run user code that changed since the run trained",
+    )
 
 
 def _common(parser: argparse.ArgumentParser, *, spec: bool = True, json_flag: bool = True) -> None:
     if spec:
-        parser.add_argument("spec", nargs="?", help="a spec file (.toml or .json); defaults are used without one")
-        parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                            help="override a spec field, e.g. --set lr=0.01 --set dataset.name=mnist (repeatable)")
+        parser.add_argument(
+            "spec", nargs="?", help="a spec file (.toml or .json); defaults are used without one"
+        )
+        parser.add_argument(
+            "--set",
+            dest="overrides",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override a spec field, e.g. --set lr=0.01 --set dataset.name=mnist (repeatable)",
+        )
         _trust_flag(parser)
     _global_flags(parser, top=False, json_flag=json_flag)
 
 
 def _trust_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trust", action="store_true",
-                        help="trust the folders of the Python files this job runs (file:, lightning:) for this "
-                             "workspace, and go on")
+    parser.add_argument(
+        "--trust",
+        action="store_true",
+        help="trust the folders of the Python files this job runs (file:, lightning:) for this "
+        "workspace, and go on",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="workbench", description="Torch Workbench: the window, and every job headless.")
     parser.add_argument("--version", action="version", version=f"workbench {__version__}")
     _global_flags(parser, top=True)
-    parser.add_argument("--connect", metavar="CONNECTION_FILE", default=None,
-                        help="attach the window to a worker started elsewhere")
+    parser.add_argument(
+        "--connect",
+        metavar="CONNECTION_FILE",
+        default=None,
+        help="attach the window to a worker started elsewhere",
+    )
     sub = parser.add_subparsers(dest="verb", parser_class=_Parser)
 
     gui = sub.add_parser("gui", help="open the window (the default)")
     _global_flags(gui, top=False, json_flag=False)
-    gui.add_argument("--connect", metavar="CONNECTION_FILE", default=argparse.SUPPRESS,
-                     help="attach to a worker started elsewhere (`workbench worker`) instead of launching one")
+    gui.add_argument(
+        "--connect",
+        metavar="CONNECTION_FILE",
+        default=argparse.SUPPRESS,
+        help="attach to a worker started elsewhere (`workbench worker`) instead of launching one",
+    )
 
     for verb, task in JOB_TASKS.items():
         job = sub.add_parser(verb, help=f"run a {verb} job headless (task {task})")
         _common(job)
         if verb == "train":
-            job.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
-            job.add_argument("--run-id", metavar="ID", default=None,
-                             help="the run's id: created with this id if absent, resumed from its last checkpoint if "
-                                  "it exists (under torchrun: default torchrun-<rdzv id>, so every rank and every "
-                                  "elastic restart joins the same run)")
+            job.add_argument(
+                "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint"
+            )
+            job.add_argument(
+                "--run-id",
+                metavar="ID",
+                default=None,
+                help="the run's id: created with this id if absent, resumed from its last checkpoint if "
+                "it exists (under torchrun: default torchrun-<rdzv id>, so every rank and every "
+                "elastic restart joins the same run)",
+            )
 
     data = sub.add_parser("data", help="dataset tools")
     data_sub = data.add_subparsers(dest="data_verb", required=True, parser_class=_Parser)
@@ -110,37 +148,65 @@ def build_parser() -> argparse.ArgumentParser:
     delete = runs_sub.add_parser("delete", help="delete a run folder")
     delete.add_argument("run", help="run id, unique id prefix, or run folder")
     _common(delete, spec=False)
-    board = runs_sub.add_parser("export-tensorboard",
-                                help="write a training run's metrics, spec and model graph as TensorBoard event files")
+    board = runs_sub.add_parser(
+        "export-tensorboard",
+        help="write a training run's metrics, spec and model graph as TensorBoard event files",
+    )
     board.add_argument("run", help="the training run: id, unique id prefix, or run folder")
-    board.add_argument("--out", metavar="DIR", default=None,
-                       help="the folder to write the event files into (default: the run's tensorboard/ folder, whose "
-                            "earlier event files are replaced)")
-    board.add_argument("--no-graph", dest="graph", action="store_false",
-                       help="leave out the model graph (it rebuilds the model, and may read the dataset for its shape)")
+    board.add_argument(
+        "--out",
+        metavar="DIR",
+        default=None,
+        help="the folder to write the event files into (default: the run's tensorboard/ folder, whose "
+        "earlier event files are replaced)",
+    )
+    board.add_argument(
+        "--no-graph",
+        dest="graph",
+        action="store_false",
+        help="leave out the model graph (it rebuilds the model, and may read the dataset for its shape)",
+    )
     _trust_flag(board)
     _common(board, spec=False)
 
-    trust = sub.add_parser("trust", help="trust a folder's Python files (file:, lightning:) to run in this workspace")
+    trust = sub.add_parser(
+        "trust", help="trust a folder's Python files (file:, lightning:) to run in this workspace"
+    )
     trust.add_argument("folder", nargs="?", help="the folder to trust (and every folder inside it)")
     trust.add_argument("--list", action="store_true", help="list the trusted folders")
     trust.add_argument("--remove", metavar="FOLDER", default=None, help="stop trusting FOLDER")
     _common(trust, spec=False)
 
-    report = sub.add_parser("report", help="one self-contained HTML page of a model: train, quantize, export, bench")
-    report.add_argument("run", help="the training run: id, unique id prefix, or run folder (a quantize, export or "
-                                    "bench run stands for the training run behind it)")
-    report.add_argument("--output", "-o", metavar="FILE.html", default=None,
-                        help="where to write the page (default: the training run's artifacts/report.html)")
+    report = sub.add_parser(
+        "report", help="one self-contained HTML page of a model: train, quantize, export, bench"
+    )
+    report.add_argument(
+        "run",
+        help="the training run: id, unique id prefix, or run folder (a quantize, export or "
+        "bench run stands for the training run behind it)",
+    )
+    report.add_argument(
+        "--output",
+        "-o",
+        metavar="FILE.html",
+        default=None,
+        help="where to write the page (default: the training run's artifacts/report.html)",
+    )
     _common(report, spec=False)
 
     desktop = sub.add_parser("desktop", help="add the app to this user's desktop menu, or take it out")
     desktop_sub = desktop.add_subparsers(dest="desktop_verb", required=True, parser_class=_Parser)
-    for name, text in (("install", "write the menu entry and icons into $XDG_DATA_HOME (default ~/.local/share)"),
-                       ("uninstall", "remove the menu entry and icons that install wrote")):
+    for name, text in (
+        ("install", "write the menu entry and icons into $XDG_DATA_HOME (default ~/.local/share)"),
+        ("uninstall", "remove the menu entry and icons that install wrote"),
+    ):
         cmd = desktop_sub.add_parser(name, help=text)
-        cmd.add_argument("--data-home", metavar="DIR", default=None,
-                         help="the XDG data folder to use (default: $XDG_DATA_HOME, else ~/.local/share)")
+        cmd.add_argument(
+            "--data-home",
+            metavar="DIR",
+            default=None,
+            help="the XDG data folder to use (default: $XDG_DATA_HOME, else ~/.local/share)",
+        )
         _common(cmd, spec=False)
 
     diag = sub.add_parser("diag", help="diagnostic jobs that exercise the run store and progress (no torch)")
@@ -183,9 +249,17 @@ class _Progress:
 
         # soft_wrap: a run folder path must come out on one line even in a narrow or piped stderr.
         self.console = Console(stderr=True, soft_wrap=True)
-        self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
-                            TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[text]}"),
-                            console=self.console, transient=False, disable=not self.console.is_terminal)
+        self.bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.percentage:>5.1f}%"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[text]}"),
+            console=self.console,
+            transient=False,
+            disable=not self.console.is_terminal,
+        )
         self.task = self.bar.add_task(title, total=None, text="")
 
     def __enter__(self):
@@ -197,8 +271,12 @@ class _Progress:
 
     def emit(self, msg_type: str, content: dict, buffers: list) -> None:
         if msg_type == "progress":
-            self.bar.update(self.task, completed=content.get("done"), total=content.get("total"),
-                            text=content.get("text", ""))
+            self.bar.update(
+                self.task,
+                completed=content.get("done"),
+                total=content.get("total"),
+                text=content.get("text", ""),
+            )
         elif msg_type == "log":
             self.console.print(f"[{content.get('level', 'info')}] {content.get('text', '')}", markup=False)
         elif msg_type == "status" and content.get("run_dir"):
@@ -246,10 +324,19 @@ class _ReservedStdout:
             self.fd = None
 
 
-def run_headless(task_name: str, spec, *, workspace: Path | None, as_json: bool, debug: bool,
-                 resume: str | None = None, then=None, run_id: str | None = None) -> int:
-    """Run a task in this process with the same runner the worker uses; `then(result)`, when given, runs after a
-    job that is done and gives the exit code (`workbench graph --set open_browser=true` serves the graph).
+def run_headless(
+    task_name: str,
+    spec,
+    *,
+    workspace: Path | None,
+    as_json: bool,
+    debug: bool,
+    resume: str | None = None,
+    then=None,
+    run_id: str | None = None,
+) -> int:
+    """Run a task in this process with the same runner the worker uses; `then(result)`, when given, runs after
+    a job that is done and gives the exit code (`workbench graph --set open_browser=true` serves the graph).
 
     Ctrl+C (or SIGTERM) once cancels at the next step; a second one stops at once (exit 130, or 143 for
     SIGTERM) with the run marked cancelled, even when the job is stuck in user code.
@@ -268,38 +355,59 @@ def run_headless(task_name: str, spec, *, workspace: Path | None, as_json: bool,
     seen: dict = {"run_dir": None}
 
     with _ReservedStdout(as_json) as stdout:
+
         def force(signum: int) -> None:
-            message = "stopped at once by a second interrupt; the run keeps what it had saved (resume it from its last checkpoint)"
+            message = (
+                "stopped at once by a second interrupt; the run keeps what it had saved (resume it from its "
+                "last checkpoint)"
+            )
             if seen["run_dir"]:
                 from workbench.runs import force_end_own_run
 
                 force_end_own_run(seen["run_dir"], "cancelled", message)
-            say_now({"run_dir": seen["run_dir"], "status": "cancelled",
-                     "error": {"type": "JobCancelled", "message": message}})
+            say_now(
+                {
+                    "run_dir": seen["run_dir"],
+                    "status": "cancelled",
+                    "error": {"type": "JobCancelled", "message": message},
+                }
+            )
             hard_exit(exit_code_for(signum))
 
         def exited(code: int) -> int:
             # User code called os._exit: the run is left without an end state, which reads as interrupted.
-            message = (f"the job's own code called os._exit({code}) and ended the process before the job finished; "
-                       "the run reads as interrupted")
-            say_now({"run_dir": seen["run_dir"], "status": "interrupted",
-                     "error": {"type": "ProcessExit", "message": message}})
+            message = (
+                f"the job's own code called os._exit({code}) and ended the process before the job finished; "
+                "the run reads as interrupted"
+            )
+            say_now(
+                {
+                    "run_dir": seen["run_dir"],
+                    "status": "interrupted",
+                    "error": {"type": "ProcessExit", "message": message},
+                }
+            )
             return code if code else 1
 
         def say_now(result: dict) -> None:
             print(f"workbench: {result['error']['message']}", file=sys.stderr, flush=True)
-            stdout.write_now(json.dumps(result, default=str) + "\n" if as_json
-                             else json.dumps(result, indent=2, default=str) + "\n")
+            stdout.write_now(
+                json.dumps(result, default=str) + "\n"
+                if as_json
+                else json.dumps(result, indent=2, default=str) + "\n"
+            )
 
         with _Progress(task_name) as progress, JobInterrupts(stop, force), guard_exit(exited):
+
             def emit(msg_type: str, content: dict, buffers: list) -> None:
                 if msg_type == "status" and content.get("run_dir"):
                     seen["run_dir"] = content["run_dir"]
                 progress.emit(msg_type, content, buffers)
 
             spec_data = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
-            result = run_task(task, spec_data, emit=emit, stop_event=stop, workspace=workspace, resume=resume,
-                              run_id=run_id)
+            result = run_task(
+                task, spec_data, emit=emit, stop_event=stop, workspace=workspace, resume=resume, run_id=run_id
+            )
     if debug and result.get("traceback"):
         print(result["traceback"], file=sys.stderr)
     result.pop("traceback", None)
@@ -336,12 +444,14 @@ def _cmd_job(args, verb: str, task_name: str) -> int:
     then = None
     if verb == "graph" and (spec.open_browser or spec.port):
         then = lambda result: _serve_graph(result, workspace, spec.port, spec.open_browser)  # noqa: E731
-    return run_headless(task_name, spec, workspace=workspace, as_json=args.json, debug=args.debug, resume=resume,
-                        then=then)
+    return run_headless(
+        task_name, spec, workspace=workspace, as_json=args.json, debug=args.debug, resume=resume, then=then
+    )
 
 
 def _check_lightning_resume(verb: str, spec, run_dir: Path) -> None:
-    """A Lightning run resumed with fewer epochs than it has done is a bad spec, refused before the run is touched."""
+    """A Lightning run resumed with fewer epochs than it has done is a bad spec, refused before the run is
+    touched."""
     from workbench.worker.lightning import is_lightning_name
 
     if verb == "train" and is_lightning_name(spec.model.name):
@@ -351,8 +461,9 @@ def _check_lightning_resume(verb: str, spec, run_dir: Path) -> None:
 
 
 def _check_trust(args, spec_data: dict, workspace: Path, files=None) -> None:
-    """Before anything imports it or a run folder is made: a job's user code must come from a trusted folder, or the
-    user passes --trust (trusting its folders for this workspace: started knowingly). A UsageError (exit 2) otherwise."""
+    """Before anything imports it or a run folder is made: a job's user code must come from a trusted folder,
+    or the user passes --trust (trusting its folders for this workspace: started knowingly). A UsageError
+    (exit 2) otherwise."""
     from workbench import trust
 
     trust.check_spec_files(spec_data)
@@ -364,12 +475,16 @@ def _check_trust(args, spec_data: dict, workspace: Path, files=None) -> None:
         raise UsageError(trust.refusal(untrusted))
     for folder in trust.folders_of(untrusted):
         trust.trust_folder(workspace, folder)
-        print(f"workbench: trusting {folder} for workspace {workspace}; its Python files run with your permissions",
-              file=sys.stderr)
+        print(
+            f"workbench: trusting {folder} for workspace {workspace}; its Python files run with your "
+            "permissions",
+            file=sys.stderr,
+        )
 
 
 def _torchrun_group():
-    """The torchrun group this process is a rank of (torchrun's RANK, WORLD_SIZE, MASTER_ADDR/PORT), or None."""
+    """The torchrun group this process is a rank of (torchrun's RANK, WORLD_SIZE, MASTER_ADDR/PORT), or
+    None."""
     if not (os.environ.get("RANK") and os.environ.get("WORLD_SIZE") and os.environ.get("MASTER_ADDR")):
         return None  # not under torchrun: torch is not imported for nothing
     from workbench.worker.training import torchrun
@@ -378,15 +493,17 @@ def _torchrun_group():
 
 
 def _cmd_train_with_id(args, workspace: Path, task_name: str, run_id: str | None) -> int:
-    """`workbench train --run-id ID`, and every `workbench train` under torchrun: one run id for all ranks and all
-    elastic restarts. Global rank 0 creates the run, or resumes it from its last checkpoint; the other ranks join
-    rank 0's run and write only their own log."""
+    """`workbench train --run-id ID`, and every `workbench train` under torchrun: one run id for all ranks and
+    all elastic restarts. Global rank 0 creates the run, or resumes it from its last checkpoint; the other
+    ranks join rank 0's run and write only their own log."""
     from workbench.worker.training import torchrun
 
     group = torchrun.environment()
     if args.resume:
-        raise UsageError("--resume and --run-id (or torchrun, which names the run itself) do not go together: "
-                         "--run-id resumes its run when it has a checkpoint")
+        raise UsageError(
+            "--resume and --run-id (or torchrun, which names the run itself) do not go together: "
+            "--run-id resumes its run when it has a checkpoint"
+        )
     if group is not None and run_id is None:
         run_id = torchrun.run_id_for(group)
     if group is not None and group.world_size > 1 and group.rank != 0:
@@ -403,13 +520,20 @@ def _cmd_train_with_id(args, workspace: Path, task_name: str, run_id: str | None
     else:
         spec = _load_spec("train", args.spec, args.overrides)
     _check_trust(args, spec.to_dict(), workspace)
-    return run_headless(task_name, spec, workspace=workspace, as_json=args.json, debug=args.debug, resume=resume,
-                        run_id=create)
+    return run_headless(
+        task_name,
+        spec,
+        workspace=workspace,
+        as_json=args.json,
+        debug=args.debug,
+        resume=resume,
+        run_id=create,
+    )
 
 
 def _serve_graph(result: dict, workspace: Path, port: int, open_browser: bool) -> int:
-    """Serve a built graph in Model Explorer on 127.0.0.1 until Ctrl+C (or SIGTERM), which ends it with exit 0; open
-    it in the browser on request."""
+    """Serve a built graph in Model Explorer on 127.0.0.1 until Ctrl+C (or SIGTERM), which ends it with exit
+    0; open it in the browser on request."""
     import signal
     import time
     import webbrowser
@@ -423,17 +547,26 @@ def _serve_graph(result: dict, workspace: Path, port: int, open_browser: bool) -
         while server.poll() == "starting" and time.monotonic() < deadline:
             time.sleep(0.2)
         if server.state != "ready":
-            raise JobError(f"the graph viewer could not start{f' on port {port}' if port else ''}: "
-                           f"{server.error or 'no answer in 90 s'}; the graph is saved in {result['graph_json']}")
+            raise JobError(
+                f"the graph viewer could not start{f' on port {port}' if port else ''}: "
+                f"{server.error or 'no answer in 90 s'}; the graph is saved in {result['graph_json']}"
+            )
         overlays = result.get("overlays") or {}
         url = server.url_for(result["graph_json"])
-        # The asked-for Ctrl+C may come the moment the line is read, before any try around the wait is entered (a
-        # CI run got exit 130 from that race): handlers that only set a flag take it wherever the main thread is.
+        # The asked-for Ctrl+C may come the moment the line is read, before any try around the wait is entered
+        # (a CI run got exit 130 from that race): handlers that only set a flag take it wherever the main
+        # thread is.
         stop = threading.Event()
-        previous = {signum: signal.signal(signum, lambda *_: stop.set()) for signum in (signal.SIGINT, signal.SIGTERM)}
+        previous = {
+            signum: signal.signal(signum, lambda *_: stop.set()) for signum in (signal.SIGINT, signal.SIGTERM)
+        }
         try:
-            print(f"workbench: the graph is at {url}\nworkbench: serving until Ctrl+C"
-                  + (f" (overlays: {', '.join(overlays)})" if overlays else ""), file=sys.stderr, flush=True)
+            print(
+                f"workbench: the graph is at {url}\nworkbench: serving until Ctrl+C"
+                + (f" (overlays: {', '.join(overlays)})" if overlays else ""),
+                file=sys.stderr,
+                flush=True,
+            )
             if open_browser:
                 webbrowser.open(url)
             while not stop.wait(0.5) and server.poll() == "ready":
@@ -499,7 +632,9 @@ def _cmd_export_tensorboard(args, store) -> int:
     parts = [f"{result.scalars} scalars ({len(result.tags)} metrics)"]
     parts += ["the spec"] * result.spec + ["the model graph"] * result.graph
     if result.layer_steps:
-        parts.append(f"layer histograms of {result.layer_steps} recorded step" + "s" * (result.layer_steps != 1))
+        parts.append(
+            f"layer histograms of {result.layer_steps} recorded step" + "s" * (result.layer_steps != 1)
+        )
     replaced = f" (replacing {result.replaced} earlier event file(s))" if result.replaced else ""
     listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
     print(f"wrote {listed} from run {run_dir.name} to {result.log_dir}{replaced}")
@@ -508,8 +643,9 @@ def _cmd_export_tensorboard(args, store) -> int:
 
 
 def _check_board_out(out: Path, run_dir: Path, runs_dir: Path) -> None:
-    """--out must not be the filesystem's root, another run's folder or a run's checkpoints/: event files there
-    would mix into what that run (or its checkpoints) holds. A folder of its own inside this run is fine."""
+    """--out must not be the filesystem's root, another run's folder or a run's checkpoints/: event files
+    there would mix into what that run (or its checkpoints) holds. A folder of its own inside this run is
+    fine."""
     target = out.expanduser().resolve()
     if target == Path(target.anchor):
         raise UsageError(f"--out {out}: the filesystem's root; give a folder of its own for the event files")
@@ -518,8 +654,10 @@ def _check_board_out(out: Path, run_dir: Path, runs_dir: Path) -> None:
         return
     own = run_dir.resolve()
     if not target.is_relative_to(own):
-        raise UsageError(f"--out {out} is inside another run's folder ({runs}); give a folder outside the workspace's "
-                         "runs, or one inside this run")
+        raise UsageError(
+            f"--out {out} is inside another run's folder ({runs}); give a folder outside the workspace's "
+            "runs, or one inside this run"
+        )
     if target.is_relative_to(own / "checkpoints"):
         raise UsageError(f"--out {out} is inside the run's checkpoints/; give another folder")
 
@@ -531,10 +669,15 @@ def _cmd_report(args) -> int:
     path = write_story(story, args.output)
     runs = story.summary()
     if args.json:
-        print(json.dumps({"run_dir": str(story.train.dir), "status": "done", "output": str(path), "runs": runs}))
+        print(
+            json.dumps({"run_dir": str(story.train.dir), "status": "done", "output": str(path), "runs": runs})
+        )
     else:
-        print(f"report of {story.train.id}: 1 training, {len(runs['quantize'])} quantize, {len(runs['export'])} "
-              f"export and {len(runs['bench'])} benchmark runs", file=sys.stderr)
+        print(
+            f"report of {story.train.id}: 1 training, {len(runs['quantize'])} quantize, "
+            f"{len(runs['export'])} export and {len(runs['bench'])} benchmark runs",
+            file=sys.stderr,
+        )
         print(path)
     return 0
 
@@ -548,13 +691,25 @@ def _cmd_trust(args) -> int:
     if args.list:
         folders = [str(p) for p in trust.trusted_folders(workspace)]
         if args.json:
-            print(json.dumps({"run_dir": None, "status": "done", "workspace": str(workspace), "trusted": folders,
-                              "bundled": str(trust.examples_folder())}))
+            print(
+                json.dumps(
+                    {
+                        "run_dir": None,
+                        "status": "done",
+                        "workspace": str(workspace),
+                        "trusted": folders,
+                        "bundled": str(trust.examples_folder()),
+                    }
+                )
+            )
         else:
             for folder in folders:
                 print(folder)
-            print(f"{len(folders)} trusted folder(s) in {workspace}; the bundled examples ({trust.examples_folder()}) "
-                  "are always trusted", file=sys.stderr)
+            print(
+                f"{len(folders)} trusted folder(s) in {workspace}; the bundled examples "
+                f"({trust.examples_folder()}) are always trusted",
+                file=sys.stderr,
+            )
         return 0
     if args.remove:
         folder = trust.untrust_folder(workspace, args.remove)
@@ -565,8 +720,14 @@ def _cmd_trust(args) -> int:
     if args.json:
         print(json.dumps({"run_dir": None, "status": "done", "action": action, "folder": str(folder)}))
     else:
-        print(f"{action}: {folder}" + (" (its Python files and its subfolders' run with your permissions in "
-                                       f"workspace {workspace})" if action == "trusted" else ""))
+        print(
+            f"{action}: {folder}"
+            + (
+                f" (its Python files and its subfolders' run with your permissions in workspace {workspace})"
+                if action == "trusted"
+                else ""
+            )
+        )
     return 0
 
 
@@ -576,13 +737,24 @@ def _cmd_desktop(args) -> int:
     data_home = Path(args.data_home).expanduser() if args.data_home else None
     files = (desktop.install if args.desktop_verb == "install" else desktop.uninstall)(data_home)
     if args.json:
-        print(json.dumps({"run_dir": None, "status": "done", "action": args.desktop_verb,
-                          "files": [str(path) for path in files]}))
+        print(
+            json.dumps(
+                {
+                    "run_dir": None,
+                    "status": "done",
+                    "action": args.desktop_verb,
+                    "files": [str(path) for path in files],
+                }
+            )
+        )
         return 0
     for path in files:
         print(path)
     if args.desktop_verb == "install":
-        print(f"Torch Workbench is in the desktop menu; it starts {desktop.exec_command()[0][0]}", file=sys.stderr)
+        print(
+            f"Torch Workbench is in the desktop menu; it starts {desktop.exec_command()[0][0]}",
+            file=sys.stderr,
+        )
     elif not files:
         print("nothing to remove: the menu entry was not installed", file=sys.stderr)
     return 0
@@ -600,8 +772,9 @@ def _cmd_diag(args) -> int:
         except ValueError:
             data[key] = value
         _check_diag_number(key, data[key])
-    return run_headless(DIAG_TASKS[args.diag_task], data, workspace=_workspace(args), as_json=args.json,
-                        debug=args.debug)
+    return run_headless(
+        DIAG_TASKS[args.diag_task], data, workspace=_workspace(args), as_json=args.json, debug=args.debug
+    )
 
 
 def _check_diag_number(key: str, value) -> None:
@@ -658,7 +831,9 @@ def dispatch(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     debug = getattr(args, "debug", False)
-    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     as_json = getattr(args, "json", False)
     try:
         return dispatch(args)
@@ -671,28 +846,45 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"run_dir": None, "status": "failed", "error": exc.to_dict()}))
         print(f"workbench: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except BrokenPipeError:  # the reader left (`| head`): nothing more can be said there, and it is no error of ours
+    # the reader left (`| head`): nothing more can be said there, and it is no error of ours
+    except BrokenPipeError:
         return _stdout_gone()
     except KeyboardInterrupt:  # a real Ctrl+C outside a job (a job's own are handled in run_headless)
         if as_json:
-            print(json.dumps({"run_dir": None, "status": "cancelled",
-                              "error": {"type": "KeyboardInterrupt", "message": "interrupted"}}))
+            print(
+                json.dumps(
+                    {
+                        "run_dir": None,
+                        "status": "cancelled",
+                        "error": {"type": "KeyboardInterrupt", "message": "interrupted"},
+                    }
+                )
+            )
         print("workbench: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug of ours: say so briefly; the traceback is one flag away
         if debug:
             raise
         if as_json:
-            print(json.dumps({"run_dir": None, "status": "failed",
-                              "error": {"type": type(exc).__name__, "message": str(exc)}}))
-        print(f"workbench: internal error: {type(exc).__name__}: {exc} (run again with --debug for details)",
-              file=sys.stderr)
+            print(
+                json.dumps(
+                    {
+                        "run_dir": None,
+                        "status": "failed",
+                        "error": {"type": type(exc).__name__, "message": str(exc)},
+                    }
+                )
+            )
+        print(
+            f"workbench: internal error: {type(exc).__name__}: {exc} (run again with --debug for details)",
+            file=sys.stderr,
+        )
         return 1
 
 
 def _stdout_gone() -> int:
-    """141, the shell's code for a write to a closed pipe (128 + SIGPIPE), without a traceback: stdout is pointed at
-    devnull so the interpreter's last flush of what was left does not raise again."""
+    """141, the shell's code for a write to a closed pipe (128 + SIGPIPE), without a traceback: stdout is
+    pointed at devnull so the interpreter's last flush of what was left does not raise again."""
     with contextlib.suppress(OSError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -75,7 +75,8 @@ def _entry_text() -> str:
     for line in desktop_entry_text().splitlines():
         if line.startswith("Exec="):
             lines.append("Exec=" + " ".join(_quote(arg) for arg in argv))
-            # TryExec: a menu hides the entry once this installation is gone, instead of a launcher that fails.
+            # TryExec: a menu hides the entry once this installation is gone, instead of a launcher that
+            # fails.
             lines.append("TryExec=" + try_exec.replace("\\", "\\\\"))
         elif not line.startswith("TryExec="):
             lines.append(line)
@@ -114,8 +115,9 @@ def _refresh(root: Path) -> None:
 def _check_platform(data_home: Path | None) -> None:
     if data_home is None and sys.platform in ("darwin", "win32"):
         raise UsageError(
-            "desktop install writes a freedesktop.org menu entry, which Linux and BSD desktops read; on macOS "
-            "and Windows start the app with `workbench` (or pass a folder to write the entry into anyway)"
+            "desktop install writes a freedesktop.org menu entry, which Linux and BSD desktops read; on "
+            "macOS and Windows start the app with `workbench` (or pass a folder to write the entry into "
+            "anyway)"
         )
 
 

@@ -1,4 +1,5 @@
-"""Ctrl+C and SIGTERM for a headless job: the first asks the job to stop at its next step, the second stops now.
+"""Ctrl+C and SIGTERM for a headless job: the first asks the job to stop at its next step, the second stops
+now.
 
 The signals are read by a watcher thread through `signal.set_wakeup_fd`, so a second Ctrl+C works even
 while the main thread is stuck inside a user's `forward` (a sleep, a spin, a long C call). Stdlib only.
@@ -20,8 +21,13 @@ FIRST_NOTICE = "stopping at the next step (a checkpoint is kept); press Ctrl+C a
 class JobInterrupts:
     """Context manager: `stop` is set on the first SIGINT/SIGTERM, `force(signum)` runs on the second."""
 
-    def __init__(self, stop: threading.Event, force: Callable[[int], None], *,
-                 notice: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        stop: threading.Event,
+        force: Callable[[int], None],
+        *,
+        notice: Callable[[str], None] | None = None,
+    ):
         self.stop = stop
         self.force = force
         self.notice = notice or (lambda text: print(f"workbench: {text}", file=sys.stderr, flush=True))
@@ -58,8 +64,8 @@ class JobInterrupts:
             if not data or self._closing:
                 return
             for signum in data:
-                # The wakeup fd carries every signal that has a Python handler: torch's DataLoader installs one
-                # for SIGCHLD, and its worker processes ending at an epoch's end are no request to stop.
+                # The wakeup fd carries every signal that has a Python handler: torch's DataLoader installs
+                # one for SIGCHLD, and its worker processes ending at an epoch's end are no request to stop.
                 if signum in (signal.SIGINT, signal.SIGTERM):
                     self._on_signal(signum)
 
@@ -94,12 +100,13 @@ def exit_code_for(signum: int) -> int:
     return 128 + int(signum)
 
 
-_real_exit = os._exit  # kept before guard_exit replaces os._exit, so our own hard exit is never taken for user code's
+# kept before guard_exit replaces os._exit, so our own hard exit is never taken for user code's
+_real_exit = os._exit
 
 
 def _child_pids() -> list[int]:
-    """This process's child processes (DataLoader workers, a user's subprocesses): /proc's parent pids on Linux,
-    else the children multiprocessing started."""
+    """This process's child processes (DataLoader workers, a user's subprocesses): /proc's parent pids on
+    Linux, else the children multiprocessing started."""
     me = os.getpid()
     pids = []
     try:
@@ -113,7 +120,8 @@ def _child_pids() -> list[int]:
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as stat:
-                # The command name (field 2) may hold spaces and parentheses: the parent pid follows its last ")".
+                # The command name (field 2) may hold spaces and parentheses: the parent pid follows its last
+                # ")".
                 fields = stat.read().rsplit(b")", 1)[1].split()
         except (OSError, IndexError):
             continue
@@ -123,16 +131,17 @@ def _child_pids() -> list[int]:
 
 
 def end_children() -> None:
-    """SIGKILL this process's children: leaving without the main thread's cleanup would orphan them (a DataLoader
-    worker busy in `__getitem__` never notices its parent is gone), and nothing a job started may outlive it."""
+    """SIGKILL this process's children: leaving without the main thread's cleanup would orphan them (a
+    DataLoader worker busy in `__getitem__` never notices its parent is gone), and nothing a job started may
+    outlive it."""
     for pid in _child_pids():
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
 
 
 def hard_exit(code: int) -> None:
-    """Leave now, without running the stuck main thread's cleanup (it may never return), and take the job's child
-    processes along."""
+    """Leave now, without running the stuck main thread's cleanup (it may never return), and take the job's
+    child processes along."""
     with contextlib.suppress(Exception):
         end_children()
     with contextlib.suppress(Exception):
@@ -142,9 +151,10 @@ def hard_exit(code: int) -> None:
 
 @contextlib.contextmanager
 def guard_exit(on_exit: Callable[[int], int]):
-    """While a job runs, `os._exit` called by user code in this process (not in a forked child: multiprocessing's
-    own children leave through it) first runs `on_exit(code)`, which says what happened and gives the exit code to
-    leave with. Without this the process would vanish with its status and no result at all."""
+    """While a job runs, `os._exit` called by user code in this process (not in a forked child:
+    multiprocessing's own children leave through it) first runs `on_exit(code)`, which says what happened and
+    gives the exit code to leave with. Without this the process would vanish with its status and no result at
+    all."""
     owner = os.getpid()
 
     def guarded(code: int) -> None:

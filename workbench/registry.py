@@ -22,8 +22,14 @@ class Registry(Generic[T]):
     list of names); `error` is the exception type it raises.
     """
 
-    def __init__(self, what: str, builtins: Iterable[str] = (), *, error: type[WorkbenchError] = UsageError,
-                 missing: Callable[[str, str], str] | None = None):
+    def __init__(
+        self,
+        what: str,
+        builtins: Iterable[str] = (),
+        *,
+        error: type[WorkbenchError] = UsageError,
+        missing: Callable[[str, str], str] | None = None,
+    ):
         self.what = what
         self.builtins = tuple(builtins)
         self.error = error

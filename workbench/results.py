@@ -37,6 +37,7 @@ def dig(data, *keys, default=None):
 
 # -- training ------------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Monitor:
     """A task's monitor metric: the result's `monitor` block, or evaluation.json's (which holds `value`)."""
@@ -53,11 +54,15 @@ class Monitor:
     def from_dict(cls, d: dict | None) -> Monitor:
         d = as_dict(d)
         better = d.get("higher_is_better")
-        return cls(name=str(d.get("name") or ""), label=str(d.get("label") or ""),
-                   higher_is_better=better if isinstance(better, bool) else None,
-                   best_val=number(d.get("best_val")), test=number(d.get("test")),
-                   value=number(d.get("value")),
-                   raw=d)
+        return cls(
+            name=str(d.get("name") or ""),
+            label=str(d.get("label") or ""),
+            higher_is_better=better if isinstance(better, bool) else None,
+            best_val=number(d.get("best_val")),
+            test=number(d.get("test")),
+            value=number(d.get("value")),
+            raw=d,
+        )
 
 
 @dataclass(frozen=True)
@@ -76,9 +81,14 @@ class TrainFinal:
     def from_dict(cls, d: dict | None) -> TrainFinal:
         d = as_dict(d)
         metrics = d.get("test_metrics")
-        return cls(train_loss=number(d.get("train_loss")), val_loss=number(d.get("val_loss")),
-                   val_accuracy=number(d.get("val_accuracy")), test_accuracy=number(d.get("test_accuracy")),
-                   test_metrics=metrics if isinstance(metrics, dict) else None, raw=d)
+        return cls(
+            train_loss=number(d.get("train_loss")),
+            val_loss=number(d.get("val_loss")),
+            val_accuracy=number(d.get("val_accuracy")),
+            test_accuracy=number(d.get("test_accuracy")),
+            test_metrics=metrics if isinstance(metrics, dict) else None,
+            raw=d,
+        )
 
 
 @dataclass(frozen=True)
@@ -101,12 +111,19 @@ class TrainResult:
     @classmethod
     def from_dict(cls, d: dict | None) -> TrainResult:
         d = as_dict(d)
-        return cls(raw=d, task=str(d.get("task") or ""), epochs_completed=_int(d.get("epochs_completed")),
-                   final=TrainFinal.from_dict(d.get("final")), monitor=Monitor.from_dict(d.get("monitor")),
-                   best_val_accuracy=number(d.get("best_val_accuracy")), best_epoch=_int(d.get("best_epoch")),
-                   checkpoint=str(d.get("checkpoint") or ""),
-                   best_checkpoint=str(d.get("best_checkpoint") or ""),
-                   evaluation=str(d.get("evaluation") or ""), device=str(d.get("device") or ""))
+        return cls(
+            raw=d,
+            task=str(d.get("task") or ""),
+            epochs_completed=_int(d.get("epochs_completed")),
+            final=TrainFinal.from_dict(d.get("final")),
+            monitor=Monitor.from_dict(d.get("monitor")),
+            best_val_accuracy=number(d.get("best_val_accuracy")),
+            best_epoch=_int(d.get("best_epoch")),
+            checkpoint=str(d.get("checkpoint") or ""),
+            best_checkpoint=str(d.get("best_checkpoint") or ""),
+            evaluation=str(d.get("evaluation") or ""),
+            device=str(d.get("device") or ""),
+        )
 
 
 @dataclass(frozen=True)
@@ -123,11 +140,17 @@ class Evaluation:
     @classmethod
     def from_dict(cls, d: dict | None) -> Evaluation:
         d = as_dict(d)
-        return cls(raw=d, monitor=Monitor.from_dict(d.get("monitor")), metrics=as_dict(d.get("metrics")),
-                   classes=as_list(d.get("classes")), split=str(d.get("split") or ""))
+        return cls(
+            raw=d,
+            monitor=Monitor.from_dict(d.get("monitor")),
+            metrics=as_dict(d.get("metrics")),
+            classes=as_list(d.get("classes")),
+            split=str(d.get("split") or ""),
+        )
 
 
 # -- quantize ------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class QuantMeasure:
@@ -143,8 +166,13 @@ class QuantMeasure:
     @classmethod
     def from_dict(cls, d: dict | None) -> QuantMeasure:
         d = as_dict(d)
-        return cls(accuracy=number(d.get("accuracy")), loss=number(d.get("loss")),
-                   logit_sqnr_db=number(d.get("logit_sqnr_db")), metrics=as_dict(d.get("metrics")), raw=d)
+        return cls(
+            accuracy=number(d.get("accuracy")),
+            loss=number(d.get("loss")),
+            logit_sqnr_db=number(d.get("logit_sqnr_db")),
+            metrics=as_dict(d.get("metrics")),
+            raw=d,
+        )
 
 
 @dataclass(frozen=True)
@@ -159,9 +187,12 @@ class Rung:
     @classmethod
     def from_dict(cls, d: dict | None) -> Rung:
         d = as_dict(d)
-        return cls(step=str(d.get("step") or ""), accuracy=number(d.get("accuracy")),
-                   loss=number(d.get("loss")),
-                   raw=d)
+        return cls(
+            step=str(d.get("step") or ""),
+            accuracy=number(d.get("accuracy")),
+            loss=number(d.get("loss")),
+            raw=d,
+        )
 
 
 @dataclass(frozen=True)
@@ -182,12 +213,16 @@ class QuantResult:
     def from_dict(cls, d: dict | None) -> QuantResult:
         d = as_dict(d)
         metric = d.get("metric")
-        return cls(raw=d, fp32=QuantMeasure.from_dict(d.get("fp32")),
-                   quantized=QuantMeasure.from_dict(d.get("quantized")),
-                   steps=[Rung.from_dict(s) for s in as_list(d.get("steps")) if isinstance(s, dict)],
-                   layers=[e for e in as_list(d.get("layers")) if isinstance(e, dict)],
-                   metric=metric if isinstance(metric, dict) else None, held_out=as_dict(d.get("held_out")),
-                   source=as_dict(d.get("source")))
+        return cls(
+            raw=d,
+            fp32=QuantMeasure.from_dict(d.get("fp32")),
+            quantized=QuantMeasure.from_dict(d.get("quantized")),
+            steps=[Rung.from_dict(s) for s in as_list(d.get("steps")) if isinstance(s, dict)],
+            layers=[e for e in as_list(d.get("layers")) if isinstance(e, dict)],
+            metric=metric if isinstance(metric, dict) else None,
+            held_out=as_dict(d.get("held_out")),
+            source=as_dict(d.get("source")),
+        )
 
     @property
     def metric_name(self) -> str:
@@ -200,6 +235,7 @@ class QuantResult:
 
 
 # -- export --------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Parity:
@@ -216,9 +252,14 @@ class Parity:
     def from_dict(cls, d: dict | None) -> Parity:
         d = as_dict(d)
         passed = d.get("passed")
-        return cls(raw=d, passed=bool(passed) if passed is not None else None, skipped=bool(d.get("skipped")),
-                   reason=str(d.get("reason") or ""), max_abs_diff=number(d.get("max_abs_diff")),
-                   first_divergent_layer=str(d.get("first_divergent_layer") or ""))
+        return cls(
+            raw=d,
+            passed=bool(passed) if passed is not None else None,
+            skipped=bool(d.get("skipped")),
+            reason=str(d.get("reason") or ""),
+            max_abs_diff=number(d.get("max_abs_diff")),
+            first_divergent_layer=str(d.get("first_divergent_layer") or ""),
+        )
 
     @property
     def checked(self) -> bool:
@@ -241,10 +282,15 @@ class ExportResult:
     def from_dict(cls, d: dict | None) -> ExportResult:
         d = as_dict(d)
         parity, accuracy = d.get("parity"), d.get("accuracy")
-        return cls(raw=d, artifact=str(d.get("artifact") or ""), format=str(d.get("format") or ""),
-                   size_bytes=_int(d.get("size_bytes")),
-                   parity=Parity.from_dict(parity) if isinstance(parity, dict) else None,
-                   accuracy=accuracy if isinstance(accuracy, dict) else None, source=as_dict(d.get("source")))
+        return cls(
+            raw=d,
+            artifact=str(d.get("artifact") or ""),
+            format=str(d.get("format") or ""),
+            size_bytes=_int(d.get("size_bytes")),
+            parity=Parity.from_dict(parity) if isinstance(parity, dict) else None,
+            accuracy=accuracy if isinstance(accuracy, dict) else None,
+            source=as_dict(d.get("source")),
+        )
 
 
 # -- bench ---------------------------------------------------------------------------------------------------
@@ -267,10 +313,15 @@ class BenchRow:
     @classmethod
     def from_dict(cls, d: dict | None) -> BenchRow:
         d = as_dict(d)
-        return cls(raw=d, backend=str(d.get("backend") or ""), batch_size=_int(d.get("batch_size")),
-                   status=str(d.get("status") or ""), reason=str(d.get("reason") or ""),
-                   latency_ms=as_dict(d.get("latency_ms")),
-                   throughput_per_s=number(d.get("throughput_per_s")))
+        return cls(
+            raw=d,
+            backend=str(d.get("backend") or ""),
+            batch_size=_int(d.get("batch_size")),
+            status=str(d.get("status") or ""),
+            reason=str(d.get("reason") or ""),
+            latency_ms=as_dict(d.get("latency_ms")),
+            throughput_per_s=number(d.get("throughput_per_s")),
+        )
 
     def latency(self, key: str) -> int | float | None:
         """One latency statistic in ms ("p50", "mean", ...), or None where the row has none."""
@@ -298,14 +349,21 @@ class BenchResult:
     @classmethod
     def from_dict(cls, d: dict | None) -> BenchResult:
         d = as_dict(d)
-        return cls(raw=d, rows=[BenchRow.from_dict(r) for r in as_list(d.get("results")) if isinstance(r,
-                                                                                                       dict)],
-                   model=str(d.get("model") or ""), device=str(d.get("device") or ""),
-                   source=as_dict(d.get("source")))
+        return cls(
+            raw=d,
+            rows=[BenchRow.from_dict(r) for r in as_list(d.get("results")) if isinstance(r, dict)],
+            model=str(d.get("model") or ""),
+            device=str(d.get("device") or ""),
+            source=as_dict(d.get("source")),
+        )
 
 
-RESULT_TYPES = {TaskId.TRAIN: TrainResult, TaskId.QUANT: QuantResult, TaskId.EXPORT: ExportResult,
-                TaskId.BENCH: BenchResult}
+RESULT_TYPES = {
+    TaskId.TRAIN: TrainResult,
+    TaskId.QUANT: QuantResult,
+    TaskId.EXPORT: ExportResult,
+    TaskId.BENCH: BenchResult,
+}
 
 
 def result_of(task_id: str, d: dict | None):

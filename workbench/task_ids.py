@@ -70,5 +70,8 @@ def with_aliases(task_ids) -> set[str]:
     """The ids `task_ids` name as stored in run folders: each id with every old name of its job (a tab that
     lists train.model runs lists the train.classifier runs on disk too)."""
     wanted = {canonical(t) for t in task_ids} - {None}
-    return {str(t) for t in task_ids} | {alias for alias, task in ALIASES.items() if task in wanted} | {
-        t.value for t in wanted}
+    return (
+        {str(t) for t in task_ids}
+        | {alias for alias, task in ALIASES.items() if task in wanted}
+        | {t.value for t in wanted}
+    )

@@ -1,6 +1,6 @@
-"""Which user code a spec names (`file:` and `lightning:` files), whether its folder is trusted in this workspace, and
-the sha256 record a run keeps of the code it trained with, so a later job of the run refuses code changed since.
-Stdlib only (plus the run store): no torch, no Qt.
+"""Which user code a spec names (`file:` and `lightning:` files), whether its folder is trusted in this
+workspace, and the sha256 record a run keeps of the code it trained with, so a later job of the run refuses
+code changed since. Stdlib only (plus the run store): no torch, no Qt.
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ from workbench.results import dig
 PREFIXES = ("file:", "lightning:")
 SETTINGS_FILE = "settings.json"  # in the workspace folder, beside runs/
 RECORD_FILE = "user_code.json"  # in a training run's folder
-TRUST_HINT = ("Pass --trust to trust {folders} for this workspace and go on, or run `workbench trust <folder>` "
-              "once you have read the code")
+TRUST_HINT = (
+    "Pass --trust to trust {folders} for this workspace and go on, or run `workbench trust <folder>` "
+    "once you have read the code"
+)
 
-# Set only by the command line's --allow-changed-code: one job per process there. The window's worker never sets it,
-# so the window offers no silent way past a changed file.
+# Set only by the command line's --allow-changed-code: one job per process there. The window's worker never
+# sets it, so the window offers no silent way past a changed file.
 _allow_changed_code = False
 
 
@@ -33,7 +35,8 @@ class ChangedCodeError(JobError):
 
 @dataclass(frozen=True)
 class UserFile:
-    """One Python file a spec names: the dotted field (`dataset.name`), the spec's value and the file it means."""
+    """One Python file a spec names: the dotted field (`dataset.name`), the spec's value and the file it
+    means."""
 
     field: str
     ref: str
@@ -45,8 +48,9 @@ class UserFile:
 
 
 def resolve_path(path_text: str, base: str | Path | None = None) -> Path:
-    """The file a `file:`/`lightning:` path means: relative to the spec's folder where it exists there and not in the
-    working folder (as the spec loader anchors it), else relative to the working folder (as the worker imports it)."""
+    """The file a `file:`/`lightning:` path means: relative to the spec's folder where it exists there and not
+    in the working folder (as the spec loader anchors it), else relative to the working folder (as the worker
+    imports it)."""
     path = Path(path_text).expanduser()
     if base is not None and not path.is_absolute() and not path.exists() and (Path(base) / path).is_file():
         path = Path(base) / path
@@ -54,7 +58,8 @@ def resolve_path(path_text: str, base: str | Path | None = None) -> Path:
 
 
 def user_files(spec_data: Mapping, base: str | Path | None = None) -> list[UserFile]:
-    """Every `file:<path.py>:<Name>` and `lightning:<path.py>:<Name>` value in a spec's plain data, by field."""
+    """Every `file:<path.py>:<Name>` and `lightning:<path.py>:<Name>` value in a spec's plain data, by
+    field."""
     found: list[UserFile] = []
 
     def walk(value, field: str) -> None:
@@ -66,7 +71,8 @@ def user_files(spec_data: Mapping, base: str | Path | None = None) -> list[UserF
                 walk(child, f"{field}[{index}]")
         elif isinstance(value, str) and value.startswith(PREFIXES):
             prefix = next(p for p in PREFIXES if value.startswith(p))
-            path_text, colon, _ = value[len(prefix):].rpartition(":")  # rpartition: a Windows path has a colon
+            # rpartition: a Windows path has a colon
+            path_text, colon, _ = value[len(prefix) :].rpartition(":")
             if colon and path_text:
                 found.append(UserFile(field, value, resolve_path(path_text, base)))
 
@@ -75,8 +81,8 @@ def user_files(spec_data: Mapping, base: str | Path | None = None) -> list[UserF
 
 
 def file_problem(path: Path) -> str | None:
-    """Why `path` cannot be a Python file to import, in words ("does not exist", "is a folder", ...); None when it is
-    a regular file."""
+    """Why `path` cannot be a Python file to import, in words ("does not exist", "is a folder", ...); None
+    when it is a regular file."""
     try:
         info = path.stat()
     except OSError as exc:
@@ -95,7 +101,8 @@ def file_problem(path: Path) -> str | None:
 
 
 def check_spec_files(spec_data: Mapping, base: str | Path | None = None) -> None:
-    """A SpecError naming the field for each file: or lightning: path of a spec that is not a Python file to import:
+    """A SpecError naming the field for each file: or lightning: path of a spec that is not a Python file to
+    import:
     a bad path is a bad spec, refused before a run exists."""
     for f in user_files(spec_data, base):
         problem = file_problem(f.path)
@@ -111,7 +118,7 @@ def sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-# -- trusted folders -------------------------------------------------------------------------------------------------
+# -- trusted folders -----------------------------------------------------------------------------------------
 def examples_folder() -> Path:
     """The bundled examples ship with the product: their folder is trusted everywhere."""
     return (Path(__file__).parent / "resources" / "examples").resolve()
@@ -161,12 +168,15 @@ def trust_folder(workspace: str | Path, folder: str | Path) -> Path:
 
 
 def untrust_folder(workspace: str | Path, folder: str | Path) -> Path:
-    """Take `folder` off this workspace's trusted folders; a UsageError naming the recorded ones when it is not there."""
+    """Take `folder` off this workspace's trusted folders; a UsageError naming the recorded ones when it is
+    not there."""
     path = Path(folder).expanduser().resolve()
     current = [str(p) for p in trusted_folders(workspace)]
     if str(path) not in current:
         listed = ", ".join(current) or "none"
-        raise UsageError(f"trust --remove: {path} is not a trusted folder of this workspace (trusted: {listed})")
+        raise UsageError(
+            f"trust --remove: {path} is not a trusted folder of this workspace (trusted: {listed})"
+        )
     _write_folders(workspace, [text for text in current if text != str(path)])
     return path
 
@@ -179,7 +189,8 @@ def is_trusted(path: str | Path, workspace: str | Path | None) -> bool:
 
 
 def untrusted(files: Iterable[UserFile], workspace: str | Path | None) -> list[UserFile]:
-    """The files that would run and are not trusted (a missing file runs nothing: the job itself says it is missing)."""
+    """The files that would run and are not trusted (a missing file runs nothing: the job itself says it is
+    missing)."""
     return [f for f in files if f.path.is_file() and not is_trusted(f.path, workspace)]
 
 
@@ -196,12 +207,16 @@ def refusal(files: list[UserFile]) -> str:
     """The message that refuses a job whose user code is from folders not trusted yet."""
     folders = folders_of(files)
     named = ", ".join(str(p) for p in folders)
-    return (f"this job runs Python code from a folder not trusted in this workspace ({describe(files)}); it would run "
-            f"with your permissions. " + TRUST_HINT.format(folders=named))
+    return (
+        f"this job runs Python code from a folder not trusted in this workspace ({describe(files)}); it "
+        "would run with your permissions. " + TRUST_HINT.format(folders=named)
+    )
 
 
-# -- the job's code, through the runs it names -------------------------------------------------------------------
-def run_user_files(workspace: str | Path, ref: str, *, field: str = "source.run", _hops: int = 1) -> list[UserFile]:
+# -- the job's code, through the runs it names ---------------------------------------------------------------
+def run_user_files(
+    workspace: str | Path, ref: str, *, field: str = "source.run", _hops: int = 1
+) -> list[UserFile]:
     """The user files a later job of run `ref` imports: its training spec's (a quantize run's through its own
     source.run). Empty when the run cannot be read: the job itself then says why."""
     from workbench.runs import RunStore
@@ -213,15 +228,19 @@ def run_user_files(workspace: str | Path, ref: str, *, field: str = "source.run"
         return []
     if task.startswith("quant.") and _hops > 0:  # a quantize run rebuilds its training run's model
         source = dig(data, "source", "run")
-        return run_user_files(workspace, source, field=f"{field}.source.run", _hops=_hops - 1) if source else []
+        return (
+            run_user_files(workspace, source, field=f"{field}.source.run", _hops=_hops - 1) if source else []
+        )
     if not task.startswith("train."):
         return []
     return [UserFile(f"{field} {f.field}", f.ref, f.path) for f in user_files(data)]
 
 
-def job_user_files(spec_data: Mapping, workspace: str | Path | None, base: str | Path | None = None) -> list[UserFile]:
-    """The user files a job would import: those its spec names, and those of the runs it names (source.run, and a
-    graph's quant_run)."""
+def job_user_files(
+    spec_data: Mapping, workspace: str | Path | None, base: str | Path | None = None
+) -> list[UserFile]:
+    """The user files a job would import: those its spec names, and those of the runs it names (source.run,
+    and a graph's quant_run)."""
     files = user_files(spec_data, base)
     if workspace is not None:
         source = spec_data.get("source") if isinstance(spec_data.get("source"), Mapping) else {}
@@ -231,16 +250,23 @@ def job_user_files(spec_data: Mapping, workspace: str | Path | None, base: str |
     return files
 
 
-# -- what a run trained with -----------------------------------------------------------------------------------------
+# -- what a run trained with ---------------------------------------------------------------------------------
 def record_user_code(run_dir: str | Path, spec_data: Mapping) -> None:
-    """Write the sha256 of every user file the run's spec names into `<run>/user_code.json` (nothing when none)."""
+    """Write the sha256 of every user file the run's spec names into `<run>/user_code.json` (nothing when
+    none)."""
     from workbench.runs import atomic_write_json
 
     files = [f for f in user_files(spec_data) if f.path.is_file()]
     if not files:
         return
-    atomic_write_json(Path(run_dir) / RECORD_FILE, {"files": [
-        {"field": f.field, "ref": f.ref, "path": str(f.path), "sha256": sha256(f.path)} for f in files]})
+    atomic_write_json(
+        Path(run_dir) / RECORD_FILE,
+        {
+            "files": [
+                {"field": f.field, "ref": f.ref, "path": str(f.path), "sha256": sha256(f.path)} for f in files
+            ]
+        },
+    )
 
 
 def set_allow_changed_code(allow: bool) -> None:
@@ -264,14 +290,21 @@ def changed_code(run_dir: str | Path, spec_data: Mapping) -> list[str]:
         if entry is None:
             lines.append(f"{f.field}: {f.path} was not part of the run's recorded code")
         elif not f.path.is_file():
-            lines.append(f"{f.field}: {f.path} no longer exists (the run trained with it, sha256 {entry['sha256'][:12]})")
+            lines.append(
+                f"{f.field}: {f.path} no longer exists (the run trained with it, sha256 "
+                f"{entry['sha256'][:12]})"
+            )
         elif str(f.path) != entry.get("path"):
-            lines.append(f"{f.field}: {f.ref} now means {f.path}, not {entry.get('path')} that the run trained with")
+            lines.append(
+                f"{f.field}: {f.ref} now means {f.path}, not {entry.get('path')} that the run trained with"
+            )
         else:
             now = sha256(f.path)
             if now != entry.get("sha256"):
-                lines.append(f"{f.field}: {f.path} changed since the run trained (sha256 {entry['sha256'][:12]} then, "
-                             f"{now[:12]} now)")
+                lines.append(
+                    f"{f.field}: {f.path} changed since the run trained (sha256 {entry['sha256'][:12]} then, "
+                    f"{now[:12]} now)"
+                )
     return lines
 
 
@@ -281,11 +314,31 @@ def check_run_code(run_dir: str | Path, spec_data: Mapping) -> None:
         return
     lines = changed_code(run_dir, spec_data)
     if lines:
-        raise ChangedCodeError(f"run {Path(run_dir).name}: its code is not what it trained with: {'; '.join(lines)}. "
-                       "A later job of a run runs the code it trained with only; train again, put the file back, or "
-                       "pass --allow-changed-code to run the file as it is now")
+        raise ChangedCodeError(
+            f"run {Path(run_dir).name}: its code is not what it trained with: {'; '.join(lines)}. "
+            "A later job of a run runs the code it trained with only; train again, put the file back, or "
+            "pass --allow-changed-code to run the file as it is now"
+        )
 
 
-__all__ = ["ChangedCodeError", "UserFile", "check_run_code", "changed_code", "describe", "examples_folder", "is_trusted", "job_user_files",
-           "record_user_code", "refusal", "resolve_path", "run_user_files", "set_allow_changed_code", "sha256",
-           "trust_folder", "trusted_folders", "untrust_folder", "untrusted", "user_files"]
+__all__ = [
+    "ChangedCodeError",
+    "UserFile",
+    "check_run_code",
+    "changed_code",
+    "describe",
+    "examples_folder",
+    "is_trusted",
+    "job_user_files",
+    "record_user_code",
+    "refusal",
+    "resolve_path",
+    "run_user_files",
+    "set_allow_changed_code",
+    "sha256",
+    "trust_folder",
+    "trusted_folders",
+    "untrust_folder",
+    "untrusted",
+    "user_files",
+]

@@ -28,8 +28,11 @@ def default_workspace() -> Path:
 def resolve_workspace(path: str | Path | None) -> Path:
     """Return the absolute workspace directory, creating it and its subdirectories if needed."""
     if isinstance(path, str) and not path.strip():
-        # Path("") is ".", so an empty --workspace (an unset shell variable) would quietly fill the current folder.
-        raise UsageError(f"--workspace is empty; name a folder, or leave the flag out to use {default_workspace()}")
+        # Path("") is ".", so an empty --workspace (an unset shell variable) would quietly fill the current
+        # folder.
+        raise UsageError(
+            f"--workspace is empty; name a folder, or leave the flag out to use {default_workspace()}"
+        )
     root = Path(path).expanduser() if path is not None else default_workspace()
     root = root.absolute()
     if root.exists() and not root.is_dir():

@@ -16,9 +16,13 @@ QUICK = {"warmup": 1, "iters": 3, "threads": 1}
 TINY_CNN = {"name": "cnn", "input_shape": [1, 8, 8]}
 
 
-def bench(workspace: Path, spec: dict, events: Events | None = None, stop: threading.Event | None = None) -> dict:
+def bench(
+    workspace: Path, spec: dict, events: Events | None = None, stop: threading.Event | None = None
+) -> dict:
     spec = {**QUICK, **spec}
-    return run_task(get_task("bench.latency"), spec, emit=events or Events(), workspace=workspace, stop_event=stop)
+    return run_task(
+        get_task("bench.latency"), spec, emit=events or Events(), workspace=workspace, stop_event=stop
+    )
 
 
 def done(result: dict) -> dict:
@@ -31,7 +35,8 @@ def rows(result: dict) -> dict[tuple[str, int], dict]:
 
 
 def write_qdq_onnx(path: Path, input_shape=(1, 8, 8), classes: int = 10) -> Path:
-    """A tiny QDQ model with a dynamic batch: x -> Q -> DQ -> Flatten -> MatMul (int8 weights through DQ) -> y."""
+    """A tiny QDQ model with a dynamic batch: x -> Q -> DQ -> Flatten -> MatMul (int8 weights through DQ) ->
+    y."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -54,8 +59,12 @@ def write_qdq_onnx(path: Path, input_shape=(1, 8, 8), classes: int = 10) -> Path
         helper.make_node("MatMul", ["flat", "w"], ["output"]),
     ]
     graph = helper.make_graph(
-        nodes, "qdq", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", *input_shape])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", classes])], initializers)
+        nodes,
+        "qdq",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", *input_shape])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", classes])],
+        initializers,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 9
     onnx.checker.check_model(model)

@@ -1,4 +1,5 @@
-"""`workbench bench` headless: one JSON object with the result contract, from a training run named by its id."""
+"""`workbench bench` headless: one JSON object with the result contract, from a training run named by its
+id."""
 
 from __future__ import annotations
 
@@ -15,16 +16,38 @@ pytestmark = pytest.mark.slow
 def test_bench_a_run_by_its_id_prints_one_json_result(tmp_path):
     workspace = tmp_path / "ws"
     run_id = stored_training_run(workspace)
-    proc = wb(tmp_path, "bench", "--set", f"source.run={run_id}", "--set", "backends=eager,onnxruntime,tensorrt",
-              "--set", "batch_sizes=1,8", "--set", "iters=3", "--set", "warmup=1", "--set", "threads=1", "--json",
-              workspace=workspace, timeout=240)
+    proc = wb(
+        tmp_path,
+        "bench",
+        "--set",
+        f"source.run={run_id}",
+        "--set",
+        "backends=eager,onnxruntime,tensorrt",
+        "--set",
+        "batch_sizes=1,8",
+        "--set",
+        "iters=3",
+        "--set",
+        "warmup=1",
+        "--set",
+        "threads=1",
+        "--json",
+        workspace=workspace,
+        timeout=240,
+    )
     expect(proc, 0)
     no_traceback(proc)
     result = one_json(proc)
     assert result["status"] == "done"
     table = {(r["backend"], r["batch_size"]): r for r in result["results"]}
-    assert list(table) == [("eager", 1), ("eager", 8), ("onnxruntime", 1), ("onnxruntime", 8), ("tensorrt", 1),
-                           ("tensorrt", 8)]
+    assert list(table) == [
+        ("eager", 1),
+        ("eager", 8),
+        ("onnxruntime", 1),
+        ("onnxruntime", 8),
+        ("tensorrt", 1),
+        ("tensorrt", 8),
+    ]
     for key in [("eager", 1), ("eager", 8), ("onnxruntime", 1), ("onnxruntime", 8)]:
         row = table[key]
         assert row["status"] == "ok", row
@@ -40,10 +63,30 @@ def test_bench_a_run_by_its_id_prints_one_json_result(tmp_path):
 def test_bench_of_a_run_of_another_kind_fails_cleanly(tmp_path):
     workspace = tmp_path / "ws"
     run_id = stored_training_run(workspace)
-    first = one_json(wb(tmp_path, "bench", "--set", f"source.run={run_id}", "--set", "iters=1", "--set", "warmup=0",
-                        "--json", workspace=workspace, timeout=240))
-    proc = wb(tmp_path, "bench", "--set", f"source.run={Path(first['run_dir']).name}", "--json", workspace=workspace,
-              timeout=240)
+    first = one_json(
+        wb(
+            tmp_path,
+            "bench",
+            "--set",
+            f"source.run={run_id}",
+            "--set",
+            "iters=1",
+            "--set",
+            "warmup=0",
+            "--json",
+            workspace=workspace,
+            timeout=240,
+        )
+    )
+    proc = wb(
+        tmp_path,
+        "bench",
+        "--set",
+        f"source.run={Path(first['run_dir']).name}",
+        "--json",
+        workspace=workspace,
+        timeout=240,
+    )
     expect(proc, 1)
     no_traceback(proc)
     result = one_json(proc)

@@ -1,7 +1,7 @@
 """`bench.latency` through the real runner on a tiny CPU model: rows for every backend asked for (measured, or
-unavailable with the reason), sent live as they finish, with per-iteration samples kept in artifacts/samples.npz;
-sources from a training run, a quantize run and exported files; cancel in the middle. Nothing here asserts on
-how long anything took."""
+unavailable with the reason), sent live as they finish, with per-iteration samples kept in
+artifacts/samples.npz; sources from a training run, a quantize run and exported files; cancel in the middle.
+Nothing here asserts on how long anything took."""
 
 from __future__ import annotations
 
@@ -19,10 +19,19 @@ from stored_models import BRANCHY
 
 from workbench.worker.bench.engine import ROWS_KEY, SAMPLES_FILE, array_name
 
-ROW_KEYS = {"backend", "batch_size", "device", "dtype", "status", "reason", "latency_ms", "throughput_per_s",
-            "peak_memory_bytes", "transfer_ms"}
+ROW_KEYS = {
+    "backend",
+    "batch_size",
+    "device",
+    "dtype",
+    "status",
+    "reason",
+    "latency_ms",
+    "throughput_per_s",
+    "peak_memory_bytes",
+    "transfer_ms",
+}
 MEASURABLE = ["eager", "torchscript", "exported_program", "onnxruntime"]
-
 
 
 def check_measured(row: dict) -> None:
@@ -46,11 +55,15 @@ def check_unavailable(row: dict, *words: str) -> None:
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    """One job: the four CPU backends at batch 1 and 3, with the two that cannot run here (kept for many tests)."""
+    """One job: the four CPU backends at batch 1 and 3, with the two that cannot run here (kept for many
+    tests)."""
     workspace = tmp_path_factory.mktemp("bench-measured")
     events = Events()
-    result = bench(workspace, {"model": TINY_CNN, "backends": [*MEASURABLE, "tensorrt", "onnxruntime_int8"],
-                               "batch_sizes": [1, 3]}, events)
+    result = bench(
+        workspace,
+        {"model": TINY_CNN, "backends": [*MEASURABLE, "tensorrt", "onnxruntime_int8"], "batch_sizes": [1, 3]},
+        events,
+    )
     return done(result), events
 
 
@@ -88,10 +101,13 @@ def test_rows_go_out_live_with_their_samples(measured):
             assert any(row["reason"] in text for text in logs)
             continue
         assert len(sent) == 1
-        assert np.dtype(sent[0]["array"]["dtype"]) == np.float64 and sent[0]["array"]["shape"] == [row["iters"]]
+        assert np.dtype(sent[0]["array"]["dtype"]) == np.float64 and sent[0]["array"]["shape"] == [
+            row["iters"]
+        ]
         assert sent[0]["unit"] == "ms" and sent[0]["row"] == row
     tables = events.arrays("bench/results")
-    assert [len(t["rows"]) for t in tables] == list(range(1, len(result["results"]) + 1))  # one more each time
+    # one more each time
+    assert [len(t["rows"]) for t in tables] == list(range(1, len(result["results"]) + 1))
     assert tables[-1]["rows"] == result["results"]
     assert tables[-1]["array"]["shape"] == [len(result["results"]), len(tables[-1]["columns"])]
 
@@ -117,16 +133,32 @@ def test_samples_are_saved_for_each_measured_row(measured):
 def test_one_failing_backend_never_fails_the_job(tmp_path):
     model_file = tmp_path / "branchy.py"
     model_file.write_text(BRANCHY)
-    result = done(bench(tmp_path / "ws", {"model": {"name": f"file:{model_file}:Branchy", "input_shape": [1, 8, 8]},
-                                          "backends": ["eager", "exported_program"], "batch_sizes": [2]}))
+    result = done(
+        bench(
+            tmp_path / "ws",
+            {
+                "model": {"name": f"file:{model_file}:Branchy", "input_shape": [1, 8, 8]},
+                "backends": ["eager", "exported_program"],
+                "batch_sizes": [2],
+            },
+        )
+    )
     table = rows(result)
     check_measured(table["eager", 2])
     check_unavailable(table["exported_program", 2], "torch.export failed")
 
 
 def test_a_dtype_a_backend_cannot_take_is_reported(tmp_path):
-    result = done(bench(tmp_path / "ws", {"model": TINY_CNN, "backends": ["eager", "onnxruntime", "onnxruntime_int8"],
-                                          "dtype": "bfloat16"}))
+    result = done(
+        bench(
+            tmp_path / "ws",
+            {
+                "model": TINY_CNN,
+                "backends": ["eager", "onnxruntime", "onnxruntime_int8"],
+                "dtype": "bfloat16",
+            },
+        )
+    )
     table = rows(result)
     assert table["eager", 1]["dtype"] == "bfloat16"
     assert table["eager", 1]["status"] in ("ok", "unavailable")  # bf16 kernels depend on the CPU
@@ -136,8 +168,12 @@ def test_a_dtype_a_backend_cannot_take_is_reported(tmp_path):
 
 def test_a_training_run_gives_its_model_and_input_shape(runs, tmp_path):
     workspace, train_id, _ = runs
-    result = done(bench(workspace, {"source": {"run": train_id}, "backends": ["eager", "onnxruntime_int8"],
-                                    "batch_sizes": [2]}))
+    result = done(
+        bench(
+            workspace,
+            {"source": {"run": train_id}, "backends": ["eager", "onnxruntime_int8"], "batch_sizes": [2]},
+        )
+    )
     assert result["input_shape"] == [1, 8, 8]  # the digits' sample shape: the run's model has none of its own
     assert train_id in result["model"]
     check_measured(rows(result)["eager", 2])
@@ -145,7 +181,8 @@ def test_a_training_run_gives_its_model_and_input_shape(runs, tmp_path):
 
 
 def _fake_exporter(monkeypatch, calls: list):
-    """Stand in for workbench.worker.export.onnx_qdq (written separately): record the call, write a QDQ model."""
+    """Stand in for workbench.worker.export.onnx_qdq (written separately): record the call, write a QDQ
+    model."""
 
     def write_onnx_qdq(quant_run_dir, out_path, *, opset=18, dynamic_batch=True, log=print):
         calls.append({"dir": Path(quant_run_dir), "opset": opset, "dynamic_batch": dynamic_batch})
@@ -165,8 +202,12 @@ def test_a_quantize_run_gives_the_qdq_model_for_onnxruntime_int8(runs, monkeypat
     workspace, train_id, quant_id = runs
     calls: list = []
     _fake_exporter(monkeypatch, calls)
-    result = done(bench(workspace, {"source": {"run": quant_id}, "backends": ["eager", "onnxruntime_int8"],
-                                    "batch_sizes": [1, 4]}))
+    result = done(
+        bench(
+            workspace,
+            {"source": {"run": quant_id}, "backends": ["eager", "onnxruntime_int8"], "batch_sizes": [1, 4]},
+        )
+    )
     table = rows(result)
     check_measured(table["eager", 1])  # the FP32 model the quantize run started from
     for batch in (1, 4):
@@ -188,17 +229,32 @@ def test_exported_files_are_measured_by_their_own_backends(tmp_path):
     fp32 = write_float_onnx(tmp_path / "cnn.onnx")
     qdq = write_qdq_onnx(tmp_path / "cnn-qdq.onnx")
     # A float ONNX artifact beside the model: onnxruntime measures the file, eager the model.
-    result = done(bench(tmp_path / "ws", {"model": TINY_CNN, "artifact": str(fp32),
-                                          "backends": ["eager", "onnxruntime", "onnxruntime_int8"]}))
+    result = done(
+        bench(
+            tmp_path / "ws",
+            {
+                "model": TINY_CNN,
+                "artifact": str(fp32),
+                "backends": ["eager", "onnxruntime", "onnxruntime_int8"],
+            },
+        )
+    )
     table = rows(result)
     check_measured(table["eager", 1])
     check_measured(table["onnxruntime", 1])
     assert table["onnxruntime", 1]["source"] == "file cnn.onnx"
     check_unavailable(table["onnxruntime_int8", 1], "QuantizeLinear", "onnxruntime")
     # A QDQ file alone: its input shape comes from the file; only onnxruntime_int8 can run it.
-    result = done(bench(tmp_path / "ws", {"source": {"file": str(qdq)},
-                                          "backends": ["onnxruntime_int8", "onnxruntime", "eager"],
-                                          "batch_sizes": [1, 5]}))
+    result = done(
+        bench(
+            tmp_path / "ws",
+            {
+                "source": {"file": str(qdq)},
+                "backends": ["onnxruntime_int8", "onnxruntime", "eager"],
+                "batch_sizes": [1, 5],
+            },
+        )
+    )
     table = rows(result)
     assert result["input_shape"] == [1, 8, 8]
     for batch in (1, 5):
@@ -226,18 +282,24 @@ def test_cancel_during_timing_stops_the_job(tmp_path):
             stop.set()
 
     events = Events(on_event)
-    result = bench(tmp_path / "ws", {"model": TINY_CNN, "backends": ["eager", "onnxruntime"],
-                                     "iters": 10_000_000, "warmup": 0}, events, stop)
+    result = bench(
+        tmp_path / "ws",
+        {"model": TINY_CNN, "backends": ["eager", "onnxruntime"], "iters": 10_000_000, "warmup": 0},
+        events,
+        stop,
+    )
     assert result["status"] == "cancelled", result
     assert events.arrays(array_name("eager", 1)) == []  # the row being timed never finished
 
 
 def test_cancel_between_rows_keeps_the_rows_that_finished(tmp_path):
     stop = threading.Event()
-    events = Events(lambda kind, content: stop.set() if kind == "array" and content["name"] == "bench/results"
-                    else None)
-    result = bench(tmp_path / "ws", {"model": TINY_CNN, "backends": ["eager"], "batch_sizes": [1, 2, 3]},
-                   events, stop)
+    events = Events(
+        lambda kind, content: stop.set() if kind == "array" and content["name"] == "bench/results" else None
+    )
+    result = bench(
+        tmp_path / "ws", {"model": TINY_CNN, "backends": ["eager"], "batch_sizes": [1, 2, 3]}, events, stop
+    )
     assert result["status"] == "cancelled"
     artifacts = Path(result["run_dir"]) / "artifacts"
     with np.load(artifacts / SAMPLES_FILE) as saved:
@@ -260,14 +322,28 @@ def test_torchscript_and_exported_program_files_are_measured(tmp_path):
         torch.jit.trace(model, (example,), check_trace=False).save(str(scripted))
     program = tmp_path / "cnn.pt2"
     torch.export.save(torch.export.export(model, (example,)), str(program))
-    result = done(bench(tmp_path / "ws", {"source": {"file": str(scripted)}, "model": {"input_shape": [1, 8, 8]},
-                                          "backends": ["torchscript"], "batch_sizes": [2, 3]}))
+    result = done(
+        bench(
+            tmp_path / "ws",
+            {
+                "source": {"file": str(scripted)},
+                "model": {"input_shape": [1, 8, 8]},
+                "backends": ["torchscript"],
+                "batch_sizes": [2, 3],
+            },
+        )
+    )
     for batch in (2, 3):  # a trace runs other batch sizes too
         check_measured(rows(result)["torchscript", batch])
         assert rows(result)["torchscript", batch]["source"] == "file cnn.pt"
-    # A program exported at batch 2 takes batch 2 only: the other batch size says so instead of failing the job.
-    result = done(bench(tmp_path / "ws", {"source": {"file": str(program)}, "backends": ["exported_program"],
-                                          "batch_sizes": [2, 3]}))
+    # A program exported at batch 2 takes batch 2 only: the other batch size says so instead of failing the
+    # job.
+    result = done(
+        bench(
+            tmp_path / "ws",
+            {"source": {"file": str(program)}, "backends": ["exported_program"], "batch_sizes": [2, 3]},
+        )
+    )
     assert result["input_shape"] == [1, 8, 8]  # read from the program
     check_measured(rows(result)["exported_program", 2])
     check_unavailable(rows(result)["exported_program", 3], "cnn.pt2")
@@ -278,8 +354,12 @@ def test_a_state_dict_named_as_torchscript_is_refused_by_name(tmp_path):
 
     path = tmp_path / "weights.pt"
     torch.save({"w": torch.zeros(2)}, path)
-    result = done(bench(tmp_path / "ws", {"source": {"file": str(path)}, "model": {"input_shape": [1, 8, 8]},
-                                          "backends": ["torchscript"]}))
+    result = done(
+        bench(
+            tmp_path / "ws",
+            {"source": {"file": str(path)}, "model": {"input_shape": [1, 8, 8]}, "backends": ["torchscript"]},
+        )
+    )
     check_unavailable(rows(result)["torchscript", 1], "weights.pt", "not a TorchScript archive")
 
 
@@ -288,8 +368,17 @@ cuda = pytest.mark.skipif("not __import__('torch').cuda.is_available()", reason=
 
 @cuda
 def test_on_cuda_the_transfer_is_timed_apart_and_memory_is_the_allocator_peak(tmp_path):
-    result = done(bench(tmp_path / "ws", {"model": TINY_CNN, "backends": ["eager", "onnxruntime", "tensorrt"],
-                                          "batch_sizes": [1, 8], "device": "cuda"}))
+    result = done(
+        bench(
+            tmp_path / "ws",
+            {
+                "model": TINY_CNN,
+                "backends": ["eager", "onnxruntime", "tensorrt"],
+                "batch_sizes": [1, 8],
+                "device": "cuda",
+            },
+        )
+    )
     for batch in (1, 8):
         row = rows(result)["eager", batch]
         assert row["status"] == "ok" and row["device"].startswith("cuda")
@@ -304,8 +393,12 @@ def test_on_cuda_the_transfer_is_timed_apart_and_memory_is_the_allocator_peak(tm
 
 @pytest.mark.slow
 def test_torch_compile_is_measured_or_says_why(tmp_path):
-    result = done(bench(tmp_path / "ws", {"model": {"name": "mlp", "input_shape": [1, 8, 8]},
-                                          "backends": ["compile"], "batch_sizes": [2]}))
+    result = done(
+        bench(
+            tmp_path / "ws",
+            {"model": {"name": "mlp", "input_shape": [1, 8, 8]}, "backends": ["compile"], "batch_sizes": [2]},
+        )
+    )
     row = rows(result)["compile", 2]
     if row["status"] == "ok":  # compiling needs a C compiler on the CPU; without one the row says so
         check_measured(row)
@@ -320,8 +413,16 @@ def test_a_damaged_onnx_file_is_reported_by_name(tmp_path):
     assert result["status"] == "failed" and "broken.onnx" in result["error"]["message"]
     assert "traceback" not in result
     # Beside a model, as an artifact: its rows say so, the model's rows are measured.
-    result = done(bench(tmp_path / "ws", {"model": TINY_CNN, "artifact": str(bad),
-                                          "backends": ["eager", "onnxruntime", "onnxruntime_int8"]}))
+    result = done(
+        bench(
+            tmp_path / "ws",
+            {
+                "model": TINY_CNN,
+                "artifact": str(bad),
+                "backends": ["eager", "onnxruntime", "onnxruntime_int8"],
+            },
+        )
+    )
     check_measured(rows(result)["eager", 1])
     check_unavailable(rows(result)["onnxruntime", 1], "broken.onnx")
     check_unavailable(rows(result)["onnxruntime_int8", 1], "broken.onnx")
@@ -330,7 +431,10 @@ def test_a_damaged_onnx_file_is_reported_by_name(tmp_path):
 def test_the_real_qdq_exporter_gives_a_model_onnxruntime_runs(runs):
     pytest.importorskip("workbench.worker.export.onnx_qdq", reason="the QDQ exporter is not in this tree yet")
     workspace, _, quant_id = runs
-    result = done(bench(workspace, {"source": {"run": quant_id}, "backends": ["onnxruntime_int8"],
-                                    "batch_sizes": [1, 4]}))
+    result = done(
+        bench(
+            workspace, {"source": {"run": quant_id}, "backends": ["onnxruntime_int8"], "batch_sizes": [1, 4]}
+        )
+    )
     for batch in (1, 4):
         check_measured(rows(result)["onnxruntime_int8", batch])

@@ -1,5 +1,5 @@
-"""The numbers of a benchmark row: percentiles in order, throughput from the batch size and the median, the timing
-loop's counting (on a fake clock: no test here asserts on wall-clock time) and the memory probe."""
+"""The numbers of a benchmark row: percentiles in order, throughput from the batch size and the median, the
+timing loop's counting (on a fake clock: no test here asserts on wall-clock time) and the memory probe."""
 
 from __future__ import annotations
 
@@ -67,14 +67,19 @@ def counting_runnable(calls: dict, *, transfer: bool = False) -> Runnable:
 
     if not transfer:
         return Runnable(run=run)
-    return Runnable(run=run, upload=lambda: calls.__setitem__("up", calls.get("up", 0) + 1),
-                    download=lambda out: calls.__setitem__("down", calls.get("down", 0) + 1))
+    return Runnable(
+        run=run,
+        upload=lambda: calls.__setitem__("up", calls.get("up", 0) + 1),
+        download=lambda out: calls.__setitem__("down", calls.get("down", 0) + 1),
+    )
 
 
 def test_measure_warms_up_untimed_then_times_each_iteration(monkeypatch):
     monkeypatch.setattr(timing.time, "perf_counter", FakeClock())
     calls, progress = {}, []
-    measured = measure(counting_runnable(calls), warmup=4, iters=7, on_iteration=lambda d, p: progress.append((d, p)))
+    measured = measure(
+        counting_runnable(calls), warmup=4, iters=7, on_iteration=lambda d, p: progress.append((d, p))
+    )
     assert calls["run"] == 4 + 7
     assert measured.samples_ms.shape == (7,) and measured.samples_ms.dtype == np.float64
     assert np.all(measured.samples_ms == 1000.0)  # one fake second between the readings around run()
@@ -86,7 +91,8 @@ def test_measure_keeps_going_until_min_time_has_passed(monkeypatch):
     monkeypatch.setattr(timing.time, "perf_counter", FakeClock())
     calls = {}
     measured = measure(counting_runnable(calls), warmup=0, iters=2, min_time_s=30)
-    # Each iteration reads the clock 3 times (start, end, the loop's check), so 30 fake seconds are ~10 iterations.
+    # Each iteration reads the clock 3 times (start, end, the loop's check), so 30 fake seconds are ~10
+    # iterations.
     assert measured.samples_ms.size > 2
     assert measured.samples_ms.size == calls["run"]
 

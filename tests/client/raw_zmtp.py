@@ -15,12 +15,16 @@ _ZEROS = bytes(CHUNK)
 
 def _greeting(mechanism: bytes = b"NULL") -> bytes:
     # signature, version 3.0, mechanism, as-server 0, filler
-    return b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + mechanism.ljust(20, b"\x00") + b"\x00" + b"\x00" * 31
+    return (
+        b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + mechanism.ljust(20, b"\x00") + b"\x00" + b"\x00" * 31
+    )
 
 
 def _command(name: bytes, body: bytes) -> bytes:
     data = bytes([len(name)]) + name + body
-    return (b"\x04" + bytes([len(data)]) if len(data) < 256 else b"\x06" + struct.pack(">Q", len(data))) + data
+    return (
+        b"\x04" + bytes([len(data)]) if len(data) < 256 else b"\x06" + struct.pack(">Q", len(data))
+    ) + data
 
 
 def _ready(socket_type: bytes, name: bytes = b"READY") -> bytes:
@@ -67,8 +71,9 @@ def _handshake(sock: socket.socket, socket_type: bytes, password: str = "") -> s
     return sock
 
 
-def connect(port: int, socket_type: bytes = b"DEALER", host: str = "127.0.0.1",
-            password: str = "") -> socket.socket:
+def connect(
+    port: int, socket_type: bytes = b"DEALER", host: str = "127.0.0.1", password: str = ""
+) -> socket.socket:
     """A handshaken connection to a zmq socket listening on host:port, as a peer of `socket_type`.
 
     With `password`, by the PLAIN mechanism (a loopback worker's connection password); without, by NULL.
@@ -98,9 +103,11 @@ def accept(server: socket.socket, socket_type: bytes) -> socket.socket:
     return _handshake(conn, socket_type)
 
 
-def stream_frame(sock: socket.socket, announced: int, limit: int, *, command: bool = False,
-                 wait_for_close: float = 2.0) -> tuple[int, bool]:
-    """Announce a frame of `announced` bytes and stream zeros until the peer drops us or `limit` bytes are sent.
+def stream_frame(
+    sock: socket.socket, announced: int, limit: int, *, command: bool = False, wait_for_close: float = 2.0
+) -> tuple[int, bool]:
+    """Announce a frame of `announced` bytes and stream zeros until the peer drops us or `limit` bytes are
+    sent.
 
     With `command`, the frame is a command (as a handshake's are). Returns (bytes of payload sent, whether the
     peer closed the connection within `wait_for_close` seconds of the last byte; 0 does not wait).
@@ -118,7 +125,8 @@ def stream_frame(sock: socket.socket, announced: int, limit: int, *, command: bo
 
 
 def closed_by_peer(sock: socket.socket, timeout: float) -> bool:
-    """Whether the peer closes the connection within `timeout` seconds (whatever else it sends is read and dropped)."""
+    """Whether the peer closes the connection within `timeout` seconds (whatever else it sends is read and
+    dropped)."""
     sock.settimeout(timeout)
     try:
         while sock.recv(65536):

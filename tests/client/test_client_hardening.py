@@ -1,4 +1,5 @@
-"""WorkerClient facing a hostile worker address: oversized frames are dropped unread, junk is logged sparingly."""
+"""WorkerClient facing a hostile worker address: oversized frames are dropped unread, junk is logged
+sparingly."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from workbench.protocol.wire import MAX_FRAME, MAX_JSON_FRAME
 KEY = "0123456789abcdef" * 4
 
 
-@pytest.mark.parametrize(("channel", "server_type"), [("shell", b"ROUTER"), ("control", b"ROUTER"), ("iopub", b"PUB")])
+@pytest.mark.parametrize(
+    ("channel", "server_type"), [("shell", b"ROUTER"), ("control", b"ROUTER"), ("iopub", b"PUB")]
+)
 def test_an_oversized_frame_from_the_worker_address_is_dropped_unread(channel, server_type):
     # Whoever answers on the worker's ports (a worker that died and a squatter that took the port, say) must
     # not make the client hold a gigabyte before the signature is checked.
@@ -31,7 +34,9 @@ def test_an_oversized_frame_from_the_worker_address_is_dropped_unread(channel, s
             sent, closed = raw_zmtp.stream_frame(peer, announced=1 << 30, limit=MAX_FRAME + (8 << 20))
         finally:
             peer.close()
-        assert closed, f"the client read {sent:,} bytes of a 1 GiB frame on {channel} without dropping the peer"
+        assert closed, (
+            f"the client read {sent:,} bytes of a 1 GiB frame on {channel} without dropping the peer"
+        )
         assert sent < MAX_FRAME
         assert client.rejected_frames == 0  # never reached the decoder: zmq refused it by its length
     finally:
@@ -45,9 +50,13 @@ def test_a_flood_of_junk_events_is_counted_in_full_and_logged_in_a_few_lines(cap
     ctx = zmq.Context.instance()
     shell, control, iopub = ctx.socket(zmq.ROUTER), ctx.socket(zmq.ROUTER), ctx.socket(zmq.XPUB)
     iopub.setsockopt(zmq.SNDHWM, 0)  # queue everything: the test counts every frame arriving
-    ports = {name: sock.bind_to_random_port("tcp://127.0.0.1") for name, sock in
-             (("shell", shell), ("control", control), ("iopub", iopub))}
-    client = WorkerClient(ConnectionInfo(key=KEY, **{f"{n}_port": p for n, p in ports.items()}), heartbeat_interval=0)
+    ports = {
+        name: sock.bind_to_random_port("tcp://127.0.0.1")
+        for name, sock in (("shell", shell), ("control", control), ("iopub", iopub))
+    }
+    client = WorkerClient(
+        ConnectionInfo(key=KEY, **{f"{n}_port": p for n, p in ports.items()}), heartbeat_interval=0
+    )
     flood = 5_000
     try:
         assert iopub.poll(10_000) and iopub.recv() == b"\x01", "the client never subscribed"
@@ -67,9 +76,13 @@ def test_a_flood_of_junk_events_is_counted_in_full_and_logged_in_a_few_lines(cap
 def test_a_request_too_big_for_the_worker_fails_here_and_the_client_keeps_working():
     ctx = zmq.Context.instance()
     shell, control, iopub = ctx.socket(zmq.ROUTER), ctx.socket(zmq.ROUTER), ctx.socket(zmq.PUB)
-    ports = {name: sock.bind_to_random_port("tcp://127.0.0.1") for name, sock in
-             (("shell", shell), ("control", control), ("iopub", iopub))}
-    client = WorkerClient(ConnectionInfo(key=KEY, **{f"{n}_port": p for n, p in ports.items()}), heartbeat_interval=0)
+    ports = {
+        name: sock.bind_to_random_port("tcp://127.0.0.1")
+        for name, sock in (("shell", shell), ("control", control), ("iopub", iopub))
+    }
+    client = WorkerClient(
+        ConnectionInfo(key=KEY, **{f"{n}_port": p for n, p in ports.items()}), heartbeat_interval=0
+    )
     try:
         too_big = client.request("kernel_info_request", {"pad": "x" * MAX_JSON_FRAME})
         with pytest.raises(ProtocolError, match="over the .* byte frame limit"):

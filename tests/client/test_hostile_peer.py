@@ -1,6 +1,6 @@
 """A real worker facing hostile peers: no connection password, wrong keys, garbage, oversized frames, replayed
-requests, wrongly typed requests and floods. Peers that must get past the door to test what lies behind it present
-the connection password from the file; the HMAC key is a second, separate check."""
+requests, wrongly typed requests and floods. Peers that must get past the door to test what lies behind it
+present the connection password from the file; the HMAC key is a second, separate check."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory):
-    manager = WorkerManager(runtime_dir=tmp_path_factory.mktemp("hostile-runtime"), max_restarts=0,
-                            start_timeout=30.0)
+    manager = WorkerManager(
+        runtime_dir=tmp_path_factory.mktemp("hostile-runtime"), max_restarts=0, start_timeout=30.0
+    )
     messages: list = []
     lock = threading.Lock()
 
@@ -95,9 +96,14 @@ def test_a_client_with_the_wrong_key_gets_no_replies_and_runs_nothing(worker):
     pid = worker.process.pid
     real = worker.client.conn
     # A stale file: the worker's password (so the door opens) but not this session's key.
-    wrong = ConnectionInfo(key="not the session key", ip=real.ip, shell_port=real.shell_port,
-                           control_port=real.control_port, iopub_port=real.iopub_port,
-                           plain_password=real.plain_password)
+    wrong = ConnectionInfo(
+        key="not the session key",
+        ip=real.ip,
+        shell_port=real.shell_port,
+        control_port=real.control_port,
+        iopub_port=real.iopub_port,
+        plain_password=real.plain_password,
+    )
     heard: list = []
     bad = WorkerClient(wrong, lambda channel, msg: heard.append((channel, msg)), heartbeat_interval=0.05)
     try:
@@ -123,16 +129,24 @@ def test_a_peer_without_the_connection_password_is_refused_at_the_door_on_every_
     # The key alone, no password: nothing it sends is read (so nothing it sends is held), nothing reaches it.
     pid = worker.process.pid
     real = worker.client.conn
-    keyless = ConnectionInfo(key=real.key, ip=real.ip, shell_port=real.shell_port, control_port=real.control_port,
-                             iopub_port=real.iopub_port)
+    keyless = ConnectionInfo(
+        key=real.key,
+        ip=real.ip,
+        shell_port=real.shell_port,
+        control_port=real.control_port,
+        iopub_port=real.iopub_port,
+    )
     refused, rejected = _refused(worker), {c: _rejected(worker, c) for c in ("shell", "control")}
     heard: list = []
     bad = WorkerClient(keyless, lambda channel, msg: heard.append((channel, msg)), heartbeat_interval=0.05)
     try:
         job = bad.submit_job("debug.count", {"steps": 1000, "delay": 0.01})
         bad.send("shutdown_request", channel="control")
-        wait_until(lambda: all(_refused(worker)[c] > refused[c] for c in ("shell", "control", "iopub")), 10,
-                   "the worker to refuse the peer on each channel")
+        wait_until(
+            lambda: all(_refused(worker)[c] > refused[c] for c in ("shell", "control", "iopub")),
+            10,
+            "the worker to refuse the peer on each channel",
+        )
         with pytest.raises(FutureTimeout):
             bad.call("ping_request", channel="control", timeout=0.5)
     finally:
@@ -196,8 +210,11 @@ def test_a_signed_but_absurdly_nested_message_is_refused_and_the_worker_keeps_an
     sock = _dealer(conn.url(channel), conn)
     try:
         sock.send_multipart([DELIM, signer.sign(parts), *parts])
-        wait_until(lambda: _rejected(worker, channel) > before or "Traceback" in _stderr(worker), 10,
-                   "the worker to read it")
+        wait_until(
+            lambda: _rejected(worker, channel) > before or "Traceback" in _stderr(worker),
+            10,
+            "the worker to read it",
+        )
         assert "Traceback" not in _stderr(worker)
         assert sock.poll(0) == 0
     finally:
@@ -207,6 +224,7 @@ def test_a_signed_but_absurdly_nested_message_is_refused_and_the_worker_keeps_an
 
 # -- #19 slip 10: who can read a loopback worker's events ---------------------------------------------
 
+
 def test_on_loopback_only_a_subscriber_with_the_connection_password_reads_events(worker):
     # The event stream names runs and paths: a local process without the connection file reads none of it.
     conn = worker.client.conn
@@ -214,7 +232,8 @@ def test_on_loopback_only_a_subscriber_with_the_connection_password_reads_events
     outsider = _socket(zmq.SUB, conn.url("iopub"))
     insider = _socket(zmq.SUB, conn.url("iopub"), getattr(conn, "plain_password", ""))
     try:
-        # The heartbeat publishes a status every second: once the insider has three, the outsider had its chance.
+        # The heartbeat publishes a status every second: once the insider has three, the outsider had its
+        # chance.
         for _ in range(3):
             assert insider.poll(10_000), "no event reached a subscriber holding the connection password"
             _, event = decode(insider.recv_multipart(), Signer(conn.key))
@@ -244,7 +263,10 @@ def test_on_loopback_events_are_authenticated_not_encrypted(worker):
 
 # -- #7 item 9: a frame over the cap is never read ---------------------------------------------------
 
-@pytest.mark.parametrize(("channel", "peer_type"), [("shell", b"DEALER"), ("control", b"DEALER"), ("iopub", b"SUB")])
+
+@pytest.mark.parametrize(
+    ("channel", "peer_type"), [("shell", b"DEALER"), ("control", b"DEALER"), ("iopub", b"SUB")]
+)
 def test_an_oversized_frame_is_dropped_unread_and_its_sender_disconnected(worker, channel, peer_type):
     # The reported attack: one unsigned 1 GB frame per connection, held in full before any signature check.
     pid = worker.process.pid
@@ -256,7 +278,9 @@ def test_an_oversized_frame_is_dropped_unread_and_its_sender_disconnected(worker
             sent, closed = raw_zmtp.stream_frame(peer, announced=1 << 30, limit=MAX_REQUEST_FRAME + (8 << 20))
         finally:
             peer.close()
-        assert closed, f"the worker read {sent:,} bytes of a 1 GiB frame on {channel} without dropping the peer"
+        assert closed, (
+            f"the worker read {sent:,} bytes of a 1 GiB frame on {channel} without dropping the peer"
+        )
         assert sent < MAX_REQUEST_FRAME
     # Announced: 3 GiB. Held: nothing (the allowance covers allocator noise from the worker's own heartbeats).
     assert _rss(pid) - rss_before < 64 << 20
@@ -264,13 +288,14 @@ def test_an_oversized_frame_is_dropped_unread_and_its_sender_disconnected(worker
 
 
 def test_a_peer_without_the_password_can_stall_its_handshake_on_one_frame_under_the_cap_at_most(worker):
-    # What the door cannot stop (docs/protocol.md): zmq reads the handshake's commands under the same frame cap.
-    # A command announced at 1 GiB is dropped unread, as a message's frame would be.
+    # What the door cannot stop (docs/protocol.md): zmq reads the handshake's commands under the same frame
+    # cap. A command announced at 1 GiB is dropped unread, as a message's frame would be.
     pid = worker.process.pid
     peer = raw_zmtp.greet(worker.client.conn.shell_port, b"PLAIN")
     try:
-        sent, closed = raw_zmtp.stream_frame(peer, announced=1 << 30, limit=MAX_REQUEST_FRAME + (8 << 20),
-                                             command=True)
+        sent, closed = raw_zmtp.stream_frame(
+            peer, announced=1 << 30, limit=MAX_REQUEST_FRAME + (8 << 20), command=True
+        )
     finally:
         peer.close()
     assert closed and sent < MAX_REQUEST_FRAME
@@ -292,6 +317,7 @@ def test_a_signed_request_just_under_the_cap_is_still_read(worker):
 
 # -- #7 item 10: a signed message is acted on once, and only while its date is fresh -------------------
 
+
 def _replies(sock: zmq.Socket, key: str, wait_ms: int) -> list:
     got = []
     while sock.poll(wait_ms):
@@ -302,8 +328,10 @@ def _replies(sock: zmq.Socket, key: str, wait_ms: int) -> list:
 
 def test_a_replayed_job_request_runs_once(worker):
     conn = worker.client.conn
-    captured = encode(new_message("job_request", {"task": "debug.echo", "spec": {"n": 1}}, session="client"),
-                      Signer(conn.key))
+    captured = encode(
+        new_message("job_request", {"task": "debug.echo", "spec": {"n": 1}}, session="client"),
+        Signer(conn.key),
+    )
     job_id = decode(captured, Signer(conn.key))[1].msg_id
     before = _rejected(worker, "shell")
     sock = _dealer(conn.url("shell"), conn)
@@ -314,7 +342,9 @@ def test_a_replayed_job_request_runs_once(worker):
         replies = _replies(sock, conn.key, 10_000)
     finally:
         sock.close()
-    assert [(r.msg_type, r.parent_id, r.content["status"]) for r in replies] == [("job_reply", job_id, "done")]
+    assert [(r.msg_type, r.parent_id, r.content["status"]) for r in replies] == [
+        ("job_reply", job_id, "done")
+    ]
     assert _rejected(worker, "shell") == before + 2
 
 
@@ -354,6 +384,7 @@ def test_a_signed_request_dated_outside_the_window_is_refused(worker, offset_min
 
 # -- #7 item 12a: a flood of junk costs a few log lines, not one per frame ------------------------------
 
+
 def _accounted(stderr: str, channel: str) -> int:
     """Rejections on `channel` the log accounts for: each full line, plus each summary's count."""
     full = stderr.count(f"rejected a {channel} message:")
@@ -383,17 +414,22 @@ def test_a_flood_of_junk_frames_is_logged_in_a_few_lines_and_summarised(worker):
 
 # -- #19 slip 5: a wrongly typed field gets a one-line error reply ---------------------------------------
 
-@pytest.mark.parametrize(("channel", "msg_type", "content", "field"), [
-    ("control", "cancel_request", {"job_id": ["a"]}, "job_id"),
-    ("control", "cancel_request", {"job_id": {"a": 1}}, "job_id"),
-    ("control", "cancel_request", {"job_id": 7}, "job_id"),
-    ("shell", "job_request", {"task": "debug.echo", "spec": {}, "workspace": 5}, "workspace"),
-    ("shell", "job_request", {"task": "debug.echo", "spec": {}, "resume": ["r"]}, "resume"),
-    ("shell", "job_request", {"task": ["debug.echo"], "spec": {}}, "task"),
-    ("shell", "job_request", {"task": "debug.echo", "spec": [1, 2]}, "spec"),
-])
-def test_a_signed_request_with_a_wrongly_typed_field_gets_a_one_line_error_reply(worker, channel, msg_type,
-                                                                                 content, field):
+
+@pytest.mark.parametrize(
+    ("channel", "msg_type", "content", "field"),
+    [
+        ("control", "cancel_request", {"job_id": ["a"]}, "job_id"),
+        ("control", "cancel_request", {"job_id": {"a": 1}}, "job_id"),
+        ("control", "cancel_request", {"job_id": 7}, "job_id"),
+        ("shell", "job_request", {"task": "debug.echo", "spec": {}, "workspace": 5}, "workspace"),
+        ("shell", "job_request", {"task": "debug.echo", "spec": {}, "resume": ["r"]}, "resume"),
+        ("shell", "job_request", {"task": ["debug.echo"], "spec": {}}, "task"),
+        ("shell", "job_request", {"task": "debug.echo", "spec": [1, 2]}, "spec"),
+    ],
+)
+def test_a_signed_request_with_a_wrongly_typed_field_gets_a_one_line_error_reply(
+    worker, channel, msg_type, content, field
+):
     pid = worker.process.pid
     conn = worker.client.conn
     msg = new_message(msg_type, content, session="peer")
@@ -403,13 +439,16 @@ def test_a_signed_request_with_a_wrongly_typed_field_gets_a_one_line_error_reply
         replies = _replies(sock, conn.key, 10_000)
     finally:
         sock.close()
-    assert [(r.msg_type, r.parent_id) for r in replies] == [(msg_type.replace("_request", "_reply"), msg.msg_id)]
+    assert [(r.msg_type, r.parent_id) for r in replies] == [
+        (msg_type.replace("_request", "_reply"), msg.msg_id)
+    ]
     reply = replies[0].content
     assert reply["status"] == ("failed" if msg_type == "job_request" else "error")
     assert "traceback" not in reply
     message = reply["error"]["message"]
     assert f"{field!r} must be" in message and "\n" not in message
-    assert not any(m.parent_id == msg.msg_id and m.msg_type == "status" for m in worker.heard())  # nothing ran
+    # nothing ran
+    assert not any(m.parent_id == msg.msg_id and m.msg_type == "status" for m in worker.heard())
     assert "Traceback" not in _stderr(worker)
     _still_serving(worker, pid)
 

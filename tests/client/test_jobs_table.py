@@ -27,7 +27,9 @@ def test_a_job_goes_from_submitted_to_done():
     assert table.apply(_event(req, "status", {"state": "queued", "task": "debug.count"})).state == "queued"
     running = table.apply(_event(req, "status", {"state": "running", "run_dir": "/ws/runs/r1"}))
     assert (running.state, running.run_dir) == ("running", "/ws/runs/r1")
-    progress = table.apply(_event(req, "progress", {"done": 2, "total": 4, "fraction": 0.5, "text": "step 2/4"}))
+    progress = table.apply(
+        _event(req, "progress", {"done": 2, "total": 4, "fraction": 0.5, "text": "step 2/4"})
+    )
     assert (progress.fraction, progress.text, progress.state) == (0.5, "step 2/4", "running")
     # a status without run_dir keeps the one we know
     assert table.apply(_event(req, "status", {"state": "running"})).run_dir == "/ws/runs/r1"
@@ -54,13 +56,20 @@ def test_late_events_after_the_finish_change_nothing():
     req = _request()
     table.add(req.msg_id, "debug.sleep")
     table.apply(_event(req, "status", {"state": "running"}))
-    cancelled = table.apply(_event(req, "job_reply", {"status": "cancelled", "run_dir": None,
-                                                      "error": {"type": "JobCancelled", "message": "stop"}}))
+    cancelled = table.apply(
+        _event(
+            req,
+            "job_reply",
+            {"status": "cancelled", "run_dir": None, "error": {"type": "JobCancelled", "message": "stop"}},
+        )
+    )
     assert cancelled.state == "cancelled" and cancelled.error_message == "stop"
-    for late in (_event(req, "progress", {"done": 9, "total": 10, "fraction": 0.9, "text": "late"}),
-                 _event(req, "status", {"state": "running", "run_dir": "/elsewhere"}),
-                 _event(req, "status", {"state": "queued"}),
-                 _event(req, "job_reply", {"status": "done", "run_dir": "/elsewhere"})):
+    for late in (
+        _event(req, "progress", {"done": 9, "total": 10, "fraction": 0.9, "text": "late"}),
+        _event(req, "status", {"state": "running", "run_dir": "/elsewhere"}),
+        _event(req, "status", {"state": "queued"}),
+        _event(req, "job_reply", {"status": "done", "run_dir": "/elsewhere"}),
+    ):
         assert table.apply(late) is None
     assert table.get(req.msg_id) == cancelled
 
@@ -130,7 +139,9 @@ def test_fail_active_with_an_error_type():
     req = _request()
     table.add(req.msg_id, "debug.count")
     (record,) = table.fail_active("worker restarted by the user", error_type="WorkerRestarted")
-    assert record.error["type"] == "WorkerRestarted" and record.error_message == "worker restarted by the user"
+    assert (
+        record.error["type"] == "WorkerRestarted" and record.error_message == "worker restarted by the user"
+    )
 
 
 def test_records_handed_out_are_snapshots():

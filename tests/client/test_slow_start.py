@@ -24,7 +24,8 @@ def test_a_slow_worker_start_does_not_block_the_caller(tmp_path):
     try:
         started = time.monotonic()
         manager.start(wait=False)
-        # The worker sleeps 1.5 s before it can answer, so a start() that waited for it could not return sooner.
+        # The worker sleeps 1.5 s before it can answer, so a start() that waited for it could not return
+        # sooner.
         assert time.monotonic() - started < 1.5
         assert manager.state == "starting"
         deadline = time.monotonic() + 30

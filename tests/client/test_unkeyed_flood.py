@@ -1,4 +1,5 @@
-"""A loopback worker flooded by local peers without the key: its memory stays bounded and keyed jobs still run.
+"""A loopback worker flooded by local peers without the key: its memory stays bounded and keyed jobs still
+run.
 
 Issue #19: 16 peers each sending complete 15 MiB unsigned messages made zmq queue 16 of them per peer in the
 worker (3.4 GB). The flood here is bounded (a fixed number of messages, zero-copy on our side) so that a
@@ -48,11 +49,14 @@ def test_unkeyed_peers_flooding_complete_messages_neither_grow_the_worker_nor_st
             peers.append(peer)
         for peer in peers:
             for _ in range(MESSAGES):
-                # copy=False: every queued message shares the one payload, so the flood costs this process nothing.
+                # copy=False: every queued message shares the one payload, so the flood costs this process
+                # nothing.
                 try:
-                    peer.send_multipart([DELIM, b"0" * 64, PAYLOAD, b"{}", b"{}", b"{}"], copy=False,
-                                        flags=zmq.NOBLOCK)
-                except zmq.Again:  # a peer turned away has nowhere to queue between its retries: it sends less
+                    peer.send_multipart(
+                        [DELIM, b"0" * 64, PAYLOAD, b"{}", b"{}", b"{}"], copy=False, flags=zmq.NOBLOCK
+                    )
+                # a peer turned away has nowhere to queue between its retries: it sends less
+                except zmq.Again:
                     break
 
         job = manager.submit("debug.count", {"steps": 3, "delay": 0})

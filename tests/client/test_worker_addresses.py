@@ -1,5 +1,6 @@
 """`python -m workbench.worker --ip ADDRESS` as people type it: IPv6 loopback with or without brackets, stray
-spaces, and addresses that cannot be listened on (those exit 2 with one line, never a ZMQError's traceback)."""
+spaces, and addresses that cannot be listened on (those exit 2 with one line, never a ZMQError's
+traceback)."""
 
 from __future__ import annotations
 
@@ -29,21 +30,28 @@ def _ipv6_loopback() -> bool:
 needs_ipv6 = pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback")
 
 
-@pytest.mark.parametrize(("typed", "written"), [
-    pytest.param("::1", "::1", marks=needs_ipv6),
-    pytest.param("[::1]", "::1", marks=needs_ipv6),
-    ("127.0.0.1 ", "127.0.0.1"),
-    (" localhost\t", "localhost"),
-])
+@pytest.mark.parametrize(
+    ("typed", "written"),
+    [
+        pytest.param("::1", "::1", marks=needs_ipv6),
+        pytest.param("[::1]", "::1", marks=needs_ipv6),
+        ("127.0.0.1 ", "127.0.0.1"),
+        (" localhost\t", "localhost"),
+    ],
+)
 def test_a_worker_serves_a_loopback_address_as_typed(tmp_path, typed, written):
     path = tmp_path / "conn.json"
     argv = [sys.executable, "-m", "workbench.worker", "--connection-file", str(path), "--ip", typed]
-    worker = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
+    worker = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     client = None
     try:
-        wait_until(lambda: (path.exists() and ConnectionInfo.read(path).bound) or worker.poll() is not None, 60,
-                   "the worker's ports")
+        wait_until(
+            lambda: (path.exists() and ConnectionInfo.read(path).bound) or worker.poll() is not None,
+            60,
+            "the worker's ports",
+        )
         assert worker.poll() is None, worker.stdout.read()
         conn = ConnectionInfo.read(path)
         assert conn.ip == written
@@ -57,19 +65,27 @@ def test_a_worker_serves_a_loopback_address_as_typed(tmp_path, typed, written):
         worker.wait(timeout=30)
 
 
-@pytest.mark.parametrize(("typed", "words"), [
-    ("", "the address to listen on is empty"),
-    ("  ", "the address to listen on is empty"),
-    ("127.0.0.1:5555", "looks like host:port"),
-    ("127.0.0.1 0", "has spaces or control characters in it"),
-    ("no-such-interface", "cannot listen on no-such-interface"),
-])
+@pytest.mark.parametrize(
+    ("typed", "words"),
+    [
+        ("", "the address to listen on is empty"),
+        ("  ", "the address to listen on is empty"),
+        ("127.0.0.1:5555", "looks like host:port"),
+        ("127.0.0.1 0", "has spaces or control characters in it"),
+        ("no-such-interface", "cannot listen on no-such-interface"),
+    ],
+)
 def test_a_worker_refuses_an_address_it_cannot_listen_on_in_one_line(tmp_path, typed, words):
     path = tmp_path / "conn.json"
     ConnectionInfo.new().write(path)
     before = json.loads(path.read_text())
-    done = subprocess.run([sys.executable, "-m", "workbench.worker", "--connection-file", str(path), "--ip", typed],
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-m", "workbench.worker", "--connection-file", str(path), "--ip", typed],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("workbench worker: ") and words in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr and "ZMQError" not in done.stderr

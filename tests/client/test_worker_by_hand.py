@@ -14,11 +14,17 @@ from workbench.protocol import ConnectionInfo
 
 def test_a_worker_started_by_hand_writes_a_private_connection_file_that_a_client_can_use(tmp_path):
     path = tmp_path / "conn.json"
-    proc = subprocess.Popen([sys.executable, "-m", "workbench", "worker", "--connection-file", str(path)],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench", "worker", "--connection-file", str(path)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        conn = wait_until(lambda: path.exists() and (c := ConnectionInfo.read(path)).bound and c, timeout=30,
-                          what="the worker to write its ports")
+        conn = wait_until(
+            lambda: path.exists() and (c := ConnectionInfo.read(path)).bound and c,
+            timeout=30,
+            what="the worker to write its ports",
+        )
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert len(conn.key) >= 32 and conn.ip == "127.0.0.1"
         client = WorkerClient(conn)

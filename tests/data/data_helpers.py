@@ -1,4 +1,5 @@
-"""Real-format files for the data tests: tiny IDX datasets for torchvision's loaders and small image folders."""
+"""Real-format files for the data tests: tiny IDX datasets for torchvision's loaders and small image
+folders."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from workbench.worker.data.idx import write_idx
 MNIST_FOLDERS = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST", "kmnist": "KMNIST"}
 
 
-def write_mnist_like(root: Path, name: str = "mnist", n_train: int = 60, n_test: int = 20, seed: int = 0,
-                     gz: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def write_mnist_like(
+    root: Path, name: str = "mnist", n_train: int = 60, n_test: int = 20, seed: int = 0, gz: bool = False
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Write <root>/<Folder>/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte; returns what was written."""
     rng = np.random.default_rng(seed)
     raw = root / MNIST_FOLDERS[name] / "raw"
@@ -38,9 +40,16 @@ def save_image(path: Path, array: np.ndarray) -> Path:
     return path
 
 
-def make_image_folder(root: Path, classes=("cat", "dog", "fish"), per_class: int = 4, size=(12, 10),
-                      gray: bool = False, seed: int = 0) -> list[Path]:
-    """Good PNG and JPEG images (alternating) under root/<class>/, some in a nested folder; returns their paths."""
+def make_image_folder(
+    root: Path,
+    classes=("cat", "dog", "fish"),
+    per_class: int = 4,
+    size=(12, 10),
+    gray: bool = False,
+    seed: int = 0,
+) -> list[Path]:
+    """Good PNG and JPEG images (alternating) under root/<class>/, some in a nested folder; returns their
+    paths."""
     rng = np.random.default_rng(seed)
     paths = []
     for c, name in enumerate(classes):

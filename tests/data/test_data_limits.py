@@ -1,5 +1,5 @@
-"""Limits that keep hostile or unlucky data from taking the machine: image headers that claim huge sizes, folder
-links that loop, and the memory budget every in-memory dataset is checked against (issue #19)."""
+"""Limits that keep hostile or unlucky data from taking the machine: image headers that claim huge sizes,
+folder links that loop, and the memory budget every in-memory dataset is checked against (issue #19)."""
 
 from __future__ import annotations
 
@@ -38,9 +38,14 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
 def tiny_png_claiming(path: Path, width: int, height: int) -> Path:
     """A few dozen bytes of valid PNG structure whose header claims width x height RGB pixels (a decompression
     bomb's header without the bomb: the pixel data is a single empty row)."""
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8 bits, RGB, deflate, no filter, no interlace
-    png = b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(b"\x00" * 4)) + \
-        _chunk(b"IEND", b"")
+    # 8 bits, RGB, deflate, no filter, no interlace
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    png = (
+        b"\x89PNG\r\n\x1a\n"
+        + _chunk(b"IHDR", header)
+        + _chunk(b"IDAT", zlib.compress(b"\x00" * 4))
+        + _chunk(b"IEND", b"")
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(png)
     return path
@@ -63,7 +68,7 @@ with open("/proc/self/status") as status:
     peak_kb = next((int(line.split()[1]) for line in status if line.startswith("VmHWM:")),
                    resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 print(json.dumps({"result": result, "peak_bytes": peak_kb * 1024}))
-"""
+"""  # noqa: E501
 
 
 def test_a_tiny_png_claiming_12000x12000_is_skipped_and_does_not_size_the_folder(tmp_path):
@@ -72,8 +77,13 @@ def test_a_tiny_png_claiming_12000x12000_is_skipped_and_does_not_size_the_folder
     bomb = tiny_png_claiming(root / "a" / "000-first.png", 12000, 12000)  # sorted first, probed first
     assert len(bomb.read_bytes()) < 100
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", INFO_CHILD, str(root), str(tmp_path / "ws")], capture_output=True,
-                          text=True, env=env, timeout=240)
+    done = subprocess.run(
+        [sys.executable, "-c", INFO_CHILD, str(root), str(tmp_path / "ws")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     result = report["result"]
@@ -115,12 +125,16 @@ def test_a_header_beyond_the_side_limit_never_becomes_the_automatic_size(tmp_pat
     assert f"{MAX_IMAGE_SIDE + 1000}x5000" in message and str(MAX_IMAGE_SIDE) in message
 
 
-def test_an_image_size_beyond_the_memory_budget_is_refused_before_anything_is_allocated(tmp_path, monkeypatch):
+def test_an_image_size_beyond_the_memory_budget_is_refused_before_anything_is_allocated(
+    tmp_path, monkeypatch
+):
     root = tmp_path / "folder"
     make_image_folder(root, classes=("a", "b"), per_class=2, size=(8, 8))
     monkeypatch.setattr(stores, "available_memory", lambda: 256 * 2**20)
     with pytest.raises(JobError) as err:
-        load_dataset(spec(name="imagefolder", root=str(root), image_size=[MAX_IMAGE_SIDE]), workspace=tmp_path)
+        load_dataset(
+            spec(name="imagefolder", root=str(root), image_size=[MAX_IMAGE_SIDE]), workspace=tmp_path
+        )
     message = str(err.value)
     assert "dataset.image_size" in message and str(root) in message and "MB" in message
 
@@ -165,7 +179,8 @@ def test_the_budget_scales_with_the_available_memory():
 
 def test_fake_is_checked_against_the_machine_budget(tmp_path, monkeypatch):
     monkeypatch.setattr(stores, "available_memory", lambda: 8 * 2**20)
-    fields = dict(name="fake", size=100, image_size=[160])  # 7.7 MB: under the old fixed 512 MB, over this budget
+    # 7.7 MB: under the old fixed 512 MB, over this budget
+    fields = dict(name="fake", size=100, image_size=[160])
     with pytest.raises(JobError) as err:
         load_dataset(spec(**fields), workspace=tmp_path)
     message = str(err.value)
@@ -175,8 +190,8 @@ def test_fake_is_checked_against_the_machine_budget(tmp_path, monkeypatch):
 
 
 class RecordingStore(ImageStore):
-    """Claims images of `shape` but hands out 1x1 ones, recording how many each fetch asks for: what matters is the
-    size of the float64 copy that mean/std would make of a chunk at the claimed shape."""
+    """Claims images of `shape` but hands out 1x1 ones, recording how many each fetch asks for: what matters
+    is the size of the float64 copy that mean/std would make of a chunk at the claimed shape."""
 
     def __init__(self, count: int, shape: tuple[int, int, int]):
         self.labels = torch.zeros(count, dtype=torch.int64)
@@ -185,15 +200,17 @@ class RecordingStore(ImageStore):
 
     def fetch(self, indices):
         self.asked.append(len(indices))
-        return torch.full((len(indices), self.shape[0], 1, 1), 7, dtype=torch.uint8), torch.ones(len(indices),
-                                                                                                  dtype=torch.bool)
+        return torch.full((len(indices), self.shape[0], 1, 1), 7, dtype=torch.uint8), torch.ones(
+            len(indices), dtype=torch.bool
+        )
 
 
 def test_mean_and_std_of_large_images_are_summed_a_few_at_a_time():
     store = RecordingStore(40, (3, MAX_IMAGE_SIDE, MAX_IMAGE_SIDE))
     compute_stats(store, torch.arange(40))
     assert sum(store.asked) == 40
-    assert max(store.asked) * 8 * nbytes(1, store.shape) <= 512 * 2**20  # not 40 images' 16 GB as float64 at once
+    # not 40 images' 16 GB as float64 at once
+    assert max(store.asked) * 8 * nbytes(1, store.shape) <= 512 * 2**20
 
 
 class GroupRecordingFileStore(FileStore):
@@ -205,14 +222,17 @@ class GroupRecordingFileStore(FileStore):
 @pytest.mark.parametrize("memory_limit", [0, None])  # read from the files as used, and held whole
 def test_decoding_many_files_holds_a_cache_worth_of_images_at_once(tmp_path, memory_limit):
     paths = [str(p) for p in make_image_folder(tmp_path / "f", classes=("a", "b"), per_class=5, size=(8, 8))]
-    store = GroupRecordingFileStore(paths, torch.zeros(10, dtype=torch.int64), (3, 8, 8), "RGB",
-                                    memory_limit=memory_limit)
+    store = GroupRecordingFileStore(
+        paths, torch.zeros(10, dtype=torch.int64), (3, 8, 8), "RGB", memory_limit=memory_limit
+    )
     store._lru_capacity = 4  # as for images of 64 MB each
     store.decode(torch.arange(10))
     assert store.groups == [4, 4, 2] and store.fully_decoded and store.skipped_files == []
 
 
-def test_resizing_a_builtin_dataset_is_checked_against_the_budget_before_it_is_allocated(tmp_path, monkeypatch):
+def test_resizing_a_builtin_dataset_is_checked_against_the_budget_before_it_is_allocated(
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr(stores, "available_memory", lambda: 8 * 2**20)
     with pytest.raises(JobError) as err:  # 1,797 digits at 64x64 take 7.4 MB, over the 4 MB budget of 8 MB
         load_dataset(spec(name="digits", image_size=[64]), workspace=tmp_path)

@@ -1,5 +1,5 @@
-"""The data tasks (`data.info`, `data.page`, `data.sample`) through run_task, the real worker subprocess and the
-`workbench data info` command: the result shapes the GUI's dataset panel relies on."""
+"""The data tasks (`data.info`, `data.page`, `data.sample`) through run_task, the real worker subprocess and
+the `workbench data info` command: the result shapes the GUI's dataset panel relies on."""
 
 from __future__ import annotations
 
@@ -16,11 +16,32 @@ from data_helpers import Recorder, add_bad_files, make_image_folder
 from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
 
-INFO_KEYS = {"dataset", "classes", "num_samples", "class_counts", "sample_shape", "mean", "std", "skipped_files",
-             "in_memory", "root"}
+INFO_KEYS = {
+    "dataset",
+    "classes",
+    "num_samples",
+    "class_counts",
+    "sample_shape",
+    "mean",
+    "std",
+    "skipped_files",
+    "in_memory",
+    "root",
+}
 PAGE_KEYS = {"request_id", "split", "offset", "total", "indices", "labels", "images"}
-SAMPLE_KEYS = {"index", "split", "label", "class_name", "shape", "image", "augmented", "histogram", "path", "mean",
-               "std"}
+SAMPLE_KEYS = {
+    "index",
+    "split",
+    "label",
+    "class_name",
+    "shape",
+    "image",
+    "augmented",
+    "histogram",
+    "path",
+    "mean",
+    "std",
+}
 TRACEBACK = "Traceback (most recent call last)"
 
 
@@ -61,7 +82,9 @@ def test_info_on_an_image_folder_decodes_everything_and_reports_progress(tmp_pat
     make_image_folder(root, per_class=4)
     corrupt, empty = add_bad_files(root, "dog")
     recorder = Recorder()
-    result = done(run("data.info", {"dataset": {"name": "imagefolder", "root": str(root)}}, tmp_path, recorder))
+    result = done(
+        run("data.info", {"dataset": {"name": "imagefolder", "root": str(root)}}, tmp_path, recorder)
+    )
     assert {item["path"] for item in result["skipped_files"]} == {str(corrupt), str(empty)}
     assert all(item["reason"] for item in result["skipped_files"])
     assert sum(result["num_samples"].values()) == 12  # the two bad files are not counted
@@ -107,8 +130,12 @@ def test_page_pages_filters_by_label_and_echoes_the_request(tmp_path):
 def test_page_downscales_big_images_to_the_thumbnail_size(tmp_path):
     root = tmp_path / "big"
     make_image_folder(root, classes=("a", "b"), per_class=3, size=(96, 96))
-    spec = {"dataset": {"name": "imagefolder", "root": str(root), "val_fraction": 0, "test_fraction": 0},
-            "split": "train", "offset": 0, "count": 6}
+    spec = {
+        "dataset": {"name": "imagefolder", "root": str(root), "val_fraction": 0, "test_fraction": 0},
+        "split": "train",
+        "offset": 0,
+        "count": 6,
+    }
     small = done(run("data.page", {**spec, "thumb_size": 32}, tmp_path))
     assert small["images"].shape == (6, 32, 32, 3) and small["images"].dtype == np.uint8
     native = done(run("data.page", {**spec, "thumb_size": 128}, tmp_path))
@@ -174,7 +201,9 @@ def test_sample_of_an_image_folder_gives_its_path_and_names_a_broken_file(tmp_pa
     assert all(r["histogram"]["counts"].sum(axis=1).tolist() == [600] * 3 for r in good)
     bad = [failed(r) for r in results.values() if r["status"] != "done"]
     assert any(str(corrupt) in message for message in bad) and len(bad) == 2
-    assert failed(run("data.sample", {"dataset": dataset, "split": "train", "index": 6}, tmp_path)).startswith("index:")
+    assert failed(
+        run("data.sample", {"dataset": dataset, "split": "train", "index": 6}, tmp_path)
+    ).startswith("index:")
 
 
 # -- the real worker process --------------------------------------------------------------------------
@@ -204,8 +233,15 @@ def test_thumbnail_paging_through_the_real_worker(tmp_path):
     manager.add_listener(listen)
     try:
         assert manager.start(), manager.detail
-        spec = {"dataset": {"name": "digits"}, "split": "test", "offset": 0, "count": 50, "label": -1,
-                "thumb_size": 64, "request_id": 7}
+        spec = {
+            "dataset": {"name": "digits"},
+            "split": "test",
+            "offset": 0,
+            "count": 50,
+            "label": -1,
+            "thumb_size": 64,
+            "request_id": 7,
+        }
         msg = ask(spec)
         assert msg.content["status"] == "done" and msg.content["request_id"] == 7
         images = array_from_buffer(msg.content["images"], msg.buffers)

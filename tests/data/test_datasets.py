@@ -75,7 +75,9 @@ def test_mnist_family_loads_idx_files_with_torchvision(tmp_path, name):
     test_images, test_labels = written["t10k"]
     assert np.array_equal(ds.splits["test"].labels.numpy(), test_labels.astype(np.int64))
     assert np.array_equal(all_images(ds.splits["test"])[:, 0].numpy(), test_images)
-    assert sorted(torch.cat([ds.splits["train"].indices, ds.splits["val"].indices]).tolist()) == list(range(60))
+    assert sorted(torch.cat([ds.splits["train"].indices, ds.splits["val"].indices]).tolist()) == list(
+        range(60)
+    )
 
 
 def test_mnist_accepts_gzipped_files_and_resizes(tmp_path):
@@ -88,7 +90,9 @@ def test_mnist_accepts_gzipped_files_and_resizes(tmp_path):
 
 def test_mnist_download_true_uses_files_already_there_without_a_network(tmp_path):
     written = write_mnist_like(tmp_path / "data", "fashion_mnist", n_train=20, n_test=5)
-    ds = load_dataset(spec(name="fashion_mnist", root=str(tmp_path / "data"), download=True), workspace=tmp_path)
+    ds = load_dataset(
+        spec(name="fashion_mnist", root=str(tmp_path / "data"), download=True), workspace=tmp_path
+    )
     assert np.array_equal(ds.splits["test"].labels.numpy(), written["t10k"][1].astype(np.int64))
 
 
@@ -98,8 +102,12 @@ def test_mnist_missing_files_say_which_files_go_where(tmp_path):
         load_dataset(spec(name="mnist", root=str(root)), workspace=tmp_path)
     message = str(err.value)
     assert f"{root / 'MNIST' / 'raw'}/" in message
-    for name in ("train-images-idx3-ubyte(.gz)", "train-labels-idx1-ubyte(.gz)", "t10k-images-idx3-ubyte(.gz)",
-                 "t10k-labels-idx1-ubyte(.gz)"):
+    for name in (
+        "train-images-idx3-ubyte(.gz)",
+        "train-labels-idx1-ubyte(.gz)",
+        "t10k-images-idx3-ubyte(.gz)",
+        "t10k-labels-idx1-ubyte(.gz)",
+    ):
         assert name in message
     assert "dataset.download=true" in message
 
@@ -188,8 +196,10 @@ def test_image_folder_with_broken_files_loads_batches_and_names_them(tmp_path):
     make_image_folder(root, per_class=4, size=(12, 10))
     corrupt, empty = add_bad_files(root, "cat")
     (root / "dog" / "notes.txt").write_text("not an image")  # ignored: not an image extension
-    ds = load_dataset(spec(name="imagefolder", root=str(root), val_fraction=0.2, test_fraction=0.2, seed=1),
-                      workspace=tmp_path)
+    ds = load_dataset(
+        spec(name="imagefolder", root=str(root), val_fraction=0.2, test_fraction=0.2, seed=1),
+        workspace=tmp_path,
+    )
     assert ds.classes == ["cat", "dog", "fish"] and ds.sample_shape == (3, 12, 10)
     assert sum(len(s) for s in ds.splits.values()) == 14  # 12 good + 2 bad, listed without decoding
     assert ds.skipped_files == []
@@ -227,11 +237,15 @@ def test_image_folder_gray_images_give_one_channel_and_mixed_sizes_are_resized_w
 
 
 def test_image_folder_scales_16_bit_images_to_8_bits_rather_than_clipping_them(tmp_path):
-    """PIL's own conversion of a 16-bit PNG clips at 255 (an almost white image); values are divided by 257."""
+    """PIL's own conversion of a 16-bit PNG clips at 255 (an almost white image); values are divided by
+    257."""
     root = tmp_path / "sixteen"
     make_image_folder(root, classes=("a", "b"), per_class=2, size=(9, 9), gray=True)
-    Image.fromarray(np.full((9, 9), 30000, dtype=np.uint16)).save(root / "a" / "deep.png")  # mid-grey at 16 bits
-    ds = load_dataset(spec(name="imagefolder", root=str(root), val_fraction=0, test_fraction=0), workspace=tmp_path)
+    # mid-grey at 16 bits
+    Image.fromarray(np.full((9, 9), 30000, dtype=np.uint16)).save(root / "a" / "deep.png")
+    ds = load_dataset(
+        spec(name="imagefolder", root=str(root), val_fraction=0, test_fraction=0), workspace=tmp_path
+    )
     images = all_images(ds.splits["train"])
     flat = [image.unique().tolist() for image in images]
     assert [round(30000 / 257)] in flat and [255] not in flat  # the 16-bit one: 117 everywhere, not white
@@ -240,8 +254,10 @@ def test_image_folder_scales_16_bit_images_to_8_bits_rather_than_clipping_them(t
 def test_image_folder_resizes_to_image_size(tmp_path):
     root = tmp_path / "folder"
     make_image_folder(root, classes=("x", "y"), per_class=2, size=(30, 40))
-    ds = load_dataset(spec(name="imagefolder", root=str(root), image_size=[16, 8], val_fraction=0, test_fraction=0),
-                      workspace=tmp_path)
+    ds = load_dataset(
+        spec(name="imagefolder", root=str(root), image_size=[16, 8], val_fraction=0, test_fraction=0),
+        workspace=tmp_path,
+    )
     assert ds.sample_shape == (3, 16, 8)
     assert all_images(ds.splits["train"]).shape == (4, 3, 16, 8)
 
@@ -294,7 +310,9 @@ def test_image_folder_scan_recurses_sorts_and_skips_hidden_and_other_files(tmp_p
 def test_fake_honours_its_fields_is_deterministic_and_matches_torchvision(tmp_path):
     from torchvision.datasets import FakeData
 
-    fields = dict(name="fake", size=50, num_classes=4, image_size=[6, 5], seed=2, val_fraction=0.2, test_fraction=0.2)
+    fields = dict(
+        name="fake", size=50, num_classes=4, image_size=[6, 5], seed=2, val_fraction=0.2, test_fraction=0.2
+    )
     ds = load_dataset(spec(**fields), workspace=tmp_path)
     assert ds.classes == ["0", "1", "2", "3"] and ds.sample_shape == (3, 6, 5)
     assert sum(len(s) for s in ds.splits.values()) == 50
@@ -384,8 +402,10 @@ def test_each_augment_step_draws_per_sample_and_is_reproducible(step):
 
 
 def test_augmented_batches_are_reproducible_and_off_for_validation(tmp_path):
-    ds = load_dataset(spec(normalize="none", augment=[{"name": "rotation", "degrees": 90}, {"name": "hflip"}]),
-                      workspace=tmp_path)
+    ds = load_dataset(
+        spec(normalize="none", augment=[{"name": "rotation", "degrees": 90}, {"name": "hflip"}]),
+        workspace=tmp_path,
+    )
     train = ds.splits["train"]
 
     def first(**kw):
@@ -451,7 +471,9 @@ def test_batches_with_prefetch_workers_match_batches_without(tmp_path):
     workers = load_dataset(spec(normalize="none", num_workers=2), workspace=tmp_path).splits["val"]
     a = list(plain.batches(32, shuffle=True, seed=3))
     b = list(workers.batches(32, shuffle=True, seed=3))
-    assert len(a) == len(b) and all(torch.equal(x1, x2) and torch.equal(y1, y2) for (x1, y1), (x2, y2) in zip(a, b))
+    assert len(a) == len(b) and all(
+        torch.equal(x1, x2) and torch.equal(y1, y2) for (x1, y1), (x2, y2) in zip(a, b)
+    )
     iterator = workers.batches(8, shuffle=False)
     next(iterator)
     iterator.close()  # stopping early must not hang on the prefetch thread
@@ -460,9 +482,12 @@ def test_batches_with_prefetch_workers_match_batches_without(tmp_path):
 def test_loaded_datasets_are_cached_and_shared_between_threads(tmp_path):
     clear_cache()
     results = []
-    threads = [threading.Thread(target=lambda: results.append(load_dataset(spec(name="fake", size=300),
-                                                                          workspace=tmp_path)))
-               for _ in range(2)]
+    threads = [
+        threading.Thread(
+            target=lambda: results.append(load_dataset(spec(name="fake", size=300), workspace=tmp_path))
+        )
+        for _ in range(2)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -477,7 +502,8 @@ def test_loaded_datasets_are_cached_and_shared_between_threads(tmp_path):
 
 
 def test_digits_read_from_sklearns_file_are_sklearns_digits():
-    # The loader reads the CSV scikit-learn ships rather than importing sklearn (seconds): the same pixels and labels.
+    # The loader reads the CSV scikit-learn ships rather than importing sklearn (seconds): the same pixels and
+    # labels.
     from sklearn.datasets import load_digits
 
     from workbench.worker.data.builtin import _digits_arrays

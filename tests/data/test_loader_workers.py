@@ -1,5 +1,6 @@
-"""dataset.num_workers = "auto", the default: background loaders where data streams from files, none where it is
-held in memory (a measured default: an ImageFolder too big for memory trained at a third of the speed without)."""
+"""dataset.num_workers = "auto", the default: background loaders where data streams from files, none where it
+is held in memory (a measured default: an ImageFolder too big for memory trained at a third of the speed
+without)."""
 
 from __future__ import annotations
 
@@ -43,14 +44,20 @@ def _streaming_folder(tmp_path: Path, monkeypatch, **fields):
 def test_auto_uses_the_usable_cores_when_data_streams_from_files(tmp_path: Path, monkeypatch):
     dataset = _streaming_folder(tmp_path, monkeypatch)
     assert not dataset.in_memory
-    assert dataset.loader_workers() == auto_worker_count() == min(len(__import__("os").sched_getaffinity(0)),
-                                                                   MAX_AUTO_WORKERS)
+    assert (
+        dataset.loader_workers()
+        == auto_worker_count()
+        == min(len(__import__("os").sched_getaffinity(0)), MAX_AUTO_WORKERS)
+    )
     assert "streams from files" in dataset.describe_workers()
     # The same batches either way: the loaders only change when they are decoded.
     plain = _streaming_folder(tmp_path / "again", monkeypatch, num_workers=0)
     assert plain.loader_workers() == 0
-    for (x1, y1), (x2, y2) in zip(dataset.splits["train"].batches(4, shuffle=True, seed=1),
-                                  plain.splits["train"].batches(4, shuffle=True, seed=1), strict=True):
+    for (x1, y1), (x2, y2) in zip(
+        dataset.splits["train"].batches(4, shuffle=True, seed=1),
+        plain.splits["train"].batches(4, shuffle=True, seed=1),
+        strict=True,
+    ):
         assert torch.equal(x1, x2) and torch.equal(y1, y2)
 
 

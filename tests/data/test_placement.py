@@ -1,6 +1,6 @@
-"""Where batches are gathered (issue 12): kept on the device, staged through reused buffers by a background thread,
-or on the host. Every placement must give the same batches; the choice follows dataset.on_device. On a CPU-only
-machine the device and staged paths run with the CPU as their device, the same code as on CUDA."""
+"""Where batches are gathered (issue 12): kept on the device, staged through reused buffers by a background
+thread, or on the host. Every placement must give the same batches; the choice follows dataset.on_device. On a
+CPU-only machine the device and staged paths run with the CPU as their device, the same code as on CUDA."""
 
 from __future__ import annotations
 
@@ -16,8 +16,12 @@ from workbench.worker.data import load_dataset
 from workbench.worker.data.placement import DEVICE, HOST, STAGED, Staging, choose
 from workbench.worker.data.stores import TensorStore
 
-AUGMENT = [{"name": "random_crop", "size": 8, "padding": 1}, {"name": "hflip"}, {"name": "rotation", "degrees": 10},
-           {"name": "random_erasing", "p": 0.5}]
+AUGMENT = [
+    {"name": "random_crop", "size": 8, "padding": 1},
+    {"name": "hflip"},
+    {"name": "rotation", "degrees": 10},
+    {"name": "random_erasing", "p": 0.5},
+]
 PLACEMENTS = (HOST, DEVICE, STAGED)
 
 
@@ -82,7 +86,8 @@ def test_on_device_auto_keeps_host_memory_on_the_cpu_and_true_places_the_data(tm
     assert mode == DEVICE and "on_device=true" in why
     train = forced.splits["train"]
     placed = forced.on_device_store(train.store, "cpu")
-    assert placed.data.data_ptr() == train.store.data.data_ptr()  # on the CPU the "device copy" is the store itself
+    # on the CPU the "device copy" is the store itself
+    assert placed.data.data_ptr() == train.store.data.data_ptr()
     forced.release()
     assert forced._on_device == {}
 
@@ -103,12 +108,15 @@ class _Store(TensorStore):
         super().__init__(torch.zeros((n, 1, 1, 1), dtype=torch.uint8), torch.zeros(n))
 
 
-@pytest.mark.parametrize(("setting", "free", "expected"), [
-    ("auto", 4_000, DEVICE),  # 100 bytes of data: well under a quarter of 4,000 free
-    ("auto", 400, STAGED),  # exactly a quarter is too much: the model needs the rest
-    (False, 10**9, STAGED),
-    (True, 10, DEVICE),  # asked for: tried even where it will hardly fit
-])
+@pytest.mark.parametrize(
+    ("setting", "free", "expected"),
+    [
+        ("auto", 4_000, DEVICE),  # 100 bytes of data: well under a quarter of 4,000 free
+        ("auto", 400, STAGED),  # exactly a quarter is too much: the model needs the rest
+        (False, 10**9, STAGED),
+        (True, 10, DEVICE),  # asked for: tried even where it will hardly fit
+    ],
+)
 def test_auto_keeps_data_on_cuda_only_under_a_quarter_of_free_memory(monkeypatch, setting, free, expected):
     # The rule alone, on any machine: free memory comes from a stand-in for torch.cuda.mem_get_info.
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 10 * free))
@@ -119,7 +127,8 @@ def test_auto_keeps_data_on_cuda_only_under_a_quarter_of_free_memory(monkeypatch
 def test_a_cuda_dataset_read_from_files_is_staged():
     store = _Store(10)
     store.in_memory = False
-    assert choose("auto", torch.device("cuda"), [store])[0] == STAGED  # never asks the device: nothing to place
+    # never asks the device: nothing to place
+    assert choose("auto", torch.device("cuda"), [store])[0] == STAGED
 
 
 def test_staging_buffers_are_reused_and_only_pinned_for_cuda():

@@ -1,5 +1,5 @@
-"""Splits are stratified by class (#21 part 6.5): a 60-image, 3-class image folder's 6-image test split holds two
-of each class; splits stay deterministic for a seed, disjoint, and sized exactly as before."""
+"""Splits are stratified by class (#21 part 6.5): a 60-image, 3-class image folder's 6-image test split holds
+two of each class; splits stay deterministic for a seed, disjoint, and sized exactly as before."""
 
 from __future__ import annotations
 
@@ -36,8 +36,9 @@ def _class_counts(split) -> dict[int, int]:
 
 def test_a_small_image_folder_keeps_every_class_in_every_split(tmp_path):
     root = _image_folder(tmp_path / "images", {"cat": 20, "dog": 20, "fox": 20})
-    spec = DataSpec.from_dict({"name": "imagefolder", "root": str(root), "val_fraction": 0.1,
-                               "test_fraction": 0.1, "seed": 0})
+    spec = DataSpec.from_dict(
+        {"name": "imagefolder", "root": str(root), "val_fraction": 0.1, "test_fraction": 0.1, "seed": 0}
+    )
     for seed in range(5):  # unstratified, about one seed in five left a class out of the test split
         ds = load_dataset(DataSpec.from_dict({**spec.to_dict(), "seed": seed}), workspace=tmp_path)
         assert {name: len(split) for name, split in ds.splits.items()} == {"train": 48, "val": 6, "test": 6}
@@ -49,7 +50,9 @@ def test_a_small_image_folder_keeps_every_class_in_every_split(tmp_path):
     clear_cache()
     again = load_dataset(spec, workspace=tmp_path)
     first = load_dataset(DataSpec.from_dict({**spec.to_dict(), "seed": 0}), workspace=tmp_path / "other")
-    assert all(torch.equal(again.splits[k].indices, first.splits[k].indices) for k in ("train", "val", "test"))
+    assert all(
+        torch.equal(again.splits[k].indices, first.splits[k].indices) for k in ("train", "val", "test")
+    )
 
 
 def test_stratified_splits_are_proportional_deterministic_and_sized_as_before():
@@ -76,8 +79,9 @@ def test_stratified_splits_are_proportional_deterministic_and_sized_as_before():
 
 def test_a_held_out_test_sets_validation_split_is_stratified(tmp_path):
     write_mnist_like(tmp_path, "mnist", n_train=200, n_test=20)
-    ds = load_dataset(DataSpec.from_dict({"name": "mnist", "root": str(tmp_path), "val_fraction": 0.1}),
-                      workspace=tmp_path)
+    ds = load_dataset(
+        DataSpec.from_dict({"name": "mnist", "root": str(tmp_path), "val_fraction": 0.1}), workspace=tmp_path
+    )
     train_labels = torch.cat([ds.splits["train"].labels, ds.splits["val"].labels])
     wanted = torch.bincount(train_labels, minlength=10) * 0.1
     got = torch.bincount(ds.splits["val"].labels, minlength=10)
@@ -90,7 +94,7 @@ def test_stratify_false_is_the_plain_seeded_split_of_earlier_runs(tmp_path):
     perm = torch.randperm(1797, generator=torch.Generator().manual_seed(3))
     n_test, n_val = len(plain.splits["test"]), len(plain.splits["val"])
     assert torch.equal(plain.splits["test"].indices, perm[:n_test].sort().values)
-    assert torch.equal(plain.splits["val"].indices, perm[n_test:n_test + n_val].sort().values)
+    assert torch.equal(plain.splits["val"].indices, perm[n_test : n_test + n_val].sort().values)
     stratified = load_dataset(DataSpec(name="digits", seed=3), workspace=tmp_path)
     assert not torch.equal(stratified.splits["test"].indices, plain.splits["test"].indices)
 

@@ -1,5 +1,6 @@
-"""The Data tab's worker queries on a user's own Dataset (issue #20): data.page thumbnails with masks blended in or
-a table of tensor summaries, data.sample, and data.info's `tasks` and `target_histogram` (built-in sets too).
+"""The Data tab's worker queries on a user's own Dataset (issue #20): data.page thumbnails with masks blended
+in or a table of tensor summaries, data.sample, and data.info's `tasks` and `target_histogram` (built-in sets
+too).
 
 In-process: each test writes its own tiny dataset file and calls the real tasks through run_task.
 """
@@ -82,7 +83,13 @@ def run(tmp_path, task: str, spec: dict) -> dict:
 
 def dataset(path, attr: str, **fields) -> dict:
     # No carving: every sample stays in train, so indices are the user's own.
-    return {"name": f"file:{path}:{attr}", "num_workers": 0, "val_fraction": 0.0, "test_fraction": 0.0, **fields}
+    return {
+        "name": f"file:{path}:{attr}",
+        "num_workers": 0,
+        "val_fraction": 0.0,
+        "test_fraction": 0.0,
+        **fields,
+    }
 
 
 def test_segmentation_page_blends_mask_colours_into_thumbnails(tmp_path):
@@ -147,7 +154,9 @@ def test_tabular_multilabel_page_is_a_table_with_ranges(tmp_path):
 def test_regression_values_histogram_is_bounded_and_reports_progress(tmp_path):
     path = write(tmp_path, REGRESSION)
     recorder = Recorder()
-    info = run_task(get_task("data.info"), {"dataset": dataset(path, "Line")}, emit=recorder, workspace=tmp_path)
+    info = run_task(
+        get_task("data.info"), {"dataset": dataset(path, "Line")}, emit=recorder, workspace=tmp_path
+    )
     assert info["status"] == "done", info.get("error")
     assert info["tasks"]["auto"] == "regression" and "float" in info["tasks"]["why"]
     assert set(info["tasks"]["unavailable"]) == {"classification", "multilabel", "segmentation"}
@@ -178,11 +187,23 @@ def test_failing_getitem_gives_the_datasets_clear_message(tmp_path):
     message = result["error"]["message"]
     assert "sample 5 of the train split failed: ValueError: sample five is corrupt" in message
     assert f"{path}, line" in message and "\n" not in message and "traceback" not in result
-    sample = run_task(get_task("data.sample"), {"dataset": dataset(path, "Fragile"), "index": 5}, emit=Recorder(),
-                      workspace=tmp_path)
+    sample = run_task(
+        get_task("data.sample"),
+        {"dataset": dataset(path, "Fragile"), "index": 5},
+        emit=Recorder(),
+        workspace=tmp_path,
+    )
     assert sample["status"] == "failed" and "sample five is corrupt" in sample["error"]["message"]
     fine = run(tmp_path, "data.page", {"dataset": dataset(path, "Fragile"), "count": 5})
-    assert fine["view"] == "images" and fine["images"].shape == (5, 4, 4, 3) and fine["labels"] == [0, 1, 0, 1, 0]
-    refused = run_task(get_task("data.page"), {"dataset": dataset(path, "Fragile"), "label": 1}, emit=Recorder(),
-                       workspace=tmp_path)
+    assert (
+        fine["view"] == "images"
+        and fine["images"].shape == (5, 4, 4, 3)
+        and fine["labels"] == [0, 1, 0, 1, 0]
+    )
+    refused = run_task(
+        get_task("data.page"),
+        {"dataset": dataset(path, "Fragile"), "label": 1},
+        emit=Recorder(),
+        workspace=tmp_path,
+    )
     assert refused["status"] == "failed" and refused["error"]["message"].startswith("label:")

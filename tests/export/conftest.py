@@ -1,6 +1,6 @@
-"""Fixtures of the export tests: the digits cnn trained once through the real training task (shorter than the quant
-tests' run: parity needs a trained network, not a good one) and quantized once at W8A8, both through the real runner
-in one workspace."""
+"""Fixtures of the export tests: the digits cnn trained once through the real training task (shorter than the
+quant tests' run: parity needs a trained network, not a good one) and quantized once at W8A8, both through the
+real runner in one workspace."""
 
 from __future__ import annotations
 
@@ -9,8 +9,15 @@ from pathlib import Path
 import pytest
 from export_helpers import export, run
 
-DIGITS_TRAIN = {"dataset": {"name": "digits", "test_fraction": 0.25}, "model": {"name": "cnn"}, "epochs": 3,
-                "batch_size": 32, "lr": 2e-2, "scheduler": "onecycle", "keep_best": False}
+DIGITS_TRAIN = {
+    "dataset": {"name": "digits", "test_fraction": 0.25},
+    "model": {"name": "cnn"},
+    "epochs": 3,
+    "batch_size": 32,
+    "lr": 2e-2,
+    "scheduler": "onecycle",
+    "keep_best": False,
+}
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +34,9 @@ def digits_run(tmp_path_factory) -> tuple[Path, str]:
 def quant_run(digits_run) -> tuple[Path, dict]:
     """(workspace, result) of quant.analyze at W8A8 (per-channel symmetric weights) on the trained run."""
     workspace, run_id = digits_run
-    result = run("quant.analyze", {"source": {"run": run_id}, "calibration": {"samples": 128, "seed": 0}}, workspace)
+    result = run(
+        "quant.analyze", {"source": {"run": run_id}, "calibration": {"samples": 128, "seed": 0}}, workspace
+    )
     assert result["status"] == "done", result.get("error")
     return workspace, result
 

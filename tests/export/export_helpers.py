@@ -10,7 +10,15 @@ from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
 
 CONTRACT_KEYS = {"run_dir", "status", "artifact", "format", "size_bytes", "parity"}
-PARITY_KEYS = {"max_abs_diff", "max_rel_diff", "tolerance", "passed", "first_divergent_layer", "batches", "samples"}
+PARITY_KEYS = {
+    "max_abs_diff",
+    "max_rel_diff",
+    "tolerance",
+    "passed",
+    "first_divergent_layer",
+    "batches",
+    "samples",
+}
 
 
 def train_project(root: Path, source: str, dataset: str, *, batch_size: int) -> tuple[dict, Path]:
@@ -18,9 +26,16 @@ def train_project(root: Path, source: str, dataset: str, *, batch_size: int) -> 
     workspace)."""
     (root / "project.py").write_text(textwrap.dedent(source))
     workspace = root / "ws"
-    result = run("train.classifier", {
-        "dataset": {"name": f"file:{root / 'project.py'}:{dataset}", "num_workers": 0},
-        "model": {"name": f"file:{root / 'project.py'}:net"}, "epochs": 1, "batch_size": batch_size}, workspace)
+    result = run(
+        "train.classifier",
+        {
+            "dataset": {"name": f"file:{root / 'project.py'}:{dataset}", "num_workers": 0},
+            "model": {"name": f"file:{root / 'project.py'}:net"},
+            "epochs": 1,
+            "batch_size": batch_size,
+        },
+        workspace,
+    )
     assert result["status"] == "done", result.get("error")
     return result, workspace
 
@@ -51,7 +66,7 @@ def failed(result: dict) -> str:
 
 
 # Identity when run eagerly; x 1.5 while an exporter traces it: the export is wrong in exactly one module.
-SNEAKY = '''
+SNEAKY = """
 import torch
 from torch import nn
 
@@ -75,10 +90,11 @@ class Net(nn.Module):
     def forward(self, x):
         x = self.conv2(self.sneaky(self.act1(self.conv1(x))))
         return self.head(x.mean((2, 3)))
-'''
+"""
 
-# A data-dependent branch: torch.export refuses it; the TorchScript-based ONNX exporter traces the branch it sees.
-BRANCHY = '''
+# A data-dependent branch: torch.export refuses it; the TorchScript-based ONNX exporter traces the branch it
+# sees.
+BRANCHY = """
 import torch
 from torch import nn
 
@@ -93,11 +109,11 @@ class Net(nn.Module):
         if x.mean() > -100:
             return self.fc(x)
         return self.fc(-x)
-'''
+"""
 
-# The batch size baked into a reshape: fine eagerly, refused by torch.export with a dynamic batch, and traced as a
-# constant by the TorchScript-based exporter.
-BAKED = '''
+# The batch size baked into a reshape: fine eagerly, refused by torch.export with a dynamic batch, and traced
+# as a constant by the TorchScript-based exporter.
+BAKED = """
 from torch import nn
 
 
@@ -108,10 +124,10 @@ class Net(nn.Module):
 
     def forward(self, x):
         return self.fc(x.reshape(int(x.shape[0]), -1))
-'''
+"""
 
 # An operator no ONNX exporter knows, called from one module.
-MYSTERY = '''
+MYSTERY = """
 import torch
 from torch import nn
 
@@ -139,7 +155,7 @@ class Net(nn.Module):
 
     def forward(self, x):
         return self.fc(self.odd(x.flatten(1)))
-'''
+"""
 
 
 def user_model(folder: Path, name: str, source: str) -> dict:
@@ -150,11 +166,12 @@ def user_model(folder: Path, name: str, source: str) -> dict:
 
 
 def export_qdq_matching(workspace: Path, quant_run_dir: str) -> dict:
-    """Export a quantize run as onnx_qdq and check that the file computes what the simulation does: parity passes,
-    every quantizer of the file gives the simulation's codes up to rounding ties (as deployed and as written), and
-    the accuracy in onnxruntime equals the simulated one. The export's result."""
-    result, _ = export(workspace, {"source": {"run": Path(quant_run_dir).name}, "format": "onnx_qdq",
-                                   "parity_samples": 14})
+    """Export a quantize run as onnx_qdq and check that the file computes what the simulation does: parity
+    passes, every quantizer of the file gives the simulation's codes up to rounding ties (as deployed and as
+    written), and the accuracy in onnxruntime equals the simulated one. The export's result."""
+    result, _ = export(
+        workspace, {"source": {"run": Path(quant_run_dir).name}, "format": "onnx_qdq", "parity_samples": 14}
+    )
     parity = done(result)["parity"]
     assert parity["passed"] is True, parity.get("explanation")
     for mode in ("deployed", "as_written"):

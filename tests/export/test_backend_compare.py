@@ -30,8 +30,14 @@ def qdq(quant_run):
 def test_by_module_rows_name_the_models_modules_and_sum_to_the_step_analysis(qdq):
     rows = qdq["by_module"]
     assert rows
-    model = build_model(ModelSpec(name="cnn"), input_shape=tuple(qdq["input_shape"]), pretrained=False,
-                        checkpoint=False, classes=10, task="custom")
+    model = build_model(
+        ModelSpec(name="cnn"),
+        input_shape=tuple(qdq["input_shape"]),
+        pretrained=False,
+        checkpoint=False,
+        classes=10,
+        task="custom",
+    )
     modules = {name for name, _ in model.named_modules() if name} | {backend_compare.INPUT_MODULE}
     assert {r["module"] for r in rows} <= modules, [r["module"] for r in rows]
     assert len({r["module"] for r in rows}) == len(rows)  # one row per module
@@ -73,8 +79,13 @@ def test_tensorrt_compares_the_worst_modules_one_at_a_time(qdq):
 
 def _row(module: str, codes: int, codes_off: int, ties: int, worst: int) -> dict:
     numbers = {"codes": codes, "codes_off": codes_off, "ties": ties, "worst_step": worst}
-    return {"module": module, "quantizers": [module], **numbers, "configuration": "deployed",
-            "by_configuration": {"deployed": numbers}}
+    return {
+        "module": module,
+        "quantizers": [module],
+        **numbers,
+        "configuration": "deployed",
+        "by_configuration": {"deployed": numbers},
+    }
 
 
 def test_backend_findings_come_from_codes_off_beyond_ties_only():
@@ -94,10 +105,16 @@ def test_codes_by_module_gathers_a_modules_quantizers_and_keeps_its_worse_config
     tally = {"codes": 100, "equal": 97, "ties": 1, "elsewhere": 2, "two_or_more": 0, "worst_step": 1}
     clean = {"codes": 100, "equal": 100, "ties": 0, "elsewhere": 0, "two_or_more": 0, "worst_step": 0}
     rows = backend_compare.codes_by_module(
-        {"deployed": {"layer1": tally, "layer1@1": clean, "fc": clean},
-         "as written": {"layer1": clean, "layer1@1": clean,
-                        "fc": {**tally, "two_or_more": 1, "worst_step": 2}}},
-        {"layer1": "layer1", "layer1@1": "layer1", "fc": "fc"})
+        {
+            "deployed": {"layer1": tally, "layer1@1": clean, "fc": clean},
+            "as written": {
+                "layer1": clean,
+                "layer1@1": clean,
+                "fc": {**tally, "two_or_more": 1, "worst_step": 2},
+            },
+        },
+        {"layer1": "layer1", "layer1@1": "layer1", "fc": "fc"},
+    )
     assert [r["module"] for r in rows] == ["fc", "layer1"]
     fc, layer1 = rows
     assert fc["configuration"] == "as written" and fc["worst_step"] == 2 and fc["codes_off"] == 4

@@ -1,4 +1,5 @@
-"""`workbench export` headless: one JSON object with the result contract, from a training run named by its id."""
+"""`workbench export` headless: one JSON object with the result contract, from a training run named by its
+id."""
 
 from __future__ import annotations
 
@@ -15,8 +16,19 @@ def test_export_a_run_by_its_id_prints_one_json_result(digits_run, tmp_path):
     import onnx
 
     workspace, run_id = digits_run
-    proc = wb(tmp_path, "export", "--set", f"source.run={run_id}", "--set", "format=onnx", "--set",
-              "parity_samples=8", "--json", workspace=workspace, timeout=300)
+    proc = wb(
+        tmp_path,
+        "export",
+        "--set",
+        f"source.run={run_id}",
+        "--set",
+        "format=onnx",
+        "--set",
+        "parity_samples=8",
+        "--json",
+        workspace=workspace,
+        timeout=300,
+    )
     expect(proc, 0)
     no_traceback(proc)
     result = one_json(proc)

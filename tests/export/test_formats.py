@@ -1,5 +1,6 @@
-"""`export.model` for TorchScript, torch.export and ONNX on a trained digits cnn: the file lands in the run, passes
-its format's own checks, runs at batch 1 and 7 when read back independently, and matches eager PyTorch."""
+"""`export.model` for TorchScript, torch.export and ONNX on a trained digits cnn: the file lands in the run,
+passes its format's own checks, runs at batch 1 and 7 when read back independently, and matches eager
+PyTorch."""
 
 from __future__ import annotations
 
@@ -101,8 +102,17 @@ def test_onnx_with_a_fixed_batch_and_another_opset(digits_run, tmp_path):
 
     workspace, run_id = digits_run
     out = tmp_path / "deploy" / "digits.onnx"
-    result, _ = export(workspace, {"source": {"run": run_id}, "format": "onnx", "dynamic_batch": False,
-                                   "opset": 17, "output": str(out), "parity_samples": 5})
+    result, _ = export(
+        workspace,
+        {
+            "source": {"run": run_id},
+            "format": "onnx",
+            "dynamic_batch": False,
+            "opset": 17,
+            "output": str(out),
+            "parity_samples": 5,
+        },
+    )
     done(result)
     assert result["artifact"] == str(out) and out.is_file()
     assert not list(out.parent.glob(".*"))  # the staging folder is gone
@@ -123,11 +133,14 @@ def test_verify_false_skips_parity(digits_run):
     assert done(result)["parity"] == {"skipped": True, "passed": None, "reason": "verify=false"}
 
 
-@pytest.mark.parametrize("parts, expected", [
-    ({"source": {"file": "model.onnx"}}, "source.file: model.onnx is already an exported model"),
-    ({"output": "model.txt"}, "output: "),
-    ({"format": "onnx_qdq"}, "is a train.model run; onnx_qdq takes the scales"),
-])
+@pytest.mark.parametrize(
+    "parts, expected",
+    [
+        ({"source": {"file": "model.onnx"}}, "source.file: model.onnx is already an exported model"),
+        ({"output": "model.txt"}, "output: "),
+        ({"format": "onnx_qdq"}, "is a train.model run; onnx_qdq takes the scales"),
+    ],
+)
 def test_refusals_name_the_field(digits_run, parts, expected):
     workspace, run_id = digits_run
     spec = {"source": {"run": run_id}, "format": "onnx", "verify": False}
@@ -136,4 +149,3 @@ def test_refusals_name_the_field(digits_run, parts, expected):
         spec["source"] = parts["source"]
     message = failed(export(workspace, spec)[0])
     assert expected in message
-

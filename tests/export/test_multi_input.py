@@ -1,5 +1,5 @@
-"""A user's model with several inputs (issue #20) exports with its input names kept and parity on every input: a
-dict input {"image", "meta"} and a tuple input named by forward()'s parameters."""
+"""A user's model with several inputs (issue #20) exports with its input names kept and parity on every input:
+a dict input {"image", "meta"} and a tuple input named by forward()'s parameters."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from export_helpers import run, train_project
 
-PROJECT = '''
+PROJECT = """
 import torch
 from torch import nn
 from torch.utils.data import Dataset
@@ -45,7 +45,7 @@ class Net(nn.Module):
 
 def net(num_classes=1):
     return Net(num_classes)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +87,15 @@ BENCH = {"iters": 3, "warmup": 1, "min_time_s": 0, "batch_sizes": [1, 4]}
 
 def test_bench_of_a_multi_input_run_feeds_every_input_on_every_backend(dict_run):
     result, workspace = dict_run
-    bench = run("bench.latency", {"source": {"run": result["run_dir"]}, **BENCH,
-                                   "backends": ["eager", "torchscript", "exported_program", "onnxruntime"]}, workspace)
+    bench = run(
+        "bench.latency",
+        {
+            "source": {"run": result["run_dir"]},
+            **BENCH,
+            "backends": ["eager", "torchscript", "exported_program", "onnxruntime"],
+        },
+        workspace,
+    )
     assert bench["status"] == "done", bench.get("error")
     assert bench["input_names"] == ["image", "meta"]
     assert bench["input_shapes"] == {"image": [1, 8, 8], "meta": [3]}
@@ -101,21 +108,35 @@ def test_bench_of_a_multi_input_run_feeds_every_input_on_every_backend(dict_run)
 
 def test_bench_of_a_multi_input_onnx_file_feeds_it_by_its_input_names(dict_run):
     result, workspace = dict_run
-    exported = run("export.model", {"source": {"run": result["run_dir"]}, "format": "onnx", "verify": False},
-                   workspace)
+    exported = run(
+        "export.model", {"source": {"run": result["run_dir"]}, "format": "onnx", "verify": False}, workspace
+    )
     assert exported["status"] == "done", exported.get("error")
-    alone = run("bench.latency", {"source": {"file": exported["artifact"]}, "backends": ["onnxruntime", "eager"],
-                                   **BENCH}, workspace)
+    alone = run(
+        "bench.latency",
+        {"source": {"file": exported["artifact"]}, "backends": ["onnxruntime", "eager"], **BENCH},
+        workspace,
+    )
     assert alone["status"] == "done", alone.get("error")
     assert alone["input_names"] == ["image", "meta"]
     rows = {(r["backend"], r["batch_size"]): r for r in alone["results"]}
     assert rows[("onnxruntime", 4)]["status"] == "ok", rows[("onnxruntime", 4)]["reason"]
     assert rows[("eager", 1)]["status"] == "unavailable"  # a file alone has no PyTorch model beside it
-    beside = run("bench.latency", {"source": {"run": result["run_dir"]}, "artifact": exported["artifact"],
-                                    "backends": ["onnxruntime"], **BENCH}, workspace)
+    beside = run(
+        "bench.latency",
+        {
+            "source": {"run": result["run_dir"]},
+            "artifact": exported["artifact"],
+            "backends": ["onnxruntime"],
+            **BENCH,
+        },
+        workspace,
+    )
     assert beside["status"] == "done", beside.get("error")
-    assert all(r["status"] == "ok" and r["source"] == f"file {exported['artifact'].rsplit('/', 1)[-1]}"
-               for r in beside["results"]), beside["results"]
+    assert all(
+        r["status"] == "ok" and r["source"] == f"file {exported['artifact'].rsplit('/', 1)[-1]}"
+        for r in beside["results"]
+    ), beside["results"]
 
 
 TOKENS = '''
@@ -152,24 +173,36 @@ class Net(nn.Module):
 
 def net(num_classes=1):
     return Net(num_classes)
-'''
+'''  # noqa: E501
 
 
 def test_integer_inputs_stay_integers_within_their_range_on_every_backend(tmp_path):
     result, workspace = train_project(tmp_path, TOKENS, "Tokens", batch_size=8)
-    bench = run("bench.latency", {"source": {"run": result["run_dir"]}, **BENCH,
-                                   "backends": ["eager", "exported_program", "onnxruntime"]}, workspace)
+    bench = run(
+        "bench.latency",
+        {
+            "source": {"run": result["run_dir"]},
+            **BENCH,
+            "backends": ["eager", "exported_program", "onnxruntime"],
+        },
+        workspace,
+    )
     assert bench["status"] == "done", bench.get("error")
     assert bench["input_names"] == ["ids", "extra"]
-    assert all(r["status"] == "ok" for r in bench["results"]), [(r["backend"], r["reason"]) for r in bench["results"]]
+    assert all(r["status"] == "ok" for r in bench["results"]), [
+        (r["backend"], r["reason"]) for r in bench["results"]
+    ]
 
 
-BRANCHY = PROJECT.replace('''    def forward(self, image, meta):
-        return self.head(torch.cat([self.conv(image).flatten(1), meta], dim=1))''', '''    def forward(self, image, meta):
+BRANCHY = PROJECT.replace(
+    """    def forward(self, image, meta):
+        return self.head(torch.cat([self.conv(image).flatten(1), meta], dim=1))""",
+    """    def forward(self, image, meta):
         out = self.head(torch.cat([self.conv(image).flatten(1), meta], dim=1))
         if image.mean() > 1:  # a branch on a value: torch.export refuses it, tracing freezes it
             out = out * 2
-        return out''')
+        return out""",
+)
 
 
 def test_a_multi_input_onnx_export_falls_back_and_its_frozen_branch_shows_on_shifted_inputs(tmp_path):
@@ -179,7 +212,8 @@ def test_a_multi_input_onnx_export_falls_back_and_its_frozen_branch_shows_on_shi
     assert exported["exporter"] == "torchscript" and exported["fallback_reason"]
     assert exported["input_names"] == ["image", "meta"] and "frozen" in exported["frozen_control_flow"]
     checks = {c["input"]: c for c in exported["parity"]["checks"]}
-    # Inputs like the example take its branch and agree; the shifted images take the other one, which the file lost.
+    # Inputs like the example take its branch and agree; the shifted images take the other one, which the file
+    # lost.
     assert checks["random batch of 7"]["passed"] and checks["random batch of 7 scaled x5"]["passed"]
     assert not checks["random batch of 7 shifted by +3"]["passed"]
     assert exported["parity"]["passed"] is False

@@ -1,6 +1,6 @@
-"""onnx_qdq: a quantize run's model as ONNX with QuantizeLinear/DequantizeLinear, its int8 weights and scales as the
-run saved them, parity with the simulated model within one output step, and the accuracy in onnxruntime beside the
-simulated one; `write_onnx_qdq` as the benchmark calls it; what cannot go into 8-bit ONNX."""
+"""onnx_qdq: a quantize run's model as ONNX with QuantizeLinear/DequantizeLinear, its int8 weights and scales
+as the run saved them, parity with the simulated model within one output step, and the accuracy in onnxruntime
+beside the simulated one; `write_onnx_qdq` as the benchmark calls it; what cannot go into 8-bit ONNX."""
 
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ def test_qdq_graph_holds_the_runs_int8_weights_and_scales(qdq):
     nodes = list(proto.graph.node)
     quantize = [n for n in nodes if n.op_type == "QuantizeLinear"]
     dequantize = [n for n in nodes if n.op_type == "DequantizeLinear"]
-    # One Q/DQ pair per activation point, one DQ per weight and one per bias (every layer here has quantized input).
+    # One Q/DQ pair per activation point, one DQ per weight and one per bias (every layer here has quantized
+    # input).
     assert len(quantize) == len(params["activations"]) == result["nodes"]["QuantizeLinear"]
     assert len(dequantize) == len(params["activations"]) + 2 * len(params["weights"])
     weight_dq = [n for n in dequantize if n.input[0] in inits and inits[n.input[0]].dtype != np.int32]
@@ -57,16 +58,20 @@ def test_qdq_graph_holds_the_runs_int8_weights_and_scales(qdq):
     for node in bias_dq:
         codes, scale, zero_point = (inits[name] for name in node.input)
         assert zero_point.dtype == np.int32 and not zero_point.any() and scale.shape == codes.shape
-        assert any(np.allclose(scale / np.array(w), s_in, rtol=1e-5) for w in weight_scales for s_in in
-                   activation_scales if len(w) == len(scale)), "a bias scale that is no input scale x weight scale"
+        assert any(
+            np.allclose(scale / np.array(w), s_in, rtol=1e-5)
+            for w in weight_scales
+            for s_in in activation_scales
+            if len(w) == len(scale)
+        ), "a bias scale that is no input scale x weight scale"
     saved = torch.load(Path(quant["run_dir"]) / "artifacts" / "quantized.pt", weights_only=True)
     expected_codes = sorted(tuple(t.flatten().tolist()) for t in saved["weight_int"].values())
     found_codes = []
     for node in weight_dq:
         codes, scale, zero_point = (inits[name] for name in node.input)
         axis = next(a.i for a in node.attribute if a.name == "axis")
-        # Symmetric weights: int8 with zero point 0, or the same values as uint8 with zero point 128 (written so
-        # where onnxruntime's u8 x s8 kernels saturate: an x86 CPU without VNNI).
+        # Symmetric weights: int8 with zero point 0, or the same values as uint8 with zero point 128 (written
+        # so where onnxruntime's u8 x s8 kernels saturate: an x86 CPU without VNNI).
         assert codes.dtype == zero_point.dtype and codes.dtype in (np.int8, np.uint8)
         if codes.dtype == np.uint8:
             assert (zero_point == 128).all()
@@ -87,9 +92,12 @@ def test_qdq_parity_and_accuracy_in_onnxruntime(qdq):
     assert PARITY_KEYS <= set(parity)
     assert parity["passed"] is True, parity
     assert parity["batches"] == [1, 7] and parity["samples"] == 32
-    # The tolerance is whole steps of the logits' quantizer, derived from the rounding flips the analysis measured.
+    # The tolerance is whole steps of the logits' quantizer, derived from the rounding flips the analysis
+    # measured.
     deployed = parity["steps"]["deployed"]
-    assert parity["tolerance"] == pytest.approx(deployed["tolerance_steps"] * result["output_scale"], rel=1e-3)
+    assert parity["tolerance"] == pytest.approx(
+        deployed["tolerance_steps"] * result["output_scale"], rel=1e-3
+    )
     assert "simulated" in parity["tolerance_rule"] and "flips" in parity["tolerance_rule"]
     assert parity["max_abs_diff"] == parity["optimized"]["max_abs_diff"] <= parity["tolerance"]
     assert parity["as_written"]["within_tolerance"] and deployed["local_passed"]
@@ -106,22 +114,27 @@ def test_qdq_runs_at_batch_1_and_7(qdq):
     result, _, _ = qdq
     session = ort.InferenceSession(result["artifact"], providers=["CPUExecutionProvider"])
     for batch in (1, 7):
-        (out,) = session.run(None, {"input": np.random.default_rng(0).standard_normal((batch, 1, 8, 8),
-                                                                                     dtype=np.float32)})
+        (out,) = session.run(
+            None, {"input": np.random.default_rng(0).standard_normal((batch, 1, 8, 8), dtype=np.float32)}
+        )
         assert out.shape == (batch, 10)
 
 
 def test_write_onnx_qdq_is_callable_on_a_run_folder(quant_run, tmp_path):
     assert str(inspect.signature(write_onnx_qdq)) == (
-        "(quant_run_dir: 'Path', out_path: 'Path', *, opset: 'int' = 18, dynamic_batch: 'bool' = True, log=<built-in "
-        "function print>, example=None) -> 'dict'")
+        "(quant_run_dir: 'Path', out_path: 'Path', *, opset: 'int' = 18, dynamic_batch: 'bool' = True, "
+        "log=<built-in function print>, example=None) -> 'dict'"
+    )
     _, quant = quant_run
     lines: list[str] = []
     out = tmp_path / "int8" / "digits_qdq.onnx"
     info = write_onnx_qdq(Path(quant["run_dir"]), out, opset=17, dynamic_batch=False, log=lines.append)
     assert out.is_file() and info["path"] == str(out) and info["size_bytes"] == out.stat().st_size
-    assert info["opset"] == 17 and info["exporter"] == "torchscript"  # opset 17: the TorchScript-based exporter
-    assert "opset 18" in info["fallback_reason"] and any("trying the TorchScript-based" in line for line in lines)
+    # opset 17: the TorchScript-based exporter
+    assert info["opset"] == 17 and info["exporter"] == "torchscript"
+    assert "opset 18" in info["fallback_reason"] and any(
+        "trying the TorchScript-based" in line for line in lines
+    )
     assert info["quant_run"] == Path(quant["run_dir"]).name
     assert (info["input_name"], info["output_name"], info["input_shape"]) == ("input", "output", [1, 8, 8])
     assert info["dynamic_batch"] is False and len(info["warnings"]) == 1  # the fallback's
@@ -132,11 +145,20 @@ def test_write_onnx_qdq_is_callable_on_a_run_folder(quant_run, tmp_path):
 
 def test_a_16_bit_mixed_precision_layer_stays_float_with_a_warning(digits_run):
     workspace, run_id = digits_run
-    quant = run("quant.analyze", {"source": {"run": run_id}, "calibration": {"samples": 64}, "eval_samples": 64,
-                                  "mixed_precision": {"layers": [{"name": "classifier", "bits": 16}]}}, workspace)
+    quant = run(
+        "quant.analyze",
+        {
+            "source": {"run": run_id},
+            "calibration": {"samples": 64},
+            "eval_samples": 64,
+            "mixed_precision": {"layers": [{"name": "classifier", "bits": 16}]},
+        },
+        workspace,
+    )
     assert quant["status"] == "done", quant.get("error")
-    result, logs = export(workspace, {"source": {"run": Path(quant["run_dir"]).name}, "format": "onnx_qdq",
-                                      "parity_samples": 8})
+    result, logs = export(
+        workspace, {"source": {"run": Path(quant["run_dir"]).name}, "format": "onnx_qdq", "parity_samples": 8}
+    )
     done(result)
     assert result["layers"]["weights"] == {"qdq": ["features.0", "features.4"], "float": ["classifier"]}
     assert result["layers"]["activations"]["float"] == ["classifier"]
@@ -149,15 +171,28 @@ def test_a_16_bit_mixed_precision_layer_stays_float_with_a_warning(digits_run):
 
 def test_other_bit_widths_are_refused_with_the_fix(digits_run):
     workspace, run_id = digits_run
-    quant = run("quant.analyze", {"source": {"run": run_id}, "calibration": {"samples": 64}, "eval_samples": 64,
-                                  "weights": {"bits": 4}}, workspace)
+    quant = run(
+        "quant.analyze",
+        {
+            "source": {"run": run_id},
+            "calibration": {"samples": 64},
+            "eval_samples": 64,
+            "weights": {"bits": 4},
+        },
+        workspace,
+    )
     assert quant["status"] == "done", quant.get("error")
-    message = failed(export(workspace, {"source": {"run": Path(quant["run_dir"]).name}, "format": "onnx_qdq"})[0])
+    message = failed(
+        export(workspace, {"source": {"run": Path(quant["run_dir"]).name}, "format": "onnx_qdq"})[0]
+    )
     assert "4-bit weights" in message and "weights.bits=8" in message
 
 
 def test_qdq_needs_opset_13(quant_run):
     workspace, quant = quant_run
-    message = failed(export(workspace, {"source": {"run": Path(quant["run_dir"]).name}, "format": "onnx_qdq",
-                                        "opset": 12})[0])
+    message = failed(
+        export(
+            workspace, {"source": {"run": Path(quant["run_dir"]).name}, "format": "onnx_qdq", "opset": 12}
+        )[0]
+    )
     assert message.startswith("opset: 12") and "13" in message

@@ -1,6 +1,6 @@
 """When the export goes wrong: the first divergent layer of a model broken in one module, the fallback to the
-TorchScript-based ONNX exporter, an operator no exporter knows (named, with its module and the next format), and
-torchvision's resnet18 exported and checked."""
+TorchScript-based ONNX exporter, an operator no exporter knows (named, with its module and the next format),
+and torchvision's resnet18 exported and checked."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from workbench.worker.export import parity
 @pytest.mark.parametrize("fmt", ["onnx", "exported_program"])
 def test_the_first_divergent_layer_is_the_broken_module(digits_run, tmp_path, fmt):
     workspace, _ = digits_run
-    result, logs = export(workspace, {"model": user_model(tmp_path, "sneaky", SNEAKY), "format": fmt,
-                                      "parity_samples": 7})
+    result, logs = export(
+        workspace, {"model": user_model(tmp_path, "sneaky", SNEAKY), "format": fmt, "parity_samples": 7}
+    )
     done(result)  # the file is written; the result says it is wrong
     check = result["parity"]
     assert check["passed"] is False and check["max_abs_diff"] > check["tolerance"]
@@ -29,8 +30,10 @@ def test_the_first_divergent_layer_is_the_broken_module(digits_run, tmp_path, fm
 
 def test_torchscript_says_why_it_names_no_layer(digits_run, tmp_path):
     workspace, _ = digits_run
-    result, _ = export(workspace, {"model": user_model(tmp_path, "sneaky", SNEAKY), "format": "torchscript",
-                                   "parity_samples": 7})
+    result, _ = export(
+        workspace,
+        {"model": user_model(tmp_path, "sneaky", SNEAKY), "format": "torchscript", "parity_samples": 7},
+    )
     check = done(result)["parity"]
     assert check["passed"] is False and check["first_divergent_layer"] is None
     assert "forward hooks" in check["first_divergent_layer_reason"]
@@ -48,8 +51,9 @@ def test_check_flags_the_first_failing_input():
 
 def test_onnx_falls_back_to_the_torchscript_exporter_and_says_why(digits_run, tmp_path):
     workspace, _ = digits_run
-    result, logs = export(workspace, {"model": user_model(tmp_path, "branchy", BRANCHY), "format": "onnx",
-                                      "parity_samples": 7})
+    result, logs = export(
+        workspace, {"model": user_model(tmp_path, "branchy", BRANCHY), "format": "onnx", "parity_samples": 7}
+    )
     done(result)
     assert result["exporter"] == "torchscript"
     assert "data-dependent" in result["fallback_reason"] and "branchy.py, line" in result["fallback_reason"]
@@ -69,8 +73,9 @@ def test_a_baked_batch_size_fails_parity_per_input_and_is_refused_by_torch_expor
     assert check["first_divergent_layer"] is None and check["first_divergent_layer_reason"]
     message = failed(export(workspace, {"model": model, "format": "exported_program"})[0])
     assert "Constraints violated" in message and "set dynamic_batch=false" in message
-    result, _ = export(workspace, {"model": model, "format": "exported_program", "dynamic_batch": False,
-                                   "parity_samples": 3})
+    result, _ = export(
+        workspace, {"model": model, "format": "exported_program", "dynamic_batch": False, "parity_samples": 3}
+    )
     assert done(result)["parity"]["passed"] is True and result["parity"]["batches"] == [1]
 
 
@@ -78,14 +83,18 @@ def test_an_unknown_operator_is_named_with_its_module_and_an_earlier_file_surviv
     workspace, _ = digits_run
     out = tmp_path / "model.onnx"
     out.write_bytes(b"an earlier export")
-    result, _ = export(workspace, {"model": user_model(tmp_path, "mystery", MYSTERY), "format": "onnx",
-                                   "output": str(out)})
+    result, _ = export(
+        workspace, {"model": user_model(tmp_path, "mystery", MYSTERY), "format": "onnx", "output": str(out)}
+    )
     message = failed(result)
     assert "wbexporttest" in message and "mystery" in message and "(in module odd)" in message
     assert "Try format=exported_program or torchscript" in message
     assert out.read_bytes() == b"an earlier export"
     # (__pycache__ is Python's own, where bytecode writing is on: importing mystery.py may leave one)
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["model.onnx", "mystery.py"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == [
+        "model.onnx",
+        "mystery.py",
+    ]
 
 
 def test_tolerances_scale_with_the_output():
@@ -104,8 +113,14 @@ def test_resnet18_onnx(digits_run):
     import onnxruntime as ort
 
     workspace, _ = digits_run
-    result, _ = export(workspace, {"model": {"name": "torchvision:resnet18", "input_shape": [3, 32, 32]},
-                                   "format": "onnx", "parity_samples": 4})
+    result, _ = export(
+        workspace,
+        {
+            "model": {"name": "torchvision:resnet18", "input_shape": [3, 32, 32]},
+            "format": "onnx",
+            "parity_samples": 4,
+        },
+    )
     done(result)
     assert result["exporter"] == "dynamo"
     onnx.checker.check_model(result["artifact"])
@@ -124,13 +139,17 @@ MEAN_BRANCH = BRANCHY.replace("if x.mean() > -100:", "if x.mean() > 1:")
 
 def test_a_frozen_branch_is_named_and_caught_by_inputs_of_another_distribution(digits_run, tmp_path):
     workspace, _ = digits_run
-    result, logs = export(workspace, {"model": user_model(tmp_path, "mean_branch", MEAN_BRANCH), "format": "onnx",
-                                      "parity_samples": 7})
+    result, logs = export(
+        workspace,
+        {"model": user_model(tmp_path, "mean_branch", MEAN_BRANCH), "format": "onnx", "parity_samples": 7},
+    )
     done(result)
     assert result["exporter"] == "torchscript"
-    assert result["frozen_control_flow"].startswith("forward() has data-dependent control flow (torch.export said "
-                                                    "so), and the TorchScript-based ONNX exporter (the fallback) "
-                                                    "traced one run of forward()")
+    assert result["frozen_control_flow"].startswith(
+        "forward() has data-dependent control flow (torch.export said "
+        "so), and the TorchScript-based ONNX exporter (the fallback) "
+        "traced one run of forward()"
+    )
     assert any(level == "warning" and text == result["frozen_control_flow"] for level, text in logs)
     check = result["parity"]
     assert check["passed"] is False

@@ -1,7 +1,7 @@
 """ONNX QDQ export of transposed convs (a DequantizeLinear on the weight along axis 1, ONNX ConvTranspose's
-output-channel axis) and embedding tables (a DequantizeLinear along axis 0 before Gather, fed int64 token ids with
-no QuantizeLinear on them): onnxruntime computes the simulation's codes quantizer by quantizer, as deployed and as
-written, and the parity check passes."""
+output-channel axis) and embedding tables (a DequantizeLinear along axis 0 before Gather, fed int64 token ids
+with no QuantizeLinear on them): onnxruntime computes the simulation's codes quantizer by quantizer, as
+deployed and as written, and the parity check passes."""
 
 from __future__ import annotations
 
@@ -31,9 +31,10 @@ RANDOM = (1, 7)
 
 
 def _has_vnni() -> bool:
-    """Whether the CPU has VNNI int8 dot products. Without them onnxruntime's fused uint8 x int8 kernels (AVX2's
-    VPMADDUBSW) saturate pairwise sums at int16, so as deployed they differ from the simulation on a plain Conv2d
-    fed random images too (with any model, not only these): there only the file as written is held to parity."""
+    """Whether the CPU has VNNI int8 dot products. Without them onnxruntime's fused uint8 x int8 kernels
+    (AVX2's VPMADDUBSW) saturate pairwise sums at int16, so as deployed they differ from the simulation on a
+    plain Conv2d fed random images too (with any model, not only these): there only the file as written is
+    held to parity."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -62,7 +63,8 @@ def _say(text: str, level: str = "info") -> None:
 
 
 def export_and_check(sim, example: torch.Tensor, inputs: list[tuple[str, torch.Tensor]], path: Path) -> dict:
-    """Write the simulation as ONNX QDQ and run the export job's parity check on it: (the nodes written, parity)."""
+    """Write the simulation as ONNX QDQ and run the export job's parity check on it: (the nodes written,
+    parity)."""
     import onnx
 
     module, layers = onnx_qdq.qdq_module(sim, QuantSpec(), _say)
@@ -71,7 +73,13 @@ def export_and_check(sim, example: torch.Tensor, inputs: list[tuple[str, torch.T
     cpu = torch.device("cpu")
     deployed = formats.onnx_runner(formats.onnx_session(path, cpu))
     parity, by_module, _ = qdq_job._parity(build, path, cpu, deployed, inputs, list(RANDOM), 0, 0, _Ctx())
-    return {"info": info, "layers": layers, "parity": parity, "by_module": by_module, "proto": onnx.load(str(path))}
+    return {
+        "info": info,
+        "layers": layers,
+        "parity": parity,
+        "by_module": by_module,
+        "proto": onnx.load(str(path)),
+    }
 
 
 def _dequantize_feeding(proto, op_type: str) -> list:
@@ -108,7 +116,9 @@ def _assert_parity(result: dict) -> None:
 
 def test_a_unet_with_transposed_convs_exports_and_matches_in_onnxruntime(tmp_path):
     sim = quantize(unet(), batches(images(64)), adaround=20, correction="empirical")
-    inputs = [(f"random batch {b}", images(b, seed=20 + b)) for b in RANDOM] + [("samples", images(14, seed=3))]
+    inputs = [(f"random batch {b}", images(b, seed=20 + b)) for b in RANDOM] + [
+        ("samples", images(14, seed=3))
+    ]
     result = export_and_check(sim, images(2, seed=9), inputs, tmp_path / "unet.onnx")
     assert sorted(result["layers"]["weights"]["qdq"]) == sorted(sim.weights)
     transposed = _dequantize_feeding(result["proto"], "ConvTranspose")
@@ -123,12 +133,16 @@ def test_a_token_model_exports_its_embedding_per_row_and_takes_int64_ids(tmp_pat
     torch.manual_seed(0)
     model = Tokens().eval()
     sim = quantize(model, batches(token_ids(64)), correction="empirical")
-    inputs = [(f"random batch {b}", token_ids(b, seed=30 + b)) for b in RANDOM] + [("samples", token_ids(14, 5))]
+    inputs = [(f"random batch {b}", token_ids(b, seed=30 + b)) for b in RANDOM] + [
+        ("samples", token_ids(14, 5))
+    ]
     result = export_and_check(sim, token_ids(2, seed=9), inputs, tmp_path / "tokens.onnx")
     proto = result["proto"]
     assert proto.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.INT64
     # Nothing quantizes the ids: the graph's input feeds no QuantizeLinear.
-    assert not any(n.op_type == "QuantizeLinear" and proto.graph.input[0].name in n.input for n in proto.graph.node)
+    assert not any(
+        n.op_type == "QuantizeLinear" and proto.graph.input[0].name in n.input for n in proto.graph.node
+    )
     (table,) = _dequantize_feeding(proto, "Gather")
     assert _axis(table) == 0
     scale = next(i for i in proto.graph.initializer if i.name == table.input[1])

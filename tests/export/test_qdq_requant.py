@@ -1,7 +1,7 @@
-"""A layer that no quantizer feeds (after a LayerNorm, a mean over tokens) gets a quantizer at its input: integer
-kernels take 8-bit inputs, and left float, onnxruntime quantizes a MatMul's input itself at run time (MatMulNBits),
-so the deployed file stops computing what was simulated. With it, every quantizer of the file gives the
-simulation's codes as deployed."""
+"""A layer that no quantizer feeds (after a LayerNorm, a mean over tokens) gets a quantizer at its input:
+integer kernels take 8-bit inputs, and left float, onnxruntime quantizes a MatMul's input itself at run time
+(MatMulNBits), so the deployed file stops computing what was simulated. With it, every quantizer of the file
+gives the simulation's codes as deployed."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class Mixer(nn.Module):
         t = self.stem(x).flatten(2).transpose(1, 2)
         t = t + self.fc2(self.act(self.fc1(self.norm(t))))
         return self.head(t.mean(1))
-'''
+'''  # noqa: E501
 
 
 def test_layers_fed_by_no_quantizer_get_one_and_the_file_matches_as_deployed(tmp_path):
@@ -47,13 +47,20 @@ def test_layers_fed_by_no_quantizer_get_one_and_the_file_matches_as_deployed(tmp
     checkpoint = tmp_path / "mixer.pt"
     torch.save(Mixer().state_dict(), checkpoint)
     data = {"name": "fake", "num_classes": 10, "size": 64, "test_fraction": 0.25, "image_size": [32, 32]}
-    quant = run("quant.analyze", {"model": {"name": f"file:{tmp_path / 'mixer.py'}:Mixer",
-                                            "checkpoint": str(checkpoint)},
-                                  "dataset": data, "calibration": {"samples": 32}, "eval_samples": 16}, tmp_path / "ws")
+    quant = run(
+        "quant.analyze",
+        {
+            "model": {"name": f"file:{tmp_path / 'mixer.py'}:Mixer", "checkpoint": str(checkpoint)},
+            "dataset": data,
+            "calibration": {"samples": 32},
+            "eval_samples": 16,
+        },
+        tmp_path / "ws",
+    )
     assert quant["status"] == "done", quant.get("error")
     kinds = {e["name"]: e["kind"] for e in quant["layers"] if e["tensor"] == "activation"}
-    # The LayerNorm's output (fc1's input) and the mean over tokens (the head's input) are quantized; fc2's input
-    # is fc1's quantized output already.
+    # The LayerNorm's output (fc1's input) and the mean over tokens (the head's input) are quantized; fc2's
+    # input is fc1's quantized output already.
     assert kinds["norm"] == "requant" and kinds["head.input"] == "requant", kinds
     assert "fc2.input" not in kinds
     export_qdq_matching(tmp_path / "ws", quant["run_dir"])

@@ -1,8 +1,8 @@
-"""What you simulate is what you deploy: small networks with the structures that broke QDQ parity on real models
-(residual adds, concatenations, max pooling before a conv, a float output after an average of codes, depthwise
-layers, activations that vanish until a bias overflows int32) are quantized and exported, and onnxruntime, with its
-graph optimizations on and off, computes the simulation's codes quantizer by quantizer; a file that does not is
-caught."""
+"""What you simulate is what you deploy: small networks with the structures that broke QDQ parity on real
+models (residual adds, concatenations, max pooling before a conv, a float output after an average of codes,
+depthwise layers, activations that vanish until a bias overflows int32) are quantized and exported, and
+onnxruntime, with its graph optimizations on and off, computes the simulation's codes quantizer by quantizer;
+a file that does not is caught."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 from export_helpers import done, export, run
 
-MODELS = '''
+MODELS = """
 import torch
 from torch import nn
 
@@ -96,7 +96,7 @@ class Vanishing(nn.Module):  # googlenet at random init: activations shrink laye
 
     def forward(self, x):
         return self.fc(torch.flatten(self.avg(self.layers(x)), 1))
-'''
+"""  # noqa: E501
 NAMES = ("Residual", "Inception", "Fire", "Depthwise", "Vanishing")
 DATA = {"name": "fake", "num_classes": 10, "size": 96, "test_fraction": 0.25, "image_size": [16, 16]}
 
@@ -120,17 +120,27 @@ def zoo(tmp_path_factory) -> tuple[Path, Path, dict]:
 
 
 def _quantize_and_export(zoo, name: str) -> tuple[dict, dict, list, list]:
-    """(quantize result, export result, export logs, quantize logs), each model quantized and exported once."""
+    """(quantize result, export result, export logs, quantize logs), each model quantized and exported
+    once."""
     workspace, source, done_already = zoo
     if name not in done_already:
         quant_logs: list = []
-        quant = run("quant.analyze", {"model": {"name": f"file:{source}:{name}",
-                                                "checkpoint": str(source.parent / f"{name}.pt")},
-                                      "dataset": DATA, "calibration": {"samples": 32, "seed": 0}, "eval_samples": 24},
-                    workspace, quant_logs)
+        quant = run(
+            "quant.analyze",
+            {
+                "model": {"name": f"file:{source}:{name}", "checkpoint": str(source.parent / f"{name}.pt")},
+                "dataset": DATA,
+                "calibration": {"samples": 32, "seed": 0},
+                "eval_samples": 24,
+            },
+            workspace,
+            quant_logs,
+        )
         assert quant["status"] == "done", quant.get("error")
-        result, logs = export(workspace, {"source": {"run": Path(quant["run_dir"]).name}, "format": "onnx_qdq",
-                                          "parity_samples": 14})
+        result, logs = export(
+            workspace,
+            {"source": {"run": Path(quant["run_dir"]).name}, "format": "onnx_qdq", "parity_samples": 14},
+        )
         done_already[name] = (quant, done(result), logs, quant_logs)
     return done_already[name]
 
@@ -158,7 +168,8 @@ def test_onnxruntime_computes_the_simulated_codes_as_deployed_and_as_written(zoo
     else:
         assert steps["unit"] == "the output quantizer's step"
         assert steps["step"] == pytest.approx(result["output_scale"])
-    # Vanishing activations: the fc's bias saturates int32, in the simulation and in the file, and both say so.
+    # Vanishing activations: the fc's bias saturates int32, in the simulation and in the file, and both say
+    # so.
     for said in (quant_logs, logs):
         warned = [text for level, text in said if level == "warning" and "does not fit int32" in text]
         assert bool(warned) == (name == "Vanishing"), warned
@@ -174,8 +185,11 @@ def test_a_file_that_computes_something_else_is_caught_at_the_first_quantizer_th
     quant, result, _, _ = _quantize_and_export(zoo, "Residual")
     proto = onnx.load(result["artifact"])
     # Move one activation quantizer's scale by a quarter in the file only: its codes no longer match.
-    node = next(n for n in proto.graph.node if n.op_type == "QuantizeLinear"
-                and qdq_steps._quantizer_of(n) == "_quant_act_2")
+    node = next(
+        n
+        for n in proto.graph.node
+        if n.op_type == "QuantizeLinear" and qdq_steps._quantizer_of(n) == "_quant_act_2"
+    )
     target = node.input[1]
     for init in proto.graph.initializer:
         if init.name == target:
@@ -186,7 +200,9 @@ def test_a_file_that_computes_something_else_is_caught_at_the_first_quantizer_th
     build = onnx_qdq.build_qdq(run_, say=lambda *a, **k: None)
     x = torch.randn(7, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     for optimize in (False, True):
-        analysis = qdq_steps.analyse(build.sim, tampered, [("random", x)], result["output_scale"], optimize=optimize)
+        analysis = qdq_steps.analyse(
+            build.sim, tampered, [("random", x)], result["output_scale"], optimize=optimize
+        )
         assert analysis["local_passed"] is False and analysis["passed"] is False
         off = analysis["quantizers"]["off"]
         assert off and off[0]["point"] == build.sim.gm.get_submodule("_quant_act_2").point, off

@@ -1,5 +1,5 @@
-"""format=tensorrt: refused with the reason where torch_tensorrt or CUDA is missing (here: always); the real path
-where both are; and the code path's calls checked against a stand-in torch_tensorrt module."""
+"""format=tensorrt: refused with the reason where torch_tensorrt or CUDA is missing (here: always); the real
+path where both are; and the code path's calls checked against a stand-in torch_tensorrt module."""
 
 from __future__ import annotations
 
@@ -32,15 +32,17 @@ def test_tensorrt_reports_why_it_is_unavailable(digits_run):
 @pytest.mark.skipif(not AVAILABLE, reason="needs torch_tensorrt and a CUDA device")
 def test_tensorrt_export_on_cuda(digits_run):
     workspace, run_id = digits_run
-    result, _ = export(workspace, {"source": {"run": run_id}, "format": "tensorrt", "device": "cuda",
-                                   "precision": "fp16"})
+    result, _ = export(
+        workspace, {"source": {"run": run_id}, "format": "tensorrt", "device": "cuda", "precision": "fp16"}
+    )
     done(result)
     assert result["exporter"] == "torch_tensorrt" and Path(result["artifact"]).suffix == ".pt2"
     assert result["parity"]["passed"] is True and "float16" in result["parity"]["tolerance_rule"]
 
 
 class _StandIn(types.ModuleType):
-    """Just enough of torch_tensorrt's API to check what the exporter calls: compile returns the model itself."""
+    """Just enough of torch_tensorrt's API to check what the exporter calls: compile returns the model
+    itself."""
 
     __version__ = "0.0-stand-in"
 
@@ -76,8 +78,9 @@ def stand_in(monkeypatch):
 
 def test_tensorrt_code_path(digits_run, stand_in):
     workspace, run_id = digits_run
-    result, _ = export(workspace, {"source": {"run": run_id}, "format": "tensorrt", "precision": "fp16",
-                                   "parity_samples": 7})
+    result, _ = export(
+        workspace, {"source": {"run": run_id}, "format": "tensorrt", "precision": "fp16", "parity_samples": 7}
+    )
     done(result)
     assert Path(result["artifact"]).name == "model_tensorrt.pt2" and result["size_bytes"] == len(b"an engine")
     assert result["exporter"] == "torch_tensorrt" and result["precision"] == "fp16"
@@ -92,5 +95,7 @@ def test_tensorrt_code_path(digits_run, stand_in):
 
 def test_tensorrt_int8_asks_for_a_quantize_run(digits_run, stand_in):
     workspace, run_id = digits_run
-    message = failed(export(workspace, {"source": {"run": run_id}, "format": "tensorrt", "precision": "int8"})[0])
+    message = failed(
+        export(workspace, {"source": {"run": run_id}, "format": "tensorrt", "precision": "int8"})[0]
+    )
     assert message.startswith("precision: int8") and "onnx_qdq" in message

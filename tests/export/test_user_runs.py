@@ -1,12 +1,13 @@
-"""A run of a user's own Dataset and model (issue #20) downstream: export checks parity on the run's real samples
-(read through the user's Dataset), bench times it, and quantize measures the task's monitor (MAE here)."""
+"""A run of a user's own Dataset and model (issue #20) downstream: export checks parity on the run's real
+samples (read through the user's Dataset), bench times it, and quantize measures the task's monitor (MAE
+here)."""
 
 from __future__ import annotations
 
 import pytest
 from export_helpers import run, train_project
 
-PROJECT = '''
+PROJECT = """
 from pathlib import Path
 
 import torch
@@ -31,7 +32,7 @@ class Rows(Dataset):
 
 def net(num_classes=1):
     return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, num_classes))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -53,23 +54,33 @@ def test_export_checks_parity_on_the_runs_own_samples(regression_run):
     assert inits(workspace) - before == 1  # the user's Dataset is built once per export, not once per step
     parity = exported["parity"]
     assert parity["passed"]
-    assert any(check["input"].startswith("samples ") for check in parity["checks"])  # real rows, not only random
+    # real rows, not only random
+    assert any(check["input"].startswith("samples ") for check in parity["checks"])
 
 
 def test_bench_times_the_run(regression_run):
     result, workspace = regression_run
-    bench = run("bench.latency", {"source": {"run": result["run_dir"]}, "backends": ["eager"], "iters": 5,
-                                   "warmup": 1}, workspace)
+    bench = run(
+        "bench.latency",
+        {"source": {"run": result["run_dir"]}, "backends": ["eager"], "iters": 5, "warmup": 1},
+        workspace,
+    )
     assert bench["status"] == "done", bench.get("error")
     assert bench["results"][0]["status"] == "ok"
 
 
 def test_quantize_measures_the_runs_own_monitor(regression_run):
     result, workspace = regression_run
-    quantized = run("quant.analyze", {"source": {"run": result["run_dir"]}, "calibration": {"samples": 32}},
-                     workspace)
+    quantized = run(
+        "quant.analyze", {"source": {"run": result["run_dir"]}, "calibration": {"samples": 32}}, workspace
+    )
     assert quantized["status"] == "done", quantized.get("error")
-    assert quantized["metric"] == {"name": "mae", "label": "test MAE", "split": "test", "higher_is_better": False}
+    assert quantized["metric"] == {
+        "name": "mae",
+        "label": "test MAE",
+        "split": "test",
+        "higher_is_better": False,
+    }
 
 
 SEGMENTATION = '''
@@ -111,13 +122,17 @@ def segmentation_run(tmp_path_factory):
 
 
 def test_a_segmentation_run_exports_with_parity_and_benches(segmentation_run):
-    """A run's model is rebuilt for its own task: a (batch, classes, H, W) output is right for segmentation."""
+    """A run's model is rebuilt for its own task: a (batch, classes, H, W) output is right for
+    segmentation."""
     trained, workspace = segmentation_run
     exported = run("export.model", {"source": {"run": trained["run_dir"]}, "format": "onnx"}, workspace)
     assert exported["status"] == "done", exported.get("error")
     assert exported["parity"]["passed"]
-    bench = run("bench.latency", {"source": {"run": trained["run_dir"]}, "backends": ["eager"], "iters": 5,
-                                   "warmup": 1}, workspace)
+    bench = run(
+        "bench.latency",
+        {"source": {"run": trained["run_dir"]}, "backends": ["eager"], "iters": 5, "warmup": 1},
+        workspace,
+    )
     assert bench["status"] == "done", bench.get("error")
     assert bench["results"][0]["status"] == "ok"
 
@@ -126,8 +141,9 @@ def test_a_segmentation_runs_int8_model_exports_and_is_measured_in_its_monitor(s
     """The QDQ export rebuilds the quantize run's model for any task's output, and measures the task's monitor
     (mIoU here) in onnxruntime beside the simulated one, not argmax accuracy."""
     trained, workspace = segmentation_run
-    quantized = run("quant.analyze", {"source": {"run": trained["run_dir"]}, "calibration": {"samples": 16}},
-                    workspace)
+    quantized = run(
+        "quant.analyze", {"source": {"run": trained["run_dir"]}, "calibration": {"samples": 16}}, workspace
+    )
     assert quantized["status"] == "done", quantized.get("error")
     qdq = run("export.model", {"source": {"run": quantized["run_dir"]}, "format": "onnx_qdq"}, workspace)
     assert qdq["status"] == "done", qdq.get("error")

@@ -10,9 +10,18 @@ from stored_models import BRANCHY, stored_training_run  # noqa: F401 (re-exporte
 from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
 
-CONTRACT_KEYS = {"run_dir", "status", "graph_json", "nodes", "params_total", "params_trainable", "flops", "modules",
-                 "capture", "capture_reason"}
-
+CONTRACT_KEYS = {
+    "run_dir",
+    "status",
+    "graph_json",
+    "nodes",
+    "params_total",
+    "params_trainable",
+    "flops",
+    "modules",
+    "capture",
+    "capture_reason",
+}
 
 
 def build(workspace: Path, spec: dict, logs: list | None = None) -> dict:

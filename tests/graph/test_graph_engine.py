@@ -1,5 +1,6 @@
 """`graph.build` through the real runner: the result contract, hand-counted parameters and FLOPs of `cnn`, the
-module-hierarchy fallback, the three sources (model, run, file) and overlays Model Explorer's own format accepts."""
+module-hierarchy fallback, the three sources (model, run, file) and overlays Model Explorer's own format
+accepts."""
 
 from __future__ import annotations
 
@@ -21,9 +22,12 @@ from workbench.worker.models import build_model
 # cnn at 1x28x28: three conv stages (32, 64, 128 channels, 3x3, no bias), pooling after the first two.
 CNN_28 = {"model": {"name": "cnn", "input_shape": [1, 28, 28]}}
 CNN_PARAMS = {
-    "features.0": 1 * 32 * 9, "features.1": 2 * 32,
-    "features.4": 32 * 64 * 9, "features.5": 2 * 64,
-    "features.8": 64 * 128 * 9, "features.9": 2 * 128,
+    "features.0": 1 * 32 * 9,
+    "features.1": 2 * 32,
+    "features.4": 32 * 64 * 9,
+    "features.5": 2 * 64,
+    "features.8": 64 * 128 * 9,
+    "features.9": 2 * 128,
     "classifier": 128 * 10 + 10,
 }
 # 2 FLOPs per multiply-add, as torch.utils.flop_counter counts; BatchNorm, ReLU and pooling count nothing.
@@ -44,8 +48,10 @@ def cnn_graph(tmp_path_factory):
 def test_result_has_every_contract_key(cnn_graph):
     result, _ = cnn_graph
     assert CONTRACT_KEYS <= set(result)
-    assert result["capture"] == "non_strict" and result["capture_reason"] == \
-        "torch.export (non-strict) captured the whole model"
+    assert (
+        result["capture"] == "non_strict"
+        and result["capture_reason"] == "torch.export (non-strict) captured the whole model"
+    )
     assert result["graph_json"].startswith(result["run_dir"])
     assert result["nodes"] == len(graph_nodes(result)) > 0
     assert {"name", "type", "output_shape", "params", "flops"} <= set(result["modules"][0])
@@ -61,7 +67,10 @@ def test_cnn_params_and_flops_match_hand_counts(cnn_graph):
         assert rows[name]["params"] == count, name
     for name, row in rows.items():
         assert row["flops"] == CNN_FLOPS.get(name, row["flops"] if not row["leaf"] else 0), name
-    assert rows[""]["flops"] == result["flops"] and rows["features"]["flops"] == result["flops"] - CNN_FLOPS["classifier"]
+    assert (
+        rows[""]["flops"] == result["flops"]
+        and rows["features"]["flops"] == result["flops"] - CNN_FLOPS["classifier"]
+    )
     assert rows["features.0"]["output_shape"] == [32, 28, 28]
     assert rows["features.3"]["output_shape"] == [32, 14, 14]  # after the first pooling
     assert rows["features.8"]["output_shape"] == [128, 7, 7]
@@ -81,8 +90,9 @@ def test_the_graph_is_laid_out_denser_than_model_explorers_default(cnn_graph):
 
 
 def test_overlays_are_model_explorer_node_data(cnn_graph):
-    """Each overlay file is a GraphNodeData: it rebuilds from Model Explorer's own dataclasses and serialises back
-    to the same JSON, passes the check its web app applies when it loads a node-data file, and keys real nodes."""
+    """Each overlay file is a GraphNodeData: it rebuilds from Model Explorer's own dataclasses and serialises
+    back to the same JSON, passes the check its web app applies when it loads a node-data file, and keys real
+    nodes."""
     from model_explorer.node_data_builder import GraphNodeData, NodeDataResult
 
     result, _ = cnn_graph
@@ -92,13 +102,20 @@ def test_overlays_are_model_explorer_node_data(cnn_graph):
     for metric, summary in result["overlays"].items():
         path = f"{result['run_dir']}/artifacts/graph/{summary['path']}"
         data = load_json(path)
-        rebuilt = GraphNodeData(name=data["name"], results={k: NodeDataResult(**v) for k, v in data["results"].items()})
-        assert json.loads(rebuilt.to_json_string()) == {**data, "thresholds": [], "gradient": [],
-                                                        "hideInAggregatedStatsTable": False,
-                                                        "hideInChildrenStatsTable": False,
-                                                        "showExpandedSummaryOnGroupNode": False,
-                                                        "showLabelCountColumnsInChildrenStatsTable": False}
-        # main-*.js getNodeDataProviderData: `r.results != null && r.results.results == null` -> one graph's data.
+        rebuilt = GraphNodeData(
+            name=data["name"], results={k: NodeDataResult(**v) for k, v in data["results"].items()}
+        )
+        assert json.loads(rebuilt.to_json_string()) == {
+            **data,
+            "thresholds": [],
+            "gradient": [],
+            "hideInAggregatedStatsTable": False,
+            "hideInChildrenStatsTable": False,
+            "showExpandedSummaryOnGroupNode": False,
+            "showLabelCountColumnsInChildrenStatsTable": False,
+        }
+        # main-*.js getNodeDataProviderData: `r.results != null && r.results.results == null` -> one graph's
+        # data.
         assert data["results"] and "results" not in data["results"]
         assert set(data["results"]) <= ids, metric
         assert all(re.fullmatch(r"#[0-9a-f]{6}", r["bgColor"]) for r in data["results"].values())
@@ -109,14 +126,26 @@ def test_overlays_are_model_explorer_node_data(cnn_graph):
 
 
 def test_write_overlay_paints_any_per_layer_result(cnn_graph, tmp_path):
-    """A later per-layer result (quantization SQNR, say) is keyed by module name and painted on the same graph."""
+    """A later per-layer result (quantization SQNR, say) is keyed by module name and painted on the same
+    graph."""
     result, _ = cnn_graph
     sqnr = {"features.0": 40.0, "features.4": 31.5, "features.8": 22.0, "classifier": 35.0}
-    overlay = write_overlay(tmp_path, "sqnr_db", sqnr, graph=result["graph_json"], label="SQNR (dB)",
-                            additive=False, higher_is_better=True)
+    overlay = write_overlay(
+        tmp_path,
+        "sqnr_db",
+        sqnr,
+        graph=result["graph_json"],
+        label="SQNR (dB)",
+        additive=False,
+        higher_is_better=True,
+    )
     data = load_json(overlay.path)["results"]
-    assert {k: v["value"] for k, v in data.items()} == {"conv2d": 40.0, "conv2d_1": 31.5, "conv2d_2": 22.0,
-                                                        "linear": 35.0}
+    assert {k: v["value"] for k, v in data.items()} == {
+        "conv2d": 40.0,
+        "conv2d_1": 31.5,
+        "conv2d_2": 22.0,
+        "linear": 35.0,
+    }
     assert data["conv2d_2"]["bgColor"] == "#8c2d04"  # the worst layer is the darkest
     index = load_json(tmp_path / "overlays.json")["overlays"]["sqnr_db"]
     assert index["values"] == sqnr and index["legend"]["min"] == 22.0 and index["higher_is_better"]
@@ -125,7 +154,9 @@ def test_write_overlay_paints_any_per_layer_result(cnn_graph, tmp_path):
 def test_fallback_to_the_module_hierarchy_for_data_dependent_control_flow(tmp_path):
     source = tmp_path / "branchy.py"
     source.write_text(BRANCHY)
-    result = done(build(tmp_path / "ws", {"model": {"name": f"file:{source}:Branchy", "input_shape": [1, 8, 8]}}))
+    result = done(
+        build(tmp_path / "ws", {"model": {"name": f"file:{source}:Branchy", "input_shape": [1, 8, 8]}})
+    )
     assert result["capture"] == "modules"
     reason = result["capture_reason"]
     assert "strict export failed" in reason and "non-strict export failed" in reason
@@ -153,7 +184,9 @@ def _fake_training_run(workspace, *, profile: bool) -> tuple[str, dict]:
     torch.manual_seed(7)
     state = build_model(spec.model).state_dict()
     save_state_dict(state, run.checkpoints_dir / "best.pt")
-    save_state_dict({"model": {k: torch.zeros_like(v) for k, v in state.items()}}, run.checkpoints_dir / "last.pt")
+    save_state_dict(
+        {"model": {k: torch.zeros_like(v) for k, v in state.items()}}, run.checkpoints_dir / "last.pt"
+    )
     if profile:
         (run.artifacts_dir / "profile_top_ops.json").write_text("[]")
     run.set_status("done")
@@ -165,13 +198,19 @@ def test_source_run_uses_the_runs_model_and_best_checkpoint(tmp_path):
     run_dir, state = _fake_training_run(tmp_path, profile=True)
     logs: list[str] = []
     result = done(build(tmp_path, {"source": {"run": run_dir.rsplit("/", 1)[-1]}}, logs))
-    assert result["input_shape"] == [1, 12, 12] and modules(result)["features.0"]["output_shape"] == [32, 12, 12]
+    assert result["input_shape"] == [1, 12, 12] and modules(result)["features.0"]["output_shape"] == [
+        32,
+        12,
+        12,
+    ]
     assert any("checkpoints/best.pt" in line for line in logs)
     weight = next(n for n in graph_nodes(result) if n["id"] == "p_features_0_weight")
     shown = json.loads(next(a["value"] for a in weight["attrs"] if a["key"] == "__value"))
     assert shown == pytest.approx(state["features.0.weight"].flatten()[:16].tolist())  # best.pt, not last.pt
     assert "self_time_ms" in result["overlays"]  # the run has a profile
-    times = load_json(f"{result['run_dir']}/artifacts/graph/overlays.json")["overlays"]["self_time_ms"]["values"]
+    times = load_json(f"{result['run_dir']}/artifacts/graph/overlays.json")["overlays"]["self_time_ms"][
+        "values"
+    ]
     assert times[""] > 0 and set(times) == set(modules(result))
 
 

@@ -1,5 +1,5 @@
-"""Which layers Model Explorer opens unfolded: every level that still fits the limit, the inputs always folded, and
-only layers Model Explorer really draws (it dissolves a layer that holds a single op)."""
+"""Which layers Model Explorer opens unfolded: every level that still fits the limit, the inputs always
+folded, and only layers Model Explorer really draws (it dissolves a layer that holds a single op)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,20 @@ def _graph(*namespaces: str) -> dict:
 
 # A small CNN as torch.export names it: 2 blocks of 3 layers (each conv two ops, bn and relu one op each), a
 # one-op head, 6 parameters, an op in the model's own forward and the output at the root.
-CNN = _graph(*["inputs"] * 6,
-             "Net/block_0/conv_0", "Net/block_0/conv_0", "Net/block_0/bn_1", "Net/block_0/relu_2",
-             "Net/block_1/conv_0", "Net/block_1/conv_0", "Net/block_1/bn_1", "Net/block_1/relu_2",
-             "Net/head", "Net", "")
+CNN = _graph(
+    *["inputs"] * 6,
+    "Net/block_0/conv_0",
+    "Net/block_0/conv_0",
+    "Net/block_0/bn_1",
+    "Net/block_0/relu_2",
+    "Net/block_1/conv_0",
+    "Net/block_1/conv_0",
+    "Net/block_1/bn_1",
+    "Net/block_1/relu_2",
+    "Net/head",
+    "Net",
+    "",
+)
 
 
 def _ids(*paths: str) -> list[str]:
@@ -28,11 +38,16 @@ def test_a_graph_that_fits_opens_to_its_ops_naming_only_the_deepest_layers_model
 
 
 def test_the_limit_stops_at_the_last_level_that_fits():
-    # Shown with Net open: block_0, block_1, head's op, Net's op, inputs, output = 6; with the blocks open too:
+    # Shown with Net open: block_0, block_1, head's op, Net's op, inputs, output = 6; with the blocks open
+    # too:
     # 2 conv layers, 4 ops (bn, relu) and the same 4 = 10; everything open: 4 conv ops + 4 + 4 = 12.
     assert initial_expansion(CNN, limit=5) == []
     assert initial_expansion(CNN, limit=6) == initial_expansion(CNN, limit=9) == _ids("Net")
-    assert initial_expansion(CNN, limit=10) == initial_expansion(CNN, limit=11) == _ids("Net/block_0", "Net/block_1")
+    assert (
+        initial_expansion(CNN, limit=10)
+        == initial_expansion(CNN, limit=11)
+        == _ids("Net/block_0", "Net/block_1")
+    )
     assert initial_expansion(CNN, limit=12) == initial_expansion(CNN)
 
 

@@ -1,5 +1,6 @@
-"""`graph.build` with `quant_run`: a real (small) quantize run's per-layer SQNR painted on its training run's graph
-as two overlays, the index entries naming the run, and the clear refusals of runs that cannot be painted."""
+"""`graph.build` with `quant_run`: a real (small) quantize run's per-layer SQNR painted on its training run's
+graph as two overlays, the index entries naming the run, and the clear refusals of runs that cannot be
+painted."""
 
 from __future__ import annotations
 
@@ -50,21 +51,27 @@ def test_weight_and_activation_sqnr_overlays_hold_the_reports_values(quant_run, 
     assert any(f"Weight SQNR (dB) of run {quant_id}" in line for line in logs)
     index = load_json(result["overlays_json"])["overlays"]
     assert {"params", "flops", WEIGHT, ACTIVATION} <= set(index)
-    for metric, tensor, label in ((WEIGHT, "weight", "Weight SQNR (dB)"),
-                                  (ACTIVATION, "activation", "Activation SQNR (dB)")):
+    for metric, tensor, label in (
+        (WEIGHT, "weight", "Weight SQNR (dB)"),
+        (ACTIVATION, "activation", "Activation SQNR (dB)"),
+    ):
         entry = index[metric]
         assert (entry["label"], entry["quant_run"], entry["tensor"]) == (label, quant_id, tensor)
         assert entry["higher_is_better"] is True and entry["additive"] is False
         assert result["overlays"][metric]["quant_run"] == quant_id
         expected = {name: value for name, value in _sqnr(quant, tensor).items() if name != "input"}
         assert expected and entry["values"] == pytest.approx(expected)
-        # Model Explorer's node data: each layer's value on one node of its module, darkest where SQNR is lowest.
+        # Model Explorer's node data: each layer's value on one node of its module, darkest where SQNR is
+        # lowest.
         data = load_json(Path(result["overlays_json"]).parent / entry["path"])
         assert data["name"] == label
-        assert sorted(r["value"] for r in data["results"].values()) == pytest.approx(sorted(expected.values()))
+        assert sorted(r["value"] for r in data["results"].values()) == pytest.approx(
+            sorted(expected.values())
+        )
         worst = min(data["results"].values(), key=lambda r: r["value"])
         assert worst["bgColor"] == entry["legend"]["colors"][0] == "#8c2d04"
-    assert "input" in _sqnr(quant, "activation")  # the model's input: in the report, on no module of the graph
+    # the model's input: in the report, on no module of the graph
+    assert "input" in _sqnr(quant, "activation")
     assert "input" not in index[ACTIVATION]["values"]
     json.dumps(result, allow_nan=False)
 
@@ -116,6 +123,8 @@ def test_a_missing_quant_run_is_named(tmp_path):
 
 def test_a_model_without_the_quantized_layers_is_refused(quant_run):
     workspace, _, quant = quant_run
-    result = build(workspace, {"quant_run": quant["run_dir"], "model": {"name": "mlp", "input_shape": [1, 8, 8]}})
+    result = build(
+        workspace, {"quant_run": quant["run_dir"], "model": {"name": "mlp", "input_shape": [1, 8, 8]}}
+    )
     assert result["status"] == "failed"
     assert "is a module of this graph" in result["error"]["message"]

@@ -1,4 +1,5 @@
-"""`graph.build` on torchvision's resnet18 (10 classes, 3x224x224), and `workbench graph` on the command line."""
+"""`graph.build` on torchvision's resnet18 (10 classes, 3x224x224), and `workbench graph` on the command
+line."""
 
 from __future__ import annotations
 
@@ -13,10 +14,16 @@ from torch.utils.flop_counter import FlopCounterMode
 def test_resnet18_counts_shapes_and_nodes(tmp_path):
     import torchvision
 
-    result = done(build(tmp_path, {"model": {"name": "torchvision:resnet18", "num_classes": 10,
-                                             "input_shape": [3, 224, 224]}}))
+    result = done(
+        build(
+            tmp_path,
+            {"model": {"name": "torchvision:resnet18", "num_classes": 10, "input_shape": [3, 224, 224]}},
+        )
+    )
     reference = torchvision.models.resnet18(num_classes=10).eval()
-    assert result["params_total"] == result["params_trainable"] == sum(p.numel() for p in reference.parameters())
+    assert (
+        result["params_total"] == result["params_trainable"] == sum(p.numel() for p in reference.parameters())
+    )
     counter = FlopCounterMode(display=False)
     with counter, torch.no_grad():
         reference(torch.zeros(1, 3, 224, 224))

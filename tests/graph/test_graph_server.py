@@ -1,5 +1,6 @@
-"""The graph server process: loopback only, serves the worker's graph JSON (and nothing outside its roots), stops
-with stop() and by itself when its owner dies. Who may use it (token, origin, uploads): test_graph_server_access.py."""
+"""The graph server process: loopback only, serves the worker's graph JSON (and nothing outside its roots),
+stops with stop() and by itself when its owner dies. Who may use it (token, origin, uploads):
+test_graph_server_access.py."""
 
 from __future__ import annotations
 
@@ -93,7 +94,9 @@ def test_refuses_files_outside_its_roots_and_other_host_names(served):
     for path in (secret, "/etc/passwd", f"{tmp_path}/workspace/../secret.json"):
         status, body = _get(f"{server.base_url}api/v1/read_text_file?path={path}&token={server.token}")
         assert status == 403 and b"only reads" in body
-    status, _ = _get(f"{server.base_url}?token={server.token}", headers={"Host": f"attacker.example:{server.port}"})
+    status, _ = _get(
+        f"{server.base_url}?token={server.token}", headers={"Host": f"attacker.example:{server.port}"}
+    )
     assert status == 403  # a web page that rebinds its own name to 127.0.0.1 gets nothing
 
 
@@ -108,16 +111,25 @@ def test_stop_ends_the_process_and_frees_the_port(served):
 
 
 def test_server_stops_when_its_owner_dies(tmp_path):
-    """The owner (the window) is SIGKILLed, so it never calls stop(): the server notices and exits by itself."""
-    owner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    """The owner (the window) is SIGKILLed, so it never calls stop(): the server notices and exits by
+    itself."""
+    owner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import sys, time
         from workbench.graph_server.process import GraphServer
-        server = GraphServer([{str(tmp_path)!r}], runtime_dir={str(tmp_path / 'rt')!r})
+        server = GraphServer([{str(tmp_path)!r}], runtime_dir={str(tmp_path / "rt")!r})
         server.start()
         assert server.wait_ready(60), server.error
         print(server.pid, server.port, flush=True)
         time.sleep(600)
-    """)], stdout=subprocess.PIPE, text=True)
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         pid, port = map(int, owner.stdout.readline().split())
         assert _alive(pid)
@@ -151,12 +163,17 @@ def test_a_url_with_a_graph_beside_names_both_panes(tmp_path):
     right.write_text(_json.dumps({"label": "int8 (right)", "graphs": [{"id": "graph (right)", "nodes": []}]}))
     server = GraphServer([tmp_path], runtime_dir=tmp_path / "rt")
     server.port = 1  # url_for needs only the port: no server is started
-    data = _json.loads(parse_qs(urlparse(server.url_for(left, beside=(right, "int8 (right)", "graph (right)"))).query)
-                       ["data"][0])
+    data = _json.loads(
+        parse_qs(urlparse(server.url_for(left, beside=(right, "int8 (right)", "graph (right)"))).query)[
+            "data"
+        ][0]
+    )
     assert [m["url"] for m in data["models"]] == [str(left.absolute()), str(right.absolute())]
     panes = data["uiState"]["paneStates"]
     assert [(p["selectedCollectionLabel"], p["selectedGraphId"]) for p in panes] == [
-        ("fp32", "graph"), ("int8 (right)", "graph (right)")]
+        ("fp32", "graph"),
+        ("int8 (right)", "graph (right)"),
+    ]
     assert [p["widthFraction"] for p in panes] == [0.5, 0.5] and panes[0]["selected"]
 
 
@@ -175,21 +192,38 @@ def test_workbench_graph_serves_on_the_port_asked_until_ctrl_c(tmp_path, signame
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    proc = subprocess.Popen(wb_argv("--workspace", str(tmp_path / "ws"), "graph", "--set", "model.name=cnn",
-                                    "--set", "model.input_shape=1,8,8", "--set", f"port={port}"),
-                            env=wb_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        wb_argv(
+            "--workspace",
+            str(tmp_path / "ws"),
+            "graph",
+            "--set",
+            "model.name=cnn",
+            "--set",
+            "model.input_shape=1,8,8",
+            "--set",
+            f"port={port}",
+        ),
+        env=wb_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         lines = []
         for line in proc.stderr:  # the build's progress, then where the graph is served
             lines.append(line)
             if "the graph is at" in line:
                 break
-        assert any(f"http://127.0.0.1:{port}/" in line and "&token=" in line for line in lines), "".join(lines)
+        assert any(f"http://127.0.0.1:{port}/" in line and "&token=" in line for line in lines), "".join(
+            lines
+        )
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/check_health", timeout=30) as reply:
             assert reply.status == 200
         proc.send_signal(getattr(signal, signame))
-        assert proc.wait(timeout=120) == 0  # generous: the viewer's shutdown shares two cores with another test
+        # generous: the viewer's shutdown shares two cores with another test
+        assert proc.wait(timeout=120) == 0
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -1,5 +1,6 @@
-"""Who may use the graph server, over real HTTP against the real server: only the workbench's own page (its session
-token, its origin), converting only the graphs the workbench registered, taking no uploads, leaving no temp files."""
+"""Who may use the graph server, over real HTTP against the real server: only the workbench's own page (its
+session token, its origin), converting only the graphs the workbench registered, taking no uploads, leaving no
+temp files."""
 
 from __future__ import annotations
 
@@ -37,25 +38,44 @@ def _token(server: GraphServer, graph: Path) -> str:
     return parse_qs(urlparse(server.url_for(graph)).query).get("token", [""])[0]
 
 
-def _send_command(server: GraphServer, token: str, path: str | Path, *, extension: str = "builtin_mlir",
-                  post: bool = False) -> tuple[int, bytes]:
-    command = {"extensionId": extension, "cmdId": "convert", "modelPath": str(path), "settings": {},
-               "deleteAfterConversion": False}
+def _send_command(
+    server: GraphServer, token: str, path: str | Path, *, extension: str = "builtin_mlir", post: bool = False
+) -> tuple[int, bytes]:
+    command = {
+        "extensionId": extension,
+        "cmdId": "convert",
+        "modelPath": str(path),
+        "settings": {},
+        "deleteAfterConversion": False,
+    }
     if post:
-        status, body, _ = _request(f"{server.base_url}apipost/v1/send_command?token={token}",
-                                   data=json.dumps(command).encode(), headers={"Content-Type": "application/json"})
+        status, body, _ = _request(
+            f"{server.base_url}apipost/v1/send_command?token={token}",
+            data=json.dumps(command).encode(),
+            headers={"Content-Type": "application/json"},
+        )
     else:
-        status, body, _ = _request(f"{server.base_url}api/v1/send_command?token={token}"
-                                   f"&json={quote(json.dumps(command))}")
+        status, body, _ = _request(
+            f"{server.base_url}api/v1/send_command?token={token}&json={quote(json.dumps(command))}"
+        )
     return status, body
 
 
 def _upload(server: GraphServer, query: str, origin: str, size: int) -> tuple[int, bytes]:
     boundary = "workbench-test-boundary"
-    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"model.tflite\"\r\n"
-            f"Content-Type: application/octet-stream\r\n\r\n").encode() + b"\0" * size + f"\r\n--{boundary}--\r\n".encode()
-    status, reply, _ = _request(f"{server.base_url}apipost/v1/upload{query}", data=body,
-                                headers={"Content-Type": f"multipart/form-data; boundary={boundary}", "Origin": origin})
+    body = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="model.tflite"\r\n'
+            f"Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + b"\0" * size
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    status, reply, _ = _request(
+        f"{server.base_url}apipost/v1/upload{query}",
+        data=body,
+        headers={"Content-Type": f"multipart/form-data; boundary={boundary}", "Origin": origin},
+    )
     return status, reply
 
 
@@ -108,7 +128,8 @@ def test_refuses_uploads_and_requests_from_other_origins(served):
     for origin in (EVIL, own):  # no upload at all: the workbench never uploads, and a page must not either
         status, _ = _upload(server, f"?token={token}", origin, 1 << 20)
         assert status == 403, origin
-    own_folder = server.ready_file.parent  # its ready file, log and registry, in the temp folder while it runs
+    # its ready file, log and registry, in the temp folder while it runs
+    own_folder = server.ready_file.parent
     assert [p for p in (tmp_path / "tmp").iterdir() if p != own_folder] == []  # nothing was written
     assert not list(own_folder.rglob("*model.tflite*"))
     read = f"{server.base_url}api/v1/read_text_file?path={graph}&token={token}"
@@ -138,7 +159,8 @@ def test_every_request_needs_the_session_token(served):
     with_cookie = {"Cookie": f"{server.cookie_name}={token}"}
     status, body, _ = _request(read, headers=with_cookie)
     assert status == 200 and json.loads(json.loads(body)["content"]) == json.loads(graph.read_text())
-    script = page.decode().split('src="', 1)[1].split('"', 1)[0]  # the page's own scripts load with the cookie
+    # the page's own scripts load with the cookie
+    script = page.decode().split('src="', 1)[1].split('"', 1)[0]
     assert _request(server.base_url + script.lstrip("/"), headers=with_cookie)[0] == 200
     assert _request(server.base_url + script.lstrip("/"))[0] == 403
     assert _request(f"{server.base_url}check_health")[0] == 200  # a liveness probe that says nothing else
@@ -154,10 +176,15 @@ def test_leaves_nothing_in_the_temp_folder_after_stop(served):
 
 
 def test_an_orphaned_server_removes_its_temp_files(tmp_path):
-    """The window is SIGKILLed, so it never calls stop(): the server exits by itself and takes its folder along."""
+    """The window is SIGKILLed, so it never calls stop(): the server exits by itself and takes its folder
+    along."""
     temp = tmp_path / "tmp"
     temp.mkdir()
-    owner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    owner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import time
         from workbench.graph_server.process import GraphServer
         server = GraphServer([{str(tmp_path)!r}])
@@ -165,14 +192,21 @@ def test_an_orphaned_server_removes_its_temp_files(tmp_path):
         assert server.wait_ready(60), server.error
         print(server.pid, flush=True)
         time.sleep(600)
-    """)], stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(temp)})
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(temp)},
+    )
     try:
         pid = int(owner.stdout.readline())
         assert list(temp.iterdir())  # the server's folder: its ready file and log
         owner.send_signal(signal.SIGKILL)
         owner.wait(10)
         wait_until(lambda: not list(temp.iterdir()), 20, "the orphaned graph server to remove its folder")
-        wait_until(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 10, "the orphaned server to exit")
+        wait_until(
+            lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 10, "the orphaned server to exit"
+        )
     finally:
         owner.kill()
         owner.wait()

@@ -13,9 +13,9 @@ from workbench.gui.settings import Settings
 
 @pytest.fixture(autouse=True)
 def trust_answers_once_for_test_files(monkeypatch, tmp_path):
-    """The window asks before it runs user code from a folder not trusted (workbench.gui.trust_gate); a modal question
-    would hang a test, so the tests' own files, written under tmp_path, are trusted once when asked. Any other file
-    fails the test. tests/gui/test_trust_window.py answers the real dialog instead."""
+    """The window asks before it runs user code from a folder not trusted (workbench.gui.trust_gate); a modal
+    question would hang a test, so the tests' own files, written under tmp_path, are trusted once when asked.
+    Any other file fails the test. tests/gui/test_trust_window.py answers the real dialog instead."""
     from workbench.gui import trust_gate
 
     def answer(files, parent):
@@ -41,7 +41,8 @@ def fake_window(qtbot, tmp_path, settings):
     window.resize(1300, 850)
     window.show()
     manager.start(wait=False)
-    # 30 s, not 10: with the tests on both cores (pytest -n auto) the other one may be importing torch meanwhile.
+    # 30 s, not 10: with the tests on both cores (pytest -n auto) the other one may be importing torch
+    # meanwhile.
     qtbot.waitUntil(lambda: window.status_light.state == "ready", timeout=30_000)
     yield window
     window.close_stopping_jobs()  # a test may end with a job still running: no question at teardown

@@ -9,16 +9,27 @@ import pytest
 from workbench.gui.panels.export.bench_plots import LatencyPlot
 from workbench.gui.panels.export.results import BenchResults
 
-# Four backends a decade apart at batch 1 and climbing to the right: the lines start low on the left, where the
-# top-left legend stands.
-LATENCY = {"eager": (0.19, 0.47, 1.09), "torchscript": (0.11, 0.55, 0.85), "onnxruntime": (0.016, 0.047, 0.15),
-           "onnxruntime_int8": (0.018, 0.05, 0.14)}
+# Four backends a decade apart at batch 1 and climbing to the right: the lines start low on the left, where
+# the top-left legend stands.
+LATENCY = {
+    "eager": (0.19, 0.47, 1.09),
+    "torchscript": (0.11, 0.55, 0.85),
+    "onnxruntime": (0.016, 0.047, 0.15),
+    "onnxruntime_int8": (0.018, 0.05, 0.14),
+}
 
 
 def _results() -> BenchResults:
-    rows = [{"backend": backend, "batch_size": batch, "status": "ok",
-             "latency_ms": {"p50": p50, "p90": p50 * 1.3, "min": p50 * 0.9}}
-            for backend, values in LATENCY.items() for batch, p50 in zip((1, 8, 32), values)]
+    rows = [
+        {
+            "backend": backend,
+            "batch_size": batch,
+            "status": "ok",
+            "latency_ms": {"p50": p50, "p90": p50 * 1.3, "min": p50 * 0.9},
+        }
+        for backend, values in LATENCY.items()
+        for batch, p50 in zip((1, 8, 32), values)
+    ]
     return BenchResults(run_id="20261123-052518-bench-d425c8", report={"results": rows})
 
 

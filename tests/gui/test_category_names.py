@@ -1,6 +1,6 @@
-"""Class names along a bar chart's or a heat map's x axis (CategoryAxis): at the size the evaluation view has in a
-1400x820 window, every name is drawn (whole, or elided with "…") and no two overlap; pyqtgraph's own axis dropped
-the first bar's "background" and ran long names into each other."""
+"""Class names along a bar chart's or a heat map's x axis (CategoryAxis): at the size the evaluation view has
+in a 1400x820 window, every name is drawn (whole, or elided with "…") and no two overlap; pyqtgraph's own axis
+dropped the first bar's "background" and ran long names into each other."""
 
 from __future__ import annotations
 
@@ -12,7 +12,18 @@ from PySide6.QtGui import QPainter, QPicture
 from workbench.gui.panels.training.evaluation import EvaluationView
 
 DATASET = {"name": "file:/somewhere/data.py:Shapes"}
-VOC = ["background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "pottedplant", "motorbike", "person"]
+VOC = [
+    "background",
+    "aeroplane",
+    "bicycle",
+    "bird",
+    "boat",
+    "bottle",
+    "bus",
+    "pottedplant",
+    "motorbike",
+    "person",
+]
 NAMES = ["Veltic", "Sorvan", "Lunaro", "Hakumi", "Grendt"]  # the names_transformer example's languages
 
 
@@ -59,9 +70,15 @@ def assert_every_name_shows_apart(plot, names: list[str]) -> None:
 
 
 def segmentation(classes: list[str]) -> dict:
-    return {"task": "segmentation", "split": "test", "classes": classes, "miou": 0.5, "pixel_acc": 0.9,
-            "per_class": [{"class": c, "iou": 0.5 + k / 40, "pixels": 100} for k, c in enumerate(classes)],
-            "worst": []}
+    return {
+        "task": "segmentation",
+        "split": "test",
+        "classes": classes,
+        "miou": 0.5,
+        "pixel_acc": 0.9,
+        "per_class": [{"class": c, "iou": 0.5 + k / 40, "pixels": 100} for k, c in enumerate(classes)],
+        "worst": [],
+    }
 
 
 @pytest.mark.parametrize("classes", [["background", "square", "disc"], VOC], ids=["shapes", "voc"])
@@ -74,8 +91,18 @@ def test_every_class_name_under_the_iou_bars_shows_and_none_overlap(view, qtbot,
 
 def test_the_confusion_matrix_names_its_columns_apart(view, qtbot):
     matrix = [[20 if i == j else 1 for j in range(5)] for i in range(5)]
-    view.show_evaluation({"task": "classification", "classes": NAMES, "confusion_matrix": matrix,
-                          "per_class_accuracy": [0.83] * 5, "test_accuracy": 0.83, "worst": []}, DATASET, "run")
+    view.show_evaluation(
+        {
+            "task": "classification",
+            "classes": NAMES,
+            "confusion_matrix": matrix,
+            "per_class_accuracy": [0.83] * 5,
+            "test_accuracy": 0.83,
+            "worst": [],
+        },
+        DATASET,
+        "run",
+    )
     paint(view.confusion, qtbot)
     assert_every_name_shows_apart(view.confusion, NAMES)
     paint(view.per_class, qtbot)

@@ -7,9 +7,15 @@ from workbench.gui.panels.data.class_chart import ClassChart
 
 def _info():
     counts = {"train": [100, 120, 90, 95, 110, 105, 98, 102, 99, 180], "val": [10] * 10, "test": [20] * 10}
-    return {"dataset": "digits", "classes": [str(i) for i in range(10)], "class_counts": counts,
-            "num_samples": {k: sum(v) for k, v in counts.items()}, "mean": [0.3], "std": [0.2],
-            "sample_shape": [1, 8, 8]}
+    return {
+        "dataset": "digits",
+        "classes": [str(i) for i in range(10)],
+        "class_counts": counts,
+        "num_samples": {k: sum(v) for k, v in counts.items()},
+        "mean": [0.3],
+        "std": [0.2],
+        "sample_shape": [1, 8, 8],
+    }
 
 
 def test_the_legend_does_not_cover_the_tallest_bar(qtbot):

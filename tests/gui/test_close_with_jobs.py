@@ -1,5 +1,6 @@
 """Closing the window (or File ▸ Quit) while jobs run asks first, names the jobs, and offers to stop them or
-cancel the close; a window attached to a worker started elsewhere may also leave that worker's jobs running."""
+cancel the close; a window attached to a worker started elsewhere may also leave that worker's jobs
+running."""
 
 from __future__ import annotations
 
@@ -100,7 +101,9 @@ def test_stop_jobs_and_close_stops_the_jobs_and_the_worker(local, qtbot):
     _answer(window, "Stop jobs and close")
     assert not window.isVisible()
     assert window.manager.state == "stopped"
-    qtbot.waitUntil(lambda: worker.kernel._shutdown.is_set() and not worker.kernel.running_jobs(), timeout=10_000)
+    qtbot.waitUntil(
+        lambda: worker.kernel._shutdown.is_set() and not worker.kernel.running_jobs(), timeout=10_000
+    )
 
 
 def test_an_attached_worker_can_be_left_running(attached, qtbot):
@@ -119,8 +122,14 @@ def test_an_attached_worker_can_be_left_running(attached, qtbot):
     # The job goes on: another client attaching to the same worker sees its progress keep coming.
     seen = threading.Event()
     other = WorkerManager(connection_file=worker.connection_file, heartbeat_interval=0.2)
-    other.add_listener(lambda kind, payload: kind == "message" and payload.msg_type == "progress"
-                       and payload.parent_id == record.job_id and seen.set())
+    other.add_listener(
+        lambda kind, payload: (
+            kind == "message"
+            and payload.msg_type == "progress"
+            and payload.parent_id == record.job_id
+            and seen.set()
+        )
+    )
     try:
         assert other.start(wait=True)
         qtbot.waitUntil(seen.is_set, timeout=10_000)
@@ -134,15 +143,19 @@ def test_stop_jobs_and_close_on_an_attached_worker_stops_them(attached, qtbot):
     window.close()
     _answer(window, "Stop jobs and close")
     assert not window.isVisible()
-    qtbot.waitUntil(lambda: worker.kernel._shutdown.is_set() and not worker.kernel.running_jobs(), timeout=10_000)
+    qtbot.waitUntil(
+        lambda: worker.kernel._shutdown.is_set() and not worker.kernel.running_jobs(), timeout=10_000
+    )
 
 
 def test_quit_asks_the_same_question_naming_every_job(local, qtbot):
     window, _worker = local
-    spec = TrainSpec.from_dict({"epochs": 40, "seed": 50})  # the fake trainer's seed is its per-step delay (ms)
+    # the fake trainer's seed is its per-step delay (ms)
+    spec = TrainSpec.from_dict({"epochs": 40, "seed": 50})
     train = window.submit_job("train.classifier", spec.to_dict())
     qtbot.waitUntil(lambda: window.manager.jobs.get(train.job_id).text.startswith("epoch"), timeout=10_000)
-    count = window.submit_job("debug.count", {"steps": 100000, "delay": 0.01})  # waits behind the training run
+    # waits behind the training run
+    count = window.submit_job("debug.count", {"steps": 100000, "delay": 0.01})
     qtbot.waitUntil(lambda: window.manager.jobs.get(count.job_id).state == "queued", timeout=10_000)
     file_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&File")
     quit_action = next(a for a in file_menu.actions() if a.text() == "&Quit")

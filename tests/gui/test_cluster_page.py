@@ -45,10 +45,16 @@ def test_the_command_follows_the_fields(page, tmp_path):
     page.partition.setText("a100")
     page.time.setText("1-00:00:00")
     words = argv(page)
-    assert {"--nnodes=16", "--nproc-per-node=4", "--max-restarts=0", "--rdzv-endpoint=head01:29400"} <= set(words)
+    assert {"--nnodes=16", "--nproc-per-node=4", "--max-restarts=0", "--rdzv-endpoint=head01:29400"} <= set(
+        words
+    )
     script = page.script_box.toPlainText()
-    for line in ("#SBATCH --nodes=16", "#SBATCH --gpus-per-node=4", "#SBATCH --partition=a100",
-                 "#SBATCH --time=1-00:00:00"):
+    for line in (
+        "#SBATCH --nodes=16",
+        "#SBATCH --gpus-per-node=4",
+        "#SBATCH --partition=a100",
+        "#SBATCH --time=1-00:00:00",
+    ):
         assert line in script.splitlines()
     page.run_id.setText("my-run")  # the folder follows the run id until it is edited by hand
     assert page.folder.text() == str(Path(workspace) / "cluster" / "my-run")
@@ -87,7 +93,7 @@ def test_save_to_writes_the_spec_and_the_script_that_names_it(page, tmp_path):
     assert spec == page.spec and spec.epochs == 7
     script = script_file.read_text(encoding="utf-8")
     assert script == page.script_box.toPlainText()
-    srun = shlex.split(script[script.index("srun "):].replace("\\\n", " "))
+    srun = shlex.split(script[script.index("srun ") :].replace("\\\n", " "))
     assert srun[srun.index("train") + 1] == str(spec_file)  # the command names the spec where it was saved
     assert argv(page)[argv(page).index("train") + 1] == str(spec_file)
     assert str(spec_file) in page.saved.text()
@@ -102,8 +108,13 @@ def test_a_cpu_spec_is_flagged(qtbot, tmp_path):
 
 
 def test_the_wizard_opens_it_with_its_spec(qtbot, tmp_path):
-    wizard = TrainingWizard(DatasetState(), FAKE_DEVICES, "cpu", start=TrainSpec(epochs=3, lr=0.02),
-                            data_dir=str(tmp_path / "ws" / "data"))
+    wizard = TrainingWizard(
+        DatasetState(),
+        FAKE_DEVICES,
+        "cpu",
+        start=TrainSpec(epochs=3, lr=0.02),
+        data_dir=str(tmp_path / "ws" / "data"),
+    )
     qtbot.addWidget(wizard)
     wizard.show()
     wizard.restart()

@@ -25,9 +25,13 @@ def run_columns(steps: int, epochs: int = 4, offset: float = 0.0, lr=0.003) -> d
     epoch_x = np.linspace(steps / epochs, steps, epochs)
     loss = 2.3 * np.exp(-x / (steps / 4)) + 0.05 + offset
     acc = 1 - 0.85 * np.exp(-x / (steps / 4)) - offset
-    return {"train/loss": (x, loss, x), "train/acc": (x, acc, x), "lr": (x, np.full(steps, lr), x),
-            "val/loss": (epoch_x, np.interp(epoch_x, x, loss) * 1.1, epoch_x),
-            "val/acc": (epoch_x, np.interp(epoch_x, x, acc) - 0.02, epoch_x)}
+    return {
+        "train/loss": (x, loss, x),
+        "train/acc": (x, acc, x),
+        "lr": (x, np.full(steps, lr), x),
+        "val/loss": (epoch_x, np.interp(epoch_x, x, loss) * 1.1, epoch_x),
+        "val/acc": (epoch_x, np.interp(epoch_x, x, acc) - 0.02, epoch_x),
+    }
 
 
 @pytest.fixture
@@ -98,8 +102,13 @@ def test_legend_names_runs_briefly_and_scales_to_ten(curves, qtbot, qapp):
     curves.add_columns(first, run_columns(100))
     curves.add_columns(second, run_columns(100))
     curves.redraw()
-    assert curves.legend.texts() == ["cnn · digits · 3022eb", "mlp · fashion_mnist · 20334b", "train",
-                                     "train (epoch)", "validation"]
+    assert curves.legend.texts() == [
+        "cnn · digits · 3022eb",
+        "mlp · fashion_mnist · 20334b",
+        "train",
+        "train (epoch)",
+        "validation",
+    ]
     one_line = curves.legend.height()
     for i in range(8):
         curves.add_columns(f"20261122-1900{i:02d}-train-aaaa{i:02d}", run_columns(100))
@@ -124,7 +133,9 @@ def test_legend_text_follows_a_theme_switch(curves, qtbot, qapp):
     apply_theme(qapp, "dark")
     try:
         qtbot.wait(10)
-        assert label.palette().color(QPalette.WindowText) == _dark_palette().color(QPalette.WindowText) != before
+        assert (
+            label.palette().color(QPalette.WindowText) == _dark_palette().color(QPalette.WindowText) != before
+        )
     finally:
         apply_theme(qapp, "light")
 
@@ -151,20 +162,30 @@ def test_readout_lists_every_run_and_clears_when_the_mouse_leaves(curves, qtbot)
 def test_live_updates_extend_smoothing_and_leave_unchanged_series_alone(curves):
     run = next(iter(SPECS))
     columns = run_columns(1000)
-    curves.add_columns(run, {k: (x[:600], y[:600], t[:600]) for k, (x, y, t) in columns.items() if k != "val/acc"})
+    curves.add_columns(
+        run, {k: (x[:600], y[:600], t[:600]) for k, (x, y, t) in columns.items() if k != "val/acc"}
+    )
     curves.add_columns(run, {"val/acc": columns["val/acc"]})
     curves.redraw()
     smoother = curves._curves[(run, "train/loss")].smoother
     val_item = curves._items[(run, "val/acc")]
     calls = []
     val_item.sigPlotChanged.connect(lambda *a: calls.append(1))
-    curves.add_columns(run, {k: (x[600:], y[600:], t[600:]) for k, (x, y, t) in columns.items()
-                             if k.startswith("train/") or k == "lr"})
+    curves.add_columns(
+        run,
+        {
+            k: (x[600:], y[600:], t[600:])
+            for k, (x, y, t) in columns.items()
+            if k.startswith("train/") or k == "lr"
+        },
+    )
     curves.redraw_if_needed()
     assert curves._curves[(run, "train/loss")].smoother is smoother and len(smoother) == 1000  # extended
     assert not calls  # validation did not grow: its item was not re-set
     x, y = curves._items[(run, "train/loss")].getData()
-    assert len(x) == 1000 and np.allclose(y, ema(columns["train/loss"][1], curves.smoothing_weight), atol=1e-12)
+    assert len(x) == 1000 and np.allclose(
+        y, ema(columns["train/loss"][1], curves.smoothing_weight), atol=1e-12
+    )
     curves.smoothing.setValue(20)  # a new weight starts the smoothing again
     x, y = curves._items[(run, "train/loss")].getData()
     assert np.allclose(y, ema(columns["train/loss"][1], 0.2), atol=1e-12)
@@ -218,7 +239,7 @@ def _ema_loop(values, weight):
             continue
         state = weight * state + (1 - weight) * v
         count += 1
-        out[i] = state / (1 - weight ** count)
+        out[i] = state / (1 - weight**count)
     return out
 
 

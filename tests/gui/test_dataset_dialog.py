@@ -32,7 +32,11 @@ def test_a_typed_fraction_out_of_range_is_refused_not_clamped(dialog, qtbot):
     dialog.val_fraction.clear()
     qtbot.keyClicks(dialog.val_fraction, "1.5")
     assert dialog.val_fraction.text() == "1.5"  # what was typed, not 0.5
-    assert dialog.error.text() == str(expected.value) == "val_fraction: 1.5 is out of range; must be >= 0 and < 1"
+    assert (
+        dialog.error.text()
+        == str(expected.value)
+        == "val_fraction: 1.5 is out of range; must be >= 0 and < 1"
+    )
     assert not ok_enabled(dialog)
     dialog.val_fraction.clear()
     qtbot.keyClicks(dialog.val_fraction, "-0.2")
@@ -118,8 +122,9 @@ def test_loader_workers_round_trip_auto_and_a_count(dialog):
 
 
 def test_the_permission_note_of_a_python_file_shows_whole(qtbot):
-    """Opened on a built-in dataset (a one-line note), then switched to a Python file at the dialog's own size: the
-    note saying the file's code runs with your permissions wraps and gets the height of all its lines."""
+    """Opened on a built-in dataset (a one-line note), then switched to a Python file at the dialog's own
+    size: the note saying the file's code runs with your permissions wraps and gets the height of all its
+    lines."""
     dialog = DatasetDialog(DataSpec(name="digits"))
     qtbot.addWidget(dialog)
     dialog.show()

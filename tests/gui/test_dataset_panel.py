@@ -61,7 +61,8 @@ def test_stale_replies_are_dropped(panel, qtbot):
 
 
 def _wait_for_the_whole_layout(grid, qtbot) -> None:
-    """Until the grid's scroll range stops growing: a loaded machine lays a batch out per event-loop turn, slowly."""
+    """Until the grid's scroll range stops growing: a loaded machine lays a batch out per event-loop turn,
+    slowly."""
     seen = []
 
     def settled():
@@ -75,7 +76,8 @@ def _wait_for_the_whole_layout(grid, qtbot) -> None:
 def test_only_visible_pages_are_fetched(panel, qtbot):
     panel.zoom.setValue(24)
     qtbot.waitUntil(lambda: 0 in panel.model.cached_pages, timeout=30_000)
-    _wait_for_the_whole_layout(panel.grid, qtbot)  # it lays items out in batches; jump only once it reached the end
+    # it lays items out in batches; jump only once it reached the end
+    _wait_for_the_whole_layout(panel.grid, qtbot)
     panel.grid.scrollToBottom()
     last_page = (panel.model.total - 1) // PAGE_SIZE
     qtbot.waitUntil(lambda: last_page in panel.model.cached_pages, timeout=30_000)
@@ -152,7 +154,8 @@ def test_dataset_dialog_validates_inline(qtbot):
     assert not ok.isEnabled() and "std" in dialog.error.text()
     dialog.std.setText("0.2")
     dialog.name.setCurrentIndex(dialog.name.findData("fake"))
-    dialog.augment.item(1, 0).setCheckState(Qt.Checked)  # hflip, p=0.5 (after the change: augmentation is per dataset)
+    # hflip, p=0.5 (after the change: augmentation is per dataset)
+    dialog.augment.item(1, 0).setCheckState(Qt.Checked)
     assert dialog.size.isEnabled()
     assert ok.isEnabled(), dialog.error.text()
     spec = dialog.spec()
@@ -172,7 +175,8 @@ def test_dataset_choice_persists(qtbot, tmp_path, panel):
 
 @pytest.mark.slow
 def test_real_worker_shows_digits(qtbot, real_window):
-    """The real worker and scikit-learn's digits: counts, thumbnails with pixels, a sample with a histogram."""
+    """The real worker and scikit-learn's digits: counts, thumbnails with pixels, a sample with a
+    histogram."""
     window = real_window
     window.show_tab(window.dataset_panel)
     panel = window.dataset_panel

@@ -1,6 +1,6 @@
-"""The Quantization tab's Doctor view against a fake worker that speaks the real protocol: the findings worst first,
-each cause's evidence plot with its data, Try fix and Apply all starting the right quantize runs, the before and
-after of a run that applied a fix, the wizard's Doctor checkboxes and the empty state."""
+"""The Quantization tab's Doctor view against a fake worker that speaks the real protocol: the findings worst
+first, each cause's evidence plot with its data, Try fix and Apply all starting the right quantize runs, the
+before and after of a run that applied a fix, the wizard's Doctor checkboxes and the empty state."""
 
 from __future__ import annotations
 
@@ -40,9 +40,19 @@ def test_findings_are_listed_worst_first_with_their_gains(fake_window, qtbot, tr
     _, panel, view = _doctor_run(fake_window, qtbot, trained)
     assert panel.plots.tabText(panel.plots.indexOf(view)) == "Doctor"
     assert view.pages.currentIndex() == 1
-    assert [view.table.horizontalHeaderItem(c).text() for c in range(view.table.columnCount())] == list(COLUMNS)
+    assert [view.table.horizontalHeaderItem(c).text() for c in range(view.table.columnCount())] == list(
+        COLUMNS
+    )
     assert view.table.rowCount() == 3
-    assert _row(view.table, 0) == ["7.5", "features.0", "weight", "outlier channels", "cle", "+6.2 dB", "+0.40 pt"]
+    assert _row(view.table, 0) == [
+        "7.5",
+        "features.0",
+        "weight",
+        "outlier channels",
+        "cle",
+        "+6.2 dB",
+        "+0.40 pt",
+    ]
     assert [_row(view.table, r)[1] for r in range(3)] == ["features.0", "features.2", "classifier"]
     assert _row(view.table, 2)[3:6] == ["mixed-range concat", "concat requant", "+1.2 dB"]
     assert "22.0 dB" in view.header.text() and "98.30%" in view.header.text()
@@ -71,12 +81,31 @@ def test_each_cause_draws_its_evidence(fake_window, qtbot, trained):
 def test_other_causes_show_their_numbers_and_bias_its_bars(qtbot):
     view = DoctorView()
     qtbot.addWidget(view)
-    view.set_doctor({"findings": [
-        {"id": "a:weight:relu6_blocks_cle", "layer": "a", "tensor": "weight", "cause": "relu6_blocks_cle",
-         "evidence": {"pairs": [["a", "b"]]}, "fix": "relu6_to_relu", "severity": 2.0},
-        {"id": "b:activation:bias_shift", "layer": "b", "tensor": "activation", "cause": "bias_shift",
-         "evidence": {"mean_error": [0.01, -0.3, 0.02], "worst_channel": 1, "worst": -0.3},
-         "fix": "bias_correction", "severity": 1.0}]}, done=True)
+    view.set_doctor(
+        {
+            "findings": [
+                {
+                    "id": "a:weight:relu6_blocks_cle",
+                    "layer": "a",
+                    "tensor": "weight",
+                    "cause": "relu6_blocks_cle",
+                    "evidence": {"pairs": [["a", "b"]]},
+                    "fix": "relu6_to_relu",
+                    "severity": 2.0,
+                },
+                {
+                    "id": "b:activation:bias_shift",
+                    "layer": "b",
+                    "tensor": "activation",
+                    "cause": "bias_shift",
+                    "evidence": {"mean_error": [0.01, -0.3, 0.02], "worst_channel": 1, "worst": -0.3},
+                    "fix": "bias_correction",
+                    "severity": 1.0,
+                },
+            ]
+        },
+        done=True,
+    )
     assert view.evidence.currentWidget() is view.evidence.table
     assert _row(view.evidence.table, 0) == ["pairs", "a – b"]
     assert view.select_finding("b")
@@ -94,8 +123,14 @@ def test_try_fix_quantizes_again_with_that_fix_and_shows_before_and_after(fake_w
     assert started.spec["doctor"]["fixes"] == ["classifier:concat_requant"]
     assert started.spec["doctor"]["enabled"] and started.spec["doctor"]["apply"]
     assert started.spec["source"]["run"] == trained
-    qtbot.waitUntil(lambda: panel.results is not None and panel.results.run_id != run_id
-                    and bool(panel.results.report.get("doctor")), timeout=15_000)
+    qtbot.waitUntil(
+        lambda: (
+            panel.results is not None
+            and panel.results.run_id != run_id
+            and bool(panel.results.report.get("doctor"))
+        ),
+        timeout=15_000,
+    )
     qtbot.waitUntil(lambda: view.applied_table.rowCount() == 1, timeout=5_000)
     assert view.applied_table.isVisibleTo(view)
     assert _row(view.applied_table, 0)[:2] == ["classifier", "concat_requant"]
@@ -118,7 +153,10 @@ def test_a_run_without_a_doctor_says_how_to_turn_it_on(fake_window, qtbot, train
     _quantize(fake_window, qtbot, trained)
     view = fake_window.quant_panel.doctor
     assert view.pages.currentWidget() is view.empty
-    assert "doctor.enabled=true" in view.empty.text() and "Doctor: diagnose after the ladder" in view.empty.text()
+    assert (
+        "doctor.enabled=true" in view.empty.text()
+        and "Doctor: diagnose after the ladder" in view.empty.text()
+    )
     assert not view.apply_button.isEnabled()
 
 
@@ -141,7 +179,9 @@ def test_the_graph_colours_the_findings_and_a_click_opens_one(fake_window, qtbot
     assert panel.graph_button.isEnabled()
     qtbot.mouseClick(panel.graph_button, Qt.LeftButton)  # from the Doctor view: coloured by the findings
     graph = fake_window.graph_panel
-    qtbot.waitUntil(lambda: graph.graph is not None and graph.graph.get("quant_run") == run_id, timeout=15_000)
+    qtbot.waitUntil(
+        lambda: graph.graph is not None and graph.graph.get("quant_run") == run_id, timeout=15_000
+    )
     assert graph.overlay_combo.currentData() == "quant_doctor"
     assert graph.overlay_combo.currentText() == "Doctor findings (severity)"
     overlay = graph.graph["overlay_index"]["overlays"]["quant_doctor"]
@@ -160,11 +200,32 @@ def test_a_histogram_whose_merged_bins_repeat_the_last_edge_still_draws(qtbot):
     view = DoctorView()
     qtbot.addWidget(view)
     edges = list(np.linspace(-1.0, 1.0, 65)) + [1.0]  # 64 bins, the last edge twice
-    view.set_doctor({"findings": [{"id": "c:weight:clipping", "layer": "c", "tensor": "weight", "cause": "clipping",
-                                   "evidence": {"clip_share": 0.6, "round_share": 0.4, "lo": -0.5, "hi": 0.5,
-                                                "histogram": {"edges": edges, "counts": [1.0] * 64}},
-                                   "fix": "mse_range", "tried": [], "gain": None, "severity": 1.0}],
-                     "baseline": None, "applied": [], "skipped": "module-level quantization"})
+    view.set_doctor(
+        {
+            "findings": [
+                {
+                    "id": "c:weight:clipping",
+                    "layer": "c",
+                    "tensor": "weight",
+                    "cause": "clipping",
+                    "evidence": {
+                        "clip_share": 0.6,
+                        "round_share": 0.4,
+                        "lo": -0.5,
+                        "hi": 0.5,
+                        "histogram": {"edges": edges, "counts": [1.0] * 64},
+                    },
+                    "fix": "mse_range",
+                    "tried": [],
+                    "gain": None,
+                    "severity": 1.0,
+                }
+            ],
+            "baseline": None,
+            "applied": [],
+            "skipped": "module-level quantization",
+        }
+    )
     plot = view.evidence.plot
     assert plot.kind == "histogram" and len(plot.values) == 64 and plot.clip_lines == [-0.5, 0.5]
     assert "module-level quantization" in view.header.text()

@@ -1,6 +1,7 @@
 """The Evaluation sub-tab for each task (issue #20): evaluation.json made by the real test evaluators on tiny
-tensors (in this process, through JSON as the run folder holds it) is shown by the real view, and the test reads
-what is drawn: scatter points and the y = x line, bar heights, table rows, mask overlay pixels, the header."""
+tensors (in this process, through JSON as the run folder holds it) is shown by the real view, and the test
+reads what is drawn: scatter points and the y = x line, bar heights, table rows, mask overlay pixels, the
+header."""
 
 from __future__ import annotations
 
@@ -54,7 +55,9 @@ def test_regression_scatter_with_identity_line_and_worst_residuals(view, qtbot):
     assert np.allclose(np.column_stack([x, y]), evaluation["scatter"])
     assert len(x) == 21 and y[7] == pytest.approx(20.0)
     assert [p.data() for p in page.scatter.points()][:3] == [100, 101, 102]  # hover tooltips name the sample
-    assert "sample #107" in page._tip(x=7.0, y=20.0, data=107) and "residual 13" in page._tip(x=7.0, y=20.0, data=107)
+    assert "sample #107" in page._tip(x=7.0, y=20.0, data=107) and "residual 13" in page._tip(
+        x=7.0, y=20.0, data=107
+    )
     assert page.identity.angle == 45 and page.identity.pos().x() == 0 and page.identity.pos().y() == 0
     assert not page.scatter_plot.is_empty
     table = page.worst
@@ -72,7 +75,9 @@ def multilabel_evaluation() -> dict:
     truth[:, 2] = 0  # "closed" never occurs: its AP is undefined
     truth[0, 2] = 0
     logits = (truth.float() * 2 - 1) * 2 + torch.randn(40, 3, generator=g) * 1.5
-    evaluator = build_objective("multilabel", num_outputs=3).test_evaluator("test", ["round", "tall", "closed"])
+    evaluator = build_objective("multilabel", num_outputs=3).test_evaluator(
+        "test", ["round", "tall", "closed"]
+    )
     evaluator.add(torch.arange(40), logits, truth)
     return as_stored(evaluator.result())
 
@@ -113,10 +118,12 @@ def segmentation_evaluation() -> tuple[dict, torch.Tensor, torch.Tensor]:
     target[:, 0, 0] = IGNORE_INDEX
     pred = target.clamp(max=2).clone()
     pred[3, 7:11, 6:10] = 1  # image 3: the disc called a square
-    pred[6, 2:6, 2:6] = 0    # image 6: the square missed
+    pred[6, 2:6, 2:6] = 0  # image 6: the square missed
     image = torch.rand(n, 3, side, side)
     scores = F.one_hot(pred, 3).permute(0, 3, 1, 2).float() * 5
-    evaluator = build_objective("segmentation", num_outputs=3).test_evaluator("test", ["background", "square", "disc"])
+    evaluator = build_objective("segmentation", num_outputs=3).test_evaluator(
+        "test", ["background", "square", "disc"]
+    )
     for start in (0, 4, 8):
         idx = torch.arange(start, min(start + 4, n))
         evaluator.add_inputs(image[idx])
@@ -140,7 +147,8 @@ def test_segmentation_class_iou_worst_images_and_mask_overlays(view, qtbot):
     assert page.gallery.currentRow() == 0
     worst_index = evaluation["worst"][0]["index"] - 50
     shown_image, true_overlay, pred_overlay = (item.image.transpose(1, 0, 2) for item in page.image_items)
-    picture = (image[worst_index] * 255).round().numpy()  # rand in [0, 1): stretched per image, nearly the same
+    # rand in [0, 1): stretched per image, nearly the same
+    picture = (image[worst_index] * 255).round().numpy()
     stretched = (picture - picture.min()) / (picture.max() - picture.min()) * 255
     assert np.abs(shown_image.astype(float) - stretched.transpose(1, 2, 0)).max() <= 2
     colours = class_colours(3).astype(float)
@@ -152,7 +160,9 @@ def test_segmentation_class_iou_worst_images_and_mask_overlays(view, qtbot):
     expected_disc = (1 - ALPHA) * base[8, 7] + ALPHA * colours[2]
     assert np.abs(true_overlay[8, 7] - expected_disc).max() <= 1
     predicted_class = int(pred[worst_index, 8, 7])
-    expected = base[8, 7] if predicted_class == 0 else (1 - ALPHA) * base[8, 7] + ALPHA * colours[predicted_class]
+    expected = (
+        base[8, 7] if predicted_class == 0 else (1 - ALPHA) * base[8, 7] + ALPHA * colours[predicted_class]
+    )
     assert np.abs(pred_overlay[8, 7] - expected).max() <= 1
     assert not np.array_equal(true_overlay, pred_overlay)  # the worst image is wrong somewhere
     page.gallery.setCurrentRow(1)
@@ -163,8 +173,9 @@ def test_segmentation_class_iou_worst_images_and_mask_overlays(view, qtbot):
 
 
 def test_segmentation_images_fill_their_plots_when_shown_on_a_hidden_tab(qtbot):
-    # As in the window: the evaluation arrives while its tab is hidden, then the tab is opened. Each image fills
-    # its plot (the range is its bounds, plus padding, widened along one axis only for the plot's aspect).
+    # As in the window: the evaluation arrives while its tab is hidden, then the tab is opened. Each image
+    # fills its plot (the range is its bounds, plus padding, widened along one axis only for the plot's
+    # aspect).
     tabs = QTabWidget()
     qtbot.addWidget(tabs)
     view = EvaluationView(queries=None)
@@ -203,22 +214,33 @@ def test_segmentation_from_before_thumbnails_and_damaged_thumbnails(view):
 
 
 def test_custom_task_shows_its_metrics_table_and_points_to_the_curves(view):
-    evaluation = {"task": "custom", "split": "test", "metrics": {"dice": 0.8125, "hausdorff": 3.5},
-                  "monitor": {"name": "dice", "label": "dice", "higher_is_better": True, "value": 0.8125}}
+    evaluation = {
+        "task": "custom",
+        "split": "test",
+        "metrics": {"dice": 0.8125, "hausdorff": 3.5},
+        "monitor": {"name": "dice", "label": "dice", "higher_is_better": True, "value": 0.8125},
+    }
     view.show_evaluation(evaluation, DATASET, "run-custom")
     page = view.task_views["metrics"]
     assert view.pages.currentWidget() is page
     assert "test dice ↑ <b>0.8125</b>" in view.title.text()
-    assert [(page.table.item(r, 0).text(), page.table.item(r, 1).text()) for r in range(2)] == \
-        [("dice", "0.8125"), ("hausdorff", "3.5")]
+    assert [(page.table.item(r, 0).text(), page.table.item(r, 1).text()) for r in range(2)] == [
+        ("dice", "0.8125"),
+        ("hausdorff", "3.5"),
+    ]
     assert "Curves tab" in page.note.text()
 
 
 def test_classification_keeps_its_view_and_switching_back_clears_the_task_view(view):
     view.show_evaluation(regression_evaluation(), DATASET, "run-reg")
     assert view.task_views["regression"].worst.rowCount() > 0
-    classification = {"classes": ["a", "b"], "confusion_matrix": [[3, 1], [0, 4]], "per_class_accuracy": [0.75, 1.0],
-                      "test_accuracy": 0.875, "worst": []}  # as written before tasks: no "task" key
+    classification = {
+        "classes": ["a", "b"],
+        "confusion_matrix": [[3, 1], [0, 4]],
+        "per_class_accuracy": [0.75, 1.0],
+        "test_accuracy": 0.875,
+        "worst": [],
+    }  # as written before tasks: no "task" key
     view.show_evaluation(classification, DATASET, "run-cls")
     assert view.pages.currentIndex() == 0
     assert "87.50%" in view.title.text()
@@ -228,17 +250,27 @@ def test_classification_keeps_its_view_and_switching_back_clears_the_task_view(v
 
 
 def test_a_task_evaluation_that_does_not_fit_its_view_says_so_in_one_line(view):
-    view.show_evaluation({"task": "regression", "split": "test", "scatter": [[1, 2, 3]], "worst": [{"x": 1}]},
-                         DATASET, "run-bad")
+    view.show_evaluation(
+        {"task": "regression", "split": "test", "scatter": [[1, 2, 3]], "worst": [{"x": 1}]},
+        DATASET,
+        "run-bad",
+    )
     assert "could not be read as a regression evaluation" in view.title.text()
     assert view.task_views["regression"].worst.rowCount() == 0
 
 
-
 def test_the_header_names_the_checkpoint_the_test_split_was_evaluated_with(view):
-    classification = {"classes": ["a", "b"], "confusion_matrix": [[3, 1], [0, 4]], "per_class_accuracy": [0.75, 1.0],
-                      "test_accuracy": 0.875, "worst": [], "checkpoint": {"file": "best.pt", "epoch": 3}}
+    classification = {
+        "classes": ["a", "b"],
+        "confusion_matrix": [[3, 1], [0, 4]],
+        "per_class_accuracy": [0.75, 1.0],
+        "test_accuracy": 0.875,
+        "worst": [],
+        "checkpoint": {"file": "best.pt", "epoch": 3},
+    }
     view.show_evaluation(classification, DATASET, "run-cls")
     assert "with best.pt (epoch 3)" in view.title.text()
-    view.show_evaluation(dict(regression_evaluation(), checkpoint={"file": "model.pt", "epoch": 5}), DATASET, "r")
+    view.show_evaluation(
+        dict(regression_evaluation(), checkpoint={"file": "model.pt", "epoch": 5}), DATASET, "r"
+    )
     assert "with model.pt (epoch 5)" in view.title.text()

@@ -18,10 +18,12 @@ def test_a_mistake_opens_in_the_data_tab_highlighted_with_its_prediction(fake_wi
     data = fake_window.dataset_panel
     assert fake_window.current_panel() is data
     assert data.current_split() == "test"
-    qtbot.waitUntil(lambda: data.grid.currentIndex().isValid() and data.grid.currentIndex().row() == 3,
-                    timeout=10_000)
-    qtbot.waitUntil(lambda: data.sample_view.result is not None and data.sample_view.result["index"] == 3,
-                    timeout=10_000)
+    qtbot.waitUntil(
+        lambda: data.grid.currentIndex().isValid() and data.grid.currentIndex().row() == 3, timeout=10_000
+    )
+    qtbot.waitUntil(
+        lambda: data.sample_view.result is not None and data.sample_view.result["index"] == 3, timeout=10_000
+    )
     title = data.sample_view.title.text()
     assert "predicted" in title and "confidence" in title and "true class" in title
     # Page 0 arriving later must not move the highlight back to the first thumbnail.

@@ -63,12 +63,27 @@ def test_a_report_without_rows_hides_it_and_tensorrt_rows_join_onnxruntimes(qtbo
     qtbot.addWidget(table)
     table.show_report("onnx_qdq", {"parity": {"skipped": True}})
     assert table.isHidden()
-    row = {"module": "fc", "quantizers": ["fc"], "codes": 10, "codes_off": 1, "ties": 1, "worst_step": 1,
-           "configuration": "deployed"}
-    trt = {"module": "fc", "codes": 10, "codes_off": 3, "ties": None, "worst_step": 2,
-           "configuration": "TensorRT"}
-    table.show_report("onnx_qdq", {"by_module": [row], "tensorrt_by_module": {"available": True, "reason": "",
-                                                                               "rows": [trt]}})
+    row = {
+        "module": "fc",
+        "quantizers": ["fc"],
+        "codes": 10,
+        "codes_off": 1,
+        "ties": 1,
+        "worst_step": 1,
+        "configuration": "deployed",
+    }
+    trt = {
+        "module": "fc",
+        "codes": 10,
+        "codes_off": 3,
+        "ties": None,
+        "worst_step": 2,
+        "configuration": "TensorRT",
+    }
+    table.show_report(
+        "onnx_qdq",
+        {"by_module": [row], "tensorrt_by_module": {"available": True, "reason": "", "rows": [trt]}},
+    )
     assert not table.isHidden() and table.table.rowCount() == 2
     assert sorted(_column(table.table, 4)) == ["TensorRT", "deployed"]
     assert table.tensorrt_note.isHidden()

@@ -1,5 +1,5 @@
-"""The Export & Benchmark tab in the window (fake worker): its tab and menu, runs opened from the Runs tab, the
-diverging layer shown on the graph, and the model's HTML report written from the tab."""
+"""The Export & Benchmark tab in the window (fake worker): its tab and menu, runs opened from the Runs tab,
+the diverging layer shown on the graph, and the model's HTML report written from the tab."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ from workbench.specs import ExportSpec
 
 
 def _trained_run(workspace) -> str:
-    with RunStore(workspace).create_run("train", {"epochs": 1, "model": {"name": "cnn"},
-                                                  "dataset": {"name": "digits"}}, task="train.classifier") as run:
+    with RunStore(workspace).create_run(
+        "train",
+        {"epochs": 1, "model": {"name": "cnn"}, "dataset": {"name": "digits"}},
+        task="train.classifier",
+    ) as run:
         run.write_report({"status": "done", "epochs_completed": 1, "final": {"test_accuracy": 0.97}})
         run.set_status("done")
         return run.id
@@ -20,7 +23,9 @@ def _trained_run(workspace) -> str:
 def _export(window, qtbot, source: str) -> str:
     panel = window.export_panel
     record = panel.start_export(ExportSpec.from_dict({"source": {"run": source}}))
-    qtbot.waitUntil(lambda: not window.manager.jobs.get(record.job_id).active and not panel.live, timeout=15_000)
+    qtbot.waitUntil(
+        lambda: not window.manager.jobs.get(record.job_id).active and not panel.live, timeout=15_000
+    )
     return Path(window.manager.jobs.get(record.job_id).run_dir).name
 
 

@@ -1,7 +1,7 @@
 """The Export & Benchmark tab against a fake worker that speaks the real protocol (tests/fake_export.py): the
-wizards and their validation, an export's parity verdict and its diverging layer, a benchmark filling its table
-and plots live, best and worst cells, the latency distribution, unavailable backends, cancel, saving CSV and
-JSON, earlier runs overlaid, and finished runs opened again."""
+wizards and their validation, an export's parity verdict and its diverging layer, a benchmark filling its
+table and plots live, best and worst cells, the latency distribution, unavailable backends, cancel, saving CSV
+and JSON, earlier runs overlaid, and finished runs opened again."""
 
 from __future__ import annotations
 
@@ -30,16 +30,22 @@ THROUGHPUT = COLUMNS.index("Throughput (/s)")
 
 
 def _trained_run(workspace, model: str = "cnn") -> str:
-    with RunStore(workspace).create_run("train", {"epochs": 1, "model": {"name": model},
-                                                  "dataset": {"name": "digits"}}, task="train.classifier") as run:
+    with RunStore(workspace).create_run(
+        "train",
+        {"epochs": 1, "model": {"name": model}, "dataset": {"name": "digits"}},
+        task="train.classifier",
+    ) as run:
         run.write_report({"status": "done", "epochs_completed": 1})
         run.set_status("done")
         return run.id
 
 
 def _quant_run(workspace, source: str) -> str:
-    with RunStore(workspace).create_run("quant", {"source": {"run": source}, "weights": {"bits": 8},
-                                                  "activations": {"bits": 8}}, task="quant.analyze") as run:
+    with RunStore(workspace).create_run(
+        "quant",
+        {"source": {"run": source}, "weights": {"bits": 8}, "activations": {"bits": 8}},
+        task="quant.analyze",
+    ) as run:
         run.write_report({"status": "done", "layers": []})
         run.set_status("done")
         return run.id
@@ -53,7 +59,9 @@ class Harness(QObject):
         self.bridge = QtWorkerBridge(self.manager, self)
         self.workspace = tmp_path / "workspace"
         self.manager.start(wait=True)
-        self.panel = ExportPanel(self.workspace, lambda task, spec: self.manager.submit(task, spec, self.workspace))
+        self.panel = ExportPanel(
+            self.workspace, lambda task, spec: self.manager.submit(task, spec, self.workspace)
+        )
         self.bridge.job_changed.connect(self.panel.on_job_changed)
         self.bridge.message_received.connect(self.panel.on_message)
         self.panel.cancel_requested.connect(self.manager.cancel)
@@ -86,16 +94,25 @@ def _finish(qtbot, harness, record) -> str:
 
     def shown() -> bool:
         now = harness.manager.jobs.get(record.job_id)
-        return (not now.active and not panel.live and panel.current is not None
-                and panel.current.run_id == Path(now.run_dir or "").name)
+        return (
+            not now.active
+            and not panel.live
+            and panel.current is not None
+            and panel.current.run_id == Path(now.run_dir or "").name
+        )
 
     qtbot.waitUntil(shown, timeout=60_000)  # a job's start alone took seconds on two busy cores
     return panel.current.run_id
 
 
 def _bench(qtbot, harness, source: str, **fields) -> str:
-    data = {"source": {"run": source}, "backends": ["eager", "onnxruntime", "tensorrt"], "batch_sizes": [1, 8],
-            "iters": 60, **fields}
+    data = {
+        "source": {"run": source},
+        "backends": ["eager", "onnxruntime", "tensorrt"],
+        "batch_sizes": [1, 8],
+        "iters": 60,
+        **fields,
+    }
     return _finish(qtbot, harness, harness.panel.start_benchmark(BenchSpec.from_dict(data)))
 
 
@@ -104,7 +121,7 @@ def _export(qtbot, harness, source: str, **fields) -> str:
     return _finish(qtbot, harness, harness.panel.start_export(ExportSpec.from_dict(data)))
 
 
-# -- the empty tab and the wizards ---------------------------------------------------------------------------------
+# -- the empty tab and the wizards ---------------------------------------------------------------------------
 def test_the_empty_tab_says_what_to_do_first(harness):
     panel = harness.panel
     assert panel.pages.currentWidget() is panel.empty_state
@@ -174,15 +191,23 @@ def test_bench_wizard_backends_batches_and_a_file_source(harness, qtbot, trained
     wizard.source_page.file.setText(str(model))
     wizard.source_page.file_form.widgets["model.input_shape"].setText("1,12,12")
     spec = wizard.spec
-    assert (spec.source.run, spec.source.file, spec.artifact, spec.model.input_shape) == ("", str(model), "", [1, 12, 12])
+    assert (spec.source.run, spec.source.file, spec.artifact, spec.model.input_shape) == (
+        "",
+        str(model),
+        "",
+        [1, 12, 12],
+    )
 
 
-# -- exports -------------------------------------------------------------------------------------------------------
+# -- exports -------------------------------------------------------------------------------------------------
 def test_a_passing_export_is_green_with_its_numbers(harness, qtbot, trained):
     panel = harness.panel
     run_id = _export(qtbot, harness, trained, format="onnx")
     assert panel.detail.currentWidget() is panel.export_page and panel.selected_run_id() == run_id
-    assert panel.verdict.text().startswith("Parity passed") and panel.verdict.property("verdict_colour") == "#2e9d4a"
+    assert (
+        panel.verdict.text().startswith("Parity passed")
+        and panel.verdict.property("verdict_colour") == "#2e9d4a"
+    )
     assert "2.4e-06" in panel.verdict_detail.text() and "tolerance 0.0001" in panel.verdict_detail.text()
     assert not panel.diverging_box.isVisibleTo(panel)
     assert panel.artifact_labels["File"].text().endswith("artifacts/model.onnx")
@@ -206,7 +231,10 @@ def test_a_failing_export_is_red_and_names_the_layer_for_the_graph(harness, qtbo
     panel = harness.panel
     broken = _trained_run(harness.workspace, "file:/models/broken_net.py:Net")
     _export(qtbot, harness, broken, format="onnx")
-    assert panel.verdict.text().startswith("Parity failed") and panel.verdict.property("verdict_colour") == "#d0342c"
+    assert (
+        panel.verdict.text().startswith("Parity failed")
+        and panel.verdict.property("verdict_colour") == "#d0342c"
+    )
     assert panel.diverging_box.isVisibleTo(panel) and "features.2" in panel.diverging_label.text()
     exporter = panel.artifact_labels["Exporter"]
     assert exporter.text().startswith("torchscript (fallback: data-dependent control flow in forward)")
@@ -220,9 +248,15 @@ def test_a_failing_export_is_red_and_names_the_layer_for_the_graph(harness, qtbo
 def test_an_export_without_the_check_says_it_was_not_verified(harness, qtbot, trained):
     panel = harness.panel
     run_id = _export(qtbot, harness, trained, format="torchscript", verify=False)
-    assert panel.verdict.text() == "Exported, not verified" and panel.verdict.property("verdict_colour") == "#8a8f98"
+    assert (
+        panel.verdict.text() == "Exported, not verified"
+        and panel.verdict.property("verdict_colour") == "#8a8f98"
+    )
     assert not panel.parity_plot.isVisibleTo(panel) and not panel.diverging_box.isVisibleTo(panel)
-    assert panel.artifact_labels["File"].text().endswith("model.pt") and "not verified" in panel.runs[run_id]["result"]
+    assert (
+        panel.artifact_labels["File"].text().endswith("model.pt")
+        and "not verified" in panel.runs[run_id]["result"]
+    )
     assert panel.artifact_labels["Accuracy"].text().startswith("not measured: only onnx_qdq")
 
 
@@ -233,18 +267,28 @@ def test_a_failed_export_says_why(harness, qtbot, trained):
     run_id = _export(qtbot, harness, trained, format="tensorrt")
     assert messages[0].startswith("Exporting") and "failed" in messages[-1]  # not "Exporting…" to the end
     assert panel.runs[run_id]["status"] == "failed"
-    assert panel.verdict.text() == "Export failed" and "TensorRT is not available here" in panel.verdict_detail.text()
+    assert (
+        panel.verdict.text() == "Export failed"
+        and "TensorRT is not available here" in panel.verdict_detail.text()
+    )
     assert not panel.progress_box.isVisible() and not panel.artifact_box.isVisibleTo(panel)
     assert "TensorRT is not available here" in panel.runs[run_id]["result"]
 
 
-# -- benchmarks ----------------------------------------------------------------------------------------------------
+# -- benchmarks ----------------------------------------------------------------------------------------------
 def test_a_benchmark_fills_the_table_live_then_draws_a_curve_per_backend(harness, qtbot, trained):
     panel = harness.panel
-    # dataset.seed is the fake benchmark's pause per row in ms: long enough that the window sees it mid-run even
-    # when a job's start is slow (seconds on a busy disk) and its rows are not.
-    spec = BenchSpec.from_dict({"source": {"run": trained}, "backends": ["eager", "onnxruntime", "tensorrt"],
-                                "batch_sizes": [1, 8], "iters": 60, "dataset": {"seed": 1500}})
+    # dataset.seed is the fake benchmark's pause per row in ms: long enough that the window sees it mid-run
+    # even when a job's start is slow (seconds on a busy disk) and its rows are not.
+    spec = BenchSpec.from_dict(
+        {
+            "source": {"run": trained},
+            "backends": ["eager", "onnxruntime", "tensorrt"],
+            "batch_sizes": [1, 8],
+            "iters": 60,
+            "dataset": {"seed": 1500},
+        }
+    )
     record = panel.start_benchmark(spec)
     qtbot.waitUntil(lambda: panel.current is not None and len(panel.current.live_rows) >= 2, timeout=10_000)
     # Mid-run: measured rows filled in, the rest waiting, the progress bar up.
@@ -254,7 +298,9 @@ def test_a_benchmark_fills_the_table_live_then_draws_a_curve_per_backend(harness
     assert set(panel.latency_plot.curves) <= {"eager", "onnxruntime"} and panel.latency_plot.curves
     run_id = _finish(qtbot, harness, record)
     results = panel.current
-    assert isinstance(results, BenchResults) and results.run_id == run_id and not panel.progress_box.isVisible()
+    assert (
+        isinstance(results, BenchResults) and results.run_id == run_id and not panel.progress_box.isVisible()
+    )
     assert set(results.samples) == {"eager/1", "eager/8", "onnxruntime/1", "onnxruntime/8"}
     assert set(panel.latency_plot.curves) == {"eager", "onnxruntime"} == set(panel.throughput_plot.bars)
     assert set(panel.latency_plot.bands) == {"eager", "onnxruntime"}
@@ -263,9 +309,14 @@ def test_a_benchmark_fills_the_table_live_then_draws_a_curve_per_backend(harness
     assert list(x) == [1.0, 8.0] and y[1] == pytest.approx(report["eager/8"]["latency_ms"]["p50"])
     # The table shows the report's numbers.
     table = panel.results_table
-    row = next(r for r in range(table.rowCount()) if table.item(r, 0).text() == "onnxruntime"
-               and table.item(r, 1).text() == "8")
-    assert float(table.item(row, P50).text()) == pytest.approx(report["onnxruntime/8"]["latency_ms"]["p50"], rel=5e-3)
+    row = next(
+        r
+        for r in range(table.rowCount())
+        if table.item(r, 0).text() == "onnxruntime" and table.item(r, 1).text() == "8"
+    )
+    assert float(table.item(row, P50).text()) == pytest.approx(
+        report["onnxruntime/8"]["latency_ms"]["p50"], rel=5e-3
+    )
     # TensorRT could not run: its rows are greyed, the reason in the tooltip, no numbers.
     unavailable = [r for r in range(table.rowCount()) if table.item(r, 0).text() == "tensorrt"]
     assert len(unavailable) == 2
@@ -281,15 +332,25 @@ def test_best_cells_are_green_and_worst_red_per_batch_size(harness, qtbot, train
     table = panel.results_table
     cells = {(table.item(r, 0).text(), table.item(r, 1).text()): r for r in range(table.rowCount())}
     for batch in ("1", "8"):
-        fast, slow = cells[("onnxruntime", batch)], cells[("eager", batch)]  # the fake's onnxruntime is faster
+        # the fake's onnxruntime is faster
+        fast, slow = cells[("onnxruntime", batch)], cells[("eager", batch)]
         assert table.mark(fast, P50) == "best" and table.mark(slow, P50) == "worst"
         assert table.mark(fast, THROUGHPUT) == "best" and table.mark(slow, THROUGHPUT) == "worst"
         assert table.item(fast, P50).background().color() == BEST
         assert table.item(slow, THROUGHPUT).background().color() == WORST
         assert table.mark(cells[("tensorrt", batch)], P50) == ""  # not measured: never best or worst
     # One backend: compared across batch sizes; equal values mark nothing.
-    rows = [{"backend": "eager", "batch_size": b, "status": "done", "latency_ms": {"p50": p},
-             "throughput_per_s": 5.0, "peak_memory_bytes": 7} for b, p in ((1, 0.5), (8, 2.0), (64, 9.0))]
+    rows = [
+        {
+            "backend": "eager",
+            "batch_size": b,
+            "status": "done",
+            "latency_ms": {"p50": p},
+            "throughput_per_s": 5.0,
+            "peak_memory_bytes": 7,
+        }
+        for b, p in ((1, 0.5), (8, 2.0), (64, 9.0))
+    ]
     marks = best_and_worst(rows)
     assert marks[(0, FIRST_NUMERIC)] == "best" and marks[(2, FIRST_NUMERIC)] == "worst"
     assert (1, FIRST_NUMERIC) not in marks and not any(c == THROUGHPUT for _, c in marks)
@@ -299,8 +360,11 @@ def test_a_rows_distribution_is_a_histogram_and_a_monotone_cdf_with_percentiles(
     panel = harness.panel
     _bench(qtbot, harness, trained, iters=120)
     table = panel.results_table
-    row = next(r for r in range(table.rowCount()) if table.item(r, 0).text() == "eager" and
-               table.item(r, 1).text() == "8")
+    row = next(
+        r
+        for r in range(table.rowCount())
+        if table.item(r, 0).text() == "eager" and table.item(r, 1).text() == "8"
+    )
     table.selectRow(row)
     samples = panel.current.samples["eager/8"]
     cdf, histogram = panel.distribution.cdf, panel.distribution.histogram
@@ -319,10 +383,17 @@ def test_a_rows_distribution_is_a_histogram_and_a_monotone_cdf_with_percentiles(
 
 def test_cancel_stops_a_benchmark_and_says_so(harness, qtbot, trained):
     panel = harness.panel
-    # dataset.seed: the fake benchmark's pause per row in ms (3 s: the cancel lands before the last row even when
-    # the window sees the first one late)
-    spec = BenchSpec.from_dict({"source": {"run": trained}, "backends": ["eager"], "batch_sizes": [1, 2, 4, 8, 16],
-                                "iters": 20, "dataset": {"seed": 3000}})
+    # dataset.seed: the fake benchmark's pause per row in ms (3 s: the cancel lands before the last row even
+    # when the window sees the first one late)
+    spec = BenchSpec.from_dict(
+        {
+            "source": {"run": trained},
+            "backends": ["eager"],
+            "batch_sizes": [1, 2, 4, 8, 16],
+            "iters": 20,
+            "dataset": {"seed": 3000},
+        }
+    )
     record = panel.start_benchmark(spec)
     qtbot.waitUntil(lambda: panel.current is not None and len(panel.current.live_rows) >= 1, timeout=10_000)
     with qtbot.waitSignal(panel.cancel_requested) as signal:
@@ -345,14 +416,20 @@ def test_save_results_writes_the_numbers_as_csv_and_json(harness, qtbot, trained
     assert panel.save_results(tmp_path / "bench.csv")
     with open(tmp_path / "bench.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert [(r["backend"], int(r["batch_size"])) for r in rows] == [(r["backend"], r["batch_size"]) for r in report]
+    assert [(r["backend"], int(r["batch_size"])) for r in rows] == [
+        (r["backend"], r["batch_size"]) for r in report
+    ]
     eager = next(r for r in rows if r["backend"] == "eager" and r["batch_size"] == "1")
     expected = next(r for r in report if r["backend"] == "eager" and r["batch_size"] == 1)
     assert float(eager["p50_ms"]) == expected["latency_ms"]["p50"]
     assert float(eager["throughput_per_s"]) == expected["throughput_per_s"]
     assert int(eager["peak_memory_bytes"]) == expected["peak_memory_bytes"]
     tensorrt = next(r for r in rows if r["backend"] == "tensorrt")
-    assert tensorrt["status"] == "unavailable" and tensorrt["p50_ms"] == "" and TENSORRT_REASON in tensorrt["reason"]
+    assert (
+        tensorrt["status"] == "unavailable"
+        and tensorrt["p50_ms"] == ""
+        and TENSORRT_REASON in tensorrt["reason"]
+    )
     assert panel.save_results(tmp_path / "bench.json")
     data = json.loads((tmp_path / "bench.json").read_text())
     assert data["run_id"] == panel.current.run_id and data["results"] == report
@@ -374,7 +451,9 @@ def test_history_overlays_earlier_benchmarks_as_dashed_lines(harness, qtbot, tra
     assert set(plot.curves) == {"eager", "onnxruntime"} and not plot.bands
 
 
-def test_finished_runs_open_again_in_a_new_panel_and_report_asks_for_the_training_run(harness, qtbot, trained):
+def test_finished_runs_open_again_in_a_new_panel_and_report_asks_for_the_training_run(
+    harness, qtbot, trained
+):
     bench = _bench(qtbot, harness, trained)
     export = _export(qtbot, harness, trained)
     panel = ExportPanel(harness.workspace, lambda task, spec: None)
@@ -397,7 +476,7 @@ def test_finished_runs_open_again_in_a_new_panel_and_report_asks_for_the_trainin
     assert wizard.spec.backends == ["eager", "onnxruntime"]
 
 
-# -- the results model on its own ------------------------------------------------------------------------------------
+# -- the results model on its own ----------------------------------------------------------------------------
 def test_rows_computed_from_bare_samples_and_read_back_in_the_engines_format(tmp_path):
     results = BenchResults(spec={"backends": ["eager", "tensorrt"], "batch_sizes": [4], "dtype": "float16"})
     samples = np.array([1.0, 2.0, 3.0, 4.0, 10.0])
@@ -410,13 +489,25 @@ def test_rows_computed_from_bare_samples_and_read_back_in_the_engines_format(tmp
     # A run as the worker's engine leaves it when cancelled: rows in samples.npz's __rows__ (status "ok").
     run = tmp_path / "20250301-142233-bench-abc123"
     (run / "artifacts").mkdir(parents=True)
-    (run / "report.json").write_text(json.dumps({"status": "cancelled", "error": {"message": "cancelled by the user"}}))
+    (run / "report.json").write_text(
+        json.dumps({"status": "cancelled", "error": {"message": "cancelled by the user"}})
+    )
     (run / "spec.toml").write_text('backends = ["eager"]\nbatch_sizes = [1]\n')
-    rows = [{"backend": "eager", "batch_size": 1, "status": "ok", "latency_ms": {"p50": 2.0, "p90": 3.0}},
-            {"backend": "tensorrt", "batch_size": 1, "status": "unavailable", "reason": "no CUDA",
-             "latency_ms": None}]
-    np.savez(run / "artifacts" / "samples.npz", **{"eager/1": np.array([2.0, 3.0])},
-             __rows__=np.asarray(json.dumps(rows)))
+    rows = [
+        {"backend": "eager", "batch_size": 1, "status": "ok", "latency_ms": {"p50": 2.0, "p90": 3.0}},
+        {
+            "backend": "tensorrt",
+            "batch_size": 1,
+            "status": "unavailable",
+            "reason": "no CUDA",
+            "latency_ms": None,
+        },
+    ]
+    np.savez(
+        run / "artifacts" / "samples.npz",
+        **{"eager/1": np.array([2.0, 3.0])},
+        __rows__=np.asarray(json.dumps(rows)),
+    )
     read = BenchResults.from_run(run)
     assert read.error == "cancelled by the user" and list(read.samples) == ["eager/1"]
     assert [r["backend"] for r in read.rows()] == ["eager", "tensorrt"] and len(read.done_rows()) == 1
@@ -425,8 +516,16 @@ def test_rows_computed_from_bare_samples_and_read_back_in_the_engines_format(tmp
 
 
 def test_a_peak_memory_of_zero_is_not_measured_rather_than_the_best():
-    rows = [{"backend": b, "batch_size": 1, "status": "done", "latency_ms": {"p50": p50}, "peak_memory_bytes": mem}
-            for b, p50, mem in (("eager", 2.0, 4096), ("onnxruntime", 1.0, 8192), ("onnxruntime_int8", 0.5, 0))]
+    rows = [
+        {
+            "backend": b,
+            "batch_size": 1,
+            "status": "done",
+            "latency_ms": {"p50": p50},
+            "peak_memory_bytes": mem,
+        }
+        for b, p50, mem in (("eager", 2.0, 4096), ("onnxruntime", 1.0, 8192), ("onnxruntime_int8", 0.5, 0))
+    ]
     memory = COLUMNS.index("Peak memory")
     marks = best_and_worst(rows)
     assert marks[(0, memory)] == "best" and marks[(1, memory)] == "worst" and (2, memory) not in marks
@@ -435,10 +534,22 @@ def test_a_peak_memory_of_zero_is_not_measured_rather_than_the_best():
 def test_a_peak_memory_not_measured_says_so_in_the_cell_and_why_on_hover(qtbot):
     from workbench.gui.panels.export.results_table import BenchResultsTable
 
-    rows = [{"backend": b, "batch_size": 8, "status": "ok", "device": device, "latency_ms": {"p50": p50},
-             "peak_memory_bytes": mem}
-            for b, device, p50, mem in (("eager", "cpu", 2.0, 20480), ("onnxruntime_int8", "cpu", 0.5, 0),
-                                        ("onnxruntime", "cuda:0", 0.4, 0), ("torchscript", "cpu", 1.0, None))]
+    rows = [
+        {
+            "backend": b,
+            "batch_size": 8,
+            "status": "ok",
+            "device": device,
+            "latency_ms": {"p50": p50},
+            "peak_memory_bytes": mem,
+        }
+        for b, device, p50, mem in (
+            ("eager", "cpu", 2.0, 20480),
+            ("onnxruntime_int8", "cpu", 0.5, 0),
+            ("onnxruntime", "cuda:0", 0.4, 0),
+            ("torchscript", "cpu", 1.0, None),
+        )
+    ]
     rows.append({"backend": "tensorrt", "batch_size": 8, "status": "unavailable", "reason": "no CUDA"})
     table = BenchResultsTable()
     qtbot.addWidget(table)
@@ -446,7 +557,8 @@ def test_a_peak_memory_not_measured_says_so_in_the_cell_and_why_on_hover(qtbot):
     memory = COLUMNS.index("Peak memory")
     texts = [table.item(r, memory).text() for r in range(len(rows))]
     assert texts == ["20.0 KiB", "not measured", "not measured", "not measured", "—"]
-    # The reason is on hover: the CPU probe saw no growth, torch's CUDA counter misses another allocator, no probe.
+    # The reason is on hover: the CPU probe saw no growth, torch's CUDA counter misses another allocator, no
+    # probe.
     assert "resident memory did not grow" in table.item(1, memory).toolTip().replace("\n", " ")
     assert "its own allocator" in table.item(2, memory).toolTip().replace("\n", " ")
     assert "no probe" in table.item(3, memory).toolTip().replace("\n", " ")

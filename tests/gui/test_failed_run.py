@@ -1,5 +1,5 @@
-"""A run that failed before its first step (#21 part 6.4): the Training tab says why above its panes, and offers
-Edit and retry (the wizard on its spec) rather than a Resume with nothing to resume from."""
+"""A run that failed before its first step (#21 part 6.4): the Training tab says why above its panes, and
+offers Edit and retry (the wizard on its spec) rather than a Resume with nothing to resume from."""
 
 from __future__ import annotations
 
@@ -29,7 +29,9 @@ def test_a_run_failing_before_its_first_step_says_why_and_offers_edit_and_retry(
     assert "Edit and retry" in text
     assert "the run failed" in panel.evaluation.title.text()
     button = panel.resume_button
-    assert button.text() == "Edit and retry…" and button.isEnabled() and "nothing to resume" in button.toolTip()
+    assert (
+        button.text() == "Edit and retry…" and button.isEnabled() and "nothing to resume" in button.toolTip()
+    )
     assert not panel.resume_selected()  # the menu's Resume does not resume it either
 
     opened = []

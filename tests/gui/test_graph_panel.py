@@ -1,6 +1,6 @@
-"""The Graph tab against the fake worker (the real protocol, a torch-free graph.build): the module table, search,
-overlays and legend, selection both ways, exports, and what it says without QtWebEngine or WebGL; and, under
-xvfb, Model Explorer drawing a graph in a real QWebEngineView, seen in a screenshot of the X screen."""
+"""The Graph tab against the fake worker (the real protocol, a torch-free graph.build): the module table,
+search, overlays and legend, selection both ways, exports, and what it says without QtWebEngine or WebGL; and,
+under xvfb, Model Explorer drawing a graph in a real QWebEngineView, seen in a screenshot of the X screen."""
 
 from __future__ import annotations
 
@@ -82,8 +82,9 @@ class Harness(QObject):
         self.bridge = QtWorkerBridge(self.manager, self)
         self.workspace = tmp_path / "workspace"
         self.manager.start(wait=True)
-        self.panel = GraphPanel(self.workspace, lambda task, spec: self.manager.submit(task, spec, self.workspace),
-                                **factories)
+        self.panel = GraphPanel(
+            self.workspace, lambda task, spec: self.manager.submit(task, spec, self.workspace), **factories
+        )
         self.bridge.job_changed.connect(self.panel.on_job_changed)
 
     def close(self):
@@ -140,7 +141,10 @@ def test_overlay_picker_colours_the_graph_and_shows_a_legend(qtbot, harness):
     panel = _built(qtbot, harness)
     view = panel.view
     assert [panel.overlay_combo.itemText(i) for i in range(panel.overlay_combo.count())] == [
-        "None", "Parameters", "FLOPs (millions)"]
+        "None",
+        "Parameters",
+        "FLOPs (millions)",
+    ]
     # The page loads once the server reports ready (its poll timer): on a loaded machine after the graph.
     qtbot.waitUntil(lambda: bool(view.urls), timeout=10_000)
     assert view.urls[-1].endswith("&data=")  # no overlay yet
@@ -153,7 +157,9 @@ def test_overlay_picker_colours_the_graph_and_shows_a_legend(qtbot, harness):
     panel.overlay_combo.setCurrentIndex(1)
     assert view.node_data[-1].endswith("overlays/params.json")  # started: painted in place, no reload
     assert panel.legend.note.text() == "log scale" and panel.legend.high.text() == "23,050"  # 80 to 23,050
-    flops = json.loads(Path(panel.graph["graph_json"]).with_name("overlays").joinpath("flops.json").read_text())
+    flops = json.loads(
+        Path(panel.graph["graph_json"]).with_name("overlays").joinpath("flops.json").read_text()
+    )
     assert set(flops["results"]) == {"conv2d", "conv2d_1", "linear"}
 
 
@@ -208,7 +214,9 @@ def test_no_webgl_is_said_plainly_and_the_table_keeps_working(qtbot, harness):
 
 def test_without_qtwebengine_the_table_still_works(qtbot, tmp_path):
     def missing():
-        raise WebEngineUnavailable("QtWebEngine is not available (No module named 'PySide6.QtWebEngineWidgets')")
+        raise WebEngineUnavailable(
+            "QtWebEngine is not available (No module named 'PySide6.QtWebEngineWidgets')"
+        )
 
     FakeServer.instances.clear()
     h = Harness(tmp_path, server_factory=FakeServer, view_factory=missing)
@@ -224,7 +232,7 @@ def test_without_qtwebengine_the_table_still_works(qtbot, tmp_path):
         h.close()
 
 
-# -- a quantize run's SQNR on the graph -------------------------------------------------------------------------
+# -- a quantize run's SQNR on the graph ----------------------------------------------------------------------
 
 QUANT_RUN, TRAIN_RUN = "20261122-232125-quant-3051bf", "20261122-194708-train-5bedd4"
 
@@ -242,9 +250,17 @@ def test_show_quant_run_builds_its_graph_coloured_by_weight_sqnr(qtbot, harness)
     panel = _shown_quant_run(qtbot, harness)
     assert panel.graph["quant_run"] == QUANT_RUN
     assert [panel.overlay_combo.itemText(i) for i in range(panel.overlay_combo.count())] == [
-        "None", "Parameters", "FLOPs (millions)", "Weight SQNR (dB)", "Activation SQNR (dB)"]
+        "None",
+        "Parameters",
+        "FLOPs (millions)",
+        "Weight SQNR (dB)",
+        "Activation SQNR (dB)",
+    ]
     assert panel.overlay_combo.currentData() == "quant_weight_sqnr"
-    assert panel.legend.isVisible() and (panel.legend.low.text(), panel.legend.high.text()) == ("18.25", "24.5")
+    assert panel.legend.isVisible() and (panel.legend.low.text(), panel.legend.high.text()) == (
+        "18.25",
+        "24.5",
+    )
     assert panel.legend.ramp.colors[0] == "#8c2d04"  # darkest at the low end: low SQNR is the bad end
     qtbot.waitUntil(lambda: bool(panel.view.urls), timeout=10_000)
     assert panel.view.urls[-1].endswith("overlays/quant_weight_sqnr.json")  # the page opens coloured already
@@ -293,7 +309,7 @@ def test_show_quant_run_of_a_training_run_says_why(qtbot, harness):
     assert "is not a quantize run" in panel.info.text() and panel.job_overlays == {}
 
 
-# -- the real thing, on a real X screen --------------------------------------------------------------------------
+# -- the real thing, on a real X screen ----------------------------------------------------------------------
 
 SCREENSHOT_SCRIPT = """
 import json, os, subprocess, sys, time
@@ -383,26 +399,40 @@ print(json.dumps({{"view_state": panel.view.state if panel.view else None, "read
 panel.shutdown()
 manager.shutdown()
 worker.stop()
-"""
+"""  # noqa: E501
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("xvfb-run"), reason="needs xvfb-run (Debian: apt-get install xvfb)")
-@pytest.mark.skipif(not shutil.which("import"), reason="needs ImageMagick's `import` (apt-get install imagemagick)")
-@pytest.mark.heavy  # real Model Explorer under xvfb: under a full xdist run its state was read before the selection landed
+@pytest.mark.skipif(
+    not shutil.which("import"), reason="needs ImageMagick's `import` (apt-get install imagemagick)"
+)
+# real Model Explorer under xvfb: under a full xdist run its state was read before the selection landed
+@pytest.mark.heavy
 def test_model_explorer_draws_the_graph_under_xvfb(tmp_path):
-    """QWidget.grab() cannot see QWebEngineView's content, so the X screen itself is captured: the FLOPs overlay's
-    node colours can only be on it if Model Explorer laid out the graph and WebGL drew it."""
+    """QWidget.grab() cannot see QWebEngineView's content, so the X screen itself is captured: the FLOPs
+    overlay's node colours can only be on it if Model Explorer laid out the graph and WebGL drew it."""
     from PIL import Image
 
     script = tmp_path / "shot.py"
     script.write_text(SCREENSHOT_SCRIPT.format(tests=str(ROOT / "tests"), out=str(tmp_path)))
     env = {k: v for k, v in os.environ.items() if k != "QT_QPA_PLATFORM"}
-    env.update(QT_QPA_PLATFORM="xcb", QTWEBENGINE_DISABLE_SANDBOX="1", QTWEBENGINE_CHROMIUM_FLAGS=(
-        "--no-sandbox --ignore-gpu-blocklist --enable-unsafe-swiftshader --use-gl=angle "
-        "--use-angle=swiftshader-webgl --disable-gpu-compositing"))
-    proc = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1600x900x24", sys.executable, str(script)],
-                          capture_output=True, text=True, timeout=180, env=env, cwd=ROOT)
+    env.update(
+        QT_QPA_PLATFORM="xcb",
+        QTWEBENGINE_DISABLE_SANDBOX="1",
+        QTWEBENGINE_CHROMIUM_FLAGS=(
+            "--no-sandbox --ignore-gpu-blocklist --enable-unsafe-swiftshader --use-gl=angle "
+            "--use-angle=swiftshader-webgl --disable-gpu-compositing"
+        ),
+    )
+    proc = subprocess.run(
+        ["xvfb-run", "-a", "-s", "-screen 0 1600x900x24", sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["shot"] and report["view_state"] == "ready", report
@@ -417,8 +447,11 @@ def test_model_explorer_draws_the_graph_under_xvfb(tmp_path):
     graph_area = image.crop((0, 80, 860, 820))  # the left of the panel, where the web view is
     colours = graph_area.getcolors(maxcolors=1 << 20)
     flops_darkest = sum(count for count, rgb in colours if rgb == (0x8C, 0x2D, 0x04))
-    assert flops_darkest > 200, "no node painted in the FLOPs overlay's darkest colour: the graph was not drawn"
-    keep = os.environ.get("GRAPH_SCREENSHOT_DIR")  # to look at it: the issue asks for screenshots a person saw
+    assert flops_darkest > 200, (
+        "no node painted in the FLOPs overlay's darkest colour: the graph was not drawn"
+    )
+    # to look at it: the issue asks for screenshots a person saw
+    keep = os.environ.get("GRAPH_SCREENSHOT_DIR")
     if keep:
         shutil.copy(tmp_path / "screen.png", Path(keep) / "graph-tab.png")
 
@@ -446,8 +479,9 @@ def test_a_second_graph_opens_beside_the_first_in_the_split_pane(qtbot, harness)
 
 
 def test_a_failed_build_names_what_was_tried_and_build_from_follows_it(qtbot, harness):
-    """A build asked for elsewhere (a tab's Show graph) that fails: Build from names that run, not the model built
-    before it, and the message says which build failed and that the graph shown is still the earlier one."""
+    """A build asked for elsewhere (a tab's Show graph) that fails: Build from names that run, not the model
+    built before it, and the message says which build failed and that the graph shown is still the earlier
+    one."""
     import dataclasses
 
     from workbench.errors import JobError
@@ -481,4 +515,5 @@ def test_a_failed_build_names_what_was_tried_and_build_from_follows_it(qtbot, ha
     qtbot.waitUntil(lambda: "could not be built" in panel.info.text(), timeout=10_000)
     info = panel.info.text()
     assert info.startswith(f"The graph of {tried} could not be built: ") and "cannot build this model" in info
-    assert info.endswith(f"The graph shown is still the earlier one of {ids['cnn']}.")  # the fake's model name
+    # the fake's model name
+    assert info.endswith(f"The graph shown is still the earlier one of {ids['cnn']}.")

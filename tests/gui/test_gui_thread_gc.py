@@ -1,5 +1,5 @@
-"""Garbage in the GUI process is freed in the GUI thread, never in a background thread that happened to allocate
-(where freeing a Qt object deadlocks against the GUI thread)."""
+"""Garbage in the GUI process is freed in the GUI thread, never in a background thread that happened to
+allocate (where freeing a Qt object deadlocks against the GUI thread)."""
 
 from __future__ import annotations
 

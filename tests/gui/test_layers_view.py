@@ -1,6 +1,6 @@
-"""The Training tab's Layers view (#21 part 2) on a real run's records: a gradient heatmap of layers x steps, a dead
-layer flagged with its name, a click on a cell showing its histograms against the first step, live steps appended,
-and "Show on graph" asking for the statistic's overlay."""
+"""The Training tab's Layers view (#21 part 2) on a real run's records: a gradient heatmap of layers x steps,
+a dead layer flagged with its name, a click on a cell showing its histograms against the first step, live
+steps appended, and "Show on graph" asking for the statistic's overlay."""
 
 from __future__ import annotations
 
@@ -18,14 +18,21 @@ from workbench.layer_records import SCALARS, record_paths
 
 @pytest.fixture(scope="module")
 def dead_run(tmp_path_factory):
-    """A real digits run of the dead-layer model, trained by `workbench train` in a process of its own: the GUI's
-    process never loads torch (and torch's triton beside QtWebEngine crashed it)."""
+    """A real digits run of the dead-layer model, trained by `workbench train` in a process of its own: the
+    GUI's process never loads torch (and torch's triton beside QtWebEngine crashed it)."""
     folder = tmp_path_factory.mktemp("dead")
     (folder / "dead.py").write_text(DEAD_NET)
-    spec = {"dataset": {"name": "digits"}, "model": {"name": f"file:{folder / 'dead.py'}:DeadNet"}, "epochs": 1,
-            "batch_size": 64, "layer_stats_every": 5}
+    spec = {
+        "dataset": {"name": "digits"},
+        "model": {"name": f"file:{folder / 'dead.py'}:DeadNet"},
+        "epochs": 1,
+        "batch_size": 64,
+        "layer_stats_every": 5,
+    }
     (folder / "spec.json").write_text(json.dumps(spec))
-    result = one_json(wb(folder, "train", str(folder / "spec.json"), "--json", workspace=folder / "ws", timeout=300))
+    result = one_json(
+        wb(folder, "train", str(folder / "spec.json"), "--json", workspace=folder / "ws", timeout=300)
+    )
     assert result["status"] == "done", result.get("error")
     return result["run_dir"]
 
@@ -46,8 +53,8 @@ def test_the_heatmap_shows_every_layer_and_step_and_flags_the_dead_layer(qtbot, 
     assert view.statistic_key() == "grad_norm" and view.log_colours.isChecked()
     matrix = view.matrix()
     assert matrix.shape == (3, 5)
-    # fc2's units never pass its ReLU: nothing flows back into fc2 or fc1, and fc3 sees only zeros (only its bias
-    # learns): zero weight gradients everywhere, the lowest colour, each layer named.
+    # fc2's units never pass its ReLU: nothing flows back into fc2 or fc1, and fc3 sees only zeros (only its
+    # bias learns): zero weight gradients everywhere, the lowest colour, each layer named.
     assert (matrix == 0).all()
     assert "layer fc1 gets no gradient at all" in view.findings.text()
     image = view.image.image

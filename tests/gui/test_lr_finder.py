@@ -1,6 +1,7 @@
-"""The training wizard's learning-rate finder: "Find learning rate…" runs `lr.find` on the wizard's spec through
-the query runner, shows its progress with Cancel, then the loss against the rate on a log axis with the suggestion
-marked; "Use this rate" fills the lr field. The worker is the fake one over the real protocol."""
+"""The training wizard's learning-rate finder: "Find learning rate…" runs `lr.find` on the wizard's spec
+through the query runner, shows its progress with Cancel, then the loss against the rate on a log axis with
+the suggestion marked; "Use this rate" fills the lr field. The worker is the fake one over the real
+protocol."""
 
 from __future__ import annotations
 
@@ -37,16 +38,27 @@ class FakeFinder:
     def __call__(self, spec: LrFindSpec, ctx):
         self.specs.append(spec)
         lrs = np.geomspace(spec.min_lr, spec.max_lr, spec.steps)
-        losses = 2.3 - 2.0 / (1 + np.exp(-3 * (np.log10(lrs) - math.log10(SUGGESTED)))) + np.maximum(0, lrs - 1)
+        losses = (
+            2.3 - 2.0 / (1 + np.exp(-3 * (np.log10(lrs) - math.log10(SUGGESTED)))) + np.maximum(0, lrs - 1)
+        )
         for step in range(1, spec.steps + 1):
             if ctx.should_stop():
                 self.cancelled.set()
                 ctx.check_stop()
-            ctx.progress(step, spec.steps, f"lr {lrs[step - 1]:.2e} · loss {losses[step - 1]:.4f}", force=True)
+            ctx.progress(
+                step, spec.steps, f"lr {lrs[step - 1]:.2e} · loss {losses[step - 1]:.4f}", force=True
+            )
             time.sleep(self.delay)
-        return {"lrs": lrs.tolist(), "losses": losses.tolist(), "raw_losses": (losses + 0.05).tolist(),
-                "suggested_lr": SUGGESTED, "suggestion": "steepest fall of the smoothed loss",
-                "min_loss_lr": 1.0, "stopped_early": False, "stop_reason": None}
+        return {
+            "lrs": lrs.tolist(),
+            "losses": losses.tolist(),
+            "raw_losses": (losses + 0.05).tolist(),
+            "suggested_lr": SUGGESTED,
+            "suggestion": "steepest fall of the smoothed loss",
+            "min_loss_lr": 1.0,
+            "stopped_early": False,
+            "stop_reason": None,
+        }
 
 
 @pytest.fixture
@@ -57,8 +69,9 @@ def finder():
 @pytest.fixture
 def queries(qtbot, tmp_path, finder):
     worker = fake_worker.FakeWorker(tmp_path)
-    worker.kernel._task_overrides["lr.find"] = TaskInfo("lr.find", finder, "job", LrFindSpec, False,
-                                                              "fake lr finder")
+    worker.kernel._task_overrides["lr.find"] = TaskInfo(
+        "lr.find", finder, "job", LrFindSpec, False, "fake lr finder"
+    )
     manager = WorkerManager(connection_file=worker.connection_file, heartbeat_interval=0.2)
     runner = QueryRunner(QtWorkerBridge(manager), tmp_path / "workspace")
     manager.start(wait=False)
@@ -69,8 +82,13 @@ def queries(qtbot, tmp_path, finder):
 
 
 def open_wizard(qtbot, queries) -> TrainingWizard:
-    wizard = TrainingWizard(DatasetState(DataSpec.from_dict({"name": "digits"})), FAKE_DEVICES, "cpu",
-                            queries=queries, start={"batch_size": 32, "lr": 0.001, "optimizer": "sgd"})
+    wizard = TrainingWizard(
+        DatasetState(DataSpec.from_dict({"name": "digits"})),
+        FAKE_DEVICES,
+        "cpu",
+        queries=queries,
+        start={"batch_size": 32, "lr": 0.001, "optimizer": "sgd"},
+    )
     qtbot.addWidget(wizard)
     wizard.show()
     wizard.next()

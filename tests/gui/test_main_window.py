@@ -29,7 +29,10 @@ def test_window_title_status_light_and_devices(fake_window, qtbot):
 
 def test_job_progress_and_run_appear(fake_window, qtbot):
     fake_window.run_self_test()
-    qtbot.waitUntil(lambda: _job_rows(fake_window) and _job_rows(fake_window)[0].state == "done", timeout=60_000)  # a 200-step self-test: 2 s quiet, far more on a busy box
+    # a 200-step self-test: 2 s quiet, far more on a busy box
+    qtbot.waitUntil(
+        lambda: _job_rows(fake_window) and _job_rows(fake_window)[0].state == "done", timeout=60_000
+    )
     record = _job_rows(fake_window)[0]
     assert record.fraction == 1.0 and record.run_dir
     runs = fake_window.runs_panel.model.runs
@@ -111,7 +114,8 @@ def test_self_test_does_not_wait_behind_a_running_job(fake_window, qtbot):
     fake_window.run_self_test()
     selftest = next(r for r in fake_window.manager.jobs.all() if r.task == "debug.selftest")
     qtbot.waitUntil(lambda: fake_window.manager.jobs.get(selftest.job_id).state == "done", timeout=60_000)
-    assert fake_window.manager.jobs.get(long.job_id).state == "running"  # it finished beside the job, not after
+    # it finished beside the job, not after
+    assert fake_window.manager.jobs.get(long.job_id).state == "running"
     assert fake_window.manager.jobs.get(selftest.job_id).result["selftest"] == "passed"
     fake_window.manager.cancel(long.job_id)
     # Ended before the test does: closing the window with a job running would ask first.
@@ -142,7 +146,7 @@ def test_the_window_has_its_icon_and_opens_the_sample_specs_first(fake_window, m
     file_menu = next(a.menu() for a in fake_window.menuBar().actions() if a.text() == "&File")
     spec_menu = next(a.menu() for a in file_menu.actions() if a.menu() and "spec" in a.text())
     names = [a.text() for a in spec_menu.actions() if a.text()]
-    assert names[:len(sample_specs())] == [f"Sample: {p.stem}" for p in sample_specs()]
+    assert names[: len(sample_specs())] == [f"Sample: {p.stem}" for p in sample_specs()]
     assert names[-1] == "&Other spec file…"
     opened = []
 
@@ -157,7 +161,9 @@ def test_the_window_has_its_icon_and_opens_the_sample_specs_first(fake_window, m
     # The bundled your-own-project examples follow, and open with their files found beside the spec.
     from workbench.app_resources import example_specs
 
-    assert [n for n in names if n.startswith("Example: ")] == [f"Example: {p.parent.name}" for p in example_specs()]
+    assert [n for n in names if n.startswith("Example: ")] == [
+        f"Example: {p.parent.name}" for p in example_specs()
+    ]
     shapes = next(p for p in example_specs() if p.parent.name == "shapes_segmentation")
     fake_window.open_spec(shapes)
     assert len(opened) == 2 and opened[1]["task"] == "segmentation"
@@ -175,9 +181,15 @@ def test_an_export_or_benchmark_spec_opens_its_wizard_with_every_field(fake_wind
     export.write_text('format = "torchscript"\nparity_samples = 7\n[source]\nrun = "some-run"\n')
     fake_window.open_spec(export)
     bench = tmp_path / "bench.toml"
-    bench.write_text('backends = ["eager", "onnxruntime"]\nbatch_sizes = [4, 16]\niters = 55\n[source]\nrun = "r2"\n')
+    bench.write_text(
+        'backends = ["eager", "onnxruntime"]\nbatch_sizes = [4, 16]\niters = 55\n[source]\nrun = "r2"\n'
+    )
     fake_window.open_spec(bench)
     assert [o["format"] for o in opened[:1]] == ["torchscript"] and opened[0]["parity_samples"] == 7
     assert opened[0]["source"]["run"] == "some-run"
-    assert opened[1]["batch_sizes"] == [4, 16] and opened[1]["iters"] == 55 and opened[1]["source"]["run"] == "r2"
+    assert (
+        opened[1]["batch_sizes"] == [4, 16]
+        and opened[1]["iters"] == 55
+        and opened[1]["source"]["run"] == "r2"
+    )
     assert fake_window.current_panel() is fake_window.export_panel

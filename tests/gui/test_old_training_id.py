@@ -13,8 +13,9 @@ MONITOR = {"name": "acc", "label": "accuracy", "higher_is_better": True, "best_v
 def _train_run(workspace, task: str) -> str:
     spec = {"epochs": 1, "model": {"name": "cnn"}, "dataset": {"name": "digits"}}
     with RunStore(workspace).create_run("train", spec, task=task) as run:
-        run.write_report({"status": "done", "epochs_completed": 1, "monitor": MONITOR,
-                          "final": {"test_accuracy": 0.91}})
+        run.write_report(
+            {"status": "done", "epochs_completed": 1, "monitor": MONITOR, "final": {"test_accuracy": 0.91}}
+        )
         run.set_status("done")
         return run.id
 

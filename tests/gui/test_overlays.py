@@ -1,5 +1,6 @@
-"""Overlaying runs in the Training tab (#21 part 6.1): the Show ticks decide what is drawn, live runs included;
-Ctrl+click ticks; the legend names only the runs drawn; the run palette's first colours are far apart."""
+"""Overlaying runs in the Training tab (#21 part 6.1): the Show ticks decide what is drawn, live runs
+included; Ctrl+click ticks; the legend names only the runs drawn; the run palette's first colours are far
+apart."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ def window(fake_window, qtbot):
 
 
 def _row(panel, run_id: str) -> int:
-    return next(r for r in range(panel.table.rowCount()) if panel.table.item(r, 0).data(Qt.UserRole) == run_id)
+    return next(
+        r for r in range(panel.table.rowCount()) if panel.table.item(r, 0).data(Qt.UserRole) == run_id
+    )
 
 
 def _drawn(panel) -> set[str]:
@@ -39,18 +42,23 @@ def test_a_running_run_is_drawn_only_while_ticked(window, qtbot):
     panel = window.training_panel
     first = _finished_run(window, qtbot, {"epochs": 1, "lr": 0.01})
     assert panel.shown_runs() == [first]  # the first run is shown: nothing else was
-    window.start_training(TrainSpec.from_dict({"epochs": 40, "seed": 20}))  # 20 ms a step: still running below
+    # 20 ms a step: still running below
+    window.start_training(TrainSpec.from_dict({"epochs": 40, "seed": 20}))
     qtbot.waitUntil(lambda: bool(panel.job_of_run), timeout=10_000)
     live = next(iter(panel.job_of_run))
-    qtbot.waitUntil(lambda: len(panel.curves.runs.get(live, None).series.get("train/loss", ()) or ()) >= 5,
-                    timeout=10_000)
+    qtbot.waitUntil(
+        lambda: len(panel.curves.runs.get(live, None).series.get("train/loss", ()) or ()) >= 5, timeout=10_000
+    )
     panel.curves.redraw_if_needed()
     # A run started from the window is ticked and drawn beside the run already ticked.
     assert _drawn(panel) == {first, live} and set(panel.shown_runs()) == {first, live}
     panel.set_shown(live, False)
     panel.curves.redraw_if_needed()
     assert _drawn(panel) == {first} and panel.shown_runs() == [first]  # streaming, held, but not drawn
-    assert panel.curves.legend.texts()[:1] == [panel.curves.label(first)] and len(panel.curves.legend.texts()) == 4
+    assert (
+        panel.curves.legend.texts()[:1] == [panel.curves.label(first)]
+        and len(panel.curves.legend.texts()) == 4
+    )
 
     panel.set_shown(live, True)
     panel.curves.redraw_if_needed()
@@ -110,7 +118,7 @@ def test_ctrl_click_ticks_runs_and_the_legend_lists_only_the_shown_ones(window, 
 
 
 def _lab(colour: str) -> tuple[float, float, float]:
-    rgb = [int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    rgb = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
     r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb)
     x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047
     y = 0.2126 * r + 0.7152 * g + 0.0722 * b
@@ -123,7 +131,7 @@ def ciede2000(c1: str, c2: str) -> float:
     """The CIEDE2000 colour difference (Sharma, Wu and Dalal's formulation)."""
     (l1, a1, b1), (l2, a2, b2) = _lab(c1), _lab(c2)
     c_bar = (math.hypot(a1, b1) + math.hypot(a2, b2)) / 2
-    g = 0.5 * (1 - math.sqrt(c_bar ** 7 / (c_bar ** 7 + 25 ** 7)))
+    g = 0.5 * (1 - math.sqrt(c_bar**7 / (c_bar**7 + 25**7)))
     a1, a2 = (1 + g) * a1, (1 + g) * a2
     cp1, cp2 = math.hypot(a1, b1), math.hypot(a2, b2)
     h1, h2 = math.degrees(math.atan2(b1, a1)) % 360, math.degrees(math.atan2(b2, a2)) % 360
@@ -132,10 +140,15 @@ def ciede2000(c1: str, c2: str) -> float:
     d_h = 2 * math.sqrt(cp1 * cp2) * math.sin(math.radians(dh / 2))
     l_bar, cp_bar = (l1 + l2) / 2, (cp1 + cp2) / 2
     h_bar = h1 + h2 if cp1 * cp2 == 0 else (h1 + h2) / 2 + (180 if abs(h1 - h2) > 180 else 0)
-    t = (1 - 0.17 * math.cos(math.radians(h_bar - 30)) + 0.24 * math.cos(math.radians(2 * h_bar))
-         + 0.32 * math.cos(math.radians(3 * h_bar + 6)) - 0.20 * math.cos(math.radians(4 * h_bar - 63)))
-    r_c = 2 * math.sqrt(cp_bar ** 7 / (cp_bar ** 7 + 25 ** 7))
-    r_t = -math.sin(math.radians(60 * math.exp(-(((h_bar % 360) - 275) / 25) ** 2))) * r_c
+    t = (
+        1
+        - 0.17 * math.cos(math.radians(h_bar - 30))
+        + 0.24 * math.cos(math.radians(2 * h_bar))
+        + 0.32 * math.cos(math.radians(3 * h_bar + 6))
+        - 0.20 * math.cos(math.radians(4 * h_bar - 63))
+    )
+    r_c = 2 * math.sqrt(cp_bar**7 / (cp_bar**7 + 25**7))
+    r_t = -math.sin(math.radians(60 * math.exp(-((((h_bar % 360) - 275) / 25) ** 2)))) * r_c
     s_l = 1 + 0.015 * (l_bar - 50) ** 2 / math.sqrt(20 + (l_bar - 50) ** 2)
     s_c, s_h = 1 + 0.045 * cp_bar, 1 + 0.015 * cp_bar * t
     return math.sqrt((d_l / s_l) ** 2 + (d_c / s_c) ** 2 + (d_h / s_h) ** 2 + r_t * (d_c / s_c) * (d_h / s_h))

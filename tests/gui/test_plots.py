@@ -120,7 +120,6 @@ def test_empty_state_says_what_will_appear_and_hides_placeholder_numbers(qtbot):
     assert plot.is_empty
 
 
-
 @pytest.mark.parametrize("name", ["light", "dark"])
 def test_a_heatmap_plot_keeps_no_grid_through_data_and_a_theme_switch(qtbot, theme, name):
     """A grid over an image crosses its cells and runs on over the margins: make_plot(grid=False) never draws
@@ -134,6 +133,7 @@ def test_a_heatmap_plot_keeps_no_grid_through_data_and_a_theme_switch(qtbot, the
     restyle_plots(ordinary)
     assert all(heatmap.getAxis(axis).grid is False for axis in ("left", "bottom"))
     assert all(ordinary.getAxis(axis).grid not in (False, 0) for axis in ("left", "bottom"))
+
 
 def test_legend_and_plot_follow_a_live_theme_switch(qtbot, theme):
     theme("light")
@@ -161,13 +161,18 @@ def test_runs_get_distinct_hues_and_roles_keep_their_line_style():
     hues = [run_colour(i) for i in range(10)]
     assert len(set(hues)) == 10 and run_colour(10) == run_colour(0) == RUN_HUES[0]
     assert series_pen(hues[0], "train").style() == series_pen(hues[1], "train").style() == Qt.SolidLine
-    assert series_pen(hues[0], "validation").style() == series_pen(hues[5], "validation").style() == Qt.DashLine
+    assert (
+        series_pen(hues[0], "validation").style() == series_pen(hues[5], "validation").style() == Qt.DashLine
+    )
     assert SERIES_STYLES["train (epoch)"][0] == Qt.DotLine
 
 
 def test_run_labels_are_short():
     assert run_label("20261122-185213-train-3022eb", "cnn", "digits") == "cnn · digits · 3022eb"
-    assert run_label("20261122-185213-train-3022eb", "torchvision:resnet18", "cifar10") == "resnet18 · cifar10 · 3022eb"
+    assert (
+        run_label("20261122-185213-train-3022eb", "torchvision:resnet18", "cifar10")
+        == "resnet18 · cifar10 · 3022eb"
+    )
     assert run_label("r-abc123", "file:/home/me/models/net.py:Net", "") == "Net · abc123"
     assert run_label("20261122-185213-train-3022eb") == "run 3022eb"
 

@@ -10,9 +10,18 @@ from workbench.gui.panels.training.profiler import COLUMNS, ProfilerView
 def _run_with_profile(tmp_path, device_times):
     run_dir = tmp_path / "run"
     (run_dir / "artifacts").mkdir(parents=True)
-    rows = [{"name": name, "calls": 3, "self_cpu_time_total_us": cpu, "cpu_time_total_us": cpu * 2,
-             "device_time_total_us": dev} for name, cpu, dev in zip(("aten::add", "aten::conv2d", "aten::mm"),
-                                                                  (50.0, 900.0, 300.0), device_times)]
+    rows = [
+        {
+            "name": name,
+            "calls": 3,
+            "self_cpu_time_total_us": cpu,
+            "cpu_time_total_us": cpu * 2,
+            "device_time_total_us": dev,
+        }
+        for name, cpu, dev in zip(
+            ("aten::add", "aten::conv2d", "aten::mm"), (50.0, 900.0, 300.0), device_times
+        )
+    ]
     (run_dir / "artifacts" / "profile_top_ops.json").write_text(json.dumps(rows))
     return run_dir
 

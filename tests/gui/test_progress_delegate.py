@@ -29,10 +29,13 @@ def _paint(qtbot, fraction: float) -> QImage:
 
 
 def _filled_columns(image: QImage, y: int) -> list[bool]:
-    """Which columns of row y carry the bar's fill colour (the style's highlight, bluish), inside the frame."""
+    """Which columns of row y carry the bar's fill colour (the style's highlight, bluish), inside the
+    frame."""
+
     def bluish(x: int) -> bool:
         colour = image.pixelColor(x, y)
         return colour.blue() > colour.red() + 40
+
     return [bluish(x) for x in range(8, 192)]
 
 

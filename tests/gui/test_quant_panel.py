@@ -1,6 +1,7 @@
-"""The Quantization tab against a fake worker that speaks the real protocol: the wizard and its presets, the ladder
-filling in live, the per-layer table with its worst layers, the plots following the selection, compare, cancel,
-a failed run, mixed precision in one click, and the way in from the Training and Runs tabs and the graph."""
+"""The Quantization tab against a fake worker that speaks the real protocol: the wizard and its presets, the
+ladder filling in live, the per-layer table with its worst layers, the plots following the selection, compare,
+cancel, a failed run, mixed precision in one click, and the way in from the Training and Runs tabs and the
+graph."""
 
 from __future__ import annotations
 
@@ -21,15 +22,19 @@ W4A8 = "W4A8 (paper's flow)"
 
 
 def _trained_run(workspace) -> str:
-    with RunStore(workspace).create_run("train", {"epochs": 1, "model": {"name": "cnn"},
-                                                  "dataset": {"name": "digits"}}, task="train.classifier") as run:
+    with RunStore(workspace).create_run(
+        "train",
+        {"epochs": 1, "model": {"name": "cnn"}, "dataset": {"name": "digits"}},
+        task="train.classifier",
+    ) as run:
         run.write_report({"status": "done", "epochs_completed": 1})
         run.set_status("done")
         return run.id
 
 
 def _quantize(window, qtbot, source: str, *, delay_ms: int = 0, **fields) -> str:
-    """Start a (fake) quantization from the window and wait until the tab shows its result; returns its run id."""
+    """Start a (fake) quantization from the window and wait until the tab shows its result; returns its run
+    id."""
     data = {"source": {"run": source}, "calibration": {"samples": 64, "seed": delay_ms}, **fields}
     spec = QuantSpec.from_dict(data)
     before = {r.job_id for r in window.manager.jobs.all()}
@@ -39,8 +44,12 @@ def _quantize(window, qtbot, source: str, *, delay_ms: int = 0, **fields) -> str
 
     def shown() -> bool:
         now = window.manager.jobs.get(record.job_id)
-        return (not now.active and panel.results is not None and bool(panel.results.report)
-                and panel.results.run_id == Path(now.run_dir or "").name)
+        return (
+            not now.active
+            and panel.results is not None
+            and bool(panel.results.report)
+            and panel.results.run_id == Path(now.run_dir or "").name
+        )
 
     qtbot.waitUntil(shown, timeout=15_000)
     return panel.results.run_id
@@ -64,7 +73,9 @@ def test_the_tab_is_there_and_says_what_to_do_first(fake_window, qtbot):
     assert panel.empty_button.isEnabled() and "white paper" in panel.empty_text.text()
 
 
-def test_wizard_presets_fill_the_paper_flow_and_defaults_come_from_the_data_tab(fake_window, qtbot, trained, settings):
+def test_wizard_presets_fill_the_paper_flow_and_defaults_come_from_the_data_tab(
+    fake_window, qtbot, trained, settings
+):
     runs = fake_window.quant_panel.training_runs()
     assert [r["id"] for r in runs] == [trained]
     wizard = QuantWizard(runs, calibration=(100, 7), device="cpu", settings=settings, parent=fake_window)
@@ -78,7 +89,8 @@ def test_wizard_presets_fill_the_paper_flow_and_defaults_come_from_the_data_tab(
     assert spec.weights.bits == 4 and spec.adaround.enabled and spec.cle and spec.weights.range == "mse"
     assert spec.calibration.samples == 100  # a preset keeps the calibration subset
     assert wizard.scheme_page.form.value("weights.bits") == 4
-    # A bad field is named under itself and blocks Quantize (the percentile counts with range=percentile only).
+    # A bad field is named under itself and blocks Quantize (the percentile counts with range=percentile
+    # only).
     scheme = wizard.scheme_page.form
     scheme.set_value("weights.range", "percentile")
     assert scheme.widgets["weights.percentile"].isEnabled()
@@ -122,7 +134,9 @@ def test_wizard_greys_out_what_the_rest_of_the_spec_leaves_unused(qtbot, setting
     granularity = scheme.widgets["weights.granularity"]
     assert granularity.currentText() == "per-channel" and wizard.spec.weights.granularity == "per_channel"
     # The allowed drop's tooltip speaks of the unit it is typed in.
-    assert "percentage points: 1 allows one point" in pipeline.widgets["mixed_precision.target_drop"].toolTip()
+    assert (
+        "percentage points: 1 allows one point" in pipeline.widgets["mixed_precision.target_drop"].toolTip()
+    )
 
 
 def test_wizard_without_training_runs_cannot_start(fake_window, qtbot, settings):
@@ -133,8 +147,8 @@ def test_wizard_without_training_runs_cannot_start(fake_window, qtbot, settings)
 
 
 def test_the_ladder_fills_in_live_then_the_table_and_plots_show_the_worst_layer(fake_window, qtbot, trained):
-    # calibration.seed is the fake job's pause per rung in ms: 1.5 s, so the window sees the ladder mid-run even
-    # when its first event arrives seconds late (two tests share the cores).
+    # calibration.seed is the fake job's pause per rung in ms: 1.5 s, so the window sees the ladder mid-run
+    # even when its first event arrives seconds late (two tests share the cores).
     spec = QuantSpec.from_dict({"source": {"run": trained}, "cle": True, "calibration": {"seed": 1500}})
     fake_window.start_quantization(spec)
     panel = fake_window.quant_panel
@@ -221,8 +235,14 @@ def test_a_failed_quantization_says_why_and_the_window_stays(fake_window, qtbot)
     spec = QuantSpec.from_dict({"source": {"run": "broken"}})
     fake_window.start_quantization(spec)
     panel = fake_window.quant_panel
-    qtbot.waitUntil(lambda: not panel.job_of_run and bool(panel.runs) and
-                    next(iter(panel.runs.values()))["status"] == "failed", timeout=10_000)
+    qtbot.waitUntil(
+        lambda: (
+            not panel.job_of_run
+            and bool(panel.runs)
+            and next(iter(panel.runs.values()))["status"] == "failed"
+        ),
+        timeout=10_000,
+    )
     assert "not a training run" in panel.summary.text()
     assert fake_window.status_light.state == "ready"
 
@@ -236,7 +256,10 @@ def test_apply_mixed_precision_is_one_click(fake_window, qtbot, trained):
     qtbot.waitUntil(lambda: len(fake_window.manager.jobs.all()) > jobs_before, timeout=5_000)
     started = max(fake_window.manager.jobs.all(), key=lambda r: r.submitted)
     assert started.task == "quant.analyze"
-    assert started.spec["mixed_precision"] == {"target_drop": 0.0, "layers": [{"name": "classifier", "bits": 8}]}
+    assert started.spec["mixed_precision"] == {
+        "target_drop": 0.0,
+        "layers": [{"name": "classifier", "bits": 8}],
+    }
     assert started.spec["weights"]["bits"] == 4
 
 
@@ -275,26 +298,36 @@ def test_presets_are_valid_specs():
         QuantSpec.from_dict(preset_data(name))
 
 
-def test_wizard_fields_say_what_they_are_under_weights_and_activations_headings(fake_window, qtbot, trained, settings):
+def test_wizard_fields_say_what_they_are_under_weights_and_activations_headings(
+    fake_window, qtbot, trained, settings
+):
     from PySide6.QtWidgets import QLabel
 
     wizard = QuantWizard(fake_window.quant_panel.training_runs(), settings=settings, parent=fake_window)
     qtbot.addWidget(wizard)
     scheme = wizard.scheme_page.form
-    headings = [label.text() for label in scheme.findChildren(QLabel) if label.objectName().startswith("heading:")]
+    headings = [
+        label.text() for label in scheme.findChildren(QLabel) if label.objectName().startswith("heading:")
+    ]
     assert headings == ["<b>Weights</b>", "<b>Activations</b>"]
     # Bits appears under both headings, the heading saying whose; the range method reads as one.
     layout = scheme.layout_
     rows = []
     for row in range(layout.rowCount()):
-        item = layout.itemAt(row, layout.ItemRole.LabelRole) or layout.itemAt(row, layout.ItemRole.SpanningRole)
+        item = layout.itemAt(row, layout.ItemRole.LabelRole) or layout.itemAt(
+            row, layout.ItemRole.SpanningRole
+        )
         if item is not None and isinstance(item.widget(), QLabel):
             rows.append(item.widget().text())
     assert rows.index("<b>Weights</b>") < rows.index("Bits") < rows.index("<b>Activations</b>")
     assert rows.count("Range method") == 2
     pipeline = wizard.pipeline_page.form
     texts = {field: pipeline.widgets[field].text() for field in ("fold_bn", "cle", "adaround.enabled")}
-    assert texts == {"fold_bn": "Fold BatchNorm", "cle": "Cross-layer equalisation", "adaround.enabled": "AdaRound"}
+    assert texts == {
+        "fold_bn": "Fold BatchNorm",
+        "cle": "Cross-layer equalisation",
+        "adaround.enabled": "AdaRound",
+    }
     label = pipeline.layout_.labelForField(pipeline._rows["adaround.iterations"])
     assert label.text() == "AdaRound iterations"
 
@@ -303,8 +336,15 @@ def test_a_mixed_precision_runs_label_gives_every_bit_width_it_uses():
     from workbench.gui.panels.quant.quant_panel import scheme_of
     from workbench.gui.panels.quant.results import bit_widths
 
-    mixed = {"weights": {"bits": 2}, "activations": {"bits": 8}, "cle": True, "adaround": {"enabled": True},
-             "mixed_precision": {"layers": [{"name": "features.0", "bits": 8}, {"name": "classifier", "bits": 16}]}}
+    mixed = {
+        "weights": {"bits": 2},
+        "activations": {"bits": 8},
+        "cle": True,
+        "adaround": {"enabled": True},
+        "mixed_precision": {
+            "layers": [{"name": "features.0", "bits": 8}, {"name": "classifier", "bits": 16}]
+        },
+    }
     assert bit_widths(mixed) == "W2/8/16 mixed A8/16"
     assert scheme_of(mixed) == "W2/8/16 mixed A8/16 +CLE+AdaRound"
     assert bit_widths({"weights": {"bits": 4}, "activations": {"bits": 8}}) == "W4A8"
@@ -339,8 +379,10 @@ def test_apply_mixed_precision_says_why_it_is_greyed_out(fake_window, qtbot, tra
 
 
 def test_the_allowed_drop_is_typed_in_percentage_points_for_a_share(qtbot, settings):
-    runs = [{"id": "digits-run", "learned": "classification", "label": "cnn · digits"},
-            {"id": "diabetes-run", "learned": "regression", "label": "mlp · diabetes"}]
+    runs = [
+        {"id": "digits-run", "learned": "classification", "label": "cnn · digits"},
+        {"id": "diabetes-run", "learned": "regression", "label": "mlp · diabetes"},
+    ]
     wizard = QuantWizard(runs, settings=settings)
     qtbot.addWidget(wizard)
     form = wizard.pipeline_page.form
@@ -369,8 +411,9 @@ def test_the_layer_table_shows_eight_layers_at_first_in_a_1400x820_window(fake_w
     fake_window.show_tab(fake_window.quant_panel)
     panel = fake_window.quant_panel
     panel.pages.setCurrentIndex(1)  # the runs and the run shown, as once a run exists
-    panel.layer_model.set_layers([{"name": f"features.{i}", "tensor": "weight", "bits": 8, "sqnr_db": 40.0 + i}
-                                  for i in range(20)])
+    panel.layer_model.set_layers(
+        [{"name": f"features.{i}", "tensor": "weight", "bits": 8, "sqnr_db": 40.0 + i} for i in range(20)]
+    )
     view = panel.layer_view
 
     def rows_in_view() -> int:
@@ -386,9 +429,11 @@ def test_the_layer_table_shows_eight_layers_at_first_in_a_1400x820_window(fake_w
     assert right.sizes()[0] == table_height and rows_in_view() >= 8
 
 
-def test_the_sensitivity_tab_shows_its_value_labels_and_its_legend_beside_it_in_a_1400x820_window(fake_window, qtbot):
-    """With eight layers in the table the plots are ~80 px shorter than they were: with the legend beside the chart
-    the rows take its whole height, and five layers' bars still hold their values."""
+def test_the_sensitivity_tab_shows_its_value_labels_and_its_legend_beside_it_in_a_1400x820_window(
+    fake_window, qtbot
+):
+    """With eight layers in the table the plots are ~80 px shorter than they were: with the legend beside the
+    chart the rows take its whole height, and five layers' bars still hold their values."""
     from PySide6.QtCore import QPoint, QRect
 
     fake_window.resize(1400, 820)
@@ -397,11 +442,20 @@ def test_the_sensitivity_tab_shows_its_value_labels_and_its_legend_beside_it_in_
     panel.pages.setCurrentIndex(1)
     panel.plots.setCurrentWidget(panel.sensitivity)
     chart = panel.sensitivity
-    chart.set_rows([{"layer": name, "only_this": 0.944 - i * 0.002, "all_but_this": 0.939}
-                    for i, name in enumerate(["input", "features.0", "features.4", "pool", "classifier"])], 0.9944, 0.939)
-    qtbot.waitUntil(lambda: chart.isVisible() and chart.legend.isVisible() and chart.plot.getViewBox().height() > 0)
+    chart.set_rows(
+        [
+            {"layer": name, "only_this": 0.944 - i * 0.002, "all_but_this": 0.939}
+            for i, name in enumerate(["input", "features.0", "features.4", "pool", "classifier"])
+        ],
+        0.9944,
+        0.939,
+    )
+    qtbot.waitUntil(
+        lambda: chart.isVisible() and chart.legend.isVisible() and chart.plot.getViewBox().height() > 0
+    )
     qtbot.waitUntil(lambda: all(label.isVisible() for label in chart.labels))
-    assert chart.height() < 300  # the plots' height at this size, where the legend over the chart hid the labels
+    # the plots' height at this size, where the legend over the chart hid the labels
+    assert chart.height() < 300
 
     def rect(widget) -> QRect:
         return QRect(widget.mapTo(chart, QPoint(0, 0)), widget.size())

@@ -18,10 +18,14 @@ from workbench.gui.theme import apply_theme
 
 BINS, CHANNELS = 256, 8
 ESTIMATORS = ["chosen", "minmax", "mse", "percentile"]
-RANGES = np.array([[-0.5865, 0.5865, 19.0257, 1e-4, 3e-4],
-                   [-0.7326, 0.7258, 17.7068, 0.0, 5e-4],
-                   [-0.5700, 0.5865, 19.0257, 1e-4, 3e-4],
-                   [-0.6500, 0.6400, 18.2000, 2e-5, 4e-4]])
+RANGES = np.array(
+    [
+        [-0.5865, 0.5865, 19.0257, 1e-4, 3e-4],
+        [-0.7326, 0.7258, 17.7068, 0.0, 5e-4],
+        [-0.5700, 0.5865, 19.0257, 1e-4, 3e-4],
+        [-0.6500, 0.6400, 18.2000, 2e-5, 4e-4],
+    ]
+)
 
 
 def weight_arrays(cle: bool = True, channels: bool = True, tensor: str = "weight") -> TensorArrays:
@@ -33,10 +37,20 @@ def weight_arrays(cle: bool = True, channels: bool = True, tensor: str = "weight
     high = rng.uniform(0.3, 0.7, CHANNELS)
     channel_ranges = np.stack([np.stack([low * f, high * f], axis=-1) for f in (0.8, 1.0, 0.9, 0.95)])
     cle_ranges = np.stack([np.stack([low, high], axis=-1), np.stack([low * 0.7, high * 0.7], axis=-1)])
-    return TensorArrays(layer="features.4", tensor=tensor, counts=counts, edges=edges, ranges=RANGES.copy(),
-                        estimators=list(ESTIMATORS), error=error,
-                        channel_ranges=channel_ranges if channels else None, cle_ranges=cle_ranges if cle else None,
-                        chosen="mse", sampled=tensor == "activation", values=18_432)
+    return TensorArrays(
+        layer="features.4",
+        tensor=tensor,
+        counts=counts,
+        edges=edges,
+        ranges=RANGES.copy(),
+        estimators=list(ESTIMATORS),
+        error=error,
+        channel_ranges=channel_ranges if channels else None,
+        cle_ranges=cle_ranges if cle else None,
+        chosen="mse",
+        sampled=tensor == "activation",
+        values=18_432,
+    )
 
 
 def shown(qtbot, widget, width=800, height=480):
@@ -47,7 +61,7 @@ def shown(qtbot, widget, width=800, height=480):
     return widget
 
 
-# -- range histogram ------------------------------------------------------------------------------------------
+# -- range histogram -----------------------------------------------------------------------------------------
 def test_histogram_draws_a_line_pair_per_estimator_at_its_range_and_names_its_sqnr(qtbot):
     histogram = shown(qtbot, RangeHistogram())
     histogram.set_tensor(weight_arrays(), {"bits": 4, "range_method": "mse", "granularity": "per_channel"})
@@ -80,8 +94,12 @@ def test_learned_rounding_is_named_in_the_legend_beside_the_nearest_rounding_est
     assert any(t.startswith("mse  [") for t in texts)  # the estimator itself, rounding to nearest
     assert "The weights round with adaround" in histogram.legend.tooltips[2]  # the in-use row says why
     # QAT trains the weights under a range fixed before it: that, not the rounding, is what differs.
-    histogram.set_tensor(dataclasses.replace(weight_arrays(), rounding="qat"), {"bits": 4, "range_method": "mse"})
-    assert histogram.legend_texts[2].startswith("in use (mse, range fixed before QAT)  ["), histogram.legend_texts
+    histogram.set_tensor(
+        dataclasses.replace(weight_arrays(), rounding="qat"), {"bits": 4, "range_method": "mse"}
+    )
+    assert histogram.legend_texts[2].startswith("in use (mse, range fixed before QAT)  ["), (
+        histogram.legend_texts
+    )
 
 
 def test_the_legend_heads_its_columns_and_says_what_the_numbers_are(qtbot):
@@ -104,8 +122,14 @@ def test_an_estimators_range_reads_as_the_grid_holds_it_so_the_one_in_use_matche
     histogram.set_tensor(weight_arrays(channels=False), entry)
     texts = histogram.legend_texts
     assert "in use (mse)  [-0.59, 0.59]  19.0 dB" in texts and "mse  [-0.59, 0.59]  19.0 dB" in texts
-    assert [line.value() for line in histogram.lines["mse"]] == [pytest.approx(-0.5865), pytest.approx(0.5865)]
-    assert [line.value() for line in histogram.lines["minmax"]] == [pytest.approx(-0.7326), pytest.approx(0.7326)]
+    assert [line.value() for line in histogram.lines["mse"]] == [
+        pytest.approx(-0.5865),
+        pytest.approx(0.5865),
+    ]
+    assert [line.value() for line in histogram.lines["minmax"]] == [
+        pytest.approx(-0.7326),
+        pytest.approx(0.7326),
+    ]
     mse_tip = histogram.legend.tooltips[texts.index("mse  [-0.59, 0.59]  19.0 dB")]
     assert "picked [-0.570, 0.587]" in mse_tip and "clips at [-0.587, 0.587]" in mse_tip
     # Per channel: each channel's range on the grid, then the outermost (the lines show the widest channel).
@@ -113,7 +137,10 @@ def test_an_estimators_range_reads_as_the_grid_holds_it_so_the_one_in_use_matche
     histogram.set_tensor(arrays, {**entry, "granularity": "per_channel"})
     low, high = grid_extent(arrays.channel_ranges[2][:, 0], arrays.channel_ranges[2][:, 1], -7, 7, True)
     bound = max(-arrays.channel_ranges[2][:, 0].min(), arrays.channel_ranges[2][:, 1].max())
-    assert [line.value() for line in histogram.lines["mse"]] == [pytest.approx(low.min()), pytest.approx(high.max())]
+    assert [line.value() for line in histogram.lines["mse"]] == [
+        pytest.approx(low.min()),
+        pytest.approx(high.max()),
+    ]
     assert high.max() == pytest.approx(bound) and low.min() == pytest.approx(-bound)
     # Without the grid (an older report) the estimator's own range is shown.
     histogram.set_tensor(weight_arrays(channels=False), {"bits": 4, "range_method": "mse"})
@@ -137,9 +164,13 @@ def test_histogram_shades_and_colours_the_clipped_tails_and_shows_the_error_per_
     arrays = weight_arrays()
     histogram = shown(qtbot, RangeHistogram())
     histogram.set_tensor(arrays, None)
-    spans = sorted(tuple(r.getRegion()) for r in histogram.regions if r.getViewBox() is histogram.plot.getViewBox())
-    assert spans == [(pytest.approx(arrays.edges[0]), pytest.approx(-0.5865)),
-                     (pytest.approx(0.5865), pytest.approx(arrays.edges[-1]))]
+    spans = sorted(
+        tuple(r.getRegion()) for r in histogram.regions if r.getViewBox() is histogram.plot.getViewBox()
+    )
+    assert spans == [
+        (pytest.approx(arrays.edges[0]), pytest.approx(-0.5865)),
+        (pytest.approx(0.5865), pytest.approx(arrays.edges[-1])),
+    ]
     _x, clipped = histogram.clipped.getData()
     centres = (arrays.edges[:-1] + arrays.edges[1:]) / 2
     inside = np.abs(centres) <= 0.5865
@@ -154,8 +185,8 @@ def test_histogram_shades_and_colours_the_clipped_tails_and_shows_the_error_per_
 
 
 def test_the_legends_stand_beside_the_plots_and_hide_no_bar(qtbot):
-    """Over the plot, a six-row legend covered the bars however much room the y range left: beside it, every bar
-    and curve is in view, in a short plot too."""
+    """Over the plot, a six-row legend covered the bars however much room the y range left: beside it, every
+    bar and curve is in view, in a short plot too."""
     from PySide6.QtCore import QPoint, QRect
 
     histogram = shown(qtbot, RangeHistogram(), width=900, height=300)
@@ -203,12 +234,21 @@ def test_histogram_clear_shows_the_message(qtbot):
     assert histogram.lines == {} and histogram.legend_texts == [] and not histogram.legend.isVisible()
 
 
-# -- quantization error -----------------------------------------------------------------------------------------
+# -- quantization error --------------------------------------------------------------------------------------
 def test_error_is_within_half_a_step_inside_the_range_and_grows_linearly_outside(qtbot):
     plot = shown(qtbot, ErrorPlot())
     scale, zero_point = 0.0104, 78
-    entry = {"name": "input", "tensor": "activation", "bits": 8, "qmin": 0, "qmax": 255, "scale": scale,
-             "zero_point": zero_point, "min": scale * (0 - zero_point), "max": scale * (255 - zero_point)}
+    entry = {
+        "name": "input",
+        "tensor": "activation",
+        "bits": 8,
+        "qmin": 0,
+        "qmax": 255,
+        "scale": scale,
+        "zero_point": zero_point,
+        "min": scale * (0 - zero_point),
+        "max": scale * (255 - zero_point),
+    }
     plot.set_quantizer(entry)
     x, y = plot.curve.getData()
     low, high = entry["min"], entry["max"]
@@ -218,7 +258,8 @@ def test_error_is_within_half_a_step_inside_the_range_and_grows_linearly_outside
     assert np.abs(y[inside]).max() > scale / 2 * 0.99  # the teeth reach ±scale/2
     right, left = x > high + scale, x < low - scale
     assert right.any() and left.any()
-    assert y[right] == pytest.approx(high - x[right])  # clamped at the top level: the error falls with slope −1
+    # clamped at the top level: the error falls with slope −1
+    assert y[right] == pytest.approx(high - x[right])
     assert y[left] == pytest.approx(low - x[left])
     assert [line.value() for line in plot.edges] == [pytest.approx(low), pytest.approx(high)]
     assert quantize(np.array([high + 1.0]), scale, zero_point, 0, 255)[0] == pytest.approx(high)
@@ -227,8 +268,17 @@ def test_error_is_within_half_a_step_inside_the_range_and_grows_linearly_outside
 def test_per_channel_error_uses_the_largest_scale_by_default_and_says_which(qtbot):
     plot = shown(qtbot, ErrorPlot())
     scales = [0.05, 0.09, 0.07]
-    entry = {"name": "conv", "tensor": "weight", "bits": 4, "qmin": -7, "qmax": 7, "scale": scales,
-             "zero_point": [0, 0, 0], "min": [-7 * s for s in scales], "max": [7 * s for s in scales]}
+    entry = {
+        "name": "conv",
+        "tensor": "weight",
+        "bits": 4,
+        "qmin": -7,
+        "qmax": 7,
+        "scale": scales,
+        "zero_point": [0, 0, 0],
+        "min": [-7 * s for s in scales],
+        "max": [7 * s for s in scales],
+    }
     plot.set_quantizer(entry)
     assert plot.channel == 1 and plot.scale == pytest.approx(0.09)
     assert "channel 1 of 3 (largest scale)" in plot.title
@@ -241,7 +291,7 @@ def test_per_channel_error_uses_the_largest_scale_by_default_and_says_which(qtbo
     assert plot.is_empty and plot.message == "No quantizer selected." and plot.title == ""
 
 
-# -- per-channel ranges -------------------------------------------------------------------------------------------
+# -- per-channel ranges --------------------------------------------------------------------------------------
 def test_channel_ranges_draw_before_and_after_cle_side_by_side(qtbot):
     arrays = weight_arrays()
     plot = shown(qtbot, ChannelRangesPlot())
@@ -268,12 +318,14 @@ def test_channel_ranges_fall_back_to_the_quantizer_range_then_to_a_message(qtbot
     assert plot.is_empty and plot.message == NO_CHANNELS and plot.bars == {}
 
 
-# -- sensitivity ---------------------------------------------------------------------------------------------------
+# -- sensitivity ---------------------------------------------------------------------------------------------
 def test_sensitivity_chart_has_a_bar_per_layer_per_series_and_reference_lines(qtbot):
-    rows = [{"layer": "input", "only_this": 0.994, "all_but_this": 0.990},
-            {"layer": "features.0", "only_this": 0.992, "all_but_this": 0.983},
-            {"layer": "features.4", "only_this": 0.983, "all_but_this": 0.994},
-            {"layer": "classifier", "only_this": 0.994, "all_but_this": 0.989}]
+    rows = [
+        {"layer": "input", "only_this": 0.994, "all_but_this": 0.990},
+        {"layer": "features.0", "only_this": 0.992, "all_but_this": 0.983},
+        {"layer": "features.4", "only_this": 0.983, "all_but_this": 0.994},
+        {"layer": "classifier", "only_this": 0.994, "all_but_this": 0.989},
+    ]
     chart = shown(qtbot, SensitivityChart())
     chart.set_rows(rows, 0.9944, 0.981)
     assert set(chart.bars) == {"only_this", "all_but_this"}
@@ -288,17 +340,26 @@ def test_sensitivity_chart_has_a_bar_per_layer_per_series_and_reference_lines(qt
     low, high = chart.plot.getViewBox().viewRange()[0]
     assert 0.9 < low < 0.981 and high > 0.9944  # zoomed on the differences, every bar end in view
     legend = chart.legend_texts
-    assert legend == ["only this layer quantized", "all but this layer quantized", "FP32 99.4%", "quantized 98.1%"]
+    assert legend == [
+        "only this layer quantized",
+        "all but this layer quantized",
+        "FP32 99.4%",
+        "quantized 98.1%",
+    ]
     chart.clear("Sensitivity is measured after the ladder.")
     assert chart.is_empty and chart.message == "Sensitivity is measured after the ladder."
     assert chart.plot.getAxis("left")._tickLevels is None
 
 
-# -- ladder and mixed precision -----------------------------------------------------------------------------------
-LADDER = [{"step": "fp32", "accuracy": 0.9944, "loss": 0.04}, {"step": "fold_bn", "accuracy": 0.9944, "loss": 0.04},
-          {"step": "cle", "accuracy": 0.9944, "loss": 0.04}, {"step": "weight_ranges", "accuracy": 0.9889, "loss": 0.04},
-          {"step": "bias_correction", "accuracy": 0.9944, "loss": 0.04},
-          {"step": "activation_ranges", "accuracy": 0.9944, "loss": 0.04}]
+# -- ladder and mixed precision ------------------------------------------------------------------------------
+LADDER = [
+    {"step": "fp32", "accuracy": 0.9944, "loss": 0.04},
+    {"step": "fold_bn", "accuracy": 0.9944, "loss": 0.04},
+    {"step": "cle", "accuracy": 0.9944, "loss": 0.04},
+    {"step": "weight_ranges", "accuracy": 0.9889, "loss": 0.04},
+    {"step": "bias_correction", "accuracy": 0.9944, "loss": 0.04},
+    {"step": "activation_ranges", "accuracy": 0.9944, "loss": 0.04},
+]
 
 
 def test_ladder_draws_one_bar_group_per_step_and_one_colour_per_run(qtbot):
@@ -330,13 +391,20 @@ def test_two_runs_value_labels_stand_in_a_column_over_their_group_and_never_over
     assert {label.pos().x() for label in chart.labels} == set(range(len(LADDER)))  # centred on each group
     boxes = [label.mapRectToScene(label.boundingRect()) for label in chart.labels]
     for i, box in enumerate(boxes):
-        assert not any(box.intersects(other_box) for other_box in boxes[i + 1:]), chart.labels[i].textItem.toPlainText()
+        assert not any(box.intersects(other_box) for other_box in boxes[i + 1 :]), chart.labels[
+            i
+        ].textItem.toPlainText()
     # each label in its run's colour, the first run's above the second's
     colours = [bar.opts["brush"].color().name() for bar in chart.bars]
     in_first_group = [label for label in chart.labels if label.pos().x() == 0]
-    first, second = (next(label for label in in_first_group if label.color.name() == colour) for colour in colours)
+    first, second = (
+        next(label for label in in_first_group if label.color.name() == colour) for colour in colours
+    )
     assert first.textItem.toPlainText() == "99.4%" and second.textItem.toPlainText() == "99.4%"
-    assert first.mapToScene(first.boundingRect().center()).y() < second.mapToScene(second.boundingRect().center()).y()
+    assert (
+        first.mapToScene(first.boundingRect().center()).y()
+        < second.mapToScene(second.boundingRect().center()).y()
+    )
 
 
 def test_a_single_finished_ladder_has_no_slots_and_clears_to_a_message(qtbot):
@@ -352,15 +420,26 @@ def test_a_single_finished_ladder_has_no_slots_and_clears_to_a_message(qtbot):
 
 
 def test_mixed_precision_plot_marks_points_the_proposal_fp32_and_the_target(qtbot):
-    proposal = {"target_drop": 0.005, "layers": [{"name": "features.0", "bits": 8}], "accuracy": 0.985,
-                "size_bytes": 14_000, "met": True, "fp32_accuracy": 0.9944, "fp32_size_bytes": 77_864,
-                "points": [{"layers": [], "accuracy": 0.95, "size_bytes": 10_104},
-                           {"layers": ["features.0"], "accuracy": 0.985, "size_bytes": 14_000},
-                           {"layers": ["features.0", "classifier"], "accuracy": 0.992, "size_bytes": 30_000}]}
+    proposal = {
+        "target_drop": 0.005,
+        "layers": [{"name": "features.0", "bits": 8}],
+        "accuracy": 0.985,
+        "size_bytes": 14_000,
+        "met": True,
+        "fp32_accuracy": 0.9944,
+        "fp32_size_bytes": 77_864,
+        "points": [
+            {"layers": [], "accuracy": 0.95, "size_bytes": 10_104},
+            {"layers": ["features.0"], "accuracy": 0.985, "size_bytes": 14_000},
+            {"layers": ["features.0", "classifier"], "accuracy": 0.992, "size_bytes": 30_000},
+        ],
+    }
     plot = shown(qtbot, MixedPrecisionPlot())
     plot.set_proposal(proposal)
     x, y = plot.points.getData()
-    assert x == pytest.approx(np.array([10_104, 14_000, 30_000]) / 1024) and y == pytest.approx([0.95, 0.985, 0.992])
+    assert x == pytest.approx(np.array([10_104, 14_000, 30_000]) / 1024) and y == pytest.approx(
+        [0.95, 0.985, 0.992]
+    )
     assert plot.proposal.getData()[0] == pytest.approx([14_000 / 1024])
     assert plot.fp32.getData()[1] == pytest.approx([0.9944])
     assert plot.target.value() == pytest.approx(0.9894)
@@ -375,13 +454,24 @@ def test_mixed_precision_plot_marks_points_the_proposal_fp32_and_the_target(qtbo
     assert plot.is_empty and plot.message == "No mixed-precision search in this run." and plot.points is None
 
 
-# -- legends beside or above the plots: none covers data ---------------------------------------------------------
-SENSITIVITY_ROWS = [{"layer": name, "only_this": 0.944 - i * 0.002, "all_but_this": 0.939}
-                    for i, name in enumerate(["input", "features.0", "features.4", "pool", "classifier"])]
-MIXED_PRECISION = {"target_drop": 0.003, "layers": [{"name": "features.0", "bits": 8}], "accuracy": 0.944,
-                   "size_bytes": 20_072, "met": True, "fp32_accuracy": 0.9944, "fp32_size_bytes": 77_864,
-                   "points": [{"layers": [], "accuracy": 0.939, "size_bytes": 10_104},
-                              {"layers": ["features.0"], "accuracy": 0.944, "size_bytes": 20_072}]}
+# -- legends beside or above the plots: none covers data -----------------------------------------------------
+SENSITIVITY_ROWS = [
+    {"layer": name, "only_this": 0.944 - i * 0.002, "all_but_this": 0.939}
+    for i, name in enumerate(["input", "features.0", "features.4", "pool", "classifier"])
+]
+MIXED_PRECISION = {
+    "target_drop": 0.003,
+    "layers": [{"name": "features.0", "bits": 8}],
+    "accuracy": 0.944,
+    "size_bytes": 20_072,
+    "met": True,
+    "fp32_accuracy": 0.9944,
+    "fp32_size_bytes": 77_864,
+    "points": [
+        {"layers": [], "accuracy": 0.939, "size_bytes": 10_104},
+        {"layers": ["features.0"], "accuracy": 0.944, "size_bytes": 20_072},
+    ],
+}
 
 
 def rect_in(panel, widget):
@@ -407,7 +497,8 @@ def view_rect_in(panel):
 
 
 def draw(qtbot, kind, width=940, height=235):
-    """A panel drawn as in the Quantization tab at 1400x820, where the plots are about 940x235 (the ladder 430)."""
+    """A panel drawn as in the Quantization tab at 1400x820, where the plots are about 940x235 (the ladder
+    430)."""
     if kind == "sensitivity":
         panel = shown(qtbot, SensitivityChart(), width, height)
         panel.set_rows(SENSITIVITY_ROWS, 0.9944, 0.939)
@@ -422,14 +513,31 @@ def draw(qtbot, kind, width=940, height=235):
         items = [panel.points, panel.proposal, panel.fp32]
     elif kind == "error":
         panel = shown(qtbot, ErrorPlot(), width, height)
-        panel.set_quantizer({"name": "features.4", "tensor": "weight", "bits": 4, "scale": 0.05, "zero_point": 0,
-                             "qmin": -7, "qmax": 7, "min": -0.35, "max": 0.35})
+        panel.set_quantizer(
+            {
+                "name": "features.4",
+                "tensor": "weight",
+                "bits": 4,
+                "scale": 0.05,
+                "zero_point": 0,
+                "qmin": -7,
+                "qmax": 7,
+                "min": -0.35,
+                "max": 0.35,
+            }
+        )
         items = [panel.curve]
     else:
         panel = shown(qtbot, LadderChart(), width, height)
-        panel.set_ladders([("W4A8 20261127-085550-quant-c518b9", LADDER),
-                           ("W8A8 20261127-085549-quant-5de3af", [dict(s, accuracy=s["accuracy"] - 0.0005)
-                                                                  for s in LADDER])])
+        panel.set_ladders(
+            [
+                ("W4A8 20261127-085550-quant-c518b9", LADDER),
+                (
+                    "W8A8 20261127-085549-quant-5de3af",
+                    [dict(s, accuracy=s["accuracy"] - 0.0005) for s in LADDER],
+                ),
+            ]
+        )
         items = panel.bars + panel.labels
     qtbot.waitUntil(lambda: panel.legend.isVisible() and panel.plot.getViewBox().height() > 0)
     qtbot.wait(20)  # the rows, labels and ticks refit to the view's first size
@@ -438,8 +546,9 @@ def draw(qtbot, kind, width=940, height=235):
 
 @pytest.mark.parametrize("kind", ["sensitivity", "channels", "mixed precision", "error"])
 def test_the_legend_stands_beside_the_plot_and_covers_none_of_its_data(qtbot, kind):
-    """Over the plot, the legend covered the top bars (sensitivity, channel ranges) and the middle of the sawtooth
-    (error), or took half the height from the markers (mixed precision); beside it, it covers nothing."""
+    """Over the plot, the legend covered the top bars (sensitivity, channel ranges) and the middle of the
+    sawtooth (error), or took half the height from the markers (mixed precision); beside it, it covers
+    nothing."""
     panel, items = draw(qtbot, kind)
     legend, plot, data = rect_in(panel, panel.legend), rect_in(panel, panel.plot), scene_rect_in(panel, items)
     assert panel.legend_place == "beside" and panel.legend.texts
@@ -447,7 +556,8 @@ def test_the_legend_stands_beside_the_plot_and_covers_none_of_its_data(qtbot, ki
     assert not legend.intersects(data)
     view = view_rect_in(panel)
     if kind == "sensitivity":
-        data.setLeft(view.left())  # the bars run off the left edge on purpose: the axis starts under the lowest value
+        # the bars run off the left edge on purpose: the axis starts under the lowest value
+        data.setLeft(view.left())
     if kind != "error":  # the sawtooth's clipping lines leave the view on purpose, rising
         assert view.adjusted(-1, -1, 1, 1).contains(data)  # every bar, marker and label in view
 
@@ -462,7 +572,8 @@ def test_without_the_legend_over_them_the_bars_fill_the_height(qtbot):
     assert top < high <= top + 0.05 * (high - low)  # a little air above the highest bar, no legend's room
     mixed, _ = draw(qtbot, "mixed precision")
     _low, high = mixed.plot.getViewBox().viewRange()[1]
-    assert high > 0.9944 and mixed.legend.swatches[1].symbol == "star"  # the markers drawn as the plot draws them
+    # the markers drawn as the plot draws them
+    assert high > 0.9944 and mixed.legend.swatches[1].symbol == "star"
 
 
 def test_sensitivity_value_labels_show_at_the_tabs_default_size_and_shrink_before_they_hide(qtbot):
@@ -473,19 +584,21 @@ def test_sensitivity_value_labels_show_at_the_tabs_default_size_and_shrink_befor
     chart, _items = draw(qtbot, "sensitivity")  # the Sensitivity tab at 1400x820
     assert chart.labels and all(label.isVisible() for label in chart.labels)
     assert {label.textItem.font().pointSizeF() for label in chart.labels} == {LABEL_SIZES[0]}
-    # Each label on its own bar: centred on it, no taller than it (a pixel or two over), in no other bar's row.
+    # Each label on its own bar: centred on it, no taller than it (a pixel or two over), in no other bar's
+    # row.
     view = chart.plot.getViewBox()
     pixels_per_row = view.height() / len(SENSITIVITY_ROWS)
     for label in chart.labels:
         centre = view.mapViewToScene(label.pos()).y()  # the bar's centre: the label stands at its end
         assert label.sceneBoundingRect().center().y() == pytest.approx(centre, abs=1.5)
         assert QFontMetrics(label.textItem.font()).height() - 2 <= chart.bar_pixels() < pixels_per_row / 2
-    # More layers in the same room: thinner bars, then a smaller font, then no labels (the bars stay); a label shows
-    # whenever a font fits its bar.
+    # More layers in the same room: thinner bars, then a smaller font, then no labels (the bars stay); a label
+    # shows whenever a font fits its bar.
     sizes = []
     for count in range(6, 41):
-        chart.set_rows([dict(r, layer=f"layer{i}") for i, r in enumerate(SENSITIVITY_ROWS * 8)][:count],
-                       0.9944, 0.939)
+        chart.set_rows(
+            [dict(r, layer=f"layer{i}") for i, r in enumerate(SENSITIVITY_ROWS * 8)][:count], 0.9944, 0.939
+        )
         qtbot.wait(5)
         shown_labels = {label.isVisible() for label in chart.labels}
         assert len(shown_labels) == 1
@@ -511,7 +624,8 @@ def test_two_ladders_legend_stands_above_the_plot_and_their_labels_stay_in_view(
     assert chart.legend_place == "above" and len(chart.legend.texts) == 2
     assert not legend.intersects(plot) and legend.bottom() <= plot.top()
     view, labels = view_rect_in(chart), scene_rect_in(chart, chart.labels)
-    margin = int(chart.labels[0].textItem.document().documentMargin())  # a label's box holds its text and this
+    # a label's box holds its text and this
+    margin = int(chart.labels[0].textItem.document().documentMargin())
     assert view.adjusted(-1, -1, 1, 1).contains(labels.adjusted(0, margin, 0, -margin))  # no label is cut off
     assert labels.top() - view.top() < 12  # and the view keeps no legend's worth of empty room above them
 

@@ -1,5 +1,6 @@
 """The whole quantization flow from the window with the real worker subprocess: a digits CNN trained, then
-quantized W4A8 with the paper's flow; the ladder arrives rung by rung, the table and the plots read the run."""
+quantized W4A8 with the paper's flow; the ladder arrives rung by rung, the table and the plots read the
+run."""
 
 from __future__ import annotations
 
@@ -22,11 +23,16 @@ def test_the_real_worker_quantizes_a_trained_run_from_the_gui(qtbot, real_window
     assert training.runs[train_id]["status"] == "done"
 
     data = preset_data("W4A8 (paper's flow)")
-    data.update(source={"run": train_id}, calibration={"samples": 128, "seed": 0}, sensitivity=True,
-                adaround={"enabled": True, "iterations": 50})
+    data.update(
+        source={"run": train_id},
+        calibration={"samples": 128, "seed": 0},
+        sensitivity=True,
+        adaround={"enabled": True, "iterations": 50},
+    )
     panel = window.quant_panel
-    # Every ladder the chart draws while the run is live (it shows the planned rungs then): sampling the panel from
-    # the wait loop missed the middle rungs on a loaded CI machine, where the events arrived in one burst.
+    # Every ladder the chart draws while the run is live (it shows the planned rungs then): sampling the panel
+    # from the wait loop missed the middle rungs on a loaded CI machine, where the events arrived in one
+    # burst.
     rungs_seen = set()
     draw = panel.ladder.set_ladders
 
@@ -47,8 +53,14 @@ def test_the_real_worker_quantizes_a_trained_run_from_the_gui(qtbot, real_window
     assert panel.runs[run_id]["status"] == "done", panel.runs[run_id].get("message")
     assert len(rungs_seen) > 1  # the ladder grew while the job ran
     results = panel.results
-    assert [s["step"] for s in results.ladder] == ["fp32", "fold_bn", "cle", "weight_ranges", "adaround",
-                                                   "activation_ranges"]
+    assert [s["step"] for s in results.ladder] == [
+        "fp32",
+        "fold_bn",
+        "cle",
+        "weight_ranges",
+        "adaround",
+        "activation_ranges",
+    ]
     assert results.report["quantized"]["accuracy"] > 0.8
     weights = [e for e in results.layers if e["tensor"] == "weight"]
     assert weights and all(e["bits"] == 4 for e in weights)

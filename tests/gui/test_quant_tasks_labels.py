@@ -1,6 +1,6 @@
-"""The Quantization tab's charts name what a run measured (issue #20): a result with a `metric` block (a task's
-monitor, e.g. val MSE, lower is better) labels its axes and titles "val MSE ↓" and shows plain numbers, with the
-mixed-precision target above FP32; a result without one is accuracy, in percent, as before."""
+"""The Quantization tab's charts name what a run measured (issue #20): a result with a `metric` block (a
+task's monitor, e.g. val MSE, lower is better) labels its axes and titles "val MSE ↓" and shows plain numbers,
+with the mixed-precision target above FP32; a result without one is accuracy, in percent, as before."""
 
 from __future__ import annotations
 
@@ -15,9 +15,12 @@ from workbench.gui.panels.quant.sensitivity_chart import SensitivityChart
 
 MSE = {"name": "mse", "label": "val MSE", "higher_is_better": False}
 MIOU = {"name": "miou", "label": "val mIoU", "higher_is_better": True}
-LADDER = [{"step": "fp32", "accuracy": 0.0123, "loss": 0.0123}, {"step": "fold_bn", "accuracy": 0.0123, "loss": 0.0123},
-          {"step": "weight_ranges", "accuracy": 0.0131, "loss": 0.0131},
-          {"step": "activation_ranges", "accuracy": 0.0158, "loss": 0.0158}]
+LADDER = [
+    {"step": "fp32", "accuracy": 0.0123, "loss": 0.0123},
+    {"step": "fold_bn", "accuracy": 0.0123, "loss": 0.0123},
+    {"step": "weight_ranges", "accuracy": 0.0131, "loss": 0.0131},
+    {"step": "activation_ranges", "accuracy": 0.0158, "loss": 0.0158},
+]
 
 
 def shown(qtbot, widget):
@@ -48,8 +51,10 @@ def test_a_lower_is_better_metric_labels_the_ladder_with_its_name_and_arrow(qtbo
 
 
 def test_the_sensitivity_chart_names_a_higher_is_better_metric(qtbot):
-    rows = [{"layer": "enc.0", "only_this": 0.81, "all_but_this": 0.78},
-            {"layer": "head", "only_this": 0.80, "all_but_this": 0.82}]
+    rows = [
+        {"layer": "enc.0", "only_this": 0.81, "all_but_this": 0.78},
+        {"layer": "head", "only_this": 0.80, "all_but_this": 0.82},
+    ]
     chart = shown(qtbot, SensitivityChart())
     chart.set_rows(rows, 0.82, 0.77, MIOU)
     assert chart.plot.getAxis("bottom").labelText == "val mIoU ↑"
@@ -60,10 +65,19 @@ def test_the_sensitivity_chart_names_a_higher_is_better_metric(qtbot):
 
 
 def test_a_lower_is_better_targets_lies_above_fp32_in_the_mixed_precision_plot(qtbot):
-    proposal = {"target_drop": 0.002, "layers": [{"name": "head", "bits": 16}], "accuracy": 0.0135, "size_bytes": 900,
-                "met": True, "fp32_accuracy": 0.0123, "fp32_size_bytes": 3000,
-                "points": [{"layers": [], "accuracy": 0.0158, "size_bytes": 750},
-                           {"layers": ["head"], "accuracy": 0.0135, "size_bytes": 900}]}
+    proposal = {
+        "target_drop": 0.002,
+        "layers": [{"name": "head", "bits": 16}],
+        "accuracy": 0.0135,
+        "size_bytes": 900,
+        "met": True,
+        "fp32_accuracy": 0.0123,
+        "fp32_size_bytes": 3000,
+        "points": [
+            {"layers": [], "accuracy": 0.0158, "size_bytes": 750},
+            {"layers": ["head"], "accuracy": 0.0135, "size_bytes": 900},
+        ],
+    }
     plot = shown(qtbot, MixedPrecisionPlot())
     plot.set_proposal(proposal, MSE)
     assert plot.target.value() == pytest.approx(0.0143)  # FP32 + the allowed rise
@@ -80,8 +94,9 @@ def test_results_know_the_metric_live_and_from_the_report():
     results = QuantResults(run_id="q1")
     assert results.metric is None and Measure.of(results.metric).axis == "accuracy"
     ladder = np.array([[0.0123, 0.0123]])
-    results.add_array("quant/ladder", ladder, {"steps": ["fp32"], "planned": ["fp32", "activation_ranges"],
-                                               "metric": MSE})
+    results.add_array(
+        "quant/ladder", ladder, {"steps": ["fp32"], "planned": ["fp32", "activation_ranges"], "metric": MSE}
+    )
     assert results.metric == MSE and results.ladder[0]["accuracy"] == pytest.approx(0.0123)
     results.set_report({"steps": LADDER, "metric": MIOU})
     assert results.metric == MIOU

@@ -1,8 +1,8 @@
-"""Tabular rows and 1-D signals in the window: the Data tab's table shows a signal as a small line beside its target
-and a row's target before its features; a regression run's worst residuals list their input's values; Try it
-draws a signal as lines and a row as bars with its values listed, and a regression sample's true value beside the
-prediction, with no probability chart or top k. Inputs are described by the worker's own Describer; the fake
-worker speaks the real protocol."""
+"""Tabular rows and 1-D signals in the window: the Data tab's table shows a signal as a small line beside its
+target and a row's target before its features; a regression run's worst residuals list their input's values;
+Try it draws a signal as lines and a row as bars with its values listed, and a regression sample's true value
+beside the prediction, with no probability chart or top k. Inputs are described by the worker's own Describer;
+the fake worker speaks the real protocol."""
 
 from __future__ import annotations
 
@@ -28,9 +28,20 @@ def _row(x: torch.Tensor) -> dict:
 
 
 def _page_row(index: int, x: torch.Tensor, target: str) -> dict:
-    return {"index": index, "sample": _row(x), "target": {"text": target},
-            "inputs": [{"shape": list(x.shape), "dtype": "float32", "min": float(x.min()), "max": float(x.max()),
-                        "mean": float(x.mean())}]}
+    return {
+        "index": index,
+        "sample": _row(x),
+        "target": {"text": target},
+        "inputs": [
+            {
+                "shape": list(x.shape),
+                "dtype": "float32",
+                "min": float(x.min()),
+                "max": float(x.max()),
+                "mean": float(x.mean()),
+            }
+        ],
+    }
 
 
 def test_the_data_table_draws_each_signal_beside_its_target(qtbot):
@@ -52,8 +63,10 @@ def test_the_worst_signals_of_an_evaluation_are_drawn_in_their_input_cells(qtbot
     table = WorstRows()
     qtbot.addWidget(table)
     wave = _row(torch.sin(torch.linspace(0, 12.6, 128))[None])
-    table.show_worst([{"split": "test", "index": 3, "label": 0, "predicted": 1, "confidence": 0.6, "sample": wave}],
-                     ["sine", "square"])
+    table.show_worst(
+        [{"split": "test", "index": 3, "label": 0, "predicted": 1, "confidence": 0.6, "sample": wave}],
+        ["sine", "square"],
+    )
     item = table.item(0, 4)
     assert not item.icon().isNull() and item.text().startswith("signal of 128 steps")
     assert table.iconSize().width() > 100
@@ -73,16 +86,39 @@ def test_worst_residuals_of_rows_list_their_features(qtbot):
     view = RegressionEvaluationView()
     qtbot.addWidget(view)
     sample = _row(torch.tensor([0.875877, 1.064283, -0.809347]))
-    view.show_evaluation({"task": "regression", "split": "test", "scatter": [[1.3, -0.47]], "scatter_index": [42],
-                          "worst": [{"split": "test", "index": 42, "target": 1.308, "predicted": -0.467,
-                                     "residual": -1.775, "sample": sample}], "outputs": 1})
+    view.show_evaluation(
+        {
+            "task": "regression",
+            "split": "test",
+            "scatter": [[1.3, -0.47]],
+            "scatter_index": [42],
+            "worst": [
+                {
+                    "split": "test",
+                    "index": 42,
+                    "target": 1.308,
+                    "predicted": -0.467,
+                    "residual": -1.775,
+                    "sample": sample,
+                }
+            ],
+            "outputs": 1,
+        }
+    )
     table = view.worst
     headers = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())]
     assert headers == ["split", "index", "true", "predicted", "residual", "input"]
     assert table.item(0, 5).text().startswith("f0=0.876, f1=1.06, f2=-0.809")
     # An evaluation of images has no inputs to list: the column goes again.
-    view.show_evaluation({"task": "regression", "split": "test", "scatter": [], "outputs": 1,
-                          "worst": [{"split": "test", "index": 1, "target": 1.0, "predicted": 0.0, "residual": -1.0}]})
+    view.show_evaluation(
+        {
+            "task": "regression",
+            "split": "test",
+            "scatter": [],
+            "outputs": 1,
+            "worst": [{"split": "test", "index": 1, "target": 1.0, "predicted": 0.0, "residual": -1.0}],
+        }
+    )
     assert view.worst.columnCount() == 5
 
 
@@ -90,18 +126,37 @@ def _predict(spec, ctx):
     """predict.model on a user Dataset's sample: a signal (classification) or a row (regression)."""
     with RunStore(ctx.workspace).open_run(spec.source.run) as run:
         task = run.read_spec()["task"]
-    info = {"kind": "sample", "split": spec.sample.split, "index": spec.sample.index,
-            "note": "the input as the dataset's own code made it"}
-    result = {"run": spec.source.run, "run_kind": "train", "model": "m", "dataset": "file:/p/data.py:D",
-              "task": task, "top_k": spec.top_k, "device": "cpu", "input": info, "notes": []}
+    info = {
+        "kind": "sample",
+        "split": spec.sample.split,
+        "index": spec.sample.index,
+        "note": "the input as the dataset's own code made it",
+    }
+    result = {
+        "run": spec.source.run,
+        "run_kind": "train",
+        "model": "m",
+        "dataset": "file:/p/data.py:D",
+        "task": task,
+        "top_k": spec.top_k,
+        "device": "cpu",
+        "input": info,
+        "notes": [],
+    }
     if task == "regression":
         info["sample"] = _row(torch.tensor([0.5, -1.25, 2.0]))
-        result.update(truth={"value": 0.4134}, predictions=[{"index": 0, "label": "output 0", "value": 0.0657}])
+        result.update(
+            truth={"value": 0.4134}, predictions=[{"index": 0, "label": "output 0", "value": 0.0657}]
+        )
     else:
         info["sample"] = _row(torch.sin(torch.linspace(0, 12.6, 128))[None])
-        result.update(truth={"value": 0, "class": 0, "label": "sine"},
-                      predictions=[{"class": 0, "label": "sine", "probability": 0.9, "logit": 2.0},
-                                   {"class": 1, "label": "square", "probability": 0.1, "logit": 0.0}])
+        result.update(
+            truth={"value": 0, "class": 0, "label": "sine"},
+            predictions=[
+                {"class": 0, "label": "sine", "probability": 0.9, "logit": 2.0},
+                {"class": 1, "label": "square", "probability": 0.1, "logit": 0.0},
+            ],
+        )
     return result
 
 
@@ -116,8 +171,9 @@ def runs(qtbot, tmp_path):
     qtbot.waitUntil(lambda: manager.state == "ready", timeout=30_000)
     ids = {}
     for task in ("regression", "classification"):
-        with RunStore(workspace).create_run("train", {"task": task, "dataset": {"name": "file:/p/data.py:D"}},
-                                            task="train.classifier") as run:
+        with RunStore(workspace).create_run(
+            "train", {"task": task, "dataset": {"name": "file:/p/data.py:D"}}, task="train.classifier"
+        ) as run:
             run.set_status("done")
             ids[task] = run.id
     yield queries, workspace, ids
@@ -135,7 +191,9 @@ def _tried(qtbot, queries, workspace, run_id):
 
 
 def _drawn(plot) -> list:
-    return [item for item in plot.plotItem.items if item.__class__.__name__ in ("PlotDataItem", "BarGraphItem")]
+    return [
+        item for item in plot.plotItem.items if item.__class__.__name__ in ("PlotDataItem", "BarGraphItem")
+    ]
 
 
 def test_try_it_draws_a_row_as_bars_with_its_true_value_beside_the_prediction(qtbot, runs):

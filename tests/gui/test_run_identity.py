@@ -1,6 +1,6 @@
-"""Runs read as "model · dataset · key metric · date" wherever one is picked (#21 part 6.2): Build from, the quantize,
-export and bench wizards, the Runs tab's columns; the id in the tooltip; failed runs left out of source lists; the
-Training tab's Run column sized to its ids."""
+"""Runs read as "model · dataset · key metric · date" wherever one is picked (#21 part 6.2): Build from, the
+quantize, export and bench wizards, the Runs tab's columns; the id in the tooltip; failed runs left out of
+source lists; the Training tab's Run column sized to its ids."""
 
 from __future__ import annotations
 
@@ -36,21 +36,32 @@ def _quant_run(workspace, source: str) -> str:
 
 
 def test_labels_name_model_dataset_key_metric_and_date():
-    entry = {"id": "20261122-185213-train-3022eb", "task": "train.classifier", "status": "done",
-             "created": "2026-11-22T18:52:13+00:00"}
+    entry = {
+        "id": "20261122-185213-train-3022eb",
+        "task": "train.classifier",
+        "status": "done",
+        "created": "2026-11-22T18:52:13+00:00",
+    }
     spec = {"model": {"name": "torchvision:resnet18"}, "dataset": {"name": "fake"}}
     identity = identify(entry, spec, {"monitor": MONITOR})
     assert identity.label == f"resnet18 · fake · acc 94.4 % · {format_date(entry['created'])}"
     assert entry["id"] in identity.tooltip and "test accuracy: acc 94.4 %" in identity.tooltip
     assert format_date(f"{datetime.now().year}-11-22T18:52:13") == "22 Nov 18:52"
     assert format_date("2001-11-22T18:52:13") == "22 Nov 2001"
-    regression = identify(entry, {"model": {"name": "file:/x/net.py:Net"}, "dataset": {"name": "diabetes"}},
-                          {"monitor": {"name": "mae", "label": "MAE", "test": 41.234}})
+    regression = identify(
+        entry,
+        {"model": {"name": "file:/x/net.py:Net"}, "dataset": {"name": "diabetes"}},
+        {"monitor": {"name": "mae", "label": "MAE", "test": 41.234}},
+    )
     assert regression.label.startswith("Net · diabetes · mae 41.23 · ")
     running = identify({**entry, "status": "running"}, spec, None, last={"val/acc": (40, 0.9)})
     assert running.metric == "acc 90.0 %" and "last validation accuracy" in running.tooltip
-    quant = identify({**entry, "task": "quant.analyze"}, {"weights": {"bits": 8}, "activations": {"bits": 8}},
-                     {"quantized": {"accuracy": 0.939}}, source=identity)
+    quant = identify(
+        {**entry, "task": "quant.analyze"},
+        {"weights": {"bits": 8}, "activations": {"bits": 8}},
+        {"quantized": {"accuracy": 0.939}},
+        source=identity,
+    )
     assert quant.label.startswith("resnet18 · fake · W8A8 acc 93.9 % · ")
 
 
@@ -64,7 +75,8 @@ def test_source_lists_show_labels_and_leave_failed_runs_out(fake_window, qtbot, 
     graph = fake_window.graph_panel
     graph.refresh()
     combo = graph.source_combo
-    assert [combo.itemData(i) for i in range(combo.count())] == [good]  # "Build from": the failed run is left out
+    # "Build from": the failed run is left out
+    assert [combo.itemData(i) for i in range(combo.count())] == [good]
     assert combo.itemText(0) == label and good in combo.itemData(0, Qt.ToolTipRole)
 
     runs = fake_window.quant_panel.training_runs()
@@ -81,7 +93,9 @@ def test_source_lists_show_labels_and_leave_failed_runs_out(fake_window, qtbot, 
         combo = wizard.source_page.run
         texts = {combo.itemData(i): combo.itemText(i) for i in range(combo.count())}
         assert texts[good] == label
-        assert texts[quant].startswith("resnet18 · fake · W8A8 acc 93.9 % · ") and texts[quant].endswith("quantize run")
+        assert texts[quant].startswith("resnet18 · fake · W8A8 acc 93.9 % · ") and texts[quant].endswith(
+            "quantize run"
+        )
         assert quant in combo.itemData(combo.findData(quant), Qt.ToolTipRole)
 
 
@@ -91,7 +105,10 @@ def test_runs_tab_has_model_dataset_and_key_metric_columns(fake_window, qtbot):
     panel.refresh()
     keys = [key for key, _title in COLUMNS]
     row = next(r for r, run in enumerate(panel.model.runs) if run["id"] == good)
-    cells = {key: panel.model.data(panel.model.index(row, keys.index(key))) for key in ("model", "dataset", "metric")}
+    cells = {
+        key: panel.model.data(panel.model.index(row, keys.index(key)))
+        for key in ("model", "dataset", "metric")
+    }
     assert cells == {"model": "resnet18", "dataset": "fake", "metric": "acc 94.4 %"}
     assert good in panel.model.data(panel.model.index(row, keys.index("metric")), Qt.ToolTipRole)
     assert panel.model.headerData(keys.index("metric"), Qt.Horizontal) == "Key metric"
@@ -101,8 +118,10 @@ def test_runs_tab_has_model_dataset_and_key_metric_columns(fake_window, qtbot):
 
 def test_the_training_tabs_run_column_fits_its_ids(fake_window, qtbot):
     workspace = fake_window.workspace
-    ids = [_train_run(workspace, model="file:/home/someone/projects/very/long/path/models/net.py:Net")
-           for _ in range(3)]
+    ids = [
+        _train_run(workspace, model="file:/home/someone/projects/very/long/path/models/net.py:Net")
+        for _ in range(3)
+    ]
     panel = fake_window.training_panel
     panel.refresh()
     fake_window.show_tab(panel)

@@ -1,6 +1,7 @@
-"""The one job lifecycle of the run tabs (RunTab.on_job_changed and Stop): which hooks a tab's job goes through
-and in what order, what another tab's job leaves behind, and the Export tab's status bar after a job that failed
-before the tab took its record. Real Qt widgets and real job records and run folders; no worker needed."""
+"""The one job lifecycle of the run tabs (RunTab.on_job_changed and Stop): which hooks a tab's job goes
+through and in what order, what another tab's job leaves behind, and the Export tab's status bar after a job
+that failed before the tab took its record. Real Qt widgets and real job records and run folders; no worker
+needed."""
 
 from __future__ import annotations
 
@@ -77,8 +78,11 @@ def _run_dir(workspace, task: str = TASK) -> str:
 
 
 def _array(job_id: str, name: str) -> Message:
-    return Message(header={"msg_id": f"m-{name}", "msg_type": "array"}, parent_header={"msg_id": job_id},
-                   content={"name": name})
+    return Message(
+        header={"msg_id": f"m-{name}", "msg_type": "array"},
+        parent_header={"msg_id": job_id},
+        content={"name": name},
+    )
 
 
 def test_a_job_goes_started_named_progress_finished_in_that_order(qtbot, tmp_path):
@@ -134,8 +138,10 @@ def test_another_tabs_job_calls_no_hook_and_its_held_messages_go(qtbot, tmp_path
     qtbot.addWidget(tab)
     tab.calls.clear()
     tab.live_of(_array("j2", "demo/held"))
-    for record in (JobRecord("j2", "other.task", state="running"),
-                   JobRecord("j2", TASK, state="running", internal=True)):
+    for record in (
+        JobRecord("j2", "other.task", state="running"),
+        JobRecord("j2", TASK, state="running", internal=True),
+    ):
         tab.on_job_changed(record)
     assert tab.calls == [] and tab.live == {}
     kept = {"arrays": []}
@@ -161,10 +167,16 @@ def test_stop_cancels_the_selected_runs_job_and_says_so(qtbot, tmp_path):
     assert signal.args == ["j1"] and messages == ["Stopping…"]
 
 
-def test_an_export_that_failed_before_the_tab_took_its_record_leaves_no_exporting_in_the_status_bar(qtbot,
-                                                                                                    tmp_path):
-    failed = JobRecord("j1", EXPORT_TASK, spec={"source": {"run": "r1"}}, state="failed",
-                       error={"message": "the worker refused it"})
+def test_an_export_that_failed_before_the_tab_took_its_record_leaves_no_exporting_in_the_status_bar(
+    qtbot, tmp_path
+):
+    failed = JobRecord(
+        "j1",
+        EXPORT_TASK,
+        spec={"source": {"run": "r1"}},
+        state="failed",
+        error={"message": "the worker refused it"},
+    )
     panel = ExportPanel(tmp_path, lambda task, spec: failed)
     qtbot.addWidget(panel)
     messages = []

@@ -18,11 +18,15 @@ from workbench.runs import RunStore
 
 
 def _finished_train_run(workspace, status="done", **report):
-    with RunStore(workspace).create_run("train", {"epochs": 3, "model": {"name": "cnn"},
-                                                  "dataset": {"name": "digits", "augment": {"flip": True}}},
-                                        task="train.classifier") as run:
+    with RunStore(workspace).create_run(
+        "train",
+        {"epochs": 3, "model": {"name": "cnn"}, "dataset": {"name": "digits", "augment": {"flip": True}}},
+        task="train.classifier",
+    ) as run:
         run.log_metrics([(10, "train_loss", 0.25, 0.0), (10, "val_accuracy", 0.97, 0.0)])
-        run.write_report({"status": status, "epochs_completed": 3, "final": {"test_accuracy": 0.981}, **report})
+        run.write_report(
+            {"status": status, "epochs_completed": 3, "final": {"test_accuracy": 0.981}, **report}
+        )
         run.set_status(status)
         return run.id, str(run.dir)
 
@@ -36,9 +40,18 @@ def test_runs_started_elsewhere_appear_without_refresh(fake_window, qtbot, tmp_p
     assert fake_window.runs_panel.model.runs == []
     workspace = fake_window.workspace
     # A run made by another process (the CLI, say) while the tab is shown.
-    subprocess.run([sys.executable, "-c", "import sys; from workbench.runs import RunStore; "
-                    "r = RunStore(sys.argv[1]).create_run('diag', {}, task='debug.count'); r.set_status('done'); "
-                    "r.close()", str(workspace)], check=True, timeout=60)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from workbench.runs import RunStore; "
+            "r = RunStore(sys.argv[1]).create_run('diag', {}, task='debug.count'); r.set_status('done'); "
+            "r.close()",
+            str(workspace),
+        ],
+        check=True,
+        timeout=60,
+    )
     qtbot.waitUntil(lambda: len(fake_window.runs_panel.model.runs) == 1, timeout=10_000)
     assert fake_window.runs_panel.model.runs[0]["status"] == "done"
 
@@ -65,10 +78,18 @@ def test_details_are_readable_not_raw_json(fake_window, qtbot):
 
 
 def test_details_name_problems_and_errors():
-    html_text = describe_run_html({"id": "r1", "status": "failed", "message": "loss is NaN", "run_dir": "/x",
-                                   "problems": ["Run spec /x/spec.toml is a folder, not a file"],
-                                   "report": {"error": {"type": "JobError", "message": "loss is NaN at step 3"}},
-                                   "last_metrics": {}, "spec": None})
+    html_text = describe_run_html(
+        {
+            "id": "r1",
+            "status": "failed",
+            "message": "loss is NaN",
+            "run_dir": "/x",
+            "problems": ["Run spec /x/spec.toml is a folder, not a file"],
+            "report": {"error": {"type": "JobError", "message": "loss is NaN at step 3"}},
+            "last_metrics": {},
+            "spec": None,
+        }
+    )
     assert "Problems reading this run" in html_text and "spec.toml is a folder" in html_text
     assert "JobError: loss is NaN at step 3" in html_text
 
@@ -97,8 +118,14 @@ def test_context_menu_offers_the_run_actions(fake_window, qtbot):
     assert not actions["Resume from last checkpoint"].isEnabled()
     panel.select_run(done_id)
     actions = {a.text(): a for a in panel.context_menu().actions() if a.text()}
-    assert {"Open in its tab", "Resume from last checkpoint", "Show folder", "Copy folder path",
-            "Copy summary as JSON", "Delete…"} <= set(actions)
+    assert {
+        "Open in its tab",
+        "Resume from last checkpoint",
+        "Show folder",
+        "Copy folder path",
+        "Copy summary as JSON",
+        "Delete…",
+    } <= set(actions)
     assert not actions["Resume from last checkpoint"].isEnabled()  # done: nothing to resume
     panel.select_run(failed_id)
     actions = {a.text(): a for a in panel.context_menu().actions() if a.text()}
@@ -165,8 +192,11 @@ def test_shortcuts_are_window_wide_menu_actions_and_listed_in_help(fake_window):
     assert by_keys["Ctrl+."] == ["Cancel job"]
     assert all(len(names) == 1 for names in by_keys.values()), by_keys  # no ambiguous shortcuts
     # No button in any tab carries the same keys (an ambiguous shortcut fires neither).
-    buttons = {b.shortcut().toString(): b.text() for b in fake_window.findChildren(QAbstractButton)
-               if not b.shortcut().isEmpty()}
+    buttons = {
+        b.shortcut().toString(): b.text()
+        for b in fake_window.findChildren(QAbstractButton)
+        if not b.shortcut().isEmpty()
+    }
     assert not set(buttons) & set(by_keys), buttons
     assert "Ctrl+Shift+T" not in by_keys
     listed = dict(fake_window.shortcut_rows())
@@ -187,9 +217,11 @@ def test_menu_cancel_cancels_the_only_running_job(fake_window, qtbot):
 
 def test_the_task_column_says_what_a_training_run_learns(fake_window):
     segmentation, _ = _finished_train_run(fake_window.workspace, task="segmentation")
-    plain, _ = _finished_train_run(fake_window.workspace)  # a report from before tasks: the spec's task (auto)
-    with RunStore(fake_window.workspace).create_run("train", {"model": {"name": "lightning:/p/m.py:Net"}},
-                                                    task="train.classifier") as run:
+    # a report from before tasks: the spec's task (auto)
+    plain, _ = _finished_train_run(fake_window.workspace)
+    with RunStore(fake_window.workspace).create_run(
+        "train", {"model": {"name": "lightning:/p/m.py:Net"}}, task="train.classifier"
+    ) as run:
         run.set_status("done")
         lightning = run.id
     panel = fake_window.runs_panel

@@ -1,4 +1,5 @@
-"""A run's graph is one click away from the Training and Runs tabs: it builds in the Graph tab (fake worker)."""
+"""A run's graph is one click away from the Training and Runs tabs: it builds in the Graph tab (fake
+worker)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""A user's Dataset of token sequences through the window: the Data tab (the real data.info / data.page / data.sample
-tasks, run by the fake worker over the real protocol) shows rows of ids with decoded text and a histogram of
-sequence lengths; a classification run's evaluation (made by the real test evaluator on the real Dataset) lists
-its confidently wrong samples as rows without asking the worker; Try it on such a run offers a sample, not an
-image file, and shows the sample's text beside the prediction.
+"""A user's Dataset of token sequences through the window: the Data tab (the real data.info / data.page /
+data.sample tasks, run by the fake worker over the real protocol) shows rows of ids with decoded text and a
+histogram of sequence lengths; a classification run's evaluation (made by the real test evaluator on the real
+Dataset) lists its confidently wrong samples as rows without asking the worker; Try it on such a run offers a
+sample, not an image file, and shows the sample's text beside the prediction.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from workbench.specs import DataSpec
 from workbench.worker.registry import TaskInfo
 from workbench.worker.tasks import data as data_tasks
 
-PROJECT = '''
+PROJECT = """
 import torch
 from torch import nn
 from torch.utils.data import Dataset
@@ -37,7 +37,7 @@ class Tokens(Dataset):
     def __len__(self): return len(self.x)
     def __getitem__(self, i): return self.x[i], int(self.y[i])
     def decode(self, ids): return " ".join(self.vocab[int(i)] for i in ids if int(i))
-'''
+"""
 
 
 @pytest.fixture
@@ -50,8 +50,11 @@ def project(tmp_path):
 @pytest.fixture
 def window(qtbot, tmp_path, settings):
     worker = FakeWorker(tmp_path)
-    for name, fn in (("data.info", data_tasks.info), ("data.page", data_tasks.page),
-                     ("data.sample", data_tasks.sample)):
+    for name, fn in (
+        ("data.info", data_tasks.info),
+        ("data.page", data_tasks.page),
+        ("data.sample", data_tasks.sample),
+    ):
         spec = data_tasks.DataInfoSpec if name == "data.info" else None
         worker.kernel._task_overrides[name] = TaskInfo(name, fn, "query", spec, False, "the real data task")
     manager = WorkerManager(connection_file=worker.connection_file, heartbeat_interval=0.2)
@@ -103,8 +106,13 @@ def test_the_evaluation_of_a_token_run_lists_its_mistakes_as_rows(qtbot, tmp_pat
     try:
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Embedding(50, 4), torch.nn.Flatten(), torch.nn.Linear(96, 2))
-        evaluation = evaluate_split(model, dataset.splits["test"], build_objective("classification", num_outputs=2),
-                                    ["no", "yes"], device=torch.device("cpu"))
+        evaluation = evaluate_split(
+            model,
+            dataset.splits["test"],
+            build_objective("classification", num_outputs=2),
+            ["no", "yes"],
+            device=torch.device("cpu"),
+        )
     finally:
         dataset.release()
     evaluation = json.loads(json.dumps(evaluation))  # as evaluation.json holds it
@@ -150,16 +158,29 @@ def test_try_it_on_a_token_run_predicts_a_sample_and_offers_no_image(qtbot, tmp_
     seen: list[dict] = []
 
     def predict(spec, ctx):
-        # The real reading of the sample (workbench.worker.predict) with a canned answer: no model to train here.
+        # The real reading of the sample (workbench.worker.predict) with a canned answer: no model to train
+        # here.
         from workbench.worker.predict import Loaded
 
         loaded = Loaded("train", tmp_path, None, None, "classification", dataset)
         _, info, truth, preview = _user_sample(spec, loaded)
         seen.append(spec.to_dict())
-        return {"run": "r", "run_kind": "train", "model": "m", "dataset": project, "task": "classification",
-                "top_k": 5, "device": "cpu", "input": info, "notes": [], "truth": truth,
-                "predictions": [{"class": 1, "label": "yes", "probability": 0.8, "logit": 1.0},
-                                {"class": 0, "label": "no", "probability": 0.2, "logit": -0.4}]}
+        return {
+            "run": "r",
+            "run_kind": "train",
+            "model": "m",
+            "dataset": project,
+            "task": "classification",
+            "top_k": 5,
+            "device": "cpu",
+            "input": info,
+            "notes": [],
+            "truth": truth,
+            "predictions": [
+                {"class": 1, "label": "yes", "probability": 0.8, "logit": 1.0},
+                {"class": 0, "label": "no", "probability": 0.2, "logit": -0.4},
+            ],
+        }
 
     worker = FakeWorker(tmp_path)
     worker.replace_task("predict.model", predict)
@@ -169,8 +190,9 @@ def test_try_it_on_a_token_run_predicts_a_sample_and_offers_no_image(qtbot, tmp_
     manager.start(wait=False)
     try:
         qtbot.waitUntil(lambda: manager.state == "ready", timeout=30_000)
-        with RunStore(workspace).create_run("train", {"epochs": 1, "dataset": {"name": project}},
-                                            task="train.classifier") as run:
+        with RunStore(workspace).create_run(
+            "train", {"epochs": 1, "dataset": {"name": project}}, task="train.classifier"
+        ) as run:
             run.set_status("done")
             run_id = run.id
         dialog = TryItDialog(queries, workspace, run_id)

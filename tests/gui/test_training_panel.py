@@ -37,8 +37,17 @@ def test_wizard_builds_the_expected_spec(qtbot):
         wizard.next()
     assert wizard.currentPage() is wizard.review_page
     spec = wizard.spec
-    assert spec == TrainSpec.from_dict({"model": {"name": "mlp", "num_classes": 10}, "epochs": 3, "lr": 3e-4,
-                                        "optimizer": "sgd", "scheduler": "cosine", "amp": "bf16", "device": "cpu"})
+    assert spec == TrainSpec.from_dict(
+        {
+            "model": {"name": "mlp", "num_classes": 10},
+            "epochs": 3,
+            "lr": 3e-4,
+            "optimizer": "sgd",
+            "scheduler": "cosine",
+            "amp": "bf16",
+            "device": "cpu",
+        }
+    )
     assert 'optimizer = "sgd"' in wizard.review_page.text.toPlainText()
     assert wizard.button(QWizard.FinishButton).isEnabled()
 
@@ -85,8 +94,9 @@ def test_live_curves_fill_from_batched_metrics_and_evaluation_shows(window, qtbo
     spec = TrainSpec.from_dict({"epochs": 4, "lr": 0.01, "seed": 5})
     window.start_training(spec)
     panel = window.training_panel
-    # The run is listed; its job may already have ended by then on a busy machine (the fake one trains in under a
-    # second), so the test does not insist on catching it in flight: the curves below are what it checks.
+    # The run is listed; its job may already have ended by then on a busy machine (the fake one trains in
+    # under a second), so the test does not insist on catching it in flight: the curves below are what it
+    # checks.
     qtbot.waitUntil(lambda: len(panel.runs) == 1, timeout=30_000)
     run_id = next(iter(panel.runs))
     assert window.current_panel() is panel
@@ -113,10 +123,13 @@ def test_stop_then_resume(window, qtbot):
     qtbot.waitUntil(lambda: bool(panel.job_of_run), timeout=10_000)
     run_id = next(iter(panel.job_of_run))
     panel.select_run(run_id)
-    qtbot.waitUntil(lambda: len(panel.curves.runs[run_id].series.get("epoch", MetricSeries())) >= 2,
-                    timeout=20_000)
+    qtbot.waitUntil(
+        lambda: len(panel.curves.runs[run_id].series.get("epoch", MetricSeries())) >= 2, timeout=20_000
+    )
     row = next(r for r in range(panel.table.rowCount()) if panel.table.item(r, 0).data(Qt.UserRole) == run_id)
-    assert panel.table.item(row, 4).text().endswith("/50") and not panel.table.item(row, 4).text().startswith("0/")
+    assert panel.table.item(row, 4).text().endswith("/50") and not panel.table.item(row, 4).text().startswith(
+        "0/"
+    )
     assert panel.table.item(row, 5).text().endswith("%")  # validation accuracy, live
     assert panel.stop_button.isEnabled()
     qtbot.mouseClick(panel.stop_button, Qt.LeftButton)
@@ -189,8 +202,9 @@ def test_a_new_run_is_drawn_while_it_trains_though_an_older_run_is_ticked(window
     qtbot.waitUntil(lambda: bool(panel.job_of_run), timeout=10_000)
     new = next(iter(panel.job_of_run))
     assert set(panel.shown_runs()) == {old, new}
-    qtbot.waitUntil(lambda: len(panel.curves.runs[new].series.get("train/loss", MetricSeries())) > 0,
-                    timeout=20_000)
+    qtbot.waitUntil(
+        lambda: len(panel.curves.runs[new].series.get("train/loss", MetricSeries())) > 0, timeout=20_000
+    )
     panel.curves.redraw()
     assert (new, "train/loss") in panel.curves._items
     panel.select_run(new)

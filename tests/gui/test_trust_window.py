@@ -1,6 +1,7 @@
-"""The window asks before it runs user code: File ▸ Open spec on a spec whose dataset is a payload from a folder not
-trusted asks first (Trust folder, Trust once, Cancel); Cancel imports nothing (no data query reaches the real worker,
-no marker file) and the wizard says why; Trust once lets the wizard ask the worker, which imports it."""
+"""The window asks before it runs user code: File ▸ Open spec on a spec whose dataset is a payload from a
+folder not trusted asks first (Trust folder, Trust once, Cancel); Cancel imports nothing (no data query
+reaches the real worker, no marker file) and the wizard says why; Trust once lets the wizard ask the worker,
+which imports it."""
 
 from __future__ import annotations
 
@@ -35,13 +36,15 @@ def _spec(tmp_path):
     folder.mkdir()
     (folder / "payload.py").write_text(PAYLOAD)
     spec = folder / "train.toml"
-    spec.write_text(textwrap.dedent("""
+    spec.write_text(
+        textwrap.dedent("""
         epochs = 1
         [dataset]
         name = "file:payload.py:Data"
         [model]
         name = "mlp"
-    """))
+    """)
+    )
     return folder, spec
 
 
@@ -107,10 +110,11 @@ def test_open_spec_asks_first_and_cancel_imports_nothing(real_window, qtbot, mon
 
     assert window.start_training(TrainSpec.load(spec)) is None
     driver.stop()
-    assert len(driver.asked) == 1 and not any(t.startswith("train.") for t in tasks()[len(before):])
+    assert len(driver.asked) == 1 and not any(t.startswith("train.") for t in tasks()[len(before) :])
     assert not (folder / "MARKER").exists()
 
-    # Trust once: the wizard asks the worker about the data, which imports the file (so the check above was real).
+    # Trust once: the wizard asks the worker about the data, which imports the file (so the check above was
+    # real).
     driver = Driver("trust_once", lambda wizard: (folder / "MARKER").exists())
     window.open_spec(spec)
     assert len(driver.asked) == 1 and (folder / "MARKER").exists()

@@ -1,5 +1,6 @@
-"""File ▸ Open spec under a real X server (xvfb): the app as a user runs it, with the real worker subprocess, asks
-before a payload that writes a marker file is imported; Cancel leaves no marker, and Trust once lets it run."""
+"""File ▸ Open spec under a real X server (xvfb): the app as a user runs it, with the real worker subprocess,
+asks before a payload that writes a marker file is imported; Cancel leaves no marker, and Trust once lets it
+run."""
 
 from __future__ import annotations
 
@@ -92,8 +93,14 @@ def test_open_spec_under_xvfb_asks_before_the_payload_runs(tmp_path):
     script.write_text(SCRIPT.format(out=str(tmp_path), spec=str(spec)))
     env = {k: v for k, v in os.environ.items() if k != "QT_QPA_PLATFORM"}
     env.update(QT_QPA_PLATFORM="xcb")
-    proc = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1600x900x24", sys.executable, str(script)],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    proc = subprocess.run(
+        ["xvfb-run", "-a", "-s", "-screen 0 1600x900x24", sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["ready"], report

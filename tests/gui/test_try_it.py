@@ -1,7 +1,7 @@
-"""Try it (#21 part 5): a PNG dropped on the view of a quantize run shows the FP32 and the W8A8 predictions side by
-side, rows where they differ highlighted; a training run shows its one column; a dataset sample, the Data tab's
-sample, errors and tooltips. The fake worker speaks the real protocol; the last test drops a real PNG from the
-window's Quantization tab with the real worker subprocess."""
+"""Try it (#21 part 5): a PNG dropped on the view of a quantize run shows the FP32 and the W8A8 predictions
+side by side, rows where they differ highlighted; a training run shows its one column; a dataset sample, the
+Data tab's sample, errors and tooltips. The fake worker speaks the real protocol; the last test drops a real
+PNG from the window's Quantization tab with the real worker subprocess."""
 
 from __future__ import annotations
 
@@ -23,12 +23,18 @@ from workbench.runs import RunStore
 
 def _runs(workspace) -> tuple[str, str]:
     store = RunStore(workspace)
-    with store.create_run("train", {"epochs": 1, "model": {"name": "cnn"}, "dataset": {"name": "digits"}},
-                          task="train.classifier") as run:
+    with store.create_run(
+        "train",
+        {"epochs": 1, "model": {"name": "cnn"}, "dataset": {"name": "digits"}},
+        task="train.classifier",
+    ) as run:
         run.set_status("done")
         train_id = run.id
-    with store.create_run("quant", {"source": {"run": train_id}, "weights": {"bits": 8}, "activations": {"bits": 8}},
-                          task="quant.analyze") as run:
+    with store.create_run(
+        "quant",
+        {"source": {"run": train_id}, "weights": {"bits": 8}, "activations": {"bits": 8}},
+        task="quant.analyze",
+    ) as run:
         run.set_status("done")
         return train_id, run.id
 
@@ -38,7 +44,9 @@ def harness(qtbot, tmp_path):
     worker = FakeWorker(tmp_path)
     seen: list[dict] = []
     canned = worker.kernel._task_overrides["predict.model"].fn
-    worker.replace_task("predict.model", lambda spec, ctx: (seen.append(spec.to_dict()), canned(spec, ctx))[1])
+    worker.replace_task(
+        "predict.model", lambda spec, ctx: (seen.append(spec.to_dict()), canned(spec, ctx))[1]
+    )
     manager = WorkerManager(connection_file=worker.connection_file, heartbeat_interval=0.2)
     workspace = tmp_path / "workspace"
     queries = QueryRunner(QtWorkerBridge(manager), workspace)
@@ -109,7 +117,13 @@ def test_a_dropped_png_shows_fp32_and_w8a8_side_by_side(qtbot, harness, tmp_path
     rows = cells(view)
     assert len(rows) == 5
     assert rows[0] == ["1", "3", "70.0%", "3", "70.0%"]
-    assert [row[1] for row in rows] == ["3", "8", "5", "9", "2"] and [row[3] for row in rows] == ["3", "5", "8", "9", "2"]
+    assert [row[1] for row in rows] == ["3", "8", "5", "9", "2"] and [row[3] for row in rows] == [
+        "3",
+        "5",
+        "8",
+        "9",
+        "2",
+    ]
     # Ranks 2 and 3 name different classes: highlighted, with a tooltip that says so.
     assert view.mismatched_rows(view.series(view.result)) == [1, 2]
     for r in range(5):
@@ -148,7 +162,11 @@ def test_a_training_run_shows_one_column_and_a_sample_its_true_label(qtbot, harn
     view.top_k_spin.setValue(3)
     qtbot.mouseClick(view.sample_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: view.result is not None, timeout=10_000)
-    assert seen[-1]["sample"] == {"split": "val", "index": 7} and seen[-1]["top_k"] == 3 and not seen[-1]["input"]
+    assert (
+        seen[-1]["sample"] == {"split": "val", "index": 7}
+        and seen[-1]["top_k"] == 3
+        and not seen[-1]["input"]
+    )
     assert headers(view) == ["#", "Class", "Probability"] and len(cells(view)) == 3
     assert view.verdict.text().startswith("<b>3</b> (70.0%)") and "true label <b>3</b>" in view.verdict.text()
     assert "val #7" in view.input_note.text()
@@ -174,27 +192,55 @@ def test_the_data_tab_sample_is_tried_when_it_is_the_run_dataset(qtbot, harness)
 def test_every_control_has_a_tooltip(qtbot, harness):
     _, _, _, quant_id, _ = harness
     view = view_of(qtbot, harness, quant_id)
-    controls = [w for kind in (QPushButton, QSpinBox, QComboBox, QTableWidget, QProgressBar)
-                for w in view.window().findChildren(kind)]
+    controls = [
+        w
+        for kind in (QPushButton, QSpinBox, QComboBox, QTableWidget, QProgressBar)
+        for w in view.window().findChildren(kind)
+    ]
     assert len(controls) >= 9
     for widget in controls + [view.image, view.seen, view.chart, view.verdict, view.input_note]:
         assert widget.toolTip(), widget
 
 
 @pytest.mark.slow
-def test_the_real_worker_shows_fp32_and_w8a8_for_a_png_dropped_from_the_quantization_tab(qtbot, real_window,
-                                                                                        tmp_path):
+def test_the_real_worker_shows_fp32_and_w8a8_for_a_png_dropped_from_the_quantization_tab(
+    qtbot, real_window, tmp_path
+):
     from sklearn.datasets import load_digits
 
     window = real_window
     workspace = window.workspace
     # Trained and quantized by `workbench` in processes of their own: the GUI's process never loads torch (and
     # torch's triton beside QtWebEngine crashed it).
-    trained = one_json(wb(tmp_path, "train", "--set", "model.name=cnn", "--set", "epochs=3", "--set", "lr=0.01",
-                          "--json", workspace=workspace, timeout=300))
+    trained = one_json(
+        wb(
+            tmp_path,
+            "train",
+            "--set",
+            "model.name=cnn",
+            "--set",
+            "epochs=3",
+            "--set",
+            "lr=0.01",
+            "--json",
+            workspace=workspace,
+            timeout=300,
+        )
+    )
     assert trained["status"] == "done", trained.get("error")
-    quant = one_json(wb(tmp_path, "quantize", "--set", f"source.run={trained['run_dir']}", "--set",
-                        "calibration.samples=128", "--json", workspace=workspace, timeout=300))
+    quant = one_json(
+        wb(
+            tmp_path,
+            "quantize",
+            "--set",
+            f"source.run={trained['run_dir']}",
+            "--set",
+            "calibration.samples=128",
+            "--json",
+            workspace=workspace,
+            timeout=300,
+        )
+    )
     assert quant["status"] == "done", quant.get("error")
     quant_id = quant["run_dir"].rsplit("/", 1)[-1]
     # A PNG of a digit, as a user would save one (scikit-learn's digits are 0..16).

@@ -1,8 +1,8 @@
-"""Try it on a segmentation run: the view draws the predicted mask over the image in the segmentation evaluation's
-class colours with a legend, the true mask beside it for a sample, FP32 beside quantized for a quantize run, and a
-table of each class's pixels and IoU; the Training tab's Try it button is enabled on a finished segmentation run.
-The fake worker speaks the real protocol (masks travel as raw uint8 buffers) and answers with the worker's own
-mask code (workbench.worker.predict_masks) on canned scores."""
+"""Try it on a segmentation run: the view draws the predicted mask over the image in the segmentation
+evaluation's class colours with a legend, the true mask beside it for a sample, FP32 beside quantized for a
+quantize run, and a table of each class's pixels and IoU; the Training tab's Try it button is enabled on a
+finished segmentation run. The fake worker speaks the real protocol (masks travel as raw uint8 buffers) and
+answers with the worker's own mask code (workbench.worker.predict_masks) on canned scores."""
 
 from __future__ import annotations
 
@@ -44,18 +44,38 @@ def _predict(spec, ctx):
     scores[0, 2, 9, 9:14] = 0  # the quantized model misses a row of the disc
     quantized = segmentation_answer(scores, CLASSES, truth)
     image = np.full((SIDE, SIDE, 3), 40, dtype=np.uint8)
-    result = {"run": spec.source.run, "run_kind": "quantize" if quantize else "train", "model": "unet",
-              "dataset": "file:/p/data.py:Shapes", "task": "segmentation", "top_k": spec.top_k, "device": "cpu",
-              "input": {"kind": "sample", "split": spec.sample.split, "index": spec.sample.index},
-              "notes": [], "classes": CLASSES, "true_mask": truth, "preview": image}
+    result = {
+        "run": spec.source.run,
+        "run_kind": "quantize" if quantize else "train",
+        "model": "unet",
+        "dataset": "file:/p/data.py:Shapes",
+        "task": "segmentation",
+        "top_k": spec.top_k,
+        "device": "cpu",
+        "input": {"kind": "sample", "split": spec.sample.split, "index": spec.sample.index},
+        "notes": [],
+        "classes": CLASSES,
+        "true_mask": truth,
+        "preview": image,
+    }
     if quantize:
-        result.update(masks={"fp32": fp32["mask"], "quantized": quantized["mask"]}, mask=quantized["mask"],
-                      fp32=fp32["shares"], quantized=quantized["shares"], predictions=quantized["shares"],
-                      scores={"fp32": fp32["scores"], "quantized": quantized["scores"]}, agree=None,
-                      mask_agreement=float((fp32["mask"] == quantized["mask"]).mean()))
+        result.update(
+            masks={"fp32": fp32["mask"], "quantized": quantized["mask"]},
+            mask=quantized["mask"],
+            fp32=fp32["shares"],
+            quantized=quantized["shares"],
+            predictions=quantized["shares"],
+            scores={"fp32": fp32["scores"], "quantized": quantized["scores"]},
+            agree=None,
+            mask_agreement=float((fp32["mask"] == quantized["mask"]).mean()),
+        )
     else:
-        result.update(masks={"fp32": fp32["mask"]}, mask=fp32["mask"], predictions=fp32["shares"],
-                      scores={"fp32": fp32["scores"]})
+        result.update(
+            masks={"fp32": fp32["mask"]},
+            mask=fp32["mask"],
+            predictions=fp32["shares"],
+            scores={"fp32": fp32["scores"]},
+        )
     return result
 
 
@@ -69,13 +89,19 @@ def harness(qtbot, tmp_path):
     manager.start(wait=False)
     qtbot.waitUntil(lambda: manager.state == "ready", timeout=30_000)
     store = RunStore(workspace)
-    spec = {"task": "segmentation", "model": {"name": "file:/p/model.py:UNet"},
-            "dataset": {"name": "file:/p/data.py:Shapes"}}
+    spec = {
+        "task": "segmentation",
+        "model": {"name": "file:/p/model.py:UNet"},
+        "dataset": {"name": "file:/p/data.py:Shapes"},
+    }
     with store.create_run("train", spec, task="train.classifier") as run:
         run.set_status("done")
         train_id = run.id
-    with store.create_run("quant", {"source": {"run": train_id}, "weights": {"bits": 8}, "activations": {"bits": 8}},
-                          task="quant.analyze") as run:
+    with store.create_run(
+        "quant",
+        {"source": {"run": train_id}, "weights": {"bits": 8}, "activations": {"bits": 8}},
+        task="quant.analyze",
+    ) as run:
         run.set_status("done")
         quant_id = run.id
     yield queries, workspace, train_id, quant_id
@@ -143,13 +169,15 @@ def test_a_quantize_run_draws_fp32_and_quantized_masks_side_by_side(qtbot, harne
     assert "agree on" in view.verdict.text()
     # The quantized mask misses the disc's top row: the two pictures differ there.
     assert _pixel(view.masks.pictures["fp32"], 11 / SIDE, 9.5 / SIDE) != _pixel(
-        view.masks.pictures["quantized"], 11 / SIDE, 9.5 / SIDE)
+        view.masks.pictures["quantized"], 11 / SIDE, 9.5 / SIDE
+    )
 
 
 def test_the_training_tab_offers_try_it_on_a_finished_segmentation_run(fake_window, qtbot):
     window = fake_window
-    with RunStore(window.workspace).create_run("train", {"task": "segmentation", "epochs": 1}, task="train.classifier"
-                                               ) as run:
+    with RunStore(window.workspace).create_run(
+        "train", {"task": "segmentation", "epochs": 1}, task="train.classifier"
+    ) as run:
         run.write_report({"status": "done", "task": "segmentation"})
         run.set_status("done")
         run_id = run.id

@@ -1,8 +1,9 @@
-"""The Data tab on a user's own Dataset (issue #20), against the fake worker over the real protocol: thumbnails with
-masks overlaid or a table of tensor summaries, the target histogram, and the dialog's "Python file…" choice.
+"""The Data tab on a user's own Dataset (issue #20), against the fake worker over the real protocol:
+thumbnails with masks overlaid or a table of tensor summaries, the target histogram, and the dialog's "Python
+file…" choice.
 
-The fake worker's data tasks answer a file: dataset with data.info/data.page/data.sample in the shapes the real
-worker gives (tests/data/test_user_views.py checks the real ones); built-in names go to the usual fakes.
+The fake worker's data tasks answer a file: dataset with data.info/data.page/data.sample in the shapes the
+real worker gives (tests/data/test_user_views.py checks the real ones); built-in names go to the usual fakes.
 """
 
 from __future__ import annotations
@@ -37,21 +38,54 @@ def fake_info(spec, ctx):
         return _fake_info(spec, ctx)
     table = _is_table(spec)
     return {
-        "dataset": name, "classes": [], "num_samples": {"train": 30, "val": 5, "test": 5},
+        "dataset": name,
+        "classes": [],
+        "num_samples": {"train": 30, "val": 5, "test": 5},
         "class_counts": {"train": [30], "val": [5], "test": [5]},
-        "sample_shape": [5] if table else [1, 16, 16], "input_dtype": "float32", "inputs": None,
+        "sample_shape": [5] if table else [1, 16, 16],
+        "input_dtype": "float32",
+        "inputs": None,
         "target": "float32 tensor of shape []" if table else "int64 tensor of shape [16, 16]",
-        "target_shape": [] if table else [16, 16], "target_dtype": "float32" if table else "int64",
-        "mean": None, "std": None, "skipped_files": [], "in_memory": False, "root": "/x/data.py", "workers": "",
+        "target_shape": [] if table else [16, 16],
+        "target_dtype": "float32" if table else "int64",
+        "mean": None,
+        "std": None,
+        "skipped_files": [],
+        "in_memory": False,
+        "root": "/x/data.py",
+        "workers": "",
         "view": "table" if table else "images",
-        "tasks": (_tasks("regression", "the target is a float scalar (values to predict)",
-                         {"classification": "no", "multilabel": "no", "segmentation": "no"}) if table else
-                  _tasks("segmentation", "the target is an int64 map of 16×16, the input's spatial size",
-                         {"classification": "no", "multilabel": "no", "regression": "no"})),
-        "target_histogram": ({"kind": "values", "names": [], "counts": [3, 10, 17], "edges": [0.0, 1.0, 2.0, 3.0],
-                              "sampled": 30, "total": 30} if table else
-                             {"kind": "pixels", "names": ["background", "square", "bar"],
-                              "counts": [5000, 1080, 600], "sampled": 30, "total": 30}),
+        "tasks": (
+            _tasks(
+                "regression",
+                "the target is a float scalar (values to predict)",
+                {"classification": "no", "multilabel": "no", "segmentation": "no"},
+            )
+            if table
+            else _tasks(
+                "segmentation",
+                "the target is an int64 map of 16×16, the input's spatial size",
+                {"classification": "no", "multilabel": "no", "regression": "no"},
+            )
+        ),
+        "target_histogram": (
+            {
+                "kind": "values",
+                "names": [],
+                "counts": [3, 10, 17],
+                "edges": [0.0, 1.0, 2.0, 3.0],
+                "sampled": 30,
+                "total": 30,
+            }
+            if table
+            else {
+                "kind": "pixels",
+                "names": ["background", "square", "bar"],
+                "counts": [5000, 1080, 600],
+                "sampled": 30,
+                "total": 30,
+            }
+        ),
     }
 
 
@@ -61,15 +95,40 @@ def fake_page(spec, ctx):
         return _fake_page(spec, ctx)
     total = 30
     indices = list(range(spec["offset"], min(total, spec["offset"] + spec["count"])))
-    result = {"request_id": spec.get("request_id", 0), "split": spec["split"], "offset": spec["offset"],
-              "total": total, "indices": indices, "labels": [-1] * len(indices),
-              "captions": [f"value {i / 10:.1f}" for i in indices]}
+    result = {
+        "request_id": spec.get("request_id", 0),
+        "split": spec["split"],
+        "offset": spec["offset"],
+        "total": total,
+        "indices": indices,
+        "labels": [-1] * len(indices),
+        "captions": [f"value {i / 10:.1f}" for i in indices],
+    }
     if _is_table(spec):
         result["view"] = "table"
-        result["rows"] = [{"index": i, "inputs": [{"shape": [5], "dtype": "float32", "min": float(i),
-                                                   "max": float(i + 4), "mean": float(i + 2)}],
-                           "target": {"shape": [], "dtype": "float32", "min": i / 10, "max": i / 10,
-                                      "mean": i / 10, "text": f"{i / 10:.4g}"}} for i in indices]
+        result["rows"] = [
+            {
+                "index": i,
+                "inputs": [
+                    {
+                        "shape": [5],
+                        "dtype": "float32",
+                        "min": float(i),
+                        "max": float(i + 4),
+                        "mean": float(i + 2),
+                    }
+                ],
+                "target": {
+                    "shape": [],
+                    "dtype": "float32",
+                    "min": i / 10,
+                    "max": i / 10,
+                    "mean": i / 10,
+                    "text": f"{i / 10:.4g}",
+                },
+            }
+            for i in indices
+        ]
         return result
     images = np.full((len(indices), 16, 16, 3), 128, dtype=np.uint8)
     images[:, 2:8, 2:8] = SQUARE
@@ -84,21 +143,46 @@ def fake_sample(spec, ctx):
     index = spec["index"]
     base = {"index": index, "split": spec["split"], "user": True, "label": -1, "path": "/x/data.py"}
     if _is_table(spec):
-        return {**base, "view": "table", "shape": [5], "class_name": f"{index / 10:.4g}",
-                "inputs": [{"shape": [5], "dtype": "float32", "min": float(index), "max": float(index + 4),
-                            "mean": float(index + 2)}],
-                "target": {"shape": [], "dtype": "float32", "min": 0.5, "max": 0.5, "mean": 0.5, "text": "0.5"}}
+        return {
+            **base,
+            "view": "table",
+            "shape": [5],
+            "class_name": f"{index / 10:.4g}",
+            "inputs": [
+                {
+                    "shape": [5],
+                    "dtype": "float32",
+                    "min": float(index),
+                    "max": float(index + 4),
+                    "mean": float(index + 2),
+                }
+            ],
+            "target": {"shape": [], "dtype": "float32", "min": 0.5, "max": 0.5, "mean": 0.5, "text": "0.5"},
+        }
     image = np.full((16, 16, 3), 128, dtype=np.uint8)
     image[2:8, 2:8] = SQUARE
     counts = np.zeros((3, 32), dtype=np.int64)
     counts[:, 16] = 256
-    return {**base, "view": "images", "shape": [1, 16, 16], "class_name": "map", "image": image,
-            "raw_image": np.full((16, 16, 1), 128, np.uint8), "mask": np.zeros((16, 16), np.uint8),
-            "mask_classes": [{"id": 1, "name": "square", "colour": list(SQUARE)}],
-            "histogram": {"edges": np.linspace(0, 256, 33, dtype=np.float32), "counts": counts},
-            "inputs": [{"shape": [1, 16, 16], "dtype": "float32", "min": 0.0, "max": 1.0, "mean": 0.5}],
-            "target": {"shape": [16, 16], "dtype": "int64", "min": 0.0, "max": 1.0, "mean": 0.1,
-                       "text": "square"}}
+    return {
+        **base,
+        "view": "images",
+        "shape": [1, 16, 16],
+        "class_name": "map",
+        "image": image,
+        "raw_image": np.full((16, 16, 1), 128, np.uint8),
+        "mask": np.zeros((16, 16), np.uint8),
+        "mask_classes": [{"id": 1, "name": "square", "colour": list(SQUARE)}],
+        "histogram": {"edges": np.linspace(0, 256, 33, dtype=np.float32), "counts": counts},
+        "inputs": [{"shape": [1, 16, 16], "dtype": "float32", "min": 0.0, "max": 1.0, "mean": 0.5}],
+        "target": {
+            "shape": [16, 16],
+            "dtype": "int64",
+            "min": 0.0,
+            "max": 1.0,
+            "mean": 0.1,
+            "text": "square",
+        },
+    }
 
 
 @pytest.fixture
@@ -198,8 +282,13 @@ def test_dialog_python_file_choice(qtbot, tmp_path):
     dialog.user_attr.setText("Mine")
     dialog.user_args.setText("size=500, kind=small")
     assert ok.isEnabled(), dialog.error.text()
-    assert dialog.spec().name == f"file:{source}:Mine" and dialog.spec().args == {"size": 500, "kind": "small"}
-    assert not dialog.root.isEnabled() and not dialog.augment.isEnabled() and not dialog.image_size.isEnabled()
+    assert dialog.spec().name == f"file:{source}:Mine" and dialog.spec().args == {
+        "size": 500,
+        "kind": "small",
+    }
+    assert (
+        not dialog.root.isEnabled() and not dialog.augment.isEnabled() and not dialog.image_size.isEnabled()
+    )
     assert "own transforms" in dialog.augment.toolTip()
     dialog.user_args.setText('{"sizes": [1, 2]}')
     assert ok.isEnabled() and dialog.spec().args == {"sizes": [1, 2]}

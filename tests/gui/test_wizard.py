@@ -70,7 +70,10 @@ def test_save_spec_is_disabled_while_the_spec_is_invalid(wizard, qtbot):
     go_to(wizard, wizard.review_page)  # next() in code goes on where the button would not
     review = wizard.review_page
     assert not review.save.isEnabled()
-    assert review.text.toPlainText() == "" and "No spec while a field is invalid" in review.text.placeholderText()
+    assert (
+        review.text.toPlainText() == ""
+        and "No spec while a field is invalid" in review.text.placeholderText()
+    )
     assert "lr: -1.0 is out of range" in review.error.text()
     assert not wizard.button(QWizard.FinishButton).isEnabled()
     retype(qtbot, wizard.hyper_page.form.widgets["lr"], "0.01")
@@ -111,8 +114,13 @@ def test_the_wizard_starts_from_the_last_spec_started(qtbot, settings):
     hyper.widgets["momentum"].setText("0.5")
     first.model_page.name.setCurrentText("mlp")
     first.accept()  # Start training
-    second = TrainingWizard(DatasetState(DataSpec.from_dict({"name": "fake"})), FAKE_DEVICES, "cpu",
-                            num_classes=7, settings=settings)
+    second = TrainingWizard(
+        DatasetState(DataSpec.from_dict({"name": "fake"})),
+        FAKE_DEVICES,
+        "cpu",
+        num_classes=7,
+        settings=settings,
+    )
     qtbot.addWidget(second)
     form = second.hyper_page.form
     assert form.value("epochs") == 3 and form.value("optimizer") == "sgd" and form.value("momentum") == "0.5"
@@ -128,10 +136,17 @@ def test_the_wizard_starts_from_the_last_spec_started(qtbot, settings):
 
 
 def test_train_again_starts_from_a_runs_spec(qtbot, settings):
-    run_spec = TrainSpec.from_dict({"epochs": 7, "lr": 0.02, "dataset": {"name": "fake", "size": 50},
-                                    "model": {"name": "mlp", "num_classes": 3}}).to_dict()
-    wizard = TrainingWizard(DatasetState(), FAKE_DEVICES, "cpu", start=run_spec, num_classes=10,
-                            settings=settings)
+    run_spec = TrainSpec.from_dict(
+        {
+            "epochs": 7,
+            "lr": 0.02,
+            "dataset": {"name": "fake", "size": 50},
+            "model": {"name": "mlp", "num_classes": 3},
+        }
+    ).to_dict()
+    wizard = TrainingWizard(
+        DatasetState(), FAKE_DEVICES, "cpu", start=run_spec, num_classes=10, settings=settings
+    )
     qtbot.addWidget(wizard)
     assert wizard.hyper_page.form.value("epochs") == 7
     assert "fake" in wizard.dataset_page.summary.text()
@@ -159,11 +174,18 @@ def test_fp16_is_greyed_out_on_the_cpu_even_where_autocast_takes_it(qtbot):
     assert speed.amp.model().item(fp16).isEnabled() and item.toolTip() == ""
 
 
-@pytest.mark.parametrize(("spec", "shown", "hidden"), [
-    ({"name": "fake", "size": 50}, "50 random images in 10 classes", "root"),
-    ({"name": "digits"}, "bundled with scikit-learn", "root"),
-    ({"name": "mnist", "root": "/data/m", "download": True}, "root /data/m · downloads what is missing", "random"),
-])
+@pytest.mark.parametrize(
+    ("spec", "shown", "hidden"),
+    [
+        ({"name": "fake", "size": 50}, "50 random images in 10 classes", "root"),
+        ({"name": "digits"}, "bundled with scikit-learn", "root"),
+        (
+            {"name": "mnist", "root": "/data/m", "download": True},
+            "root /data/m · downloads what is missing",
+            "random",
+        ),
+    ],
+)
 def test_the_dataset_summary_shows_only_what_the_dataset_uses(qtbot, spec, shown, hidden):
     wizard = TrainingWizard(DatasetState(DataSpec.from_dict(spec)), FAKE_DEVICES, "cpu", data_dir="/ws/data")
     qtbot.addWidget(wizard)
@@ -181,22 +203,35 @@ def test_the_dataset_page_follows_the_data_tab_when_it_takes_a_choice_back(qtbot
 
 
 def test_spec_differences_ignore_the_order_of_a_tables_keys():
-    a = {"epochs": 3, "dataset": {"name": "digits", "augment": [{"name": "rotation", "degrees": 15},
-                                                                 {"name": "hflip", "p": 0.5}],
-                                  "normalize": {"mean": [0.5], "std": [0.2]}}}
-    b = {"dataset": {"normalize": {"std": [0.2], "mean": [0.5]},
-                     "augment": [{"degrees": 15, "name": "rotation"}, {"p": 0.5, "name": "hflip"}],
-                     "name": "digits"}, "epochs": 3}
+    a = {
+        "epochs": 3,
+        "dataset": {
+            "name": "digits",
+            "augment": [{"name": "rotation", "degrees": 15}, {"name": "hflip", "p": 0.5}],
+            "normalize": {"mean": [0.5], "std": [0.2]},
+        },
+    }
+    b = {
+        "dataset": {
+            "normalize": {"std": [0.2], "mean": [0.5]},
+            "augment": [{"degrees": 15, "name": "rotation"}, {"p": 0.5, "name": "hflip"}],
+            "name": "digits",
+        },
+        "epochs": 3,
+    }
     assert spec_differences(a, b) == []
     b["dataset"]["augment"][0]["degrees"] = 30
     b["epochs"] = 4
     assert spec_differences(a, b) == [
-        ("dataset.augment", a["dataset"]["augment"], b["dataset"]["augment"]), ("epochs", 3, 4)]
+        ("dataset.augment", a["dataset"]["augment"], b["dataset"]["augment"]),
+        ("epochs", 3, 4),
+    ]
     # Augmentations run in list order, so the order of the list itself still counts.
     swapped = {**a, "dataset": {**a["dataset"], "augment": a["dataset"]["augment"][::-1]}}
     assert [path for path, _, _ in spec_differences(a, swapped)] == ["dataset.augment"]
     assert spec_differences({"normalize": "auto"}, {"normalize": {"mean": [0.5], "std": [0.2]}}) == [
-        ("normalize", "auto", {"mean": [0.5], "std": [0.2]})]
+        ("normalize", "auto", {"mean": [0.5], "std": [0.2]})
+    ]
     assert spec_differences({"deterministic": True}, {"deterministic": 1}) != []
     assert spec_differences({"lr": 0.1}, {}) == [("lr", 0.1, None)]
 
@@ -215,7 +250,11 @@ def test_a_true_false_or_auto_field_is_a_three_way_choice(qtbot):
         assert form.value(field) == "auto"
         for value in (True, False, "auto"):
             form.set_value(field, value)
-            assert form.value(field) is value or form.value(field) == value and type(form.value(field)) is type(value)
+            assert (
+                form.value(field) is value
+                or form.value(field) == value
+                and type(form.value(field)) is type(value)
+            )
     data = form.apply_to(TrainSpec().to_dict())
     assert TrainSpec.from_dict(data).channels_last == "auto"
 

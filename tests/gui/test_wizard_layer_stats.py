@@ -1,5 +1,5 @@
-"""The training wizard's layer-statistics interval: a field on the Device and speed page, with the spec's help as
-its tooltip, and what is set there is what the spec records."""
+"""The training wizard's layer-statistics interval: a field on the Device and speed page, with the spec's help
+as its tooltip, and what is set there is what the spec records."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The wizard's review page is editable (#21 part 6.6): the TOML is checked as it is typed, an error names the field,
-Start runs the edited text, Save writes it, and the pages' own rebuilds never wipe what is being typed."""
+"""The wizard's review page is editable (#21 part 6.6): the TOML is checked as it is typed, an error names the
+field, Start runs the edited text, Save writes it, and the pages' own rebuilds never wipe what is being
+typed."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from workbench.specs import DataSpec, TrainSpec
 
 @pytest.fixture
 def review(qtbot):
-    wizard = TrainingWizard(DatasetState(DataSpec(name="digits")), FAKE_DEVICES, "cpu",
-                            start={"epochs": 3, "device": "cpu"})
+    wizard = TrainingWizard(
+        DatasetState(DataSpec(name="digits")), FAKE_DEVICES, "cpu", start={"epochs": 3, "device": "cpu"}
+    )
     qtbot.addWidget(wizard)
     wizard.show()
     while wizard.currentPage() is not wizard.review_page:
@@ -61,8 +63,9 @@ def test_a_rebuild_while_typing_keeps_the_edit_and_save_writes_it(review, qtbot,
     assert page.text.toPlainText() == edited
     page.check_edit()
     path = tmp_path / "edited.toml"
-    monkeypatch.setattr("workbench.gui.panels.training.wizard.QFileDialog.getSaveFileName",
-                        lambda *a, **k: (str(path), ""))
+    monkeypatch.setattr(
+        "workbench.gui.panels.training.wizard.QFileDialog.getSaveFileName", lambda *a, **k: (str(path), "")
+    )
     page.save.click()
     assert TrainSpec.load(path).epochs == 9
 

@@ -1,5 +1,6 @@
-"""The training wizard's dataset does not go stale (#21 part 6.3): a dataset chosen with Change dataset… that fails
-to load says why in the wizard itself; augmentation and an image folder's root stay with their dataset."""
+"""The training wizard's dataset does not go stale (#21 part 6.3): a dataset chosen with Change dataset… that
+fails to load says why in the wizard itself; augmentation and an image folder's root stay with their
+dataset."""
 
 from __future__ import annotations
 
@@ -42,36 +43,45 @@ def test_a_chosen_dataset_that_fails_to_load_says_why_in_the_wizard(window, qtbo
     page = wizard.dataset_page
     assert page.refusal.isHidden()
     monkeypatch.setattr(wizard_module, "DatasetDialog", _ChosenDialog)
-    _ChosenDialog.spec_given = DataSpec.from_dict({"name": "cifar10"})  # its files are missing (the fake says so)
+    # its files are missing (the fake says so)
+    _ChosenDialog.spec_given = DataSpec.from_dict({"name": "cifar10"})
     page._on_change_clicked()
     qtbot.waitUntil(lambda: not page.refusal.isHidden(), timeout=15_000)
     assert "cifar10</b> could not be loaded, so the dataset above stays" in page.refusal.text()
     assert "CIFAR-10 files are missing" in page.refusal.text()
     qtbot.waitUntil(lambda: window.dataset_state.spec == before and page.spec == before, timeout=15_000)
     assert f"<b>{before.name}</b>" in page.summary.text()
-    # The status bar says the failure, and that the previous dataset is what is shown; never "digits loaded" alone.
+    # The status bar says the failure, and that the previous dataset is what is shown; never "digits loaded"
+    # alone.
     qtbot.waitUntil(lambda: "still shown" in window.statusBar().currentMessage(), timeout=15_000)
-    assert window.statusBar().currentMessage() == ("Dataset cifar10 could not be loaded; the previous dataset, "
-                                                   f"{before.name}, is still shown")
+    assert window.statusBar().currentMessage() == (
+        f"Dataset cifar10 could not be loaded; the previous dataset, {before.name}, is still shown"
+    )
     # A choice that loads clears the message.
     _ChosenDialog.spec_given = DataSpec.from_dict({"name": "fake"})
     page._on_change_clicked()
     assert page.refusal.isHidden()
-    qtbot.waitUntil(lambda: window.dataset_panel.info is not None and window.dataset_panel.info["dataset"] == "fake",
-                    timeout=15_000)
+    qtbot.waitUntil(
+        lambda: window.dataset_panel.info is not None and window.dataset_panel.info["dataset"] == "fake",
+        timeout=15_000,
+    )
     qtbot.waitUntil(lambda: window.statusBar().currentMessage() == "Dataset fake loaded", timeout=15_000)
     assert page.refusal.isHidden()
 
 
 def _checked(dialog) -> list[str]:
-    return [dialog.augment.item(r, 0).text() for r in range(dialog.augment.rowCount())
-            if dialog.augment.item(r, 0).checkState() == Qt.Checked]
+    return [
+        dialog.augment.item(r, 0).text()
+        for r in range(dialog.augment.rowCount())
+        if dialog.augment.item(r, 0).checkState() == Qt.Checked
+    ]
 
 
 def test_augmentation_and_an_image_folders_root_stay_with_their_dataset(qtbot, tmp_path):
     (tmp_path / "images" / "cat").mkdir(parents=True)
-    spec = DataSpec.from_dict({"name": "imagefolder", "root": str(tmp_path / "images"),
-                               "augment": [{"name": "hflip", "p": 0.3}]})
+    spec = DataSpec.from_dict(
+        {"name": "imagefolder", "root": str(tmp_path / "images"), "augment": [{"name": "hflip", "p": 0.3}]}
+    )
     dialog = DatasetDialog(spec, str(tmp_path / "data"))
     qtbot.addWidget(dialog)
     assert _checked(dialog) == ["hflip"]

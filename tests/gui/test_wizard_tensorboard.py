@@ -1,5 +1,5 @@
-"""The training wizard's TensorBoard checkbox: off by default, with the spec's help as its tooltip, and ticking it
-puts tensorboard = true into the spec the wizard builds."""
+"""The training wizard's TensorBoard checkbox: off by default, with the spec's help as its tooltip, and
+ticking it puts tensorboard = true into the spec the wizard builds."""
 
 from __future__ import annotations
 

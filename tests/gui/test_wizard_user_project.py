@@ -1,6 +1,7 @@
 """The training wizard for your own project (issue #20): a Python-file dataset with arguments, the Task choice
-filled from the worker's data.info (auto's pick, greyed tasks with their reason), a LightningModule model, and the
-note that the user's file runs with the user's permissions. The worker is the fake one over the real protocol."""
+filled from the worker's data.info (auto's pick, greyed tasks with their reason), a LightningModule model, and
+the note that the user's file runs with the user's permissions. The worker is the fake one over the real
+protocol."""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ from workbench.gui.worker_bridge import QtWorkerBridge
 from workbench.specs import TrainSpec
 
 WHY = "an integer map the input's size"
-UNAVAILABLE = {"classification": "the target is a 16×16 map, not one label per sample",
-               "regression": "the target is int64; regression needs float targets",
-               "multilabel": "the target holds 3 values, not only 0 and 1"}
+UNAVAILABLE = {
+    "classification": "the target is a 16×16 map, not one label per sample",
+    "regression": "the target is int64; regression needs float targets",
+    "multilabel": "the target holds 3 values, not only 0 and 1",
+}
 
 
 @pytest.fixture
@@ -33,9 +36,9 @@ def asked():
 
 @pytest.fixture
 def queries(monkeypatch, qtbot, tmp_path, asked):
-    """The GUI's query runner on a fake worker (no main window: it is not needed here) whose data.info describes a
-    file: dataset as a segmentation set, fails for a class named Broken, and answers as an older worker (no
-    "tasks") for the built-in sets."""
+    """The GUI's query runner on a fake worker (no main window: it is not needed here) whose data.info
+    describes a file: dataset as a segmentation set, fails for a class named Broken, and answers as an older
+    worker (no "tasks") for the built-in sets."""
     builtin_info = fake_worker._fake_info
 
     def info(spec, ctx):
@@ -46,10 +49,15 @@ def queries(monkeypatch, qtbot, tmp_path, asked):
             raise JobError(f"dataset {name}: Broken() raised ValueError: no shapes (data.py, line 3)")
         if not name.startswith("file:"):
             return builtin_info(spec, ctx)
-        return {"dataset": name, "classes": ["0", "1", "2"], "num_samples": {"train": 32, "val": 4, "test": 4},
-                "sample_shape": [1, 16, 16], "input_dtype": "float32",
-                "target": "int64 tensor of shape [16, 16]", "tasks": {"auto": "segmentation", "why": WHY,
-                                                                      "unavailable": UNAVAILABLE}}
+        return {
+            "dataset": name,
+            "classes": ["0", "1", "2"],
+            "num_samples": {"train": 32, "val": 4, "test": 4},
+            "sample_shape": [1, 16, 16],
+            "input_dtype": "float32",
+            "target": "int64 tensor of shape [16, 16]",
+            "tasks": {"auto": "segmentation", "why": WHY, "unavailable": UNAVAILABLE},
+        }
 
     monkeypatch.setattr(fake_worker, "_fake_info", info)
     worker = fake_worker.FakeWorker(tmp_path)
@@ -128,10 +136,13 @@ def test_a_file_missing_on_this_machine_is_a_warning_not_a_refusal(qtbot, tmp_pa
     assert wizard.spec is not None and wizard.spec.dataset.name.endswith("elsewhere.py:Shapes")
 
 
-def test_the_task_choice_shows_autos_pick_and_greys_what_the_data_cannot_serve(queries, qtbot, data_file, asked):
+def test_the_task_choice_shows_autos_pick_and_greys_what_the_data_cannot_serve(
+    queries, qtbot, data_file, asked
+):
     wizard = open_wizard(qtbot, queries)
     page, choice = wizard.dataset_page, wizard.dataset_page.task_choice
-    qtbot.waitUntil(lambda: len(asked) >= 1, timeout=10_000)  # the Data tab's dataset, an older worker's reply
+    # the Data tab's dataset, an older worker's reply
+    qtbot.waitUntil(lambda: len(asked) >= 1, timeout=10_000)
     qtbot.waitUntil(lambda: OLD_WORKER_NOTE in choice.line.text(), timeout=10_000)
     assert all(choice.is_enabled(task) for task in ("auto", "classification", "regression", "segmentation"))
     choose_file_dataset(qtbot, wizard, data_file, args="size=40")
@@ -164,10 +175,16 @@ def test_a_starting_task_the_data_cannot_serve_is_named_and_blocks_next(queries,
     choice = wizard.dataset_page.task_choice
     assert wizard.spec is not None and wizard.spec.task == "regression"  # nothing known yet: nothing refused
     qtbot.waitUntil(lambda: choice.auto == "segmentation", timeout=10_000)
-    assert choice.error.isVisible() and choice.error.text().startswith("task: regression does not fit this data")
+    assert choice.error.isVisible() and choice.error.text().startswith(
+        "task: regression does not fit this data"
+    )
     assert wizard.spec is None and not wizard.button(QWizard.NextButton).isEnabled()
     choice.set_task("auto")
-    assert choice.error.isHidden() and wizard.spec.task == "auto" and wizard.button(QWizard.NextButton).isEnabled()
+    assert (
+        choice.error.isHidden()
+        and wizard.spec.task == "auto"
+        and wizard.button(QWizard.NextButton).isEnabled()
+    )
 
 
 def test_a_dataset_the_worker_cannot_read_says_so_and_offers_every_task(queries, qtbot, data_file):
@@ -228,8 +245,12 @@ def test_a_user_models_arguments_go_into_model_args_and_bad_ones_are_named(qtbot
     assert not wizard.button(QWizard.NextButton).isEnabled()
     page.name.setCurrentText("mlp")  # the unparsed text of a model that takes none is not held against it
     assert wizard.spec is not None and wizard.spec.model.args == {}
-    reopened = open_wizard(qtbot, start=TrainSpec.from_dict({"model": {"name": f"file:{tmp_path / 'm.py'}:Net",
-                                                                       "args": {"hidden": 8}}}))
+    reopened = open_wizard(
+        qtbot,
+        start=TrainSpec.from_dict(
+            {"model": {"name": f"file:{tmp_path / 'm.py'}:Net", "args": {"hidden": 8}}}
+        ),
+    )
     assert reopened.model_page.args.text() == format_args({"hidden": 8})
 
 
@@ -249,10 +270,17 @@ def test_a_custom_task_takes_your_loss_metrics_and_monitor(qtbot, tmp_path):
     assert page.loss_fields.name_error.isVisible() and page.loss_fields.name_error.text().startswith("loss:")
     qtbot.keyClicks(page.loss_fields.path, str(loss_file))
     qtbot.keyClicks(page.loss_fields.attr, "loss")
-    assert wizard.spec is not None and wizard.spec.loss == f"file:{loss_file}:loss" and wizard.spec.task == "custom"
+    assert (
+        wizard.spec is not None
+        and wizard.spec.loss == f"file:{loss_file}:loss"
+        and wizard.spec.task == "custom"
+    )
     assert wizard.button(QWizard.NextButton).isEnabled() and page.loss_fields.name_error.isHidden()
-    qtbot.keyClicks(form.widgets["monitor"], "iou")  # a metric, but no metrics function yet: named at its field
-    assert wizard.spec is None and form.error_labels["monitor"].text().startswith("monitor: 'iou' names a metric")
+    # a metric, but no metrics function yet: named at its field
+    qtbot.keyClicks(form.widgets["monitor"], "iou")
+    assert wizard.spec is None and form.error_labels["monitor"].text().startswith(
+        "monitor: 'iou' names a metric"
+    )
     qtbot.keyClicks(page.metrics_fields.path, str(loss_file))
     qtbot.keyClicks(page.metrics_fields.attr, "metrics")
     assert form.error_labels["monitor_mode"].text().startswith("monitor_mode: auto cannot tell")
@@ -268,25 +296,34 @@ def test_a_custom_task_takes_your_loss_metrics_and_monitor(qtbot, tmp_path):
     assert again.hyper_page.form.widgets["loss"].isEnabled()
 
 
-@pytest.mark.parametrize(("text", "args"), [
-    ("", {}),
-    ("size=500", {"size": 500}),
-    ('size=500, name="shapes", scale=0.5, flip=false', {"size": 500, "name": "shapes", "scale": 0.5, "flip": False}),
-    ("mode=fast, sizes=[1, 2, 3]", {"mode": "fast", "sizes": [1, 2, 3]}),
-    ('{"size": 500, "extra": {"a": null}}', {"size": 500, "extra": {"a": None}}),
-    ("{size = 500, name = 'x'}", {"size": 500, "name": "x"}),
-])
+@pytest.mark.parametrize(
+    ("text", "args"),
+    [
+        ("", {}),
+        ("size=500", {"size": 500}),
+        (
+            'size=500, name="shapes", scale=0.5, flip=false',
+            {"size": 500, "name": "shapes", "scale": 0.5, "flip": False},
+        ),
+        ("mode=fast, sizes=[1, 2, 3]", {"mode": "fast", "sizes": [1, 2, 3]}),
+        ('{"size": 500, "extra": {"a": null}}', {"size": 500, "extra": {"a": None}}),
+        ("{size = 500, name = 'x'}", {"size": 500, "name": "x"}),
+    ],
+)
 def test_arguments_read_as_json_toml_or_key_value_pairs_and_print_back(text, args):
     assert parse_args(text) == args
     assert parse_args(format_args(args)) == args
 
 
-@pytest.mark.parametrize(("text", "words"), [
-    ("500", "'500' is not key=value"),
-    ("[1, 2]", "'[1, 2]' is not key=value"),
-    ('{"size": 5', "is neither a JSON object nor a TOML table"),
-    ("2x=3", "'2x' is not a Python keyword argument name"),
-])
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("500", "'500' is not key=value"),
+        ("[1, 2]", "'[1, 2]' is not key=value"),
+        ('{"size": 5', "is neither a JSON object nor a TOML table"),
+        ("2x=3", "'2x' is not a Python keyword argument name"),
+    ],
+)
 def test_arguments_that_do_not_parse_name_the_field(text, words):
     with pytest.raises(ValueError) as info:
         parse_args(text, "dataset.args")
@@ -294,8 +331,8 @@ def test_arguments_that_do_not_parse_name_the_field(text, words):
 
 
 def test_the_class_count_the_wizard_filled_in_follows_the_dataset_chosen(qtbot, queries, data_file):
-    """From the Data tab's digits (10 classes), another dataset on the first page (3 classes) sets the model's class
-    count too, rather than leaving a 10-way head on 3 classes."""
+    """From the Data tab's digits (10 classes), another dataset on the first page (3 classes) sets the model's
+    class count too, rather than leaving a 10-way head on 3 classes."""
     wizard = open_wizard(qtbot, queries, num_classes=10)
     form = wizard.model_page.form
     assert form.value("model.num_classes") == 10
@@ -309,6 +346,7 @@ def test_a_class_count_the_person_typed_stays_theirs(qtbot, queries, data_file):
     form = wizard.model_page.form
     form.set_value("model.num_classes", 7)  # what they typed on the Model page
     choose_file_dataset(qtbot, wizard, data_file)
-    qtbot.waitUntil(lambda: str((wizard.dataset_page.info or {}).get("dataset", "")).startswith("file:"),
-                    timeout=10_000)  # the file's 3 classes have been counted
+    qtbot.waitUntil(
+        lambda: str((wizard.dataset_page.info or {}).get("dataset", "")).startswith("file:"), timeout=10_000
+    )  # the file's 3 classes have been counted
     assert form.value("model.num_classes") == 7

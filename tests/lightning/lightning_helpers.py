@@ -1,5 +1,5 @@
-"""A small LightningModule project written by the tests themselves (not the bundled example): a classifier on 8
-random features with a DataModule, and variants that are broken on purpose."""
+"""A small LightningModule project written by the tests themselves (not the bundled example): a classifier on
+8 random features with a DataModule, and variants that are broken on purpose."""
 
 from __future__ import annotations
 

@@ -25,12 +25,15 @@ def test_workbench_train_runs_a_lightning_spec_from_another_folder(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
     write_project(project)
-    (project / "train.toml").write_text('epochs = 1\n[model]\nname = "lightning:project.py:Classifier"\n'
-                                        '[dataset]\nname = "lightning:project.py:Features"\n')
+    (project / "train.toml").write_text(
+        'epochs = 1\n[model]\nname = "lightning:project.py:Classifier"\n'
+        '[dataset]\nname = "lightning:project.py:Features"\n'
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    done = wb(elsewhere, "train", str(project / "train.toml"), "--trust", workspace=tmp_path / "ws",
-              timeout=600)
+    done = wb(
+        elsewhere, "train", str(project / "train.toml"), "--trust", workspace=tmp_path / "ws", timeout=600
+    )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert TRACEBACK not in output
@@ -52,27 +55,39 @@ def test_a_resume_with_fewer_epochs_than_done_is_a_spec_error_and_leaves_the_run
         assert run.summary()["status"] == "done"
 
 
-GARBLING = '''
+GARBLING = """
 
 def _garbage(obj, f, *args, **kwargs):
     f.write(b"these bytes are not a checkpoint")
 
 
 torch.save = _garbage  # the module replaces torch.save: every checkpoint it writes is garbage, yet not empty
-'''
+"""
 
 
 def test_a_replaced_torch_save_that_writes_garbage_fails_a_lightning_run(tmp_path):
     project = write_project(tmp_path)
     project.write_text(project.read_text() + GARBLING)
-    proc = wb(tmp_path, "train", "--set", f"model.name=lightning:{project}:Plain", "--set",
-              f"dataset.name=lightning:{project}:Features", "--set", "epochs=1", "--json", timeout=600)
+    proc = wb(
+        tmp_path,
+        "train",
+        "--set",
+        f"model.name=lightning:{project}:Plain",
+        "--set",
+        f"dataset.name=lightning:{project}:Features",
+        "--set",
+        "epochs=1",
+        "--json",
+        timeout=600,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert TRACEBACK not in proc.stderr + proc.stdout
     result = json.loads(proc.stdout)
     message = result["error"]["message"]
     assert result["status"] == "failed", result
-    assert message.startswith("checkpoints/best.pt was saved but does not load back (torch.save is replaced "
-                              f"by _garbage from {project})"), message
+    assert message.startswith(
+        "checkpoints/best.pt was saved but does not load back (torch.save is replaced "
+        f"by _garbage from {project})"
+    ), message
     (run,) = RunStore(tmp_path / "ws").list_runs()
     assert run["status"] == "failed"

@@ -54,16 +54,38 @@ def _project(tmp_path: Path) -> Path:
 
 
 def _train(tmp_path: Path, project: Path, module: str) -> dict:
-    trained = one_json(wb(tmp_path, "train", "--set", f"model.name=lightning:{project}:{module}", "--set",
-                          f"dataset.name=lightning:{project}:SmallVal", "--set", "epochs=1", "--json",
-                          timeout=600))
+    trained = one_json(
+        wb(
+            tmp_path,
+            "train",
+            "--set",
+            f"model.name=lightning:{project}:{module}",
+            "--set",
+            f"dataset.name=lightning:{project}:SmallVal",
+            "--set",
+            "epochs=1",
+            "--json",
+            timeout=600,
+        )
+    )
     assert trained["status"] == "done", trained.get("error")
     return trained
 
 
 def _quantize(tmp_path: Path, run_dir: str, *extra: str, status: str = "done") -> dict:
-    proc = wb(tmp_path, "quantize", "--set", f"source.run={run_dir}", "--set", "calibration.samples=32",
-              "--set", "weights.bits=3", *extra, "--json", timeout=600)
+    proc = wb(
+        tmp_path,
+        "quantize",
+        "--set",
+        f"source.run={run_dir}",
+        "--set",
+        "calibration.samples=32",
+        "--set",
+        "weights.bits=3",
+        *extra,
+        "--json",
+        timeout=600,
+    )
     assert TRACEBACK not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     result = one_json(proc)
     assert result["status"] == status, result.get("error")
@@ -81,8 +103,14 @@ def _validate(project: Path, checkpoint: str) -> dict:
     spec.loader.exec_module(code)
     module = code.Classifier()
     module.load_state_dict(load_state_dict(checkpoint))
-    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     return trainer.validate(module, datamodule=code.SmallVal(), verbose=False)[0]
 
 

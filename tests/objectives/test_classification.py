@@ -1,5 +1,6 @@
 """Classification objective: loss and accuracy bit-identical to the engine's build_loss/argmax, and the test
-evaluator's output equal to the engine's evaluation before issue #20 (kept here, verbatim, as the reference)."""
+evaluator's output equal to the engine's evaluation before issue #20 (kept here, verbatim, as the
+reference)."""
 
 from __future__ import annotations
 
@@ -31,16 +32,31 @@ def reference_evaluate_test(model, split, classes, *, batch_size, worst_count=32
     matrix = confusion.view(k, k)
     total = int(matrix.sum())
     correct = int(matrix.diagonal().sum())
-    per_class = [float(matrix[i, i]) / float(matrix[i].sum()) if int(matrix[i].sum()) else None for i in range(k)]
+    per_class = [
+        float(matrix[i, i]) / float(matrix[i].sum()) if int(matrix[i].sum()) else None for i in range(k)
+    ]
     worst = []
     if row_parts:
         rows = torch.cat([torch.cat(index_parts).double()[:, None], torch.cat(row_parts)], dim=1)
         rows = rows[rows[:, 1] != rows[:, 2]]
         rows = rows[rows[:, 3].argsort(descending=True)][:worst_count]
-        worst = [{"split": split.name, "index": int(r[0]), "label": int(r[1]), "predicted": int(r[2]),
-                  "confidence": round(float(r[3]), 6)} for r in rows]
-    return {"classes": list(classes), "confusion_matrix": matrix.tolist(), "per_class_accuracy": per_class,
-            "test_accuracy": correct / total if total else math.nan, "worst": worst}
+        worst = [
+            {
+                "split": split.name,
+                "index": int(r[0]),
+                "label": int(r[1]),
+                "predicted": int(r[2]),
+                "confidence": round(float(r[3]), 6),
+            }
+            for r in rows
+        ]
+    return {
+        "classes": list(classes),
+        "confusion_matrix": matrix.tolist(),
+        "per_class_accuracy": per_class,
+        "test_accuracy": correct / total if total else math.nan,
+        "worst": worst,
+    }
 
 
 class TinySplit:
@@ -105,18 +121,26 @@ def test_evaluator_equals_evaluate_test(classes, samples, batch):
         assert mine[key] == value, key
     assert mine["task"] == "classification" and mine["split"] == "test"
     assert mine["metrics"]["acc"] == mine["test_accuracy"]
-    assert mine["monitor"] == {"name": "acc", "label": "accuracy", "higher_is_better": True,
-                               "value": mine["test_accuracy"]}
+    assert mine["monitor"] == {
+        "name": "acc",
+        "label": "accuracy",
+        "higher_is_better": True,
+        "value": mine["test_accuracy"],
+    }
     assert ("top5" in mine["metrics"]) == (classes >= 5)
     json.dumps(mine, allow_nan=False)
 
 
 def test_evaluator_worst_and_top5_by_hand():
     evaluator = build_objective("classification", num_outputs=6).test_evaluator("val", list("abcdef"))
-    scores = torch.tensor([[5.0, 0, 0, 0, 0, 0],     # right
-                           [0, 9.0, 0, 0, 0, 0],     # wrong (label 0), confident
-                           [0, 0, 1.0, 0.5, 0, 0],   # wrong (label 5), less confident
-                           [0, 0, 0, 0, 0, 3.0]])    # right
+    scores = torch.tensor(
+        [
+            [5.0, 0, 0, 0, 0, 0],  # right
+            [0, 9.0, 0, 0, 0, 0],  # wrong (label 0), confident
+            [0, 0, 1.0, 0.5, 0, 0],  # wrong (label 5), less confident
+            [0, 0, 0, 0, 0, 3.0],
+        ]
+    )  # right
     y = torch.tensor([0, 0, 5, 5])
     evaluator.add(torch.tensor([10, 11, 12, 13]), scores, y)
     result = evaluator.result()
@@ -139,10 +163,18 @@ def test_empty_evaluator_is_json_safe():
 def test_check_output_messages():
     objective = build_objective("classification", num_outputs=3)
     objective.check_output(torch.zeros(4, 3), torch.zeros(4, dtype=torch.int64))
-    with pytest.raises(JobError, match=r"gives 10 scores per sample but the dataset has 3 classes .*: "
-                                       r"set model.num_classes=3$") as info:
+    with pytest.raises(
+        JobError,
+        match=r"gives 10 scores per sample but the dataset has 3 classes .*: "
+        r"set model.num_classes=3$",
+    ) as info:
         objective.check_output(torch.zeros(4, 10), torch.zeros(4, dtype=torch.int64))
-    assert "classification" in str(info.value) and "(4, 10)" in str(info.value) and "(4,)" in str(info.value) and "int64" in str(info.value)
+    assert (
+        "classification" in str(info.value)
+        and "(4, 10)" in str(info.value)
+        and "(4,)" in str(info.value)
+        and "int64" in str(info.value)
+    )
     with pytest.raises(JobError, match="not one integer class index"):
         objective.check_output(torch.zeros(4, 3), torch.zeros(4))
     with pytest.raises(JobError, match=r"validation batch has shape \(4, 3, 2\)"):

@@ -1,5 +1,5 @@
-"""The custom objective on its own (in process, real torch): the user's loss and metrics functions from a file the
-test writes, metrics weighted by batch size and mergeable as sums, the monitor and its direction, the test
+"""The custom objective on its own (in process, real torch): the user's loss and metrics functions from a file
+the test writes, metrics weighted by batch size and mergeable as sums, the monitor and its direction, the test
 evaluator, and every refusal naming what is wrong (the field, the file, the function, the metric's key)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from workbench.specs import TrainSpec
 from workbench.worker.objectives import build_objective
 from workbench.worker.objectives.custom import CustomObjective
 
-USER = '''
+USER = """
 import torch
 import torch.nn.functional as F
 
@@ -64,7 +64,7 @@ def named_loss(outputs, target):
 
 
 NOT_A_FUNCTION = 3
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +75,12 @@ def user_file(tmp_path_factory):
 
 
 def objective(user_file, loss="mse", metrics="", **kw) -> CustomObjective:
-    return build_objective("custom", loss=f"file:{user_file}:{loss}",
-                           metrics=f"file:{user_file}:{metrics}" if metrics else "", **kw)
+    return build_objective(
+        "custom",
+        loss=f"file:{user_file}:{loss}",
+        metrics=f"file:{user_file}:{metrics}" if metrics else "",
+        **kw,
+    )
 
 
 def batch(n: int, seed: int = 0, grad: bool = False):
@@ -108,7 +112,8 @@ def test_metrics_are_weighted_by_batch_size_and_merge_as_sums(user_file):
     mae1, mae2 = (o1.squeeze(1) - t1).abs().mean(), (o2.squeeze(1) - t2).abs().mean()
     assert math.isclose(merged["mae"], float(6 * mae1 + 2 * mae2) / 8, rel_tol=1e-6)
     assert merged["batch"] == 1.0
-    # Against the mean over every sample, an error of 1 on each of the last batch's 2 samples moves MAE by 2/8.
+    # Against the mean over every sample, an error of 1 on each of the last batch's 2 samples moves MAE by
+    # 2/8.
     all_error = torch.cat([(o1.squeeze(1) - t1).abs(), (o2.squeeze(1) - t2).abs()]).mean()
     assert math.isclose(merged["mae"], float(all_error), rel_tol=1e-6)
 
@@ -134,8 +139,12 @@ def test_test_evaluator_writes_loss_metrics_and_the_monitor(user_file):
         evaluator.add(torch.arange(n), outputs, target)
     result = json.loads(json.dumps(evaluator.result()))
     assert result["task"] == "custom" and result["split"] == "test" and result["samples"] == 8
-    assert result["monitor"] == {"name": "mae", "label": "mae", "higher_is_better": False,
-                                 "value": result["metrics"]["mae"]}
+    assert result["monitor"] == {
+        "name": "mae",
+        "label": "mae",
+        "higher_is_better": False,
+        "value": result["metrics"]["mae"],
+    }
     assert {"loss", "mae", "within_half", "batch"} == set(result["metrics"])
     empty = o.test_evaluator("test", []).result()
     assert empty["samples"] == 0 and empty["monitor"]["value"] is None
@@ -143,7 +152,9 @@ def test_test_evaluator_writes_loss_metrics_and_the_monitor(user_file):
 
 def test_a_non_number_metric_names_its_key(user_file):
     o = objective(user_file, metrics="as_string")
-    with pytest.raises(JobError, match=r"as_string from .*objective\.py returned str 'fine' for the key 'note'"):
+    with pytest.raises(
+        JobError, match=r"as_string from .*objective\.py returned str 'fine' for the key 'note'"
+    ):
         o.batch_stats(*batch(4))
 
 
@@ -161,28 +172,40 @@ def test_the_metric_name_loss_is_taken(user_file):
 
 def test_an_unknown_monitor_lists_the_metrics_returned(user_file):
     o = objective(user_file, metrics="scores", monitor="accuracy", monitor_mode="max")
-    with pytest.raises(JobError, match=r"monitor: 'accuracy' is not one of the metrics .* returns: mae, within_half, "
-                                       r"batch \(or loss\)"):
+    with pytest.raises(
+        JobError,
+        match=r"monitor: 'accuracy' is not one of the metrics .* returns: mae, within_half, "
+        r"batch \(or loss\)",
+    ):
         o.batch_stats(*batch(4))
 
 
-@pytest.mark.parametrize("fn, message", [
-    ("per_sample", r"returned a tensor of shape \(4,\); it must return one number"),
-    ("detached", r"returned a tensor with no gradient"),
-    ("a_number", r"returned a float; it must return a scalar tensor"),
-    ("nan_loss", r"returned nan on the first batch"),
-    ("broken", r"objective\.py, line \d+: IndexError: .* \(in loss function broken from .*objective\.py\)"),
-])
+@pytest.mark.parametrize(
+    "fn, message",
+    [
+        ("per_sample", r"returned a tensor of shape \(4,\); it must return one number"),
+        ("detached", r"returned a tensor with no gradient"),
+        ("a_number", r"returned a float; it must return a scalar tensor"),
+        ("nan_loss", r"returned nan on the first batch"),
+        (
+            "broken",
+            r"objective\.py, line \d+: IndexError: .* \(in loss function broken from .*objective\.py\)",
+        ),
+    ],
+)
 def test_a_bad_loss_is_refused_naming_the_function(user_file, fn, message):
     with pytest.raises(JobError, match=message) as caught:
         objective(user_file, loss=fn).loss(*batch(4, grad=True))
     assert str(user_file) in str(caught.value)
 
 
-@pytest.mark.parametrize("ref, message", [
-    ("missing", r"loss: 'missing' in .*objective\.py is not defined there; it defines: .*mse"),
-    ("NOT_A_FUNCTION", r"loss: 'NOT_A_FUNCTION' in .* is not a function"),
-])
+@pytest.mark.parametrize(
+    "ref, message",
+    [
+        ("missing", r"loss: 'missing' in .*objective\.py is not defined there; it defines: .*mse"),
+        ("NOT_A_FUNCTION", r"loss: 'NOT_A_FUNCTION' in .* is not a function"),
+    ],
+)
 def test_a_missing_function_names_the_file(user_file, ref, message):
     with pytest.raises(JobError, match=message):
         objective(user_file, loss=ref)
@@ -205,18 +228,36 @@ def test_custom_needs_a_file_loss_and_a_direction_for_a_metric(user_file):
 
 
 def test_the_spec_takes_the_custom_fields_and_refuses_what_does_not_fit():
-    spec = TrainSpec.from_dict({"loss": "file:objective.py:mse", "metrics": "file:objective.py:scores",
-                                "monitor": "mae", "monitor_mode": "min"})
+    spec = TrainSpec.from_dict(
+        {
+            "loss": "file:objective.py:mse",
+            "metrics": "file:objective.py:scores",
+            "monitor": "mae",
+            "monitor_mode": "min",
+        }
+    )
     assert spec.task == "custom"  # task=auto with a file: loss means custom
     assert TrainSpec.from_toml(spec.to_toml()) == spec
     refusals = [
         ({"task": "custom"}, r"^loss: task=custom needs loss=file:<path.py>:<fn>"),
-        ({"task": "regression", "loss": "file:o.py:f"}, r"^loss: 'file:o.py:f' is a custom loss; set task=custom"),
+        (
+            {"task": "regression", "loss": "file:o.py:f"},
+            r"^loss: 'file:o.py:f' is a custom loss; set task=custom",
+        ),
         ({"metrics": "file:o.py:m"}, r"^metrics: .* is for task=custom"),
         ({"loss": "file:o.py:f", "metrics": "o.py"}, r"^metrics: 'o.py' is not allowed"),
-        ({"loss": "file:o.py:f", "monitor": "acc"}, r"^monitor: 'acc' names a metric, but there is no metrics"),
-        ({"loss": "file:o.py:f", "metrics": "file:o.py:m", "monitor": "acc"}, r"^monitor_mode: auto cannot tell"),
-        ({"loss": "file:o.py:f", "monitor_mode": "max"}, r"^monitor_mode: max would keep the epoch with the highest"),
+        (
+            {"loss": "file:o.py:f", "monitor": "acc"},
+            r"^monitor: 'acc' names a metric, but there is no metrics",
+        ),
+        (
+            {"loss": "file:o.py:f", "metrics": "file:o.py:m", "monitor": "acc"},
+            r"^monitor_mode: auto cannot tell",
+        ),
+        (
+            {"loss": "file:o.py:f", "monitor_mode": "max"},
+            r"^monitor_mode: max would keep the epoch with the highest",
+        ),
         ({"loss": "file:o.py:f", "monitor_mode": "up"}, r"^monitor_mode: 'up' is not allowed"),
     ]
     for data, message in refusals:
@@ -228,7 +269,9 @@ def test_relative_files_are_anchored_beside_the_spec(tmp_path, monkeypatch):
     project = tmp_path / "project"
     project.mkdir()
     (project / "objective.py").write_text(textwrap.dedent(USER))
-    (project / "train.toml").write_text('loss = "file:objective.py:mse"\nmetrics = "file:objective.py:scores"\n')
+    (project / "train.toml").write_text(
+        'loss = "file:objective.py:mse"\nmetrics = "file:objective.py:scores"\n'
+    )
     monkeypatch.chdir(tmp_path)
     spec = TrainSpec.load(project / "train.toml")
     assert spec.loss == f"file:{project / 'objective.py'}:mse"

@@ -1,6 +1,7 @@
-"""What the evaluation views draw, as the test evaluators store it in evaluation.json: segmentation's thumbnails of
-the worst images (image, true and predicted mask, small and bounded), regression's scatter indices and output count,
-multilabel's worst samples with their error counts and probabilities. Tiny real tensors, in process."""
+"""What the evaluation views draw, as the test evaluators store it in evaluation.json: segmentation's
+thumbnails of the worst images (image, true and predicted mask, small and bounded), regression's scatter
+indices and output count, multilabel's worst samples with their error counts and probabilities. Tiny real
+tensors, in process."""
 
 from __future__ import annotations
 
@@ -36,11 +37,13 @@ def test_segmentation_worst_images_carry_thumbnails_of_image_and_both_masks():
     target[:, 5:] = 1
     target[:, 0, 0] = IGNORE_INDEX
     pred = target.clamp(max=1).clone()
-    pred[4, :5] = 1   # image 4: the top half wrong
-    pred[9] = 0       # image 9: every pixel background
+    pred[4, :5] = 1  # image 4: the top half wrong
+    pred[9] = 0  # image 9: every pixel background
     image = torch.randn(n, 3, side, side)
     image[:, 0, 5:] += 4  # the class-1 half is bright in red
-    evaluator = build_objective("segmentation", num_outputs=2).test_evaluator("test", ["background", "stripe"])
+    evaluator = build_objective("segmentation", num_outputs=2).test_evaluator(
+        "test", ["background", "stripe"]
+    )
     feed(evaluator, image, one_hot_scores(pred, 2), target, batch=5, offset=200)
     result = evaluator.result()
     json.dumps(result, allow_nan=False)
@@ -60,7 +63,9 @@ def test_segmentation_worst_images_carry_thumbnails_of_image_and_both_masks():
     assert picture.min() == 0 and picture.max() == 255
     assert picture[5:, :, 0].mean() > picture[:5, :, 0].mean() + 60
     original = image[9, :3]
-    expected = ((original - original.min()) / (original.max() - original.min()) * 255).round().permute(1, 2, 0)
+    expected = (
+        ((original - original.min()) / (original.max() - original.min()) * 255).round().permute(1, 2, 0)
+    )
     assert np.abs(picture.astype(int) - expected.numpy().astype(int)).max() <= 1
 
 
@@ -115,11 +120,17 @@ def test_regression_scatter_knows_its_samples_and_output_count():
 
 def test_multilabel_worst_samples_carry_errors_and_probabilities():
     truth = torch.tensor([[1, 0, 1], [0, 1, 0], [1, 1, 1], [0, 0, 0]])
-    logits = torch.tensor([[3.0, -3.0, 3.0],      # all right
-                           [2.0, -2.0, 0.0],      # three labels wrong
-                           [3.0, -1.0, 3.0],      # one wrong
-                           [-3.0, -3.0, -3.0]])   # all right
-    evaluator = build_objective("multilabel", num_outputs=3).test_evaluator("test", ["round", "tall", "closed"])
+    logits = torch.tensor(
+        [
+            [3.0, -3.0, 3.0],  # all right
+            [2.0, -2.0, 0.0],  # three labels wrong
+            [3.0, -1.0, 3.0],  # one wrong
+            [-3.0, -3.0, -3.0],
+        ]
+    )  # all right
+    evaluator = build_objective("multilabel", num_outputs=3).test_evaluator(
+        "test", ["round", "tall", "closed"]
+    )
     feed(evaluator, None, logits, truth, batch=3)
     worst = evaluator.result()["worst"]
     assert [(w["index"], w["errors"]) for w in worst] == [(1, 3), (2, 1)]

@@ -1,5 +1,5 @@
-"""Multilabel objective: BCE loss, exact AP against a hand-computed case and sklearn, binned (mergeable) mAP close
-to the exact one, F1, the output check and the test evaluator."""
+"""Multilabel objective: BCE loss, exact AP against a hand-computed case and sklearn, binned (mergeable) mAP
+close to the exact one, F1, the output check and the test evaluator."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ def test_exact_ap_hand_computed():
     assert average_precision(scores, truth) == pytest.approx(5 / 6)
     # A tie between a positive and a negative at the top counts as one threshold: precision 1/2 there.
     assert average_precision(torch.tensor([0.5, 0.5, 0.1]), torch.tensor([1, 0, 1])) == pytest.approx(
-        0.5 * 0.5 + 0.5 * (2 / 3))
+        0.5 * 0.5 + 0.5 * (2 / 3)
+    )
     assert math.isnan(average_precision(torch.tensor([0.3, 0.2]), torch.tensor([0, 0])))
 
 
@@ -34,7 +35,8 @@ def test_exact_ap_matches_sklearn(seed):
     scores = torch.randn(300, generator=gen) + truth * 0.8
     scores = (scores * 4).round() / 4  # plenty of ties
     assert average_precision(scores, truth) == pytest.approx(
-        average_precision_score(truth.numpy(), scores.numpy()), abs=1e-12)
+        average_precision_score(truth.numpy(), scores.numpy()), abs=1e-12
+    )
 
 
 def test_loss_is_bce_with_logits_in_float32():
@@ -60,7 +62,9 @@ def test_binned_map_close_to_exact_and_mergeable():
     objective = build_objective("multilabel", num_outputs=5)
     whole = objective.batch_stats(scores, truth)
     assert whole.dtype == torch.float64 and whole.shape == (objective.stat_count(),) == (5 * (2 * BINS + 3),)
-    halves = objective.batch_stats(scores[:1500], truth[:1500]) + objective.batch_stats(scores[1500:], truth[1500:])
+    halves = objective.batch_stats(scores[:1500], truth[:1500]) + objective.batch_stats(
+        scores[1500:], truth[1500:]
+    )
     assert torch.equal(whole, halves)
     metrics = objective.metrics(halves.tolist(), 4000)
     exact = sum(average_precision_score(truth[:, i].numpy(), scores[:, i].numpy()) for i in range(5)) / 5
@@ -89,7 +93,9 @@ def test_check_output_names_labels():
     with pytest.raises(JobError) as info:
         objective.check_output(torch.zeros(4, 10), torch.zeros(4, 3))
     message = str(info.value)
-    assert message.startswith("multilabel: the model gives 10 outputs per sample but the targets have 3 labels")
+    assert message.startswith(
+        "multilabel: the model gives 10 outputs per sample but the targets have 3 labels"
+    )
     assert "(4, 10)" in message and "(4, 3)" in message and message.endswith("set model.num_classes=3")
     with pytest.raises(JobError, match="one 0/1 vector per sample"):
         objective.check_output(torch.zeros(4, 3), torch.zeros(4, dtype=torch.int64))
@@ -128,7 +134,9 @@ def test_evaluator_exact_ap_per_label_and_worst():
 
 def test_evaluator_perfect_predictions_no_worst_and_nan_ap_is_none():
     evaluator = build_objective("multilabel", num_outputs=2).test_evaluator("val", ["a", "b"])
-    evaluator.add(torch.tensor([0, 1]), torch.tensor([[5.0, -5.0], [-5.0, -5.0]]), torch.tensor([[1, 0], [0, 0]]))
+    evaluator.add(
+        torch.tensor([0, 1]), torch.tensor([[5.0, -5.0], [-5.0, -5.0]]), torch.tensor([[1, 0], [0, 0]])
+    )
     result = evaluator.result()
     assert result["worst"] == []
     assert result["per_label"][1]["ap"] is None and result["per_label"][0]["ap"] == 1.0

@@ -84,21 +84,30 @@ def test_build_objective_refusals():
         build_objective("detection")
     with pytest.raises(JobError) as info:
         build_objective("regression", loss="cross_entropy")
-    assert str(info.value) == "loss=cross_entropy does not fit task=regression: its losses are auto, mse, l1, smooth_l1"
-    for task, bad, allowed in [("classification", "bce", "auto, cross_entropy, nll, mse"),
-                               ("multilabel", "mse", "auto, bce"), ("segmentation", "nll", "auto, cross_entropy")]:
+    assert (
+        str(info.value)
+        == "loss=cross_entropy does not fit task=regression: its losses are auto, mse, l1, smooth_l1"
+    )
+    for task, bad, allowed in [
+        ("classification", "bce", "auto, cross_entropy, nll, mse"),
+        ("multilabel", "mse", "auto, bce"),
+        ("segmentation", "nll", "auto, cross_entropy"),
+    ]:
         with pytest.raises(JobError, match=f"loss={bad} does not fit task={task}: its losses are {allowed}$"):
             build_objective(task, loss=bad, num_outputs=3)
     with pytest.raises(ValueError, match="num_outputs"):
         build_objective("segmentation")
 
 
-@pytest.mark.parametrize("task,loss,text", [
-    ("classification", "nll", "classification: nll loss, monitor val accuracy ↑"),
-    ("regression", "l1", "regression: l1 loss, monitor val MAE ↓"),
-    ("regression", "smooth_l1", "regression: smooth_l1 loss, monitor val MAE ↓"),
-    ("multilabel", "auto", "multilabel: bce loss, monitor val mean AP ↑"),
-    ("segmentation", "auto", "segmentation: cross_entropy loss, monitor val mIoU ↑"),
-])
+@pytest.mark.parametrize(
+    "task,loss,text",
+    [
+        ("classification", "nll", "classification: nll loss, monitor val accuracy ↑"),
+        ("regression", "l1", "regression: l1 loss, monitor val MAE ↓"),
+        ("regression", "smooth_l1", "regression: smooth_l1 loss, monitor val MAE ↓"),
+        ("multilabel", "auto", "multilabel: bce loss, monitor val mean AP ↑"),
+        ("segmentation", "auto", "segmentation: cross_entropy loss, monitor val mIoU ↑"),
+    ],
+)
 def test_describe(task, loss, text):
     assert build_objective(task, loss=loss, num_outputs=3).describe() == text

@@ -1,5 +1,5 @@
-"""Regression objective: losses, metrics from mergeable sums against numpy formulas, R² on constant targets, the
-output check and the test evaluator's scatter and worst samples."""
+"""Regression objective: losses, metrics from mergeable sums against numpy formulas, R² on constant targets,
+the output check and the test evaluator's scatter and worst samples."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from workbench.errors import JobError
 from workbench.worker.objectives import build_objective
 
 
-@pytest.mark.parametrize("loss,fn", [("auto", F.mse_loss), ("mse", F.mse_loss), ("l1", F.l1_loss),
-                                     ("smooth_l1", F.smooth_l1_loss)])
+@pytest.mark.parametrize(
+    "loss,fn", [("auto", F.mse_loss), ("mse", F.mse_loss), ("l1", F.l1_loss), ("smooth_l1", F.smooth_l1_loss)]
+)
 def test_losses_in_float32(loss, fn):
     objective = build_objective("regression", loss=loss, num_outputs=2)
     scores = torch.randn(9, 2).to(torch.float16)
@@ -50,10 +51,10 @@ def test_metrics_against_numpy_and_mergeable():
     yf, pf = target.double().numpy(), scores.double().numpy()
     err = pf - yf
     assert metrics["mae"] == pytest.approx(np.abs(err).mean(), rel=1e-9)
-    assert metrics["mse"] == pytest.approx((err ** 2).mean(), rel=1e-9)
-    assert metrics["rmse"] == pytest.approx(math.sqrt((err ** 2).mean()), rel=1e-9)
+    assert metrics["mse"] == pytest.approx((err**2).mean(), rel=1e-9)
+    assert metrics["rmse"] == pytest.approx(math.sqrt((err**2).mean()), rel=1e-9)
     sst = ((yf - yf.mean()) ** 2).sum()
-    assert metrics["r2"] == pytest.approx(1 - (err ** 2).sum() / sst, rel=1e-9)
+    assert metrics["r2"] == pytest.approx(1 - (err**2).sum() / sst, rel=1e-9)
     assert objective.monitor == "mae" and not objective.higher_is_better
     assert objective.describe() == "regression: mse loss, monitor val MAE ↓"
 
@@ -74,7 +75,9 @@ def test_check_output_names_shapes_and_fix():
     with pytest.raises(JobError) as info:
         objective.check_output(torch.zeros(4, 10), torch.zeros(4, 3))
     message = str(info.value)
-    assert message.startswith("regression: the model gives 10 outputs per sample but the targets have 3 values")
+    assert message.startswith(
+        "regression: the model gives 10 outputs per sample but the targets have 3 values"
+    )
     assert "(4, 10)" in message and "(4, 3)" in message and "float32" in message
     assert message.endswith("set model.num_classes=3")
     with pytest.raises(JobError, match="batch of 4 samples"):
@@ -98,8 +101,13 @@ def test_evaluator_scatter_worst_and_json():
     assert len(result["scatter"]) == 2000
     assert result["scatter"][0] == [0.0, 0.0] and result["scatter"][-1] == [2999.0, 2999.0]
     assert len(result["worst"]) == 32
-    assert result["worst"][0] == {"split": "test", "index": 1234, "target": 1234.0, "predicted": 1284.0,
-                                  "residual": 50.0}
+    assert result["worst"][0] == {
+        "split": "test",
+        "index": 1234,
+        "target": 1234.0,
+        "predicted": 1284.0,
+        "residual": 50.0,
+    }
     assert result["worst"][1]["index"] == 7 and result["worst"][1]["residual"] == -20.0
     json.dumps(result, allow_nan=False)
 

@@ -1,5 +1,5 @@
-"""Segmentation objective: per-pixel cross-entropy with ignore_index 255, the confusion matrix statistics (sums,
-mergeable), mIoU and pixel accuracy on hand-made masks, the output check and the test evaluator."""
+"""Segmentation objective: per-pixel cross-entropy with ignore_index 255, the confusion matrix statistics
+(sums, mergeable), mIoU and pixel accuracy on hand-made masks, the output check and the test evaluator."""
 
 from __future__ import annotations
 
@@ -34,12 +34,10 @@ def test_loss_ignores_255():
 
 
 def test_miou_on_hand_made_masks_with_ignore():
-    target = torch.tensor([[[0, 0, 1, 1],
-                            [0, 0, 1, 1],
-                            [2, 2, 255, 255]]])
-    pred = torch.tensor([[[0, 1, 1, 1],
-                          [0, 0, 1, 1],
-                          [2, 0, 0, 2]]])  # the last two pixels are ignored whatever they predict
+    target = torch.tensor([[[0, 0, 1, 1], [0, 0, 1, 1], [2, 2, 255, 255]]])
+    pred = torch.tensor(
+        [[[0, 1, 1, 1], [0, 0, 1, 1], [2, 0, 0, 2]]]
+    )  # the last two pixels are ignored whatever they predict
     objective = build_objective("segmentation", num_outputs=4)
     stats = objective.batch_stats(one_hot_scores(pred, 4), target)
     assert stats.dtype == torch.float64 and stats.shape == (16,)
@@ -62,7 +60,9 @@ def test_all_ignored_is_nan_and_stats_are_mergeable():
     target = torch.randint(0, 3, (6, 8, 8), generator=gen)
     target[target == 2] = torch.where(torch.rand(int((target == 2).sum()), generator=gen) < 0.5, 2, 255)
     whole = objective.batch_stats(scores, target)
-    assert torch.equal(whole, objective.batch_stats(scores[:2], target[:2]) + objective.batch_stats(scores[2:], target[2:]))
+    assert torch.equal(
+        whole, objective.batch_stats(scores[:2], target[:2]) + objective.batch_stats(scores[2:], target[2:])
+    )
     assert whole.sum() == (target != 255).sum()
 
 
@@ -73,7 +73,9 @@ def test_check_output_messages():
         objective.check_output(torch.zeros(2, 5, 8, 8), torch.zeros(2, 8, 8, dtype=torch.int64))
     message = str(info.value)
     assert message.startswith("segmentation: the model gives 5 scores per pixel but there are 3 classes")
-    assert "(2, 5, 8, 8)" in message and "(2, 8, 8)" in message and message.endswith("set model.num_classes=3")
+    assert (
+        "(2, 5, 8, 8)" in message and "(2, 8, 8)" in message and message.endswith("set model.num_classes=3")
+    )
     with pytest.raises(JobError, match=r"\(batch, classes, 8, 8\).*F.interpolate"):
         objective.check_output(torch.zeros(2, 3, 4, 4), torch.zeros(2, 8, 8, dtype=torch.int64))
     with pytest.raises(JobError, match="not integer class maps"):
@@ -87,8 +89,8 @@ def test_evaluator_per_class_and_worst_images():
     target[:, 2:] = 1
     target[:, 3, 3] = 2
     pred = target.clone()
-    pred[7, 0] = 1            # image 7: 4 background pixels called road
-    pred[13] = 0              # image 13: everything background
+    pred[7, 0] = 1  # image 7: 4 background pixels called road
+    pred[13] = 0  # image 13: everything background
     target[19] = IGNORE_INDEX  # image 19: nothing to score
     for start in range(0, 20, 6):
         idx = torch.arange(start, min(start + 6, 20))

@@ -1,4 +1,5 @@
-"""The resources the package carries: icons, desktop entry and sample specs, found through importlib.resources."""
+"""The resources the package carries: icons, desktop entry and sample specs, found through
+importlib.resources."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 def test_the_top_level_resources_folder_is_the_packaged_one():
-    # One copy of each file: the repository's resources/ is a link to the package's, so they cannot drift apart.
+    # One copy of each file: the repository's resources/ is a link to the package's, so they cannot drift
+    # apart.
     assert (REPO / "resources").resolve() == (REPO / "workbench" / "resources").resolve()
     assert (REPO / "resources" / "torch-workbench.desktop").is_file()
 
@@ -109,8 +111,13 @@ def test_the_bundled_examples_are_offered_and_read_as_train_specs_with_their_fil
     from workbench.specs import TrainSpec
 
     examples = example_specs()
-    assert [p.parent.name for p in examples] == ["diabetes_regression", "digit_attributes", "digits_lightning",
-                                                 "names_transformer", "shapes_segmentation"]
+    assert [p.parent.name for p in examples] == [
+        "diabetes_regression",
+        "digit_attributes",
+        "digits_lightning",
+        "names_transformer",
+        "shapes_segmentation",
+    ]
     for path in examples:
         spec = TrainSpec.load(path)  # relative file: and lightning: paths are anchored beside the spec
         for name in (spec.dataset.name, spec.model.name):

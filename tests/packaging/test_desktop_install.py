@@ -1,4 +1,5 @@
-"""`workbench.desktop`: the menu entry and icons written into (and removed from) the user's XDG data folders."""
+"""`workbench.desktop`: the menu entry and icons written into (and removed from) the user's XDG data
+folders."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ def read_entry(path: Path) -> configparser.SectionProxy:
 
 
 def exec_args(value: str) -> list[str]:
-    """Split an Exec value as the Desktop Entry spec says: spaces separate, double quotes group, and inside them
-    a backslash escapes " ` $ and itself (shlex would keep the backslash before $)."""
+    """Split an Exec value as the Desktop Entry spec says: spaces separate, double quotes group, and inside
+    them a backslash escapes " ` $ and itself (shlex would keep the backslash before $)."""
     args, current, quoted, i, started = [], [], False, 0, False
     while i < len(value):
         c = value[i]

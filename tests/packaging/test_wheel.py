@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory) -> Path:
-    """Build the wheel once per session, from a copy of the sources so the checkout gets no build/ or egg-info."""
+    """Build the wheel once per session, from a copy of the sources so the checkout gets no build/ or
+    egg-info."""
     pytest.importorskip("build", reason="the dev extras install `build`")
     work = tmp_path_factory.mktemp("wheel")
     src = work / "src"

@@ -1,4 +1,5 @@
-"""The gatekeeper admits only peers presenting the connection password, reads nothing from the rest, and counts them."""
+"""The gatekeeper admits only peers presenting the connection password, reads nothing from the rest, and
+counts them."""
 
 from __future__ import annotations
 
@@ -65,8 +66,10 @@ def test_a_peer_without_the_password_is_refused_unread_and_counted(door, passwor
     assert server.poll(10_000)
     assert server.recv_multipart()[1:] == [b"hello"]
     assert server.poll(200) == 0  # and the outsider's message never arrived
-    assert any(r.getMessage().startswith("rejected a connection: ") and r.getMessage().endswith("(shell channel)")
-               for r in caplog.records)
+    assert any(
+        r.getMessage().startswith("rejected a connection: ") and r.getMessage().endswith("(shell channel)")
+        for r in caplog.records
+    )
 
 
 def test_without_a_password_the_gatekeeper_only_counts():

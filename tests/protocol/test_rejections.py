@@ -26,7 +26,9 @@ def clock():
 @pytest.fixture
 def rejections(clock, caplog):
     caplog.set_level(logging.WARNING, logger="test.rejections")
-    return RejectionLog(logging.getLogger("test.rejections"), "shell message", burst=3, interval=5.0, clock=clock)
+    return RejectionLog(
+        logging.getLogger("test.rejections"), "shell message", burst=3, interval=5.0, clock=clock
+    )
 
 
 def _lines(caplog) -> list[str]:
@@ -35,7 +37,9 @@ def _lines(caplog) -> list[str]:
 
 def _accounted(lines: list[str]) -> int:
     full = sum(line.startswith("rejected a shell message:") for line in lines)
-    return full + sum(int(m) for line in lines for m in re.findall(r"rejected (\d+) more shell messages", line))
+    return full + sum(
+        int(m) for line in lines for m in re.findall(r"rejected (\d+) more shell messages", line)
+    )
 
 
 def test_the_first_few_are_logged_in_full_then_counted(rejections, caplog):

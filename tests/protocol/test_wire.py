@@ -45,10 +45,14 @@ def _valid_json_parts() -> list[bytes]:
 
 # -- round trips -----------------------------------------------------------------------------------
 
+
 def test_round_trip_with_identities_and_buffers():
     parent = new_message("job_request", {}, session="other")
-    msg = _message(parent=parent, buffers=[b"\x00\x01\x02", b"", bytearray(b"xyz"), memoryview(b"mv")],
-                   metadata={"origin": "test"})
+    msg = _message(
+        parent=parent,
+        buffers=[b"\x00\x01\x02", b"", bytearray(b"xyz"), memoryview(b"mv")],
+        metadata={"origin": "test"},
+    )
     identities = [b"router-id-1", b"\x00\xffid"]
     frames = encode(msg, SIGNER, identities)
     assert all(isinstance(f, bytes) for f in frames)
@@ -129,7 +133,11 @@ def test_several_arrays_share_one_buffer_list():
 
 def test_named_array_gives_name_array_and_metadata_and_none_for_a_malformed_message():
     buffers: list[bytes] = []
-    content = {"name": "quant/hist", "array": array_to_buffer(np.arange(4, dtype=np.float32), buffers), "layer": "fc"}
+    content = {
+        "name": "quant/hist",
+        "array": array_to_buffer(np.arange(4, dtype=np.float32), buffers),
+        "layer": "fc",
+    }
     name, array, meta = named_array(content, buffers)
     assert (name, meta) == ("quant/hist", {"layer": "fc"})
     np.testing.assert_array_equal(array, [0, 1, 2, 3])
@@ -138,14 +146,16 @@ def test_named_array_gives_name_array_and_metadata_and_none_for_a_malformed_mess
     assert named_array(None, []) is None
 
 
-@pytest.mark.parametrize("arr", [np.array([object()]), np.array(["text"]), np.array([1 + 2j])],
-                         ids=["object", "str", "complex"])
+@pytest.mark.parametrize(
+    "arr", [np.array([object()]), np.array(["text"]), np.array([1 + 2j])], ids=["object", "str", "complex"]
+)
 def test_array_to_buffer_refuses_non_numeric(arr):
     with pytest.raises(TypeError, match="cannot travel"):
         array_to_buffer(arr, [])
 
 
 # -- connection files -------------------------------------------------------------------------------
+
 
 def test_connection_file_is_private_and_round_trips(tmp_path):
     info = ConnectionInfo.new()
@@ -186,6 +196,7 @@ def test_reading_a_missing_connection_file_says_so(tmp_path):
 
 # -- decode rejects ---------------------------------------------------------------------------------
 
+
 def test_decode_rejects_wrong_key():
     frames = encode(_message(), Signer("another key"))
     with pytest.raises(ProtocolError, match="signature"):
@@ -214,7 +225,7 @@ def test_decode_rejects_a_dropped_buffer():
         decode(frames[:-1], SIGNER)
 
 
-@pytest.mark.parametrize("header", [b"not json", b"\xff\xfe\x00", b"{\"msg_id\": ", b""])
+@pytest.mark.parametrize("header", [b"not json", b"\xff\xfe\x00", b'{"msg_id": ', b""])
 def test_decode_rejects_non_json_header(header):
     parts = _valid_json_parts()
     parts[0] = header
@@ -223,7 +234,7 @@ def test_decode_rejects_non_json_header(header):
 
 
 @pytest.mark.parametrize("index,name", [(0, "header"), (1, "parent header"), (2, "metadata"), (3, "content")])
-@pytest.mark.parametrize("payload", [b"[1, 2]", b"\"text\"", b"3", b"null"])
+@pytest.mark.parametrize("payload", [b"[1, 2]", b'"text"', b"3", b"null"])
 def test_decode_rejects_json_that_is_not_an_object(index, name, payload):
     parts = _valid_json_parts()
     parts[index] = payload
@@ -293,6 +304,7 @@ def test_signature_covers_frame_boundaries_only_as_documented():
 
 # -- array_from_buffer rejects ------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", ["|O", "O", "V8", "<U4", "|S3", "<c16", "M8[s]"])
 def test_array_from_buffer_rejects_non_numeric_dtypes(dtype):
     with pytest.raises(ProtocolError, match="not allowed"):
@@ -311,17 +323,20 @@ def test_array_from_buffer_rejects_bad_buffer_index(index):
         array_from_buffer({"dtype": "<f4", "shape": [1], "buffer": index}, [b"\x00" * 4])
 
 
-@pytest.mark.parametrize("desc", [
-    {"shape": [1], "buffer": 0},
-    {"dtype": "<f4", "buffer": 0},
-    {"dtype": "<f4", "shape": [1]},
-    {"dtype": "not-a-dtype", "shape": [1], "buffer": 0},
-    {"dtype": "<f4", "shape": "ab", "buffer": 0},
-    {"dtype": "<f4", "shape": 3, "buffer": 0},
-    {"dtype": "<f4", "shape": [1], "buffer": "zero"},
-    {"dtype": "<f4", "shape": [1], "buffer": None},
-    "not a dict",
-])
+@pytest.mark.parametrize(
+    "desc",
+    [
+        {"shape": [1], "buffer": 0},
+        {"dtype": "<f4", "buffer": 0},
+        {"dtype": "<f4", "shape": [1]},
+        {"dtype": "not-a-dtype", "shape": [1], "buffer": 0},
+        {"dtype": "<f4", "shape": "ab", "buffer": 0},
+        {"dtype": "<f4", "shape": 3, "buffer": 0},
+        {"dtype": "<f4", "shape": [1], "buffer": "zero"},
+        {"dtype": "<f4", "shape": [1], "buffer": None},
+        "not a dict",
+    ],
+)
 def test_array_from_buffer_rejects_malformed_descriptors(desc):
     with pytest.raises(ProtocolError):
         array_from_buffer(desc, [b"\x00" * 4])
@@ -333,6 +348,7 @@ def test_array_from_buffer_rejects_negative_dimensions():
 
 
 # -- fuzz -----------------------------------------------------------------------------------------
+
 
 def _decode_or_protocol_error(frames: list[bytes]) -> Message | None:
     try:
@@ -371,7 +387,7 @@ def test_fuzz_single_byte_corruptions_of_a_valid_message(data):
     pos = data.draw(st.integers(0, len(frame) - 1), label="byte")
     flip = data.draw(st.integers(1, 255), label="xor")
     corrupted = list(frames)
-    corrupted[index] = frame[:pos] + bytes([frame[pos] ^ flip]) + frame[pos + 1:]
+    corrupted[index] = frame[:pos] + bytes([frame[pos] ^ flip]) + frame[pos + 1 :]
     got = _decode_or_protocol_error(corrupted)
     if index == 0:  # routing identities are not signed: only they may change and still decode
         assert got is not None and got.content == msg.content
@@ -403,6 +419,7 @@ def test_zero_d_descriptor_is_accepted_on_the_way_in():
 
 # -- frame caps: refused by the sender, where it can still say why ------------------------------------
 
+
 def test_encode_refuses_a_buffer_over_the_receivers_frame_cap():
     at_cap = encode(_message(buffers=[b"x" * 1000]), SIGNER, max_frame=1000)
     assert decode(at_cap, SIGNER)[1].buffers == [b"x" * 1000]
@@ -416,4 +433,3 @@ def test_encode_refuses_a_json_part_the_receiver_would_refuse(monkeypatch):
     monkeypatch.setattr(wire, "MAX_JSON_FRAME", 200)
     with pytest.raises(ProtocolError, match="cannot send 'job_request': a JSON part of .* over the 200 byte"):
         encode(new_message("job_request", {"pad": "x" * 300}, session="s"), SIGNER)
-

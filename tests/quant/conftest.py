@@ -29,9 +29,13 @@ def quantize(digits_run):
     """quantize(**spec parts) -> (result, events): quant.analyze on the trained run, through the runner."""
     workspace, run_dir = digits_run
 
-    def run(events: Events | None = None, stop: threading.Event | None = None, **parts) -> tuple[dict, Events]:
+    def run(
+        events: Events | None = None, stop: threading.Event | None = None, **parts
+    ) -> tuple[dict, Events]:
         spec = {"source": {"run": run_dir}, "calibration": {"samples": 256, "seed": 0}, **parts}
         events = events or Events()
-        return run_task(get_task("quant.analyze"), spec, emit=events, workspace=workspace, stop_event=stop), events
+        return run_task(
+            get_task("quant.analyze"), spec, emit=events, workspace=workspace, stop_event=stop
+        ), events
 
     return run

@@ -1,6 +1,6 @@
-"""Small models with transposed convs and embedding tables, and a helper that quantizes one the way the quantize job
-does (trace, fold BatchNorms, weight ranges, optional AdaRound and bias correction, calibration), at the Python
-level."""
+"""Small models with transposed convs and embedding tables, and a helper that quantizes one the way the
+quantize job does (trace, fold BatchNorms, weight ranges, optional AdaRound and bias correction, calibration),
+at the Python level."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from workbench.worker.quant.sim import QuantSim
 
 
 class UNet(nn.Module):
-    """Conv encoder (stride 2 down), ConvTranspose2d decoder (stride 2 up, then a grouped one), a skip concatenation
-    and a per-pixel head: a segmentation map of 4 classes."""
+    """Conv encoder (stride 2 down), ConvTranspose2d decoder (stride 2 up, then a grouped one), a skip
+    concatenation and a per-pixel head: a segmentation map of 4 classes."""
 
     def __init__(self):
         super().__init__()
@@ -92,11 +92,20 @@ def token_ids(n: int, seed: int = 1) -> torch.Tensor:
 
 
 def batches(x: torch.Tensor, size: int = 32) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return [(x[i:i + size], torch.zeros(len(x[i:i + size]), dtype=torch.int64)) for i in range(0, len(x), size)]
+    return [
+        (x[i : i + size], torch.zeros(len(x[i : i + size]), dtype=torch.int64))
+        for i in range(0, len(x), size)
+    ]
 
 
-def quantize(model: nn.Module, calibration, *, adaround: int = 0, correction: str = "none",
-             weights: WeightQuantSpec | None = None) -> QuantSim:
+def quantize(
+    model: nn.Module,
+    calibration,
+    *,
+    adaround: int = 0,
+    correction: str = "none",
+    weights: WeightQuantSpec | None = None,
+) -> QuantSim:
     """The model quantized as the quantize job's ladder does it (no CLE), everything switched on."""
     gm = trace(model)
     folded = fold_batchnorms(gm)
@@ -104,8 +113,9 @@ def quantize(model: nn.Module, calibration, *, adaround: int = 0, correction: st
     if correction != "none":
         for layer in structure.layers.values():
             cle.ensure_bias(layer.module)  # as the job does: the correction needs a bias to go into
-    sim = QuantSim(gm, structure, folded, weights=weights or WeightQuantSpec(),
-                   activations=ActivationQuantSpec())
+    sim = QuantSim(
+        gm, structure, folded, weights=weights or WeightQuantSpec(), activations=ActivationQuantSpec()
+    )
     sim.set_weight_ranges()
     sim.all(activations=False)
     for k, name in enumerate(list(sim.weights) if adaround else []):

@@ -88,7 +88,8 @@ def test_analytical_bias_correction_uses_batchnorm_statistics_and_shrinks_the_sh
     # classifier follows features.4 through ReLU and average pooling: from its folded BatchNorm.
     assert source == {"features.0": "data", "features.4": "data", "classifier": "bn"}
     sim.all(activations=False)
-    # Less than the empirical correction removes: (W_q - W) E[x] ignores how the quantized layers before change x.
+    # Less than the empirical correction removes: (W_q - W) E[x] ignores how the quantized layers before
+    # change x.
     for name, shift in before.items():
         assert mean_shift(sim, held_out, name) < 0.75 * shift, name
 

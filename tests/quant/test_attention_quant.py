@@ -1,7 +1,7 @@
-"""nn.MultiheadAttention's weights are quantized: QuantizableAttention computes what it computes, with its q, k, v
-and out projections as Linear layers that torch.fx sees; a quantize run of a small attention model quantizes them,
-counts them in its coverage and exports them as int8 in ONNX QDQ with parity; a run saved before (packed in_proj
-keys) still loads and exports; torchvision's ViT traces with them."""
+"""nn.MultiheadAttention's weights are quantized: QuantizableAttention computes what it computes, with its q,
+k, v and out projections as Linear layers that torch.fx sees; a quantize run of a small attention model
+quantizes them, counts them in its coverage and exports them as int8 in ONNX QDQ with parity; a run saved
+before (packed in_proj keys) still loads and exports; torchvision's ViT traces with them."""
 
 from __future__ import annotations
 
@@ -50,8 +50,12 @@ def _same(expected, found) -> None:
 
 BOOL_MASK = torch.rand(L, S, generator=torch.Generator().manual_seed(2)) > 0.6
 BOOL_MASK[:, 0] = False  # no row without a key to attend to (torch gives NaN there)
-MASKS = {"none": None, "bool": BOOL_MASK, "float": torch.randn(L, S, generator=torch.Generator().manual_seed(3)),
-         "float3d": torch.randn(N * H, L, S, generator=torch.Generator().manual_seed(4))}
+MASKS = {
+    "none": None,
+    "bool": BOOL_MASK,
+    "float": torch.randn(L, S, generator=torch.Generator().manual_seed(3)),
+    "float3d": torch.randn(N * H, L, S, generator=torch.Generator().manual_seed(4)),
+}
 PADDING = torch.zeros(N, S, dtype=torch.bool)
 PADDING[1, -2:] = True
 PADDING[2, -1] = True
@@ -68,8 +72,10 @@ def test_it_computes_what_multihead_attention_computes(batch_first, mask, paddin
     options = {"attn_mask": MASKS[mask], "key_padding_mask": PADDING if padding else None}
     with torch.no_grad():
         for average in (True, False):
-            _same(mha(q, k, v, average_attn_weights=average, **options),
-                  swapped(q, k, v, average_attn_weights=average, **options))
+            _same(
+                mha(q, k, v, average_attn_weights=average, **options),
+                swapped(q, k, v, average_attn_weights=average, **options),
+            )
         _same(mha(q, k, v, need_weights=False, **options), swapped(q, k, v, need_weights=False, **options))
     if mask != "none":  # the mask is not ignored
         assert not torch.allclose(swapped(q, k, v, **options)[0], swapped(q, k, v)[0])
@@ -88,21 +94,28 @@ def test_kdim_vdim_causal_float_padding_and_unbatched_inputs(batch_first):
         x = _inputs(batch_first)[0]
         causal = nn.Transformer.generate_square_subsequent_mask(L)
         for need in (True, False):
-            _same(mha(x, x, x, attn_mask=causal, is_causal=True, need_weights=need),
-                  swapped(x, x, x, attn_mask=causal, is_causal=True, need_weights=need))
+            _same(
+                mha(x, x, x, attn_mask=causal, is_causal=True, need_weights=need),
+                swapped(x, x, x, attn_mask=causal, is_causal=True, need_weights=need),
+            )
         # The hint alone (torch asks for the mask too): the same triangle.
         _same(mha(x, x, x, attn_mask=causal, is_causal=True), swapped(x, x, x, is_causal=True))
         # Unbatched: (L, E) inputs, a (S,) padding mask, an (H, L, S) mask.
         one = x[0] if batch_first else x[:, 0]
-        _same(mha(one, one, one, key_padding_mask=PADDING[1, :L]),
-              swapped(one, one, one, key_padding_mask=PADDING[1, :L]))
+        _same(
+            mha(one, one, one, key_padding_mask=PADDING[1, :L]),
+            swapped(one, one, one, key_padding_mask=PADDING[1, :L]),
+        )
         heads = torch.randn(H, L, L)
-        _same(mha(one, one, one, attn_mask=heads, average_attn_weights=False),
-              swapped(one, one, one, attn_mask=heads, average_attn_weights=False))
+        _same(
+            mha(one, one, one, attn_mask=heads, average_attn_weights=False),
+            swapped(one, one, one, attn_mask=heads, average_attn_weights=False),
+        )
 
 
 class Block(nn.Module):
-    """A pre-norm transformer block over a ModuleList (which torch.fx walks into), called as `x, _ = attn(...)`."""
+    """A pre-norm transformer block over a ModuleList (which torch.fx walks into), called as `x, _ =
+    attn(...)`."""
 
     def __init__(self):
         super().__init__()
@@ -141,10 +154,14 @@ def test_what_cannot_be_swapped_is_kept_with_the_reason():
     assert isinstance(model.plain, QuantizableAttention)
     assert "add_bias_kv" in kept["biased"] and "add_zero_attn" in kept["zeros"]
     # Its fast path reads the packed weights, and fx would not see the projections inside it anyway.
-    assert isinstance(model.block.self_attn, nn.MultiheadAttention) and "keeps whole" in kept["block.self_attn"]
+    assert (
+        isinstance(model.block.self_attn, nn.MultiheadAttention) and "keeps whole" in kept["block.self_attn"]
+    )
 
 
-@pytest.mark.parametrize("options", [{}, {"kdim": 6, "vdim": 10}, {"bias": False}], ids=["packed", "kdim", "no-bias"])
+@pytest.mark.parametrize(
+    "options", [{}, {"kdim": 6, "vdim": 10}, {"bias": False}], ids=["packed", "kdim", "no-bias"]
+)
 def test_a_state_dict_saved_with_multihead_attention_loads_into_the_swapped_model(options):
     from workbench.worker.quant.artifacts import _unpacked_attention
 
@@ -168,12 +185,16 @@ def test_torchvision_vit_traces_with_its_attention_as_linear_layers():
 
     # vit_b_16's own class and patch size at a small image, depth and width (vit_b_16 itself: 86M parameters).
     torch.manual_seed(0)
-    model = VisionTransformer(image_size=32, patch_size=16, num_layers=2, num_heads=4, hidden_dim=64, mlp_dim=128,
-                              num_classes=10).eval()
+    model = VisionTransformer(
+        image_size=32, patch_size=16, num_layers=2, num_heads=4, hidden_dim=64, mlp_dim=128, num_classes=10
+    ).eval()
     gm = graph.trace(model)
     structure = graph.find_structure(gm)
-    attention = [f"encoder.layers.encoder_layer_{i}.self_attention.{p}" for i in range(2)
-                 for p in ("q_proj", "k_proj", "v_proj", "out_proj")]
+    attention = [
+        f"encoder.layers.encoder_layer_{i}.self_attention.{p}"
+        for i in range(2)
+        for p in ("q_proj", "k_proj", "v_proj", "out_proj")
+    ]
     assert set(attention) <= set(structure.layers)
     x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -181,14 +202,15 @@ def test_torchvision_vit_traces_with_its_attention_as_linear_layers():
     from workbench.worker.quant.coverage import coverage
 
     found = coverage(model, {layer.node.target for layer in structure.layers.values()}, {})
-    # What stays float: the class token (the model's), the position embedding (its Encoder's) and the LayerNorms.
+    # What stays float: the class token (the model's), the position embedding (its Encoder's) and the
+    # LayerNorms.
     assert found["parameters"] > 0.95
     assert {e["type"] for e in found["float"]} == {"VisionTransformer", "Encoder", "LayerNorm"}
 
 
-# --- through the real quantize task and the ONNX QDQ export ---------------------------------------------------------
+# --- through the real quantize task and the ONNX QDQ export -------------------------------------------------
 
-MODEL = '''
+MODEL = """
 import torch
 from torch import nn
 
@@ -209,7 +231,7 @@ class Net(nn.Module):  # patches -> LayerNorm -> self-attention -> GELU MLP, pre
         x = x + a
         x = x + self.mlp(self.norm2(x))
         return self.head(x.mean(1))
-'''
+"""  # noqa: E501
 DATA = {"name": "fake", "num_classes": 10, "size": 96, "test_fraction": 0.25, "image_size": [16, 16]}
 PROJECTIONS = [f"attention.{p}" for p in ("q_proj", "k_proj", "v_proj", "out_proj")]
 
@@ -227,8 +249,13 @@ EXPORTED: dict[str, dict] = {}
 def export(workspace: Path, quant: dict) -> dict:
     """The onnx_qdq export of a quantize run, each run exported once."""
     if quant["run_dir"] not in EXPORTED:
-        EXPORTED[quant["run_dir"]] = done(run("export.model", {"source": {"run": Path(quant["run_dir"]).name},
-                                                               "format": "onnx_qdq", "parity_samples": 14}, workspace))
+        EXPORTED[quant["run_dir"]] = done(
+            run(
+                "export.model",
+                {"source": {"run": Path(quant["run_dir"]).name}, "format": "onnx_qdq", "parity_samples": 14},
+                workspace,
+            )
+        )
     return EXPORTED[quant["run_dir"]]
 
 
@@ -238,7 +265,8 @@ def _holds_int8(names, projection: str) -> bool:
 
 @pytest.fixture(scope="module")
 def attention_runs(tmp_path_factory):
-    """(workspace, model spec, {"new": quantize result, "old": one quantized as before attention was swapped})."""
+    """(workspace, model spec, {"new": quantize result, "old": one quantized as before attention was
+    swapped})."""
     root = tmp_path_factory.mktemp("attention-quant")
     source = root / "net.py"
     source.write_text(textwrap.dedent(MODEL))
@@ -278,15 +306,19 @@ def _int8_initializers(path: str) -> dict:
     found = {}
     for node in proto.graph.node:
         # 8-bit weight codes: int8, or uint8 with zero point 128 where the CPU's kernels want them unsigned.
-        if (node.op_type == "DequantizeLinear" and node.input[0] in inits
-                and inits[node.input[0]].dtype in (np.int8, np.uint8) and inits[node.input[0]].ndim >= 2):
+        if (
+            node.op_type == "DequantizeLinear"
+            and node.input[0] in inits
+            and inits[node.input[0]].dtype in (np.int8, np.uint8)
+            and inits[node.input[0]].ndim >= 2
+        ):
             found[node.input[0]] = inits[node.input[0]].shape
     return found
 
 
 def _parity(result: dict) -> None:
-    """onnxruntime, as deployed and as written, gives every quantizer the simulation's codes (a flip at a rounding
-    tie aside)."""
+    """onnxruntime, as deployed and as written, gives every quantizer the simulation's codes (a flip at a
+    rounding tie aside)."""
     parity = result["parity"]
     assert parity["passed"] is True, parity.get("explanation")
     for mode in ("deployed", "as_written"):
@@ -302,7 +334,9 @@ def test_the_qdq_export_holds_the_projections_as_int8_and_keeps_parity(attention
     assert result["layers"]["weights"]["float"] == []
     int8 = _int8_initializers(result["artifact"])
     for projection in PROJECTIONS:  # the initializer's name carries the module path
-        assert _holds_int8([name for name, shape in int8.items() if shape == (32, 32)], projection), sorted(int8)
+        assert _holds_int8([name for name, shape in int8.items() if shape == (32, 32)], projection), sorted(
+            int8
+        )
     _parity(result)
 
 
@@ -326,11 +360,12 @@ def test_a_run_saved_before_attention_was_quantized_still_loads_and_exports(atte
     with torch.no_grad():
         assert torch.allclose(sim(x), before(x), atol=1e-5, rtol=0)
         attention = sim.gm.get_submodule("attention")
-        assert torch.equal(torch.cat([attention.get_submodule(f"{p}_proj").weight for p in "qkv"]),
-                           before.gm.get_submodule("attention").in_proj_weight)
+        assert torch.equal(
+            torch.cat([attention.get_submodule(f"{p}_proj").weight for p in "qkv"]),
+            before.gm.get_submodule("attention").in_proj_weight,
+        )
     result = export(workspace, runs["old"])
     assert not set(PROJECTIONS) & set(result["layers"]["weights"]["qdq"])
     int8 = _int8_initializers(result["artifact"])
     assert _holds_int8(int8, "mlp.0") and not any(_holds_int8(int8, p) for p in PROJECTIONS)
     _parity(result)
-

@@ -1,4 +1,5 @@
-"""BN folding and cross-layer equalisation keep the FP32 function; CLE narrows the per-channel range spread."""
+"""BN folding and cross-layer equalisation keep the FP32 function; CLE narrows the per-channel range
+spread."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def test_folding_keeps_the_function_and_records_the_batchnorm_statistics():
     assert folded["features.0"]["bn"] == "features.1"
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in gm.modules())
     assert torch.allclose(gm(x), model(x), atol=1e-5)
-    assert all(isinstance(m, torch.nn.BatchNorm2d) for m in (model.features[1], model.features[5]))  # untouched
+    # untouched
+    assert all(isinstance(m, torch.nn.BatchNorm2d) for m in (model.features[1], model.features[5]))
 
 
 def test_cle_preserves_the_fp32_function_and_narrows_the_range_spread():
@@ -34,8 +36,10 @@ def test_cle_preserves_the_fp32_function_and_narrows_the_range_spread():
     folded = fold_batchnorms(gm)
     structure = find_structure(gm)
     pairs = cle_pairs(gm, structure)
-    assert [(p.first, p.second, p.relu) for p in pairs] == [("features.0", "features.4", True),
-                                                          ("features.4", "classifier", True)]
+    assert [(p.first, p.second, p.relu) for p in pairs] == [
+        ("features.0", "features.4", True),
+        ("features.4", "classifier", True),
+    ]
     modules = {name: layer.module for name, layer in structure.layers.items()}
     before = {name: cle.output_ranges(m) for name, m in modules.items()}
     expected = gm(x)

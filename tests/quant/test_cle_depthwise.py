@@ -1,8 +1,8 @@
-"""CLE equalises depthwise networks (issue #22): a trained MobileNet-like net on digits (expand -> depthwise ->
-project blocks) has every depthwise layer in a pair on both sides, as triplets, and after a function-preserving
-per-channel rescale of about 30x that ruins its per-tensor ranges, CLE restores each depthwise layer's W8 weight
-SQNR to within 0.5 dB of the trained net's, with the logits kept to 1e-4. ReLU6 between two layers is named, not
-crossed."""
+"""CLE equalises depthwise networks (issue #22): a trained MobileNet-like net on digits (expand -> depthwise
+-> project blocks) has every depthwise layer in a pair on both sides, as triplets, and after a
+function-preserving per-channel rescale of about 30x that ruins its per-tensor ranges, CLE restores each
+depthwise layer's W8 weight SQNR to within 0.5 dB of the trained net's, with the logits kept to 1e-4. ReLU6
+between two layers is named, not crossed."""
 
 from __future__ import annotations
 
@@ -25,16 +25,30 @@ from workbench.worker.quant.graph import (
 
 
 def block(c_in: int, hidden: int, c_out: int, act=nn.ReLU) -> list[nn.Module]:
-    return [nn.Conv2d(c_in, hidden, 1, bias=False), nn.BatchNorm2d(hidden), act(),
-            nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden, bias=False), nn.BatchNorm2d(hidden), act(),
-            nn.Conv2d(hidden, c_out, 1, bias=False), nn.BatchNorm2d(c_out)]
+    return [
+        nn.Conv2d(c_in, hidden, 1, bias=False),
+        nn.BatchNorm2d(hidden),
+        act(),
+        nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden, bias=False),
+        nn.BatchNorm2d(hidden),
+        act(),
+        nn.Conv2d(hidden, c_out, 1, bias=False),
+        nn.BatchNorm2d(c_out),
+    ]
 
 
 def mobilenet_like(act=nn.ReLU) -> nn.Sequential:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), act(),
-                         *block(8, 24, 12, act), *block(12, 32, 16, act),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+    return nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1, bias=False),
+        nn.BatchNorm2d(8),
+        act(),
+        *block(8, 24, 12, act),
+        *block(12, 32, 16, act),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, 10),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +97,8 @@ def depthwise(modules: dict) -> list[str]:
 
 @torch.no_grad()
 def rescale(modules: dict, pairs, seed: int = 0) -> None:
-    """Output channel c of each pair's first layer x s_c, the second's input c / s_c, s_c in [1/30, 30]: the same
-    function, per-tensor ranges wrecked."""
+    """Output channel c of each pair's first layer x s_c, the second's input c / s_c, s_c in [1/30, 30]: the
+    same function, per-tensor ranges wrecked."""
     g = torch.Generator().manual_seed(seed)
     for pair in pairs:
         first = modules[pair.first]
@@ -119,7 +133,8 @@ def test_cle_restores_the_depthwise_sqnr_of_a_rescaled_net_and_keeps_its_logits(
     with torch.no_grad():
         assert (gm(x) - expected).abs().max() < 1e-4  # the rescale kept the function ...
     wrecked = {name: per_tensor_w8_sqnr_db(modules[name].weight) for name in before}
-    assert all(wrecked[name] < before[name] - 3 for name in before), (wrecked, before)  # ... and hurt the ranges
+    # ... and hurt the ranges
+    assert all(wrecked[name] < before[name] - 3 for name in before), (wrecked, before)
 
     cle.equalize(modules, pairs, stats)
     with torch.no_grad():

@@ -1,7 +1,7 @@
-"""CLE on torchvision's mobilenet_v2 (seed 0, BatchNorms folded): with its ReLU6s kept, none of the 17 depthwise
-layers can be equalised; with them replaced by ReLU (white paper 4.1), every one is equalised with its expand and
-project layers as a triplet, the float function of the ReLU model is kept, and the per-tensor W8 SQNR of each
-depthwise layer rises (median from 41.3 to 44.9 dB when measured)."""
+"""CLE on torchvision's mobilenet_v2 (seed 0, BatchNorms folded): with its ReLU6s kept, none of the 17
+depthwise layers can be equalised; with them replaced by ReLU (white paper 4.1), every one is equalised with
+its expand and project layers as a triplet, the float function of the ReLU model is kept, and the per-tensor
+W8 SQNR of each depthwise layer rises (median from 41.3 to 44.9 dB when measured)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""quant.analyze with cle on a net whose layers are joined by ReLU6 (expand -> depthwise -> project): by default
-the ReLU6s between layers become ReLUs, the job logs it with the float change measured on the held-out data, and
-cle_report lists them with that change; cle_relu6 = keep leaves them and names the pairs they block."""
+"""quant.analyze with cle on a net whose layers are joined by ReLU6 (expand -> depthwise -> project): by
+default the ReLU6s between layers become ReLUs, the job logs it with the float change measured on the held-out
+data, and cle_report lists them with that change; cle_relu6 = keep leaves them and names the pairs they
+block."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from event_recorder import Events
 from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
 
-MODEL = '''
+MODEL = """
 import torch
 from torch import nn
 
@@ -37,7 +38,7 @@ class Net(nn.Module):
         x = torch.nn.functional.relu6(self.bn2(self.dw(x)))
         x = self.project(x)
         return self.head(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(x, 1), 1))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +50,13 @@ def quantize(tmp_path_factory):
     torch.save(namespace["Net"]().state_dict(), root / "net.pt")  # untrained: the job needs weights to load
 
     def run(**parts) -> tuple[dict, Events]:
-        spec = {"model": {"name": f"file:{root / 'net.py'}:Net", "checkpoint": str(root / "net.pt")}, "dataset": {"name": "digits", "test_fraction": 0.25},
-                "calibration": {"samples": 128, "seed": 0}, "cle": True, **parts}
+        spec = {
+            "model": {"name": f"file:{root / 'net.py'}:Net", "checkpoint": str(root / "net.pt")},
+            "dataset": {"name": "digits", "test_fraction": 0.25},
+            "calibration": {"samples": 128, "seed": 0},
+            "cle": True,
+            **parts,
+        }
         events = Events()
         result = run_task(get_task("quant.analyze"), spec, emit=events, workspace=root / "ws")
         assert result["status"] == "done", (result.get("error"), result.get("traceback"))

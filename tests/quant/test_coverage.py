@@ -1,6 +1,6 @@
-"""How much of a model a quantize run quantizes: attention counts as quantized where its q/k/v and out projections
-are, a LayerNorm, an LSTM or what torch.fx keeps whole stays float with the reason, and a model under 95 %
-quantized is named with what stays float and why."""
+"""How much of a model a quantize run quantizes: attention counts as quantized where its q/k/v and out
+projections are, a LayerNorm, an LSTM or what torch.fx keeps whole stays float with the reason, and a model
+under 95 % quantized is named with what stays float and why."""
 
 from __future__ import annotations
 
@@ -70,8 +70,10 @@ def test_what_stays_float_says_why():
     model.unused = nn.Linear(4, 4)
     found = coverage(model, {"fc"}, {})
     kinds = {e["type"]: e for e in found["float"]}
-    assert kinds["LSTM"]["reason"] == ("ONNX's LSTM/GRU/RNN operators take float weights: onnxruntime has no QDQ "
-                                       "kernel for them, so their weights stay float")
+    assert kinds["LSTM"]["reason"] == (
+        "ONNX's LSTM/GRU/RNN operators take float weights: onnxruntime has no QDQ "
+        "kernel for them, so their weights stay float"
+    )
     assert "never calls it as a layer" in kinds["Embedding"]["reason"]  # quantizable, but not quantized here
     # A module torch.fx traces as one call counts whole, with all it holds (its attention, linears and norms).
     block = kinds["TransformerEncoderLayer"]

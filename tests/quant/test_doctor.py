@@ -402,7 +402,11 @@ def test_an_evidence_histogram_has_one_edge_more_than_its_bins():
     from workbench.worker.quant.doctor import diagnose
 
     for bins in (10, 255, 512, 2048):
-        job = type("Job", (), {"arrays": {"t:counts": [np.ones(bins)], "t:edges": [np.linspace(-1.0, 1.0, bins + 1)]}})
+        job = type(
+            "Job",
+            (),
+            {"arrays": {"t:counts": [np.ones(bins)], "t:edges": [np.linspace(-1.0, 1.0, bins + 1)]}},
+        )
         hist = diagnose._histogram(job, "t")
         assert len(hist["edges"]) == len(hist["counts"]) + 1
         assert hist["edges"][0] == -1.0 and hist["edges"][-1] == 1.0 and sum(hist["counts"]) == bins

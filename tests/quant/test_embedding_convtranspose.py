@@ -1,6 +1,6 @@
-"""Transposed convs are quantized per output channel (axis 1 of their weight), embedding tables per row, token-id
-inputs are never fake-quantized, BatchNorms after a transposed conv fold along its output channels, and every
-layer's output reports how unevenly its channels spread (the channel-range ratio)."""
+"""Transposed convs are quantized per output channel (axis 1 of their weight), embedding tables per row,
+token-id inputs are never fake-quantized, BatchNorms after a transposed conv fold along its output channels,
+and every layer's output reports how unevenly its channels spread (the channel-range ratio)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,8 @@ def test_every_transposed_conv_of_a_unet_is_quantized_per_output_channel():
     for name, wq in transposed.items():
         assert wq.qp.axis == 1 and wq.rounding == "adaround"
         assert wq.qp.scale.shape == (wq.w_fp.shape[1],)  # one scale per output channel (per group's output)
-        # Each output channel's weights sit on their own grid: the codes reach the grid's edge in every channel.
+        # Each output channel's weights sit on their own grid: the codes reach the grid's edge in every
+        # channel.
         per_channel = wq.codes.movedim(1, 0).reshape(wq.codes.shape[1], -1).abs().amax(dim=1)
         assert bool((per_channel >= 100).all()), per_channel
         assert torch.equal(sim.gm.get_submodule(name).weight, wq.w_q)
@@ -100,8 +101,9 @@ def test_every_transposed_conv_of_a_unet_is_quantized_per_output_channel():
 
 
 def test_a_transposed_conv_is_left_out_of_cross_layer_equalisation():
-    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.ConvTranspose2d(8, 8, 2, stride=2), nn.ReLU(),
-                          nn.Conv2d(8, 4, 1))
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3), nn.ReLU(), nn.ConvTranspose2d(8, 8, 2, stride=2), nn.ReLU(), nn.Conv2d(8, 4, 1)
+    )
     gm = trace(model)
     assert cle_pairs(gm, find_structure(gm)) == []
     plain = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 1))
@@ -119,7 +121,8 @@ def test_transposed_1d_and_3d_convs_simulate_per_output_channel(make, shape):
     assert wq.qp.axis == 1 and wq.qp.scale.shape == (out_channels(wq.module),)
     with torch.no_grad():
         reference = model(x[:8])
-        # The output quantizer's MSE range clips the rarest values: the error is small on average, not everywhere.
+        # The output quantizer's MSE range clips the rarest values: the error is small on average, not
+        # everywhere.
         assert (sim(x[:8]) - reference).pow(2).mean().sqrt() < 0.05 * reference.std()
 
 
@@ -155,7 +158,7 @@ def test_the_mse_weight_range_searches_each_embedding_row_on_its_own():
     wq.set_range()
     assert wq.qp.scale.shape == (6,)
     for row in range(6):  # the same search on the row alone gives the same range
-        alone = WeightQuant("row", nn.Linear(64, 1), table[row:row + 1], None, grid, True, "mse", 99.99)
+        alone = WeightQuant("row", nn.Linear(64, 1), table[row : row + 1], None, grid, True, "mse", 99.99)
         alone.set_range()
         assert float(wq.qp.scale[row]) == pytest.approx(float(alone.qp.scale[0]))
     assert float(wq.qp.scale[2]) > 50 * float(wq.qp.scale[0])
@@ -178,7 +181,9 @@ def test_an_integer_input_is_never_fake_quantized():
     from workbench.worker.quant.sim import ActQuant
 
     quantizer = ActQuant("ids")
-    quantizer.qp = qparams_from_range(torch.tensor(0.0), torch.tensor(1.0), Grid.for_activations(8, False, True))
+    quantizer.qp = qparams_from_range(
+        torch.tensor(0.0), torch.tensor(1.0), Grid.for_activations(8, False, True)
+    )
     quantizer.enabled = True
     ids = torch.tensor([[3, 17, 49]])
     assert torch.equal(quantizer(ids), ids) and quantizer(ids).dtype == torch.int64
@@ -219,7 +224,8 @@ def test_the_channel_range_ratio_is_max_over_median():
     hi = torch.tensor([1.0, 1.0, 30.0, 1.0])  # ranges 1, 2, 30, 3: median (torch's lower middle) 2
     ratio, widest = range_ratio(lo, hi)
     assert ratio == pytest.approx(15.0) and widest == [2, 3, 1]
-    assert range_ratio(torch.zeros(5), torch.tensor([0.0, 0.0, 0.0, 1.0, 2.0]))[0] is None  # mostly dead channels
+    # mostly dead channels
+    assert range_ratio(torch.zeros(5), torch.tensor([0.0, 0.0, 0.0, 1.0, 2.0]))[0] is None
     assert not math.isnan(range_ratio(lo, hi)[0])
 
 

@@ -1,6 +1,6 @@
 """Module-level quantization: a model whose forward branches on a tensor's value (torch.fx cannot trace it) is
-quantized layer by layer through hooks, says which ops stayed float, saves and reloads, and its ONNX QDQ export
-agrees with the simulation in onnxruntime."""
+quantized layer by layer through hooks, says which ops stayed float, saves and reloads, and its ONNX QDQ
+export agrees with the simulation in onnxruntime."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from workbench.worker.quant.artifacts import load_quantized
 from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
 
-BRANCHY = '''
+BRANCHY = """
 import torch
 from torch import nn
 
@@ -38,7 +38,7 @@ class Branchy(nn.Module):
             h = h / 2
         h = torch.relu(self.conv2(h)) + h
         return self.fc(h.mean((2, 3)))
-'''
+"""
 
 
 def _run(task: str, spec: dict, workspace: Path, events: Events | None = None) -> dict:
@@ -49,25 +49,48 @@ def _run(task: str, spec: dict, workspace: Path, events: Events | None = None) -
 
 @pytest.fixture(scope="module")
 def quantized(tmp_path_factory):
-    """(workspace, quantize result, its events, the model file) of the branchy model, trained one epoch on digits."""
+    """(workspace, quantize result, its events, the model file) of the branchy model, trained one epoch on
+    digits."""
     root = tmp_path_factory.mktemp("module-level")
     (root / "branchy.py").write_text(textwrap.dedent(BRANCHY))
     workspace = root / "ws"
-    trained = _run("train.classifier", {"dataset": {"name": "digits", "test_fraction": 0.25},
-                                        "model": {"name": f"file:{root / 'branchy.py'}:Branchy"}, "epochs": 8,
-                                        "batch_size": 32, "lr": 2e-2, "scheduler": "onecycle",
-                                        "keep_best": False}, workspace)
+    trained = _run(
+        "train.classifier",
+        {
+            "dataset": {"name": "digits", "test_fraction": 0.25},
+            "model": {"name": f"file:{root / 'branchy.py'}:Branchy"},
+            "epochs": 8,
+            "batch_size": 32,
+            "lr": 2e-2,
+            "scheduler": "onecycle",
+            "keep_best": False,
+        },
+        workspace,
+    )
     events = Events()
-    # Every rung: what needs the graph (folding, CLE) is skipped with a rung of its own, the rest runs on hooks.
-    result = _run("quant.analyze", {"source": {"run": trained["run_dir"]}, "calibration": {"samples": 128},
-                                    "fold_bn": True, "cle": True, "adaround": {"enabled": True, "iterations": 20},
-                                    "bias_correction": "analytical"}, workspace, events)
+    # Every rung: what needs the graph (folding, CLE) is skipped with a rung of its own, the rest runs on
+    # hooks.
+    result = _run(
+        "quant.analyze",
+        {
+            "source": {"run": trained["run_dir"]},
+            "calibration": {"samples": 128},
+            "fold_bn": True,
+            "cle": True,
+            "adaround": {"enabled": True, "iterations": 20},
+            "bias_correction": "analytical",
+        },
+        workspace,
+        events,
+    )
     return workspace, result, events
 
 
 def test_an_untraceable_model_is_quantized_module_by_module(quantized):
     _, result, events = quantized
-    said = [e["text"] for e in events.of("log") if e["level"] == "warning" and "module by module" in e["text"]]
+    said = [
+        e["text"] for e in events.of("log") if e["level"] == "warning" and "module by module" in e["text"]
+    ]
     assert said and "torch.fx" in said[0] and "relu" in said[0] and "add" in said[0], events.of("log")
     ops = {entry["op"]: entry["calls"] for entry in result["module_level"]["float_ops"]}
     assert ops["relu"] == 2 and ops["add"] == 1 and "mean" in ops  # what one forward pass left in float
@@ -75,12 +98,19 @@ def test_an_untraceable_model_is_quantized_module_by_module(quantized):
     weights = [e["name"] for e in result["layers"] if e["tensor"] == "weight"]
     points = [e["name"] for e in result["layers"] if e["tensor"] == "activation"]
     assert weights == ["conv1", "conv2", "fc"]  # in call order; the never-called layer is not among them
-    # conv2 takes an unfolded BatchNorm's output and fc a mean, neither on a grid: each gets an input quantizer,
-    # as integer kernels take 8-bit inputs.
+    # conv2 takes an unfolded BatchNorm's output and fc a mean, neither on a grid: each gets an input
+    # quantizer, as integer kernels take 8-bit inputs.
     assert points == ["input", "conv1", "conv2.input", "conv2", "fc.input", "fc"]
     assert result["cle"]["skipped"] and result["cle"]["pairs"] == []
-    assert [s["step"] for s in result["steps"]] == ["fp32", "fold_bn", "cle", "weight_ranges", "adaround",
-                                                    "bias_correction", "activation_ranges"]
+    assert [s["step"] for s in result["steps"]] == [
+        "fp32",
+        "fold_bn",
+        "cle",
+        "weight_ranges",
+        "adaround",
+        "bias_correction",
+        "activation_ranges",
+    ]
     assert {e["rounding"] for e in result["layers"] if e["tensor"] == "weight"} == {"adaround"}
     kinds = {e["type"] for e in result["coverage"]["float"]}
     assert "BatchNorm2d" in kinds and result["coverage"]["parameters"] < 1.0  # unfolded, so it stays float
@@ -99,8 +129,14 @@ def test_a_module_level_run_reloads_to_the_same_outputs(quantized, tmp_path):
     artifacts = Path(result["artifacts"]["weights"]).parent
     params = json.loads((artifacts / "quant_params.json").read_text())
     assert params["tracing"] == "modules"
-    model = build_model(ModelSpec.from_dict(params["model"]), input_shape=(1, 8, 8), log=lambda *a, **k: None,
-                        pretrained=False, checkpoint=False, task="custom").eval()
+    model = build_model(
+        ModelSpec.from_dict(params["model"]),
+        input_shape=(1, 8, 8),
+        log=lambda *a, **k: None,
+        pretrained=False,
+        checkpoint=False,
+        task="custom",
+    ).eval()
     sim = load_quantized(model, artifacts, params=params)
     x = torch.rand(16, 1, 8, 8)
     out = sim(x)
@@ -109,7 +145,9 @@ def test_a_module_level_run_reloads_to_the_same_outputs(quantized, tmp_path):
         if info["kind"] != "layer":
             continue
         seen = []
-        handle = sim.structure.layers[info["name"]].module.register_forward_hook(lambda m, a, o, seen=seen: seen.append(o))
+        handle = sim.structure.layers[info["name"]].module.register_forward_hook(
+            lambda m, a, o, seen=seen: seen.append(o)
+        )
         sim(x)
         handle.remove()
         codes = (seen[0] / info["scale"]) + info["zero_point"]
@@ -126,8 +164,12 @@ def test_the_qdq_export_of_a_module_level_run_keeps_parity_in_onnxruntime(quanti
         if msg_type == "log":
             logs.append(content["text"])
 
-    exported = run_task(get_task("export.model"), {"source": {"run": Path(result["run_dir"]).name},
-                                                   "format": "onnx_qdq"}, emit=emit, workspace=workspace)
+    exported = run_task(
+        get_task("export.model"),
+        {"source": {"run": Path(result["run_dir"]).name}, "format": "onnx_qdq"},
+        emit=emit,
+        workspace=workspace,
+    )
     assert exported["status"] == "done", (exported.get("error"), logs)
     assert exported["parity"]["passed"], exported["parity"]
     # The branch on a value makes the torch.export-based exporter give way to the tracing one, which says so.
@@ -135,6 +177,9 @@ def test_the_qdq_export_of_a_module_level_run_keeps_parity_in_onnxruntime(quanti
     proto = onnx.load(exported["artifact"])
     ops = [node.op_type for node in proto.graph.node]
     assert ops.count("QuantizeLinear") == 6  # the input, each layer's output, conv2's and fc's inputs
-    int8 = [name for name, init in ((i.name, numpy_helper.to_array(i)) for i in proto.graph.initializer)
-            if init.dtype in ("int8", "uint8") and init.ndim >= 2]
+    int8 = [
+        name
+        for name, init in ((i.name, numpy_helper.to_array(i)) for i in proto.graph.initializer)
+        if init.dtype in ("int8", "uint8") and init.ndim >= 2
+    ]
     assert len(int8) == 3, int8  # conv1, conv2 and fc weights as 8-bit codes

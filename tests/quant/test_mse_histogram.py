@@ -77,8 +77,15 @@ def test_the_mse_range_is_within_half_a_percent_of_an_exhaustive_search(bits, no
 # --- lumpy activations: narrow dips in the error that a 1/1000 grid steps over ------------------------------
 
 
-def lumpy(seed: int, n: int = 200_000, zeros: float = 0.49, distinct: int = 14_000, clusters: int = 40,
-          width: float = 0.0008, floor: float = 0.4) -> torch.Tensor:
+def lumpy(
+    seed: int,
+    n: int = 200_000,
+    zeros: float = 0.49,
+    distinct: int = 14_000,
+    clusters: int = 40,
+    width: float = 0.0008,
+    floor: float = 0.4,
+) -> torch.Tensor:
     """`zeros` of the values exactly 0 (a ReLU's), the rest drawn from about `distinct` values in `clusters`
     narrow clusters (relative `width`) between `floor` and 1 of the max, unevenly weighted: a few clusters
     line up with the 8-bit grid's levels for only a narrow band of ranges."""
@@ -127,11 +134,18 @@ def test_a_lumpy_activation_gets_within_half_a_percent_of_the_exhaustive_best(se
 
 
 @settings(max_examples=30, derandomize=True)
-@given(seed=st.integers(0, 2**31 - 1), bits=st.sampled_from([4, 6, 8]), zeros=st.floats(0.0, 0.6),
-       clusters=st.integers(2, 60), width=st.floats(1e-4, 2e-2), floor=st.floats(0.0, 0.9),
-       signed=st.booleans())
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    bits=st.sampled_from([4, 6, 8]),
+    zeros=st.floats(0.0, 0.6),
+    clusters=st.integers(2, 60),
+    width=st.floats(1e-4, 2e-2),
+    floor=st.floats(0.0, 0.9),
+    signed=st.booleans(),
+)
 def test_the_mse_range_of_random_lumpy_activations_is_within_half_a_percent(
-        seed, bits, zeros, clusters, width, floor, signed):
+    seed, bits, zeros, clusters, width, floor, signed
+):
     values = lumpy(seed, n=20_000, zeros=zeros, distinct=2_000, clusters=clusters, width=width, floor=floor)
     if signed:  # a few clusters below zero too, so the zero point moves with the range
         values = torch.where(torch.arange(len(values)) % 3 == 0, -0.4 * values, values)

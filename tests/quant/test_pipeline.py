@@ -1,5 +1,5 @@
-"""The whole quant.analyze job on the digits cnn (trained once, about 99 % FP32): the paper's accuracy claims, the
-report contract, the arrays a GUI draws from, the saved artifacts, cancel and clear failures."""
+"""The whole quant.analyze job on the digits cnn (trained once, about 99 % FP32): the paper's accuracy claims,
+the report contract, the arrays a GUI draws from, the saved artifacts, cancel and clear failures."""
 
 from __future__ import annotations
 
@@ -20,8 +20,24 @@ from workbench.worker.quant.data import evaluate, held_out_batches
 
 W8A8_MINMAX = {"weights": {"bits": 8, "range": "minmax"}, "activations": {"bits": 8, "range": "minmax"}}
 REPORT_KEYS = {"run_dir", "status", "fp32", "quantized", "steps", "layers"}
-LAYER_KEYS = {"name", "tensor", "bits", "granularity", "symmetric", "range_method", "qmin", "qmax", "scale",
-              "zero_point", "min", "max", "sqnr_db", "mse", "clipping_mse", "rounding_mse"}
+LAYER_KEYS = {
+    "name",
+    "tensor",
+    "bits",
+    "granularity",
+    "symmetric",
+    "range_method",
+    "qmin",
+    "qmax",
+    "scale",
+    "zero_point",
+    "min",
+    "max",
+    "sqnr_db",
+    "mse",
+    "clipping_mse",
+    "rounding_mse",
+}
 # In graph order; "pool" quantizes the classifier's input, which average pooling took off the grid.
 GROUPS = ["input", "features.0", "features.4", "pool", "classifier"]
 WEIGHTED = ["features.0", "features.4", "classifier"]
@@ -41,7 +57,10 @@ def test_w8a8_minmax_drops_at_most_half_a_point_and_reports_the_contract(quantiz
     assert result["fp32"]["accuracy"] >= 0.975
     assert drop(result) <= 0.005
     assert REPORT_KEYS <= set(result) and "sensitivity" not in result and "mixed_precision" not in result
-    assert set(result["quantized"]) == {"accuracy", "loss", "logit_sqnr_db"} and result["quantized"]["logit_sqnr_db"] > 30
+    assert (
+        set(result["quantized"]) == {"accuracy", "loss", "logit_sqnr_db"}
+        and result["quantized"]["logit_sqnr_db"] > 30
+    )
     assert [s["step"] for s in result["steps"]] == ["fp32", "fold_bn", "weight_ranges", "activation_ranges"]
     assert all(set(s) == {"step", "accuracy", "loss"} for s in result["steps"])
     # A conv net: every parameter sits in a quantized layer or a BatchNorm folded into one.
@@ -56,25 +75,40 @@ def test_w8a8_minmax_drops_at_most_half_a_point_and_reports_the_contract(quantiz
         assert LAYER_KEYS <= set(entry), entry["name"]
     conv = entries[("features.0", "weight")]
     assert conv["granularity"] == "per_tensor" or (len(conv["scale"]) == 32 and len(conv["zero_point"]) == 32)
-    assert (conv["qmin"], conv["qmax"], conv["symmetric"], conv["range_method"]) == (-127, 127, True, "minmax")
+    assert (conv["qmin"], conv["qmax"], conv["symmetric"], conv["range_method"]) == (
+        -127,
+        127,
+        True,
+        "minmax",
+    )
     # minmax, symmetric: the grid reaches the largest |w|, nothing is clipped.
     assert max(conv["max"]) == pytest.approx(max(-conv["data_min"], conv["data_max"]), rel=1e-6)
     # Zero up to float rounding: the largest |w| maps onto the grid end, x/s*s may differ in the last bit.
-    assert conv["clipping_mse"] == pytest.approx(0, abs=1e-12) and conv["rounding_mse"] == pytest.approx(conv["mse"])
+    assert conv["clipping_mse"] == pytest.approx(0, abs=1e-12) and conv["rounding_mse"] == pytest.approx(
+        conv["mse"]
+    )
     relu_out = entries[("features.0", "activation")]
-    assert (relu_out["qmin"], relu_out["qmax"], relu_out["zero_point"], relu_out["granularity"]) == (0, 255, 0,
-                                                                                                    "per_tensor")
+    assert (relu_out["qmin"], relu_out["qmax"], relu_out["zero_point"], relu_out["granularity"]) == (
+        0,
+        255,
+        0,
+        "per_tensor",
+    )
     for where in ("calibration", "held_out"):
         for how in ("accumulated", "only_this"):
             assert set(relu_out["error"][where][how]) == {"sqnr_db", "mse", "cosine"}
     logits = entries[("classifier", "activation")]["error"]["held_out"]
-    assert logits["accumulated"]["mse"] >= logits["only_this"]["mse"]  # error inherited from the layers before
+    # error inherited from the layers before
+    assert logits["accumulated"]["mse"] >= logits["only_this"]["mse"]
     # The weight SQNR is over the whole tensor as quantized: 10 log10(sum w^2 / sum (w - q(w))^2).
     with torch.no_grad():
         saved = torch.load(Path(result["artifacts"]["weights"]), weights_only=True)
         w_fp = _fp32_weights(result)["features.0"]
         scale = saved["weight_scale"]["features.0"].view(-1, 1, 1, 1)
-        w_q = (saved["weight_int"]["features.0"].float() - saved["weight_zero_point"]["features.0"].view(-1, 1, 1, 1)) * scale
+        w_q = (
+            saved["weight_int"]["features.0"].float()
+            - saved["weight_zero_point"]["features.0"].view(-1, 1, 1, 1)
+        ) * scale
         expected = 10 * torch.log10(w_fp.pow(2).sum() / (w_fp - w_q).pow(2).sum())
     assert conv["sqnr_db"] == pytest.approx(float(expected), abs=1e-3)
 
@@ -103,8 +137,9 @@ def test_the_ladder_fills_in_live_and_the_arrays_travel_as_arrays(quantize):
     metric_batches = events.of("metrics")
     assert metric_batches and any("quant/accuracy" in json.dumps(m) for m in metric_batches)
     histograms = {c["name"]: c for c in events.of("histogram")}
-    assert set(histograms) == {f"quant/{n}:{t}" for n, t in
-                               [(g, "weight") for g in WEIGHTED] + [(g, "activation") for g in GROUPS]}
+    assert set(histograms) == {
+        f"quant/{n}:{t}" for n, t in [(g, "weight") for g in WEIGHTED] + [(g, "activation") for g in GROUPS]
+    }
     for entry in result["layers"]:
         key = f"{entry['name']}:{entry['tensor']}"
         ranges = events.arrays(f"quant/{key}:ranges")[0]
@@ -119,16 +154,24 @@ def test_the_ladder_fills_in_live_and_the_arrays_travel_as_arrays(quantize):
     assert events.arrays("quant/features.4:weight:channel_ranges")[0]["array"]["shape"][1:] == [64, 2]
     # The same arrays are saved in the run, and the report names every artifact.
     with np.load(result["artifacts"]["histograms"]) as saved:
-        assert "features.0:weight:counts" in saved.files and saved["features.0:weight:error"].shape == (2, 256)
+        assert "features.0:weight:counts" in saved.files and saved["features.0:weight:error"].shape == (
+            2,
+            256,
+        )
         counts = saved["features.0:activation:counts"]
-        assert counts.dtype == np.int64 and counts.sum() == events.arrays(
-            "quant/features.0:activation:counts")[0]["values"]
+        assert (
+            counts.dtype == np.int64
+            and counts.sum() == events.arrays("quant/features.0:activation:counts")[0]["values"]
+        )
     kinds = {c["kind"] for c in events.of("artifact")}
     assert kinds == {"state_dict", "quant_params", "arrays"}
 
 
-@pytest.mark.parametrize("parts", [W8A8_MINMAX, {"weights": {"bits": 4}, "fold_bn": False, "bias_correction": "empirical"}],
-                         ids=["w8a8-folded", "w4a8-unfolded-bias-corrected"])
+@pytest.mark.parametrize(
+    "parts",
+    [W8A8_MINMAX, {"weights": {"bits": 4}, "fold_bn": False, "bias_correction": "empirical"}],
+    ids=["w8a8-folded", "w4a8-unfolded-bias-corrected"],
+)
 def test_saved_weights_and_scales_rebuild_the_quantized_model(quantize, digits_run, parts):
     result, _ = quantize(**parts)
     done(result)
@@ -162,16 +205,21 @@ def test_w4a8_with_mse_and_adaround_drops_at_most_one_point(quantize):
 
 
 def test_sqnr_rises_about_six_db_per_bit(quantize):
-    results = {bits: done(quantize(weights={"bits": bits, "range": "minmax"},
-                                   activations={"bits": bits, "range": "mse"})[0]) for bits in (4, 6, 8)}
+    results = {
+        bits: done(
+            quantize(weights={"bits": bits, "range": "minmax"}, activations={"bits": bits, "range": "mse"})[0]
+        )
+        for bits in (4, 6, 8)
+    }
     for low, high in ((4, 6), (6, 8)):
         for name, sqnr in weight_sqnr(results[high]).items():
             per_bit = (sqnr - weight_sqnr(results[low])[name]) / (high - low)
             assert 5.0 <= per_bit <= 7.0, (name, low, high, per_bit)
-        logit_per_bit = (results[high]["quantized"]["logit_sqnr_db"]
-                         - results[low]["quantized"]["logit_sqnr_db"]) / (high - low)
-        # The logits add up every layer's error, and at 4 bits the activations' clipping error comes on top of the
-        # rounding noise that falls 6 dB a bit: from 4 to 6 bits the logits gain more (8.6 dB a bit on the
+        logit_per_bit = (
+            results[high]["quantized"]["logit_sqnr_db"] - results[low]["quantized"]["logit_sqnr_db"]
+        ) / (high - low)
+        # The logits add up every layer's error, and at 4 bits the activations' clipping error comes on top of
+        # the rounding noise that falls 6 dB a bit: from 4 to 6 bits the logits gain more (8.6 dB a bit on the
         # stratified digits split of this model).
         assert 4.0 <= logit_per_bit <= (9.0 if low == 4 else 8.0), (low, high, logit_per_bit)
 
@@ -202,12 +250,22 @@ def test_mse_is_never_below_minmax_in_sqnr(quantize):
 
 def test_cle_bias_correction_sensitivity_and_a_mixed_precision_proposal(quantize):
     plain, _ = quantize(weights={"bits": 3, "granularity": "per_tensor"})
-    result, events = quantize(weights={"bits": 3, "granularity": "per_tensor"}, cle=True,
-                              bias_correction="empirical", sensitivity=True,
-                              mixed_precision={"target_drop": 0.001})
+    result, events = quantize(
+        weights={"bits": 3, "granularity": "per_tensor"},
+        cle=True,
+        bias_correction="empirical",
+        sensitivity=True,
+        mixed_precision={"target_drop": 0.001},
+    )
     done(plain), done(result)
-    assert [s["step"] for s in result["steps"]] == ["fp32", "fold_bn", "cle", "weight_ranges", "bias_correction",
-                                                    "activation_ranges"]
+    assert [s["step"] for s in result["steps"]] == [
+        "fp32",
+        "fold_bn",
+        "cle",
+        "weight_ranges",
+        "bias_correction",
+        "activation_ranges",
+    ]
     cle_step = result["steps"][2]
     assert cle_step["accuracy"] == result["fp32"]["accuracy"]  # equalisation keeps the FP32 function
     assert result["quantized"]["logit_sqnr_db"] > plain["quantized"]["logit_sqnr_db"]
@@ -215,7 +273,9 @@ def test_cle_bias_correction_sensitivity_and_a_mixed_precision_proposal(quantize
     figure6 = events.arrays("quant/features.0:weight:cle_ranges")[0]
     assert figure6["array"]["shape"] == [2, 32, 2] and figure6["rows"] == ["before", "after"]
     rows = result["sensitivity"]
-    assert [r["layer"] for r in rows] == GROUPS and all(set(r) == {"layer", "only_this", "all_but_this"} for r in rows)
+    assert [r["layer"] for r in rows] == GROUPS and all(
+        set(r) == {"layer", "only_this", "all_but_this"} for r in rows
+    )
     proposal = result["mixed_precision"]
     assert {"target_drop", "layers", "accuracy", "size_bytes"} <= set(proposal)
     points = proposal["points"]
@@ -228,14 +288,19 @@ def test_cle_bias_correction_sensitivity_and_a_mixed_precision_proposal(quantize
 
 
 def test_a_proposal_applies_through_the_spec(quantize):
-    result, _ = quantize(weights={"bits": 4}, mixed_precision={"layers": [{"name": "features.4", "bits": 16}]})
+    result, _ = quantize(
+        weights={"bits": 4}, mixed_precision={"layers": [{"name": "features.4", "bits": 16}]}
+    )
     done(result)
     bits = {(e["name"], e["tensor"]): e["bits"] for e in result["layers"]}
     assert bits[("features.4", "weight")] == 16 and bits[("features.4", "activation")] == 16
     assert bits[("features.0", "weight")] == 4 and bits[("classifier", "activation")] == 8
     failed, _ = quantize(mixed_precision={"layers": [{"name": "features.9", "bits": 8}]})
     assert failed["status"] == "failed" and failed["error"]["type"] == "JobError"
-    assert "'features.9' is not a layer" in failed["error"]["message"] and "features.4" in failed["error"]["message"]
+    assert (
+        "'features.9' is not a layer" in failed["error"]["message"]
+        and "features.4" in failed["error"]["message"]
+    )
 
 
 def test_cancel_is_honoured_between_steps_and_inside_adaround(quantize):
@@ -276,15 +341,21 @@ def test_quantization_aware_training_recovers_what_ptq_lost(quantize):
 def test_failures_name_what_to_do(quantize, digits_run):
     workspace, run_dir = digits_run
     result, _ = quantize(source={"run": "no-such-run"})
-    assert result["status"] == "failed" and result["error"]["message"].startswith("source.run: No run matches")
+    assert result["status"] == "failed" and result["error"]["message"].startswith(
+        "source.run: No run matches"
+    )
     from workbench.worker.registry import get_task
     from workbench.worker.runner import run_task
 
     result = run_task(get_task("quant.analyze"), {}, emit=Events(), workspace=workspace)
     assert result["status"] == "failed" and "nothing to quantize" in result["error"]["message"]
     # A model spec with its own checkpoint works without a run, on the dataset it names.
-    spec = {"model": {"name": "cnn", "checkpoint": str(Path(run_dir) / "checkpoints" / "model.pt")},
-            "dataset": DIGITS_TRAIN["dataset"], "weights": {"bits": 8}, "calibration": {"samples": 64}}
+    spec = {
+        "model": {"name": "cnn", "checkpoint": str(Path(run_dir) / "checkpoints" / "model.pt")},
+        "dataset": DIGITS_TRAIN["dataset"],
+        "weights": {"bits": 8},
+        "calibration": {"samples": 64},
+    }
     result = done(run_task(get_task("quant.analyze"), spec, emit=Events(), workspace=workspace))
     assert result["source"]["run"] is None and result["fp32"]["accuracy"] >= 0.975
 
@@ -292,9 +363,11 @@ def test_failures_name_what_to_do(quantize, digits_run):
 def test_a_target_drop_meant_as_a_percentage_is_refused_with_its_unit(quantize):
     result, _ = quantize(mixed_precision={"target_drop": 1})
     assert result["status"] == "failed" and "traceback" not in result
-    assert result["error"]["message"] == ("mixed_precision.target_drop: 1 is a fraction of accuracy: 0.01 allows a "
-                                          "drop of one percentage point, so 1 would allow 100 points; for 1 %, set "
-                                          "0.01")
+    assert result["error"]["message"] == (
+        "mixed_precision.target_drop: 1 is a fraction of accuracy: 0.01 allows a "
+        "drop of one percentage point, so 1 would allow 100 points; for 1 %, set "
+        "0.01"
+    )
 
 
 def test_a_target_drop_in_a_monitors_own_units_is_not_a_fraction():
@@ -309,7 +382,9 @@ def test_a_target_drop_in_a_monitors_own_units_is_not_a_fraction():
 
 
 def test_the_result_says_where_the_time_went(quantize):
-    result = done(quantize(weights={"bits": 8, "range": "minmax"}, activations={"bits": 8, "range": "minmax"})[0])
+    result = done(
+        quantize(weights={"bits": 8, "range": "minmax"}, activations={"bits": 8, "range": "minmax"})[0]
+    )
     stages = result["stage_s"]
     assert list(stages)[:2] == ["setup", "fp32"] and list(stages)[-1] == "save"
     assert {"weight_ranges", "activation_ranges", "analysis"} <= set(stages)

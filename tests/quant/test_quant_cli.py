@@ -1,4 +1,5 @@
-"""`workbench quantize` headless: one JSON object with the report contract, from a training run named by its id."""
+"""`workbench quantize` headless: one JSON object with the report contract, from a training run named by its
+id."""
 
 from __future__ import annotations
 
@@ -14,8 +15,19 @@ pytestmark = pytest.mark.slow
 def test_quantize_a_run_by_its_id_prints_one_json_report(digits_run, tmp_path):
     workspace, run_dir = digits_run
     run_id = Path(run_dir).name
-    proc = wb(tmp_path, "quantize", "--set", f"source.run={run_id}", "--set", "calibration.samples=64",
-              "--set", "weights.bits=4", "--json", workspace=workspace, timeout=300)
+    proc = wb(
+        tmp_path,
+        "quantize",
+        "--set",
+        f"source.run={run_id}",
+        "--set",
+        "calibration.samples=64",
+        "--set",
+        "weights.bits=4",
+        "--json",
+        workspace=workspace,
+        timeout=300,
+    )
     expect(proc, 0)
     no_traceback(proc)
     result = one_json(proc)
@@ -27,8 +39,11 @@ def test_quantize_a_run_by_its_id_prints_one_json_report(digits_run, tmp_path):
     quant_run = Path(result["run_dir"])
     assert json.loads((quant_run / "report.json").read_text())["steps"] == result["steps"]  # saved in the run
     assert (quant_run / "spec.toml").read_text().count(run_id) == 1  # the run can be repeated
-    assert {p.name for p in (quant_run / "artifacts").iterdir()} >= {"quantized.pt", "quant_params.json",
-                                                                      "histograms.npz"}
+    assert {p.name for p in (quant_run / "artifacts").iterdir()} >= {
+        "quantized.pt",
+        "quant_params.json",
+        "histograms.npz",
+    }
 
 
 def test_quantize_without_a_model_or_with_a_bad_value_fails_cleanly(tmp_path):

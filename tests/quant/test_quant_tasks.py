@@ -1,7 +1,7 @@
-"""Quantizing runs of tasks other than classification (issue #20): a regression run and a segmentation run, each a
-user's own Dataset and model written here, trained one epoch and quantized W8A8 through the real runner. The ladder,
-the sensitivity sweep and the mixed-precision proposal measure the task's monitor (MAE, mIoU), say its name and
-direction, and a lower-is-better monitor's "drop" is its rise."""
+"""Quantizing runs of tasks other than classification (issue #20): a regression run and a segmentation run,
+each a user's own Dataset and model written here, trained one epoch and quantized W8A8 through the real
+runner. The ladder, the sensitivity sweep and the mixed-precision proposal measure the task's monitor (MAE,
+mIoU), say its name and direction, and a lower-is-better monitor's "drop" is its rise."""
 
 from __future__ import annotations
 
@@ -76,9 +76,18 @@ def project(tmp_path_factory) -> tuple[Path, Path]:
 def _train(project, dataset: str, model: str, num_classes: int = 0) -> dict:
     path, workspace = project
     # keep_best off: the run's checkpoint is the model its test evaluation measured.
-    return _run("train.classifier", {"dataset": {"name": f"file:{path}:{dataset}", "num_workers": 0},
-                                     "model": {"name": f"file:{path}:{model}", "num_classes": num_classes},
-                                     "epochs": 1, "batch_size": 16, "lr": 0.05, "keep_best": False}, workspace)
+    return _run(
+        "train.classifier",
+        {
+            "dataset": {"name": f"file:{path}:{dataset}", "num_workers": 0},
+            "model": {"name": f"file:{path}:{model}", "num_classes": num_classes},
+            "epochs": 1,
+            "batch_size": 16,
+            "lr": 0.05,
+            "keep_best": False,
+        },
+        workspace,
+    )
 
 
 def _test_monitor(trained: dict) -> float:
@@ -91,19 +100,34 @@ def regression(project) -> tuple[dict, dict, Events]:
     trained = _train(project, "Wave", "regressor")
     assert trained["task"] == "regression"
     events = Events()
-    # A rise of 0 in MAE cannot be met by keeping layers at 8 bits alone only by chance; target_drop > 0 asks for
-    # the search, and a tiny one makes it go through the layers.
-    quantized = _run("quant.analyze", {"source": {"run": trained["run_dir"]}, "weights": {"bits": 8},
-                                       "activations": {"bits": 8}, "calibration": {"samples": 64},
-                                       "sensitivity": True, "mixed_precision": {"target_drop": 1e-6}},
-                     project[1], events)
+    # A rise of 0 in MAE cannot be met by keeping layers at 8 bits alone only by chance; target_drop > 0 asks
+    # for the search, and a tiny one makes it go through the layers.
+    quantized = _run(
+        "quant.analyze",
+        {
+            "source": {"run": trained["run_dir"]},
+            "weights": {"bits": 8},
+            "activations": {"bits": 8},
+            "calibration": {"samples": 64},
+            "sensitivity": True,
+            "mixed_precision": {"target_drop": 1e-6},
+        },
+        project[1],
+        events,
+    )
     return trained, quantized, events
 
 
 def test_regression_ladder_measures_mae_and_says_lower_is_better(regression):
     trained, result, events = regression
-    assert result["metric"] == {"name": "mae", "label": "test MAE", "split": "test", "higher_is_better": False}
-    # The first rung is the trained model on the held-out (test) split: the MAE the run's own test evaluation gave.
+    assert result["metric"] == {
+        "name": "mae",
+        "label": "test MAE",
+        "split": "test",
+        "higher_is_better": False,
+    }
+    # The first rung is the trained model on the held-out (test) split: the MAE the run's own test evaluation
+    # gave.
     assert result["held_out"]["split"] == "test split"
     assert result["steps"][0]["step"] == "fp32"
     assert result["steps"][0]["accuracy"] == pytest.approx(_test_monitor(trained), rel=1e-5)
@@ -115,7 +139,9 @@ def test_regression_ladder_measures_mae_and_says_lower_is_better(regression):
     lines = [e["text"] for e in events.of("log")]
     assert any("test MAE" in line and "lower is better" in line for line in lines)
     rungs = [line for line in lines if line.startswith("step ")]
-    assert len(rungs) == len(result["steps"]) and all("test MAE" in line and "accuracy" not in line for line in rungs)
+    assert len(rungs) == len(result["steps"]) and all(
+        "test MAE" in line and "accuracy" not in line for line in rungs
+    )
     assert events.arrays("quant/ladder")[-1]["metric"]["label"] == "test MAE"
 
 
@@ -136,9 +162,15 @@ def test_regression_sensitivity_and_proposal_turn_the_direction_round(regression
 def test_segmentation_ladder_measures_miou(project):
     trained = _train(project, "Squares", "segmenter", num_classes=2)
     assert trained["task"] == "segmentation"
-    result = _run("quant.analyze", {"source": {"run": trained["run_dir"]}, "calibration": {"samples": 32}},
-                  project[1])
-    assert result["metric"] == {"name": "miou", "label": "test mIoU", "split": "test", "higher_is_better": True}
+    result = _run(
+        "quant.analyze", {"source": {"run": trained["run_dir"]}, "calibration": {"samples": 32}}, project[1]
+    )
+    assert result["metric"] == {
+        "name": "miou",
+        "label": "test mIoU",
+        "split": "test",
+        "higher_is_better": True,
+    }
     assert result["steps"][0]["accuracy"] == pytest.approx(_test_monitor(trained), rel=1e-6)
     assert [s["step"] for s in result["steps"]][-1] == "activation_ranges"
     for step in result["steps"]:

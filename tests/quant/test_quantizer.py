@@ -18,10 +18,19 @@ def reference(x, scale, zero_point, qmin, qmax):
 
 def test_grids():
     assert (Grid.for_weights(8, True).qmin, Grid.for_weights(8, True).qmax) == (-127, 127)  # restricted
-    assert (Grid.for_weights(8, True, restricted=False).qmin, Grid.for_weights(8, True, restricted=False).qmax) == (-128, 127)
+    assert (
+        Grid.for_weights(8, True, restricted=False).qmin,
+        Grid.for_weights(8, True, restricted=False).qmax,
+    ) == (-128, 127)
     assert (Grid.for_weights(4, False).qmin, Grid.for_weights(4, False).qmax) == (0, 15)
-    assert (Grid.for_activations(8, True, nonnegative=True).qmin, Grid.for_activations(8, True, True).qmax) == (0, 255)
-    assert (Grid.for_activations(8, True, nonnegative=False).qmin, Grid.for_activations(8, True, False).qmax) == (-128, 127)
+    assert (
+        Grid.for_activations(8, True, nonnegative=True).qmin,
+        Grid.for_activations(8, True, True).qmax,
+    ) == (0, 255)
+    assert (
+        Grid.for_activations(8, True, nonnegative=False).qmin,
+        Grid.for_activations(8, True, False).qmax,
+    ) == (-128, 127)
     assert (Grid.for_weights(16, True).qmin, Grid.for_weights(16, True).qmax) == (-32767, 32767)
     assert Grid.for_weights(2, True).levels == 3  # {-1, 0, 1}
     with pytest.raises(ValueError):
@@ -36,7 +45,9 @@ def test_per_tensor_equals_torch_fake_quantize(bits, symmetric):
     grid = Grid.for_weights(bits, symmetric)
     # some clipping at the top, so clamping is exercised
     qp = qparams_from_range(x.min(), x.max() * 0.8, grid)
-    expected = torch.fake_quantize_per_tensor_affine(x, float(qp.scale), int(qp.zero_point), grid.qmin, grid.qmax)
+    expected = torch.fake_quantize_per_tensor_affine(
+        x, float(qp.scale), int(qp.zero_point), grid.qmin, grid.qmax
+    )
     assert torch.equal(fake_quant(x, qp), expected)  # the plain-ops path (no gradient wanted)
     assert torch.equal(fake_quant(x.clone().requires_grad_(), qp).detach(), expected)  # torch's op
     assert torch.equal(reference(x, qp.scale, qp.zero_point.float(), grid.qmin, grid.qmax), expected)
@@ -82,11 +93,14 @@ def test_range_always_holds_zero_and_the_gradient_passes_straight_through():
 FINITE = st.floats(allow_nan=False, allow_infinity=False, width=32)  # every finite float32
 
 
-@pytest.mark.parametrize(("lo", "hi", "grid", "x", "expected"), [
-    (0.0, 6.0, Grid.for_activations(8, True, nonnegative=True), 6e7, 6.0),
-    (0.0, 6.0, Grid.for_activations(8, True, nonnegative=True), 1e9, 6.0),
-    (-1.27, 1.27, Grid.for_weights(8, True), -1e6, -1.27),
-])
+@pytest.mark.parametrize(
+    ("lo", "hi", "grid", "x", "expected"),
+    [
+        (0.0, 6.0, Grid.for_activations(8, True, nonnegative=True), 6e7, 6.0),
+        (0.0, 6.0, Grid.for_activations(8, True, nonnegative=True), 1e9, 6.0),
+        (-1.27, 1.27, Grid.for_weights(8, True), -1e6, -1.27),
+    ],
+)
 def test_values_far_outside_the_grid_land_on_its_end(lo, hi, grid, x, expected):
     qp = qparams_from_range(torch.tensor(lo), torch.tensor(hi), grid)
     got = fake_quant(torch.tensor([x]), qp)
@@ -97,8 +111,13 @@ def test_values_far_outside_the_grid_land_on_its_end(lo, hi, grid, x, expected):
 
 
 @settings(max_examples=150)
-@given(values=st.lists(FINITE, min_size=1, max_size=64), lo=st.floats(-100, 0), hi=st.floats(0, 100),
-       bits=st.integers(2, 16), symmetric=st.booleans())
+@given(
+    values=st.lists(FINITE, min_size=1, max_size=64),
+    lo=st.floats(-100, 0),
+    hi=st.floats(0, 100),
+    bits=st.integers(2, 16),
+    symmetric=st.booleans(),
+)
 def test_no_grad_fake_quant_is_dequantize_of_quantize_per_tensor(values, lo, hi, bits, symmetric):
     x = torch.tensor(values, dtype=torch.float32)
     grid = Grid.for_weights(bits, symmetric)
@@ -111,8 +130,13 @@ def test_no_grad_fake_quant_is_dequantize_of_quantize_per_tensor(values, lo, hi,
 
 
 @settings(max_examples=100)
-@given(values=st.lists(FINITE, min_size=12, max_size=12), bounds=st.lists(st.floats(0.01, 50), min_size=6,
-       max_size=6), bits=st.integers(2, 16), symmetric=st.booleans(), axis=st.integers(0, 1))
+@given(
+    values=st.lists(FINITE, min_size=12, max_size=12),
+    bounds=st.lists(st.floats(0.01, 50), min_size=6, max_size=6),
+    bits=st.integers(2, 16),
+    symmetric=st.booleans(),
+    axis=st.integers(0, 1),
+)
 def test_no_grad_fake_quant_is_dequantize_of_quantize_per_channel(values, bounds, bits, symmetric, axis):
     x = torch.tensor(values, dtype=torch.float32).reshape(3, 4)
     channels = x.shape[axis]

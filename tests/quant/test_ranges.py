@@ -31,7 +31,9 @@ def samples(kind: str, seed: int) -> torch.Tensor:
     if kind == "gauss":
         return torch.randn(6, 3000, generator=g)
     if kind == "laplace":
-        return torch.empty(6, 3000).exponential_(generator=g) * torch.randint(0, 2, (6, 3000), generator=g).mul(2).sub(1)
+        return torch.empty(6, 3000).exponential_(generator=g) * torch.randint(
+            0, 2, (6, 3000), generator=g
+        ).mul(2).sub(1)
     return torch.rand(6, 3000, generator=g).pow(3) * 5  # skewed, all positive
 
 
@@ -59,7 +61,7 @@ def test_mse_is_vectorised_over_channels():
     grid = Grid.for_weights(4, True)
     lo, hi = estimate("mse", obs, grid)
     for c in range(5):
-        one = Observed(values[c:c + 1], obs.lo[c:c + 1], obs.hi[c:c + 1])
+        one = Observed(values[c : c + 1], obs.lo[c : c + 1], obs.hi[c : c + 1])
         lo1, hi1 = estimate("mse", one, grid)
         assert torch.allclose(lo[c], lo1[0]) and torch.allclose(hi[c], hi1[0])
 
@@ -101,8 +103,13 @@ def test_cross_entropy_keeps_the_winning_logit_better_than_mse():
 
     def kept(name):
         lo, hi = estimate(name, obs, grid)
-        q = torch.fake_quantize_per_tensor_affine(logits, float(qparams_from_range(lo[0], hi[0], grid).scale),
-                                                  int(qparams_from_range(lo[0], hi[0], grid).zero_point), 0, 15)
+        q = torch.fake_quantize_per_tensor_affine(
+            logits,
+            float(qparams_from_range(lo[0], hi[0], grid).scale),
+            int(qparams_from_range(lo[0], hi[0], grid).zero_point),
+            0,
+            15,
+        )
         return float((q.argmax(1) == logits.argmax(1)).float().mean())
 
     assert kept("cross_entropy") >= kept("mse")

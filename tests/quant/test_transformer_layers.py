@@ -1,7 +1,8 @@
 """torch's transformer modules are quantized: the quantizable encoder/decoder layers and stacks compute what
-nn.TransformerEncoder/Decoder and their layers compute, trace() sees their Linear layers under their own names, a
-quantize run of a token-id model quantizes and counts them, a run saved before still loads, and Hugging Face's BERT
-and ViT (which torch.fx cannot trace) have their Linear layers quantized module by module."""
+nn.TransformerEncoder/Decoder and their layers compute, trace() sees their Linear layers under their own
+names, a quantize run of a token-id model quantizes and counts them, a run saved before still loads, and
+Hugging Face's BERT and ViT (which torch.fx cannot trace) have their Linear layers quantized module by
+module."""
 
 from __future__ import annotations
 
@@ -28,9 +29,11 @@ from workbench.worker.quant.transformer import (
 
 # torch's own warnings: a bool padding mask beside a float mask is deprecated (it still computes it), nested
 # tensors are a prototype, a stack that is not batch_first cannot take its nested path.
-pytestmark = [pytest.mark.filterwarnings("ignore:Support for mismatched"),
-              pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors"),
-              pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Support for mismatched"),
+    pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors"),
+    pytest.mark.filterwarnings("ignore:enable_nested_tensor is True"),
+]
 
 L, S, N, E, H, FF = 6, 5, 3, 16, 4, 32
 TOL = 1e-5
@@ -65,8 +68,12 @@ def _square(size: int, seed: int) -> dict[str, torch.Tensor | None]:
     g = torch.Generator().manual_seed(seed)
     banned = torch.rand(size, size, generator=g) > 0.6
     banned[:, 0] = False  # every query keeps a key (torch gives NaN for a row with none)
-    return {"none": None, "bool": banned, "float": torch.randn(size, size, generator=g),
-            "causal": nn.Transformer.generate_square_subsequent_mask(size)}
+    return {
+        "none": None,
+        "bool": banned,
+        "float": torch.randn(size, size, generator=g),
+        "causal": nn.Transformer.generate_square_subsequent_mask(size),
+    }
 
 
 def _padding(length: int) -> torch.Tensor:
@@ -76,8 +83,12 @@ def _padding(length: int) -> torch.Tensor:
     return padding
 
 
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu-module": nn.GELU(),
-               "callable": lambda x: F.leaky_relu(x, 0.1)}
+ACTIVATIONS = {
+    "relu": "relu",
+    "gelu": "gelu",
+    "gelu-module": nn.GELU(),
+    "callable": lambda x: F.leaky_relu(x, 0.1),
+}
 
 
 def _both(module: nn.Module, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,10 +105,16 @@ def _both(module: nn.Module, *args, **kwargs) -> tuple[torch.Tensor, torch.Tenso
 @pytest.mark.parametrize("mask", ["none", "bool", "float", "causal"])
 def test_the_encoder_layer_computes_what_torch_computes(batch_first, norm_first, activation, mask):
     torch.manual_seed(0)
-    layer = _biased(nn.TransformerEncoderLayer(E, H, FF, activation=ACTIVATIONS[activation], batch_first=batch_first,
-                                               norm_first=norm_first), 1)
+    layer = _biased(
+        nn.TransformerEncoderLayer(
+            E, H, FF, activation=ACTIVATIONS[activation], batch_first=batch_first, norm_first=norm_first
+        ),
+        1,
+    )
     swapped = swap_one(layer).eval()
-    assert isinstance(swapped, QuantizableEncoderLayer) and isinstance(swapped.self_attn, QuantizableAttention)
+    assert isinstance(swapped, QuantizableEncoderLayer) and isinstance(
+        swapped.self_attn, QuantizableAttention
+    )
     x, masks = _seq(L, batch_first, 2), _square(L, 3)
     for padding in (None, _padding(L)):
         options = {"src_mask": masks[mask], "src_key_padding_mask": padding, "is_causal": mask == "causal"}
@@ -105,8 +122,8 @@ def test_the_encoder_layer_computes_what_torch_computes(batch_first, norm_first,
             found = swapped(x, **options)
         fast, slow = _both(layer, x, **options)
         _close(slow, found)
-        # torch's fused layer (what it runs without grad) gives NaN for a float mask of arbitrary values (0 and
-        # -inf, the causal one, it computes): its other path is the reference there.
+        # torch's fused layer (what it runs without grad) gives NaN for a float mask of arbitrary values (0
+        # and -inf, the causal one, it computes): its other path is the reference there.
         if mask != "float":
             _close(fast, found)
         if mask != "none" or padding is not None:  # the masks are not ignored
@@ -120,8 +137,9 @@ def test_the_encoder_layer_computes_what_torch_computes(batch_first, norm_first,
 @pytest.mark.parametrize("masks", ["none", "bool", "float", "causal"])
 def test_the_decoder_layer_and_stack_compute_what_torch_computes(batch_first, norm_first, activation, masks):
     torch.manual_seed(0)
-    layer = nn.TransformerDecoderLayer(E, H, FF, activation=activation, batch_first=batch_first,
-                                       norm_first=norm_first)
+    layer = nn.TransformerDecoderLayer(
+        E, H, FF, activation=activation, batch_first=batch_first, norm_first=norm_first
+    )
     stack = _biased(nn.TransformerDecoder(layer, 2, norm=nn.LayerNorm(E)), 1)
     layer = _biased(layer, 1)
     swapped_layer, swapped_stack = swap_one(layer).eval(), swap_one(stack).eval()
@@ -129,13 +147,20 @@ def test_the_decoder_layer_and_stack_compute_what_torch_computes(batch_first, no
     assert isinstance(swapped_stack.layers[1].multihead_attn, QuantizableAttention)
     tgt, memory = _seq(L, batch_first, 2), _seq(S, batch_first, 3)
     g = torch.Generator().manual_seed(4)
-    memory_masks = {"none": None, "bool": torch.rand(L, S, generator=g) > 0.7, "float": torch.randn(L, S, generator=g),
-                    "causal": None}
+    memory_masks = {
+        "none": None,
+        "bool": torch.rand(L, S, generator=g) > 0.7,
+        "float": torch.randn(L, S, generator=g),
+        "causal": None,
+    }
     memory_masks["bool"][:, 0] = False
     for padding in (False, True):
-        options = {"tgt_mask": _square(L, 5)[masks], "memory_mask": memory_masks[masks],
-                   "tgt_key_padding_mask": _padding(L) if padding else None,
-                   "memory_key_padding_mask": _padding(S) if padding else None}
+        options = {
+            "tgt_mask": _square(L, 5)[masks],
+            "memory_mask": memory_masks[masks],
+            "tgt_key_padding_mask": _padding(L) if padding else None,
+            "memory_key_padding_mask": _padding(S) if padding else None,
+        }
         if masks == "causal":
             options["tgt_is_causal"] = True
         with torch.no_grad():
@@ -145,11 +170,15 @@ def test_the_decoder_layer_and_stack_compute_what_torch_computes(batch_first, no
 
 @pytest.mark.parametrize("batch_first", [True, False])
 @pytest.mark.parametrize("norm_first", [True, False])
-def test_the_encoder_stack_computes_what_torch_computes_without_its_nested_tensor_path(batch_first, norm_first):
+def test_the_encoder_stack_computes_what_torch_computes_without_its_nested_tensor_path(
+    batch_first, norm_first
+):
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(E, H, FF, batch_first=batch_first, norm_first=norm_first)
-    stacks = {nested: _biased(nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(E), enable_nested_tensor=nested), 1)
-              for nested in (False, True)}
+    stacks = {
+        nested: _biased(nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(E), enable_nested_tensor=nested), 1)
+        for nested in (False, True)
+    }
     swapped = swap_one(stacks[True]).eval()
     assert isinstance(swapped, QuantizableEncoder) and swapped.norm is stacks[True].norm
     assert [type(m) for m in swapped.layers] == [QuantizableEncoderLayer] * 2
@@ -167,8 +196,8 @@ def test_the_encoder_stack_computes_what_torch_computes_without_its_nested_tenso
             if name != "float":  # see the encoder layer's test
                 _close(fast, found)
     # With enable_nested_tensor, torch's own eager output under no_grad zeroes the padded positions before the
-    # final norm (its nested tensors hold no value there); with grad, or exported, it does not. The quantizable
-    # stack never takes that path: every position a padding mask lets through is the same.
+    # final norm (its nested tensors hold no value there); with grad, or exported, it does not. The
+    # quantizable stack never takes that path: every position a padding mask lets through is the same.
     with torch.no_grad():
         found = swapped(x, src_key_padding_mask=padding)
         nested = stacks[True](x, src_key_padding_mask=padding)
@@ -179,22 +208,42 @@ def test_the_encoder_stack_computes_what_torch_computes_without_its_nested_tenso
 @pytest.mark.parametrize("batch_first", [True, False])
 def test_unbatched_inputs_and_the_whole_transformer(batch_first):
     torch.manual_seed(0)
-    model = _biased(nn.Transformer(E, H, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=FF,
-                                   batch_first=batch_first), 1)
+    model = _biased(
+        nn.Transformer(
+            E, H, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=FF, batch_first=batch_first
+        ),
+        1,
+    )
     swapped = swap_one(model).eval()
     src, tgt = _seq(S, batch_first, 2), _seq(L, batch_first, 3)
     causal = nn.Transformer.generate_square_subsequent_mask(L)
     with torch.no_grad():
-        _close(model(src, tgt, tgt_mask=causal, tgt_is_causal=True, src_key_padding_mask=_padding(S),
-                     memory_key_padding_mask=_padding(S)),
-               swapped(src, tgt, tgt_mask=causal, tgt_is_causal=True, src_key_padding_mask=_padding(S),
-                       memory_key_padding_mask=_padding(S)))
+        _close(
+            model(
+                src,
+                tgt,
+                tgt_mask=causal,
+                tgt_is_causal=True,
+                src_key_padding_mask=_padding(S),
+                memory_key_padding_mask=_padding(S),
+            ),
+            swapped(
+                src,
+                tgt,
+                tgt_mask=causal,
+                tgt_is_causal=True,
+                src_key_padding_mask=_padding(S),
+                memory_key_padding_mask=_padding(S),
+            ),
+        )
         # Unbatched (L, E) sequences, as torch takes them.
         one_src, one_tgt = _seq(S, batch_first, 4, batched=False), _seq(L, batch_first, 5, batched=False)
         _close(model(one_src, one_tgt, tgt_mask=causal), swapped(one_src, one_tgt, tgt_mask=causal))
         layer = model.encoder.layers[0]
-        _close(layer(one_src, src_key_padding_mask=_padding(S)[1]),
-               swap_one(layer)(one_src, src_key_padding_mask=_padding(S)[1]))
+        _close(
+            layer(one_src, src_key_padding_mask=_padding(S)[1]),
+            swap_one(layer)(one_src, src_key_padding_mask=_padding(S)[1]),
+        )
 
 
 class Seq2Seq(nn.Module):
@@ -202,8 +251,11 @@ class Seq2Seq(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(E, H, FF, batch_first=True, activation="gelu"),
-                                         2, enable_nested_tensor=False)
+        self.enc = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(E, H, FF, batch_first=True, activation="gelu"),
+            2,
+            enable_nested_tensor=False,
+        )
         self.dec = nn.TransformerDecoderLayer(E, H, FF, batch_first=True, norm_first=True)
         self.head = nn.Linear(E, 3)
 
@@ -222,11 +274,21 @@ def test_the_traced_graph_calls_their_linear_layers_by_their_names():
     # Every Linear the model holds is a layer under its own name (attention's out_proj included), and the
     # attentions' q/k/v projections are added beside it.
     assert originals <= set(layers)
-    projections = {f"{path}.{p}_proj" for path in ("enc.layers.0.self_attn", "enc.layers.1.self_attn",
-                                                    "dec.self_attn", "dec.multihead_attn") for p in "qkv"}
+    projections = {
+        f"{path}.{p}_proj"
+        for path in (
+            "enc.layers.0.self_attn",
+            "enc.layers.1.self_attn",
+            "dec.self_attn",
+            "dec.multihead_attn",
+        )
+        for p in "qkv"
+    }
     assert set(layers) == originals | projections
-    assert sum(n.op == "call_function" and getattr(n.target, "__name__", "") == "attend"
-               for n in gm.graph.nodes) == 4
+    assert (
+        sum(n.op == "call_function" and getattr(n.target, "__name__", "") == "attend" for n in gm.graph.nodes)
+        == 4
+    )
     assert isinstance(model.enc, nn.TransformerEncoder)  # the original is left alone
     src, tgt = _seq(S, True, 2), _seq(L, True, 3)
     causal = nn.Transformer.generate_square_subsequent_mask(L)
@@ -247,7 +309,7 @@ def test_subclasses_and_what_fx_keeps_whole_are_left_alone():
     assert type(model.mine) is Mine
 
 
-# --- through the real quantize task ---------------------------------------------------------------------------------
+# --- through the real quantize task -------------------------------------------------------------------------
 
 PROJECT = '''
 import torch
@@ -319,15 +381,19 @@ def project(tmp_path_factory):
     for name in ("Net", "Bert"):
         torch.manual_seed(0)
         torch.save(namespace[name]().state_dict(), root / f"{name}.pt")
-        specs[name] = {"model": {"name": f"file:{source}:{name}", "checkpoint": str(root / f"{name}.pt")},
-                       "dataset": {"name": f"file:{source}:Tokens", "num_workers": 0, "test_fraction": 0.25},
-                       "calibration": {"samples": 32, "seed": 0}, "eval_samples": 24}
+        specs[name] = {
+            "model": {"name": f"file:{source}:{name}", "checkpoint": str(root / f"{name}.pt")},
+            "dataset": {"name": f"file:{source}:Tokens", "num_workers": 0, "test_fraction": 0.25},
+            "calibration": {"samples": 32, "seed": 0},
+            "eval_samples": 24,
+        }
     return root / "ws", source, namespace, specs
 
 
 @pytest.fixture(scope="module")
 def token_runs(project):
-    """{"new": the token model's quantize result, "old": one quantized as before transformers were swapped}."""
+    """{"new": the token model's quantize result, "old": one quantized as before transformers were
+    swapped}."""
     workspace, _, _, specs = project
     runs = {"new": done(run("quant.analyze", specs["Net"], workspace))}
     with pytest.MonkeyPatch.context() as patch:
@@ -338,17 +404,29 @@ def token_runs(project):
 
 def _encoder_linears(model: nn.Module) -> dict[str, int]:
     """{module path: parameters} of the encoder's feed-forward Linear layers and attentions."""
-    return {name: sum(p.numel() for p in m.parameters()) for name, m in model.enc.named_modules()
-            if isinstance(m, (nn.MultiheadAttention, nn.Linear)) and not name.endswith("out_proj")}
+    return {
+        name: sum(p.numel() for p in m.parameters())
+        for name, m in model.enc.named_modules()
+        if isinstance(m, (nn.MultiheadAttention, nn.Linear)) and not name.endswith("out_proj")
+    }
 
 
 def test_a_token_model_quantizes_its_encoder_and_counts_it(project, token_runs):
     _, _, namespace, _ = project
     new, old = token_runs["new"], token_runs["old"]
     weights = {e["name"] for e in new["layers"] if e["tensor"] == "weight"}
-    expected = {f"enc.layers.{i}.{part}" for i in range(2)
-                for part in ("linear1", "linear2", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                             "self_attn.out_proj")}
+    expected = {
+        f"enc.layers.{i}.{part}"
+        for i in range(2)
+        for part in (
+            "linear1",
+            "linear2",
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.out_proj",
+        )
+    }
     assert expected | {"head"} <= weights
     assert not expected & {e["name"] for e in old["layers"]}
     model = namespace["Net"]()
@@ -359,7 +437,9 @@ def test_a_token_model_quantizes_its_encoder_and_counts_it(project, token_runs):
     assert cover["total_parameters"] == total
     # Everything but the LayerNorms (and the embedding table, where another layer type does not quantize it).
     float_kinds = {e["type"]: e["parameters"] for e in cover["float"]}
-    assert set(float_kinds) <= {"LayerNorm", "Embedding"} and float_kinds["LayerNorm"] == norms, cover["float"]
+    assert set(float_kinds) <= {"LayerNorm", "Embedding"} and float_kinds["LayerNorm"] == norms, cover[
+        "float"
+    ]
     assert cover["quantized_parameters"] >= encoder + sum(p.numel() for p in model.head.parameters())
     assert old["coverage"]["parameters"] < 0.2 and old["coverage"]["float"][0]["type"] == "TransformerEncoder"
     # The attention's own matmuls (scores, context) stay float: the share of FLOPs is high, and honest.
@@ -381,13 +461,19 @@ def test_a_run_saved_before_the_swap_still_loads(project, token_runs):
     assert "enc.layers.0.self_attn.in_proj_weight" in saved["state_dict"]
 
     def fresh():
-        model = build_model(ModelSpec.from_dict(params["model"]), input_shape=(32,), log=lambda *a, **k: None,
-                            pretrained=False, task="custom", example=torch.zeros(32, dtype=torch.long))
+        model = build_model(
+            ModelSpec.from_dict(params["model"]),
+            input_shape=(32,),
+            log=lambda *a, **k: None,
+            pretrained=False,
+            task="custom",
+            example=torch.zeros(32, dtype=torch.long),
+        )
         return model.eval()
 
     sim = load_quantized(fresh(), folder)
-    # The encoder's layers have no saved codes: they stay float; the saved input quantizer of the head is the one
-    # at the encoder's last node now.
+    # The encoder's layers have no saved codes: they stay float; the saved input quantizer of the head is the
+    # one at the encoder's last node now.
     assert set(sim.weights) == {w["name"] for w in params["weights"]}
     on = {name for name, state in sim.points.items() if state.module.enabled}
     assert "enc.layers.1.norm2" in on and not any(name.startswith("enc.layers.0") for name in on)
@@ -400,28 +486,31 @@ def test_a_run_saved_before_the_swap_still_loads(project, token_runs):
         _close(before(ids), sim(ids))
 
 
-# --- Hugging Face ---------------------------------------------------------------------------------------------------
+# --- Hugging Face -------------------------------------------------------------------------------------------
 
 
 def _non_embedding_share(model: nn.Module, report: dict) -> float:
     """The quantized share of the parameters outside nn.Embedding tables."""
     tables = {name for name, m in model.named_modules() if isinstance(m, nn.Embedding)}
-    table_params = sum(p.numel() for name, m in model.named_modules() if name in tables for p in m.parameters())
+    table_params = sum(
+        p.numel() for name, m in model.named_modules() if name in tables for p in m.parameters()
+    )
     quantized_tables = sum(e["parameters"] for e in report["float"] if e["type"] == "Embedding")
     quantized_tables = table_params - quantized_tables  # the tables counted as quantized, if any
     return (report["quantized_parameters"] - quantized_tables) / (report["total_parameters"] - table_params)
 
 
 def test_hugging_face_bert_is_quantized_module_by_module(project):
-    """transformers 5 has no fx tracer (transformers.utils.fx is gone) and torch.fx cannot trace BERT: quantize
-    falls back to module-level quantization, which hooks every Linear of it."""
+    """transformers 5 has no fx tracer (transformers.utils.fx is gone) and torch.fx cannot trace BERT:
+    quantize falls back to module-level quantization, which hooks every Linear of it."""
     workspace, _, namespace, specs = project
     result = done(run("quant.analyze", specs["Bert"], workspace))
     assert result["module_level"]["reason"]
     weights = {e["name"] for e in result["layers"] if e["tensor"] == "weight"}
     model = namespace["Bert"]()
     linears = {name for name, m in model.named_modules() if isinstance(m, nn.Linear)}
-    assert linears <= weights and len(linears) == 2 * 6 + 2  # q, k, v, output, intermediate, output; pooler, head
+    # q, k, v, output, intermediate, output; pooler, head
+    assert linears <= weights and len(linears) == 2 * 6 + 2
     share = _non_embedding_share(model, result["coverage"])
     assert share >= 0.95, result["coverage"]
     assert {e["type"] for e in result["coverage"]["float"]} <= {"LayerNorm", "Embedding"}
@@ -434,9 +523,18 @@ def test_hugging_face_vit_has_its_linear_layers_quantized():
     class Vit(nn.Module):
         def __init__(self):
             super().__init__()
-            self.vit = ViTForImageClassification(ViTConfig(
-                image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2,
-                num_attention_heads=4, intermediate_size=64, num_labels=3))
+            self.vit = ViTForImageClassification(
+                ViTConfig(
+                    image_size=16,
+                    patch_size=4,
+                    num_channels=3,
+                    hidden_size=32,
+                    num_hidden_layers=2,
+                    num_attention_heads=4,
+                    intermediate_size=64,
+                    num_labels=3,
+                )
+            )
 
         def forward(self, x):
             return self.vit(pixel_values=x).logits
@@ -450,7 +548,8 @@ def test_hugging_face_vit_has_its_linear_layers_quantized():
     weighted = {name for name, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))}
     assert set(structure.layers) == weighted
     report = coverage(model, set(structure.layers), {}, example=x)
-    # What stays float: the class token and position embedding (ViTEmbeddings' own parameters) and the LayerNorms.
+    # What stays float: the class token and position embedding (ViTEmbeddings' own parameters) and the
+    # LayerNorms.
     assert {e["type"] for e in report["float"]} == {"ViTEmbeddings", "LayerNorm"}
     assert report["parameters"] > 0.95
 
@@ -479,6 +578,11 @@ def test_module_level_quantization_sees_torch_transformer_layers():
     with torch.no_grad():
         _close(model(x), prepared(x))
     structure, _ = module_level.find_structure(prepared, x)
-    assert {"enc.layers.0.linear1", "enc.layers.0.linear2", "enc.layers.0.self_attn.q_proj",
-            "enc.layers.0.self_attn.out_proj", "head"} <= set(structure.layers)
+    assert {
+        "enc.layers.0.linear1",
+        "enc.layers.0.linear2",
+        "enc.layers.0.self_attn.q_proj",
+        "enc.layers.0.self_attn.out_proj",
+        "head",
+    } <= set(structure.layers)
     assert coverage(model, set(structure.layers), {})["float"][0]["type"] == "LayerNorm"

@@ -1,4 +1,5 @@
-"""Tiny CPU models for the quantization unit tests, with channels of very different ranges (what CLE fixes)."""
+"""Tiny CPU models for the quantization unit tests, with channels of very different ranges (what CLE
+fixes)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,14 @@ class ConvNet(nn.Module):
         super().__init__()
         norm = (lambda c: nn.BatchNorm2d(c)) if batchnorm else (lambda c: nn.Identity())
         self.features = nn.Sequential(
-            nn.Conv2d(3, 8, 3, padding=1, bias=not batchnorm), norm(8), nn.ReLU(inplace=True), nn.MaxPool2d(2),
-            nn.Conv2d(8, 16, 3, padding=1, bias=not batchnorm), norm(16), nn.ReLU(inplace=True))
+            nn.Conv2d(3, 8, 3, padding=1, bias=not batchnorm),
+            norm(8),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1, bias=not batchnorm),
+            norm(16),
+            nn.ReLU(inplace=True),
+        )
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Linear(16, 5)
 
@@ -38,7 +45,8 @@ def skewed_convnet(seed: int = 0, batchnorm: bool = True) -> ConvNet:
                     m.weight.uniform_(0.5, 2.0)
                     m.bias.uniform_(-0.5, 1.5)
             model.train()
-            # Folding multiplies each channel's weights by gamma / sigma: skew gamma, and the folded layer is skewed.
+            # Folding multiplies each channel's weights by gamma / sigma: skew gamma, and the folded layer is
+            # skewed.
             model.features[1].weight.mul_(skew)
             model.features[1].bias.mul_(skew)
             for _ in range(20):
@@ -51,4 +59,7 @@ def inputs(n: int, seed: int = 1) -> torch.Tensor:
 
 
 def batches(x: torch.Tensor, size: int = 32) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return [(x[i:i + size], torch.zeros(len(x[i:i + size]), dtype=torch.int64)) for i in range(0, len(x), size)]
+    return [
+        (x[i : i + size], torch.zeros(len(x[i : i + size]), dtype=torch.int64))
+        for i in range(0, len(x), size)
+    ]

@@ -30,10 +30,12 @@ def story(tmp_path):
 
 
 def _snapshot(ws: Path) -> dict:
-    return {str(p.relative_to(ws)): (p.stat().st_size, p.stat().st_mtime_ns) for p in ws.rglob("*") if p.is_file()}
+    return {
+        str(p.relative_to(ws)): (p.stat().st_size, p.stat().st_mtime_ns) for p in ws.rglob("*") if p.is_file()
+    }
 
 
-# -- what the page says ----------------------------------------------------------------------------------------
+# -- what the page says --------------------------------------------------------------------------------------
 
 
 def test_report_strings_the_model_together(story):
@@ -64,8 +66,14 @@ def test_training_curves_ladder_layers_parity_and_latency(story):
     assert ">train/loss<" in page and ">val/acc<" in page
     # the ladder, step by step, with the FP32 reference
     assert ">Accuracy ladder</text>" in page
-    for step in ("FP32", "fold BatchNorm", "cross-layer equalisation", "weights quantized", "bias correction",
-                 "activations quantized"):
+    for step in (
+        "FP32",
+        "fold BatchNorm",
+        "cross-layer equalisation",
+        "weights quantized",
+        "bias correction",
+        "activations quantized",
+    ):
         assert f">{step}<" in page, step
     assert "96.44 %" in page and "97.00 %" in page
     # worst layers by SQNR, the worst first
@@ -92,14 +100,36 @@ def test_user_text_is_escaped(tmp_path):
     train = training_run(ws, model="cnn<script>", note=SCRIPT)
     with RunStore(ws).open_run(train, readonly=False) as run:
         run.claim()
-        run.log_metrics([(1, "<img src=x onerror=alert(1)>/loss", 1.0, 0.0), (2, "<img src=x onerror=alert(1)>/loss",
-                                                                              0.5, 0.0)])
-    make_run(ws, "bench", "bench.latency", {"source": {"run": train}},
-             {"results": [{"backend": "<b>evil</b>", "batch_size": 1, "device": "cpu", "dtype": "float32",
-                           "status": "ok", "latency_ms": {"p50": 1.0}, "throughput_per_s": 1000.0},
-                          {"backend": "x", "batch_size": 1, "status": "unavailable", "reason": "</td><script>"}]})
+        run.log_metrics(
+            [
+                (1, "<img src=x onerror=alert(1)>/loss", 1.0, 0.0),
+                (2, "<img src=x onerror=alert(1)>/loss", 0.5, 0.0),
+            ]
+        )
+    make_run(
+        ws,
+        "bench",
+        "bench.latency",
+        {"source": {"run": train}},
+        {
+            "results": [
+                {
+                    "backend": "<b>evil</b>",
+                    "batch_size": 1,
+                    "device": "cpu",
+                    "dtype": "float32",
+                    "status": "ok",
+                    "latency_ms": {"p50": 1.0},
+                    "throughput_per_s": 1000.0,
+                },
+                {"backend": "x", "batch_size": 1, "status": "unavailable", "reason": "</td><script>"},
+            ]
+        },
+    )
     page = build_report(ws, train)
-    assert "<script" not in page and "<img" not in page and "<b>evil" not in page and "</td><script>" not in page
+    assert (
+        "<script" not in page and "<img" not in page and "<b>evil" not in page and "</td><script>" not in page
+    )
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page  # the spec, shown as text
     assert "cnn&lt;script&gt;" in page
     assert "&lt;img src=x onerror=alert(1)&gt;/loss" in page
@@ -120,9 +150,14 @@ def test_only_a_training_run_says_what_to_do_next(tmp_path):
     ws = tmp_path / "ws"
     train = training_run(ws)
     page = build_report(ws, train)
-    assert f"No quantize runs of this model yet: <code>workbench quantize --set source.run={train}</code>" in page
+    assert (
+        f"No quantize runs of this model yet: <code>workbench quantize --set source.run={train}</code>"
+        in page
+    )
     assert f"No export runs of this model yet: <code>workbench export --set source.run={train}</code>" in page
-    assert f"No benchmark runs of this model yet: <code>workbench bench --set source.run={train}</code>" in page
+    assert (
+        f"No benchmark runs of this model yet: <code>workbench bench --set source.run={train}</code>" in page
+    )
     assert "no quantize runs yet" in page and "not benchmarked yet" in page
     assert ">Loss</text>" in page
 
@@ -138,7 +173,7 @@ def test_a_training_run_without_metrics_or_report(tmp_path):
     assert "not measured" in page
 
 
-# -- which runs belong to the model ---------------------------------------------------------------------------
+# -- which runs belong to the model --------------------------------------------------------------------------
 
 
 def test_only_this_models_descendants_are_gathered(tmp_path):
@@ -153,14 +188,21 @@ def test_only_this_models_descendants_are_gathered(tmp_path):
     bench_run(ws, other)
     # a benchmark of the exported file itself (source.file), not of a run
     artifact = str(ws / "runs" / export_of_quant / "artifacts" / "model.onnx_qdq")
-    bench_of_file = make_run(ws, "bench", "bench.latency", {"source": {"run": "", "file": artifact}},
-                             {"results": []})
+    bench_of_file = make_run(
+        ws, "bench", "bench.latency", {"source": {"run": "", "file": artifact}}, {"results": []}
+    )
     make_run(ws, "diag", "debug.count", {"steps": 3}, {})  # other tasks are never read as steps
     story = collect(ws, train)
-    assert story.summary() == {"train": train, "quantize": [quant], "export": [export_of_quant],
-                               "bench": [bench_of_export, bench_of_file]}  # oldest first
-    assert {r.id: r.source_id for r in story.bench} == {bench_of_export: export_of_quant,
-                                                        bench_of_file: export_of_quant}
+    assert story.summary() == {
+        "train": train,
+        "quantize": [quant],
+        "export": [export_of_quant],
+        "bench": [bench_of_export, bench_of_file],
+    }  # oldest first
+    assert {r.id: r.source_id for r in story.bench} == {
+        bench_of_export: export_of_quant,
+        bench_of_file: export_of_quant,
+    }
 
 
 def test_a_copied_workspace_still_links_runs_by_id(tmp_path):
@@ -191,8 +233,9 @@ def test_unknown_run_or_no_model_behind_it_is_a_usage_error(tmp_path):
     diag = make_run(ws, "diag", "debug.count", {"steps": 1}, {})
     with pytest.raises(UsageError, match="is a debug.count run, and no training run is behind it"):
         build_report(ws, diag)
-    orphan = make_run(ws, "bench", "bench.latency", {"source": {"run": "", "file": "/nowhere/model.onnx"}},
-                      {"results": []})
+    orphan = make_run(
+        ws, "bench", "bench.latency", {"source": {"run": "", "file": "/nowhere/model.onnx"}}, {"results": []}
+    )
     with pytest.raises(UsageError, match="no training run is behind it"):
         build_report(ws, orphan)
 
@@ -200,8 +243,9 @@ def test_unknown_run_or_no_model_behind_it_is_a_usage_error(tmp_path):
 def test_a_damaged_step_is_named_not_fatal(story):
     ws, ids = story
     (ws / "runs" / ids["bench"][0] / "report.json").write_text("{not json")
-    (ws / "runs" / ids["export"][0] / "report.json").write_text('{"parity": "yes", "size_bytes": "big", '
-                                                                 '"results": [1, 2]}')
+    (ws / "runs" / ids["export"][0] / "report.json").write_text(
+        '{"parity": "yes", "size_bytes": "big", "results": [1, 2]}'
+    )
     page = build_report(ws, ids["train"])
     assert "is not valid JSON" in page
     assert ids["bench"][0] in page and ">Export and parity</h2>" in page
@@ -214,7 +258,7 @@ def test_reading_changes_no_run(story):
     assert _snapshot(ws) == before  # not a -wal, not an mtime
 
 
-# -- writing it -------------------------------------------------------------------------------------------------
+# -- writing it ----------------------------------------------------------------------------------------------
 
 
 def test_write_report_default_place_folder_and_file(story, tmp_path):
@@ -232,7 +276,7 @@ def test_write_report_default_place_folder_and_file(story, tmp_path):
         write_report(ws, ids["train"], tmp_path / "model.pdf")
 
 
-# -- the walls ---------------------------------------------------------------------------------------------------
+# -- the walls -----------------------------------------------------------------------------------------------
 
 
 def test_report_imports_neither_torch_nor_qt(story):
@@ -241,17 +285,19 @@ def test_report_imports_neither_torch_nor_qt(story):
 import sys
 from workbench.report import build_report
 import workbench.cli
-page = build_report({str(ws)!r}, {ids['train']!r})
+page = build_report({str(ws)!r}, {ids["train"]!r})
 assert "Quantization" in page
 heavy = ("torch", "torchvision", "onnx", "onnxruntime", "model_explorer", "PySide6", "shiboken6", "pyqtgraph", "numpy")
 print("LOADED", [m for m in heavy if m in sys.modules])
-"""
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+"""  # noqa: E501
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert result.returncode == 0, result.stderr
     assert "LOADED []" in result.stdout
 
 
-# -- the command line --------------------------------------------------------------------------------------------
+# -- the command line ----------------------------------------------------------------------------------------
 
 
 def _wb(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -316,9 +362,19 @@ def test_a_run_folder_brings_its_own_workspace(story, tmp_path):
 def test_one_benchmark_on_several_devices_draws_a_line_each(tmp_path):
     ws = tmp_path / "ws"
     train = training_run(ws)
-    results = [{"backend": "eager", "batch_size": b, "device": device, "dtype": "float32", "status": "ok",
-                "latency_ms": {"p50": 0.5 * b if device == "cpu" else 0.1 * b}, "throughput_per_s": 100.0 * b}
-               for device in ("cpu", "cuda:0") for b in (1, 4)]
+    results = [
+        {
+            "backend": "eager",
+            "batch_size": b,
+            "device": device,
+            "dtype": "float32",
+            "status": "ok",
+            "latency_ms": {"p50": 0.5 * b if device == "cpu" else 0.1 * b},
+            "throughput_per_s": 100.0 * b,
+        }
+        for device in ("cpu", "cuda:0")
+        for b in (1, 4)
+    ]
     make_run(ws, "bench", "bench.latency", {"source": {"run": train}}, {"results": results})
     page = build_report(ws, train)
     assert ">eager cpu<" in page and ">eager cuda:0<" in page

@@ -1,4 +1,5 @@
-"""The report's inline-SVG charts: round ticks, log axes, gaps for NaN, thinning that keeps spikes, escaped text."""
+"""The report's inline-SVG charts: round ticks, log axes, gaps for NaN, thinning that keeps spikes, escaped
+text."""
 
 from __future__ import annotations
 
@@ -36,7 +37,9 @@ def test_thin_keeps_spikes_and_gaps():
 
 
 def test_line_chart_breaks_at_nan_and_escapes_names():
-    chart = svg.line_chart([Series("<b>loss</b>", [1, 2, 3, 4, 5], [1.0, 0.5, math.nan, 0.3, 0.2])], title="a & b")
+    chart = svg.line_chart(
+        [Series("<b>loss</b>", [1, 2, 3, 4, 5], [1.0, 0.5, math.nan, 0.3, 0.2])], title="a & b"
+    )
     assert chart.startswith("<svg") and chart.endswith("</svg>")
     assert "<b>" not in chart and "&lt;b&gt;loss&lt;/b&gt;" in chart and "a &amp; b" in chart
     path = re.search(r'<path d="([^"]+)"', chart).group(1)
@@ -44,8 +47,13 @@ def test_line_chart_breaks_at_nan_and_escapes_names():
 
 
 def test_log_log_chart_drops_non_positive_values_and_uses_given_ticks():
-    chart = svg.line_chart([Series("ort", [1, 8, 64], [0.4, 0.0, 9.1], markers=True)], log_x=True, log_y=True,
-                           x_ticks=[1, 8, 64], x_format=lambda v: f"{v:g}")
+    chart = svg.line_chart(
+        [Series("ort", [1, 8, 64], [0.4, 0.0, 9.1], markers=True)],
+        log_x=True,
+        log_y=True,
+        x_ticks=[1, 8, 64],
+        x_format=lambda v: f"{v:g}",
+    )
     for tick in (">1<", ">8<", ">64<"):
         assert tick in chart
     assert chart.count("<circle") == 2
@@ -56,11 +64,18 @@ def test_empty_chart_says_so():
 
 
 def test_bar_charts():
-    chart = svg.bar_chart(["fp32", "<w8>"], [0.98, 0.97], domain=(0.9, 1.0), reference=(0.98, "FP32"),
-                          value_format=lambda v: f"{v * 100:.2f} %")
+    chart = svg.bar_chart(
+        ["fp32", "<w8>"],
+        [0.98, 0.97],
+        domain=(0.9, 1.0),
+        reference=(0.98, "FP32"),
+        value_format=lambda v: f"{v * 100:.2f} %",
+    )
     assert "98.00 %" in chart and "97.00 %" in chart and "&lt;w8&gt;" in chart
     assert chart.count("<rect") == 2
-    grouped = svg.grouped_bar_chart(["batch 1", "batch 8"], [("eager", [100.0, 700.0]), ("ort", [150.0, math.nan])])
+    grouped = svg.grouped_bar_chart(
+        ["batch 1", "batch 8"], [("eager", [100.0, 700.0]), ("ort", [150.0, math.nan])]
+    )
     assert grouped.count("<rect") == 3 and ">eager<" in grouped
 
 

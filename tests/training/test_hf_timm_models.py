@@ -1,6 +1,6 @@
-"""Models by name from the optional extras: `hf:<folder>` (Hugging Face transformers, loaded offline through its
-Auto classes from a folder written by save_pretrained) and `timm:<name>`; their refusals and install messages, and
-a tiny BERT trained for an epoch by `workbench train` on a user token Dataset."""
+"""Models by name from the optional extras: `hf:<folder>` (Hugging Face transformers, loaded offline through
+its Auto classes from a folder written by save_pretrained) and `timm:<name>`; their refusals and install
+messages, and a tiny BERT trained for an epoch by `workbench train` on a user token Dataset."""
 
 from __future__ import annotations
 
@@ -22,8 +22,15 @@ SEQUENCE = 12  # tokens per sample
 @pytest.fixture(scope="module")
 def bert(tmp_path_factory) -> Path:
     transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                     intermediate_size=64, max_position_embeddings=64, num_labels=2)
+    config = transformers.BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        num_labels=2,
+    )
     folder = tmp_path_factory.mktemp("hf") / "bert"
     transformers.BertForSequenceClassification(config).save_pretrained(folder)
     return folder
@@ -32,8 +39,16 @@ def bert(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def vit(tmp_path_factory) -> Path:
     transformers = pytest.importorskip("transformers")
-    config = transformers.ViTConfig(image_size=16, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=1,
-                                    num_attention_heads=4, intermediate_size=64, num_labels=3)
+    config = transformers.ViTConfig(
+        image_size=16,
+        patch_size=8,
+        num_channels=3,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=64,
+        num_labels=3,
+    )
     folder = tmp_path_factory.mktemp("hf") / "vit"
     transformers.ViTForImageClassification(config).save_pretrained(folder)
     return folder
@@ -43,17 +58,22 @@ def _ids(*shape: int) -> torch.Tensor:
     return torch.randint(0, 100, shape, generator=torch.Generator().manual_seed(0))
 
 
-# -- hf: ------------------------------------------------------------------------------------------------------------
+# -- hf: -----------------------------------------------------------------------------------------------------
 
 
 def test_an_hf_text_classifier_from_a_saved_folder_gives_logits_for_token_ids(bert):
     logs: list[str] = []
-    model = build_model(ModelSpec(name=f"hf:{bert}", num_classes=2), input_shape=(SEQUENCE,), example=_ids(SEQUENCE),
-                        log=logs.append)
+    model = build_model(
+        ModelSpec(name=f"hf:{bert}", num_classes=2),
+        input_shape=(SEQUENCE,),
+        example=_ids(SEQUENCE),
+        log=logs.append,
+    )
     model.eval()
     out = model(_ids(4, SEQUENCE))
     assert isinstance(out, torch.Tensor) and out.shape == (4, 2)
-    # Keyword inputs from a dict sample, named as transformers names them (and as an ONNX export names its inputs).
+    # Keyword inputs from a dict sample, named as transformers names them (and as an ONNX export names its
+    # inputs).
     mask = torch.ones(4, SEQUENCE, dtype=torch.long)
     assert torch.allclose(model(input_ids=_ids(4, SEQUENCE), attention_mask=mask), out)
     assert any("as sequence-classification" in line and "without remote code" in line for line in logs)
@@ -62,15 +82,17 @@ def test_an_hf_text_classifier_from_a_saved_folder_gives_logits_for_token_ids(be
 def test_num_classes_other_than_the_checkpoints_gives_a_fresh_head_of_that_size(bert):
     logs: list[str] = []
     example = {"input_ids": _ids(SEQUENCE), "attention_mask": torch.ones(SEQUENCE, dtype=torch.long)}
-    model = build_model(ModelSpec(name=f"hf:{bert}", num_classes=5), input_shape=(SEQUENCE,), example=example,
-                        log=logs.append)
+    model = build_model(
+        ModelSpec(name=f"hf:{bert}", num_classes=5), input_shape=(SEQUENCE,), example=example, log=logs.append
+    )
     assert model.eval()(**{key: value[None] for key, value in example.items()}).shape == (1, 5)
     assert any("the checkpoint has 2 labels" in line for line in logs)
 
 
 def test_model_args_pick_the_task_and_reach_from_pretrained(bert):
-    spec = ModelSpec(name=f"hf:{bert}", num_classes=4,
-                     args={"task": "token-classification", "hidden_dropout_prob": 0.25})
+    spec = ModelSpec(
+        name=f"hf:{bert}", num_classes=4, args={"task": "token-classification", "hidden_dropout_prob": 0.25}
+    )
     model = build_model(spec, input_shape=(SEQUENCE,), example=_ids(SEQUENCE), task="custom")
     assert type(model.model).__name__ == "BertForTokenClassification"
     assert model.model.config.hidden_dropout_prob == 0.25
@@ -86,9 +108,12 @@ def test_an_hf_image_classifier_takes_pixels(vit):
 def test_a_missing_folder_says_hf_works_offline_from_a_folder_or_the_cache(tmp_path):
     pytest.importorskip("transformers")
     missing = tmp_path / "nothing-here"
-    with pytest.raises(JobError, match=r"^model.name: hf:.*nothing-here.* is not a folder here, and not a model in "
-                                       r"the local Hugging Face cache; hf: works offline, from a local folder \(e.g. "
-                                       r"one written by save_pretrained\) or the cache"):
+    with pytest.raises(
+        JobError,
+        match=r"^model.name: hf:.*nothing-here.* is not a folder here, and not a model in "
+        r"the local Hugging Face cache; hf: works offline, from a local folder \(e.g. "
+        r"one written by save_pretrained\) or the cache",
+    ):
         build_model(ModelSpec(name=f"hf:{missing}"), input_shape=(SEQUENCE,))
     (tmp_path / "empty").mkdir()
     with pytest.raises(JobError, match=r"^model.name: hf:.*empty: the folder .*empty holds no config.json"):
@@ -101,25 +126,34 @@ def test_hf_refuses_remote_code_weights_and_a_wrong_task(bert):
         build_model(ModelSpec(name=f"hf:{bert}", args={"trust_remote_code": True}), input_shape=(SEQUENCE,))
     with pytest.raises(JobError, match="^model.weights: hf:.* loads the weights saved with it"):
         build_model(ModelSpec(name=f"hf:{bert}", weights="DEFAULT"), input_shape=(SEQUENCE,))
-    with pytest.raises(JobError, match="^model.args: task 'translation' is not one of: sequence-classification, "
-                                       "token-classification, image-classification$"):
+    with pytest.raises(
+        JobError,
+        match="^model.args: task 'translation' is not one of: sequence-classification, "
+        "token-classification, image-classification$",
+    ):
         build_model(ModelSpec(name=f"hf:{bert}", args={"task": "translation"}), input_shape=(SEQUENCE,))
-    with pytest.raises(JobError, match="^model.args: num_labels is not passed to from_pretrained: set "
-                                       "model.num_classes instead$"):
+    with pytest.raises(
+        JobError,
+        match="^model.args: num_labels is not passed to from_pretrained: set model.num_classes instead$",
+    ):
         build_model(ModelSpec(name=f"hf:{bert}", args={"num_labels": 3}), input_shape=(SEQUENCE,))
 
 
 def test_without_transformers_the_job_names_the_pip_command(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` now fails
-    with pytest.raises(JobError, match=r"^model.name: an hf: model is loaded by Hugging Face transformers, which is "
-                                       r"not installed here .*; install it with pip install 'torch-workbench\[hf\]'$"):
+    with pytest.raises(
+        JobError,
+        match=r"^model.name: an hf: model is loaded by Hugging Face transformers, which is "
+        r"not installed here .*; install it with pip install 'torch-workbench\[hf\]'$",
+    ):
         build_model(ModelSpec(name=f"hf:{tmp_path}"), input_shape=(SEQUENCE,))
 
 
 def test_a_file_model_that_returns_a_transformers_model_works_as_it_is(tmp_path):
     pytest.importorskip("transformers")
     path = tmp_path / "wrapped.py"
-    path.write_text(textwrap.dedent("""
+    path.write_text(
+        textwrap.dedent("""
         from transformers import BertConfig, BertForSequenceClassification
 
 
@@ -127,18 +161,23 @@ def test_a_file_model_that_returns_a_transformers_model_works_as_it_is(tmp_path)
             return BertForSequenceClassification(BertConfig(
                 vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
                 max_position_embeddings=64, num_labels=num_classes))
-    """))
-    build_model(ModelSpec(name=f"file:{path}:bert", num_classes=3), input_shape=(SEQUENCE,), example=_ids(SEQUENCE))
+    """)  # noqa: E501
+    )
+    build_model(
+        ModelSpec(name=f"file:{path}:bert", num_classes=3), input_shape=(SEQUENCE,), example=_ids(SEQUENCE)
+    )
 
 
-# -- timm: ----------------------------------------------------------------------------------------------------------
+# -- timm: ---------------------------------------------------------------------------------------------------
 
 
 def test_a_timm_model_is_built_untrained_for_the_input_channels_and_classes():
     pytest.importorskip("timm")
     model = build_model(ModelSpec(name="timm:resnet18", num_classes=3), input_shape=(3, 32, 32))
     assert model.eval()(torch.randn(2, 3, 32, 32)).shape == (2, 3)
-    gray = build_model(ModelSpec(name="timm:test_vit", num_classes=4, args={"img_size": 16}), input_shape=(1, 16, 16))
+    gray = build_model(
+        ModelSpec(name="timm:test_vit", num_classes=4, args={"img_size": 16}), input_shape=(1, 16, 16)
+    )
     assert gray.eval()(torch.randn(2, 1, 16, 16)).shape == (2, 4)
 
 
@@ -147,19 +186,41 @@ def test_timm_weights_come_from_a_local_state_dict_file(tmp_path):
     spec = ModelSpec(name="timm:test_vit", num_classes=3, args={"img_size": 16})
     trained = build_model(spec, input_shape=(3, 16, 16))
     torch.save(trained.state_dict(), tmp_path / "weights.pt")
-    loaded = build_model(ModelSpec(name="timm:test_vit", num_classes=3, args={"img_size": 16},
-                                   weights=str(tmp_path / "weights.pt")), input_shape=(3, 16, 16))
+    loaded = build_model(
+        ModelSpec(
+            name="timm:test_vit", num_classes=3, args={"img_size": 16}, weights=str(tmp_path / "weights.pt")
+        ),
+        input_shape=(3, 16, 16),
+    )
     x = torch.randn(2, 3, 16, 16)
     assert torch.equal(loaded.eval()(x), trained.eval()(x))
     # The file's own 3 classes, then a fresh 5-class head where replace_head asks for it, as for torchvision.
     with pytest.raises(JobError, match="set model.replace_head=true to train a new head"):
-        build_model(ModelSpec(name="timm:test_vit", num_classes=5, args={"img_size": 16},
-                              weights=str(tmp_path / "weights.pt")), input_shape=(3, 16, 16))
-    fresh_head = build_model(ModelSpec(name="timm:test_vit", num_classes=5, args={"img_size": 16}, replace_head=True,
-                                       weights=str(tmp_path / "weights.pt")), input_shape=(3, 16, 16))
+        build_model(
+            ModelSpec(
+                name="timm:test_vit",
+                num_classes=5,
+                args={"img_size": 16},
+                weights=str(tmp_path / "weights.pt"),
+            ),
+            input_shape=(3, 16, 16),
+        )
+    fresh_head = build_model(
+        ModelSpec(
+            name="timm:test_vit",
+            num_classes=5,
+            args={"img_size": 16},
+            replace_head=True,
+            weights=str(tmp_path / "weights.pt"),
+        ),
+        input_shape=(3, 16, 16),
+    )
     assert fresh_head.eval()(x).shape == (2, 5)
-    with pytest.raises(JobError, match="^model.weights: 'DEFAULT' is not a file; a timm: model loads its weights from "
-                                       "a local state_dict file"):
+    with pytest.raises(
+        JobError,
+        match="^model.weights: 'DEFAULT' is not a file; a timm: model loads its weights from "
+        "a local state_dict file",
+    ):
         build_model(ModelSpec(name="timm:resnet18", weights="DEFAULT"), input_shape=(3, 32, 32))
 
 
@@ -169,7 +230,9 @@ def test_timm_names_close_matches_and_refuses_what_the_workbench_sets():
         build_model(ModelSpec(name="timm:resnet_18"), input_shape=(3, 32, 32))
     with pytest.raises(JobError, match="^model.args: pretrained is not passed to timm.create_model"):
         build_model(ModelSpec(name="timm:resnet18", args={"pretrained": True}), input_shape=(3, 32, 32))
-    with pytest.raises(JobError, match="^model.args: timm cannot build resnet18 with these arguments: .*'bogus'"):
+    with pytest.raises(
+        JobError, match="^model.args: timm cannot build resnet18 with these arguments: .*'bogus'"
+    ):
         build_model(ModelSpec(name="timm:resnet18", args={"bogus": 1}), input_shape=(3, 32, 32))
 
 
@@ -179,7 +242,7 @@ def test_without_timm_the_job_names_the_pip_command(monkeypatch):
         build_model(ModelSpec(name="timm:resnet18", num_classes=3), input_shape=(3, 32, 32))
 
 
-# -- the spec and the registry ---------------------------------------------------------------------------------------
+# -- the spec and the registry -------------------------------------------------------------------------------
 
 
 def test_the_spec_accepts_hf_and_timm_names_with_args():
@@ -200,7 +263,7 @@ def test_runs_are_labelled_by_the_folder_or_the_timm_name():
     assert short_model("timm:resnet18") == "resnet18"
 
 
-# -- training through the command line -------------------------------------------------------------------------------
+# -- training through the command line -----------------------------------------------------------------------
 
 TOKENS = '''
 import torch
@@ -229,16 +292,18 @@ def test_workbench_train_fine_tunes_an_hf_folder_on_a_user_token_dataset(tmp_pat
 
     (tmp_path / "tokens.py").write_text(TOKENS)
     spec = tmp_path / "spec.toml"
-    spec.write_text(textwrap.dedent(f"""
+    spec.write_text(
+        textwrap.dedent(f"""
         epochs = 1
         batch_size = 16
         device = "cpu"
         [dataset]
-        name = "file:{tmp_path / 'tokens.py'}:Tokens"
+        name = "file:{tmp_path / "tokens.py"}:Tokens"
         num_workers = 0
         [model]
         name = "hf:{bert}"
-    """))
+    """)
+    )
     proc = wb(tmp_path, "train", str(spec), "--json", timeout=300)
     expect(proc, 0)
     no_traceback(proc)

@@ -1,5 +1,5 @@
-"""Layer statistics while training (#21 part 2): what a recorded step holds, that it matches the model, and that a
-dead ReLU layer, vanishing gradients and a far-off update ratio are named in the log."""
+"""Layer statistics while training (#21 part 2): what a recorded step holds, that it matches the model, and
+that a dead ReLU layer, vanishing gradients and a far-off update ratio are named in the log."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def test_a_digits_run_records_every_layer_at_step_one_and_every_interval(digits_
         assert (scalars["weight_norm"] > 0).all() and (scalars["grad_norm"] > 0).all()
         assert ((scalars["update_ratio"] > 0) & (scalars["update_ratio"] < 1)).all()
         assert (scalars["act_std"] > 0).all()
-    # Each histogram counts every value of what it describes: the first layer's weights, a batch's activations.
+    # Each histogram counts every value of what it describes: the first layer's weights, a batch's
+    # activations.
     first = records[0]
     weights = first["counts"][0, KINDS.index("weights")].sum()
     gradients = first["counts"][0, KINDS.index("gradients")].sum()
@@ -82,7 +83,8 @@ def test_the_statistics_match_the_model_they_describe():
     low, high = record["ranges"][0, KINDS.index("activations")]
     assert np.isclose(low, hidden.min().item()) and np.isclose(high, hidden.max().item())
     expected = torch.histc(hidden, bins=BINS, min=low, max=high)
-    assert np.abs(activations - expected.numpy()).sum() <= 2  # the top edge's value lands in the last bin alike
+    # the top edge's value lands in the last bin alike
+    assert np.abs(activations - expected.numpy()).sum() <= 2
     assert stats.pending is None and not model[1]._forward_hooks  # nothing left hooked
 
 
@@ -100,20 +102,31 @@ def test_a_dead_relu_layer_is_named_in_the_log_and_the_record(tmp_path):
     assert ("fc2", "dead") in kinds and ("fc1", "dead") not in kinds
     warnings = [log["text"] for log in recorder.of("log") if log["level"] == "warning"]
     dead_warnings = [text for text in warnings if "units are dead" in text]
-    assert len(dead_warnings) == 1 and "layer fc2: 100% of its units are dead" in dead_warnings[0]  # said once
+    # said once
+    assert len(dead_warnings) == 1 and "layer fc2: 100% of its units are dead" in dead_warnings[0]
     # Nothing flows back past fc2's dead ReLU: every layer's weights get no gradient, each named once.
     assert sum("gets no gradient at all" in text for text in warnings) == 3
 
 
 def test_vanishing_gradients_and_far_off_updates_are_findings():
-    record = {"step": 50, "layers": ["conv1", "mid", "fc"],
-              "scalars": np.array([[1.0, 1e-7, 1e-7, 0, 1, 0.0],
-                                   [1.0, 1e-3, 1e-3, 0, 1, 0.0],
-                                   [1.0, 1e-2, 0.5, 0, 1, np.nan]])}
+    record = {
+        "step": 50,
+        "layers": ["conv1", "mid", "fc"],
+        "scalars": np.array(
+            [[1.0, 1e-7, 1e-7, 0, 1, 0.0], [1.0, 1e-3, 1e-3, 0, 1, 0.0], [1.0, 1e-2, 0.5, 0, 1, np.nan]]
+        ),
+    }
     found = {(layer, kind): text for layer, kind, text in findings(record)}
-    assert "vanishing gradients" in found[("conv1", "gradient_spread")] and "conv1" in found[("conv1", "gradient_spread")]
+    assert (
+        "vanishing gradients" in found[("conv1", "gradient_spread")]
+        and "conv1" in found[("conv1", "gradient_spread")]
+    )
     assert "1e+05x apart" in found[("conv1", "gradient_spread")]
-    assert ("conv1", "update_small") in found and ("fc", "update_large") in found and ("mid", "update_small") not in found
+    assert (
+        ("conv1", "update_small") in found
+        and ("fc", "update_large") in found
+        and ("mid", "update_small") not in found
+    )
 
 
 @pytest.mark.parametrize("functional", [False, True], ids=["modules", "functional"])
@@ -159,8 +172,9 @@ def test_show_on_graph_paints_the_latest_recorded_step(digits_run, tmp_path):
 
     result, _ = digits_run
     workspace = Path(result["run_dir"]).parent
-    graph = run_task(get_task("graph.build"), {"source": {"run": result["run_dir"]}}, emit=Recorder(),
-                     workspace=workspace)
+    graph = run_task(
+        get_task("graph.build"), {"source": {"run": result["run_dir"]}}, emit=Recorder(), workspace=workspace
+    )
     assert graph["status"] == "done", graph.get("error")
     latest = read_records(result["run_dir"])[-1]
     overlay = graph["overlays"]["layers_grad_norm"]
@@ -192,10 +206,18 @@ def test_a_torchvision_resnet_is_recorded_with_its_relus_found_through_the_norms
     stats.after_backward()
     record = stats.finish(lambda tensor: tensor.detach())
     dead = dict(zip(record["layers"], record["scalars"][:, SCALARS.index("dead_fraction")]))
-    # conv1 -> bn1 -> relu, and each block's conv1 -> bn1 -> relu: measured; conv2 -> bn2 -> (+ shortcut) -> relu
-    # and the downsample convs feed an addition, not a ReLU: not measured; fc feeds nothing.
-    assert np.isfinite(dead["conv1"]) and np.isfinite(dead["layer1.0.conv1"]) and np.isfinite(dead["layer4.1.conv1"])
-    assert math.isnan(dead["layer1.0.conv2"]) and math.isnan(dead["layer2.0.downsample.0"]) and math.isnan(dead["fc"])
+    # conv1 -> bn1 -> relu, and each block's conv1 -> bn1 -> relu: measured; conv2 -> bn2 -> (+ shortcut) ->
+    # relu and the downsample convs feed an addition, not a ReLU: not measured; fc feeds nothing.
+    assert (
+        np.isfinite(dead["conv1"])
+        and np.isfinite(dead["layer1.0.conv1"])
+        and np.isfinite(dead["layer4.1.conv1"])
+    )
+    assert (
+        math.isnan(dead["layer1.0.conv2"])
+        and math.isnan(dead["layer2.0.downsample.0"])
+        and math.isnan(dead["fc"])
+    )
     assert (record["scalars"][:, SCALARS.index("grad_norm")] > 0).all()
 
 

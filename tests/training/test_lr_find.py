@@ -1,6 +1,6 @@
 """The learning-rate finder (`lr.find`, `workbench lr-find`) on the bundled digits: its suggestion lies within
-10x of a rate that trains to 95 %, it leaves runs and the worker's random state alone, it cancels, and bad specs and
-failed jobs exit as the command line's other verbs do."""
+10x of a rate that trains to 95 %, it leaves runs and the worker's random state alone, it cancels, and bad
+specs and failed jobs exit as the command line's other verbs do."""
 
 from __future__ import annotations
 
@@ -22,21 +22,32 @@ from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
 from workbench.worker.training.lr_find import smoothing_for, suggest, sweep_rates
 
-# Measured on digits with the small cnn and adam, 3 epochs of batch 64 at a constant rate: 0.003 and 0.01 reach 97 %
-# test accuracy, 0.03 93 %, 0.001 only 90 % (too slow for 3 epochs) and 0.1 71 % (too fast).
+# Measured on digits with the small cnn and adam, 3 epochs of batch 64 at a constant rate: 0.003 and 0.01
+# reach 97 % test accuracy, 0.03 93 %, 0.001 only 90 % (too slow for 3 epochs) and 0.1 71 % (too fast).
 GOOD_LR = 0.01
 TRAIN = merge(QUICK, epochs=3, lr=GOOD_LR, optimizer="adam", device="cpu", checkpoint_every=0)
-FIND = {**{key: value for key, value in TRAIN.items() if key != "lr"}, "min_lr": 1e-7, "max_lr": 10, "steps": 100}
+FIND = {
+    **{key: value for key, value in TRAIN.items() if key != "lr"},
+    "min_lr": 1e-7,
+    "max_lr": 10,
+    "steps": 100,
+}
 
 
-def lr_find(workspace, spec: dict, *, recorder: Recorder | None = None, stop: threading.Event | None = None) -> dict:
-    return run_task(get_task("lr.find"), spec, emit=recorder or Recorder(), workspace=workspace,
-                    stop_event=stop)
+def lr_find(
+    workspace, spec: dict, *, recorder: Recorder | None = None, stop: threading.Event | None = None
+) -> dict:
+    return run_task(
+        get_task("lr.find"), spec, emit=recorder or Recorder(), workspace=workspace, stop_event=stop
+    )
 
 
 def digests(folder: Path) -> dict[str, str]:
-    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in sorted(folder.rglob("*")) if path.is_file()}
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
 
 
 def rng_snapshot() -> tuple:
@@ -48,7 +59,9 @@ def same_rng(a: tuple, b: tuple) -> bool:
 
 
 @pytest.mark.slow
-def test_the_suggestion_is_within_10x_of_a_rate_that_trains_digits_to_95_percent_and_changes_nothing(tmp_path):
+def test_the_suggestion_is_within_10x_of_a_rate_that_trains_digits_to_95_percent_and_changes_nothing(
+    tmp_path,
+):
     trained = done(train(tmp_path, TRAIN))
     assert trained["final"]["test_accuracy"] >= 0.95, trained["final"]
     run_dir = Path(trained["run_dir"])
@@ -57,7 +70,8 @@ def test_the_suggestion_is_within_10x_of_a_rate_that_trains_digits_to_95_percent
 
     recorder = Recorder()
     found = done(lr_find(tmp_path, FIND, recorder=recorder))
-    # A run folder of its own, durable as every job's, with the curve in its report; the training run is untouched.
+    # A run folder of its own, durable as every job's, with the curve in its report; the training run is
+    # untouched.
     made = [p for p in run_dirs(tmp_path) if p not in runs_before]
     assert [p.name for p in made] == [Path(found["run_dir"]).name], made
     report = RunStore(tmp_path).open_run(made[0].name).read_report()
@@ -76,14 +90,16 @@ def test_the_suggestion_is_within_10x_of_a_rate_that_trains_digits_to_95_percent
     assert any(p["text"].startswith("lr ") for p in progress) and progress[-1]["fraction"] == 1.0
 
     # A sweep that starts from the run's weights reads them, and changes neither them nor the run.
-    from_run = done(lr_find(tmp_path, merge(FIND, steps=10, model={"name": "cnn", "checkpoint":
-                                                                   trained["checkpoint"]})))
+    from_run = done(
+        lr_find(tmp_path, merge(FIND, steps=10, model={"name": "cnn", "checkpoint": trained["checkpoint"]}))
+    )
     assert from_run["raw_losses"][0] < 0.5 * raw[0]  # it did start from the trained weights
     assert digests(run_dir / "checkpoints") == before
     # Two sweeps, two run folders (named by the second they started, so compared as a set).
     assert {p for p in run_dirs(tmp_path) if p not in runs_before} == {*made, Path(from_run["run_dir"])}
 
-    # Used as Smith intended, as the peak of a one-cycle schedule, the suggestion itself trains digits to 95 % too.
+    # Used as Smith intended, as the peak of a one-cycle schedule, the suggestion itself trains digits to 95 %
+    # too.
     peak = done(train(tmp_path, merge(TRAIN, lr=round(suggested, 4), scheduler="onecycle")))
     assert peak["final"]["test_accuracy"] >= 0.95, (suggested, peak["final"])
     runs_before = run_dirs(tmp_path)
@@ -103,7 +119,8 @@ def test_cancel_stops_the_sweep_at_its_next_step_and_restores_the_random_state(t
     assert result["status"] == "cancelled", result
     message = result["error"]["message"]
     assert message.startswith("lr-find cancelled by the user after ") and "of 500 steps" in message
-    # Stopped at the step after the one whose progress asked for it (progress is throttled, not sent every step).
+    # Stopped at the step after the one whose progress asked for it (progress is throttled, not sent every
+    # step).
     asked = next(p for p in recorder.of("progress") if p["text"].startswith("lr "))
     assert int(message.split("after ")[1].split(" ")[0]) == asked["done"] < 500
     assert same_rng(rng_snapshot(), rng_before)
@@ -138,8 +155,11 @@ def test_the_sweep_and_its_suggestion():
     assert np.allclose(np.diff(np.log10(rates)), 1.0)
     assert smoothing_for(100) == pytest.approx(0.9) and smoothing_for(1000) == 0.98 and smoothing_for(5) == 0
     lrs = list(np.geomspace(1e-5, 1, 50))
-    # Flat, then a fall steepest at 1e-2, a minimum at 1e-1, then a rise: the suggestion is the steepest point.
-    losses = [2.0 - 1.5 / (1 + np.exp(-4 * (np.log10(lr) + 2))) + (5 * (lr - 0.1) if lr > 0.1 else 0) for lr in lrs]
+    # Flat, then a fall steepest at 1e-2, a minimum at 1e-1, then a rise: the suggestion is the steepest
+    # point.
+    losses = [
+        2.0 - 1.5 / (1 + np.exp(-4 * (np.log10(lr) + 2))) + (5 * (lr - 0.1) if lr > 0.1 else 0) for lr in lrs
+    ]
     suggested, why = suggest(lrs, losses)
     assert suggested == pytest.approx(1e-2, rel=0.3) and "steepest" in why
     assert suggest(lrs[:3], losses[:3])[0] is None
@@ -148,8 +168,20 @@ def test_the_sweep_and_its_suggestion():
 
 @pytest.mark.slow
 def test_the_command_line_prints_one_json_result_and_exits_like_the_other_verbs(tmp_path):
-    proc = wb(tmp_path, "lr-find", "--set", "steps=8", "--set", "device=cpu", "--set", "min_lr=1e-4",
-              "--set", "max_lr=1e-1", "--json", timeout=120)
+    proc = wb(
+        tmp_path,
+        "lr-find",
+        "--set",
+        "steps=8",
+        "--set",
+        "device=cpu",
+        "--set",
+        "min_lr=1e-4",
+        "--set",
+        "max_lr=1e-1",
+        "--json",
+        timeout=120,
+    )
     expect(proc, 0)
     result = one_json(proc)
     assert result["status"] == "done" and len(result["lrs"]) == 8
@@ -160,18 +192,29 @@ def test_the_command_line_prints_one_json_result_and_exits_like_the_other_verbs(
     expect(proc, 2)  # a bad spec: usage
     no_traceback(proc)
     error = one_json(proc)["error"]
-    assert error["type"] == "SpecError" and error["message"].startswith("min_lr: 1 must be below max_lr (0.1)")
+    assert error["type"] == "SpecError" and error["message"].startswith(
+        "min_lr: 1 must be below max_lr (0.1)"
+    )
     assert error["message"] in proc.stderr
 
-    proc = wb(tmp_path, "lr-find", "--set", "device=cpu", "--set", "dataset.name=fake", "--set",
-              "model.checkpoint=nowhere.pt", "--json")
+    proc = wb(
+        tmp_path,
+        "lr-find",
+        "--set",
+        "device=cpu",
+        "--set",
+        "dataset.name=fake",
+        "--set",
+        "model.checkpoint=nowhere.pt",
+        "--json",
+    )
     expect(proc, 1)  # a valid spec whose job failed
     no_traceback(proc)
     result = one_json(proc)
     assert result["status"] == "failed" and "nowhere.pt" in result["error"]["message"]
 
 
-NAN_MODEL = '''
+NAN_MODEL = """
 import torch
 from torch import nn
 
@@ -182,12 +225,14 @@ class NaNNet(nn.Module):
 
     def forward(self, x):
         return self.fc(x.flatten(1)) * float("nan")
-'''
+"""
 
 
 def test_a_loss_that_is_nan_at_once_says_so_rather_than_asking_for_another_range(tmp_path):
     (tmp_path / "nan_net.py").write_text(NAN_MODEL)
-    found = done(lr_find(tmp_path / "ws", merge(FIND, model={"name": f"file:{tmp_path / 'nan_net.py'}:NaNNet"})))
+    found = done(
+        lr_find(tmp_path / "ws", merge(FIND, model={"name": f"file:{tmp_path / 'nan_net.py'}:NaNNet"}))
+    )
     assert found["suggested_lr"] is None
     assert found["suggestion"].startswith("the loss became NaN at lr 1e-07 (step 1)"), found["suggestion"]
     assert "lower min_lr" not in found["suggestion"] and "NaN or infinite values" in found["suggestion"]

@@ -32,6 +32,7 @@ def test_integer_labels_stay_classification_and_a_set_task_wins():
 
 
 def test_targets_no_task_fits_are_a_clear_error():
-    data = _batch([torch.tensor([2, 5]), torch.tensor([1, 7])])  # integer vectors: not multilabel, not a class
+    # integer vectors: not multilabel, not a class
+    data = _batch([torch.tensor([2, 5]), torch.tensor([1, 7])])
     with pytest.raises(JobError, match="task=auto cannot tell the task"):
         measured_task(TrainSpec.from_dict({"task": "auto"}), data)

@@ -1,6 +1,6 @@
-"""TensorBoard interop: `tensorboard = true` writes the run's metrics (as its database has them), spec and graph while
-it trains; `workbench runs export-tensorboard` writes the same for a run made without it; a missing package is a
-clear error before training."""
+"""TensorBoard interop: `tensorboard = true` writes the run's metrics (as its database has them), spec and
+graph while it trains; `workbench runs export-tensorboard` writes the same for a run made without it; a
+missing package is a clear error before training."""
 
 from __future__ import annotations
 
@@ -25,16 +25,21 @@ SPEC = merge(QUICK, epochs=1, layer_stats_every=10)
 
 def read_board(log_dir) -> event_accumulator.EventAccumulator:
     # 0: keep every value (the default keeps a sample of 10,000 scalars, and 10 texts)
-    acc = event_accumulator.EventAccumulator(str(log_dir), size_guidance={event_accumulator.SCALARS: 0,
-                                                                           event_accumulator.TENSORS: 0,
-                                                                           event_accumulator.HISTOGRAMS: 0})
+    acc = event_accumulator.EventAccumulator(
+        str(log_dir),
+        size_guidance={
+            event_accumulator.SCALARS: 0,
+            event_accumulator.TENSORS: 0,
+            event_accumulator.HISTOGRAMS: 0,
+        },
+    )
     acc.Reload()
     return acc
 
 
 def assert_same_scalars(acc, database: dict) -> None:
-    """Every metric of the database, at the same steps, with the same values (TensorBoard keeps float32); the other
-    scalars are the layer statistics' (grad_norm/<layer>, ...)."""
+    """Every metric of the database, at the same steps, with the same values (TensorBoard keeps float32); the
+    other scalars are the layer statistics' (grad_norm/<layer>, ...)."""
     tags = set(acc.Tags()["scalars"])
     assert set(database) <= tags
     assert {tag.split("/")[0] for tag in tags - set(database)} <= set(SCALARS)
@@ -56,13 +61,15 @@ def assert_layer_stats(acc, run_dir) -> None:
             assert list(event.histogram_value.bucket) == list(record["counts"][0, which]), kind
             assert event.histogram_value.min >= record["ranges"][0, which, 0] - 1e-6
     grad_norms = [e.value for e in acc.Scalars(f"grad_norm/{layer}")]
-    np.testing.assert_allclose(grad_norms, [record["scalars"][0, SCALARS.index("grad_norm")] for record in records],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        grad_norms, [record["scalars"][0, SCALARS.index("grad_norm")] for record in records], rtol=1e-6
+    )
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """One run with tensorboard = true and its twin without (same spec otherwise), trained once for this module."""
+    """One run with tensorboard = true and its twin without (same spec otherwise), trained once for this
+    module."""
     workspace = tmp_path_factory.mktemp("tb")
     recorder = Recorder()
     live = done(train(workspace, merge(SPEC, tensorboard=True), recorder=recorder))
@@ -84,20 +91,25 @@ def test_live_board_has_every_step_the_spec_and_the_graph(runs):
         spec_text = run.spec_path.read_text()
     texts = acc.Tensors("spec/text_summary")
     assert spec_text.strip() in texts[0].tensor_proto.string_val[0].decode()
-    assert 'tensorboard = true' in spec_text
+    assert "tensorboard = true" in spec_text
     graph = acc.Graph()
-    assert any("Conv2d" in node.op or "conv" in node.op.lower() for node in graph.node), [n.op for n in graph.node][:20]
+    assert any("Conv2d" in node.op or "conv" in node.op.lower() for node in graph.node), [
+        n.op for n in graph.node
+    ][:20]
     assert_layer_stats(acc, live["run_dir"])
     logs = " ".join(content["text"] for content in recorder.of("log"))
     assert "tensorboard --logdir" in logs
-    assert "warning" not in {content["level"] for content in recorder.of("log") if "tensorboard" in content["text"]}
+    assert "warning" not in {
+        content["level"] for content in recorder.of("log") if "tensorboard" in content["text"]
+    }
 
 
 def test_tensorboard_does_not_change_training(runs):
     _, live, plain, _ = runs
     a, b = metrics(live["run_dir"])["train/loss"], metrics(plain["run_dir"])["train/loss"]
     assert a[0] == b[0]
-    np.testing.assert_allclose(a[1], b[1], rtol=1e-6)  # the graph is traced in eval mode: no batch-norm update
+    # the graph is traced in eval mode: no batch-norm update
+    np.testing.assert_allclose(a[1], b[1], rtol=1e-6)
 
 
 def test_export_of_a_run_trained_without_it_gives_the_same_scalars(runs, capsys):
@@ -116,7 +128,10 @@ def test_export_of_a_run_trained_without_it_gives_the_same_scalars(runs, capsys)
     assert out["layer_stats_steps"] == 3
     assert_layer_stats(acc, run_dir)
     # Again, in words: the earlier event files are replaced, not doubled.
-    assert cli_main(["--workspace", str(workspace), "runs", "export-tensorboard", str(run_dir), "--no-graph"]) == 0
+    assert (
+        cli_main(["--workspace", str(workspace), "runs", "export-tensorboard", str(run_dir), "--no-graph"])
+        == 0
+    )
     text = capsys.readouterr().out
     assert f"to {run_dir / 'tensorboard'}" in text and "replacing 1 earlier event file" in text
     assert f"tensorboard --logdir {run_dir / 'tensorboard'}" in text
@@ -127,14 +142,32 @@ def test_export_of_a_run_trained_without_it_gives_the_same_scalars(runs, capsys)
 def test_export_to_a_folder_of_its_own(runs, tmp_path, capsys):
     workspace, live, _, _ = runs
     out = tmp_path / "board"
-    assert cli_main(["--workspace", str(workspace), "runs", "export-tensorboard", live["run_dir"], "--out", str(out),
-                     "--no-graph", "--json"]) == 0
+    assert (
+        cli_main(
+            [
+                "--workspace",
+                str(workspace),
+                "runs",
+                "export-tensorboard",
+                live["run_dir"],
+                "--out",
+                str(out),
+                "--no-graph",
+                "--json",
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     assert result["log_dir"] == str(out) and not result["graph"]
     assert_same_scalars(read_board(out), metrics(live["run_dir"]))
     # A folder that already holds event files is refused: TensorBoard would draw both.
-    assert cli_main(["--workspace", str(workspace), "runs", "export-tensorboard", live["run_dir"], "--out",
-                     str(out)]) == 1
+    assert (
+        cli_main(
+            ["--workspace", str(workspace), "runs", "export-tensorboard", live["run_dir"], "--out", str(out)]
+        )
+        == 1
+    )
     assert "already holds TensorBoard event files" in capsys.readouterr().err
 
 
@@ -195,11 +228,21 @@ def test_a_graph_that_cannot_be_traced_is_a_warning(tmp_path):
 
 
 def test_export_drops_the_steps_a_resumed_run_redid():
-    rows = [(1, "a", 1.0, 10.0), (2, "a", 2.0, 11.0), (3, "a", 3.0, 12.0),  # killed after step 3, last.pt at 2
-            (3, "a", 3.5, 20.0), (4, "a", 4.0, 21.0)]
+    # killed after step 3, last.pt at 2
+    rows = [
+        (1, "a", 1.0, 10.0),
+        (2, "a", 2.0, 11.0),
+        (3, "a", 3.0, 12.0),
+        (3, "a", 3.5, 20.0),
+        (4, "a", 4.0, 21.0),
+    ]
     resumes = [{"time": 19.0, "type": "resume", "content": {"epoch": 1, "global_step": 2}}]
     assert [(step, value) for step, _, value, _ in tb._current_rows(rows, resumes)] == [
-        (1, 1.0), (2, 2.0), (3, 3.5), (4, 4.0)]
+        (1, 1.0),
+        (2, 2.0),
+        (3, 3.5),
+        (4, 4.0),
+    ]
 
 
 def test_a_lightning_run_writes_the_same_board(tmp_path):
@@ -223,20 +266,42 @@ def test_a_board_that_cannot_be_written_is_a_warning_and_training_goes_on(tmp_pa
     monkeypatch.setattr(tb, "TENSORBOARD_DIR", "spec.toml/tensorboard")  # under a file: every write fails
     recorder = Recorder()
     result = done(train(tmp_path, merge(SPEC, tensorboard=True, layer_stats_every=0), recorder=recorder))
-    warnings = [c["text"] for c in recorder.of("log") if c["level"] == "warning" and "tensorboard" in c["text"]]
+    warnings = [
+        c["text"] for c in recorder.of("log") if c["level"] == "warning" and "tensorboard" in c["text"]
+    ]
     assert len(warnings) == 1 and "nothing more is written there" in warnings[0], warnings
     assert len(metrics(result["run_dir"])["train/loss"][0]) == result["global_steps"]
     # An export, whose files are the whole point, fails instead.
-    code = cli_main(["--workspace", str(tmp_path), "runs", "export-tensorboard", result["run_dir"], "--out",
-                     str(tb.Path(result["run_dir"]) / "spec.toml" / "board")])
+    code = cli_main(
+        [
+            "--workspace",
+            str(tmp_path),
+            "runs",
+            "export-tensorboard",
+            result["run_dir"],
+            "--out",
+            str(tb.Path(result["run_dir"]) / "spec.toml" / "board"),
+        ]
+    )
     assert code == 1 and "nothing more is written there" in capsys.readouterr().err
 
 
 def test_out_is_refused_in_another_run_its_checkpoints_or_the_root(runs, capsys):
     workspace, live, plain, _ = runs
     for out in (tb.Path(plain["run_dir"]) / "board", tb.Path(live["run_dir"]) / "checkpoints", tb.Path("/")):
-        code = cli_main(["--workspace", str(workspace), "runs", "export-tensorboard", live["run_dir"], "--out",
-                         str(out), "--no-graph", "--json"])
+        code = cli_main(
+            [
+                "--workspace",
+                str(workspace),
+                "runs",
+                "export-tensorboard",
+                live["run_dir"],
+                "--out",
+                str(out),
+                "--no-graph",
+                "--json",
+            ]
+        )
         result = json.loads(capsys.readouterr().out)
         assert code == 2 and result["error"]["message"].startswith(f"--out {out}"), result
         assert not list(out.glob("events.out.tfevents.*"))

@@ -1,6 +1,6 @@
-"""`workbench train` as ranks of a real torchrun group on loopback: two torchrun agents as two "nodes" train the
-same weights as one process into exactly one run folder; an elastic restart after a SIGKILLed rank resumes from
-the run's last checkpoint. Also the torchrun environment parsing, the run id and `workbench devices`."""
+"""`workbench train` as ranks of a real torchrun group on loopback: two torchrun agents as two "nodes" train
+the same weights as one process into exactly one run folder; an elastic restart after a SIGKILLed rank resumes
+from the run's last checkpoint. Also the torchrun environment parsing, the run id and `workbench devices`."""
 
 from __future__ import annotations
 
@@ -24,10 +24,31 @@ from workbench.worker.training.torchrun import environment, run_id_for
 
 ROOT = Path(__file__).resolve().parents[2]
 # The spec of test_train_ddp.py: deterministic SGD on the mlp, so DDP over two ranks matches one process.
-SPEC = {"dataset": {"name": "digits"}, "model": {"name": "mlp"}, "epochs": 2, "batch_size": 64, "lr": 0.05,
-        "optimizer": "sgd", "momentum": 0.0, "deterministic": True, "seed": 5, "log_every_steps": 5, "device": "cpu"}
-TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR",
-                 "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
+SPEC = {
+    "dataset": {"name": "digits"},
+    "model": {"name": "mlp"},
+    "epochs": 2,
+    "batch_size": 64,
+    "lr": 0.05,
+    "optimizer": "sgd",
+    "momentum": 0.0,
+    "deterministic": True,
+    "seed": 5,
+    "log_every_steps": 5,
+    "device": "cpu",
+}
+TORCHRUN_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+)
 
 
 def _env(**extra) -> dict:
@@ -36,16 +57,41 @@ def _env(**extra) -> dict:
     return env
 
 
-def _torchrun(tmp_path: Path, *, nnodes: int, nproc: int, port: int, rdzv_id: str, max_restarts: int = 0,
-              spec: dict = SPEC, env: dict | None = None) -> subprocess.Popen:
+def _torchrun(
+    tmp_path: Path,
+    *,
+    nnodes: int,
+    nproc: int,
+    port: int,
+    rdzv_id: str,
+    max_restarts: int = 0,
+    spec: dict = SPEC,
+    env: dict | None = None,
+) -> subprocess.Popen:
     spec_file = tmp_path / "spec.toml"
     spec_file.write_text(tomli_w.dumps(spec))
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
-           "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={rdzv_id}",
-           f"--max-restarts={max_restarts}", "--monitor-interval=0.5",
-           "-m", "workbench", "train", str(spec_file), "--workspace", str(tmp_path / "ws"), "--json"]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env or _env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        f"--rdzv-id={rdzv_id}",
+        f"--max-restarts={max_restarts}",
+        "--monitor-interval=0.5",
+        "-m",
+        "workbench",
+        "train",
+        str(spec_file),
+        "--workspace",
+        str(tmp_path / "ws"),
+        "--json",
+    ]
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env or _env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _results(process: subprocess.Popen, timeout: float = 240) -> list[dict]:
@@ -61,25 +107,57 @@ def _results(process: subprocess.Popen, timeout: float = 240) -> list[dict]:
 
 def test_environment_is_read_from_torchrun_variables():
     assert environment({}) is None
-    env = environment({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "10.0.0.2",
-                       "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "job 7", "TORCHELASTIC_RESTART_COUNT": "2"})
+    env = environment(
+        {
+            "RANK": "3",
+            "WORLD_SIZE": "4",
+            "LOCAL_RANK": "1",
+            "MASTER_ADDR": "10.0.0.2",
+            "MASTER_PORT": "29500",
+            "TORCHELASTIC_RUN_ID": "job 7",
+            "TORCHELASTIC_RESTART_COUNT": "2",
+        }
+    )
     assert (env.rank, env.local_rank, env.world_size, env.restart_count) == (3, 1, 4, 2)
-    assert env.describe("gloo") == {"rank": 3, "local_rank": 1, "world_size": 4, "backend": "gloo",
-                                    "master": "10.0.0.2:29500"}
+    assert env.describe("gloo") == {
+        "rank": 3,
+        "local_rank": 1,
+        "world_size": 4,
+        "backend": "gloo",
+        "master": "10.0.0.2:29500",
+    }
     assert run_id_for(env) == "torchrun-job_7"
     with pytest.raises(UsageError, match="--rdzv-id"):  # torchrun's default id would make every job one run
-        run_id_for(environment({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "a", "MASTER_PORT": "1",
-                                "TORCHELASTIC_RUN_ID": "none"}))
+        run_id_for(
+            environment(
+                {
+                    "RANK": "0",
+                    "WORLD_SIZE": "2",
+                    "MASTER_ADDR": "a",
+                    "MASTER_PORT": "1",
+                    "TORCHELASTIC_RUN_ID": "none",
+                }
+            )
+        )
 
 
 @pytest.mark.slow
 def test_devices_reports_the_torchrun_group(tmp_path):
-    out = run_cli(["devices", "--json"], cwd=ROOT, timeout=120,
-                  env=_env(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29511"))
+    out = run_cli(
+        ["devices", "--json"],
+        cwd=ROOT,
+        timeout=120,
+        env=_env(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29511"),
+    )
     assert out.returncode == 0, out.stderr
     backend = "nccl" if torch.cuda.is_available() else "gloo"  # the one the group would use on this machine
-    assert json.loads(out.stdout)["torchrun"] == {"rank": 1, "local_rank": 1, "world_size": 2, "backend": backend,
-                                                  "master": "127.0.0.1:29511"}
+    assert json.loads(out.stdout)["torchrun"] == {
+        "rank": 1,
+        "local_rank": 1,
+        "world_size": 2,
+        "backend": backend,
+        "master": "127.0.0.1:29511",
+    }
     alone = run_cli(["devices", "--json"], cwd=ROOT, timeout=120, env=_env())
     assert json.loads(alone.stdout)["torchrun"] is None
 
@@ -111,7 +189,9 @@ def test_two_torchrun_nodes_match_one_process_in_one_run_folder(tmp_path):
     assert lead["run_dir"] == follower["run_dir"] == str(run_dir)
     assert [p.name for p in (tmp_path / "ws" / "runs").iterdir()] == [run_dir.name]  # exactly one run folder
     torchrun_info = lead["distributed"]["torchrun"]
-    assert lead["distributed"]["nproc"] == 2 and torchrun_info["world_size"] == 2 and torchrun_info["rank"] == 0
+    assert (
+        lead["distributed"]["nproc"] == 2 and torchrun_info["world_size"] == 2 and torchrun_info["rank"] == 0
+    )
     assert (run_dir / "logs" / "rank-1.log").read_text().count("joined run torchrun-two-nodes") == 1
     assert not list((run_dir / "logs").glob("rank-0*"))  # rank 0 writes the run itself
 
@@ -127,12 +207,24 @@ def test_two_torchrun_nodes_match_one_process_in_one_run_folder(tmp_path):
 @pytest.mark.parametrize("killed", [1, 0], ids=["a-follower-dies", "rank-0-dies"])
 def test_an_elastic_restart_resumes_from_the_last_checkpoint(tmp_path, killed):
     marker = tmp_path / "killed"
-    # 23 steps an epoch: a rank dies in epoch 2, after rank 0 wrote last.pt at the end of epoch 1. When rank 0 dies
-    # (SIGKILL: no word to the run), the kernel frees its owner lock and the restarted rank 0 takes it again.
-    env = _env(WORKBENCH_TEST_KILL_RANK=str(killed), WORKBENCH_TEST_KILL_AT_STEP="35",
-               WORKBENCH_TEST_KILL_MARKER=str(marker))
-    node = _torchrun(tmp_path, nnodes=1, nproc=2, port=free_port(), rdzv_id="elastic", max_restarts=1,
-                     spec={**SPEC, "epochs": 3}, env=env)
+    # 23 steps an epoch: a rank dies in epoch 2, after rank 0 wrote last.pt at the end of epoch 1. When rank 0
+    # dies (SIGKILL: no word to the run), the kernel frees its owner lock and the restarted rank 0 takes it
+    # again.
+    env = _env(
+        WORKBENCH_TEST_KILL_RANK=str(killed),
+        WORKBENCH_TEST_KILL_AT_STEP="35",
+        WORKBENCH_TEST_KILL_MARKER=str(marker),
+    )
+    node = _torchrun(
+        tmp_path,
+        nnodes=1,
+        nproc=2,
+        port=free_port(),
+        rdzv_id="elastic",
+        max_restarts=1,
+        spec={**SPEC, "epochs": 3},
+        env=env,
+    )
     results = _results(node)
     assert marker.exists()  # the first life really was killed
     lead = next(r for r in results if "checkpoint" in r)
@@ -150,13 +242,26 @@ def test_an_elastic_restart_resumes_from_the_last_checkpoint(tmp_path, killed):
 
 @pytest.mark.heavy
 def test_an_elastic_restart_across_two_nodes_resumes_in_the_same_run(tmp_path):
-    # Two torchrun agents on loopback, one rank each: the follower's node dies and restarts; the other node restarts
-    # for the new membership, and may count no restart of its own.
+    # Two torchrun agents on loopback, one rank each: the follower's node dies and restarts; the other node
+    # restarts for the new membership, and may count no restart of its own.
     marker = tmp_path / "killed"
-    env = _env(WORKBENCH_TEST_KILL_RANK="1", WORKBENCH_TEST_KILL_AT_STEP="35", WORKBENCH_TEST_KILL_MARKER=str(marker))
+    env = _env(
+        WORKBENCH_TEST_KILL_RANK="1", WORKBENCH_TEST_KILL_AT_STEP="35", WORKBENCH_TEST_KILL_MARKER=str(marker)
+    )
     port = free_port()
-    nodes = [_torchrun(tmp_path, nnodes=2, nproc=1, port=port, rdzv_id="elastic-nodes", max_restarts=1,
-                       spec={**SPEC, "epochs": 3}, env=env) for _ in range(2)]
+    nodes = [
+        _torchrun(
+            tmp_path,
+            nnodes=2,
+            nproc=1,
+            port=port,
+            rdzv_id="elastic-nodes",
+            max_restarts=1,
+            spec={**SPEC, "epochs": 3},
+            env=env,
+        )
+        for _ in range(2)
+    ]
     results = [r for node in nodes for r in _results(node)]
     assert marker.exists()
     lead = next(r for r in results if "checkpoint" in r)
@@ -168,14 +273,16 @@ def test_an_elastic_restart_across_two_nodes_resumes_in_the_same_run(tmp_path):
 
 @pytest.mark.heavy
 def test_a_rank_0_failure_before_training_stops_the_other_ranks_with_its_message(tmp_path):
-    node = _torchrun(tmp_path, nnodes=1, nproc=2, port=free_port(), rdzv_id="bad-batch",
-                     spec={**SPEC, "batch_size": 63})
+    node = _torchrun(
+        tmp_path, nnodes=1, nproc=2, port=free_port(), rdzv_id="bad-batch", spec={**SPEC, "batch_size": 63}
+    )
     out, err = node.communicate(timeout=240)
     assert node.returncode != 0
     results = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     messages = sorted(r["error"]["message"] for r in results)
-    assert len(messages) == 2 and all("batch_size: 63 is not divisible by the torchrun world size 2" in m
-                                      for m in messages), messages
+    assert len(messages) == 2 and all(
+        "batch_size: 63 is not divisible by the torchrun world size 2" in m for m in messages
+    ), messages
     assert messages[0].startswith("rank 0 failed before training") or messages[1].startswith("rank 0 failed")
 
 
@@ -192,22 +299,37 @@ leave()
 
 @pytest.mark.heavy
 def test_ranks_whose_nodes_count_restarts_apart_still_form_one_group(tmp_path):
-    # torchrun's shared store keeps the previous attempt's keys, and nodes count restarts apart (a node restarted
-    # for a peer's new membership counts none): an attempt whose ranks report different restart counts must form
-    # its group anyway, not read the dead attempt's addresses.
+    # torchrun's shared store keeps the previous attempt's keys, and nodes count restarts apart (a node
+    # restarted for a peer's new membership counts none): an attempt whose ranks report different restart
+    # counts must form its group anyway, not read the dead attempt's addresses.
     from datetime import timedelta
 
     import torch.distributed as dist
 
-    agent_store = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=timedelta(seconds=60), wait_for_workers=False)
+    agent_store = dist.TCPStore(
+        "127.0.0.1", 0, 1, True, timeout=timedelta(seconds=60), wait_for_workers=False
+    )
 
     def attempt(restart_counts: tuple[int, int]) -> None:
-        ranks = [subprocess.Popen([sys.executable, "-c", _RANK_SCRIPT], cwd=ROOT, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True,
-                                  env=_env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                                           MASTER_PORT=str(agent_store.port), TORCHELASTIC_USE_AGENT_STORE="True",
-                                           TORCHELASTIC_RESTART_COUNT=str(count)))
-                 for rank, count in enumerate(restart_counts)]
+        ranks = [
+            subprocess.Popen(
+                [sys.executable, "-c", _RANK_SCRIPT],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=_env(
+                    RANK=str(rank),
+                    WORLD_SIZE="2",
+                    LOCAL_RANK="0",
+                    MASTER_ADDR="127.0.0.1",
+                    MASTER_PORT=str(agent_store.port),
+                    TORCHELASTIC_USE_AGENT_STORE="True",
+                    TORCHELASTIC_RESTART_COUNT=str(count),
+                ),
+            )
+            for rank, count in enumerate(restart_counts)
+        ]
         for rank in ranks:
             try:
                 out, err = rank.communicate(timeout=90)

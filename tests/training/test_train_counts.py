@@ -29,9 +29,12 @@ def test_info_and_the_training_log_count_the_same_training_samples(tmp_path):
     info = run_task(get_task("data.info"), {"dataset": dataset}, emit=lambda *a: None, workspace=tmp_path)
     assert info["status"] == "done", info.get("error")
     events = Recorder()
-    trained = run_task(get_task("train.classifier"),
-                       {"dataset": dataset, "model": {"name": "mlp", "num_classes": 2}, "epochs": 1},
-                       emit=events, workspace=tmp_path)
+    trained = run_task(
+        get_task("train.classifier"),
+        {"dataset": dataset, "model": {"name": "mlp", "num_classes": 2}, "epochs": 1},
+        emit=events,
+        workspace=tmp_path,
+    )
     assert trained["status"] == "done", trained.get("error")
     logged = next(e["text"] for e in events.of("log") if "training samples" in e["text"])
     count = int(re.search(r"([\d,]+) training samples", logged)[1].replace(",", ""))

@@ -1,8 +1,9 @@
-"""Training on a CUDA device (issue 12): fp16 with a GradScaler, pinned staging buffers, the dataset kept on the
-device, and a training epoch that never makes the host wait (torch's sync debug mode set to "error").
+"""Training on a CUDA device (issue 12): fp16 with a GradScaler, pinned staging buffers, the dataset kept on
+the device, and a training epoch that never makes the host wait (torch's sync debug mode set to "error").
 
-Every test here needs CUDA and skips with that reason elsewhere; tests/training/test_train_speed.py checks the same
-code paths with the CPU as their device; CUDA peak memory in `bench` is tested in tests/bench/test_bench_engine.py.
+Every test here needs CUDA and skips with that reason elsewhere; tests/training/test_train_speed.py checks the
+same code paths with the CPU as their device; CUDA peak memory in `bench` is tested in
+tests/bench/test_bench_engine.py.
 """
 
 from __future__ import annotations
@@ -18,11 +19,18 @@ from workbench.worker.models import build_model
 from workbench.worker.training import Trainer, TrainSetup
 from workbench.worker.training.profiling import StepProfiler
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device; torch sees none here")
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device; torch sees none here"
+)
 
 CUDA = {"device": "cuda"}
-AUGMENT = [{"name": "random_crop", "size": 8, "padding": 1}, {"name": "hflip"}, {"name": "rotation", "degrees": 10},
-           {"name": "color_jitter", "brightness": 0.2}, {"name": "random_erasing", "p": 0.5}]
+AUGMENT = [
+    {"name": "random_crop", "size": 8, "padding": 1},
+    {"name": "hflip"},
+    {"name": "rotation", "degrees": 10},
+    {"name": "color_jitter", "brightness": 0.2},
+    {"name": "random_erasing", "p": 0.5},
+]
 
 
 class _Quiet:
@@ -41,8 +49,18 @@ def _trainer(tmp_path, spec: dict) -> Trainer:
     dataset.normalization()  # computed (on the host) once before training, as run_training does
     torch.manual_seed(0)
     model = build_model(spec.model, input_shape=dataset.sample_shape)
-    trainer = Trainer(TrainSetup(spec=spec, dataset=dataset, model=model, device=torch.device("cuda"),
-                                 checkpoints_dir=tmp_path, artifacts_dir=tmp_path, report=_Quiet(), workspace=tmp_path))
+    trainer = Trainer(
+        TrainSetup(
+            spec=spec,
+            dataset=dataset,
+            model=model,
+            device=torch.device("cuda"),
+            checkpoints_dir=tmp_path,
+            artifacts_dir=tmp_path,
+            report=_Quiet(),
+            workspace=tmp_path,
+        )
+    )
     trainer.profiler = StepProfiler(0, trainer.device, tmp_path, trainer.report, 0)
     return trainer
 
@@ -60,19 +78,29 @@ def test_fp16_uses_a_fused_optimizer_that_takes_the_scaler_inf_check_on_the_devi
     assert getattr(trainer.optimizer, "_step_supports_amp_scaling", False)  # no .item() on found_inf per step
 
 
-@pytest.mark.parametrize("options", [
-    {"optimizer": "sgd", "dataset": {"name": "digits", "augment": AUGMENT}},
-    {"optimizer": "adamw", "amp": "fp16", "clip_grad_norm": 1.0, "scheduler": "onecycle",
-     "dataset": {"name": "digits", "augment": AUGMENT}},
-    {"optimizer": "sgd", "amp": "bf16", "dataset": {"name": "digits", "on_device": False}},
-], ids=["on-device-sgd", "on-device-fp16-adamw-clip", "staged-bf16"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"optimizer": "sgd", "dataset": {"name": "digits", "augment": AUGMENT}},
+        {
+            "optimizer": "adamw",
+            "amp": "fp16",
+            "clip_grad_norm": 1.0,
+            "scheduler": "onecycle",
+            "dataset": {"name": "digits", "augment": AUGMENT},
+        },
+        {"optimizer": "sgd", "amp": "bf16", "dataset": {"name": "digits", "on_device": False}},
+    ],
+    ids=["on-device-sgd", "on-device-fp16-adamw-clip", "staged-bf16"],
+)
 def test_a_training_epoch_never_makes_the_host_wait(tmp_path, options):
     # Read-backs every 5 steps included: they wait on one event, which the sync debug mode does not count.
     # Two epochs in the plan: the second is the one checked (OneCycle refuses steps past its plan).
     trainer = _trainer(tmp_path, merge(QUICK, epochs=2, log_every_steps=5, **CUDA, **options))
     expected = STAGED if options["dataset"].get("on_device") is False else DEVICE
     assert trainer.placement == expected
-    trainer._train_epoch(0)  # the first epoch: allocations, cuBLAS/cuDNN handles and kernel choices happen here
+    # the first epoch: allocations, cuBLAS/cuDNN handles and kernel choices happen here
+    trainer._train_epoch(0)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -96,8 +124,14 @@ def test_pinned_staging_buffers_feed_the_same_batches_as_the_host(tmp_path):
 
 
 def test_a_run_with_its_data_staged_through_pinned_memory_learns(tmp_path):
-    result = done(train(tmp_path, merge(QUICK, epochs=3, dataset={"name": "digits", "on_device": False,
-                                                                  "pin_memory": True}, **CUDA)))
+    result = done(
+        train(
+            tmp_path,
+            merge(
+                QUICK, epochs=3, dataset={"name": "digits", "on_device": False, "pin_memory": True}, **CUDA
+            ),
+        )
+    )
     assert result["data_placement"] == STAGED and result["final"]["val_accuracy"] > 0.8
 
 

@@ -1,6 +1,7 @@
-"""task=custom through the real runner, in process (issue #20): the user's loss and metrics functions from a file the
-test writes, their metrics in the run's database and result, the monitor and its direction choosing the best
-checkpoint, the test split in evaluation.json, and a bad metrics function failing with a clear message."""
+"""task=custom through the real runner, in process (issue #20): the user's loss and metrics functions from a
+file the test writes, their metrics in the run's database and result, the monitor and its direction choosing
+the best checkpoint, the test split in evaluation.json, and a bad metrics function failing with a clear
+message."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from training_helpers import QUICK, Recorder, done, failed, merge, metrics, train
 
-PROJECT = '''
+PROJECT = """
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -58,7 +59,7 @@ def ce(outputs, target):
 
 def accuracy(outputs, target):
     return {"acc": (outputs.argmax(1) == target).float().mean()}
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +70,16 @@ def project(tmp_path_factory) -> Path:
 
 
 def spec_for(project: Path, **changes) -> dict:
-    base = {"dataset": {"name": f"file:{project}:Wave", "num_workers": 0},
-            "model": {"name": f"file:{project}:net"}, "loss": f"file:{project}:half_mse",
-            "metrics": f"file:{project}:scores", "epochs": 3, "batch_size": 32, "lr": 0.05, "log_every_steps": 2}
+    base = {
+        "dataset": {"name": f"file:{project}:Wave", "num_workers": 0},
+        "model": {"name": f"file:{project}:net"},
+        "loss": f"file:{project}:half_mse",
+        "metrics": f"file:{project}:scores",
+        "epochs": 3,
+        "batch_size": 32,
+        "lr": 0.05,
+        "log_every_steps": 2,
+    }
     return merge(base, **changes)
 
 
@@ -108,8 +116,14 @@ def test_custom_metrics_reach_the_database_and_result_and_the_monitor_picks_best
 
 
 def test_custom_on_a_built_in_set_with_the_loss_as_monitor(tmp_path, project):
-    spec = merge(QUICK, epochs=1, model={"name": "mlp"}, task="custom", loss=f"file:{project}:ce",
-                 metrics=f"file:{project}:accuracy")
+    spec = merge(
+        QUICK,
+        epochs=1,
+        model={"name": "mlp"},
+        task="custom",
+        loss=f"file:{project}:ce",
+        metrics=f"file:{project}:accuracy",
+    )
     result = done(train(tmp_path, spec))
     assert result["task"] == "custom" and result["monitor"]["name"] == "loss"
     assert result["monitor"]["higher_is_better"] is False

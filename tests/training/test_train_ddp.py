@@ -1,5 +1,5 @@
-"""DDP on two CPU processes (gloo): the same final weights as one process with the same global batch; and on two
-GPUs (nccl) where a machine has them."""
+"""DDP on two CPU processes (gloo): the same final weights as one process with the same global batch; and on
+two GPUs (nccl) where a machine has them."""
 
 from __future__ import annotations
 
@@ -13,11 +13,23 @@ from training_helpers import Recorder, done, failed, merge, metrics, train
 from workbench.worker.checkpoints import load_state_dict
 from workbench.worker.training import load_last
 
-# Shuffled with one seed, no augmentation, SGD without momentum, a small mlp, deterministic kernels. Batches of 64
-# make the last batch of an epoch 29 samples: shards of 15 and 14, which the engine weights to the global mean.
-# device=cpu: these tests are about gloo, whatever accelerator the machine has (auto would pick CUDA and nccl).
-SPEC = {"dataset": {"name": "digits"}, "model": {"name": "mlp"}, "epochs": 2, "batch_size": 64, "lr": 0.05,
-        "optimizer": "sgd", "momentum": 0.0, "deterministic": True, "seed": 5, "log_every_steps": 5, "device": "cpu"}
+# Shuffled with one seed, no augmentation, SGD without momentum, a small mlp, deterministic kernels. Batches
+# of 64 make the last batch of an epoch 29 samples: shards of 15 and 14, which the engine weights to the
+# global mean. device=cpu: these tests are about gloo, whatever accelerator the machine has (auto would pick
+# CUDA and nccl).
+SPEC = {
+    "dataset": {"name": "digits"},
+    "model": {"name": "mlp"},
+    "epochs": 2,
+    "batch_size": 64,
+    "lr": 0.05,
+    "optimizer": "sgd",
+    "momentum": 0.0,
+    "deterministic": True,
+    "seed": 5,
+    "log_every_steps": 5,
+    "device": "cpu",
+}
 
 
 def _nccl_skip_reason() -> str:
@@ -45,22 +57,29 @@ def test_two_processes_match_one_process(tmp_path):
     # Rank 0 relayed metrics, progress and logs to the task: the run looks like any other.
     series = metrics(two["run_dir"])
     assert series["train/loss"][0] == metrics(one["run_dir"])["train/loss"][0]
-    torch.testing.assert_close(torch.tensor(series["train/loss"][1]),
-                               torch.tensor(metrics(one["run_dir"])["train/loss"][1]), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        torch.tensor(series["train/loss"][1]),
+        torch.tensor(metrics(one["run_dir"])["train/loss"][1]),
+        rtol=1e-4,
+        atol=1e-5,
+    )
     assert any(log["text"].startswith("epoch 2/2") for log in recorder.of("log"))
 
 
-@pytest.mark.heavy  # CI time (about a minute); test_two_processes_match_one_process keeps DDP in the default run
+# CI time (about a minute); test_two_processes_match_one_process keeps DDP in the default run
+@pytest.mark.heavy
 def test_a_ddp_rank_error_comes_back_as_the_job_error(tmp_path):
     message = failed(train(tmp_path, merge(SPEC, epochs=1, lr=10, distributed="ddp", nproc=2)))
     assert "the training loss diverged" in message
 
 
-@pytest.mark.heavy  # CI time (over two minutes of three processes); cancel and resume of one process stay default
+# CI time (over two minutes of three processes); cancel and resume of one process stay default
+@pytest.mark.heavy
 def test_cancel_stops_every_rank_at_the_same_step_and_resume_finishes(tmp_path):
     stop = threading.Event()
-    recorder = Recorder(on_progress=lambda p: stop.set() if p["text"].startswith("epoch") and p["done"] >= 10
-                        else None)
+    recorder = Recorder(
+        on_progress=lambda p: stop.set() if p["text"].startswith("epoch") and p["done"] >= 10 else None
+    )
     spec = merge(SPEC, epochs=3, batch_size=16, distributed="ddp", nproc=2)  # 90 steps an epoch
     result = train(tmp_path, spec, recorder=recorder, stop=stop)
     assert result["status"] == "cancelled", result
@@ -82,4 +101,3 @@ def test_two_gpus_with_nccl_match_one_gpu(tmp_path):
     for key in first:
         torch.testing.assert_close(first[key], second[key], rtol=1e-3, atol=1e-4)
     assert two["final"]["val_accuracy"] == pytest.approx(one["final"]["val_accuracy"], abs=0.02)
-

@@ -1,5 +1,6 @@
-"""A disk that fills up while training writes checkpoints on its background thread (issue #7): the job fails with
-"disk full while saving checkpoints/last.pt", not torch's "unexpected pos", and the previous last.pt survives."""
+"""A disk that fills up while training writes checkpoints on its background thread (issue #7): the job fails
+with "disk full while saving checkpoints/last.pt", not torch's "unexpected pos", and the previous last.pt
+survives."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ PROC_FD = Path("/proc/self/fd")
 
 
 class _NoRoom:
-    """A file object whose writes fail with ENOSPC after its first KB: the low-level write of a disk filling up.
-    (That first KB matters: torch then reports the failure as "unexpected pos", not as the OSError.)"""
+    """A file object whose writes fail with ENOSPC after its first KB: the low-level write of a disk filling
+    up. (That first KB matters: torch then reports the failure as "unexpected pos", not as the OSError.)"""
 
     def __init__(self, real):
         self._real = real
@@ -46,9 +47,9 @@ class _NoRoom:
 
 
 def _disk_fills_for(monkeypatch, name: str, after: int, via: str) -> None:
-    """Writing (via="write": torch.save's writes; via="fsync": the sync after them) the temp file of a checkpoint
-    called `name` fails with ENOSPC once `after` of them succeeded; every other file (spec, report, events) is
-    written as usual. The temp file's name comes from /proc."""
+    """Writing (via="write": torch.save's writes; via="fsync": the sync after them) the temp file of a
+    checkpoint called `name` fails with ENOSPC once `after` of them succeeded; every other file (spec, report,
+    events) is written as usual. The temp file's name comes from /proc."""
     if not PROC_FD.is_dir():
         pytest.skip("needs /proc/self/fd to tell which file is being written")
     done = {"count": 0}
@@ -64,8 +65,13 @@ def _disk_fills_for(monkeypatch, name: str, after: int, via: str) -> None:
 
     if via == "write":
         real_fdopen = os.fdopen
-        monkeypatch.setattr(os, "fdopen", lambda fd, *args, **kwargs: (
-            _NoRoom(real_fdopen(fd, *args, **kwargs)) if full(fd) else real_fdopen(fd, *args, **kwargs)))
+        monkeypatch.setattr(
+            os,
+            "fdopen",
+            lambda fd, *args, **kwargs: (
+                _NoRoom(real_fdopen(fd, *args, **kwargs)) if full(fd) else real_fdopen(fd, *args, **kwargs)
+            ),
+        )
     else:
         real_fsync = os.fsync
 
@@ -82,8 +88,11 @@ def _hidden(directory: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("via", ["write", "fsync"])
-def test_a_full_disk_fails_the_job_with_a_clear_message_and_keeps_the_previous_last_pt(tmp_path, monkeypatch, via):
-    _disk_fills_for(monkeypatch, "last.pt", after=1, via=via)  # epoch 1's last.pt is written; epoch 2's is not
+def test_a_full_disk_fails_the_job_with_a_clear_message_and_keeps_the_previous_last_pt(
+    tmp_path, monkeypatch, via
+):
+    # epoch 1's last.pt is written; epoch 2's is not
+    _disk_fills_for(monkeypatch, "last.pt", after=1, via=via)
     result = train(tmp_path, merge(QUICK, epochs=2, model={"name": "mlp"}))
     # Before: via write, torch's RuntimeError "[enforce fail at inline_container.cc:...] unexpected pos" as an
     # internal error; via fsync, "Cannot write checkpoint /full/path/last.pt: No space left on device".
@@ -99,7 +108,9 @@ def test_a_full_disk_fails_the_job_with_a_clear_message_and_keeps_the_previous_l
     assert result["error"]["type"] == "CheckpointError"
 
 
-def test_the_writer_hands_the_error_to_the_next_wait_and_names_the_file_relative_to_the_run(tmp_path, monkeypatch):
+def test_the_writer_hands_the_error_to_the_next_wait_and_names_the_file_relative_to_the_run(
+    tmp_path, monkeypatch
+):
     checkpoints = tmp_path / "checkpoints"
     checkpoints.mkdir()
     writer = CheckpointWriter(relative_to=tmp_path)
@@ -107,8 +118,10 @@ def test_the_writer_hands_the_error_to_the_next_wait_and_names_the_file_relative
     writer.wait()
     _disk_fills_for(monkeypatch, "best.pt", after=0, via="write")
     writer.submit({"w": torch.zeros(3)}, checkpoints / "best.pt")
-    with pytest.raises(CheckpointError, match="^disk full while saving checkpoints/best.pt; the previous checkpoint "
-                                              "is intact"):
+    with pytest.raises(
+        CheckpointError,
+        match="^disk full while saving checkpoints/best.pt; the previous checkpoint is intact",
+    ):
         writer.wait()
     writer.close()
     assert torch.equal(load_state_dict(checkpoints / "best.pt")["w"], torch.ones(3))

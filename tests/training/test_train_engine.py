@@ -20,8 +20,19 @@ from workbench.runs import Run
 from workbench.worker.checkpoints import load_state_dict
 from workbench.worker.training import load_last, resolve_device
 
-RESULT_KEYS = {"status", "run_dir", "epochs_completed", "final", "throughput", "checkpoint", "best_checkpoint",
-               "device", "amp", "parameters", "elapsed_s"}
+RESULT_KEYS = {
+    "status",
+    "run_dir",
+    "epochs_completed",
+    "final",
+    "throughput",
+    "checkpoint",
+    "best_checkpoint",
+    "device",
+    "amp",
+    "parameters",
+    "elapsed_s",
+}
 STEP_METRICS = {"train/loss", "train/acc", "lr", "train/samples_per_s"}
 EPOCH_METRICS = {"epoch", "epoch/train_loss", "epoch/train_acc", "val/loss", "val/acc"}
 
@@ -44,7 +55,8 @@ def test_result_has_every_contract_key(quick_run):
     assert result["amp"] == "none"
     throughput = result["throughput"]
     assert set(throughput) == {"train_samples_per_s", "warmup_s", "warmup_steps", "compile_s"}
-    # Throughput counts what came after the warm-up: at least WARMUP_STEPS, rounded up to a read-back (every 5).
+    # Throughput counts what came after the warm-up: at least WARMUP_STEPS, rounded up to a read-back (every
+    # 5).
     assert throughput["warmup_steps"] == 5 and throughput["warmup_s"] > 0 and throughput["compile_s"] is None
     assert isinstance(result["channels_last"], bool)
     assert result["data_placement"] == ("device" if result["device"].startswith("cuda") else "host")
@@ -67,8 +79,9 @@ def test_metric_names_and_steps_follow_the_contract(quick_run):
     assert STEP_METRICS | EPOCH_METRICS <= set(series)
     steps_per_epoch = math.ceil(1437 / 64)
     assert result["global_steps"] == 2 * steps_per_epoch
-    # Every optimiser step's loss, metrics and lr, the last included (#21: read back every log_every_steps steps
-    # but drawn at each); throughput per read-back interval; epoch metrics at each epoch's last global step.
+    # Every optimiser step's loss, metrics and lr, the last included (#21: read back every log_every_steps
+    # steps but drawn at each); throughput per read-back interval; epoch metrics at each epoch's last global
+    # step.
     every_step = list(range(1, 2 * steps_per_epoch + 1))
     for name in ("train/loss", "train/acc", "lr"):
         assert series[name][0] == every_step, name
@@ -77,8 +90,9 @@ def test_metric_names_and_steps_follow_the_contract(quick_run):
     # average to epoch/train_loss.
     sizes = [64] * (steps_per_epoch - 1) + [1437 - 64 * (steps_per_epoch - 1)]
     first_epoch = series["train/loss"][1][:steps_per_epoch]
-    assert sum(v * n for v, n in zip(first_epoch, sizes)) / 1437 == pytest.approx(series["epoch/train_loss"][1][0],
-                                                                                 rel=1e-9)
+    assert sum(v * n for v, n in zip(first_epoch, sizes)) / 1437 == pytest.approx(
+        series["epoch/train_loss"][1][0], rel=1e-9
+    )
     assert series["epoch"] == ([steps_per_epoch, 2 * steps_per_epoch], [1.0, 2.0])
     for name in EPOCH_METRICS:
         assert series[name][0] == [steps_per_epoch, 2 * steps_per_epoch]
@@ -97,10 +111,23 @@ def test_evaluation_json_has_the_shape_the_gui_reads(quick_run):
     with open(path) as f:
         evaluation = json.load(f)
     # Today's keys, which the Evaluation view reads, plus what every task's evaluation carries (issue #20).
-    assert set(evaluation) == {"classes", "confusion_matrix", "per_class_accuracy", "test_accuracy", "worst",
-                               "task", "split", "monitor", "metrics", "checkpoint"}
+    assert set(evaluation) == {
+        "classes",
+        "confusion_matrix",
+        "per_class_accuracy",
+        "test_accuracy",
+        "worst",
+        "task",
+        "split",
+        "monitor",
+        "metrics",
+        "checkpoint",
+    }
     assert evaluation["task"] == "classification" and evaluation["split"] == "test"
-    assert evaluation["monitor"]["name"] == "acc" and evaluation["monitor"]["value"] == evaluation["test_accuracy"]
+    assert (
+        evaluation["monitor"]["name"] == "acc"
+        and evaluation["monitor"]["value"] == evaluation["test_accuracy"]
+    )
     assert evaluation["classes"] == [str(i) for i in range(10)]
     matrix = torch.tensor(evaluation["confusion_matrix"])
     assert matrix.shape == (10, 10) and int(matrix.sum()) == 180  # 10 % of 1,797 digits
@@ -124,8 +151,14 @@ def test_evaluation_json_has_the_shape_the_gui_reads(quick_run):
 
 
 def test_same_seed_and_deterministic_give_identical_losses(tmp_path):
-    spec = merge(QUICK, epochs=1, seed=3, deterministic=True, log_every_steps=1,
-                 dataset={"name": "digits", "augment": [{"name": "rotation", "degrees": 10}]})
+    spec = merge(
+        QUICK,
+        epochs=1,
+        seed=3,
+        deterministic=True,
+        log_every_steps=1,
+        dataset={"name": "digits", "augment": [{"name": "rotation", "degrees": 10}]},
+    )
     first = metrics(done(train(tmp_path, spec))["run_dir"])["train/loss"]
     second = metrics(done(train(tmp_path, spec))["run_dir"])["train/loss"]
     assert len(first[0]) == 23 and first == second
@@ -176,16 +209,18 @@ def test_a_nan_loss_fails_cleanly_and_keeps_the_last_good_checkpoint(tmp_path):
 
 def test_an_absurd_learning_rate_is_caught_as_well(tmp_path):
     # lr=10 is the largest the spec allows; on digits it blows the loss up long before it turns NaN.
-    message = failed(train(tmp_path, merge(QUICK, epochs=1, lr=10, model={"name": "mlp"}, optimizer="sgd",
-                                           momentum=0.0)))
+    message = failed(
+        train(tmp_path, merge(QUICK, epochs=1, lr=10, model={"name": "mlp"}, optimizer="sgd", momentum=0.0))
+    )
     assert "the training loss diverged" in message and "no checkpoint had been written yet" in message
 
 
 def test_cancel_from_another_thread_saves_last_pt_and_resume_finishes_the_plan(tmp_path):
     stop = threading.Event()
     reached = threading.Event()
-    recorder = Recorder(on_progress=lambda p: reached.set() if p["text"].startswith("epoch") and p["done"] >= 4
-                        else None)
+    recorder = Recorder(
+        on_progress=lambda p: reached.set() if p["text"].startswith("epoch") and p["done"] >= 4 else None
+    )
     canceller = threading.Thread(target=lambda: reached.wait(60) and stop.set())
     canceller.start()
     spec = merge(QUICK, epochs=3, batch_size=16, log_every_steps=2)  # 90 steps an epoch
@@ -200,7 +235,8 @@ def test_cancel_from_another_thread_saves_last_pt_and_resume_finishes_the_plan(t
         assert run.status == "cancelled"
     resumed = done(train(tmp_path, spec, resume=result["run_dir"]))
     assert resumed["epochs_completed"] == 3 and resumed["resumed_from_epoch"] == saved["epoch"]
-    assert resumed["global_steps"] == 3 * 90  # the interrupted epoch went on where it stopped, not from scratch
+    # the interrupted epoch went on where it stopped, not from scratch
+    assert resumed["global_steps"] == 3 * 90
     epochs = metrics(result["run_dir"])["epoch"]
     assert epochs == ([90, 180, 270], [1.0, 2.0, 3.0])
     assert all(v > 0 for v in metrics(result["run_dir"])["epoch/train_loss"][1])
@@ -215,14 +251,23 @@ def test_profile_steps_writes_top_ops_and_a_chrome_trace(tmp_path):
         rows = json.load(f)
     assert 5 <= len(rows) <= 30
     for row in rows:
-        assert set(row) == {"name", "calls", "cpu_time_total_us", "self_cpu_time_total_us", "device_time_total_us"}
+        assert set(row) == {
+            "name",
+            "calls",
+            "cpu_time_total_us",
+            "self_cpu_time_total_us",
+            "device_time_total_us",
+        }
         assert row["calls"] >= 1 and row["cpu_time_total_us"] >= row["self_cpu_time_total_us"] >= 0
     selfs = [r["self_cpu_time_total_us"] for r in rows]
     assert selfs == sorted(selfs, reverse=True)
     names = {r["name"] for r in rows}
     assert any(n.startswith("aten::") for n in names)
-    assert "aten::convolution_backward" in names or "aten::mkldnn_convolution" in names or any(
-        "conv" in n for n in names)
+    assert (
+        "aten::convolution_backward" in names
+        or "aten::mkldnn_convolution" in names
+        or any("conv" in n for n in names)
+    )
     with open(artifacts["trace"]["path"]) as f:
         trace = json.load(f)
     assert trace["traceEvents"]
@@ -236,8 +281,20 @@ def test_bf16_on_the_cpu_trains_and_learns(tmp_path):
 
 def test_early_stopping_ends_the_run_when_validation_stalls(tmp_path):
     # lr this small barely moves the weights: validation accuracy stops improving at once.
-    result = done(train(tmp_path, merge(QUICK, epochs=10, lr=1e-9, early_stop_patience=2, model={"name": "mlp"},
-                                        optimizer="sgd", momentum=0.0)))
+    result = done(
+        train(
+            tmp_path,
+            merge(
+                QUICK,
+                epochs=10,
+                lr=1e-9,
+                early_stop_patience=2,
+                model={"name": "mlp"},
+                optimizer="sgd",
+                momentum=0.0,
+            ),
+        )
+    )
     assert result["early_stopped"] is True and result["epochs_completed"] == 3
     assert result["best_epoch"] == 1
 
@@ -258,9 +315,11 @@ def test_a_class_count_that_does_not_fit_the_data_is_refused(tmp_path):
 
 
 def test_the_class_count_defaults_to_the_datasets_and_the_run_keeps_it(tmp_path):
-    # A two-class dataset and no model.num_classes: auto (0) takes the dataset's count, and the run's spec says
-    # what was trained, so its graph, quantization and export rebuild the same head.
-    spec = merge(QUICK, epochs=1, dataset={"name": "fake", "size": 64, "num_classes": 2, "image_size": [8, 8]})
+    # A two-class dataset and no model.num_classes: auto (0) takes the dataset's count, and the run's spec
+    # says what was trained, so its graph, quantization and export rebuild the same head.
+    spec = merge(
+        QUICK, epochs=1, dataset={"name": "fake", "size": 64, "num_classes": 2, "image_size": [8, 8]}
+    )
     assert "num_classes" not in spec.get("model", {})
     result = done(train(tmp_path, spec))
     with Run(result["run_dir"], readonly=True) as run:
@@ -274,17 +333,42 @@ def test_ddp_batch_size_must_divide_by_the_process_count(tmp_path):
 
 @pytest.mark.heavy  # CI time (two minutes of inductor); the message: test_train_step.py
 def test_a_compile_failure_is_a_clear_error_that_suggests_compile_off(tmp_path):
-    # Inductor cannot build its C++ kernels with a compiler that is not there: a real failure, not a mocked one, on
-    # any machine. device=cpu: on CUDA inductor writes Triton kernels and never calls the C++ compiler. A fresh
-    # inductor cache: kernels compiled by an earlier run would be reused and never compiled.
+    # Inductor cannot build its C++ kernels with a compiler that is not there: a real failure, not a mocked
+    # one, on any machine. device=cpu: on CUDA inductor writes Triton kernels and never calls the C++
+    # compiler. A fresh inductor cache: kernels compiled by an earlier run would be reused and never compiled.
     if not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")):
-        pytest.skip("no C compiler: the job refuses compile before it starts (tested by check_compile's message)")
-    env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"),
-           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
+        pytest.skip(
+            "no C compiler: the job refuses compile before it starts (tested by check_compile's message)"
+        )
+    env = {
+        **os.environ,
+        "CXX": str(tmp_path / "no-such-compiler"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache"),
+    }
     # A fresh interpreter, not the forked CLI: torch._inductor reads CXX when it is imported.
-    proc = subprocess.run([sys.executable, "-m", "workbench", "train", "--set", "epochs=1", "--set", "compile=default",
-                           "--set", "model.name=mlp", "--set", "device=cpu", "--workspace", str(tmp_path), "--json"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workbench",
+            "train",
+            "--set",
+            "epochs=1",
+            "--set",
+            "compile=default",
+            "--set",
+            "model.name=mlp",
+            "--set",
+            "device=cpu",
+            "--workspace",
+            str(tmp_path),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     result = json.loads(proc.stdout)
     assert proc.returncode == 1 and result["status"] == "failed" and "traceback" not in result
     assert result["error"]["message"].startswith("compile: torch.compile failed")
@@ -326,9 +410,19 @@ def test_a_cancel_during_validation_keeps_the_epoch_it_ends(tmp_path):
     def trainer(resume=None, stop_check=None):
         torch.manual_seed(0)
         model = build_model(spec.model, input_shape=dataset.sample_shape)
-        return Trainer(TrainSetup(spec=spec, dataset=dataset, model=model, device=torch.device("cpu"),
-                                  checkpoints_dir=tmp_path, artifacts_dir=tmp_path, report=_Quiet(),
-                                  resume=resume, stop_check=stop_check))
+        return Trainer(
+            TrainSetup(
+                spec=spec,
+                dataset=dataset,
+                model=model,
+                device=torch.device("cpu"),
+                checkpoints_dir=tmp_path,
+                artifacts_dir=tmp_path,
+                report=_Quiet(),
+                resume=resume,
+                stop_check=stop_check,
+            )
+        )
 
     # No batch check comes after the epoch's last step (23): the first check to see it is validation's.
     with pytest.raises(JobCancelled, match="after epoch 1/2 at step 23"):
@@ -339,7 +433,9 @@ def test_a_cancel_during_validation_keeps_the_epoch_it_ends(tmp_path):
     resumed = trainer(resume=saved)
     summary = resumed.fit()
     assert summary["epochs_completed"] == 2 and summary["global_steps"] == 46
-    step, first_epoch = next((step, values) for step, values in resumed.report.rows if values.get("epoch") == 1)
+    step, first_epoch = next(
+        (step, values) for step, values in resumed.report.rows if values.get("epoch") == 1
+    )
     assert step == 23 and 0 < first_epoch["epoch/train_loss"] < 3 and first_epoch["val/acc"] > 0.3
 
 
@@ -350,8 +446,14 @@ def test_a_run_made_before_stratified_splits_resumes_on_its_own_splits(tmp_path)
     assert "stratify = true" in text
     spec_file.write_text(text.replace("stratify = true\n", ""))  # as a run written before the option
     recorder = Recorder()
-    resumed = done(train(tmp_path, merge(QUICK, epochs=2, model={"name": "mlp"}), recorder=recorder,
-                         resume=first["run_dir"]))
+    resumed = done(
+        train(
+            tmp_path,
+            merge(QUICK, epochs=2, model={"name": "mlp"}),
+            recorder=recorder,
+            resume=first["run_dir"],
+        )
+    )
     assert resumed["resumed_from_epoch"] == 1
     logs = [log["text"] for log in recorder.of("log")]
     assert "dataset.stratify: this run began with stratify=false; it keeps those splits" in logs

@@ -72,7 +72,7 @@ class Net(nn.Module):
 # Class 0 gets a logit 1e20 above the rest from the 31st training forward pass on (step 31, in epoch 2): the
 # loss of every other sample is then about 1e20, yet the gradients stay those of softmax, so nothing becomes
 # NaN.
-EXPLODES = '''
+EXPLODES = """
 import torch
 from torch import nn
 
@@ -92,7 +92,7 @@ class Net(nn.Module):
                 boost[:, 0] = 1e20
                 out = out + boost
         return out
-'''
+"""
 
 
 def _model_file(tmp_path: Path, source: str) -> tuple[Path, str]:
@@ -132,8 +132,12 @@ def test_scores_of_the_wrong_shape_in_validation_are_caught_too(tmp_path):
 def test_a_loss_failure_is_explained_with_the_model_name_and_the_output_shape():
     torch.manual_seed(0)
     model = nn.Linear(64, 10)
-    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1), build_loss("cross_entropy"),
-                     output_check=OutputCheck("file:/models/net.py:Net", 10))
+    step = TrainStep(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        build_loss("cross_entropy"),
+        output_check=OutputCheck("file:/models/net.py:Net", 10),
+    )
     x, y = torch.randn(4, 64), torch.tensor([1, 2, 12, 3])  # label 12 with 10 classes: torch's IndexError
     with pytest.raises(JobError) as info:
         step.accumulate(x, y)
@@ -147,15 +151,21 @@ def test_a_loss_failure_is_explained_with_the_model_name_and_the_output_shape():
 def test_a_label_the_loss_cannot_use_is_named_with_its_place_in_the_batch(label: int):
     torch.manual_seed(0)
     model = nn.Linear(64, 10)
-    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1), build_loss("cross_entropy"),
-                     output_check=OutputCheck("file:/models/net.py:Net", 10))
+    step = TrainStep(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        build_loss("cross_entropy"),
+        output_check=OutputCheck("file:/models/net.py:Net", 10),
+    )
     x, y = torch.randn(4, 64), torch.tensor([1, 2, label, 3])
     with pytest.raises(JobError) as info:
         step.accumulate(x, y)
     message = str(info.value)
-    assert message.startswith(f"a training batch of 4 samples has label {label} (position 2 in the batch), "
-                              "outside the 10 classes 0..9 (model.num_classes=10), so the loss cannot use "
-                              "it ("), message
+    assert message.startswith(
+        f"a training batch of 4 samples has label {label} (position 2 in the batch), "
+        "outside the 10 classes 0..9 (model.num_classes=10), so the loss cannot use "
+        "it ("
+    ), message
     assert "fix the dataset's labels or model.num_classes" in message
 
 
@@ -163,11 +173,16 @@ def test_a_validation_batch_with_a_bad_label_says_validation():
     model = nn.Linear(8, 3)
     batches = [(torch.arange(2), torch.randn(2, 8), torch.tensor([0, 5]))]
     split = type("Split", (), {"indexed_batches": lambda self, *args, **kwargs: iter(batches)})()
-    with pytest.raises(JobError, match=(
-        r"^a validation batch of 2 samples has label 5 \(position 1 in the batch\)"
-    )):
-        evaluate_sums(model, split, build_loss("cross_entropy"), device=torch.device("cpu"),
-                      output_check=OutputCheck("mlp", 3))
+    with pytest.raises(
+        JobError, match=(r"^a validation batch of 2 samples has label 5 \(position 1 in the batch\)")
+    ):
+        evaluate_sums(
+            model,
+            split,
+            build_loss("cross_entropy"),
+            device=torch.device("cpu"),
+            output_check=OutputCheck("mlp", 3),
+        )
 
 
 def test_model_titles():

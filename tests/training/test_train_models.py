@@ -1,4 +1,5 @@
-"""The model registry and build_model: built-in networks, user files, checkpoints, heads, freezing, torchvision."""
+"""The model registry and build_model: built-in networks, user files, checkpoints, heads, freezing,
+torchvision."""
 
 from __future__ import annotations
 
@@ -13,9 +14,15 @@ from workbench.worker.models import build_model, find_head, get_model, list_mode
 
 
 def test_the_registry_lists_every_way_to_name_a_model():
-    assert list_models() == ["cnn", "file:<path.py>:<ClassOrFactory>", "hf:<folder or hub id>",
-                             "lightning:<path.py>:<LightningModule>", "mlp", "timm:<name>",
-                             "torchvision:<arch>"]
+    assert list_models() == [
+        "cnn",
+        "file:<path.py>:<ClassOrFactory>",
+        "hf:<folder or hub id>",
+        "lightning:<path.py>:<LightningModule>",
+        "mlp",
+        "timm:<name>",
+        "torchvision:<arch>",
+    ]
     with pytest.raises(JobError, match="'cnm' is not a known model; did you mean 'cnn'"):
         get_model("cnm", num_classes=10, input_shape=(1, 8, 8))
 
@@ -39,21 +46,27 @@ def _write(path, text):
 
 
 def test_a_user_file_model_is_called_with_num_classes_and_trains(tmp_path):
-    model_file = _write(tmp_path / "my_net.py", "from torch import nn\n\n"
-                        "def make(num_classes):\n"
-                        "    return nn.Sequential(nn.Flatten(), nn.Linear(64, num_classes))\n"
-                        "class NoArgs(nn.Module):\n"
-                        "    def __init__(self):\n"
-                        "        super().__init__()\n"
-                        "        self.fc = nn.Linear(64, 10)\n"
-                        "    def forward(self, x):\n"
-                        "        return self.fc(x.flatten(1))\n")
+    model_file = _write(
+        tmp_path / "my_net.py",
+        "from torch import nn\n\n"
+        "def make(num_classes):\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(64, num_classes))\n"
+        "class NoArgs(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(64, 10)\n"
+        "    def forward(self, x):\n"
+        "        return self.fc(x.flatten(1))\n",
+    )
     logs = []
-    model = build_model(ModelSpec(name=f"file:{model_file}:make", num_classes=3), input_shape=(1, 8, 8),
-                        log=logs.append)
+    model = build_model(
+        ModelSpec(name=f"file:{model_file}:make", num_classes=3), input_shape=(1, 8, 8), log=logs.append
+    )
     assert model[1].out_features == 3
     assert logs == [f"running user code from {model_file}"]
-    assert build_model(ModelSpec(name=f"file:{model_file}:NoArgs"), input_shape=(1, 8, 8)).fc.out_features == 10
+    assert (
+        build_model(ModelSpec(name=f"file:{model_file}:NoArgs"), input_shape=(1, 8, 8)).fc.out_features == 10
+    )
     with pytest.raises(JobError, match="'Missing' in .* is not defined there; it defines: NoArgs, make"):
         build_model(ModelSpec(name=f"file:{model_file}:Missing"), input_shape=(1, 8, 8))
     result = done(train(tmp_path, merge(QUICK, epochs=1, model={"name": f"file:{model_file}:make"})))
@@ -63,14 +76,21 @@ def test_a_user_file_model_is_called_with_num_classes_and_trains(tmp_path):
 def test_model_args_reach_a_user_file_model_and_a_wrong_name_is_refused(tmp_path):
     from workbench.errors import SpecError
 
-    model_file = _write(tmp_path / "wide.py", "from torch import nn\n\n"
-                        "def make(num_classes, hidden=4):\n"
-                        "    return nn.Sequential(nn.Flatten(), nn.Linear(64, hidden), nn.Linear(hidden, num_classes))\n")
-    model = build_model(ModelSpec(name=f"file:{model_file}:make", num_classes=3, args={"hidden": 12}),
-                        input_shape=(1, 8, 8))
+    model_file = _write(
+        tmp_path / "wide.py",
+        "from torch import nn\n\n"
+        "def make(num_classes, hidden=4):\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(64, hidden), nn.Linear(hidden, num_classes))\n",
+    )
+    model = build_model(
+        ModelSpec(name=f"file:{model_file}:make", num_classes=3, args={"hidden": 12}), input_shape=(1, 8, 8)
+    )
     assert model[1].out_features == 12 and model[2].out_features == 3
-    with pytest.raises(JobError, match=r"^model.args: make in .*wide.py takes no argument 'hiden'; its parameters "
-                                       r"are: num_classes, hidden$"):
+    with pytest.raises(
+        JobError,
+        match=r"^model.args: make in .*wide.py takes no argument 'hiden'; its parameters "
+        r"are: num_classes, hidden$",
+    ):
         build_model(ModelSpec(name=f"file:{model_file}:make", args={"hiden": 12}), input_shape=(1, 8, 8))
     with pytest.raises(SpecError, match="args: cnn is a built-in model and takes no arguments"):
         ModelSpec.from_dict({"name": "cnn", "args": {"hidden": 3}})
@@ -92,9 +112,12 @@ def test_a_user_file_whose_import_fails_names_the_line(tmp_path):
 
 
 def test_a_model_that_cannot_take_the_input_says_so(tmp_path):
-    model_file = _write(tmp_path / "wrong_size.py", "from torch import nn\n\n"
-                        "def make(num_classes):\n"
-                        "    return nn.Sequential(nn.Flatten(), nn.Linear(100, num_classes))\n")
+    model_file = _write(
+        tmp_path / "wrong_size.py",
+        "from torch import nn\n\n"
+        "def make(num_classes):\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(100, num_classes))\n",
+    )
     with pytest.raises(JobError, match=r"cannot take inputs of shape 1,8,8: RuntimeError"):
         build_model(ModelSpec(name=f"file:{model_file}:make"), input_shape=(1, 8, 8))
 
@@ -107,7 +130,11 @@ def test_a_checkpoint_that_does_not_fit_names_the_file_and_the_first_mismatches(
     with pytest.raises(JobError) as info:
         build_model(ModelSpec(name="mlp", num_classes=10, checkpoint=str(path)), input_shape=(1, 8, 8))
     message = str(info.value)
-    assert str(path) in message and "5.weight (file 5x128, model 10x128)" in message and "replace_head" in message
+    assert (
+        str(path) in message
+        and "5.weight (file 5x128, model 10x128)" in message
+        and "replace_head" in message
+    )
     with pytest.raises(JobError, match="missing keys: features.0.weight"):
         load_checkpoint(build_model(ModelSpec(name="cnn"), input_shape=(1, 8, 8)), path)
     # A fitting file loads, and so does the `model` entry of a workbench last.pt.
@@ -128,8 +155,12 @@ def test_freeze_backbone_trains_only_the_head(tmp_path):
     start = build_model(ModelSpec(name="cnn"), input_shape=(1, 8, 8))
     path = tmp_path / "start.pt"
     save_state_dict(start.state_dict(), path)
-    result = done(train(tmp_path, merge(QUICK, epochs=1, model={"name": "cnn", "checkpoint": str(path),
-                                                                "freeze": ["backbone"]})))
+    result = done(
+        train(
+            tmp_path,
+            merge(QUICK, epochs=1, model={"name": "cnn", "checkpoint": str(path), "freeze": ["backbone"]}),
+        )
+    )
     assert result["parameters"]["trainable"] == 64 * 10 + 10
     final = load_state_dict(result["checkpoint"])
     for key, value in start.state_dict().items():
@@ -142,7 +173,9 @@ def test_freeze_backbone_trains_only_the_head(tmp_path):
 def test_freeze_by_prefix_and_a_prefix_that_matches_nothing():
     model = build_model(ModelSpec(name="cnn", freeze=["features.0"]), input_shape=(1, 8, 8))
     assert [n for n, p in model.named_parameters() if not p.requires_grad] == ["features.0.weight"]
-    with pytest.raises(JobError, match="'encoder' names no parameters of this model; its modules are: features, pool"):
+    with pytest.raises(
+        JobError, match="'encoder' names no parameters of this model; its modules are: features, pool"
+    ):
         build_model(ModelSpec(name="cnn", freeze=["encoder"]), input_shape=(1, 8, 8))
 
 
@@ -154,8 +187,9 @@ def test_builtin_models_have_no_weights_to_download():
 def test_torchvision_names_and_weights_get_clear_messages():
     with pytest.raises(JobError, match="no classification model 'resnet19'; close names: resnet18"):
         build_model(ModelSpec(name="torchvision:resnet19"), input_shape=(3, 32, 32))
-    with pytest.raises(JobError, match="'IMAGENET9' is not a weight set of resnet18; choose one of: DEFAULT, "
-                                       "IMAGENET1K_V1"):
+    with pytest.raises(
+        JobError, match="'IMAGENET9' is not a weight set of resnet18; choose one of: DEFAULT, IMAGENET1K_V1"
+    ):
         build_model(ModelSpec(name="torchvision:resnet18", weights="IMAGENET9"), input_shape=(3, 32, 32))
 
 
@@ -163,8 +197,10 @@ def test_torchvision_names_and_weights_get_clear_messages():
 def test_pretrained_weights_offline_say_to_pass_a_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))  # an empty cache, so the download is really tried
     try:
-        model = build_model(ModelSpec(name="torchvision:resnet18", weights="DEFAULT", num_classes=1000),
-                            input_shape=(3, 32, 32))
+        model = build_model(
+            ModelSpec(name="torchvision:resnet18", weights="DEFAULT", num_classes=1000),
+            input_shape=(3, 32, 32),
+        )
     except JobError as exc:
         assert "cannot be downloaded offline" in str(exc) and "model.checkpoint" in str(exc)
     else:  # this machine is online: then the weights really loaded
@@ -173,8 +209,12 @@ def test_pretrained_weights_offline_say_to_pass_a_checkpoint(tmp_path, monkeypat
 
 @pytest.mark.slow
 def test_torchvision_resnet18_builds_and_trains_a_tiny_epoch_on_fake_data(tmp_path):
-    spec = {"dataset": {"name": "fake", "size": 96, "num_classes": 10}, "epochs": 1, "batch_size": 16,
-            "model": {"name": "torchvision:resnet18", "input_shape": [3, 32, 32], "num_classes": 10}}
+    spec = {
+        "dataset": {"name": "fake", "size": 96, "num_classes": 10},
+        "epochs": 1,
+        "batch_size": 16,
+        "model": {"name": "torchvision:resnet18", "input_shape": [3, 32, 32], "num_classes": 10},
+    }
     result = done(train(tmp_path, spec))
     assert result["parameters"]["total"] > 11_000_000 and result["epochs_completed"] == 1
     assert result["final"]["test_accuracy"] is not None

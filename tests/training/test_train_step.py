@@ -1,4 +1,5 @@
-"""The engine's step function on real digits batches: gradient accumulation, clipping, AMP, weight-decay groups."""
+"""The engine's step function on real digits batches: gradient accumulation, clipping, AMP, weight-decay
+groups."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def test_four_micro_batches_of_16_give_the_gradients_of_one_batch_of_64(digits_b
     one.accumulate(x, y, weight=1.0)
     four = TrainStep(parts, torch.optim.SGD(parts.parameters(), lr=0.1), loss)
     for i in range(4):
-        four.accumulate(x[i * 16:(i + 1) * 16], y[i * 16:(i + 1) * 16], weight=16 / 64, sync=i == 3)
+        four.accumulate(x[i * 16 : (i + 1) * 16], y[i * 16 : (i + 1) * 16], weight=16 / 64, sync=i == 3)
     for a, b in zip(_grads(whole), _grads(parts)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     # And a step from there lands on the same weights.
@@ -70,24 +71,29 @@ def test_clip_grad_norm_bounds_the_update_and_reports_the_norm_before(digits_bat
     x, y = digits_batch
     model = _mlp()
     before = copy.deepcopy(model)
-    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=1.0), build_loss("cross_entropy"),
-                     clip_grad_norm=0.05)
+    step = TrainStep(
+        model, torch.optim.SGD(model.parameters(), lr=1.0), build_loss("cross_entropy"), clip_grad_norm=0.05
+    )
     step.accumulate(x, y * 0 + 3)  # every label 3: a large, consistent gradient
     norm = step.step()
     delta = torch.cat([(a - b).detach().flatten() for a, b in zip(model.parameters(), before.parameters())])
     assert float(norm) > 0.05  # clipping had work to do ...
-    assert float(delta.norm()) == pytest.approx(0.05, rel=1e-3)  # ... and SGD with lr 1 moved exactly that far
+    # ... and SGD with lr 1 moved exactly that far
+    assert float(delta.norm()) == pytest.approx(0.05, rel=1e-3)
 
 
 def test_clip_grad_value_bounds_every_element(digits_batch):
     x, y = digits_batch
     model = _mlp()
     before = copy.deepcopy(model)
-    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=1.0), build_loss("cross_entropy"),
-                     clip_grad_value=1e-3)
+    step = TrainStep(
+        model, torch.optim.SGD(model.parameters(), lr=1.0), build_loss("cross_entropy"), clip_grad_value=1e-3
+    )
     step.accumulate(x, y)
     step.step()
-    largest = max(float((a - b).detach().abs().max()) for a, b in zip(model.parameters(), before.parameters()))
+    largest = max(
+        float((a - b).detach().abs().max()) for a, b in zip(model.parameters(), before.parameters())
+    )
     assert largest == pytest.approx(1e-3, rel=1e-4)
 
 
@@ -97,7 +103,9 @@ def test_bf16_autocast_runs_the_forward_in_bf16_and_keeps_float32_weights(digits
     model = build_model(ModelSpec(name="cnn"), input_shape=(1, 8, 8))
     seen = []
     model.classifier.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
-    step = TrainStep(model, torch.optim.Adam(model.parameters(), lr=1e-2), build_loss("cross_entropy"), amp="bf16")
+    step = TrainStep(
+        model, torch.optim.Adam(model.parameters(), lr=1e-2), build_loss("cross_entropy"), amp="bf16"
+    )
     losses = []
     for _ in range(15):
         loss_sum, correct = step.accumulate(x, y)
@@ -111,7 +119,9 @@ def test_bf16_autocast_runs_the_forward_in_bf16_and_keeps_float32_weights(digits
 def test_fp16_uses_a_grad_scaler(digits_batch):
     x, y = digits_batch
     model = _mlp()
-    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1), build_loss("cross_entropy"), amp="fp16")
+    step = TrainStep(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), build_loss("cross_entropy"), amp="fp16"
+    )
     assert step.scaler is not None
     loss_sum, _ = step.accumulate(x, y)
     step.step()
@@ -142,16 +152,22 @@ def test_each_loss_is_a_finite_scalar_that_prefers_the_right_class(loss_name):
 
 
 def test_a_torch_compile_failure_is_a_clear_error_that_suggests_compile_off(digits_batch):
-    # A real torch.compile failure, in seconds: a backend that raises is wrapped by dynamo as BackendCompilerFailed,
-    # as an inductor that cannot build its kernels is (that slower path: the heavy test in test_train_engine.py).
+    # A real torch.compile failure, in seconds: a backend that raises is wrapped by dynamo as
+    # BackendCompilerFailed, as an inductor that cannot build its kernels is (that slower path: the heavy test
+    # in test_train_engine.py).
     def broken_backend(graph_module, example_inputs):
         raise RuntimeError("no kernels today")
 
     x, y = digits_batch
     model = _mlp()
     torch._dynamo.reset()
-    step = TrainStep(model, build_optimizer(model, TrainSpec()), build_loss("cross_entropy"),
-                     forward_model=torch.compile(model, backend=broken_backend), compiled=True)
+    step = TrainStep(
+        model,
+        build_optimizer(model, TrainSpec()),
+        build_loss("cross_entropy"),
+        forward_model=torch.compile(model, backend=broken_backend),
+        compiled=True,
+    )
     with pytest.raises(JobError) as caught:
         step.accumulate(x, y)
     message = str(caught.value)

@@ -1,6 +1,7 @@
-"""Training any task through the real runner (issue #20): a user's own Dataset file and model file, written here,
-trained for regression, multi-label and segmentation; task=auto says what it chose and why; a target or an output
-the task cannot use fails with a clear message; classification on the built-in sets keeps its results."""
+"""Training any task through the real runner (issue #20): a user's own Dataset file and model file, written
+here, trained for regression, multi-label and segmentation; task=auto says what it chose and why; a target or
+an output the task cannot use fails with a clear message; classification on the built-in sets keeps its
+results."""
 
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ class Labels(Dataset):
         return torch.full((4,), float(i % 3)), i % 3
 '''
 
-MODELS = '''
+MODELS = """
 import torch
 from torch import nn
 
@@ -94,7 +95,7 @@ def segmenter(num_classes=2):
 
 def three_outputs(num_classes=1):
     return nn.Linear(8, 3)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -106,9 +107,14 @@ def project(tmp_path_factory) -> Path:
 
 
 def spec_for(project: Path, dataset: str, net: str, **changes) -> dict:
-    base = {"dataset": {"name": f"file:{project / 'data.py'}:{dataset}", "num_workers": 0},
-            "model": {"name": f"file:{project / 'nets.py'}:{net}"}, "epochs": 3, "batch_size": 32, "lr": 0.05,
-            "log_every_steps": 5}
+    base = {
+        "dataset": {"name": f"file:{project / 'data.py'}:{dataset}", "num_workers": 0},
+        "model": {"name": f"file:{project / 'nets.py'}:{net}"},
+        "epochs": 3,
+        "batch_size": 32,
+        "lr": 0.05,
+        "log_every_steps": 5,
+    }
     return merge(base, **changes)
 
 
@@ -151,8 +157,11 @@ def test_multilabel_is_detected_from_a_zero_one_vector_and_monitors_mean_ap(tmp_
 
 def test_segmentation_is_detected_from_a_mask_and_monitors_miou(tmp_path, project):
     recorder = Recorder()
-    result = done(train(tmp_path, spec_for(project, "Squares", "segmenter", model={"num_classes": 2}),
-                        recorder=recorder))
+    result = done(
+        train(
+            tmp_path, spec_for(project, "Squares", "segmenter", model={"num_classes": 2}), recorder=recorder
+        )
+    )
     assert result["task"] == "segmentation" and result["monitor"]["name"] == "miou"
     assert result["monitor"]["test"] > 0.6
     view = evaluation(result)
@@ -182,7 +191,7 @@ def test_a_built_in_set_is_classification_and_refuses_another_task(tmp_path):
     assert {"classes", "confusion_matrix", "per_class_accuracy", "test_accuracy", "worst"} <= set(view)
 
 
-SEGMENTERS = '''
+SEGMENTERS = """
 from torch import nn
 
 
@@ -192,7 +201,7 @@ def fixed_head():
 
 def required(num_classes):
     return nn.Conv2d(1, num_classes, 1)
-'''
+"""
 
 
 def test_segmentation_with_auto_classes_takes_the_count_from_the_model(tmp_path, project):
@@ -204,10 +213,17 @@ def test_segmentation_with_auto_classes_takes_the_count_from_the_model(tmp_path,
     # A model that takes no num_classes: its output channels on the trial batch.
     (tmp_path / "segmenters.py").write_text(SEGMENTERS)
     recorder = Recorder()
-    spec = spec_for(project, "Squares", "segmenter", epochs=1,
-                    model={"name": f"file:{tmp_path / 'segmenters.py'}:fixed_head"})
+    spec = spec_for(
+        project,
+        "Squares",
+        "segmenter",
+        epochs=1,
+        model={"name": f"file:{tmp_path / 'segmenters.py'}:fixed_head"},
+    )
     done(train(tmp_path, spec, recorder=recorder))
-    assert "model.num_classes: auto, 2 (the output channels of fixed_head on the trial batch" in logs(recorder)
+    assert "model.num_classes: auto, 2 (the output channels of fixed_head on the trial batch" in logs(
+        recorder
+    )
     # One that needs num_classes and has no default cannot say: the refusal names why.
     spec["model"]["name"] = f"file:{tmp_path / 'segmenters.py'}:required"
     message = failed(train(tmp_path, spec))

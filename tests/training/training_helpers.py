@@ -10,8 +10,14 @@ from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
 
 # Small and quick on two slow cores: digits (1,437 training samples of 8x8), the mlp or the small cnn.
-QUICK = {"dataset": {"name": "digits"}, "model": {"name": "cnn"}, "epochs": 2, "batch_size": 64, "lr": 0.01,
-         "log_every_steps": 5}
+QUICK = {
+    "dataset": {"name": "digits"},
+    "model": {"name": "cnn"},
+    "epochs": 2,
+    "batch_size": 64,
+    "lr": 0.01,
+    "log_every_steps": 5,
+}
 
 
 class Recorder:
@@ -43,10 +49,22 @@ def merge(base: dict, **changes) -> dict:
     return spec
 
 
-def train(workspace, spec: dict, *, recorder: Recorder | None = None, stop: threading.Event | None = None,
-          resume: str | Path | None = None) -> dict:
-    return run_task(get_task("train.classifier"), spec, emit=recorder or Recorder(), workspace=workspace,
-                    stop_event=stop, resume=resume)
+def train(
+    workspace,
+    spec: dict,
+    *,
+    recorder: Recorder | None = None,
+    stop: threading.Event | None = None,
+    resume: str | Path | None = None,
+) -> dict:
+    return run_task(
+        get_task("train.classifier"),
+        spec,
+        emit=recorder or Recorder(),
+        workspace=workspace,
+        stop_event=stop,
+        resume=resume,
+    )
 
 
 def done(result: dict) -> dict:

@@ -1,7 +1,8 @@
 """Any model, any input, end to end through the real runner: a token-id Dataset with an nn.TransformerEncoder
-classifier, the same Dataset with a Hugging Face BERT built from a BertConfig inside a user file, and a segmentation
-U-Net whose decoder is a ConvTranspose2d. Each trains, then passes graph, W8A8 quantize with at least 90 % of its
-parameters quantized, ONNX and ONNX QDQ export with parity, and a benchmark with an onnxruntime INT8 row."""
+classifier, the same Dataset with a Hugging Face BERT built from a BertConfig inside a user file, and a
+segmentation U-Net whose decoder is a ConvTranspose2d. Each trains, then passes graph, W8A8 quantize with at
+least 90 % of its parameters quantized, ONNX and ONNX QDQ export with parity, and a benchmark with an
+onnxruntime INT8 row."""
 
 from __future__ import annotations
 
@@ -105,7 +106,7 @@ class UNet(nn.Module):
 
     def forward(self, x):
         return self.out(torch.relu(self.up(self.down(x))))
-'''
+'''  # noqa: E501
 
 PROJECTS = {
     "transformer": (TOKENS, "Tokens", "Encoder", {}),
@@ -128,16 +129,26 @@ def test_a_project_goes_from_training_to_an_int8_benchmark(tmp_path, name):
     (tmp_path / "project.py").write_text(textwrap.dedent(source))
     workspace = tmp_path / "ws"
     project = tmp_path / "project.py"
-    trained = run("train.classifier", {
-        "dataset": {"name": f"file:{project}:{data}", "num_workers": 0},
-        "model": {"name": f"file:{project}:{model}", "num_classes": 2}, "epochs": 2, "batch_size": 16,
-        "lr": 0.003, **extra}, workspace)
+    trained = run(
+        "train.classifier",
+        {
+            "dataset": {"name": f"file:{project}:{data}", "num_workers": 0},
+            "model": {"name": f"file:{project}:{model}", "num_classes": 2},
+            "epochs": 2,
+            "batch_size": 16,
+            "lr": 0.003,
+            **extra,
+        },
+        workspace,
+    )
     source_run = {"source": {"run": trained["run_dir"]}}
 
     graph = run("graph.build", source_run, workspace)
     assert graph["nodes"] > 0 and graph["params_total"] > 0
 
-    quantized = run("quant.analyze", {**source_run, "calibration": {"samples": 64}, "eval_samples": 64}, workspace)
+    quantized = run(
+        "quant.analyze", {**source_run, "calibration": {"samples": 64}, "eval_samples": 64}, workspace
+    )
     assert quantized["coverage"]["parameters"] >= 0.90, quantized["coverage"]
 
     for fmt in ("onnx", "torchscript", "exported_program"):
@@ -146,12 +157,24 @@ def test_a_project_goes_from_training_to_an_int8_benchmark(tmp_path, name):
         if name != "unet":  # token ids stay int64 and keep forward()'s name
             assert exported["input_names"] == ["ids"] and exported["input_dtypes"] == {"ids": "int64"}, fmt
 
-    qdq = run("export.model", {"source": {"run": quantized["run_dir"]}, "format": "onnx_qdq", "parity_samples": 8},
-              workspace)
+    qdq = run(
+        "export.model",
+        {"source": {"run": quantized["run_dir"]}, "format": "onnx_qdq", "parity_samples": 8},
+        workspace,
+    )
     assert qdq["parity"]["passed"], qdq["parity"].get("explanation")
 
-    bench = run("bench.latency", {"source": {"run": quantized["run_dir"]}, "iters": 3, "warmup": 1, "min_time_s": 0,
-                                  "batch_sizes": [1, 4], "backends": ["eager", "onnxruntime", "onnxruntime_int8"]},
-                workspace)
+    bench = run(
+        "bench.latency",
+        {
+            "source": {"run": quantized["run_dir"]},
+            "iters": 3,
+            "warmup": 1,
+            "min_time_s": 0,
+            "batch_sizes": [1, 4],
+            "backends": ["eager", "onnxruntime", "onnxruntime_int8"],
+        },
+        workspace,
+    )
     rows = {(r["backend"], r["batch_size"]): r for r in bench["results"]}
     assert rows[("onnxruntime_int8", 4)]["status"] == "ok", rows[("onnxruntime_int8", 4)]["reason"]

@@ -155,11 +155,12 @@ def test_save_refuses_non_dict(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-# --- a full disk (issue #7): a message that says so, and the previous checkpoint untouched -----------------------
+# --- a full disk (issue #7): a message that says so, and the previous checkpoint untouched ------------------
 
 
 class _FillsUp:
-    """A file object whose writes fail with `error` once `room` bytes are written: a disk that fills mid-save."""
+    """A file object whose writes fail with `error` once `room` bytes are written: a disk that fills
+    mid-save."""
 
     def __init__(self, real, room: int, error: OSError):
         self._real, self._room, self._error = real, room, error

@@ -35,7 +35,8 @@ class Recorder:
             return [(c, b) for t, c, b in self.messages if t == "metrics"]
 
     def full_rows(self) -> list[tuple]:
-        """(step, name, value, time) in delivery order; within a message, by step (names in first-seen order)."""
+        """(step, name, value, time) in delivery order; within a message, by step (names in first-seen
+        order)."""
         rows = []
         for content, buffers in self.metric_messages():
             rows.extend(sorted(metric_rows(content, buffers), key=lambda r: r[0]))
@@ -51,6 +52,7 @@ def _task(fn, name: str = "test.task") -> TaskInfo:
 
 # -- metrics -----------------------------------------------------------------------------------------
 
+
 def test_ten_thousand_metrics_calls_are_batched_and_delivered_once_in_order():
     rec = Recorder()
     started = time.monotonic()
@@ -65,7 +67,8 @@ def test_ten_thousand_metrics_calls_are_batched_and_delivered_once_in_order():
     assert sent < 10_000 / 50 and during <= sent
     expected = [(s, n, v) for s in range(10_000) for n, v in (("loss", 1.0 / (s + 1)), ("acc", float(s % 7)))]
     assert rec.rows() == expected
-    assert all(isinstance(r[3], float) and r[3] > 1e9 for r in rec.full_rows())  # each row has a wall-clock time
+    # each row has a wall-clock time
+    assert all(isinstance(r[3], float) and r[3] > 1e9 for r in rec.full_rows())
 
 
 def test_a_slow_loop_gets_each_batch_within_a_fraction_of_a_second():
@@ -142,6 +145,7 @@ def test_batches_stay_in_order_when_the_flusher_thread_is_slow(tmp_path):
 
 # -- progress ----------------------------------------------------------------------------------------
 
+
 def test_progress_is_throttled_but_the_final_one_is_always_sent():
     rec = Recorder()
     ctx = TaskContext(rec)
@@ -174,6 +178,7 @@ def test_final_progress_is_sent_even_right_after_another():
 
 
 # -- run_task ----------------------------------------------------------------------------------------
+
 
 def test_run_task_honours_a_stop_between_yields():
     stop = threading.Event()

@@ -1,5 +1,5 @@
-"""The worker's heap settings: a training-like step that frees and reallocates its activations stops page-faulting
-them in again, and the memory goes back when a job ends."""
+"""The worker's heap settings: a training-like step that frees and reallocates its activations stops
+page-faulting them in again, and the memory goes back when a job ends."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
-                                reason="the heap settings are glibc's; elsewhere they are left alone")
+pytestmark = pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+    reason="the heap settings are glibc's; elsewhere they are left alone",
+)
 # heavy: two fresh torch processes training a conv net each, minutes on two busy cores (the tuned one ran past
 # 120 s in a full xdist run); pytest -m heavy runs them.
 HEAVY = pytest.mark.heavy
@@ -46,7 +48,7 @@ thread.start()
 thread.join()
 out["released"] = release_freed_memory()
 print(json.dumps(out))
-"""
+"""  # noqa: E501
 
 
 def _run(mode: str) -> dict:
@@ -59,7 +61,8 @@ def _run(mode: str) -> dict:
 def test_freed_activations_are_reused_instead_of_faulted_in_again():
     default, tuned = _run("default"), _run("tuned")
     assert tuned["tuned"] is True
-    # glibc's defaults hand freed activations back and fault them in again, tens of thousands of pages in 7 steps
+    # glibc's defaults hand freed activations back and fault them in again, tens of thousands of pages in 7
+    # steps
     assert default["faults"] > 20_000, default
     assert tuned["faults"] < default["faults"] / 5, (default, tuned)
 
@@ -72,6 +75,7 @@ def test_a_finished_job_gives_the_kept_memory_back():
 def test_the_settings_are_applied_once_per_process():
     from workbench.worker.host_memory import keep_freed_memory
 
-    # pytest has started threads of its own by now; the settings still apply (the arena rule only to new threads)
+    # pytest has started threads of its own by now; the settings still apply (the arena rule only to new
+    # threads)
     assert keep_freed_memory() is True
     assert keep_freed_memory() is True

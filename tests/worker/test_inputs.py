@@ -1,4 +1,5 @@
-"""Example inputs keep what the data gives: dtype, shape, structure and names; random ones are drawn like them."""
+"""Example inputs keep what the data gives: dtype, shape, structure and names; random ones are drawn like
+them."""
 
 from __future__ import annotations
 
@@ -59,27 +60,37 @@ def test_a_batch_repeats_the_real_samples():
 
 
 def test_an_input_spec_draws_typed_inputs():
-    example = inputs.from_input_spec({"ids": {"shape": [1, 48], "dtype": "int64", "low": 0, "high": 200},
-                                      "mask": {"shape": [1, 48], "dtype": "bool"}}, batch=3)
+    example = inputs.from_input_spec(
+        {
+            "ids": {"shape": [1, 48], "dtype": "int64", "low": 0, "high": 200},
+            "mask": {"shape": [1, 48], "dtype": "bool"},
+        },
+        batch=3,
+    )
     assert example.kind == "dict" and example.names == ["ids", "mask"]
     assert example.tensors[0].shape == (3, 48) and example.tensors[0].dtype == torch.int64
     assert 0 <= int(example.tensors[0].min()) and int(example.tensors[0].max()) <= 200
     assert example.tensors[1].dtype == torch.bool
 
 
-@pytest.mark.parametrize(("entry", "said"), [
-    ({"shape": [1, 48], "dtype": "long"}, "model.input_spec.ids.dtype: 'long' is not allowed"),
-    ({"shape": [0, 48]}, "model.input_spec.ids.shape"),
-    ({"shape": [1, 4], "low": 9, "high": 2}, "low 9 is above high 2"),
-    ({"shape": [1, 4], "colour": "red"}, "unknown key 'colour'"),
-])
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ({"shape": [1, 48], "dtype": "long"}, "model.input_spec.ids.dtype: 'long' is not allowed"),
+        ({"shape": [0, 48]}, "model.input_spec.ids.shape"),
+        ({"shape": [1, 4], "low": 9, "high": 2}, "low 9 is above high 2"),
+        ({"shape": [1, 4], "colour": "red"}, "unknown key 'colour'"),
+    ],
+)
 def test_a_bad_input_spec_names_the_field(entry, said):
     with pytest.raises(SpecError, match=said.replace("[", r"\[").replace("(", r"\(")):
         ExportSpec.from_dict({"model": {"input_spec": {"ids": entry}}})
 
 
 def test_an_input_spec_round_trips():
-    spec = ModelSpec.from_dict({"input_spec": {"ids": {"shape": [1, 48], "dtype": "int64", "low": 0, "high": 200}}})
+    spec = ModelSpec.from_dict(
+        {"input_spec": {"ids": {"shape": [1, 48], "dtype": "int64", "low": 0, "high": 200}}}
+    )
     assert ModelSpec.from_dict(spec.to_dict()) == spec
 
 

@@ -1,5 +1,5 @@
-"""Torch's threads for a job are sized to the free cores (issue #22 part 4): a real busy neighbour is seen, the count
-follows it, OMP_NUM_THREADS is the user's word, and torch's own count comes back after the job."""
+"""Torch's threads for a job are sized to the free cores (issue #22 part 4): a real busy neighbour is seen,
+the count follows it, OMP_NUM_THREADS is the user's word, and torch's own count comes back after the job."""
 
 from __future__ import annotations
 
@@ -42,9 +42,12 @@ def test_the_job_gets_one_thread_per_free_core_and_torch_its_count_back(monkeypa
         with sized_threads(said.append, measure=lambda: 2.6) as threads:
             assert threads == torch.get_num_threads() == 1
         assert torch.get_num_threads() == 4
-        assert said == ["2.6 of 4 cores are busy with other work: torch uses 1 thread(s) for this job rather than "
-                        "waiting on busy ones (set OMP_NUM_THREADS to choose)"]
-        with sized_threads(said.append, measure=lambda: 0.1) as threads:  # a quiet machine: as it was, nothing said
+        assert said == [
+            "2.6 of 4 cores are busy with other work: torch uses 1 thread(s) for this job rather than "
+            "waiting on busy ones (set OMP_NUM_THREADS to choose)"
+        ]
+        # a quiet machine: as it was, nothing said
+        with sized_threads(said.append, measure=lambda: 0.1) as threads:
             assert threads == 4
         with sized_threads(said.append, measure=lambda: None) as threads:  # no /proc/stat: as it was
             assert threads == 4

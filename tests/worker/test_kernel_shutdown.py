@@ -1,5 +1,5 @@
-"""A job that finishes after the worker has closed its sockets (past the shutdown grace) drops its reply quietly
-instead of raising in the jobs thread."""
+"""A job that finishes after the worker has closed its sockets (past the shutdown grace) drops its reply
+quietly instead of raising in the jobs thread."""
 
 from __future__ import annotations
 

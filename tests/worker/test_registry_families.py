@@ -63,11 +63,15 @@ def test_lightning_and_file_are_registered_dataset_families_of_user_code():
         entry = find_dataset(name)
         assert entry.name == family and entry.family and entry.user_code and is_user_dataset(name)
     assert not is_user_dataset("digits") and not is_user_dataset("file") and not is_user_dataset("nope:x")
-    assert "lightning" not in list_datasets() and "file" not in list_datasets() and "digits" in list_datasets()
+    assert (
+        "lightning" not in list_datasets() and "file" not in list_datasets() and "digits" in list_datasets()
+    )
 
 
 def test_an_unknown_dataset_name_lists_the_families_as_they_are_written():
-    with pytest.raises(JobError, match=r"no dataset named 'zzz'; choose one of: .*lightning:<path.py>:<Light"):
+    with pytest.raises(
+        JobError, match=r"no dataset named 'zzz'; choose one of: .*lightning:<path.py>:<Light"
+    ):
         load_dataset(DataSpec(name="zzz"))
 
 
@@ -102,8 +106,10 @@ def test_a_dataset_family_is_opened_afresh_by_load_dataset_for_every_job(tmp_pat
         opened.append((spec.name, workspace))
         return object()
 
-    first, second = load_dataset(DataSpec(name="mine:a"), workspace=tmp_path), load_dataset(
-        DataSpec(name="mine:a"), workspace=tmp_path)
+    first, second = (
+        load_dataset(DataSpec(name="mine:a"), workspace=tmp_path),
+        load_dataset(DataSpec(name="mine:a"), workspace=tmp_path),
+    )
     assert first is not second and opened == [("mine:a", tmp_path.absolute())] * 2
     assert is_user_dataset("mine:a") and "mine" not in list_datasets()
 
@@ -111,8 +117,9 @@ def test_a_dataset_family_is_opened_afresh_by_load_dataset_for_every_job(tmp_pat
 def test_a_lightning_model_builds_from_its_class_and_args_alone(tmp_path):
     pytest.importorskip("lightning")
     project = write_project(tmp_path)
-    model = build_model(ModelSpec(name=f"lightning:{project}:Classifier", num_classes=7, args={"hidden": 4},
-                                  freeze=["net.0"]))
+    model = build_model(
+        ModelSpec(name=f"lightning:{project}:Classifier", num_classes=7, args={"hidden": 4}, freeze=["net.0"])
+    )
     assert model.training and model(torch.zeros(2, 8)).shape == (2, 3)  # its own 3 classes, not num_classes
     assert model.net[0].weight.shape == (4, 8) and not model.net[0].weight.requires_grad
     with pytest.raises(JobError, match="model.weights: a lightning: model has no pretrained weights"):

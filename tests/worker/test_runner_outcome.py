@@ -86,8 +86,12 @@ def test_terminal_colours_never_reach_the_user(tmp_path: Path):
         ctx.array("bench/results", [1.0], rows=[{"backend": "onnxruntime", "reason": COLOURED}])
         raise JobError(COLOURED)
 
-    result = run_task(_task(coloured), {}, emit=lambda kind, content, buffers: events.append((kind, content)),
-                      workspace=tmp_path / "ws")
+    result = run_task(
+        _task(coloured),
+        {},
+        emit=lambda kind, content, buffers: events.append((kind, content)),
+        workspace=tmp_path / "ws",
+    )
     plain = "This is step 1/3: export failed"
     assert result["error"]["message"] == plain
     assert [c["text"] for k, c in events if k == "log"] == [plain]
@@ -103,4 +107,7 @@ def test_strip_ansi_leaves_plain_text_alone():
 
     assert strip_ansi("loss 0.5 [ok]") == "loss 0.5 [ok]"
     assert strip_ansi("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ \x1b[2K\x1b[1;31mred\x1b[m") == "link red"
-    assert strip_ansi_deep({"rows": [{"reason": "\x1b[96mx\x1b[0m"}], "n": 3}) == {"rows": [{"reason": "x"}], "n": 3}
+    assert strip_ansi_deep({"rows": [{"reason": "\x1b[96mx\x1b[0m"}], "n": 3}) == {
+        "rows": [{"reason": "x"}],
+        "n": 3,
+    }

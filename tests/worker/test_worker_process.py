@@ -25,8 +25,6 @@ pytestmark = pytest.mark.slow
 MISBEHAVING_WORKER = Path(__file__).resolve().parents[1] / "misbehaving_worker.py"
 
 
-
-
 class Events:
     """Everything a manager's listener hears, with the monotonic time it arrived."""
 
@@ -40,8 +38,11 @@ class Events:
 
     def messages(self, job_id: str, msg_type: str | None = None) -> list:
         with self.lock:
-            return [p for _, k, p in self.items if k == "message" and p.parent_id == job_id
-                    and (msg_type is None or p.msg_type == msg_type)]
+            return [
+                p
+                for _, k, p in self.items
+                if k == "message" and p.parent_id == job_id and (msg_type is None or p.msg_type == msg_type)
+            ]
 
     def states(self) -> list[str]:
         with self.lock:
@@ -105,6 +106,7 @@ def _wait_state(manager: WorkerManager, job_id: str, state: str, timeout: float 
 
 # -- requests and jobs -------------------------------------------------------------------------------
 
+
 def test_kernel_info_lists_the_debug_tasks(worker):
     manager, events = worker
     reply = manager.call("kernel_info_request", timeout=10)
@@ -133,16 +135,24 @@ def test_count_jobs_finish_with_run_dirs_and_events_routed_by_job(worker, tmp_pa
     assert records[0].run_dir != records[1].run_dir
 
     for job, steps in ((first, 6), (second, 3)):
+
         def value_steps(job_id=job.job_id):
-            return [r[0] for m in events.messages(job_id, "metrics") for r in metric_rows(m.content, m.buffers)
-                    if r[1] == "value"]
+            return [
+                r[0]
+                for m in events.messages(job_id, "metrics")
+                for r in metric_rows(m.content, m.buffers)
+                if r[1] == "value"
+            ]
 
         # events travel on their own socket and may trail the reply a little
         wait_until(lambda s=steps, v=value_steps: len(v()) == s, 5, "every metric row")
         assert value_steps() == list(range(steps))
         progress = wait_until(lambda j=job: events.messages(j.job_id, "progress"), 5, "progress events")
-        wait_until(lambda j=job, s=steps: events.messages(j.job_id, "progress")[-1].content["done"] == s, 5,
-                   "the final progress")
+        wait_until(
+            lambda j=job, s=steps: events.messages(j.job_id, "progress")[-1].content["done"] == s,
+            5,
+            "the final progress",
+        )
         assert all(0 < m.content["fraction"] <= 1 for m in progress)
         states = [m.content["state"] for m in events.messages(job.job_id, "status")]
         assert states[:2] == ["queued", "running"] and "done" in states
@@ -228,12 +238,20 @@ def test_a_bad_task_name_fails_with_a_suggestion_and_the_worker_stays(worker):
     assert manager.state == "ready" and manager.process.poll() is None
 
 
-@pytest.mark.parametrize("spec,error_type,message,traceback", [
-    ({"crash_mode": "bogus"}, "JobError", "crash_mode: 'bogus' is not allowed", False),
-    ({"crash_at": 1, "crash_mode": "job_error"}, "JobError", "deliberate job error at step 1", False),
-    ({"crash_at": 2, "crash_mode": "raise"}, "RuntimeError", "deliberate failure at step 2", True),
-    ({"steps": "many"}, "SpecError", "steps: 'many' is not an integer", False),  # named, as a spec's field
-])
+@pytest.mark.parametrize(
+    "spec,error_type,message,traceback",
+    [
+        ({"crash_mode": "bogus"}, "JobError", "crash_mode: 'bogus' is not allowed", False),
+        ({"crash_at": 1, "crash_mode": "job_error"}, "JobError", "deliberate job error at step 1", False),
+        ({"crash_at": 2, "crash_mode": "raise"}, "RuntimeError", "deliberate failure at step 2", True),
+        (
+            {"steps": "many"},
+            "SpecError",
+            "steps: 'many' is not an integer",
+            False,
+        ),  # named, as a spec's field
+    ],
+)
 def test_a_task_that_raises_fails_and_the_worker_stays(worker, spec, error_type, message, traceback):
     manager, events = worker
     pid = manager.process.pid
@@ -267,7 +285,10 @@ def test_a_reply_faster_than_submit_is_not_lost(make_manager):
 
 # -- crashes and restarts ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("mode,reason", [("kill", "SIGKILL"), ("exit", "exit code 3"), ("segfault", "SIGSEGV")])
+
+@pytest.mark.parametrize(
+    "mode,reason", [("kill", "SIGKILL"), ("exit", "exit code 3"), ("segfault", "SIGSEGV")]
+)
 def test_a_crash_at_step_n_fails_the_job_and_the_worker_restarts(make_manager, mode, reason):
     manager, events = make_manager()
     old_pid = manager.process.pid
@@ -330,6 +351,7 @@ def test_a_frozen_worker_is_reported_unresponsive_and_then_ready_again(make_mana
 
 # -- shutdown ----------------------------------------------------------------------------------------
 
+
 def test_a_normal_worker_exits_after_the_shutdown_request(make_manager):
     manager, events = make_manager()
     process = manager.process
@@ -364,6 +386,7 @@ def test_the_misbehaving_worker_really_ignores_sigterm(make_manager):
 
 
 # -- the parent watchdog -----------------------------------------------------------------------------
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -402,7 +425,7 @@ def test_a_worker_exits_when_its_parent_dies(tmp_path, reaped):
                                    "--parent-pid", str(os.getpid())])
         print(worker.pid, flush=True)
         time.sleep(60)
-    """)
+    """)  # noqa: E501
     parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
     worker_pid = int(parent.stdout.readline())
     try:
@@ -426,8 +449,17 @@ def test_a_worker_watches_the_named_process_even_when_it_is_not_its_parent(tmp_p
     conn_path = tmp_path / "conn.json"
     ConnectionInfo.new().write(conn_path)
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    worker = subprocess.Popen([sys.executable, "-m", "workbench.worker", "--connection-file", str(conn_path),
-                               "--parent-pid", str(sleeper.pid)])
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workbench.worker",
+            "--connection-file",
+            str(conn_path),
+            "--parent-pid",
+            str(sleeper.pid),
+        ]
+    )
     try:
         info = _wait_bound(conn_path)
         time.sleep(1.5)  # longer than the watchdog's 1 s poll: the watched process is alive, so stay

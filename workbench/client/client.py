@@ -35,21 +35,32 @@ OnMessage = Callable[[str, Message], None]  # (channel, message)
 
 
 class WorkerClient:
-    def __init__(self, conn: ConnectionInfo, on_message: OnMessage | None = None, *,
-                 heartbeat_interval: float = 1.0, context: zmq.Context | None = None):
+    def __init__(
+        self,
+        conn: ConnectionInfo,
+        on_message: OnMessage | None = None,
+        *,
+        heartbeat_interval: float = 1.0,
+        context: zmq.Context | None = None,
+    ):
         self.conn = conn
         if conn.curve_public_key and not curve_available():
-            raise ValueError(f"the worker at {conn.ip} speaks CurveZMQ, and this pyzmq was built without it; "
-                             f"install a pyzmq wheel from PyPI (they bundle libsodium)")
+            raise ValueError(
+                f"the worker at {conn.ip} speaks CurveZMQ, and this pyzmq was built without it; "
+                f"install a pyzmq wheel from PyPI (they bundle libsodium)"
+            )
         self.session = uuid.uuid4().hex
         self.signer = Signer(conn.key)
         self.on_message = on_message
         self.heartbeat_interval = heartbeat_interval
         self.ctx = context or zmq.Context.instance()
         self.last_seen = time.monotonic()  # any message from the worker counts as a sign of life
-        self._rejections = {channel: RejectionLog(log, f"{channel} message from the worker",
-                                                  f"{channel} messages from the worker")
-                            for channel in ("shell", "control", "iopub")}
+        self._rejections = {
+            channel: RejectionLog(
+                log, f"{channel} message from the worker", f"{channel} messages from the worker"
+            )
+            for channel in ("shell", "control", "iopub")
+        }
         self._outgoing: queue.Queue = queue.Queue()
         # Encoded, not yet taken by zmq, by channel: the I/O thread never blocks on a send (see _flush).
         self._unsent: dict[str, deque] = {channel: deque() for channel in ("shell", "control")}
@@ -67,11 +78,19 @@ class WorkerClient:
         self._thread.start()
 
     # -- sending (any thread) --------------------------------------------------------------------
-    def send(self, msg_type: str, content: dict | None = None, *, channel: str = "shell",
-             buffers: list[bytes] | None = None) -> Message:
+    def send(
+        self,
+        msg_type: str,
+        content: dict | None = None,
+        *,
+        channel: str = "shell",
+        buffers: list[bytes] | None = None,
+    ) -> Message:
         return self.send_message(self.new(msg_type, content, buffers=buffers), channel=channel)
 
-    def new(self, msg_type: str, content: dict | None = None, *, buffers: list[bytes] | None = None) -> Message:
+    def new(
+        self, msg_type: str, content: dict | None = None, *, buffers: list[bytes] | None = None
+    ) -> Message:
         """A message of this session, not yet sent (so a caller can register its id first)."""
         return new_message(msg_type, content or {}, session=self.session, buffers=buffers)
 
@@ -93,13 +112,20 @@ class WorkerClient:
         future.msg_id = msg.msg_id  # type: ignore[attr-defined]
         return future
 
-    def call(self, msg_type: str, content: dict | None = None, *, channel: str = "shell",
-             timeout: float | None = 10.0) -> Message:
+    def call(
+        self,
+        msg_type: str,
+        content: dict | None = None,
+        *,
+        channel: str = "shell",
+        timeout: float | None = 10.0,
+    ) -> Message:
         """Blocking request for scripts and tests; the GUI uses send() and waits for the event."""
         return self.request(msg_type, content, channel=channel).result(timeout)
 
-    def job_request(self, task: str, spec: dict | None = None, workspace: str | None = None,
-                    resume: str | None = None) -> Message:
+    def job_request(
+        self, task: str, spec: dict | None = None, workspace: str | None = None, resume: str | None = None
+    ) -> Message:
         """Build (not send) a job request; its msg_id is the job id every event about it carries."""
         content = {"task": task, "spec": spec or {}}
         if workspace:
@@ -108,8 +134,9 @@ class WorkerClient:
             content["resume"] = str(resume)
         return self.new("job_request", content)
 
-    def submit_job(self, task: str, spec: dict | None = None, workspace: str | None = None,
-                   resume: str | None = None) -> Message:
+    def submit_job(
+        self, task: str, spec: dict | None = None, workspace: str | None = None, resume: str | None = None
+    ) -> Message:
         return self.send_message(self.job_request(task, spec, workspace, resume))
 
     def cancel(self, job_id: str) -> Message:
@@ -150,8 +177,11 @@ class WorkerClient:
 
     # -- the I/O thread --------------------------------------------------------------------------
     def _io_loop(self) -> None:
-        sockets = {"shell": self.ctx.socket(zmq.DEALER), "control": self.ctx.socket(zmq.DEALER),
-                   "iopub": self.ctx.socket(zmq.SUB)}
+        sockets = {
+            "shell": self.ctx.socket(zmq.DEALER),
+            "control": self.ctx.socket(zmq.DEALER),
+            "iopub": self.ctx.socket(zmq.SUB),
+        }
         sockets["iopub"].setsockopt(zmq.SUBSCRIBE, b"")
         # The connection file says how the worker admits peers: its Curve server key off loopback, its
         # connection password on loopback (an older file, or a test's bare server, has neither).
@@ -212,9 +242,9 @@ class WorkerClient:
                 try:
                     sockets[channel].send_multipart(waiting[0], flags=zmq.NOBLOCK)
                 except zmq.Again:
-                    # No connection admitted (the worker is not up yet, or refused our handshake: a stale file), or
-                    # its queue is full. A blocking send would freeze this thread, replies, events and close()
-                    # included; the loop comes back within 100 ms and tries again, in order.
+                    # No connection admitted (the worker is not up yet, or refused our handshake: a stale
+                    # file), or its queue is full. A blocking send would freeze this thread, replies, events
+                    # and close() included; the loop comes back within 100 ms and tries again, in order.
                     break
                 waiting.popleft()
 
@@ -225,7 +255,11 @@ class WorkerClient:
             self._rejections[channel].reject(str(exc))
             return
         self.last_seen = time.monotonic()
-        if channel == "iopub" and msg.msg_type == "status" and msg.parent_header.get("session") == self.session:
+        if (
+            channel == "iopub"
+            and msg.msg_type == "status"
+            and msg.parent_header.get("session") == self.session
+        ):
             self._ready.set()
         if msg.msg_type.endswith("_reply"):
             with self._waiters_lock:

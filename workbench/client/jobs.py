@@ -87,8 +87,9 @@ class JobTable:
                 return None
             return replace(record)
 
-    def fail_active(self, message: str, error_type: str = "WorkerDied", *,
-                    cancelled: dict[str, str] | None = None) -> list[JobRecord]:
+    def fail_active(
+        self, message: str, error_type: str = "WorkerDied", *, cancelled: dict[str, str] | None = None
+    ) -> list[JobRecord]:
         """Mark every unfinished job failed, e.g. 'worker exited: SIGKILL'.
 
         `cancelled` maps job ids to a message: those jobs were stopped on purpose (a force stop), so they
@@ -99,8 +100,12 @@ class JobTable:
             ended = [r for r in self._jobs.values() if r.active]
             for record in ended:
                 if record.job_id in cancelled:
-                    self._finish(record, "cancelled", {"type": "JobCancelled", "message": cancelled[record.job_id]},
-                                 None)
+                    self._finish(
+                        record,
+                        "cancelled",
+                        {"type": "JobCancelled", "message": cancelled[record.job_id]},
+                        None,
+                    )
                 else:
                     self._finish(record, "failed", {"type": error_type, "message": message}, None)
             return [replace(r) for r in ended]

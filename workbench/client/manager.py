@@ -25,7 +25,8 @@ from workbench.results import dig
 from workbench.runs import mark_run_ended
 
 log = logging.getLogger(__name__)
-Listener = Callable[[str, object], None]  # ("state", (state, detail)) | ("message", Message) | ("job", JobRecord)
+# ("state", (state, detail)) | ("message", Message) | ("job", JobRecord)
+Listener = Callable[[str, object], None]
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -40,15 +41,24 @@ def describe_exit(returncode: int | None) -> str:
 
 
 class WorkerManager:
-    def __init__(self, *, command: list[str] | None = None, connection_file: str | Path | None = None,
-                 runtime_dir: str | Path | None = None, max_restarts: int = 3, restart_window: float = 60.0,
-                 heartbeat_interval: float = 1.0, heartbeat_timeout: float = 5.0, start_timeout: float = 60.0,
-                 env: dict | None = None):
+    def __init__(
+        self,
+        *,
+        command: list[str] | None = None,
+        connection_file: str | Path | None = None,
+        runtime_dir: str | Path | None = None,
+        max_restarts: int = 3,
+        restart_window: float = 60.0,
+        heartbeat_interval: float = 1.0,
+        heartbeat_timeout: float = 5.0,
+        start_timeout: float = 60.0,
+        env: dict | None = None,
+    ):
         # With `connection_file` and no command, attach to a worker someone else started (a remote GPU box).
         self.attach_only = connection_file is not None and command is None
         self.command = command or [sys.executable, "-m", "workbench.worker"]
-        # Without a runtime_dir, the connection file (it holds the session's keys) and the worker's log go into
-        # a temporary folder of our own, made at launch and removed at shutdown.
+        # Without a runtime_dir, the connection file (it holds the session's keys) and the worker's log go
+        # into a temporary folder of our own, made at launch and removed at shutdown.
         self._runtime_dir = Path(runtime_dir) if runtime_dir else None
         self._own_dir: tempfile.TemporaryDirectory | None = None
         self.connection_file = Path(connection_file) if connection_file else None
@@ -142,13 +152,21 @@ class WorkerManager:
         argv = [*self.command, "--connection-file", str(conn_path), "--parent-pid", str(os.getpid())]
         with open(self.stderr_path, "wb") as stderr:
             # A session of its own: Ctrl-C in the GUI's terminal must not hit the worker directly.
-            self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
-                                            env=self.env, start_new_session=True)
+            self.process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=stderr,
+                stderr=stderr,
+                env=self.env,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"the worker exited during start-up ({describe_exit(self.process.returncode)})"
-                                   f"{self._stderr_tail()}")
+                raise RuntimeError(
+                    f"the worker exited during start-up ({describe_exit(self.process.returncode)})"
+                    f"{self._stderr_tail()}"
+                )
             conn = ConnectionInfo.read(conn_path)
             if conn.bound:
                 return conn
@@ -206,14 +224,16 @@ class WorkerManager:
         self._restarts.append(now)
         return True
 
-    def restart(self, wait: bool = False, *, cancelled: dict[str, str] | None = None,
-                shutdown_timeout: float = 2.0) -> bool:
+    def restart(
+        self, wait: bool = False, *, cancelled: dict[str, str] | None = None, shutdown_timeout: float = 2.0
+    ) -> bool:
         """A user-requested restart: stop whatever runs (failing its jobs, or ending the `cancelled` ones as
         cancelled) and start afresh. Their runs are marked on disk too."""
         self.shutdown(timeout=shutdown_timeout)
         self._restarts.clear()
-        self._end_jobs(self.jobs.fail_active("worker restarted by the user", "WorkerRestarted",
-                                             cancelled=cancelled))
+        self._end_jobs(
+            self.jobs.fail_active("worker restarted by the user", "WorkerRestarted", cancelled=cancelled)
+        )
         return self.start(wait=wait)
 
     def force_stop(self, job_id: str, wait: bool = False) -> bool:
@@ -225,7 +245,10 @@ class WorkerManager:
         record = self.jobs.get(job_id)
         if record is None or not record.active:
             return False
-        message = "force-stopped: it did not respond to cancel, so its worker was restarted; resume it from its last checkpoint"
+        message = (
+            "force-stopped: it did not respond to cancel, so its worker was restarted; resume it from its "
+            "last checkpoint"
+        )
         # The user already waited out the cancel; no need for a slow, polite escalation.
         return self.restart(wait=wait, cancelled={job_id: message}, shutdown_timeout=0.5)
 
@@ -234,19 +257,32 @@ class WorkerManager:
         for record in records:
             if record.run_dir:
                 try:
-                    mark_run_ended(record.run_dir, record.state, record.error_message,
-                                   error_type=dig(record.error, "type", default="WorkerDied"))
+                    mark_run_ended(
+                        record.run_dir,
+                        record.state,
+                        record.error_message,
+                        error_type=dig(record.error, "type", default="WorkerDied"),
+                    )
                 except Exception:  # the run folder may be gone or unwritable; the job list still tells
                     log.exception("could not mark run %s %s", record.run_dir, record.state)
             self._notify("job", record)
 
     # -- jobs ------------------------------------------------------------------------------------
-    def submit(self, task: str, spec: dict | None = None, workspace: str | Path | None = None, *,
-               internal: bool = False, resume: str | Path | None = None) -> JobRecord:
+    def submit(
+        self,
+        task: str,
+        spec: dict | None = None,
+        workspace: str | Path | None = None,
+        *,
+        internal: bool = False,
+        resume: str | Path | None = None,
+    ) -> JobRecord:
         client = self.client
         if client is None or self.state not in ("ready", "unresponsive"):
             raise RuntimeError(f"the worker is {self.state}; wait for it to be ready or restart it")
-        msg = client.job_request(task, spec, str(workspace) if workspace else None, str(resume) if resume else None)
+        msg = client.job_request(
+            task, spec, str(workspace) if workspace else None, str(resume) if resume else None
+        )
         # Known before it is sent: the worker's first events can arrive before send_message returns.
         record = self.jobs.add(msg.msg_id, task, spec, internal=internal)
         client.send_message(msg)
@@ -257,7 +293,9 @@ class WorkerManager:
         if self.client is not None:
             self.client.cancel(job_id)
 
-    def call(self, msg_type: str, content: dict | None = None, timeout: float = 10.0, channel: str = "shell") -> Message:
+    def call(
+        self, msg_type: str, content: dict | None = None, timeout: float = 10.0, channel: str = "shell"
+    ) -> Message:
         if self.client is None:
             raise RuntimeError(f"the worker is {self.state}")
         return self.client.call(msg_type, content, timeout=timeout, channel=channel)
@@ -295,7 +333,8 @@ class WorkerManager:
         self._set_state("stopped", "detached")
 
     def shutdown(self, timeout: float = 2.0) -> str:
-        """Stop the worker, escalating: shutdown request → SIGINT → SIGTERM → SIGKILL. Returns how it ended."""
+        """Stop the worker, escalating: shutdown request → SIGINT → SIGTERM → SIGKILL. Returns how it
+        ended."""
         client = self._stand_down()
         process = self.process
         how = "stopped"
@@ -312,8 +351,12 @@ class WorkerManager:
         return how
 
     def _escalate(self, process: subprocess.Popen, timeout: float) -> str:
-        steps = [("shutdown request", None), ("SIGINT", signal.SIGINT), ("SIGTERM", signal.SIGTERM),
-                 ("SIGKILL", signal.SIGKILL)]
+        steps = [
+            ("shutdown request", None),
+            ("SIGINT", signal.SIGINT),
+            ("SIGTERM", signal.SIGTERM),
+            ("SIGKILL", signal.SIGKILL),
+        ]
         for name, sig in steps:
             if sig is not None and process.poll() is None:
                 try:

@@ -1,6 +1,7 @@
-"""GraphServer: starts Model Explorer's server as its own process on 127.0.0.1, tells when it answers, builds the
-page address (with the session's token) for a graph JSON file, registering the graph, and stops it. The GUI imports
-this module: it must import neither Qt nor torch nor model_explorer (only the launcher, run as `python -m`, does).
+"""GraphServer: starts Model Explorer's server as its own process on 127.0.0.1, tells when it answers, builds
+the page address (with the session's token) for a graph JSON file, registering the graph, and stops it. The
+GUI imports this module: it must import neither Qt nor torch nor model_explorer (only the launcher, run as
+`python -m`, does).
 """
 
 from __future__ import annotations
@@ -24,24 +25,30 @@ LAUNCHER = "workbench.graph_server.launcher"
 STATES = ("stopped", "starting", "ready", "failed")
 
 
-
-def _pane(path: str | Path, label: str | None = None, graph_id: str | None = None, *, selected: bool,
-          width: float) -> dict:
-    """One pane of Model Explorer's ui state (the fields of its createInitialPaneState) showing a graph of the JSON
-    file at `path` (its first, or the one with `graph_id`), its layers opened as far as the graph fits a screen."""
+def _pane(
+    path: str | Path, label: str | None = None, graph_id: str | None = None, *, selected: bool, width: float
+) -> dict:
+    """One pane of Model Explorer's ui state (the fields of its createInitialPaneState) showing a graph of the
+    JSON file at `path` (its first, or the one with `graph_id`), its layers opened as far as the graph fits a
+    screen."""
     own_label, graphs = _layout_of(str(Path(path).absolute()))
     opened = dict(graphs)
     shown = graph_id if graph_id is not None else (graphs[0][0] if graphs else "")
-    return {"deepestExpandedGroupNodeIds": list(opened.get(shown, graphs[0][1] if graphs else ())),
-            "selectedNodeId": "", "selectedGraphId": shown,
-            "selectedCollectionLabel": label if label is not None else own_label,
-            "widthFraction": width, "selected": selected}
+    return {
+        "deepestExpandedGroupNodeIds": list(opened.get(shown, graphs[0][1] if graphs else ())),
+        "selectedNodeId": "",
+        "selectedGraphId": shown,
+        "selectedCollectionLabel": label if label is not None else own_label,
+        "widthFraction": width,
+        "selected": selected,
+    }
 
 
 def _layout_of(path: str) -> tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]:
-    """A graph JSON file's collection label and, for each of its graphs, (its id, the layers to open); ("", ())
-    when it cannot be read (the page then says so itself). Cached by size and time, so switching overlays does not
-    parse a large graph again in the window's thread; only these few strings are kept, not the parsed file."""
+    """A graph JSON file's collection label and, for each of its graphs, (its id, the layers to open); ("",
+    ()) when it cannot be read (the page then says so itself). Cached by size and time, so switching overlays
+    does not parse a large graph again in the window's thread; only these few strings are kept, not the parsed
+    file."""
     try:
         stat = os.stat(path)
     except OSError:
@@ -58,14 +65,23 @@ def _read_layout(path: str, size: int, mtime_ns: int) -> tuple[str, tuple[tuple[
     if not isinstance(data, dict):
         return "", ()
     graphs = [g for g in data.get("graphs") or [] if isinstance(g, dict)]
-    return str(data.get("label", "")), tuple((str(g.get("id", "")), tuple(initial_expansion(g))) for g in graphs)
+    return str(data.get("label", "")), tuple(
+        (str(g.get("id", "")), tuple(initial_expansion(g))) for g in graphs
+    )
 
 
 class GraphServer:
-    """One Model Explorer server for one owner (the window). `start` returns at once; `poll` says how it goes."""
+    """One Model Explorer server for one owner (the window). `start` returns at once; `poll` says how it
+    goes."""
 
-    def __init__(self, roots: Sequence[str | Path], *, python: str = sys.executable,
-                 runtime_dir: str | Path | None = None, port: int = 0):
+    def __init__(
+        self,
+        roots: Sequence[str | Path],
+        *,
+        python: str = sys.executable,
+        runtime_dir: str | Path | None = None,
+        port: int = 0,
+    ):
         self.roots = [Path(root).absolute() for root in roots]
         self.wanted_port = port  # 0: a free one
         self.python = python
@@ -73,7 +89,8 @@ class GraphServer:
         self._own_dir: tempfile.TemporaryDirectory | None = None
         self.process: subprocess.Popen | None = None
         self.port: int | None = None
-        self.token: str | None = None  # the session token the server wants on each request (from its ready file)
+        # the session token the server wants on each request (from its ready file)
+        self.token: str | None = None
         self.cookie_name: str | None = None  # the cookie the page carries it in, once loaded with it
         self.state = "stopped"
         self.error = ""
@@ -93,8 +110,19 @@ class GraphServer:
         self.temp_dir = folder / "graph-server-tmp"
         self.ready_file.unlink(missing_ok=True)
         self._write_registry()
-        argv = [self.python, "-m", LAUNCHER, "--ready-file", str(self.ready_file), "--parent-pid", str(os.getpid()),
-                "--registry", str(self.registry), "--temp-dir", str(self.temp_dir)]
+        argv = [
+            self.python,
+            "-m",
+            LAUNCHER,
+            "--ready-file",
+            str(self.ready_file),
+            "--parent-pid",
+            str(os.getpid()),
+            "--registry",
+            str(self.registry),
+            "--temp-dir",
+            str(self.temp_dir),
+        ]
         if self._own_dir is not None:  # ours alone: if the window dies unannounced, the server removes it
             argv += ["--remove-when-orphaned", self._own_dir.name]
         for root in self.roots:
@@ -103,8 +131,14 @@ class GraphServer:
             argv += ["--port", str(self.wanted_port)]
         with open(self.log_path, "wb") as log:
             # Its own session: a Ctrl+C in the terminal reaches the window, which then stops it in order.
-            self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            self.process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
         self.port, self.token, self.cookie_name, self.error, self.state = None, None, None, "", "starting"
 
     def poll(self) -> str:
@@ -121,7 +155,11 @@ class GraphServer:
                 info = json.loads(self.ready_file.read_text())
             except (OSError, ValueError):
                 return self.state
-            self.port, self.token, self.cookie_name = int(info["port"]), str(info["token"]), str(info["cookie"])
+            self.port, self.token, self.cookie_name = (
+                int(info["port"]),
+                str(info["token"]),
+                str(info["cookie"]),
+            )
             self.state = "ready"
         return self.state
 
@@ -169,7 +207,8 @@ class GraphServer:
         return f"http://127.0.0.1:{self.port}/"
 
     def register(self, *graphs: str | Path) -> None:
-        """Let the server convert these graph files (it refuses any other): url_for registers what it shows."""
+        """Let the server convert these graph files (it refuses any other): url_for registers what it
+        shows."""
         added = [str(Path(graph).absolute()) for graph in graphs]
         added = [path for path in added if path not in self._registered]
         if added:
@@ -177,20 +216,26 @@ class GraphServer:
             if self.registry is not None:
                 self._write_registry()
 
-    def url_for(self, graph: str | Path, node_data: Sequence[str | Path] = (),
-                beside: tuple[str | Path, str, str] | None = None) -> str:
-        """The page showing `graph` (a Model Explorer graph JSON file), coloured by `node_data` (node-data JSON
-        files; Model Explorer selects the last one). `beside` = (graph JSON, its collection label, its graph id)
-        opens a second graph in Model Explorer's split pane, to the right of the first. The address carries the
-        session token: whoever has it can use the server, so it goes only to the window's view or the terminal."""
+    def url_for(
+        self,
+        graph: str | Path,
+        node_data: Sequence[str | Path] = (),
+        beside: tuple[str | Path, str, str] | None = None,
+    ) -> str:
+        """The page showing `graph` (a Model Explorer graph JSON file), coloured by `node_data` (node-data
+        JSON files; Model Explorer selects the last one). `beside` = (graph JSON, its collection label, its
+        graph id) opens a second graph in Model Explorer's split pane, to the right of the first. The address
+        carries the session token: whoever has it can use the server, so it goes only to the window's view or
+        the terminal."""
         model = str(Path(graph).absolute())
         self.register(model, *([beside[0]] if beside is not None else []))
         data: dict = {"models": [{"url": model}]}
         if node_data:
             data["nodeData"] = [str(Path(p).absolute()) for p in node_data]
-            data["nodeDataTargets"] = [""] * len(node_data)  # "": the first model, as model_explorer.config does
-        # The web app restores its panes from a ui state naming each pane's collection, graph and open layers; a
-        # pane whose graph it cannot find shows the first collection's first graph instead.
+            # "": the first model, as model_explorer.config does
+            data["nodeDataTargets"] = [""] * len(node_data)
+        # The web app restores its panes from a ui state naming each pane's collection, graph and open layers;
+        # a pane whose graph it cannot find shows the first collection's first graph instead.
         panes = [_pane(model, selected=True, width=1.0 if beside is None else 0.5)]
         if beside is not None:
             other, label, graph_id = beside

@@ -19,19 +19,26 @@ _T0 = time.perf_counter()
 
 
 def prepare_qt_environment() -> None:
-    """What Qt must be told before the QApplication exists (the app, the screenshot script and tests share it)."""
+    """What Qt must be told before the QApplication exists (the app, the screenshot script and tests share
+    it)."""
     # QtWebEngine (the Graph tab) reads these when it starts: Model Explorer draws with WebGL, which without a
     # GPU only SwiftShader provides; Chromium will not run as root with its sandbox on.
-    os.environ.setdefault("QTWEBENGINE_CHROMIUM_FLAGS", "--ignore-gpu-blocklist --enable-unsafe-swiftshader "
-                          "--use-gl=angle --use-angle=swiftshader-webgl --disable-gpu-compositing")
+    os.environ.setdefault(
+        "QTWEBENGINE_CHROMIUM_FLAGS",
+        "--ignore-gpu-blocklist --enable-unsafe-swiftshader "
+        "--use-gl=angle --use-angle=swiftshader-webgl --disable-gpu-compositing",
+    )
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         os.environ.setdefault("QTWEBENGINE_DISABLE_SANDBOX", "1")
-    # The Graph tab imports QtWebEngine lazily, which needs shared OpenGL contexts: settable only before the app.
+    # The Graph tab imports QtWebEngine lazily, which needs shared OpenGL contexts: settable only before the
+    # app.
     if QApplication.instance() is None:
         QCoreApplication.setAttribute(Qt.AA_ShareOpenGLContexts)
 
 
-def run_gui(workspace: Path | None = None, connection_file: str | None = None, argv: list[str] | None = None) -> int:
+def run_gui(
+    workspace: Path | None = None, connection_file: str | None = None, argv: list[str] | None = None
+) -> int:
     from workbench.workspace import resolve_workspace
 
     prepare_qt_environment()
@@ -39,7 +46,8 @@ def run_gui(workspace: Path | None = None, connection_file: str | None = None, a
     app.setOrganizationName(ORGANIZATION)
     app.setApplicationName(APPLICATION)
     app.setApplicationDisplayName(APPLICATION)
-    app.setDesktopFileName("torch-workbench")  # matches the window to its menu entry and icon (Wayland's app_id)
+    # matches the window to its menu entry and icon (Wayland's app_id)
+    app.setDesktopFileName("torch-workbench")
     GuiThreadGarbageCollector(parent=app)  # a child of the app: lives as long as it
     settings = Settings()
     workspace = resolve_workspace(workspace or settings.get("workspace") or None)

@@ -1,5 +1,5 @@
-"""Closing the window with jobs unfinished: the question is asked without blocking, the close is redone once it is
-answered, and the worker is stopped or, when the window only attached to it, left running."""
+"""Closing the window with jobs unfinished: the question is asked without blocking, the close is redone once
+it is answered, and the worker is stopped or, when the window only attached to it, left running."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Messages of a job that arrive before its job record says it is a panel's (events can overtake the reply that
-names the run folder): kept per job until the record comes, bounded, so a job that never becomes ours is dropped."""
+"""Messages of a job that arrive before its job record says it is a panel's (events can overtake the reply
+that names the run folder): kept per job until the record comes, bounded, so a job that never becomes ours is
+dropped."""
 
 from __future__ import annotations
 
@@ -17,7 +18,11 @@ class EarlyMessages:
 
     def keep(self, msg: Message) -> None:
         job_id = msg.parent_id or ""
-        if job_id and msg.msg_type in self.types and str(dig(msg.content, "name", default="")).startswith(self.prefix):
+        if (
+            job_id
+            and msg.msg_type in self.types
+            and str(dig(msg.content, "name", default="")).startswith(self.prefix)
+        ):
             self._held.setdefault(job_id, []).append(msg)
             if len(self._held) > LIMIT:
                 self._held.pop(next(iter(self._held)))

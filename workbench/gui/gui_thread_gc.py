@@ -1,6 +1,7 @@
-"""Python's cycle collector runs in whatever thread happens to allocate. In the GUI process it must run only in the
-GUI thread: a Qt object freed from another thread (the worker client's I/O thread, say) takes Qt's locks and then
-waits for the GIL, and deadlocks against a GUI thread that holds the GIL and waits for those locks."""
+"""Python's cycle collector runs in whatever thread happens to allocate. In the GUI process it must run only
+in the GUI thread: a Qt object freed from another thread (the worker client's I/O thread, say) takes Qt's
+locks and then waits for the GIL, and deadlocks against a GUI thread that holds the GIL and waits for those
+locks."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from PySide6.QtCore import QObject, QTimer
 
 
 class GuiThreadGarbageCollector(QObject):
-    """Turns automatic collection off and collects on a GUI-thread timer instead, generation by generation, with
-    the thresholds Python would have used (pyqtgraph's GarbageCollector does the same; importing pyqtgraph for it
-    would cost the window's first paint). `stop()` collects once more and restores automatic collection."""
+    """Turns automatic collection off and collects on a GUI-thread timer instead, generation by generation,
+    with the thresholds Python would have used (pyqtgraph's GarbageCollector does the same; importing
+    pyqtgraph for it would cost the window's first paint). `stop()` collects once more and restores automatic
+    collection."""
 
     def __init__(self, interval_ms: int = 1000, parent: QObject | None = None):
         super().__init__(parent)
@@ -24,7 +26,8 @@ class GuiThreadGarbageCollector(QObject):
         self._timer.start(interval_ms)
 
     def check(self) -> None:
-        # gc.get_count() keeps counting while collection is disabled: collect each generation past its threshold.
+        # gc.get_count() keeps counting while collection is disabled: collect each generation past its
+        # threshold.
         counts = gc.get_count()
         for generation in (2, 1, 0):
             if counts[generation] > self._thresholds[generation]:

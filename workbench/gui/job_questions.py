@@ -1,5 +1,5 @@
-"""The questions the window asks before an action that stops jobs (a restart, a force stop, a close): each names
-the jobs it would stop, and its default answer keeps them running."""
+"""The questions the window asks before an action that stops jobs (a restart, a force stop, a close): each
+names the jobs it would stop, and its default answer keeps them running."""
 
 from __future__ import annotations
 
@@ -17,23 +17,28 @@ STOP_AND_CLOSE, LEAVE_RUNNING, CANCEL_CLOSE = "stop", "leave", "cancel"
 def describe_job(record: JobRecord) -> str:
     """One line naming a job for a question the user must answer: its task, run and progress."""
     where = f" (run {Path(record.run_dir).name})" if record.run_dir else ""
-    text = f", {record.text}" if record.text and record.active else ""  # "epoch 3/40": what the Jobs panel shows
+    # "epoch 3/40": what the Jobs panel shows
+    text = f", {record.text}" if record.text and record.active else ""
     progress = f", {record.fraction:.0%} done" if record.fraction is not None else ""
     return f"{record.task}{where}: {record.state}{text}{progress}"
 
 
 def job_lines(jobs: list[JobRecord]) -> str:
     return "\n".join(f"  • {describe_job(r)}" for r in jobs[:8]) + (
-        f"\n  … and {len(jobs) - 8} more" if len(jobs) > 8 else "")
+        f"\n  … and {len(jobs) - 8} more" if len(jobs) > 8 else ""
+    )
 
 
 def confirm_stop_jobs(parent, title: str, lead: str, jobs: list[JobRecord], action: str) -> bool:
     """Ask before an action that stops `jobs`, naming each; the default answer keeps them running."""
     names = job_lines(jobs)
-    box = QMessageBox(QMessageBox.Warning, title,
-                      f"{lead} {'this job' if len(jobs) == 1 else f'these {len(jobs)} jobs'}:\n{names}\n\n"
-                      "A stopped run is marked on disk; a training run can be resumed from its last checkpoint.",
-                      parent=parent)
+    box = QMessageBox(
+        QMessageBox.Warning,
+        title,
+        f"{lead} {'this job' if len(jobs) == 1 else f'these {len(jobs)} jobs'}:\n{names}\n\n"
+        "A stopped run is marked on disk; a training run can be resumed from its last checkpoint.",
+        parent=parent,
+    )
     go = box.addButton(action, QMessageBox.DestructiveRole)
     keep = box.addButton("Keep running", QMessageBox.RejectRole)
     box.setDefaultButton(keep)
@@ -54,9 +59,11 @@ def close_question(parent, jobs: list[JobRecord], worker_elsewhere: str = "") ->
     them, they = ("it", "It runs") if one else ("them", "They run")
     text = f"{count} {verb}:\n{job_lines(jobs)}\n\n"
     if worker_elsewhere:
-        text += (f"{they} on {worker_elsewhere}, which this window did not start. \"Leave running\" closes only "
-                 f"the window; the worker goes on with {them}. \"Stop jobs and close\" stops {them} and the worker."
-                 "\n\nA stopped training run can be resumed from its last checkpoint.")
+        text += (
+            f'{they} on {worker_elsewhere}, which this window did not start. "Leave running" closes only '
+            f'the window; the worker goes on with {them}. "Stop jobs and close" stops {them} and the worker.'
+            "\n\nA stopped training run can be resumed from its last checkpoint."
+        )
     else:
         text += f"A stopped training run can be resumed from its last checkpoint.\n\nStop {them} and close?"
     box = QMessageBox(QMessageBox.Warning, f"Close {WINDOW_TITLE}?", text, parent=parent)

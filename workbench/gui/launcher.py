@@ -1,5 +1,5 @@
-"""Starting jobs from the window: a spec file or a wizard (training, quantization, export, benchmark) becomes a job
-on the worker, once the trust gate allows its code, and its tab comes to the front."""
+"""Starting jobs from the window: a spec file or a wizard (training, quantization, export, benchmark) becomes
+a job on the worker, once the trust gate allows its code, and its tab comes to the front."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ class JobLauncher(QObject):
         self.main.statusBar().showMessage(text, ms)
 
     def submit_job(self, task: str, spec: dict | None = None, *, with_run: bool = True) -> JobRecord | None:
-        """Start a job on the worker; returns None (and says why) when the worker cannot take it, or the user did not
-        trust the code it would run."""
+        """Start a job on the worker; returns None (and says why) when the worker cannot take it, or the user
+        did not trust the code it would run."""
         main = self.main
         if not main.trust_gate.allow(spec or {}, main):
             message = main.trust_gate.refusal(spec or {})["message"]
@@ -56,8 +56,8 @@ class JobLauncher(QObject):
         except SpecError as exc:
             QMessageBox.warning(self.main, "Open spec", str(exc))
             return
-        # Asked before the wizard opens: its pages ask the worker about the data, which imports the spec's code.
-        # Cancel still opens the wizard; its queries are then not sent, and it says why.
+        # Asked before the wizard opens: its pages ask the worker about the data, which imports the spec's
+        # code. Cancel still opens the wizard; its queries are then not sent, and it says why.
         self.main.trust_gate.allow(data, self.main)
         if verb == "train":
             self.new_training_run(start=data)
@@ -69,7 +69,9 @@ class JobLauncher(QObject):
     def choose_spec_file(self) -> None:
         settings = self.main.settings
         start = settings.get("spec_folder") or str(sample_specs()[0].parent)
-        path, _ = QFileDialog.getOpenFileName(self.main, "Open spec", start, "Specs (*.toml *.json);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self.main, "Open spec", start, "Specs (*.toml *.json);;All files (*)"
+        )
         if path:
             settings.set("spec_folder", str(Path(path).parent))
             self.open_spec(path)
@@ -83,9 +85,16 @@ class JobLauncher(QObject):
 
         main, picker = self.main, self.main.device_picker
         info = main.dataset_panel.info if main.navigation.data_tab.is_built else None
-        wizard = wizards.TrainingWizard(main.dataset_state, picker.devices, picker.current_device(),
-                                        start=start, num_classes=len(info["classes"]) if info else None,
-                                        data_dir=str(main.workspace / "data"), parent=main, settings=main.settings)
+        wizard = wizards.TrainingWizard(
+            main.dataset_state,
+            picker.devices,
+            picker.current_device(),
+            start=start,
+            num_classes=len(info["classes"]) if info else None,
+            data_dir=str(main.workspace / "data"),
+            parent=main,
+            settings=main.settings,
+        )
         if not wizard.exec() or wizard.spec is None:
             return None
         return self.start_training(wizard.spec)
@@ -94,7 +103,9 @@ class JobLauncher(QObject):
         """The first-run button: a small CNN on the bundled digits, on the device picked in the toolbar."""
         from workbench.gui.panels.training.training_panel import QUICK_START_SPEC
 
-        spec = TrainSpec.from_dict({**QUICK_START_SPEC, "device": self.main.device_picker.current_device() or "auto"})
+        spec = TrainSpec.from_dict(
+            {**QUICK_START_SPEC, "device": self.main.device_picker.current_device() or "auto"}
+        )
         return self.start_training(spec)
 
     def start_training(self, spec: TrainSpec) -> TrainSpec | None:
@@ -102,7 +113,9 @@ class JobLauncher(QObject):
         if record is None:
             return None
         self.main.show_tab(self.main.training_panel)
-        self.main.log_panel.append(f"Training {spec.model.name} on {spec.dataset.name} for {spec.epochs} epochs")
+        self.main.log_panel.append(
+            f"Training {spec.model.name} on {spec.dataset.name} for {spec.epochs} epochs"
+        )
         return spec
 
     def resume_training(self, run_dir: str, spec: dict) -> None:
@@ -124,9 +137,15 @@ class JobLauncher(QObject):
         from workbench.gui.panels.quant.wizard import QuantWizard
 
         main, state = self.main, self.main.dataset_state
-        wizard = QuantWizard(main.quant_panel.training_runs(), source_run=source_run, start=start,
-                             calibration=(state.calibration_count, state.calibration_seed),
-                             device=main.device_picker.current_device() or "", settings=main.settings, parent=main)
+        wizard = QuantWizard(
+            main.quant_panel.training_runs(),
+            source_run=source_run,
+            start=start,
+            calibration=(state.calibration_count, state.calibration_seed),
+            device=main.device_picker.current_device() or "",
+            settings=main.settings,
+            parent=main,
+        )
         if not wizard.exec() or wizard.spec is None:
             return None
         return self.start_quantization(wizard.spec)
@@ -137,8 +156,9 @@ class JobLauncher(QObject):
             return None
         self.main.show_tab(self.main.quant_panel)
         self.main.quant_panel.on_job_changed(record)
-        self.main.log_panel.append(f"Quantizing {spec.source.run or spec.model.name}: W{spec.weights.bits}"
-                                   f"A{spec.activations.bits}")
+        self.main.log_panel.append(
+            f"Quantizing {spec.source.run or spec.model.name}: W{spec.weights.bits}A{spec.activations.bits}"
+        )
         return spec
 
     def start_quantization_data(self, data: dict) -> None:

@@ -1,9 +1,10 @@
-"""The main window, "Torch Workbench": the chrome (menus, toolbar, docks, settings) around the tabs, composed here.
+"""The main window, "Torch Workbench": the chrome (menus, toolbar, docks, settings) around the tabs, composed
+here.
 
 It holds GUI-side state only and never waits on the worker: everything from the worker arrives as a signal.
-The pieces it composes each own one thing: `window_chrome` the bars, menus and persistence, `navigation` the tabs
-and the hand-offs between them, `launcher` the wizards and spec files that start jobs, `worker_control` the worker's
-state and jobs, `close_guard` the question before closing.
+The pieces it composes each own one thing: `window_chrome` the bars, menus and persistence, `navigation` the
+tabs and the hand-offs between them, `launcher` the wizards and spec files that start jobs, `worker_control`
+the worker's state and jobs, `close_guard` the question before closing.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ __all__ = ["WINDOW_TITLE", "MainWindow"]
 
 
 class MainWindow(QMainWindow):
-    """The window: its shared state (manager, workspace, settings, queries, trust gate, dataset) and the pieces
-    that read it. Its methods are the window's public face; each hands the work to the piece that owns it."""
+    """The window: its shared state (manager, workspace, settings, queries, trust gate, dataset) and the
+    pieces that read it. Its methods are the window's public face; each hands the work to the piece that owns
+    it."""
 
     def __init__(self, manager: WorkerManager, workspace: str | Path, settings: Settings | None = None):
         super().__init__()
@@ -201,6 +203,6 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
     def close_stopping_jobs(self) -> None:
-        """Close without asking, stopping whatever runs (as "Stop jobs and close" would): for a caller that has
-        already decided, such as a test's teardown."""
+        """Close without asking, stopping whatever runs (as "Stop jobs and close" would): for a caller that
+        has already decided, such as a test's teardown."""
         self.close_guard.close_stopping_jobs()

@@ -1,4 +1,5 @@
-"""Full-resolution metric series for live plots: growable numpy buffers fed by metrics events or the run store.
+"""Full-resolution metric series for live plots: growable numpy buffers fed by metrics events or the run
+store.
 
 Nothing is ever down-sampled here (only the plot does that, for display). Qt-free, so it is tested alone.
 """
@@ -29,8 +30,8 @@ class MetricSeries:
             size = max(need, 2 * len(self._x))
             self._x = np.resize(self._x, size)
             self._y = np.resize(self._y, size)
-        self._x[self._n:need] = steps
-        self._y[self._n:need] = values
+        self._x[self._n : need] = steps
+        self._y[self._n : need] = values
         self._n = need
 
     @property
@@ -64,7 +65,8 @@ class RunMetrics:
         self.version = 0  # bumps on every change, so views redraw only when something is new
 
     def add_rows(self, rows) -> None:
-        """(step, name, value, time) rows, e.g. from protocol.metrics.metric_rows; strings like "nan" parse too."""
+        """(step, name, value, time) rows, e.g. from protocol.metrics.metric_rows; strings like "nan" parse
+        too."""
         grouped: dict[str, tuple[list, list]] = {}
         for step, name, value, _time in rows:
             steps, values = grouped.setdefault(name, ([], []))
@@ -118,7 +120,7 @@ class IncrementalEma:
         need = self._n + len(values)
         if need > len(self._out):
             self._out = np.resize(self._out, max(need, 2 * len(self._out)))
-        out = self._out[self._n:need]
+        out = self._out[self._n : need]
         out[:] = values
         self._n = need
         if self.weight <= 0 or not len(values):
@@ -139,7 +141,8 @@ class IncrementalEma:
 
 
 def _ema_numerators(x: np.ndarray, w: float, start: float) -> np.ndarray:
-    """n_t = w*n_{t-1} + (1-w)*x_t from n_0 = start, vectorised: O(len(x)) numpy work, no Python loop per point.
+    """n_t = w*n_{t-1} + (1-w)*x_t from n_0 = start, vectorised: O(len(x)) numpy work, no Python loop per
+    point.
 
     Within a block of L points n_k = w**k * (n_0 + (1-w) * sum_i w**-i x_i); L is chosen so that w**-L stays
     near e**200 (finite), which also makes the carry between blocks w**L * (...) vanish after one block, so
@@ -152,13 +155,13 @@ def _ema_numerators(x: np.ndarray, w: float, start: float) -> np.ndarray:
     padded[:n] = x
     padded = padded.reshape(rows, block)
     k = np.arange(1, block + 1, dtype=np.float64)
-    decay = w ** k
-    local = (1 - w) * decay * np.cumsum(padded * w ** -k, axis=1)  # each block started from zero
+    decay = w**k
+    local = (1 - w) * decay * np.cumsum(padded * w**-k, axis=1)  # each block started from zero
     carry = np.empty(rows)
     carry[0] = start
     if rows > 1:
         ends = local[:, -1]
-        w_block = w ** block  # at most e**-200: carries older than one block are below double precision
+        w_block = w**block  # at most e**-200: carries older than one block are below double precision
         carry[1:] = ends[:-1]
         carry[1] += w_block * start
         carry[2:] += w_block * ends[:-2]
@@ -180,7 +183,8 @@ class _Growable:
         self.size = 0
 
     def write(self, start: int, values: np.ndarray) -> None:
-        """Replace everything from `start` on with `values` (the last bucket may be rewritten, never earlier)."""
+        """Replace everything from `start` on with `values` (the last bucket may be rewritten, never
+        earlier)."""
         need = start + len(values)
         if need > len(self._data):
             self._data = np.resize(self._data, max(need, 2 * len(self._data)))
@@ -220,8 +224,8 @@ class PeakPyramid:
         level = 0
         while len(below_min) > 1:
             start = changed // self.FAN
-            mins = _reduce_buckets(np.fmin, below_min[start * self.FAN:], self.FAN)
-            maxs = _reduce_buckets(np.fmax, below_max[start * self.FAN:], self.FAN)
+            mins = _reduce_buckets(np.fmin, below_min[start * self.FAN :], self.FAN)
+            maxs = _reduce_buckets(np.fmax, below_max[start * self.FAN :], self.FAN)
             if level == len(self._mins):
                 self._mins.append(_Growable())
                 self._maxs.append(_Growable())
@@ -235,7 +239,9 @@ class PeakPyramid:
     def reset(self) -> None:
         self.__init__()
 
-    def window(self, x: np.ndarray, y: np.ndarray, i0: int, i1: int, buckets: int) -> tuple[np.ndarray, np.ndarray]:
+    def window(
+        self, x: np.ndarray, y: np.ndarray, i0: int, i1: int, buckets: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Points to draw for indices [i0, i1): the raw points if there are at most 2 * `buckets`, else
         (min, max) per bucket at the level with at most `buckets` buckets in the window.
 

@@ -1,5 +1,5 @@
-"""The window's tabs and the routing between them: each panel built on first use, a run, a sample, a graph or a
-layer opened in the tab that owns it, and the worker's events handed to the tabs that are built."""
+"""The window's tabs and the routing between them: each panel built on first use, a run, a sample, a graph or
+a layer opened in the tab that owns it, and the worker's events handed to the tabs that are built."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ class Navigation(QObject):
         self.tabs.addTab(self.training_tab, "Training")
         self.tabs.addTab(self.graph_tab, "Graph")
         self.tabs.addTab(self.quant_tab, "Quantization")
-        self.tabs.addTab(self.export_tab, "Export && Benchmark")  # && shows one & (a single one marks a mnemonic)
+        # && shows one & (a single one marks a mnemonic)
+        self.tabs.addTab(self.export_tab, "Export && Benchmark")
         self.tabs.addTab(self.runs_tab, "Runs")
 
     # -- the tabs' panels, built on first use ------------------------------------------------------
@@ -64,7 +65,14 @@ class Navigation(QObject):
 
     @property
     def lazy_tabs(self) -> tuple[LazyTab, ...]:
-        return (self.data_tab, self.training_tab, self.graph_tab, self.quant_tab, self.export_tab, self.runs_tab)
+        return (
+            self.data_tab,
+            self.training_tab,
+            self.graph_tab,
+            self.quant_tab,
+            self.export_tab,
+            self.runs_tab,
+        )
 
     def _tab_of(self, panel: QWidget) -> LazyTab:
         # Only a built tab can hold the panel asked for; asking each tab for its panel would build them all.
@@ -211,8 +219,8 @@ class Navigation(QObject):
         self.dataset_panel.show_sample(split, index, note)
 
     def show_graph_of_run(self, run_id: str, overlay: str = "") -> None:
-        """Build (or show) the graph of a training run in the Graph tab, coloured by `overlay` when it has it (the
-        Layers view's "Show on graph": a layer statistic)."""
+        """Build (or show) the graph of a training run in the Graph tab, coloured by `overlay` when it has it
+        (the Layers view's "Show on graph": a layer statistic)."""
         self.show_tab(self.graph_panel)
         self.graph_panel.build_graph_of_run(run_id, overlays=(overlay,) if overlay else ())
 
@@ -257,21 +265,27 @@ class Navigation(QObject):
         if not run_id:
             return None
         main = self.main
-        dialog = TryItDialog(main.queries, main.workspace, run_id, data_sample=self.data_tab_sample, parent=main)
+        dialog = TryItDialog(
+            main.queries, main.workspace, run_id, data_sample=self.data_tab_sample, parent=main
+        )
         dialog.setAttribute(Qt.WA_DeleteOnClose)
         dialog.show()
         main.try_it_dialog = dialog
         return dialog
 
     def data_tab_sample(self) -> dict | None:
-        """The sample the Data tab shows (its dataset spec, split and index), or None before one is clicked."""
+        """The sample the Data tab shows (its dataset spec, split and index), or None before one is
+        clicked."""
         if not self.data_tab.is_built:
             return None
         shown = self.dataset_panel.sample_view.result
         if not shown or "split" not in shown:
             return None
-        return {"dataset": self.main.dataset_state.spec.to_dict(), "split": shown["split"],
-                "index": int(shown["index"])}
+        return {
+            "dataset": self.main.dataset_state.spec.to_dict(),
+            "split": shown["split"],
+            "index": int(shown["index"]),
+        }
 
     def stop_selected_run(self) -> None:
         if not self.training_panel.stop_selected():

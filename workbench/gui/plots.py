@@ -26,12 +26,23 @@ from PySide6.QtWidgets import (
 from workbench.gui.run_identity import short_model
 
 # One hue per run, in the order runs are shown. Mid-tone colours that read on white and on near-black alike;
-# ten of them, because comparing more than ten runs in one plot is a table's job. Tableau's categorical colours
-# (with Okabe-Ito's bluish green), ordered so the first ones differ the most: an orange and a gold two runs apart
-# were mistaken for each other, so no two of the first eight are closer than CIEDE2000 20.
-RUN_HUES = ("#1f77b4", "#ff7f0e", "#009e73", "#e377c2", "#bcbd22", "#d62728", "#17becf", "#7f7f7f", "#9467bd",
-            "#8c564b")
-SERIES_COLOURS = RUN_HUES[:6]  # categories within one plot (splits, channels): the same hues in the same order
+# ten of them, because comparing more than ten runs in one plot is a table's job. Tableau's categorical
+# colours (with Okabe-Ito's bluish green), ordered so the first ones differ the most: an orange and a gold two
+# runs apart were mistaken for each other, so no two of the first eight are closer than CIEDE2000 20.
+RUN_HUES = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#009e73",
+    "#e377c2",
+    "#bcbd22",
+    "#d62728",
+    "#17becf",
+    "#7f7f7f",
+    "#9467bd",
+    "#8c564b",
+)
+# categories within one plot (splits, channels): the same hues in the same order
+SERIES_COLOURS = RUN_HUES[:6]
 CHANNEL_COLOURS = {1: ("#7a7f87",), 3: ("#d0342c", "#2e9d4a", "#2f6fd6")}
 
 # What a line means is told by its style, the same for every run (its hue tells which run it is).
@@ -59,7 +70,8 @@ def series_pen(colour: str, role: str = "train", width: float = 1.6) -> QPen:
 def run_label(run_id: str, model: str = "", dataset: str = "") -> str:
     """A short name for a run in legends and readouts: model · dataset · the tail of its id."""
     tail = run_id.rsplit("-", 1)[-1][-6:] if run_id else "?"
-    # torchvision:resnet18 -> resnet18, file:/long/path/net.py:Net -> Net (lightning: too), the dataset's as well
+    # torchvision:resnet18 -> resnet18, file:/long/path/net.py:Net -> Net (lightning: too), the dataset's as
+    # well
     parts = [short_model(p) for p in (model, dataset) if p]
     return " · ".join([*parts, tail]) if parts else f"run {tail}"
 
@@ -164,9 +176,13 @@ class NumberAxis(pg.AxisItem):
                 if solid is None:
                     a, b = colour.alphaF(), self.background
                     solid = QPen(pen)
-                    solid.setColor(QColor.fromRgbF(b.redF() + (colour.redF() - b.redF()) * a,
-                                                   b.greenF() + (colour.greenF() - b.greenF()) * a,
-                                                   b.blueF() + (colour.blueF() - b.blueF()) * a))
+                    solid.setColor(
+                        QColor.fromRgbF(
+                            b.redF() + (colour.redF() - b.redF()) * a,
+                            b.greenF() + (colour.greenF() - b.greenF()) * a,
+                            b.blueF() + (colour.blueF() - b.blueF()) * a,
+                        )
+                    )
                     blended[colour.rgba()] = solid
                 pen = solid
             opaque.append((pen, start, stop))
@@ -179,8 +195,10 @@ class NumberAxis(pg.AxisItem):
 
     def logTickStrings(self, values, scale, spacing):
         labelled = self._log_labelled
-        return [_log_label(10.0 ** v * scale, self.fmt) if labelled is None or round(v, 9) in labelled else ""
-                for v in values]
+        return [
+            _log_label(10.0**v * scale, self.fmt) if labelled is None or round(v, 9) in labelled else ""
+            for v in values
+        ]
 
     def logTickValues(self, minVal, maxVal, size, stdTicks):
         self._log_labelled = None
@@ -193,7 +211,7 @@ class NumberAxis(pg.AxisItem):
         marks = [v for v in marks if minVal <= v <= maxVal]
         if len(marks) < 2:
             # Narrower than the gap between two 1…9 marks: linear steps in value space, one per ~60 px.
-            lo, hi = 10.0 ** minVal, 10.0 ** maxVal
+            lo, hi = 10.0**minVal, 10.0**maxVal
             step = _nice_step((hi - lo) / max(3.0, size / 60))
             values = np.arange(math.ceil(lo / step) * step, hi + step * 1e-6, step)
             if len(values) < 2:  # a nice step can straddle the range: halve it once
@@ -211,8 +229,12 @@ class NumberAxis(pg.AxisItem):
         else:
             mantissas = (1,)
         every = max(1, math.ceil(decades * 22 / size))  # very many decades: every n-th decade
-        labelled = [k + math.log10(m) for k in range(low, high + 1) for m in mantissas
-                    if minVal <= k + math.log10(m) <= maxVal and k % every == 0]
+        labelled = [
+            k + math.log10(m)
+            for k in range(low, high + 1)
+            for m in mantissas
+            if minVal <= k + math.log10(m) <= maxVal and k % every == 0
+        ]
         if len(labelled) < 2:
             labelled = marks[:: max(1, len(marks) // 3)]
         self._log_labelled = {round(v, 9) for v in labelled}
@@ -223,9 +245,9 @@ class NumberAxis(pg.AxisItem):
 class CategoryAxis(NumberAxis):
     """A bottom axis of named categories (bars at 0, 1, 2…, a heat map's columns) that shows every name and
     overlaps none: side by side where the widest fits between two ticks, else turned upright (reading upwards)
-    and, past MAX_UPRIGHT pixels, elided. pyqtgraph centres each name under its tick whatever its width, so long
-    names ran into each other, and it drops a name that runs past the axis's end (the first bar's "background").
-    Without ticks set (no data yet) it is a NumberAxis."""
+    and, past MAX_UPRIGHT pixels, elided. pyqtgraph centres each name under its tick whatever its width, so
+    long names ran into each other, and it drops a name that runs past the axis's end (the first bar's
+    "background"). Without ticks set (no data yet) it is a NumberAxis."""
 
     MAX_UPRIGHT = 110  # pixels: a longer name is elided rather than squeeze the plot above it
     GAP = 6  # pixels between two names side by side
@@ -256,8 +278,11 @@ class CategoryAxis(NumberAxis):
         if high == low:
             return []
         scale = self.mapRectFromParent(self.geometry()).width() / (high - low)
-        return sorted(((value - low) * scale, str(name)) for value, name in self._tickLevels[0]
-                      if min(low, high) <= value <= max(low, high))
+        return sorted(
+            ((value - low) * scale, str(name))
+            for value, name in self._tickLevels[0]
+            if min(low, high) <= value <= max(low, high)
+        )
 
     def _name_specs(self, metrics: QFontMetricsF) -> tuple[list, float]:
         """pyqtgraph's text specs (rect, flags, text) for the names, and the height they need. An upright
@@ -273,32 +298,41 @@ class CategoryAxis(NumberAxis):
         self.upright = not self._side_by_side(xs, widths, bounds.width())
         if not self.upright:
             flags = Qt.AlignHCenter | Qt.AlignTop
-            return [(QRectF(x - w / 2, top, w, line), flags, name) for (x, name), w in zip(placed, widths)], line
+            return [
+                (QRectF(x - w / 2, top, w, line), flags, name) for (x, name), w in zip(placed, widths)
+            ], line
         room = min((b - a for a, b in zip(xs, xs[1:])), default=bounds.width())
         every = max(1, math.ceil(line / room))  # closer than a line apart even upright: every n-th name
         length = min(max(widths), self.MAX_UPRIGHT)
         flags = Qt.AlignRight | Qt.AlignVCenter
-        return [(QRectF(x - line / 2, top, line, length), flags, metrics.elidedText(name, Qt.ElideRight, length))
-                for k, (x, name) in enumerate(placed) if k % every == 0], length
+        return [
+            (QRectF(x - line / 2, top, line, length), flags, metrics.elidedText(name, Qt.ElideRight, length))
+            for k, (x, name) in enumerate(placed)
+            if k % every == 0
+        ], length
 
     def _side_by_side(self, xs: list[float], widths: list[float], length: float) -> bool:
         """Whether the names fit level, centred under their ticks: GAP apart, and inside the axis (pyqtgraph
         clips the text to it)."""
         inside = all(x - w / 2 >= 0 and x + w / 2 <= length for x, w in zip(xs, widths))
-        return inside and all(b - a >= (wa + wb) / 2 + self.GAP
-                              for a, b, wa, wb in zip(xs, xs[1:], widths, widths[1:]))
+        return inside and all(
+            b - a >= (wa + wb) / 2 + self.GAP for a, b, wa, wb in zip(xs, xs[1:], widths, widths[1:])
+        )
 
     def drawPicture(self, p, axisSpec, tickSpecs, textSpecs):
         if not self.upright:
             super().drawPicture(p, axisSpec, tickSpecs, textSpecs)
             return
-        super().drawPicture(p, axisSpec, tickSpecs, [])  # the line and ticks; it leaves the text pen and clip set
+        # the line and ticks; it leaves the text pen and clip set
+        super().drawPicture(p, axisSpec, tickSpecs, [])
         for rect, flags, text in textSpecs:
             p.save()
             # A quarter turn left about the name's top centre: the text reads upwards and ends at the axis.
             p.translate(rect.center().x(), rect.top())
             p.rotate(-90)
-            p.drawText(QRectF(-rect.height(), -rect.width() / 2, rect.height(), rect.width()), int(flags), text)
+            p.drawText(
+                QRectF(-rect.height(), -rect.width() / 2, rect.height(), rect.width()), int(flags), text
+            )
             p.restore()
 
 
@@ -413,7 +447,10 @@ class PlotWidget(pg.PlotWidget):
 
     def changeEvent(self, event) -> None:
         super().changeEvent(event)
-        if event.type() in (QEvent.PaletteChange, QEvent.ApplicationPaletteChange) and self.plotItem is not None:
+        if (
+            event.type() in (QEvent.PaletteChange, QEvent.ApplicationPaletteChange)
+            and self.plotItem is not None
+        ):
             style_plot(self)
 
     @property
@@ -428,20 +465,34 @@ class PlotWidget(pg.PlotWidget):
         self.plotItem.set_empty_text(text)
 
 
-def make_plot(title: str = "", left: str = "", bottom: str = "", *, y_format: str = "plain",
-              x_format: str = "plain", empty: str = "", grid: bool = True, categories: bool = False) -> PlotWidget:
+def make_plot(
+    title: str = "",
+    left: str = "",
+    bottom: str = "",
+    *,
+    y_format: str = "plain",
+    x_format: str = "plain",
+    empty: str = "",
+    grid: bool = True,
+    categories: bool = False,
+) -> PlotWidget:
     """A themed plot: unit-less axes without SI prefixes, formatted as asked, and an empty state.
 
-    `empty` says what will appear there ("The loss of each step appears here once a run starts."); `grid=False`
-    for an image (a heatmap), where grid lines would cross the cells and run on over the margins; `categories`
-    for names along x (setTicks), each shown whole or elided and none overlapping (CategoryAxis).
+    `empty` says what will appear there ("The loss of each step appears here once a run starts.");
+    `grid=False` for an image (a heatmap), where grid lines would cross the cells and run on over the margins;
+    `categories` for names along x (setTicks), each shown whole or elided and none overlapping (CategoryAxis).
     """
     bottom_axis = CategoryAxis(x_format) if categories else NumberAxis("bottom", x_format)
-    axes = {"left": NumberAxis("left", y_format), "bottom": bottom_axis,
-            "right": NumberAxis("right", y_format), "top": NumberAxis("top", x_format)}
+    axes = {
+        "left": NumberAxis("left", y_format),
+        "bottom": bottom_axis,
+        "right": NumberAxis("right", y_format),
+        "top": NumberAxis("top", x_format),
+    }
     item = PlotItem(viewBox=PlotViewBox(), axisItems=axes, empty_text=empty, grid=grid)
     plot = PlotWidget(plotItem=item)
-    for name in ("right", "top"):  # given so they too never prefix, but pyqtgraph shows every axis it is given
+    # given so they too never prefix, but pyqtgraph shows every axis it is given
+    for name in ("right", "top"):
         plot.hideAxis(name)
     for axis in axes.values():
         # Under the view box (z −100), not over it: the grid is opaque (see NumberAxis.generateDrawSpecs),
@@ -485,7 +536,13 @@ def _palette() -> QPalette:
 
 def add_legend(plot: pg.PlotWidget, columns: int = 1, **kwargs) -> pg.LegendItem:
     """A compact legend in the top-right corner, on a translucent panel, whose text follows the theme."""
-    options = {"offset": (-8, 8), "labelTextSize": "8pt", "verSpacing": -6, "horSpacing": 12, "colCount": columns}
+    options = {
+        "offset": (-8, 8),
+        "labelTextSize": "8pt",
+        "verSpacing": -6,
+        "horSpacing": 12,
+        "colCount": columns,
+    }
     options.update(kwargs)
     legend = plot.addLegend(**options)
     _style_legend(legend, _palette())
@@ -536,7 +593,7 @@ def restyle_plots(root) -> None:
         style_plot(plot)
 
 
-# -- a legend outside the plots, for runs ---------------------------------------------------------------------
+# -- a legend outside the plots, for runs --------------------------------------------------------------------
 @dataclass(frozen=True)
 class LegendEntry:
     text: str

@@ -1,4 +1,5 @@
-"""QueryRunner: a panel asks the worker a quick question (a page of thumbnails, one sample) and gets a callback.
+"""QueryRunner: a panel asks the worker a quick question (a page of thumbnails, one sample) and gets a
+callback.
 
 Replies arrive on the GUI thread with their arrays rebuilt from the message buffers. Queries are internal
 jobs, so the jobs list does not show them.
@@ -32,14 +33,17 @@ class QueryRunner(QObject):
         super().__init__(parent)
         self.bridge = bridge
         self.workspace = workspace  # tells the worker where data roots and caches default to
-        self.gate = None  # a TrustGate: a query that would import untrusted user code is asked about, or not sent
+        # a TrustGate: a query that would import untrusted user code is asked about, or not sent
+        self.gate = None
         self._pending: dict[str, tuple[Callback, Callback | None]] = {}
         bridge.message_received.connect(self._on_bridge_message)
         bridge.job_changed.connect(self._on_bridge_job_changed)
 
-    def query(self, task: str, spec: dict, on_result: Callback, on_error: Callback | None = None) -> str | None:
-        """Ask the worker; returns the job id, or None (after calling on_error) if the worker cannot take it, or the
-        query would import user code the user has not trusted."""
+    def query(
+        self, task: str, spec: dict, on_result: Callback, on_error: Callback | None = None
+    ) -> str | None:
+        """Ask the worker; returns the job id, or None (after calling on_error) if the worker cannot take it,
+        or the query would import user code the user has not trusted."""
         if self.gate is not None and not self.gate.allow(spec, ask_declined=False):
             if on_error:
                 on_error(self.gate.refusal(spec))

@@ -1,7 +1,9 @@
-"""How a run is named wherever a person picks or reads one: "resnet18 · fake · 94.4 % · 27 Nov 06:24", the id in
-its tooltip, from the run's spec and report (a quantize or export run takes its model and data from its source run).
+"""How a run is named wherever a person picks or reads one: "resnet18 · fake · 94.4 % · 27 Nov 06:24", the id
+in its tooltip, from the run's spec and report (a quantize or export run takes its model and data from its
+source run).
 
-No Qt: the Runs tab, the Graph tab's "Build from" and the quantize, export and bench wizards all label runs here.
+No Qt: the Runs tab, the Graph tab's "Build from" and the quantize, export and bench wizards all label runs
+here.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ def short_model(name: str) -> str:
     if name.startswith(("torchvision:", "timm:")):
         return name.split(":")[-1]
     if name.startswith("hf:"):
-        return name[len("hf:"):].rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] or "hf"
+        return name[len("hf:") :].rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] or "hf"
     for kind in ("file", "lightning"):
         if name.startswith(f"{kind}:"):
             return name.rsplit(":", 1)[-1] or kind
@@ -93,16 +95,23 @@ def named_metric(name: str, value, label: str = "") -> str:
     text = format_metric(name, value)
     if not text or name.lower() not in _PERCENT:
         return text
-    short = "acc" if name.lower() in ("acc", "accuracy") else label.split(" ", 1)[-1] if \
-        label.startswith(("val ", "test ")) else label or name
+    short = (
+        "acc"
+        if name.lower() in ("acc", "accuracy")
+        else label.split(" ", 1)[-1]
+        if label.startswith(("val ", "test "))
+        else label or name
+    )
     return f"{short} {text}"
 
 
 def _train_metric(report: dict, last: dict | None) -> tuple[str, str]:
     result = TrainResult.from_dict(report)
     name, label = result.monitor.name or "acc", result.monitor.label or "accuracy"
-    for value, about in ((result.monitor.test, f"test {label}"),
-                         (result.monitor.best_val, f"best validation {label}")):
+    for value, about in (
+        (result.monitor.test, f"test {label}"),
+        (result.monitor.best_val, f"best validation {label}"),
+    ):
         text = named_metric(name, value, label)
         if text:
             return text, about
@@ -115,10 +124,16 @@ def _train_metric(report: dict, last: dict | None) -> tuple[str, str]:
     return (text, f"last validation {label}") if text else ("", "")
 
 
-def identify(entry: dict, spec: dict | None, report: dict | None, *, last: dict | None = None,
-             source: RunIdentity | None = None) -> RunIdentity:
-    """A run's identity from what the store gave: its list entry, spec, report, last metrics, and for a run made
-    from another run (quantize, export, bench) that run's identity."""
+def identify(
+    entry: dict,
+    spec: dict | None,
+    report: dict | None,
+    *,
+    last: dict | None = None,
+    source: RunIdentity | None = None,
+) -> RunIdentity:
+    """A run's identity from what the store gave: its list entry, spec, report, last metrics, and for a run
+    made from another run (quantize, export, bench) that run's identity."""
     spec, report = spec or {}, report or {}
     task = entry.get("task") or ""
     model_full, dataset = dig(spec, "model", "name", default=""), dig(spec, "dataset", "name", default="")
@@ -127,12 +142,16 @@ def identify(entry: dict, spec: dict | None, report: dict | None, *, last: dict 
         metric, about = _train_metric(report, last)
     elif task == "quant.analyze":
         weights, activations = spec.get("weights") or {}, spec.get("activations") or {}
-        scheme = f"W{weights.get('bits', '?')}A{activations.get('bits', '?')}" if weights or activations else ""
-        # "accuracy" holds the run's monitor where its report names one (val MAE, mIoU): written as that metric.
+        scheme = (
+            f"W{weights.get('bits', '?')}A{activations.get('bits', '?')}" if weights or activations else ""
+        )
+        # "accuracy" holds the run's monitor where its report names one (val MAE, mIoU): written as that
+        # metric.
         quant = QuantResult.from_dict(report)
         measure = as_dict(quant.metric)
-        value = named_metric(quant.metric_name or "acc", quant.quantized.accuracy,
-                             str(measure.get("label") or ""))
+        value = named_metric(
+            quant.metric_name or "acc", quant.quantized.accuracy, str(measure.get("label") or "")
+        )
         metric = " ".join(p for p in (scheme, value) if p)
         about = f"quantized {measure.get('label') or measure.get('name') or 'accuracy'}"
     elif task.startswith("export."):
@@ -141,15 +160,25 @@ def identify(entry: dict, spec: dict | None, report: dict | None, *, last: dict 
         # A run made from another run (quantize, export, bench) uses that run's model and data: its own spec's
         # model and dataset are the defaults it was written with (cnn on digits), not what it holds.
         model_full, dataset = source.model_full or model_full, source.dataset_full or dataset
-    return RunIdentity(run_id=entry["id"], task=task, status=entry.get("status") or "",
-                       model=short_model(model_full), model_full=model_full, dataset=short_model(dataset),
-                       dataset_full=dataset, metric=metric, metric_about=about,
-                       date=format_date(entry.get("created")), learns=_learns(task, model_full, spec, report))
+    return RunIdentity(
+        run_id=entry["id"],
+        task=task,
+        status=entry.get("status") or "",
+        model=short_model(model_full),
+        model_full=model_full,
+        dataset=short_model(dataset),
+        dataset_full=dataset,
+        metric=metric,
+        metric_about=about,
+        date=format_date(entry.get("created")),
+        learns=_learns(task, model_full, spec, report),
+    )
 
 
 def _learns(task: str, model: str, spec: dict, report: dict) -> str:
     """What a training run learns: every task's runs share the id train.model, which says nothing of it. The
-    report's task is the one resolved from task=auto; a LightningModule's own loss decides, so it reads lightning."""
+    report's task is the one resolved from task=auto; a LightningModule's own loss decides, so it reads
+    lightning."""
     if not task.startswith("train."):
         return ""
     if model.startswith("lightning:"):
@@ -181,7 +210,9 @@ class RunIdentities:
         try:
             with self.store.open_run(entry["id"]) as run:
                 spec, report = run.read_spec(), run.read_report() or {}
-                last = run.last_metrics() if entry.get("task", "").startswith("train.") and not report else None
+                last = (
+                    run.last_metrics() if entry.get("task", "").startswith("train.") and not report else None
+                )
         except (WorkbenchError, OSError, ValueError, sqlite3.Error):
             return identify(entry, None, None)
         source = None

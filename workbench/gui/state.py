@@ -12,8 +12,8 @@ from workbench.specs import DataSpec
 
 class DatasetState(QObject):
     changed = Signal()  # the dataset spec changed: views reload
-    # A chosen dataset failed to load and was taken back: (its name, why). Emitted before the spec goes back, so
-    # a view that chose it (the training wizard) can say why its choice did not stay.
+    # A chosen dataset failed to load and was taken back: (its name, why). Emitted before the spec goes back,
+    # so a view that chose it (the training wizard) can say why its choice did not stay.
     refused = Signal(str, str)
     calibration_changed = Signal()
 

@@ -12,12 +12,23 @@ from PySide6.QtWidgets import QApplication, QProxyStyle, QStyle, QStyleFactory, 
 THEMES = ("light", "dark")
 
 STATE_COLOURS = {
-    "ready": "#2e9d4a", "busy": "#2e9d4a", "starting": "#d39a1c", "restarting": "#d39a1c",
-    "unresponsive": "#e07b00", "dead": "#d0342c", "stopped": "#8a8f98",
+    "ready": "#2e9d4a",
+    "busy": "#2e9d4a",
+    "starting": "#d39a1c",
+    "restarting": "#d39a1c",
+    "unresponsive": "#e07b00",
+    "dead": "#d0342c",
+    "stopped": "#8a8f98",
 }
 
-JOB_STATE_COLOURS = {"done": "#2e9d4a", "failed": "#d0342c", "cancelled": "#8a8f98", "running": "#2f6fd6",
-                     "queued": "#d39a1c", "submitted": "#d39a1c"}
+JOB_STATE_COLOURS = {
+    "done": "#2e9d4a",
+    "failed": "#d0342c",
+    "cancelled": "#8a8f98",
+    "running": "#2f6fd6",
+    "queued": "#d39a1c",
+    "submitted": "#d39a1c",
+}
 
 
 def state_colour(state: str | None) -> str:
@@ -29,14 +40,25 @@ def _dark_palette() -> QPalette:
     p = QPalette()
     base, alt, text, mid = QColor("#1e1f22"), QColor("#2a2c30"), QColor("#e6e6e6"), QColor("#3a3d42")
     for role, colour in [
-        (QPalette.Window, QColor("#25272b")), (QPalette.WindowText, text), (QPalette.Base, base),
-        (QPalette.AlternateBase, alt), (QPalette.ToolTipBase, alt), (QPalette.ToolTipText, text),
-        (QPalette.Text, text), (QPalette.Button, QColor("#2f3236")), (QPalette.ButtonText, text),
-        (QPalette.BrightText, QColor("#ff6b6b")), (QPalette.Highlight, QColor("#3b73d9")),
-        (QPalette.HighlightedText, QColor("#ffffff")), (QPalette.Link, QColor("#6ea8ff")), (QPalette.Mid, mid),
+        (QPalette.Window, QColor("#25272b")),
+        (QPalette.WindowText, text),
+        (QPalette.Base, base),
+        (QPalette.AlternateBase, alt),
+        (QPalette.ToolTipBase, alt),
+        (QPalette.ToolTipText, text),
+        (QPalette.Text, text),
+        (QPalette.Button, QColor("#2f3236")),
+        (QPalette.ButtonText, text),
+        (QPalette.BrightText, QColor("#ff6b6b")),
+        (QPalette.Highlight, QColor("#3b73d9")),
+        (QPalette.HighlightedText, QColor("#ffffff")),
+        (QPalette.Link, QColor("#6ea8ff")),
+        (QPalette.Mid, mid),
         (QPalette.PlaceholderText, QColor("#8a8f98")),
         # Fusion draws frames and bevels with these; left unset they stay the light palette's near-white.
-        (QPalette.Light, QColor("#4a4d52")), (QPalette.Midlight, QColor("#3f4247")), (QPalette.Dark, QColor("#151618")),
+        (QPalette.Light, QColor("#4a4d52")),
+        (QPalette.Midlight, QColor("#3f4247")),
+        (QPalette.Dark, QColor("#151618")),
         (QPalette.Shadow, QColor("#000000")),
     ]:
         p.setColor(role, colour)
@@ -66,7 +88,9 @@ class WorkbenchStyle(QProxyStyle):
             painter.setRenderHint(painter.RenderHint.Antialiasing, True)
             painter.setBrush(QColor(0, 0, 0, 0))
             painter.setPen(QPen(outline, 1))
-            painter.drawRoundedRect(option.rect.adjusted(0, 0, -1, -1).toRectF().adjusted(0.5, 0.5, 0, 0), 1.5, 1.5)
+            painter.drawRoundedRect(
+                option.rect.adjusted(0, 0, -1, -1).toRectF().adjusted(0.5, 0.5, 0, 0), 1.5, 1.5
+            )
             painter.restore()
 
 

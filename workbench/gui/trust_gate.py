@@ -1,5 +1,6 @@
-"""The window's gate before user code runs: a spec naming Python files (file:, lightning:) from a folder not trusted in
-the workspace is asked about (Trust folder, Trust once, Cancel) before any query or job would import them.
+"""The window's gate before user code runs: a spec naming Python files (file:, lightning:) from a folder not
+trusted in the workspace is asked about (Trust folder, Trust once, Cancel) before any query or job would
+import them.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ class TrustGate:
     def __init__(self, workspace: Callable[[], Path | None], parent: QWidget | None = None):
         self._workspace = workspace
         self._parent = parent
-        self._once: set[tuple[str, str]] = set()  # (file, sha256) trusted for this session: an edit asks again
-        self._declined: set[str] = set()  # files the user said Cancel to: a query does not ask about them again
+        # (file, sha256) trusted for this session: an edit asks again
+        self._once: set[tuple[str, str]] = set()
+        # files the user said Cancel to: a query does not ask about them again
+        self._declined: set[str] = set()
         self._asking = False
 
     def pending(self, spec_data: dict) -> list[UserFile]:
@@ -31,8 +34,8 @@ class TrustGate:
         return [f for f in files if (str(f.path), _digest(f.path)) not in self._once]
 
     def allow(self, spec_data: dict, parent: QWidget | None = None, *, ask_declined: bool = True) -> bool:
-        """Whether the job may import its user code: at once when there is none or it is trusted; else the user is
-        asked. A query (`ask_declined=False`) does not ask again about files the user cancelled."""
+        """Whether the job may import its user code: at once when there is none or it is trusted; else the
+        user is asked. A query (`ask_declined=False`) does not ask again about files the user cancelled."""
         files = self.pending(spec_data)
         if not files:
             return True
@@ -57,10 +60,12 @@ class TrustGate:
     def refusal(self, spec_data: dict) -> dict:
         """The error a query or job that was not let through reports, naming the files."""
         files = self.pending(spec_data)
-        return {"type": ERROR_TYPE,
-                "message": f"{trust.describe(files) or 'its Python code'} is from a folder not trusted in this "
-                           "workspace, and you have not trusted it. Start the job (or open the spec again) and choose "
-                           "Trust folder or Trust once to run it"}
+        return {
+            "type": ERROR_TYPE,
+            "message": f"{trust.describe(files) or 'its Python code'} is from a folder not trusted in this "
+            "workspace, and you have not trusted it. Start the job (or open the spec again) and choose "
+            "Trust folder or Trust once to run it",
+        }
 
 
 def _digest(path: Path) -> str:
@@ -74,10 +79,14 @@ def ask(files: list[UserFile], parent: QWidget | None) -> str:
     """Trust folder, Trust once or Cancel, for code about to run with the user's permissions."""
     folders = "\n".join(f"  {folder}" for folder in trust.folders_of(files))
     listed = "\n".join(f"  {f.field}: {f.path}" for f in files)
-    box = QMessageBox(QMessageBox.Icon.Warning, "Run code from this folder?",
-                      "This spec runs Python code that has not been trusted in this workspace. It runs with your "
-                      f"permissions.\n\nFiles:\n{listed}\n\nFolder:\n{folders}\n\nTrust the folder only if you know "
-                      "its code.", parent=parent)
+    box = QMessageBox(
+        QMessageBox.Icon.Warning,
+        "Run code from this folder?",
+        "This spec runs Python code that has not been trusted in this workspace. It runs with your "
+        f"permissions.\n\nFiles:\n{listed}\n\nFolder:\n{folders}\n\nTrust the folder only if you know "
+        "its code.",
+        parent=parent,
+    )
     box.setObjectName("trust_dialog")
     folder = box.addButton("Trust folder", QMessageBox.ButtonRole.AcceptRole)
     folder.setObjectName("trust_folder")

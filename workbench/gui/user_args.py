@@ -1,5 +1,5 @@
-"""Keyword arguments typed for the user's own class or function (a file: or lightning: dataset): read from a JSON
-object, a TOML inline table or key=value pairs, and written back in the form that reads back the same."""
+"""Keyword arguments typed for the user's own class or function (a file: or lightning: dataset): read from a
+JSON object, a TOML inline table or key=value pairs, and written back in the form that reads back the same."""
 
 from __future__ import annotations
 
@@ -55,10 +55,13 @@ def parse_args(text: str, field: str = "dataset.args") -> dict:
             try:
                 value = _toml_value(text)
             except tomllib.TOMLDecodeError:
-                raise ValueError(f"{field}: {text!r} is neither a JSON object nor a TOML table; write "
-                                 f"{ARGS_EXAMPLES}") from None
+                raise ValueError(
+                    f"{field}: {text!r} is neither a JSON object nor a TOML table; write {ARGS_EXAMPLES}"
+                ) from None
         if not isinstance(value, dict):
-            raise ValueError(f"{field}: {text!r} is not an object of keyword arguments; write {ARGS_EXAMPLES}")
+            raise ValueError(
+                f"{field}: {text!r} is not an object of keyword arguments; write {ARGS_EXAMPLES}"
+            )
         return value
     args: dict = {}
     for part in _split_top_level(text):
@@ -83,7 +86,8 @@ def _plain(value) -> bool:
 
 
 def format_args(args: dict) -> str:
-    """The text form parse_args reads back to `args`: key=value pairs where every value is plain, else JSON."""
+    """The text form parse_args reads back to `args`: key=value pairs where every value is plain, else
+    JSON."""
     if not args:
         return ""
     if all(isinstance(key, str) and _BARE_KEY.match(key) and _plain(value) for key, value in args.items()):
@@ -92,7 +96,8 @@ def format_args(args: dict) -> str:
 
 
 def args_or_message(text: str, field: str) -> tuple[dict, str]:
-    """(the parsed arguments, "") or ({}, the message naming `field`): what a wizard field shows as it is typed."""
+    """(the parsed arguments, "") or ({}, the message naming `field`): what a wizard field shows as it is
+    typed."""
     try:
         return parse_args(text, field), ""
     except ValueError as exc:

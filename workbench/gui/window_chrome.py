@@ -1,5 +1,6 @@
 """The window's chrome: the toolbar (device picker, worker light), the Jobs and Log docks, the menus and their
-shortcuts, the Help dialogs, the theme, the workspace chooser and the settings the window keeps between sessions."""
+shortcuts, the Help dialogs, the theme, the workspace chooser and the settings the window keeps between
+sessions."""
 
 from __future__ import annotations
 
@@ -41,8 +42,8 @@ def app_icon() -> QIcon:
 
 
 class WindowChrome(QObject):
-    """Builds and owns the bars, docks and menus of `main` (a MainWindow whose tabs, launcher and worker control
-    already exist: the menus' actions call them), and saves and restores what the window remembers."""
+    """Builds and owns the bars, docks and menus of `main` (a MainWindow whose tabs, launcher and worker
+    control already exist: the menus' actions call them), and saves and restores what the window remembers."""
 
     def __init__(self, main):
         super().__init__(main)
@@ -66,7 +67,9 @@ class WindowChrome(QObject):
         bar.addWidget(device_label)
         bar.addWidget(self.device_picker)
         spacer = QWidget(bar)
-        spacer.setSizePolicy(spacer.sizePolicy().horizontalPolicy().Expanding, spacer.sizePolicy().verticalPolicy())
+        spacer.setSizePolicy(
+            spacer.sizePolicy().horizontalPolicy().Expanding, spacer.sizePolicy().verticalPolicy()
+        )
         bar.addWidget(spacer)
         self.status_light = StatusLight(bar)
         bar.addWidget(self.status_light)
@@ -100,17 +103,23 @@ class WindowChrome(QObject):
         launcher = self.main.launcher
         file_menu = menu.addMenu("&File")
         self.choose_workspace_action = file_menu.addAction("Choose &workspace…", self.choose_workspace)
-        self.choose_workspace_action.setToolTip("Pick the folder where runs, data caches and checkpoints live")
+        self.choose_workspace_action.setToolTip(
+            "Pick the folder where runs, data caches and checkpoints live"
+        )
         file_menu.addAction("&Open workspace folder", lambda: open_folder(self.main, self.main.workspace))
         spec_menu = file_menu.addMenu("Open &spec")
         spec_menu.setToolTipsVisible(True)
         for path in sample_specs():  # the samples first
-            action = spec_menu.addAction(f"Sample: {path.stem}", lambda _checked=False, p=path: launcher.open_spec(p))
+            action = spec_menu.addAction(
+                f"Sample: {path.stem}", lambda _checked=False, p=path: launcher.open_spec(p)
+            )
             action.setToolTip(spec_summary(path))
         spec_menu.addSeparator()
-        for path in example_specs():  # your-own-project examples: a Dataset and model of their own beside the spec
-            action = spec_menu.addAction(f"Example: {path.parent.name}",
-                                         lambda _checked=False, p=path: launcher.open_spec(p))
+        # your-own-project examples: a Dataset and model of their own beside the spec
+        for path in example_specs():
+            action = spec_menu.addAction(
+                f"Example: {path.parent.name}", lambda _checked=False, p=path: launcher.open_spec(p)
+            )
             action.setToolTip(spec_summary(path))
         spec_menu.addSeparator()
         other = spec_menu.addAction("&Other spec file…", launcher.choose_spec_file)
@@ -176,7 +185,9 @@ class WindowChrome(QObject):
         self.restart_action = worker_menu.addAction("&Restart worker", worker.restart_worker)
         self.restart_action.setShortcut(QKeySequence("Ctrl+Shift+R"))
         self.self_test_action = worker_menu.addAction("Run worker &self-test", worker.run_self_test)
-        self.self_test_action.setToolTip("A short job that checks the worker, the event stream and the run store")
+        self.self_test_action.setToolTip(
+            "A short job that checks the worker, the event stream and the run store"
+        )
         worker_menu.addAction("Refresh &devices", worker.request_devices)
 
     def _build_help_menu(self, menu: QMenuBar) -> None:
@@ -197,13 +208,19 @@ class WindowChrome(QObject):
                 keys = action.shortcut().toString(QKeySequence.NativeText)
                 if keys:
                     rows.append((keys, f"{top.text().replace('&', '')} ▸ {action.text().replace('&', '')}"))
-        rows += [("Ctrl++ / Ctrl+-", "Data ▸ zoom the thumbnails"), ("R", "Data ▸ re-roll the augmentation"),
-                 ("F5", "Runs ▸ refresh"), ("Ctrl+L", "Log ▸ clear")]
+        rows += [
+            ("Ctrl++ / Ctrl+-", "Data ▸ zoom the thumbnails"),
+            ("R", "Data ▸ re-roll the augmentation"),
+            ("F5", "Runs ▸ refresh"),
+            ("Ctrl+L", "Log ▸ clear"),
+        ]
         return rows
 
     def show_shortcuts(self) -> None:
-        rows = "".join(f"<tr><td style='padding-right:18px'><b>{keys}</b></td><td>{what}</td></tr>"
-                       for keys, what in self.shortcut_rows())
+        rows = "".join(
+            f"<tr><td style='padding-right:18px'><b>{keys}</b></td><td>{what}</td></tr>"
+            for keys, what in self.shortcut_rows()
+        )
         QMessageBox.information(self.main, "Keyboard shortcuts", f"<table>{rows}</table>")
 
     def open_readme(self) -> None:
@@ -211,14 +228,18 @@ class WindowChrome(QObject):
         if readme.is_file() and QDesktopServices.openUrl(QUrl.fromLocalFile(str(readme))):
             return
         where = readme if readme.is_file() else "https://pypi.org/project/torch-workbench/"
-        QMessageBox.information(self.main, "Read me",
-                                f"The README explains every tab, command and shortcut:\n\n{where}")
+        QMessageBox.information(
+            self.main, "Read me", f"The README explains every tab, command and shortcut:\n\n{where}"
+        )
 
     def show_about(self) -> None:
-        QMessageBox.about(self.main, "About Torch Workbench",
-                          f"<b>Torch Workbench {__version__}</b><p>See and steer the whole life of a PyTorch "
-                          f"model. Torch runs in a separate worker process; this window never waits for it."
-                          f"<p>Workspace: {self.main.workspace}")
+        QMessageBox.about(
+            self.main,
+            "About Torch Workbench",
+            f"<b>Torch Workbench {__version__}</b><p>See and steer the whole life of a PyTorch "
+            f"model. Torch runs in a separate worker process; this window never waits for it."
+            f"<p>Workspace: {self.main.workspace}",
+        )
 
     # -- theme and workspace ---------------------------------------------------------------------
     def set_theme(self, theme: str) -> None:
@@ -258,8 +279,9 @@ class WindowChrome(QObject):
                 main.dataset_state.spec = DataSpec.from_json(saved_spec, source="saved settings")
             except SpecError as exc:  # a setting from an older version: fall back to the default dataset
                 self.log_panel.append(f"Ignoring the saved dataset choice: {exc}", "warning")
-        main.dataset_state.set_calibration(int(settings.get("calibration_count") or 256),
-                                           int(settings.get("calibration_seed") or 0))
+        main.dataset_state.set_calibration(
+            int(settings.get("calibration_count") or 256), int(settings.get("calibration_seed") or 0)
+        )
         main.tabs.setCurrentIndex(int(settings.get("current_tab") or 0))
         self.set_theme(settings.get("theme"))
         self.log_panel.show_debug.setChecked(settings.get("show_debug_details"))

@@ -1,5 +1,5 @@
-"""The window's side of the worker: its state on the light and the banner, its jobs in the Jobs panel and the log,
-and what the user asks of it (restart, self-test, devices, cancel, force stop)."""
+"""The window's side of the worker: its state on the light and the banner, its jobs in the Jobs panel and the
+log, and what the user asks of it (restart, self-test, devices, cancel, force stop)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ class WorkerBanner(QFrame):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setObjectName("workerBanner")
-        self.setStyleSheet("#workerBanner { background: #fbe3e1; border: 1px solid #d0342c; border-radius: 4px; }"
-                           "#workerBanner QLabel { color: #5c1410; }")
+        self.setStyleSheet(
+            "#workerBanner { background: #fbe3e1; border: 1px solid #d0342c; border-radius: 4px; }"
+            "#workerBanner QLabel { color: #5c1410; }"
+        )
         self.label = QLabel(self)
         self.label.setWordWrap(True)
         self.restart_button = QPushButton("Restart worker", self)
@@ -57,8 +59,9 @@ class WorkerControl(QObject):
     def restart_worker(self) -> None:
         """Restart the worker; when it has jobs, ask first and name them (a restart stops them)."""
         jobs = self.user_jobs()
-        if jobs and not confirm_stop_jobs(self.main, "Restart the worker?", "Restarting the worker stops", jobs,
-                                          "Restart worker"):
+        if jobs and not confirm_stop_jobs(
+            self.main, "Restart the worker?", "Restarting the worker stops", jobs, "Restart worker"
+        ):
             return
         self.main.log_panel.append("Restarting the worker…", "warning")
         self.main.banner.hide()
@@ -66,9 +69,12 @@ class WorkerControl(QObject):
 
     def request_devices(self) -> None:
         main = self.main
-        main.queries.query("devices.list", {}, lambda result: main.device_picker.set_devices(result["devices"]),
-                           lambda error: main.log_panel.append(f"Could not list devices: {error['message']}",
-                                                               "error"))
+        main.queries.query(
+            "devices.list",
+            {},
+            lambda result: main.device_picker.set_devices(result["devices"]),
+            lambda error: main.log_panel.append(f"Could not list devices: {error['message']}", "error"),
+        )
 
     def cancel_job(self, job_id: str) -> None:
         manager = self.main.manager
@@ -90,14 +96,22 @@ class WorkerControl(QObject):
         if record is None or not record.active:
             return
         others = [r for r in self.user_jobs() if r.job_id != job_id]
-        question = (f"Force-stop {describe_job(record)}?\n\nIt has not answered its cancel, so the only way to "
-                    "stop it is to restart the worker. Its run is marked cancelled and can be resumed from its "
-                    "last checkpoint.")
-        if others and not confirm_stop_jobs(main, "Force stop", question + "\n\nThe restart also stops", others,
-                                            "Force stop"):
+        question = (
+            f"Force-stop {describe_job(record)}?\n\nIt has not answered its cancel, so the only way to "
+            "stop it is to restart the worker. Its run is marked cancelled and can be resumed from its "
+            "last checkpoint."
+        )
+        if others and not confirm_stop_jobs(
+            main, "Force stop", question + "\n\nThe restart also stops", others, "Force stop"
+        ):
             return
-        if not others and QMessageBox.question(main, "Force stop", question, QMessageBox.Yes | QMessageBox.No,
-                                               QMessageBox.No) != QMessageBox.Yes:
+        if (
+            not others
+            and QMessageBox.question(
+                main, "Force stop", question, QMessageBox.Yes | QMessageBox.No, QMessageBox.No
+            )
+            != QMessageBox.Yes
+        ):
             return
         main.log_panel.append(f"Force-stopping {describe_job(record)} by restarting the worker", "warning")
         main.banner.hide()
@@ -118,11 +132,16 @@ class WorkerControl(QObject):
             log.append(text, "error")
             if detail.count("\n"):
                 log.append(detail, "debug")
-            main.banner.show_message(text + " Your runs and this window's state are kept; running jobs were "
-                                     "marked failed. Restart the worker to go on.")
+            main.banner.show_message(
+                text + " Your runs and this window's state are kept; running jobs were "
+                "marked failed. Restart the worker to go on."
+            )
         elif state == "unresponsive":
-            log.append(f"The worker is not answering ({detail}); it may be busy in a long "
-                       "operation. Restart it if this persists.", "warning")
+            log.append(
+                f"The worker is not answering ({detail}); it may be busy in a long "
+                "operation. Restart it if this persists.",
+                "warning",
+            )
         elif state == "restarting":
             main.banner.show_message(f"The worker stopped ({detail}); restarting it automatically…")
         elif state == "starting":

@@ -48,16 +48,22 @@ def array_from_buffer(desc: dict, buffers: list[bytes]) -> np.ndarray:
     expected = math.prod(shape) * dtype.itemsize
     data = buffers[index]
     if len(data) != expected:
-        raise ProtocolError(f"array buffer holds {len(data)} bytes, shape {shape} of {dtype} needs {expected}")
+        raise ProtocolError(
+            f"array buffer holds {len(data)} bytes, shape {shape} of {dtype} needs {expected}"
+        )
     return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 
 def named_array(content: dict | None, buffers: list[bytes]) -> tuple[str, np.ndarray, dict] | None:
-    """The parts of an `array` message a job sent with ctx.array: its name, the array and the rest of the content
-    (the sender's metadata); None when the message is malformed, which a panel then ignores."""
+    """The parts of an `array` message a job sent with ctx.array: its name, the array and the rest of the
+    content (the sender's metadata); None when the message is malformed, which a panel then ignores."""
     content = content or {}
     try:
         array = array_from_buffer(content["array"], buffers)
     except (ProtocolError, KeyError, TypeError):
         return None
-    return str(content.get("name", "")), array, {k: v for k, v in content.items() if k not in ("name", "array")}
+    return (
+        str(content.get("name", "")),
+        array,
+        {k: v for k, v in content.items() if k not in ("name", "array")},
+    )

@@ -31,21 +31,26 @@ def bare_host(ip: str) -> str:
 
 
 def is_ipv6_literal(ip: str) -> bool:
-    """Whether the address is written as an IPv6 one (zmq needs its IPV6 option and the address in brackets)."""
+    """Whether the address is written as an IPv6 one (zmq needs its IPV6 option and the address in
+    brackets)."""
     return ":" in bare_host(ip)
 
 
 def clean_address(ip: str) -> str:
-    """An address typed by hand, as a worker binds it and writes it to the file; ValueError says what is wrong."""
+    """An address typed by hand, as a worker binds it and writes it to the file; ValueError says what is
+    wrong."""
     host = bare_host(ip)
     if not host:
-        raise ValueError("the address to listen on is empty; give one such as 127.0.0.1 (the default), ::1 or "
-                         "0.0.0.0")
+        raise ValueError(
+            "the address to listen on is empty; give one such as 127.0.0.1 (the default), ::1 or 0.0.0.0"
+        )
     if any(c.isspace() for c in host) or not host.isprintable():
         raise ValueError(f"{ip!r} is not an address: it has spaces or control characters in it")
     if host.count(":") == 1:  # IPv6 literals have at least two; one colon is a host:port
-        raise ValueError(f"{ip!r} looks like host:port; give the address alone (the worker picks free ports and "
-                         f"writes them to the connection file)")
+        raise ValueError(
+            f"{ip!r} looks like host:port; give the address alone (the worker picks free ports and "
+            f"writes them to the connection file)"
+        )
     return host
 
 
@@ -73,7 +78,8 @@ class ConnectionInfo:
     # secret half never enters a connection file; it stays in the worker's memory.
     curve_public_key: str = ""
     # Set by a worker on loopback: the password (zmq's PLAIN mechanism) a peer must present before the worker
-    # reads any message from it. Fresh at every start; it lives only in this 0600 file and the worker's memory.
+    # reads any message from it. Fresh at every start; it lives only in this 0600 file and the worker's
+    # memory.
     plain_password: str = ""
 
     @classmethod
@@ -134,15 +140,19 @@ class ConnectionInfo:
 
     def _problem(self) -> str:
         """What makes this connection unusable or unsafe, in words, or ''."""
-        fresh = ('put a random key of 64 hex characters in its "key" field, e.g. the output of '
-                 "python -c 'import secrets; print(secrets.token_hex(32))'")
+        fresh = (
+            'put a random key of 64 hex characters in its "key" field, e.g. the output of '
+            "python -c 'import secrets; print(secrets.token_hex(32))'"
+        )
         if not isinstance(self.key, str):
-            return f'the HMAC key must be a string, not {type(self.key).__name__}; {fresh}'
+            return f"the HMAC key must be a string, not {type(self.key).__name__}; {fresh}"
         if not self.key:
             return f"the HMAC key is empty, which would leave every message unauthenticated; {fresh}"
         if len(self.key) < MIN_KEY_CHARS:
-            return (f"the HMAC key is {len(self.key)} characters long; a session key needs at least "
-                    f"{MIN_KEY_CHARS} to be hard to guess; {fresh}")
+            return (
+                f"the HMAC key is {len(self.key)} characters long; a session key needs at least "
+                f"{MIN_KEY_CHARS} to be hard to guess; {fresh}"
+            )
         if not self.key.isascii():
             return f"the HMAC key has non-ASCII characters; {fresh}"
         if not isinstance(self.ip, str) or not isinstance(self.transport, str):
@@ -153,10 +163,14 @@ class ConnectionInfo:
                 return f'"{channel}_port" must be a port number (0 to 65535), not {port!r}'
         password = self.plain_password
         if password and (not isinstance(password, str) or not password.isascii() or len(password) > 255):
-            return ('"plain_password" is not a connection password (ASCII, at most 255 characters); copy the '
-                    "connection file the worker wrote, unchanged")
+            return (
+                '"plain_password" is not a connection password (ASCII, at most 255 characters); copy the '
+                "connection file the worker wrote, unchanged"
+            )
         key = self.curve_public_key
         if key and (not isinstance(key, str) or len(key) != _CURVE_KEY_CHARS or not key.isascii()):
-            return (f'"curve_public_key" is not a Curve public key ({_CURVE_KEY_CHARS} Z85 characters); '
-                    f"copy the connection file the worker wrote, unchanged")
+            return (
+                f'"curve_public_key" is not a Curve public key ({_CURVE_KEY_CHARS} Z85 characters); '
+                f"copy the connection file the worker wrote, unchanged"
+            )
         return ""

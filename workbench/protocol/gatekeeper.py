@@ -22,8 +22,8 @@ _REFUSALS = {
     zmq.EVENT_HANDSHAKE_FAILED_AUTH: "it presented the wrong connection password",
     zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "its handshake broke the protocol",
     # Also what a peer with no password at all often causes: it sees our mechanism and hangs up first.
-    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "its handshake did not finish (a different mechanism, or it left or "
-                                          "timed out)",
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "its handshake did not finish (a different mechanism, or it left "
+    "or timed out)",
 }
 _MECHANISM_MISMATCH = getattr(zmq, "PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH", 0x11000003)
 
@@ -51,8 +51,11 @@ class Gatekeeper:
 
     def guard(self, channel: str, sock: zmq.Socket) -> None:
         """Count the handshakes `sock` refuses (and, with a password, demand it); call before bind."""
-        monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                                          | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+        monitor = sock.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_FAILED_AUTH
+            | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+            | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+        )
         monitor.setsockopt(zmq.LINGER, 0)
         self._watched.append((sock, monitor, channel))
         self._counts[channel] = 0
@@ -99,8 +102,12 @@ class Gatekeeper:
         """The ZAP reply to one handshake: 200 for the connection password, 400 for anything else."""
         # [version, request id, domain, address, routing id, mechanism, credentials...]
         request_id = request[1] if len(request) > 1 else b""
-        if (len(request) == 8 and request[0] == b"1.0" and request[5] == b"PLAIN"
-                and hmac.compare_digest(request[7], self._password)):
+        if (
+            len(request) == 8
+            and request[0] == b"1.0"
+            and request[5] == b"PLAIN"
+            and hmac.compare_digest(request[7], self._password)
+        ):
             return [b"1.0", request_id, b"200", b"OK", PLAIN_USERNAME, b""]
         return [b"1.0", request_id, b"400", b"wrong connection password", b"", b""]
 
@@ -109,6 +116,9 @@ class Gatekeeper:
             self._counts[channel] += 1
         why = _REFUSALS.get(event["event"], "its handshake failed")
         if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and event["value"] == _MECHANISM_MISMATCH:
-            why = ("it did not present a connection password" if self._zap is not None
-                   else "it did not speak CurveZMQ")
+            why = (
+                "it did not present a connection password"
+                if self._zap is not None
+                else "it did not speak CurveZMQ"
+            )
         self._log.reject(f"{why} ({channel} channel)")

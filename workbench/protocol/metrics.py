@@ -24,12 +24,14 @@ def encode_metrics(columns: dict[str, tuple[list, list, list]]) -> tuple[dict, l
     series = []
     count = 0
     for name, (steps, values, times) in columns.items():
-        series.append({
-            "name": name,
-            "steps": array_to_buffer(np.asarray(steps, dtype=np.int64), buffers),
-            "values": array_to_buffer(np.asarray(values, dtype=np.float64), buffers),
-            "times": array_to_buffer(np.asarray(times, dtype=np.float64), buffers),
-        })
+        series.append(
+            {
+                "name": name,
+                "steps": array_to_buffer(np.asarray(steps, dtype=np.int64), buffers),
+                "values": array_to_buffer(np.asarray(values, dtype=np.float64), buffers),
+                "times": array_to_buffer(np.asarray(times, dtype=np.float64), buffers),
+            }
+        )
         count += len(steps)
     return {"series": series, "count": count}, buffers
 
@@ -38,9 +40,11 @@ def decode_metrics(content: dict, buffers: list[bytes]) -> Columns:
     """The columns of a metrics event (raises ProtocolError on a malformed one)."""
     columns: Columns = {}
     for item in content.get("series", []):
-        columns[str(item["name"])] = (array_from_buffer(item["steps"], buffers),
-                                      array_from_buffer(item["values"], buffers),
-                                      array_from_buffer(item["times"], buffers))
+        columns[str(item["name"])] = (
+            array_from_buffer(item["steps"], buffers),
+            array_from_buffer(item["values"], buffers),
+            array_from_buffer(item["times"], buffers),
+        )
     return columns
 
 

@@ -15,8 +15,16 @@ INTERVAL = 5.0  # seconds per window; at most BURST + 1 lines each
 
 
 class RejectionLog:
-    def __init__(self, logger: logging.Logger, what: str, plural: str | None = None, *, burst: int = BURST,
-                 interval: float = INTERVAL, clock=time.monotonic):
+    def __init__(
+        self,
+        logger: logging.Logger,
+        what: str,
+        plural: str | None = None,
+        *,
+        burst: int = BURST,
+        interval: float = INTERVAL,
+        clock=time.monotonic,
+    ):
         self.logger = logger
         self.what = what  # e.g. "shell message": lines read "rejected a shell message: ..."
         self.plural = plural or f"{what}s"
@@ -39,8 +47,11 @@ class RejectionLog:
                 self._summarise(now)
             if self._logged < self.burst:
                 self._logged += 1
-                more = (f" (further rejections are counted and summarised every {self.interval:g} s)"
-                        if self._logged == self.burst else "")
+                more = (
+                    f" (further rejections are counted and summarised every {self.interval:g} s)"
+                    if self._logged == self.burst
+                    else ""
+                )
                 self.logger.warning("rejected a %s: %s%s", self.what, reason, more)
             else:
                 self._suppressed += 1
@@ -62,8 +73,13 @@ class RejectionLog:
 
     def _summarise(self, now: float) -> None:
         if self._suppressed:
-            self.logger.warning("rejected %d more %s in the last %.0f s (the last: %s)", self._suppressed,
-                                self.plural, now - self._window_start, self._last_reason)
+            self.logger.warning(
+                "rejected %d more %s in the last %.0f s (the last: %s)",
+                self._suppressed,
+                self.plural,
+                now - self._window_start,
+                self._last_reason,
+            )
         self._window_start = now
         self._logged = 0
         self._suppressed = 0

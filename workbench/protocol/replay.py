@@ -51,10 +51,13 @@ class ReplayGuard:
                 raise ProtocolError(
                     f"message {msg_id} is dated {msg.header['date']}, {abs(skew):.0f} s "
                     f"{'ahead of' if skew > 0 else 'behind'} this machine's clock, outside the "
-                    f"±{self.window:.0f} s window: a replay, or clocks that need synchronising (NTP)")
+                    f"±{self.window:.0f} s window: a replay, or clocks that need synchronising (NTP)"
+                )
             if date <= self._floor:
-                raise ProtocolError(f"message {msg_id} is dated before the oldest id still remembered "
-                                    f"(over {self.capacity} messages in the window): refused as a possible replay")
+                raise ProtocolError(
+                    f"message {msg_id} is dated before the oldest id still remembered "
+                    f"(over {self.capacity} messages in the window): refused as a possible replay"
+                )
             if msg_id in self._seen:
                 raise ProtocolError(f"replayed message: msg_id {msg_id} was already received")
             self._seen.add(msg_id)

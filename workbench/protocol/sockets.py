@@ -1,6 +1,7 @@
 """How the protocol's zmq sockets are set up on both sides: frame size caps, who may connect (a password on
-loopback, CurveZMQ off it) and IPv6. The worker binds with these, the client connects with them; the rules live
-in wire.py (sizes), connection.py (which addresses count as loopback) and gatekeeper.py (the worker's door).
+loopback, CurveZMQ off it) and IPv6. The worker binds with these, the client connects with them; the rules
+live in wire.py (sizes), connection.py (which addresses count as loopback) and gatekeeper.py (the worker's
+door).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ class InsecureAddressError(ValueError):
 
 
 def limit_incoming(sock: zmq.Socket, max_frame: int, hwm: int | None = None) -> None:
-    """Cap the frame size a socket reads (and, with `hwm`, the messages it queues per peer); before bind/connect.
+    """Cap the frame size a socket reads (and, with `hwm`, the messages it queues per peer); before
+    bind/connect.
 
     A frame over `max_frame` is never read: zmq drops the connection of the peer that announced it.
     """
@@ -57,7 +59,8 @@ def serve_plain(sockets: list[zmq.Socket]) -> None:
 
 
 def connect_plain(sockets: list[zmq.Socket], password: str) -> None:
-    """Present the connection password from the connection file when connecting (a loopback worker asks for it)."""
+    """Present the connection password from the connection file when connecting (a loopback worker asks for
+    it)."""
     for sock in sockets:
         sock.plain_username = PLAIN_USERNAME
         sock.plain_password = password.encode("ascii")
@@ -77,7 +80,8 @@ def require_curve(ip: str) -> None:
         f"the worker's events. Keep the worker on 127.0.0.1 and reach it through an SSH tunnel instead: "
         f"for each of the shell, control and iopub ports in the connection file, run "
         f"`ssh -N -L PORT:127.0.0.1:PORT user@this-host` on the GUI's machine, then connect with the same "
-        f"connection file. Or install a pyzmq wheel from PyPI (they bundle libsodium).")
+        f"connection file. Or install a pyzmq wheel from PyPI (they bundle libsodium)."
+    )
 
 
 def serve_curve(sockets: list[zmq.Socket]) -> str:
@@ -100,7 +104,8 @@ def serve_curve(sockets: list[zmq.Socket]) -> str:
 
 
 def connect_curve(sockets: list[zmq.Socket], server_public_key: str) -> None:
-    """Make the sockets CurveZMQ clients of the server with that public key, under a throwaway keypair of ours."""
+    """Make the sockets CurveZMQ clients of the server with that public key, under a throwaway keypair of
+    ours."""
     public, secret = zmq.curve_keypair()
     for sock in sockets:
         sock.curve_serverkey = server_public_key.encode("ascii")

@@ -1,7 +1,8 @@
 """Encoding messages to signed multipart frames and back, rejecting anything malformed or unsigned.
 
-Frame layout (as Jupyter's): [routing ids..., DELIM, signature, header, parent, metadata, content, buffers...].
-The HMAC-SHA256 signature covers the four JSON frames and every buffer. Frame size caps live here too.
+Frame layout (as Jupyter's): [routing ids..., DELIM, signature, header, parent, metadata, content,
+buffers...]. The HMAC-SHA256 signature covers the four JSON frames and every buffer. Frame size caps live here
+too.
 """
 
 from __future__ import annotations
@@ -81,21 +82,32 @@ def _json_default(obj):
     raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
 
 
-def encode(msg: Message, signer: Signer, identities: list[bytes] | None = None, *,
-           max_frame: int = MAX_FRAME) -> list[bytes]:
+def encode(
+    msg: Message, signer: Signer, identities: list[bytes] | None = None, *, max_frame: int = MAX_FRAME
+) -> list[bytes]:
     """Signed frames of `msg`; refuses a frame the receiver's cap would drop (`max_frame` for buffers)."""
     msg_type = msg.header.get("msg_type")
     try:
-        json_parts = [_dumps(msg.header), _dumps(msg.parent_header), _dumps(msg.metadata), _dumps(msg.content)]
+        json_parts = [
+            _dumps(msg.header),
+            _dumps(msg.parent_header),
+            _dumps(msg.metadata),
+            _dumps(msg.content),
+        ]
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"cannot encode {msg_type!r}: {exc}") from exc
     buffers = [bytes(memoryview(b).cast("B")) if not isinstance(b, bytes) else b for b in msg.buffers]
     # Refused here, where the sender can still say why: past the receiver's cap zmq would only disconnect.
-    for what, parts, limit in (("JSON part", json_parts, min(MAX_JSON_FRAME, max_frame)), ("buffer", buffers, max_frame)):
+    for what, parts, limit in (
+        ("JSON part", json_parts, min(MAX_JSON_FRAME, max_frame)),
+        ("buffer", buffers, max_frame),
+    ):
         for part in parts:
             if len(part) > limit:
-                raise ProtocolError(f"cannot send {msg_type!r}: a {what} of {len(part):,} bytes is over the "
-                                    f"{limit:,} byte frame limit")
+                raise ProtocolError(
+                    f"cannot send {msg_type!r}: a {what} of {len(part):,} bytes is over the "
+                    f"{limit:,} byte frame limit"
+                )
     signature = signer.sign(json_parts + buffers)
     return [*(identities or []), DELIM, signature, *json_parts, *buffers]
 
@@ -128,7 +140,8 @@ def decode(frames: list[bytes], signer: Signer) -> tuple[list[bytes], Message]:
     if not signer.verify(signature, json_parts + buffers):
         raise ProtocolError("bad signature: the message was not signed with this session's key")
     header, parent, metadata, content = (
-        _loads(part, name) for part, name in zip(json_parts, ("header", "parent header", "metadata", "content"))
+        _loads(part, name)
+        for part, name in zip(json_parts, ("header", "parent header", "metadata", "content"))
     )
     missing = [k for k in _HEADER_KEYS if not isinstance(header.get(k), str)]
     if missing:

@@ -14,14 +14,23 @@ from workbench.report.collect import ModelStory, RunRecord, collect
 from workbench.report.render import render_html
 from workbench.runs import atomic_write_text
 
-__all__ = ["ModelStory", "RunRecord", "build_report", "collect", "default_output", "render_html", "write_report"]
+__all__ = [
+    "ModelStory",
+    "RunRecord",
+    "build_report",
+    "collect",
+    "default_output",
+    "render_html",
+    "write_report",
+]
 
 REPORT_NAME = "report.html"
 
 
 def build_report(workspace: str | Path, run_ref: str) -> str:
-    """The HTML report of the training run `run_ref` names (an id, a unique id prefix or its folder; a quantize,
-    export or bench run stands for the training run behind it). UsageError when there is no such run."""
+    """The HTML report of the training run `run_ref` names (an id, a unique id prefix or its folder; a
+    quantize, export or bench run stands for the training run behind it). UsageError when there is no such
+    run."""
     return render_html(collect(workspace, run_ref))
 
 
@@ -30,9 +39,9 @@ def default_output(story: ModelStory) -> Path:
 
 
 def write_report(workspace: str | Path, run_ref: str, output: str | Path | None = None) -> Path:
-    """Write the report (atomically: a reader never sees half a page) and return where it went. `output` may be a
-    file or an existing folder (the file is then `<run id>-report.html` in it); default: the training run's
-    artifacts/report.html."""
+    """Write the report (atomically: a reader never sees half a page) and return where it went. `output` may
+    be a file or an existing folder (the file is then `<run id>-report.html` in it); default: the training
+    run's artifacts/report.html."""
     return write_story(collect(workspace, run_ref), output)
 
 

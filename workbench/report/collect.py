@@ -68,8 +68,12 @@ class ModelStory:
 
     def summary(self) -> dict:
         """The runs the report covers, by step (for `workbench report --json`)."""
-        return {"train": self.train.id, "quantize": [r.id for r in self.quantize],
-                "export": [r.id for r in self.export], "bench": [r.id for r in self.bench]}
+        return {
+            "train": self.train.id,
+            "quantize": [r.id for r in self.quantize],
+            "export": [r.id for r in self.export],
+            "bench": [r.id for r in self.bench],
+        }
 
 
 def _created_key(record: RunRecord) -> tuple[float, str]:
@@ -133,8 +137,14 @@ def _file_refs(spec: dict) -> list[str]:
 def _record(entry: dict, *, full: bool) -> RunRecord:
     """A run from its list_runs entry; with `full`, also its report (the spec is always read)."""
     run_dir = Path(entry["run_dir"])
-    record = RunRecord(id=entry["id"], dir=run_dir, task=entry.get("task") or "", status=entry.get("status") or "",
-                       message=entry.get("message") or "", created=entry.get("created"))
+    record = RunRecord(
+        id=entry["id"],
+        dir=run_dir,
+        task=entry.get("task") or "",
+        status=entry.get("status") or "",
+        message=entry.get("message") or "",
+        created=entry.get("created"),
+    )
     try:
         record.spec, record.spec_text = _spec_from_file(run_dir)
     except FileNotFoundError:
@@ -184,13 +194,15 @@ def _find_training_run(resolve: _Resolver, entries: dict[str, dict], start: str)
         current = parent
     first = entries.get(start) or {}
     what = f"a {first['task']} run" if first.get("task") else "not a training run"
-    raise UsageError(f"Run {start} is {what}, and no training run is behind it: `workbench report` takes a "
-                     "training run (its id, a unique id prefix or its folder).")
+    raise UsageError(
+        f"Run {start} is {what}, and no training run is behind it: `workbench report` takes a "
+        "training run (its id, a unique id prefix or its folder)."
+    )
 
 
 def collect(workspace: str | Path, run_ref: str) -> ModelStory:
-    """The model story of the training run `run_ref` names (or of the training run behind a quantize, export or
-    bench run). UsageError (exit code 2) when no such run exists or none is behind it."""
+    """The model story of the training run `run_ref` names (or of the training run behind a quantize, export
+    or bench run). UsageError (exit code 2) when no such run exists or none is behind it."""
     store = RunStore(workspace)
     run_dir = store.resolve(run_ref)
     if run_dir.parent.name == "runs" and run_dir.parent.resolve() != store.runs_dir.resolve():
@@ -202,8 +214,14 @@ def collect(workspace: str | Path, run_ref: str) -> ModelStory:
         # A run folder outside this workspace: read it where it is; its descendants are looked for here.
         try:
             with Run(run_dir, readonly=True) as run:
-                entries[named] = {"id": named, "task": run.task, "status": run.status, "created": None,
-                                  "run_dir": str(run_dir), "message": run.message}
+                entries[named] = {
+                    "id": named,
+                    "task": run.task,
+                    "status": run.status,
+                    "created": None,
+                    "run_dir": str(run_dir),
+                    "message": run.message,
+                }
         except (JobError, OSError, sqlite3.Error) as exc:
             raise UsageError(f"{run_dir} cannot be read as a run: {exc}") from None
     resolve = _Resolver(store)
@@ -215,8 +233,9 @@ def collect(workspace: str | Path, run_ref: str) -> ModelStory:
             metrics = run.read_metrics()
     except (JobError, OSError, sqlite3.Error) as exc:
         train.problems.append(str(exc))
-    story = ModelStory(workspace=store.workspace, train=train, metrics=metrics,
-                       requested=named if named != train_id else "")
+    story = ModelStory(
+        workspace=store.workspace, train=train, metrics=metrics, requested=named if named != train_id else ""
+    )
 
     # Only the specs of the steps that can descend from a model are read, each once.
     candidates: dict[str, list[RunRecord]] = {QUANTIZE: [], EXPORT: [], BENCH: []}

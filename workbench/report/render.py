@@ -79,7 +79,7 @@ footer { margin-top: 40px; padding-top: 8px; border-top: 1px solid var(--rule); 
   .card, table, svg.chart { break-inside: avoid; }
   h2 { break-after: avoid; }
 }
-"""
+"""  # noqa: E501
 
 
 # --- reading values defensively ----------------------------------------------------------------------
@@ -124,8 +124,8 @@ def _pp(delta: float | None) -> str:
 
 
 # A quantize run of a task other than classification carries a `metric` block: every "accuracy" of its
-# report holds that task's monitor (MAE, mIoU), named by its label and direction ("val MAE ↓") and shown as a plain
-# number; a report without one is accuracy, in percent.
+# report holds that task's monitor (MAE, mIoU), named by its label and direction ("val MAE ↓") and shown as a
+# plain number; a report without one is accuracy, in percent.
 
 
 def _metric(record: RunRecord) -> dict | None:
@@ -156,8 +156,8 @@ def _mdelta(delta: float | None, metric: dict | None) -> str:
 
 
 def _kept(value: float | None, fp32: float | None, metric: dict | None, share: float = 0.01) -> bool:
-    """Whether `value` is no worse than FP32 by more than `share` (accuracy: points; another metric: a share of
-    its FP32 value), in the metric's direction: a lower-is-better metric gets worse by rising."""
+    """Whether `value` is no worse than FP32 by more than `share` (accuracy: points; another metric: a share
+    of its FP32 value), in the metric's direction: a lower-is-better metric gets worse by rising."""
     if value is None or fp32 is None:
         return True
     if metric is None:
@@ -205,12 +205,19 @@ def _status_chip(status: str) -> str:
     return _chip(status or "unknown", kind)
 
 
-def _table(headers: Iterable[str], rows: Iterable[Iterable[str | tuple[str, int]]], *, numeric: Iterable[int] = (),
-           cls: str = "wide") -> str:
-    """A table from already-escaped cells; `numeric` columns are right-aligned. A cell (html, n) spans n columns
-    and ends its row."""
+def _table(
+    headers: Iterable[str],
+    rows: Iterable[Iterable[str | tuple[str, int]]],
+    *,
+    numeric: Iterable[int] = (),
+    cls: str = "wide",
+) -> str:
+    """A table from already-escaped cells; `numeric` columns are right-aligned. A cell (html, n) spans n
+    columns and ends its row."""
     numeric = set(numeric)
-    head = "".join(f'<th class="num">{h}</th>' if i in numeric else f"<th>{h}</th>" for i, h in enumerate(headers))
+    head = "".join(
+        f'<th class="num">{h}</th>' if i in numeric else f"<th>{h}</th>" for i, h in enumerate(headers)
+    )
     body = []
     for row in rows:
         cells = []
@@ -224,7 +231,11 @@ def _table(headers: Iterable[str], rows: Iterable[Iterable[str | tuple[str, int]
 
 
 def _kv(rows: Iterable[tuple[str, str]]) -> str:
-    return '<table class="kv">' + "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
+    return (
+        '<table class="kv">'
+        + "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>" for k, v in rows)
+        + "</table>"
+    )
 
 
 def _empty(text_html: str) -> str:
@@ -241,8 +252,11 @@ def _problems(record: RunRecord) -> str:
 
 def _spec_details(record: RunRecord, what: str) -> str:
     text = record.spec_text or "(no spec.toml)"
-    return (f'<details class="spec"><summary>{esc(what)} spec: <span class="mono">{esc(record.id)}</span>/spec.toml'
-            f"</summary><pre>{esc(text)}</pre></details>")
+    return (
+        f'<details class="spec"><summary>{esc(what)} spec: <span '
+        f'class="mono">{esc(record.id)}</span>/spec.toml'
+        f"</summary><pre>{esc(text)}</pre></details>"
+    )
 
 
 def _short(run_id: str) -> str:
@@ -262,9 +276,11 @@ def quant_label(record: RunRecord, *, long: bool = False) -> str:
         short += " mixed"
     if not long:
         return short
-    parts = [f"W{w_bits} {_str(_get(spec, 'weights', 'granularity')).replace('_', '-')} "
-             f"{_str(_get(spec, 'weights', 'range'))}".strip(),
-             f"A{a_bits} {_str(_get(spec, 'activations', 'range'))}".strip()]
+    parts = [
+        f"W{w_bits} {_str(_get(spec, 'weights', 'granularity')).replace('_', '-')} "
+        f"{_str(_get(spec, 'weights', 'range'))}".strip(),
+        f"A{a_bits} {_str(_get(spec, 'activations', 'range'))}".strip(),
+    ]
     if _get(spec, "fold_bn") is False:
         parts.append("no BN folding")
     if _get(spec, "cle") is True:
@@ -283,7 +299,10 @@ def quant_label(record: RunRecord, *, long: bool = False) -> str:
 
 
 def _bits(record: RunRecord) -> float:
-    w_bits, a_bits = _num(_get(record.spec, "weights", "bits")), _num(_get(record.spec, "activations", "bits"))
+    w_bits, a_bits = (
+        _num(_get(record.spec, "weights", "bits")),
+        _num(_get(record.spec, "activations", "bits")),
+    )
     return (w_bits or 32) + (a_bits or 32)
 
 
@@ -303,8 +322,10 @@ def _run_name(story: ModelStory, run_id: str | None) -> str:
     if record in story.quantize:
         return f'quantize {esc(quant_label(record))} <span class="muted">#{esc(_short(run_id))}</span>'
     if record in story.export:
-        return f'export {esc(_str(_get(record.report, "format")) or _str(_get(record.spec, "format")))} ' \
-               f'<span class="muted">#{esc(_short(run_id))}</span>'
+        return (
+            f"export {esc(_str(_get(record.report, 'format')) or _str(_get(record.spec, 'format')))} "
+            f'<span class="muted">#{esc(_short(run_id))}</span>'
+        )
     return esc(run_id)
 
 
@@ -313,7 +334,10 @@ def _bench_results(record: RunRecord) -> list[dict]:
 
 
 def _measured(result: dict) -> bool:
-    return _str(result.get("status")).lower() not in NOT_MEASURED and _num(_get(result, "latency_ms", "p50")) is not None
+    return (
+        _str(result.get("status")).lower() not in NOT_MEASURED
+        and _num(_get(result, "latency_ms", "p50")) is not None
+    )
 
 
 def _parity(record: RunRecord) -> tuple[str, str]:
@@ -324,7 +348,9 @@ def _parity(record: RunRecord) -> tuple[str, str]:
     if passed is False:
         return _chip("parity FAILED", "bad"), "failed"
     if record.status != "done":
-        return _chip(record.status or "unknown", "bad" if record.status in ("failed", "interrupted") else "na"), record.status
+        return _chip(
+            record.status or "unknown", "bad" if record.status in ("failed", "interrupted") else "na"
+        ), record.status
     return _chip("not checked", "na"), "not checked"
 
 
@@ -341,14 +367,17 @@ def _fp32_accuracy(story: ModelStory) -> tuple[float | None, str]:
     return None, ""
 
 
-# --- sections ------------------------------------------------------------------------------------------------
+# --- sections -----------------------------------------------------------------------------------------------
 
 
 def _header(story: ModelStory) -> str:
     spec, report = story.train.spec, story.train.report
     model = _str(_get(spec, "model", "name")) or "model"
     dataset = _str(_get(spec, "dataset", "name")) or "its data"
-    facts = [f"training run <b class=\"mono\">{esc(story.train.id)}</b>", f"trained <b>{esc(_date(story.train.created))}</b>"]
+    facts = [
+        f'training run <b class="mono">{esc(story.train.id)}</b>',
+        f"trained <b>{esc(_date(story.train.created))}</b>",
+    ]
     params = _num(_get(report, "parameters", "total"))
     if params is not None:
         facts.append(f"<b>{params:,.0f}</b> parameters")
@@ -359,23 +388,38 @@ def _header(story: ModelStory) -> str:
     facts.append(f"status {_status_chip(story.train.status)}")
     note = ""
     if story.requested:
-        note = (f'<p class="meta">You named run <span class="mono">{esc(story.requested)}</span>; this is the '
-                "report of the model it came from.</p>")
-    return (f'<header><div class="kicker">Torch Workbench · model report</div>'
-            f"<h1>{esc(model)} <span class=\"muted\">on</span> {esc(dataset)}</h1>"
-            f'<p class="meta">{" · ".join(facts)}</p>{note}</header>')
+        note = (
+            f'<p class="meta">You named run <span class="mono">{esc(story.requested)}</span>; this is the '
+            "report of the model it came from.</p>"
+        )
+    return (
+        f'<header><div class="kicker">Torch Workbench · model report</div>'
+        f'<h1>{esc(model)} <span class="muted">on</span> {esc(dataset)}</h1>'
+        f'<p class="meta">{" · ".join(facts)}</p>{note}</header>'
+    )
 
 
 def _summary(story: ModelStory) -> str:
     rows: list[tuple[str, str]] = []
     fp32, where = _fp32_accuracy(story)
-    rows.append(("FP32 accuracy", f"<b>{_pct(fp32)}</b> <span class=\"muted\">({esc(where)})</span>" if fp32 is not None
-                 else '<span class="muted">not measured</span>'))
+    rows.append(
+        (
+            "FP32 accuracy",
+            f'<b>{_pct(fp32)}</b> <span class="muted">({esc(where)})</span>'
+            if fp32 is not None
+            else '<span class="muted">not measured</span>',
+        )
+    )
     best_val = _num(_get(story.train.report, "best_val_accuracy"))
     if best_val is not None:
         epoch = _get(story.train.report, "best_epoch")
-        rows.append(("Best validation accuracy", _pct(best_val) + (f' <span class="muted">(epoch {esc(epoch)})</span>'
-                                                                     if epoch is not None else "")))
+        rows.append(
+            (
+                "Best validation accuracy",
+                _pct(best_val)
+                + (f' <span class="muted">(epoch {esc(epoch)})</span>' if epoch is not None else ""),
+            )
+        )
     quant = [(r, _num(_get(r.report, "quantized", "accuracy"))) for r in story.quantize if r.done]
     quant = [(r, a) for r, a in quant if a is not None]
     if quant:
@@ -383,15 +427,21 @@ def _summary(story: ModelStory) -> str:
         metric = _metric(quant[0][0])
         sign = -1.0 if metric is not None and not metric.get("higher_is_better", True) else 1.0
         # Ties go to the smaller model (fewer bits), then the newer run.
-        best, acc = max(quant, key=lambda item: (round(sign * item[1], 6), -_bits(item[0]), _created(item[0])))
+        best, acc = max(
+            quant, key=lambda item: (round(sign * item[1], 6), -_bits(item[0]), _created(item[0]))
+        )
         ref = _num(_get(best.report, "fp32", "accuracy"))
         ref = ref if ref is not None else (fp32 if metric is None else None)
         drop = acc - ref if ref is not None else None
         cls = "good" if drop is not None and _kept(acc, ref, metric) else "bad"
-        rows.append((f"Best quantized {_metric_name(metric)}",
-                     f"<b>{_mval(acc, metric)}</b> <span class=\"{cls}\">{_mdelta(drop, metric)}</span> with "
-                     f"{esc(quant_label(best, long=True))}"
-                     f' <span class="muted">(#{esc(_short(best.id))}, best of {len(quant)})</span>'))
+        rows.append(
+            (
+                f"Best quantized {_metric_name(metric)}",
+                f'<b>{_mval(acc, metric)}</b> <span class="{cls}">{_mdelta(drop, metric)}</span> with '
+                f"{esc(quant_label(best, long=True))}"
+                f' <span class="muted">(#{esc(_short(best.id))}, best of {len(quant)})</span>',
+            )
+        )
     else:
         rows.append(("Best quantized accuracy", '<span class="muted">no quantize runs yet</span>'))
     if story.export:
@@ -411,18 +461,29 @@ def _summary(story: ModelStory) -> str:
     if measured:
         batch1 = [r for r in measured if r.get("batch_size") == 1] or measured
         fastest = min(batch1, key=lambda r: _num(_get(r, "latency_ms", "p50")))
-        rows.append(("Best latency", f"<b>{_ms(_get(fastest, 'latency_ms', 'p50'))} ms</b> p50 "
-                     f'<span class="muted">({esc(fastest.get("backend"))}, batch {esc(fastest.get("batch_size"))}, '
-                     f'{esc(fastest.get("device"))}, {esc(fastest.get("dtype"))})</span>'))
+        rows.append(
+            (
+                "Best latency",
+                f"<b>{_ms(_get(fastest, 'latency_ms', 'p50'))} ms</b> p50 "
+                f'<span class="muted">({esc(fastest.get("backend"))}, batch '
+                f"{esc(fastest.get('batch_size'))}, "
+                f"{esc(fastest.get('device'))}, {esc(fastest.get('dtype'))})</span>",
+            )
+        )
         with_tp = [r for r in measured if _num(r.get("throughput_per_s")) is not None]
         if with_tp:
             top = max(with_tp, key=lambda r: _num(r.get("throughput_per_s")))
-            rows.append(("Best throughput", f"<b>{_fmt(top.get('throughput_per_s'))}</b> samples/s "
-                         f'<span class="muted">({esc(top.get("backend"))}, batch {esc(top.get("batch_size"))}, '
-                         f'{esc(top.get("device"))})</span>'))
+            rows.append(
+                (
+                    "Best throughput",
+                    f"<b>{_fmt(top.get('throughput_per_s'))}</b> samples/s "
+                    f'<span class="muted">({esc(top.get("backend"))}, batch {esc(top.get("batch_size"))}, '
+                    f"{esc(top.get('device'))})</span>",
+                )
+            )
     else:
         rows.append(("Best latency", '<span class="muted">not benchmarked yet</span>'))
-    return "<h2 id=\"summary\">Summary</h2>" + _kv(rows)
+    return '<h2 id="summary">Summary</h2>' + _kv(rows)
 
 
 def _metric_kind(name: str) -> str:
@@ -459,7 +520,9 @@ def _training(story: ModelStory) -> str:
         if per_step:  # per-epoch averages repeat the per-step curves: keep the finer ones
             groups[kind] = per_step
     charts = []
-    order = ["loss", "accuracy", "learning rate"] + sorted(k for k in groups if k not in ("loss", "accuracy", "learning rate"))
+    order = ["loss", "accuracy", "learning rate"] + sorted(
+        k for k in groups if k not in ("loss", "accuracy", "learning rate")
+    )
     for kind in order:
         names = groups.get(kind)
         if not names:
@@ -467,18 +530,31 @@ def _training(story: ModelStory) -> str:
         if kind == "other":
             for name in names[:4]:
                 steps, values = metrics[name]
-                charts.append(svg.line_chart([Series(name, steps, values, color=svg.color(4))], title=name,
-                                             x_label="step"))
+                charts.append(
+                    svg.line_chart(
+                        [Series(name, steps, values, color=svg.color(4))], title=name, x_label="step"
+                    )
+                )
             continue
-        series = [Series(name, metrics[name][0], metrics[name][1], color=_metric_color(name, i),
-                         markers=len(metrics[name][0]) <= 12)
-                  for i, name in enumerate(names[:6])]
+        series = [
+            Series(
+                name,
+                metrics[name][0],
+                metrics[name][1],
+                color=_metric_color(name, i),
+                markers=len(metrics[name][0]) <= 12,
+            )
+            for i, name in enumerate(names[:6])
+        ]
         y_format = (lambda v: f"{v * 100:.0f} %") if kind == "accuracy" else svg.fmt_number
         lowest = min((v for n in names for v in metrics[n][1] if finite(v)), default=0.0)
         # Losses and learning rates read best from zero; accuracy is left to its own range.
         y_range = (0.0, None) if kind in ("loss", "learning rate") and lowest >= 0 else (None, None)
-        charts.append(svg.line_chart(series, title=kind.capitalize(), x_label="step", y_format=y_format,
-                                     y_range=y_range))
+        charts.append(
+            svg.line_chart(
+                series, title=kind.capitalize(), x_label="step", y_format=y_format, y_range=y_range
+            )
+        )
     if charts:
         out.append('<div class="charts">' + "".join(f"<div>{c}</div>" for c in charts) + "</div>")
     else:
@@ -490,15 +566,22 @@ def _training(story: ModelStory) -> str:
         for key, value in final.items():
             shown = _pct(value) if "acc" in key else _fmt(value, 4)
             finals.append((_str(key).replace("_", " "), shown))
-    facts = [("epochs completed", _get(report, "epochs_completed")), ("optimizer steps", _get(report, "global_steps")),
-             ("best epoch", _get(report, "best_epoch")), ("early stopped", _get(report, "early_stopped")),
-             ("device", _get(report, "device")), ("mixed precision (amp)", _get(report, "amp")),
-             ("trainable parameters", _get(report, "parameters", "trainable"))]
+    facts = [
+        ("epochs completed", _get(report, "epochs_completed")),
+        ("optimizer steps", _get(report, "global_steps")),
+        ("best epoch", _get(report, "best_epoch")),
+        ("early stopped", _get(report, "early_stopped")),
+        ("device", _get(report, "device")),
+        ("mixed precision (amp)", _get(report, "amp")),
+        ("trainable parameters", _get(report, "parameters", "trainable")),
+    ]
     for key, value in facts:
         if isinstance(value, bool):
             rows.append((key, "yes" if value else "no"))
         elif value is not None and not isinstance(value, (dict, list)):
-            rows.append((key, esc(f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else value)))
+            rows.append(
+                (key, esc(f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else value))
+            )
     speed = _num(_get(report, "throughput", "train_samples_per_s"))
     if speed is not None:
         rows.append(("training speed", f"{_fmt(speed)} samples/s"))
@@ -506,7 +589,8 @@ def _training(story: ModelStory) -> str:
     if elapsed is not None:
         rows.append(("wall time", f"{elapsed:.1f} s" if elapsed < 120 else f"{elapsed / 60:.1f} min"))
     tables = ([f"<div><h3>Final metrics</h3>{_kv(finals)}</div>"] if finals else []) + (
-        [f"<div><h3>How it ran</h3>{_kv(rows)}</div>"] if rows else [])
+        [f"<div><h3>How it ran</h3>{_kv(rows)}</div>"] if rows else []
+    )
     if tables:
         out.append('<div class="charts">' + "".join(tables) + "</div>")
     out.append(_spec_details(record, "Training"))
@@ -528,37 +612,78 @@ def _ladder_chart(record: RunRecord) -> str:
     if metric is not None:
         name = _metric_name(metric)
         colors = [svg.PALETTE[0] if _kept(v, fp32, metric, 0.0005) else svg.PALETTE[1] for v in values]
-        return svg.bar_chart(labels, [v if v is not None else math.nan for v in values], title=f"{name} ladder",
-                             value_label=f"held-out {name}", colors=colors, value_format=lambda v: f"{v:.4g}",
-                             reference=(fp32, f"FP32 {_str(metric.get('label'))}") if fp32 is not None else None)
+        return svg.bar_chart(
+            labels,
+            [v if v is not None else math.nan for v in values],
+            title=f"{name} ladder",
+            value_label=f"held-out {name}",
+            colors=colors,
+            value_format=lambda v: f"{v:.4g}",
+            reference=(fp32, f"FP32 {_str(metric.get('label'))}") if fp32 is not None else None,
+        )
     lo = 0.0
     if good and min(good) > 0.3:
         spread = max(good) - min(good)
         lo = max(0.0, math.floor((min(good) - max(spread * 0.6, 0.01)) * 100) / 100)
-    colors = [svg.PALETTE[0] if (v is None or fp32 is None or v >= fp32 - 0.0005) else svg.PALETTE[1] for v in values]
-    return svg.bar_chart(labels, [v if v is not None else math.nan for v in values], title="Accuracy ladder",
-                         value_label="held-out accuracy" + (f" (axis starts at {lo * 100:.0f} %)" if lo > 0 else ""),
-                         domain=(lo, min(1.0, max(good) + 0.002) if good and lo > 0 else None),
-                         colors=colors, value_format=lambda v: f"{v * 100:.2f} %", tick_format=lambda v: f"{v * 100:g} %",
-                         reference=(fp32, "FP32 accuracy") if fp32 is not None else None)
+    colors = [
+        svg.PALETTE[0] if (v is None or fp32 is None or v >= fp32 - 0.0005) else svg.PALETTE[1]
+        for v in values
+    ]
+    return svg.bar_chart(
+        labels,
+        [v if v is not None else math.nan for v in values],
+        title="Accuracy ladder",
+        value_label="held-out accuracy" + (f" (axis starts at {lo * 100:.0f} %)" if lo > 0 else ""),
+        domain=(lo, min(1.0, max(good) + 0.002) if good and lo > 0 else None),
+        colors=colors,
+        value_format=lambda v: f"{v * 100:.2f} %",
+        tick_format=lambda v: f"{v * 100:g} %",
+        reference=(fp32, "FP32 accuracy") if fp32 is not None else None,
+    )
 
 
 def _worst_layers(record: RunRecord, count: int = 5) -> str:
-    layers = [layer for layer in _dicts(_get(record.report, "layers")) if _num(layer.get("sqnr_db")) is not None]
+    layers = [
+        layer for layer in _dicts(_get(record.report, "layers")) if _num(layer.get("sqnr_db")) is not None
+    ]
     if not layers:
         return '<p class="muted">No per-layer SQNR in this run\'s report.</p>'
     layers.sort(key=lambda layer: _num(layer.get("sqnr_db")))
     rows = []
     for layer in layers[:count]:
         held = _num(_get(layer, "error", "held_out", "accumulated", "sqnr_db"))
-        rows.append([f'<span class="mono">{esc(layer.get("name") or layer.get("layer") or "?")}</span>',
-                     esc(layer.get("tensor") or ""), esc(layer.get("bits") if layer.get("bits") is not None else "–"),
-                     esc(_str(layer.get("granularity")).replace("_", "-")), esc(layer.get("range_method") or ""),
-                     f"<b>{_fmt(layer.get('sqnr_db'), 3)}</b>", _fmt(held, 3), _fmt(layer.get("cosine"), 5)])
-    return (f"<h3>Worst layers by SQNR <span class=\"muted\">({min(count, len(layers))} of {len(layers)} tensors)</span></h3>"
-            + _table(["layer", "tensor", "bits", "granularity", "range", "SQNR dB",
-                      '<span title="the model output so far, every layer up to here quantized, on held-out data">'
-                      "output SQNR dB</span>", "cosine"], rows, numeric=(2, 5, 6, 7), cls=""))
+        rows.append(
+            [
+                f'<span class="mono">{esc(layer.get("name") or layer.get("layer") or "?")}</span>',
+                esc(layer.get("tensor") or ""),
+                esc(layer.get("bits") if layer.get("bits") is not None else "–"),
+                esc(_str(layer.get("granularity")).replace("_", "-")),
+                esc(layer.get("range_method") or ""),
+                f"<b>{_fmt(layer.get('sqnr_db'), 3)}</b>",
+                _fmt(held, 3),
+                _fmt(layer.get("cosine"), 5),
+            ]
+        )
+    return (
+        f'<h3>Worst layers by SQNR <span class="muted">({min(count, len(layers))} of {len(layers)} '
+        "tensors)</span></h3>"
+        + _table(
+            [
+                "layer",
+                "tensor",
+                "bits",
+                "granularity",
+                "range",
+                "SQNR dB",
+                '<span title="the model output so far, every layer up to here quantized, on held-out data">'
+                "output SQNR dB</span>",
+                "cosine",
+            ],
+            rows,
+            numeric=(2, 5, 6, 7),
+            cls="",
+        )
+    )
 
 
 def _sensitivity(record: RunRecord) -> str:
@@ -567,21 +692,33 @@ def _sensitivity(record: RunRecord) -> str:
         return ""
     fp32 = _num(_get(record.report, "fp32", "accuracy"))
     metric = _metric(record)
-    # The most sensitive layer is the one that, quantized alone, leaves the worst value: the lowest accuracy, or
-    # the highest value of a lower-is-better metric.
+    # The most sensitive layer is the one that, quantized alone, leaves the worst value: the lowest accuracy,
+    # or the highest value of a lower-is-better metric.
     sign = -1.0 if metric is not None and not metric.get("higher_is_better", True) else 1.0
-    worst = min(rows, key=lambda r: sign * _num(r.get("only_this")) if _num(r.get("only_this")) is not None
-                else math.inf)
+    worst = min(
+        rows,
+        key=lambda r: sign * _num(r.get("only_this")) if _num(r.get("only_this")) is not None else math.inf,
+    )
     body = []
     for row in rows:
         mark = ' <span class="bad">most sensitive</span>' if row is worst and len(rows) > 1 else ""
         only = _num(row.get("only_this"))
-        body.append([f'<span class="mono">{esc(row.get("layer"))}</span>{mark}', _mval(only, metric),
-                     _mdelta(only - fp32, metric) if only is not None and fp32 is not None else "–",
-                     _mval(row.get("all_but_this"), metric)])
-    title = "Sensitivity" if metric is None else f"Sensitivity <span class=\"muted\">({esc(_metric_name(metric))})</span>"
-    return f"<h3>{title}</h3>" + _table(["layer", "only this quantized", "vs FP32", "all but this quantized"], body,
-                                        numeric=(1, 2, 3), cls="")
+        body.append(
+            [
+                f'<span class="mono">{esc(row.get("layer"))}</span>{mark}',
+                _mval(only, metric),
+                _mdelta(only - fp32, metric) if only is not None and fp32 is not None else "–",
+                _mval(row.get("all_but_this"), metric),
+            ]
+        )
+    title = (
+        "Sensitivity"
+        if metric is None
+        else f'Sensitivity <span class="muted">({esc(_metric_name(metric))})</span>'
+    )
+    return f"<h3>{title}</h3>" + _table(
+        ["layer", "only this quantized", "vs FP32", "all but this quantized"], body, numeric=(1, 2, 3), cls=""
+    )
 
 
 def _mixed(record: RunRecord) -> str:
@@ -597,7 +734,9 @@ def _mixed(record: RunRecord) -> str:
         else:
             names.append(_str(item))
     met = mp.get("met")
-    verdict = _chip("target met", "ok") if met is True else _chip("target missed", "bad") if met is False else ""
+    verdict = (
+        _chip("target met", "ok") if met is True else _chip("target missed", "bad") if met is False else ""
+    )
     metric = _metric(record)
     allowed = _num(mp.get("target_drop"))
     if metric is None:
@@ -605,10 +744,16 @@ def _mixed(record: RunRecord) -> str:
     else:  # in the metric's own units; a lower-is-better metric may rise by that much
         side = "below" if metric.get("higher_is_better", True) else "above"
         target = f"at most {allowed:.4g} {side} FP32" if allowed is not None else "–"
-    rows = [(f"{_metric_name(metric)} target", target),
-            ("layers kept at higher precision", esc(", ".join(names)) if names else "none needed"),
-            (_metric_name(metric), f"{_mval(mp.get('accuracy'), metric)} {verdict}"),
-            ("size", f"{_bytes(mp.get('size_bytes'))} <span class=\"muted\">(FP32 {_bytes(mp.get('fp32_size_bytes'))})</span>")]
+    rows = [
+        (f"{_metric_name(metric)} target", target),
+        ("layers kept at higher precision", esc(", ".join(names)) if names else "none needed"),
+        (_metric_name(metric), f"{_mval(mp.get('accuracy'), metric)} {verdict}"),
+        (
+            "size",
+            f'{_bytes(mp.get("size_bytes"))} <span class="muted">(FP32 '
+            f"{_bytes(mp.get('fp32_size_bytes'))})</span>",
+        ),
+    ]
     return "<h3>Mixed precision</h3>" + _kv(rows)
 
 
@@ -619,27 +764,47 @@ def _quant_card(story: ModelStory, record: RunRecord, *, open_: bool) -> str:
     drop = acc - fp32 if acc is not None and fp32 is not None else None
     metric = _metric(record)
     shown = _mval(acc, metric) if metric is None else f"{esc(_metric_name(metric))} {_mval(acc, metric)}"
-    head = (f"{esc(quant_label(record))} <span class=\"muted\">#{esc(_short(record.id))} · {esc(quant_label(record, long=True))}"
-            f" · {_date(record.created)}</span> · {shown} ")
+    head = (
+        f'{esc(quant_label(record))} <span class="muted">#{esc(_short(record.id))} · '
+        f"{esc(quant_label(record, long=True))}"
+        f" · {_date(record.created)}</span> · {shown} "
+    )
     if drop is not None:
-        head += f'<span class="{"good" if _kept(acc, fp32, metric) else "bad"}">{_mdelta(drop, metric)}</span>'
+        head += (
+            f'<span class="{"good" if _kept(acc, fp32, metric) else "bad"}">{_mdelta(drop, metric)}</span>'
+        )
     if record.status != "done":
         head += " " + _status_chip(record.status)
     parts = [f'<details class="card"{" open" if open_ else ""}><summary>{head}</summary>', _problems(record)]
     if record.done:
-        facts = [("run", f'<span class="mono">{esc(record.id)}</span>'),
-                 ("FP32 → quantized" + ("" if metric is None else f" ({esc(_metric_name(metric))})"),
-                  f"{_mval(fp32, metric)} → <b>{_mval(acc, metric)}</b> ({_mdelta(drop, metric)})"),
-                 ("logit SQNR", f"{_fmt(_get(report, 'quantized', 'logit_sqnr_db'))} dB")]
-        calibration, held_out = _num(_get(report, "calibration", "samples")), _num(_get(report, "held_out", "samples"))
+        facts = [
+            ("run", f'<span class="mono">{esc(record.id)}</span>'),
+            (
+                "FP32 → quantized" + ("" if metric is None else f" ({esc(_metric_name(metric))})"),
+                f"{_mval(fp32, metric)} → <b>{_mval(acc, metric)}</b> ({_mdelta(drop, metric)})",
+            ),
+            ("logit SQNR", f"{_fmt(_get(report, 'quantized', 'logit_sqnr_db'))} dB"),
+        ]
+        calibration, held_out = (
+            _num(_get(report, "calibration", "samples")),
+            _num(_get(report, "held_out", "samples")),
+        )
         if calibration is not None:
             facts.append(("calibration", f"{calibration:,.0f} samples"))
         if held_out is not None:
-            facts.append((f"{'accuracy' if metric is None else esc(_metric_name(metric))} measured on",
-                          f"{held_out:,.0f} samples ({esc(_get(report, 'held_out', 'split') or 'held-out')})"))
+            facts.append(
+                (
+                    f"{'accuracy' if metric is None else esc(_metric_name(metric))} measured on",
+                    f"{held_out:,.0f} samples ({esc(_get(report, 'held_out', 'split') or 'held-out')})",
+                )
+            )
         ladder = _ladder_chart(record)
-        parts.append('<div class="charts">' + f"<div>{_kv(facts)}</div>" + (f"<div>{ladder}</div>" if ladder else "")
-                     + "</div>")
+        parts.append(
+            '<div class="charts">'
+            + f"<div>{_kv(facts)}</div>"
+            + (f"<div>{ladder}</div>" if ladder else "")
+            + "</div>"
+        )
         parts.append(_worst_layers(record))
         parts.append(_sensitivity(record))
         parts.append(_mixed(record))
@@ -651,8 +816,12 @@ def _quant_card(story: ModelStory, record: RunRecord, *, open_: bool) -> str:
 def _quantization(story: ModelStory) -> str:
     out = ['<h2 id="quantization">Quantization</h2>']
     if not story.quantize:
-        out.append(_empty(f"No quantize runs of this model yet: <code>workbench quantize --set source.run="
-                          f"{esc(story.train.id)}</code>"))
+        out.append(
+            _empty(
+                f"No quantize runs of this model yet: <code>workbench quantize --set source.run="
+                f"{esc(story.train.id)}</code>"
+            )
+        )
         return "".join(out)
     rows, labels, values, bar_colors = [], [], [], []
     for record in story.quantize:
@@ -662,40 +831,76 @@ def _quantization(story: ModelStory) -> str:
         drop = acc - fp32 if acc is not None and fp32 is not None else None
         layers = [layer for layer in _dicts(report.get("layers")) if _num(layer.get("sqnr_db")) is not None]
         worst = min(layers, key=lambda layer: _num(layer.get("sqnr_db"))) if layers else None
-        worst_text = (f'<span class="nowrap"><span class="mono">{esc(worst.get("name"))}</span> '
-                      f'{esc(worst.get("tensor") or "")} {_fmt(worst.get("sqnr_db"))} dB</span>') if worst else "–"
+        worst_text = (
+            (
+                f'<span class="nowrap"><span class="mono">{esc(worst.get("name"))}</span> '
+                f"{esc(worst.get('tensor') or '')} {_fmt(worst.get('sqnr_db'))} dB</span>"
+            )
+            if worst
+            else "–"
+        )
         metric = _metric(record)
-        drop_html = (f'<span class="{"good" if _kept(acc, fp32, metric) else "bad"}">{_mdelta(drop, metric)}</span>'
-                     if drop is not None else "–")
-        rows.append([f'<span class="mono">#{esc(_short(record.id))}</span>', esc(quant_label(record, long=True)),
-                     _status_chip(record.status),
-                     _mval(acc, metric) if metric is None else f"{_mval(acc, metric)} {esc(_metric_name(metric))}",
-                     drop_html,
-                     _fmt(_get(report, "quantized", "logit_sqnr_db")), worst_text])
+        drop_html = (
+            f'<span class="{"good" if _kept(acc, fp32, metric) else "bad"}">{_mdelta(drop, metric)}</span>'
+            if drop is not None
+            else "–"
+        )
+        rows.append(
+            [
+                f'<span class="mono">#{esc(_short(record.id))}</span>',
+                esc(quant_label(record, long=True)),
+                _status_chip(record.status),
+                _mval(acc, metric) if metric is None else f"{_mval(acc, metric)} {esc(_metric_name(metric))}",
+                drop_html,
+                _fmt(_get(report, "quantized", "logit_sqnr_db")),
+                worst_text,
+            ]
+        )
         if acc is not None:
             labels.append(f"{quant_label(record)} #{_short(record.id)}")
             values.append(acc)
             bar_colors.append(svg.PALETTE[0] if _kept(acc, fp32, metric, 0.0005) else svg.PALETTE[1])
-    out.append(_table(["run", "recipe", "status", "quantized acc.", "vs FP32", "logit SQNR dB", "worst tensor"], rows,
-                      numeric=(3, 4, 5)))
+    out.append(
+        _table(
+            ["run", "recipe", "status", "quantized acc.", "vs FP32", "logit SQNR dB", "worst tensor"],
+            rows,
+            numeric=(3, 4, 5),
+        )
+    )
     metrics = {_metric_name(_metric(r)) for r in story.quantize if r.done}
     if len(values) >= 2 and metrics != {"accuracy"}:
         # A task's monitor on its own scale, from zero, named with its direction; no FP32 line across runs.
-        chart = svg.bar_chart(labels, values, title=f"Quantized {' / '.join(sorted(metrics))} by run", width=760,
-                              value_label="held-out " + " / ".join(sorted(metrics)), value_format=lambda v: f"{v:.4g}",
-                              colors=bar_colors, bar_height=16)
+        chart = svg.bar_chart(
+            labels,
+            values,
+            title=f"Quantized {' / '.join(sorted(metrics))} by run",
+            width=760,
+            value_label="held-out " + " / ".join(sorted(metrics)),
+            value_format=lambda v: f"{v:.4g}",
+            colors=bar_colors,
+            bar_height=16,
+        )
         out.append(f'<div style="max-width:760px">{chart}</div>')
     elif len(values) >= 2:
         fp32, _ = _fp32_accuracy(story)
         lo = 0.0
         if min(values) > 0.3:
-            lo = max(0.0, math.floor((min(values) - max((max(values) - min(values)) * 0.6, 0.01)) * 100) / 100)
-        chart = svg.bar_chart(labels, values, title="Quantized accuracy by run", width=760,
-                              value_label="held-out accuracy" + (f" (axis starts at {lo * 100:.0f} %)" if lo > 0 else ""),
-                              domain=(lo, min(1.0, max(values + ([fp32] if fp32 else [])) + 0.002) if lo > 0 else None),
-                              value_format=lambda v: f"{v * 100:.2f} %", tick_format=lambda v: f"{v * 100:g} %",
-                              colors=bar_colors, reference=(fp32, "FP32 accuracy") if fp32 is not None else None,
-                              bar_height=16)
+            lo = max(
+                0.0, math.floor((min(values) - max((max(values) - min(values)) * 0.6, 0.01)) * 100) / 100
+            )
+        chart = svg.bar_chart(
+            labels,
+            values,
+            title="Quantized accuracy by run",
+            width=760,
+            value_label="held-out accuracy" + (f" (axis starts at {lo * 100:.0f} %)" if lo > 0 else ""),
+            domain=(lo, min(1.0, max(values + ([fp32] if fp32 else [])) + 0.002) if lo > 0 else None),
+            value_format=lambda v: f"{v * 100:.2f} %",
+            tick_format=lambda v: f"{v * 100:g} %",
+            colors=bar_colors,
+            reference=(fp32, "FP32 accuracy") if fp32 is not None else None,
+            bar_height=16,
+        )
         out.append(f'<div style="max-width:760px">{chart}</div>')
     # The best and the newest open; with few runs, all of them.
     done = [(r, _num(_get(r.report, "quantized", "accuracy"))) for r in story.quantize if r.done]
@@ -704,13 +909,21 @@ def _quantization(story: ModelStory) -> str:
         metric = _metric(record)
         return -value if metric is not None and not metric.get("higher_is_better", True) else value
 
-    best = max((item for item in done if item[1] is not None),
-               key=lambda item: (round(better(*item), 6), -_bits(item[0]), _created(item[0])), default=(None, None))[0]
-    open_ids = {r.id for r in story.quantize} if len(story.quantize) <= OPEN_CARDS else {
-        story.quantize[-1].id, best.id if best else ""}
+    best = max(
+        (item for item in done if item[1] is not None),
+        key=lambda item: (round(better(*item), 6), -_bits(item[0]), _created(item[0])),
+        default=(None, None),
+    )[0]
+    open_ids = (
+        {r.id for r in story.quantize}
+        if len(story.quantize) <= OPEN_CARDS
+        else {story.quantize[-1].id, best.id if best else ""}
+    )
     if len(story.quantize) > OPEN_CARDS:
-        out.append('<p class="muted">The best and the newest quantize runs are open below; click any other to '
-                   "unfold it.</p>")
+        out.append(
+            '<p class="muted">The best and the newest quantize runs are open below; click any other to '
+            "unfold it.</p>"
+        )
     out.extend(_quant_card(story, record, open_=record.id in open_ids) for record in story.quantize)
     return "".join(out)
 
@@ -718,8 +931,12 @@ def _quantization(story: ModelStory) -> str:
 def _export(story: ModelStory) -> str:
     out = ['<h2 id="export">Export and parity</h2>']
     if not story.export:
-        out.append(_empty(f"No export runs of this model yet: <code>workbench export --set source.run="
-                          f"{esc(story.train.id)}</code>"))
+        out.append(
+            _empty(
+                f"No export runs of this model yet: <code>workbench export --set source.run="
+                f"{esc(story.train.id)}</code>"
+            )
+        )
         return "".join(out)
     rows = []
     for record in story.export:
@@ -731,24 +948,66 @@ def _export(story: ModelStory) -> str:
         fmt = _str(report.get("format")) or _str(_get(record.spec, "format"))
         if record.status != "done":
             why = record.message or _str(_get(report, "error", "message"))
-            rows.append([f'<span class="mono">#{esc(_short(record.id))}</span>', _run_name(story, record.source_id),
-                         f'<span class="mono">{esc(fmt)}</span>', (f'{chip} <span class="muted">{esc(why)}</span>', 8)])
+            rows.append(
+                [
+                    f'<span class="mono">#{esc(_short(record.id))}</span>',
+                    _run_name(story, record.source_id),
+                    f'<span class="mono">{esc(fmt)}</span>',
+                    (f'{chip} <span class="muted">{esc(why)}</span>', 8),
+                ]
+            )
             continue
-        rows.append([f'<span class="mono">#{esc(_short(record.id))}</span>', _run_name(story, record.source_id),
-                     f'<span class="mono">{esc(fmt)}</span>',
-                     f'<span class="mono" title="{esc(artifact)}">{esc(Path(artifact).name) if artifact else "–"}</span>',
-                     _bytes(report.get("size_bytes")), chip, _fmt(parity.get("max_abs_diff")),
-                     _fmt(parity.get("max_rel_diff")), _fmt(parity.get("tolerance")),
-                     f'<span class="mono bad">{esc(divergent)}</span>' if divergent else
-                     (f'<span class="muted" title="{esc(parity.get("first_divergent_layer_reason") or "")}">not found'
-                      "</span>" if verdict == "failed" else '<span class="muted">–</span>'),
-                     _pct(report.get("accuracy") if not isinstance(report.get("accuracy"), dict)
-                          else _get(report, "accuracy", "exported"))])
-    out.append(_table(["run", "from", "format", "artifact", "size", "parity", "max abs diff", "max rel diff",
-                       "tolerance", "first divergent layer", "accuracy"], rows, numeric=(4, 6, 7, 8, 10)))
+        rows.append(
+            [
+                f'<span class="mono">#{esc(_short(record.id))}</span>',
+                _run_name(story, record.source_id),
+                f'<span class="mono">{esc(fmt)}</span>',
+                '<span class="mono" '
+                f'title="{esc(artifact)}">{esc(Path(artifact).name) if artifact else "–"}</span>',
+                _bytes(report.get("size_bytes")),
+                chip,
+                _fmt(parity.get("max_abs_diff")),
+                _fmt(parity.get("max_rel_diff")),
+                _fmt(parity.get("tolerance")),
+                f'<span class="mono bad">{esc(divergent)}</span>'
+                if divergent
+                else (
+                    '<span class="muted" '
+                    f'title="{esc(parity.get("first_divergent_layer_reason") or "")}">not found'
+                    "</span>"
+                    if verdict == "failed"
+                    else '<span class="muted">–</span>'
+                ),
+                _pct(
+                    report.get("accuracy")
+                    if not isinstance(report.get("accuracy"), dict)
+                    else _get(report, "accuracy", "exported")
+                ),
+            ]
+        )
+    out.append(
+        _table(
+            [
+                "run",
+                "from",
+                "format",
+                "artifact",
+                "size",
+                "parity",
+                "max abs diff",
+                "max rel diff",
+                "tolerance",
+                "first divergent layer",
+                "accuracy",
+            ],
+            rows,
+            numeric=(4, 6, 7, 8, 10),
+        )
+    )
     for record in story.export:
-        problems = "".join(f'<p class="problem">Export #{esc(_short(record.id))}: {esc(p)}</p>'
-                           for p in record.problems)
+        problems = "".join(
+            f'<p class="problem">Export #{esc(_short(record.id))}: {esc(p)}</p>' for p in record.problems
+        )
         out.append(problems)
     out.extend(_spec_details(record, f"Export #{_short(record.id)}") for record in story.export)
     return "".join(out)
@@ -758,17 +1017,22 @@ def _bench_block(story: ModelStory, record: RunRecord) -> str:
     results = _bench_results(record)
     devices = sorted({_str(r.get("device")) for r in results if r.get("device")})
     dtypes = sorted({_str(r.get("dtype")) for r in results if r.get("dtype")})
-    head = (f"<h3>Benchmark <span class=\"mono\">#{esc(_short(record.id))}</span> "
-            f"<span class=\"muted\">of the {_run_name(story, record.source_id)}"
-            f"{' · ' + esc(', '.join(devices)) if devices else ''}{' · ' + esc(', '.join(dtypes)) if dtypes else ''}"
-            f" · {_date(record.created)}</span></h3>")
+    head = (
+        f'<h3>Benchmark <span class="mono">#{esc(_short(record.id))}</span> '
+        f'<span class="muted">of the {_run_name(story, record.source_id)}'
+        f"{' · ' + esc(', '.join(devices)) if devices else ''}"
+        f"{' · ' + esc(', '.join(dtypes)) if dtypes else ''}"
+        f" · {_date(record.created)}</span></h3>"
+    )
     parts = [head, _problems(record)]
     report = record.report if isinstance(record.report, dict) else {}
     shape = report.get("input_shape")
-    about = [_str(report.get("model")),
-             "input " + "×".join(_str(d) for d in shape) if isinstance(shape, list) and shape else "",
-             _str(report.get("device")) if isinstance(report.get("device"), str) else "",
-             f"{report['threads']} threads" if finite(report.get("threads")) else ""]
+    about = [
+        _str(report.get("model")),
+        "input " + "×".join(_str(d) for d in shape) if isinstance(shape, list) and shape else "",
+        _str(report.get("device")) if isinstance(report.get("device"), str) else "",
+        f"{report['threads']} threads" if finite(report.get("threads")) else "",
+    ]
     about = [a for a in about if a]
     if about:
         parts.append(f'<p class="meta">{esc(" · ".join(about))}</p>')
@@ -782,54 +1046,117 @@ def _bench_block(story: ModelStory, record: RunRecord) -> str:
         several_dtypes = len({_str(r.get("dtype")) for r in measured}) > 1
 
         def line_of(r: dict) -> str:
-            return (_str(r.get("backend")) + (f" {_str(r.get('device'))}" if several_devices else "")
-                    + (f" {_str(r.get('dtype'))}" if several_dtypes else ""))
+            return (
+                _str(r.get("backend"))
+                + (f" {_str(r.get('device'))}" if several_devices else "")
+                + (f" {_str(r.get('dtype'))}" if several_dtypes else "")
+            )
 
         backends = list(dict.fromkeys(line_of(r) for r in measured))
         batches = sorted({r["batch_size"] for r in measured if finite(r.get("batch_size"))})
         series, throughput = [], []
         for i, backend in enumerate(backends):
-            rows = sorted((r for r in measured if line_of(r) == backend and finite(r.get("batch_size"))),
-                          key=lambda r: r["batch_size"])
+            rows = sorted(
+                (r for r in measured if line_of(r) == backend and finite(r.get("batch_size"))),
+                key=lambda r: r["batch_size"],
+            )
             xs = [r["batch_size"] for r in rows]
             ys = [_num(_get(r, "latency_ms", "p50")) for r in rows]
-            hover = [f"{backend}, batch {r['batch_size']}: p50 {_ms(_get(r, 'latency_ms', 'p50'))} ms, "
-                     f"p90 {_ms(_get(r, 'latency_ms', 'p90'))} ms, p99 {_ms(_get(r, 'latency_ms', 'p99'))} ms"
-                     for r in rows]
+            hover = [
+                f"{backend}, batch {r['batch_size']}: p50 {_ms(_get(r, 'latency_ms', 'p50'))} ms, "
+                f"p90 {_ms(_get(r, 'latency_ms', 'p90'))} ms, p99 {_ms(_get(r, 'latency_ms', 'p99'))} ms"
+                for r in rows
+            ]
             series.append(Series(backend, xs, ys, color=svg.color(i), markers=True, labels=hover))
             by_batch = {r["batch_size"]: _num(r.get("throughput_per_s")) for r in rows}
-            throughput.append((backend, [by_batch.get(b) if by_batch.get(b) is not None else math.nan
-                                         for b in batches]))
-        charts = [svg.line_chart(series, title="Latency (p50) against batch size", x_label="batch size",
-                                 y_label="ms", log_x=True, log_y=True, x_ticks=batches,
-                                 x_format=lambda v: f"{v:g}", y_format=lambda v: f"{v:g}")]
+            throughput.append(
+                (backend, [by_batch.get(b) if by_batch.get(b) is not None else math.nan for b in batches])
+            )
+        charts = [
+            svg.line_chart(
+                series,
+                title="Latency (p50) against batch size",
+                x_label="batch size",
+                y_label="ms",
+                log_x=True,
+                log_y=True,
+                x_ticks=batches,
+                x_format=lambda v: f"{v:g}",
+                y_format=lambda v: f"{v:g}",
+            )
+        ]
         if any(finite(v) for _, vs in throughput for v in vs):
-            charts.append(svg.grouped_bar_chart([f"batch {b:g}" for b in batches], throughput, title="Throughput",
-                                                y_label="samples/s"))
+            charts.append(
+                svg.grouped_bar_chart(
+                    [f"batch {b:g}" for b in batches], throughput, title="Throughput", y_label="samples/s"
+                )
+            )
         parts.append('<div class="charts">' + "".join(f"<div>{c}</div>" for c in charts) + "</div>")
     if results:
         rows = []
-        order = {backend: i for i, backend in enumerate(dict.fromkeys(_str(r.get("backend")) for r in results))}
-        for r in sorted(results, key=lambda r: (order[_str(r.get("backend"))],
-                                                r.get("batch_size") if finite(r.get("batch_size")) else 0)):
+        order = {
+            backend: i for i, backend in enumerate(dict.fromkeys(_str(r.get("backend")) for r in results))
+        }
+        for r in sorted(
+            results,
+            key=lambda r: (
+                order[_str(r.get("backend"))],
+                r.get("batch_size") if finite(r.get("batch_size")) else 0,
+            ),
+        ):
             lat = r.get("latency_ms") if isinstance(r.get("latency_ms"), dict) else {}
             status = _str(r.get("status")) or "ok"
             ok = _measured(r)
             chip = _chip(status, "ok" if ok else "bad" if status.lower() in ("failed", "error") else "na")
             if not ok:
                 reason = f'<span class="muted">{esc(r.get("reason") or "")}</span>'
-                rows.append([f'<span class="mono">{esc(r.get("backend"))}</span>', esc(r.get("batch_size")),
-                             esc(r.get("device") or ""), esc(r.get("dtype") or ""), (f"{chip} {reason}", 8)])
+                rows.append(
+                    [
+                        f'<span class="mono">{esc(r.get("backend"))}</span>',
+                        esc(r.get("batch_size")),
+                        esc(r.get("device") or ""),
+                        esc(r.get("dtype") or ""),
+                        (f"{chip} {reason}", 8),
+                    ]
+                )
                 continue
             mean, std = _num(lat.get("mean")), _num(lat.get("std"))
-            rows.append([f'<span class="mono">{esc(r.get("backend"))}</span>', esc(r.get("batch_size")),
-                         esc(r.get("device") or ""), esc(r.get("dtype") or ""), chip, f"<b>{_ms(lat.get('p50'))}</b>",
-                         _ms(lat.get("p90")), _ms(lat.get("p99")),
-                         f"{_ms(mean)} ± {_ms(std)}" if mean is not None and std is not None else _ms(mean),
-                         _ms(lat.get("min")), _fmt(r.get("throughput_per_s")), _bytes(r.get("peak_memory_bytes"))])
-        parts.append(_table(["backend", "batch", "device", "dtype", "status", "p50 ms", "p90 ms", "p99 ms",
-                             "mean ± std ms", "min ms", "samples/s", "peak memory"], rows,
-                            numeric=(1, 5, 6, 7, 8, 9, 10, 11)))
+            rows.append(
+                [
+                    f'<span class="mono">{esc(r.get("backend"))}</span>',
+                    esc(r.get("batch_size")),
+                    esc(r.get("device") or ""),
+                    esc(r.get("dtype") or ""),
+                    chip,
+                    f"<b>{_ms(lat.get('p50'))}</b>",
+                    _ms(lat.get("p90")),
+                    _ms(lat.get("p99")),
+                    f"{_ms(mean)} ± {_ms(std)}" if mean is not None and std is not None else _ms(mean),
+                    _ms(lat.get("min")),
+                    _fmt(r.get("throughput_per_s")),
+                    _bytes(r.get("peak_memory_bytes")),
+                ]
+            )
+        parts.append(
+            _table(
+                [
+                    "backend",
+                    "batch",
+                    "device",
+                    "dtype",
+                    "status",
+                    "p50 ms",
+                    "p90 ms",
+                    "p99 ms",
+                    "mean ± std ms",
+                    "min ms",
+                    "samples/s",
+                    "peak memory",
+                ],
+                rows,
+                numeric=(1, 5, 6, 7, 8, 9, 10, 11),
+            )
+        )
         if isinstance(report.get("memory"), str) and report["memory"]:
             parts.append(f'<p class="muted">Peak memory: {esc(report["memory"])}</p>')
     parts.append(_spec_details(record, f"Benchmark #{_short(record.id)}"))
@@ -839,8 +1166,12 @@ def _bench_block(story: ModelStory, record: RunRecord) -> str:
 def _bench(story: ModelStory) -> str:
     out = ['<h2 id="benchmark">Latency and throughput</h2>']
     if not story.bench:
-        out.append(_empty(f"No benchmark runs of this model yet: <code>workbench bench --set source.run="
-                          f"{esc(story.train.id)}</code> (or of an export or quantize run of it)"))
+        out.append(
+            _empty(
+                f"No benchmark runs of this model yet: <code>workbench bench --set source.run="
+                f"{esc(story.train.id)}</code> (or of an export or quantize run of it)"
+            )
+        )
         return "".join(out)
     out.extend(_bench_block(story, record) for record in story.bench)
     return "".join(out)
@@ -851,15 +1182,30 @@ def render_html(story: ModelStory, *, generated: datetime | None = None) -> str:
     generated = generated or datetime.now().astimezone()
     model = _str(_get(story.train.spec, "model", "name")) or "model"
     title = f"{model} · model report · {story.train.id}"
-    body = [_header(story), _summary(story), _training(story), _quantization(story), _export(story), _bench(story)]
-    footer = (f"<footer>Made by Torch Workbench {esc(__version__)} on {esc(generated.strftime('%Y-%m-%d %H:%M'))} from "
-              f"the workspace <span class=\"mono\">{esc(story.workspace)}</span>: 1 training run, "
-              f"{len(story.quantize)} quantize, {len(story.export)} export and {len(story.bench)} benchmark runs. "
-              f"Regenerate it with <code>workbench report {esc(story.train.id)}</code>.</footer>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            # No network at all: nothing here may load anything, even if a later edit tried.
-            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
-            "img-src data:\">"
-            f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
-            + "".join(body) + footer + "</body></html>\n")
+    body = [
+        _header(story),
+        _summary(story),
+        _training(story),
+        _quantization(story),
+        _export(story),
+        _bench(story),
+    ]
+    footer = (
+        f"<footer>Made by Torch Workbench {esc(__version__)} on {esc(generated.strftime('%Y-%m-%d %H:%M'))} "
+        "from "
+        f'the workspace <span class="mono">{esc(story.workspace)}</span>: 1 training run, '
+        f"{len(story.quantize)} quantize, {len(story.export)} export and {len(story.bench)} benchmark runs. "
+        f"Regenerate it with <code>workbench report {esc(story.train.id)}</code>.</footer>"
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        # No network at all: nothing here may load anything, even if a later edit tried.
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src '
+        "'unsafe-inline'; "
+        'img-src data:">'
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
+        + "".join(body)
+        + footer
+        + "</body></html>\n"
+    )

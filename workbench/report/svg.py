@@ -1,9 +1,9 @@
 """Small inline-SVG charts for the model report: lines (training curves, latency against batch size on log-log
 axes), horizontal bars (the accuracy ladder) and grouped bars (throughput).
 
-Pure Python and stdlib only: no numpy, no torch, no Qt. Every piece of text goes through html.escape, since run
-names, layer names and metric names are user data. The SVG is meant to sit inside an HTML page (no xmlns, no
-external references) and scales down with its container through its viewBox.
+Pure Python and stdlib only: no numpy, no torch, no Qt. Every piece of text goes through html.escape, since
+run names, layer names and metric names are user data. The SVG is meant to sit inside an HTML page (no xmlns,
+no external references) and scales down with its container through its viewBox.
 """
 
 from __future__ import annotations
@@ -14,8 +14,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 # Okabe-Ito, which colour-blind readers can tell apart, then a few more.
-PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442",
-           "#7F3C8D", "#11A579")
+PALETTE = (
+    "#0072B2",
+    "#D55E00",
+    "#009E73",
+    "#CC79A7",
+    "#E69F00",
+    "#56B4E9",
+    "#000000",
+    "#F0E442",
+    "#7F3C8D",
+    "#11A579",
+)
 INK = "#222"
 MUTED = "#666"
 GRID = "#e4e4e4"
@@ -58,7 +68,8 @@ def _text_width(text: str, size: float) -> float:
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> tuple[float, float, list[float]]:
-    """(domain low, domain high, ticks) with round steps (1, 2, 2.5, 5 times a power of ten) covering lo..hi."""
+    """(domain low, domain high, ticks) with round steps (1, 2, 2.5, 5 times a power of ten) covering
+    lo..hi."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
         lo, hi = 0.0, 1.0
     if hi < lo:
@@ -94,8 +105,8 @@ def log_ticks(lo: float, hi: float) -> tuple[float, float, list[float]]:
     steps = (1, 2, 5) if high_exp - low_exp <= 3 else (1,)
     for exp in range(low_exp, high_exp + 1):
         for multiple in steps:
-            tick = multiple * 10.0 ** exp
-            if 10.0 ** low_exp <= tick <= 10.0 ** high_exp:
+            tick = multiple * 10.0**exp
+            if 10.0**low_exp <= tick <= 10.0**high_exp:
                 ticks.append(tick)
     # Tighten the domain to the ticks around the data, so two points a decade apart are not squeezed.
     below = [t for t in ticks if t <= lo * (1 + 1e-9)]
@@ -136,7 +147,8 @@ class Series:
 
 
 def thin(x: Sequence[float], y: Sequence[float], limit: int = MAX_POINTS) -> tuple[list[float], list[float]]:
-    """At most about `limit` points that keep each bucket's first, lowest and highest value (spikes survive)."""
+    """At most about `limit` points that keep each bucket's first, lowest and highest value (spikes
+    survive)."""
     n = min(len(x), len(y))
     if n <= limit:
         return list(x[:n]), list(y[:n])
@@ -161,7 +173,9 @@ def thin(x: Sequence[float], y: Sequence[float], limit: int = MAX_POINTS) -> tup
     return out_x, out_y
 
 
-def _legend(items: list[tuple[str, str, bool]], x0: float, y0: float, width: float, size: float) -> tuple[str, float]:
+def _legend(
+    items: list[tuple[str, str, bool]], x0: float, y0: float, width: float, size: float
+) -> tuple[str, float]:
     """Legend entries (name, colour, dashed) laid out in rows from (x0, y0); returns (svg, height used)."""
     if not items:
         return "", 0.0
@@ -173,33 +187,46 @@ def _legend(items: list[tuple[str, str, bool]], x0: float, y0: float, width: flo
         if x > x0 and x + item_w > x0 + width:
             x, y = x0, y + row_h
         dash = ' stroke-dasharray="5 3"' if dashed else ""
-        parts.append(f'<line x1="{x:.1f}" y1="{y + size / 2 - 1:.1f}" x2="{x + 16:.1f}" y2="{y + size / 2 - 1:.1f}" '
-                     f'stroke="{col}" stroke-width="2.5"{dash}/>'
-                     f'<text x="{x + 21:.1f}" y="{y + size - 2:.1f}" font-size="{size}" fill="{INK}">{esc(label)}'
-                     f'<title>{esc(name)}</title></text>')
+        parts.append(
+            f'<line x1="{x:.1f}" y1="{y + size / 2 - 1:.1f}" x2="{x + 16:.1f}" y2="{y + size / 2 - 1:.1f}" '
+            f'stroke="{col}" stroke-width="2.5"{dash}/>'
+            f'<text x="{x + 21:.1f}" y="{y + size - 2:.1f}" font-size="{size}" fill="{INK}">{esc(label)}'
+            f"<title>{esc(name)}</title></text>"
+        )
         x += item_w
     return "".join(parts), (y - y0) + row_h
 
 
 def _svg_open(width: float, height: float, label: str) -> str:
-    return (f'<svg class="chart" viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" height="{height:.0f}" '
-            f'role="img" aria-label="{esc(label)}" style="{FONT}">')
+    return (
+        f'<svg class="chart" viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" '
+        f'height="{height:.0f}" role="img" aria-label="{esc(label)}" style="{FONT}">'
+    )
 
 
 def _value_grid(ticks, labels, sy, left: float, right: float, font: int) -> str:
-    """A horizontal grid line from `left` to `right` at each value tick, its label right-aligned left of the axis."""
-    return "".join(f'<line x1="{left:.1f}" y1="{sy(tick):.1f}" x2="{right:.1f}" y2="{sy(tick):.1f}" stroke="{GRID}"/>'
-                   f'<text x="{left - 6:.1f}" y="{sy(tick) + 4:.1f}" text-anchor="end" font-size="{font}" '
-                   f'fill="{MUTED}">{esc(label)}</text>' for tick, label in zip(ticks, labels))
+    """A horizontal grid line from `left` to `right` at each value tick, its label right-aligned left of the
+    axis."""
+    return "".join(
+        f'<line x1="{left:.1f}" y1="{sy(tick):.1f}" x2="{right:.1f}" y2="{sy(tick):.1f}" stroke="{GRID}"/>'
+        f'<text x="{left - 6:.1f}" y="{sy(tick) + 4:.1f}" text-anchor="end" font-size="{font}" '
+        f'fill="{MUTED}">{esc(label)}</text>'
+        for tick, label in zip(ticks, labels)
+    )
 
 
 def _title(text: str, width: float) -> str:
-    return f'<text x="{width / 2:.1f}" y="16" text-anchor="middle" font-size="13" font-weight="600" fill="{INK}">{esc(text)}</text>'
+    return (
+        f'<text x="{width / 2:.1f}" y="16" text-anchor="middle" font-size="13" font-weight="600" '
+        f'fill="{INK}">{esc(text)}</text>'
+    )
 
 
-def _clean_series(series: Sequence[Series], log_x: bool, log_y: bool) -> list[tuple[Series, list[float], list[float], str]]:
-    """Each series thinned, with its colour; a point whose x cannot be drawn is dropped, a y that cannot becomes a
-    gap (NaN); a series left with no point is dropped."""
+def _clean_series(
+    series: Sequence[Series], log_x: bool, log_y: bool
+) -> list[tuple[Series, list[float], list[float], str]]:
+    """Each series thinned, with its colour; a point whose x cannot be drawn is dropped, a y that cannot
+    becomes a gap (NaN); a series left with no point is dropped."""
     cleaned: list[tuple[Series, list[float], list[float], str]] = []
     for index, s in enumerate(series):
         xs, ys = thin(list(s.x), list(s.y))
@@ -211,8 +238,9 @@ def _clean_series(series: Sequence[Series], log_x: bool, log_y: bool) -> list[tu
     return cleaned
 
 
-def _y_axis(all_y: list[float], y_range: tuple[float | None, float | None],
-            log_y: bool) -> tuple[float, float, list[float]]:
+def _y_axis(
+    all_y: list[float], y_range: tuple[float | None, float | None], log_y: bool
+) -> tuple[float, float, list[float]]:
     """The y axis's bounds and ticks: the data's, or y_range's where given."""
     y_lo, y_hi = min(all_y), max(all_y)
     if y_range[0] is not None:
@@ -224,8 +252,11 @@ def _y_axis(all_y: list[float], y_range: tuple[float | None, float | None],
     return nice_ticks(y_lo, y_hi)
 
 
-def _x_axis(all_x: list[float], x_ticks: Sequence[float] | None, log_x: bool) -> tuple[float, float, list[float]]:
-    """The x axis's bounds and ticks: the given ticks widen the data's range; a single x gets room either side."""
+def _x_axis(
+    all_x: list[float], x_ticks: Sequence[float] | None, log_x: bool
+) -> tuple[float, float, list[float]]:
+    """The x axis's bounds and ticks: the given ticks widen the data's range; a single x gets room either
+    side."""
     x_lo, x_hi = min(all_x), max(all_x)
     if log_x:
         if x_ticks:
@@ -250,8 +281,14 @@ def _x_axis(all_x: list[float], x_ticks: Sequence[float] | None, log_x: bool) ->
     return x_lo, x_hi, x_ticks_v
 
 
-def _x_grid(ticks: list[float], sx: _Scale, top: float, plot_bottom: float, font: int,
-            x_format: Callable[[float], str]) -> str:
+def _x_grid(
+    ticks: list[float],
+    sx: _Scale,
+    top: float,
+    plot_bottom: float,
+    font: int,
+    x_format: Callable[[float], str],
+) -> str:
     """A vertical grid line per x tick, and its label unless it would overlap the one before."""
     out = []
     last_right = -1e9
@@ -261,29 +298,56 @@ def _x_grid(ticks: list[float], sx: _Scale, top: float, plot_bottom: float, font
         out.append(f'<line x1="{x:.1f}" y1="{top:.1f}" x2="{x:.1f}" y2="{plot_bottom:.1f}" stroke="{GRID}"/>')
         half = _text_width(label, font) / 2
         if x - half > last_right + 4:  # drop a tick label that would overlap the one before
-            out.append(f'<text x="{x:.1f}" y="{plot_bottom + 15:.1f}" text-anchor="middle" font-size="{font}" '
-                       f'fill="{MUTED}">{esc(label)}</text>')
+            out.append(
+                f'<text x="{x:.1f}" y="{plot_bottom + 15:.1f}" text-anchor="middle" font-size="{font}" '
+                f'fill="{MUTED}">{esc(label)}</text>'
+            )
             last_right = x + half
     return "".join(out)
 
 
-def _axes(left: float, right: float, top: float, plot_bottom: float, height: float, font: int,
-          x_label: str, y_label: str) -> str:
+def _axes(
+    left: float,
+    right: float,
+    top: float,
+    plot_bottom: float,
+    height: float,
+    font: int,
+    x_label: str,
+    y_label: str,
+) -> str:
     """The two axis lines and their labels (the y label turned upright along its axis)."""
-    out = [f'<line x1="{left:.1f}" y1="{plot_bottom:.1f}" x2="{right:.1f}" y2="{plot_bottom:.1f}" stroke="{MUTED}"/>'
-           f'<line x1="{left:.1f}" y1="{top:.1f}" x2="{left:.1f}" y2="{plot_bottom:.1f}" stroke="{MUTED}"/>']
+    out = [
+        f'<line x1="{left:.1f}" y1="{plot_bottom:.1f}" x2="{right:.1f}" y2="{plot_bottom:.1f}" '
+        f'stroke="{MUTED}"/><line x1="{left:.1f}" y1="{top:.1f}" x2="{left:.1f}" y2="{plot_bottom:.1f}" '
+        f'stroke="{MUTED}"/>'
+    ]
     if x_label:
-        out.append(f'<text x="{(left + right) / 2:.1f}" y="{height - 6:.1f}" text-anchor="middle" '
-                   f'font-size="{font}" fill="{INK}">{esc(x_label)}</text>')
+        out.append(
+            f'<text x="{(left + right) / 2:.1f}" y="{height - 6:.1f}" text-anchor="middle" '
+            f'font-size="{font}" fill="{INK}">{esc(x_label)}</text>'
+        )
     if y_label:
         cy = (top + plot_bottom) / 2
-        out.append(f'<text x="12" y="{cy:.1f}" text-anchor="middle" font-size="{font}" fill="{INK}" '
-                   f'transform="rotate(-90 12 {cy:.1f})">{esc(y_label)}</text>')
+        out.append(
+            f'<text x="12" y="{cy:.1f}" text-anchor="middle" font-size="{font}" fill="{INK}" '
+            f'transform="rotate(-90 12 {cy:.1f})">{esc(y_label)}</text>'
+        )
     return "".join(out)
 
 
-def _series_line(s: Series, xs: list[float], ys: list[float], col: str, sx: _Scale, sy: _Scale, y_lo: float,
-                 y_hi: float, x_format: Callable[[float], str], y_format: Callable[[float], str]) -> str:
+def _series_line(
+    s: Series,
+    xs: list[float],
+    ys: list[float],
+    col: str,
+    sx: _Scale,
+    sy: _Scale,
+    y_lo: float,
+    y_hi: float,
+    x_format: Callable[[float], str],
+    y_format: Callable[[float], str],
+) -> str:
     """One series's line, broken at its gaps and clamped to the y range; its markers, or a dot where a point
     stands alone between gaps (a line of one point draws nothing)."""
     out = []
@@ -296,8 +360,10 @@ def _series_line(s: Series, xs: list[float], ys: list[float], col: str, sx: _Sca
     path = " ".join("M" + " L".join(f"{px:.1f},{py:.1f}" for px, py in seg) for seg in segments if seg)
     dash = ' stroke-dasharray="6 4"' if s.dashed else ""
     if path:
-        out.append(f'<path d="{path}" fill="none" stroke="{col}" stroke-width="1.8" stroke-linejoin="round"'
-                   f'{dash}><title>{esc(s.name)}</title></path>')
+        out.append(
+            f'<path d="{path}" fill="none" stroke="{col}" stroke-width="1.8" stroke-linejoin="round"'
+            f"{dash}><title>{esc(s.name)}</title></path>"
+        )
     lonely = {i for i, seg in enumerate(segments) if len(seg) == 1}
     if s.markers or lonely:
         labels = list(s.labels)
@@ -305,29 +371,52 @@ def _series_line(s: Series, xs: list[float], ys: list[float], col: str, sx: _Sca
             if not finite(b):
                 continue
             hover = labels[i] if i < len(labels) else f"{s.name}: {x_format(a)}, {y_format(b)}"
-            out.append(f'<circle cx="{sx(a):.1f}" cy="{sy(min(max(b, y_lo), y_hi)):.1f}" r="3.2" fill="{col}" '
-                       f'stroke="#fff" stroke-width="1"><title>{esc(hover)}</title></circle>')
+            out.append(
+                f'<circle cx="{sx(a):.1f}" cy="{sy(min(max(b, y_lo), y_hi)):.1f}" r="3.2" fill="{col}" '
+                f'stroke="#fff" stroke-width="1"><title>{esc(hover)}</title></circle>'
+            )
     return "".join(out)
 
 
-def line_chart(series: Sequence[Series], *, title: str = "", x_label: str = "", y_label: str = "",
-               width: int = 520, height: int = 300, log_x: bool = False, log_y: bool = False,
-               y_range: tuple[float | None, float | None] = (None, None), x_ticks: Sequence[float] | None = None,
-               x_format: Callable[[float], str] = fmt_number, y_format: Callable[[float], str] = fmt_number) -> str:
+def line_chart(
+    series: Sequence[Series],
+    *,
+    title: str = "",
+    x_label: str = "",
+    y_label: str = "",
+    width: int = 520,
+    height: int = 300,
+    log_x: bool = False,
+    log_y: bool = False,
+    y_range: tuple[float | None, float | None] = (None, None),
+    x_ticks: Sequence[float] | None = None,
+    x_format: Callable[[float], str] = fmt_number,
+    y_format: Callable[[float], str] = fmt_number,
+) -> str:
     """Lines (and optional markers) of several series on shared axes; log axes drop non-positive values."""
     cleaned = _clean_series(series, log_x, log_y)
     all_x = [a for _, xs, _, _ in cleaned for a in xs]
     all_y = [b for _, _, ys, _ in cleaned for b in ys if finite(b)]
-    legend_items = [(s.name, col, s.dashed) for s, _, _, col in cleaned] if len(cleaned) > 1 or (
-        cleaned and cleaned[0][0].name) else []
+    legend_items = (
+        [(s.name, col, s.dashed) for s, _, _, col in cleaned]
+        if len(cleaned) > 1 or (cleaned and cleaned[0][0].name)
+        else []
+    )
     font = 11
     top = 26 if title else 8
     legend_svg, legend_h = _legend(legend_items, 56, top, width - 70, font)
     top += legend_h + (6 if legend_h else 0)
     if not all_x or not all_y:
-        body = (f'<text x="{width / 2:.1f}" y="{(top + height) / 2:.1f}" text-anchor="middle" font-size="12" '
-                f'fill="{MUTED}">no data</text>')
-        return _svg_open(width, height, title or "chart") + (_title(title, width) if title else "") + body + "</svg>"
+        body = (
+            f'<text x="{width / 2:.1f}" y="{(top + height) / 2:.1f}" text-anchor="middle" font-size="12" '
+            f'fill="{MUTED}">no data</text>'
+        )
+        return (
+            _svg_open(width, height, title or "chart")
+            + (_title(title, width) if title else "")
+            + body
+            + "</svg>"
+        )
 
     y_lo, y_hi, y_ticks = _y_axis(all_y, y_range, log_y)
     x_lo, x_hi, x_ticks_v = _x_axis(all_x, x_ticks, log_x)
@@ -351,10 +440,20 @@ def line_chart(series: Sequence[Series], *, title: str = "", x_label: str = "", 
     return "".join(out)
 
 
-def bar_chart(labels: Sequence[str], values: Sequence[float], *, title: str = "", value_label: str = "",
-              width: int = 520, bar_height: int = 20, domain: tuple[float | None, float | None] = (0.0, None),
-              colors: Sequence[str] | None = None, value_format: Callable[[float], str] = fmt_number,
-              tick_format: Callable[[float], str] | None = None, reference: tuple[float, str] | None = None) -> str:
+def bar_chart(
+    labels: Sequence[str],
+    values: Sequence[float],
+    *,
+    title: str = "",
+    value_label: str = "",
+    width: int = 520,
+    bar_height: int = 20,
+    domain: tuple[float | None, float | None] = (0.0, None),
+    colors: Sequence[str] | None = None,
+    value_format: Callable[[float], str] = fmt_number,
+    tick_format: Callable[[float], str] | None = None,
+    reference: tuple[float, str] | None = None,
+) -> str:
     """Horizontal bars, one per label, each with its value written at its end. `domain` (low, high) fixes the
     axis; a low above zero is drawn as a broken axis start (so small differences stay visible and honest)."""
     labels = [str(label) for label in labels]
@@ -385,46 +484,71 @@ def bar_chart(labels: Sequence[str], values: Sequence[float], *, title: str = ""
     plot_bottom = top + plot_h
     for tick in ticks:
         x = scale(tick)
-        out.append(f'<line x1="{x:.1f}" y1="{top:.1f}" x2="{x:.1f}" y2="{plot_bottom:.1f}" stroke="{GRID}"/>'
-                   f'<text x="{x:.1f}" y="{plot_bottom + 15:.1f}" text-anchor="middle" font-size="{font}" '
-                   f'fill="{MUTED}">{esc((tick_format or value_format)(tick))}</text>')
+        out.append(
+            f'<line x1="{x:.1f}" y1="{top:.1f}" x2="{x:.1f}" y2="{plot_bottom:.1f}" stroke="{GRID}"/>'
+            f'<text x="{x:.1f}" y="{plot_bottom + 15:.1f}" text-anchor="middle" font-size="{font}" '
+            f'fill="{MUTED}">{esc((tick_format or value_format)(tick))}</text>'
+        )
     if value_label:
-        out.append(f'<text x="{(left + width - right) / 2:.1f}" y="{height - 6:.1f}" text-anchor="middle" '
-                   f'font-size="{font}" fill="{INK}">{esc(value_label)}</text>')
+        out.append(
+            f'<text x="{(left + width - right) / 2:.1f}" y="{height - 6:.1f}" text-anchor="middle" '
+            f'font-size="{font}" fill="{INK}">{esc(value_label)}</text>'
+        )
     for i, (label, shown, value) in enumerate(zip(labels, shown_labels, values)):
         y = top + i * (bar_height + gap) + gap / 2
         col = colors[i % len(colors)] if colors else PALETTE[0]
-        out.append(f'<text x="{left - 6:.1f}" y="{y + bar_height / 2 + 4:.1f}" text-anchor="end" font-size="{font}" '
-                   f'fill="{INK}">{esc(shown)}<title>{esc(label)}</title></text>')
+        out.append(
+            f'<text x="{left - 6:.1f}" y="{y + bar_height / 2 + 4:.1f}" text-anchor="end" font-size="{font}" '
+            f'fill="{INK}">{esc(shown)}<title>{esc(label)}</title></text>'
+        )
         if not finite(value):
-            out.append(f'<text x="{left + 4:.1f}" y="{y + bar_height / 2 + 4:.1f}" font-size="{font}" '
-                       f'fill="{MUTED}">no value</text>')
+            out.append(
+                f'<text x="{left + 4:.1f}" y="{y + bar_height / 2 + 4:.1f}" font-size="{font}" '
+                f'fill="{MUTED}">no value</text>'
+            )
             continue
         end = scale(min(max(value, lo), hi))
-        out.append(f'<rect x="{left:.1f}" y="{y:.1f}" width="{max(end - left, 1):.1f}" height="{bar_height}" '
-                   f'fill="{col}" rx="1.5"><title>{esc(label)}: {esc(value_format(value))}</title></rect>'
-                   f'<text x="{end + 4:.1f}" y="{y + bar_height / 2 + 4:.1f}" font-size="{font}" '
-                   f'fill="{INK}">{esc(value_format(value))}</text>')
-    out.append(f'<line x1="{left:.1f}" y1="{top:.1f}" x2="{left:.1f}" y2="{plot_bottom:.1f}" stroke="{MUTED}"/>')
+        out.append(
+            f'<rect x="{left:.1f}" y="{y:.1f}" width="{max(end - left, 1):.1f}" height="{bar_height}" '
+            f'fill="{col}" rx="1.5"><title>{esc(label)}: {esc(value_format(value))}</title></rect>'
+            f'<text x="{end + 4:.1f}" y="{y + bar_height / 2 + 4:.1f}" font-size="{font}" '
+            f'fill="{INK}">{esc(value_format(value))}</text>'
+        )
+    out.append(
+        f'<line x1="{left:.1f}" y1="{top:.1f}" x2="{left:.1f}" y2="{plot_bottom:.1f}" stroke="{MUTED}"/>'
+    )
     if lo > 0:  # the axis does not start at zero: say so with a break mark
-        out.append(f'<path d="M{left - 4:.1f},{plot_bottom + 2:.1f} l4,-4 M{left - 4:.1f},{plot_bottom + 6:.1f} l8,-8" '
-                   f'stroke="{MUTED}" fill="none"/>')
+        out.append(
+            f'<path d="M{left - 4:.1f},{plot_bottom + 2:.1f} l4,-4 M{left - 4:.1f},{plot_bottom + 6:.1f} '
+            f'l8,-8" stroke="{MUTED}" fill="none"/>'
+        )
     if reference is not None and finite(reference[0]) and lo <= reference[0] <= hi:
         x = scale(reference[0])
-        out.append(f'<line x1="{x:.1f}" y1="{top - 2:.1f}" x2="{x:.1f}" y2="{plot_bottom:.1f}" stroke="{INK}" '
-                   f'stroke-dasharray="4 3"><title>{esc(reference[1])}</title></line>')
+        out.append(
+            f'<line x1="{x:.1f}" y1="{top - 2:.1f}" x2="{x:.1f}" y2="{plot_bottom:.1f}" stroke="{INK}" '
+            f'stroke-dasharray="4 3"><title>{esc(reference[1])}</title></line>'
+        )
     out.append("</svg>")
     return "".join(out)
 
 
-def grouped_bar_chart(groups: Sequence[str], series: Sequence[tuple[str, Sequence[float]]], *, title: str = "",
-                      x_label: str = "", y_label: str = "", width: int = 520, height: int = 280,
-                      value_format: Callable[[float], str] = fmt_number) -> str:
+def grouped_bar_chart(
+    groups: Sequence[str],
+    series: Sequence[tuple[str, Sequence[float]]],
+    *,
+    title: str = "",
+    x_label: str = "",
+    y_label: str = "",
+    width: int = 520,
+    height: int = 280,
+    value_format: Callable[[float], str] = fmt_number,
+) -> str:
     """Vertical bars: one cluster per group (e.g. batch size), one coloured bar per series (e.g. backend)."""
     font = 11
     top = 26 if title else 8
-    legend_svg, legend_h = _legend([(name, color(i), False) for i, (name, _) in enumerate(series)], 56, top,
-                                   width - 70, font)
+    legend_svg, legend_h = _legend(
+        [(name, color(i), False) for i, (name, _) in enumerate(series)], 56, top, width - 70, font
+    )
     top += legend_h + (6 if legend_h else 0)
     values = [v for _, vs in series for v in vs if finite(v)]
     _, hi, ticks = nice_ticks(0.0, max(values) if values else 1.0, 5)
@@ -444,23 +568,34 @@ def grouped_bar_chart(groups: Sequence[str], series: Sequence[tuple[str, Sequenc
     for g, group in enumerate(groups):
         cluster = bar_w * n_series
         x0 = left + g * group_w + (group_w - cluster) / 2
-        out.append(f'<text x="{left + (g + 0.5) * group_w:.1f}" y="{plot_bottom + 15:.1f}" text-anchor="middle" '
-                   f'font-size="{font}" fill="{MUTED}">{esc(group)}</text>')
+        out.append(
+            f'<text x="{left + (g + 0.5) * group_w:.1f}" y="{plot_bottom + 15:.1f}" text-anchor="middle" '
+            f'font-size="{font}" fill="{MUTED}">{esc(group)}</text>'
+        )
         for s, (name, vs) in enumerate(series):
             value = vs[g] if g < len(vs) else math.nan
             if not finite(value):
                 continue
             y = sy(value)
-            out.append(f'<rect x="{x0 + s * bar_w:.1f}" y="{y:.1f}" width="{max(bar_w - 2, 1):.1f}" '
-                       f'height="{max(plot_bottom - y, 0.5):.1f}" fill="{color(s)}">'
-                       f'<title>{esc(name)}, {esc(group)}: {esc(value_format(value))}</title></rect>')
-    out.append(f'<line x1="{left:.1f}" y1="{plot_bottom:.1f}" x2="{width - right:.1f}" y2="{plot_bottom:.1f}" stroke="{MUTED}"/>')
+            out.append(
+                f'<rect x="{x0 + s * bar_w:.1f}" y="{y:.1f}" width="{max(bar_w - 2, 1):.1f}" '
+                f'height="{max(plot_bottom - y, 0.5):.1f}" fill="{color(s)}">'
+                f"<title>{esc(name)}, {esc(group)}: {esc(value_format(value))}</title></rect>"
+            )
+    out.append(
+        f'<line x1="{left:.1f}" y1="{plot_bottom:.1f}" x2="{width - right:.1f}" y2="{plot_bottom:.1f}" '
+        f'stroke="{MUTED}"/>'
+    )
     if x_label:
-        out.append(f'<text x="{(left + width - right) / 2:.1f}" y="{height - 6:.1f}" text-anchor="middle" '
-                   f'font-size="{font}" fill="{INK}">{esc(x_label)}</text>')
+        out.append(
+            f'<text x="{(left + width - right) / 2:.1f}" y="{height - 6:.1f}" text-anchor="middle" '
+            f'font-size="{font}" fill="{INK}">{esc(x_label)}</text>'
+        )
     if y_label:
         cy = (top + plot_bottom) / 2
-        out.append(f'<text x="12" y="{cy:.1f}" text-anchor="middle" font-size="{font}" fill="{INK}" '
-                   f'transform="rotate(-90 12 {cy:.1f})">{esc(y_label)}</text>')
+        out.append(
+            f'<text x="12" y="{cy:.1f}" text-anchor="middle" font-size="{font}" fill="{INK}" '
+            f'transform="rotate(-90 12 {cy:.1f})">{esc(y_label)}</text>'
+        )
     out.append("</svg>")
     return "".join(out)

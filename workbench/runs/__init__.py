@@ -1,6 +1,7 @@
 """The durable run store: run directories under workspace/runs, their SQLite metrics and events, atomic file
-writes. layout.py names what a run folder holds, atomic.py writes files atomically, ownership.py guards a run by its
-owner's lock, run.py is one run, store.py the workspace's runs. Stdlib and tomli_w only: no torch, no Qt, no numpy.
+writes. layout.py names what a run folder holds, atomic.py writes files atomically, ownership.py guards a run
+by its owner's lock, run.py is one run, store.py the workspace's runs. Stdlib and tomli_w only: no torch, no
+Qt, no numpy.
 """
 
 from __future__ import annotations

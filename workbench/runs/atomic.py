@@ -1,5 +1,5 @@
-"""Atomic file writes: a temporary file, fsync, rename, and the folder fsynced, so a crash leaves the old file or
-the new one, never half of one. No torch, no Qt.
+"""Atomic file writes: a temporary file, fsync, rename, and the folder fsynced, so a crash leaves the old file
+or the new one, never half of one. No torch, no Qt.
 """
 
 from __future__ import annotations

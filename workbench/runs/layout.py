@@ -1,5 +1,5 @@
-"""What a run folder is called and holds, and the statuses a run can have: the names every part of the run store
-shares. No torch, no Qt.
+"""What a run folder is called and holds, and the statuses a run can have: the names every part of the run
+store shares. No torch, no Qt.
 """
 
 from __future__ import annotations

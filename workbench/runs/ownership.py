@@ -1,5 +1,5 @@
-"""Who owns a run: the process running its job holds an exclusive flock on the run's lock file for as long as the
-job lives; staging leftovers of a dead owner are swept. No torch, no Qt.
+"""Who owns a run: the process running its job holds an exclusive flock on the run's lock file for as long as
+the job lives; staging leftovers of a dead owner are swept. No torch, no Qt.
 """
 
 from __future__ import annotations
@@ -32,8 +32,11 @@ class RunBusyError(JobError):
 
 
 def _describe_owner(info: dict) -> str:
-    parts = [f"pid {info['pid']}" if info.get("pid") else "", f"on {info['host']}" if info.get("host") else "",
-             f"since {info['since']}" if info.get("since") else ""]
+    parts = [
+        f"pid {info['pid']}" if info.get("pid") else "",
+        f"on {info['host']}" if info.get("host") else "",
+        f"since {info['since']}" if info.get("since") else "",
+    ]
     return " ".join(p for p in parts if p) or "another process"
 
 
@@ -137,7 +140,8 @@ def _staging_leftovers(run_dir: Path) -> list[Path]:
             if not item.name.startswith(".") or item.name.startswith(".creating-"):
                 continue
             if (item.is_dir() and not item.is_symlink() and folder.name == "artifacts") or (
-                    item.name.endswith(".tmp") and item.is_file()):
+                item.name.endswith(".tmp") and item.is_file()
+            ):
                 found.append(item)
     return found
 
@@ -154,15 +158,16 @@ def _remove_leftovers(items: list[Path]) -> None:
 def sweep_dead_staging(run_dir: str | Path) -> None:
     """Remove what a killed job left half-written in its run, once nobody owns the run any more.
 
-    Looks first and touches nothing when there is nothing to remove, so reading a clean run still changes nothing;
-    the lock is held while removing, so a live job's staging is never taken from under it.
+    Looks first and touches nothing when there is nothing to remove, so reading a clean run still changes
+    nothing; the lock is held while removing, so a live job's staging is never taken from under it.
     """
     run_dir = Path(run_dir)
     leftovers = _staging_leftovers(run_dir)
     if not leftovers or fcntl is None:
         return
     try:
-        fd = os.open(run_dir / LOCK_NAME, os.O_RDONLY)  # read-only: flock needs no write access, the file stays
+        # read-only: flock needs no write access, the file stays
+        fd = os.open(run_dir / LOCK_NAME, os.O_RDONLY)
     except OSError:
         return  # no lock file: nothing tells whether a job still writes there, so leave it
     try:

@@ -1,5 +1,5 @@
-"""One run directory (spec.toml, metrics.db, checkpoints/, artifacts/, report.json) and how a run that its owner
-could not finish is marked ended. No torch, no Qt.
+"""One run directory (spec.toml, metrics.db, checkpoints/, artifacts/, report.json) and how a run that its
+owner could not finish is marked ended. No torch, no Qt.
 """
 
 from __future__ import annotations
@@ -52,7 +52,9 @@ def read_text_file(path: Path, what: str) -> str:
     except FileNotFoundError:
         raise
     except IsADirectoryError:
-        raise JobError(f"{what} {path} is a folder, not a file; move it away and the run reads again.") from None
+        raise JobError(
+            f"{what} {path} is a folder, not a file; move it away and the run reads again."
+        ) from None
     except UnicodeDecodeError as exc:
         raise JobError(f"{what} {path} is not UTF-8 text (byte {exc.start}): the file is damaged.") from None
     except OSError as exc:
@@ -60,10 +62,10 @@ def read_text_file(path: Path, what: str) -> str:
 
 
 def upgrade_run_spec(data: dict) -> dict:
-    """A stored run spec as it was meant when written: a run's spec.toml holds every field, so one missing is a field
-    added since, whose default may have changed what the run did. dataset.stratify: splits by class came with
-    it; a run made before it was split plainly, and its resume, quantization or export must see the same splits (a
-    test split of other samples would hold samples it trained on)."""
+    """A stored run spec as it was meant when written: a run's spec.toml holds every field, so one missing is
+    a field added since, whose default may have changed what the run did. dataset.stratify: splits by class
+    came with it; a run made before it was split plainly, and its resume, quantization or export must see the
+    same splits (a test split of other samples would hold samples it trained on)."""
     dataset = data.get("dataset")
     if isinstance(dataset, dict) and "stratify" not in dataset:
         dataset["stratify"] = False
@@ -118,16 +120,21 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
 
 
 def interrupted_message(run_id: str, task: str | None) -> str:
-    resume = f" Resume it with `workbench train --resume {run_id}`." if task and task.startswith("train") else ""
-    return ("The process running it ended without finishing (it was killed, crashed or the machine stopped); "
-            f"metrics and checkpoints up to then are kept.{resume}")
+    resume = (
+        f" Resume it with `workbench train --resume {run_id}`." if task and task.startswith("train") else ""
+    )
+    return (
+        "The process running it ended without finishing (it was killed, crashed or the machine stopped); "
+        f"metrics and checkpoints up to then are kept.{resume}"
+    )
 
 
 _PROBE = object()
 
 
-def effective_status(run_dir: str | Path, status: str, message: str, task: str | None,
-                     owner: dict | None | object = _PROBE) -> tuple[str, str]:
+def effective_status(
+    run_dir: str | Path, status: str, message: str, task: str | None, owner: dict | None | object = _PROBE
+) -> tuple[str, str]:
     """What a reader should show: a live status whose owner is gone reads as interrupted. Pass `owner` (from
     run_owner) when the caller has it already, so the lock is probed once."""
     if owner is _PROBE:
@@ -169,7 +176,9 @@ def mark_run_ended(run_dir: str | Path, status: str, message: str, *, error_type
         owner.release()
 
 
-def force_end_own_run(run_dir: str | Path, status: str, message: str, *, error_type: str = "JobCancelled") -> bool:
+def force_end_own_run(
+    run_dir: str | Path, status: str, message: str, *, error_type: str = "JobCancelled"
+) -> bool:
     """The owner's last word before a hard exit: mark its own run ended, best effort and quickly.
 
     The lock is this process's own, so it is not taken again; the stuck job may hold the database's
@@ -191,8 +200,14 @@ class Run:
     holds a RunOwner (from `claim()` or the store's `create_run`).
     """
 
-    def __init__(self, run_dir: str | Path, *, readonly: bool = False, owner: RunOwner | None = None,
-                 timeout: float = 10.0):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        readonly: bool = False,
+        owner: RunOwner | None = None,
+        timeout: float = 10.0,
+    ):
         self.dir = Path(run_dir).absolute()
         self._timeout = timeout
         self.id = self.dir.name
@@ -217,8 +232,13 @@ class Run:
 
     def _connect(self) -> sqlite3.Connection:
         def connect(query: str) -> sqlite3.Connection:
-            return sqlite3.connect(f"{self._db_path.as_uri()}?{query}", uri=True, check_same_thread=False,
-                                   isolation_level=None, timeout=self._timeout)
+            return sqlite3.connect(
+                f"{self._db_path.as_uri()}?{query}",
+                uri=True,
+                check_same_thread=False,
+                isolation_level=None,
+                timeout=self._timeout,
+            )
 
         if not self.readonly:
             # mode=rw: opening must never create an empty database in place of a missing one.
@@ -256,7 +276,8 @@ class Run:
         missing = {"meta", "metrics", "events"} - tables
         if missing:
             raise JobError(
-                f"Run database {self._db_path} is not a run database (missing tables: {', '.join(sorted(missing))})."
+                f"Run database {self._db_path} is not a run database (missing tables: "
+                f"{', '.join(sorted(missing))})."
             )
         if version > SCHEMA_VERSION:
             raise JobError(
@@ -363,7 +384,9 @@ class Run:
         except ValueError as exc:
             raise JobError(f"Run report {self.report_path} is not valid JSON: {exc}") from exc
         if not isinstance(report, dict):
-            raise JobError(f"Run report {self.report_path} is not a JSON object (it holds a {type(report).__name__}).")
+            raise JobError(
+                f"Run report {self.report_path} is not a JSON object (it holds a {type(report).__name__})."
+            )
         return report
 
     def read_spec(self) -> dict:
@@ -385,8 +408,8 @@ class Run:
             return self._select_metrics(conn, name, since_rowid)
 
     def read_metric_rows(self) -> list[tuple[int, str, float, float]]:
-        """Every (step, name, value, wall time) row in the order it was written: a resumed run's redone steps come
-        after the rows they replace (its `resume` events say from which step)."""
+        """Every (step, name, value, wall time) row in the order it was written: a resumed run's redone steps
+        come after the rows they replace (its `resume` events say from which step)."""
         with self._db() as conn:
             rows = conn.execute("SELECT step, name, value, time FROM metrics ORDER BY rowid").fetchall()
         return [(step, name, _real(value), t) for step, name, value, t in rows]
@@ -414,7 +437,8 @@ class Run:
         """{name: (step, value)} of the most recently logged row of each metric."""
         with self._db() as conn:
             rows = conn.execute(
-                "SELECT name, step, value FROM metrics WHERE rowid IN (SELECT max(rowid) FROM metrics GROUP BY name)"
+                "SELECT name, step, value FROM metrics WHERE rowid IN (SELECT max(rowid) FROM metrics GROUP "
+                "BY name)"
             ).fetchall()
         return {name: (step, _real(value)) for name, step, value in sorted(rows)}
 
@@ -431,8 +455,9 @@ class Run:
         """Everything `workbench runs show` prints; a broken spec or report is reported, not raised."""
         meta = self._meta()
         owner = run_owner(self.dir)
-        status, message = effective_status(self.dir, meta.get("status", ""), meta.get("message", ""), self.task,
-                                           owner)
+        status, message = effective_status(
+            self.dir, meta.get("status", ""), meta.get("message", ""), self.task, owner
+        )
         problems = []
         spec = report = None
         try:

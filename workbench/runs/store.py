@@ -1,5 +1,5 @@
-"""The store of a workspace's runs: creating, finding (by id, prefix or folder), listing and deleting them. No torch,
-no Qt.
+"""The store of a workspace's runs: creating, finding (by id, prefix or folder), listing and deleting them. No
+torch, no Qt.
 """
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ class RunStore:
         spec_text = tomli_w.dumps(spec)
         safe_kind = re.sub(r"[^A-Za-z0-9._]+", "_", kind).strip("._") or "run"
         if run_id is not None and not _GIVEN_ID.match(run_id):
-            raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (up to 100), not starting "
-                             "with '.' or '-'")
+            raise UsageError(
+                f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (up to 100), not starting "
+                "with '.' or '-'"
+            )
         try:
             self.runs_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -86,8 +88,11 @@ class RunStore:
     def _run_dirs(self) -> list[Path]:
         if not self.runs_dir.is_dir():
             return []
-        return [p for p in self.runs_dir.iterdir()
-                if p.is_dir() and not p.name.startswith(".") and (not p.is_symlink() or self._is_inside(p))]
+        return [
+            p
+            for p in self.runs_dir.iterdir()
+            if p.is_dir() and not p.name.startswith(".") and (not p.is_symlink() or self._is_inside(p))
+        ]
 
     def list_runs(self) -> list[dict]:
         """Newest first; a run that cannot be read is listed with status "unreadable", never raised.
@@ -99,8 +104,9 @@ class RunStore:
             try:
                 with Run(run_dir, readonly=True) as run:
                     meta = run._meta()
-                status, message = effective_status(run_dir, meta.get("status", ""), meta.get("message", ""),
-                                                   meta.get("task"))
+                status, message = effective_status(
+                    run_dir, meta.get("status", ""), meta.get("message", ""), meta.get("task")
+                )
                 entry = {
                     "id": run_dir.name,
                     "kind": meta.get("kind"),
@@ -167,8 +173,8 @@ class RunStore:
         return self.runs_dir / candidates[0]
 
     def open_run(self, ref: str, *, readonly: bool = True) -> Run:
-        """Open a run to read (the default: changes nothing but removing a killed job's half-written staging, see
-        sweep_dead_staging) or, with readonly=False, to write after claim()."""
+        """Open a run to read (the default: changes nothing but removing a killed job's half-written staging,
+        see sweep_dead_staging) or, with readonly=False, to write after claim()."""
         run_dir = self.resolve(ref)
         sweep_dead_staging(run_dir)
         return Run(run_dir, readonly=readonly)

@@ -1,6 +1,6 @@
 """Typed job specs: plain dataclasses that validate with clear messages and round-trip through TOML/JSON.
-schema.py is the library under them; training.py holds data, model and training specs; jobs.py the specs of the
-jobs that take a model. No torch, no Qt, no numpy: the GUI, the worker and the command line all import it.
+schema.py is the library under them; training.py holds data, model and training specs; jobs.py the specs of
+the jobs that take a model. No torch, no Qt, no numpy: the GUI, the worker and the command line all import it.
 """
 
 from __future__ import annotations

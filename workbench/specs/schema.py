@@ -1,6 +1,6 @@
 """The schema library under every job spec: `option` declares a field in one line, `Spec` validates and
-round-trips through TOML/JSON with messages that name the field, and `apply_overrides` reads `--set key=value`.
-No torch, no Qt, no numpy.
+round-trips through TOML/JSON with messages that name the field, and `apply_overrides` reads `--set
+key=value`. No torch, no Qt, no numpy.
 """
 
 from __future__ import annotations
@@ -141,7 +141,8 @@ def _check_value(value: Any, path: str, meta: Mapping[str, Any]) -> None:
     choices = meta.get("choices")
     pattern = meta.get("pattern")
     if choices is not None:
-        # A named choice, or (where the field also takes one) a value of the open form, e.g. file:<path.py>:<Name>.
+        # A named choice, or (where the field also takes one) a value of the open form, e.g.
+        # file:<path.py>:<Name>.
         if value not in choices and not (pattern is not None and re.fullmatch(pattern, value)):
             also = f", or {meta['pattern_help']}" if pattern is not None and meta.get("pattern_help") else ""
             raise SpecError(f"{path}: {value!r} is not allowed; choose one of: {', '.join(choices)}{also}")
@@ -167,8 +168,10 @@ def _table_text(text: str, path: str) -> dict:
         try:
             found = json.loads(text)
         except ValueError:
-            raise SpecError(f"{path}: {text!r} is not a table: write a TOML inline table such as {{n = 3}} or a JSON "
-                            f"object such as {{\"n\": 3}} ({toml_error})") from None
+            raise SpecError(
+                f"{path}: {text!r} is not a table: write a TOML inline table such as {{n = 3}} or a JSON "
+                f'object such as {{"n": 3}} ({toml_error})'
+            ) from None
         if not isinstance(found, dict):
             raise SpecError(f"{path}: {text!r} is not a table") from None
         return found
@@ -290,8 +293,10 @@ def _check_nesting(data: Any, source: str) -> None:
     while stack:
         value, depth = stack.pop()
         if depth > MAX_NESTING:
-            raise SpecError(f"{source}: tables or lists are nested more than {MAX_NESTING} deep; a spec "
-                            "needs only a few levels (e.g. dataset.name)")
+            raise SpecError(
+                f"{source}: tables or lists are nested more than {MAX_NESTING} deep; a spec "
+                "needs only a few levels (e.g. dataset.name)"
+            )
         children = value.values() if isinstance(value, Mapping) else value if isinstance(value, list) else ()
         stack.extend((child, depth + 1) for child in children if isinstance(child, (Mapping, list)))
 
@@ -300,8 +305,10 @@ def _parse(text: str, suffix: str, source: str) -> dict:
     try:
         data = _parse_text(text, suffix, source)
     except RecursionError:  # the parsers recurse per level: a file of 100,000 "[" ends here
-        raise SpecError(f"{source}: tables or lists are nested too deeply to read; a spec needs only a few "
-                        "levels (e.g. dataset.name)") from None
+        raise SpecError(
+            f"{source}: tables or lists are nested too deeply to read; a spec needs only a few "
+            "levels (e.g. dataset.name)"
+        ) from None
     _check_nesting(data, source)
     return data
 
@@ -317,7 +324,8 @@ def _key_name(raw: str) -> str:
 
 
 def _table_above(lines: list[str], number: int) -> str:
-    """The [table] a key on line `number` (1-based) belongs to: the nearest header above it ("" for the top)."""
+    """The [table] a key on line `number` (1-based) belongs to: the nearest header above it ("" for the
+    top)."""
     for previous in reversed(lines[: number - 1]):
         header = _HEADER_LINE.match(previous)
         if header:
@@ -326,8 +334,8 @@ def _table_above(lines: list[str], number: int) -> str:
 
 
 def _repeated_key(text: str, line: int) -> tuple[int, str] | None:
-    """(line, dotted key) of the key tomllib refused to set twice. tomllib says only where it stopped, which is
-    after the value: a list written over several lines puts that below the key, so look upwards for it."""
+    """(line, dotted key) of the key tomllib refused to set twice. tomllib says only where it stopped, which
+    is after the value: a list written over several lines puts that below the key, so look upwards for it."""
     lines = text.splitlines()
     for number in range(min(line, len(lines)), 0, -1):
         header = _HEADER_LINE.match(lines[number - 1])
@@ -355,9 +363,13 @@ def _toml_error(message: str, text: str, source: str) -> SpecError:
         name = ".".join(re.findall(r"'([^']*)'", table[1]))
         return SpecError(f"{source}: line {line}: the table [{name}] appears twice")
     if found:
-        return SpecError(f"{source}: line {line}: invalid TOML ({message[: found.start()]} at column {found[2]})")
+        return SpecError(
+            f"{source}: line {line}: invalid TOML ({message[: found.start()]} at column {found[2]})"
+        )
     if ended:
-        return SpecError(f"{source}: line {line}: invalid TOML ({message[: ended.start()]} at the end of the file)")
+        return SpecError(
+            f"{source}: line {line}: invalid TOML ({message[: ended.start()]} at the end of the file)"
+        )
     return SpecError(f"{source}: invalid TOML ({message})")
 
 
@@ -478,15 +490,16 @@ class Spec:
 
 
 def _anchor_user_files(data: Any, folder: Path) -> Any:
-    """`file:<path.py>:<Name>` (and `lightning:`) values with a relative path that exists beside the spec file (and not in the
-    working folder) made absolute, so a project's spec runs from anywhere: `workbench train examples/x/train.toml`."""
+    """`file:<path.py>:<Name>` (and `lightning:`) values with a relative path that exists beside the spec file
+    (and not in the working folder) made absolute, so a project's spec runs from anywhere: `workbench train
+    examples/x/train.toml`."""
     if isinstance(data, dict):
         return {key: _anchor_user_files(value, folder) for key, value in data.items()}
     if isinstance(data, list):
         return [_anchor_user_files(value, folder) for value in data]
     prefix = next((p for p in ("file:", "lightning:") if isinstance(data, str) and data.startswith(p)), None)
     if prefix is not None:
-        path_text, colon, attr = data[len(prefix):].rpartition(":")
+        path_text, colon, attr = data[len(prefix) :].rpartition(":")
         relative = Path(path_text).expanduser()
         if colon and path_text and not relative.is_absolute() and not relative.exists():
             beside = folder / relative
@@ -554,7 +567,7 @@ def _in_free_table(cls: type, dotted: str) -> bool:
             return False
         hint = fields[part][0]
         if hint is dict or get_origin(hint) is dict:
-            return all(parts[i + 1:])
+            return all(parts[i + 1 :])
         cls = hint
     return False
 
@@ -573,7 +586,8 @@ def _check_normalize(value: str | dict) -> str | dict:
     if isinstance(value, str):
         if value not in ("auto", "none"):
             raise SpecError(
-                f"normalize: {value!r} is not allowed; choose one of: auto, none, or a table {{mean=[...], std=[...]}}"
+                f"normalize: {value!r} is not allowed; choose one of: auto, none, or a table {{mean=[...], "
+                "std=[...]}"
             )
         return value
     for key in value:
@@ -588,6 +602,7 @@ def _check_normalize(value: str | dict) -> str | dict:
     )
     if len(mean) != len(std):
         raise SpecError(
-            f"normalize.std: {std!r} has {len(std)} values but mean has {len(mean)}; they must have the same length"
+            f"normalize.std: {std!r} has {len(std)} values but mean has {len(mean)}; they must have the same "
+            "length"
         )
     return {"mean": mean, "std": std}

@@ -60,9 +60,11 @@ def _check_written(f: IO[bytes], name: str) -> None:
     it) returns without a word, and the run would read done with a checkpoint that holds nothing."""
     f.flush()
     if f.tell() == 0:
-        raise CheckpointError(f"Cannot write checkpoint {name}: torch.save wrote 0 bytes (is torch.save "
-                              "replaced by the job's own code, "
-                              f"{getattr(torch.save, '__module__', '?')}.{getattr(torch.save, '__name__', '?')}?).")  # noqa: E501
+        raise CheckpointError(
+            f"Cannot write checkpoint {name}: torch.save wrote 0 bytes (is torch.save "
+            "replaced by the job's own code, "
+            f"{getattr(torch.save, '__module__', '?')}.{getattr(torch.save, '__name__', '?')}?)."
+        )  # noqa: E501
 
 
 class _DiskFull(Exception):
@@ -177,8 +179,9 @@ def load_state_dict(path: str | Path, *, map_location: str | torch.device = "cpu
     return obj
 
 
-def check_final_checkpoint(folder: Path, expected: dict, order: tuple[str, ...] = ("best.pt",
-                                                                                   "model.pt")) -> None:
+def check_final_checkpoint(
+    folder: Path, expected: dict, order: tuple[str, ...] = ("best.pt", "model.pt")
+) -> None:
     """Load back, once at the end of a run, the checkpoint its later jobs will load (the first of `order` in
     `folder`), with their loader (weights only, on the CPU), and compare it with `expected`, the state_dict it
     was saved from: a CheckpointError naming the file when it does not load or does not hold those weights. A
@@ -194,12 +197,16 @@ def check_final_checkpoint(folder: Path, expected: dict, order: tuple[str, ...] 
         # Only the loader's finding: its advice (pick another file) is for a file the user chose, not for this
         # one.
         finding = re.split(r"\.\s", str(exc), maxsplit=1)[0].rstrip(".")
-        raise CheckpointError(f"{name} was saved but does not load back{_replaced_save()}: {finding}. The "
-                              "run is not done: its later jobs could not load it.") from exc
+        raise CheckpointError(
+            f"{name} was saved but does not load back{_replaced_save()}: {finding}. The "
+            "run is not done: its later jobs could not load it."
+        ) from exc
     problem = _weights_problem(loaded, expected)
     if problem:
-        raise CheckpointError(f"{name} was saved but does not hold the model's weights{_replaced_save()}: "
-                              f"{problem}. The run is not done: its later jobs could not load it.")
+        raise CheckpointError(
+            f"{name} was saved but does not hold the model's weights{_replaced_save()}: "
+            f"{problem}. The run is not done: its later jobs could not load it."
+        )
 
 
 def _weights_problem(loaded: dict, expected: dict) -> str:
@@ -208,21 +215,25 @@ def _weights_problem(loaded: dict, expected: dict) -> str:
     missing = [key for key in expected if key not in loaded]
     extra = [key for key in loaded if key not in expected]
     if missing or extra:
-        parts = [f"{len(missing)} of the model's {len(expected)} entries missing ({', '.join(missing[:3])})"
-                 if missing else "",
-                 f"{len(extra)} unknown ({', '.join(map(str, extra[:3]))})" if extra else ""]
+        parts = [
+            f"{len(missing)} of the model's {len(expected)} entries missing ({', '.join(missing[:3])})"
+            if missing
+            else "",
+            f"{len(extra)} unknown ({', '.join(map(str, extra[:3]))})" if extra else "",
+        ]
         return "; ".join(part for part in parts if part)
     for key, value in expected.items():
         got = loaded[key]
-        if isinstance(value, torch.Tensor) and (not isinstance(got,
-                                                               torch.Tensor) or got.shape != value.shape):
+        if isinstance(value, torch.Tensor) and (
+            not isinstance(got, torch.Tensor) or got.shape != value.shape
+        ):
             shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
             return f"{key} is {shape}, not {tuple(value.shape)}"
     return ""
 
 
 def _replaced_save() -> str:
-    """" (torch.save is replaced by x.y)" when the job's own code replaced torch.save, else ""."""
+    """ " (torch.save is replaced by x.y)" when the job's own code replaced torch.save, else ""."""
     save = torch.save
     if save is torch.serialization.save:
         return ""

@@ -24,8 +24,16 @@ PROGRESS_INTERVAL = 0.1
 
 
 class TaskContext:
-    def __init__(self, emit: Emit, *, stop_event: threading.Event | None = None, run=None, job_id: str = "",
-                 workspace: str | Path | None = None, resuming: bool = False):
+    def __init__(
+        self,
+        emit: Emit,
+        *,
+        stop_event: threading.Event | None = None,
+        run=None,
+        job_id: str = "",
+        workspace: str | Path | None = None,
+        resuming: bool = False,
+    ):
         self._emit = emit
         self.resuming = resuming  # continue `run` from its last checkpoint rather than start afresh
         self.workspace = Path(workspace) if workspace else None  # data roots and caches default to it
@@ -57,7 +65,9 @@ class TaskContext:
             raise JobCancelled("cancelled by the user")
 
     # -- events ----------------------------------------------------------------------------------
-    def progress(self, done: float, total: float | None = None, text: str = "", *, force: bool = False) -> None:
+    def progress(
+        self, done: float, total: float | None = None, text: str = "", *, force: bool = False
+    ) -> None:
         """Report progress; throttled to 10 messages a second except the final one."""
         now = time.monotonic()
         finished = total is not None and done >= total
@@ -65,7 +75,9 @@ class TaskContext:
             return
         self._last_progress = now
         fraction = (done / total) if total else None
-        self._emit("progress", {"done": done, "total": total, "fraction": fraction, "text": strip_ansi(text)}, [])
+        self._emit(
+            "progress", {"done": done, "total": total, "fraction": fraction, "text": strip_ansi(text)}, []
+        )
 
     def metrics(self, step: int, values: dict) -> None:
         """Record metric values at a step; cheap enough to call every training step.
@@ -82,9 +94,13 @@ class TaskContext:
 
     def array(self, name: str, array, **meta) -> None:
         buffers: list[bytes] = []
-        # The metadata may hold table rows with a library's message (a bench backend's reason): plain text too.
-        self._emit("array", {"name": name, "array": array_to_buffer(array, buffers), **strip_ansi_deep(meta)},
-                   buffers)
+        # The metadata may hold table rows with a library's message (a bench backend's reason): plain text
+        # too.
+        self._emit(
+            "array",
+            {"name": name, "array": array_to_buffer(array, buffers), **strip_ansi_deep(meta)},
+            buffers,
+        )
 
     def histogram(self, name: str, counts, edges, **meta) -> None:
         """Send a histogram (bin counts and their edges); one with a `step` also goes to the sinks."""
@@ -92,8 +108,12 @@ class TaskContext:
             for sink in list(self._sinks):
                 sink.histogram(name, int(meta["step"]), counts, edges)
         buffers: list[bytes] = []
-        content = {"name": name, "counts": array_to_buffer(counts, buffers),
-                   "edges": array_to_buffer(edges, buffers), **meta}
+        content = {
+            "name": name,
+            "counts": array_to_buffer(counts, buffers),
+            "edges": array_to_buffer(edges, buffers),
+            **meta,
+        }
         self._emit("histogram", content, buffers)
 
     def artifact(self, name: str, path: str | Path, kind: str = "file") -> None:
@@ -105,7 +125,8 @@ class TaskContext:
         self._emit("artifact", content, [])
 
     def log(self, text: str, level: str = "info") -> None:
-        text = strip_ansi(text)  # a library's coloured message (torch's exporter) reads as plain text everywhere
+        # a library's coloured message (torch's exporter) reads as plain text everywhere
+        text = strip_ansi(text)
         if self.run is not None:
             self.run.log_event("log", {"level": level, "text": text})
         self._emit("log", {"level": level, "text": text}, [])
@@ -124,26 +145,33 @@ class TaskContext:
                 for name, value in values.items():
                     column = columns.get(name) or columns.setdefault(name, ([], [], []))
                     column[0].append(step)
-                    column[1].append(float(value))  # a 0-d device tensor syncs here: 20 times a second, not per step
+                    # a 0-d device tensor syncs here: 20 times a second, not per step
+                    column[1].append(float(value))
                     column[2].append(t)
             if self.run is not None:
-                self.run.log_metrics([(s, name, v, t) for name, (steps, values, times) in columns.items()
-                                      for s, v, t in zip(steps, values, times)])
+                self.run.log_metrics(
+                    [
+                        (s, name, v, t)
+                        for name, (steps, values, times) in columns.items()
+                        for s, v, t in zip(steps, values, times)
+                    ]
+                )
             for sink in self._sinks:  # under the flush lock: a sink sees batches in order, one at a time
                 sink.scalars(columns)
             content, buffers = encode_metrics(columns)
             self._emit("metrics", content, buffers)
 
     def add_sink(self, sink) -> None:
-        """Also hand every flushed batch of metrics to `sink.scalars({name: (steps, values, times)})` (values are
-        host floats by then, so a sink never synchronises with the device), every histogram that has a step to
-        `sink.histogram(name, step, counts, edges)` and every artifact to `sink.artifact(name, path, kind)`. A sink
-        must not raise."""
+        """Also hand every flushed batch of metrics to `sink.scalars({name: (steps, values, times)})` (values
+        are host floats by then, so a sink never synchronises with the device), every histogram that has a
+        step to `sink.histogram(name, step, counts, edges)` and every artifact to `sink.artifact(name, path,
+        kind)`. A sink must not raise."""
         with self._flush_lock:
             self._sinks.append(sink)
 
     def remove_sink(self, sink) -> None:
-        """Stop feeding `sink`, after a flush of what is pending (so it has every value recorded until now)."""
+        """Stop feeding `sink`, after a flush of what is pending (so it has every value recorded until
+        now)."""
         self.flush()
         with self._flush_lock:
             if sink in self._sinks:

@@ -34,16 +34,22 @@ def resolve_device(name: str) -> torch.device:
     here += [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise JobError(f"device: {name} is not available here (torch sees no CUDA device); "
-                           f"use device=auto or one of: {', '.join(here)}")
+            raise JobError(
+                f"device: {name} is not available here (torch sees no CUDA device); "
+                f"use device=auto or one of: {', '.join(here)}"
+            )
         device = torch.device(name)
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise JobError(f"device: {name} does not exist; this machine has {torch.cuda.device_count()} CUDA "
-                           f"device(s): {', '.join(here)}")
+            raise JobError(
+                f"device: {name} does not exist; this machine has {torch.cuda.device_count()} CUDA "
+                f"device(s): {', '.join(here)}"
+            )
         return device
     if name == "mps" and not _mps_available():
-        raise JobError(f"device: mps is not available here (it needs Apple silicon and a torch build with MPS); "
-                       f"use device=auto or one of: {', '.join(here)}")
+        raise JobError(
+            f"device: mps is not available here (it needs Apple silicon and a torch build with MPS); "
+            f"use device=auto or one of: {', '.join(here)}"
+        )
     return torch.device(name)
 
 
@@ -52,7 +58,9 @@ def check_amp(amp: str, device: torch.device) -> None:
     if amp == "none":
         return
     if device.type == "cuda" and amp == "bf16" and not torch.cuda.is_bf16_supported():
-        raise JobError(f"amp: bf16 is not supported on {torch.cuda.get_device_name(device)}; use amp=fp16 or none")
+        raise JobError(
+            f"amp: bf16 is not supported on {torch.cuda.get_device_name(device)}; use amp=fp16 or none"
+        )
     try:
         with torch.autocast(device_type=device.type, dtype=AMP_DTYPES[amp]):
             a = torch.ones(2, 2, device=device)
@@ -70,10 +78,15 @@ def autocast(amp: str, device: torch.device):
 
 def check_compile(mode: str, device: torch.device) -> None:
     # Inductor writes C++ for the CPU; without a compiler it fails deep inside the first step.
-    if mode != "off" and device.type == "cpu" and not (shutil.which("cc") or shutil.which("gcc")
-                                                       or shutil.which("clang")):
-        raise JobError("compile: torch.compile on the CPU needs a C compiler (gcc or clang); install one or set "
-                       "compile=off")
+    if (
+        mode != "off"
+        and device.type == "cpu"
+        and not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang"))
+    ):
+        raise JobError(
+            "compile: torch.compile on the CPU needs a C compiler (gcc or clang); install one or set "
+            "compile=off"
+        )
 
 
 def describe(device: torch.device) -> str:
@@ -83,9 +96,10 @@ def describe(device: torch.device) -> str:
 
 
 class HostReader:
-    """Reads small device tensors back to the host: one non_blocking copy into a reused pinned buffer, then a wait
-    on that copy's event alone. A blocking `.cpu()` would synchronise the whole stream (and trips torch's sync
-    debug mode); the values are needed now, so the wait itself cannot be avoided, only made as small as it can be.
+    """Reads small device tensors back to the host: one non_blocking copy into a reused pinned buffer, then a
+    wait on that copy's event alone. A blocking `.cpu()` would synchronise the whole stream (and trips torch's
+    sync debug mode); the values are needed now, so the wait itself cannot be avoided, only made as small as
+    it can be.
     """
 
     def __init__(self):
@@ -107,10 +121,13 @@ class HostReader:
 
 
 def tensorrt_availability(has_cuda: bool) -> dict:
-    """{available, reason}: whether torch_tensorrt can build engines here (devices.list and the TensorRT export
-    both ask)."""
+    """{available, reason}: whether torch_tensorrt can build engines here (devices.list and the TensorRT
+    export both ask)."""
     if importlib.util.find_spec("torch_tensorrt") is None:
-        return {"available": False, "reason": "torch-tensorrt is not installed (pip install 'torch-workbench[tensorrt]')"}
+        return {
+            "available": False,
+            "reason": "torch-tensorrt is not installed (pip install 'torch-workbench[tensorrt]')",
+        }
     if not has_cuda:
         return {"available": False, "reason": "TensorRT needs a CUDA device; none is visible"}
     try:

@@ -1,9 +1,10 @@
 """Torch's CPU threads for one job, sized to the cores that are free when it starts.
 
-A desktop user runs jobs side by side. With torch's default of a thread per core, a job whose cores are partly busy
-(a training beside it, a second workbench) makes every parallel op wait for a descheduled partner thread: measured,
-a quantize went from 3 s to 18 s on a loaded 2-core machine, and AdaRound from 15 s to 230 s. One thread per free
-core keeps it near its quiet-machine time. OMP_NUM_THREADS, when set, is the user's word and is left alone.
+A desktop user runs jobs side by side. With torch's default of a thread per core, a job whose cores are partly
+busy (a training beside it, a second workbench) makes every parallel op wait for a descheduled partner thread:
+measured, a quantize went from 3 s to 18 s on a loaded 2-core machine, and AdaRound from 15 s to 230 s. One
+thread per free core keeps it near its quiet-machine time. OMP_NUM_THREADS, when set, is the user's word and
+is left alone.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ SAMPLE_S = 0.1  # how long the machine's load is looked at before the job starts
 
 
 def _cpu_times() -> tuple[int, int] | None:
-    """(busy, total) jiffies of all cores since boot, from /proc/stat; None where there is none (not Linux)."""
+    """(busy, total) jiffies of all cores since boot, from /proc/stat; None where there is none (not
+    Linux)."""
     try:
         with open("/proc/stat", encoding="ascii") as stat:
             fields = stat.readline().split()
@@ -29,7 +31,8 @@ def _cpu_times() -> tuple[int, int] | None:
     if not fields or fields[0] != "cpu":
         return None
     values = [int(value) for value in fields[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait: a core waiting on a disk is free
+    # idle + iowait: a core waiting on a disk is free
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
     return sum(values) - idle, sum(values)
 
 
@@ -52,10 +55,11 @@ def threads_for(free: float, most: int) -> int:
 
 
 @contextlib.contextmanager
-def sized_threads(log: Callable[[str], None] | None = None, *,
-                  measure: Callable[[], float | None] = busy_cores) -> Iterator[int]:
-    """Inside: torch's intra-op threads sized to the CPU's free cores (on any device: a CUDA job's host-side ops
-    use them too). Yields the thread count; restores torch's count after."""
+def sized_threads(
+    log: Callable[[str], None] | None = None, *, measure: Callable[[], float | None] = busy_cores
+) -> Iterator[int]:
+    """Inside: torch's intra-op threads sized to the CPU's free cores (on any device: a CUDA job's host-side
+    ops use them too). Yields the thread count; restores torch's count after."""
     before = torch.get_num_threads()
     if os.environ.get("OMP_NUM_THREADS"):
         yield before
@@ -68,8 +72,10 @@ def sized_threads(log: Callable[[str], None] | None = None, *,
         return
     torch.set_num_threads(threads)
     if log is not None:
-        log(f"{busy:.1f} of {cores} cores are busy with other work: torch uses {threads} thread(s) for this job "
-            "rather than waiting on busy ones (set OMP_NUM_THREADS to choose)")
+        log(
+            f"{busy:.1f} of {cores} cores are busy with other work: torch uses {threads} thread(s) for this "
+            "job rather than waiting on busy ones (set OMP_NUM_THREADS to choose)"
+        )
     try:
         yield threads
     finally:

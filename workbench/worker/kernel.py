@@ -54,12 +54,21 @@ REQUEST_FIELDS: dict[str, dict[str, tuple]] = {
     "job_request": {"task": (str,), "spec": (dict, None), "workspace": (str, None), "resume": (str, None)},
     "cancel_request": {"job_id": (str, None)},
 }
-_JSON_NAMES = {str: "a string", dict: "an object", list: "a list", bool: "a boolean", int: "a number",
-               float: "a number", type(None): "null", None: "null"}
+_JSON_NAMES = {
+    str: "a string",
+    dict: "an object",
+    list: "a list",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    type(None): "null",
+    None: "null",
+}
 
 
 def content_problem(msg: Message) -> str:
-    """What is wrongly typed in a request's content, in one line, or ''; absent fields are the handler's business."""
+    """What is wrongly typed in a request's content, in one line, or ''; absent fields are the handler's
+    business."""
     for name, allowed in REQUEST_FIELDS.get(msg.msg_type, {}).items():
         if name not in msg.content:
             continue
@@ -95,15 +104,22 @@ def pack_arrays(value, buffers: list[bytes]):
 
 
 class Kernel:
-    def __init__(self, conn: ConnectionInfo, *, context: zmq.Context | None = None,
-                 tasks: dict[str, TaskInfo] | None = None):
+    def __init__(
+        self,
+        conn: ConnectionInfo,
+        *,
+        context: zmq.Context | None = None,
+        tasks: dict[str, TaskInfo] | None = None,
+    ):
         self.conn = conn
         self._task_overrides = tasks  # a test's fake worker serves its own tasks over the real protocol
         self.session = uuid.uuid4().hex
         self.signer = Signer(conn.key)
         # One guard for both channels: a msg_id is unique across them, so a replay on either is caught.
         self.replay_guard = ReplayGuard()
-        self.rejections = {channel: RejectionLog(log, f"{channel} message") for channel in ("shell", "control")}
+        self.rejections = {
+            channel: RejectionLog(log, f"{channel} message") for channel in ("shell", "control")
+        }
         # A context of our own: the gatekeeper's ZAP handler answers for every socket of its context, so
         # two kernels in one process (tests' fake workers) must not share one.
         self._own_context = context is None
@@ -111,7 +127,8 @@ class Kernel:
         self._outgoing: queue.Queue = queue.Queue()
         self._wake_addr = f"inproc://wake-{self.session}"
         self._wake_lock = threading.Lock()
-        self._closed = False  # set under _wake_lock once the sockets are closed: late senders drop their message
+        # set under _wake_lock once the sockets are closed: late senders drop their message
+        self._closed = False
         self._shutdown = threading.Event()
         self._jobs: dict[str, Job] = {}
         self._jobs_lock = threading.Lock()
@@ -190,11 +207,17 @@ class Kernel:
             self._wake_push.send(b"", zmq.NOBLOCK)
 
     def publish(self, msg_type: str, content: dict, parent: Message | None = None, buffers=None) -> None:
-        self._queue_send("iopub", new_message(msg_type, content, session=self.session, parent=parent, buffers=buffers))
+        self._queue_send(
+            "iopub", new_message(msg_type, content, session=self.session, parent=parent, buffers=buffers)
+        )
 
-    def _reply(self, request: Message, identities: list[bytes], content: dict, channel: str = "shell") -> None:
+    def _reply(
+        self, request: Message, identities: list[bytes], content: dict, channel: str = "shell"
+    ) -> None:
         reply_type = request.msg_type.replace("_request", "_reply")
-        self._queue_send(channel, new_message(reply_type, content, session=self.session, parent=request), identities)
+        self._queue_send(
+            channel, new_message(reply_type, content, session=self.session, parent=request), identities
+        )
 
     def _drain_outgoing(self) -> None:
         while True:
@@ -209,8 +232,15 @@ class Kernel:
                 log.error("dropped %s: %s", msg.msg_type, exc)
                 if msg.msg_type.endswith("_reply"):
                     fallback = {"status": "failed", "error": {"type": "ProtocolError", "message": str(exc)}}
-                    sock.send_multipart(encode(new_message(msg.msg_type, fallback, session=self.session,
-                                                           parent=msg.parent_header), self.signer, identities))
+                    sock.send_multipart(
+                        encode(
+                            new_message(
+                                msg.msg_type, fallback, session=self.session, parent=msg.parent_header
+                            ),
+                            self.signer,
+                            identities,
+                        )
+                    )
 
     # -- main loop -------------------------------------------------------------------------------
     def serve_forever(self) -> None:
@@ -259,8 +289,14 @@ class Kernel:
         identities, msg = accepted
         handler = getattr(self, f"_handle_{msg.msg_type}", None)
         if handler is None:
-            self._reply(msg, identities, {"status": "error", "error": {
-                "type": "ProtocolError", "message": f"unknown request type {msg.msg_type!r}"}})
+            self._reply(
+                msg,
+                identities,
+                {
+                    "status": "error",
+                    "error": {"type": "ProtocolError", "message": f"unknown request type {msg.msg_type!r}"},
+                },
+            )
             return
         problem = content_problem(msg)
         if problem:
@@ -275,14 +311,27 @@ class Kernel:
             handler(msg, identities)
         except Exception as exc:  # a handler bug must not take the worker down
             log.exception("handler for %s failed", msg.msg_type)
-            self._reply(msg, identities, {"status": "error", "error": {"type": type(exc).__name__, "message": str(exc)}})
+            self._reply(
+                msg,
+                identities,
+                {"status": "error", "error": {"type": type(exc).__name__, "message": str(exc)}},
+            )
 
     # -- shell handlers --------------------------------------------------------------------------
     def _handle_kernel_info_request(self, msg: Message, identities: list[bytes]) -> None:
-        self._reply(msg, identities, {
-            "status": "ok", "pid": os.getpid(), "version": __version__, "python": sys.version.split()[0],
-            "tasks": [{"name": t.name, "kind": t.kind, "description": t.description} for t in self._list_tasks()],
-        })
+        self._reply(
+            msg,
+            identities,
+            {
+                "status": "ok",
+                "pid": os.getpid(),
+                "version": __version__,
+                "python": sys.version.split()[0],
+                "tasks": [
+                    {"name": t.name, "kind": t.kind, "description": t.description} for t in self._list_tasks()
+                ],
+            },
+        )
 
     def _handle_job_request(self, msg: Message, identities: list[bytes]) -> None:
         name = msg.content.get("task", "")
@@ -306,7 +355,10 @@ class Kernel:
             return get_task(name)
         name = name if name in self._task_overrides else canonical_name(name)
         if name not in self._task_overrides:
-            raise UsageError(f"no task named {name!r} in this worker; known tasks: {', '.join(sorted(self._task_overrides))}")
+            raise UsageError(
+                f"no task named {name!r} in this worker; known tasks: "
+                f"{', '.join(sorted(self._task_overrides))}"
+            )
         return self._task_overrides[name]
 
     def _list_tasks(self) -> list[TaskInfo]:
@@ -328,16 +380,25 @@ class Kernel:
                 return  # cancelled while queued: already answered and out of the job table
             job.state = "running"  # under the lock, so a cancel sees either queued or running, never both
         if job.stop.is_set():
-            result = {"status": "cancelled", "run_dir": None,
-                      "error": {"type": "JobCancelled", "message": "cancelled before it started"}}
+            result = {
+                "status": "cancelled",
+                "run_dir": None,
+                "error": {"type": "JobCancelled", "message": "cancelled before it started"},
+            }
         else:
 
             def emit(msg_type: str, content: dict, buffers: list) -> None:
                 self.publish(msg_type, content, parent=request, buffers=buffers)
 
-            result = run_task(self._get_task(job.task_name), request.content.get("spec") or {}, emit=emit,
-                              stop_event=job.stop, workspace=request.content.get("workspace"),
-                              job_id=request.msg_id, resume=request.content.get("resume"))
+            result = run_task(
+                self._get_task(job.task_name),
+                request.content.get("spec") or {},
+                emit=emit,
+                stop_event=job.stop,
+                workspace=request.content.get("workspace"),
+                job_id=request.msg_id,
+                resume=request.content.get("resume"),
+            )
         with self._jobs_lock:
             self._jobs.pop(request.msg_id, None)
         buffers: list[bytes] = []
@@ -353,7 +414,13 @@ class Kernel:
     def cancel(self, job_id: str | None = None) -> bool:
         """Stop running jobs at their next step; jobs still queued leave the queue now, answered cancelled."""
         with self._jobs_lock:
-            jobs = list(self._jobs.values()) if job_id is None else [self._jobs[job_id]] if job_id in self._jobs else []
+            jobs = (
+                list(self._jobs.values())
+                if job_id is None
+                else [self._jobs[job_id]]
+                if job_id in self._jobs
+                else []
+            )
             queued = [job for job in jobs if job.state == "queued"]
             for job in queued:
                 job.state = "cancelled"  # the job loop skips it when it comes up
@@ -361,10 +428,19 @@ class Kernel:
         for job in jobs:
             job.stop.set()
         for job in queued:
-            reply = new_message("job_reply", {
-                "status": "cancelled", "run_dir": None,
-                "error": {"type": "JobCancelled", "message": "cancelled before it started (it was still queued)"}},
-                session=self.session, parent=job.request)
+            reply = new_message(
+                "job_reply",
+                {
+                    "status": "cancelled",
+                    "run_dir": None,
+                    "error": {
+                        "type": "JobCancelled",
+                        "message": "cancelled before it started (it was still queued)",
+                    },
+                },
+                session=self.session,
+                parent=job.request,
+            )
             self._queue_send("shell", reply, job.identities)
         return bool(jobs)
 
@@ -390,7 +466,9 @@ class Kernel:
         except Exception as exc:  # a bug here must still answer, in one line: the traceback goes to the log
             log.exception("control handler for %s failed", msg.msg_type)
             content = {"status": "error", "error": {"type": type(exc).__name__, "message": str(exc)}}
-        reply = new_message(msg.msg_type.replace("_request", "_reply"), content, session=self.session, parent=msg)
+        reply = new_message(
+            msg.msg_type.replace("_request", "_reply"), content, session=self.session, parent=msg
+        )
         self.control.send_multipart(encode(reply, self.signer, identities))
         if msg.msg_type == "shutdown_request":
             self._shutdown.set()
@@ -401,9 +479,13 @@ class Kernel:
             return {"status": "error", "error": {"type": "ProtocolError", "message": problem}}
         content: dict = {"status": "ok"}
         if msg.msg_type == "ping_request":
-            content.update(pid=os.getpid(), time=time.time(), jobs=self.running_jobs(),
-                           rejected={channel: r.count for channel, r in self.rejections.items()},
-                           refused_connections=self.gatekeeper.refused())
+            content.update(
+                pid=os.getpid(),
+                time=time.time(),
+                jobs=self.running_jobs(),
+                rejected={channel: r.count for channel, r in self.rejections.items()},
+                refused_connections=self.gatekeeper.refused(),
+            )
             # Published too: seeing it proves the client's event subscription is live.
             self.publish("status", {"state": "busy" if content["jobs"] else "idle"}, parent=msg)
         elif msg.msg_type == "cancel_request":
@@ -411,8 +493,10 @@ class Kernel:
         elif msg.msg_type == "shutdown_request":
             self.cancel()
         else:
-            content = {"status": "error", "error": {"type": "ProtocolError",
-                                                    "message": f"unknown control request {msg.msg_type!r}"}}
+            content = {
+                "status": "error",
+                "error": {"type": "ProtocolError", "message": f"unknown control request {msg.msg_type!r}"},
+            }
         return content
 
     def _on_interrupt_signal(self, signum, frame) -> None:

@@ -1,7 +1,7 @@
-"""Try it (`predict.model`, `workbench predict`): a training or quantize run's model on one image file or one sample
-of its dataset, read and normalised as the run's dataset reads its images; the top-k classes (multilabel: labels,
-regression: values, segmentation: the predicted mask and each class's share, predict_masks), and for a quantize run
-the FP32 model's beside the quantized one's. Worker side; never Qt.
+"""Try it (`predict.model`, `workbench predict`): a training or quantize run's model on one image file or one
+sample of its dataset, read and normalised as the run's dataset reads its images; the top-k classes
+(multilabel: labels, regression: values, segmentation: the predicted mask and each class's share,
+predict_masks), and for a quantize run the FP32 model's beside the quantized one's. Worker side; never Qt.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import torch
 from workbench.errors import JobError, WorkbenchError
 from workbench.specs import DataSpec, ModelSpec, PredictSpec
 
-# More pixels than a camera's photo needs to say what it shows, and about 150 MB decoded as RGB: the image is shrunk
-# to the model's input anyway. The header says the size, so a bigger file is refused before a pixel is decoded.
+# More pixels than a camera's photo needs to say what it shows, and about 150 MB decoded as RGB: the image is
+# shrunk to the model's input anyway. The header says the size, so a bigger file is refused before a pixel is
+# decoded.
 MAX_INPUT_PIXELS = 50_000_000
 TASKS = ("classification", "multilabel", "regression", "segmentation")  # what a prediction here can show
 MAX_VALUES = 1000  # regression outputs listed at most (a per-pixel regression map is not one sample's answer)
@@ -26,7 +27,8 @@ STEPS = 4
 
 @dataclass
 class Loaded:
-    """What one predict needs from its run: the model(s), the dataset that says how inputs are read, the task."""
+    """What one predict needs from its run: the model(s), the dataset that says how inputs are read, the
+    task."""
 
     kind: str  # "train" or "quantize"
     run_dir: Path
@@ -35,7 +37,8 @@ class Loaded:
     task: str
     dataset: object = None  # a LoadedDataset or a UserDataset
     quantized: object = None  # a QuantSim (quantize runs)
-    fp32: object = None  # the FP32 model: the training run's, or the float checkpoint the quantize run started from
+    # the FP32 model: the training run's, or the float checkpoint the quantize run started from
+    fp32: object = None
     checkpoint: Path | None = None
     quant_run: object = None  # the QuantRun (onnx_qdq.read_quant_run) of a quantize run
     true_mask: object = None  # a segmentation sample's (H, W) uint8 true mask
@@ -46,11 +49,15 @@ def run_predict(spec: PredictSpec, ctx) -> dict:
     from workbench.worker.devices import resolve_device
 
     if not spec.source.run:
-        raise JobError("source.run: name the training or quantize run to try (its id, a unique id prefix or its "
-                       "folder), e.g. --set source.run=<run id>")
+        raise JobError(
+            "source.run: name the training or quantize run to try (its id, a unique id prefix or its "
+            "folder), e.g. --set source.run=<run id>"
+        )
     if not spec.input and not spec.sample.split:
-        raise JobError("input: name an image file (input=<path.png>), or a sample of the run's dataset "
-                       "(sample.split=test and sample.index=0)")
+        raise JobError(
+            "input: name an image file (input=<path.png>), or a sample of the run's dataset "
+            "(sample.split=test and sample.index=0)"
+        )
     device = resolve_device(spec.device)
     ctx.progress(0, STEPS, "reading the run", force=True)
     loaded = _load_run(spec, ctx)
@@ -64,9 +71,17 @@ def run_predict(spec: PredictSpec, ctx) -> dict:
         ctx.check_stop()
         ctx.progress(3, STEPS, "predicting", force=True)
         classes = list(getattr(loaded.dataset, "classes", None) or [])
-        result = {"run": loaded.run_dir.name, "run_kind": loaded.kind, "model": loaded.model_spec.name,
-                  "dataset": loaded.data.name, "task": loaded.task, "top_k": spec.top_k, "device": str(device),
-                  "input": info, "notes": loaded.notes}
+        result = {
+            "run": loaded.run_dir.name,
+            "run_kind": loaded.kind,
+            "model": loaded.model_spec.name,
+            "dataset": loaded.data.name,
+            "task": loaded.task,
+            "top_k": spec.top_k,
+            "device": str(device),
+            "input": info,
+            "notes": loaded.notes,
+        }
         if loaded.checkpoint is not None:
             result["checkpoint"] = str(loaded.checkpoint)
         if truth is not None:
@@ -85,7 +100,7 @@ def run_predict(spec: PredictSpec, ctx) -> dict:
             loaded.dataset.release()
 
 
-# --- the run ---------------------------------------------------------------------------------------------------------
+# --- the run ------------------------------------------------------------------------------------------------
 
 
 def _run_task_of(ref: str, workspace) -> str:
@@ -106,8 +121,10 @@ def _load_run(spec: PredictSpec, ctx) -> Loaded:
         return _load_training_run(spec, ctx)
     if task == "quant.analyze":
         return _load_quant_run(spec, ctx)
-    raise JobError(f"source.run: {spec.source.run} is a {task or 'unknown'} run; Try it takes a training run "
-                   "(train.model) or a quantize run (quant.analyze)")
+    raise JobError(
+        f"source.run: {spec.source.run} is a {task or 'unknown'} run; Try it takes a training run "
+        "(train.model) or a quantize run (quant.analyze)"
+    )
 
 
 def _load_data(data: DataSpec, run_dir: Path, ctx):
@@ -116,26 +133,39 @@ def _load_data(data: DataSpec, run_dir: Path, ctx):
     try:
         return load_dataset(data, ctx=ctx)
     except JobError as exc:
-        raise JobError(f"source.run: the dataset of run {run_dir.name} ({data.name}) cannot be read ({exc}); Try it "
-                       "needs it for the class names and to normalise the input as training did") from None
+        raise JobError(
+            f"source.run: the dataset of run {run_dir.name} ({data.name}) cannot be read ({exc}); Try it "
+            "needs it for the class names and to normalise the input as training did"
+        ) from None
 
 
 def _check_task(task: str, run_dir: Path) -> None:
     if task not in TASKS:
-        raise JobError(f"source.run: run {run_dir.name} is a {task} run; Try it shows classification (the top-k "
-                       "classes), multilabel (each label's probability), regression (the values) and segmentation "
-                       "(the predicted mask) predictions; for this run use the Training tab's Evaluation view")
+        raise JobError(
+            f"source.run: run {run_dir.name} is a {task} run; Try it shows classification (the top-k "
+            "classes), multilabel (each label's probability), regression (the values) and segmentation "
+            "(the predicted mask) predictions; for this run use the Training tab's Evaluation view"
+        )
 
 
 def _load_training_run(spec: PredictSpec, ctx) -> Loaded:
     from workbench.worker.objectives.of_run import measured_task
     from workbench.worker.source import read_training_run, run_checkpoint
 
-    run_dir, trained = read_training_run(spec.source.run, ctx.workspace, refusal="Try it takes a training run")
+    run_dir, trained = read_training_run(
+        spec.source.run, ctx.workspace, refusal="Try it takes a training run"
+    )
     checkpoint = run_checkpoint(run_dir)
     dataset = _load_data(trained.dataset, run_dir, ctx)
-    loaded = Loaded("train", run_dir, trained.model, trained.dataset, measured_task(trained, dataset), dataset,
-                    checkpoint=checkpoint)
+    loaded = Loaded(
+        "train",
+        run_dir,
+        trained.model,
+        trained.dataset,
+        measured_task(trained, dataset),
+        dataset,
+        checkpoint=checkpoint,
+    )
     _check_task(loaded.task, run_dir)
     return loaded
 
@@ -161,7 +191,8 @@ def _load_quant_run(spec: PredictSpec, ctx) -> Loaded:
 
 def _build_models(loaded: Loaded, x, ctx) -> None:
     """The model(s) on the CPU in eval mode: the training run's with its checkpoint; for a quantize run its
-    simulated quantized model and, where its float checkpoint is still there, the FP32 model it started from."""
+    simulated quantized model and, where its float checkpoint is still there, the FP32 model it started
+    from."""
     from workbench.worker.models import build_model, load_checkpoint
     from workbench.worker.objectives.of_run import first_input
 
@@ -171,8 +202,15 @@ def _build_models(loaded: Loaded, x, ctx) -> None:
     def fp32_from(checkpoint: Path, what: str):
         # The checkpoint holds every weight: no pretrained download, no starting checkpoint, no freezing.
         model_spec = dataclasses.replace(loaded.model_spec, checkpoint="", weights="", freeze=[])
-        model = build_model(model_spec, input_shape=shape, log=ctx.log, pretrained=False, checkpoint=False,
-                            task=loaded.task, example=example)
+        model = build_model(
+            model_spec,
+            input_shape=shape,
+            log=ctx.log,
+            pretrained=False,
+            checkpoint=False,
+            task=loaded.task,
+            example=example,
+        )
         load_checkpoint(model, checkpoint, what=what)
         return model.eval()
 
@@ -184,8 +222,9 @@ def _build_models(loaded: Loaded, x, ctx) -> None:
 
     run = loaded.quant_run
     loaded.quantized = load_sim(run, say=ctx.log, input_shape=shape, example=example)
-    # The float weights the quantize run started from (its params name the file): the FP32 side of the comparison.
-    # A quantize run keeps only its quantized weights, so without that file there is no FP32 model to show.
+    # The float weights the quantize run started from (its params name the file): the FP32 side of the
+    # comparison. A quantize run keeps only its quantized weights, so without that file there is no FP32 model
+    # to show.
     recorded = Path(str(run.params.get("checkpoint") or "")).expanduser()
     checkpoint = recorded if str(recorded) not in ("", ".") and recorded.is_file() else None
     if checkpoint is None and run.train_dir is not None:
@@ -194,28 +233,32 @@ def _build_models(loaded: Loaded, x, ctx) -> None:
         except JobError:
             checkpoint = None
     if checkpoint is None:
-        loaded.notes.append(f"the FP32 checkpoint that quantize run {run.id} started from ({recorded}) is gone, so "
-                            "only the quantized model's predictions are shown")
+        loaded.notes.append(
+            f"the FP32 checkpoint that quantize run {run.id} started from ({recorded}) is gone, so "
+            "only the quantized model's predictions are shown"
+        )
         ctx.log(loaded.notes[-1], "warning")
         return
     loaded.checkpoint = checkpoint
     loaded.fp32 = fp32_from(checkpoint, f"the FP32 checkpoint of quantize run {run.id}")
 
 
-# --- the input -------------------------------------------------------------------------------------------------------
+# --- the input ----------------------------------------------------------------------------------------------
 
 
 def _read_input(spec: PredictSpec, loaded: Loaded, ctx):
-    """(the model's input batch of one, what was done to it, the sample's true target or None, the uint8 H×W×C image
-    the model saw before normalisation or None)."""
+    """(the model's input batch of one, what was done to it, the sample's true target or None, the uint8 H×W×C
+    image the model saw before normalisation or None)."""
     from workbench.worker.objectives.of_run import is_user_data
 
     dataset = loaded.dataset
     if is_user_data(dataset):
         if spec.input:
-            raise JobError(f"input: run {loaded.run_dir.name} trained on {dataset.name}, a Dataset of your own whose "
-                           "inputs its own code makes; Try it cannot turn an image file into one. Pick a sample of "
-                           "that dataset instead (sample.split=test, sample.index=0)")
+            raise JobError(
+                f"input: run {loaded.run_dir.name} trained on {dataset.name}, a Dataset of your own whose "
+                "inputs its own code makes; Try it cannot turn an image file into one. Pick a sample of "
+                "that dataset instead (sample.split=test, sample.index=0)"
+            )
         return _user_sample(spec, loaded)
     channels, height, width = (int(v) for v in dataset.sample_shape)
     if spec.input:
@@ -225,21 +268,31 @@ def _read_input(spec: PredictSpec, loaded: Loaded, ctx):
         split = _split(dataset, spec.sample.split, loaded)
         index = spec.sample.index
         if index >= len(split):
-            raise JobError(f"sample.index: {index} is past the end of the {split.name} split of {dataset.name} "
-                           f"({len(split):,} samples: 0 to {len(split) - 1})")
+            raise JobError(
+                f"sample.index: {index} is past the end of the {split.name} split of {dataset.name} "
+                f"({len(split):,} samples: 0 to {len(split) - 1})"
+            )
         image = split.images([index])[0]
         label = int(split.labels[index])
         classes = list(dataset.classes)
         truth = {"class": label, "label": classes[label] if label < len(classes) else str(label)}
-        info = {"kind": "sample", "split": split.name, "index": index, "model_size": [height, width],
-                "channels": channels}
+        info = {
+            "kind": "sample",
+            "split": split.name,
+            "index": index,
+            "model_size": [height, width],
+            "channels": channels,
+        }
     mean, std = dataset.normalization(progress=ctx.progress)
     mean_t = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
     std_t = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
     # Scaled to 0..1, then normalised: the two passes evaluation makes (loaded.Split._stream, scale_first).
     x = image.unsqueeze(0).to(torch.float32).div_(255).sub_(mean_t).div_(std_t)
-    info["normalize"] = {"mean": [round(v, 6) for v in mean], "std": [round(v, 6) for v in std],
-                         "how": dataset.spec.normalize if isinstance(dataset.spec.normalize, str) else "table"}
+    info["normalize"] = {
+        "mean": [round(v, 6) for v in mean],
+        "std": [round(v, 6) for v in std],
+        "how": dataset.spec.normalize if isinstance(dataset.spec.normalize, str) else "table",
+    }
     preview = np.ascontiguousarray(image.movedim(0, -1).numpy())
     return x, info, truth, preview
 
@@ -248,8 +301,10 @@ def _split(dataset, name: str, loaded: Loaded):
     split = dataset.splits.get(name)
     if split is None or len(split) == 0:
         have = [n for n, s in dataset.splits.items() if len(s)]
-        raise JobError(f"sample.split: the {name} split of {dataset.name} (run {loaded.run_dir.name}) is empty; "
-                       f"choose one of {', '.join(have)}")
+        raise JobError(
+            f"sample.split: the {name} split of {dataset.name} (run {loaded.run_dir.name}) is empty; "
+            f"choose one of {', '.join(have)}"
+        )
     return split
 
 
@@ -262,8 +317,10 @@ def _user_sample(spec: PredictSpec, loaded: Loaded):
     split = _split(dataset, spec.sample.split, loaded)
     index = spec.sample.index
     if index >= len(split):
-        raise JobError(f"sample.index: {index} is past the end of the {split.name} split of {dataset.name} "
-                       f"({len(split):,} samples: 0 to {len(split) - 1})")
+        raise JobError(
+            f"sample.index: {index} is past the end of the {split.name} split of {dataset.name} "
+            f"({len(split):,} samples: 0 to {len(split) - 1})"
+        )
     x, y = split.sample(index)
     truth = None
     if loaded.task == "segmentation":
@@ -273,8 +330,12 @@ def _user_sample(spec: PredictSpec, loaded: Loaded):
         loaded.true_mask = true_mask(y)
     elif isinstance(y, torch.Tensor) and y.numel() <= MAX_VALUES:
         truth = {"value": y.tolist()}
-    info = {"kind": "sample", "split": split.name, "index": index,
-            "note": "the input as the dataset's own code made it (its transforms normalise it)"}
+    info = {
+        "kind": "sample",
+        "split": split.name,
+        "index": index,
+        "note": "the input as the dataset's own code made it (its transforms normalise it)",
+    }
     return default_collate([x]), info, _user_truth(truth, y, loaded), _user_input(x, split, info)
 
 
@@ -289,7 +350,8 @@ def _user_truth(truth: dict | None, y, loaded: Loaded) -> dict | None:
 
 def _user_input(x, split, info: dict):
     """The sample as the window shows it: an image's uint8 H×W×C preview, or (returned in `info`) a token
-    sequence's ids and decoded text, a signal's or a row's values, made by the Dataset's own decode in here."""
+    sequence's ids and decoded text, a signal's or a row's values, made by the Dataset's own decode in
+    here."""
     from workbench.worker.data.imageops import to_hwc
     from workbench.worker.data.sequence_views import Describer
     from workbench.worker.data.user_views import image_uint8, is_image
@@ -301,8 +363,9 @@ def _user_input(x, split, info: dict):
 
 
 def read_image(path_text: str, channels: int, size: tuple[int, int]) -> tuple[torch.Tensor, dict]:
-    """An image file as uint8 (C,H,W) at the model's channels and size, read as the imagefolder dataset reads its
-    files (imagefolder.convert_image), with what was done to it; JobErrors name `input` and say what to do."""
+    """An image file as uint8 (C,H,W) at the model's channels and size, read as the imagefolder dataset reads
+    its files (imagefolder.convert_image), with what was done to it; JobErrors name `input` and say what to
+    do."""
     from PIL import Image, UnidentifiedImageError
 
     from workbench.worker.data.imagefolder import _reason, convert_image, is_sixteen_bit
@@ -313,21 +376,35 @@ def read_image(path_text: str, channels: int, size: tuple[int, int]) -> tuple[to
     if path.is_dir():
         raise JobError(f"input: {path} is a folder; give the path of one image file in it")
     if not path.is_file():  # a FIFO, socket or device: opening it could wait forever for a writer
-        raise JobError(f"input: {path} is not a regular file (a pipe, socket or device); give the path of an image file")
+        raise JobError(
+            f"input: {path} is not a regular file (a pipe, socket or device); give the path of an image file"
+        )
     mode = "L" if channels == 1 else "RGB"
     if channels not in (1, 3):
-        raise JobError(f"input: the model takes {channels}-channel images, and an image file gives 1 (grayscale) or "
-                       "3 (RGB); try a sample of the run's dataset instead (sample.split, sample.index)")
+        raise JobError(
+            f"input: the model takes {channels}-channel images, and an image file gives 1 (grayscale) or "
+            "3 (RGB); try a sample of the run's dataset instead (sample.split, sample.index)"
+        )
     try:
         with Image.open(path) as img:
             width, height = img.size
             if width * height > MAX_INPUT_PIXELS:  # from the header, before any pixel is decoded
-                raise JobError(f"input: {path} is {width}x{height} pixels ({width * height / 1e6:,.0f} megapixels), "
-                               f"more than the {MAX_INPUT_PIXELS / 1e6:.0f} megapixels Try it decodes; shrink it "
-                               f"(the model sees {size[1]}x{size[0]} anyway)")
-            info = {"kind": "file", "path": str(path), "format": img.format, "mode": img.mode,
-                    "size": [width, height], "model_size": [size[0], size[1]], "channels": channels,
-                    "converted_to": mode, "notes": []}
+                raise JobError(
+                    f"input: {path} is {width}x{height} pixels ({width * height / 1e6:,.0f} megapixels), "
+                    f"more than the {MAX_INPUT_PIXELS / 1e6:.0f} megapixels Try it decodes; shrink it "
+                    f"(the model sees {size[1]}x{size[0]} anyway)"
+                )
+            info = {
+                "kind": "file",
+                "path": str(path),
+                "format": img.format,
+                "mode": img.mode,
+                "size": [width, height],
+                "model_size": [size[0], size[1]],
+                "channels": channels,
+                "converted_to": mode,
+                "notes": [],
+            }
             notes = info["notes"]
             if getattr(img, "n_frames", 1) > 1:
                 notes.append(f"the first of its {img.n_frames} frames")
@@ -345,14 +422,15 @@ def read_image(path_text: str, channels: int, size: tuple[int, int]) -> tuple[to
     except JobError:
         raise
     except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError, SyntaxError) as exc:
-        raise JobError(f"input: {path}: {_reason(str(path), exc)}; give a PNG, JPEG, BMP, GIF, TIFF or WebP "
-                       "image") from None
+        raise JobError(
+            f"input: {path}: {_reason(str(path), exc)}; give a PNG, JPEG, BMP, GIF, TIFF or WebP image"
+        ) from None
     image = torch.from_numpy(pixels)
     image = image.unsqueeze(0) if image.dim() == 2 else image.permute(2, 0, 1)
     return image.contiguous(), info
 
 
-# --- the answer ------------------------------------------------------------------------------------------------------
+# --- the answer ---------------------------------------------------------------------------------------------
 
 
 def _ranked_result(loaded: Loaded, x, device, classes: list[str], top_k: int) -> dict:
@@ -361,7 +439,9 @@ def _ranked_result(loaded: Loaded, x, device, classes: list[str], top_k: int) ->
     if loaded.kind != "quantize":
         return {"predictions": fp32}
     quantized = _answer(loaded.quantized, x, device, loaded.task, classes, top_k)
-    agree = None if fp32 is None or loaded.task != "classification" else fp32[0]["class"] == quantized[0]["class"]
+    agree = (
+        None if fp32 is None or loaded.task != "classification" else fp32[0]["class"] == quantized[0]["class"]
+    )
     return {"predictions": quantized, "quantized": quantized, "fp32": fp32, "agree": agree}
 
 
@@ -371,10 +451,16 @@ def _segmentation_result(loaded: Loaded, x, device, classes: list[str], as_array
     Masks are uint8 arrays for the window (raw buffers), lists of rows for the command line's JSON."""
     from workbench.worker.predict_masks import segmentation_answer
 
-    models = [("fp32", loaded.fp32), ("quantized", loaded.quantized)] if loaded.kind == "quantize" else [
-        ("fp32", loaded.fp32)]
-    answers = {name: segmentation_answer(_forward(model, x, device), classes, loaded.true_mask)
-               for name, model in models if model is not None}
+    models = (
+        [("fp32", loaded.fp32), ("quantized", loaded.quantized)]
+        if loaded.kind == "quantize"
+        else [("fp32", loaded.fp32)]
+    )
+    answers = {
+        name: segmentation_answer(_forward(model, x, device), classes, loaded.true_mask)
+        for name, model in models
+        if model is not None
+    }
     out: dict = {"masks": {name: a["mask"] for name, a in answers.items()}}
     if loaded.true_mask is not None:
         out["true_mask"] = loaded.true_mask
@@ -384,8 +470,11 @@ def _segmentation_result(loaded: Loaded, x, device, classes: list[str], as_array
     main = "quantized" if loaded.kind == "quantize" else "fp32"
     out.update(predictions=answers[main]["shares"], mask=answers[main]["mask"])
     if loaded.kind == "quantize":
-        out.update(fp32=answers["fp32"]["shares"] if "fp32" in answers else None,
-                   quantized=answers["quantized"]["shares"], agree=None)
+        out.update(
+            fp32=answers["fp32"]["shares"] if "fp32" in answers else None,
+            quantized=answers["quantized"]["shares"],
+            agree=None,
+        )
         if "fp32" in answers:
             out["mask_agreement"] = float((answers["fp32"]["mask"] == answers["quantized"]["mask"]).mean())
     if not as_arrays:
@@ -412,8 +501,10 @@ def _forward(model, x, device) -> torch.Tensor:
     with torch.no_grad():
         scores = logits_of(call_model(model, to(x))).float().cpu()
     if not torch.isfinite(scores).all():
-        raise JobError("the model's output holds NaN or infinite values for this input; check the run's model (its "
-                       "Evaluation view) or try another image")
+        raise JobError(
+            "the model's output holds NaN or infinite values for this input; check the run's model (its "
+            "Evaluation view) or try another image"
+        )
     return scores
 
 
@@ -427,20 +518,31 @@ def _answer(model, x, device, task: str, classes: list[str], top_k: int) -> list
 
     if task == "regression":
         values = scores.reshape(-1)[:MAX_VALUES].tolist()
-        return [{"index": i, "label": label(i) if len(classes) == len(values) else f"output {i}", "value": v}
-                for i, v in enumerate(values)]
+        return [
+            {"index": i, "label": label(i) if len(classes) == len(values) else f"output {i}", "value": v}
+            for i, v in enumerate(values)
+        ]
     row = scores.reshape(scores.shape[0], -1)[0] if scores.dim() > 1 else scores.reshape(-1)
     if task == "multilabel":
         from workbench.worker.objectives.multilabel import THRESHOLD
 
         probabilities = torch.sigmoid(row.double())
         order = probabilities.argsort(descending=True)[:top_k].tolist()
-        return [{"class": i, "label": label(i), "probability": float(probabilities[i]),
-                 "positive": bool(probabilities[i] >= THRESHOLD)} for i in order]
+        return [
+            {
+                "class": i,
+                "label": label(i),
+                "probability": float(probabilities[i]),
+                "positive": bool(probabilities[i] >= THRESHOLD),
+            }
+            for i in order
+        ]
     probabilities = torch.softmax(row.double(), dim=0)
     order = probabilities.argsort(descending=True, stable=True)[:top_k].tolist()
-    return [{"class": i, "label": label(i), "probability": float(probabilities[i]), "logit": float(row[i])}
-            for i in order]
+    return [
+        {"class": i, "label": label(i), "probability": float(probabilities[i]), "logit": float(row[i])}
+        for i in order
+    ]
 
 
 def _summary(result: dict) -> str:
@@ -456,8 +558,10 @@ def _summary(result: dict) -> str:
         return f"{top['label']} = {top['value']:.4g}"
 
     if result["run_kind"] == "quantize":
-        return (f"predicted with quantize run {result['run']}: quantized {first(result['quantized'])}, FP32 "
-                f"{first(result['fp32'])}")
+        return (
+            f"predicted with quantize run {result['run']}: quantized {first(result['quantized'])}, FP32 "
+            f"{first(result['fp32'])}"
+        )
     return f"predicted with run {result['run']}: {first(result['predictions'])}"
 
 

@@ -1,6 +1,6 @@
-"""Try it's segmentation answer: the model's (1, classes, H, W) scores for one image as its predicted class mask,
-each class's share of the pixels and, where the sample's true mask is known, that image's pixel accuracy and IoU
-per class (computed as the evaluation computes them over a split). Worker side; never Qt.
+"""Try it's segmentation answer: the model's (1, classes, H, W) scores for one image as its predicted class
+mask, each class's share of the pixels and, where the sample's true mask is known, that image's pixel accuracy
+and IoU per class (computed as the evaluation computes them over a split). Worker side; never Qt.
 """
 
 from __future__ import annotations
@@ -22,10 +22,14 @@ def mask_of(scores: torch.Tensor) -> np.ndarray:
     if scores.dim() == 4:
         scores = scores[0]
     if scores.dim() != 3:
-        raise JobError(f"the model's output has shape {tuple(scores.shape)}; a segmentation model returns "
-                       "(batch, classes, height, width) scores")
+        raise JobError(
+            f"the model's output has shape {tuple(scores.shape)}; a segmentation model returns "
+            "(batch, classes, height, width) scores"
+        )
     if scores.shape[0] > MAX_CLASSES:
-        raise JobError(f"the model scores {scores.shape[0]} classes; Try it draws masks of at most {MAX_CLASSES}")
+        raise JobError(
+            f"the model scores {scores.shape[0]} classes; Try it draws masks of at most {MAX_CLASSES}"
+        )
     return np.ascontiguousarray(scores.argmax(dim=0).to(torch.uint8).numpy())
 
 
@@ -33,12 +37,20 @@ def shares(mask: np.ndarray, classes: list[str], count: int) -> list[dict]:
     """Each class's share of the mask's pixels, in class order (the legend's order), zero shares included."""
     pixels = np.bincount(mask.reshape(-1), minlength=count)[:count]
     total = max(int(mask.size), 1)
-    return [{"class": k, "label": classes[k] if k < len(classes) else str(k), "share": float(pixels[k]) / total,
-             "pixels": int(pixels[k])} for k in range(count)]
+    return [
+        {
+            "class": k,
+            "label": classes[k] if k < len(classes) else str(k),
+            "share": float(pixels[k]) / total,
+            "pixels": int(pixels[k]),
+        }
+        for k in range(count)
+    ]
 
 
 def true_mask(target) -> np.ndarray | None:
-    """A sample's target as a (H, W) uint8 mask (out-of-range labels as IGNORE_INDEX), or None when it is not one."""
+    """A sample's target as a (H, W) uint8 mask (out-of-range labels as IGNORE_INDEX), or None when it is not
+    one."""
     if not isinstance(target, torch.Tensor) or target.is_floating_point():
         return None
     mask = class_map(target[None])[0] if target.dim() in (2, 3) else None
@@ -49,22 +61,31 @@ def true_mask(target) -> np.ndarray | None:
 
 
 def scores_against(predicted: np.ndarray, truth: np.ndarray, classes: list[str], count: int) -> dict:
-    """This image's pixel accuracy, mIoU and per-class IoU (None for a class in neither mask), ignored pixels left
-    out; the same formulas as the test split's evaluation."""
+    """This image's pixel accuracy, mIoU and per-class IoU (None for a class in neither mask), ignored pixels
+    left out; the same formulas as the test split's evaluation."""
     if predicted.shape != truth.shape:
-        return {"note": f"the true mask is {truth.shape[1]}x{truth.shape[0]}, the prediction "
-                        f"{predicted.shape[1]}x{predicted.shape[0]}: not compared"}
+        return {
+            "note": f"the true mask is {truth.shape[1]}x{truth.shape[0]}, the prediction "
+            f"{predicted.shape[1]}x{predicted.shape[0]}: not compared"
+        }
     valid = truth < count
     cells = truth[valid].astype(np.int64) * count + predicted[valid].astype(np.int64)
-    confusion = torch.from_numpy(np.bincount(cells, minlength=count * count)[:count * count].reshape(count, count))
+    confusion = torch.from_numpy(
+        np.bincount(cells, minlength=count * count)[: count * count].reshape(count, count)
+    )
     summary, ious = iou_metrics(confusion)
 
     def number(value: float):
         return None if math.isnan(value) else float(value)
 
-    return {"pixel_accuracy": number(summary["pixel_acc"]), "miou": number(summary["miou"]),
-            "iou": [{"class": k, "label": classes[k] if k < len(classes) else str(k), "iou": number(v)}
-                    for k, v in enumerate(ious)]}
+    return {
+        "pixel_accuracy": number(summary["pixel_acc"]),
+        "miou": number(summary["miou"]),
+        "iou": [
+            {"class": k, "label": classes[k] if k < len(classes) else str(k), "iou": number(v)}
+            for k, v in enumerate(ious)
+        ],
+    }
 
 
 def segmentation_answer(scores: torch.Tensor, classes: list[str], truth: np.ndarray | None) -> dict:

@@ -1,4 +1,5 @@
-"""The task registry: `register_task` / `get_task` / `list_tasks`, in the spirit of torchvision's models/_api.py.
+"""The task registry: `register_task` / `get_task` / `list_tasks`, in the spirit of torchvision's
+models/_api.py.
 
 A task is a function or generator of (spec, ctx). "job" tasks run one at a time and get a run directory;
 "query" tasks (device lists, thumbnails) run beside them and return quickly.
@@ -12,7 +13,17 @@ from dataclasses import dataclass
 from workbench.registry import Registry
 from workbench.task_ids import canonical_name
 
-BUILTIN_TASK_MODULES = ("workbench.worker.tasks.diagnostics", "workbench.worker.tasks.devices", "workbench.worker.tasks.data", "workbench.worker.tasks.train", "workbench.worker.tasks.graph", "workbench.worker.tasks.quant", "workbench.worker.tasks.bench", "workbench.worker.tasks.export", "workbench.worker.tasks.predict")
+BUILTIN_TASK_MODULES = (
+    "workbench.worker.tasks.diagnostics",
+    "workbench.worker.tasks.devices",
+    "workbench.worker.tasks.data",
+    "workbench.worker.tasks.train",
+    "workbench.worker.tasks.graph",
+    "workbench.worker.tasks.quant",
+    "workbench.worker.tasks.bench",
+    "workbench.worker.tasks.export",
+    "workbench.worker.tasks.predict",
+)
 
 
 @dataclass(frozen=True)
@@ -25,18 +36,27 @@ class TaskInfo:
     description: str
 
 
-TASKS: Registry[TaskInfo] = Registry("task", BUILTIN_TASK_MODULES,
-                                     missing=lambda name, hint: f"no task named {name!r} in this worker; {hint}")
+TASKS: Registry[TaskInfo] = Registry(
+    "task", BUILTIN_TASK_MODULES, missing=lambda name, hint: f"no task named {name!r} in this worker; {hint}"
+)
 
 
-def register_task(name: str, *, kind: str = "job", spec: type | None = None, creates_run: bool | None = None,
-                  description: str = "") -> Callable:
+def register_task(
+    name: str,
+    *,
+    kind: str = "job",
+    spec: type | None = None,
+    creates_run: bool | None = None,
+    description: str = "",
+) -> Callable:
     if kind not in ("job", "query"):
         raise ValueError(f"task kind must be 'job' or 'query', not {kind!r}")
 
     def decorator(fn: Callable) -> Callable:
         doc = description or (fn.__doc__ or "").strip().split("\n")[0]
-        TASKS.add(name, TaskInfo(name, fn, kind, spec, kind == "job" if creates_run is None else creates_run, doc))
+        TASKS.add(
+            name, TaskInfo(name, fn, kind, spec, kind == "job" if creates_run is None else creates_run, doc)
+        )
         return fn
 
     return decorator

@@ -47,10 +47,14 @@ def _drive(task: TaskInfo, spec, ctx: TaskContext):
 
 def _describe_escape(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
-        return (f"the job's code called sys.exit({exc.code!r}); a model or task must raise an exception "
-                "instead, so the run can be reported")
-    return ("the job's code raised KeyboardInterrupt; to stop a job use Cancel (Ctrl+.) in the window, "
-            "or Ctrl+C on the command line")
+        return (
+            f"the job's code called sys.exit({exc.code!r}); a model or task must raise an exception "
+            "instead, so the run can be reported"
+        )
+    return (
+        "the job's code raised KeyboardInterrupt; to stop a job use Cancel (Ctrl+.) in the window, "
+        "or Ctrl+C on the command line"
+    )
 
 
 def _record_outcome(run, result: dict) -> None:
@@ -82,7 +86,8 @@ def _open_for_resume(task: TaskInfo, workspace: str | Path | None, resume: str |
     from workbench.runs import RunStore
 
     opened = RunStore(Path(workspace) if workspace else Path(resume).parent.parent).open_run(
-        str(resume), readonly=False)
+        str(resume), readonly=False
+    )
     try:
         if not same_task(opened.task, task.name):  # a run recorded under the training id's old name too
             raise UsageError(f"{opened.dir} is a {opened.task} run; it cannot be resumed as {task.name}")
@@ -94,8 +99,8 @@ def _open_for_resume(task: TaskInfo, workspace: str | Path | None, resume: str |
 
 
 def _start_resumed(run, spec, notes: list[str], job_id: str, emit: Emit):
-    """Mark the resumed run running and return its spec: the one it began with where that must be kept (its notes
-    go to `notes`), written back to the run's spec file."""
+    """Mark the resumed run running and return its spec: the one it began with where that must be kept (its
+    notes go to `notes`), written back to the run's spec file."""
     from workbench.runs import atomic_write_text
 
     if hasattr(spec, "to_toml"):  # the spec may have grown (more epochs, say): keep the file true
@@ -113,7 +118,9 @@ def _create_run(task: TaskInfo, spec, workspace: str | Path, run_id: str | None)
     from workbench.runs import RunStore
 
     spec_dict = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
-    run = RunStore(Path(workspace)).create_run(task.name.split(".")[0], spec_dict, task=task.name, run_id=run_id)
+    run = RunStore(Path(workspace)).create_run(
+        task.name.split(".")[0], spec_dict, task=task.name, run_id=run_id
+    )
     return run, spec_dict
 
 
@@ -140,11 +147,14 @@ def _record_and_close(run, result: dict) -> None:
     """Save how the job ended in its run and close the run; a save that fails turns up in `result`'s error."""
     try:
         _record_outcome(run, result)
-    except (OSError, WorkbenchError) as exc:  # a full disk: the run cannot say how it ended, so this reply must
+    # a full disk: the run cannot say how it ended, so this reply must
+    except (OSError, WorkbenchError) as exc:
         if "error" not in result:
             result["status"] = "failed"
-            result["error"] = {"type": type(exc).__name__, "message": (
-                f"the job finished, but its outcome could not be saved in {run.dir}: {exc}")}
+            result["error"] = {
+                "type": type(exc).__name__,
+                "message": (f"the job finished, but its outcome could not be saved in {run.dir}: {exc}"),
+            }
         else:
             why = "" if str(exc) in result["error"]["message"] else f": {exc}"
             result["error"]["message"] += f" (its report could not be saved in {run.dir} either{why})"
@@ -152,14 +162,22 @@ def _record_and_close(run, result: dict) -> None:
         run.close()
 
 
-def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threading.Event | None = None,
-             workspace: str | Path | None = None, job_id: str = "", resume: str | Path | None = None,
-             run_id: str | None = None) -> dict:
+def run_task(
+    task: TaskInfo,
+    spec_data: dict,
+    *,
+    emit: Emit,
+    stop_event: threading.Event | None = None,
+    workspace: str | Path | None = None,
+    job_id: str = "",
+    resume: str | Path | None = None,
+    run_id: str | None = None,
+) -> dict:
     """Run a task and return its result: always `status` and `run_dir`, plus `error` when it failed.
 
     With `resume` (a run directory or id) the task continues that run instead of starting a new one;
-    `ctx.resuming` tells it to pick up from the run's last checkpoint. `run_id` names a new run (torchrun ranks
-    agree on one) instead of a generated id.
+    `ctx.resuming` tells it to pick up from the run's last checkpoint. `run_id` names a new run (torchrun
+    ranks agree on one) instead of a generated id.
     """
     run = None
     result: dict = {"status": "failed", "run_dir": None}
@@ -167,8 +185,8 @@ def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threadi
     started = time.time()
     try:
         spec = build_spec(task, spec_data)
-        # `run` is set as soon as the run is open, so that whatever fails after it, its outcome is recorded and
-        # it is closed below.
+        # `run` is set as soon as the run is open, so that whatever fails after it, its outcome is recorded
+        # and it is closed below.
         if resume is not None:
             run = _open_for_resume(task, workspace, resume)
             result["run_dir"] = str(run.dir)  # named from here on: a write below can fail (a full disk)
@@ -179,8 +197,14 @@ def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threadi
             _start_created(task, run, spec_dict, emit)
         else:
             emit("status", {"state": "running"}, [])
-        ctx = TaskContext(emit, stop_event=stop_event, run=run, job_id=job_id, workspace=workspace,
-                          resuming=resume is not None)
+        ctx = TaskContext(
+            emit,
+            stop_event=stop_event,
+            run=run,
+            job_id=job_id,
+            workspace=workspace,
+            resuming=resume is not None,
+        )
         value = _drive_logged(task, spec, ctx, notes)
         if isinstance(value, dict):
             result.update(value)
@@ -201,8 +225,11 @@ def run_task(task: TaskInfo, spec_data: dict, *, emit: Emit, stop_event: threadi
         result.update(status="failed", error={"type": type(exc).__name__, "message": _describe_escape(exc)})
         result["traceback"] = traceback.format_exc()
     result["elapsed_s"] = round(time.time() - started, 6)
-    result = strip_ansi_deep(result)  # error messages and reasons (a bench backend's) may carry a library's colours
+    # error messages and reasons (a bench backend's) may carry a library's colours
+    result = strip_ansi_deep(result)
     if run is not None:
         _record_and_close(run, result)
-    emit("status", {"state": result["status"], **({"error": result["error"]} if "error" in result else {})}, [])
+    emit(
+        "status", {"state": result["status"], **({"error": result["error"]} if "error" in result else {})}, []
+    )
     return result

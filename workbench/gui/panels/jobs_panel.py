@@ -93,8 +93,10 @@ class JobsItemModel(QAbstractTableModel):
             if column == "Details":
                 pending = self.cancel_pending_s(record)
                 if pending is not None and pending >= self.cancel_grace_s:
-                    return (f"not responding to cancel for {pending:.0f} s (stuck in the model's code?): "
-                            "Force stop restarts the worker; the run can be resumed")
+                    return (
+                        f"not responding to cancel for {pending:.0f} s (stuck in the model's code?): "
+                        "Force stop restarts the worker; the run can be resumed"
+                    )
                 if pending is not None:
                     return f"stopping at its next step (cancel requested {pending:.0f} s ago)"
                 return record.error_message or record.text or (record.run_dir or "")
@@ -132,8 +134,10 @@ class JobsItemModel(QAbstractTableModel):
         active = [i for i, r in enumerate(self._records) if r.active]
         if active:
             # Details too: it counts the seconds a cancel has gone unanswered.
-            self.dataChanged.emit(self.index(min(active), COLUMNS.index("Elapsed")),
-                                  self.index(max(active), COLUMNS.index("Details")))
+            self.dataChanged.emit(
+                self.index(min(active), COLUMNS.index("Elapsed")),
+                self.index(max(active), COLUMNS.index("Details")),
+            )
 
 
 class ProgressDelegate(QStyledItemDelegate):
@@ -151,7 +155,8 @@ class ProgressDelegate(QStyledItemDelegate):
         # height (56 % drew as a full-width band over the lower half).
         bar.state = option.state | QStyle.StateFlag.State_Horizontal
         (option.widget.style() if option.widget else QApplication.style()).drawControl(
-            QStyle.CE_ProgressBar, bar, painter)
+            QStyle.CE_ProgressBar, bar, painter
+        )
 
 
 class JobsPanel(QWidget):
@@ -176,14 +181,17 @@ class JobsPanel(QWidget):
             self.view.setColumnWidth(COLUMNS.index(column), width)
         self.cancel_button = QPushButton("Cancel job", self)
         # Ctrl+. is the Jobs menu's action (window-wide); see WindowChrome._build_task_menus.
-        self.cancel_button.setToolTip("Stop the selected job at its next step, or the running job when none "
-                                      "is selected (the newest, if several run) (Ctrl+.)")
+        self.cancel_button.setToolTip(
+            "Stop the selected job at its next step, or the running job when none "
+            "is selected (the newest, if several run) (Ctrl+.)"
+        )
         self.cancel_button.setEnabled(False)
         self.force_button = QPushButton("Force stop", self)
         self.force_button.setToolTip(
             f"Offered when a cancelled job has not stopped within {CANCEL_GRACE_S:.0f} s (a model stuck in "
             "its own code). Restarts the worker: the run is marked cancelled and can be resumed from its "
-            "last checkpoint; other jobs of the worker stop too.")
+            "last checkpoint; other jobs of the worker stop too."
+        )
         self.force_button.setVisible(False)
         self.clear_button = QPushButton("Clear finished", self)
         self.clear_button.setToolTip(
@@ -235,8 +243,13 @@ class JobsPanel(QWidget):
         stuck = self.stuck_records()
         # The selected stuck job, or the only stuck one: the button must not depend on a lucky selection.
         stuck_ids = {r.job_id for r in stuck}
-        self._force_target = (record if record is not None and record.job_id in stuck_ids
-                              else stuck[0] if len(stuck) == 1 else None)
+        self._force_target = (
+            record
+            if record is not None and record.job_id in stuck_ids
+            else stuck[0]
+            if len(stuck) == 1
+            else None
+        )
         self.force_button.setVisible(bool(stuck))
         self.force_button.setEnabled(self._force_target is not None)
 

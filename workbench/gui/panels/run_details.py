@@ -45,39 +45,55 @@ def _when(iso: str | None) -> str:
 
 
 def _table(rows: list[tuple[str, str]]) -> str:
-    cells = "".join(f"<tr><td style='padding-right:14px; color:#888'>{html.escape(k)}</td>"
-                    f"<td>{html.escape(v)}</td></tr>" for k, v in rows)
+    cells = "".join(
+        f"<tr><td style='padding-right:14px; color:#888'>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
+        for k, v in rows
+    )
     return f"<table cellspacing='0' cellpadding='1'>{cells}</table>"
 
 
 def describe_run_html(summary: dict) -> str:
     status = summary.get("status") or "unknown"
     colour = state_colour(status)
-    parts = [f"<h3 style='margin-bottom:2px'>{html.escape(summary.get('id', ''))}</h3>",
-             f"<p style='margin-top:0'><b style='color:{colour}'>{html.escape(status)}</b>"]
+    parts = [
+        f"<h3 style='margin-bottom:2px'>{html.escape(summary.get('id', ''))}</h3>",
+        f"<p style='margin-top:0'><b style='color:{colour}'>{html.escape(status)}</b>",
+    ]
     if summary.get("message"):
         parts.append(f" — {html.escape(summary['message'])}")
     parts.append("</p>")
     owner = summary.get("owner")
-    facts = [("Task", summary.get("task") or "—"), ("Created", _when(summary.get("created"))),
-             ("Updated", _when(summary.get("updated"))), ("Folder", summary.get("run_dir") or "—")]
+    facts = [
+        ("Task", summary.get("task") or "—"),
+        ("Created", _when(summary.get("created"))),
+        ("Updated", _when(summary.get("updated"))),
+        ("Folder", summary.get("run_dir") or "—"),
+    ]
     if owner:
         facts.append(("Written by", f"pid {owner.get('pid')} on {owner.get('host', '?')}"))
     parts.append(_table(facts))
     if summary.get("problems"):
         items = "".join(f"<li>{html.escape(p)}</li>" for p in summary["problems"])
-        parts.append(f"<h4 style='color:{JOB_STATE_COLOURS['failed']}'>Problems reading this run</h4><ul>{items}</ul>")
+        parts.append(
+            f"<h4 style='color:{JOB_STATE_COLOURS['failed']}'>Problems reading this run</h4><ul>{items}</ul>"
+        )
     last = summary.get("last_metrics") or {}
     if last:
         parts.append("<h4>Last metrics</h4>")
-        parts.append(_table([(name, f"{_format(value)}   (step {step})") for name, (step, value) in sorted(last.items())]))
+        parts.append(
+            _table(
+                [(name, f"{_format(value)}   (step {step})") for name, (step, value) in sorted(last.items())]
+            )
+        )
     report = summary.get("report")
     if isinstance(report, dict):
         shown = {k: v for k, v in report.items() if k not in ("run_dir", "status", "traceback")}
         error = shown.pop("error", None)
         if error:
-            parts.append(f"<h4>Error</h4><p>{html.escape(str(error.get('type', 'Error')))}: "
-                         f"{html.escape(str(error.get('message', '')))}</p>")
+            parts.append(
+                f"<h4>Error</h4><p>{html.escape(str(error.get('type', 'Error')))}: "
+                f"{html.escape(str(error.get('message', '')))}</p>"
+            )
         rows = [(k, _format(v)) for k, v in _flatten(shown)]
         if rows:
             parts.append("<h4>Report</h4>" + _table(rows))

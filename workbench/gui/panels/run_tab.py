@@ -23,11 +23,12 @@ from workbench.task_ids import with_aliases
 
 
 class RunTab(QWidget):
-    """A tab of runs of `TASKS`: `runs` (run id -> list entry with the tab's summary), `live` (job id -> what the
-    tab keeps of a run while its job goes on), `job_of_run` (run id -> job id) and `table`, set by the tab's build.
+    """A tab of runs of `TASKS`: `runs` (run id -> list entry with the tab's summary), `live` (job id -> what
+    the tab keeps of a run while its job goes on), `job_of_run` (run id -> job id) and `table`, set by the
+    tab's build.
 
-    A tab overrides `run_summary(entry)` (its columns' values), `forget(run_id)` (a deleted run, or every run when the
-    workspace changes: None) and, where it keeps arrays of a live job, `take_array(kept, msg)`.
+    A tab overrides `run_summary(entry)` (its columns' values), `forget(run_id)` (a deleted run, or every run
+    when the workspace changes: None) and, where it keeps arrays of a live job, `take_array(kept, msg)`.
 
     A job goes through `on_job_changed`, one lifecycle for the three tabs: `job_started` (first seen: the tab
     tracks it and says what it keeps), `run_named` (its run folder came after it started), `job_finished` (it
@@ -38,7 +39,8 @@ class RunTab(QWidget):
     cancel_requested = Signal(str)  # job id: stop it at its next step
     status_message = Signal(str)
     TASKS: tuple[str, ...] = ()
-    EARLY_PREFIX = ""  # the array names of the tab's jobs ("quant/", "bench/") that may come before their record
+    # the array names of the tab's jobs ("quant/", "bench/") that may come before their record
+    EARLY_PREFIX = ""
     EARLY_TYPES: tuple[str, ...] = ("array",)  # the message types that may
     ENDED_KEPT = 50  # jobs whose late messages still find their run after the job ended
     STOPPING_TEXT = ""  # what the status bar says when Stop was clicked ("" : nothing)
@@ -50,8 +52,8 @@ class RunTab(QWidget):
         self.live: dict[str, object] = {}
         self.job_of_run: dict[str, str] = {}
         self._early = EarlyMessages(self.EARLY_PREFIX, self.EARLY_TYPES)
-        # job id -> (what was kept, run id) of jobs that ended: the reply that ends a job can overtake its last
-        # events (another channel), which still belong to its run.
+        # job id -> (what was kept, run id) of jobs that ended: the reply that ends a job can overtake its
+        # last events (another channel), which still belong to its run.
         self.ended: dict[str, tuple[object, str | None]] = {}
         self.records: dict[str, JobRecord] = {}  # job id -> its latest record while it runs
         self.table: QTableWidget | None = None
@@ -91,10 +93,11 @@ class RunTab(QWidget):
         return ""
 
     # -- the frame -----------------------------------------------------------------------------------
-    def build_frame(self, buttons, left: QWidget, right: QWidget, empty_state: QWidget,
-                    sizes: tuple[int, int]) -> QSplitter:
-        """The tab's frame: its toolbar of `buttons`, then `empty_state` (no runs yet) or the runs (`left`) beside
-        the run shown (`right`) in a splitter, which it returns; `pages` switches between the two."""
+    def build_frame(
+        self, buttons, left: QWidget, right: QWidget, empty_state: QWidget, sizes: tuple[int, int]
+    ) -> QSplitter:
+        """The tab's frame: its toolbar of `buttons`, then `empty_state` (no runs yet) or the runs (`left`)
+        beside the run shown (`right`) in a splitter, which it returns; `pages` switches between the two."""
         bar = QHBoxLayout()
         for button in buttons:
             bar.addWidget(button)
@@ -175,8 +178,8 @@ class RunTab(QWidget):
         return kept, tracked or run_id
 
     def live_of(self, msg: Message):
-        """What is kept for the job a message is of, while it runs or just after; None (and the message held, when it
-        may be the tab's) when the job is not known yet."""
+        """What is kept for the job a message is of, while it runs or just after; None (and the message held,
+        when it may be the tab's) when the job is not known yet."""
         job_id = msg.parent_id or ""
         kept = self.live.get(job_id)
         if kept is None and job_id in self.ended:

@@ -37,21 +37,34 @@ RESUMABLE = ("cancelled", "failed", "interrupted")
 LIVE_REFRESH_MS = 2000  # while the tab is shown: runs started elsewhere (the CLI) appear, statuses move on
 
 # Model, dataset and key metric say which run is which without opening it (ids alone told runs apart poorly).
-COLUMNS = (("id", "Run"), ("kind", "Kind"), ("task", "Task"), ("status", "Status"), ("model", "Model"),
-           ("dataset", "Dataset"), ("metric", "Key metric"), ("created", "Created"))
+COLUMNS = (
+    ("id", "Run"),
+    ("kind", "Kind"),
+    ("task", "Task"),
+    ("status", "Status"),
+    ("model", "Model"),
+    ("dataset", "Dataset"),
+    ("metric", "Key metric"),
+    ("created", "Created"),
+)
 CREATED_COLUMN = [key for key, _title in COLUMNS].index("created")
 
 
 def confirm_delete_run(parent, run_id: str) -> bool:
     """Ask before deleting a run folder; the one place that wording lives."""
-    answer = QMessageBox.question(parent, "Delete run", f"Delete run {run_id} and everything in its folder "
-                                  "(checkpoints too)?\nThis cannot be undone.", QMessageBox.Yes | QMessageBox.No,
-                                  QMessageBox.No)
+    answer = QMessageBox.question(
+        parent,
+        "Delete run",
+        f"Delete run {run_id} and everything in its folder (checkpoints too)?\nThis cannot be undone.",
+        QMessageBox.Yes | QMessageBox.No,
+        QMessageBox.No,
+    )
     return answer == QMessageBox.Yes
 
 
 def delete_run_action(parent, store: RunStore, run_id: str) -> bool:
-    """The one delete-run action of every panel: ask, delete, and say plainly why not (a live run is refused)."""
+    """The one delete-run action of every panel: ask, delete, and say plainly why not (a live run is
+    refused)."""
     if not confirm_delete_run(parent, run_id):
         return False
     try:
@@ -151,8 +164,9 @@ class RunsPanel(QWidget):
         self.view.customContextMenuRequested.connect(self._on_view_context_menu)
         self.view.doubleClicked.connect(lambda *_: self._open_selected())
         self.resume_button = QPushButton("Resume", self)
-        self.resume_button.setToolTip("Continue the selected stopped, failed or interrupted training run "
-                                      "from its last checkpoint")
+        self.resume_button.setToolTip(
+            "Continue the selected stopped, failed or interrupted training run from its last checkpoint"
+        )
         self.resume_button.clicked.connect(self._on_resume_clicked)
         self._live_timer = QTimer(self)
         self._live_timer.setInterval(LIVE_REFRESH_MS)
@@ -212,13 +226,20 @@ class RunsPanel(QWidget):
         selected = self.selected_run_id()
         for run in runs:  # read once per change of a run (the identities are cached by its updated time)
             identity = self.identities.of(run)
-            run.update(model=identity.model, dataset=identity.dataset, metric=identity.metric,
-                       identity_tooltip=identity.tooltip, learns=identity.learns)
+            run.update(
+                model=identity.model,
+                dataset=identity.dataset,
+                metric=identity.metric,
+                identity_tooltip=identity.tooltip,
+                learns=identity.learns,
+            )
         self.model.set_runs(runs)
         count = len(self.model.runs)
         self.empty_label.setVisible(count == 0)
-        self.empty_label.setText(f"No runs yet in {self.store.workspace}. Jobs you start (or run with the "
-                                 "`workbench` command and the same workspace) appear here.")
+        self.empty_label.setText(
+            f"No runs yet in {self.store.workspace}. Jobs you start (or run with the "
+            "`workbench` command and the same workspace) appear here."
+        )
         if selected:
             self.select_run(selected)
         self._update_buttons()
@@ -248,10 +269,14 @@ class RunsPanel(QWidget):
 
     @staticmethod
     def _resumable(entry: dict | None) -> bool:
-        if not (bool(entry) and (entry.get("task") or "").startswith("train.") and entry.get("status") in RESUMABLE):
+        if not (
+            bool(entry)
+            and (entry.get("task") or "").startswith("train.")
+            and entry.get("status") in RESUMABLE
+        ):
             return False
-        # A run that failed before writing a checkpoint (a model file that does not import) has nothing to resume
-        # from: the Training tab offers Edit and retry for it instead.
+        # A run that failed before writing a checkpoint (a model file that does not import) has nothing to
+        # resume from: the Training tab offers Edit and retry for it instead.
         checkpoints = Path(entry["run_dir"]) / "checkpoints"
         return entry["status"] != "failed" or (checkpoints.is_dir() and any(checkpoints.glob("*.pt")))
 
@@ -323,8 +348,9 @@ class RunsPanel(QWidget):
         graph.setEnabled(entry is not None and (entry.get("task") or "").startswith("train."))
         menu.addSeparator()
         menu.addAction("Show folder", self._on_open_clicked).setEnabled(entry is not None)
-        menu.addAction("Copy folder path", lambda: QGuiApplication.clipboard().setText(entry["run_dir"])
-                       ).setEnabled(entry is not None)
+        menu.addAction(
+            "Copy folder path", lambda: QGuiApplication.clipboard().setText(entry["run_dir"])
+        ).setEnabled(entry is not None)
         menu.addAction("Copy summary as JSON", self._copy_summary).setEnabled(self._summary is not None)
         menu.addSeparator()
         menu.addAction("Delete…", self._on_delete_clicked).setEnabled(entry is not None)

@@ -1,7 +1,7 @@
 """Try it: a finished training or quantize run's model on an image file (dropped, or Open image…) or a
-sample of its dataset, through the worker's `predict.model` query: the image, what the model saw, and the top-k
-classes as a table and bars, FP32 beside quantized for a quantize run. The Training and Quantization tabs open it.
-Never imports torch.
+sample of its dataset, through the worker's `predict.model` query: the image, what the model saw, and the
+top-k classes as a table and bars, FP32 beside quantized for a quantize run. The Training and Quantization
+tabs open it. Never imports torch.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ from workbench.runs import RunStore
 from workbench.task_ids import PREDICT_TASK, QUANT_TASK
 
 TASK = PREDICT_TASK
-# The worker refuses a bigger file (workbench.worker.predict.MAX_INPUT_PIXELS); the window does not decode one either.
+# The worker refuses a bigger file (workbench.worker.predict.MAX_INPUT_PIXELS); the window does not decode one
+# either.
 MAX_SHOWN_PIXELS = 50_000_000
 IMAGE_BOX = 220
 SEEN_BOX = 96
@@ -59,7 +60,8 @@ DROP_TEXT = "Drop an image file here\n(PNG, JPEG, BMP, …)"
 
 @dataclass
 class RunInfo:
-    """What the view says of its run before the first prediction: read from the run folders, no worker needed."""
+    """What the view says of its run before the first prediction: read from the run folders, no worker
+    needed."""
 
     id: str
     kind: str  # "train" or "quantize"
@@ -70,8 +72,8 @@ class RunInfo:
 
     @property
     def takes_images(self) -> bool:
-        """Whether an image file can be its input: a user's own Dataset (file:, lightning:) makes its inputs with
-        its own code, token ids or signals as often as images, and the worker refuses a file for it."""
+        """Whether an image file can be its input: a user's own Dataset (file:, lightning:) makes its inputs
+        with its own code, token ids or signals as often as images, and the worker refuses a file for it."""
         return not self.dataset.startswith(("file:", "lightning:"))
 
     @property
@@ -85,8 +87,9 @@ class RunInfo:
 
 
 def describe_run(workspace, run_id: str) -> RunInfo:
-    """The run's kind, model, dataset and (quantize runs) bit widths, its training run's where the quantize run's
-    spec takes them from there; whatever cannot be read stays empty (the worker's answer names the problem)."""
+    """The run's kind, model, dataset and (quantize runs) bit widths, its training run's where the quantize
+    run's spec takes them from there; whatever cannot be read stays empty (the worker's answer names the
+    problem)."""
     from workbench.gui.panels.quant.results import bit_widths
 
     store = RunStore(workspace)
@@ -97,7 +100,9 @@ def describe_run(workspace, run_id: str) -> RunInfo:
         return RunInfo(run_id, "train")
     kind = "quantize" if task == QUANT_TASK else "train"
     dataset = dict(spec.get("dataset") or {})
-    info = RunInfo(run_id, kind, dig(spec, "model", "name", default=""), dataset.get("name", "digits"), dataset)
+    info = RunInfo(
+        run_id, kind, dig(spec, "model", "name", default=""), dataset.get("name", "digits"), dataset
+    )
     if kind == "quantize":
         info.scheme = bit_widths(spec)
         source = dig(spec, "source", "run", default="")
@@ -108,8 +113,10 @@ def describe_run(workspace, run_id: str) -> RunInfo:
             except WorkbenchError:
                 return info
             # The quantize run's own dataset fields that differ from the default override its training run's.
-            info.dataset_spec = {**(trained_spec.get("dataset") or {}), **{
-                k: v for k, v in dataset.items() if k != "name" or v != "digits"}}
+            info.dataset_spec = {
+                **(trained_spec.get("dataset") or {}),
+                **{k: v for k, v in dataset.items() if k != "name" or v != "digits"},
+            }
             info.dataset = info.dataset_spec.get("name", "digits")
             info.model = dig(trained_spec, "model", "name", default="")
     return info
@@ -145,11 +152,17 @@ def _cell_text(row: dict | None) -> tuple[str, str]:
 
 
 class TryItView(QWidget):
-    """Drop an image (or open one, or pick a dataset sample) and see the run's prediction; a quantize run's FP32
-    and quantized answers side by side, rows where they differ highlighted."""
+    """Drop an image (or open one, or pick a dataset sample) and see the run's prediction; a quantize run's
+    FP32 and quantized answers side by side, rows where they differ highlighted."""
 
-    def __init__(self, queries, workspace, run_id: str, data_sample: Callable[[], dict | None] | None = None,
-                 parent=None):
+    def __init__(
+        self,
+        queries,
+        workspace,
+        run_id: str,
+        data_sample: Callable[[], dict | None] | None = None,
+        parent=None,
+    ):
         super().__init__(parent)
         self.queries = queries
         self.run = describe_run(workspace, run_id)
@@ -161,7 +174,7 @@ class TryItView(QWidget):
         self._build()
         self.clear_results()
 
-    # -- layout ----------------------------------------------------------------------------------------------------
+    # -- layout ----------------------------------------------------------------------------------------------
     def _build(self) -> None:
         quantized = self.run.kind == "quantize"
         self._build_input_widgets(quantized)
@@ -174,14 +187,22 @@ class TryItView(QWidget):
     def _build_input_widgets(self, quantized: bool) -> None:
         """The heading and what picks the input: an image box, Open image, the dataset sample row, top k."""
         self.heading = QLabel(
-            f"<b>Try {html.escape(self.run.label)}</b><br>" + (
-                f"The FP32 model beside the {html.escape(self.run.quantized_name)} quantized one, on the same input."
-                if quantized else "The model's most likely classes for one image." if self.run.takes_images
-                else "The model's answer for one sample of its dataset."))
+            f"<b>Try {html.escape(self.run.label)}</b><br>"
+            + (
+                f"The FP32 model beside the {html.escape(self.run.quantized_name)} quantized one, on the "
+                "same input."
+                if quantized
+                else "The model's most likely classes for one image."
+                if self.run.takes_images
+                else "The model's answer for one sample of its dataset."
+            )
+        )
         self.heading.setWordWrap(True)
         self.image = _image_box(IMAGE_BOX, DROP_TEXT)
-        self.image.setToolTip("Drop an image file here to try the model on it; it is converted to the model's "
-                              "channels, resized to its input size and normalised as the run's dataset was")
+        self.image.setToolTip(
+            "Drop an image file here to try the model on it; it is converted to the model's "
+            "channels, resized to its input size and normalised as the run's dataset was"
+        )
         self.open_button = QPushButton("Open image…")
         self.open_button.setToolTip("Choose an image file to try the model on")
         self.split_combo = QComboBox()
@@ -192,19 +213,26 @@ class TryItView(QWidget):
         self.index_spin.setRange(0, 99_999_999)
         self.index_spin.setToolTip("The sample's index within its split (#index in the Data tab)")
         self.sample_button = QPushButton("Predict sample")
-        self.sample_button.setToolTip("Try the model on this sample of the run's dataset; its true label is shown")
+        self.sample_button.setToolTip(
+            "Try the model on this sample of the run's dataset; its true label is shown"
+        )
         self.data_tab_button = QPushButton("Data tab's sample")
-        self.data_tab_button.setToolTip("Try the model on the sample shown in the Data tab (when the Data tab shows "
-                                        "the run's dataset)")
+        self.data_tab_button.setToolTip(
+            "Try the model on the sample shown in the Data tab (when the Data tab shows the run's dataset)"
+        )
         self.data_tab_button.setEnabled(self.data_sample is not None)
         if not self.run.takes_images:
             # Its Dataset's own code makes the inputs (token ids, signals, rows as often as images): a file
             # cannot become one, so the sample row below is the way in.
             self.open_button.setEnabled(False)
             self.open_button.hide()
-            self.open_button.setToolTip(f"This run trained on {self.run.dataset}, your own Dataset, whose code makes "
-                                        "its inputs; an image file cannot become one. Pick a sample below")
-            self.image.setText("Pick a sample of the run's dataset below:<br>its split and index, then Predict sample")
+            self.open_button.setToolTip(
+                f"This run trained on {self.run.dataset}, your own Dataset, whose code makes "
+                "its inputs; an image file cannot become one. Pick a sample below"
+            )
+            self.image.setText(
+                "Pick a sample of the run's dataset below:<br>its split and index, then Predict sample"
+            )
             self.image.setToolTip("The sample tried: its ids and decoded text, or its values")
             self.image.setTextFormat(Qt.RichText)
             self.image.setAlignment(Qt.AlignLeft | Qt.AlignTop)
@@ -213,7 +241,9 @@ class TryItView(QWidget):
         # A signal or a row of features is drawn (a line, bars) where an image would be.
         self.sample_plot = make_plot("", "", "", empty="The sample is drawn here after a prediction.")
         self.sample_plot.setMinimumSize(IMAGE_BOX, IMAGE_BOX // 2)
-        self.sample_plot.setToolTip("The sample tried: a signal's values by step, or a row's value per feature")
+        self.sample_plot.setToolTip(
+            "The sample tried: a signal's values by step, or a row's value per feature"
+        )
         self.sample_plot.hide()
         self.top_k_spin = QSpinBox()
         self.top_k_spin.setRange(1, 20)
@@ -221,8 +251,9 @@ class TryItView(QWidget):
         self.top_k_spin.setPrefix("top ")
         self.top_k_spin.setToolTip("How many of the most likely classes to list")
         self.seen = _image_box(SEEN_BOX)
-        self.seen.setToolTip("What the model saw: the image at the model's input size and channels, before "
-                             "normalisation")
+        self.seen.setToolTip(
+            "What the model saw: the image at the model's input size and channels, before normalisation"
+        )
         self.input_note = QLabel("")
         self.input_note.setWordWrap(True)
         self.input_note.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -231,7 +262,9 @@ class TryItView(QWidget):
     def _build_input_side(self) -> QWidget:
         """The left side: the input, how to pick another, and what the model saw."""
         sample_box = QGroupBox("Or a sample of the run's dataset")
-        sample_box.setToolTip(f"A sample of {self.run.dataset or 'the run dataset'}, as the Data tab shows it")
+        sample_box.setToolTip(
+            f"A sample of {self.run.dataset or 'the run dataset'}, as the Data tab shows it"
+        )
         sample_row = QHBoxLayout(sample_box)
         sample_row.addWidget(self.split_combo)
         sample_row.addWidget(self.index_spin)
@@ -272,18 +305,30 @@ class TryItView(QWidget):
         self.table = QTableWidget(0, 0)
         self.table.setEditTriggers(QTableWidget.NoEditTriggers)
         self.table.verticalHeader().hide()
-        self.table.setToolTip("The most likely classes, ranked" + (
-            "; a highlighted row is a rank where FP32 and the quantized model differ" if quantized else ""))
-        self.chart = make_plot("", "", "probability", x_format="percent",
-                               empty="The probabilities appear here after a prediction.")
+        self.table.setToolTip(
+            "The most likely classes, ranked"
+            + ("; a highlighted row is a rank where FP32 and the quantized model differ" if quantized else "")
+        )
+        self.chart = make_plot(
+            "",
+            "",
+            "probability",
+            x_format="percent",
+            empty="The probabilities appear here after a prediction.",
+        )
         self.chart.invertY(True)  # rank 1 on top, as in the table
         self.chart.setMouseEnabled(x=False, y=False)
-        self.chart.setToolTip("Probability of each listed class" + (", FP32 beside quantized" if quantized else ""))
+        self.chart.setToolTip(
+            "Probability of each listed class" + (", FP32 beside quantized" if quantized else "")
+        )
         self.legend = add_legend(self.chart, offset=(-8, -8))  # bottom right: the top bars are the long ones
         # A segmentation run's answer is a mask: drawn over the image where the bars would be.
         self.masks = MaskPanel()
-        self.masks.setToolTip("The predicted mask over the image the model saw" + (
-            ", FP32 beside quantized" if quantized else "") + "; the true mask beside it for a dataset sample")
+        self.masks.setToolTip(
+            "The predicted mask over the image the model saw"
+            + (", FP32 beside quantized" if quantized else "")
+            + "; the true mask beside it for a dataset sample"
+        )
         self.masks.hide()
 
     def _build_answer_side(self) -> QWidget:
@@ -311,10 +356,11 @@ class TryItView(QWidget):
     def _connect(self) -> None:
         self.open_button.clicked.connect(self._on_open_clicked)
         self.sample_button.clicked.connect(
-            lambda: self.predict_sample(self.split_combo.currentData(), self.index_spin.value()))
+            lambda: self.predict_sample(self.split_combo.currentData(), self.index_spin.value())
+        )
         self.data_tab_button.clicked.connect(self._on_data_tab_clicked)
 
-    # -- asking ----------------------------------------------------------------------------------------------------
+    # -- asking ----------------------------------------------------------------------------------------------
     def predict_file(self, path: str) -> None:
         """Show the file and ask the worker for its prediction."""
         self._show_file(path)
@@ -322,14 +368,22 @@ class TryItView(QWidget):
 
     def predict_sample(self, split: str, index: int) -> None:
         self.image.clear()
-        self.image.setText(f"{split} #{index} of {html.escape(self.run.dataset)}<br>(loading…)"
-                           if not self.run.takes_images else f"{split} #{index} of {self.run.dataset}\n(loading…)")
+        self.image.setText(
+            f"{split} #{index} of {html.escape(self.run.dataset)}<br>(loading…)"
+            if not self.run.takes_images
+            else f"{split} #{index} of {self.run.dataset}\n(loading…)"
+        )
         self._submit({"sample": {"split": split, "index": int(index)}})
 
     def _submit(self, part: dict) -> None:
         if self.job is not None:
             self.queries.forget(self.job)  # only the latest input matters
-        self.request = {"source": {"run": self.run.id}, "top_k": self.top_k_spin.value(), "preview": True, **part}
+        self.request = {
+            "source": {"run": self.run.id},
+            "top_k": self.top_k_spin.value(),
+            "preview": True,
+            **part,
+        }
         self.busy.show()
         self._say("Predicting with the worker…")
         self.job = self.queries.query(TASK, self.request, self._on_result, self._on_error)
@@ -349,18 +403,23 @@ class TryItView(QWidget):
     def _on_data_tab_clicked(self) -> None:
         shown = self.data_sample() if self.data_sample is not None else None
         if not shown:
-            self._say("Click a sample in the Data tab first; its split and index are then tried here.", error=True)
+            self._say(
+                "Click a sample in the Data tab first; its split and index are then tried here.", error=True
+            )
             return
         dataset = dig(shown, "dataset", "name", default="digits")
         if dataset != self.run.dataset:
-            self._say(f"The Data tab shows {dataset}, but this run was trained on {self.run.dataset}: open "
-                      f"{self.run.dataset} there, or drop an image file here.", error=True)
+            self._say(
+                f"The Data tab shows {dataset}, but this run was trained on {self.run.dataset}: open "
+                f"{self.run.dataset} there, or drop an image file here.",
+                error=True,
+            )
             return
         self.split_combo.setCurrentIndex(max(0, self.split_combo.findData(shown["split"])))
         self.index_spin.setValue(int(shown["index"]))
         self.predict_sample(shown["split"], int(shown["index"]))
 
-    # -- drag and drop ---------------------------------------------------------------------------------------------
+    # -- drag and drop ---------------------------------------------------------------------------------------
     @staticmethod
     def _dropped_file(mime) -> str | None:
         for url in mime.urls() if mime.hasUrls() else []:
@@ -382,7 +441,7 @@ class TryItView(QWidget):
             event.acceptProposedAction()
             self.predict_file(path)
 
-    # -- answers ---------------------------------------------------------------------------------------------------
+    # -- answers ---------------------------------------------------------------------------------------------
     def _say(self, text: str, error: bool = False) -> None:
         self.status.setText(text)
         self.status.setStyleSheet(f"color: {ERROR_COLOUR}" if error else "color: palette(placeholder-text)")
@@ -457,8 +516,9 @@ class TryItView(QWidget):
         if segmentation:
             fill_share_table(self.table, result, series)
             preview = result.get("preview")
-            self.masks.show_result(result, preview if isinstance(preview, np.ndarray) else None,
-                                   self.run.quantized_name)
+            self.masks.show_result(
+                result, preview if isinstance(preview, np.ndarray) else None, self.run.quantized_name
+            )
             self.verdict.setText(mask_verdict(result, series))
         else:
             self.table.setMaximumHeight(16777215)
@@ -487,8 +547,11 @@ class TryItView(QWidget):
         first = "output" if task == "regression" else "label" if task == "multilabel" else "class"
         headers = ["#"]
         for name, _ in series:
-            headers += [f"{name} {first}", f"{name} {value}"] if len(series) > 1 else [first.capitalize(),
-                                                                                        value.capitalize()]
+            headers += (
+                [f"{name} {first}", f"{name} {value}"]
+                if len(series) > 1
+                else [first.capitalize(), value.capitalize()]
+            )
         rows = max((len(r) for _, r in series), default=0)
         self.table.setColumnCount(len(headers))
         self.table.setHorizontalHeaderLabels(headers)
@@ -539,16 +602,29 @@ class TryItView(QWidget):
                     order.append(row["class"])
                     labels[row["class"]] = str(row["label"])
         if not order:
-            self.chart.set_empty_text("A regression run's values are in the table." if series and series[0][1]
-                                      else "The probabilities appear here after a prediction.")
+            self.chart.set_empty_text(
+                "A regression run's values are in the table."
+                if series and series[0][1]
+                else "The probabilities appear here after a prediction."
+            )
             return
         position = {cls: i for i, cls in enumerate(order)}
         thickness = 0.8 / len(series)
         for s, (name, ranked) in enumerate(series):
             probabilities = {row["class"]: row["probability"] for row in ranked if "probability" in row}
-            ys = np.array([position[c] for c in probabilities], dtype=float) + (s - (len(series) - 1) / 2) * thickness
-            bars = pg.BarGraphItem(x0=0, y=ys, height=thickness, width=np.array(list(probabilities.values())),
-                                   brush=SERIES_COLOURS[s % len(SERIES_COLOURS)], pen=None, name=name)
+            ys = (
+                np.array([position[c] for c in probabilities], dtype=float)
+                + (s - (len(series) - 1) / 2) * thickness
+            )
+            bars = pg.BarGraphItem(
+                x0=0,
+                y=ys,
+                height=thickness,
+                width=np.array(list(probabilities.values())),
+                brush=SERIES_COLOURS[s % len(SERIES_COLOURS)],
+                pen=None,
+                name=name,
+            )
             self.chart.addItem(bars)
         self.chart.getAxis("left").setTicks([[(float(i), labels[c]) for i, c in enumerate(order)]])
         self.chart.setXRange(0, 1, padding=0.02)
@@ -577,8 +653,11 @@ class TryItView(QWidget):
                 text += f" · true value <b>{flat[0]:.4g}</b>"
         if len(series) > 1 and result.get("agree") is not None:
             agree = bool(result["agree"])
-            text += (" — <span>they agree</span>" if agree else
-                     f" — <span style='color:{ERROR_COLOUR}'>they disagree</span>")
+            text += (
+                " — <span>they agree</span>"
+                if agree
+                else f" — <span style='color:{ERROR_COLOUR}'>they disagree</span>"
+            )
         elif result.get("run_kind") == "quantize" and result.get("fp32") is None:
             text += " (no FP32 model to compare with)"
         return text
@@ -590,25 +669,34 @@ class TryItView(QWidget):
             image = to_qimage(preview)
             self.seen.setPixmap(scaled_pixmap(image, SEEN_BOX - 4))
             if info.get("kind") == "sample":
-                self.image.setPixmap(scaled_pixmap(image, max(32, min(self.image.width(), self.image.height()) - 4)))
+                self.image.setPixmap(
+                    scaled_pixmap(image, max(32, min(self.image.width(), self.image.height()) - 4))
+                )
         lines = []
         height, width = (info.get("model_size") or [0, 0])[:2]
         shape = f"{width}×{height} {'grayscale' if info.get('channels') == 1 else 'RGB'}"
         if info.get("kind") == "file":
             w, h = info.get("size") or [0, 0]
-            lines.append(f"<b>{html.escape(Path(info.get('path', '')).name)}</b>: {info.get('format') or '?'} "
-                         f"{info.get('mode', '')} {w}×{h} → the model's {shape}")
+            lines.append(
+                f"<b>{html.escape(Path(info.get('path', '')).name)}</b>: {info.get('format') or '?'} "
+                f"{info.get('mode', '')} {w}×{h} → the model's {shape}"
+            )
             lines += [html.escape(note) for note in info.get("notes") or []]
         elif info.get("kind") == "sample":
-            lines.append(f"<b>{info.get('split')} #{info.get('index')}</b> of {html.escape(result.get('dataset', ''))}"
-                         + (f", the model's {shape}" if height else ""))
+            lines.append(
+                f"<b>{info.get('split')} #{info.get('index')}</b> of {html.escape(result.get('dataset', ''))}"
+                + (f", the model's {shape}" if height else "")
+            )
             if info.get("note"):
                 lines.append(html.escape(info["note"]))
             sample = info.get("sample") or {}
             if sample:  # not an image: the sample as its kind reads, where the picture would be
                 self.image.setText("<br>".join(sample_lines(sample)))
-                self.seen.setText(f"{sample.get('length', '')} tokens" if sample.get("kind") == "tokens"
-                                  else sample.get("kind", ""))
+                self.seen.setText(
+                    f"{sample.get('length', '')} tokens"
+                    if sample.get("kind") == "tokens"
+                    else sample.get("kind", "")
+                )
                 self._draw_sample(sample)
                 if not self.sample_plot.isHidden():  # drawn: its numbers go under the picture
                     lines += sample_lines(sample)
@@ -618,10 +706,9 @@ class TryItView(QWidget):
             lines.append(f"normalised with mean/std {numbers} ({norm.get('how')}, as the run's dataset)")
         self.input_note.setText("<br>".join(lines))
 
-
     def _draw_sample(self, sample: dict) -> None:
-        """A signal as lines, a row of features as bars, in place of the text box; the row's values also listed
-        under it, to be read exactly."""
+        """A signal as lines, a row of features as bars, in place of the text box; the row's values also
+        listed under it, to be read exactly."""
         if sample.get("kind") not in ("signal", "tabular") or not draw_sample(self.sample_plot, sample):
             return
         self.sample_plot.setMouseEnabled(x=False, y=False)
@@ -636,8 +723,14 @@ class TryItView(QWidget):
 class TryItDialog(QDialog):
     """A window around a TryItView; closing it forgets the pending prediction."""
 
-    def __init__(self, queries, workspace, run_id: str, data_sample: Callable[[], dict | None] | None = None,
-                 parent=None):
+    def __init__(
+        self,
+        queries,
+        workspace,
+        run_id: str,
+        data_sample: Callable[[], dict | None] | None = None,
+        parent=None,
+    ):
         super().__init__(parent)
         self.view = TryItView(queries, workspace, run_id, data_sample, self)
         self.setWindowTitle(f"Try it: {self.view.run.label}")

@@ -1,5 +1,5 @@
-"""Try it on a segmentation run: the image as the model saw it with each predicted mask over it (FP32 beside the
-quantized one for a quantize run), the true mask over it when the sample's is known, a legend of the class
+"""Try it on a segmentation run: the image as the model saw it with each predicted mask over it (FP32 beside
+the quantized one for a quantize run), the true mask over it when the sample's is known, a legend of the class
 colours, and a table of each class's pixel share and (with a true mask) IoU. The colours and the blend are the
 segmentation evaluation view's, so a class looks the same in both.
 
@@ -98,25 +98,42 @@ class MaskPanel(QWidget):
             picture.setPixmap(scaled_pixmap(to_qimage(overlay(base, mask, colours, clear)), MASK_BOX))
             found = scores.get(key) or {}
             # Two lines under every picture, so the pictures of a row stay level.
-            second = (f"pixel accuracy {_percent(found['pixel_accuracy'])} · mIoU {_percent(found.get('miou'))}"
-                      if found.get("pixel_accuracy") is not None else
-                      "the sample's own labels" if key == "true" else "no true mask to compare with")
+            second = (
+                f"pixel accuracy {_percent(found['pixel_accuracy'])} · mIoU {_percent(found.get('miou'))}"
+                if found.get("pixel_accuracy") is not None
+                else "the sample's own labels"
+                if key == "true"
+                else "no true mask to compare with"
+            )
             caption = QLabel(f"<b>{html.escape(title)}</b><br>{second}")
             caption.setAlignment(Qt.AlignHCenter | Qt.AlignTop)
             caption.setTextFormat(Qt.RichText)
             box = QWidget()
-            box.setToolTip(f"{title}: each pixel's class colour over the image the model saw"
-                           if key != "true" else "The sample's true mask over the image, to compare with")
+            box.setToolTip(
+                f"{title}: each pixel's class colour over the image the model saw"
+                if key != "true"
+                else "The sample's true mask over the image, to compare with"
+            )
             column = QVBoxLayout(box)
             column.setContentsMargins(0, 0, 0, 0)
             column.addWidget(picture, 1)
             column.addWidget(caption)
             self.row.addWidget(box)
             self.pictures[key] = picture
-        self.legend.setText("Classes: " + " &nbsp; ".join(
-            (f"<span style='font-size: large'>□</span> {html.escape(name)} (clear)" if k in clear else
-             f"<span style='color: rgb({r},{g},{b}); font-size: large'>■</span> {html.escape(name)}")
-            for k, (name, (r, g, b)) in enumerate(zip(classes, colours.tolist()))))
+        self.legend.setText(
+            "Classes: "
+            + " &nbsp; ".join(
+                (
+                    f"<span style='font-size: large'>□</span> {html.escape(name)} (clear)"
+                    if k in clear
+                    else (
+                        f"<span style='color: rgb({r},{g},{b}); font-size: large'>■</span> "
+                        f"{html.escape(name)}"
+                    )
+                )
+                for k, (name, (r, g, b)) in enumerate(zip(classes, colours.tolist()))
+            )
+        )
 
 
 def fill_share_table(table: QTableWidget, result: dict, series: list[tuple[str, list[dict]]]) -> None:
@@ -157,7 +174,9 @@ def fill_share_table(table: QTableWidget, result: dict, series: list[tuple[str, 
     header.setSectionResizeMode(0, QHeaderView.ResizeToContents)
     # As tall as its rows (a class per row), so the pictures below get the room.
     table.resizeRowsToContents()
-    height = header.height() + sum(table.rowHeight(r) for r in range(table.rowCount())) + 2 * table.frameWidth()
+    height = (
+        header.height() + sum(table.rowHeight(r) for r in range(table.rowCount())) + 2 * table.frameWidth()
+    )
     table.setMaximumHeight(height + 2 if table.rowCount() <= 12 else 16777215)
 
 

@@ -1,5 +1,5 @@
-"""A wizard page whose Next (or Finish) stays disabled while a field on it is invalid; the wizard, which validates
-the whole spec at once, tells each page whether any of its fields is wrong."""
+"""A wizard page whose Next (or Finish) stays disabled while a field on it is invalid; the wizard, which
+validates the whole spec at once, tells each page whether any of its fields is wrong."""
 
 from __future__ import annotations
 

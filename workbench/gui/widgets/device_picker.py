@@ -38,8 +38,14 @@ def describe_capabilities(device: dict) -> str:
     lines = [
         f"{device.get('name', device['id'])} — {_gib(device.get('memory_total', 0))}",
         f"bf16 autocast: {'yes' if caps.get('autocast_bf16') else 'no'}",
-        "fp16 autocast: " + ("slow on the CPU" if caps.get("autocast_fp16") and device_type(device) == "cpu"
-                             else "yes" if caps.get("autocast_fp16") else "no"),
+        "fp16 autocast: "
+        + (
+            "slow on the CPU"
+            if caps.get("autocast_fp16") and device_type(device) == "cpu"
+            else "yes"
+            if caps.get("autocast_fp16")
+            else "no"
+        ),
         "torch.compile: " + ("yes" if compile_.get("available") else f"no — {compile_.get('reason', '')}"),
         "ONNX Runtime: " + (", ".join(caps.get("onnxruntime_providers", [])) or "not installed"),
         "TensorRT: " + ("yes" if trt.get("available") else f"no — {trt.get('reason', '')}"),

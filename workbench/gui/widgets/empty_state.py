@@ -1,4 +1,5 @@
-"""A tab's first-run page (no runs yet): a headline, a wrapped explanation and the buttons that start one, centred."""
+"""A tab's first-run page (no runs yet): a headline, a wrapped explanation and the buttons that start one,
+centred."""
 
 from __future__ import annotations
 
@@ -7,10 +8,19 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWi
 
 
 class EmptyState(QWidget):
-    """`text` is the explanation label (set_text changes it); `buttons` sit under it, side by side when `row`."""
+    """`text` is the explanation label (set_text changes it); `buttons` sit under it, side by side when
+    `row`."""
 
-    def __init__(self, headline: str, buttons: list[QPushButton], *, text: str = "", width: int = 620,
-                 row: bool = False, parent=None):
+    def __init__(
+        self,
+        headline: str,
+        buttons: list[QPushButton],
+        *,
+        text: str = "",
+        width: int = 620,
+        row: bool = False,
+        parent=None,
+    ):
         super().__init__(parent)
         layout = QVBoxLayout(self)
         layout.addStretch(2)

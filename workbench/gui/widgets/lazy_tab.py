@@ -1,5 +1,6 @@
 """A tab page that builds its panel the first time it is shown or asked for, so the window paints before any
-tab's heavy parts (pyqtgraph, the run store) are even imported: the start-up stays a fraction of `import torch`."""
+tab's heavy parts (pyqtgraph, the run store) are even imported: the start-up stays a fraction of `import
+torch`."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ class LazyTab(QWidget):
     def panel(self) -> QWidget:
         if self._panel is None:
             if self._building:
-                raise RuntimeError("a tab's panel was asked for while it was being built (a cycle in its factory)")
+                raise RuntimeError(
+                    "a tab's panel was asked for while it was being built (a cycle in its factory)"
+                )
             self.window().removeEventFilter(self)  # built before the paint came: nothing left to wait for
             self._building = True
             try:

@@ -18,8 +18,11 @@ def open_folder(parent: QWidget | None, path: str | Path) -> bool:
         return False
     if QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))):
         return True
-    show_path(parent, path, "No file manager could open the folder (none is installed, or none answered). "
-                            "Here is its path:")
+    show_path(
+        parent,
+        path,
+        "No file manager could open the folder (none is installed, or none answered). Here is its path:",
+    )
     return False
 
 

@@ -1,5 +1,6 @@
-"""The runs tables of the Training, Quantization and Export tabs: a QTableWidget whose first column's item holds
-each row's run id (Qt.UserRole); listing a tab's runs, filling the rows, which run is selected, selecting one by id."""
+"""The runs tables of the Training, Quantization and Export tabs: a QTableWidget whose first column's item
+holds each row's run id (Qt.UserRole); listing a tab's runs, filling the rows, which run is selected,
+selecting one by id."""
 
 from __future__ import annotations
 
@@ -14,8 +15,12 @@ from workbench.gui.theme import state_colour
 from workbench.task_ids import with_aliases
 
 
-def task_runs(listed: Iterable[dict], tasks: Iterable[str], live_run_ids: Iterable[str],
-              summarize: Callable[[dict], dict]) -> list[dict]:
+def task_runs(
+    listed: Iterable[dict],
+    tasks: Iterable[str],
+    live_run_ids: Iterable[str],
+    summarize: Callable[[dict], dict],
+) -> list[dict]:
     """The listed runs of `tasks`, each with its summary; a run a job of this window is still running shows as
     running whatever its folder says (the worker writes the final state last)."""
     tasks, live = with_aliases(tasks), set(live_run_ids)  # a run recorded under a job's old id is listed too

@@ -1,7 +1,8 @@
-"""SpecForm: form widgets generated from a spec's fields (type, bounds, choices, help), read back as plain data.
+"""SpecForm: form widgets generated from a spec's fields (type, bounds, choices, help), read back as plain
+data.
 
-Wizards lay these out; validation stays in the spec (`from_dict`), so the form and the CLI agree. Also the pure
-helpers that attach a spec's errors to fields and compare two specs' plain data.
+Wizards lay these out; validation stays in the spec (`from_dict`), so the form and the CLI agree. Also the
+pure helpers that attach a spec's errors to fields and compare two specs' plain data.
 """
 
 from __future__ import annotations
@@ -40,27 +41,50 @@ def _field_info(spec_cls: type[Spec], dotted: str):
 
 
 # Where a field's name makes a poor label (abbreviations, jargon), the form says it in words.
-LABELS = {"lr": "Learning rate", "nproc": "Processes", "num_workers": "Loader workers",
-          "no_decay_bias_norm": "No weight decay on biases and norms", "grad_accum_steps": "Gradient accumulation",
-          "clip_grad_norm": "Clip gradient norm", "clip_grad_value": "Clip gradient value",
-          "pin_memory": "Pin memory", "input_shape": "Input shape (C,H,W)", "num_classes": "Classes",
-          "replace_head": "Replace the classifier head", "freeze": "Freeze modules",
-          "layer_stats_every": "Layer statistics every (steps)"}
+LABELS = {
+    "lr": "Learning rate",
+    "nproc": "Processes",
+    "num_workers": "Loader workers",
+    "no_decay_bias_norm": "No weight decay on biases and norms",
+    "grad_accum_steps": "Gradient accumulation",
+    "clip_grad_norm": "Clip gradient norm",
+    "clip_grad_value": "Clip gradient value",
+    "pin_memory": "Pin memory",
+    "input_shape": "Input shape (C,H,W)",
+    "num_classes": "Classes",
+    "replace_head": "Replace the classifier head",
+    "freeze": "Freeze modules",
+    "layer_stats_every": "Layer statistics every (steps)",
+}
 
 
-# Fields whose leaf name reads poorly once its section is gone (`adaround.iterations` is not any "Iterations").
-DOTTED_LABELS = {"fold_bn": "Fold BatchNorm", "cle": "Cross-layer equalisation", "adaround.enabled": "AdaRound",
-                 "adaround.iterations": "AdaRound iterations", "bias_correction": "Bias correction",
-                 "qat.epochs": "QAT epochs", "qat.lr": "QAT learning rate", "sensitivity": "Sensitivity sweep",
-                 "mixed_precision.target_drop": "Mixed precision: allowed drop", "eval_samples": "Evaluation samples",
-                 "calibration.samples": "Calibration samples", "calibration.seed": "Calibration seed",
-                 "weights.range": "Range method", "activations.range": "Range method",
-                 "weights.restricted": "Restricted grid (no -2^(bits-1))"}
+# Fields whose leaf name reads poorly once its section is gone (`adaround.iterations` is not any
+# "Iterations").
+DOTTED_LABELS = {
+    "fold_bn": "Fold BatchNorm",
+    "cle": "Cross-layer equalisation",
+    "adaround.enabled": "AdaRound",
+    "adaround.iterations": "AdaRound iterations",
+    "bias_correction": "Bias correction",
+    "qat.epochs": "QAT epochs",
+    "qat.lr": "QAT learning rate",
+    "sensitivity": "Sensitivity sweep",
+    "mixed_precision.target_drop": "Mixed precision: allowed drop",
+    "eval_samples": "Evaluation samples",
+    "calibration.samples": "Calibration samples",
+    "calibration.seed": "Calibration seed",
+    "weights.range": "Range method",
+    "activations.range": "Range method",
+    "weights.restricted": "Restricted grid (no -2^(bits-1))",
+}
 
 
-PLACEHOLDERS = {"input_shape": "from the dataset, e.g. 1,28,28", "checkpoint": "none: start from fresh weights",
-                "weights": "none (e.g. DEFAULT for torchvision weights, needs internet)",
-                "freeze": "none (module prefixes, or backbone)"}
+PLACEHOLDERS = {
+    "input_shape": "from the dataset, e.g. 1,28,28",
+    "checkpoint": "none: start from fresh weights",
+    "weights": "none (e.g. DEFAULT for torchvision weights, needs internet)",
+    "freeze": "none (module prefixes, or backbone)",
+}
 
 
 def _label(dotted: str) -> str:
@@ -92,7 +116,11 @@ def _is_int_or_auto(hint) -> bool:
     if get_origin(hint) not in (Union, types.UnionType):
         return False
     args = get_args(hint)
-    return len(args) == 2 and int in args and any(get_origin(a) is Literal and get_args(a) == ("auto",) for a in args)
+    return (
+        len(args) == 2
+        and int in args
+        and any(get_origin(a) is Literal and get_args(a) == ("auto",) for a in args)
+    )
 
 
 class AutoSpinBox(QSpinBox):
@@ -125,8 +153,8 @@ def field_errors(spec_cls: type[Spec], data: dict, fields) -> tuple[dict[str, st
     """Validate plain spec data with `spec_cls.from_dict` and attach each error to the field it names.
 
     from_dict stops at the first error, so a field found wrong is put back to its default and the check runs
-    again to find the next one; cross-field rules (nproc needs ddp) are judged against the real values of every
-    other field. Returns ({field: message}, an error that names no field of `fields`, or "").
+    again to find the next one; cross-field rules (nproc needs ddp) are judged against the real values of
+    every other field. Returns ({field: message}, an error that names no field of `fields`, or "").
     """
     data = copy.deepcopy(data)
     defaults = {path: default for path, _, default, _ in spec_cls.iter_fields()}
@@ -182,8 +210,15 @@ def spec_differences(a: dict, b: dict, prefix: str = "") -> list[tuple[str, obje
 class SpecForm(QWidget):
     changed = Signal()  # any field edited (by the user or in code)
 
-    def __init__(self, spec_cls: type[Spec], fields: list[str], values: dict | None = None, parent=None, *,
-                 headings: dict[str, str] | None = None):
+    def __init__(
+        self,
+        spec_cls: type[Spec],
+        fields: list[str],
+        values: dict | None = None,
+        parent=None,
+        *,
+        headings: dict[str, str] | None = None,
+    ):
         """`headings`: {field: a section heading shown above it} (Weights, Activations)."""
         super().__init__(parent)
         self.spec_cls = spec_cls
@@ -194,7 +229,8 @@ class SpecForm(QWidget):
         self._help: dict[str, str] = {}
         self._rows: dict[str, QWidget] = {}
         self._labels: dict[str, str] = {}
-        self.percent: set[str] = set()  # fraction fields entered and shown in percentage points (see set_percent)
+        # fraction fields entered and shown in percentage points (see set_percent)
+        self.percent: set[str] = set()
         self.layout_ = layout = QFormLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)  # the page around it has margins; rows it gains line up with it
         layout.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
@@ -260,7 +296,10 @@ class SpecForm(QWidget):
             widget = QSpinBox()
             low = meta.get("min", 0)
             # QSpinBox holds a C int: a wider bound (a 64-bit seed) is clamped to what the box can show.
-            widget.setRange(int(low) + (1 if meta.get("min_exclusive") else 0), min(int(meta.get("max", QT_INT_MAX)), QT_INT_MAX))
+            widget.setRange(
+                int(low) + (1 if meta.get("min_exclusive") else 0),
+                min(int(meta.get("max", QT_INT_MAX)), QT_INT_MAX),
+            )
             if widget.minimum() == 0 and "0 (auto)" in str(meta.get("help", "")):
                 widget.setSpecialValueText("auto")  # model.num_classes: 0 means the job counts them, not zero
             return widget
@@ -270,8 +309,8 @@ class SpecForm(QWidget):
 
     # -- values ----------------------------------------------------------------------------------
     def set_percent(self, dotted: str, on: bool) -> None:
-        """Enter and show a fraction field in percentage points (1 for 0.01), or back as the spec keeps it; the
-        value stays the same, and the label says the unit."""
+        """Enter and show a fraction field in percentage points (1 for 0.01), or back as the spec keeps it;
+        the value stays the same, and the label says the unit."""
         if on == (dotted in self.percent):
             return
         value = self.value(dotted)
@@ -294,8 +333,14 @@ class SpecForm(QWidget):
             widget.setChecked(bool(value))
         elif isinstance(widget, QComboBox):
             # By identity of type and value: findData would match True to 1, and a bool to a number.
-            index = next((i for i in range(widget.count())
-                          if type(widget.itemData(i)) is type(value) and widget.itemData(i) == value), -1)
+            index = next(
+                (
+                    i
+                    for i in range(widget.count())
+                    if type(widget.itemData(i)) is type(value) and widget.itemData(i) == value
+                ),
+                -1,
+            )
             widget.setCurrentIndex(max(0, index))
         elif isinstance(widget, AutoSpinBox):
             widget.set_spec_value(value)
@@ -383,4 +428,3 @@ class SpecForm(QWidget):
         if label is not None:
             label.setEnabled(applies)
             label.setToolTip(widget.toolTip())
-

@@ -9,8 +9,12 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 from workbench.gui.theme import STATE_COLOURS
 
 STATE_WORDS = {
-    "ready": "Worker ready", "starting": "Worker starting…", "restarting": "Worker restarting…",
-    "unresponsive": "Worker not answering", "dead": "Worker stopped unexpectedly", "stopped": "Worker stopped",
+    "ready": "Worker ready",
+    "starting": "Worker starting…",
+    "restarting": "Worker restarting…",
+    "unresponsive": "Worker not answering",
+    "dead": "Worker stopped unexpectedly",
+    "stopped": "Worker stopped",
 }
 
 
@@ -38,8 +42,10 @@ class StatusLight(QWidget):
         self.label = QLabel(STATE_WORDS["stopped"], self)
         self.restart_button = QToolButton(self)
         self.restart_button.setText("Restart worker")
-        self.restart_button.setToolTip("Stop the worker process and start a fresh one (Ctrl+Shift+R).\n"
-                                       "Running jobs are stopped; finished runs are kept.")
+        self.restart_button.setToolTip(
+            "Stop the worker process and start a fresh one (Ctrl+Shift+R).\n"
+            "Running jobs are stopped; finished runs are kept."
+        )
         self.restart_button.clicked.connect(self.restart_requested)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(6, 0, 6, 0)

@@ -41,8 +41,9 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
 
 @dataclass
 class BuildContext:
-    """What every builder shares for one job: the source, the device and dtype, the threads, a temporary folder
-    for exports made on the way, and the files already exported (an ONNX model is written once per job)."""
+    """What every builder shares for one job: the source, the device and dtype, the threads, a temporary
+    folder for exports made on the way, and the files already exported (an ONNX model is written once per
+    job)."""
 
     source: BenchSource
     device: torch.device
@@ -60,15 +61,18 @@ class BuildContext:
     def model(self, backend: str) -> torch.nn.Module:
         """The PyTorch model on the device in the dtype (moved once, shared by the torch backends)."""
         if self.source.model is None:
-            raise Unavailable(f"{backend} needs a PyTorch model, and {self.source.label} is an exported file; set "
-                              "source.run (a training run) or model.*, with the file as artifact")
+            raise Unavailable(
+                f"{backend} needs a PyTorch model, and {self.source.label} is an exported file; set "
+                "source.run (a training run) or model.*, with the file as artifact"
+            )
         if self._model is None:
             self._model = self.source.model.to(device=self.device, dtype=self.dtype).eval()
         return self._model
 
     def host_input(self, batch: int) -> torch.Tensor | tuple[torch.Tensor, ...]:
-        """The same random input for every backend at this batch size (seeded), on the host, in the dtype; for a
-        model with several inputs a tuple of them, integer inputs within the example's range and kept integer."""
+        """The same random input for every backend at this batch size (seeded), on the host, in the dtype; for
+        a model with several inputs a tuple of them, integer inputs within the example's range and kept
+        integer."""
         generator = torch.Generator().manual_seed(INPUT_SEED + batch)
         example = self.source.example
         if example is not None:
@@ -93,9 +97,11 @@ class BuildContext:
         if "file_qdq" not in self._onnx:
             try:
                 self._onnx["file_qdq"] = is_qdq(self.source.file)
-            except Exception as exc:  # a damaged or foreign file: every ONNX row says so, the others still run
-                self._onnx["file_qdq"] = Unavailable(f"{self.source.file.name} cannot be read as ONNX "
-                                                     f"({first_line(exc)})")
+            # a damaged or foreign file: every ONNX row says so, the others still run
+            except Exception as exc:
+                self._onnx["file_qdq"] = Unavailable(
+                    f"{self.source.file.name} cannot be read as ONNX ({first_line(exc)})"
+                )
         found = self._onnx["file_qdq"]
         if isinstance(found, Unavailable):
             raise found
@@ -103,7 +109,8 @@ class BuildContext:
 
 
 def args_of(x) -> tuple[torch.Tensor, ...]:
-    """A row's input as the positional arguments of the model: one tensor, or the tuple of a multi-input model."""
+    """A row's input as the positional arguments of the model: one tensor, or the tuple of a multi-input
+    model."""
     return x if isinstance(x, tuple) else (x,)
 
 
@@ -111,10 +118,12 @@ def on_device(x, device: torch.device):
     return tuple(t.to(device) for t in x) if isinstance(x, tuple) else x.to(device)
 
 
-# --- torch backends -------------------------------------------------------------------------------------------------
+# --- torch backends -----------------------------------------------------------------------------------------
 
 
-def _torch_runnable(ctx: BuildContext, module: Callable, batch: int, source: str, close=lambda: None) -> Runnable:
+def _torch_runnable(
+    ctx: BuildContext, module: Callable, batch: int, source: str, close=lambda: None
+) -> Runnable:
     """A Runnable around a torch callable: inputs on the device; on CUDA a fresh upload and download timed
     apart; inference_mode so no autograd bookkeeping is measured."""
     host = ctx.host_input(batch)
@@ -180,9 +189,13 @@ def build_torchscript(ctx: BuildContext, batch: int) -> Runnable:
             with warnings_quiet():  # torch.jit.load's deprecation warning: the file is what the user has
                 module = torch.jit.load(str(ctx.source.file), map_location=ctx.device)
         except Exception as exc:
-            raise Unavailable(f"{ctx.source.file.name} is not a TorchScript archive ({first_line(exc)})") from None
+            raise Unavailable(
+                f"{ctx.source.file.name} is not a TorchScript archive ({first_line(exc)})"
+            ) from None
         module = module.to(ctx.dtype).eval()
-        return _probe(_torch_runnable(ctx, module, batch, f"file {ctx.source.file.name}"), "the TorchScript file")
+        return _probe(
+            _torch_runnable(ctx, module, batch, f"file {ctx.source.file.name}"), "the TorchScript file"
+        )
     model = ctx.model("torchscript")
     example = args_of(on_device(ctx.host_input(batch), ctx.device))
     try:
@@ -203,8 +216,10 @@ def build_exported_program(ctx: BuildContext, batch: int) -> Runnable:
         except JobError as exc:
             raise Unavailable(str(exc).removeprefix("source.file: ")) from None
         module = program.module().to(device=ctx.device, dtype=ctx.dtype)
-        return _probe(_torch_runnable(ctx, module, batch, f"file {ctx.source.file.name}"),
-                      f"{ctx.source.file.name} (exported for other shapes?)")
+        return _probe(
+            _torch_runnable(ctx, module, batch, f"file {ctx.source.file.name}"),
+            f"{ctx.source.file.name} (exported for other shapes?)",
+        )
     model = ctx.model("exported_program")
     example = args_of(on_device(ctx.host_input(batch), ctx.device))
     try:
@@ -221,13 +236,17 @@ def build_tensorrt(ctx: BuildContext, batch: int) -> Runnable:
     try:
         import torch_tensorrt
     except ImportError as exc:
-        raise Unavailable(f"torch_tensorrt cannot be imported ({first_line(exc)}); install the [tensorrt] extra "
-                          "(pip install 'torch-workbench[tensorrt]') on a machine with CUDA") from None
+        raise Unavailable(
+            f"torch_tensorrt cannot be imported ({first_line(exc)}); install the [tensorrt] extra "
+            "(pip install 'torch-workbench[tensorrt]') on a machine with CUDA"
+        ) from None
     model = ctx.model("tensorrt")
     example = list(args_of(on_device(ctx.host_input(batch), ctx.device)))
     try:
         with torch.no_grad(), warnings_quiet():
-            engine = torch_tensorrt.compile(model, ir="dynamo", inputs=example, enabled_precisions={ctx.dtype})
+            engine = torch_tensorrt.compile(
+                model, ir="dynamo", inputs=example, enabled_precisions={ctx.dtype}
+            )
     except Exception as exc:
         raise Unavailable(f"torch_tensorrt.compile failed ({first_line(exc)})") from None
     return _probe(_torch_runnable(ctx, engine, batch, "model"), "the TensorRT engine")
@@ -243,7 +262,7 @@ def warnings_quiet():
         yield
 
 
-# --- ONNX Runtime ---------------------------------------------------------------------------------------------------
+# --- ONNX Runtime -------------------------------------------------------------------------------------------
 
 
 def onnx_ops(path: Path) -> set[str]:
@@ -257,25 +276,37 @@ def onnx_ops(path: Path) -> set[str]:
 
 
 def is_qdq(path: Path) -> bool:
-    """Whether an ONNX file holds quantized operators (QuantizeLinear/DequantizeLinear pairs or QLinear ops)."""
+    """Whether an ONNX file holds quantized operators (QuantizeLinear/DequantizeLinear pairs or QLinear
+    ops)."""
     return bool(onnx_ops(path) & QDQ_OPS)
 
 
-def export_onnx(model: torch.nn.Module, example, path: Path, *, dynamic_batch: bool,
-                input_names: list[str] | None = None) -> Path:
+def export_onnx(
+    model: torch.nn.Module, example, path: Path, *, dynamic_batch: bool, input_names: list[str] | None = None
+) -> Path:
     """The model as ONNX (torch.export-based exporter, opset 18), optionally with a dynamic batch dimension.
     `example` is one tensor, or a tuple of them for a model with several inputs (taken as forward(*args))."""
     kwargs = {}
     if dynamic_batch:
         batch = torch.export.Dim("batch", min=1, max=2**20)
         # forward(x) takes one spec; a multi-input model's forward(*args) takes one tuple for its *args.
-        kwargs["dynamic_shapes"] = (tuple({0: batch} for _ in example) if isinstance(example, tuple)
-                                    else {0: batch},)
+        kwargs["dynamic_shapes"] = (
+            tuple({0: batch} for _ in example) if isinstance(example, tuple) else {0: batch},
+        )
     buffer = io.StringIO()
     with torch.no_grad(), warnings_quiet(), contextlib.redirect_stdout(buffer):
-        torch.onnx.export(model, args_of(example), str(path), dynamo=True, opset_version=QDQ_OPSET,
-                          input_names=input_names or ["input"], output_names=["output"], external_data=False,
-                          verbose=False, **kwargs)
+        torch.onnx.export(
+            model,
+            args_of(example),
+            str(path),
+            dynamo=True,
+            opset_version=QDQ_OPSET,
+            input_names=input_names or ["input"],
+            output_names=["output"],
+            external_data=False,
+            verbose=False,
+            **kwargs,
+        )
     return path
 
 
@@ -285,7 +316,9 @@ def _fp32_onnx(ctx: BuildContext, batch: int) -> tuple[Path, str]:
     if ctx.file_is("onnx"):
         if ctx.file_is_qdq():
             if ctx.source.model is None:
-                raise Unavailable(f"{ctx.source.file.name} is a quantized (QDQ) model: measure it as onnxruntime_int8")
+                raise Unavailable(
+                    f"{ctx.source.file.name} is a quantized (QDQ) model: measure it as onnxruntime_int8"
+                )
         else:
             return ctx.source.file, f"file {ctx.source.file.name}"
     model = ctx.model("onnxruntime")
@@ -294,18 +327,26 @@ def _fp32_onnx(ctx: BuildContext, batch: int) -> tuple[Path, str]:
         path = ctx.tmp / f"model-{ctx.dtype_name}.onnx"
         example = on_device(ctx.host_input(ONNX_EXAMPLE_BATCH), ctx.device)
         try:
-            ctx._onnx[key] = export_onnx(model, example, path, dynamic_batch=True,
-                                         input_names=ctx.source.input_names)
+            ctx._onnx[key] = export_onnx(
+                model, example, path, dynamic_batch=True, input_names=ctx.source.input_names
+            )
         except Exception as exc:
-            ctx.log(f"ONNX export with a dynamic batch failed ({first_line(exc)}); exporting per batch size",
-                    "warning")
+            ctx.log(
+                f"ONNX export with a dynamic batch failed ({first_line(exc)}); exporting per batch size",
+                "warning",
+            )
             ctx._onnx[key] = None
     if ctx._onnx[key] is not None:
         return ctx._onnx[key], "model (exported to ONNX)"
     path = ctx.tmp / f"model-{ctx.dtype_name}-b{batch}.onnx"
     try:
-        return export_onnx(model, on_device(ctx.host_input(batch), ctx.device), path, dynamic_batch=False,
-                           input_names=ctx.source.input_names), "model (exported to ONNX)"
+        return export_onnx(
+            model,
+            on_device(ctx.host_input(batch), ctx.device),
+            path,
+            dynamic_batch=False,
+            input_names=ctx.source.input_names,
+        ), "model (exported to ONNX)"
     except Exception as exc:
         raise Unavailable(f"the ONNX export failed ({first_line(exc)})") from None
 
@@ -316,12 +357,16 @@ def _qdq_onnx(ctx: BuildContext) -> tuple[Path, str]:
         if ctx.file_is_qdq():
             return ctx.source.file, f"file {ctx.source.file.name}"
         if ctx.source.quant_run is None:
-            raise Unavailable(f"{ctx.source.file.name} has no QuantizeLinear/DequantizeLinear nodes (a float model: "
-                              "measure it as onnxruntime); onnxruntime_int8 needs a QDQ .onnx or a quantize run")
+            raise Unavailable(
+                f"{ctx.source.file.name} has no QuantizeLinear/DequantizeLinear nodes (a float model: "
+                "measure it as onnxruntime); onnxruntime_int8 needs a QDQ .onnx or a quantize run"
+            )
     quant = ctx.source.quant_run
     if quant is None:
-        raise Unavailable("onnxruntime_int8 runs a QDQ model: set source.run to a quantize run (workbench quantize) "
-                          "or artifact to a QDQ .onnx file")
+        raise Unavailable(
+            "onnxruntime_int8 runs a QDQ model: set source.run to a quantize run (workbench quantize) "
+            "or artifact to a QDQ .onnx file"
+        )
     if quant.problem:
         raise Unavailable(quant.problem)
     key = ("qdq", quant.id)
@@ -329,23 +374,32 @@ def _qdq_onnx(ctx: BuildContext) -> tuple[Path, str]:
         try:
             from workbench.worker.export.onnx_qdq import write_onnx_qdq
         except ImportError as exc:
-            ctx._onnx[key] = Unavailable(f"the QDQ exporter (workbench.worker.export.onnx_qdq) is not importable "
-                                         f"here ({first_line(exc)})")
+            ctx._onnx[key] = Unavailable(
+                f"the QDQ exporter (workbench.worker.export.onnx_qdq) is not importable "
+                f"here ({first_line(exc)})"
+            )
         else:
             path = ctx.tmp / f"{quant.id}-qdq.onnx"
             try:
                 with warnings_quiet(), contextlib.redirect_stdout(io.StringIO()):
-                    info = write_onnx_qdq(quant.dir, path, opset=QDQ_OPSET, dynamic_batch=True,
-                                          log=lambda text, *a, **k: ctx.log(text),
-                                          # token ids and the like; one float input needs no example
-                                          **({"example": ctx.source.example} if ctx.source.example is not None
-                                             else {}))
+                    info = write_onnx_qdq(
+                        quant.dir,
+                        path,
+                        opset=QDQ_OPSET,
+                        dynamic_batch=True,
+                        log=lambda text, *a, **k: ctx.log(text),
+                        # token ids and the like; one float input needs no example
+                        **({"example": ctx.source.example} if ctx.source.example is not None else {}),
+                    )
                 ctx._onnx[key] = path
-                ctx.log(f"QDQ model of quantize run {quant.id} written"
-                        + (f" ({_brief(info)})" if isinstance(info, dict) and info else ""))
+                ctx.log(
+                    f"QDQ model of quantize run {quant.id} written"
+                    + (f" ({_brief(info)})" if isinstance(info, dict) and info else "")
+                )
             except Exception as exc:
-                ctx._onnx[key] = Unavailable(f"writing the QDQ model of quantize run {quant.id} failed "
-                                             f"({first_line(exc)})")
+                ctx._onnx[key] = Unavailable(
+                    f"writing the QDQ model of quantize run {quant.id} failed ({first_line(exc)})"
+                )
     found = ctx._onnx[key]
     if isinstance(found, Unavailable):
         raise found
@@ -357,8 +411,14 @@ def _brief(info: dict) -> str:
     return ", ".join(f"{k} {info[k]}" for k in keys if info.get(k) not in (None, ""))
 
 
-def ort_session(path: Path, *, device: torch.device, threads: int, optimized_path: Path | None = None,
-                profile_prefix: str | None = None):
+def ort_session(
+    path: Path,
+    *,
+    device: torch.device,
+    threads: int,
+    optimized_path: Path | None = None,
+    profile_prefix: str | None = None,
+):
     """An InferenceSession on the device's execution provider, with `threads` intra-op threads when > 0."""
     import onnxruntime as ort
 
@@ -371,7 +431,8 @@ def ort_session(path: Path, *, device: torch.device, threads: int, optimized_pat
     else:
         raise Unavailable(f"onnxruntime runs on cpu or cuda here, not {device.type}")
     options = ort.SessionOptions()
-    options.log_severity_level = 3  # errors only: its warnings about unused initializers are not ours to act on
+    # errors only: its warnings about unused initializers are not ours to act on
+    options.log_severity_level = 3
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if threads > 0:
         options.intra_op_num_threads = threads
@@ -391,17 +452,26 @@ def _ort_runnable(ctx: BuildContext, path: Path, batch: int, source: str, *, int
     session = ort_session(path, device=ctx.device, threads=ctx.threads)
     inputs = session.get_inputs()
     want_type, np_type = ORT_TYPES[dtype_name]
-    host = tuple(t.to(torch.float32 if int8 else ctx.dtype) if t.is_floating_point() else t
-                 for t in args_of(ctx.host_input(batch)))
+    host = tuple(
+        t.to(torch.float32 if int8 else ctx.dtype) if t.is_floating_point() else t
+        for t in args_of(ctx.host_input(batch))
+    )
     if len(inputs) != len(host):
-        raise Unavailable(f"{path.name} takes {len(inputs)} input{'s' * (len(inputs) != 1)} "
-                          f"({', '.join(i.name for i in inputs)}); the model takes {len(host)}")
+        raise Unavailable(
+            f"{path.name} takes {len(inputs)} input{'s' * (len(inputs) != 1)} "
+            f"({', '.join(i.name for i in inputs)}); the model takes {len(host)}"
+        )
     for meta, tensor in zip(inputs, host):
         if tensor.is_floating_point() and meta.type != want_type:
-            raise Unavailable(f"{path.name} takes {meta.type} for {meta.name}, not {want_type} (dtype={dtype_name})")
-    # Fed by position: a file exported from this model keeps its input order (and its names, which may differ).
-    feed = {meta.name: t.numpy().astype(np_type, copy=False) if t.is_floating_point() else t.numpy()
-            for meta, t in zip(inputs, host)}
+            raise Unavailable(
+                f"{path.name} takes {meta.type} for {meta.name}, not {want_type} (dtype={dtype_name})"
+            )
+    # Fed by position: a file exported from this model keeps its input order (and its names, which may
+    # differ).
+    feed = {
+        meta.name: t.numpy().astype(np_type, copy=False) if t.is_floating_point() else t.numpy()
+        for meta, t in zip(inputs, host)
+    }
     if ctx.device.type == "cpu":
         runnable = Runnable(run=lambda: session.run(None, feed), source=source)
     else:
@@ -421,7 +491,9 @@ def _ort_cuda_runnable(ctx: BuildContext, session, feed: dict[str, np.ndarray], 
     first = session.run(None, feed)  # output shapes, once
     outputs = []
     for meta, value in zip(session.get_outputs(), first):
-        out = torch.empty(value.shape, dtype=torch.from_numpy(np.empty(0, dtype=value.dtype)).dtype, device=device)
+        out = torch.empty(
+            value.shape, dtype=torch.from_numpy(np.empty(0, dtype=value.dtype)).dtype, device=device
+        )
         binding.bind_output(meta.name, "cuda", index, value.dtype.type, list(out.shape), out.data_ptr())
         outputs.append(out)
     sync = ctx.sync()
@@ -436,7 +508,9 @@ def _ort_cuda_runnable(ctx: BuildContext, session, feed: dict[str, np.ndarray], 
         for name, x in xs.items():
             x.copy_(hosts[name])
 
-    return Runnable(run=run, sync=sync, upload=upload, download=lambda outs: [o.cpu() for o in outs], source=source)
+    return Runnable(
+        run=run, sync=sync, upload=upload, download=lambda outs: [o.cpu() for o in outs], source=source
+    )
 
 
 def build_onnxruntime(ctx: BuildContext, batch: int) -> Runnable:
@@ -449,8 +523,10 @@ def build_onnxruntime(ctx: BuildContext, batch: int) -> Runnable:
 
 def build_onnxruntime_int8(ctx: BuildContext, batch: int) -> Runnable:
     if ctx.dtype_name != "float32":
-        raise Unavailable(f"a QDQ model takes and returns float32; measure onnxruntime_int8 with dtype=float32, "
-                          f"not {ctx.dtype_name}")
+        raise Unavailable(
+            f"a QDQ model takes and returns float32; measure onnxruntime_int8 with dtype=float32, "
+            f"not {ctx.dtype_name}"
+        )
     _import_onnxruntime()
     path, source = _qdq_onnx(ctx)
     return _ort_runnable(ctx, path, batch, source, int8=True)
@@ -473,8 +549,10 @@ def prepare(ctx: BuildContext, backend: str, batch: int) -> None:
         elif backend == "onnxruntime_int8" and ctx.dtype_name == "float32":
             _import_onnxruntime()
             _qdq_onnx(ctx)
-        elif backend in ("eager", "compile", "torchscript", "exported_program", "tensorrt") \
-                and ctx.source.model is not None:
+        elif (
+            backend in ("eager", "compile", "torchscript", "exported_program", "tensorrt")
+            and ctx.source.model is not None
+        ):
             ctx.model(backend)
             if backend == "compile":
                 import torch._inductor.compile_fx  # noqa: F401  (the compiler's import, not the row's memory)
@@ -495,4 +573,3 @@ BUILDERS: dict[str, Callable[[BuildContext, int], Runnable]] = {
 
 def new_tmp() -> tempfile.TemporaryDirectory:
     return tempfile.TemporaryDirectory(prefix="workbench-bench-")
-

@@ -1,9 +1,9 @@
-"""`run_bench`: a BenchSpec to one result row per backend and batch size (latency percentiles, throughput, peak
-memory, transfer time), each sent live as it finishes, with every row's per-iteration samples kept in the run's
-artifacts/samples.npz. A row's status is "ok" (measured), "unavailable" (it could not be built or run here: a
-missing package, a device or dtype the backend does not take, an export that fails; `reason` says which) or
-"failed" (it built, then failed while being timed, e.g. out of memory at a large batch). One backend that cannot
-run never fails the job. Worker side; never imports Qt.
+"""`run_bench`: a BenchSpec to one result row per backend and batch size (latency percentiles, throughput,
+peak memory, transfer time), each sent live as it finishes, with every row's per-iteration samples kept in the
+run's artifacts/samples.npz. A row's status is "ok" (measured), "unavailable" (it could not be built or run
+here: a missing package, a device or dtype the backend does not take, an export that fails; `reason` says
+which) or "failed" (it built, then failed while being timed, e.g. out of memory at a large batch). One backend
+that cannot run never fails the job. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -28,12 +28,22 @@ from workbench.worker.devices import describe, resolve_device
 SAMPLES_FILE = "samples.npz"
 RESULTS_FILE = "results.json"
 ROWS_KEY = "__rows__"  # in samples.npz: the result rows as JSON, so a reader knows what each array measured
-RESULT_COLUMNS = ("p50", "p90", "p99", "mean", "std", "min", "throughput_per_s", "peak_memory_bytes", "transfer_ms")
+RESULT_COLUMNS = (
+    "p50",
+    "p90",
+    "p99",
+    "mean",
+    "std",
+    "min",
+    "throughput_per_s",
+    "peak_memory_bytes",
+    "transfer_ms",
+)
 MEMORY_NOTE = {
     "cuda": "peak bytes torch allocated on the device while the row ran (resident weights included); "
-            "onnxruntime's own allocations are not seen",
+    "onnxruntime's own allocations are not seen",
     "other": "growth of the process's resident memory while the row was built and run (what it needed beyond "
-             "what the process already held)",
+    "what the process already held)",
 }
 
 
@@ -47,15 +57,26 @@ def array_name(backend: str, batch_size: int) -> str:
 
 
 def new_row(backend: str, batch_size: int, device: torch.device, dtype: str) -> dict:
-    return {"backend": backend, "batch_size": batch_size, "device": str(device), "dtype": dtype,
-            "status": "unavailable", "reason": "", "latency_ms": None, "throughput_per_s": None,
-            "peak_memory_bytes": None, "transfer_ms": None, "iters": 0, "source": None}
+    return {
+        "backend": backend,
+        "batch_size": batch_size,
+        "device": str(device),
+        "dtype": dtype,
+        "status": "unavailable",
+        "reason": "",
+        "latency_ms": None,
+        "throughput_per_s": None,
+        "peak_memory_bytes": None,
+        "transfer_ms": None,
+        "iters": 0,
+        "source": None,
+    }
 
 
 class Publisher:
-    """Sends each finished row as it comes: its samples as an array (with the row), the table so far as the array
-    bench/results (with every row), a log line, and the table to artifacts/results.json, so a cancelled job still
-    leaves the rows it finished."""
+    """Sends each finished row as it comes: its samples as an array (with the row), the table so far as the
+    array bench/results (with every row), a log line, and the table to artifacts/results.json, so a cancelled
+    job still leaves the rows it finished."""
 
     def __init__(self, ctx, total: int):
         self.ctx = ctx
@@ -69,8 +90,13 @@ class Publisher:
         if samples is not None:
             self.samples[samples_key(row["backend"], row["batch_size"])] = samples
             ctx.array(array_name(row["backend"], row["batch_size"]), samples, unit="ms", row=row)
-        ctx.array("bench/results", self.table(), columns=list(RESULT_COLUMNS), rows=list(self.rows),
-                  planned=self.total)
+        ctx.array(
+            "bench/results",
+            self.table(),
+            columns=list(RESULT_COLUMNS),
+            rows=list(self.rows),
+            planned=self.total,
+        )
         ctx.log(describe_row(row), "info" if row["status"] == "ok" else "warning")
         if ctx.run is not None:
             folder = ctx.run.artifacts_dir
@@ -105,8 +131,10 @@ def describe_row(row: dict) -> str:
     if row["status"] != "ok":
         return f"{head}: {row['status']}: {row['reason']}"
     lat = row["latency_ms"]
-    text = (f"{head}: p50 {lat['p50']:.3f} ms, p90 {lat['p90']:.3f} ms, p99 {lat['p99']:.3f} ms over {row['iters']} "
-            f"iterations; {row['throughput_per_s']:,.1f} samples/s")
+    text = (
+        f"{head}: p50 {lat['p50']:.3f} ms, p90 {lat['p90']:.3f} ms, p99 {lat['p99']:.3f} ms over "
+        f"{row['iters']} iterations; {row['throughput_per_s']:,.1f} samples/s"
+    )
     if row["peak_memory_bytes"] is not None:
         text += f"; peak memory {row['peak_memory_bytes'] / 2**20:,.1f} MiB"
     if row["transfer_ms"] is not None:
@@ -120,8 +148,9 @@ def _release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def measure_row(spec: BenchSpec, bctx: BuildContext, backend: str, batch: int, ctx, *, index: int,
-                total: int) -> tuple[dict, np.ndarray | None]:
+def measure_row(
+    spec: BenchSpec, bctx: BuildContext, backend: str, batch: int, ctx, *, index: int, total: int
+) -> tuple[dict, np.ndarray | None]:
     """One row: build the backend at this batch size, warm it up, time it. Never raises but to cancel."""
     device = bctx.device
     row = new_row(backend, batch, device, spec.dtype)
@@ -155,12 +184,22 @@ def measure_row(spec: BenchSpec, bctx: BuildContext, backend: str, batch: int, c
     try:
         ctx.check_stop()
         memory.running()
-        measured = measure(runnable, warmup=spec.warmup, iters=spec.iters, min_time_s=spec.min_time_s,
-                           check_stop=ctx.check_stop, on_iteration=on_iteration, after_iteration=memory.sample)
+        measured = measure(
+            runnable,
+            warmup=spec.warmup,
+            iters=spec.iters,
+            min_time_s=spec.min_time_s,
+            check_stop=ctx.check_stop,
+            on_iteration=on_iteration,
+            after_iteration=memory.sample,
+        )
     except JobCancelled:
         raise
-    except Exception as exc:  # out of memory at a large batch, a kernel error: the row says so, the job goes on
-        row.update(status="failed", reason=f"{backend} failed while running at batch {batch} ({first_line(exc)})")
+    # out of memory at a large batch, a kernel error: the row says so, the job goes on
+    except Exception as exc:
+        row.update(
+            status="failed", reason=f"{backend} failed while running at batch {batch} ({first_line(exc)})"
+        )
         return row, None
     finally:
         try:
@@ -168,11 +207,15 @@ def measure_row(spec: BenchSpec, bctx: BuildContext, backend: str, batch: int, c
         finally:
             del runnable
     latency = summarize(measured.samples_ms)
-    row.update(status="ok", latency_ms=latency, iters=int(measured.samples_ms.size),
-               # throughput at the median latency: batch_size / (p50 in seconds)
-               throughput_per_s=throughput_per_s(batch, latency["p50"]),
-               peak_memory_bytes=memory.peak_bytes(),
-               transfer_ms=float(np.median(measured.transfer_ms)) if measured.transfer_ms is not None else None)
+    row.update(
+        status="ok",
+        latency_ms=latency,
+        iters=int(measured.samples_ms.size),
+        # throughput at the median latency: batch_size / (p50 in seconds)
+        throughput_per_s=throughput_per_s(batch, latency["p50"]),
+        peak_memory_bytes=memory.peak_bytes(),
+        transfer_ms=float(np.median(measured.transfer_ms)) if measured.transfer_ms is not None else None,
+    )
     return row, measured.samples_ms
 
 
@@ -185,13 +228,15 @@ def run_bench(spec: BenchSpec, ctx) -> dict:
     ctx.progress(0, total, "loading the model", force=True)
     source = resolve(spec, ctx)
     ctx.check_stop()
-    ctx.log(f"measuring {source.label} with inputs of {source.shapes_text()} on "
-            f"{describe(device)} in {spec.dtype}: {', '.join(backends)} at batch {', '.join(map(str, batch_sizes))}")
+    ctx.log(
+        f"measuring {source.label} with inputs of {source.shapes_text()} on {describe(device)} in "
+        f"{spec.dtype}: {', '.join(backends)} at batch {', '.join(map(str, batch_sizes))}"
+    )
     threads_before = torch.get_num_threads()
     publisher = Publisher(ctx, total)
-    # Each row collects the garbage of the one before it. Everything older (torch, the model, the process's own
-    # objects) is set aside first, so each collection walks only this job's new objects: a full collection of a
-    # process with torch loaded took over a second a row on a slow machine.
+    # Each row collects the garbage of the one before it. Everything older (torch, the model, the process's
+    # own objects) is set aside first, so each collection walks only this job's new objects: a full collection
+    # of a process with torch loaded took over a second a row on a slow machine.
     gc.freeze()
     try:
         if spec.threads > 0:
@@ -212,7 +257,15 @@ def run_bench(spec: BenchSpec, ctx) -> dict:
         samples_path = publisher.save_samples()  # also on cancel: the rows that finished keep their samples
     ctx.progress(total, total, "done", force=True)
     kind = "cuda" if device.type == "cuda" else "other"
-    return {"results": publisher.rows, "model": source.label, "input_shape": list(source.input_shape),
-            **source.named_inputs(), "source": source.describe(), "device": describe(device), "dtype": spec.dtype,
-            "threads": spec.threads or threads_before, "memory": MEMORY_NOTE[kind],
-            "samples": str(samples_path) if samples_path else None}
+    return {
+        "results": publisher.rows,
+        "model": source.label,
+        "input_shape": list(source.input_shape),
+        **source.named_inputs(),
+        "source": source.describe(),
+        "device": describe(device),
+        "dtype": spec.dtype,
+        "threads": spec.threads or threads_before,
+        "memory": MEMORY_NOTE[kind],
+        "samples": str(samples_path) if samples_path else None,
+    }

@@ -1,6 +1,6 @@
-"""Numbers of one benchmark row from its per-iteration samples: latency percentiles, throughput, and the memory
-probes (CUDA's allocator peak, or the process's resident set on the CPU). numpy and the stdlib only; torch is
-imported lazily by the CUDA probe. Never imports Qt.
+"""Numbers of one benchmark row from its per-iteration samples: latency percentiles, throughput, and the
+memory probes (CUDA's allocator peak, or the process's resident set on the CPU). numpy and the stdlib only;
+torch is imported lazily by the CUDA probe. Never imports Qt.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def throughput_per_s(batch_size: int, p50_ms: float) -> float | None:
     return batch_size / (p50_ms / 1000.0)
 
 
-# --- memory ---------------------------------------------------------------------------------------------------------
+# --- memory -------------------------------------------------------------------------------------------------
 
 
 def _rss_reader():
@@ -69,10 +69,11 @@ def _rss_reader():
 class MemoryProbe:
     """Peak memory of one row. On CUDA: torch's max allocated bytes on the device from `running` (the peak is
     reset there, after the build, so a compiler's scratch space is not counted) to the end; it includes the
-    weights resident on the device. Elsewhere: how far the process's resident set grew above its size at `start`
-    (before the build, so a backend's own copy of the weights counts), sampled after the build and after every
-    iteration, outside the timed window. Memory the allocator kept from an earlier row is reused without growing,
-    so on the CPU this is what the row needed beyond what the process already held: a lower bound."""
+    weights resident on the device. Elsewhere: how far the process's resident set grew above its size at
+    `start` (before the build, so a backend's own copy of the weights counts), sampled after the build and
+    after every iteration, outside the timed window. Memory the allocator kept from an earlier row is reused
+    without growing, so on the CPU this is what the row needed beyond what the process already held: a lower
+    bound."""
 
     def __init__(self, device):
         self.device = device

@@ -64,10 +64,16 @@ def _once(runnable: Runnable) -> tuple[float, float | None]:
     return t2 - t1, (t1 - t0) + (t3 - t2)
 
 
-def measure(runnable: Runnable, *, warmup: int, iters: int, min_time_s: float = 0.0,
-            check_stop: Callable[[], None] = lambda: None,
-            on_iteration: Callable[[int, int], None] | None = None,
-            after_iteration: Callable[[], None] | None = None) -> Measured:
+def measure(
+    runnable: Runnable,
+    *,
+    warmup: int,
+    iters: int,
+    min_time_s: float = 0.0,
+    check_stop: Callable[[], None] = lambda: None,
+    on_iteration: Callable[[int, int], None] | None = None,
+    after_iteration: Callable[[], None] | None = None,
+) -> Measured:
     """Warm up, then time iterations until there are `iters` and `min_time_s` has passed.
 
     `check_stop` runs before every iteration (it raises to cancel). `on_iteration(done, planned)` reports
@@ -91,5 +97,6 @@ def measure(runnable: Runnable, *, warmup: int, iters: int, min_time_s: float = 
             after_iteration()
         if on_iteration is not None:
             on_iteration(len(samples), iters)
-    return Measured(np.asarray(samples, dtype=np.float64),
-                    np.asarray(transfers, dtype=np.float64) if transfers else None)
+    return Measured(
+        np.asarray(samples, dtype=np.float64), np.asarray(transfers, dtype=np.float64) if transfers else None
+    )

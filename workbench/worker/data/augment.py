@@ -31,8 +31,9 @@ def _number(value, where: str, low: float | None = None, high: float | None = No
     if not _is_number(value):
         raise JobError(f"{where}: {value!r} is not a number")
     if (low is not None and value < low) or (high is not None and value > high):
-        bounds = " and ".join(b for b in (f">= {low}" if low is not None else "",
-                                          f"<= {high}" if high is not None else "") if b)
+        bounds = " and ".join(
+            b for b in (f">= {low}" if low is not None else "", f"<= {high}" if high is not None else "") if b
+        )
         raise JobError(f"{where}: {value!r} is out of range; must be {bounds}")
     return float(value)
 
@@ -47,8 +48,9 @@ def _ints(value, where: str, counts: tuple[int, ...], low: int) -> list[int]:
     """An integer or a list of `counts` integers."""
     if isinstance(value, (list, tuple)):
         if len(value) not in counts:
-            raise JobError(f"{where}: {list(value)!r} must be one integer or a list of "
-                           f"{' or '.join(map(str, counts))}")
+            raise JobError(
+                f"{where}: {list(value)!r} must be one integer or a list of {' or '.join(map(str, counts))}"
+            )
         return [_int(v, f"{where}[{i}]", low) for i, v in enumerate(value)]
     return [_int(value, where, low)]
 
@@ -83,11 +85,15 @@ class Step:
             if key not in self.PARAMS:
                 close = difflib.get_close_matches(str(key), list(self.PARAMS), n=1)
                 hint = f"did you mean {close[0]!r}? " if close else ""
-                raise JobError(f"{where}.{key}: unknown parameter of {self.name}; {hint}{self.name} takes: "
-                               f"{', '.join(self.PARAMS) or 'no parameters'}")
+                raise JobError(
+                    f"{where}.{key}: unknown parameter of {self.name}; {hint}{self.name} takes: "
+                    f"{', '.join(self.PARAMS) or 'no parameters'}"
+                )
         for key in self.REQUIRED:
             if key not in params:
-                raise JobError(f"{where}.{key}: {self.name} needs {key}, e.g. {{name='{self.name}', {key}=...}}")
+                raise JobError(
+                    f"{where}.{key}: {self.name} needs {key}, e.g. {{name='{self.name}', {key}=...}}"
+                )
         self.setup({**self.PARAMS, **{k: v for k, v in params.items() if k != "name"}})
 
     def setup(self, params: dict) -> None:
@@ -98,8 +104,8 @@ class Step:
 
 
 def _to(tensor: torch.Tensor, device) -> torch.Tensor:
-    # Random parameters are drawn on the CPU (one generator, the same numbers on every device) and cross to the
-    # batch's device without a wait: on CUDA a blocking copy would synchronise the stream every batch.
+    # Random parameters are drawn on the CPU (one generator, the same numbers on every device) and cross to
+    # the batch's device without a wait: on CUDA a blocking copy would synchronise the stream every batch.
     return tensor.to(device, non_blocking=torch.device(device).type == "cuda")
 
 
@@ -128,11 +134,14 @@ class RandomCrop(Step):
         if self.size is not None and len(self.size) == 1:
             self.size *= 2
         padding = _ints(params["padding"], f"{self.where}.padding", (1, 2, 4), 0)
-        # torchvision's order: one value for all sides, [left/right, top/bottom], or [left, top, right, bottom].
+        # torchvision's order: one value for all sides, [left/right, top/bottom], or [left, top, right,
+        # bottom].
         self.padding = padding * 4 if len(padding) == 1 else padding * 2 if len(padding) == 2 else padding
         if params["padding_mode"] not in self.MODES:
-            raise JobError(f"{self.where}.padding_mode: {params['padding_mode']!r} is not allowed; choose one of: "
-                           f"{', '.join(self.MODES)}")
+            raise JobError(
+                f"{self.where}.padding_mode: {params['padding_mode']!r} is not allowed; choose one of: "
+                f"{', '.join(self.MODES)}"
+            )
         self.mode = self.MODES[params["padding_mode"]]
 
     def __call__(self, x, generator):
@@ -143,8 +152,10 @@ class RandomCrop(Step):
         padded_h, padded_w = x.shape[-2:]
         h, w = self.size or (height, width)
         if h > padded_h or w > padded_w:
-            raise JobError(f"{self.where}.size: {h}x{w} is larger than the {padded_h}x{padded_w} (padded) image; "
-                           "lower size or add padding")
+            raise JobError(
+                f"{self.where}.size: {h}x{w} is larger than the {padded_h}x{padded_w} (padded) image; "
+                "lower size or add padding"
+            )
         top_left_y = _to(torch.randint(0, padded_h - h + 1, (n,), generator=generator), x.device)
         top_left_x = _to(torch.randint(0, padded_w - w + 1, (n,), generator=generator), x.device)
         rows = top_left_y[:, None] + torch.arange(h, device=x.device)
@@ -189,7 +200,8 @@ class Rotation(Step):
         n, _, height, width = x.shape
         angle = _uniform(n, *self.degrees, generator, "cpu") * (math.pi / 180)
         cos, sin = torch.cos(angle), torch.sin(angle)
-        # Counter-clockwise for positive angles, as torchvision; the aspect terms keep non-square images undistorted.
+        # Counter-clockwise for positive angles, as torchvision; the aspect terms keep non-square images
+        # undistorted.
         theta = torch.zeros(n, 2, 3)
         theta[:, 0, 0], theta[:, 0, 1] = cos, -sin * height / width
         theta[:, 1, 0], theta[:, 1, 1] = sin * width / height, cos
@@ -197,7 +209,9 @@ class Rotation(Step):
         if self.fill == 0:
             return F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
         ones = torch.ones_like(x[:, :1])
-        out = F.grid_sample(torch.cat([x, ones], 1), grid, mode="nearest", padding_mode="zeros", align_corners=False)
+        out = F.grid_sample(
+            torch.cat([x, ones], 1), grid, mode="nearest", padding_mode="zeros", align_corners=False
+        )
         inside = out[:, -1:]
         return out[:, :-1] * inside + self.fill * (1 - inside)
 
@@ -237,8 +251,10 @@ class ColorJitter(Step):
     PARAMS = {"brightness": 0.0, "contrast": 0.0, "saturation": 0.0, "hue": 0.0}
 
     def setup(self, params: dict) -> None:
-        self.ranges = {key: _range(params[key], f"{self.where}.{key}", 0, None, 1.0)
-                       for key in ("brightness", "contrast", "saturation")}
+        self.ranges = {
+            key: _range(params[key], f"{self.where}.{key}", 0, None, 1.0)
+            for key in ("brightness", "contrast", "saturation")
+        }
         self.hue = _range(params["hue"], f"{self.where}.hue", -0.5, 0.5, None)
 
     def __call__(self, x, generator):
@@ -272,12 +288,16 @@ class RandomErasing(Step):
         self.p = _number(params["p"], f"{self.where}.p", 0, 1)
         self.scale = _range(params["scale"], f"{self.where}.scale", 0, 1, None)
         if not isinstance(params["scale"], (list, tuple)) or self.scale[0] <= 0:
-            raise JobError(f"{self.where}.scale: {params['scale']!r} must be [min, max] fractions of the image "
-                           "area with 0 < min <= max <= 1, e.g. [0.02, 0.33]")
+            raise JobError(
+                f"{self.where}.scale: {params['scale']!r} must be [min, max] fractions of the image "
+                "area with 0 < min <= max <= 1, e.g. [0.02, 0.33]"
+            )
         self.ratio = _range(params["ratio"], f"{self.where}.ratio", 0, None, None)
         if not isinstance(params["ratio"], (list, tuple)) or self.ratio[0] <= 0:
-            raise JobError(f"{self.where}.ratio: {params['ratio']!r} must be [min, max] aspect ratios > 0, "
-                           "e.g. [0.3, 3.3]")
+            raise JobError(
+                f"{self.where}.ratio: {params['ratio']!r} must be [min, max] aspect ratios > 0, "
+                "e.g. [0.3, 3.3]"
+            )
         self.value = _number(params["value"], f"{self.where}.value", 0, 1)
 
     def __call__(self, x, generator):
@@ -298,8 +318,9 @@ class RandomErasing(Step):
         return x.masked_fill(_to(mask, x.device)[:, None], self.value)
 
 
-STEPS: dict[str, type[Step]] = {cls.name: cls for cls in (RandomCrop, HFlip, VFlip, Rotation, ColorJitter,
-                                                            RandomErasing)}
+STEPS: dict[str, type[Step]] = {
+    cls.name: cls for cls in (RandomCrop, HFlip, VFlip, Rotation, ColorJitter, RandomErasing)
+}
 
 
 class Augment:

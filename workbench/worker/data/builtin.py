@@ -1,7 +1,9 @@
-"""Datasets that need no files: scikit-learn's bundled 8x8 `digits` (the offline default) and random `fake` images.
+"""Datasets that need no files: scikit-learn's bundled 8x8 `digits` (the offline default) and random `fake`
+images.
 
-`fake` follows torchvision's FakeData recipe exactly (per-index seed, randn, then the label) but with a private
-generator, because FakeData reseeds torch's global generator, which a training job on another thread shares.
+`fake` follows torchvision's FakeData recipe exactly (per-index seed, randn, then the label) but with a
+private generator, because FakeData reseeds torch's global generator, which a training job on another thread
+shares.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ def load_digits(request: SourceRequest) -> Source:
     images = pixels.unsqueeze(1)
     size = parse_size(request.spec.image_size)
     if size is not None:
-        check_budget(nbytes(len(images), (1, *size)), f"the digits resized to {size[0]}x{size[1]}",
-                     "set a smaller dataset.image_size")
+        check_budget(
+            nbytes(len(images), (1, *size)),
+            f"the digits resized to {size[0]}x{size[1]}",
+            "set a smaller dataset.image_size",
+        )
         images = resize_uint8(images, size)
     labels = torch.from_numpy(targets).to(torch.int64)
     return Source(classes=[str(c) for c in range(10)], parts={"all": TensorStore(images, labels)})
@@ -57,8 +62,9 @@ def _digits_arrays():
     return bunch.images, bunch.target.astype(np.int64)
 
 
-def fake_sample(index: int, offset: int, shape: tuple[int, int, int], num_classes: int,
-                generator: torch.Generator) -> tuple[torch.Tensor, int]:
+def fake_sample(
+    index: int, offset: int, shape: tuple[int, int, int], num_classes: int, generator: torch.Generator
+) -> tuple[torch.Tensor, int]:
     """Sample `index` of torchvision's FakeData(random_offset=offset): the same pixels and label."""
     generator.manual_seed(index + offset)
     image = torch.randn(*shape, generator=generator).mul_(255).byte()
@@ -68,12 +74,16 @@ def fake_sample(index: int, offset: int, shape: tuple[int, int, int], num_classe
 
 @register_dataset("fake", has_test_split=False)
 def load_fake(request: SourceRequest) -> Source:
-    """Random images and labels (torchvision FakeData): dataset.size, dataset.image_size, dataset.num_classes, seed."""
+    """Random images and labels (torchvision FakeData): dataset.size, dataset.image_size, dataset.num_classes,
+    seed."""
     spec = request.spec
     height, width = parse_size(spec.image_size) or FAKE_DEFAULT_SIZE
     shape = (FAKE_CHANNELS, height, width)
-    check_budget(nbytes(spec.size, shape), f"the fake dataset of {spec.size:,} images of {'x'.join(map(str, shape))}",
-                 "lower dataset.size or dataset.image_size")
+    check_budget(
+        nbytes(spec.size, shape),
+        f"the fake dataset of {spec.size:,} images of {'x'.join(map(str, shape))}",
+        "lower dataset.size or dataset.image_size",
+    )
     offset = spec.seed * spec.size  # a different seed gives different images, yet each is reproducible
     images = torch.empty((spec.size, *shape), dtype=torch.uint8)
     labels = torch.empty(spec.size, dtype=torch.int64)

@@ -1,4 +1,5 @@
-"""The IDX file format of MNIST-style datasets: checking a file's header before torchvision reads it, and writing one.
+"""The IDX file format of MNIST-style datasets: checking a file's header before torchvision reads it, and
+writing one.
 
 Checking first lets a truncated or foreign file be named in a clear message instead of an assertion deep in
 torchvision; writing lets tests and benchmarks make small real datasets. numpy only, no torch.
@@ -18,7 +19,9 @@ def write_idx(path: str | Path, array: np.ndarray) -> None:
     """Write a uint8 array of 1 to 3 dimensions as an (uncompressed) IDX file."""
     array = np.ascontiguousarray(array)
     if array.dtype != np.uint8 or not 1 <= array.ndim <= 3:
-        raise ValueError(f"IDX files here hold uint8 arrays of 1 to 3 dimensions, not {array.dtype} {array.shape}")
+        raise ValueError(
+            f"IDX files here hold uint8 arrays of 1 to 3 dimensions, not {array.dtype} {array.shape}"
+        )
     header = bytes([0, 0, UINT8_TYPE, array.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in array.shape)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -26,7 +29,8 @@ def write_idx(path: str | Path, array: np.ndarray) -> None:
 
 
 def idx_problem(path: str | Path, ndim: int) -> str | None:
-    """Why `path` is not a uint8 IDX file of `ndim` dimensions whose size matches its header, or None if it is."""
+    """Why `path` is not a uint8 IDX file of `ndim` dimensions whose size matches its header, or None if it
+    is."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -44,10 +48,13 @@ def idx_problem(path: str | Path, ndim: int) -> str | None:
         return f"has {head[3]} dimensions; expected {ndim}"
     if len(head) < 4 + 4 * ndim:
         return "is truncated inside its header"
-    shape = [int.from_bytes(head[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    shape = [int.from_bytes(head[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
     expected = 4 + 4 * ndim + math.prod(shape)
     if size != expected:
-        return f"is {size} bytes but its header ({'x'.join(map(str, shape))}) needs {expected}; it is truncated or corrupt"
+        return (
+            f"is {size} bytes but its header ({'x'.join(map(str, shape))}) needs {expected}; it is truncated "
+            "or corrupt"
+        )
     return None
 
 

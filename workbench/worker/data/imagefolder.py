@@ -1,9 +1,10 @@
-"""`imagefolder`: a root with one folder per class. A fast scan (os.scandir, no decoding) and a lazily decoded store.
+"""`imagefolder`: a root with one folder per class. A fast scan (os.scandir, no decoding) and a lazily decoded
+store.
 
 Images are decoded with PIL on first use, converted to one mode (L when every probed image is grayscale, else
 RGB) and resized to one size; within the memory budget each decoded image is kept in one uint8 tensor, so the
-dataset ends up held in memory like the others. A file that fails to decode, or whose header claims a decompression
-bomb's size, is skipped and reported by path, as is a folder link that loops back.
+dataset ends up held in memory like the others. A file that fails to decode, or whose header claims a
+decompression bomb's size, is skipped and reported by path, as is a folder link that loops back.
 """
 
 from __future__ import annotations
@@ -28,16 +29,18 @@ from workbench.worker.data.stores import ImageStore, check_budget, memory_budget
 
 log = logging.getLogger(__name__)
 
-IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".ppm", ".pgm", ".pbm", ".bmp", ".tif", ".tiff", ".webp",
-                              ".gif"})
+IMAGE_EXTENSIONS = frozenset(
+    {".jpg", ".jpeg", ".png", ".ppm", ".pgm", ".pbm", ".bmp", ".tif", ".tiff", ".webp", ".gif"}
+)
 GRAY_MODES = frozenset({"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"})
 PROBE_COUNT = 32  # images whose headers decide the mode and size: enough to see a mixed folder, cheap to open
 LRU_BYTES = 256 * 2**20  # decoded images kept when the dataset is too big to hold whole
 LRU_MIN = 16  # images the cache keeps however large they are, so a batch's worth is not decoded twice
-# PIL's own decompression-bomb threshold (Image.MAX_IMAGE_PIXELS, where it warns): more than any camera but medium
-# format takes. A file whose header claims more is skipped unread: a 69-byte PNG can claim 12000x12000.
+# PIL's own decompression-bomb threshold (Image.MAX_IMAGE_PIXELS, where it warns): more than any camera but
+# medium format takes. A file whose header claims more is skipped unread: a 69-byte PNG can claim 12000x12000.
 MAX_DECODE_PIXELS = 89_478_485
-# Images a store read from its files holds at once at the least: its cache's minimum and a decoded group as large.
+# Images a store read from its files holds at once at the least: its cache's minimum and a decoded group as
+# large.
 STREAM_MIN_IMAGES = 2 * LRU_MIN
 
 _pool: ThreadPoolExecutor | None = None
@@ -71,15 +74,17 @@ def _within(path: str, folder: str) -> bool:
 
 
 def _loop_reason(real: str) -> str:
-    return (f"a link to {real}, a folder that holds it: following it would loop back and count the same images "
-            "again, so it is not followed")
+    return (
+        f"a link to {real}, a folder that holds it: following it would loop back and count the same images "
+        "again, so it is not followed"
+    )
 
 
 def _list_images(folder: str, skipped: list[dict]) -> list[str]:
     """Image files anywhere under `folder`, sorted; hidden files and folders (.DS_Store, ._x.jpg) are skipped.
 
-    Links to folders are followed, except one to a folder that holds it (e.g. `loopup -> ..`), which would count
-    its ancestors' images under this folder; those are appended to `skipped` with the reason."""
+    Links to folders are followed, except one to a folder that holds it (e.g. `loopup -> ..`), which would
+    count its ancestors' images under this folder; those are appended to `skipped` with the reason."""
     found: list[str] = []
     # Each folder to read travels with the real paths of the folders it was reached through.
     stack: list[tuple[str, tuple[str, ...]]] = [(folder, (os.path.realpath(folder),))]
@@ -116,7 +121,9 @@ def scan_image_folder(root: str | Path) -> FolderScan:
     root = Path(root)
     layout = f"imagefolder expects one folder per class, e.g. {root / 'cat' / '001.jpg'}"
     if not root.exists():
-        raise JobError(f"dataset.root: the folder {root} does not exist; {layout}. Set dataset.root to such a folder.")
+        raise JobError(
+            f"dataset.root: the folder {root} does not exist; {layout}. Set dataset.root to such a folder."
+        )
     if not root.is_dir():
         raise JobError(f"dataset.root: {root} is a file, not a folder; {layout}.")
     skipped: list[dict] = []
@@ -143,12 +150,16 @@ def scan_image_folder(root: str | Path) -> FolderScan:
         counts.append(len(files))
     extensions = ", ".join(sorted(IMAGE_EXTENSIONS))
     if not paths:
-        raise JobError(f"no images under {root}: its {len(classes)} class folder(s) hold no {extensions} files. "
-                       "Put the images in the class folders.")
+        raise JobError(
+            f"no images under {root}: its {len(classes)} class folder(s) hold no {extensions} files. "
+            "Put the images in the class folders."
+        )
     empty = [str(root / name) for name, count in zip(classes, counts) if count == 0]
     if empty:
-        raise JobError(f"class folder {', '.join(empty)} has no images ({extensions}); add images to it or remove "
-                       "the folder.")
+        raise JobError(
+            f"class folder {', '.join(empty)} has no images ({extensions}); add images to it or remove "
+            "the folder."
+        )
     return FolderScan(root, classes, paths, counts, skipped)
 
 
@@ -165,9 +176,11 @@ class TooLarge(Exception):
 
 def _too_large_reason(width: int | None = None, height: int | None = None) -> str:
     claim = f"{width}x{height} pixels ({width * height / 1e6:,.0f} megapixels)" if width else "more pixels"
-    return (f"its header claims {claim}, more than the {MAX_DECODE_PIXELS / 1e6:.0f} megapixels a file may decode "
-            f"to, so it is skipped unread as a decompression bomb would be (an image of the dataset has at most "
-            f"{MAX_IMAGE_SIDE} pixels a side: shrink the file if it is a real picture)")
+    return (
+        f"its header claims {claim}, more than the {MAX_DECODE_PIXELS / 1e6:.0f} megapixels a file may "
+        "decode to, so it is skipped unread as a decompression bomb would be (an image of the dataset has "
+        f"at most {MAX_IMAGE_SIDE} pixels a side: shrink the file if it is a real picture)"
+    )
 
 
 def _reason(path: str, exc: BaseException) -> str:
@@ -193,7 +206,8 @@ def decode_file(path: str, mode: str, size: tuple[int, int]) -> np.ndarray:
     from PIL import Image
 
     with Image.open(path) as img:
-        if img.width * img.height > MAX_DECODE_PIXELS:  # decided from the header, before any pixel is allocated
+        # decided from the header, before any pixel is allocated
+        if img.width * img.height > MAX_DECODE_PIXELS:
             raise TooLarge(img.width, img.height)
         return convert_image(img, mode, size)
 
@@ -207,17 +221,20 @@ def is_sixteen_bit(img) -> bool:
 
 
 def convert_image(img, mode: str, size: tuple[int, int]) -> np.ndarray:
-    """An opened PIL image as uint8 (H,W) for mode L or (H,W,3) for RGB at `size` (H, W): how this dataset reads
-    its files, and how Try it (workbench.worker.predict) reads the user's image. 16-bit values are divided by 257."""
+    """An opened PIL image as uint8 (H,W) for mode L or (H,W,3) for RGB at `size` (H, W): how this dataset
+    reads its files, and how Try it (workbench.worker.predict) reads the user's image. 16-bit values are
+    divided by 257."""
     from PIL import Image
 
     height, width = size
     if img.format == "JPEG":
         img.draft(mode, (width, height))  # let libjpeg decode at a reduced scale: much faster for big photos
     if is_sixteen_bit(img):
-        # PIL's own conversion clips 16-bit values at 255 (an almost white image): scale them to 8 bits instead.
-        img = Image.fromarray(np.clip(np.asarray(img, dtype=np.float64) / 257.0, 0, 255).round().astype(np.uint8),
-                              "L")
+        # PIL's own conversion clips 16-bit values at 255 (an almost white image): scale them to 8 bits
+        # instead.
+        img = Image.fromarray(
+            np.clip(np.asarray(img, dtype=np.float64) / 257.0, 0, 255).round().astype(np.uint8), "L"
+        )
     if img.mode == "P" and "transparency" in img.info:
         img = img.convert("RGBA")  # what PIL asks for before dropping a palette's transparency
     img = img.convert(mode)
@@ -227,8 +244,8 @@ def convert_image(img, mode: str, size: tuple[int, int]) -> np.ndarray:
 
 
 def probe(paths: list[str], counts: list[int]) -> list[tuple[str, str, tuple[int, int]]]:
-    """Open the headers (not the pixels) of up to PROBE_COUNT images, taken round-robin across classes; files that
-    do not open, or claim more than MAX_DECODE_PIXELS (they will be skipped), are left out."""
+    """Open the headers (not the pixels) of up to PROBE_COUNT images, taken round-robin across classes; files
+    that do not open, or claim more than MAX_DECODE_PIXELS (they will be skipped), are left out."""
     from PIL import Image
 
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).tolist()
@@ -252,11 +269,19 @@ def probe(paths: list[str], counts: list[int]) -> list[tuple[str, str, tuple[int
 
 
 class FileStore(ImageStore):
-    """Image files decoded on demand; within `memory_limit` (default: the memory budget) every decoded image is kept
-    in one uint8 tensor. `skipped` lists files or folders already left out (by the scan) with their reasons."""
+    """Image files decoded on demand; within `memory_limit` (default: the memory budget) every decoded image
+    is kept in one uint8 tensor. `skipped` lists files or folders already left out (by the scan) with their
+    reasons."""
 
-    def __init__(self, paths: list[str], labels: torch.Tensor, shape: tuple[int, int, int], mode: str,
-                 memory_limit: int | None = None, skipped: list[dict] | None = None):
+    def __init__(
+        self,
+        paths: list[str],
+        labels: torch.Tensor,
+        shape: tuple[int, int, int],
+        mode: str,
+        memory_limit: int | None = None,
+        skipped: list[dict] | None = None,
+    ):
         self.paths = paths
         self.labels = labels.to(torch.int64)
         self.shape = shape
@@ -325,7 +350,7 @@ class FileStore(ImageStore):
         # A cache's worth at a time: the decoded images of a group are all alive at once, and a chunk of large
         # images (256 at 4096x4096) would not fit in memory together.
         for start in range(0, len(todo), self._lru_capacity):
-            decoded = self._decode_many(todo[start:start + self._lru_capacity])
+            decoded = self._decode_many(todo[start : start + self._lru_capacity])
             if self._buffer is None:
                 for index, image in decoded.items():
                     self._remember(index, image)
@@ -360,46 +385,59 @@ class FileStore(ImageStore):
 
 
 def automatic_size(probed: list[tuple[str, str, tuple[int, int]]], root: Path, say) -> tuple[int, int]:
-    """(H, W) for a folder whose dataset.image_size is empty: the most common size among the probed images that a
-    dataset's image may have (MAX_IMAGE_SIDE a side), so no single odd file, first or not, sizes them all."""
+    """(H, W) for a folder whose dataset.image_size is empty: the most common size among the probed images
+    that a dataset's image may have (MAX_IMAGE_SIDE a side), so no single odd file, first or not, sizes them
+    all."""
     fits = [(path, size) for path, _, size in probed if max(size) <= MAX_IMAGE_SIDE]
     if not fits:
         path, _, (height, width) = probed[0]
-        raise JobError(f"the images under {root} are too large to use at their own size: e.g. {path} is "
-                       f"{width}x{height} (width x height), and a dataset's images have at most {MAX_IMAGE_SIDE} "
-                       "pixels a side. Set dataset.image_size (e.g. [224]) to resize them as they are read.")
+        raise JobError(
+            f"the images under {root} are too large to use at their own size: e.g. {path} is "
+            f"{width}x{height} (width x height), and a dataset's images have at most {MAX_IMAGE_SIDE} "
+            "pixels a side. Set dataset.image_size (e.g. [224]) to resize them as they are read."
+        )
     sizes = Counter(size for _, size in fits)
     size = sizes.most_common(1)[0][0]  # on a tie, the size seen first
     other = next(((p, s) for p, _, s in probed if s != size), None)
     if other is not None:
         example = next(path for path, s in fits if s == size)
-        say(f"images under {root} differ in size (e.g. {example} is {size[1]}x{size[0]}, {other[0]} is "
-            f"{other[1][1]}x{other[1][0]}); resizing all to {size[0]}x{size[1]} (height x width), the most common "
-            f"size among the {len(probed)} looked at. Set dataset.image_size to choose another.")
+        say(
+            f"images under {root} differ in size (e.g. {example} is {size[1]}x{size[0]}, {other[0]} is "
+            f"{other[1][1]}x{other[1][0]}); resizing all to {size[0]}x{size[1]} (height x width), the most "
+            f"common size among the {len(probed)} looked at. Set dataset.image_size to choose another."
+        )
     return size
 
 
 @register_dataset("imagefolder", has_test_split=False)
 def load_imagefolder(request: SourceRequest) -> Source:
-    """Your own images: dataset.root holds one folder per class (any depth inside), decoded as they are used."""
+    """Your own images: dataset.root holds one folder per class (any depth inside), decoded as they are
+    used."""
     root = request.root
     if not request.spec.root and not root.is_dir():
-        raise JobError(f"dataset.root is empty, so the workspace's data folder {root} was used, and it does not "
-                       "exist; set dataset.root to a folder with one subfolder per class.")
+        raise JobError(
+            f"dataset.root is empty, so the workspace's data folder {root} was used, and it does not "
+            "exist; set dataset.root to a folder with one subfolder per class."
+        )
     scan = scan_image_folder(root)
     probed = probe(scan.paths, scan.counts)
     if not probed:
-        raise JobError(f"none of the images tried under {root} could be opened (first: {scan.paths[0]}); check "
-                       "that the files are images.")
+        raise JobError(
+            f"none of the images tried under {root} could be opened (first: {scan.paths[0]}); check "
+            "that the files are images."
+        )
     mode = "L" if all(m in GRAY_MODES for _, m, _ in probed) else "RGB"
     size = parse_size(request.spec.image_size) or automatic_size(probed, root, request.log)
     shape = (1 if mode == "L" else 3, *size)
-    # Even read from the files as they are used, some images are held at once: refuse before anything is allocated
-    # when those alone are beyond the memory budget.
+    # Even read from the files as they are used, some images are held at once: refuse before anything is
+    # allocated when those alone are beyond the memory budget.
     held = min(len(scan.paths), STREAM_MIN_IMAGES)
-    check_budget(nbytes(held, shape), f"{held} images from {root} at {'x'.join(map(str, shape))} "
-                 f"({nbytes(1, shape) / 2**20:,.1f} MB each), the fewest held in memory at once",
-                 "set dataset.image_size to a smaller size (e.g. [224])")
+    check_budget(
+        nbytes(held, shape),
+        f"{held} images from {root} at {'x'.join(map(str, shape))} "
+        f"({nbytes(1, shape) / 2**20:,.1f} MB each), the fewest held in memory at once",
+        "set dataset.image_size to a smaller size (e.g. [224])",
+    )
     for item in scan.skipped:
         request.log(f"skipped {item['path']}: {item['reason']}")
     labels = torch.repeat_interleave(torch.arange(len(scan.classes)), torch.tensor(scan.counts))

@@ -27,9 +27,9 @@ def resize_uint8(images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
         return images
     out = torch.empty((images.shape[0], images.shape[1], *size), dtype=torch.uint8)
     for start in range(0, images.shape[0], CHUNK):
-        chunk = images[start:start + CHUNK].to(torch.float32)
+        chunk = images[start : start + CHUNK].to(torch.float32)
         resized = F.interpolate(chunk, size=size, mode="bilinear", align_corners=False, antialias=True)
-        out[start:start + CHUNK] = resized.round_().clamp_(0, 255).to(torch.uint8)
+        out[start : start + CHUNK] = resized.round_().clamp_(0, 255).to(torch.uint8)
     return out
 
 

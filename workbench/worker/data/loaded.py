@@ -108,7 +108,8 @@ class Split:
         return self.store.fetch(self.indices[self._rows(indices)])
 
     def images(self, indices) -> torch.Tensor:
-        """uint8 (n,C,H,W) images at these indices within the split; a file that does not decode gives zeros."""
+        """uint8 (n,C,H,W) images at these indices within the split; a file that does not decode gives
+        zeros."""
         images, ok = self.fetch(indices)
         if not bool(ok.all()):
             images = images.clone()
@@ -128,35 +129,67 @@ class Split:
         labels = self.labels[self.good()]
         return torch.bincount(labels, minlength=len(self.dataset.classes)).tolist()
 
-    def batches(self, batch_size: int, *, shuffle: bool, seed: int = 0, epoch: int = 0, drop_last: bool = False,
-                augment: bool | None = None, device: str | torch.device = "cpu",
-                placement: str | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def batches(
+        self,
+        batch_size: int,
+        *,
+        shuffle: bool,
+        seed: int = 0,
+        epoch: int = 0,
+        drop_last: bool = False,
+        augment: bool | None = None,
+        device: str | torch.device = "cpu",
+        placement: str | None = None,
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Yield (x float32 normalised (n,C,H,W), y int64) covering the split once, by slicing a permutation.
 
         `shuffle` draws the order from (seed, epoch); `augment` (default: only for train) applies the spec's
-        steps with random parameters per sample; samples whose file does not decode are left out of their batch.
-        `placement` (device, staged or host) overrides where batches are gathered (default: the dataset's choice
-        for `device`, see LoadedDataset.prepare); every placement gives the same batches.
+        steps with random parameters per sample; samples whose file does not decode are left out of their
+        batch. `placement` (device, staged or host) overrides where batches are gathered (default: the
+        dataset's choice for `device`, see LoadedDataset.prepare); every placement gives the same batches.
         """
         use_augment = (self.name == "train") if augment is None else augment
-        stream = self._stream(batch_size, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last,
-                              steps=self.dataset.augment if use_augment else None, device=device, placement=placement)
-        # Closed explicitly, not when the garbage collector gets to it: a consumer that stops early must stop the
-        # staging thread at once (seen on Python 3.12: the thread outlived the consumer).
+        stream = self._stream(
+            batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            epoch=epoch,
+            drop_last=drop_last,
+            steps=self.dataset.augment if use_augment else None,
+            device=device,
+            placement=placement,
+        )
+        # Closed explicitly, not when the garbage collector gets to it: a consumer that stops early must stop
+        # the staging thread at once (seen on Python 3.12: the thread outlived the consumer).
         with contextlib.closing(stream):
             for _, x, y in stream:
                 yield x, y
 
-    def indexed_batches(self, batch_size: int, *, device: str | torch.device = "cpu", rank: int = 0, world: int = 1,
-                        placement: str | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    def indexed_batches(
+        self,
+        batch_size: int,
+        *,
+        device: str | torch.device = "cpu",
+        rank: int = 0,
+        world: int = 1,
+        placement: str | None = None,
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """(indices within the split (host int64), normalised x, y) in split order with no augmentation, for
-        evaluation; with world > 1, every world-th batch from the rank-th. Indices keep each prediction's sample
-        even when some files fail to decode."""
-        yield from self._stream(batch_size, shuffle=False, steps=None, device=device, placement=placement,
-                                shard=(rank, world), scale_first=True)
+        evaluation; with world > 1, every world-th batch from the rank-th. Indices keep each prediction's
+        sample even when some files fail to decode."""
+        yield from self._stream(
+            batch_size,
+            shuffle=False,
+            steps=None,
+            device=device,
+            placement=placement,
+            shard=(rank, world),
+            scale_first=True,
+        )
 
     def _plan(self, order: torch.Tensor, batch_size: int, drop_last: bool, shard: tuple[int, int]) -> list:
-        """The batches as (split indices, store indices, labels) on the host: arithmetic known before any data."""
+        """The batches as (split indices, store indices, labels) on the host: arithmetic known before any
+        data."""
         rank, world = shard
         store_indices, labels = self.indices[order], self.labels[order]
         parts = []
@@ -170,9 +203,20 @@ class Split:
             parts.append((order[start:end], store_indices[start:end], labels[start:end]))
         return parts
 
-    def _stream(self, batch_size: int, *, shuffle: bool, seed: int = 0, epoch: int = 0, drop_last: bool = False,
-                steps: Augment | None, device, placement: str | None, shard: tuple[int, int] = (0, 1),
-                scale_first: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    def _stream(
+        self,
+        batch_size: int,
+        *,
+        shuffle: bool,
+        seed: int = 0,
+        epoch: int = 0,
+        drop_last: bool = False,
+        steps: Augment | None,
+        device,
+        placement: str | None,
+        shard: tuple[int, int] = (0, 1),
+        scale_first: bool = False,
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, not {batch_size}")
         if placement is not None and placement not in PLACEMENTS:
@@ -184,12 +228,14 @@ class Split:
         mean, std = self.dataset.normalization()
         mean_t = to_device(torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1), device)
         std_t = to_device(torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1), device)
-        # Without augmentation, scaling to 0..1 folds into the normalisation: one pass fewer per batch. Evaluation
-        # keeps the two passes (scale_first) it always had, so its numbers do not move by a rounding.
+        # Without augmentation, scaling to 0..1 folds into the normalisation: one pass fewer per batch.
+        # Evaluation keeps the two passes (scale_first) it always had, so its numbers do not move by a
+        # rounding.
         mean_255, std_255 = mean_t * 255, std_t * 255
 
         def finish(images: torch.Tensor) -> torch.Tensor:
-            x = images.to(torch.float32)  # uint8 crossed to the device (4x fewer bytes than float); the rest runs there
+            # uint8 crossed to the device (4x fewer bytes than float); the rest runs there
+            x = images.to(torch.float32)
             if steps:
                 return steps(x.div_(255), generator).sub_(mean_t).div_(std_t)
             if scale_first:
@@ -199,10 +245,13 @@ class Split:
         parts = self._plan(order, batch_size, drop_last, shard)
         mode = placement or self.dataset.placement_for(device)
         if mode == DEVICE:
-            for local, images, y in device_batches(self.dataset.on_device_store(self.store, device), parts, device):
+            for local, images, y in device_batches(
+                self.dataset.on_device_store(self.store, device), parts, device
+            ):
                 yield local, finish(images), y
         elif mode == STAGED:
-            pin = device.type == "cuda"  # reused buffers: pinning them costs once, and makes the copies asynchronous
+            # reused buffers: pinning them costs once, and makes the copies asynchronous
+            pin = device.type == "cuda"
             with contextlib.closing(staged_batches(self.store, parts, batch_size, device, pin=pin)) as staged:
                 for local, images, y, release in staged:
                     x = finish(images)
@@ -244,8 +293,8 @@ class LoadedDataset:
         self.augment: Augment = build_augment(spec.augment)
         self.splits = {name: Split(name, store, idx, self) for name, (store, idx) in core.split_defs.items()}
         self._check_normalize()
-        # Per job (a LoadedDataset is made for each load_dataset call, the DatasetCore is shared): where batches
-        # for each device are gathered, and the device copies of the stores, dropped by release().
+        # Per job (a LoadedDataset is made for each load_dataset call, the DatasetCore is shared): where
+        # batches for each device are gathered, and the device copies of the stores, dropped by release().
         self._placements: dict[str, tuple[str, str]] = {}
         self._on_device: dict[tuple[int, str], DeviceStore] = {}
         self._placement_lock = threading.Lock()
@@ -268,8 +317,10 @@ class LoadedDataset:
             channels = self.sample_shape[0]
             for key in ("mean", "std"):
                 if len(table[key]) not in (1, channels):
-                    raise JobError(f"normalize.{key}: {table[key]!r} has {len(table[key])} values, but the images of "
-                                   f"{self.name} have {channels} channel(s); give 1 or {channels} values")
+                    raise JobError(
+                        f"normalize.{key}: {table[key]!r} has {len(table[key])} values, but the images of "
+                        f"{self.name} have {channels} channel(s); give 1 or {channels} values"
+                    )
 
     def statistics(self, progress=None) -> tuple[list[float], list[float]]:
         """The train split's own per-channel mean and std in 0..1 pixel units (cached in the workspace)."""
@@ -284,14 +335,16 @@ class LoadedDataset:
         if table == "auto":
             return self.statistics(progress)
         mean, std = table["mean"], table["std"]
-        return ([float(v) for v in mean] * (channels if len(mean) == 1 else 1),
-                [float(v) for v in std] * (channels if len(std) == 1 else 1))
+        return (
+            [float(v) for v in mean] * (channels if len(mean) == 1 else 1),
+            [float(v) for v in std] * (channels if len(std) == 1 else 1),
+        )
 
-    # -- where batches are gathered ------------------------------------------------------------------------------
+    # -- where batches are gathered --------------------------------------------------------------------------
     def loader_workers(self) -> int:
-        """dataset.num_workers as a count. auto: the usable cores (up to 8) where a store streams from its files,
-        which keeps decoding ahead of the step (an ImageFolder too big for memory trained 3x slower without);
-        0 where every store is held in memory, whose batches are a slice away."""
+        """dataset.num_workers as a count. auto: the usable cores (up to 8) where a store streams from its
+        files, which keeps decoding ahead of the step (an ImageFolder too big for memory trained 3x slower
+        without); 0 where every store is held in memory, whose batches are a slice away."""
         workers = self.spec.num_workers
         if workers != "auto":
             return workers
@@ -299,16 +352,23 @@ class LoadedDataset:
 
     def describe_workers(self) -> str:
         workers = self.loader_workers()
-        how = (f"{workers} background loader(s)" if workers else "loaded in the job's own process")
+        how = f"{workers} background loader(s)" if workers else "loaded in the job's own process"
         if self.spec.num_workers != "auto":
             return f"{how} (dataset.num_workers={workers})"
         return f"{how} (dataset.num_workers auto: " + (
-            "the data is held in memory)" if self.in_memory else f"{workers} usable core(s), the data streams from files)")
+            "the data is held in memory)"
+            if self.in_memory
+            else f"{workers} usable core(s), the data streams from files)"
+        )
 
-    def prepare(self, device, progress: Callable[[int, int, str], None] | None = None,
-                check_stop: Callable[[], None] | None = None) -> tuple[str, str]:
-        """Decide where batches for `device` are gathered (dataset.on_device) and, for "device", decode every image
-        and copy the stores there now, before any step. Returns (placement, why) for the job's log."""
+    def prepare(
+        self,
+        device,
+        progress: Callable[[int, int, str], None] | None = None,
+        check_stop: Callable[[], None] | None = None,
+    ) -> tuple[str, str]:
+        """Decide where batches for `device` are gathered (dataset.on_device) and, for "device", decode every
+        image and copy the stores there now, before any step. Returns (placement, why) for the job's log."""
         device = torch.device(device)
         key = str(device)
         with self._placement_lock:
@@ -329,8 +389,8 @@ class LoadedDataset:
         return mode, why
 
     def placement_for(self, device) -> str:
-        """Where batches for `device` are gathered: device, staged or host (deciding now if prepare() was not called;
-        the data tasks and GUI queries gather on the host, which never decides to copy anything)."""
+        """Where batches for `device` are gathered: device, staged or host (deciding now if prepare() was not
+        called; the data tasks and GUI queries gather on the host, which never decides to copy anything)."""
         device = torch.device(device)
         with self._placement_lock:
             known = self._placements.get(str(device))
@@ -359,9 +419,13 @@ class LoadedDataset:
             self._on_device.clear()
             self._placements.clear()
 
-    def decode_all(self, progress: Callable[[int, int, str], None] | None = None,
-                   check_stop: Callable[[], None] | None = None) -> None:
-        """Decode every image not yet decoded, so `skipped_files` is complete (image folders; no-op otherwise)."""
+    def decode_all(
+        self,
+        progress: Callable[[int, int, str], None] | None = None,
+        check_stop: Callable[[], None] | None = None,
+    ) -> None:
+        """Decode every image not yet decoded, so `skipped_files` is complete (image folders; no-op
+        otherwise)."""
         stores = [store for store in self.core.stores if not store.fully_decoded]
         total = sum(len(store) for store in stores)
         done = 0

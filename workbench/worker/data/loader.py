@@ -1,5 +1,5 @@
-"""`load_dataset`: a DataSpec to a LoadedDataset. Resolves the root, runs the registered loader, makes the splits,
-and keeps the result in the worker's LRU cache.
+"""`load_dataset`: a DataSpec to a LoadedDataset. Resolves the root, runs the registered loader, makes the
+splits, and keeps the result in the worker's LRU cache.
 
 The cache is keyed by the fields that change what is loaded (name, root, fractions, seed, image size, fake's
 size and classes) and the workspace; augment and normalize only change the view, so editing them reuses the
@@ -46,10 +46,18 @@ def resolve_root(spec: DataSpec, workspace: Path) -> Path:
 
 
 def _core_key(spec: DataSpec, root: Path, workspace: Path) -> str:
-    fields = {"name": spec.name, "root": str(root), "val_fraction": spec.val_fraction,
-              "test_fraction": spec.test_fraction, "seed": spec.seed, "image_size": list(spec.image_size),
-              "size": spec.size, "num_classes": spec.num_classes, "workspace": str(workspace),
-              "stratify": spec.stratify}
+    fields = {
+        "name": spec.name,
+        "root": str(root),
+        "val_fraction": spec.val_fraction,
+        "test_fraction": spec.test_fraction,
+        "seed": spec.seed,
+        "image_size": list(spec.image_size),
+        "size": spec.size,
+        "num_classes": spec.num_classes,
+        "workspace": str(workspace),
+        "stratify": spec.stratify,
+    }
     return json.dumps(fields, sort_keys=True)
 
 
@@ -70,18 +78,38 @@ def _load_core(spec: DataSpec, root: Path, workspace: Path, ctx) -> DatasetCore:
     if "all" in source.parts:
         store = source.parts["all"]
         # A registered dataset's targets are classes: its splits are stratified by them.
-        defs = {name: (store, idx) for name, idx in
-                split_whole(len(store), spec.val_fraction, spec.test_fraction, spec.seed, what,
-                            labels=store.labels if spec.stratify else None).items()}
+        defs = {
+            name: (store, idx)
+            for name, idx in split_whole(
+                len(store),
+                spec.val_fraction,
+                spec.test_fraction,
+                spec.seed,
+                what,
+                labels=store.labels if spec.stratify else None,
+            ).items()
+        }
     else:
         train, test = source.parts["train"], source.parts["test"]
-        defs = {name: (train, idx) for name, idx in
-                split_train(len(train), spec.val_fraction, spec.seed, f"the training set of {spec.name}",
-                            labels=train.labels if spec.stratify else None).items()}
+        defs = {
+            name: (train, idx)
+            for name, idx in split_train(
+                len(train),
+                spec.val_fraction,
+                spec.seed,
+                f"the training set of {spec.name}",
+                labels=train.labels if spec.stratify else None,
+            ).items()
+        }
         defs["test"] = (test, torch.arange(len(test)))
-    return DatasetCore(name=spec.name, classes=source.classes, root=source.root, workspace=workspace,
-                       split_defs={name: defs[name] for name in ("train", "val", "test")},
-                       stats_key=stats_key(spec, source.root, source.fingerprint))
+    return DatasetCore(
+        name=spec.name,
+        classes=source.classes,
+        root=source.root,
+        workspace=workspace,
+        split_defs={name: defs[name] for name in ("train", "val", "test")},
+        stats_key=stats_key(spec, source.root, source.fingerprint),
+    )
 
 
 def load_dataset(spec: DataSpec, workspace=None, ctx=None) -> LoadedDataset | UserDataset:
@@ -89,7 +117,8 @@ def load_dataset(spec: DataSpec, workspace=None, ctx=None) -> LoadedDataset | Us
     A `file:<path.py>:<Name>` dataset is the user's own torch Dataset: a UserDataset (see user.py).
 
     `workspace` (else `ctx.workspace`, else the default workspace) holds <workspace>/data, the default root,
-    and <workspace>/cache, where normalisation statistics are kept. `ctx` (a TaskContext) gets logs and progress.
+    and <workspace>/cache, where normalisation statistics are kept. `ctx` (a TaskContext) gets logs and
+    progress.
     """
     if not isinstance(spec, DataSpec):
         spec = DataSpec.from_dict(spec, path="dataset")
@@ -100,7 +129,9 @@ def load_dataset(spec: DataSpec, workspace=None, ctx=None) -> LoadedDataset | Us
         # changed), never split or cached here.
         return family.load(spec, workspace, ctx)
     root = resolve_root(spec, workspace)
-    core = _cache.get_or_load(_core_key(spec, root, workspace), lambda: _load_core(spec, root, workspace, ctx))
+    core = _cache.get_or_load(
+        _core_key(spec, root, workspace), lambda: _load_core(spec, root, workspace, ctx)
+    )
     return LoadedDataset(core, spec)
 
 

@@ -22,13 +22,21 @@ log = logging.getLogger(__name__)
 STATS_VERSION = 2
 SAMPLE_LIMIT = 20_000  # images read for the statistics of a dataset too big to hold in memory
 CHUNK = 2048  # images summed at a time at most
-CHUNK_BYTES = 64 * 2**20  # and at most this much float64 copy of them: 2048 images of 4096x4096 would be 800 GB
+# and at most this much float64 copy of them: 2048 images of 4096x4096 would be 800 GB
+CHUNK_BYTES = 64 * 2**20
 
 
 def stats_key(spec, root: str, fingerprint: str) -> dict:
-    key = {"version": STATS_VERSION, "name": spec.name, "root": root, "seed": spec.seed,
-           "val_fraction": spec.val_fraction, "test_fraction": spec.test_fraction,
-           "image_size": list(spec.image_size), "fingerprint": fingerprint}
+    key = {
+        "version": STATS_VERSION,
+        "name": spec.name,
+        "root": root,
+        "seed": spec.seed,
+        "val_fraction": spec.val_fraction,
+        "test_fraction": spec.test_fraction,
+        "image_size": list(spec.image_size),
+        "fingerprint": fingerprint,
+    }
     if spec.name == "fake":
         key.update(size=spec.size, num_classes=spec.num_classes)
     return key
@@ -44,16 +52,20 @@ def read_stats(path: Path, key: dict, channels: int) -> tuple[list[float], list[
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         mean, std = data["mean"], data["std"]
-        ok = (data.get("key") == key and len(mean) == len(std) == channels
-              and all(isinstance(v, (int, float)) and math.isfinite(v) for v in mean + std)
-              and all(v > 0 for v in std))
+        ok = (
+            data.get("key") == key
+            and len(mean) == len(std) == channels
+            and all(isinstance(v, (int, float)) and math.isfinite(v) for v in mean + std)
+            and all(v > 0 for v in std)
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return ([float(v) for v in mean], [float(v) for v in std]) if ok else None
 
 
 def write_stats(path: Path, key: dict, mean: list[float], std: list[float], count: int) -> None:
-    """Write atomically (temp file, then rename) so a crash never leaves half a cache file; failures only log."""
+    """Write atomically (temp file, then rename) so a crash never leaves half a cache file; failures only
+    log."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".data-stats-", dir=path.parent)
@@ -65,7 +77,8 @@ def write_stats(path: Path, key: dict, mean: list[float], std: list[float], coun
 
 
 def compute_stats(store, indices: torch.Tensor, progress=None) -> tuple[list[float], list[float], int]:
-    """Mean and std per channel, in 0..1 pixel units, of the store's images at `indices` (bad files left out)."""
+    """Mean and std per channel, in 0..1 pixel units, of the store's images at `indices` (bad files left
+    out)."""
     if not store.in_memory and indices.numel() > SAMPLE_LIMIT:
         pick = torch.randperm(indices.numel(), generator=torch.Generator().manual_seed(0))[:SAMPLE_LIMIT]
         indices = indices[pick.sort().values]
@@ -75,7 +88,7 @@ def compute_stats(store, indices: torch.Tensor, progress=None) -> tuple[list[flo
     squares = torch.zeros(channels, dtype=torch.float64)
     count = 0
     for start in range(0, indices.numel(), chunk):
-        images, ok = store.fetch(indices[start:start + chunk])
+        images, ok = store.fetch(indices[start : start + chunk])
         images = images[ok].to(torch.float64)
         total += images.sum(dim=(0, 2, 3))
         squares += images.square_().sum(dim=(0, 2, 3))  # in place: one float64 copy of the chunk, not two

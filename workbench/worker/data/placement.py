@@ -1,6 +1,7 @@
 """Where a split's batches are gathered on their way to the training device: from a copy of the whole uint8
-dataset kept on the device ("device"), through reused staging buffers that a background thread fills and a side
-stream copies ("staged"), or on the host ("host"). The same code runs on every device, trivially on the CPU.
+dataset kept on the device ("device"), through reused staging buffers that a background thread fills and a
+side stream copies ("staged"), or on the host ("host"). The same code runs on every device, trivially on the
+CPU.
 
 Nothing here makes the training thread wait on the device. Worker side; never imports Qt.
 """
@@ -33,8 +34,8 @@ def _mib(n: int) -> str:
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A small host tensor on `device` without a wait: on CUDA a non_blocking copy (from pageable memory CUDA
-    stages the bytes before it returns, so the source may be freed at once; a blocking copy would also synchronise
-    the stream); elsewhere an ordinary copy, or the tensor itself on the CPU."""
+    stages the bytes before it returns, so the source may be freed at once; a blocking copy would also
+    synchronise the stream); elsewhere an ordinary copy, or the tensor itself on the CPU."""
     return tensor.to(device, non_blocking=device.type == "cuda")
 
 
@@ -49,8 +50,10 @@ def choose(on_device, device: torch.device, stores: list[ImageStore]) -> tuple[s
     held = all(store.in_memory for store in stores)
     if on_device is True:
         if not held:
-            raise JobError(f"dataset.on_device: true needs a dataset held in memory, but this one ({_mib(size)} as "
-                           "uint8) is read from its files as it is used; set dataset.on_device=auto or false")
+            raise JobError(
+                f"dataset.on_device: true needs a dataset held in memory, but this one ({_mib(size)} as "
+                "uint8) is read from its files as it is used; set dataset.on_device=auto or false"
+            )
         return DEVICE, f"dataset.on_device=true: the dataset ({_mib(size)}) is kept on {device}"
     if device.type == "cpu":
         return HOST, "the dataset is in host memory, where the CPU trains"
@@ -59,17 +62,21 @@ def choose(on_device, device: torch.device, stores: list[ImageStore]) -> tuple[s
     if on_device == "auto" and held:
         free, _ = torch.cuda.mem_get_info(device)
         if size < ON_DEVICE_SHARE * free:
-            return DEVICE, (f"dataset.on_device=auto: the dataset ({_mib(size)}) is kept on {device} "
-                            f"({_mib(free)} free)")
-        return STAGED, (f"dataset.on_device=auto: the dataset ({_mib(size)}) takes more than a quarter of the "
-                        f"{_mib(free)} free on {device}, so batches are staged through host memory")
+            return DEVICE, (
+                f"dataset.on_device=auto: the dataset ({_mib(size)}) is kept on {device} ({_mib(free)} free)"
+            )
+        return STAGED, (
+            f"dataset.on_device=auto: the dataset ({_mib(size)}) takes more than a quarter of the "
+            f"{_mib(free)} free on {device}, so batches are staged through host memory"
+        )
     why = "dataset.on_device=false" if on_device is False else "the dataset is read from its files"
     return STAGED, f"{why}: batches are staged through host memory and copied on a side stream"
 
 
 @dataclass
 class DeviceStore:
-    """A store's samples on the device: uint8 images, int64 labels, and the host mask of samples with no image."""
+    """A store's samples on the device: uint8 images, int64 labels, and the host mask of samples with no
+    image."""
 
     data: torch.Tensor
     labels: torch.Tensor
@@ -80,25 +87,32 @@ def place_store(store: ImageStore, device: torch.device) -> DeviceStore:
     """Copy a store to `device` once (on the CPU: the store's own tensors); its files must all be decoded."""
     data = store.resident()
     if data is None:
-        raise JobError("dataset.on_device: the dataset is not fully in memory; set dataset.on_device=auto or false")
+        raise JobError(
+            "dataset.on_device: the dataset is not fully in memory; set dataset.on_device=auto or false"
+        )
     try:
         # Once per job, before training: the one blocking copy of this path.
         return DeviceStore(data.to(device), store.labels.to(device), store.known_bad())
     except torch.OutOfMemoryError:
-        raise JobError(f"dataset.on_device: the dataset ({_mib(data.numel())}) does not fit in the memory of "
-                       f"{device}; set dataset.on_device=auto or false") from None
+        raise JobError(
+            f"dataset.on_device: the dataset ({_mib(data.numel())}) does not fit in the memory of "
+            f"{device}; set dataset.on_device=auto or false"
+        ) from None
 
 
-# A batch as the planner hands it over: (indices within the split, indices into the store, labels), all on the host.
+# A batch as the planner hands it over: (indices within the split, indices into the store, labels), all on the
+# host.
 Part = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def device_batches(placed: DeviceStore, parts: Iterable[Part],
-                   device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def device_batches(
+    placed: DeviceStore, parts: Iterable[Part], device: torch.device
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(split indices, uint8 images, labels) gathered on the device from a DeviceStore.
 
-    Samples known not to decode are dropped from their batch on the host, so batches are the ones the host path
-    makes. All of an epoch's store indices cross in one copy; after that each batch is two gathers on the device.
+    Samples known not to decode are dropped from their batch on the host, so batches are the ones the host
+    path makes. All of an epoch's store indices cross in one copy; after that each batch is two gathers on the
+    device.
     """
     kept = []
     for local, store_idx, _ in parts:
@@ -115,12 +129,14 @@ def device_batches(placed: DeviceStore, parts: Iterable[Part],
     flat = to_device(flat, device)
     start = 0
     for local, store_idx in kept:
-        rows = flat[start:start + store_idx.numel()]
+        rows = flat[start : start + store_idx.numel()]
         start += store_idx.numel()
         yield local, placed.data.index_select(0, rows), placed.labels.index_select(0, rows)
 
 
-def host_batches(store: ImageStore, parts: Iterable[Part]) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def host_batches(
+    store: ImageStore, parts: Iterable[Part]
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(split indices, uint8 images, labels) gathered on the host; samples that fail to decode are dropped."""
     for local, store_idx, y in parts:
         images, ok = store.fetch(store_idx)
@@ -165,8 +181,8 @@ def prefetch(source: Iterator, depth: int) -> Iterator:
 
 
 def _consume(items: queue.Queue, done: object) -> Iterator:
-    """The consumer side of a producer thread: its items until `done`, and its exception raised here, where the
-    caller can see it."""
+    """The consumer side of a producer thread: its items until `done`, and its exception raised here, where
+    the caller can see it."""
     while True:
         item = items.get()
         if item is done:
@@ -183,10 +199,19 @@ class Staging:
     iterator and refilled in turn.
     """
 
-    def __init__(self, batch_size: int, shape: tuple[int, ...], device: torch.device, *, pin: bool,
-                 slots: int = STAGING_SLOTS):
+    def __init__(
+        self,
+        batch_size: int,
+        shape: tuple[int, ...],
+        device: torch.device,
+        *,
+        pin: bool,
+        slots: int = STAGING_SLOTS,
+    ):
         pin = pin and device.type == "cuda"
-        self.images = [torch.empty((batch_size, *shape), dtype=torch.uint8, pin_memory=pin) for _ in range(slots)]
+        self.images = [
+            torch.empty((batch_size, *shape), dtype=torch.uint8, pin_memory=pin) for _ in range(slots)
+        ]
         self.labels = [torch.empty(batch_size, dtype=torch.int64, pin_memory=pin) for _ in range(slots)]
         self.pinned = pin
         self.copied: list = [None] * slots  # CUDA: the event after the last copy out of each slot
@@ -195,10 +220,16 @@ class Staging:
             self.free.put(slot)
 
 
-def _gather(store: ImageStore, staging: Staging, slot: int, local: torch.Tensor, store_idx: torch.Tensor,
-            y: torch.Tensor) -> tuple[torch.Tensor, int] | None:
-    """Fetch a batch's images and labels into the staging slot; returns its split indices and size, without the
-    samples that could not be read (moved up to close the gaps), or None when none could."""
+def _gather(
+    store: ImageStore,
+    staging: Staging,
+    slot: int,
+    local: torch.Tensor,
+    store_idx: torch.Tensor,
+    y: torch.Tensor,
+) -> tuple[torch.Tensor, int] | None:
+    """Fetch a batch's images and labels into the staging slot; returns its split indices and size, without
+    the samples that could not be read (moved up to close the gaps), or None when none could."""
     images, labels = staging.images[slot], staging.labels[slot]
     n = store_idx.numel()
     ok = store.fetch_into(store_idx, images)
@@ -214,10 +245,12 @@ def _gather(store: ImageStore, staging: Staging, slot: int, local: torch.Tensor,
     return local, n
 
 
-def _staged_item(staging: Staging, slot: int, local: torch.Tensor, n: int, device: torch.device,
-                 side) -> tuple:
-    """What the consumer is handed for a filled slot: on CUDA the batch copied to the device on the side stream
-    with the event that ends the copy; on the CPU the slot's images themselves and a copy of its labels."""
+def _staged_item(
+    staging: Staging, slot: int, local: torch.Tensor, n: int, device: torch.device, side
+) -> tuple:
+    """What the consumer is handed for a filled slot: on CUDA the batch copied to the device on the side
+    stream with the event that ends the copy; on the CPU the slot's images themselves and a copy of its
+    labels."""
     images, labels = staging.images[slot], staging.labels[slot]
     if side is not None:
         with torch.cuda.stream(side):
@@ -231,14 +264,16 @@ def _staged_item(staging: Staging, slot: int, local: torch.Tensor, n: int, devic
     return (local, images[:n], labels[:n].clone(), None, slot)
 
 
-def staged_batches(store: ImageStore, parts: list[Part], batch_size: int, device: torch.device, *,
-                   pin: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor, object]]:
+def staged_batches(
+    store: ImageStore, parts: list[Part], batch_size: int, device: torch.device, *, pin: bool
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor, object]]:
     """(split indices, uint8 images on `device`, labels on `device`, release) for each planned batch.
 
-    A background thread gathers each batch into a free staging slot and, on CUDA, copies it to the device on a side
-    stream; the consumer makes its own stream wait for that copy (wait_event), tells the allocator the tensors are
-    used there (record_stream), and calls `release()` once it no longer reads the slot (at once on CUDA, where it
-    reads the device copy; after converting the images on the CPU, where it reads the slot itself).
+    A background thread gathers each batch into a free staging slot and, on CUDA, copies it to the device on a
+    side stream; the consumer makes its own stream wait for that copy (wait_event), tells the allocator the
+    tensors are used there (record_stream), and calls `release()` once it no longer reads the slot (at once on
+    CUDA, where it reads the device copy; after converting the images on the CPU, where it reads the slot
+    itself).
     """
     cuda = device.type == "cuda"
     staging = Staging(batch_size, store.shape, device, pin=pin)
@@ -291,8 +326,8 @@ def staged_batches(store: ImageStore, parts: list[Part], batch_size: int, device
             if event is not None:
                 stream = torch.cuda.current_stream(device)
                 stream.wait_event(event)
-                # Allocated on the side stream, used on this one: the allocator must not hand the memory back to the
-                # side stream before this stream's work on it is done.
+                # Allocated on the side stream, used on this one: the allocator must not hand the memory back
+                # to the side stream before this stream's work on it is done.
                 x.record_stream(stream)
                 y.record_stream(stream)
                 staging.free.put(slot)

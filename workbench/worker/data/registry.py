@@ -1,4 +1,5 @@
-"""The dataset registry: `register_dataset` / `list_datasets` / `get_dataset`, as torchvision's models/_api.py does.
+"""The dataset registry: `register_dataset` / `list_datasets` / `get_dataset`, as torchvision's models/_api.py
+does.
 
 A dataset is a loader function that takes a `SourceRequest` (the spec, the resolved root, a log callback)
 and returns a `Source` (class names and the stores of its parts); a dataset family (`file:`, `lightning:`)
@@ -33,13 +34,15 @@ log = logging.getLogger(__name__)
 class SourceRequest:
     spec: DataSpec
     root: Path
-    log: Callable[[str], None] = log.info  # never print: the command line's stdout carries only the JSON result
+    # never print: the command line's stdout carries only the JSON result
+    log: Callable[[str], None] = log.info
     progress: Callable[[float, float, str], None] = lambda done, total, text: None
 
 
 @dataclass
 class Source:
-    """What a loader returns: `parts` is {"train", "test"} when the dataset has its own test split, else {"all"}."""
+    """What a loader returns: `parts` is {"train", "test"} when the dataset has its own test split, else
+    {"all"}."""
 
     classes: list[str]
     parts: dict[str, ImageStore]
@@ -77,8 +80,9 @@ def register_dataset(name: str, *, has_test_split: bool, description: str = "") 
     return decorator
 
 
-def register_dataset_family(name: str, *, usage: str, user_code: bool = False,
-                            description: str = "") -> Callable:
+def register_dataset_family(
+    name: str, *, usage: str, user_code: bool = False, description: str = ""
+) -> Callable:
     """Register `name:<arg>` datasets: `fn(spec, workspace, ctx)` returns the dataset itself (e.g. a
     UserDataset), opened afresh for every job since the user's file may have changed."""
 

@@ -1,9 +1,11 @@
-"""Samples that are not images: token sequences (integer ids, shown as ids and as text where the user's Dataset
-decodes them), 1-D float signals (drawn as lines) and tabular rows (a few dozen float features, a table).
+"""Samples that are not images: token sequences (integer ids, shown as ids and as text where the user's
+Dataset decodes them), 1-D float signals (drawn as lines) and tabular rows (a few dozen float features, a
+table).
 
-What kind an input is, a JSON-safe description of one input for the Data tab, the evaluation's worst samples and
-Try it, and the input histograms data.info shows (sequence lengths, per-column values). The user's `decode(ids)`
-or `vocab` runs here, in the worker, which already runs the Dataset's own code. Worker side: torch, never Qt.
+What kind an input is, a JSON-safe description of one input for the Data tab, the evaluation's worst samples
+and Try it, and the input histograms data.info shows (sequence lengths, per-column values). The user's
+`decode(ids)` or `vocab` runs here, in the worker, which already runs the Dataset's own code. Worker side:
+torch, never Qt.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ PAD_NAMES = ("<pad>", "[pad]", "pad", "<blank>", "")
 
 
 def input_kind(x) -> str:
-    """"image", "tokens" (a 1-D integer tensor), "tabular" (1-D float, at most TABULAR_MAX values), "signal"
+    """ "image", "tokens" (a 1-D integer tensor), "tabular" (1-D float, at most TABULAR_MAX values), "signal"
     (a longer 1-D float, or a few channels × length) or "tensor" (anything else: shapes and ranges only)."""
     if is_image(x):
         return "image"
@@ -135,8 +137,14 @@ class Describer:
             ids = x.detach().cpu().to(torch.int64)
             listed = [int(i) for i in ids[:MAX_IDS]]
             text, error = _text(self.decode, [int(i) for i in ids])
-            out.update(ids=listed, total=int(ids.numel()), length=token_length(ids, self.vocab),
-                       min=int(ids.min()), max=int(ids.max()), pad=pad_evident(ids, self.vocab))
+            out.update(
+                ids=listed,
+                total=int(ids.numel()),
+                length=token_length(ids, self.vocab),
+                min=int(ids.min()),
+                max=int(ids.max()),
+                pad=pad_evident(ids, self.vocab),
+            )
             if text is not None:
                 out["text"] = text
             if error:
@@ -181,16 +189,26 @@ class InputStats:
             self.rows.append(values.reshape(-1).numpy())
 
     def result(self, sampled: int, total: int) -> dict | None:
-        head = {"kind": self.kind, "sampled": int(sampled), "total": int(total), "min": self.low, "max": self.high}
+        head = {
+            "kind": self.kind,
+            "sampled": int(sampled),
+            "total": int(total),
+            "min": self.low,
+            "max": self.high,
+        }
         if self.kind == "tokens" and self.lengths:
             lengths = np.asarray(self.lengths)
             low, high = int(lengths.min()), int(lengths.max())
             # One bin per length when few, else BINS bins (integer edges either way).
             edges = np.arange(low, high + 2) if high - low < BINS else np.linspace(low, high + 1, BINS + 1)
             counts, edges = np.histogram(lengths, bins=edges)
-            return {**head, "counts": counts.tolist(), "edges": [float(e) for e in edges],
-                    "vocab_size": len(self.describer.vocab) if self.describer.vocab else None,
-                    "decodes": self.describer.decode is not None}
+            return {
+                **head,
+                "counts": counts.tolist(),
+                "edges": [float(e) for e in edges],
+                "vocab_size": len(self.describer.vocab) if self.describer.vocab else None,
+                "decodes": self.describer.decode is not None,
+            }
         if self.kind == "tabular" and self.rows and len({r.shape for r in self.rows}) == 1:
             table = np.stack(self.rows)
             names = self.describer.names(table.shape[1])
@@ -213,15 +231,19 @@ def _histogram(values: np.ndarray) -> dict:
 
 def _column(name: str, values: np.ndarray) -> dict:
     finite = values[np.isfinite(values)]
-    return {"name": name, "min": float(finite.min()) if finite.size else None,
-            "max": float(finite.max()) if finite.size else None,
-            "mean": float(finite.mean()) if finite.size else None, **_histogram(values)}
+    return {
+        "name": name,
+        "min": float(finite.min()) if finite.size else None,
+        "max": float(finite.max()) if finite.size else None,
+        "mean": float(finite.mean()) if finite.size else None,
+        **_histogram(values),
+    }
 
 
 def attach_inputs(split, evaluation: dict) -> None:
-    """Give each of an evaluation's worst samples its input as its kind reads ("sample": ids and text, a signal,
-    a row), read from the split already loaded, so the evaluation view shows them without loading the dataset
-    again; images and other tensors are left to the view's thumbnails."""
+    """Give each of an evaluation's worst samples its input as its kind reads ("sample": ids and text, a
+    signal, a row), read from the split already loaded, so the evaluation view shows them without loading the
+    dataset again; images and other tensors are left to the view's thumbnails."""
     worst = evaluation.get("worst")
     if not worst or not hasattr(split, "sample"):
         return

@@ -1,4 +1,5 @@
-"""Image stores: where a dataset's pixels live (uint8 tensors in memory, or files decoded on demand) and their labels.
+"""Image stores: where a dataset's pixels live (uint8 tensors in memory, or files decoded on demand) and their
+labels.
 
 A store answers `fetch(indices) -> (uint8 (n,C,H,W), ok (n,))`; `ok` is False for samples that could not be
 decoded, which callers skip. Splits are index sets into a store, so nothing is copied to make them. One memory
@@ -47,7 +48,8 @@ class ImageStore:
         """Make sure these samples are decoded (and bad ones known); a no-op for stores already in memory."""
 
     def resident(self) -> torch.Tensor | None:
-        """Every sample as one uint8 (N,C,H,W) tensor, or None while some are not in memory (or never will be).
+        """Every sample as one uint8 (N,C,H,W) tensor, or None while some are not in memory (or never will
+        be).
 
         What a device-resident copy is made from; rows of samples in known_bad() hold no image.
         """
@@ -56,10 +58,11 @@ class ImageStore:
     def fetch_into(self, indices: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """Write the images at `indices` into `out` (uint8, first len(indices) rows); returns the ok mask.
 
-        Lets a caller gather into a buffer it reuses (pinned staging memory) instead of a fresh tensor a batch.
+        Lets a caller gather into a buffer it reuses (pinned staging memory) instead of a fresh tensor a
+        batch.
         """
         images, ok = self.fetch(indices)
-        out[:images.shape[0]].copy_(images)
+        out[: images.shape[0]].copy_(images)
         return ok
 
 
@@ -68,7 +71,9 @@ class TensorStore(ImageStore):
 
     def __init__(self, data: torch.Tensor, labels: torch.Tensor):
         if data.dtype != torch.uint8 or data.dim() != 4:
-            raise ValueError(f"a TensorStore holds uint8 (N,C,H,W) images, not {data.dtype} {tuple(data.shape)}")
+            raise ValueError(
+                f"a TensorStore holds uint8 (N,C,H,W) images, not {data.dtype} {tuple(data.shape)}"
+            )
         if labels.numel() != data.shape[0]:
             raise ValueError(f"{data.shape[0]} images but {labels.numel()} labels")
         self.data = data.contiguous()
@@ -84,11 +89,12 @@ class TensorStore(ImageStore):
 
     def fetch_into(self, indices: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         indices = torch.as_tensor(indices, dtype=torch.int64)
-        torch.index_select(self.data, 0, indices, out=out[:indices.numel()])
+        torch.index_select(self.data, 0, indices, out=out[: indices.numel()])
         return torch.ones(indices.numel(), dtype=torch.bool)
 
 
-HOST_SHARE = 0.5  # of the memory available when a dataset loads: the rest is for the model, the job and the OS
+# of the memory available when a dataset loads: the rest is for the model, the job and the OS
+HOST_SHARE = 0.5
 FALLBACK_BUDGET_BYTES = 512 * 2**20  # where the available memory cannot be read
 
 
@@ -134,8 +140,8 @@ def _meminfo_available(path: str = "/proc/meminfo") -> int | None:
 
 
 def _cgroup_room() -> int | None:
-    """What this process's cgroups (a container's memory limit, set on its own group or one above) still allow,
-    or None where no limit is set."""
+    """What this process's cgroups (a container's memory limit, set on its own group or one above) still
+    allow, or None where no limit is set."""
     groups: list[tuple[str, str, str, str, str]] = []  # (hierarchy, group path, limit, usage, inactive cache)
     try:
         with open("/proc/self/cgroup", encoding="ascii") as f:
@@ -144,8 +150,15 @@ def _cgroup_room() -> int | None:
                 if number == "0":  # cgroup v2: one unified hierarchy
                     groups.append(("/sys/fs/cgroup", path, "memory.max", "memory.current", "inactive_file"))
                 elif "memory" in controllers.split(","):  # cgroup v1's memory controller
-                    groups.append(("/sys/fs/cgroup/memory", path, "memory.limit_in_bytes", "memory.usage_in_bytes",
-                                   "total_inactive_file"))
+                    groups.append(
+                        (
+                            "/sys/fs/cgroup/memory",
+                            path,
+                            "memory.limit_in_bytes",
+                            "memory.usage_in_bytes",
+                            "total_inactive_file",
+                        )
+                    )
     except (OSError, ValueError):
         return None
     room: int | None = None
@@ -156,8 +169,8 @@ def _cgroup_room() -> int | None:
             limit = _read_int(f"{folder}/{limit_file}")
             if limit is None or limit >= 2**60:  # v1 spells "no limit" as a huge number, v2 as "max"
                 continue
-            # Usage counts the page cache too; its inactive part is reclaimed before the limit bites, so leave it
-            # out as container tools do (v1 names it total_inactive_file, v2 inactive_file).
+            # Usage counts the page cache too; its inactive part is reclaimed before the limit bites, so leave
+            # it out as container tools do (v1 names it total_inactive_file, v2 inactive_file).
             used = (_read_int(f"{folder}/{usage_file}") or 0) - _stat(f"{folder}/memory.stat", inactive_key)
             left = max(0, limit - max(0, used))
             room = left if room is None else min(room, left)
@@ -165,9 +178,9 @@ def _cgroup_room() -> int | None:
 
 
 def available_memory() -> int | None:
-    """Bytes of memory this process could still fill: Linux's MemAvailable (free plus reclaimable cache), lowered to
-    what a container's cgroup limit leaves; elsewhere the free pages, or half the physical memory (macOS reports
-    no free figure); None where none of these can be read."""
+    """Bytes of memory this process could still fill: Linux's MemAvailable (free plus reclaimable cache),
+    lowered to what a container's cgroup limit leaves; elsewhere the free pages, or half the physical memory
+    (macOS reports no free figure); None where none of these can be read."""
     found = _meminfo_available()
     if found is None:
         try:
@@ -182,21 +195,27 @@ def available_memory() -> int | None:
 
 
 def memory_budget(available: int | None = None) -> int:
-    """The bytes an in-memory dataset may take: HOST_SHARE of `available` (default: what the machine has available
-    now), or FALLBACK_BUDGET_BYTES where that is unknown. Every in-memory dataset is checked against this one figure."""
+    """The bytes an in-memory dataset may take: HOST_SHARE of `available` (default: what the machine has
+    available now), or FALLBACK_BUDGET_BYTES where that is unknown. Every in-memory dataset is checked against
+    this one figure."""
     if available is None:
         available = available_memory()
     return FALLBACK_BUDGET_BYTES if available is None else int(HOST_SHARE * available)
 
 
 def check_budget(needed: int, what: str, fix: str) -> None:
-    """Refuse, before anything is allocated, `what` needing `needed` bytes beyond memory_budget(); `fix` says which
-    fields to change. The message gives both figures, so the user can see how far off the request is."""
+    """Refuse, before anything is allocated, `what` needing `needed` bytes beyond memory_budget(); `fix` says
+    which fields to change. The message gives both figures, so the user can see how far off the request is."""
     available = available_memory()
     budget = memory_budget(available)
     if needed <= budget:
         return
-    source = (f"{HOST_SHARE:.0%} of the {_mb(available)} of memory available now" if available is not None
-              else "a fixed budget, as this machine's available memory cannot be read")
-    raise JobError(f"{what} would need {_mb(needed)}, more than the {_mb(budget)} a dataset may take here "
-                   f"({source}); {fix}")
+    source = (
+        f"{HOST_SHARE:.0%} of the {_mb(available)} of memory available now"
+        if available is not None
+        else "a fixed budget, as this machine's available memory cannot be read"
+    )
+    raise JobError(
+        f"{what} would need {_mb(needed)}, more than the {_mb(budget)} a dataset may take here "
+        f"({source}); {fix}"
+    )

@@ -34,23 +34,29 @@ def _short(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _download(title: str, folder: Path, files_hint: str, fetch: Callable[[], object], request: SourceRequest) -> None:
+def _download(
+    title: str, folder: Path, files_hint: str, fetch: Callable[[], object], request: SourceRequest
+) -> None:
     """Run torchvision's own download; without a network say where the files go instead of a URLError."""
     request.log(f"downloading {title} into {folder} (skipped for files already there)")
     try:
         fetch()
     except Exception as exc:  # URLError, OSError, RuntimeError("File not found or corrupted."), ...
-        raise JobError(f"could not download {title} into {folder}: {_short(exc)}. Without internet, put "
-                       f"{files_hint} in {folder}/ (copied from a machine that has them).") from None
+        raise JobError(
+            f"could not download {title} into {folder}: {_short(exc)}. Without internet, put "
+            f"{files_hint} in {folder}/ (copied from a machine that has them)."
+        ) from None
 
 
 def _resized(images: torch.Tensor, request: SourceRequest) -> torch.Tensor:
     size = parse_size(request.spec.image_size)
     if size is None:
         return images
-    check_budget(nbytes(len(images), (images.shape[1], *size)),
-                 f"{len(images):,} images of {request.spec.name} resized to {size[0]}x{size[1]}",
-                 "set a smaller dataset.image_size")
+    check_budget(
+        nbytes(len(images), (images.shape[1], *size)),
+        f"{len(images):,} images of {request.spec.name} resized to {size[0]}x{size[1]}",
+        "set a smaller dataset.image_size",
+    )
     return resize_uint8(images, size)
 
 
@@ -71,8 +77,10 @@ def _gunzip_missing(raw: Path) -> None:
             os.replace(partial, target)
         except (OSError, EOFError) as exc:
             partial.unlink(missing_ok=True)
-            raise JobError(f"{packed} is not a valid gzip file ({_short(exc)}); replace it with the original "
-                           f"file, {ONLINE_HINT}") from None
+            raise JobError(
+                f"{packed} is not a valid gzip file ({_short(exc)}); replace it with the original "
+                f"file, {ONLINE_HINT}"
+            ) from None
 
 
 def _load_mnist_like(request: SourceRequest, cls_name: str, title: str) -> Source:
@@ -83,8 +91,13 @@ def _load_mnist_like(request: SourceRequest, cls_name: str, title: str) -> Sourc
     raw = root / cls_name / "raw"
     files_hint = ", ".join(f"{name}(.gz)" for name, _ in MNIST_FILES)
     if request.spec.download:
-        _download(title, raw, files_hint, lambda: (cls(str(root), train=True, download=True),
-                                                    cls(str(root), train=False, download=True)), request)
+        _download(
+            title,
+            raw,
+            files_hint,
+            lambda: (cls(str(root), train=True, download=True), cls(str(root), train=False, download=True)),
+            request,
+        )
     if raw.is_dir():
         _gunzip_missing(raw)
     missing = [name for name, _ in MNIST_FILES if not (raw / name).is_file()]
@@ -94,21 +107,27 @@ def _load_mnist_like(request: SourceRequest, cls_name: str, title: str) -> Sourc
     for name, ndim in MNIST_FILES:
         problem = idx_problem(raw / name, ndim)
         if problem:
-            raise JobError(f"{raw / name} {problem}. Replace it with the original {title} file {ONLINE_HINT} "
-                           "(delete the bad file first).")
+            raise JobError(
+                f"{raw / name} {problem}. Replace it with the original {title} file {ONLINE_HINT} "
+                "(delete the bad file first)."
+            )
     for part in ("train", "t10k"):
         images, labels = raw / f"{part}-images-idx3-ubyte", raw / f"{part}-labels-idx1-ubyte"
         if idx_length(images) != idx_length(labels):
-            raise JobError(f"{images} holds {idx_length(images)} images but {labels} holds {idx_length(labels)} "
-                           f"labels; the two files must come from the same {title} release.")
+            raise JobError(
+                f"{images} holds {idx_length(images)} images but {labels} holds {idx_length(labels)} "
+                f"labels; the two files must come from the same {title} release."
+            )
     parts = {}
     for part, train in (("train", True), ("test", False)):
         ds = cls(str(root), train=train, download=False)
         labels = ds.targets.to(torch.int64)
         if labels.numel() and int(labels.max()) >= len(cls.classes):
             bad = raw / f"{'train' if train else 't10k'}-labels-idx1-ubyte"
-            raise JobError(f"{bad} has label {int(labels.max())}, but {title} has {len(cls.classes)} classes; "
-                           f"replace it with the original file {ONLINE_HINT}.")
+            raise JobError(
+                f"{bad} has label {int(labels.max())}, but {title} has {len(cls.classes)} classes; "
+                f"replace it with the original file {ONLINE_HINT}."
+            )
         parts[part] = TensorStore(_resized(ds.data.unsqueeze(1), request), labels)
     return Source(classes=list(cls.classes), parts=parts, root=str(root))
 
@@ -135,13 +154,16 @@ def load_kmnist(request: SourceRequest) -> Source:
 
 
 def _integrity_problems(folder: Path, expected: list[tuple[str, str]]) -> str:
-    """"" when every file is there with the right md5 sum, else what is missing and what is corrupt."""
+    """ "" when every file is there with the right md5 sum, else what is missing and what is corrupt."""
     from torchvision.datasets.utils import check_integrity
 
     missing = [name for name, _ in expected if not (folder / name).is_file()]
-    corrupt = [name for name, md5 in expected if name not in missing and not check_integrity(str(folder / name), md5)]
+    corrupt = [
+        name for name, md5 in expected if name not in missing and not check_integrity(str(folder / name), md5)
+    ]
     problems = ([f"missing: {', '.join(missing)}"] if missing else []) + (
-        [f"corrupt (checksum does not match): {', '.join(corrupt)}"] if corrupt else [])
+        [f"corrupt (checksum does not match): {', '.join(corrupt)}"] if corrupt else []
+    )
     return "; ".join(problems)
 
 
@@ -164,9 +186,11 @@ def _load_cifar(request: SourceRequest, cls_name: str, title: str) -> Source:
         extract_archive(str(archive), str(root))
         problems = _integrity_problems(folder, expected)
     if problems:
-        raise JobError(f"{title} is missing or corrupt in {folder}/: {problems}. Put {files_hint} "
-                       f"in {folder}/ (they are in {cls.filename} from {cls.url}; that archive in {root}/ "
-                       f"works too) {ONLINE_HINT}.")
+        raise JobError(
+            f"{title} is missing or corrupt in {folder}/: {problems}. Put {files_hint} "
+            f"in {folder}/ (they are in {cls.filename} from {cls.url}; that archive in {root}/ "
+            f"works too) {ONLINE_HINT}."
+        )
     parts = {}
     for part, train in (("train", True), ("test", False)):
         ds = cls(str(root), train=train, download=False)
@@ -198,16 +222,27 @@ def load_svhn(request: SourceRequest) -> Source:
 
     root = request.root
     expected = [(SVHN.split_list[s][1], SVHN.split_list[s][2]) for s in ("train", "test")]
-    # torchvision keeps SVHN's files directly in the folder it is given; accept that layout, prefer a subfolder.
+    # torchvision keeps SVHN's files directly in the folder it is given; accept that layout, prefer a
+    # subfolder.
     folder = root if (root / expected[0][0]).is_file() else root / "SVHN"
     files_hint = " and ".join(name for name, _ in expected)
     if request.spec.download:
-        _download("SVHN", folder, files_hint, lambda: (SVHN(str(folder), split="train", download=True),
-                                                       SVHN(str(folder), split="test", download=True)), request)
+        _download(
+            "SVHN",
+            folder,
+            files_hint,
+            lambda: (
+                SVHN(str(folder), split="train", download=True),
+                SVHN(str(folder), split="test", download=True),
+            ),
+            request,
+        )
     problems = _integrity_problems(folder, expected)
     if problems:
-        raise JobError(f"SVHN is missing or corrupt in {folder}/: {problems}. Put {files_hint} "
-                       f"(from http://ufldl.stanford.edu/housenumbers/) in {folder}/ {ONLINE_HINT}.")
+        raise JobError(
+            f"SVHN is missing or corrupt in {folder}/: {problems}. Put {files_hint} "
+            f"(from http://ufldl.stanford.edu/housenumbers/) in {folder}/ {ONLINE_HINT}."
+        )
     parts = {}
     for part in ("train", "test"):
         ds = SVHN(str(folder), split=part, download=False)

@@ -60,7 +60,7 @@ class UserCore:
 
 def parse_user_name(name: str) -> tuple[Path, str]:
     """file:<path.py>:<Name> -> (absolute path, Name); JobError when malformed or the file does not exist."""
-    text = name[len("file:"):] if name.startswith("file:") else name
+    text = name[len("file:") :] if name.startswith("file:") else name
     path_text, _, attr = text.rpartition(":")  # rpartition: a Windows path has a colon of its own
     if not path_text or not attr.isidentifier():
         raise JobError(f"dataset.name: {name!r} must be file:<path.py>:<DatasetClassOrFunction>")
@@ -77,8 +77,9 @@ def _import(path: Path):
     try:
         return import_user_file(path)
     except JobError as exc:
-        raise JobError(str(exc).replace("while importing the model file",
-                                        "while importing the dataset file")) from None
+        raise JobError(
+            str(exc).replace("while importing the model file", "while importing the dataset file")
+        ) from None
 
 
 def _accepts(target, name: str) -> bool:
@@ -104,11 +105,15 @@ def _size(ds) -> int:
 def _check_size(n, ds, split: str, label: str, path: Path) -> int:
     name = f"{type(ds).__name__}.__len__"
     if isinstance(n, bool) or not isinstance(n, int):
-        raise JobError(f"{label}: {name} returned {n!r} for the {split} split ({path}); it must return the "
-                       "number of samples, an int")
+        raise JobError(
+            f"{label}: {name} returned {n!r} for the {split} split ({path}); it must return the "
+            "number of samples, an int"
+        )
     if n < 0 or n > MAX_SAMPLES:
-        raise JobError(f"{label}: {name} returned {n} for the {split} split ({path}); it must return the "
-                       f"number of samples, from 0 to {MAX_SAMPLES:,}")
+        raise JobError(
+            f"{label}: {name} returned {n} for the {split} split ({path}); it must return the "
+            f"number of samples, from 0 to {MAX_SAMPLES:,}"
+        )
     return n
 
 
@@ -127,26 +132,36 @@ class _Maker:
             return MISSING
         except Exception as exc:
             if isinstance(exc, TypeError) and _is_call_error(exc):
-                raise JobError(f"{self.label}: {self.attr}({shown}) from {self.path}: {one_line(exc)}; "
-                               "check dataset.args") from None
-            raise JobError(f"{self.label}: {type(exc).__name__}: {one_line(exc)} ({where(exc, self.path)}, "
-                           f"while calling {self.attr}({shown}))") from None
+                raise JobError(
+                    f"{self.label}: {self.attr}({shown}) from {self.path}: {one_line(exc)}; "
+                    "check dataset.args"
+                ) from None
+            raise JobError(
+                f"{self.label}: {type(exc).__name__}: {one_line(exc)} ({where(exc, self.path)}, "
+                f"while calling {self.attr}({shown}))"
+            ) from None
 
     def check(self, ds, split: str):
         """The dataset for a split, or None when it counts as missing (None or empty)."""
         if ds is None:
             return None
         if isinstance(ds, IterableDataset):
-            raise JobError(f"{self.label}: {self.attr} gave an IterableDataset for the {split} split; it "
-                           "needs __len__ and __getitem__ (a map-style torch.utils.data.Dataset)")
+            raise JobError(
+                f"{self.label}: {self.attr} gave an IterableDataset for the {split} split; it "
+                "needs __len__ and __getitem__ (a map-style torch.utils.data.Dataset)"
+            )
         if not isinstance(ds, Dataset):
-            raise JobError(f"{self.label}: {self.attr} from {self.path} gave a {type(ds).__name__} for the "
-                           f"{split} split, not a torch.utils.data.Dataset")
+            raise JobError(
+                f"{self.label}: {self.attr} from {self.path} gave a {type(ds).__name__} for the "
+                f"{split} split, not a torch.utils.data.Dataset"
+            )
         try:
             n = _size(ds)
         except Exception as exc:
-            raise JobError(f"{self.label}: len() of the {split} split failed: {type(exc).__name__}: "
-                           f"{one_line(exc)} ({where(exc, self.path)}); a dataset needs __len__") from None
+            raise JobError(
+                f"{self.label}: len() of the {split} split failed: {type(exc).__name__}: "
+                f"{one_line(exc)} ({where(exc, self.path)}); a dataset needs __len__"
+            ) from None
         return ds if _check_size(n, ds, split, self.label, self.path) > 0 else None
 
 
@@ -175,8 +190,10 @@ def _make_splits(maker: _Maker) -> dict:
     if isinstance(made, dict):
         unknown = [key for key in made if key not in SPLITS]
         if unknown:
-            raise JobError(f"{maker.label}: {maker.attr} returned a dict with key(s) "
-                           f"{', '.join(map(repr, unknown))}; the keys must be 'train', 'val' and 'test'")
+            raise JobError(
+                f"{maker.label}: {maker.attr} returned a dict with key(s) "
+                f"{', '.join(map(repr, unknown))}; the keys must be 'train', 'val' and 'test'"
+            )
         for split in SPLITS:
             found[split] = maker.check(made.get(split), split)
         return found
@@ -207,8 +224,11 @@ def _carve(found: dict, spec: DataSpec, label: str) -> dict:
     out = {"train": _carved(train, parts["train"])}
     for split in ("val", "test"):
         given = found[split]
-        out[split] = given if given is not None else _carved(train, parts.get(split, torch.empty(0,
-                                                                                                 dtype=torch.int64)))
+        out[split] = (
+            given
+            if given is not None
+            else _carved(train, parts.get(split, torch.empty(0, dtype=torch.int64)))
+        )
     return out
 
 
@@ -271,29 +291,47 @@ class UserSplit:
         return x, y
 
     # -- batches ---------------------------------------------------------------------------------------------
-    def batches(self, batch_size: int, *, shuffle: bool, seed: int = 0, epoch: int = 0,
-                drop_last: bool = False,
-                device: str | torch.device = "cpu", augment: bool | None = None,
-                placement: str | None = None) -> Iterator[tuple]:
+    def batches(
+        self,
+        batch_size: int,
+        *,
+        shuffle: bool,
+        seed: int = 0,
+        epoch: int = 0,
+        drop_last: bool = False,
+        device: str | torch.device = "cpu",
+        augment: bool | None = None,
+        placement: str | None = None,
+    ) -> Iterator[tuple]:
         """Yield (x, y) on `device` covering the split once; the order (shuffle) is drawn from (seed, epoch)
         alone. `augment` and `placement` are accepted for the built-in datasets' signature and ignored."""
-        order = torch.randperm(len(self), generator=torch.Generator().manual_seed(_mix(seed, epoch))) \
-            if shuffle else torch.arange(len(self))
+        order = (
+            torch.randperm(len(self), generator=torch.Generator().manual_seed(_mix(seed, epoch)))
+            if shuffle
+            else torch.arange(len(self))
+        )
         plan = self._plan(order, batch_size, drop_last, (0, 1))
         for _, x, y in self._run(plan, device, seed=_mix(seed, epoch)):
             yield x, y
 
-    def indexed_batches(self, batch_size: int, *, device: str | torch.device = "cpu", rank: int = 0,
-                        world: int = 1,
-                        placement: str | None = None) -> Iterator[tuple]:
+    def indexed_batches(
+        self,
+        batch_size: int,
+        *,
+        device: str | torch.device = "cpu",
+        rank: int = 0,
+        world: int = 1,
+        placement: str | None = None,
+    ) -> Iterator[tuple]:
         """(indices within the split (host int64), x, y) in split order; with world > 1, every world-th batch
         from the rank-th."""
         plan = self._plan(torch.arange(len(self)), batch_size, False, (rank, world))
         yield from self._run(plan, device, seed=0)
 
     @staticmethod
-    def _plan(order: torch.Tensor, batch_size: int, drop_last: bool, shard: tuple[int,
-                                                                                  int]) -> list[list[int]]:
+    def _plan(
+        order: torch.Tensor, batch_size: int, drop_last: bool, shard: tuple[int, int]
+    ) -> list[list[int]]:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, not {batch_size}")
         rank, world = shard
@@ -303,16 +341,21 @@ class UserSplit:
             if drop_last and start + batch_size > n:
                 break
             if number % world == rank:
-                plan.append(order[start:start + batch_size].tolist())
+                plan.append(order[start : start + batch_size].tolist())
         return plan
 
     def _make_loader(self, pin: bool, persistent: bool, seed: int) -> tuple[DataLoader, _BatchPlan]:
         workers = self.dataset.loader_workers()
         plan = _BatchPlan()
-        loader = DataLoader(self.samples, batch_sampler=plan, num_workers=workers,
-                            collate_fn=Collate(self.samples.origin, self.dataset.label), pin_memory=pin,
-                            persistent_workers=persistent and workers > 0,
-                            generator=torch.Generator().manual_seed(seed))
+        loader = DataLoader(
+            self.samples,
+            batch_sampler=plan,
+            num_workers=workers,
+            collate_fn=Collate(self.samples.origin, self.dataset.label),
+            pin_memory=pin,
+            persistent_workers=persistent and workers > 0,
+            generator=torch.Generator().manual_seed(seed),
+        )
         return loader, plan
 
     def _run(self, batches: list[list[int]], device, *, seed: int) -> Iterator[tuple]:
@@ -432,8 +475,15 @@ class UserDataset:
 
     in_memory = False
 
-    def __init__(self, spec: DataSpec, workspace: Path, path: Path, attr: str, splits: dict,
-                 progress: Callable[[float, float, str], None] | None = None):
+    def __init__(
+        self,
+        spec: DataSpec,
+        workspace: Path,
+        path: Path,
+        attr: str,
+        splits: dict,
+        progress: Callable[[float, float, str], None] | None = None,
+    ):
         self.spec = spec
         self.name = spec.name
         self.label = f"dataset {spec.name}"
@@ -464,8 +514,12 @@ class UserDataset:
 
     def target_is_label(self) -> bool:
         target = self.first_sample()[1]
-        return target.dim() == 0 and not target.is_floating_point() and not target.is_complex() \
+        return (
+            target.dim() == 0
+            and not target.is_floating_point()
+            and not target.is_complex()
             and target.dtype != torch.bool
+        )
 
     @property
     def classes(self) -> list[str]:
@@ -502,9 +556,11 @@ class UserDataset:
         done, largest = 0, None
         for indices, _, y in train.indexed_batches(SCAN_BATCH):
             if y.dim() != 1 or y.is_floating_point():
-                raise JobError(f"{self.label}: sample 0 of the train split has an integer label, but a batch "
-                               f"near sample {done} has targets of shape {list(y.shape[1:])} and type "
-                               f"{y.dtype}; give every sample the same kind of target")
+                raise JobError(
+                    f"{self.label}: sample 0 of the train split has an integer label, but a batch "
+                    f"near sample {done} has targets of shape {list(y.shape[1:])} and type "
+                    f"{y.dtype}; give every sample the same kind of target"
+                )
             largest = scan_batch(self.label, train.samples.origin, indices, y, largest)
             done += int(y.shape[0])
             if self._progress is not None:
@@ -558,8 +614,12 @@ class UserDataset:
         device = torch.device(device)
         return (bool(self.spec.pin_memory) or device.type == "cuda") and torch.cuda.is_available()
 
-    def prepare(self, device, progress: Callable[[int, int, str], None] | None = None,
-                check_stop: Callable[[], None] | None = None) -> tuple[str, str]:
+    def prepare(
+        self,
+        device,
+        progress: Callable[[int, int, str], None] | None = None,
+        check_stop: Callable[[], None] | None = None,
+    ) -> tuple[str, str]:
         """("dataloader", what the job's log says about it); nothing is copied ahead."""
         text = f"torch DataLoader from {self.core.path}:{self.core.attr}, {self.describe_workers()}"
         if self.pins(device):
@@ -587,24 +647,41 @@ class UserDataset:
             pids, how = died
             how = how.replace("is killed by signal", "killed by signal")
         if dead or died is not None:
-            return JobError(f"a DataLoader worker of {self.label} died (pid {pids}, {how}); the job stopped "
-                            "— try dataset.num_workers=0 to see the error in the job itself")
+            return JobError(
+                f"a DataLoader worker of {self.label} died (pid {pids}, {how}); the job stopped "
+                "— try dataset.num_workers=0 to see the error in the job itself"
+            )
         return None
 
     def describe(self) -> dict:
         """For data.info: samples per split, the input's shape and dtype, the target, the classes."""
         classes = list(self.classes)
         target = f"integer class label ({len(classes)} classes)" if self.target_is_label() else None
-        return describe_samples(self.name, self.splits, self.first_sample(), classes=classes, target=target,
-                                root=self.root, workers=self.describe_workers())
+        return describe_samples(
+            self.name,
+            self.splits,
+            self.first_sample(),
+            classes=classes,
+            target=target,
+            root=self.root,
+            workers=self.describe_workers(),
+        )
 
 
 def _dtype(t: torch.Tensor) -> str:
     return str(t.dtype).replace("torch.", "")
 
 
-def describe_samples(name: str, splits: dict, first: tuple, *, classes: list, target: str | None,
-                     root: str | None, workers: str) -> dict:
+def describe_samples(
+    name: str,
+    splits: dict,
+    first: tuple,
+    *,
+    classes: list,
+    target: str | None,
+    root: str | None,
+    workers: str,
+) -> dict:
     """data.info's description of samples that are not a built-in image set (a user's Dataset, a
     LightningDataModule's first batches): samples per split, the input's shape and dtype (each input's, for
     several), the target (`target`, else its dtype and shape), the classes."""
@@ -613,8 +690,9 @@ def describe_samples(name: str, splits: dict, first: tuple, *, classes: list, ta
     if isinstance(x, tuple):
         inputs = [{"shape": list(t.shape), "dtype": _dtype(t)} for t in x]
     elif isinstance(x, dict):
-        inputs = {k: {"shape": list(first_tensor(t).shape), "dtype": _dtype(first_tensor(t))} for k,
-                  t in x.items()}
+        inputs = {
+            k: {"shape": list(first_tensor(t).shape), "dtype": _dtype(first_tensor(t))} for k, t in x.items()
+        }
     else:
         inputs = None
     counts = {split: len(samples) for split, samples in splits.items()}
@@ -654,9 +732,11 @@ def load_user_dataset(spec: DataSpec, workspace: Path, ctx=None) -> UserDataset:
     module = _import(path)
     target = getattr(module, attr, None)
     if target is None or not callable(target):
-        found = sorted(n for n, v in vars(module).items()
-                       if callable(v) and not n.startswith("_") and getattr(v, "__module__",
-                                                                            None) == module.__name__)
+        found = sorted(
+            n
+            for n, v in vars(module).items()
+            if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == module.__name__
+        )
         what = "is not callable" if target is not None else "is not defined there"
         raise JobError(
             f"dataset.name: {attr!r} in {path} {what}; it defines: {', '.join(found) or 'nothing callable'}"

@@ -12,8 +12,12 @@ from workbench.specs import DataSpec
 from workbench.worker.data.registry import register_dataset_family
 
 
-@register_dataset_family("file", usage="file:<path.py>:<Name>", user_code=True,
-                         description="Your own torch Dataset class, or a function returning one.")
+@register_dataset_family(
+    "file",
+    usage="file:<path.py>:<Name>",
+    user_code=True,
+    description="Your own torch Dataset class, or a function returning one.",
+)
 def open_user_dataset(spec: DataSpec, workspace: Path, ctx=None):
     """Imported afresh for every job (the user's file may have changed), never cached."""
     from workbench.worker.data.user import load_user_dataset

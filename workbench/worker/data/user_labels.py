@@ -17,12 +17,17 @@ from workbench.errors import JobError
 
 def is_label_batch(y: torch.Tensor) -> bool:
     """Whether a batch's targets are one integer class label per sample."""
-    return (y.dim() == 1 and not y.is_floating_point() and not y.is_complex() and y.dtype != torch.bool
-            and y.numel() > 0)
+    return (
+        y.dim() == 1
+        and not y.is_floating_point()
+        and not y.is_complex()
+        and y.dtype != torch.bool
+        and y.numel() > 0
+    )
 
 
 def classes_text(count: int) -> str:
-    """"the 10 classes 0..9" (the labels a count of classes allows)."""
+    """ "the 10 classes 0..9" (the labels a count of classes allows)."""
     return "the 1 class 0" if count == 1 else f"the {count} classes 0..{count - 1}"
 
 
@@ -35,14 +40,17 @@ class LargestLabel:
     sample: str
 
 
-def scan_batch(label: str, origin, indices: torch.Tensor, y: torch.Tensor,
-               largest: LargestLabel | None) -> LargestLabel | None:
+def scan_batch(
+    label: str, origin, indices: torch.Tensor, y: torch.Tensor, largest: LargestLabel | None
+) -> LargestLabel | None:
     """One batch of the train split's label scan: a JobError naming the sample of a negative label; else the
     largest label so far, with its sample."""
     low = int(y.argmin())
     if int(y[low]) < 0:
-        raise JobError(f"{label}: {origin.one(int(indices[low]))} has label {int(y[low])}; class labels "
-                       "count from 0 (0..K-1 for K classes); fix the label")
+        raise JobError(
+            f"{label}: {origin.one(int(indices[low]))} has label {int(y[low])}; class labels "
+            "count from 0 (0..K-1 for K classes); fix the label"
+        )
     high = int(y.argmax())
     if largest is None or int(y[high]) > largest.value:
         return LargestLabel(int(y[high]), origin.one(int(indices[high])))
@@ -58,8 +66,10 @@ class LabelRange:
     fix: str  # "fix the label or the class list"
 
     def message(self, label: str, sample: str, value: int) -> str:
-        return (f"{label}: {sample} has label {value}, outside {classes_text(self.count)} ({self.why}); "
-                f"{self.fix}")
+        return (
+            f"{label}: {sample} has label {value}, outside {classes_text(self.count)} ({self.why}); "
+            f"{self.fix}"
+        )
 
     def check(self, label: str, origin, indices: torch.Tensor, y: torch.Tensor) -> None:
         """A JobError naming the first sample of the batch whose label is outside 0..count-1."""
@@ -78,7 +88,10 @@ def label_range(count: int, declared: list | None, largest: LargestLabel | None)
     if declared and len(declared) == count:
         return LabelRange(count, f"its `classes` lists {count} names", "fix the label or the class list")
     if not declared and largest is not None and largest.value + 1 == count:
-        return LabelRange(count, f"model.num_classes={count}: one past the largest label of the train split, "
-                                 "as the dataset has no `classes`",
-                          "fix the label, give the dataset a `classes` list, or set model.num_classes")
+        return LabelRange(
+            count,
+            f"model.num_classes={count}: one past the largest label of the train split, "
+            "as the dataset has no `classes`",
+            "fix the label, give the dataset a `classes` list, or set model.num_classes",
+        )
     return LabelRange(count, f"model.num_classes={count}", "fix the label or model.num_classes")

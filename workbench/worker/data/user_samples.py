@@ -1,9 +1,9 @@
-"""Samples of a user's own Dataset (`file:<path.py>:<Name>`): converting one, collating a batch, and the one-line
-errors a bad sample gives.
+"""Samples of a user's own Dataset (`file:<path.py>:<Name>`): converting one, collating a batch, and the
+one-line errors a bad sample gives.
 
-Everything here runs inside DataLoader worker processes too, so it is picklable module-level code, and a failure
-raises `SampleError`, whose text is already the line the user reads: the DataLoader re-raises it in the main
-process wrapped in a traceback, and `clean_message` takes that line back out.
+Everything here runs inside DataLoader worker processes too, so it is picklable module-level code, and a
+failure raises `SampleError`, whose text is already the line the user reads: the DataLoader re-raises it in
+the main process wrapped in a traceback, and `clean_message` takes that line back out.
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ _MARK = f"{SampleError.__module__}.{SampleError.__qualname__}: "
 
 
 def clean_message(exc: BaseException) -> str | None:
-    """The one-line text of a SampleError, raised here or re-raised by a DataLoader from a worker; else None."""
+    """The one-line text of a SampleError, raised here or re-raised by a DataLoader from a worker; else
+    None."""
     if not isinstance(exc, SampleError):
         return None
     text = str(exc)
-    if _MARK in text:  # "Caught SampleError in DataLoader worker process 0.\nOriginal Traceback ...\n<mark>line"
+    # "Caught SampleError in DataLoader worker process 0.\nOriginal Traceback ...\n<mark>line"
+    if _MARK in text:
         text = text.rsplit(_MARK, 1)[1]
     return text.strip().splitlines()[0] if text.strip() else "a sample failed"
 
@@ -56,8 +58,8 @@ def _float32(t: torch.Tensor) -> torch.Tensor:
 
 
 def _pil_to_tensor(image) -> torch.Tensor:
-    """As torchvision's to_tensor (without importing torchvision, seconds of a worker's start): C×H×W, 8-bit modes
-    as float32 in 0..1, mode "1" as 0/1, 16/32-bit integer and float modes as they are."""
+    """As torchvision's to_tensor (without importing torchvision, seconds of a worker's start): C×H×W, 8-bit
+    modes as float32 in 0..1, mode "1" as 0/1, 16/32-bit integer and float modes as they are."""
     array = np.array(image)
     if array.dtype == np.bool_:
         tensor = torch.from_numpy(array.astype(np.float32))
@@ -91,8 +93,10 @@ def convert_input(value, what: str):
         return tuple(convert_input(v, what) for v in value)
     if isinstance(value, dict) and value:
         return {k: convert_input(v, what) for k, v in value.items()}
-    raise SampleError(f"{what}: its input is a {type(value).__name__}; an input must be a tensor, a numpy array, "
-                      "a PIL image, or a tuple or dict of them")
+    raise SampleError(
+        f"{what}: its input is a {type(value).__name__}; an input must be a tensor, a numpy array, "
+        "a PIL image, or a tuple or dict of them"
+    )
 
 
 def convert_target(value, what: str) -> torch.Tensor:
@@ -104,8 +108,10 @@ def convert_target(value, what: str) -> torch.Tensor:
             return _float32(torch.as_tensor(value))
     except (TypeError, ValueError, RuntimeError) as exc:
         raise SampleError(f"{what}: its target cannot become a tensor ({one_line(exc)})") from None
-    raise SampleError(f"{what}: its target is a {type(value).__name__}; a target must be a tensor, a numpy array, "
-                      "a number or a list of numbers")
+    raise SampleError(
+        f"{what}: its target is a {type(value).__name__}; a target must be a tensor, a numpy array, "
+        "a number or a list of numbers"
+    )
 
 
 def unpack(sample, what: str) -> tuple:
@@ -114,8 +120,10 @@ def unpack(sample, what: str) -> tuple:
         missing = [key for key in ("input", "target") if key not in sample]
         if missing:
             keys = ", ".join(repr(k) for k in list(sample)[:8]) or "none"
-            raise SampleError(f"{what} is a dict without {' and '.join(repr(m) for m in missing)} (its keys: {keys}); "
-                              "a sample must be (input, target) or a dict with 'input' and 'target'")
+            raise SampleError(
+                f"{what} is a dict without {' and '.join(repr(m) for m in missing)} (its keys: {keys}); "
+                "a sample must be (input, target) or a dict with 'input' and 'target'"
+            )
         return sample["input"], sample["target"]
     if isinstance(sample, tuple | list) and len(sample) == 2:
         return sample[0], sample[1]
@@ -125,7 +133,9 @@ def unpack(sample, what: str) -> tuple:
         kind = f"a tensor of shape {shape_text(sample.shape)}"
     else:
         kind = f"a {type(sample).__name__}"
-    raise SampleError(f"{what} is {kind}; a sample must be (input, target) or a dict with 'input' and 'target'")
+    raise SampleError(
+        f"{what} is {kind}; a sample must be (input, target) or a dict with 'input' and 'target'"
+    )
 
 
 def shape_text(shape) -> str:
@@ -173,7 +183,9 @@ class Origin:
         return int(self.indices[position]) if self.indices is not None else int(position)
 
     def where(self) -> str:
-        return f"the {self.origin} split" + (f" (read for the {self.split} split)" if self.origin != self.split else "")
+        return f"the {self.origin} split" + (
+            f" (read for the {self.split} split)" if self.origin != self.split else ""
+        )
 
     def one(self, position: int) -> str:
         return f"sample {self.index(position)} of {self.where()}"
@@ -183,8 +195,8 @@ class Origin:
 
 
 class IndexedSamples(Dataset):
-    """The user's dataset for one split, as (index, input, target) with both converted; a failing sample raises a
-    SampleError naming the sample, the split and the user's file and line."""
+    """The user's dataset for one split, as (index, input, target) with both converted; a failing sample
+    raises a SampleError naming the sample, the split and the user's file and line."""
 
     def __init__(self, source, split: str, label: str, path: Path):
         self.source = source
@@ -197,9 +209,9 @@ class IndexedSamples(Dataset):
         return len(self.source)
 
     def __reduce__(self):
-        # A worker started by spawn or forkserver (macOS, Windows, Python 3.14) unpickles the user's objects before
-        # anything imported their file, whose module name only the workbench knows: pickle them apart, and import
-        # the file first in the worker.
+        # A worker started by spawn or forkserver (macOS, Windows, Python 3.14) unpickles the user's objects
+        # before anything imported their file, whose module name only the workbench knows: pickle them apart,
+        # and import the file first in the worker.
         module = getattr(type(self._user_object()), "__module__", None)
         payload = pickle.dumps((self.source, self.split, self.label, self.path))
         return _rebuild, (str(self.path), module, payload)
@@ -218,7 +230,9 @@ class IndexedSamples(Dataset):
         try:
             sample = self.source[index]
         except Exception as exc:
-            raise SampleError(f"{what} failed: {type(exc).__name__}: {one_line(exc)} ({where(exc, self.path)})") from None
+            raise SampleError(
+                f"{what} failed: {type(exc).__name__}: {one_line(exc)} ({where(exc, self.path)})"
+            ) from None
         raw_input, raw_target = unpack(sample, what)
         return index, convert_input(raw_input, what), convert_target(raw_target, what)
 
@@ -245,8 +259,9 @@ class Collate:
             if layout != first:
                 raise SampleError(
                     f"{self.label}: {self.origin.two(first_index, item[0])} have {kind} of different shapes "
-                    f"({_layout_text(first)} and {_layout_text(layout)}): a batch needs equal shapes; resize in the "
-                    "dataset or set batch_size=1")
+                    f"({_layout_text(first)} and {_layout_text(layout)}): a batch needs equal shapes; resize "
+                    "in the dataset or set batch_size=1"
+                )
 
     def __call__(self, items):
         self._check(items, 1, "inputs")
@@ -256,12 +271,16 @@ class Collate:
             x = default_collate([item[1] for item in items])
             y = default_collate([item[2] for item in items])
         except Exception as exc:  # e.g. mixed dtypes torch cannot stack
-            raise SampleError(f"{self.label}: {self.origin.two(int(indices[0]), int(indices[-1]))} and those "
-                              f"between them do not form a batch: {type(exc).__name__}: {one_line(exc)}") from None
+            raise SampleError(
+                f"{self.label}: {self.origin.two(int(indices[0]), int(indices[-1]))} and those "
+                f"between them do not form a batch: {type(exc).__name__}: {one_line(exc)}"
+            ) from None
         return indices, x, y
 
 
-_PIDS = re.compile(r"DataLoader worker \(pid\(?s?\)? ?([\d, ]+)\) (is killed by signal: [^.\n]+|exited unexpectedly)")
+_PIDS = re.compile(
+    r"DataLoader worker \(pid\(?s?\)? ?([\d, ]+)\) (is killed by signal: [^.\n]+|exited unexpectedly)"
+)
 
 
 def worker_death(exc: BaseException) -> tuple[str, str] | None:

@@ -20,28 +20,58 @@ VALUE_BINS = 30
 IGNORE_INDEX = 255  # segmentation's "not labelled" pixels: neither blended nor counted as a class
 MASK_ALPHA = 0.5
 # One colour per class (tab10, then more), blended over the image; class 0 is background and stays unblended.
-PALETTE = np.array([
-    (31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
-    (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207), (174, 199, 232), (255, 187, 120),
-    (152, 223, 138), (255, 152, 150), (197, 176, 213), (196, 156, 148), (247, 182, 210), (199, 199, 199),
-    (219, 219, 141), (158, 218, 229)], dtype=np.float32)
+PALETTE = np.array(
+    [
+        (31, 119, 180),
+        (255, 127, 14),
+        (44, 160, 44),
+        (214, 39, 40),
+        (148, 103, 189),
+        (140, 86, 75),
+        (227, 119, 194),
+        (127, 127, 127),
+        (188, 189, 34),
+        (23, 190, 207),
+        (174, 199, 232),
+        (255, 187, 120),
+        (152, 223, 138),
+        (255, 152, 150),
+        (197, 176, 213),
+        (196, 156, 148),
+        (247, 182, 210),
+        (199, 199, 199),
+        (219, 219, 141),
+        (158, 218, 229),
+    ],
+    dtype=np.float32,
+)
 
 
 def _dtype(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
-# -- what kind of sample -------------------------------------------------------------------------------------------
+# -- what kind of sample -------------------------------------------------------------------------------------
 def is_image(x) -> bool:
     """An input the grid can draw: one tensor C×H×W with C in 1, 3, 4, of real numbers."""
-    return (isinstance(x, torch.Tensor) and x.dim() == 3 and int(x.shape[0]) in (1, 3, 4)
-            and not x.is_complex() and x.shape[1] > 0 and x.shape[2] > 0)
+    return (
+        isinstance(x, torch.Tensor)
+        and x.dim() == 3
+        and int(x.shape[0]) in (1, 3, 4)
+        and not x.is_complex()
+        and x.shape[1] > 0
+        and x.shape[2] > 0
+    )
 
 
 def is_mask(x, y) -> bool:
     """A target that is an integer class map of the input's H×W (1×H×W too)."""
-    if not (isinstance(y, torch.Tensor) and is_image(x)) or y.is_floating_point() or y.is_complex() \
-            or y.dtype == torch.bool:
+    if (
+        not (isinstance(y, torch.Tensor) and is_image(x))
+        or y.is_floating_point()
+        or y.is_complex()
+        or y.dtype == torch.bool
+    ):
         return False
     if y.dim() == 3 and y.shape[0] == 1:
         y = y[0]
@@ -49,11 +79,11 @@ def is_mask(x, y) -> bool:
 
 
 def view_of(x, y) -> str:
-    """"images" when the input is image-like, else "table"."""
+    """ "images" when the input is image-like, else "table"."""
     return "images" if is_image(x) else "table"
 
 
-# -- images --------------------------------------------------------------------------------------------------------
+# -- images --------------------------------------------------------------------------------------------------
 def image_uint8(x: torch.Tensor) -> torch.Tensor:
     """uint8 C×H×W (C 1 or 3) to draw: uint8 as it is, 0..1 floats ×255, anything else stretched over its own
     min..max (a normalised image has negative values); a 4th channel (alpha) is dropped."""
@@ -82,8 +112,8 @@ def mask_map(y: torch.Tensor) -> torch.Tensor:
 
 
 def blend_mask(image: torch.Tensor, mask: torch.Tensor, alpha: float = MASK_ALPHA) -> torch.Tensor:
-    """uint8 3×H×W: the image (grey made RGB) with each class > 0 blended in its palette colour; 0 (background)
-    and 255 (ignored) pixels keep the image."""
+    """uint8 3×H×W: the image (grey made RGB) with each class > 0 blended in its palette colour; 0
+    (background) and 255 (ignored) pixels keep the image."""
     rgb = image.expand(3, -1, -1) if image.shape[0] == 1 else image[:3]
     out = rgb.to(torch.float32).permute(1, 2, 0).numpy().copy()
     ids = mask.numpy()
@@ -125,8 +155,11 @@ def thumbnail_page(samples: list[tuple], limit: int) -> dict:
             image = image.expand(3, -1, -1)
         thumbs.append(_resize(image, size))
         if with_masks:
-            small = mask.clamp(0, IGNORE_INDEX).to(torch.uint8)[None] if mask is not None \
+            small = (
+                mask.clamp(0, IGNORE_INDEX).to(torch.uint8)[None]
+                if mask is not None
                 else torch.full((1, *image.shape[-2:]), IGNORE_INDEX, dtype=torch.uint8)
+            )
             maps.append(_resize(small, size, nearest=True)[0])
     channels = max((int(t.shape[0]) for t in thumbs), default=1)
     height = max((int(t.shape[1]) for t in thumbs), default=min(limit, 1))
@@ -136,16 +169,16 @@ def thumbnail_page(samples: list[tuple], limit: int) -> dict:
     for i, thumb in enumerate(thumbs):
         if thumb.shape[0] != channels:  # a grey sample among colour ones
             thumb = thumb.expand(channels, -1, -1)
-        images[i, :thumb.shape[1], :thumb.shape[2]] = to_hwc(thumb)
+        images[i, : thumb.shape[1], : thumb.shape[2]] = to_hwc(thumb)
         if with_masks:
-            masks[i, :maps[i].shape[0], :maps[i].shape[1]] = maps[i].numpy()
+            masks[i, : maps[i].shape[0], : maps[i].shape[1]] = maps[i].numpy()
     out = {"images": images}
     if with_masks:
         out["masks"] = masks
     return out
 
 
-# -- summaries -----------------------------------------------------------------------------------------------------
+# -- summaries -----------------------------------------------------------------------------------------------
 def summary(t: torch.Tensor, name: str | None = None) -> dict:
     """{"shape", "dtype", "min", "max", "mean"} of a tensor (numbers as floats; None when it is empty)."""
     t = t.detach().cpu()
@@ -161,12 +194,17 @@ def summary(t: torch.Tensor, name: str | None = None) -> dict:
 def input_summaries(x) -> list[dict]:
     """One summary per input tensor: a tuple in order, a dict with each entry's name."""
     if isinstance(x, tuple):
-        return [summary(t, f"input {i}") if isinstance(t, torch.Tensor) else {"name": f"input {i}",
-                                                                               **input_summaries(t)[0]}
-                for i, t in enumerate(x)]
+        return [
+            summary(t, f"input {i}")
+            if isinstance(t, torch.Tensor)
+            else {"name": f"input {i}", **input_summaries(t)[0]}
+            for i, t in enumerate(x)
+        ]
     if isinstance(x, dict):
-        return [summary(t, str(k)) if isinstance(t, torch.Tensor) else {"name": str(k), **input_summaries(t)[0]}
-                for k, t in x.items()]
+        return [
+            summary(t, str(k)) if isinstance(t, torch.Tensor) else {"name": str(k), **input_summaries(t)[0]}
+            for k, t in x.items()
+        ]
     return [summary(x)]
 
 
@@ -197,15 +235,19 @@ def label_of(y: torch.Tensor) -> int:
 
 
 def table_row(index: int, x, y: torch.Tensor, describer=None, classes: list[str] | None = None) -> dict:
-    """A table row: the input's summaries, the target; with a describer (sequence_views), the input itself as its
-    kind shows it (ids and text, a signal's values, a row of features)."""
-    row = {"index": int(index), "inputs": input_summaries(x), "target": {**summary(y), "text": target_text(y, classes)}}
+    """A table row: the input's summaries, the target; with a describer (sequence_views), the input itself as
+    its kind shows it (ids and text, a signal's values, a row of features)."""
+    row = {
+        "index": int(index),
+        "inputs": input_summaries(x),
+        "target": {**summary(y), "text": target_text(y, classes)},
+    }
     if describer is not None:
         row["sample"] = describer.describe(x)
     return row
 
 
-# -- tasks ---------------------------------------------------------------------------------------------------------
+# -- tasks ---------------------------------------------------------------------------------------------------
 def tasks_of(x, y) -> dict:
     """{"auto": task or None, "why": text, "unavailable": {task: reason}} from one sample, as the wizard shows
     it: what task=auto would pick, and the tasks this sample's target cannot serve, each with the reason."""
@@ -222,33 +264,49 @@ def tasks_of(x, y) -> dict:
     return {"auto": auto, "why": why, "unavailable": unavailable}
 
 
-# -- the target histogram ------------------------------------------------------------------------------------------
+# -- the target histogram ------------------------------------------------------------------------------------
 def class_histogram(names: list[str], counts: list[int], sampled: int, total: int) -> dict:
     """A built-in set's class counts (the whole train split) in the target_histogram shape."""
-    return {"kind": "classes", "names": list(names), "counts": [int(c) for c in counts], "sampled": int(sampled),
-            "total": int(total)}
+    return {
+        "kind": "classes",
+        "names": list(names),
+        "counts": [int(c) for c in counts],
+        "sampled": int(sampled),
+        "total": int(total),
+    }
 
 
 def names_of(source, count: int = 0, attrs=("classes", "labels", "label_names")) -> list[str]:
-    """Names from the user's dataset object (`classes` or the like, at least `count` long), else "0".."count-1"."""
+    """Names from the user's dataset object (`classes` or the like, at least `count` long), else
+    "0".."count-1"."""
     from torch.utils.data import Subset
 
     while source is not None:
         for attr in attrs:
             named = getattr(source, attr, None)
-            if isinstance(named, list | tuple) and len(named) >= count and all(isinstance(n, str) for n in named):
+            if (
+                isinstance(named, list | tuple)
+                and len(named) >= count
+                and all(isinstance(n, str) for n in named)
+            ):
                 return [str(n) for n in named]
         source = source.dataset if isinstance(source, Subset) else None
     return [str(i) for i in range(count)]
 
 
-def target_histogram(split, task: str | None, classes: list[str], limit: int = HISTOGRAM_SAMPLES,
-                     progress: Callable[[int, int, str], None] | None = None,
-                     check_stop: Callable[[], None] | None = None,
-                     inputs: Callable[[object], None] | None = None) -> dict | None:
-    """The targets of the first `limit` samples of a user split, by task: class counts, per-label counts, a value
-    histogram (with edges) or pixels per class; "sampled" says how many were read, "total" of how many. `inputs`,
-    when given, sees each sample's input on the way (the input histograms read the same samples once)."""
+def target_histogram(
+    split,
+    task: str | None,
+    classes: list[str],
+    limit: int = HISTOGRAM_SAMPLES,
+    progress: Callable[[int, int, str], None] | None = None,
+    check_stop: Callable[[], None] | None = None,
+    inputs: Callable[[object], None] | None = None,
+) -> dict | None:
+    """The targets of the first `limit` samples of a user split, by task: class counts, per-label counts, a
+    value histogram (with edges) or pixels per class; "sampled" says how many were read, "total" of how many.
+    `inputs`, when given, sees each sample's input on the way (the input histograms read the same samples
+    once)."""
     total = len(split)
     n = min(limit, total)
     class_counts = np.zeros(0, dtype=np.int64)
@@ -266,12 +324,12 @@ def target_histogram(split, task: str | None, classes: list[str], limit: int = H
             found = np.bincount(ids, minlength=len(class_counts)) if ids.size else np.zeros(0, np.int64)
             if found.size > class_counts.size:
                 class_counts = np.pad(class_counts, (0, found.size - class_counts.size))
-            class_counts[:found.size] += found
+            class_counts[: found.size] += found
         elif task == "multilabel":
             row = y.reshape(-1).to(torch.float64).numpy()
             if row.size > class_counts.size:
                 class_counts = np.pad(class_counts, (0, row.size - class_counts.size))
-            class_counts[:row.size] += (row > 0.5).astype(np.int64)
+            class_counts[: row.size] += (row > 0.5).astype(np.int64)
         elif not y.is_complex() and y.dtype != torch.bool:
             values.append(y.reshape(-1).to(torch.float64).numpy())
         if progress is not None and ((i + 1) % 32 == 0 or i + 1 == n):
@@ -296,16 +354,26 @@ def target_histogram(split, task: str | None, classes: list[str], limit: int = H
     if low == high:
         low, high = low - 0.5, high + 0.5
     counts, edges = np.histogram(flat, bins=VALUE_BINS, range=(low, high))
-    return {"kind": "values", "names": [], "counts": [int(c) for c in counts], "edges": [float(e) for e in edges],
-            **head}
+    return {
+        "kind": "values",
+        "names": [],
+        "counts": [int(c) for c in counts],
+        "edges": [float(e) for e in edges],
+        **head,
+    }
 
 
-# -- one sample at full size ---------------------------------------------------------------------------------------
+# -- one sample at full size ---------------------------------------------------------------------------------
 def sample_view(x, y: torch.Tensor, classes: list[str], describer=None) -> dict:
-    """data.sample's part for a user sample: the image (masks blended) and raw mask when image-like, the tensor
-    summaries always, the target as text; with a describer (sequence_views), the input as its kind shows it."""
-    out = {"view": view_of(x, y), "inputs": input_summaries(x), "target": {**summary(y), "text": target_text(y, classes)},
-           "label": label_of(y)}
+    """data.sample's part for a user sample: the image (masks blended) and raw mask when image-like, the
+    tensor summaries always, the target as text; with a describer (sequence_views), the input as its kind
+    shows it."""
+    out = {
+        "view": view_of(x, y),
+        "inputs": input_summaries(x),
+        "target": {**summary(y), "text": target_text(y, classes)},
+        "label": label_of(y),
+    }
     if describer is not None and not is_image(x):
         out["sample"] = describer.describe(x)
     out["class_name"] = out["target"]["text"]
@@ -318,8 +386,10 @@ def sample_view(x, y: torch.Tensor, classes: list[str], describer=None) -> dict:
             out["image"] = to_hwc(blend_mask(image, mask))
             out["mask"] = mask.clamp(0, IGNORE_INDEX).to(torch.uint8).numpy()
             ids = sorted(int(v) for v in torch.unique(mask) if 0 < int(v) != IGNORE_INDEX)
-            out["mask_classes"] = [{"id": i, "name": classes[i] if i < len(classes) else str(i),
-                                    "colour": class_colour(i)} for i in ids]
+            out["mask_classes"] = [
+                {"id": i, "name": classes[i] if i < len(classes) else str(i), "colour": class_colour(i)}
+                for i in ids
+            ]
         else:
             out["image"] = out["raw_image"]
     return out

@@ -57,9 +57,17 @@ def tallies_of(measured: qdq_steps.Measured) -> dict[str, dict]:
     """One configuration's per-quantizer comparison (qdq_steps.measure's `per_point`) as plain numbers:
     {point: {codes, equal, ties, elsewhere, two_or_more, worst_step}}."""
     worst = getattr(measured, "worst", {}) or {}
-    return {point: {"codes": sum(t), "equal": t[0], "ties": t[1], "elsewhere": t[2], "two_or_more": t[3],
-                    "worst_step": int(worst.get(point, _least_worst(t)))}
-            for point, t in measured.per_point.items()}
+    return {
+        point: {
+            "codes": sum(t),
+            "equal": t[0],
+            "ties": t[1],
+            "elsewhere": t[2],
+            "two_or_more": t[3],
+            "worst_step": int(worst.get(point, _least_worst(t))),
+        }
+        for point, t in measured.per_point.items()
+    }
 
 
 def _least_worst(tally: list[int]) -> int:
@@ -82,18 +90,31 @@ def codes_by_module(configurations: dict[str, dict[str, dict]], owners: dict[str
             if point not in quantizers.setdefault(module, []):
                 quantizers[module].append(point)
             totals = grouped.setdefault(module, {}).setdefault(
-                configuration, {"codes": 0, "codes_off": 0, "ties": 0, "worst_step": 0})
+                configuration, {"codes": 0, "codes_off": 0, "ties": 0, "worst_step": 0}
+            )
             totals["codes"] += int(tally["codes"])
             totals["codes_off"] += int(tally["ties"] + tally["elsewhere"] + tally["two_or_more"])
             totals["ties"] += int(tally["ties"])
             totals["worst_step"] = max(totals["worst_step"], int(tally["worst_step"]))
     rows = []
     for module, by_configuration in grouped.items():
-        configuration = max(by_configuration, key=lambda c: (_beyond_ties(by_configuration[c]),
-                                                             by_configuration[c]["worst_step"],
-                                                             -list(configurations).index(c)))
-        rows.append({"module": module, "quantizers": quantizers[module], **by_configuration[configuration],
-                     "configuration": configuration, "by_configuration": by_configuration})
+        configuration = max(
+            by_configuration,
+            key=lambda c: (
+                _beyond_ties(by_configuration[c]),
+                by_configuration[c]["worst_step"],
+                -list(configurations).index(c),
+            ),
+        )
+        rows.append(
+            {
+                "module": module,
+                "quantizers": quantizers[module],
+                **by_configuration[configuration],
+                "configuration": configuration,
+                "by_configuration": by_configuration,
+            }
+        )
     rows.sort(key=lambda r: (-_beyond_ties(r), -r["worst_step"], -r["codes_off"], r["module"]))
     return rows
 
@@ -114,28 +135,47 @@ def backend_findings(rows: list[dict]) -> list[dict]:
         module, worst = row["module"], int(row["worst_step"])
         requantize = worst <= 1  # one step away from a tie: the backend rounds (requantizes) at another step
         share = beyond / row["codes"] if row["codes"] else 0.0
-        findings.append({
-            "id": f"{module}:activation:backend_mismatch", "layer": module, "tensor": "activation",
-            "cause": "backend_mismatch",
-            "summary": (f"onnxruntime ({row['configuration']}) computes {beyond:,} of {row['codes']:,} codes "
-                        f"of {module} differently from the simulation, away from rounding ties, up to "
-                        f"{worst} step(s) apart"),
-            "evidence": {"codes_off": int(row["codes_off"]), "ties": int(row["ties"]), "worst_step": worst,
-                         "module": module, "codes": int(row["codes"]), "configuration": row["configuration"]},
-            "fix": "requantize_step" if requantize else "keep_float",
-            "fix_text": _fix_text(module, worst, requantize),
-            "tried": [], "gain": None, "severity": round(100.0 * share, 4)})
+        findings.append(
+            {
+                "id": f"{module}:activation:backend_mismatch",
+                "layer": module,
+                "tensor": "activation",
+                "cause": "backend_mismatch",
+                "summary": (
+                    f"onnxruntime ({row['configuration']}) computes {beyond:,} of {row['codes']:,} codes "
+                    f"of {module} differently from the simulation, away from rounding ties, up to "
+                    f"{worst} step(s) apart"
+                ),
+                "evidence": {
+                    "codes_off": int(row["codes_off"]),
+                    "ties": int(row["ties"]),
+                    "worst_step": worst,
+                    "module": module,
+                    "codes": int(row["codes"]),
+                    "configuration": row["configuration"],
+                },
+                "fix": "requantize_step" if requantize else "keep_float",
+                "fix_text": _fix_text(module, worst, requantize),
+                "tried": [],
+                "gain": None,
+                "severity": round(100.0 * share, 4),
+            }
+        )
     return findings
 
 
 def _fix_text(module: str, worst: int, requantize: bool) -> str:
     lead = f"The step analysis (each quantizer fed onnxruntime's own input) finds {module}'s codes "
     if requantize:
-        return lead + ("one step off where no tie explains it: the fused int8 kernel requantizes with its "
-                       "own multiplier at another step; add a requantization step (a QuantizeLinear) at "
-                       f"{module}'s output so both round in the same place")
-    return lead + (f"{worst} steps off: the file does not compute what the simulation does there; keep "
-                   f"{module} in float in the export")
+        return lead + (
+            "one step off where no tie explains it: the fused int8 kernel requantizes with its "
+            "own multiplier at another step; add a requantization step (a QuantizeLinear) at "
+            f"{module}'s output so both round in the same place"
+        )
+    return lead + (
+        f"{worst} steps off: the file does not compute what the simulation does there; keep "
+        f"{module} in float in the export"
+    )
 
 
 # --- TensorRT, one module's output at a time
@@ -170,8 +210,11 @@ def tensorrt_by_module(sim, onnx_path, x: torch.Tensor, owners: dict[str, str], 
     simulated = _simulated_points(sim, by_name, x)
     rows = []
     for module in [m for m in modules if m != INPUT_MODULE][:TENSORRT_MODULES]:
-        marks = {name: dequantized[name] for name, q in by_name.items()
-                 if owners.get(q.point) == module and name in dequantized and q.point in simulated}
+        marks = {
+            name: dequantized[name]
+            for name, q in by_name.items()
+            if owners.get(q.point) == module and name in dequantized and q.point in simulated
+        }
         if not marks:
             continue
         try:
@@ -188,8 +231,16 @@ def tensorrt_by_module(sim, onnx_path, x: torch.Tensor, owners: dict[str, str], 
                 continue
             gap = torch.round((theirs.float().cpu() - reference).abs() / scale)
             codes, off, worst = codes + gap.numel(), off + int((gap > 0).sum()), max(worst, int(gap.max()))
-        rows.append({"module": module, "codes": codes, "codes_off": off, "ties": None, "worst_step": worst,
-                     "configuration": "TensorRT"})
+        rows.append(
+            {
+                "module": module,
+                "codes": codes,
+                "codes_off": off,
+                "ties": None,
+                "worst_step": worst,
+                "configuration": "TensorRT",
+            }
+        )
     return {"available": True, "reason": "", "rows": rows}
 
 
@@ -221,6 +272,7 @@ def _simulated_points(sim, by_name: dict, x: torch.Tensor) -> dict[str, tuple[to
             per_tensor = qp is not None and qp.scale.numel() == 1
             if module.enabled and per_tensor and isinstance(output, torch.Tensor):
                 seen.setdefault(module.point, (output.detach().float().cpu().clone(), float(qp.scale)))
+
         return keep
 
     handles = [m.register_forward_hook(hook(m)) for m in by_name.values()]
@@ -238,8 +290,11 @@ def _tensorrt_run(proto, x: torch.Tensor, marked: list[str]) -> dict[str, torch.
 
     logger = trt.Logger(trt.Logger.ERROR)
     builder = trt.Builder(logger)
-    explicit = 0 if int(trt.__version__.split(".")[0]) >= 10 else \
-        1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)  # TensorRT 10 is explicit batch only
+    explicit = (
+        0
+        if int(trt.__version__.split(".")[0]) >= 10
+        else 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+    )  # TensorRT 10 is explicit batch only
     network = builder.create_network(explicit)
     parser = trt.OnnxParser(network, logger)
     if not parser.parse(proto.SerializeToString()):

@@ -1,6 +1,6 @@
-"""What every export format shares: quieting the exporters' own printing, one-line failure reasons that name the
-operator and the module behind a failed export, and writing the exported file so that a failure never leaves half
-a file or destroys an earlier one. Worker side; never imports Qt.
+"""What every export format shares: quieting the exporters' own printing, one-line failure reasons that name
+the operator and the module behind a failed export, and writing the exported file so that a failure never
+leaves half a file or destroys an earlier one. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -19,17 +19,29 @@ from pathlib import Path
 from workbench.errors import JobError
 from workbench.worker.graph.capture import describe_failure
 
-_NOISY_LOGGERS = ("torch._dynamo", "torch.export", "torch._export", "torch.fx.experimental.symbolic_shapes",
-                  "torch._guards", "torch._subclasses", "torch.onnx", "onnxscript", "torch_tensorrt")
+_NOISY_LOGGERS = (
+    "torch._dynamo",
+    "torch.export",
+    "torch._export",
+    "torch.fx.experimental.symbolic_shapes",
+    "torch._guards",
+    "torch._subclasses",
+    "torch.onnx",
+    "onnxscript",
+    "torch_tensorrt",
+)
 
-# How exporters name an operator they cannot handle: aten::foo / aten.foo.default (torch), OpOverload(op='x.y'),
-# "operator 'x::y'" (the TorchScript exporter), "No ONNX function found for ..." (the torch.export-based exporter).
+# How exporters name an operator they cannot handle: aten::foo / aten.foo.default (torch),
+# OpOverload(op='x.y'), "operator 'x::y'" (the TorchScript exporter), "No ONNX function found for ..." (the
+# torch.export-based exporter).
 _OPERATOR_PATTERNS = (
     re.compile(r"OpOverload\(op='([\w.:]+)'"),
     re.compile(r"[Oo]perator '([\w.:]+)'"),
     re.compile(r"No (?:ONNX function|decomposition|converter) found for[^\w]*([\w.:]+)"),
-    re.compile(r"\b((?:aten|prims|torchvision|workbench|[a-z_]+)(?:::|\.)[A-Za-z_]\w*(?:\.\w+)?)\b(?=[^\n]*"
-               r"(?:not supported|unsupported|no ONNX|not implemented|NotImplemented))"),
+    re.compile(
+        r"\b((?:aten|prims|torchvision|workbench|[a-z_]+)(?:::|\.)[A-Za-z_]\w*(?:\.\w+)?)\b(?=[^\n]*"
+        r"(?:not supported|unsupported|no ONNX|not implemented|NotImplemented))"
+    ),
     re.compile(r"\b(aten(?:::|\.)[A-Za-z_]\w*)"),
 )
 
@@ -47,7 +59,11 @@ def quiet() -> Iterator[io.StringIO]:
         logger.setLevel(logging.CRITICAL)
     buffer = io.StringIO()
     try:
-        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer), warnings.catch_warnings():
+        with (
+            contextlib.redirect_stdout(buffer),
+            contextlib.redirect_stderr(buffer),
+            warnings.catch_warnings(),
+        ):
             warnings.simplefilter("ignore")
             yield buffer
     finally:
@@ -93,8 +109,12 @@ def modules_calling(program, operator: str) -> list[str]:
         if node.op != "call_function":
             continue
         target = str(node.target).replace("::", ".")  # an OpOverload prints as aten.linalg_eig.default
-        if not (target == wanted or target.startswith(wanted + ".") or wanted.startswith(target + ".")
-                or wanted.split(".")[-1] in target.split(".")):
+        if not (
+            target == wanted
+            or target.startswith(wanted + ".")
+            or wanted.startswith(target + ".")
+            or wanted.split(".")[-1] in target.split(".")
+        ):
             continue
         stack = node.meta.get("nn_module_stack") or {}
         paths = [value[0] for value in stack.values()]
@@ -131,13 +151,17 @@ def output_path(output: str, default_dir: Path | None, default_name: str, suffix
     artifacts folder."""
     if not output:
         if default_dir is None:
-            raise JobError("output: empty, and this job has no run folder to write into; set output=<file>, or run "
-                           "the export with a workspace")
+            raise JobError(
+                "output: empty, and this job has no run folder to write into; set output=<file>, or run "
+                "the export with a workspace"
+            )
         return default_dir / default_name
     path = Path(output).expanduser()
     if path.is_dir() or output.endswith(("/", os.sep)):
         return (path / default_name).absolute()
     if path.suffix.lower() not in suffixes:
-        raise JobError(f"output: {path} does not end in {' or '.join(suffixes)}, the suffix of this format; "
-                       f"name it e.g. {path.with_suffix(suffixes[0]).name}")
+        raise JobError(
+            f"output: {path} does not end in {' or '.join(suffixes)}, the suffix of this format; "
+            f"name it e.g. {path.with_suffix(suffixes[0]).name}"
+        )
     return path.absolute()

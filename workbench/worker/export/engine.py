@@ -1,7 +1,7 @@
-"""`run_export`: an ExportSpec to an exported file in the run's artifacts (or `output`), its parity against eager
-PyTorch and, for onnx_qdq, its accuracy in onnxruntime; returns the result contract
-{artifact, format, size_bytes, parity, exporter?, fallback_reason?, accuracy?, ...} (the runner adds run_dir and
-status). Worker side; never imports Qt.
+"""`run_export`: an ExportSpec to an exported file in the run's artifacts (or `output`), its parity against
+eager PyTorch and, for onnx_qdq, its accuracy in onnxruntime; returns the result contract {artifact, format,
+size_bytes, parity, exporter?, fallback_reason?, accuracy?, ...} (the runner adds run_dir and status). Worker
+side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from workbench.worker.models import logits_of
 
 @contextlib.contextmanager
 def exact_float32(device: torch.device) -> Iterator[None]:
-    """No TF32 on CUDA while outputs are compared: it rounds matmul inputs to 10 bits, far past the tolerance."""
+    """No TF32 on CUDA while outputs are compared: it rounds matmul inputs to 10 bits, far past the
+    tolerance."""
     if device.type != "cuda":
         yield
         return
@@ -56,6 +57,7 @@ def _device(spec: ExportSpec, ctx) -> torch.device:
 def _eager(model, device):
     def run(x: torch.Tensor) -> torch.Tensor:
         return logits_of(model(x.to(device)))
+
     return run
 
 
@@ -69,8 +71,11 @@ def run_export(spec: ExportSpec, ctx) -> dict:
 
     device = _device(spec, ctx)
     if spec.precision != "fp32" and spec.format != "tensorrt":
-        ctx.log(f"precision={spec.precision} applies to format=tensorrt only; {spec.format} keeps the model's float32",
-                "warning")
+        ctx.log(
+            f"precision={spec.precision} applies to format=tensorrt only; {spec.format} keeps the model's "
+            "float32",
+            "warning",
+        )
     ctx.progress(0, STEPS, "loading the model", force=True)
     source = resolve_source(spec, ctx)
     name, suffixes = FILE_NAMES[spec.format]
@@ -79,8 +84,9 @@ def run_export(spec: ExportSpec, ctx) -> dict:
         return _run_multi(spec, source, out, device, ctx)
     model = source.model.to(device).eval()
     shape = source.input_shape
-    example = torch.randn(formats.example_batch(spec.dynamic_batch), *shape,
-                          generator=torch.Generator().manual_seed(0)).to(device)
+    example = torch.randn(
+        formats.example_batch(spec.dynamic_batch), *shape, generator=torch.Generator().manual_seed(0)
+    ).to(device)
     with torch.no_grad():
         single = isinstance(model(example), torch.Tensor)
     ctx.check_stop()
@@ -94,18 +100,42 @@ def run_export(spec: ExportSpec, ctx) -> dict:
             info = formats.write_exported_program(model, example, staged, dynamic_batch=spec.dynamic_batch)
         elif spec.format == "onnx":
             with torch.no_grad():
-                info = formats.write_onnx(model, example, staged, opset=spec.opset, dynamic_batch=spec.dynamic_batch,
-                                          log=ctx.log, output_names=["output"] if single else None)
+                info = formats.write_onnx(
+                    model,
+                    example,
+                    staged,
+                    opset=spec.opset,
+                    dynamic_batch=spec.dynamic_batch,
+                    log=ctx.log,
+                    output_names=["output"] if single else None,
+                )
         else:
-            info, compiled = formats.write_tensorrt(model, example, staged, precision=spec.precision,
-                                                    dynamic_batch=spec.dynamic_batch, device=device)
+            info, compiled = formats.write_tensorrt(
+                model,
+                example,
+                staged,
+                precision=spec.precision,
+                dynamic_batch=spec.dynamic_batch,
+                device=device,
+            )
     export_s = time.perf_counter() - started
     ctx.artifact(f"{spec.format} model", out, kind=spec.format)
-    ctx.log(f"wrote {out} ({file_size(out):,} bytes) in {export_s:.1f} s" +
-            (f" with the {info['exporter']} exporter" if spec.format == "onnx" else ""))
-    result = {"artifact": str(out), "format": spec.format, "size_bytes": file_size(out), **info,
-              "source": source.describe(), "input_shape": list(shape), "input_names": ["input"],
-              "dynamic_batch": spec.dynamic_batch, "device": str(device), "export_s": round(export_s, 3)}
+    ctx.log(
+        f"wrote {out} ({file_size(out):,} bytes) in {export_s:.1f} s"
+        + (f" with the {info['exporter']} exporter" if spec.format == "onnx" else "")
+    )
+    result = {
+        "artifact": str(out),
+        "format": spec.format,
+        "size_bytes": file_size(out),
+        **info,
+        "source": source.describe(),
+        "input_shape": list(shape),
+        "input_names": ["input"],
+        "dynamic_batch": spec.dynamic_batch,
+        "device": str(device),
+        "export_s": round(export_s, 3),
+    }
     _note_frozen(result, info, ctx)
     if spec.format != "onnx":
         result.pop("fallback_reason", None)
@@ -133,17 +163,19 @@ def run_export(spec: ExportSpec, ctx) -> dict:
 
 
 def _note_frozen(result: dict, info: dict, ctx) -> None:
-    """Say where a tracing exporter froze Python control flow on tensor values (result["frozen_control_flow"])."""
+    """Say where a tracing exporter froze Python control flow on tensor values
+    (result["frozen_control_flow"])."""
     frozen = parity.traced_note(info.get("exporter", ""), info.get("fallback_reason"))
     if frozen:
         result["frozen_control_flow"] = frozen
-        # A fallback the user did not choose is a warning; format=torchscript with script=false traces as asked.
+        # A fallback the user did not choose is a warning; format=torchscript with script=false traces as
+        # asked.
         ctx.log(frozen, "warning" if info.get("exporter") == "torchscript" else "info")
 
 
 def _run_multi(spec: ExportSpec, source, out: Path, device: torch.device, ctx) -> dict:
-    """A model whose inputs are not one float tensor (token ids, a tuple or dict input): named and typed inputs,
-    parity on every one."""
+    """A model whose inputs are not one float tensor (token ids, a tuple or dict input): named and typed
+    inputs, parity on every one."""
     from workbench.worker.export import multi
 
     ctx.check_stop()
@@ -153,10 +185,21 @@ def _run_multi(spec: ExportSpec, source, out: Path, device: torch.device, ctx) -
         info, named, model, example = multi.export(spec, source, source.example, staged, ctx, device)
     export_s = time.perf_counter() - started
     ctx.artifact(f"{spec.format} model", out, kind=spec.format)
-    ctx.log(f"wrote {out} ({file_size(out):,} bytes) in {export_s:.1f} s with inputs {', '.join(named['input_names'])}")
-    result = {"artifact": str(out), "format": spec.format, "size_bytes": file_size(out), **info,
-              "source": source.describe(), **named, "dynamic_batch": spec.dynamic_batch, "device": str(device),
-              "export_s": round(export_s, 3)}
+    ctx.log(
+        f"wrote {out} ({file_size(out):,} bytes) in {export_s:.1f} s with inputs "
+        f"{', '.join(named['input_names'])}"
+    )
+    result = {
+        "artifact": str(out),
+        "format": spec.format,
+        "size_bytes": file_size(out),
+        **info,
+        "source": source.describe(),
+        **named,
+        "dynamic_batch": spec.dynamic_batch,
+        "device": str(device),
+        "export_s": round(export_s, 3),
+    }
     _note_frozen(result, info, ctx)
     if spec.format != "onnx":
         result.pop("fallback_reason", None)
@@ -176,29 +219,40 @@ def _search(locate, x: torch.Tensor) -> dict:
     try:
         return locate(x)
     except Exception as exc:  # the search runs the export once more, with every output exposed
-        return {"first_divergent_layer": None, "first_divergent_layer_reason": f"the layer search failed: "
-                                                                               f"{reason(exc)}"}
+        return {
+            "first_divergent_layer": None,
+            "first_divergent_layer_reason": f"the layer search failed: {reason(exc)}",
+        }
 
 
 def _exported(fmt: str, path: Path, device: torch.device, compiled, model, tolerance):
     """(the exported model as a callable on CPU tensors, a function that finds its first divergent layer)."""
     if fmt == "torchscript":
         module = formats.load_torchscript(path, device)
-        return (lambda x: module(x.to(device))), (lambda x: {
-            "first_divergent_layer": None,
-            "first_divergent_layer_reason": "TorchScript modules do not run forward hooks; export format=onnx or "
-                                            "exported_program of the same model to find the layer"})
+        return (lambda x: module(x.to(device))), (
+            lambda x: {
+                "first_divergent_layer": None,
+                "first_divergent_layer_reason": "TorchScript modules do not run forward hooks; export "
+                "format=onnx or exported_program of the same model to find the layer",
+            }
+        )
     if fmt == "exported_program":
         from workbench.worker.graph.sources import load_exported_program
 
         program = load_exported_program(path)
         module = program.module()
-        return (lambda x: module(x.to(device))), (lambda x: parity.locate_program(program, model, x.to(device),
-                                                                                  tolerance))
+        return (lambda x: module(x.to(device))), (
+            lambda x: parity.locate_program(program, model, x.to(device), tolerance)
+        )
     if fmt == "onnx":
         session = formats.onnx_session(path, device)
-        return formats.onnx_runner(session), (lambda x: parity.locate_onnx(path, model, x, lambda name: tolerance))
-    return (lambda x: compiled(x.to(device))), (lambda x: {
-        "first_divergent_layer": None,
-        "first_divergent_layer_reason": "TensorRT fuses layers into engine kernels, so their outputs cannot be "
-                                        "observed; export format=onnx of the same model to find the layer"})
+        return formats.onnx_runner(session), (
+            lambda x: parity.locate_onnx(path, model, x, lambda name: tolerance)
+        )
+    return (lambda x: compiled(x.to(device))), (
+        lambda x: {
+            "first_divergent_layer": None,
+            "first_divergent_layer_reason": "TensorRT fuses layers into engine kernels, so their outputs "
+            "cannot be observed; export format=onnx of the same model to find the layer",
+        }
+    )

@@ -1,6 +1,7 @@
-"""Export of a model whose inputs are not one float tensor: token ids (int64), or a tuple or dict of tensors from a
-user Dataset. The model is wrapped to take its inputs positionally, in a named order (the dict's keys, else
-forward()'s parameter names), so ONNX keeps those names and dtypes, and parity feeds every input. Worker side.
+"""Export of a model whose inputs are not one float tensor: token ids (int64), or a tuple or dict of tensors
+from a user Dataset. The model is wrapped to take its inputs positionally, in a named order (the dict's keys,
+else forward()'s parameter names), so ONNX keeps those names and dtypes, and parity feeds every input. Worker
+side.
 """
 
 from __future__ import annotations
@@ -57,8 +58,9 @@ def _dims(example: Example, axes: set[str]):
 
 
 def export(spec, source, example: Example, out, ctx, device) -> tuple[dict, dict, nn.Module, Example]:
-    """Write `out` for a model with named inputs; returns (format info, {input_names, input_shapes, input_dtypes,
-    dynamic_axes}, the positional wrapper that was exported, the example it was exported with)."""
+    """Write `out` for a model with named inputs; returns (format info, {input_names, input_shapes,
+    input_dtypes, dynamic_axes}, the positional wrapper that was exported, the example it was exported
+    with)."""
     example = named_for(example, source.model)
     names = example.names
     model = Positional(source.model, names, example.kind == "dict").to(device).eval()
@@ -67,21 +69,29 @@ def export(spec, source, example: Example, out, ctx, device) -> tuple[dict, dict
     args = tuple(t.to(device) for t in sized.tensors)
     dims = _dims(example, axes)
     if "sequence" in axes and not any(_sequence_inputs(example)):
-        raise JobError(f"export.dynamic_axes: sequence applies to integer inputs of two dimensions or more (token "
-                       f"ids, masks), and this model's inputs are {example.describe()}; drop sequence")
+        raise JobError(
+            f"export.dynamic_axes: sequence applies to integer inputs of two dimensions or more (token "
+            f"ids, masks), and this model's inputs are {example.describe()}; drop sequence"
+        )
     named = {**example.summary(), "dynamic_axes": sorted(axes)}
     if spec.format == "torchscript":
         if spec.script and len(names) > 1:
-            raise JobError("format=torchscript: script=true compiles forward() alone, and this model takes several "
-                           f"inputs ({', '.join(names)}); use script=false or format=exported_program")
+            raise JobError(
+                "format=torchscript: script=true compiles forward() alone, and this model takes several "
+                f"inputs ({', '.join(names)}); use script=false or format=exported_program"
+            )
         try:
             with formats.quiet(), torch.no_grad():
-                traced = (torch.jit.script(source.model) if spec.script
-                          else torch.jit.trace(model, args, check_trace=False))
+                traced = (
+                    torch.jit.script(source.model)
+                    if spec.script
+                    else torch.jit.trace(model, args, check_trace=False)
+                )
                 torch.jit.save(traced, str(out))
         except Exception as exc:
-            raise formats.export_failure("torchscript", "torch.jit.script" if spec.script else "torch.jit.trace",
-                                         exc) from None
+            raise formats.export_failure(
+                "torchscript", "torch.jit.script" if spec.script else "torch.jit.trace", exc
+            ) from None
         info = {"exporter": "script" if spec.script else "trace"}
     elif spec.format == "exported_program":
         try:
@@ -94,14 +104,25 @@ def export(spec, source, example: Example, out, ctx, device) -> tuple[dict, dict
     elif spec.format == "onnx":
         # As a float model's: the torch.export-based exporter, and where it fails the TorchScript-based one.
         with torch.no_grad():
-            info = formats.write_onnx(model, args, out, opset=spec.opset, dynamic_batch="batch" in axes,
-                                      log=ctx.log, output_names=["output"], input_names=names,
-                                      dynamic_shapes=(dims,) if dims else None,  # forward(*args): one entry
-                                      sequence_inputs=[n for n, s in zip(names, _sequence_inputs(example)) if s]
-                                      if "sequence" in axes else None)
+            info = formats.write_onnx(
+                model,
+                args,
+                out,
+                opset=spec.opset,
+                dynamic_batch="batch" in axes,
+                log=ctx.log,
+                output_names=["output"],
+                input_names=names,
+                dynamic_shapes=(dims,) if dims else None,  # forward(*args): one entry
+                sequence_inputs=[n for n, s in zip(names, _sequence_inputs(example)) if s]
+                if "sequence" in axes
+                else None,
+            )
     else:
-        raise JobError(f"format={spec.format}: models whose inputs are {example.describe()} are not supported yet; "
-                       "use format=onnx, exported_program or torchscript")
+        raise JobError(
+            f"format={spec.format}: models whose inputs are {example.describe()} are not supported yet; "
+            "use format=onnx, exported_program or torchscript"
+        )
     return info, named, model, example
 
 
@@ -114,6 +135,7 @@ def runner(fmt: str, path, device):
         def run(x):
             feed = {n: t.detach().cpu().numpy() for n, t in zip(names, x)}
             return torch.from_numpy(session.run(None, feed)[0])
+
         return run
     if fmt == "torchscript":
         module = formats.load_torchscript(path, device)
@@ -123,10 +145,12 @@ def runner(fmt: str, path, device):
 
 
 def real_batches(dataset, limit: int, group: int, ctx) -> list[tuple[str, Inputs]]:
-    """Up to `limit` real samples of the loaded dataset (its test split, else validation, else train), regrouped
-    per input into batches of `group`."""
+    """Up to `limit` real samples of the loaded dataset (its test split, else validation, else train),
+    regrouped per input into batches of `group`."""
     if dataset is None:
-        ctx.log("no real samples for the parity check (the dataset cannot be read); random inputs only", "warning")
+        ctx.log(
+            "no real samples for the parity check (the dataset cannot be read); random inputs only", "warning"
+        )
         return []
     try:
         name = next((n for n in ("test", "val", "train") if len(dataset.splits[n])), "train")
@@ -138,9 +162,13 @@ def real_batches(dataset, limit: int, group: int, ctx) -> list[tuple[str, Inputs
         return []
     out = []
     for i in range(0, count, group):
-        chunk = samples[i:i + group]
-        out.append((f"samples {i}..{i + len(chunk) - 1} of the {name} split",
-                    Inputs(torch.stack(list(c)) for c in zip(*chunk))))
+        chunk = samples[i : i + group]
+        out.append(
+            (
+                f"samples {i}..{i + len(chunk) - 1} of the {name} split",
+                Inputs(torch.stack(list(c)) for c in zip(*chunk)),
+            )
+        )
     return out
 
 
@@ -155,13 +183,17 @@ def check_parity(spec, source, model, example: Example, out, device, ctx) -> dic
     axes = dynamic_axes(spec)
     batches = list(parity.RANDOM_BATCHES) if "batch" in axes else [1]
     inputs = [(f"random batch of {b}", Inputs(example.random(b, generator).tensors)) for b in batches]
-    # Other distributions than the example's (a frozen branch shows there): its float inputs scaled and shifted,
-    # integer ones (token ids) as they are.
+    # Other distributions than the example's (a frozen branch shows there): its float inputs scaled and
+    # shifted, integer ones (token ids) as they are.
     base = example.random(batches[-1], generator)
     if any(t.is_floating_point() for t in example.tensors):
-        for label, change in ((f"scaled x{parity.SCALE:g}", lambda t: t * parity.SCALE),
-                              (f"shifted by +{parity.SHIFT:g}", lambda t: t + parity.SHIFT)):
-            inputs.append((f"random batch of {batches[-1]} {label}", Inputs(base.floats_changed(change).tensors)))
+        for label, change in (
+            (f"scaled x{parity.SCALE:g}", lambda t: t * parity.SCALE),
+            (f"shifted by +{parity.SHIFT:g}", lambda t: t + parity.SHIFT),
+        ):
+            inputs.append(
+                (f"random batch of {batches[-1]} {label}", Inputs(base.floats_changed(change).tensors))
+            )
     if "sequence" in axes:  # a shorter sequence than the example's, where the export lets it vary
         sequence = _sequence_inputs(example)
         length = max(2, example.tensors[sequence.index(True)].shape[1] // 2)
@@ -175,5 +207,9 @@ def check_parity(spec, source, model, example: Example, out, device, ctx) -> dic
             return logits_of(model(*(t.to(device) for t in x)))
 
     checked = parity.check(eager, runner(spec.format, out, device), inputs + real, parity.FP32)
-    return {**parity.finish(checked, batches, count), "first_divergent_layer_reason":
-            "parity passed" if checked["passed"] else "the layer search takes models with one float input"}
+    return {
+        **parity.finish(checked, batches, count),
+        "first_divergent_layer_reason": "parity passed"
+        if checked["passed"]
+        else "the layer search takes models with one float input",
+    }

@@ -1,6 +1,6 @@
-"""ONNX with QuantizeLinear/DequantizeLinear from a quantize run: `write_onnx_qdq(quant_run_dir, out_path)` (the
-export task and the onnxruntime_int8 benchmark call it) and `build_qdq`, which also gives the parity check the
-simulated model. 8-bit only. Worker side; never imports Qt.
+"""ONNX with QuantizeLinear/DequantizeLinear from a quantize run: `write_onnx_qdq(quant_run_dir, out_path)`
+(the export task and the onnxruntime_int8 benchmark call it) and `build_qdq`, which also gives the parity
+check the simulated model. 8-bit only. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ from workbench.worker.export import qdq_ops
 from workbench.worker.export.common import file_size, staged_output
 from workbench.worker.export.formats import example_batch, write_onnx
 
-# What the file holds: the model as the quantize run quantized it (the same BatchNorms folded, its corrected biases),
-# every weight as int8 (symmetric, zero point 0) or uint8 (asymmetric) codes behind a DequantizeLinear, per channel
-# along the weight's output-channel axis (0; 1 for a ConvTranspose, as ONNX lays out its weight; an embedding's
-# table per row, then Gather) or per tensor as the run chose, and a QuantizeLinear + DequantizeLinear pair with the run's scale and
-# zero point at every activation point (the input, each layer's output after its activation, each residual add).
-# QuantizeLinear holds 8-bit integers here; a layer that mixed precision kept at 16 bits stays float (its 16-bit
-# weights dequantized, its output clipped to its range), with a warning; other bit widths are refused.
+# What the file holds: the model as the quantize run quantized it (the same BatchNorms folded, its corrected
+# biases), every weight as int8 (symmetric, zero point 0) or uint8 (asymmetric) codes behind a
+# DequantizeLinear, per channel along the weight's output-channel axis (0; 1 for a ConvTranspose, as ONNX lays
+# out its weight; an embedding's table per row, then Gather) or per tensor as the run chose, and a
+# QuantizeLinear + DequantizeLinear pair with the run's scale and zero point at every activation point (the
+# input, each layer's output after its activation, each residual add). QuantizeLinear holds 8-bit integers
+# here; a layer that mixed precision kept at 16 bits stays float (its 16-bit weights dequantized, its output
+# clipped to its range), with a warning; other bit widths are refused.
 MIN_OPSET = qdq_ops.SYMBOLIC_OPSET
 BITS = 8
 FLOAT_BITS = 16  # a mixed-precision layer at this width is kept float in the ONNX file
@@ -63,8 +64,9 @@ class QuantRun:
         return self.dir / "artifacts"
 
 
-def read_quant_run(ref: str | Path, workspace: str | Path | None, *, field: str = "source.run",
-                   say: Say | None = None) -> QuantRun:
+def read_quant_run(
+    ref: str | Path, workspace: str | Path | None, *, field: str = "source.run", say: Say | None = None
+) -> QuantRun:
     """The finished quantize run `ref` names (id, id prefix or folder), read without writing to it; a JobError
     naming `field`, the run and what to do otherwise."""
     from workbench.runs import RunStore, effective_status
@@ -82,13 +84,17 @@ def read_quant_run(ref: str | Path, workspace: str | Path | None, *, field: str 
             run_dir, task = run.dir, run.task
             status, message = effective_status(run.dir, run.status, run.message, task)
             if task != QUANT_TASK:
-                raise JobError(f"{field}: {run_dir.name} is a {task or 'unknown'} run; onnx_qdq takes the scales and "
-                               "zero points of a quantize run: run `workbench quantize --set source.run=<training "
-                               "run>` and name that run")
+                raise JobError(
+                    f"{field}: {run_dir.name} is a {task or 'unknown'} run; onnx_qdq takes the scales and "
+                    "zero points of a quantize run: run `workbench quantize --set source.run=<training "
+                    "run>` and name that run"
+                )
             if status != "done":
                 said = f": {message}" if message else ""
-                raise JobError(f"{field}: quantize run {run_dir.name} has not finished ({status}{said}); its "
-                               "quantized model is saved when it is done")
+                raise JobError(
+                    f"{field}: quantize run {run_dir.name} has not finished ({status}{said}); its "
+                    "quantized model is saved when it is done"
+                )
             data, report = run.read_spec(), run.read_report() or {}
     except JobError:
         raise
@@ -97,50 +103,68 @@ def read_quant_run(ref: str | Path, workspace: str | Path | None, *, field: str 
     try:
         spec = QuantSpec.from_dict(data)
     except SpecError as exc:
-        raise JobError(f"{field}: the spec of {run_dir.name} no longer reads as a quantize spec ({exc})") from None
+        raise JobError(
+            f"{field}: the spec of {run_dir.name} no longer reads as a quantize spec ({exc})"
+        ) from None
     artifacts = run_dir / "artifacts"
     for name in (PARAMS_FILE, WEIGHTS_FILE):
         if not (artifacts / name).is_file():
-            raise JobError(f"{field}: quantize run {run_dir.name} has no {artifacts / name}; run the quantization "
-                           "again (runs older than the export engine did not keep it)")
+            raise JobError(
+                f"{field}: quantize run {run_dir.name} has no {artifacts / name}; run the quantization "
+                "again (runs older than the export engine did not keep it)"
+            )
     try:
         params = json.loads((artifacts / PARAMS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise JobError(f"{artifacts / PARAMS_FILE} cannot be read ({exc}); run the quantization again") from None
+        raise JobError(
+            f"{artifacts / PARAMS_FILE} cannot be read ({exc}); run the quantization again"
+        ) from None
     if not isinstance(params, dict) or params.get("format") != FORMAT:
-        raise JobError(f"{artifacts / PARAMS_FILE}: format {params.get('format') if isinstance(params, dict) else None!r}"
-                       f" is not {FORMAT}; run the quantization again with this version")
+        raise JobError(
+            f"{artifacts / PARAMS_FILE}: format "
+            f"{params.get('format') if isinstance(params, dict) else None!r} is not {FORMAT}; run the "
+            "quantization again with this version"
+        )
     try:
         model = ModelSpec.from_dict(params["model"])
     except (KeyError, TypeError, SpecError) as exc:
-        raise JobError(f"{artifacts / PARAMS_FILE}: its model entry does not read as a model spec ({exc})") from None
+        raise JobError(
+            f"{artifacts / PARAMS_FILE}: its model entry does not read as a model spec ({exc})"
+        ) from None
     model = dataclasses.replace(model, checkpoint="", weights="", freeze=[])
     dataset, train_dir, trained = spec.dataset, None, None
     if spec.source.run:
-        # The training run's id (or folder) in the quantize run's own workspace, wherever that workspace is now.
+        # The training run's id (or folder) in the quantize run's own workspace, wherever that workspace is
+        # now.
         sibling = run_dir.parent / Path(spec.source.run).name
         try:
-            train_dir, trained = read_training_run(str(sibling) if sibling.is_dir() else spec.source.run,
-                                                   run_dir.parent.parent, refusal="it is not a training run")
+            train_dir, trained = read_training_run(
+                str(sibling) if sibling.is_dir() else spec.source.run,
+                run_dir.parent.parent,
+                refusal="it is not a training run",
+            )
             dataset = merge_dataset(trained.dataset, spec.dataset)
         except ChangedCodeError:
             raise
         except JobError as exc:
             if say is not None:
-                say(f"the training run of {run_dir.name} cannot be read ({exc}); using the quantize run's own dataset "
-                    "settings", "warning")
+                say(
+                    f"the training run of {run_dir.name} cannot be read ({exc}); using the quantize run's "
+                    "own dataset settings",
+                    "warning",
+                )
     return QuantRun(run_dir, spec, params, report, model, dataset, train_dir, trained)
 
 
-# --- the exportable model ----------------------------------------------------------------------------------------------
+# --- the exportable model -----------------------------------------------------------------------------------
 
 
 def unsigned_weights() -> bool:
-    """Whether int8 weight codes are written as uint8 with zero point 128 (the same values): on an x86 CPU without
-    VNNI, onnxruntime's fused u8 x s8 kernels add products in pairs in int16 (vpmaddubsw), which saturates for large
-    codes and leaves the simulation's grid; its u8 x u8 kernels widen first and compute exactly. With VNNI (or on
-    ARM) the signed weights stay, as its kernels are exact and faster there. WORKBENCH_QDQ_WEIGHTS=int8 or uint8
-    chooses for another target."""
+    """Whether int8 weight codes are written as uint8 with zero point 128 (the same values): on an x86 CPU
+    without VNNI, onnxruntime's fused u8 x s8 kernels add products in pairs in int16 (vpmaddubsw), which
+    saturates for large codes and leaves the simulation's grid; its u8 x u8 kernels widen first and compute
+    exactly. With VNNI (or on ARM) the signed weights stay, as its kernels are exact and faster there.
+    WORKBENCH_QDQ_WEIGHTS=int8 or uint8 chooses for another target."""
     chosen = os.environ.get("WORKBENCH_QDQ_WEIGHTS", "").strip().lower()
     if chosen in ("int8", "uint8"):
         return chosen == "uint8"
@@ -180,7 +204,9 @@ class ActivationQDQ(nn.Module):
         self.qmin, self.qmax = qmin, qmax
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.workbench.qdq(x, self.scale, self.zero_point, qdq_ops.PER_TENSOR, self.qmin, self.qmax)
+        return torch.ops.workbench.qdq(
+            x, self.scale, self.zero_point, qdq_ops.PER_TENSOR, self.qmin, self.qmax
+        )
 
 
 class Saturate(nn.Module):
@@ -195,8 +221,8 @@ class Saturate(nn.Module):
 
 
 def _onnx_grid(grid, what: str) -> tuple[torch.dtype, int, int]:
-    """The ONNX integer type of an 8-bit grid; QuantizeLinear clamps to the whole type, so a narrower grid only
-    works for weights, whose codes are already inside it."""
+    """The ONNX integer type of an 8-bit grid; QuantizeLinear clamps to the whole type, so a narrower grid
+    only works for weights, whose codes are already inside it."""
     if grid.signed:
         return torch.int8, -128, 127
     if grid.qmin != 0 or grid.qmax != 255:
@@ -209,22 +235,29 @@ def _mixed_layers(spec: QuantSpec) -> dict[str, int]:
 
 
 def _kept_float(kind: str, name: str, bits: int, mixed: dict[str, int], say: Say) -> bool:
-    """Whether a layer's weights (or a point's activations) stay float; a JobError for a width ONNX QDQ lacks."""
+    """Whether a layer's weights (or a point's activations) stay float; a JobError for a width ONNX QDQ
+    lacks."""
     if bits == BITS:
         return False
     if bits == FLOAT_BITS and mixed.get(name) == FLOAT_BITS:
-        say(f"{name}: the mixed-precision proposal keeps its {kind} at 16 bits, which ONNX QuantizeLinear cannot "
-            "hold; they stay float in the ONNX file", "warning")
+        say(
+            f"{name}: the mixed-precision proposal keeps its {kind} at 16 bits, which ONNX QuantizeLinear "
+            "cannot hold; they stay float in the ONNX file",
+            "warning",
+        )
         return True
-    raise JobError(f"onnx_qdq: {name} has {bits}-bit {kind}, and ONNX QuantizeLinear/DequantizeLinear hold 8-bit "
-                   f"integers; quantize with weights.bits=8 and activations.bits=8 (16-bit layers are kept only "
-                   "through mixed_precision.layers, and stay float here)")
+    raise JobError(
+        f"onnx_qdq: {name} has {bits}-bit {kind}, and ONNX QuantizeLinear/DequantizeLinear hold 8-bit "
+        f"integers; quantize with weights.bits=8 and activations.bits=8 (16-bit layers are kept only "
+        "through mixed_precision.layers, and stay float here)"
+    )
 
 
 def _int32_bias(sim, name: str, module: nn.Module, mixed: dict[str, int], say: Say) -> None:
     """Write the bias of a layer fed by an 8-bit quantizer as int32 codes behind a DequantizeLinear, as the
     simulation adds it. Left float, onnxruntime would quantize it itself, and a code past the int32 range then
-    becomes whatever its float-to-int cast gives (-2^31 on x86); here it saturates, in the file and the simulation."""
+    becomes whatever its float-to-int cast gives (-2^31 on x86); here it saturates, in the file and the
+    simulation."""
     point = sim.bias_inputs.get(name)
     found = sim.int32_bias_codes(name)
     if found is None or mixed.get(point, BITS) != BITS or sim.points[point].module.qp.grid.bits != BITS:
@@ -232,18 +265,30 @@ def _int32_bias(sim, name: str, module: nn.Module, mixed: dict[str, int], say: S
     codes, grid_scale, saturated = found
     codes, grid_scale = codes.detach().cpu(), grid_scale.detach().cpu()
     if saturated:
-        say(f"{name}: its bias does not fit int32 on the grid of its input's scale "
-            f"({float(sim.bias_input_scale(name)):.3g}) times its "
-            "weights' scale, so int8 kernels saturate it; the activations before it span almost nothing (a quantizer "
-            "scale this small means they vanished): check the model's weights", "warning")
+        say(
+            f"{name}: its bias does not fit int32 on the grid of its input's scale "
+            f"({float(sim.bias_input_scale(name)):.3g}) times its weights' scale, so int8 kernels saturate "
+            "it; the activations before it span almost nothing (a quantizer scale this small means they "
+            "vanished): check the model's weights",
+            "warning",
+        )
     axis = 0 if grid_scale.dim() else qdq_ops.PER_TENSOR
     parametrize.register_parametrization(
-        module, "bias", QuantizedWeight(codes.to(torch.int32), grid_scale, torch.zeros_like(codes, dtype=torch.int32)
-                                        if axis == 0 else torch.zeros((), dtype=torch.int32), axis), unsafe=True)
+        module,
+        "bias",
+        QuantizedWeight(
+            codes.to(torch.int32),
+            grid_scale,
+            torch.zeros_like(codes, dtype=torch.int32) if axis == 0 else torch.zeros((), dtype=torch.int32),
+            axis,
+        ),
+        unsafe=True,
+    )
 
 
 def qdq_module(sim, spec: QuantSpec, say: Say) -> tuple[nn.Module, dict]:
-    """A copy of the simulation model whose quantizers are Q/DQ ops; what was quantized and what kept float."""
+    """A copy of the simulation model whose quantizers are Q/DQ ops; what was quantized and what kept
+    float."""
     mixed = _mixed_layers(spec)
     gm = copy.deepcopy(sim.gm).eval()
     # Each weight quantizer's module is found in the copy by its path (a module called twice is one entry).
@@ -251,9 +296,11 @@ def qdq_module(sim, spec: QuantSpec, say: Say) -> tuple[nn.Module, dict]:
     weights = {"qdq": [], "float": []}
     unsigned = unsigned_weights()
     if unsigned:
-        say("int8 weight codes are written as uint8 with zero point 128 (the same values): this CPU has no VNNI, "
-            "and onnxruntime's u8 x s8 kernels saturate there while its u8 x u8 kernels compute exactly; set "
-            "WORKBENCH_QDQ_WEIGHTS=int8 to write signed weights for a VNNI target")
+        say(
+            "int8 weight codes are written as uint8 with zero point 128 (the same values): this CPU has no "
+            "VNNI, and onnxruntime's u8 x s8 kernels saturate there while its u8 x u8 kernels compute "
+            "exactly; set WORKBENCH_QDQ_WEIGHTS=int8 to write signed weights for a VNNI target"
+        )
     for name, wq in sim.weights.items():
         target = sim.structure.layers[name].path
         if _kept_float("weights", name, wq.grid.bits, mixed, say):
@@ -274,8 +321,9 @@ def qdq_module(sim, spec: QuantSpec, say: Say) -> tuple[nn.Module, dict]:
         if axis == qdq_ops.PER_TENSOR:
             scale, zero_point = scale.reshape(()), zero_point.reshape(())
         module = gm.get_submodule(target)
-        parametrize.register_parametrization(module, "weight", QuantizedWeight(codes, scale, zero_point, axis),
-                                             unsafe=True)
+        parametrize.register_parametrization(
+            module, "weight", QuantizedWeight(codes, scale, zero_point, axis), unsafe=True
+        )
         _int32_bias(sim, name, module, mixed, say)
     activations = {"qdq": [], "float": []}
     for path, module in list(gm.named_modules()):
@@ -288,7 +336,8 @@ def qdq_module(sim, spec: QuantSpec, say: Say) -> tuple[nn.Module, dict]:
             activations["float"].append(point)
             replacement: nn.Module = nn.Identity()
         elif _kept_float("activations", point, qp.grid.bits, mixed, say):
-            # Float, but saturating where the 16-bit grid does: a range that clips outliers keeps clipping them.
+            # Float, but saturating where the 16-bit grid does: a range that clips outliers keeps clipping
+            # them.
             activations["float"].append(point)
             low, high = (float(v) for v in qp.extent())
             replacement = Saturate(low, high)
@@ -298,13 +347,15 @@ def qdq_module(sim, spec: QuantSpec, say: Say) -> tuple[nn.Module, dict]:
             replacement = ActivationQDQ(point, float(qp.scale), int(qp.zero_point), qmin, qmax)
         parent, _, child = path.rpartition(".")
         setattr(gm.get_submodule(parent) if parent else gm, child, replacement)
-    if isinstance(gm, torch.fx.GraphModule):  # a module-level simulation's hooks call the replaced child as it is
+    # a module-level simulation's hooks call the replaced child as it is
+    if isinstance(gm, torch.fx.GraphModule):
         gm.recompile()
     return gm, {"weights": weights, "activations": activations}
 
 
 def logits_scale(sim, layers: dict | None = None) -> float | None:
-    """The scale of the 8-bit quantizer on the model's output, or None where the export leaves the output float."""
+    """The scale of the 8-bit quantizer on the model's output, or None where the export leaves the output
+    float."""
     kept = set(dig(layers, "activations", "float", default=[]))
     for name, point in sim.structure.points.items():
         qp = sim.points[name].module.qp
@@ -330,38 +381,54 @@ def input_shape_of(run: QuantRun, workspace, say: Say) -> tuple[int, ...]:
     try:
         dataset = load_dataset(run.dataset, workspace=workspace)
     except JobError as exc:
-        raise JobError(f"the input shape of quantize run {run.id} comes from its dataset, which cannot be read "
-                       f"({exc})") from None
+        raise JobError(
+            f"the input shape of quantize run {run.id} comes from its dataset, which cannot be read ({exc})"
+        ) from None
     return tuple(dataset.sample_shape)
 
 
 def load_sim(run: QuantRun, *, say: Say, input_shape: tuple[int, ...], example=None):
-    """The run's simulated quantized model (a QuantSim, everything quantized) rebuilt on the CPU from its artifacts:
-    what the ONNX QDQ export writes and what Try it (workbench.worker.predict) runs. `example`: one sample of the
-    model's inputs (workbench.worker.inputs.Example.sample), for a model that does not take one float tensor."""
+    """The run's simulated quantized model (a QuantSim, everything quantized) rebuilt on the CPU from its
+    artifacts:
+    what the ONNX QDQ export writes and what Try it (workbench.worker.predict) runs. `example`: one sample of
+    the model's inputs (workbench.worker.inputs.Example.sample), for a model that does not take one float
+    tensor."""
     from workbench.worker.models import build_model
     from workbench.worker.quant.artifacts import load_quantized
 
-    # task=custom: any output passes the trial forward pass; the model was checked for its task when it trained
-    # (a segmentation model gives a map, a regression one a value).
-    model = build_model(run.model, input_shape=input_shape, log=say, pretrained=False, checkpoint=False,
-                        task="custom", example=example).eval()
+    # task=custom: any output passes the trial forward pass; the model was checked for its task when it
+    # trained (a segmentation model gives a map, a regression one a value).
+    model = build_model(
+        run.model,
+        input_shape=input_shape,
+        log=say,
+        pretrained=False,
+        checkpoint=False,
+        task="custom",
+        example=example,
+    ).eval()
     try:
         sim = load_quantized(model, run.artifacts, params=run.params)
     except JobError:
         raise
-    except (KeyError, RuntimeError, ValueError) as exc:  # a quantized.pt that does not fit the params or the model
-        raise JobError(f"{run.artifacts}: the saved quantized model does not fit {run.model.name} "
-                       f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); run the "
-                       "quantization again") from None
+    # a quantized.pt that does not fit the params or the model
+    except (KeyError, RuntimeError, ValueError) as exc:
+        raise JobError(
+            f"{run.artifacts}: the saved quantized model does not fit {run.model.name} "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); run the "
+            "quantization again"
+        ) from None
     sim.all()
     return sim
 
 
-def build_qdq(run: QuantRun, *, say: Say, workspace=None, input_shape: tuple[int, ...] | None = None,
-              example=None) -> QdqBuild:
+def build_qdq(
+    run: QuantRun, *, say: Say, workspace=None, input_shape: tuple[int, ...] | None = None, example=None
+) -> QdqBuild:
     """Rebuild the run's quantized model (load_sim) and its Q/DQ copy, on the CPU; `example` as load_sim's."""
-    shape = input_shape or input_shape_of(run, workspace if workspace is not None else run.dir.parent.parent, say)
+    shape = input_shape or input_shape_of(
+        run, workspace if workspace is not None else run.dir.parent.parent, say
+    )
     sim = load_sim(run, say=say, input_shape=shape, example=example)
     module, layers = qdq_module(sim, run.spec, say)
     return QdqBuild(run, sim, module, shape, layers)
@@ -378,36 +445,64 @@ def count_nodes(path: Path) -> dict[str, int]:
     return counts
 
 
-def export_qdq(build: QdqBuild, out_path: Path, *, opset: int, dynamic_batch: bool, say: Say,
-               example: torch.Tensor | None = None) -> dict:
-    """Write build.module as ONNX QDQ to out_path (staged: a failure leaves any earlier file in place). `example`
-    is the input the exporter traces with (token ids for a model that starts with an embedding); random floats of
-    the build's input shape where none is given."""
+def export_qdq(
+    build: QdqBuild,
+    out_path: Path,
+    *,
+    opset: int,
+    dynamic_batch: bool,
+    say: Say,
+    example: torch.Tensor | None = None,
+) -> dict:
+    """Write build.module as ONNX QDQ to out_path (staged: a failure leaves any earlier file in place).
+    `example` is the input the exporter traces with (token ids for a model that starts with an embedding);
+    random floats of the build's input shape where none is given."""
     if opset < MIN_OPSET:
-        raise JobError(f"opset: {opset} is too old for onnx_qdq; per-channel QuantizeLinear/DequantizeLinear need "
-                       f"opset {MIN_OPSET} or newer (18 is the default)")
+        raise JobError(
+            f"opset: {opset} is too old for onnx_qdq; per-channel QuantizeLinear/DequantizeLinear need "
+            f"opset {MIN_OPSET} or newer (18 is the default)"
+        )
     if example is None:
-        example = torch.randn(example_batch(dynamic_batch), *build.input_shape,
-                              generator=torch.Generator().manual_seed(0))
+        example = torch.randn(
+            example_batch(dynamic_batch), *build.input_shape, generator=torch.Generator().manual_seed(0)
+        )
     with staged_output(out_path) as staged:
-        info = write_onnx(build.module, example, staged, opset=opset, dynamic_batch=dynamic_batch, log=say,
-                          output_names=["output"], translations=qdq_ops.dynamo_translations(),
-                          register_symbolics=qdq_ops.register_torchscript_symbolics, fmt="onnx_qdq")
+        info = write_onnx(
+            build.module,
+            example,
+            staged,
+            opset=opset,
+            dynamic_batch=dynamic_batch,
+            log=say,
+            output_names=["output"],
+            translations=qdq_ops.dynamo_translations(),
+            register_symbolics=qdq_ops.register_torchscript_symbolics,
+            fmt="onnx_qdq",
+        )
         nodes = count_nodes(staged)
     expected = len(build.layers["activations"]["qdq"])
     if nodes["QuantizeLinear"] < expected:
-        raise JobError(f"onnx_qdq: the exported graph has {nodes['QuantizeLinear']} QuantizeLinear nodes for "
-                       f"{expected} quantized activation points; the exporter dropped some. Try format=onnx")
+        raise JobError(
+            f"onnx_qdq: the exported graph has {nodes['QuantizeLinear']} QuantizeLinear nodes for "
+            f"{expected} quantized activation points; the exporter dropped some. Try format=onnx"
+        )
     return {**info, "nodes": nodes}
 
 
-def write_onnx_qdq(quant_run_dir: Path, out_path: Path, *, opset: int = 18, dynamic_batch: bool = True,
-                   log=print, example=None) -> dict:
+def write_onnx_qdq(
+    quant_run_dir: Path,
+    out_path: Path,
+    *,
+    opset: int = 18,
+    dynamic_batch: bool = True,
+    log=print,
+    example=None,
+) -> dict:
     """Write the quantized model of the quantize run in `quant_run_dir` (a run folder) as ONNX with
     QuantizeLinear/DequantizeLinear to `out_path`. `log` takes one string.
 
-    Returns {"path", "size_bytes", "opset", "exporter" ("dynamo" or "torchscript"), "fallback_reason" (None, or
-    why the torch.export-based exporter was not used), "quant_run" (its id), "input_name" ("input"),
+    Returns {"path", "size_bytes", "opset", "exporter" ("dynamo" or "torchscript"), "fallback_reason" (None,
+    or why the torch.export-based exporter was not used), "quant_run" (its id), "input_name" ("input"),
     "output_name" ("output"), "input_shape" (one sample's shape, no batch), "dynamic_batch", "weights" and
     "activations" ({"qdq": [layer names], "float": [names kept float]}), "nodes" ({"QuantizeLinear": n,
     "DequantizeLinear": m}), "output_scale" (the output quantizer's scale, or None) and "warnings" ([text])}.
@@ -421,8 +516,8 @@ def write_onnx_qdq(quant_run_dir: Path, out_path: Path, *, opset: int = 18, dyna
         log(text if level == "info" else f"{level}: {text}")
 
     run = read_quant_run(Path(quant_run_dir), None, field="quant_run_dir", say=say)
-    # `example` (workbench.worker.inputs.Example): the inputs of a model that does not take one float tensor, token
-    # ids say, which the rebuild's trial pass and the exporter's trace take instead of random floats.
+    # `example` (workbench.worker.inputs.Example): the inputs of a model that does not take one float tensor,
+    # token ids say, which the rebuild's trial pass and the exporter's trace take instead of random floats.
     integer = example is not None and not example.single
     build = build_qdq(run, say=say, example=example.sample(0) if integer else None)
     out_path = Path(out_path)
@@ -432,9 +527,20 @@ def write_onnx_qdq(quant_run_dir: Path, out_path: Path, *, opset: int = 18, dyna
 
 
 def describe(build: QdqBuild, out_path: Path, info: dict, dynamic_batch: bool, warnings: list[str]) -> dict:
-    return {"path": str(out_path), "size_bytes": file_size(out_path), "opset": info["opset"],
-            "exporter": info["exporter"], "fallback_reason": info["fallback_reason"], "quant_run": build.run.id,
-            "input_name": "input", "output_name": "output", "input_shape": list(build.input_shape),
-            "dynamic_batch": dynamic_batch, "weights": build.layers["weights"],
-            "activations": build.layers["activations"], "nodes": info["nodes"],
-            "output_scale": logits_scale(build.sim, build.layers), "warnings": warnings}
+    return {
+        "path": str(out_path),
+        "size_bytes": file_size(out_path),
+        "opset": info["opset"],
+        "exporter": info["exporter"],
+        "fallback_reason": info["fallback_reason"],
+        "quant_run": build.run.id,
+        "input_name": "input",
+        "output_name": "output",
+        "input_shape": list(build.input_shape),
+        "dynamic_batch": dynamic_batch,
+        "weights": build.layers["weights"],
+        "activations": build.layers["activations"],
+        "nodes": info["nodes"],
+        "output_scale": logits_scale(build.sim, build.layers),
+        "warnings": warnings,
+    }

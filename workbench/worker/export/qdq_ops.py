@@ -1,6 +1,6 @@
-"""Two torch ops that the ONNX exporters write as QuantizeLinear/DequantizeLinear: `workbench::qdq` (quantize then
-dequantize an activation) and `workbench::dq` (dequantize int8/uint8 weight codes, which stay the initializers).
-In eager PyTorch they compute what the quantize run simulated. Worker side; never imports Qt.
+"""Two torch ops that the ONNX exporters write as QuantizeLinear/DequantizeLinear: `workbench::qdq` (quantize
+then dequantize an activation) and `workbench::dq` (dequantize int8/uint8 weight codes, which stay the
+initializers). In eager PyTorch they compute what the quantize run simulated. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-# torch's own fake_quantize ops cannot serve: torch.export decomposes them into a `_cachemask` variant that has no
-# fake (meta) kernel, and both exporters refuse the restricted weight grid (-127, 127).
+# torch's own fake_quantize ops cannot serve: torch.export decomposes them into a `_cachemask` variant that
+# has no fake (meta) kernel, and both exporters refuse the restricted weight grid (-127, 127).
 PER_TENSOR = -1  # the `axis` argument of a per-tensor quantizer (scale and zero point are 0-d)
 
 
@@ -17,7 +17,8 @@ PER_TENSOR = -1  # the `axis` argument of a per-tensor quantizer (scale and zero
 def qdq(x: Tensor, scale: Tensor, zero_point: Tensor, axis: int, qmin: int, qmax: int) -> Tensor:
     """clamp(round(x / s) + z, qmin, qmax) back to float, per tensor (axis -1) or per channel along `axis`.
 
-    `zero_point` carries the ONNX integer type (uint8 or int8): the exported QuantizeLinear takes its type from it.
+    `zero_point` carries the ONNX integer type (uint8 or int8): the exported QuantizeLinear takes its type
+    from it.
     """
     z = zero_point.to(torch.int32)
     if axis == PER_TENSOR:
@@ -32,7 +33,8 @@ def _qdq_fake(x, scale, zero_point, axis, qmin, qmax):
 
 @torch.library.custom_op("workbench::dq", mutates_args=())
 def dq(codes: Tensor, scale: Tensor, zero_point: Tensor, axis: int) -> Tensor:
-    """(codes - z) * s as float32: integer weight codes back to the weights the quantized model computes with."""
+    """(codes - z) * s as float32: integer weight codes back to the weights the quantized model computes
+    with."""
     shape = [1] * codes.dim()
     if axis != PER_TENSOR:
         shape[axis] = -1
@@ -45,12 +47,13 @@ def _dq_fake(codes, scale, zero_point, axis):
 
 
 def dynamo_translations() -> dict:
-    """The ONNX functions the torch.export-based exporter uses for the two ops (its custom_translation_table)."""
+    """The ONNX functions the torch.export-based exporter uses for the two ops (its
+    custom_translation_table)."""
     from onnxscript import opset18 as op
 
     def qdq_onnx(x, scale, zero_point, axis: int, qmin: int, qmax: int):
-        # qmin/qmax need no node: the zero point's type (uint8 0..255, int8 -128..127) is QuantizeLinear's grid,
-        # and the restricted weight grid (-127..127) only ever reaches dq, never qdq.
+        # qmin/qmax need no node: the zero point's type (uint8 0..255, int8 -128..127) is QuantizeLinear's
+        # grid, and the restricted weight grid (-127..127) only ever reaches dq, never qdq.
         if axis == PER_TENSOR:
             return op.DequantizeLinear(op.QuantizeLinear(x, scale, zero_point), scale, zero_point)
         quantized = op.QuantizeLinear(x, scale, zero_point, axis=axis)

@@ -1,6 +1,6 @@
-"""One eager forward pass that measures a model per module: output shapes (forward hooks), parameters, and FLOPs
-from torch.utils.flop_counter; it also records the calls of leaf modules, which the module-hierarchy graph uses
-when torch.export cannot capture the model. Worker side; never imports Qt.
+"""One eager forward pass that measures a model per module: output shapes (forward hooks), parameters, and
+FLOPs from torch.utils.flop_counter; it also records the calls of leaf modules, which the module-hierarchy
+graph uses when torch.export cannot capture the model. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -36,8 +36,15 @@ class ModuleStat:
         return self.type.rsplit(".", 1)[-1]
 
     def row(self) -> dict:
-        return {"name": self.name, "type": self.short_type, "output_shape": self.output_shape, "params": self.params,
-                "flops": self.flops, "leaf": self.leaf, "calls": self.calls}
+        return {
+            "name": self.name,
+            "type": self.short_type,
+            "output_shape": self.output_shape,
+            "params": self.params,
+            "flops": self.flops,
+            "leaf": self.leaf,
+            "calls": self.calls,
+        }
 
 
 @dataclass
@@ -48,7 +55,8 @@ class LeafCall:
     module: str
     type: str
     output_shapes: list[list[int]]
-    sources: list[str] = field(default_factory=list)  # node ids of the calls (or "input") its inputs came from
+    # node ids of the calls (or "input") its inputs came from
+    sources: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -76,7 +84,11 @@ def clean_type(name: str) -> str:
 
 def type_name(module: nn.Module) -> str:
     cls = type(module)
-    return cls.__qualname__ if cls.__module__ == "builtins" else clean_type(f"{cls.__module__}.{cls.__qualname__}")
+    return (
+        cls.__qualname__
+        if cls.__module__ == "builtins"
+        else clean_type(f"{cls.__module__}.{cls.__qualname__}")
+    )
 
 
 def example_input(shape: Sequence[int]) -> torch.Tensor:
@@ -106,8 +118,13 @@ def _where(exc: BaseException) -> str:
     return f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
 
 
-def analyze(model: nn.Module, inputs: Sequence[torch.Tensor], *, names: dict[str, str] | None = None,
-            kwargs: dict[str, torch.Tensor] | None = None) -> Analysis:
+def analyze(
+    model: nn.Module,
+    inputs: Sequence[torch.Tensor],
+    *,
+    names: dict[str, str] | None = None,
+    kwargs: dict[str, torch.Tensor] | None = None,
+) -> Analysis:
     """Run `model` once on `inputs` (a batch of one; `kwargs` for a model that takes its inputs by name) and
     measure it; `names` overrides module type names (an unflattened ExportedProgram's modules are all
     InterpreterModule, their real types are in its metadata)."""
@@ -116,11 +133,16 @@ def analyze(model: nn.Module, inputs: Sequence[torch.Tensor], *, names: dict[str
     stats: dict[str, ModuleStat] = {}
     for name, module in named:
         params = list(module.parameters())
-        stats[name] = ModuleStat(name, as_dict(names).get(name) or type_name(module),
-                                 sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad),
-                                 leaf=not any(True for _ in module.children()))
+        stats[name] = ModuleStat(
+            name,
+            as_dict(names).get(name) or type_name(module),
+            sum(p.numel() for p in params),
+            sum(p.numel() for p in params if p.requires_grad),
+            leaf=not any(True for _ in module.children()),
+        )
     producers: dict[int, str] = {id(t): "input" for t in (*inputs, *kwargs.values())}
-    keep: list[torch.Tensor] = [*inputs, *kwargs.values()]  # alive until the end, so no id() is reused mid-pass
+    # alive until the end, so no id() is reused mid-pass
+    keep: list[torch.Tensor] = [*inputs, *kwargs.values()]
     calls: list[LeafCall] = []
     last = ["input"]
 
@@ -137,15 +159,19 @@ def analyze(model: nn.Module, inputs: Sequence[torch.Tensor], *, names: dict[str
             node_id = base if stat.calls == 1 else f"{base}#{stat.calls}"
             sources = []
             for t in _tensors(args):
-                # A tensor no leaf made came from plain torch code between modules: the last call is the best guess.
+                # A tensor no leaf made came from plain torch code between modules: the last call is the best
+                # guess.
                 source = producers.get(id(t), last[0])
                 if source not in sources:
                     sources.append(source)
-            calls.append(LeafCall(node_id, name, stat.type, [_per_sample(t) for t in outs], sources or [last[0]]))
+            calls.append(
+                LeafCall(node_id, name, stat.type, [_per_sample(t) for t in outs], sources or [last[0]])
+            )
             for t in outs:
                 producers[id(t)] = node_id
                 keep.append(t)
             last[0] = node_id
+
         return record
 
     handles = [module.register_forward_hook(hook(name)) for name, module in named]
@@ -161,8 +187,10 @@ def analyze(model: nn.Module, inputs: Sequence[torch.Tensor], *, names: dict[str
         first = (str(exc).splitlines() or [""])[0][:300]
         given = kwargs or (inputs[0] if len(inputs) == 1 else tuple(inputs))
         what = inputs_text(given).replace("inputs of shape", "an input of shape")
-        raise JobError(f"the model cannot run on {what}: {type(exc).__name__}: {first}{_where(exc)}"
-                       f"{input_advice(exc, given)}") from None
+        raise JobError(
+            f"the model cannot run on {what}: {type(exc).__name__}: {first}{_where(exc)}"
+            f"{input_advice(exc, given)}"
+        ) from None
     finally:
         for handle in handles:
             handle.remove()
@@ -174,10 +202,16 @@ def analyze(model: nn.Module, inputs: Sequence[torch.Tensor], *, names: dict[str
         key = root_key if not name else f"{root_key}.{name}"
         stat.flops = int(sum(counts.get(key, {}).values()))
     total = int(counter.get_total_flops())
-    stats[""].flops = total  # the root's own key misses ops a wrapper ran outside its forward; Global has them
+    # the root's own key misses ops a wrapper ran outside its forward; Global has them
+    stats[""].flops = total
     unique = {id(p): p for p in model.parameters()}.values()  # a shared parameter counts once in the total
     first_input = next(iter((*inputs, *kwargs.values())), None)
-    return Analysis(modules=list(stats.values()), flops=total, params_total=sum(p.numel() for p in unique),
-                    params_trainable=sum(p.numel() for p in unique if p.requires_grad), calls=calls,
-                    input_shape=tuple(first_input.shape[1:]) if first_input is not None else (),
-                    output_source=output_source)
+    return Analysis(
+        modules=list(stats.values()),
+        flops=total,
+        params_total=sum(p.numel() for p in unique),
+        params_trainable=sum(p.numel() for p in unique if p.requires_grad),
+        calls=calls,
+        input_shape=tuple(first_input.shape[1:]) if first_input is not None else (),
+        output_source=output_source,
+    )

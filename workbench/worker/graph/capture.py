@@ -1,8 +1,8 @@
-"""Capturing a model's graph: torch.export non-strict, then strict; the caller falls back to the module hierarchy
-when both fail (data-dependent control flow, say), and each failure is kept as a one-line reason. Non-strict goes
-first because it captures the same operator graph of nearly every model at a fraction of the time (strict traces
-the Python bytecode with Dynamo: 2.5-4.5x slower on torchvision models); strict still catches a model
-that non-strict cannot run.
+"""Capturing a model's graph: torch.export non-strict, then strict; the caller falls back to the module
+hierarchy when both fail (data-dependent control flow, say), and each failure is kept as a one-line reason.
+Non-strict goes first because it captures the same operator graph of nearly every model at a fraction of the
+time (strict traces the Python bytecode with Dynamo: 2.5-4.5x slower on torchvision models); strict still
+catches a model that non-strict cannot run.
 
 Worker side; never imports Qt.
 """
@@ -19,8 +19,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-_NOISY_LOGGERS = ("torch._dynamo", "torch.export", "torch._export", "torch.fx.experimental.symbolic_shapes",
-                  "torch._guards", "torch._subclasses")
+_NOISY_LOGGERS = (
+    "torch._dynamo",
+    "torch.export",
+    "torch._export",
+    "torch.fx.experimental.symbolic_shapes",
+    "torch._guards",
+    "torch._subclasses",
+)
 _USER_FRAME = re.compile(r'File "?([^",\n]+?\.py)"?(?:, line |:)(\d+)')
 
 
@@ -47,9 +53,13 @@ def _quiet_torch_logs():
 
 
 def _user_site(exc: BaseException) -> str:
-    """'file, line N' of the deepest frame outside torch: in the traceback, else named in the message (dynamo)."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if "/torch/" not in f.filename and "/workbench/" not in f.filename]
+    """'file, line N' of the deepest frame outside torch: in the traceback, else named in the message
+    (dynamo)."""
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if "/torch/" not in f.filename and "/workbench/" not in f.filename
+    ]
     if frames:
         return f"{frames[-1].filename}, line {frames[-1].lineno}"
     found = [m for m in _USER_FRAME.finditer(str(exc)) if "/torch/" not in m[1] and "/workbench/" not in m[1]]
@@ -63,9 +73,11 @@ def describe_failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" + (f" (at {site})" if site else "")
 
 
-def capture(model: nn.Module, inputs: tuple[torch.Tensor, ...], log=None, kwargs: dict | None = None) -> Capture:
-    """torch.export non-strict, then strict; `program` is None when neither could capture the model. `kwargs`: the
-    inputs of a model that takes them by name."""
+def capture(
+    model: nn.Module, inputs: tuple[torch.Tensor, ...], log=None, kwargs: dict | None = None
+) -> Capture:
+    """torch.export non-strict, then strict; `program` is None when neither could capture the model. `kwargs`:
+    the inputs of a model that takes them by name."""
     failures = []
     for strict, how, label in ((False, "non_strict", "non-strict export"), (True, "export", "strict export")):
         try:
@@ -80,5 +92,9 @@ def capture(model: nn.Module, inputs: tuple[torch.Tensor, ...], log=None, kwargs
         if failures:
             reason += f"; {failures[0]}"
         return Capture(program, how, reason)
-    return Capture(None, "modules", "; ".join(failures) + "; showing the module hierarchy, with shapes from one "
-                   "forward pass, instead of the operator graph")
+    return Capture(
+        None,
+        "modules",
+        "; ".join(failures) + "; showing the module hierarchy, with shapes from one "
+        "forward pass, instead of the operator graph",
+    )

@@ -37,8 +37,8 @@ class QuantRun:
 
 
 def read_quant_run(ref: str, workspace) -> QuantRun:
-    """The finished quantize run `ref` names (id, id prefix or folder), opened read-only; a JobError naming the
-    run and the problem otherwise."""
+    """The finished quantize run `ref` names (id, id prefix or folder), opened read-only; a JobError naming
+    the run and the problem otherwise."""
     from workbench.workspace import default_workspace
 
     store = RunStore(workspace if workspace is not None else default_workspace())
@@ -47,12 +47,16 @@ def read_quant_run(ref: str, workspace) -> QuantRun:
             run_dir, task = run.dir, run.task
             status, message = effective_status(run.dir, run.status, run.message, task)
             if task != QUANT_TASK:
-                raise JobError(f"quant_run: run {run_dir.name} is not a quantize run (it is a {task or 'unknown'} "
-                               "run); pick a run of `workbench quantize`")
+                raise JobError(
+                    f"quant_run: run {run_dir.name} is not a quantize run (it is a {task or 'unknown'} "
+                    "run); pick a run of `workbench quantize`"
+                )
             if status != "done":
                 said = f": {message}" if message else ""
-                raise JobError(f"quant_run: run {run_dir.name} has not finished ({status}{said}); its per-layer "
-                               "SQNR is in its report once it is done")
+                raise JobError(
+                    f"quant_run: run {run_dir.name} has not finished ({status}{said}); its per-layer "
+                    "SQNR is in its report once it is done"
+                )
             data, report = run.read_spec(), run.read_report()
     except JobError:
         raise
@@ -63,7 +67,9 @@ def read_quant_run(ref: str, workspace) -> QuantRun:
     try:
         spec = QuantSpec.from_dict(data)
     except SpecError as exc:
-        raise JobError(f"quant_run: the spec of {run_dir.name} no longer reads as a quantize spec ({exc})") from None
+        raise JobError(
+            f"quant_run: the spec of {run_dir.name} no longer reads as a quantize spec ({exc})"
+        ) from None
     doctor = report.get("doctor") if isinstance(report.get("doctor"), dict) else None
     return QuantRun(run_dir.name, run_dir, spec, report["layers"], doctor)
 
@@ -79,14 +85,18 @@ def _with_quant_source(spec: GraphSpec, quant: QuantRun) -> GraphSpec:
         sibling = quant.dir.parent / Path(source).name
         run = str(sibling) if sibling.is_dir() else source
         return dataclasses.replace(spec, source=dataclasses.replace(spec.source, run=run))
-    model = dataclasses.replace(quant.spec.model, input_shape=spec.model.input_shape or quant.spec.model.input_shape)
+    model = dataclasses.replace(
+        quant.spec.model, input_shape=spec.model.input_shape or quant.spec.model.input_shape
+    )
     return dataclasses.replace(spec, model=model, dataset=quant.spec.dataset)
 
 
 def _write_overlays(folder: Path, graph: dict, modules: list[dict], times: dict[str, float] | None) -> dict:
     overlays = {}
-    specs = [("params", "Parameters", {m["name"]: m["params"] for m in modules}),
-             ("flops", "FLOPs (millions)", {m["name"]: m["flops"] / 1e6 for m in modules})]
+    specs = [
+        ("params", "Parameters", {m["name"]: m["params"] for m in modules}),
+        ("flops", "FLOPs (millions)", {m["name"]: m["flops"] / 1e6 for m in modules}),
+    ]
     if times:
         specs.append(("self_time_ms", "Forward self-time (ms, CPU, one sample)", times))
     for metric, label, values in specs:
@@ -96,11 +106,13 @@ def _write_overlays(folder: Path, graph: dict, modules: list[dict], times: dict[
 
 
 # metric, the layer statistic, label: a training run's latest recorded layer statistics, painted like SQNR
-LAYER_OVERLAYS = (("layers_grad_norm", "grad_norm", "Gradient norm"),
-                  ("layers_update_ratio", "update_ratio", "Update-to-weight ratio"),
-                  ("layers_dead_fraction", "dead_fraction", "Dead units (share)"),
-                  ("layers_weight_norm", "weight_norm", "Weight norm"),
-                  ("layers_act_std", "act_std", "Activation std"))
+LAYER_OVERLAYS = (
+    ("layers_grad_norm", "grad_norm", "Gradient norm"),
+    ("layers_update_ratio", "update_ratio", "Update-to-weight ratio"),
+    ("layers_dead_fraction", "dead_fraction", "Dead units (share)"),
+    ("layers_weight_norm", "weight_norm", "Weight norm"),
+    ("layers_act_std", "act_std", "Activation std"),
+)
 
 
 def _layer_overlays(folder: Path, graph: dict, spec: GraphSpec, ctx) -> dict:
@@ -110,8 +122,11 @@ def _layer_overlays(folder: Path, graph: dict, spec: GraphSpec, ctx) -> dict:
     if not spec.source.run:
         return {}
     try:
-        run_dir = RunStore(ctx.workspace).resolve(spec.source.run) if ctx.workspace is not None \
+        run_dir = (
+            RunStore(ctx.workspace).resolve(spec.source.run)
+            if ctx.workspace is not None
             else Path(spec.source.run)
+        )
     except WorkbenchError:
         return {}
     latest = latest_record(run_dir)
@@ -122,8 +137,15 @@ def _layer_overlays(folder: Path, graph: dict, spec: GraphSpec, ctx) -> dict:
         column = latest["scalars"][:, SCALARS.index(statistic)]
         values = {name: float(value) for name, value in zip(latest["layers"], column) if math.isfinite(value)}
         if values:
-            overlay = write_overlay(folder, metric, values, graph=graph, label=f"{label} (step {latest['step']})",
-                                    additive=False, info={"run": run_dir.name, "step": latest["step"]})
+            overlay = write_overlay(
+                folder,
+                metric,
+                values,
+                graph=graph,
+                label=f"{label} (step {latest['step']})",
+                additive=False,
+                info={"run": run_dir.name, "step": latest["step"]},
+            )
             overlays[metric] = overlay.summary(folder)
     return overlays
 
@@ -139,17 +161,30 @@ def _check_quant_source(spec: GraphSpec, quant: QuantRun, ctx) -> None:
         return  # source.run's own error comes when the model is loaded
     theirs = Path(quant.spec.source.run).name
     if mine != theirs and not mine.startswith(theirs):
-        ctx.log(f"source.run {mine} is not the run {quant.id} quantized ({theirs}): its SQNR is painted on "
-                "the modules whose names match", "warning")
+        ctx.log(
+            f"source.run {mine} is not the run {quant.id} quantized ({theirs}): its SQNR is painted on "
+            "the modules whose names match",
+            "warning",
+        )
 
 
 def _quant_overlays(folder: Path, graph: dict, modules: list[dict], quant: QuantRun, ctx) -> dict:
-    written = write_quant_overlays(folder, graph, quant.layers, quant_run=quant.id, names=[m["name"] for m in modules],
-                                   doctor=quant.doctor)
+    written = write_quant_overlays(
+        folder,
+        graph,
+        quant.layers,
+        quant_run=quant.id,
+        names=[m["name"] for m in modules],
+        doctor=quant.doctor,
+    )
     if not written:
-        named = sorted({e.get("name") for e in quant.layers if isinstance(e, dict) and isinstance(e.get("name"), str)})
-        raise JobError(f"quant_run: none of the layers of run {quant.id} ({', '.join(named[:6]) or 'none'}) is a "
-                       "module of this graph, or none has a finite SQNR; build the graph of the model it quantized")
+        named = sorted(
+            {e.get("name") for e in quant.layers if isinstance(e, dict) and isinstance(e.get("name"), str)}
+        )
+        raise JobError(
+            f"quant_run: none of the layers of run {quant.id} ({', '.join(named[:6]) or 'none'}) is a "
+            "module of this graph, or none has a finite SQNR; build the graph of the model it quantized"
+        )
     for overlay in written.values():
         ctx.log(f"{overlay.label} of run {quant.id} on {overlay.nodes} nodes")
     return {metric: overlay.summary(folder) for metric, overlay in written.items()}
@@ -173,7 +208,8 @@ def _from_module(spec: GraphSpec, ctx) -> tuple[dict, Analysis, str, str, str, d
         graph = me_json.graph_from_modules(analysis)
     times = None
     if has_profile(source):
-        # The run's own profile is by operator, not by module; per-module time is measured here, on this model.
+        # The run's own profile is by operator, not by module; per-module time is measured here, on this
+        # model.
         from workbench.worker.graph.timing import self_times_ms
 
         times = self_times_ms(model, inputs, kwargs)
@@ -186,7 +222,9 @@ def _program_inputs(program) -> tuple[torch.Tensor, ...]:
         if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
             return tuple(a[:1].clone() if a.dim() else a.clone() for a in args)
     specs = [s for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
-    shapes = {n.name: n.meta["val"].shape for n in program.graph.nodes if n.op == "placeholder" and "val" in n.meta}
+    shapes = {
+        n.name: n.meta["val"].shape for n in program.graph.nodes if n.op == "placeholder" and "val" in n.meta
+    }
     generator = torch.Generator().manual_seed(0)
     return tuple(torch.randn(*[int(d) for d in shapes[s.arg.name]], generator=generator) for s in specs)
 
@@ -206,7 +244,14 @@ def _from_program(spec: GraphSpec, path: Path, ctx) -> tuple[dict, Analysis, str
         analysis.modules = [ModuleStat(name, kind, 0, 0) for name, kind in types.items()]
     ctx.progress(3, STEPS, "writing Model Explorer's graph", force=True)
     graph = me_json.graph_from_program(program, spec.const_element_count_limit, ctx.log)
-    return graph, analysis, "export", f"a saved ExportedProgram ({path.name}), shown as saved", path.name, None
+    return (
+        graph,
+        analysis,
+        "export",
+        f"a saved ExportedProgram ({path.name}), shown as saved",
+        path.name,
+        None,
+    )
 
 
 def _from_onnx(spec: GraphSpec, path: Path, ctx) -> dict:
@@ -217,12 +262,22 @@ def _from_onnx(spec: GraphSpec, path: Path, ctx) -> dict:
     try:
         graph = me_json.graph_from_onnx(path, spec.const_element_count_limit, ctx.log)
     except Exception as exc:  # the adapter's own failures on odd files
-        raise JobError(f"source.file: model-explorer-onnx cannot convert {path} ({describe_failure(exc)})") from None
-    return {"graph": graph, "modules": stats["modules"], "params_total": stats["params_total"],
-            "params_trainable": stats["params_total"], "flops": stats["flops"], "capture": "export",
-            "capture_reason": f"an ONNX file ({path.name}), converted by model-explorer-onnx; rows are ONNX nodes, "
-                              "and an ONNX file does not say which weights train, so all count as trainable",
-            "model": path.name, "input_shape": None, "times": None}
+        raise JobError(
+            f"source.file: model-explorer-onnx cannot convert {path} ({describe_failure(exc)})"
+        ) from None
+    return {
+        "graph": graph,
+        "modules": stats["modules"],
+        "params_total": stats["params_total"],
+        "params_trainable": stats["params_total"],
+        "flops": stats["flops"],
+        "capture": "export",
+        "capture_reason": f"an ONNX file ({path.name}), converted by model-explorer-onnx; rows are ONNX "
+        "nodes, and an ONNX file does not say which weights train, so all count as trainable",
+        "model": path.name,
+        "input_shape": None,
+        "times": None,
+    }
 
 
 def build_graph(spec: GraphSpec, ctx) -> dict:
@@ -244,10 +299,18 @@ def build_graph(spec: GraphSpec, ctx) -> dict:
             graph, analysis, how, reason, label, times = _from_program(spec, path, ctx)
         else:
             graph, analysis, how, reason, label, times = _from_module(spec, ctx)
-        found = {"graph": graph, "modules": [m.row() for m in analysis.modules],
-                 "params_total": analysis.params_total, "params_trainable": analysis.params_trainable,
-                 "flops": analysis.flops, "capture": how, "capture_reason": reason, "model": label,
-                 "input_shape": list(analysis.input_shape), "times": times}
+        found = {
+            "graph": graph,
+            "modules": [m.row() for m in analysis.modules],
+            "params_total": analysis.params_total,
+            "params_trainable": analysis.params_trainable,
+            "flops": analysis.flops,
+            "capture": how,
+            "capture_reason": reason,
+            "model": label,
+            "input_shape": list(analysis.input_shape),
+            "times": times,
+        }
     graph_path = folder / "graph.json"
     me_json.write_graph(graph_path, found["graph"], found["model"])
     modules_path = folder / "modules.json"
@@ -261,11 +324,23 @@ def build_graph(spec: GraphSpec, ctx) -> dict:
     ctx.artifact("overlays", folder / "overlays.json", kind="overlays")
     nodes = me_json.count_nodes(found["graph"])
     ctx.progress(STEPS, STEPS, f"{nodes} nodes, captured by {found['capture']}", force=True)
-    ctx.log(f"graph of {found['model']}: {nodes} nodes ({found['capture_reason']}); {found['params_total']:,} "
-            f"parameters, {found['flops']:,} FLOPs per sample")
-    return {"graph_json": str(graph_path), "nodes": nodes, "params_total": found["params_total"],
-            "params_trainable": found["params_trainable"], "flops": found["flops"], "modules": found["modules"],
-            "capture": found["capture"], "capture_reason": found["capture_reason"], "model": found["model"],
-            "input_shape": found["input_shape"], "modules_json": str(modules_path),
-            "overlays_json": str(folder / "overlays.json"), "overlays": overlays,
-            "quant_run": quant.id if quant is not None else ""}
+    ctx.log(
+        f"graph of {found['model']}: {nodes} nodes ({found['capture_reason']}); {found['params_total']:,} "
+        f"parameters, {found['flops']:,} FLOPs per sample"
+    )
+    return {
+        "graph_json": str(graph_path),
+        "nodes": nodes,
+        "params_total": found["params_total"],
+        "params_trainable": found["params_trainable"],
+        "flops": found["flops"],
+        "modules": found["modules"],
+        "capture": found["capture"],
+        "capture_reason": found["capture_reason"],
+        "model": found["model"],
+        "input_shape": found["input_shape"],
+        "modules_json": str(modules_path),
+        "overlays_json": str(folder / "overlays.json"),
+        "overlays": overlays,
+        "quant_run": quant.id if quant is not None else "",
+    }

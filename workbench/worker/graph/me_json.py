@@ -1,6 +1,6 @@
-"""Model Explorer's graph JSON: from an ExportedProgram through Model Explorer's own adapter, or built from the
-recorded module calls when nothing could be exported. Every op node gets a `module` attribute (its named_modules()
-name) so overlays can find it. Worker side (model_explorer imports torch); never Qt.
+"""Model Explorer's graph JSON: from an ExportedProgram through Model Explorer's own adapter, or built from
+the recorded module calls when nothing could be exported. Every op node gets a `module` attribute (its
+named_modules() name) so overlays can find it. Worker side (model_explorer imports torch); never Qt.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ def _adapter_output(convert, log=None) -> dict:
 
 
 def module_of(fx_node) -> str | None:
-    """The innermost module an exported op ran in ("" for the model's own code), from torch.export's metadata."""
+    """The innermost module an exported op ran in ("" for the model's own code), from torch.export's
+    metadata."""
     stack = fx_node.meta.get("nn_module_stack")
     if not stack:
         return None
@@ -44,7 +45,9 @@ def module_types(program) -> dict[str, str]:
     types: dict[str, str] = {}
     for node in program.graph.nodes:
         for name, kind in (node.meta.get("nn_module_stack") or {}).values():
-            types.setdefault(name, clean_type(kind if isinstance(kind, str) else f"{kind.__module__}.{kind.__qualname__}"))
+            types.setdefault(
+                name, clean_type(kind if isinstance(kind, str) else f"{kind.__module__}.{kind.__qualname__}")
+            )
     return types
 
 
@@ -65,12 +68,13 @@ def graph_from_program(program, const_limit: int, log=None) -> dict:
 
 
 def _shape_text(shape: list[int]) -> str:
-    return f"float32{json.dumps([1, *shape])}"  # the batch of one it was traced at, as the adapter writes shapes
+    # the batch of one it was traced at, as the adapter writes shapes
+    return f"float32{json.dumps([1, *shape])}"
 
 
 def graph_from_modules(analysis: Analysis) -> dict:
-    """A graph of leaf-module calls in Model Explorer's format: each call one node, in a namespace of its parent
-    modules (as the adapter names them), edges from the call whose output each input was."""
+    """A graph of leaf-module calls in Model Explorer's format: each call one node, in a namespace of its
+    parent modules (as the adapter names them), edges from the call whose output each input was."""
     from model_explorer.graph_builder import Graph, GraphNode, IncomingEdge, KeyValue, MetadataItem
     from model_explorer.utils import convert_adapter_response
 
@@ -85,20 +89,40 @@ def graph_from_modules(analysis: Analysis) -> dict:
         return "/".join(segments)
 
     def outputs(shapes: list[list[int]]) -> list:
-        return [MetadataItem(id=str(i), attrs=[KeyValue(key="tensor_shape", value=_shape_text(s))])
-                for i, s in enumerate(shapes)]
+        return [
+            MetadataItem(id=str(i), attrs=[KeyValue(key="tensor_shape", value=_shape_text(s))])
+            for i, s in enumerate(shapes)
+        ]
 
-    nodes = [GraphNode(id="input", label="input", namespace="inputs",
-                       outputsMetadata=outputs([list(analysis.input_shape)]))]
+    nodes = [
+        GraphNode(
+            id="input",
+            label="input",
+            namespace="inputs",
+            outputsMetadata=outputs([list(analysis.input_shape)]),
+        )
+    ]
     for call in analysis.calls:
-        node = GraphNode(id=call.node_id, label=call.type.rsplit(".", 1)[-1], namespace=namespace(call.module),
-                         attrs=[KeyValue(key=MODULE_ATTR, value=call.module), KeyValue(key="type", value=call.type)],
-                         outputsMetadata=outputs(call.output_shapes))
-        node.incomingEdges = [IncomingEdge(sourceNodeId=source, targetNodeInputId=str(i))
-                              for i, source in enumerate(call.sources)]
+        node = GraphNode(
+            id=call.node_id,
+            label=call.type.rsplit(".", 1)[-1],
+            namespace=namespace(call.module),
+            attrs=[KeyValue(key=MODULE_ATTR, value=call.module), KeyValue(key="type", value=call.type)],
+            outputsMetadata=outputs(call.output_shapes),
+        )
+        node.incomingEdges = [
+            IncomingEdge(sourceNodeId=source, targetNodeInputId=str(i))
+            for i, source in enumerate(call.sources)
+        ]
         nodes.append(node)
-    nodes.append(GraphNode(id="output", label="output", namespace="outputs",
-                           incomingEdges=[IncomingEdge(sourceNodeId=analysis.output_source)]))
+    nodes.append(
+        GraphNode(
+            id="output",
+            label="output",
+            namespace="outputs",
+            incomingEdges=[IncomingEdge(sourceNodeId=analysis.output_source)],
+        )
+    )
     return convert_adapter_response({"graphs": [Graph(id=GRAPH_ID, nodes=nodes)]})
 
 
@@ -106,8 +130,9 @@ def graph_from_onnx(path: Path, const_limit: int, log=None) -> dict:
     from model_explorer.graph_builder import KeyValue
     from model_explorer_onnx.main import ONNXAdapter
 
-    graphs, to_json = _adapter_output(lambda: ONNXAdapter().convert(str(path), {"const_element_count_limit":
-                                                                                     const_limit}), log)
+    graphs, to_json = _adapter_output(
+        lambda: ONNXAdapter().convert(str(path), {"const_element_count_limit": const_limit}), log
+    )
     # An ONNX node stands for a module here (onnx_stats rows are keyed by node name, the adapter's node id).
     for node in graphs["graphs"][0].nodes:
         node.attrs.append(KeyValue(key=MODULE_ATTR, value=node.id))
@@ -119,8 +144,9 @@ def count_nodes(graph: dict) -> int:
     return len(graphs[0]["nodes"]) if graphs else 0
 
 
-# Pixels between ranks (Model Explorer's default 50). A network is mostly one tall chain, and the Graph tab is wider
-# than high: at half the gap the chain fits the tab at about twice the zoom, where node labels can be read.
+# Pixels between ranks (Model Explorer's default 50). A network is mostly one tall chain, and the Graph tab is
+# wider than high: at half the gap the chain fits the tab at about twice the zoom, where node labels can be
+# read.
 RANK_SEPARATION = 24
 
 

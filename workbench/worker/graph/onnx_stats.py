@@ -1,5 +1,6 @@
-"""Counts for an ONNX file: parameters (its initializers), output shapes (ONNX shape inference) and FLOPs of its
-matrix ops, counted as torch.utils.flop_counter counts them (2 per multiply-add of Conv, Gemm and MatMul only).
+"""Counts for an ONNX file: parameters (its initializers), output shapes (ONNX shape inference) and FLOPs of
+its matrix ops, counted as torch.utils.flop_counter counts them (2 per multiply-add of Conv, Gemm and MatMul
+only).
 
 Nodes stand in for modules here: an ONNX file has no named_modules(). Worker side; never Qt.
 """
@@ -25,7 +26,9 @@ def onnx_stats(path: Path) -> dict:
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf decode errors name no file
-        raise JobError(f"source.file: {path} is not a readable ONNX model ({type(exc).__name__}: {exc})") from None
+        raise JobError(
+            f"source.file: {path} is not a readable ONNX model ({type(exc).__name__}: {exc})"
+        ) from None
     try:
         model = onnx.shape_inference.infer_shapes(model)
     except Exception:  # shapes stay unknown where inference fails; counts of weights still work
@@ -45,8 +48,17 @@ def onnx_stats(path: Path) -> dict:
         flops = _flops(node, shapes, out)
         total_flops += flops
         if params or flops:
-            modules.append({"name": name, "type": node.op_type, "output_shape": out[1:] if out else None,
-                            "params": params, "flops": flops, "leaf": True, "calls": 1})
+            modules.append(
+                {
+                    "name": name,
+                    "type": node.op_type,
+                    "output_shape": out[1:] if out else None,
+                    "params": params,
+                    "flops": flops,
+                    "leaf": True,
+                    "calls": 1,
+                }
+            )
     return {"modules": modules, "params_total": sum(sizes.values()), "flops": total_flops}
 
 

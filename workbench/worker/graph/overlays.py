@@ -1,6 +1,7 @@
-"""Node overlays: per-module values (keyed by named_modules() names) painted onto a Model Explorer graph as its own
-"node data" JSON. Any per-layer result (parameters, FLOPs, self-time, later quantization SQNR) goes through
-`write_overlay` (`write_quant_overlays` for a quantize run's report). Plain JSON, no torch; worker side, never Qt.
+"""Node overlays: per-module values (keyed by named_modules() names) painted onto a Model Explorer graph as
+its own "node data" JSON. Any per-layer result (parameters, FLOPs, self-time, later quantization SQNR) goes
+through `write_overlay` (`write_quant_overlays` for a quantize run's report). Plain JSON, no torch; worker
+side, never Qt.
 """
 
 from __future__ import annotations
@@ -37,13 +38,24 @@ class Overlay:
 
     def summary(self, relative_to: Path | None = None) -> dict:
         path = self.path.relative_to(relative_to) if relative_to is not None else self.path
-        return {"label": self.label, "path": str(path), "nodes": self.nodes,
-                "legend": {"min": self.minimum, "max": self.maximum, "scale": self.scale, "colors": list(self.colors)},
-                **self.info}
+        return {
+            "label": self.label,
+            "path": str(path),
+            "nodes": self.nodes,
+            "legend": {
+                "min": self.minimum,
+                "max": self.maximum,
+                "scale": self.scale,
+                "colors": list(self.colors),
+            },
+            **self.info,
+        }
 
 
 def _graph_nodes(graph: Mapping) -> list[dict]:
-    graphs = graph.get("graphs") or [g for c in graph.get("graphCollections", []) for g in c.get("graphs", [])]
+    graphs = graph.get("graphs") or [
+        g for c in graph.get("graphCollections", []) for g in c.get("graphs", [])
+    ]
     return list(graphs[0]["nodes"]) if graphs else []
 
 
@@ -80,7 +92,8 @@ def place(graph: Mapping, values: Mapping[str, float], *, additive: bool) -> dic
 
     Additive values (parameters, FLOPs, time: a module's value includes its children's) are split into each
     module's own part, which goes on its first own node, so Model Explorer's layer sums add up to the module's
-    value. Other values (SQNR of a layer's output) go on the module's last node, its output; deeper modules win.
+    value. Other values (SQNR of a layer's output) go on the module's last node, its output; deeper modules
+    win.
     """
     pairs = node_modules(graph)
     placed: dict[str, float] = {}
@@ -107,9 +120,11 @@ def _colour(t: float, colors: tuple[str, ...]) -> str:
     return colors[min(len(colors) - 1, int(round(t * (len(colors) - 1))))]
 
 
-def node_data(graph: Mapping, values: Mapping[str, float], *, label: str, additive: bool,
-              higher_is_better: bool = False) -> tuple[dict, dict]:
-    """Model Explorer's GraphNodeData JSON for per-module `values`, and its legend {min, max, scale, colors}."""
+def node_data(
+    graph: Mapping, values: Mapping[str, float], *, label: str, additive: bool, higher_is_better: bool = False
+) -> tuple[dict, dict]:
+    """Model Explorer's GraphNodeData JSON for per-module `values`, and its legend {min, max, scale,
+    colors}."""
     placed = place(graph, values, additive=additive)
     numbers = [v for v in placed.values() if math.isfinite(v)]
     low, high = (min(numbers), max(numbers)) if numbers else (0.0, 0.0)
@@ -126,21 +141,32 @@ def node_data(graph: Mapping, values: Mapping[str, float], *, label: str, additi
         else:
             t = (value - low) / (high - low)
         dark = 1 - t if higher_is_better else t  # darker is worse: costly, or (SQNR) low
-        results[node] = {"value": value, "bgColor": _colour(dark, PALETTE),
-                         "textColor": "#ffffff" if dark > 0.6 else "#202124"}
+        results[node] = {
+            "value": value,
+            "bgColor": _colour(dark, PALETTE),
+            "textColor": "#ffffff" if dark > 0.6 else "#202124",
+        }
     colors = tuple(reversed(PALETTE)) if higher_is_better else PALETTE  # the legend runs from min to max
     data = {"name": label, "results": results}
     legend = {"min": low, "max": high, "scale": "log" if log else "linear", "colors": list(colors)}
     return data, legend
 
 
-def write_overlay(directory: str | Path, metric: str, values: Mapping[str, float], *, graph: Mapping | str | Path,
-                  label: str, additive: bool, higher_is_better: bool = False,
-                  info: Mapping[str, object] | None = None) -> Overlay:
+def write_overlay(
+    directory: str | Path,
+    metric: str,
+    values: Mapping[str, float],
+    *,
+    graph: Mapping | str | Path,
+    label: str,
+    additive: bool,
+    higher_is_better: bool = False,
+    info: Mapping[str, object] | None = None,
+) -> Overlay:
     """Paint per-module `values` on `graph` (its JSON, or the path of graph.json) and write the result into
-    `directory`: overlays/<metric>.json in Model Explorer's node-data format, and an entry of overlays.json (the
-    index the Graph tab reads: label, legend and the per-module values themselves, plus `info`: where the values
-    came from, such as the quantize run of an SQNR overlay)."""
+    `directory`: overlays/<metric>.json in Model Explorer's node-data format, and an entry of overlays.json
+    (the index the Graph tab reads: label, legend and the per-module values themselves, plus `info`: where the
+    values came from, such as the quantize run of an SQNR overlay)."""
     if not _METRIC.match(metric):
         raise ValueError(f"overlay metric {metric!r} must be letters, digits, '_', '.' or '-'")
     directory = Path(directory)
@@ -150,23 +176,38 @@ def write_overlay(directory: str | Path, metric: str, values: Mapping[str, float
     path = directory / OVERLAY_DIR / f"{metric}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, data)
-    overlay = Overlay(metric, label, path, legend["min"], legend["max"], legend["scale"], tuple(legend["colors"]),
-                      len(data["results"]), dict(info or {}))
+    overlay = Overlay(
+        metric,
+        label,
+        path,
+        legend["min"],
+        legend["max"],
+        legend["scale"],
+        tuple(legend["colors"]),
+        len(data["results"]),
+        dict(info or {}),
+    )
     index_path = directory / INDEX_NAME
     try:
         index = json.loads(index_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         index = {}
     overlays = index.setdefault("overlays", {})
-    overlays[metric] = {**overlay.summary(directory), "additive": additive,
-                        "higher_is_better": higher_is_better, "values": {name: float(v) for name, v in values.items()}}
+    overlays[metric] = {
+        **overlay.summary(directory),
+        "additive": additive,
+        "higher_is_better": higher_is_better,
+        "values": {name: float(v) for name, v in values.items()},
+    }
     atomic_write_json(index_path, index)
     return overlay
 
 
 # metric, the report's `tensor`, label: the two overlays of a quantize run's per-layer SQNR
-QUANT_OVERLAYS = (("quant_weight_sqnr", "weight", "Weight SQNR (dB)"),
-                  ("quant_activation_sqnr", "activation", "Activation SQNR (dB)"))
+QUANT_OVERLAYS = (
+    ("quant_weight_sqnr", "weight", "Weight SQNR (dB)"),
+    ("quant_activation_sqnr", "activation", "Activation SQNR (dB)"),
+)
 
 
 def quant_values(layers, tensor: str, names) -> dict[str, float]:
@@ -192,7 +233,8 @@ DOCTOR_OVERLAY = ("quant_doctor", "Doctor findings (severity)")
 
 def doctor_values(doctor, names) -> dict[str, float]:
     """Module name -> the severity of its worst finding in a quantize report's `doctor` block, for names in
-    `names`; a finding without a finite severity counts as 0 (it is still a finding, so its node is coloured)."""
+    `names`; a finding without a finite severity counts as 0 (it is still a finding, so its node is
+    coloured)."""
     values: dict[str, float] = {}
     findings = doctor.get("findings") if isinstance(doctor, Mapping) else None
     for finding in findings or []:
@@ -204,22 +246,40 @@ def doctor_values(doctor, names) -> dict[str, float]:
     return values
 
 
-def write_quant_overlays(directory: str | Path, graph: Mapping, layers, *, quant_run: str,
-                         names=(), doctor=None) -> dict[str, Overlay]:
-    """The weight and activation SQNR overlays of a quantize run's report `layers` on `graph`: metric -> Overlay,
-    leaving out a tensor with no value on this graph. Modules are those of `names` and the graph's own nodes; each
-    index entry names `quant_run` (the run's id) and its `tensor`, so the Graph tab knows where it came from. With
-    the report's `doctor` block, its findings too (DOCTOR_OVERLAY, darker is more severe, `doctor: true`)."""
+def write_quant_overlays(
+    directory: str | Path, graph: Mapping, layers, *, quant_run: str, names=(), doctor=None
+) -> dict[str, Overlay]:
+    """The weight and activation SQNR overlays of a quantize run's report `layers` on `graph`: metric ->
+    Overlay, leaving out a tensor with no value on this graph. Modules are those of `names` and the graph's
+    own nodes; each index entry names `quant_run` (the run's id) and its `tensor`, so the Graph tab knows
+    where it came from. With the report's `doctor` block, its findings too (DOCTOR_OVERLAY, darker is more
+    severe, `doctor: true`)."""
     known = set(names) | {module for _, module in node_modules(graph)}
     written = {}
     for metric, tensor, label in QUANT_OVERLAYS:
         values = quant_values(layers, tensor, known)
         if values:
-            written[metric] = write_overlay(directory, metric, values, graph=graph, label=label, additive=False,
-                                            higher_is_better=True, info={"quant_run": quant_run, "tensor": tensor})
+            written[metric] = write_overlay(
+                directory,
+                metric,
+                values,
+                graph=graph,
+                label=label,
+                additive=False,
+                higher_is_better=True,
+                info={"quant_run": quant_run, "tensor": tensor},
+            )
     findings = doctor_values(doctor, known)
-    if findings and written:  # beside the SQNR, never instead of it: a run whose layers match no module has none
+    # beside the SQNR, never instead of it: a run whose layers match no module has none
+    if findings and written:
         metric, label = DOCTOR_OVERLAY
-        written[metric] = write_overlay(directory, metric, findings, graph=graph, label=label, additive=False,
-                                        info={"quant_run": quant_run, "doctor": True})
+        written[metric] = write_overlay(
+            directory,
+            metric,
+            findings,
+            graph=graph,
+            label=label,
+            additive=False,
+            info={"quant_run": quant_run, "doctor": True},
+        )
     return written

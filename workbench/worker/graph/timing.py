@@ -16,9 +16,11 @@ WARMUP = 1
 REPEATS = 3
 
 
-def self_times_ms(model: nn.Module, inputs: Sequence[torch.Tensor], kwargs: dict | None = None) -> dict[str, float]:
-    """Mean inclusive CPU time in ms per named module over a few forwards of `inputs` (and `kwargs`, inputs taken
-    by name), after a warm-up."""
+def self_times_ms(
+    model: nn.Module, inputs: Sequence[torch.Tensor], kwargs: dict | None = None
+) -> dict[str, float]:
+    """Mean inclusive CPU time in ms per named module over a few forwards of `inputs` (and `kwargs`, inputs
+    taken by name), after a warm-up."""
     kwargs = kwargs or {}
     named = list(model.named_modules())
     ranges: dict[int, object] = {}
@@ -26,6 +28,7 @@ def self_times_ms(model: nn.Module, inputs: Sequence[torch.Tensor], kwargs: dict
     def enter(name: str):
         def pre(module, args):
             ranges[id(module)] = record_function(PREFIX + name).__enter__()
+
         return pre
 
     def leave(module, args, output):
@@ -47,6 +50,9 @@ def self_times_ms(model: nn.Module, inputs: Sequence[torch.Tensor], kwargs: dict
     finally:
         for handle in handles:
             handle.remove()
-    totals = {event.key[len(PREFIX):]: event.cpu_time_total / 1000.0 / REPEATS
-              for event in prof.key_averages() if event.key.startswith(PREFIX)}
+    totals = {
+        event.key[len(PREFIX) :]: event.cpu_time_total / 1000.0 / REPEATS
+        for event in prof.key_averages()
+        if event.key.startswith(PREFIX)
+    }
     return totals

@@ -1,6 +1,6 @@
-"""LightningModules trained by Lightning's own Trainer inside the worker (`model.name = "lightning:<path.py>:<Class>"`,
-optionally `dataset.name = "lightning:<path.py>:<DataModule>"`). Lightning is imported lazily, only on this route,
-so the worker starts without it. Worker side; never imports Qt.
+"""LightningModules trained by Lightning's own Trainer inside the worker (`model.name =
+"lightning:<path.py>:<Class>"`, optionally `dataset.name = "lightning:<path.py>:<DataModule>"`). Lightning is
+imported lazily, only on this route, so the worker starts without it. Worker side; never imports Qt.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Lightning's checkpoint files written the workbench's way: atomically (temp file, fsync, rename, with the disk-full
-message of every other checkpoint) and read back with weights_only=True only, so a .ckpt that needs code to unpickle
-is refused with an explanation. Imports lightning: load it only on the Lightning route.
+"""Lightning's checkpoint files written the workbench's way: atomically (temp file, fsync, rename, with the
+disk-full message of every other checkpoint) and read back with weights_only=True only, so a .ckpt that needs
+code to unpickle is refused with an explanation. Imports lightning: load it only on the Lightning route.
 """
 
 from __future__ import annotations

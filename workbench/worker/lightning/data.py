@@ -1,6 +1,7 @@
-"""A `dataset.name = "lightning:<path.py>:<DataModule>"` read by the jobs after training (export's parity, quantize's
-calibration, graph and bench inputs): the first batch of the DataModule's train_dataloader after setup("fit"), split
-into samples and offered as a user Dataset is (splits of samples, first_sample). Worker side; never imports Qt.
+"""A `dataset.name = "lightning:<path.py>:<DataModule>"` read by the jobs after training (export's parity,
+quantize's calibration, graph and bench inputs): the first batch of the DataModule's train_dataloader after
+setup("fit"), split into samples and offered as a user Dataset is (splits of samples, first_sample). Worker
+side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ class LightningBatch:
 
     def __init__(self, name: str, samples: list, held_out: list | None = None):
         self.name = name
-        self.splits = {"train": _Samples("train", samples),
-                       "val": _Samples("val", samples if held_out is None else held_out),
-                       "test": _Samples("test", [])}
+        self.splits = {
+            "train": _Samples("train", samples),
+            "val": _Samples("val", samples if held_out is None else held_out),
+            "test": _Samples("test", []),
+        }
 
     def first_sample(self) -> tuple:
         return self.splits["train"].sample(0)
@@ -60,23 +63,31 @@ class LightningBatch:
         return None
 
     def describe(self) -> dict:
-        """For data.info (the training wizard's Task choice and the Data tab): what the first batches hold. The
-        DataModule's own sizes are not known without reading every batch, so the counts are the batches'."""
+        """For data.info (the training wizard's Task choice and the Data tab): what the first batches hold.
+        The DataModule's own sizes are not known without reading every batch, so the counts are the
+        batches'."""
         from workbench.worker.data.user import describe_samples
 
         first = self.first_sample()
         y = first[1]
         label = not y.is_floating_point() and y.dim() == 0
-        return describe_samples(self.name, self.splits, first, classes=[],
-                                target="integer class label" if label else None, root=None,
-                                workers="the LightningDataModule's own dataloaders (its first batches are shown)")
+        return describe_samples(
+            self.name,
+            self.splits,
+            first,
+            classes=[],
+            target="integer class label" if label else None,
+            root=None,
+            workers="the LightningDataModule's own dataloaders (its first batches are shown)",
+        )
 
     def release(self) -> None:
         pass
 
 
 def _unbatch(batch) -> list:
-    """(x, y) samples of a collated batch: a tuple/list (input first, target second) or a dict with input/target."""
+    """(x, y) samples of a collated batch: a tuple/list (input first, target second) or a dict with
+    input/target."""
     if isinstance(batch, dict):
         x, y = batch.get("input"), batch.get("target")
     elif isinstance(batch, (tuple, list)):
@@ -89,8 +100,12 @@ def _unbatch(batch) -> list:
     return [(x[i], y[i]) for i in range(len(x))]
 
 
-@register_dataset_family("lightning", usage="lightning:<path.py>:<LightningDataModule>", user_code=True,
-                         description="A LightningDataModule from your own Python file: its first batches.")
+@register_dataset_family(
+    "lightning",
+    usage="lightning:<path.py>:<LightningDataModule>",
+    user_code=True,
+    description="A LightningDataModule from your own Python file: its first batches.",
+)
 def open_lightning_dataset(spec: DataSpec, workspace=None, ctx=None) -> LightningBatch:
     """The DataModule's first batches, read afresh for every job; the workspace plays no part."""
     return load_lightning_dataset(spec, ctx)
@@ -113,15 +128,17 @@ def load_lightning_dataset(spec: DataSpec, ctx=None) -> LightningBatch:
     except StopIteration:
         raise JobError(f"dataset.name: {attr} from {path} gives an empty train_dataloader") from None
     except Exception as exc:
-        raise JobError(f"{_where(exc, path)}: {_describe(exc)} (while reading the first batch of {attr})") from None
+        raise JobError(
+            f"{_where(exc, path)}: {_describe(exc)} (while reading the first batch of {attr})"
+        ) from None
     if held_out is None:
         log(f"{attr} has no val_dataloader: the first training batch also stands in for held-out samples")
     return LightningBatch(spec.name, _unbatch(batch), None if held_out is None else _unbatch(held_out))
 
 
 def _first_batch(loader):
-    """The first batch of `loader()`, with torch's RNG seeded for it (and put back after): a shuffling loader gives
-    the same batch to every job, so a quantize run and the export of it measure the same samples."""
+    """The first batch of `loader()`, with torch's RNG seeded for it (and put back after): a shuffling loader
+    gives the same batch to every job, so a quantize run and the export of it measure the same samples."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         return next(iter(loader()))

@@ -1,6 +1,6 @@
-"""Which metric a Lightning run is judged by: the monitor of the module's own ModelCheckpoint (or EarlyStopping),
-else the first `val_*` metric it logs; and whether higher or lower is better. No lightning import: it reads plain
-attributes, so it is tested without a Trainer.
+"""Which metric a Lightning run is judged by: the monitor of the module's own ModelCheckpoint (or
+EarlyStopping), else the first `val_*` metric it logs; and whether higher or lower is better. No lightning
+import: it reads plain attributes, so it is tested without a Trainer.
 """
 
 from __future__ import annotations
@@ -8,14 +8,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-LOWER_IS_BETTER = ("loss", "error", "mse", "mae", "rmse", "nll")  # names that contain one of these are minimised
+# names that contain one of these are minimised
+LOWER_IS_BETTER = ("loss", "error", "mse", "mae", "rmse", "nll")
 
 
 @dataclass
 class Monitor:
     name: str
     higher_is_better: bool
-    source: str  # where it was found, for the log: "ModelCheckpoint", "EarlyStopping", "the first val_* metric"
+    # where it was found, for the log: "ModelCheckpoint", "EarlyStopping", "the first val_* metric"
+    source: str
 
     def improves(self, value: float, best: float | None) -> bool:
         if not math.isfinite(value):
@@ -30,7 +32,8 @@ def direction_of(name: str) -> bool:
 
 
 def from_callbacks(callbacks, exclude=()) -> Monitor | None:
-    """The monitor a ModelCheckpoint names (else an EarlyStopping), with its mode; None when none names one."""
+    """The monitor a ModelCheckpoint names (else an EarlyStopping), with its mode; None when none names
+    one."""
     for kind in ("ModelCheckpoint", "EarlyStopping"):
         for callback in callbacks:
             if callback in exclude or not any(cls.__name__ == kind for cls in type(callback).__mro__):
@@ -43,7 +46,8 @@ def from_callbacks(callbacks, exclude=()) -> Monitor | None:
 
 
 def from_logged(names) -> Monitor | None:
-    """The first `val_*` name logged (Lightning's `_step` copies left out), with the direction its name implies."""
+    """The first `val_*` name logged (Lightning's `_step` copies left out), with the direction its name
+    implies."""
     for name in names:
         if name.startswith("val_") and not name.endswith("_step"):
             return Monitor(name, direction_of(name), "the first val_* metric logged")

@@ -1,5 +1,6 @@
-"""Lightning's own messages (its INFO lines and Python warnings) into the job's log while it trains, instead of the
-worker's stderr, so the window and `workbench train` show them as log lines. Imports no lightning itself.
+"""Lightning's own messages (its INFO lines and Python warnings) into the job's log while it trains, instead
+of the worker's stderr, so the window and `workbench train` show them as log lines. Imports no lightning
+itself.
 """
 
 from __future__ import annotations
@@ -10,10 +11,21 @@ import warnings
 from collections.abc import Iterator
 
 LOGGERS = ("lightning.pytorch", "lightning.fabric", "lightning")
-# Lines that only describe hardware the run does not use, or Lightning's own tips: they would fill every job's log.
-NOISE = ("TPU available", "HPU available", "IPU available", "GPU available: False", "💡", "LOCAL_RANK",
-         "`Trainer.fit` stopped", "Checkpoint directory", "Trainer already configured with model summary",
-         "LeafSpec")  # the last: Lightning's own use of a torch API that torch deprecated, nothing the user can change
+# Lines that only describe hardware the run does not use, or Lightning's own tips: they would fill every job's
+# log.
+NOISE = (
+    "TPU available",
+    "HPU available",
+    "IPU available",
+    "GPU available: False",
+    "💡",
+    "LOCAL_RANK",
+    "`Trainer.fit` stopped",
+    "Checkpoint directory",
+    "Trainer already configured with model summary",
+    # the last: Lightning's own use of a torch API that torch deprecated, nothing the user can change
+    "LeafSpec",
+)
 
 
 class _ToJobLog(logging.Handler):

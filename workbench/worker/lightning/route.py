@@ -49,11 +49,16 @@ def run_lightning_training(spec: TrainSpec, ctx, board=None) -> dict:
     check_amp(spec.amp, device)
     ignored = ignored_fields(spec)
     if ignored:
-        ctx.log(f"{', '.join(ignored)} ignored: the LightningModule's configure_optimizers and training_step "
-                "decide them", "warning")
+        ctx.log(
+            f"{', '.join(ignored)} ignored: the LightningModule's configure_optimizers and training_step "
+            "decide them",
+            "warning",
+        )
     if spec.layer_stats_every:  # the default: said once, in passing, not as a warning
-        ctx.log("layer statistics (layer_stats_every) are recorded by the workbench's own loop; Lightning's "
-                "Trainer runs this one's steps, so the Layers view stays empty")
+        ctx.log(
+            "layer statistics (layer_stats_every) are recorded by the workbench's own loop; Lightning's "
+            "Trainer runs this one's steps, so the Layers view stays empty"
+        )
     run = ctx.run
     run.checkpoints_dir.mkdir(parents=True, exist_ok=True)
     run.artifacts_dir.mkdir(parents=True, exist_ok=True)
@@ -63,9 +68,11 @@ def run_lightning_training(spec: TrainSpec, ctx, board=None) -> dict:
     parts.datamodule = _load_data(spec, parts.module, ctx, announced)
     resume = _resume_point(ctx)
     parameters = count_parameters(parts.module)
-    ctx.log(f"training {spec.model.name} ({parameters['trainable']:,} of {parameters['total']:,} parameters "
-            f"trainable) with Lightning {lightning.__version__}'s Trainer on {describe(device)}, "
-            f"amp={spec.amp}")
+    ctx.log(
+        f"training {spec.model.name} ({parameters['trainable']:,} of {parameters['total']:,} parameters "
+        f"trainable) with Lightning {lightning.__version__}'s Trainer on {describe(device)}, "
+        f"amp={spec.amp}"
+    )
     with lightning_messages(ctx.log):  # Lightning's own lines and warnings into the job's log, not stderr
         _build_trainer(spec, ctx, device, parts)
         _fit(spec, ctx, parts, resume)
@@ -95,8 +102,10 @@ def _skipped_steps(ctx, parts: _Parts) -> list[str]:
     if not skipped:
         return []
     name = type(parts.module).__name__
-    text = (f"{name}.training_step returned None for {skipped} of {seen} training steps; Lightning skipped "
-            "them (no backward, no optimizer step)")
+    text = (
+        f"{name}.training_step returned None for {skipped} of {seen} training steps; Lightning skipped "
+        "them (no backward, no optimizer step)"
+    )
     text += ", so the weights never changed" if skipped == seen else ""
     ctx.log(text, "warning")
     return [text]
@@ -108,13 +117,16 @@ def _load_data(spec: TrainSpec, module, ctx, announced: set):
     if is_lightning_name(spec.dataset.name):
         return load_datamodule(spec.dataset.name, spec.dataset.args, ctx.log, announced=announced)
     if not overrides(module, "train_dataloader", lightning.LightningModule):
-        raise JobError(f"dataset.name: {spec.dataset.name!r} is not a LightningDataModule, and "
-                       f"{type(module).__name__} has no train_dataloader of its own; set "
-                       "dataset.name=lightning:<path.py>:<LightningDataModule> or give the module a "
-                       "train_dataloader")
+        raise JobError(
+            f"dataset.name: {spec.dataset.name!r} is not a LightningDataModule, and "
+            f"{type(module).__name__} has no train_dataloader of its own; set "
+            "dataset.name=lightning:<path.py>:<LightningDataModule> or give the module a "
+            "train_dataloader"
+        )
     if spec.dataset != DataSpec():
-        ctx.log(f"dataset.* ignored: {type(module).__name__} loads its own data (its train_dataloader)",
-                "warning")
+        ctx.log(
+            f"dataset.* ignored: {type(module).__name__} loads its own data (its train_dataloader)", "warning"
+        )
     return None
 
 
@@ -124,8 +136,10 @@ def _resume_point(ctx):
         return None
     path = ctx.run.checkpoints_dir / LAST_CKPT
     if not path.is_file():
-        raise JobError(f"cannot resume: {path} does not exist (the run never finished an epoch, or it was "
-                       "not trained by Lightning); start a new run instead")
+        raise JobError(
+            f"cannot resume: {path} does not exist (the run never finished an epoch, or it was "
+            "not trained by Lightning); start a new run instead"
+        )
     ctx.log(f"resuming from checkpoints/{LAST_CKPT}")
     return path
 
@@ -147,8 +161,10 @@ def check_resume_epochs(spec: TrainSpec, run_dir) -> None:
         return  # the job itself says why it cannot be read
     done = _epochs_done(saved)
     if done is not None and spec.epochs < done:
-        raise SpecError(f"epochs: {spec.epochs} is below the {done} epoch(s) this run has done (checkpoints/"
-                        f"{LAST_CKPT}); resume with epochs={done} or more, or start a new run")
+        raise SpecError(
+            f"epochs: {spec.epochs} is below the {done} epoch(s) this run has done (checkpoints/"
+            f"{LAST_CKPT}); resume with epochs={done} or more, or start a new run"
+        )
 
 
 def _epochs_done(saved: dict) -> int | None:
@@ -168,24 +184,37 @@ def _build_trainer(spec: TrainSpec, ctx, device: torch.device, parts: _Parts) ->
     from workbench.worker.lightning.stream import MetricsLogger, WorkbenchCallback
 
     run = ctx.run
+
     # The run's resume point: one file, replaced atomically at each checkpointed epoch's end.
     class RunCheckpoint(ModelCheckpoint):
         """A type of its own: Lightning drops Trainer callbacks whose exact type a module's
         configure_callbacks returns, and a module's own ModelCheckpoint must not remove the run's resume
         point."""
 
-    parts.own_checkpoint = RunCheckpoint(dirpath=run.checkpoints_dir, filename=LAST_CKPT[:-len(".ckpt")],
-                                           monitor=None, save_top_k=1, every_n_epochs=spec.checkpoint_every,
-                                           save_on_train_epoch_end=True, enable_version_counter=False)
-    parts.callback = WorkbenchCallback(ctx, epochs=spec.epochs,
-                                       best_path=run.checkpoints_dir / BEST if spec.keep_best
-                                       else None, patience=spec.early_stop_patience,
-                                       own_checkpoint=parts.own_checkpoint)
+    parts.own_checkpoint = RunCheckpoint(
+        dirpath=run.checkpoints_dir,
+        filename=LAST_CKPT[: -len(".ckpt")],
+        monitor=None,
+        save_top_k=1,
+        every_n_epochs=spec.checkpoint_every,
+        save_on_train_epoch_end=True,
+        enable_version_counter=False,
+    )
+    parts.callback = WorkbenchCallback(
+        ctx,
+        epochs=spec.epochs,
+        best_path=run.checkpoints_dir / BEST if spec.keep_best else None,
+        patience=spec.early_stop_patience,
+        own_checkpoint=parts.own_checkpoint,
+    )
     holder: list = []
     parts.trainer = lightning.Trainer(
-        **trainer_arguments(spec, device), default_root_dir=str(run.dir),
+        **trainer_arguments(spec, device),
+        default_root_dir=str(run.dir),
         logger=MetricsLogger(ctx, lambda: holder[0] if holder else None, run.dir),
-        callbacks=[parts.callback, parts.own_checkpoint], plugins=[WorkbenchCheckpointIO(run.dir)])
+        callbacks=[parts.callback, parts.own_checkpoint],
+        plugins=[WorkbenchCheckpointIO(run.dir)],
+    )
     holder.append(parts.trainer)
 
 
@@ -196,16 +225,22 @@ def _fit(spec: TrainSpec, ctx, parts: _Parts, resume) -> None:
     try:
         trainer.fit(parts.module, datamodule=parts.datamodule, ckpt_path=str(resume) if resume else None)
     except Cancelled:
-        raise JobCancelled(f"cancelled by the user in epoch {trainer.current_epoch + 1}/{spec.epochs} at "
-                           f"step {trainer.global_step}; {_kept(ctx, callback)}") from None
+        raise JobCancelled(
+            f"cancelled by the user in epoch {trainer.current_epoch + 1}/{spec.epochs} at "
+            f"step {trainer.global_step}; {_kept(ctx, callback)}"
+        ) from None
     except Diverged as exc:  # the built-in loop's words for the same end
-        raise JobError(f"the training loss became {exc.what} {exc.where}; training stopped and "
-                       f"{_kept(ctx, callback)}. Try a lower learning rate in configure_optimizers, "
-                       "amp=none, or gradient clipping (e.g. clip_grad_norm=1.0).") from None
+        raise JobError(
+            f"the training loss became {exc.what} {exc.where}; training stopped and "
+            f"{_kept(ctx, callback)}. Try a lower learning rate in configure_optimizers, "
+            "amp=none, or gradient clipping (e.g. clip_grad_norm=1.0)."
+        ) from None
     except SystemExit as exc:  # Lightning's SIGTERMException: the job is being stopped from outside
         if ctx.should_stop() or type(exc).__name__ == "SIGTERMException":
-            raise JobCancelled(f"stopped (SIGTERM) in epoch {trainer.current_epoch + 1}/{spec.epochs}; "
-                               f"{_kept(ctx, callback)}") from None
+            raise JobCancelled(
+                f"stopped (SIGTERM) in epoch {trainer.current_epoch + 1}/{spec.epochs}; "
+                f"{_kept(ctx, callback)}"
+            ) from None
         raise
     except WorkbenchError:
         raise
@@ -252,8 +287,11 @@ def _test(ctx, parts: _Parts) -> _Test:
     """trainer.test once after training, where the module has a test_step and there is a test dataloader."""
     lightning = require_lightning()
     module, data = parts.module, parts.datamodule
-    has_loader = (overrides(data, "test_dataloader", lightning.LightningDataModule) if data is not None
-                  else overrides(module, "test_dataloader", lightning.LightningModule))
+    has_loader = (
+        overrides(data, "test_dataloader", lightning.LightningDataModule)
+        if data is not None
+        else overrides(module, "test_dataloader", lightning.LightningModule)
+    )
     if not overrides(module, "test_step", lightning.LightningModule) or not has_loader:
         ctx.log("no test evaluation: the module has no test_step or there is no test_dataloader")
         return _Test()
@@ -263,15 +301,17 @@ def _test(ctx, parts: _Parts) -> _Test:
     try:
         results = parts.trainer.test(module, datamodule=data, verbose=False)
     except Cancelled:
-        raise JobCancelled("cancelled by the user during the test; the trained weights are in checkpoints/"
-                           f"{LAST_CKPT}") from None
+        raise JobCancelled(
+            f"cancelled by the user during the test; the trained weights are in checkpoints/{LAST_CKPT}"
+        ) from None
     except WorkbenchError:
         raise
     except Exception as exc:
         raise JobError(f"{_describe(exc)} (during Lightning testing)") from None
     metrics = {name: _number(value) for name, value in (results[0] if results else {}).items()}
-    text = "test: " + " · ".join(f"{name} {value:.4f}" for name,
-                                 value in metrics.items() if value is not None)
+    text = "test: " + " · ".join(
+        f"{name} {value:.4f}" for name, value in metrics.items() if value is not None
+    )
     if metrics:
         ctx.log(text)
     # The job's last progress says what the test gave (the Jobs panel kept "testing" after the run had ended).
@@ -297,8 +337,9 @@ def _record_input_shape(spec: TrainSpec, ctx, shape) -> TrainSpec:
     return resolved
 
 
-def _result(spec: TrainSpec, ctx, device: torch.device, parts: _Parts, *, parameters: dict, test: _Test,
-            resumed: bool) -> dict:
+def _result(
+    spec: TrainSpec, ctx, device: torch.device, parts: _Parts, *, parameters: dict, test: _Test, resumed: bool
+) -> dict:
     """The built-in route's result keys, filled from what Lightning logged."""
     trainer, callback, run = parts.trainer, parts.callback, ctx.run
     last = callback.last_metrics
@@ -308,18 +349,24 @@ def _result(spec: TrainSpec, ctx, device: torch.device, parts: _Parts, *, parame
     test_metrics = test.metrics or {}
     test_value = None
     if monitor is not None and test_metrics:
-        stem = monitor.name[len("val_"):] if monitor.name.startswith("val_") else monitor.name
+        stem = monitor.name[len("val_") :] if monitor.name.startswith("val_") else monitor.name
         test_value = test_metrics.get(f"test_{stem}", test_metrics.get(monitor.name))
     result = {
         "epochs_completed": int(trainer.current_epoch),
-        "final": {"train_loss": last.get("train_loss_epoch", last.get("train_loss")),
-                  "val_loss": last.get("val_loss"),
-                  "val_accuracy": last.get("val_acc", last.get("val_accuracy")),
-                  "test_accuracy": test_metrics.get("test_acc", test_metrics.get("test_accuracy")),
-                  **{name: value for name, value in last.items() if name.startswith("val_")},
-                  "test_metrics": test.metrics},
-        "throughput": {"train_samples_per_s": None, "warmup_s": None, "warmup_steps": None,
-                       "compile_s": None},
+        "final": {
+            "train_loss": last.get("train_loss_epoch", last.get("train_loss")),
+            "val_loss": last.get("val_loss"),
+            "val_accuracy": last.get("val_acc", last.get("val_accuracy")),
+            "test_accuracy": test_metrics.get("test_acc", test_metrics.get("test_accuracy")),
+            **{name: value for name, value in last.items() if name.startswith("val_")},
+            "test_metrics": test.metrics,
+        },
+        "throughput": {
+            "train_samples_per_s": None,
+            "warmup_s": None,
+            "warmup_steps": None,
+            "compile_s": None,
+        },
         "checkpoint": str(run.checkpoints_dir / FINAL),
         "best_checkpoint": str(best) if spec.keep_best and best.exists() else None,
         "device": str(device),
@@ -333,11 +380,17 @@ def _result(spec: TrainSpec, ctx, device: torch.device, parts: _Parts, *, parame
         "best_epoch": callback.best_epoch,
         "evaluation": None,
         "task": task,
-        "monitor": {"name": monitor.name if monitor else None, "label": monitor.name if monitor else None,
-                    "higher_is_better": monitor.higher_is_better if monitor else None,
-                    "best_val": callback.best, "test": test_value},
-        "lightning": {"checkpoint": str(run.checkpoints_dir / LAST_CKPT),
-                      "datamodule": spec.dataset.name if parts.datamodule is not None else None},
+        "monitor": {
+            "name": monitor.name if monitor else None,
+            "label": monitor.name if monitor else None,
+            "higher_is_better": monitor.higher_is_better if monitor else None,
+            "best_val": callback.best,
+            "test": test_value,
+        },
+        "lightning": {
+            "checkpoint": str(run.checkpoints_dir / LAST_CKPT),
+            "datamodule": spec.dataset.name if parts.datamodule is not None else None,
+        },
     }
     if resumed:
         result["resumed_from_epoch"] = callback.resumed_from

@@ -1,6 +1,7 @@
-"""A TrainSpec mapped onto `lightning.Trainer` arguments: epochs, device, amp, gradient accumulation and clipping,
-determinism, how often metrics are logged; and the spec fields this route cannot honour, refused or named as
-ignored (the module's own training_step and configure_optimizers decide those). Worker side; never imports Qt.
+"""A TrainSpec mapped onto `lightning.Trainer` arguments: epochs, device, amp, gradient accumulation and
+clipping, determinism, how often metrics are logged; and the spec fields this route cannot honour, refused or
+named as ignored (the module's own training_step and configure_optimizers decide those). Worker side; never
+imports Qt.
 """
 
 from __future__ import annotations
@@ -12,21 +13,39 @@ from workbench.specs import TrainSpec
 
 PRECISIONS = {"none": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
 # What the module's own code decides on this route (its configure_optimizers, its training_step's loss).
-MODULE_DECIDES = ("lr", "optimizer", "momentum", "weight_decay", "no_decay_bias_norm", "scheduler", "step_size",
-                  "gamma", "loss", "label_smoothing", "channels_last", "profile_steps")
+MODULE_DECIDES = (
+    "lr",
+    "optimizer",
+    "momentum",
+    "weight_decay",
+    "no_decay_bias_norm",
+    "scheduler",
+    "step_size",
+    "gamma",
+    "loss",
+    "label_smoothing",
+    "channels_last",
+    "profile_steps",
+)
 
 
 def check_spec(spec: TrainSpec) -> None:
     """Refuse what Lightning here cannot run as asked, before anything is imported or read."""
     if spec.distributed != "none":
-        raise JobError("distributed: a lightning: model trains in the worker's one process here; set distributed=none "
-                       "(multi-process Lightning runs belong to Lightning's own launcher)")
+        raise JobError(
+            "distributed: a lightning: model trains in the worker's one process here; set distributed=none "
+            "(multi-process Lightning runs belong to Lightning's own launcher)"
+        )
     if spec.compile != "off":
-        raise JobError("compile: a LightningModule compiles itself (call torch.compile in its configure_model); "
-                       "set compile=off")
+        raise JobError(
+            "compile: a LightningModule compiles itself (call torch.compile in its configure_model); "
+            "set compile=off"
+        )
     if spec.clip_grad_norm and spec.clip_grad_value:
-        raise JobError(f"clip_grad_value: {spec.clip_grad_value:g} and clip_grad_norm {spec.clip_grad_norm:g} are both "
-                       "set; Lightning's Trainer clips one way, so set one of them to 0")
+        raise JobError(
+            f"clip_grad_value: {spec.clip_grad_value:g} and clip_grad_norm {spec.clip_grad_norm:g} are both "
+            "set; Lightning's Trainer clips one way, so set one of them to 0"
+        )
 
 
 def ignored_fields(spec: TrainSpec) -> list[str]:

@@ -1,6 +1,7 @@
-"""The user's LightningModule and LightningDataModule classes: `lightning:<path.py>:<Class>` names parsed, the file
-imported the way `file:` models are (announced: it runs with the user's permissions), each class checked and
-instantiated with one-line JobErrors naming the file, the class and what is wrong. Worker side; never imports Qt.
+"""The user's LightningModule and LightningDataModule classes: `lightning:<path.py>:<Class>` names parsed, the
+file imported the way `file:` models are (announced: it runs with the user's permissions), each class checked
+and instantiated with one-line JobErrors naming the file, the class and what is wrong. Worker side; never
+imports Qt.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ REQUIRED_HOOKS = ("training_step", "configure_optimizers")
 
 
 def parse_name(name: str, field: str, what: str) -> tuple[Path, str]:
-    """lightning:<path.py>:<Class> -> (absolute path, Class); a JobError naming `field` when malformed or missing."""
-    text = name[len(PREFIX):] if name.startswith(PREFIX) else name
+    """lightning:<path.py>:<Class> -> (absolute path, Class); a JobError naming `field` when malformed or
+    missing."""
+    text = name[len(PREFIX) :] if name.startswith(PREFIX) else name
     path_text, _, attr = text.rpartition(":")  # rpartition: a Windows path has a colon of its own
     if not path_text or not attr.isidentifier():
         raise JobError(f"{field}: {name!r} must be lightning:<path.py>:<{what}>")
@@ -35,17 +37,27 @@ def _load_class(name: str, field: str, what: str, base: type, log, announced: se
     try:
         module = import_user_file(path)
     except JobError as exc:
-        raise JobError(str(exc).replace("while importing the model file", f"while importing the {what} file")) from None
+        raise JobError(
+            str(exc).replace("while importing the model file", f"while importing the {what} file")
+        ) from None
     target = getattr(module, attr, None)
     if not (inspect.isclass(target) and issubclass(target, base)):
-        found = sorted(n for n, v in vars(module).items()
-                       if inspect.isclass(v) and issubclass(v, base) and v is not base and not n.startswith("_"))
+        found = sorted(
+            n
+            for n, v in vars(module).items()
+            if inspect.isclass(v) and issubclass(v, base) and v is not base and not n.startswith("_")
+        )
         if target is None:
             why = "is not defined there"
         else:
-            why = f"is a {type(target).__name__ if not inspect.isclass(target) else 'class'}, not a {base.__name__}"
-        raise JobError(f"{field}: {attr!r} in {path} {why}; the {base.__name__} classes it defines: "
-                       f"{', '.join(found) or 'none'}")
+            why = (
+                f"is a {type(target).__name__ if not inspect.isclass(target) else 'class'}, not a "
+                f"{base.__name__}"
+            )
+        raise JobError(
+            f"{field}: {attr!r} in {path} {why}; the {base.__name__} classes it defines: "
+            f"{', '.join(found) or 'none'}"
+        )
     return target, path
 
 
@@ -53,12 +65,19 @@ def _instantiate(cls, args: dict, path: Path, field: str):
     try:
         return cls(**args)
     except TypeError as exc:
-        if exc.__traceback__ is not None and exc.__traceback__.tb_next is None:  # the call itself: wrong arguments
-            raise JobError(f"{field}: {cls.__name__}({', '.join(f'{k}=' for k in args)}) from {path} cannot be called "
-                           f"so ({exc}); check its arguments") from None
-        raise JobError(f"{_where(exc, path)}: {_describe(exc)} (while creating {cls.__name__} from {path})") from None
+        # the call itself: wrong arguments
+        if exc.__traceback__ is not None and exc.__traceback__.tb_next is None:
+            raise JobError(
+                f"{field}: {cls.__name__}({', '.join(f'{k}=' for k in args)}) from {path} cannot be called "
+                f"so ({exc}); check its arguments"
+            ) from None
+        raise JobError(
+            f"{_where(exc, path)}: {_describe(exc)} (while creating {cls.__name__} from {path})"
+        ) from None
     except Exception as exc:
-        raise JobError(f"{_where(exc, path)}: {_describe(exc)} (while creating {cls.__name__} from {path})") from None
+        raise JobError(
+            f"{_where(exc, path)}: {_describe(exc)} (while creating {cls.__name__} from {path})"
+        ) from None
 
 
 def overrides(obj, hook: str, base: type) -> bool:
@@ -70,18 +89,28 @@ def load_module(name: str, log, *, args: dict | None = None, announced: set | No
     """An instance of the user's LightningModule class, checked for the hooks training needs."""
     lightning = require_lightning()
     base = lightning.LightningModule
-    cls, path = _load_class(name, "model.name", "LightningModule", base, log, announced if announced is not None else set())
+    cls, path = _load_class(
+        name, "model.name", "LightningModule", base, log, announced if announced is not None else set()
+    )
     missing = [hook for hook in REQUIRED_HOOKS if getattr(cls, hook, None) is getattr(base, hook, None)]
     if missing:
-        raise JobError(f"model.name: {cls.__name__} in {path} does not define {' or '.join(missing)}; a "
-                       f"LightningModule needs training_step (returning the loss) and configure_optimizers "
-                       f"(returning its optimizer) to be trained")
+        raise JobError(
+            f"model.name: {cls.__name__} in {path} does not define {' or '.join(missing)}; a "
+            f"LightningModule needs training_step (returning the loss) and configure_optimizers "
+            f"(returning its optimizer) to be trained"
+        )
     return _instantiate(cls, dict(args or {}), path, "model.args")
 
 
 def load_datamodule(name: str, args: dict, log, *, announced: set | None = None):
     """An instance of the user's LightningDataModule class, called with dataset.args."""
     lightning = require_lightning()
-    cls, path = _load_class(name, "dataset.name", "LightningDataModule", lightning.LightningDataModule, log,
-                            announced if announced is not None else set())
+    cls, path = _load_class(
+        name,
+        "dataset.name",
+        "LightningDataModule",
+        lightning.LightningDataModule,
+        log,
+        announced if announced is not None else set(),
+    )
     return _instantiate(cls, dict(args), path, "dataset.args")

@@ -48,8 +48,12 @@ class OwnValidation:
         """The ladder's metric block for the monitor: {"name": "val_acc", "label": "val_acc", ...}."""
         if self.monitor is None:
             return None
-        return {"name": self.monitor.name, "label": self.monitor.name, "split": "val",
-                "higher_is_better": bool(self.monitor.higher_is_better)}
+        return {
+            "name": self.monitor.name,
+            "label": self.monitor.name,
+            "split": "val",
+            "higher_is_better": bool(self.monitor.higher_is_better),
+        }
 
     def measure(self, network, result: dict, check_stop=None) -> dict:
         """`result` (the workbench's own measure of `network`) with "accuracy" the module's monitor, "metrics"
@@ -66,8 +70,12 @@ class OwnValidation:
             self.log(f"{self.monitor.name} was not logged by this validation; the step reads NaN", "warning")
             value = math.nan
         loss = as_dict(logged).get("val_loss")
-        return {**result, "accuracy": value, "loss": result["loss"] if loss is None else loss,
-                "metrics": dict(logged or {})}
+        return {
+            **result,
+            "accuracy": value,
+            "loss": result["loss"] if loss is None else loss,
+            "metrics": dict(logged or {}),
+        }
 
     def value(self, network, check_stop=None) -> float:
         """The monitor's value alone, for the sweeps (after measure() chose the monitor)."""
@@ -79,22 +87,28 @@ class OwnValidation:
         (and the fallback said in the log) where validation logged neither or never ran the network."""
         name = type(self.module).__name__
         if logged is None:
-            return self._fall_back(f"{name}.validation_step never calls the module itself (self(x)), so the "
-                                   "quantized copy cannot be put in its place")
+            return self._fall_back(
+                f"{name}.validation_step never calls the module itself (self(x)), so the "
+                "quantized copy cannot be put in its place"
+            )
         monitor = from_callbacks(self._trainer.callbacks)
         if monitor is None or monitor.name not in logged:
             monitor = from_logged(logged)
         if monitor is None:
             return self._fall_back(f"{name}.validation_step logs no monitor (no val_* metric)")
-        self.log(f"measuring {name}'s own monitor {monitor.name} "
-                 f"({'higher' if monitor.higher_is_better else 'lower'} is better, from {monitor.source}) at "
-                 "every step: its validation_step over its val batches with the step's network in place")
+        self.log(
+            f"measuring {name}'s own monitor {monitor.name} "
+            f"({'higher' if monitor.higher_is_better else 'lower'} is better, from {monitor.source}) at "
+            "every step: its validation_step over its val batches with the step's network in place"
+        )
         return monitor
 
     def _fall_back(self, why: str) -> None:
         self.active = False
-        self.log(f"{why}: every step is measured by the workbench's own measure on the held-out batches "
-                 "instead", "warning")
+        self.log(
+            f"{why}: every step is measured by the workbench's own measure on the held-out batches instead",
+            "warning",
+        )
         return None
 
     def run(self, network, check_stop=None) -> dict[str, float] | None:
@@ -104,10 +118,17 @@ class OwnValidation:
         if self._trainer is None:
             kind, devices = accelerator(self.device)
             self._trainer = lightning.Trainer(
-                accelerator=kind, devices=devices, precision="32-true", logger=False,
-                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                accelerator=kind,
+                devices=devices,
+                precision="32-true",
+                logger=False,
+                enable_checkpointing=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
                 inference_mode=False,
-                num_sanity_val_steps=0, default_root_dir=self.root)
+                num_sanity_val_steps=0,
+                default_root_dir=self.root,
+            )
         calls = [0]
         data = {"datamodule": self.datamodule} if self.datamodule is not None else {}
         was_training = module.training
@@ -173,7 +194,9 @@ def own_validation(module, train, data_spec, device, log, root: str | None = Non
     else:
         has_loader = overrides(module, "val_dataloader", lightning.LightningModule)
     if not overrides(module, "validation_step", lightning.LightningModule) or not has_loader:
-        log(f"{name} has no validation_step or no val_dataloader: every step is measured by the workbench's "
-            "own measure on the held-out batches")
+        log(
+            f"{name} has no validation_step or no val_dataloader: every step is measured by the workbench's "
+            "own measure on the held-out batches"
+        )
         return None
     return OwnValidation(module, datamodule, device, log, name=train.model.name, root=root)

@@ -1,5 +1,6 @@
-"""The model side of the worker: a registry of networks (`mlp`, `cnn`, `torchvision:<arch>`, `file:<path>:<name>`)
-and `build_model(ModelSpec)`, which adds pretrained weights, a new head, a checkpoint and freezing.
+"""The model side of the worker: a registry of networks (`mlp`, `cnn`, `torchvision:<arch>`,
+`file:<path>:<name>`) and `build_model(ModelSpec)`, which adds pretrained weights, a new head, a checkpoint
+and freezing.
 
 Imports torch (torchvision only when a torchvision model is asked for); never Qt.
 """

@@ -1,5 +1,5 @@
-"""`build_model`: a ModelSpec to a ready network: build by name, pretrained weights, head, checkpoint, freezing,
-and a dry forward pass that proves the network takes the input shape and gives num_classes outputs.
+"""`build_model`: a ModelSpec to a ready network: build by name, pretrained weights, head, checkpoint,
+freezing, and a dry forward pass that proves the network takes the input shape and gives num_classes outputs.
 
 Worker side; never imports Qt.
 """
@@ -60,13 +60,15 @@ def _tensors(x) -> list[torch.Tensor]:
 
 
 def inputs_text(batch) -> str:
-    """"inputs of shape 1,28,28" for one float tensor; "inputs int64[32]" or "inputs ids int64[32], mask bool[32]"
-    otherwise, so a dtype mismatch reads as one."""
+    """ "inputs of shape 1,28,28" for one float tensor; "inputs int64[32]" or "inputs ids int64[32], mask
+    bool[32]" otherwise, so a dtype mismatch reads as one."""
     if isinstance(batch, torch.Tensor) and batch.is_floating_point():
         return f"inputs of shape {_shape_text(batch.shape[1:])}"
     named = batch.items() if isinstance(batch, dict) else [("", t) for t in _tensors(batch)]
-    return "inputs " + ", ".join(f"{name + ' ' if name else ''}{str(t.dtype).removeprefix('torch.')}"
-                                 f"[{_shape_text(t.shape[1:])}]" for name, t in named)
+    return "inputs " + ", ".join(
+        f"{name + ' ' if name else ''}{str(t.dtype).removeprefix('torch.')}[{_shape_text(t.shape[1:])}]"
+        for name, t in named
+    )
 
 
 def input_advice(exc: BaseException, batch) -> str:
@@ -74,8 +76,10 @@ def input_advice(exc: BaseException, batch) -> str:
     text = str(exc)
     floats = any(t.is_floating_point() for t in _tensors(batch))
     if floats and any(word in text for word in ("Long, Int", "indices", "scalar type Long")):
-        return ("; the model expected integer inputs (int64 ids) but got float32: take the inputs from the run's "
-                "dataset, or set model.input_spec with dtype = \"int64\"")
+        return (
+            "; the model expected integer inputs (int64 ids) but got float32: take the inputs from the run's "
+            'dataset, or set model.input_spec with dtype = "int64"'
+        )
     return "; check model.input_shape and dataset.image_size"
 
 
@@ -93,17 +97,28 @@ def _output_fits(out: torch.Tensor, num_classes: int, task: str) -> tuple[bool, 
     if task == "custom":
         return True, "any output (the custom loss reads it)"
     if task == "segmentation":
-        return out.dim() == 4 and out.shape[:2] == (2, num_classes), f"(batch, {num_classes}, height, width) scores"
+        return out.dim() == 4 and out.shape[:2] == (
+            2,
+            num_classes,
+        ), f"(batch, {num_classes}, height, width) scores"
     if task == "regression":
         fits = out.shape == (2, num_classes) or (num_classes == 1 and out.shape == (2,))
         return fits, f"(batch, {num_classes}) values"
     return out.dim() == 2 and out.shape == (2, num_classes), "(batch, num_classes) scores"
 
 
-def check_forward(model: nn.Module, name: str, input_shape: Sequence[int], num_classes: int, hint: str = "",
-                  *, task: str = "classification", example=None) -> None:
-    """Run two zero samples (or two copies of `example`, a user dataset's first input) through the model in eval
-    mode; a failure or an output shape the task cannot use is a JobError."""
+def check_forward(
+    model: nn.Module,
+    name: str,
+    input_shape: Sequence[int],
+    num_classes: int,
+    hint: str = "",
+    *,
+    task: str = "classification",
+    example=None,
+) -> None:
+    """Run two zero samples (or two copies of `example`, a user dataset's first input) through the model in
+    eval mode; a failure or an output shape the task cannot use is a JobError."""
     was_training = model.training
     model.eval()
     try:
@@ -114,37 +129,49 @@ def check_forward(model: nn.Module, name: str, input_shape: Sequence[int], num_c
         raise
     except Exception as exc:
         first = (str(exc).splitlines() or [""])[0][:300]
-        raise JobError(f"model {name} cannot take {inputs_text(batch)}: {type(exc).__name__}: {first}{_where(exc)}"
-                       f"{input_advice(exc, batch)}") from None
+        raise JobError(
+            f"model {name} cannot take {inputs_text(batch)}: {type(exc).__name__}: {first}{_where(exc)}"
+            f"{input_advice(exc, batch)}"
+        ) from None
     finally:
         model.train(was_training)
     fits, needed = _output_fits(out, num_classes, task)
     if not fits:
-        raise JobError(f"model {name} gives outputs of shape {_shape_text(out.shape[1:])} per sample, but "
-                       f"model.num_classes is {num_classes}; for task {task} the model must return {needed}{hint}")
+        raise JobError(
+            f"model {name} gives outputs of shape {_shape_text(out.shape[1:])} per sample, but "
+            f"model.num_classes is {num_classes}; for task {task} the model must return {needed}{hint}"
+        )
 
 
-FALLBACK_CLASSES = 10  # model.num_classes = 0 (auto) with no dataset at hand to count (a graph of model.* alone)
+# model.num_classes = 0 (auto) with no dataset at hand to count (a graph of model.* alone)
+FALLBACK_CLASSES = 10
 
 
-def resolve_num_classes(spec: ModelSpec, classes: int | None, log: Callable[[str], None] | None = None,
-                        source: str = "the dataset's classes") -> ModelSpec:
-    """`spec` with num_classes 0 (auto) replaced by the dataset's class count `classes` (or the fallback when no
-    dataset is at hand); an explicit count is kept, and checked against the dataset by the job that trains.
+def resolve_num_classes(
+    spec: ModelSpec,
+    classes: int | None,
+    log: Callable[[str], None] | None = None,
+    source: str = "the dataset's classes",
+) -> ModelSpec:
+    """`spec` with num_classes 0 (auto) replaced by the dataset's class count `classes` (or the fallback when
+    no dataset is at hand); an explicit count is kept, and checked against the dataset by the job that trains.
     `source` says where `classes` came from, for the log."""
     if spec.num_classes:
         return spec
     count = int(classes) if classes else FALLBACK_CLASSES
     if log is not None:
-        log(f"model.num_classes: auto, {count} " + (f"({source})" if classes else
-                                                    "(no dataset to count: the default)"))
+        log(
+            f"model.num_classes: auto, {count} "
+            + (f"({source})" if classes else "(no dataset to count: the default)")
+        )
     return dataclasses.replace(spec, num_classes=count)
 
 
 def model_class_count(spec: ModelSpec, input_shape: Sequence[int], example=None) -> tuple[int | None, str]:
     """For model.num_classes = 0 (auto) when the data names no classes (a segmentation Dataset without
-    `classes`): (the count the model itself decides, where it came from), or (None, why not). A file: model says it
-    by its num_classes default, or, when it takes no num_classes, by its output channels on the trial batch."""
+    `classes`): (the count the model itself decides, where it came from), or (None, why not). A file: model
+    says it by its num_classes default, or, when it takes no num_classes, by its output channels on the trial
+    batch."""
     args = spec.args or {}
     if isinstance(args.get("num_classes"), int) and args["num_classes"] > 0:
         return int(args["num_classes"]), "model.args.num_classes"
@@ -152,7 +179,7 @@ def model_class_count(spec: ModelSpec, input_shape: Sequence[int], example=None)
         return None, f"{spec.name} takes num_classes from the spec"
     from workbench.worker.models.user_code import num_classes_parameter
 
-    takes, default, attr = num_classes_parameter(spec.name[len("file:"):])
+    takes, default, attr = num_classes_parameter(spec.name[len("file:") :])
     if default is not None:
         return default, f"the num_classes default of {attr}"
     if takes:
@@ -161,8 +188,9 @@ def model_class_count(spec: ModelSpec, input_shape: Sequence[int], example=None)
 
 
 def _output_channels(spec: ModelSpec, input_shape: Sequence[int], example) -> int | None:
-    """Dim 1 of the model's (batch, classes, height, width) scores on two copies of the first sample (or zeros);
-    None when the output is not such scores. The count passed is unused: the model takes no num_classes."""
+    """Dim 1 of the model's (batch, classes, height, width) scores on two copies of the first sample (or
+    zeros); None when the output is not such scores. The count passed is unused: the model takes no
+    num_classes."""
     shape = tuple(spec.input_shape) or tuple(input_shape)
     try:
         model = get_model(spec.name, num_classes=1, input_shape=shape, args=spec.args, log=lambda *_: None)
@@ -179,8 +207,14 @@ def _build_as_declared(spec: ModelSpec, *, log, checkpoint: bool) -> nn.Module:
     """A model that decides its own outputs, built from model.args alone (no num_classes, head or trial pass),
     then model.checkpoint and model.freeze. model.weights reach its builder even when `pretrained` is off, so
     a family that has none refuses them in every job."""
-    model = get_model(spec.name, num_classes=spec.num_classes, input_shape=tuple(spec.input_shape),
-                      weights=spec.weights, log=log, args=spec.args)
+    model = get_model(
+        spec.name,
+        num_classes=spec.num_classes,
+        input_shape=tuple(spec.input_shape),
+        weights=spec.weights,
+        log=log,
+        args=spec.args,
+    )
     if spec.checkpoint and checkpoint:
         load_checkpoint(model, spec.checkpoint)
     if spec.freeze:
@@ -189,16 +223,26 @@ def _build_as_declared(spec: ModelSpec, *, log, checkpoint: bool) -> nn.Module:
     return model
 
 
-def build_model(spec: ModelSpec, *, input_shape: Sequence[int] = (), log: Callable[[str], None] | None = None,
-                pretrained: bool = True, checkpoint: bool = True, classes: int | None = None,
-                task: str = "classification", example=None, check: bool = True) -> nn.Module:
+def build_model(
+    spec: ModelSpec,
+    *,
+    input_shape: Sequence[int] = (),
+    log: Callable[[str], None] | None = None,
+    pretrained: bool = True,
+    checkpoint: bool = True,
+    classes: int | None = None,
+    task: str = "classification",
+    example=None,
+    check: bool = True,
+) -> nn.Module:
     """Build the network `spec` describes, on the CPU, in train mode.
 
-    `input_shape` is used when spec.input_shape is empty (the dataset's sample shape), `classes` (the dataset's
-    class count) when spec.num_classes is 0 (auto). `pretrained=False` and `checkpoint=False` skip spec.weights
-    and spec.checkpoint (a resumed run loads its own last.pt instead). `task` decides what outputs are right
-    ("auto" counts as classification); `example` is a user dataset's first input, for the trial forward pass.
-    `check=False` skips that pass, for a caller that runs the model at once and words its own failure (graph).
+    `input_shape` is used when spec.input_shape is empty (the dataset's sample shape), `classes` (the
+    dataset's class count) when spec.num_classes is 0 (auto). `pretrained=False` and `checkpoint=False` skip
+    spec.weights and spec.checkpoint (a resumed run loads its own last.pt instead). `task` decides what
+    outputs are right ("auto" counts as classification); `example` is a user dataset's first input, for the
+    trial forward pass. `check=False` skips that pass, for a caller that runs the model at once and words its
+    own failure (graph).
     """
     found = find_model(spec.name)
     if found is not None and found[0].owns_outputs:  # e.g. a LightningModule: its class decides its outputs
@@ -208,29 +252,43 @@ def build_model(spec: ModelSpec, *, input_shape: Sequence[int] = (), log: Callab
     if not shape:
         raise JobError("model.input_shape: empty, and there is no dataset to take it from; set e.g. 1,28,28")
     weights = spec.weights if pretrained else ""
-    model = get_model(spec.name, num_classes=spec.num_classes, input_shape=shape, weights=weights, log=log,
-                      args=spec.args)
+    model = get_model(
+        spec.name, num_classes=spec.num_classes, input_shape=shape, weights=weights, log=log, args=spec.args
+    )
     if spec.replace_head:
         replace_head(model, spec.num_classes)
     hint = ""
     if spec.weights and not spec.replace_head:
-        hint = "; pretrained weights keep their own classes, so set model.replace_head=true to train a new head"
+        hint = (
+            "; pretrained weights keep their own classes, so set model.replace_head=true to train a new head"
+        )
     if check:
-        check_forward(model, spec.name, shape, spec.num_classes, hint,
-                      task="classification" if task == "auto" else task, example=example)
+        check_forward(
+            model,
+            spec.name,
+            shape,
+            spec.num_classes,
+            hint,
+            task="classification" if task == "auto" else task,
+            example=example,
+        )
     if spec.checkpoint and checkpoint:
         load_checkpoint(model, spec.checkpoint)
     if spec.freeze:
         freeze(model, spec.freeze)
         if not any(p.requires_grad for p in model.parameters()):
-            raise JobError(f"model.freeze: {', '.join(spec.freeze)} freezes every parameter, so nothing would train")
+            raise JobError(
+                f"model.freeze: {', '.join(spec.freeze)} freezes every parameter, so nothing would train"
+            )
     model.train()
     return model
 
 
 def count_parameters(model: nn.Module) -> dict:
-    return {"total": sum(p.numel() for p in model.parameters()),
-            "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+    return {
+        "total": sum(p.numel() for p in model.parameters()),
+        "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+    }
 
 
 __all__ = ["build_model", "check_forward", "count_parameters", "find_head", "logits_of"]

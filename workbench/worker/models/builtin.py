@@ -18,16 +18,20 @@ CNN_WIDTHS = (32, 64, 128)
 
 def _no_weights(name: str, weights: str) -> None:
     if weights:
-        raise JobError(f"model.weights: {name} has no pretrained weights to download ({weights!r} was asked for); "
-                       "leave model.weights empty, or pass a trained state_dict as model.checkpoint instead")
+        raise JobError(
+            f"model.weights: {name} has no pretrained weights to download ({weights!r} was asked for); "
+            "leave model.weights empty, or pass a trained state_dict as model.checkpoint instead"
+        )
 
 
 def _image_shape(name: str, input_shape: tuple[int, ...]) -> tuple[int, int, int]:
     if len(input_shape) == 2:  # a single-channel image given as height,width
         input_shape = (1, *input_shape)
     if len(input_shape) != 3:
-        raise JobError(f"model.input_shape: {name} needs channels,height,width (e.g. 1,28,28), "
-                       f"not {','.join(map(str, input_shape)) or 'nothing'}")
+        raise JobError(
+            f"model.input_shape: {name} needs channels,height,width (e.g. 1,28,28), "
+            f"not {','.join(map(str, input_shape)) or 'nothing'}"
+        )
     return input_shape  # type: ignore[return-value]
 
 
@@ -45,7 +49,8 @@ class MLP(nn.Sequential):
 
 
 class SmallCNN(nn.Module):
-    """Conv-BN-ReLU stages that halve the image while it is at least 8 pixels, then global pooling and a Linear.
+    """Conv-BN-ReLU stages that halve the image while it is at least 8 pixels, then global pooling and a
+    Linear.
 
     Two stages below 16 pixels (8x8 digits), three from there (28x28 MNIST, 32x32 CIFAR); any channel count.
     """
@@ -58,8 +63,11 @@ class SmallCNN(nn.Module):
         channels = in_channels
         for width in widths:
             # No conv bias: the BatchNorm right after it has its own shift.
-            layers += [nn.Conv2d(channels, width, 3, padding=1, bias=False), nn.BatchNorm2d(width),
-                       nn.ReLU(inplace=True)]
+            layers += [
+                nn.Conv2d(channels, width, 3, padding=1, bias=False),
+                nn.BatchNorm2d(width),
+                nn.ReLU(inplace=True),
+            ]
             if side >= 8:
                 layers.append(nn.MaxPool2d(2))
                 side //= 2

@@ -1,4 +1,5 @@
-"""The model registry: `register_model` / `list_models` / `get_model`, in the style of torchvision's models/_api.py.
+"""The model registry: `register_model` / `list_models` / `get_model`, in the style of torchvision's
+models/_api.py.
 
 A builder is `fn(arg, *, num_classes, input_shape, weights, log) -> nn.Module`; `arg` is what follows the
 family prefix (`torchvision:<arch>` -> "<arch>"), "" for plain names. Worker side; never imports Qt.
@@ -41,8 +42,16 @@ class ModelEntry:
 MODELS: Registry[ModelEntry] = Registry("model", BUILTIN_MODULES, error=JobError)
 
 
-def register_model(name: str, *, family: bool = False, usage: str = "", description: str = "",
-                   trainer: str = WORKBENCH, owns_outputs: bool = False, user_code: bool = False) -> Callable:
+def register_model(
+    name: str,
+    *,
+    family: bool = False,
+    usage: str = "",
+    description: str = "",
+    trainer: str = WORKBENCH,
+    owns_outputs: bool = False,
+    user_code: bool = False,
+) -> Callable:
     """Register a builder under `name`; with `family=True`, `name:<arg>` names reach it with `arg`. `trainer`,
     `owns_outputs` and `user_code` are what callers ask of a name (see ModelEntry)."""
     if trainer not in (WORKBENCH, LIGHTNING):
@@ -50,15 +59,27 @@ def register_model(name: str, *, family: bool = False, usage: str = "", descript
 
     def decorator(fn: Callable) -> Callable:
         doc = description or (fn.__doc__ or "").strip().split("\n")[0]
-        MODELS.add(name, ModelEntry(name, fn, family, usage or (f"{name}:<arg>" if family else name), doc,
-                                    trainer=trainer, owns_outputs=owns_outputs, user_code=user_code))
+        MODELS.add(
+            name,
+            ModelEntry(
+                name,
+                fn,
+                family,
+                usage or (f"{name}:<arg>" if family else name),
+                doc,
+                trainer=trainer,
+                owns_outputs=owns_outputs,
+                user_code=user_code,
+            ),
+        )
         return fn
 
     return decorator
 
 
 def list_models() -> list[str]:
-    """Every way to name a model, e.g. ["cnn", "file:<path.py>:<ClassOrFactory>", "mlp", "torchvision:<arch>"]."""
+    """Every way to name a model, e.g. ["cnn", "file:<path.py>:<ClassOrFactory>", "mlp",
+    "torchvision:<arch>"]."""
     return sorted(entry.usage for entry in MODELS.entries())
 
 
@@ -95,11 +116,24 @@ def get_model_builder(name: str) -> tuple[ModelEntry, str]:
     raise JobError(f"model.name: {name!r} is not a known model; {hint}use one of: {', '.join(usages)}")
 
 
-def get_model(name: str, *, num_classes: int, input_shape: Sequence[int], weights: str = "",
-              log: Callable[[str], None] | None = None, args: dict | None = None):
-    """Build the bare network `name` names (no checkpoint, head or freezing; see build_model for those). `args`
-    (model.args) reach the builders that take them: the user's own file, hf: and timm:."""
+def get_model(
+    name: str,
+    *,
+    num_classes: int,
+    input_shape: Sequence[int],
+    weights: str = "",
+    log: Callable[[str], None] | None = None,
+    args: dict | None = None,
+):
+    """Build the bare network `name` names (no checkpoint, head or freezing; see build_model for those).
+    `args` (model.args) reach the builders that take them: the user's own file, hf: and timm:."""
     entry, arg = get_model_builder(name)
     extra = {"args": dict(args)} if args else {}
-    return entry.builder(arg, num_classes=num_classes, input_shape=tuple(input_shape), weights=weights,
-                         log=log or (lambda text: None), **extra)
+    return entry.builder(
+        arg,
+        num_classes=num_classes,
+        input_shape=tuple(input_shape),
+        weights=weights,
+        log=log or (lambda text: None),
+        **extra,
+    )

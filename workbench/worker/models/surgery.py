@@ -30,8 +30,10 @@ def replace_head(model: nn.Module, num_classes: int) -> str:
     """Swap the last Linear for a fresh one with `num_classes` outputs; returns its module name."""
     head = find_head(model)
     if head is None:
-        raise JobError("model.replace_head: the model has no nn.Linear layer to replace; its classifier must end in "
-                       "a Linear layer (or turn replace_head off)")
+        raise JobError(
+            "model.replace_head: the model has no nn.Linear layer to replace; its classifier must end in "
+            "a Linear layer (or turn replace_head off)"
+        )
     name, old = head
     parent_name, _, leaf = name.rpartition(".")
     parent = model.get_submodule(parent_name) if parent_name else model
@@ -58,13 +60,16 @@ def unwrap_state(obj: dict) -> dict:
 
 
 def load_checkpoint(model: nn.Module, path: str | Path, *, what: str = "model.checkpoint") -> None:
-    """Load a state_dict file (weights_only) into `model`; any mismatch is a JobError naming the file and keys."""
+    """Load a state_dict file (weights_only) into `model`; any mismatch is a JobError naming the file and
+    keys."""
     path = Path(path).expanduser()
     state = unwrap_state(load_state_dict(path))
     own = model.state_dict()
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
-    wrong_keys = [k for k in own if k in state and isinstance(state[k], torch.Tensor) and state[k].shape != own[k].shape]
+    wrong_keys = [
+        k for k in own if k in state and isinstance(state[k], torch.Tensor) and state[k].shape != own[k].shape
+    ]
     wrong = [f"{k} (file {_shape(state[k])}, model {_shape(own[k])})" for k in wrong_keys]
     not_tensors = [k for k in own if k in state and not isinstance(state[k], torch.Tensor)]
     if missing or unexpected or wrong or not_tensors:
@@ -80,8 +85,12 @@ def load_checkpoint(model: nn.Module, path: str | Path, *, what: str = "model.ch
         head = find_head(model)
         only_head = head is not None and wrong_keys and all(k.startswith(head[0] + ".") for k in wrong_keys)
         # The usual cause: weights trained for another class count. The new head must then be trained afresh.
-        hint = (" Its classifier head has another class count: load it into the model it was trained as and set "
-                "model.replace_head=true, or change model.num_classes" if only_head else "")
+        hint = (
+            " Its classifier head has another class count: load it into the model it was trained as and set "
+            "model.replace_head=true, or change model.num_classes"
+            if only_head
+            else ""
+        )
         raise JobError(f"{what}: {path} does not fit this model: {'; '.join(parts)}.{hint}")
     model.load_state_dict(state)
 
@@ -89,7 +98,8 @@ def load_checkpoint(model: nn.Module, path: str | Path, *, what: str = "model.ch
 def freeze(model: nn.Module, prefixes: Sequence[str]) -> list[str]:
     """Stop training parameters under the given module-name prefixes (`backbone` = all but the head).
 
-    Returns the names of the frozen parameters; a prefix that matches nothing is a JobError listing the modules.
+    Returns the names of the frozen parameters; a prefix that matches nothing is a JobError listing the
+    modules.
     """
     names = [name for name, _ in model.named_parameters()]
     chosen: set[str] = set()
@@ -97,15 +107,19 @@ def freeze(model: nn.Module, prefixes: Sequence[str]) -> list[str]:
         if prefix == "backbone":
             head = find_head(model)
             if head is None:
-                raise JobError("model.freeze: 'backbone' means all but the last Linear layer, and the model has none")
+                raise JobError(
+                    "model.freeze: 'backbone' means all but the last Linear layer, and the model has none"
+                )
             matched = [n for n in names if not n.startswith(head[0] + ".")]
         else:
             clean = prefix.rstrip(".")
             matched = [n for n in names if n == clean or n.startswith(clean + ".")]
             if not matched:
                 children = [n for n, _ in model.named_children()]
-                raise JobError(f"model.freeze: {prefix!r} names no parameters of this model; its modules are: "
-                               f"{', '.join(children)} (or use 'backbone')")
+                raise JobError(
+                    f"model.freeze: {prefix!r} names no parameters of this model; its modules are: "
+                    f"{', '.join(children)} (or use 'backbone')"
+                )
         chosen.update(matched)
     for name, param in model.named_parameters():
         if name in chosen:

@@ -2,7 +2,8 @@
 
 Nothing is downloaded: model.weights, when set, is a local state_dict file, loaded with weights_only=True. The
 input channels come from the input shape; model.args go to timm.create_model (e.g. {img_size=32} for a vision
-transformer). timm is an optional extra, imported only when a timm: model is built. Worker side; never imports Qt.
+transformer). timm is an optional extra, imported only when a timm: model is built. Worker side; never imports
+Qt.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ SET_HERE = {  # create_model arguments the workbench decides, and what to set in
     "num_classes": "set model.num_classes instead",
     "in_chans": "it is the first number of model.input_shape (or of the dataset's samples)",
     "checkpoint_path": "set model.weights (or model.checkpoint) instead",
-    "pretrained_cfg_overlay": "timm: models are built untrained; set model.weights to a local state_dict file",
+    "pretrained_cfg_overlay": (
+        "timm: models are built untrained; set model.weights to a local state_dict file"
+    ),
 }
 
 
@@ -40,7 +43,11 @@ def _check_name(timm, name: str) -> None:
         return
     known = timm.list_models()
     close = difflib.get_close_matches(name, known, n=5, cutoff=0.6)
-    hint = f"close names: {', '.join(close)}" if close else f"{len(known)} are known, e.g. {', '.join(known[:8])}"
+    hint = (
+        f"close names: {', '.join(close)}"
+        if close
+        else f"{len(known)} are known, e.g. {', '.join(known[:8])}"
+    )
     raise JobError(f"model.name: timm has no model {name!r}; {hint}")
 
 
@@ -60,15 +67,22 @@ def _create(timm, name: str, num_classes: int, input_shape: tuple[int, ...], arg
         raise JobError(f"model.args: timm cannot build {name} with these arguments: {exc}") from None
     except (RuntimeError, ValueError, AssertionError) as exc:
         first = (str(exc).splitlines() or [""])[0][:300]
-        raise JobError(f"model.name: timm cannot build {name} with {num_classes} classes and input shape "
-                       f"{','.join(map(str, input_shape))}: {type(exc).__name__}: {first}") from None
+        raise JobError(
+            f"model.name: timm cannot build {name} with {num_classes} classes and input shape "
+            f"{','.join(map(str, input_shape))}: {type(exc).__name__}: {first}"
+        ) from None
 
 
-@register_model("timm", family=True, usage="timm:<name>",
-                description="Any PyTorch Image Models (timm) model, e.g. timm:resnet18; untrained unless "
-                            "model.weights names a local state_dict file.")
-def build_timm(name: str, *, num_classes: int, input_shape: tuple[int, ...], weights: str, log,
-               args: dict | None = None) -> nn.Module:
+@register_model(
+    "timm",
+    family=True,
+    usage="timm:<name>",
+    description="Any PyTorch Image Models (timm) model, e.g. timm:resnet18; untrained unless "
+    "model.weights names a local state_dict file.",
+)
+def build_timm(
+    name: str, *, num_classes: int, input_shape: tuple[int, ...], weights: str, log, args: dict | None = None
+) -> nn.Module:
     args = dict(args or {})
     for key, why in SET_HERE.items():
         if key in args:
@@ -80,8 +94,10 @@ def build_timm(name: str, *, num_classes: int, input_shape: tuple[int, ...], wei
         return model
     path = Path(weights).expanduser()
     if not path.is_file():
-        raise JobError(f"model.weights: {weights!r} is not a file; a timm: model loads its weights from a local "
-                       "state_dict file (nothing is downloaded), or leave model.weights empty to start untrained")
+        raise JobError(
+            f"model.weights: {weights!r} is not a file; a timm: model loads its weights from a local "
+            "state_dict file (nothing is downloaded), or leave model.weights empty to start untrained"
+        )
     classes = _weights_classes(path, dig(getattr(model, "pretrained_cfg", None), "classifier"))
     if classes is not None and classes != num_classes:
         # Built with the weights' own class count, as torchvision weights are; build_model swaps the head when

@@ -1,7 +1,7 @@
 """`torchvision:<arch>`: any torchvision classification network, with its pretrained weights by name.
 
-Weights are fetched (or found in torch hub's cache) and proven loadable with weights_only=True before torchvision
-loads them. Worker side; never imports Qt.
+Weights are fetched (or found in torch hub's cache) and proven loadable with weights_only=True before
+torchvision loads them. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from workbench.worker.models.registry import register_model
 
 
 def classification_models() -> list[str]:
-    """Names torchvision builds as image classifiers (its `torchvision.models` namespace, not detection etc.)."""
+    """Names torchvision builds as image classifiers (its `torchvision.models` namespace, not detection
+    etc.)."""
     import torchvision.models as tvm  # 3 s to import: only when such a model is asked for
 
     return tvm.list_models(module=tvm)
@@ -28,14 +29,17 @@ def _resolve_weights(arch: str, weights: str):
     try:
         enum = tvm.get_model_weights(arch)
     except (ValueError, KeyError):
-        raise JobError(f"model.weights: torchvision has no pretrained weights for {arch}; leave model.weights empty, "
-                       "or pass a trained state_dict as model.checkpoint") from None
+        raise JobError(
+            f"model.weights: torchvision has no pretrained weights for {arch}; leave model.weights empty, "
+            "or pass a trained state_dict as model.checkpoint"
+        ) from None
     try:
         return enum.verify(weights)
     except (KeyError, ValueError):
         names = ["DEFAULT", *(w.name for w in enum)]
-        raise JobError(f"model.weights: {weights!r} is not a weight set of {arch}; choose one of: "
-                       f"{', '.join(names)}") from None
+        raise JobError(
+            f"model.weights: {weights!r} is not a weight set of {arch}; choose one of: {', '.join(names)}"
+        ) from None
 
 
 def _fetch(weights) -> None:
@@ -45,31 +49,46 @@ def _fetch(weights) -> None:
     try:
         torch.hub.load_state_dict_from_url(weights.url, progress=False, check_hash=True, weights_only=True)
     except pickle.UnpicklingError as exc:
-        raise JobError(f"model.weights: the downloaded file for {weights} holds more than plain weights, so it was "
-                       f"not loaded ({exc})") from None
+        raise JobError(
+            f"model.weights: the downloaded file for {weights} holds more than plain weights, so it was "
+            f"not loaded ({exc})"
+        ) from None
     except Exception as exc:  # URLError, HTTPError, socket timeouts, a damaged cache file, ...
         cache = f"{torch.hub.get_dir()}/checkpoints"
         raise JobError(
-            f"model.weights: cannot get {weights} from {weights.url} ({type(exc).__name__}: {exc}). Pretrained weights "
-            f"cannot be downloaded offline: put that file into {cache}, or pass a state_dict file as "
-            "model.checkpoint instead (and leave model.weights empty)") from None
+            f"model.weights: cannot get {weights} from {weights.url} ({type(exc).__name__}: {exc}). "
+            f"Pretrained weights cannot be downloaded offline: put that file into {cache}, or pass a "
+            "state_dict file as model.checkpoint instead (and leave model.weights empty)"
+        ) from None
 
 
-@register_model("torchvision", family=True, usage="torchvision:<arch>",
-                description="Any torchvision classification model, e.g. torchvision:resnet18.")
-def build_torchvision(arch: str, *, num_classes: int, input_shape: tuple[int, ...], weights: str, log) -> nn.Module:
+@register_model(
+    "torchvision",
+    family=True,
+    usage="torchvision:<arch>",
+    description="Any torchvision classification model, e.g. torchvision:resnet18.",
+)
+def build_torchvision(
+    arch: str, *, num_classes: int, input_shape: tuple[int, ...], weights: str, log
+) -> nn.Module:
     import torchvision.models as tvm
 
     known = classification_models()
     if arch not in known:
         close = difflib.get_close_matches(arch, known, n=5, cutoff=0.5)
-        hint = f"close names: {', '.join(close)}" if close else f"{len(known)} are known, e.g. {', '.join(known[:8])}"
+        hint = (
+            f"close names: {', '.join(close)}"
+            if close
+            else f"{len(known)} are known, e.g. {', '.join(known[:8])}"
+        )
         raise JobError(f"model.name: torchvision has no classification model {arch!r}; {hint}")
     if not weights:
         try:
             return tvm.get_model(arch, num_classes=num_classes)
         except (TypeError, ValueError) as exc:
-            raise JobError(f"model.name: torchvision cannot build {arch} with {num_classes} classes: {exc}") from None
+            raise JobError(
+                f"model.name: torchvision cannot build {arch} with {num_classes} classes: {exc}"
+            ) from None
     resolved = _resolve_weights(arch, weights)
     _fetch(resolved)
     log(f"loading pretrained weights {resolved} for {arch}")

@@ -25,7 +25,9 @@ def _where(exc: BaseException, path: Path) -> str:
         return f"{exc.filename}, line {exc.lineno}"
     frames = traceback.extract_tb(exc.__traceback__)
     folder = str(path.parent)
-    mine = [f for f in frames if f.filename.startswith(folder)] or [f for f in frames if "importlib" not in f.filename]
+    mine = [f for f in frames if f.filename.startswith(folder)] or [
+        f for f in frames if "importlib" not in f.filename
+    ]
     frame = (mine or frames or [None])[-1]
     return f"{frame.filename}, line {frame.lineno}" if frame is not None else str(path)
 
@@ -52,7 +54,9 @@ def import_user_file(path: Path):
         spec.loader.exec_module(module)
     except Exception as exc:
         sys.modules.pop(name, None)
-        raise JobError(f"{_where(exc, path)}: {_describe(exc)} (while importing the model file {path})") from None
+        raise JobError(
+            f"{_where(exc, path)}: {_describe(exc)} (while importing the model file {path})"
+        ) from None
     finally:
         try:
             sys.path.remove(str(path.parent))
@@ -88,9 +92,10 @@ def _accepts_num_classes(target) -> bool:
 
 
 def num_classes_parameter(arg: str) -> tuple[bool, int | None, str]:
-    """(whether the file's class or factory takes num_classes, its int default or None, the target's name): what
-    a segmentation model says of its class count when the data does not. Imports the file (user code, trusted by
-    the job that asks). A file that cannot be read says nothing here; building the model words its error."""
+    """(whether the file's class or factory takes num_classes, its int default or None, the target's name):
+    what a segmentation model says of its class count when the data does not. Imports the file (user code,
+    trusted by the job that asks). A file that cannot be read says nothing here; building the model words its
+    error."""
     path_text, _, attr = arg.rpartition(":")
     path = Path(path_text).expanduser().absolute()
     if not path_text or not attr or not path.is_file():
@@ -107,16 +112,26 @@ def num_classes_parameter(arg: str) -> tuple[bool, int | None, str]:
     return True, default if takes_int else None, attr
 
 
-@register_model("file", family=True, usage="file:<path.py>:<ClassOrFactory>", user_code=True,
-                description="A class or factory from your own Python file; it is called with num_classes= if it takes it.")
-def build_from_file(arg: str, *, num_classes: int, input_shape: tuple[int, ...], weights: str, log,
-                    args: dict | None = None) -> nn.Module:
+@register_model(
+    "file",
+    family=True,
+    usage="file:<path.py>:<ClassOrFactory>",
+    user_code=True,
+    description=(
+        "A class or factory from your own Python file; it is called with num_classes= if it takes it."
+    ),
+)
+def build_from_file(
+    arg: str, *, num_classes: int, input_shape: tuple[int, ...], weights: str, log, args: dict | None = None
+) -> nn.Module:
     path_text, _, attr = arg.rpartition(":")  # rpartition: a Windows path has a colon of its own
     if not path_text or not attr:
         raise JobError(f"model.name: 'file:{arg}' must be file:<path.py>:<ClassOrFactory>")
     if weights:
-        raise JobError("model.weights: a file: model has no pretrained weights to download; pass a trained "
-                       "state_dict as model.checkpoint instead")
+        raise JobError(
+            "model.weights: a file: model has no pretrained weights to download; pass a trained "
+            "state_dict as model.checkpoint instead"
+        )
     path = Path(path_text).expanduser().absolute()
     if not path.is_file():
         raise JobError(f"model.name: the model file {path} does not exist")
@@ -124,10 +139,15 @@ def build_from_file(arg: str, *, num_classes: int, input_shape: tuple[int, ...],
     module = import_user_file(path)
     target = getattr(module, attr, None)
     if target is None or not callable(target):
-        found = sorted(n for n, v in vars(module).items()
-                       if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == module.__name__)
+        found = sorted(
+            n
+            for n, v in vars(module).items()
+            if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == module.__name__
+        )
         what = "is not callable" if target is not None else "is not defined there"
-        raise JobError(f"model.name: {attr!r} in {path} {what}; it defines: {', '.join(found) or 'nothing callable'}")
+        raise JobError(
+            f"model.name: {attr!r} in {path} {what}; it defines: {', '.join(found) or 'nothing callable'}"
+        )
     kwargs = dict(args or {})  # model.args; num_classes comes from the spec unless the user's args set it
     if _accepts_num_classes(target):
         kwargs.setdefault("num_classes", num_classes)
@@ -136,9 +156,13 @@ def build_from_file(arg: str, *, num_classes: int, input_shape: tuple[int, ...],
     except Exception as exc:
         rejected = _rejects_arguments(target, args) if args and isinstance(exc, TypeError) else ""
         if rejected:
-            raise JobError(f"model.args: {attr} in {path} takes no argument {rejected}; its parameters are: "
-                           f"{_parameters(target)}") from None
+            raise JobError(
+                f"model.args: {attr} in {path} takes no argument {rejected}; its parameters are: "
+                f"{_parameters(target)}"
+            ) from None
         raise JobError(f"{_where(exc, path)}: {_describe(exc)} (while calling {attr} from {path})") from None
     if not isinstance(model, nn.Module):
-        raise JobError(f"model.name: {attr} from {path} returned a {type(model).__name__}, not a torch.nn.Module")
+        raise JobError(
+            f"model.name: {attr} from {path} returned a {type(model).__name__}, not a torch.nn.Module"
+        )
     return model

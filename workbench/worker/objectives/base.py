@@ -83,10 +83,17 @@ class TestEvaluator(ABC):
 
     def common(self, metrics: dict[str, float]) -> dict:
         o = self.objective
-        return {"task": o.task, "split": self.split_name,
-                "monitor": {"name": o.monitor, "label": o.monitor_label, "higher_is_better": o.higher_is_better,
-                            "value": metrics.get(o.monitor, math.nan)},
-                "metrics": dict(metrics)}
+        return {
+            "task": o.task,
+            "split": self.split_name,
+            "monitor": {
+                "name": o.monitor,
+                "label": o.monitor_label,
+                "higher_is_better": o.higher_is_better,
+                "value": metrics.get(o.monitor, math.nan),
+            },
+            "metrics": dict(metrics),
+        }
 
 
 class Objective(ABC):
@@ -124,8 +131,7 @@ class Objective(ABC):
         """Raise JobError when the model's output cannot fit the target (shapes and dtypes only: no sync)."""
 
     @abstractmethod
-    def test_evaluator(self, split_name: str, classes: list[str]) -> TestEvaluator:
-        ...
+    def test_evaluator(self, split_name: str, classes: list[str]) -> TestEvaluator: ...
 
     def arrow(self) -> str:
         return "↑" if self.higher_is_better else "↓"
@@ -142,5 +148,7 @@ class Objective(ABC):
     def fail(self, where: str, scores: torch.Tensor, target: torch.Tensor, problem: str, fix: str) -> None:
         """Raise the one-line JobError every output check gives: task, shapes, dtype, what to change."""
         raise JobError(
-            f"{self.task}: {problem} (the model's output for a {where} batch has shape {shape_text(scores.shape)}, "
-            f"the targets have shape {shape_text(target.shape)} and dtype {dtype_text(target.dtype)}): {fix}")
+            f"{self.task}: {problem} (the model's output for a {where} batch has shape "
+            f"{shape_text(scores.shape)}, the targets have shape {shape_text(target.shape)} and dtype "
+            f"{dtype_text(target.dtype)}): {fix}"
+        )

@@ -1,5 +1,5 @@
-"""Which task a dataset's samples are for, from one sample (task=auto), and whether a sample's target can serve a
-task the spec names. Reads host values of one sample only; worker side, never imports Qt.
+"""Which task a dataset's samples are for, from one sample (task=auto), and whether a sample's target can
+serve a task the spec names. Reads host values of one sample only; worker side, never imports Qt.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ TASKS = ("classification", "multilabel", "regression", "segmentation")
 
 
 def _first_tensor(value):
-    """The first array-like (anything with a shape) in a tensor, a tuple/list or a dict of them; None if none."""
+    """The first array-like (anything with a shape) in a tensor, a tuple/list or a dict of them; None if
+    none."""
     if hasattr(value, "shape") and not isinstance(value, (str, bytes)):
         return value
     if isinstance(value, dict):
@@ -60,7 +61,8 @@ def _kind(t: torch.Tensor) -> str:
 
 
 def describe_target(target) -> str:
-    """How a message names a target: "an int64 scalar", "a float32 vector of 3 values", "a list of 3 strings"."""
+    """How a message names a target: "an int64 scalar", "a float32 vector of 3 values", "a list of 3
+    strings"."""
     t = _as_tensor(target)
     if t is None:
         size = f" of {len(target)}" if isinstance(target, (list, tuple, dict)) else ""
@@ -100,29 +102,37 @@ def _classify(input, target) -> tuple[str | None, str]:
     spatial = _spatial(input)
     if kind == "int" and t.dim() >= 2:
         if spatial is not None and tuple(t.shape[-2:]) == spatial:
-            return "segmentation", (f"the target is an {str(t.dtype).removeprefix('torch.')} map of "
-                                    f"{spatial[0]}×{spatial[1]}, the input's spatial size")
+            return "segmentation", (
+                f"the target is an {str(t.dtype).removeprefix('torch.')} map of "
+                f"{spatial[0]}×{spatial[1]}, the input's spatial size"
+            )
         size = "×".join(map(str, spatial)) if spatial else "unknown"
-        return None, (f"the target is {describe_target(target)}, an integer map whose size is not the input's "
-                      f"spatial size ({size})")
+        return None, (
+            f"the target is {describe_target(target)}, an integer map whose size is not the input's "
+            f"spatial size ({size})"
+        )
     if kind == "float":
         what = "scalar" if t.dim() == 0 else f"tensor of shape ({', '.join(map(str, t.shape))})"
         return "regression", f"the target is a float {what} (values to predict)"
     if kind == "int" and t.dim() == 1:
         if t.shape[0] == 1:
-            return None, (f"the target is {describe_target(target)}: for classification return the class index "
-                          "as a scalar (target[0]), not a vector of one")
+            return None, (
+                f"the target is {describe_target(target)}: for classification return the class index "
+                "as a scalar (target[0]), not a vector of one"
+            )
         return None, f"the target is {describe_target(target)} with values other than 0 and 1"
     return None, f"the target is {describe_target(target)}"
 
 
 def detect_task(input, target) -> tuple[str, str]:
-    """(task, reason for people) from one sample: an integer scalar is classification, a 0/1 vector of 2 or more
-    values multilabel, an integer map the size of the input segmentation, any float target regression."""
+    """(task, reason for people) from one sample: an integer scalar is classification, a 0/1 vector of 2 or
+    more values multilabel, an integer map the size of the input segmentation, any float target regression."""
     task, reason = _classify(input, target)
     if task is None:
-        raise JobError(f"task=auto cannot tell the task from the dataset's samples: {reason}. Set task= to one of "
-                       f"{', '.join(TASKS)} (and make the targets fit it), or task=custom")
+        raise JobError(
+            f"task=auto cannot tell the task from the dataset's samples: {reason}. Set task= to one of "
+            f"{', '.join(TASKS)} (and make the targets fit it), or task=custom"
+        )
     return task, reason
 
 
@@ -152,8 +162,8 @@ _NEEDS = {
 
 
 def check_target(task: str, input, target) -> None:
-    """Raise JobError when one sample's target cannot serve `task`: name the task, the target's dtype and shape,
-    and the task it looks like (if any)."""
+    """Raise JobError when one sample's target cannot serve `task`: name the task, the target's dtype and
+    shape, and the task it looks like (if any)."""
     if task == "auto":
         detect_task(input, target)
         return
@@ -163,12 +173,15 @@ def check_target(task: str, input, target) -> None:
     head = f"task={task}, but the target is {describe_target(target)}"
     if found is not None:
         raise JobError(f"{head}; it looks like {found} ({reason}): set task={found} or task=auto")
-    raise JobError(f"{head}; {task} needs {_NEEDS[task]} ({reason}): change the dataset's targets or set task=")
+    raise JobError(
+        f"{head}; {task} needs {_NEEDS[task]} ({reason}): change the dataset's targets or set task="
+    )
 
 
 def target_num_outputs(task: str, target) -> int:
-    """Outputs per sample a target asks for: labels for multilabel (vector length), values for regression (1 for
-    a scalar, otherwise the target's element count), 0 (unknown: dataset-wide) for classification/segmentation."""
+    """Outputs per sample a target asks for: labels for multilabel (vector length), values for regression (1
+    for a scalar, otherwise the target's element count), 0 (unknown: dataset-wide) for
+    classification/segmentation."""
     if task not in ("multilabel", "regression"):
         return 0
     t = _as_tensor(target)

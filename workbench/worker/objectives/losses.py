@@ -14,7 +14,8 @@ LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def build_loss(name: str, *, label_smoothing: float = 0.0, num_classes: int = 0) -> LossFn:
-    if name in ("auto", "cross_entropy"):  # auto: classification's own loss (other tasks resolve theirs first)
+    # auto: classification's own loss (other tasks resolve theirs first)
+    if name in ("auto", "cross_entropy"):
         return lambda scores, y: F.cross_entropy(scores.float(), y, label_smoothing=label_smoothing)
     if name == "nll":
         # log_softmax of log-probabilities is the identity, so this is right both for models that end in

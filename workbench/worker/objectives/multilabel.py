@@ -1,5 +1,6 @@
-"""Multilabel: targets of 0/1 per label, shape (N, L), any dtype; scores are logits (N, L). BCE-with-logits loss
-and mean average precision as the monitor (binned, mergeable during training; exact in the test evaluation).
+"""Multilabel: targets of 0/1 per label, shape (N, L), any dtype; scores are logits (N, L). BCE-with-logits
+loss and mean average precision as the monitor (binned, mergeable during training; exact in the test
+evaluation).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ def _nanmean(values: list[float]) -> float:
 def binned_ap(positives: Sequence[float], negatives: Sequence[float]) -> float:
     """Average precision from per-bin counts of positives and negatives (bin 0 = lowest score).
 
-    A close approximation of the exact AP: the samples within one bin count as tied (one threshold per bin, the
-    way tied scores count in the exact AP), so only the order inside a bin is lost. NaN with no positives.
+    A close approximation of the exact AP: the samples within one bin count as tied (one threshold per bin,
+    the way tied scores count in the exact AP), so only the order inside a bin is lost. NaN with no positives.
     """
     total = float(sum(positives))
     if total <= 0:
@@ -107,35 +108,56 @@ class MultilabelObjective(Objective):
         w = self.width
         aps, f1s, tps, fps, fns = [], [], 0.0, 0.0, 0.0
         for start in range(0, len(values) - w + 1, w):
-            row = values[start:start + w]
-            aps.append(binned_ap(row[:BINS], row[BINS:2 * BINS]))
-            tp, fp, fn = row[2 * BINS:]
+            row = values[start : start + w]
+            aps.append(binned_ap(row[:BINS], row[BINS : 2 * BINS]))
+            tp, fp, fn = row[2 * BINS :]
             f1s.append(_f1(tp, fp, fn))
             tps, fps, fns = tps + tp, fps + fp, fns + fn
         return {"map": _nanmean(aps), "f1": _nanmean(f1s), "f1_micro": _f1(tps, fps, fns)}
 
     def check_output(self, scores: torch.Tensor, target: torch.Tensor, where: str = "training") -> None:
         if target.dim() != 2:
-            self.fail(where, scores, target, "the targets must be one 0/1 vector per sample, (batch, labels)",
-                      "return a vector of 0/1 per sample from the dataset, one entry per label")
+            self.fail(
+                where,
+                scores,
+                target,
+                "the targets must be one 0/1 vector per sample, (batch, labels)",
+                "return a vector of 0/1 per sample from the dataset, one entry per label",
+            )
         labels = int(target.shape[1])
         if scores.dim() != 2 or int(scores.shape[0]) != int(target.shape[0]):
-            self.fail(where, scores, target, f"the model must give scores of shape (batch, {labels})",
-                      "make forward() keep the batch dimension first for every batch size")
+            self.fail(
+                where,
+                scores,
+                target,
+                f"the model must give scores of shape (batch, {labels})",
+                "make forward() keep the batch dimension first for every batch size",
+            )
         if int(scores.shape[1]) != labels:
-            self.fail(where, scores, target, f"the model gives {int(scores.shape[1])} outputs per sample but the "
-                      f"targets have {labels} labels", f"set model.num_classes={labels}")
+            self.fail(
+                where,
+                scores,
+                target,
+                f"the model gives {int(scores.shape[1])} outputs per sample but the "
+                f"targets have {labels} labels",
+                f"set model.num_classes={labels}",
+            )
         if self.num_outputs and labels != self.num_outputs:
-            self.fail(where, scores, target, f"the targets have {labels} labels but the objective was built for "
-                      f"{self.num_outputs}", "make every sample's target vector the same length")
+            self.fail(
+                where,
+                scores,
+                target,
+                f"the targets have {labels} labels but the objective was built for {self.num_outputs}",
+                "make every sample's target vector the same length",
+            )
 
     def test_evaluator(self, split_name: str, classes: list[str]) -> MultilabelEvaluator:
         return MultilabelEvaluator(self, split_name, classes)
 
 
 class MultilabelEvaluator(TestEvaluator):
-    """Exact per-label AP from every score, per-label F1 at 0.5, and the WORST_COUNT samples with the most label
-    errors (ties: the larger summed BCE), each with its error count and every label's probability."""
+    """Exact per-label AP from every score, per-label F1 at 0.5, and the WORST_COUNT samples with the most
+    label errors (ties: the larger summed BCE), each with its error count and every label's probability."""
 
     def __init__(self, objective: Objective, split_name: str, classes: list[str]):
         super().__init__(objective, split_name, classes)
@@ -168,10 +190,19 @@ class MultilabelEvaluator(TestEvaluator):
         fn = (~pred & truth).sum(dim=0).tolist()
         per_label = []
         for i in range(labels):
-            per_label.append({"label": self.label_name(i), "ap": average_precision(scores[:, i], truth[:, i]),
-                              "f1": _f1(tp[i], fp[i], fn[i]), "positives": int(tp[i] + fn[i])})
-        metrics = {"map": _nanmean([r["ap"] for r in per_label]), "f1": _nanmean([r["f1"] for r in per_label]),
-                   "f1_micro": _f1(sum(tp), sum(fp), sum(fn))}
+            per_label.append(
+                {
+                    "label": self.label_name(i),
+                    "ap": average_precision(scores[:, i], truth[:, i]),
+                    "f1": _f1(tp[i], fp[i], fn[i]),
+                    "positives": int(tp[i] + fn[i]),
+                }
+            )
+        metrics = {
+            "map": _nanmean([r["ap"] for r in per_label]),
+            "f1": _nanmean([r["f1"] for r in per_label]),
+            "f1_micro": _f1(sum(tp), sum(fp), sum(fn)),
+        }
         errors = (pred != truth).sum(dim=1)
         probabilities = torch.sigmoid(scores.double())
         bce = F.binary_cross_entropy_with_logits(scores.double(), truth.double(), reduction="none").sum(dim=1)
@@ -182,11 +213,19 @@ class MultilabelEvaluator(TestEvaluator):
         for i in order[:WORST_COUNT].tolist():
             if int(errors[i]) == 0:
                 break  # a sample with every label right is not among the worst
-            worst.append({"split": self.split_name, "index": int(index[i]),
-                          "target": [self.label_name(j) for j in truth[i].nonzero().flatten().tolist()],
-                          "predicted": [self.label_name(j) for j in pred[i].nonzero().flatten().tolist()],
-                          "loss": float(bce[i]), "errors": int(errors[i]),
-                          "probabilities": [round(float(v), 4) for v in probabilities[i].tolist()]})
+            worst.append(
+                {
+                    "split": self.split_name,
+                    "index": int(index[i]),
+                    "target": [self.label_name(j) for j in truth[i].nonzero().flatten().tolist()],
+                    "predicted": [self.label_name(j) for j in pred[i].nonzero().flatten().tolist()],
+                    "loss": float(bce[i]),
+                    "errors": int(errors[i]),
+                    "probabilities": [round(float(v), 4) for v in probabilities[i].tolist()],
+                }
+            )
         out = self.common(metrics)
-        out.update({"labels": [self.label_name(i) for i in range(labels)], "per_label": per_label, "worst": worst})
+        out.update(
+            {"labels": [self.label_name(i) for i in range(labels)], "per_label": per_label, "worst": worst}
+        )
         return json_safe(out)

@@ -15,14 +15,22 @@ PERCENT_METRICS = ("acc", "pixel_acc", "top5")  # fractions people read as perce
 
 def objective_for(spec: TrainSpec, dataset):
     """The Objective of `spec.task`. "auto" left unresolved is read off a user dataset's first sample (a
-    LightningModule's run keeps auto: its own loss decides while it trains), and is classification for the built-in
-    sets (and a Trainer built directly). The output count is model.num_classes, else the dataset's classes."""
+    LightningModule's run keeps auto: its own loss decides while it trains), and is classification for the
+    built-in sets (and a Trainer built directly). The output count is model.num_classes, else the dataset's
+    classes."""
     task = measured_task(spec, dataset)
     outputs = spec.model.num_classes
     if not outputs and task in ("classification", "segmentation"):
         outputs = len(getattr(dataset, "classes", []) or [])
-    return build_objective(task, loss=spec.loss, label_smoothing=spec.label_smoothing, num_outputs=outputs,
-                           metrics=spec.metrics, monitor=spec.monitor, monitor_mode=spec.monitor_mode)
+    return build_objective(
+        task,
+        loss=spec.loss,
+        label_smoothing=spec.label_smoothing,
+        num_outputs=outputs,
+        metrics=spec.metrics,
+        monitor=spec.monitor,
+        monitor_mode=spec.monitor_mode,
+    )
 
 
 def measured_task(spec: TrainSpec, dataset) -> str:
@@ -48,6 +56,6 @@ def is_user_data(dataset) -> bool:
 
 
 def first_input(dataset):
-    """A user dataset's first input (the model's trial forward pass takes it as it is, tuple or dict); None for
-    the built-in image sets, whose sample shape says everything."""
+    """A user dataset's first input (the model's trial forward pass takes it as it is, tuple or dict); None
+    for the built-in image sets, whose sample shape says everything."""
     return dataset.first_sample()[0] if is_user_data(dataset) else None

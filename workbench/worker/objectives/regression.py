@@ -1,5 +1,6 @@
-"""Regression: float targets of shape (N,) or (N, k) (or any per-sample shape), scores of the same shape; scores
-(N, 1) against targets (N,) are flattened to match. Losses mse (auto), l1, smooth_l1; MAE is the monitor.
+"""Regression: float targets of shape (N,) or (N, k) (or any per-sample shape), scores of the same shape;
+scores (N, 1) against targets (N,) are flattened to match. Losses mse (auto), l1, smooth_l1; MAE is the
+monitor.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from workbench.worker.objectives.base import Objective, TestEvaluator, as_floats
 LOSSES = ("auto", "mse", "l1", "smooth_l1")
 WORST_COUNT = 32
 SCATTER_COUNT = 2000
-# r2 comes from merged sums (SST = Σy² - (Σy)²/n), which cancels badly when the targets hardly vary: an SST below
-# this share of Σy² is rounding, not variance, and r2 is left undefined rather than a huge negative number.
+# r2 comes from merged sums (SST = Σy² - (Σy)²/n), which cancels badly when the targets hardly vary: an SST
+# below this share of Σy² is rounding, not variance, and r2 is left undefined rather than a huge negative
+# number.
 SST_RELATIVE_FLOOR = 1e-10
 
 _LOSS_FNS = {"mse": F.mse_loss, "l1": F.l1_loss, "smooth_l1": F.smooth_l1_loss}
@@ -25,9 +27,14 @@ _LOSS_FNS = {"mse": F.mse_loss, "l1": F.l1_loss, "smooth_l1": F.smooth_l1_loss}
 def align(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Scores reshaped to the target's shape when they differ only by size-1 dimensions ((N, 1) vs (N,), or
     (N, 1, H, W) vs (N, H, W)); otherwise unchanged (check_output has already refused a real mismatch)."""
-    if scores.shape != target.shape and scores.numel() == target.numel() and scores.dim() and target.dim() \
-            and scores.shape[0] == target.shape[0] \
-            and [d for d in scores.shape if d != 1] == [d for d in target.shape if d != 1]:
+    if (
+        scores.shape != target.shape
+        and scores.numel() == target.numel()
+        and scores.dim()
+        and target.dim()
+        and scores.shape[0] == target.shape[0]
+        and [d for d in scores.shape if d != 1] == [d for d in target.shape if d != 1]
+    ):
         return scores.reshape(target.shape)
     return scores
 
@@ -39,8 +46,11 @@ class RegressionObjective(Objective):
     higher_is_better = False
 
     def __init__(self, *, loss_name: str = "auto", num_outputs: int = 0, label_smoothing: float = 0.0):
-        super().__init__(loss_name="mse" if loss_name == "auto" else loss_name, num_outputs=num_outputs,
-                         label_smoothing=label_smoothing)
+        super().__init__(
+            loss_name="mse" if loss_name == "auto" else loss_name,
+            num_outputs=num_outputs,
+            label_smoothing=label_smoothing,
+        )
         self._fn = _LOSS_FNS[self.loss_name]
 
     def stat_count(self) -> int:
@@ -61,20 +71,37 @@ class RegressionObjective(Objective):
 
     def check_output(self, scores: torch.Tensor, target: torch.Tensor, where: str = "training") -> None:
         if target.dtype == torch.bool or target.dtype.is_complex:
-            self.fail(where, scores, target, "the targets are not numbers", "return float targets from the dataset")
+            self.fail(
+                where, scores, target, "the targets are not numbers", "return float targets from the dataset"
+            )
         if align(scores, target).shape == target.shape:
             return
         batch = int(target.shape[0]) if target.dim() else 1
         per_target = target.numel() // max(batch, 1)
         if scores.dim() == 0 or int(scores.shape[0]) != batch:
-            self.fail(where, scores, target, f"the model's output does not keep the batch of {batch} samples "
-                      "first", f"make forward() return (batch, {per_target}) for every batch size")
+            self.fail(
+                where,
+                scores,
+                target,
+                f"the model's output does not keep the batch of {batch} samples first",
+                f"make forward() return (batch, {per_target}) for every batch size",
+            )
         per_score = scores.numel() // max(batch, 1)
         if per_score != per_target:
-            self.fail(where, scores, target, f"the model gives {per_score} outputs per sample but the targets "
-                      f"have {per_target} values", f"set model.num_classes={per_target}")
-        self.fail(where, scores, target, "the model's output per sample has another shape than the targets",
-                  f"make forward() return shape {tuple(target.shape)} for this batch")
+            self.fail(
+                where,
+                scores,
+                target,
+                f"the model gives {per_score} outputs per sample but the targets have {per_target} values",
+                f"set model.num_classes={per_target}",
+            )
+        self.fail(
+            where,
+            scores,
+            target,
+            "the model's output per sample has another shape than the targets",
+            f"make forward() return shape {tuple(target.shape)} for this batch",
+        )
 
     def test_evaluator(self, split_name: str, classes: list[str]) -> RegressionEvaluator:
         return RegressionEvaluator(self, split_name, classes)
@@ -87,7 +114,12 @@ def regression_metrics(abs_sum: float, sq_sum: float, y_sum: float, y_sq_sum: fl
         r2 = math.nan
     else:
         r2 = 1.0 - sq_sum / sst
-    return {"mae": ratio(abs_sum, count), "rmse": math.sqrt(mse) if mse >= 0 else math.nan, "mse": mse, "r2": r2}
+    return {
+        "mae": ratio(abs_sum, count),
+        "rmse": math.sqrt(mse) if mse >= 0 else math.nan,
+        "mse": mse,
+        "r2": r2,
+    }
 
 
 def _value(row: list[float]) -> float | list[float]:
@@ -96,8 +128,8 @@ def _value(row: list[float]) -> float | list[float]:
 
 class RegressionEvaluator(TestEvaluator):
     """Metrics from the same sums as training, a scatter of up to SCATTER_COUNT [true, predicted] pairs (first
-    output only; "scatter_index" gives each pair's index in the split, "outputs" how many values a sample has),
-    and the WORST_COUNT samples with the largest absolute residual (mean over a sample's values)."""
+    output only; "scatter_index" gives each pair's index in the split, "outputs" how many values a sample
+    has), and the WORST_COUNT samples with the largest absolute residual (mean over a sample's values)."""
 
     def __init__(self, objective: Objective, split_name: str, classes: list[str]):
         super().__init__(objective, split_name, classes)
@@ -125,8 +157,11 @@ class RegressionEvaluator(TestEvaluator):
             pred = torch.cat(self.pred_parts).cpu().double()
             true = torch.cat(self.target_parts).cpu().double()
             n = int(index.shape[0])
-            pick = torch.arange(n) if n <= SCATTER_COUNT else \
-                torch.linspace(0, n - 1, SCATTER_COUNT, dtype=torch.float64).round().long()
+            pick = (
+                torch.arange(n)
+                if n <= SCATTER_COUNT
+                else torch.linspace(0, n - 1, SCATTER_COUNT, dtype=torch.float64).round().long()
+            )
             scatter = [[float(t), float(p)] for t, p in zip(true[pick, 0].tolist(), pred[pick, 0].tolist())]
             scatter_index = [int(i) for i in index[pick].tolist()]
             # NaN predictions rank as the worst of all (nan_to_num: inf), not silently as the best.
@@ -134,8 +169,15 @@ class RegressionEvaluator(TestEvaluator):
             order = badness.argsort(descending=True, stable=True)[:WORST_COUNT]
             for i in order.tolist():
                 t, p = true[i].tolist(), pred[i].tolist()
-                worst.append({"split": self.split_name, "index": int(index[i]), "target": _value(t),
-                              "predicted": _value(p), "residual": _value([b - a for a, b in zip(t, p)])})
+                worst.append(
+                    {
+                        "split": self.split_name,
+                        "index": int(index[i]),
+                        "target": _value(t),
+                        "predicted": _value(p),
+                        "residual": _value([b - a for a, b in zip(t, p)]),
+                    }
+                )
         outputs = 1
         for d in self.per_sample_shape:
             outputs *= int(d)

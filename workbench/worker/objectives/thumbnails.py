@@ -1,5 +1,6 @@
-"""Small uint8 thumbnails of model inputs and class masks, stored in evaluation.json as base64 of raw bytes, so the
-evaluation view draws the worst images without asking the worker (or the user's Dataset) for them again.
+"""Small uint8 thumbnails of model inputs and class masks, stored in evaluation.json as base64 of raw bytes,
+so the evaluation view draws the worst images without asking the worker (or the user's Dataset) for them
+again.
 
 Device-side tensors in, host bytes out; pure torch, never imports Qt.
 """
@@ -20,10 +21,15 @@ def thumbnail_size(height: int, width: int, side: int = SIDE) -> tuple[int, int]
 
 
 def image_thumbnails(inputs, height: int, width: int, side: int = SIDE) -> torch.Tensor | None:
-    """(N, h, w, C) uint8 with C 1 or 3, from (N, C, height, width) model inputs: the first channel, or the first
-    three, each image stretched over 0..255 on its own (inputs are normalised, so their range says nothing);
-    None for inputs that are not one image per sample of the masks' size (a tuple of inputs, a 1-D signal)."""
-    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 4 or tuple(inputs.shape[2:]) != (height, width):
+    """(N, h, w, C) uint8 with C 1 or 3, from (N, C, height, width) model inputs: the first channel, or the
+    first three, each image stretched over 0..255 on its own (inputs are normalised, so their range says
+    nothing); None for inputs that are not one image per sample of the masks' size (a tuple of inputs, a 1-D
+    signal)."""
+    if (
+        not isinstance(inputs, torch.Tensor)
+        or inputs.dim() != 4
+        or tuple(inputs.shape[2:]) != (height, width)
+    ):
         return None
     x = inputs.detach().float()
     x = x[:, :3] if x.shape[1] >= 3 else x[:, :1]
@@ -37,7 +43,8 @@ def image_thumbnails(inputs, height: int, width: int, side: int = SIDE) -> torch
 
 
 def mask_thumbnails(masks: torch.Tensor, side: int = SIDE) -> torch.Tensor:
-    """(N, h, w) uint8 class maps from (N, H, W) ones, by nearest pixel (a class is never blended into another)."""
+    """(N, h, w) uint8 class maps from (N, H, W) ones, by nearest pixel (a class is never blended into
+    another)."""
     height, width = int(masks.shape[1]), int(masks.shape[2])
     h, w = thumbnail_size(height, width, side)
     if (h, w) != (height, width):

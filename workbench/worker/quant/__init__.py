@@ -1,6 +1,7 @@
 """The post-training quantization engine (Nagel et al., "A White Paper on Neural Network Quantization",
-arXiv 2106.08295) on plain torch ops: quantizers, range estimators, BN folding, CLE, AdaRound, bias correction,
-the simulation model, the per-layer analysis and `run_quantization(QuantSpec, ctx)`. Imports torch; never Qt.
+arXiv 2106.08295) on plain torch ops: quantizers, range estimators, BN folding, CLE, AdaRound, bias
+correction, the simulation model, the per-layer analysis and `run_quantization(QuantSpec, ctx)`. Imports
+torch; never Qt.
 """
 
 from workbench.worker.quant.pipeline import run_quantization

@@ -1,6 +1,6 @@
-"""AdaRound (Nagel et al. 2020, "Up or Down? Adaptive Rounding for Post-Training Quantization"; the white paper's
-section 4.2): learn per weight whether to round up or down so that the layer's output, on calibration inputs from
-the partly quantized network, stays close to the FP32 output. Worker side; never imports Qt.
+"""AdaRound (Nagel et al. 2020, "Up or Down? Adaptive Rounding for Post-Training Quantization"; the white
+paper's section 4.2): learn per weight whether to round up or down so that the layer's output, on calibration
+inputs from the partly quantized network, stays close to the FP32 output. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -31,13 +31,21 @@ def rectified_sigmoid(v: torch.Tensor) -> torch.Tensor:
     return (torch.sigmoid(v) * (ZETA - GAMMA) + GAMMA).clamp(0, 1)
 
 
-def adaround(w: torch.Tensor, qp: QParams, inputs: torch.Tensor, targets: torch.Tensor,
-             forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *, iterations: int, seed: int = 0,
-             check_stop: Callable[[], None] | None = None) -> torch.Tensor:
+def adaround(
+    w: torch.Tensor,
+    qp: QParams,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    *,
+    iterations: int,
+    seed: int = 0,
+    check_stop: Callable[[], None] | None = None,
+) -> torch.Tensor:
     """The integer codes of `w` (float tensor, like quantize()) that AdaRound learns.
 
-    `forward(weights, x)` is the layer (and its activation) with the given weights; `inputs` and `targets` are the
-    calibration inputs to the layer and the FP32 outputs it should keep, first dimension the sample.
+    `forward(weights, x)` is the layer (and its activation) with the given weights; `inputs` and `targets` are
+    the calibration inputs to the layer and the FP32 outputs it should keep, first dimension the sample.
     """
     w = w.detach().float()
     scale, z = _view(qp.scale, w, qp), _view(qp.zero_point.float(), w, qp)

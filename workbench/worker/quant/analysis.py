@@ -1,6 +1,6 @@
-"""Per-quantizer analysis: the report's layer entries, the histogram of each tensor with the range every estimator
-would choose (and its SQNR, clipping and rounding error), and each layer's output error both accumulated through
-the quantized network and with only that layer quantized. Worker side; never imports Qt.
+"""Per-quantizer analysis: the report's layer entries, the histogram of each tensor with the range every
+estimator would choose (and its SQNR, clipping and rounding error), and each layer's output error both
+accumulated through the quantized network and with only that layer quantized. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -40,25 +40,45 @@ def _nan(value):
     return np.nan if value is None else value
 
 
-def _entry(name: str, tensor: str, qp: QParams, method: str, per_channel: bool, metrics: dict,
-           data_min, data_max) -> dict:
+def _entry(
+    name: str, tensor: str, qp: QParams, method: str, per_channel: bool, metrics: dict, data_min, data_max
+) -> dict:
     low, high = qp.extent()
     return {
-        "name": name, "tensor": tensor, "bits": qp.grid.bits,
-        "granularity": "per_channel" if per_channel else "per_tensor", "symmetric": qp.grid.symmetric,
-        "range_method": method, "qmin": qp.grid.qmin, "qmax": qp.grid.qmax,
-        "scale": _listed(qp.scale, per_channel), "zero_point": _listed(qp.zero_point, per_channel, int),
-        "min": _listed(low, per_channel), "max": _listed(high, per_channel),
-        "sqnr_db": metrics["sqnr_db"], "mse": metrics["mse"], "clipping_mse": metrics["clipping_mse"],
-        "rounding_mse": metrics["rounding_mse"], "cosine": metrics["cosine"],
-        "data_min": data_min, "data_max": data_max,
+        "name": name,
+        "tensor": tensor,
+        "bits": qp.grid.bits,
+        "granularity": "per_channel" if per_channel else "per_tensor",
+        "symmetric": qp.grid.symmetric,
+        "range_method": method,
+        "qmin": qp.grid.qmin,
+        "qmax": qp.grid.qmax,
+        "scale": _listed(qp.scale, per_channel),
+        "zero_point": _listed(qp.zero_point, per_channel, int),
+        "min": _listed(low, per_channel),
+        "max": _listed(high, per_channel),
+        "sqnr_db": metrics["sqnr_db"],
+        "mse": metrics["mse"],
+        "clipping_mse": metrics["clipping_mse"],
+        "rounding_mse": metrics["rounding_mse"],
+        "cosine": metrics["cosine"],
+        "data_min": data_min,
+        "data_max": data_max,
     }
 
 
 def weight_entry(wq: WeightQuant) -> dict:
     metrics = tensor_error(wq.w_fp, wq.qp, wq.w_q)
-    entry = _entry(wq.layer, "weight", wq.qp, wq.method, wq.per_channel, metrics, float(wq.w_fp.min()),
-                   float(wq.w_fp.max()))
+    entry = _entry(
+        wq.layer,
+        "weight",
+        wq.qp,
+        wq.method,
+        wq.per_channel,
+        metrics,
+        float(wq.w_fp.min()),
+        float(wq.w_fp.max()),
+    )
     entry.update(layer=wq.layer, rounding=wq.rounding, shape=list(wq.w_fp.shape))
     return entry
 
@@ -67,19 +87,32 @@ def activation_entry(sim: QuantSim, state: PointState) -> dict:
     obs = state.observed
     metrics = tensor_error(obs.values, state.module.qp.to("cpu"))
     point = sim.structure.points[state.name]
-    entry = _entry(state.name, "activation", state.module.qp, state.method, False, metrics, float(obs.lo),
-                   float(obs.hi))
-    entry.update(layer=state.name, kind=point.kind, node=point.node.name if point.node is not None else state.name,
-                 samples=int(obs.values.numel()))
+    entry = _entry(
+        state.name, "activation", state.module.qp, state.method, False, metrics, float(obs.lo), float(obs.hi)
+    )
+    entry.update(
+        layer=state.name,
+        kind=point.kind,
+        node=point.node.name if point.node is not None else state.name,
+        samples=int(obs.values.numel()),
+    )
     if obs.channel_lo is not None:  # a layer's output: how unevenly its channels spread over the one scale
         ratio, widest = range_ratio(obs.channel_lo, obs.channel_hi)
         entry.update(channel_range_ratio=ratio, outlier_channels=widest)
     return entry
 
 
-def alternatives(tensor: str, observed, grid, percentile: float, chosen: QParams, quantized: torch.Tensor | None,
-                 values: torch.Tensor, known: dict | None = None,
-                 metrics: dict | None = None) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+def alternatives(
+    tensor: str,
+    observed,
+    grid,
+    percentile: float,
+    chosen: QParams,
+    quantized: torch.Tensor | None,
+    values: torch.Tensor,
+    known: dict | None = None,
+    metrics: dict | None = None,
+) -> tuple[list[str], np.ndarray, np.ndarray | None]:
     """Every applicable estimator's range on this tensor (the first row: the one in use, as quantized, whose
     `metrics` may be given) with its SQNR and error split: names, (E, 5) rows of RANGE_COLUMNS, and (E, C, 2)
     per-channel ranges or None."""
@@ -87,8 +120,15 @@ def alternatives(tensor: str, observed, grid, percentile: float, chosen: QParams
     names, rows, channels = ["chosen"], [], []
     low, high = chosen.extent()
     metrics = metrics or tensor_error(values, chosen, quantized)
-    rows.append([float(low.min()), float(high.max()), _nan(metrics["sqnr_db"]), metrics["clipping_mse"],
-                 metrics["rounding_mse"]])
+    rows.append(
+        [
+            float(low.min()),
+            float(high.max()),
+            _nan(metrics["sqnr_db"]),
+            metrics["clipping_mse"],
+            metrics["rounding_mse"],
+        ]
+    )
     channels.append(torch.stack([low, high], dim=-1).reshape(-1, 2))
     for estimator in list_range_estimators(tensor):
         if not estimator.applies(observed):
@@ -102,16 +142,23 @@ def alternatives(tensor: str, observed, grid, percentile: float, chosen: QParams
         qp = qparams_from_range(lo if per_channel else lo[0], hi if per_channel else hi[0], grid, chosen.axis)
         metrics = tensor_error(values, qp)
         names.append(estimator.name)
-        rows.append([float(lo.min()), float(hi.max()), _nan(metrics["sqnr_db"]), metrics["clipping_mse"],
-                     metrics["rounding_mse"]])
+        rows.append(
+            [
+                float(lo.min()),
+                float(hi.max()),
+                _nan(metrics["sqnr_db"]),
+                metrics["clipping_mse"],
+                metrics["rounding_mse"],
+            ]
+        )
         channels.append(torch.stack([lo.reshape(-1), hi.reshape(-1)], dim=-1))
     per_channel_ranges = torch.stack(channels).numpy().astype(np.float64) if per_channel else None
     return names, np.asarray(rows, dtype=np.float64), per_channel_ranges
 
 
 def tensor_arrays(sim: QuantSim, entry: dict) -> dict[str, tuple[np.ndarray, dict]]:
-    """The arrays of one quantizer, named <name>:<tensor>:<part>: counts, edges, ranges, error (and channel_ranges
-    for per-channel weights), each with the metadata that says what it holds."""
+    """The arrays of one quantizer, named <name>:<tensor>:<part>: counts, edges, ranges, error (and
+    channel_ranges for per-channel weights), each with the metadata that says what it holds."""
     name, tensor = entry["name"], entry["tensor"]
     if tensor == "weight":
         wq = sim.weights[name]
@@ -122,14 +169,21 @@ def tensor_arrays(sim: QuantSim, entry: dict) -> dict[str, tuple[np.ndarray, dic
         state = sim.points[name]
         values, qp, quantized = state.observed.values, state.module.qp.to("cpu"), None
         observed, grid, percentile, known = state.observed, state.grid, sim.act_spec.percentile, state.ranges
-    names, ranges, channel_ranges = alternatives(tensor, observed, grid, percentile, qp, quantized, values, known,
-                                                 metrics=entry)
+    names, ranges, channel_ranges = alternatives(
+        tensor, observed, grid, percentile, qp, quantized, values, known, metrics=entry
+    )
     low, high = qp.extent()
     edges = histogram_edges(values, [(float(low.min()), float(high.max()))])
     counts = histogram(values, edges)
     errors = error_by_bin(values, qp, edges, quantized)
-    meta = {"layer": name, "tensor": tensor, "chosen": entry["range_method"], "sampled": tensor == "activation",
-            "values": int(values.numel()), "rounding": entry.get("rounding", "nearest")}
+    meta = {
+        "layer": name,
+        "tensor": tensor,
+        "chosen": entry["range_method"],
+        "sampled": tensor == "activation",
+        "values": int(values.numel()),
+        "rounding": entry.get("rounding", "nearest"),
+    }
     key = f"{name}:{tensor}"
     arrays = {
         f"{key}:counts": (counts.numpy().astype(np.int64), meta),
@@ -138,14 +192,17 @@ def tensor_arrays(sim: QuantSim, entry: dict) -> dict[str, tuple[np.ndarray, dic
         f"{key}:error": (errors.numpy(), {**meta, "rows": ["clipping", "rounding"]}),
     }
     if channel_ranges is not None:
-        arrays[f"{key}:channel_ranges"] = (channel_ranges, {**meta, "estimators": names, "columns": ["lo", "hi"]})
+        arrays[f"{key}:channel_ranges"] = (
+            channel_ranges,
+            {**meta, "estimators": names, "columns": ["lo", "hi"]},
+        )
     return arrays
 
 
 @torch.no_grad()
 def layer_errors(sim: QuantSim, batches, check_stop: Callable[[], None] | None = None) -> dict[str, dict]:
-    """Per activation point: the error of its values in the quantized network against FP32 (accumulated), and with
-    only its own group quantized (only_this), as {sqnr_db, mse, cosine}."""
+    """Per activation point: the error of its values in the quantized network against FP32 (accumulated), and
+    with only its own group quantized (only_this), as {sqnr_db, mse, cosine}."""
     accumulated = {name: ErrorSums() for name in sim.points}
     only = {name: ErrorSums() for name in sim.points}
     tails = {name: tail_function(sim.gm, layer) for name, layer in sim.structure.layers.items()}
@@ -175,8 +232,10 @@ def layer_errors(sim: QuantSim, batches, check_stop: Callable[[], None] | None =
         if floating[0]:
             inputs[name] = value.clone()
 
-    hooks = [wq.module.register_forward_pre_hook(lambda mod, args, name=name: keep_input(name, args[0]))
-             for name, wq in sim.weights.items()]
+    hooks = [
+        wq.module.register_forward_pre_hook(lambda mod, args, name=name: keep_input(name, args[0]))
+        for name, wq in sim.weights.items()
+    ]
     try:
         with sim.keeping():
             for x, _ in batches:
@@ -198,12 +257,15 @@ def layer_errors(sim: QuantSim, batches, check_stop: Callable[[], None] | None =
         for hook in hooks:
             hook.remove()
         _taps(sim, None)
-    return {name: {"accumulated": accumulated[name].result(), "only_this": only[name].result()}
-            for name in sim.points}
+    return {
+        name: {"accumulated": accumulated[name].result(), "only_this": only[name].result()}
+        for name in sim.points
+    }
 
 
 def _batch_size(x) -> int:
-    """The samples in a batch whose inputs are a tensor, or a tuple or dict of them (a model with several inputs)."""
+    """The samples in a batch whose inputs are a tensor, or a tuple or dict of them (a model with several
+    inputs)."""
     first = next(iter(x.values())) if isinstance(x, dict) else x[0] if isinstance(x, (tuple, list)) else x
     return int(first.shape[0])
 

@@ -1,5 +1,5 @@
-"""nn.MultiheadAttention rebuilt from four nn.Linear children (q_proj, k_proj, v_proj, out_proj), so torch.fx sees
-its projections as call_module nodes and quantize treats them as layers. Worker side; never imports Qt.
+"""nn.MultiheadAttention rebuilt from four nn.Linear children (q_proj, k_proj, v_proj, out_proj), so torch.fx
+sees its projections as call_module nodes and quantize treats them as layers. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -12,11 +12,21 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int, batch_first: bool,
-           key_padding_mask: torch.Tensor | None, need_weights: bool, attn_mask: torch.Tensor | None,
-           average_attn_weights: bool, is_causal: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    num_heads: int,
+    batch_first: bool,
+    key_padding_mask: torch.Tensor | None,
+    need_weights: bool,
+    attn_mask: torch.Tensor | None,
+    average_attn_weights: bool,
+    is_causal: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """What nn.MultiheadAttention computes between its in-projections and its out-projection, in eval mode (no
-    dropout): (the heads merged, in the input's layout; the attention weights or None). q, k, v are projected."""
+    dropout): (the heads merged, in the input's layout; the attention weights or None). q, k, v are
+    projected."""
     unbatched = q.dim() == 2
     if unbatched:  # (L, E): a batch of one, as torch does it
         q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
@@ -40,8 +50,11 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int, ba
         scores = scores.masked_fill(mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
     if key_padding_mask is not None:  # (N, S)
         padding = key_padding_mask.reshape(batch, 1, 1, source)
-        scores = (scores.masked_fill(padding, float("-inf")) if padding.dtype == torch.bool
-                  else scores + padding.to(scores.dtype))
+        scores = (
+            scores.masked_fill(padding, float("-inf"))
+            if padding.dtype == torch.bool
+            else scores + padding.to(scores.dtype)
+        )
     weights = F.softmax(scores, dim=-1)
     out = torch.matmul(weights, v).transpose(1, 2).reshape(batch, target, embed)
     if unbatched:
@@ -55,22 +68,30 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int, ba
     return out, weights.squeeze(0) if unbatched else weights
 
 
-# fx records attend as one call_function node: its Python branches on masks, dims and dtypes run on real tensors.
+# fx records attend as one call_function node: its Python branches on masks, dims and dtypes run on real
+# tensors.
 fx.wrap("attend")
 
 
 def why_kept(module: nn.MultiheadAttention) -> str | None:
     """Why `module` cannot become a QuantizableAttention, or None where it can."""
     if module.bias_k is not None or module.bias_v is not None:
-        return "add_bias_kv appends learned key/value rows that QuantizableAttention does not model; it stays float"
+        return (
+            "add_bias_kv appends learned key/value rows that QuantizableAttention does not model; it stays "
+            "float"
+        )
     if module.add_zero_attn:
-        return "add_zero_attn appends a zero key/value row that QuantizableAttention does not model; it stays float"
+        return (
+            "add_zero_attn appends a zero key/value row that QuantizableAttention does not model; it stays "
+            "float"
+        )
     return None
 
 
 def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
-    layer = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device,
-                      dtype=weight.dtype)
+    layer = nn.Linear(
+        weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype
+    )
     with torch.no_grad():
         layer.weight.copy_(weight)
         if bias is not None:
@@ -79,8 +100,8 @@ def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
 
 
 class QuantizableAttention(nn.Module):
-    """An nn.MultiheadAttention (eval mode) whose projections are nn.Linear children; the same outputs. Dropout
-    is left out: quantization runs in eval mode (QAT fine-tuning runs attention without it)."""
+    """An nn.MultiheadAttention (eval mode) whose projections are nn.Linear children; the same outputs.
+    Dropout is left out: quantization runs in eval mode (QAT fine-tuning runs attention without it)."""
 
     def __init__(self, mha: nn.MultiheadAttention):
         super().__init__()
@@ -96,15 +117,37 @@ class QuantizableAttention(nn.Module):
             else:  # kdim or vdim differs from embed_dim: three matrices
                 weights = (mha.q_proj_weight.detach(), mha.k_proj_weight.detach(), mha.v_proj_weight.detach())
             biases = mha.in_proj_bias.detach().split(embed) if mha.in_proj_bias is not None else (None,) * 3
-            self.q_proj, self.k_proj, self.v_proj = (_linear(w, b) for w, b in zip(weights, biases, strict=True))
+            self.q_proj, self.k_proj, self.v_proj = (
+                _linear(w, b) for w, b in zip(weights, biases, strict=True)
+            )
             out = mha.out_proj
             self.out_proj = _linear(out.weight.detach(), None if out.bias is None else out.bias.detach())
 
-    def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
-                average_attn_weights=True, is_causal=False):
-        found = attend(self.q_proj(query), self.k_proj(key), self.v_proj(value), self.num_heads, self.batch_first,
-                       key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal)
-        # Indexed, not unpacked: under tracing `found` is one Proxy, and unpacking a Proxy cannot know its length.
+    def forward(
+        self,
+        query,
+        key,
+        value,
+        key_padding_mask=None,
+        need_weights=True,
+        attn_mask=None,
+        average_attn_weights=True,
+        is_causal=False,
+    ):
+        found = attend(
+            self.q_proj(query),
+            self.k_proj(key),
+            self.v_proj(value),
+            self.num_heads,
+            self.batch_first,
+            key_padding_mask,
+            need_weights,
+            attn_mask,
+            average_attn_weights,
+            is_causal,
+        )
+        # Indexed, not unpacked: under tracing `found` is one Proxy, and unpacking a Proxy cannot know its
+        # length.
         return self.out_proj(found[0]), (found[1] if need_weights else None)
 
 
@@ -118,10 +161,10 @@ def fx_keeps_whole(module: nn.Module, path: str) -> bool:
 
 
 def swap_attention(model: nn.Module, kept: dict[str, str] | None = None) -> list[str]:
-    """Replace every nn.MultiheadAttention in `model` (in place) by a QuantizableAttention; the paths replaced.
-    Those left alone go into `kept` as path -> reason: add_bias_kv or add_zero_attn, or inside a module that
-    torch.fx keeps whole (nn.TransformerEncoderLayer: its fast path reads the packed weights, and fx would not
-    see the projections anyway)."""
+    """Replace every nn.MultiheadAttention in `model` (in place) by a QuantizableAttention; the paths
+    replaced. Those left alone go into `kept` as path -> reason: add_bias_kv or add_zero_attn, or inside a
+    module that torch.fx keeps whole (nn.TransformerEncoderLayer: its fast path reads the packed weights, and
+    fx would not see the projections anyway)."""
     swapped: list[str] = []
 
     def visit(parent: nn.Module, prefix: str) -> None:
@@ -138,8 +181,10 @@ def swap_attention(model: nn.Module, kept: dict[str, str] | None = None) -> list
                 if kept is not None:
                     for inner, module in child.named_modules(prefix=path):
                         if isinstance(module, nn.MultiheadAttention):
-                            kept[inner] = (f"inside {type(child).__name__} {path}, which torch.fx keeps whole, so "
-                                           "its projections are not seen")
+                            kept[inner] = (
+                                f"inside {type(child).__name__} {path}, which torch.fx keeps whole, so "
+                                "its projections are not seen"
+                            )
             else:
                 visit(child, f"{path}.")
 

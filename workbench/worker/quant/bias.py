@@ -1,8 +1,8 @@
 """Bias correction (the white paper's section 4.2): quantized weights shift each layer's mean output by
-E[(W_q - W) x]; subtract that shift from the bias. Empirical: measured on the calibration set, layer by layer so
-each layer sees the corrections before it. Analytical: (W_q - W) E[x], with E[x] from the BatchNorm statistics of
-the layer before (through a ReLU: E[ReLU(y)] for y ~ N(beta, gamma^2)), or measured where there are none.
-An embedding has no bias and takes ids, not values: it is left out. Worker side; never imports Qt.
+E[(W_q - W) x]; subtract that shift from the bias. Empirical: measured on the calibration set, layer by layer
+so each layer sees the corrections before it. Analytical: (W_q - W) E[x], with E[x] from the BatchNorm
+statistics of the layer before (through a ReLU: E[ReLU(y)] for y ~ N(beta, gamma^2)), or measured where there
+are none. An embedding has no bias and takes ids, not values: it is left out. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ def relu_mean(mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
 
 
 def output_shift(module: nn.Module, delta_w: torch.Tensor, expected_input: torch.Tensor) -> torch.Tensor:
-    """(W_q - W) E[x] per output channel; a conv's kernel sums over its window (padding is ignored). A transposed
-    conv spreads each input over its whole kernel, one tap per output position of a stride's phase: averaged
-    over the output, an output channel gets the kernel's sum divided by the stride's product."""
+    """(W_q - W) E[x] per output channel; a conv's kernel sums over its window (padding is ignored). A
+    transposed conv spreads each input over its whole kernel, one tap per output position of a stride's phase:
+    averaged over the output, an output channel gets the kernel's sum divided by the stride's product."""
     groups = getattr(module, "groups", 1)
     if isinstance(module, TRANSPOSED):
         # (in, out / groups, *k) -> (groups, in / groups, out / groups): input i of group g is [g, i].
@@ -54,8 +54,12 @@ def _correctable(sim: QuantSim) -> dict:
     return {name: wq for name, wq in sim.weights.items() if not isinstance(wq.module, EMBEDDINGS)}
 
 
-def empirical(sim: QuantSim, batches, check_stop: Callable[[], None] | None = None,
-              progress: Callable[[int, int], None] | None = None) -> dict[str, float]:
+def empirical(
+    sim: QuantSim,
+    batches,
+    check_stop: Callable[[], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, float]:
     """Correct every layer's bias so its mean output on the calibration set matches FP32. Returns the mean
     absolute shift removed per layer."""
     correctable = _correctable(sim)
@@ -79,7 +83,8 @@ def empirical(sim: QuantSim, batches, check_stop: Callable[[], None] | None = No
 
 
 def analytical(sim: QuantSim, batches, check_stop: Callable[[], None] | None = None) -> dict[str, str]:
-    """Correct every layer's bias by (W_q - W) E[x]. Returns, per layer, where E[x] came from: "bn" or "data"."""
+    """Correct every layer's bias by (W_q - W) E[x]. Returns, per layer, where E[x] came from: "bn" or
+    "data"."""
     correctable = _correctable(sim)
     modules = {name: wq.module for name, wq in correctable.items()}
     with sim.keeping():

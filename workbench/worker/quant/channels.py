@@ -1,7 +1,7 @@
-"""Per-channel ranges of a layer's output activation, and how unevenly they are spread: the ratio of the widest
-channel's range to the median channel's, and which channels are widest. One per-tensor activation scale must
-cover the widest channel, so a large ratio means the other channels get few integer levels (outlier channels,
-common in transformers). Worker side; never imports Qt.
+"""Per-channel ranges of a layer's output activation, and how unevenly they are spread: the ratio of the
+widest channel's range to the median channel's, and which channels are widest. One per-tensor activation scale
+must cover the widest channel, so a large ratio means the other channels get few integer levels (outlier
+channels, common in transformers). Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ TOP = 3  # how many of the widest channels the report names
 
 
 def channel_dim(module: nn.Module) -> int:
-    """Where a layer's output keeps its channels: last for linear and embedding outputs (..., features), dim 1 for
-    conv-like outputs (N, C, ...)."""
+    """Where a layer's output keeps its channels: last for linear and embedding outputs (..., features), dim 1
+    for conv-like outputs (N, C, ...)."""
     return -1 if isinstance(module, (nn.Linear, *EMBEDDINGS)) else 1
 
 
@@ -32,8 +32,9 @@ class ChannelExtremes:
     def update(self, x: torch.Tensor) -> None:
         if x.dim() < 2 or x.numel() == 0:
             return
-        # Reduced along memory order without copying: moving the channels first would copy the whole activation
-        # each batch, and reducing over several strided dimensions at once is several times slower on the CPU.
+        # Reduced along memory order without copying: moving the channels first would copy the whole
+        # activation each batch, and reducing over several strided dimensions at once is several times slower
+        # on the CPU.
         if self.dim % x.dim() == x.dim() - 1:  # (..., features)
             lo, hi = torch.aminmax(x.reshape(-1, x.shape[-1]), dim=0)
         else:  # (N, C, ...): each sample's channel first, then across the batch

@@ -1,6 +1,6 @@
-"""Cross-layer equalisation and bias absorption (Nagel et al. 2019, "Data-Free Quantization"; the white paper's
-section 4.1): rescale consecutive layers so that their per-channel weight ranges match, then move what a ReLU
-never lets through from one layer's bias into the next one's. Worker side; never imports Qt.
+"""Cross-layer equalisation and bias absorption (Nagel et al. 2019, "Data-Free Quantization"; the white
+paper's section 4.1): rescale consecutive layers so that their per-channel weight ranges match, then move what
+a ReLU never lets through from one layer's bias into the next one's. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from torch import nn
 
 from workbench.worker.quant.graph import EMBEDDINGS, Pair, out_channels
 
-ITERATIONS = 200  # at most this many sweeps over all pairs; a layer between two pairs (a triplet) needs several
+# at most this many sweeps over all pairs; a layer between two pairs (a triplet) needs several
+ITERATIONS = 200
 CONVERGED = 1e-6  # a sweep that moves no scale by more than this ends them
 ABSORB_SIGMAS = 3.0  # c = max(0, beta - 3 gamma): a ReLU input below c is rare enough to ignore
 
@@ -69,7 +70,8 @@ def is_depthwise(module: nn.Module) -> bool:
 
 
 def _units(pairs: list[Pair], modules: dict[str, nn.Module]) -> list[tuple[Pair, ...]]:
-    """The pairs in their order, a depthwise layer's two pairs (expand -> depthwise -> project) as one triplet."""
+    """The pairs in their order, a depthwise layer's two pairs (expand -> depthwise -> project) as one
+    triplet."""
     by_second = {p.second: p for p in pairs}
     by_first = {p.first: p for p in pairs}
     units, used = [], set()
@@ -78,7 +80,11 @@ def _units(pairs: list[Pair], modules: dict[str, nn.Module]) -> list[tuple[Pair,
             continue
         if is_depthwise(modules[pair.second]) and pair.second in by_first:
             unit = (pair, by_first[pair.second])
-        elif is_depthwise(modules[pair.first]) and pair.first in by_second and id(by_second[pair.first]) not in used:
+        elif (
+            is_depthwise(modules[pair.first])
+            and pair.first in by_second
+            and id(by_second[pair.first]) not in used
+        ):
             unit = (by_second[pair.first], pair)
         else:
             unit = (pair,)
@@ -93,14 +99,19 @@ def _scales(modules: dict[str, nn.Module], unit: tuple[Pair, ...]) -> list[torch
     if len(unit) == 1:
         r1, r2 = _range(modules[unit[0].first]), _input_ranges(modules[unit[0].second])
         return [_safe(torch.sqrt(r1 / r2), r1, r2)]
-    r1, r2, r3 = (_range(modules[unit[0].first]), _range(modules[unit[0].second]),
-                  _input_ranges(modules[unit[1].second]))
+    r1, r2, r3 = (
+        _range(modules[unit[0].first]),
+        _range(modules[unit[0].second]),
+        _input_ranges(modules[unit[1].second]),
+    )
     g = (r1 * r2 * r3).pow(1 / 3)
     alive = (r1, r2, r3)
     return [_safe(r1 / g, *alive), _safe(g / r3, *alive)]
 
 
-def _rescale(modules: dict[str, nn.Module], pair: Pair, scale: torch.Tensor, stats: dict[str, dict] | None) -> None:
+def _rescale(
+    modules: dict[str, nn.Module], pair: Pair, scale: torch.Tensor, stats: dict[str, dict] | None
+) -> None:
     """W1[c] /= s_c, b1[c] /= s_c, W2[:, c] *= s_c: the same function, the ranges moved."""
     first, second = modules[pair.first], modules[pair.second]
     first.weight.div_(scale.view([-1] + [1] * (first.weight.dim() - 1)))
@@ -114,12 +125,18 @@ def _rescale(modules: dict[str, nn.Module], pair: Pair, scale: torch.Tensor, sta
 
 
 @torch.no_grad()
-def equalize(modules: dict[str, nn.Module], pairs: list[Pair], stats: dict[str, dict] | None = None,
-             iterations: int = ITERATIONS, check_stop: Callable[[], None] | None = None) -> dict[str, torch.Tensor]:
-    """Equalise every pair in place: s_c = sqrt(r1_c / r2_c), W1[c] /= s_c, b1[c] /= s_c, W2[:, c] *= s_c (for a
-    grouped or depthwise second layer, the weights that read input channel c). A depthwise layer paired on both
-    sides is equalised with its neighbours as one triplet (all three ranges to their geometric mean). Sweeps
-    repeat until no scale moves: a layer in two pairs or units settles where its ranges match both neighbours'.
+def equalize(
+    modules: dict[str, nn.Module],
+    pairs: list[Pair],
+    stats: dict[str, dict] | None = None,
+    iterations: int = ITERATIONS,
+    check_stop: Callable[[], None] | None = None,
+) -> dict[str, torch.Tensor]:
+    """Equalise every pair in place: s_c = sqrt(r1_c / r2_c), W1[c] /= s_c, b1[c] /= s_c, W2[:, c] *= s_c (for
+    a grouped or depthwise second layer, the weights that read input channel c). A depthwise layer paired on
+    both sides is equalised with its neighbours as one triplet (all three ranges to their geometric mean).
+    Sweeps repeat until no scale moves: a layer in two pairs or units settles where its ranges match both
+    neighbours'.
 
     `stats` ({layer: {"mean", "std"}} of folded BatchNorms) is rescaled with its layer, so BN-based ranges and
     bias absorption stay right. Returns each first layer's total scale per channel.
@@ -141,7 +158,9 @@ def equalize(modules: dict[str, nn.Module], pairs: list[Pair], stats: dict[str, 
 
 
 @torch.no_grad()
-def absorb_biases(modules: dict[str, nn.Module], pairs: list[Pair], stats: dict[str, dict]) -> dict[str, float]:
+def absorb_biases(
+    modules: dict[str, nn.Module], pairs: list[Pair], stats: dict[str, dict]
+) -> dict[str, float]:
     """For pairs with a ReLU between them and BatchNorm statistics for the first layer: b1 -= c, b2 += W2 c,
     with c = max(0, beta - 3 gamma) per channel. Returns the mean |c| moved per first layer."""
     moved = {}

@@ -1,6 +1,6 @@
-"""The data a quantize job reads: the calibration subset (seeded draw from the training split) and the held-out
-set (the test split, else validation), as normalised batches without augmentation; and evaluating a model on
-them (accuracy or the run's task monitor, loss, logits). Worker side; never imports Qt.
+"""The data a quantize job reads: the calibration subset (seeded draw from the training split) and the
+held-out set (the test split, else validation), as normalised batches without augmentation; and evaluating a
+model on them (accuracy or the run's task monitor, loss, logits). Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -22,8 +22,17 @@ CACHE_BYTES = 512 * 2**20  # subsets up to this size (as float32) are decoded on
 class Batches:
     """Normalised (x, y) batches of some samples of one split, in a fixed order, on `device`."""
 
-    def __init__(self, split, indices: torch.Tensor, *, batch_size: int, device: torch.device,
-                 mean: list[float], std: list[float], what: str):
+    def __init__(
+        self,
+        split,
+        indices: torch.Tensor,
+        *,
+        batch_size: int,
+        device: torch.device,
+        mean: list[float],
+        std: list[float],
+        what: str,
+    ):
         self.split = split
         self.indices = indices
         self.batch_size = batch_size
@@ -57,7 +66,7 @@ class Batches:
             return
         loaded = []
         for start in range(0, len(self.indices), self.batch_size):
-            batch = self._load(self.indices[start:start + self.batch_size])
+            batch = self._load(self.indices[start : start + self.batch_size])
             if batch[1].numel() == 0:
                 continue
             if self.keep:
@@ -68,13 +77,20 @@ class Batches:
 
     def head(self, count: int) -> Batches:
         """The first `count` samples, as their own Batches."""
-        return Batches(self.split, self.indices[:count], batch_size=self.batch_size, device=self.device,
-                       mean=self.mean.flatten().tolist(), std=self.std.flatten().tolist(), what=self.what)
+        return Batches(
+            self.split,
+            self.indices[:count],
+            batch_size=self.batch_size,
+            device=self.device,
+            mean=self.mean.flatten().tolist(),
+            std=self.std.flatten().tolist(),
+            what=self.what,
+        )
 
 
 class SampleBatches:
-    """(x, y) batches of some samples of a user's own Dataset split (file:), read in this process and collated as
-    its DataLoader collates them (x may be a tuple or dict of tensors); kept after the first pass."""
+    """(x, y) batches of some samples of a user's own Dataset split (file:), read in this process and collated
+    as its DataLoader collates them (x may be a tuple or dict of tensors); kept after the first pass."""
 
     def __init__(self, split, indices: torch.Tensor, *, batch_size: int, device: torch.device, what: str):
         self.split = split
@@ -97,15 +113,16 @@ class SampleBatches:
 
             self.cache = []
             for start in range(0, len(self.indices), self.batch_size):
-                items = [self.split.sample(int(i)) for i in self.indices[start:start + self.batch_size]]
+                items = [self.split.sample(int(i)) for i in self.indices[start : start + self.batch_size]]
                 x = default_collate([item[0] for item in items])
                 y = default_collate([item[1] for item in items])
                 self.cache.append((_to(x, self.device), y.to(self.device)))
         yield from self.cache
 
     def head(self, count: int) -> SampleBatches:
-        return SampleBatches(self.split, self.indices[:count], batch_size=self.batch_size, device=self.device,
-                             what=self.what)
+        return SampleBatches(
+            self.split, self.indices[:count], batch_size=self.batch_size, device=self.device, what=self.what
+        )
 
 
 def _to(x, device):
@@ -122,14 +139,26 @@ def calibration_batches(dataset, samples: int, seed: int, *, batch_size: int, de
         raise JobError(f"{dataset.name} has no training samples to calibrate on")
     count = min(samples, len(split))
     if count < samples:
-        log(f"calibration.samples is {samples:,}, but the training split has {len(split):,}; calibrating on all "
-            "of them", "warning")
+        log(
+            f"calibration.samples is {samples:,}, but the training split has {len(split):,}; calibrating on "
+            "all of them",
+            "warning",
+        )
     order = torch.randperm(len(split), generator=torch.Generator().manual_seed(int(seed)))[:count]
     if is_user_data(dataset):
-        return SampleBatches(split, order.sort().values, batch_size=batch_size, device=device, what="calibration")
+        return SampleBatches(
+            split, order.sort().values, batch_size=batch_size, device=device, what="calibration"
+        )
     mean, std = dataset.normalization()
-    return Batches(split, order.sort().values, batch_size=batch_size, device=device, mean=mean, std=std,
-                   what="calibration")
+    return Batches(
+        split,
+        order.sort().values,
+        batch_size=batch_size,
+        device=device,
+        mean=mean,
+        std=std,
+        what="calibration",
+    )
 
 
 def held_out_split(dataset) -> str:
@@ -141,22 +170,38 @@ def held_out_batches(dataset, samples: int, *, batch_size: int, device) -> Batch
     name = held_out_split(dataset)
     split = dataset.splits[name]
     if not len(split):
-        raise JobError(f"{dataset.name} has no test or validation samples to measure accuracy on; set "
-                       "dataset.test_fraction or dataset.val_fraction above 0")
+        raise JobError(
+            f"{dataset.name} has no test or validation samples to measure accuracy on; set "
+            "dataset.test_fraction or dataset.val_fraction above 0"
+        )
     count = len(split) if samples <= 0 else min(samples, len(split))
     if is_user_data(dataset):
-        return SampleBatches(split, torch.arange(count), batch_size=batch_size, device=device, what=f"{name} split")
+        return SampleBatches(
+            split, torch.arange(count), batch_size=batch_size, device=device, what=f"{name} split"
+        )
     mean, std = dataset.normalization()
-    return Batches(split, torch.arange(count), batch_size=batch_size, device=device, mean=mean, std=std,
-                   what=f"{name} split")
+    return Batches(
+        split,
+        torch.arange(count),
+        batch_size=batch_size,
+        device=device,
+        mean=mean,
+        std=std,
+        what=f"{name} split",
+    )
 
 
 @torch.no_grad()
-def evaluate(model: Callable[..., object], batches: Batches, check_stop: Callable[[], None] | None = None,
-             objective=None) -> dict:
-    """`model` over the batches: "accuracy" (the measure the ladder, the sweeps and the proposal rank by), "loss"
-    (mean per sample) and "logits" (CPU); with a non-classification `objective` (workbench.worker.objectives),
-    "accuracy" holds that task's monitor value and "metrics" all of its metrics."""
+def evaluate(
+    model: Callable[..., object],
+    batches: Batches,
+    check_stop: Callable[[], None] | None = None,
+    objective=None,
+) -> dict:
+    """`model` over the batches: "accuracy" (the measure the ladder, the sweeps and the proposal rank by),
+    "loss" (mean per sample) and "logits" (CPU); with a non-classification `objective`
+    (workbench.worker.objectives), "accuracy" holds that task's monitor value and "metrics" all of its
+    metrics."""
     if objective is None or objective.task == "classification":
         return _evaluate_classification(model, batches, check_stop)
     loss, total, stats = 0.0, 0, None
@@ -166,7 +211,8 @@ def evaluate(model: Callable[..., object], batches: Batches, check_stop: Callabl
             check_stop()
         scores = logits_of(call_model(model, x)).float()
         count = int(y.shape[0]) if y.dim() else 1
-        # The objective's loss is a batch mean: weighted by the batch's samples, so a short last batch counts right.
+        # The objective's loss is a batch mean: weighted by the batch's samples, so a short last batch counts
+        # right.
         loss += float(objective.loss(scores, y)) * count
         batch = objective.batch_stats(scores, y)
         stats = batch if stats is None else stats + batch
@@ -175,12 +221,17 @@ def evaluate(model: Callable[..., object], batches: Batches, check_stop: Callabl
     if not total:
         raise JobError(f"no sample of the {batches.what} could be read")
     metrics = objective.metrics(stats, total)
-    return {"accuracy": metrics.get(objective.monitor, math.nan), "loss": loss / total, "logits": torch.cat(logits),
-            "metrics": metrics}
+    return {
+        "accuracy": metrics.get(objective.monitor, math.nan),
+        "loss": loss / total,
+        "logits": torch.cat(logits),
+        "metrics": metrics,
+    }
 
 
 def _evaluate_classification(model, batches, check_stop) -> dict:
-    """accuracy (argmax), loss (mean cross-entropy) and logits: the numbers quantize reports for classification."""
+    """accuracy (argmax), loss (mean cross-entropy) and logits: the numbers quantize reports for
+    classification."""
     correct, loss, total = 0, 0.0, 0
     logits = []
     for x, y in batches:

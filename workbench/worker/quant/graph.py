@@ -1,14 +1,14 @@
-"""The model as a torch.fx graph: its weighted layers, BatchNorm folding, where activation quantizers go, and the
-layer pairs that cross-layer equalisation may rescale.
+"""The model as a torch.fx graph: its weighted layers, BatchNorm folding, where activation quantizers go, and
+the layer pairs that cross-layer equalisation may rescale.
 
 Weighted layers are convs, transposed convs, linear layers and embedding tables (an embedding's weights are
 quantized per row, a transposed conv's per output channel: axis 1 of its (in, out / groups, *k) weight).
-Activation quantizers sit at the model's input (unless it feeds an embedding's indices), after each layer (past its BatchNorm and activation function),
-after each residual add (past its activation), and at the input of a conv/linear that average pooling feeds (an
-average of grid values is off the grid: integer hardware requantizes it there) or that no quantizer feeds at all
-(after a LayerNorm, a concatenation's BatchNorm, an attention's context). Max pooling and reshaping keep their
-input's grid exactly. Module names stay those of the original model's named_modules().
-Worker side; never imports Qt.
+Activation quantizers sit at the model's input (unless it feeds an embedding's indices), after each layer
+(past its BatchNorm and activation function), after each residual add (past its activation), and at the input
+of a conv/linear that average pooling feeds (an average of grid values is off the grid: integer hardware
+requantizes it there) or that no quantizer feeds at all (after a LayerNorm, a concatenation's BatchNorm, an
+attention's context). Max pooling and reshaping keep their input's grid exactly. Module names stay those of
+the original model's named_modules(). Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -30,34 +30,124 @@ TRANSPOSED = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 EMBEDDINGS = (nn.Embedding, nn.EmbeddingBag)
 WEIGHTED = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear, *TRANSPOSED, *EMBEDDINGS)
 # Methods that turn token ids into the integer type an embedding takes: the ids' path to the table.
-INDEX_METHODS = {"long", "int", "to", "type", "contiguous", "view", "reshape", "flatten", "unsqueeze", "squeeze"}
+INDEX_METHODS = {
+    "long",
+    "int",
+    "to",
+    "type",
+    "contiguous",
+    "view",
+    "reshape",
+    "flatten",
+    "unsqueeze",
+    "squeeze",
+}
 BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 # Element-wise activation functions: a layer's quantizer goes after them (they are fused in deployment).
-ACTIVATION_MODULES = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.Hardtanh, nn.SiLU, nn.GELU, nn.Sigmoid, nn.Tanh,
-                      nn.Hardswish, nn.Hardsigmoid, nn.ELU, nn.Mish)
-ACTIVATION_FUNCTIONS = {F.relu, torch.relu, F.relu6, F.leaky_relu, F.gelu, F.silu, torch.sigmoid, torch.tanh,
-                        F.hardswish, F.hardsigmoid, F.elu, F.mish, F.hardtanh, torch.relu_}
+ACTIVATION_MODULES = (
+    nn.ReLU,
+    nn.ReLU6,
+    nn.LeakyReLU,
+    nn.Hardtanh,
+    nn.SiLU,
+    nn.GELU,
+    nn.Sigmoid,
+    nn.Tanh,
+    nn.Hardswish,
+    nn.Hardsigmoid,
+    nn.ELU,
+    nn.Mish,
+)
+ACTIVATION_FUNCTIONS = {
+    F.relu,
+    torch.relu,
+    F.relu6,
+    F.leaky_relu,
+    F.gelu,
+    F.silu,
+    torch.sigmoid,
+    torch.tanh,
+    F.hardswish,
+    F.hardsigmoid,
+    F.elu,
+    F.mish,
+    F.hardtanh,
+    torch.relu_,
+}
 ACTIVATION_METHODS = {"relu", "relu_", "sigmoid", "tanh"}
 # Positively homogeneous, f(s x) = s f(x) for s > 0 per channel: what CLE may rescale across.
 RELU_MODULES = (nn.ReLU, nn.LeakyReLU)
 RELU_FUNCTIONS = {F.relu, torch.relu, torch.relu_, F.leaky_relu}
 RELU_METHODS = {"relu", "relu_"}
-PASS_MODULES = (nn.Identity, nn.Dropout, nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d,
-                nn.AvgPool3d, nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool1d,
-                nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d, nn.Flatten)
-PASS_FUNCTIONS = {F.max_pool1d, F.max_pool2d, F.max_pool3d, F.avg_pool1d, F.avg_pool2d, F.avg_pool3d,
-                  F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, F.adaptive_max_pool2d, torch.flatten, F.dropout}
+PASS_MODULES = (
+    nn.Identity,
+    nn.Dropout,
+    nn.MaxPool1d,
+    nn.MaxPool2d,
+    nn.MaxPool3d,
+    nn.AvgPool1d,
+    nn.AvgPool2d,
+    nn.AvgPool3d,
+    nn.AdaptiveAvgPool1d,
+    nn.AdaptiveAvgPool2d,
+    nn.AdaptiveAvgPool3d,
+    nn.AdaptiveMaxPool1d,
+    nn.AdaptiveMaxPool2d,
+    nn.AdaptiveMaxPool3d,
+    nn.Flatten,
+)
+PASS_FUNCTIONS = {
+    F.max_pool1d,
+    F.max_pool2d,
+    F.max_pool3d,
+    F.avg_pool1d,
+    F.avg_pool2d,
+    F.avg_pool3d,
+    F.adaptive_avg_pool1d,
+    F.adaptive_avg_pool2d,
+    F.adaptive_max_pool2d,
+    torch.flatten,
+    F.dropout,
+}
 PASS_METHODS = {"flatten"}
 # Keep the per-channel mean (what analytical bias correction may carry a BatchNorm's statistics through).
-MEAN_MODULES = (nn.Identity, nn.Dropout, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d, nn.AdaptiveAvgPool1d,
-                nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.Flatten)
-MEAN_FUNCTIONS = {F.avg_pool1d, F.avg_pool2d, F.avg_pool3d, F.adaptive_avg_pool1d, F.adaptive_avg_pool2d,
-                  torch.flatten, F.dropout}
+MEAN_MODULES = (
+    nn.Identity,
+    nn.Dropout,
+    nn.AvgPool1d,
+    nn.AvgPool2d,
+    nn.AvgPool3d,
+    nn.AdaptiveAvgPool1d,
+    nn.AdaptiveAvgPool2d,
+    nn.AdaptiveAvgPool3d,
+    nn.Flatten,
+)
+MEAN_FUNCTIONS = {
+    F.avg_pool1d,
+    F.avg_pool2d,
+    F.avg_pool3d,
+    F.adaptive_avg_pool1d,
+    F.adaptive_avg_pool2d,
+    torch.flatten,
+    F.dropout,
+}
 # Averages leave the grid: a layer they feed gets a quantizer at its input (a "pool" point).
-AVERAGING_MODULES = (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d, nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d,
-                     nn.AdaptiveAvgPool3d)
-AVERAGING_FUNCTIONS = {F.avg_pool1d, F.avg_pool2d, F.avg_pool3d, F.adaptive_avg_pool1d, F.adaptive_avg_pool2d,
-                       F.adaptive_avg_pool3d}
+AVERAGING_MODULES = (
+    nn.AvgPool1d,
+    nn.AvgPool2d,
+    nn.AvgPool3d,
+    nn.AdaptiveAvgPool1d,
+    nn.AdaptiveAvgPool2d,
+    nn.AdaptiveAvgPool3d,
+)
+AVERAGING_FUNCTIONS = {
+    F.avg_pool1d,
+    F.avg_pool2d,
+    F.avg_pool3d,
+    F.adaptive_avg_pool1d,
+    F.adaptive_avg_pool2d,
+    F.adaptive_avg_pool3d,
+}
 ADD_FUNCTIONS = {operator.add, operator.iadd, torch.add}
 ADD_METHODS = {"add", "add_"}
 
@@ -69,17 +159,20 @@ class Untraceable(JobError):
 def trace(model: nn.Module, what: str = "the model") -> fx.GraphModule:
     """A GraphModule of a deep copy of `model` (the original is never changed), in eval mode."""
     copied = copy.deepcopy(model).eval()
-    # fx keeps torch.nn's transformer modules and nn.MultiheadAttention whole: this copy's are rebuilt from plain ops,
-    # their feed-forward and projection Linear layers visible (module names unchanged, projections added).
+    # fx keeps torch.nn's transformer modules and nn.MultiheadAttention whole: this copy's are rebuilt from
+    # plain ops, their feed-forward and projection Linear layers visible (module names unchanged, projections
+    # added).
     swap_transformers(copied)
     swap_attention(copied)
     try:
         gm = fx.symbolic_trace(copied)
     except Exception as exc:
         first = (str(exc).splitlines() or [""])[0][:300]
-        raise Untraceable(f"quantize needs a model that torch.fx can trace, and {what} cannot be traced "
-                       f"({type(exc).__name__}: {first}); data-dependent Python control flow in forward() is the "
-                       "usual cause") from None
+        raise Untraceable(
+            f"quantize needs a model that torch.fx can trace, and {what} cannot be traced "
+            f"({type(exc).__name__}: {first}); data-dependent Python control flow in forward() is the "
+            "usual cause"
+        ) from None
     return gm.eval()
 
 
@@ -133,12 +226,15 @@ def is_mean_preserving(gm, node) -> bool:
 
 def is_add(node: fx.Node) -> bool:
     tensors = [a for a in node.args if isinstance(a, fx.Node)]
-    return len(tensors) >= 2 and ((node.op == "call_function" and node.target in ADD_FUNCTIONS)
-                                  or (node.op == "call_method" and node.target in ADD_METHODS))
+    return len(tensors) >= 2 and (
+        (node.op == "call_function" and node.target in ADD_FUNCTIONS)
+        or (node.op == "call_method" and node.target in ADD_METHODS)
+    )
 
 
-# What onnxruntime carries a DequantizeLinear across (dropping, reshaping or max-pooling its integer codes): a layer
-# behind only these ops after a quantizer takes quantized input, and deployment quantizes its bias to int32.
+# What onnxruntime carries a DequantizeLinear across (dropping, reshaping or max-pooling its integer codes): a
+# layer behind only these ops after a quantizer takes quantized input, and deployment quantizes its bias to
+# int32.
 CARRY_MODULES = (nn.Identity, nn.Dropout, nn.Flatten, nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)
 CARRY_FUNCTIONS = {torch.flatten, F.dropout, F.max_pool1d, F.max_pool2d, F.max_pool3d, torch.reshape}
 CARRY_METHODS = {"flatten", "view", "reshape", "contiguous"}
@@ -180,15 +276,16 @@ def in_channels(module: nn.Module) -> int:
 
 
 def weight_axis(module: nn.Module) -> int:
-    """The axis of a layer's weight that holds its output channels, which per-channel quantization runs along: 1
-    for a transposed conv ((in, out / groups, *k), as ONNX's ConvTranspose has it too), 0 otherwise (an
+    """The axis of a layer's weight that holds its output channels, which per-channel quantization runs along:
+    1 for a transposed conv ((in, out / groups, *k), as ONNX's ConvTranspose has it too), 0 otherwise (an
     embedding's rows)."""
     return 1 if isinstance(module, TRANSPOSED) else 0
 
 
 def equalisable(module: nn.Module) -> bool:
     """Whether CLE may rescale the layer's channels: its rows are output channels and its columns inputs. A
-    transposed conv's output channels lie along axis 1 and an embedding has no input channels; both are left out."""
+    transposed conv's output channels lie along axis 1 and an embedding has no input channels; both are left
+    out."""
     return not isinstance(module, (*TRANSPOSED, *EMBEDDINGS))
 
 
@@ -204,14 +301,14 @@ def feeds_embedding(gm: fx.GraphModule, node: fx.Node, depth: int = 8) -> bool:
     return False
 
 
-# --- BatchNorm folding ----------------------------------------------------------------------------------------------
+# --- BatchNorm folding --------------------------------------------------------------------------------------
 
 
 def fold_batchnorms(gm: fx.GraphModule, only: set[str] | None = None) -> dict[str, dict]:
     """Fold every BatchNorm that directly follows a conv/linear (its only user) into that layer, and take the
-    BatchNorm out of the graph. Returns {layer: {"bn": bn name, "mean": beta, "std": |gamma|}}: the per-channel
-    statistics of the folded layer's output, which BN-based ranges, bias absorption and analytical bias
-    correction use. `only` limits folding to these BatchNorms (to rebuild a model quantized earlier)."""
+    BatchNorm out of the graph. Returns {layer: {"bn": bn name, "mean": beta, "std": |gamma|}}: the
+    per-channel statistics of the folded layer's output, which BN-based ranges, bias absorption and analytical
+    bias correction use. `only` limits folding to these BatchNorms (to rebuild a model quantized earlier)."""
     calls: dict[str, int] = {}
     for node in gm.graph.nodes:
         if node.op == "call_module":
@@ -225,8 +322,14 @@ def fold_batchnorms(gm: fx.GraphModule, only: set[str] | None = None) -> dict[st
             continue
         prev = node.args[0]
         layer = module_of(gm, prev) if isinstance(prev, fx.Node) else None
-        if (not isinstance(layer, WEIGHTED) or isinstance(layer, EMBEDDINGS) or len(prev.users) != 1 or calls.get(prev.target, 0) != 1
-                or calls.get(node.target, 0) != 1 or out_channels(layer) != bn.num_features):
+        if (
+            not isinstance(layer, WEIGHTED)
+            or isinstance(layer, EMBEDDINGS)
+            or len(prev.users) != 1
+            or calls.get(prev.target, 0) != 1
+            or calls.get(node.target, 0) != 1
+            or out_channels(layer) != bn.num_features
+        ):
             continue
         with torch.no_grad():
             gamma = bn.weight.detach() if bn.weight is not None else torch.ones_like(bn.running_mean)
@@ -246,7 +349,11 @@ def fold_batchnorms(gm: fx.GraphModule, only: set[str] | None = None) -> dict[st
                 layer.bias = nn.Parameter(new_bias.clone())
             else:
                 layer.bias.copy_(new_bias)
-        folded[prev.target] = {"bn": node.target, "mean": beta.clone().float(), "std": gamma.abs().clone().float()}
+        folded[prev.target] = {
+            "bn": node.target,
+            "mean": beta.clone().float(),
+            "std": gamma.abs().clone().float(),
+        }
         node.replace_all_uses_with(prev)
         gm.graph.erase_node(node)
         gm.delete_submodule(node.target)
@@ -255,9 +362,11 @@ def fold_batchnorms(gm: fx.GraphModule, only: set[str] | None = None) -> dict[st
     return folded
 
 
-def bn_stats(gm: fx.GraphModule, layer: Layer, folded: dict[str, dict]) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(mean, std) per channel of a layer's output before its activation: from its folded BatchNorm, or from an
-    unfolded one right after it."""
+def bn_stats(
+    gm: fx.GraphModule, layer: Layer, folded: dict[str, dict]
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(mean, std) per channel of a layer's output before its activation: from its folded BatchNorm, or from
+    an unfolded one right after it."""
     info = folded.get(layer.name)
     if info is not None:
         return info["mean"], info["std"]
@@ -268,13 +377,13 @@ def bn_stats(gm: fx.GraphModule, layer: Layer, folded: dict[str, dict]) -> tuple
     return None
 
 
-# --- layers and activation points ------------------------------------------------------------------------------------
+# --- layers and activation points ---------------------------------------------------------------------------
 
 
 @dataclass
 class Layer:
-    """A weighted layer (conv, transposed conv, linear, embedding): its weight quantizer, and the activation point
-    after its BatchNorm and activation."""
+    """A weighted layer (conv, transposed conv, linear, embedding): its weight quantizer, and the activation
+    point after its BatchNorm and activation."""
 
     name: str
     node: fx.Node | None  # None under module-level quantization
@@ -304,9 +413,11 @@ class Point:
 class Structure:
     layers: dict[str, Layer]
     points: dict[str, Point]
-    groups: list[str]  # in graph order: a layer name (its weights and its output point) or a lone point's name
+    # in graph order: a layer name (its weights and its output point) or a lone point's name
+    groups: list[str]
     traced: bool = True  # False: module-level quantization (quant/module_level.py), no fx nodes
-    # Module-level only: an input point -> the layers it feeds (one tensor into several layers: one quantizer).
+    # Module-level only: an input point -> the layers it feeds (one tensor into several layers: one
+    # quantizer).
     feeds: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -340,8 +451,8 @@ def _unique(name: str, taken: set[str]) -> str:
 
 
 def _averaged_input(gm: fx.GraphModule, layer: fx.Node) -> tuple[fx.Node, fx.Node] | None:
-    """(the node feeding `layer`, the average pooling behind it) where only pass-through ops (pooling, flatten,
-    dropout) lie between the two and one of them averages; None otherwise."""
+    """(the node feeding `layer`, the average pooling behind it) where only pass-through ops (pooling,
+    flatten, dropout) lie between the two and one of them averages; None otherwise."""
     source = layer.args[0] if layer.args else None
     current, averaged = source, None
     while isinstance(current, fx.Node) and is_pass(gm, current) and not is_quantizer(gm, current):
@@ -353,9 +464,10 @@ def _averaged_input(gm: fx.GraphModule, layer: fx.Node) -> tuple[fx.Node, fx.Nod
 
 def _unquantized_input(gm: fx.GraphModule, layer: fx.Node, placed: set[fx.Node]) -> fx.Node | None:
     """The node feeding `layer` where no quantizer reaches it through ops that keep the codes (a LayerNorm, an
-    unfolded BatchNorm, a concatenation, an attention's context, an LSTM's output); None where one does. Integer
-    kernels take 8-bit inputs, so such a layer gets a quantizer at its input: left float, onnxruntime quantizes
-    a MatMul's input itself at run time (MatMulNBits), and the file no longer computes what was simulated."""
+    unfolded BatchNorm, a concatenation, an attention's context, an LSTM's output); None where one does.
+    Integer kernels take 8-bit inputs, so such a layer gets a quantizer at its input: left float, onnxruntime
+    quantizes a MatMul's input itself at run time (MatMulNBits), and the file no longer computes what was
+    simulated."""
     source = layer.args[0] if layer.args else None
     current = source
     while isinstance(current, fx.Node):
@@ -419,7 +531,7 @@ def find_structure(gm: fx.GraphModule) -> Structure:
     return Structure(layers, points, groups)
 
 
-# --- pairs for cross-layer equalisation ------------------------------------------------------------------------------
+# --- pairs for cross-layer equalisation ---------------------------------------------------------------------
 
 
 @dataclass
@@ -434,15 +546,17 @@ CLIPPING_FUNCTIONS = {F.relu6, F.hardtanh}
 
 
 def is_clipping(gm, node) -> bool:
-    """ReLU6 and Hardtanh: a fixed upper bound, so scaling what goes in by 1/s does not scale what comes out."""
+    """ReLU6 and Hardtanh: a fixed upper bound, so scaling what goes in by 1/s does not scale what comes
+    out."""
     return _kind(gm, node, CLIPPING_MODULES, CLIPPING_FUNCTIONS, set())
 
 
 def cle_pairs(gm: fx.GraphModule, structure: Structure, clipped: list | None = None) -> list[Pair]:
     """Consecutive layers joined only by positively homogeneous ops (ReLU, pooling, flatten), with no branch:
-    scaling the first layer's output channel c by 1/s and the second's input channel c by s keeps the function.
-    The second may be grouped or depthwise (input channel c reaches only its own group). Pairs a clipping
-    activation (ReLU6) stands between are left out, and listed in `clipped` as (first, second, op)."""
+    scaling the first layer's output channel c by 1/s and the second's input channel c by s keeps the
+    function. The second may be grouped or depthwise (input channel c reaches only its own group). Pairs a
+    clipping activation (ReLU6) stands between are left out, and listed in `clipped` as (first, second,
+    op)."""
     pairs = []
     by_node = {layer.node: layer for layer in structure.layers.values()}
     for layer in structure.layers.values():
@@ -457,8 +571,11 @@ def cle_pairs(gm: fx.GraphModule, structure: Structure, clipped: list | None = N
                 break
             if user in by_node:
                 second = by_node[user]
-                if (second.name == user.target and equalisable(second.module)
-                        and in_channels(second.module) == out_channels(layer.module)):
+                if (
+                    second.name == user.target
+                    and equalisable(second.module)
+                    and in_channels(second.module) == out_channels(layer.module)
+                ):
                     if clipping is None:
                         pairs.append(Pair(layer.name, second.name, relu))
                     elif clipped is not None:
@@ -475,8 +592,9 @@ def cle_pairs(gm: fx.GraphModule, structure: Structure, clipped: list | None = N
 
 
 def cle_chains(pairs: list[Pair]) -> list[list[str]]:
-    """The pairs joined into chains where one pair's second layer is the next one's first: conv -> depthwise ->
-    conv is one chain of three (a triplet, as the paper and AIMET equalise it); a lone pair is a chain of two."""
+    """The pairs joined into chains where one pair's second layer is the next one's first: conv -> depthwise
+    -> conv is one chain of three (a triplet, as the paper and AIMET equalise it); a lone pair is a chain of
+    two."""
     following = {p.first: p.second for p in pairs}
     seconds = {p.second for p in pairs}
     chains = []
@@ -491,12 +609,15 @@ def cle_chains(pairs: list[Pair]) -> list[list[str]]:
 
 
 def cle_triplets(pairs: list[Pair], structure: Structure) -> list[list[str]]:
-    """(before, depthwise, after) for each grouped layer paired on both sides: what the paper and AIMET equalise
-    as one triplet, and iterating the two pairs reaches the same balance."""
+    """(before, depthwise, after) for each grouped layer paired on both sides: what the paper and AIMET
+    equalise as one triplet, and iterating the two pairs reaches the same balance."""
     before = {p.second: p.first for p in pairs}
     after = {p.first: p.second for p in pairs}
-    return [[before[name], name, after[name]] for name, layer in structure.layers.items()
-            if getattr(layer.module, "groups", 1) > 1 and name in before and name in after]
+    return [
+        [before[name], name, after[name]]
+        for name, layer in structure.layers.items()
+        if getattr(layer.module, "groups", 1) > 1 and name in before and name in after
+    ]
 
 
 def producer(gm: fx.GraphModule, structure: Structure, layer: Layer) -> tuple[Layer | None, bool]:

@@ -1,10 +1,11 @@
-"""Every calibration value of an activation, kept as a fine streaming histogram (count and sum per bin), so the MSE
-range search sees all of them rather than a sample. Worker side; never imports Qt.
+"""Every calibration value of an activation, kept as a fine streaming histogram (count and sum per bin), so
+the MSE range search sees all of them rather than a sample. Worker side; never imports Qt.
 
 Each bin keeps its count and the sum of its values, hence its centroid c. The squared error of quantizing the
-bin's values x to q is sum (x - c)^2 + n (c - q)^2, and the first term does not depend on the range whenever the
-whole bin rounds to one level: the search minimises sum n (c - q(c))^2 over the bins, exact but for the few bins
-that straddle a rounding or clipping boundary (2^15 bins put at least 128 of them in every 8-bit step).
+bin's values x to q is sum (x - c)^2 + n (c - q)^2, and the first term does not depend on the range whenever
+the whole bin rounds to one level: the search minimises sum n (c - q(c))^2 over the bins, exact but for the
+few bins that straddle a rounding or clipping boundary (2^15 bins put at least 128 of them in every 8-bit
+step).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ BINS = 2**15
 
 
 class StreamingHistogram:
-    """Counts and sums of values in BINS equal bins over [lo, lo + width), widened by doubling as values outside
-    arrive: merging neighbouring bins adds their counts and sums, so nothing is lost or approximated."""
+    """Counts and sums of values in BINS equal bins over [lo, lo + width), widened by doubling as values
+    outside arrive: merging neighbouring bins adds their counts and sums, so nothing is lost or
+    approximated."""
 
     def __init__(self, bins: int = BINS):
         self.bins = bins
@@ -29,10 +31,10 @@ class StreamingHistogram:
 
     @torch.no_grad()
     def update(self, x: torch.Tensor, extremes: tuple[float, float] | None = None) -> None:
-        """Add every value of `x`; `extremes` (its min and max, when the caller has them) saves a pass. The values
-        are binned and summed in their own float32 (a bin index off by one at a bin's edge moves a value by less
-        than a bin, and each batch's sums are added in float64): converting every value to float64 first took
-        as long as the binning."""
+        """Add every value of `x`; `extremes` (its min and max, when the caller has them) saves a pass. The
+        values are binned and summed in their own float32 (a bin index off by one at a bin's edge moves a
+        value by less than a bin, and each batch's sums are added in float64): converting every value to
+        float64 first took as long as the binning."""
         flat = x.detach().reshape(-1)
         if flat.numel() == 0:
             return
@@ -57,7 +59,8 @@ class StreamingHistogram:
         self.total += torch.bincount(index, weights=flat, minlength=self.bins)
 
     def _double(self, *, downward: bool) -> None:
-        """Twice the width, the old bins merged in pairs into one half: the upper half when growing downward."""
+        """Twice the width, the old bins merged in pairs into one half: the upper half when growing
+        downward."""
         half = self.bins // 2
         merged = [t.view(half, 2).sum(dim=1) for t in (self.count, self.total)]
         for old, new in zip((self.count, self.total), merged):

@@ -23,7 +23,8 @@ def sqnr_db(signal: float, noise: float) -> float | None:
 
 
 def clipped_mask(values: torch.Tensor, qp: QParams) -> torch.Tensor:
-    """Where values lie outside the grid's extent [s (qmin - z), s (qmax - z)]: their error is clipping error."""
+    """Where values lie outside the grid's extent [s (qmin - z), s (qmax - z)]: their error is clipping
+    error."""
     low, high = qp.extent()
     if qp.axis is not None:
         shape = [1] * values.dim()
@@ -33,10 +34,11 @@ def clipped_mask(values: torch.Tensor, qp: QParams) -> torch.Tensor:
 
 
 def tensor_error(values: torch.Tensor, qp: QParams, quantized: torch.Tensor | None = None) -> dict:
-    """mse, clipping_mse, rounding_mse (they add up to mse), sqnr_db and cosine of `values` quantized with `qp`.
+    """mse, clipping_mse, rounding_mse (they add up to mse), sqnr_db and cosine of `values` quantized with
+    `qp`.
 
-    `quantized` gives the values as actually quantized (AdaRound's rounding, say); default: rounded to nearest.
-    Values outside the grid's extent carry clipping error, the rest rounding error.
+    `quantized` gives the values as actually quantized (AdaRound's rounding, say); default: rounded to
+    nearest. Values outside the grid's extent carry clipping error, the rest rounding error.
     """
     x = values.detach().float()
     q = quantized.detach().float() if quantized is not None else quant_dequant(x, qp)
@@ -46,9 +48,13 @@ def tensor_error(values: torch.Tensor, qp: QParams, quantized: torch.Tensor | No
     total = float(err.sum())
     clip = float(err[clipped].sum())
     norm = float(x.norm() * q.norm())
-    return {"mse": total / n, "clipping_mse": clip / n, "rounding_mse": (total - clip) / n,
-            "sqnr_db": sqnr_db(float(x.pow(2).sum()), total),
-            "cosine": float((x * q).sum()) / norm if norm > 0 else None}
+    return {
+        "mse": total / n,
+        "clipping_mse": clip / n,
+        "rounding_mse": (total - clip) / n,
+        "sqnr_db": sqnr_db(float(x.pow(2).sum()), total),
+        "cosine": float((x * q).sum()) / norm if norm > 0 else None,
+    }
 
 
 @dataclass
@@ -63,8 +69,8 @@ class ErrorSums:
     extra: dict = field(default_factory=dict)
 
     def add(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        # Dot products of the flat float32 tensors: no float64 copies of whole activation batches (hundreds of MB
-        # for a ResNet), and blocked accumulation keeps the sums accurate enough for dB and MSE.
+        # Dot products of the flat float32 tensors: no float64 copies of whole activation batches (hundreds of
+        # MB for a ResNet), and blocked accumulation keeps the sums accurate enough for dB and MSE.
         x, y = x.detach().float().reshape(-1), y.detach().float().reshape(-1)
         e = x - y
         self.xx += float(torch.dot(x, x))
@@ -75,11 +81,16 @@ class ErrorSums:
 
     def result(self) -> dict:
         norm = math.sqrt(self.xx * self.yy)
-        return {"sqnr_db": sqnr_db(self.xx, self.ee), "mse": self.ee / max(self.count, 1),
-                "cosine": self.xy / norm if norm > 0 else None}
+        return {
+            "sqnr_db": sqnr_db(self.xx, self.ee),
+            "mse": self.ee / max(self.count, 1),
+            "cosine": self.xy / norm if norm > 0 else None,
+        }
 
 
-def histogram_edges(values: torch.Tensor, ranges: list[tuple[float, float]], bins: int = HISTOGRAM_BINS) -> torch.Tensor:
+def histogram_edges(
+    values: torch.Tensor, ranges: list[tuple[float, float]], bins: int = HISTOGRAM_BINS
+) -> torch.Tensor:
     """Bin edges spanning the values and every candidate range, so each range's lines fall on the plot."""
     lo = min([float(values.min())] + [r[0] for r in ranges])
     hi = max([float(values.max())] + [r[1] for r in ranges])
@@ -102,9 +113,11 @@ def histogram(values: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
     return torch.bincount(bin_index(values, edges), minlength=len(edges) - 1)
 
 
-def error_by_bin(values: torch.Tensor, qp: QParams, edges: torch.Tensor,
-                 quantized: torch.Tensor | None = None) -> torch.Tensor:
-    """(2, bins) float64: the squared clipping error and the squared rounding error of the values in each bin."""
+def error_by_bin(
+    values: torch.Tensor, qp: QParams, edges: torch.Tensor, quantized: torch.Tensor | None = None
+) -> torch.Tensor:
+    """(2, bins) float64: the squared clipping error and the squared rounding error of the values in each
+    bin."""
     x = values.detach().float()
     q = quantized.detach().float() if quantized is not None else quant_dequant(x, qp)
     err = (q - x).pow_(2).double().reshape(-1)

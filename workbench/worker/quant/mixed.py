@@ -1,7 +1,8 @@
-"""Sensitivity and mixed precision: accuracy with only one group quantized and with all but one quantized, and a
-proposal of the groups to keep at a higher bit width (8, then 16) so that accuracy stays within a target drop,
-with the accuracy and model size of every choice on the way. For a task other than classification "accuracy" is
-the run's monitor metric; where lower is better (MAE), its "drop" is its rise. Worker side; never imports Qt.
+"""Sensitivity and mixed precision: accuracy with only one group quantized and with all but one quantized, and
+a proposal of the groups to keep at a higher bit width (8, then 16) so that accuracy stays within a target
+drop, with the accuracy and model size of every choice on the way. For a task other than classification
+"accuracy" is the run's monitor metric; where lower is better (MAE), its "drop" is its rise. Worker side;
+never imports Qt.
 """
 
 from __future__ import annotations
@@ -14,9 +15,15 @@ from workbench.worker.quant.sim import QuantSim
 LEVELS = (8, 16)
 
 
-def sensitivity(sim: QuantSim, batches, *, objective=None, check_stop: Callable[[], None] | None = None,
-                progress: Callable[[int, int, str], None] | None = None,
-                measure: Callable[[object], float] | None = None) -> list[dict]:
+def sensitivity(
+    sim: QuantSim,
+    batches,
+    *,
+    objective=None,
+    check_stop: Callable[[], None] | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+    measure: Callable[[object], float] | None = None,
+) -> list[dict]:
     """One {layer, only_this, all_but_this} (accuracies, or `objective`'s monitor values) per group, in graph
     order. `measure` (model -> value) replaces the measure on `batches`: a LightningModule's own monitor."""
     measure = measure or _measure_on(batches, check_stop, objective)
@@ -44,7 +51,9 @@ def size_bytes(sim: QuantSim) -> int:
 
 
 def fp32_size_bytes(sim: QuantSim) -> int:
-    return sum(wq.w_fp.numel() * 4 + (0 if wq.b_fp is None else wq.b_fp.numel() * 4) for wq in sim.weights.values())
+    return sum(
+        wq.w_fp.numel() * 4 + (0 if wq.b_fp is None else wq.b_fp.numel() * 4) for wq in sim.weights.values()
+    )
 
 
 def group_bits(sim: QuantSim, group: str) -> int:
@@ -58,7 +67,8 @@ def group_bits(sim: QuantSim, group: str) -> int:
 
 
 def set_group_bits(sim: QuantSim, group: str, bits: int) -> None:
-    """Requantize a group's weights (range method, nearest rounding, FP32 bias) and its activation at `bits`."""
+    """Requantize a group's weights (range method, nearest rounding, FP32 bias) and its activation at
+    `bits`."""
     if group in sim.weights:
         wq = sim.weights[group]
         wq.set_range(wq.grid.with_bits(bits))
@@ -69,8 +79,12 @@ def set_group_bits(sim: QuantSim, group: str, bits: int) -> None:
 
 
 def snapshot(sim: QuantSim) -> dict:
-    return {"weights": {name: (wq.grid, wq.qp, wq.codes, wq.b_q, wq.rounding) for name, wq in sim.weights.items()},
-            "points": {name: (s.bits, s.grid, s.method, s.module.qp) for name, s in sim.points.items()}}
+    return {
+        "weights": {
+            name: (wq.grid, wq.qp, wq.codes, wq.b_q, wq.rounding) for name, wq in sim.weights.items()
+        },
+        "points": {name: (s.bits, s.grid, s.method, s.module.qp) for name, s in sim.points.items()},
+    }
 
 
 def restore(sim: QuantSim, saved: dict) -> None:
@@ -83,16 +97,26 @@ def restore(sim: QuantSim, saved: dict) -> None:
     sim.refresh()
 
 
-def propose(sim: QuantSim, rows: list[dict], *, fp32_accuracy: float, quantized_accuracy: float,
-            target_drop: float, batches, objective=None, check_stop: Callable[[], None] | None = None,
-            progress: Callable[[int, int, str], None] | None = None,
-            measure: Callable[[object], float] | None = None) -> dict:
+def propose(
+    sim: QuantSim,
+    rows: list[dict],
+    *,
+    fp32_accuracy: float,
+    quantized_accuracy: float,
+    target_drop: float,
+    batches,
+    objective=None,
+    check_stop: Callable[[], None] | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+    measure: Callable[[object], float] | None = None,
+) -> dict:
     """Raise groups to 8 bits, then 16, most helpful first (by how much accuracy quantizing all but that group
     recovers, then by how much quantizing only it costs), until accuracy is within `target_drop` of FP32.
 
-    With a lower-is-better monitor (`objective.higher_is_better` false, e.g. MAE) every comparison turns round:
-    the goal is at most FP32 + target_drop (a rise in the metric's own units), and a group helps by lowering it.
-    The search itself runs on `better` (the value, negated where lower is better), so there is one search.
+    With a lower-is-better monitor (`objective.higher_is_better` false, e.g. MAE) every comparison turns
+    round:
+    the goal is at most FP32 + target_drop (a rise in the metric's own units), and a group helps by lowering
+    it. The search itself runs on `better` (the value, negated where lower is better), so there is one search.
     `measure` (model -> value) replaces the measure on `batches`; `objective` then only says the direction."""
     measure = measure or _measure_on(batches, check_stop, objective)
     sign = 1.0 if objective is None or objective.higher_is_better else -1.0
@@ -101,8 +125,10 @@ def propose(sim: QuantSim, rows: list[dict], *, fp32_accuracy: float, quantized_
         return sign * value
 
     goal = better(fp32_accuracy) - target_drop
-    order = sorted(rows, key=lambda r: (-(better(r["all_but_this"]) - better(quantized_accuracy)),
-                                        better(r["only_this"])))
+    order = sorted(
+        rows,
+        key=lambda r: (-(better(r["all_but_this"]) - better(quantized_accuracy)), better(r["only_this"])),
+    )
     chosen: dict[str, int] = {}
     points = [{"layers": [], "accuracy": quantized_accuracy, "size_bytes": size_bytes(sim)}]
     saved = snapshot(sim)
@@ -120,8 +146,11 @@ def propose(sim: QuantSim, rows: list[dict], *, fp32_accuracy: float, quantized_
             chosen[group] = level
             sim.all()
             accuracy = measure(sim)
-            point = {"layers": [{"name": name, "bits": bits} for name, bits in chosen.items()],
-                     "accuracy": accuracy, "size_bytes": size_bytes(sim)}
+            point = {
+                "layers": [{"name": name, "bits": bits} for name, bits in chosen.items()],
+                "accuracy": accuracy,
+                "size_bytes": size_bytes(sim),
+            }
             points.append(point)
             if better(accuracy) > better(best["accuracy"]) or better(accuracy) >= goal:
                 best = point
@@ -129,6 +158,13 @@ def propose(sim: QuantSim, rows: list[dict], *, fp32_accuracy: float, quantized_
         restore(sim, saved)
     met = better(best["accuracy"]) >= goal
     proposal = next((p for p in points if better(p["accuracy"]) >= goal), best)
-    return {"target_drop": target_drop, "layers": proposal["layers"], "accuracy": proposal["accuracy"],
-            "size_bytes": proposal["size_bytes"], "met": met, "fp32_accuracy": fp32_accuracy,
-            "fp32_size_bytes": fp32_size_bytes(sim), "points": points}
+    return {
+        "target_drop": target_drop,
+        "layers": proposal["layers"],
+        "accuracy": proposal["accuracy"],
+        "size_bytes": proposal["size_bytes"],
+        "met": met,
+        "fp32_accuracy": fp32_accuracy,
+        "fp32_size_bytes": fp32_size_bytes(sim),
+        "points": points,
+    }

@@ -52,45 +52,55 @@ SHARE_MONITORS = {"acc": "accuracy", "miou": "mIoU", "map": "mean AP", "f1": "F1
 
 
 def check_target_drop(target_drop: float, objective) -> None:
-    """A drop of a share (accuracy, mIoU, mean AP) is a fraction: 1 meant as 1 % would allow a drop of 100 points.
-    Above half, it is refused with the unit it takes; another monitor's drop is in its own units (an MAE)."""
+    """A drop of a share (accuracy, mIoU, mean AP) is a fraction: 1 meant as 1 % would allow a drop of 100
+    points. Above half, it is refused with the unit it takes; another monitor's drop is in its own units (an
+    MAE)."""
     monitor = "acc" if objective is None else objective.monitor
     if target_drop <= 0.5 or monitor not in SHARE_MONITORS:
         return
-    raise SpecError(f"mixed_precision.target_drop: {target_drop:g} is a fraction of {SHARE_MONITORS[monitor]}: 0.01 "
-                    f"allows a drop of one percentage point, so {target_drop:g} would allow {target_drop * 100:g} "
-                    "points; for 1 %, set 0.01")
+    raise SpecError(
+        f"mixed_precision.target_drop: {target_drop:g} is a fraction of {SHARE_MONITORS[monitor]}: 0.01 "
+        f"allows a drop of one percentage point, so {target_drop:g} would allow {target_drop * 100:g} "
+        "points; for 1 %, set 0.01"
+    )
 
 
 def metric_block(objective, split: str = "test") -> dict | None:
     """What the ladder, the sweeps and the proposal measure, for a task other than classification: the run's
-    monitor, labelled with the split it is measured on ("test mIoU"), and its direction. None for classification,
-    whose numbers are accuracy as they have always been (the GUI and the report then say "accuracy")."""
+    monitor, labelled with the split it is measured on ("test mIoU"), and its direction. None for
+    classification, whose numbers are accuracy as they have always been (the GUI and the report then say
+    "accuracy")."""
     if objective is None or objective.task == "classification":
         return None
-    return {"name": objective.monitor, "label": f"{split} {objective.monitor_label}", "split": split,
-            "higher_is_better": bool(objective.higher_is_better)}
+    return {
+        "name": objective.monitor,
+        "label": f"{split} {objective.monitor_label}",
+        "split": split,
+        "higher_is_better": bool(objective.higher_is_better),
+    }
 
 
 def metric_text(metric: dict | None, value: float) -> str:
-    """"accuracy 93.12%" for classification, "test MAE 0.1234" for another task's monitor."""
+    """ "accuracy 93.12%" for classification, "test MAE 0.1234" for another task's monitor."""
     if metric is None:
         return f"accuracy {value:.2%}"
     return f"{metric['label']} {value:.4f}"
 
 
 class Ladder:
-    """The accuracy ladder: one {step, accuracy, loss} per pipeline step, sent the moment the step finishes as a
-    metric (quant/accuracy, quant/loss at the rung's index), the whole ladder so far as the array quant/ladder
-    ((k, 2): accuracy, loss; its `steps` metadata names the rungs) and a log line. For a task other than
-    classification "accuracy" holds the task's monitor value, and `metric` (metric_block) names it."""
+    """The accuracy ladder: one {step, accuracy, loss} per pipeline step, sent the moment the step finishes as
+    a metric (quant/accuracy, quant/loss at the rung's index), the whole ladder so far as the array
+    quant/ladder ((k, 2): accuracy, loss; its `steps` metadata names the rungs) and a log line. For a task
+    other than classification "accuracy" holds the task's monitor value, and `metric` (metric_block) names
+    it."""
 
     def __init__(self, ctx, planned: list[str], metric: dict | None = None):
         self.ctx = ctx
         self.planned = planned
         self.metric = metric
         self.steps: list[dict] = []
-        self.notes: list[str] = []  # what the chart says under the rungs (e.g. which ops module-level left float)
+        # what the chart says under the rungs (e.g. which ops module-level left float)
+        self.notes: list[str] = []
 
     def add(self, step: str, result: dict) -> None:
         index = len(self.steps)
@@ -101,15 +111,23 @@ class Ladder:
         extra = {} if self.metric is None else {"metric": self.metric}
         if self.notes:
             extra["notes"] = list(self.notes)
-        self.ctx.array("quant/ladder", ladder, steps=[s["step"] for s in self.steps], planned=self.planned,
-                       columns=["accuracy", "loss"], **extra)
-        self.ctx.log(f"step {index + 1}/{len(self.planned)} {step}: {metric_text(self.metric, result['accuracy'])}, "
-                     f"loss {result['loss']:.4f}")
+        self.ctx.array(
+            "quant/ladder",
+            ladder,
+            steps=[s["step"] for s in self.steps],
+            planned=self.planned,
+            columns=["accuracy", "loss"],
+            **extra,
+        )
+        self.ctx.log(
+            f"step {index + 1}/{len(self.planned)} {step}: {metric_text(self.metric, result['accuracy'])}, "
+            f"loss {result['loss']:.4f}"
+        )
 
 
 class Stages:
-    """Progress over the job's stages, with a line of text for each, and the seconds each took ("setup": loading
-    the source, the data and the model before the first)."""
+    """Progress over the job's stages, with a line of text for each, and the seconds each took ("setup":
+    loading the source, the data and the model before the first)."""
 
     def __init__(self, ctx, names: list[str]):
         self.ctx = ctx
@@ -160,7 +178,8 @@ def plan(spec: QuantSpec) -> list[str]:
 
 
 def stage_names(spec: QuantSpec, steps: list[str]) -> list[str]:
-    """The job's progress stages: the ladder's steps, the analysis, the sweeps `spec` asks for and the save."""
+    """The job's progress stages: the ladder's steps, the analysis, the sweeps `spec` asks for and the
+    save."""
     sweeps = ["sensitivity"] if spec.sensitivity or spec.mixed_precision.target_drop else []
     if spec.mixed_precision.target_drop:
         sweeps.append("mixed_precision")
@@ -169,7 +188,9 @@ def stage_names(spec: QuantSpec, steps: list[str]) -> list[str]:
 
 
 def _logit_sqnr(reference: torch.Tensor, logits: torch.Tensor) -> float | None:
-    return sqnr_db(float(reference.double().pow(2).sum()), float((reference.double() - logits.double()).pow(2).sum()))
+    return sqnr_db(
+        float(reference.double().pow(2).sum()), float((reference.double() - logits.double()).pow(2).sum())
+    )
 
 
 def _emit_arrays(ctx, arrays: dict, store: dict) -> None:
@@ -245,7 +266,8 @@ class QuantJob:
     modules: dict[str, torch.nn.Module] = field(default_factory=dict)
     sim: QuantSim | None = None
     # What the report and the artifacts gather as the steps go.
-    arrays: dict[str, tuple[np.ndarray, dict]] = field(default_factory=dict)  # name: (array, meta), as sent and saved
+    # name: (array, meta), as sent and saved
+    arrays: dict[str, tuple[np.ndarray, dict]] = field(default_factory=dict)
     cle_report: dict | None = None
     corrections: Any = None
     qat_report: dict | None = None
@@ -261,18 +283,21 @@ class QuantJob:
     def open(cls, spec: QuantSpec, ctx) -> QuantJob:
         """Check there is a run folder, plan the ladder and the stages, and log the plan."""
         if ctx.run is None:
-            raise JobError("quantize needs a run folder for its report and artifacts: run it with a workspace")
+            raise JobError(
+                "quantize needs a run folder for its report and artifacts: run it with a workspace"
+            )
         started = time.perf_counter()
         steps = plan(spec)
         job = cls(spec, ctx, ctx.run, Stages(ctx, stage_names(spec, steps)), Ladder(ctx, steps), started)
         ctx.log("ladder plan: " + ", ".join(steps))
         return job
 
-    # --- measuring ----------------------------------------------------------------------------------------------
+    # --- measuring ------------------------------------------------------------------------------------------
 
     def measure(self, model) -> dict:
-        """Accuracy (or the task's monitor), loss and logits of `model` on the held-out batches: the one measure
-        every ladder rung takes. A LightningModule's rungs are its own monitor, from its validation_step."""
+        """Accuracy (or the task's monitor), loss and logits of `model` on the held-out batches: the one
+        measure every ladder rung takes. A LightningModule's rungs are its own monitor, from its
+        validation_step."""
         result = evaluate(model, self.held_out, self.ctx.check_stop, self.objective)
         if self.own is not None:
             result = self.own.measure(model, result, self.ctx.check_stop)
@@ -292,15 +317,20 @@ class QuantJob:
         self.ladder.add(step, result)
         return result
 
-    # --- source, data, model ------------------------------------------------------------------------------------
+    # --- source, data, model --------------------------------------------------------------------------------
 
     def load_source_and_data(self) -> None:
         """Resolve the source (model spec, checkpoint, dataset) and the device, and load the dataset."""
         spec = self.spec
-        origin = trained_source(spec.source, spec.model, spec.dataset, self.ctx,
-                                job="quantize takes a training run (train.model)",
-                                nothing="nothing to quantize: set source.run=<run id> (a training run of this "
-                                        "workspace), or model.name and model.checkpoint=<weights file>")
+        origin = trained_source(
+            spec.source,
+            spec.model,
+            spec.dataset,
+            self.ctx,
+            job="quantize takes a training run (train.model)",
+            nothing="nothing to quantize: set source.run=<run id> (a training run of this "
+            "workspace), or model.name and model.checkpoint=<weights file>",
+        )
         # The saved quantized model names the weights it was made from; model.* names them itself.
         origin.model = origin.with_weights()
         origin.pretrained = False
@@ -312,10 +342,11 @@ class QuantJob:
         self.dataset.normalization(progress=self.ctx.progress)
 
     def choose_objective(self) -> None:
-        """The run's task (recorded in its spec) decides what every rung measures: accuracy for classification (and
-        for a model with no run), else the task's monitor metric, e.g. mIoU or MAE."""
+        """The run's task (recorded in its spec) decides what every rung measures: accuracy for classification
+        (and for a model with no run), else the task's monitor metric, e.g. mIoU or MAE."""
         trained = self.origin.train
-        # A LightningModule's run keeps task=auto (its own loss decided); its data's first sample says the task.
+        # A LightningModule's run keeps task=auto (its own loss decided); its data's first sample says the
+        # task.
         if trained is None or measured_task(trained, self.dataset) == "classification":
             check_target_drop(self.spec.mixed_precision.target_drop, None)
             return
@@ -323,7 +354,9 @@ class QuantJob:
         check_target_drop(self.spec.mixed_precision.target_drop, self.objective)
         self.ladder.metric = metric = metric_block(self.objective, held_out_split(self.dataset))
         direction = "higher" if metric["higher_is_better"] else "lower"
-        self.ctx.log(f"task {trained.task}: measuring {metric['label']} ({direction} is better) at every step")
+        self.ctx.log(
+            f"task {trained.task}: measuring {metric['label']} ({direction} is better) at every step"
+        )
 
     def prepare_model(self) -> None:
         """Build the source model in eval mode on the device."""
@@ -331,64 +364,99 @@ class QuantJob:
         # Auto (0) classes become the dataset's count here, so the saved quantized model's spec is complete.
         origin.model = resolve_num_classes(origin.model, len(self.dataset.classes), self.ctx.log)
         task = self.objective.task if self.objective is not None else "classification"
-        self.model = build_model(origin.model, input_shape=self.dataset.sample_shape, log=self.ctx.log,
-                                 pretrained=False, task=task, example=first_input(self.dataset))
+        self.model = build_model(
+            origin.model,
+            input_shape=self.dataset.sample_shape,
+            log=self.ctx.log,
+            pretrained=False,
+            task=task,
+            example=first_input(self.dataset),
+        )
         self.model.eval().to(self.device)
-        self.ctx.log(f"quantizing {origin.model.name} from {origin.checkpoint} on {self.device}: weights "
-                     f"W{spec.weights.bits} {spec.weights.granularity} {spec.weights.range}, activations "
-                     f"A{spec.activations.bits} {spec.activations.range}")
+        self.ctx.log(
+            f"quantizing {origin.model.name} from {origin.checkpoint} on {self.device}: weights "
+            f"W{spec.weights.bits} {spec.weights.granularity} {spec.weights.range}, activations "
+            f"A{spec.activations.bits} {spec.activations.range}"
+        )
 
     def use_own_monitor(self) -> None:
         """A run that trained a LightningModule is measured by its own validation_step and monitor."""
         from workbench.worker.lightning.validate import own_validation
 
-        self.own = own_validation(self.model, self.origin.train, self.origin.dataset, self.device,
-                                  self.ctx.log, root=str(self.run.dir))
+        self.own = own_validation(
+            self.model,
+            self.origin.train,
+            self.origin.dataset,
+            self.device,
+            self.ctx.log,
+            root=str(self.run.dir),
+        )
 
     def draw_batches(self) -> None:
         """The calibration subset of the training split and the held-out batches every rung is measured on."""
         spec = self.spec
-        self.calibration = calibration_batches(self.dataset, spec.calibration.samples, spec.calibration.seed,
-                                               batch_size=spec.batch_size, device=self.device, log=self.ctx.log)
-        self.held_out = held_out_batches(self.dataset, spec.eval_samples, batch_size=spec.batch_size,
-                                         device=self.device)
-        self.ctx.log(f"calibrating on {self.calibration.samples:,} training samples (seed {spec.calibration.seed}), "
-                     f"measuring on {self.held_out.samples:,} samples of the {self.held_out.what}")
+        self.calibration = calibration_batches(
+            self.dataset,
+            spec.calibration.samples,
+            spec.calibration.seed,
+            batch_size=spec.batch_size,
+            device=self.device,
+            log=self.ctx.log,
+        )
+        self.held_out = held_out_batches(
+            self.dataset, spec.eval_samples, batch_size=spec.batch_size, device=self.device
+        )
+        self.ctx.log(
+            f"calibrating on {self.calibration.samples:,} training samples (seed {spec.calibration.seed}), "
+            f"measuring on {self.held_out.samples:,} samples of the {self.held_out.what}"
+        )
 
-    # --- the ladder ---------------------------------------------------------------------------------------------
+    # --- the ladder -----------------------------------------------------------------------------------------
 
     def measure_fp32(self) -> None:
-        """The first rung: the model as trained; its logits are the reference of the quantized model's SQNR."""
+        """The first rung: the model as trained; its logits are the reference of the quantized model's
+        SQNR."""
         self.stages.start("fp32", "measuring the FP32 model")
         self.fp32 = self.rung("fp32", self.model)
 
     def trace_graph(self) -> None:
-        """Trace the model into the graph that every later step rewrites or simulates; a model torch.fx cannot trace
-        is quantized module by module instead (quant/module_level.py)."""
+        """Trace the model into the graph that every later step rewrites or simulates; a model torch.fx cannot
+        trace is quantized module by module instead (quant/module_level.py)."""
         try:
             self.gm = trace(self.model, self.origin.model.name)
         except Untraceable as exc:
             self.gm = module_level.prepare(self.model)
             self.structure, ops = module_level.find_structure(self.gm, next(iter(self.calibration))[0])
             self.module_level = {"reason": str(exc), "float_ops": [{"op": op, "calls": n} for op, n in ops]}
-            self.ladder.notes.append(f"module-level: functional ops stay float ({module_level.float_ops_text(ops)})")
-            self.ctx.log(f"{exc}. Quantizing module by module instead: the input and each conv and linear layer's "
-                         "weights and output are quantized, and every op between them stays float: "
-                         f"{module_level.float_ops_text(ops)} (calls in one forward pass). BatchNorms are not "
-                         "folded, and CLE and the int32 biases of integer kernels need the graph, so they are "
-                         "left out", "warning")
+            self.ladder.notes.append(
+                f"module-level: functional ops stay float ({module_level.float_ops_text(ops)})"
+            )
+            self.ctx.log(
+                f"{exc}. Quantizing module by module instead: the input and each conv and linear layer's "
+                "weights and output are quantized, and every op between them stays float: "
+                f"{module_level.float_ops_text(ops)} (calls in one forward pass). BatchNorms are not "
+                "folded, and CLE and the int32 biases of integer kernels need the graph, so they are "
+                "left out",
+                "warning",
+            )
 
     def fold_batchnorms(self) -> None:
         """Fold each BatchNorm into the conv or linear layer before it."""
         self.stages.start("fold_bn", "folding BatchNorms")
         if self.module_level is not None:
-            self.ctx.log("BatchNorms stay unfolded: folding needs the graph to see which layer each one follows")
+            self.ctx.log(
+                "BatchNorms stay unfolded: folding needs the graph to see which layer each one follows"
+            )
             self.rung("fold_bn", self.gm)
             return
         self.folded = fold_batchnorms(self.gm)
-        self.ctx.log(f"folded {len(self.folded)} BatchNorm(s): "
-                     + (", ".join(f"{v['bn']} into {k}" for k, v in self.folded.items())
-                        or "none follow a conv or linear layer"))
+        self.ctx.log(
+            f"folded {len(self.folded)} BatchNorm(s): "
+            + (
+                ", ".join(f"{v['bn']} into {k}" for k, v in self.folded.items())
+                or "none follow a conv or linear layer"
+            )
+        )
         self.rung("fold_bn", self.gm)
 
     def find_layers(self) -> None:
@@ -398,12 +466,22 @@ class QuantJob:
         self.modules = {name: layer.module for name, layer in self.structure.layers.items()}
 
     def equalize(self) -> None:
-        """Cross-layer equalisation with bias absorption; each touched layer's ranges before and after go out."""
+        """Cross-layer equalisation with bias absorption; each touched layer's ranges before and after go
+        out."""
         self.stages.start("cle", "cross-layer equalisation")
         structure, modules = self.structure, self.modules
         if self.module_level is not None:
-            self.cle_report = {"pairs": [], "absorbed": [], "chains": [], "triplets": [], "clipped": [],
-                               "scale_spread": {}, "relu6_replaced": [], "float_change": None, "skipped": "module-level quantization: no graph to find pairs in"}
+            self.cle_report = {
+                "pairs": [],
+                "absorbed": [],
+                "chains": [],
+                "triplets": [],
+                "clipped": [],
+                "scale_spread": {},
+                "relu6_replaced": [],
+                "float_change": None,
+                "skipped": "module-level quantization: no graph to find pairs in",
+            }
             self.ctx.log("CLE left out: finding layer pairs needs the graph, which torch.fx could not trace")
             self.rung("cle", self.gm)
             return
@@ -418,29 +496,52 @@ class QuantJob:
         for name in sorted(touched, key=list(structure.layers).index):
             after = cle.output_ranges(modules[name]).cpu()
             both = torch.stack([before[name], after]).numpy().astype(np.float64)
-            _emit_arrays(self.ctx, {f"{name}:weight:cle_ranges": (both, {"layer": name, "rows": ["before", "after"],
-                                                                        "columns": ["min", "max"]})}, self.arrays)
+            _emit_arrays(
+                self.ctx,
+                {
+                    f"{name}:weight:cle_ranges": (
+                        both,
+                        {"layer": name, "rows": ["before", "after"], "columns": ["min", "max"]},
+                    )
+                },
+                self.arrays,
+            )
         chains = cle_chains(pairs)
-        self.cle_report = {"pairs": [[p.first, p.second] for p in pairs], "absorbed": absorbed,
-                           "chains": chains, "triplets": cle_triplets(pairs, structure),
-                           "clipped": [{"first": a, "second": b, "op": op} for a, b, op in clipped],
-                           "scale_spread": {k: [float(v.min()), float(v.max())] for k, v in scales.items()},
-                           "relu6_replaced": replaced, "float_change": float_change}
+        self.cle_report = {
+            "pairs": [[p.first, p.second] for p in pairs],
+            "absorbed": absorbed,
+            "chains": chains,
+            "triplets": cle_triplets(pairs, structure),
+            "clipped": [{"first": a, "second": b, "op": op} for a, b, op in clipped],
+            "scale_spread": {k: [float(v.min()), float(v.max())] for k, v in scales.items()},
+            "relu6_replaced": replaced,
+            "float_change": float_change,
+        }
         longer = [c for c in chains if len(c) > 2]
-        self.ctx.log(f"equalised {len(pairs)} layer pair(s)"
-                     + (f" in {len(longer)} chain(s) of three or more, e.g. {' -> '.join(longer[0])}" if longer else "")
-                     + (f", absorbed biases of {len(absorbed)}" if absorbed else "")
-                     + ("" if pairs else ": no conv/linear pairs joined only by ReLU or pooling"))
+        self.ctx.log(
+            f"equalised {len(pairs)} layer pair(s)"
+            + (
+                f" in {len(longer)} chain(s) of three or more, e.g. {' -> '.join(longer[0])}"
+                if longer
+                else ""
+            )
+            + (f", absorbed biases of {len(absorbed)}" if absorbed else "")
+            + ("" if pairs else ": no conv/linear pairs joined only by ReLU or pooling")
+        )
         if clipped:
             a, b, op = clipped[0]
-            self.ctx.log(f"CLE left {len(clipped)} pair(s) as they are because a clipping activation (ReLU6 or "
-                         f"Hardtanh) joins them, e.g. {a} -> {op} -> {b}: scaling what enters it would move its "
-                         "fixed bound and change the network", "warning")
+            self.ctx.log(
+                f"CLE left {len(clipped)} pair(s) as they are because a clipping activation (ReLU6 or "
+                f"Hardtanh) joins them, e.g. {a} -> {op} -> {b}: scaling what enters it would move its "
+                "fixed bound and change the network",
+                "warning",
+            )
         self.rung("cle", self.gm)
 
     def relu6_to_relu(self) -> tuple[list[str], dict | None]:
         """Replace each ReLU6 between two layers by a ReLU (white paper 4.1) so CLE can rescale across it, and
-        measure what that changes in the float model: its monitor and logit SQNR against the model as loaded."""
+        measure what that changes in the float model: its monitor and logit SQNR against the model as
+        loaded."""
         replaced = relu6.relu6_to_relu(self.gm, self.structure)
         if not replaced:
             return [], None
@@ -449,15 +550,29 @@ class QuantJob:
         before, after = self.fp32.get("accuracy"), result.get("accuracy")  # accuracy, or the task's monitor
         logits = "logits" in result and "logits" in self.fp32
         sqnr = _logit_sqnr(self.fp32["logits"], result["logits"]) if logits else None
-        change = {"measure": (self.ladder.metric or {"label": "accuracy"})["label"], "before": before, "after": after,
-                  "logit_sqnr_db": sqnr}
-        what = (f"float {metric_text(self.ladder.metric, before)} -> "
-                + (f"{after:.2%}" if self.ladder.metric is None else f"{after:.4f}")
-                if isinstance(before, float) and isinstance(after, float) else "no float measure to compare")
-        self.ctx.log(f"CLE: replaced {len(replaced)} ReLU6 by ReLU (white paper 4.1); {what}"
-                     + (f", logit SQNR {sqnr:.1f} dB against the float model" if sqnr is not None
-                        else ", logits unchanged" if logits else "")
-                     + "; set cle_relu6 to keep to leave them")
+        change = {
+            "measure": (self.ladder.metric or {"label": "accuracy"})["label"],
+            "before": before,
+            "after": after,
+            "logit_sqnr_db": sqnr,
+        }
+        what = (
+            f"float {metric_text(self.ladder.metric, before)} -> "
+            + (f"{after:.2%}" if self.ladder.metric is None else f"{after:.4f}")
+            if isinstance(before, float) and isinstance(after, float)
+            else "no float measure to compare"
+        )
+        self.ctx.log(
+            f"CLE: replaced {len(replaced)} ReLU6 by ReLU (white paper 4.1); {what}"
+            + (
+                f", logit SQNR {sqnr:.1f} dB against the float model"
+                if sqnr is not None
+                else ", logits unchanged"
+                if logits
+                else ""
+            )
+            + "; set cle_relu6 to keep to leave them"
+        )
         return replaced, json_safe(change)
 
     def build_sim(self) -> None:
@@ -466,18 +581,28 @@ class QuantJob:
         if spec.bias_correction != "none":
             for module in self.modules.values():
                 cle.ensure_bias(module)  # the correction needs a bias to go into
-        self.sim = QuantSim(self.gm, self.structure, self.folded, weights=spec.weights,
-                            activations=spec.activations,
-                            bits={item["name"]: item["bits"] for item in spec.mixed_precision.layers})
+        self.sim = QuantSim(
+            self.gm,
+            self.structure,
+            self.folded,
+            weights=spec.weights,
+            activations=spec.activations,
+            bits={item["name"]: item["bits"] for item in spec.mixed_precision.layers},
+        )
         self.sim.to(self.device)
         example = next(iter(self.calibration))[0]  # one sample of it counts the FLOPs
-        self.coverage = coverage_of(self.model, {layer.path for layer in self.structure.layers.values()},
-                                    self.folded, example=example)
+        self.coverage = coverage_of(
+            self.model, {layer.path for layer in self.structure.layers.values()}, self.folded, example=example
+        )
         said = coverage_warning(self.coverage)
         flops = self.coverage.get("flops")
-        self.ctx.log(said or f"{self.coverage['parameters']:.1%} of the model's parameters"
-                     + (f" and {flops:.1%} of its FLOPs" if flops is not None else "") + " are quantized",
-                     "warning" if said else "info")
+        self.ctx.log(
+            said
+            or f"{self.coverage['parameters']:.1%} of the model's parameters"
+            + (f" and {flops:.1%} of its FLOPs" if flops is not None else "")
+            + " are quantized",
+            "warning" if said else "info",
+        )
 
     def set_weight_ranges(self) -> None:
         """Set each weight quantizer's range; the rung quantizes weights only."""
@@ -493,8 +618,14 @@ class QuantJob:
         names = list(sim.weights)
         for k, name in enumerate(names):
             self.stages.within("adaround", k, len(names), f"AdaRound {name} ({k + 1}/{len(names)})")
-            _adaround_layer(sim, name, self.calibration, spec.adaround.iterations, spec.calibration.seed + k,
-                            self.ctx.check_stop)
+            _adaround_layer(
+                sim,
+                name,
+                self.calibration,
+                spec.adaround.iterations,
+                spec.calibration.seed + k,
+                self.ctx.check_stop,
+            )
         sim.all(activations=False)
         self.rung("adaround", sim)
 
@@ -503,8 +634,11 @@ class QuantJob:
         if self.spec.bias_correction == "empirical":
             self.stages.start("bias_correction", "empirical bias correction")
             self.corrections = bias.empirical(
-                self.sim, self.calibration, self.ctx.check_stop,
-                lambda d, t: self.stages.within("bias_correction", d, t, "empirical bias correction"))
+                self.sim,
+                self.calibration,
+                self.ctx.check_stop,
+                lambda d, t: self.stages.within("bias_correction", d, t, "empirical bias correction"),
+            )
         else:
             self.stages.start("bias_correction", "analytical bias correction")
             self.corrections = bias.analytical(self.sim, self.calibration, self.ctx.check_stop)
@@ -514,14 +648,20 @@ class QuantJob:
     def set_activation_ranges(self) -> None:
         """Calibrate the activation ranges; this rung is the first with the whole model quantized."""
         self.stages.start("activation_ranges", "setting activation ranges")
-        self.sim.calibrate(self.calibration, seed=self.spec.calibration.seed, check_stop=self.ctx.check_stop,
-                           progress=lambda d, t: self.stages.within("activation_ranges", d, t,
-                                                                    "calibrating activations"))
+        self.sim.calibrate(
+            self.calibration,
+            seed=self.spec.calibration.seed,
+            check_stop=self.ctx.check_stop,
+            progress=lambda d, t: self.stages.within("activation_ranges", d, t, "calibrating activations"),
+        )
         self.sim.all()
         for name in self.sim.saturated_biases():
-            self.ctx.log(f"{name}: its bias does not fit int32 on the grid of its input's scale times its weights' "
-                         "scale, so int8 kernels (and this simulation) saturate it; the activations before it span "
-                         "almost nothing: check the model's weights", "warning")
+            self.ctx.log(
+                f"{name}: its bias does not fit int32 on the grid of its input's scale times its weights' "
+                "scale, so int8 kernels (and this simulation) saturate it; the activations before it span "
+                "almost nothing: check the model's weights",
+                "warning",
+            )
         self.quantized = self.rung("activation_ranges", self.sim)
 
     def train_qat(self) -> None:
@@ -529,72 +669,108 @@ class QuantJob:
         spec, origin = self.spec, self.origin
         self.stages.start("qat", f"quantization-aware training for {spec.qat.epochs} epoch(s)")
         train_spec = qat.training_spec(spec, origin.train, origin.model, origin.dataset)
-        self.ctx.log(f"quantization-aware training: {train_spec.epochs} epoch(s) at lr {train_spec.lr:g}, "
-                     f"{train_spec.optimizer}, batch {train_spec.batch_size}, ranges fixed")
+        self.ctx.log(
+            f"quantization-aware training: {train_spec.epochs} epoch(s) at lr {train_spec.lr:g}, "
+            f"{train_spec.optimizer}, batch {train_spec.batch_size}, ranges fixed"
+        )
         summary = qat.run_qat(self.sim, train_spec, self.dataset, self.device, self.ctx)
         self.quantized = self.rung("qat", self.sim)
-        self.qat_report = {"epochs": summary["epochs_completed"], "lr": train_spec.lr,
-                           "checkpoint": str(self.run.checkpoints_dir / "model.pt")}
+        self.qat_report = {
+            "epochs": summary["epochs_completed"],
+            "lr": train_spec.lr,
+            "checkpoint": str(self.run.checkpoints_dir / "model.pt"),
+        }
 
-    # --- after the ladder ---------------------------------------------------------------------------------------
+    # --- after the ladder -----------------------------------------------------------------------------------
 
     def analyze_layers(self) -> None:
         """Per-quantizer statistics and layer errors, then every tensor's histogram and estimator ranges."""
         sim, device, check_stop = self.sim, self.device, self.ctx.check_stop
         self.stages.start("analysis", "per-layer analysis")
         layers = parallel_map(analysis.weight_entry, sim.weights.values(), device, check_stop)
-        layers += parallel_map(lambda state: analysis.activation_entry(sim, state), sim.points.values(), device,
-                               check_stop)
+        layers += parallel_map(
+            lambda state: analysis.activation_entry(sim, state), sim.points.values(), device, check_stop
+        )
         self.layer_error_samples = subset = min(self.held_out.samples, self.calibration.samples)
-        errors = {"calibration": analysis.layer_errors(sim, self.calibration, check_stop),
-                  "held_out": analysis.layer_errors(sim, self.held_out.head(subset), check_stop)}
+        errors = {
+            "calibration": analysis.layer_errors(sim, self.calibration, check_stop),
+            "held_out": analysis.layer_errors(sim, self.held_out.head(subset), check_stop),
+        }
         for entry in layers:
             if entry["tensor"] == "activation":
                 entry["error"] = {where: errors[where][entry["name"]] for where in errors}
         self.stages.within("analysis", 0, 1, "histograms and every estimator's range")
-        for entry, tensor_arrays in zip(layers, parallel_map(lambda e: analysis.tensor_arrays(sim, e), layers,
-                                                             device, check_stop)):
+        for entry, tensor_arrays in zip(
+            layers, parallel_map(lambda e: analysis.tensor_arrays(sim, e), layers, device, check_stop)
+        ):
             _emit_arrays(self.ctx, tensor_arrays, self.arrays)
             key = f"{entry['name']}:{entry['tensor']}"
-            self.ctx.histogram(f"quant/{key}", self.arrays[f"{key}:counts"][0], self.arrays[f"{key}:edges"][0],
-                               layer=entry["name"], tensor=entry["tensor"])
+            self.ctx.histogram(
+                f"quant/{key}",
+                self.arrays[f"{key}:counts"][0],
+                self.arrays[f"{key}:edges"][0],
+                layer=entry["name"],
+                tensor=entry["tensor"],
+            )
         sim.all()
         self.layers = layers
 
-    # mixed.sensitivity and mixed.propose measure with data.evaluate on the same held-out batches as measure().
+    # mixed.sensitivity and mixed.propose measure with data.evaluate on the same held-out batches as
+    # measure().
 
     def sweep_sensitivity(self) -> None:
         """Each layer's accuracy with only it quantized, and with all but it quantized."""
         self.stages.start("sensitivity", "sensitivity sweeps")
         measure, objective = self.sweep_measure()
         self.sensitivity_rows = mixed.sensitivity(
-            self.sim, self.held_out, objective=objective, check_stop=self.ctx.check_stop,
-            progress=lambda d, t, text: self.stages.within("sensitivity", d, t, text), measure=measure)
+            self.sim,
+            self.held_out,
+            objective=objective,
+            check_stop=self.ctx.check_stop,
+            progress=lambda d, t, text: self.stages.within("sensitivity", d, t, text),
+            measure=measure,
+        )
         self.sim.all()
 
     def propose_mixed_precision(self) -> None:
-        """The fewest layers to keep wider for the accuracy drop the spec allows (for a lower-is-better monitor,
-        the rise it allows)."""
+        """The fewest layers to keep wider for the accuracy drop the spec allows (for a lower-is-better
+        monitor, the rise it allows)."""
         target_drop = self.spec.mixed_precision.target_drop
         self.stages.start("mixed_precision", "mixed-precision proposal")
         measure, objective = self.sweep_measure()
-        proposal = mixed.propose(self.sim, self.sensitivity_rows, fp32_accuracy=self.fp32["accuracy"],
-                                 quantized_accuracy=self.quantized["accuracy"], target_drop=target_drop,
-                                 batches=self.held_out, objective=objective, check_stop=self.ctx.check_stop,
-                                 measure=measure, progress=lambda d, t, text: self.stages.within(
-                                     "mixed_precision", d, t, text))
+        proposal = mixed.propose(
+            self.sim,
+            self.sensitivity_rows,
+            fp32_accuracy=self.fp32["accuracy"],
+            quantized_accuracy=self.quantized["accuracy"],
+            target_drop=target_drop,
+            batches=self.held_out,
+            objective=objective,
+            check_stop=self.ctx.check_stop,
+            measure=measure,
+            progress=lambda d, t, text: self.stages.within("mixed_precision", d, t, text),
+        )
         self.proposal = proposal
         metric = self.ladder.metric
-        allowed = f"drop of {target_drop:.2%}" if metric is None else \
-            f"{'drop' if metric['higher_is_better'] else 'rise'} of {target_drop:g}"
-        self.ctx.log(f"mixed precision: {len(proposal['layers'])} layer(s) kept wider, "
-                     f"{metric_text(metric, proposal['accuracy'])}, {proposal['size_bytes']:,} bytes"
-                     + ("" if proposal["met"] else f" (the target {allowed} is not "
-                        "reached even with every layer at 16 bits)"))
+        allowed = (
+            f"drop of {target_drop:.2%}"
+            if metric is None
+            else f"{'drop' if metric['higher_is_better'] else 'rise'} of {target_drop:g}"
+        )
+        self.ctx.log(
+            f"mixed precision: {len(proposal['layers'])} layer(s) kept wider, "
+            f"{metric_text(metric, proposal['accuracy'])}, {proposal['size_bytes']:,} bytes"
+            + (
+                ""
+                if proposal["met"]
+                else f" (the target {allowed} is not reached even with every layer at 16 bits)"
+            )
+        )
         self.sim.all()
 
     def diagnose(self) -> None:
-        """The doctor: why each layer hurts, the fixes tried with their measured gain, the verified ones applied."""
+        """The doctor: why each layer hurts, the fixes tried with their measured gain, the verified ones
+        applied."""
         from workbench.worker.quant.doctor.run import run_doctor
 
         self.stages.start("doctor", "diagnosing each layer and trying fixes")
@@ -606,26 +782,33 @@ class QuantJob:
         self.stages.start("save", "saving the quantized model")
         folder = self.run.artifacts_dir
         folder.mkdir(parents=True, exist_ok=True)
-        weights_path, params_path = artifacts.save_quantized(self.sim, folder, model_spec=self.origin.model.to_dict(),
-                                                             checkpoint=str(self.origin.checkpoint))
+        weights_path, params_path = artifacts.save_quantized(
+            self.sim, folder, model_spec=self.origin.model.to_dict(), checkpoint=str(self.origin.checkpoint)
+        )
         histograms_path = folder / artifacts.HISTOGRAMS_FILE
         artifacts.save_arrays(histograms_path, self.arrays)
-        for name, path, kind in (("quantized weights", weights_path, "state_dict"),
-                                 ("quantization parameters", params_path, "quant_params"),
-                                 ("histograms", histograms_path, "arrays")):
+        for name, path, kind in (
+            ("quantized weights", weights_path, "state_dict"),
+            ("quantization parameters", params_path, "quant_params"),
+            ("histograms", histograms_path, "arrays"),
+        ):
             self.ctx.artifact(name, path, kind=kind)
         total = len(self.stages.names)
         self.ctx.progress(total, total, "done", force=True)
-        return self.report({"weights": str(weights_path), "params": str(params_path),
-                            "histograms": str(histograms_path)})
+        return self.report(
+            {"weights": str(weights_path), "params": str(params_path), "histograms": str(histograms_path)}
+        )
 
     def report(self, saved: dict) -> dict:
         """The job's result, its keys in the order the report lists them."""
         fp32, quantized = self.fp32, self.quantized
         report: dict = {
             "fp32": {"accuracy": fp32["accuracy"], "loss": fp32["loss"]},
-            "quantized": {"accuracy": quantized["accuracy"], "loss": quantized["loss"],
-                          "logit_sqnr_db": _logit_sqnr(fp32["logits"], quantized["logits"])},
+            "quantized": {
+                "accuracy": quantized["accuracy"],
+                "loss": quantized["loss"],
+                "logit_sqnr_db": _logit_sqnr(fp32["logits"], quantized["logits"]),
+            },
             "steps": self.ladder.steps,
             "layers": self.layers,
         }
@@ -643,34 +826,42 @@ class QuantJob:
             report["metric"] = self.ladder.metric
             report["fp32"]["metrics"] = json_safe(fp32["metrics"])
             report["quantized"]["metrics"] = json_safe(quantized["metrics"])
-        report.update({
-            "source": self.origin.describe(label=False),
-            "device": str(self.device),
-            "calibration": {"samples": self.calibration.samples, "seed": self.spec.calibration.seed},
-            "held_out": {"samples": self.held_out.samples, "split": self.held_out.what,
-                         "layer_error_samples": self.layer_error_samples},
-            "cle": self.cle_report,
-            "qat": self.qat_report,
-            "bias_correction": self.corrections,
-            "artifacts": saved,
-            "elapsed_analysis_s": round(time.perf_counter() - self.started, 3),
-            "stage_s": self.stages.timings(),  # where the time went (benchmarks/quant_speed.py prints the shares)
-        })
+        report.update(
+            {
+                "source": self.origin.describe(label=False),
+                "device": str(self.device),
+                "calibration": {"samples": self.calibration.samples, "seed": self.spec.calibration.seed},
+                "held_out": {
+                    "samples": self.held_out.samples,
+                    "split": self.held_out.what,
+                    "layer_error_samples": self.layer_error_samples,
+                },
+                "cle": self.cle_report,
+                "qat": self.qat_report,
+                "bias_correction": self.corrections,
+                "artifacts": saved,
+                "elapsed_analysis_s": round(time.perf_counter() - self.started, 3),
+                # where the time went (benchmarks/quant_speed.py prints the shares)
+                "stage_s": self.stages.timings(),
+            }
+        )
         return report
 
 
 def _adaround_layer(sim: QuantSim, name: str, calibration, iterations: int, seed: int, check_stop) -> None:
-    """AdaRound one layer: inputs from the network with the layers before it quantized, FP32 outputs as targets."""
+    """AdaRound one layer: inputs from the network with the layers before it quantized, FP32 outputs as
+    targets."""
     wq = sim.weights[name]
     layer = sim.structure.layers[name]
-    done = list(sim.weights)[:list(sim.weights).index(name)]
+    done = list(sim.weights)[: list(sim.weights).index(name)]
     with sim.keeping():
         sim.set(weights=done)
         inputs = torch.cat(collect(sim, wq.module, calibration, inputs=True, check_stop=check_stop))
         sim.fp32()
         tail = tail_function(sim.gm, layer)
-        targets = torch.cat([tail(t) for t in collect(sim, wq.module, calibration, inputs=False,
-                                                      check_stop=check_stop)])
+        targets = torch.cat(
+            [tail(t) for t in collect(sim, wq.module, calibration, inputs=False, check_stop=check_stop)]
+        )
     bias_value = wq.b_q if wq.b_q is not None else wq.b_fp
 
     def forward(weight, x):
@@ -678,8 +869,9 @@ def _adaround_layer(sim: QuantSim, name: str, calibration, iterations: int, seed
         with module_level.layer_alone():
             return tail(functional_call(wq.module, params, (x,)))
 
-    wq.codes = adaround_mod.adaround(wq.w_fp, wq.qp, inputs, targets, forward, iterations=iterations, seed=seed,
-                                     check_stop=check_stop)
+    wq.codes = adaround_mod.adaround(
+        wq.w_fp, wq.qp, inputs, targets, forward, iterations=iterations, seed=seed, check_stop=check_stop
+    )
     wq.rounding = "adaround"
     sim.refresh()
 

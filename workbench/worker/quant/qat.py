@@ -1,7 +1,7 @@
-"""Quantization-aware training (the white paper's section 5): fine-tune the quantized network with the training
-engine (its loop, curves, checkpoints and cancel), gradients passing straight through the fake quantizers. The
-ranges stay as post-training quantization set them; the weights learn to sit well on their grids.
-Worker side; never imports Qt.
+"""Quantization-aware training (the white paper's section 5): fine-tune the quantized network with the
+training engine (its loop, curves, checkpoints and cancel), gradients passing straight through the fake
+quantizers. The ranges stay as post-training quantization set them; the weights learn to sit well on their
+grids. Worker side; never imports Qt.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from workbench.worker.quant.sim import QuantSim
 
 
 class FakeQuantWeight(nn.Module):
-    """A weight parametrization: the layer computes with q(w) while the optimiser updates w (straight through)."""
+    """A weight parametrization: the layer computes with q(w) while the optimiser updates w (straight
+    through)."""
 
     def __init__(self, qp: QParams):
         super().__init__()
@@ -29,18 +30,34 @@ class FakeQuantWeight(nn.Module):
 
 
 def training_spec(spec: QuantSpec, base: TrainSpec | None, model, dataset) -> TrainSpec:
-    """The run's own training recipe (optimiser, batch size, loss, augmentation) for qat.epochs at qat.lr, on one
-    process, eagerly, in full precision and without a schedule: fine-tuning, not training from scratch."""
+    """The run's own training recipe (optimiser, batch size, loss, augmentation) for qat.epochs at qat.lr, on
+    one process, eagerly, in full precision and without a schedule: fine-tuning, not training from scratch."""
     base = base or TrainSpec()
     return dataclasses.replace(
-        base, dataset=dataset, model=model, epochs=spec.qat.epochs, lr=spec.qat.lr, scheduler="none", amp="none",
-        compile="off", channels_last=False, distributed="none", nproc=1, checkpoint_every=1, keep_best=False,
-        early_stop_patience=0, profile_steps=0, grad_accum_steps=1, device=spec.device)
+        base,
+        dataset=dataset,
+        model=model,
+        epochs=spec.qat.epochs,
+        lr=spec.qat.lr,
+        scheduler="none",
+        amp="none",
+        compile="off",
+        channels_last=False,
+        distributed="none",
+        nproc=1,
+        checkpoint_every=1,
+        keep_best=False,
+        early_stop_patience=0,
+        profile_steps=0,
+        grad_accum_steps=1,
+        device=spec.device,
+    )
 
 
 def run_qat(sim: QuantSim, train_spec: TrainSpec, dataset, device: torch.device, ctx) -> dict:
-    """Fine-tune `sim` (everything quantized) for train_spec.epochs; afterwards its FP32 weights are the trained
-    shadow weights and its codes their nearest rounding on the unchanged grids. Returns the training summary."""
+    """Fine-tune `sim` (everything quantized) for train_spec.epochs; afterwards its FP32 weights are the
+    trained shadow weights and its codes their nearest rounding on the unchanged grids. Returns the training
+    summary."""
     from workbench.worker.training import Trainer, TrainSetup
 
     sim.all()
@@ -51,9 +68,17 @@ def run_qat(sim: QuantSim, train_spec: TrainSpec, dataset, device: torch.device,
         parametrize.register_parametrization(wq.module, "weight", FakeQuantWeight(wq.qp))
     try:
         run = ctx.run
-        trainer = Trainer(TrainSetup(spec=train_spec, dataset=dataset, model=sim.gm, device=device,
-                                     checkpoints_dir=run.checkpoints_dir, artifacts_dir=run.artifacts_dir,
-                                     report=ctx))
+        trainer = Trainer(
+            TrainSetup(
+                spec=train_spec,
+                dataset=dataset,
+                model=sim.gm,
+                device=device,
+                checkpoints_dir=run.checkpoints_dir,
+                artifacts_dir=run.artifacts_dir,
+                report=ctx,
+            )
+        )
         summary = trainer.fit()
     finally:
         for wq in sim.weights.values():

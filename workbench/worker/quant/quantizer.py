@@ -111,8 +111,9 @@ def fake_quant(x: torch.Tensor, qp: QParams) -> torch.Tensor:
         return quant_dequant(x, qp)
     g = qp.grid
     if qp.axis is None:
-        return torch.fake_quantize_per_tensor_affine(x, qp.scale.reshape(()), qp.zero_point.reshape(()),
-                                                     g.qmin, g.qmax)
+        return torch.fake_quantize_per_tensor_affine(
+            x, qp.scale.reshape(()), qp.zero_point.reshape(()), g.qmin, g.qmax
+        )
     return torch.fake_quantize_per_channel_affine(x, qp.scale, qp.zero_point, qp.axis, g.qmin, g.qmax)
 
 
@@ -166,8 +167,9 @@ def quant_error(x: torch.Tensor, qp: QParams) -> torch.Tensor:
 INT32_LOW, INT32_HIGH = -(2**31), 2**31 - 128
 
 
-def bias_codes(bias: torch.Tensor, input_scale: torch.Tensor, weight_scale: torch.Tensor
-               ) -> tuple[torch.Tensor, torch.Tensor, bool]:
+def bias_codes(
+    bias: torch.Tensor, input_scale: torch.Tensor, weight_scale: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """A layer's bias as int8 kernels take it: int32 codes round(b / s) on the grid s = input scale x weight
     scale (per output channel where the weights are), saturated to int32; (codes as float, s, whether any
     saturated). onnxruntime quantizes a float bias beside quantized inputs the same way (Mul, Div, Round,

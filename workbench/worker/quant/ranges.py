@@ -53,7 +53,9 @@ class Observed:
     def of_weight(cls, weight: torch.Tensor, per_channel: bool, axis: int = 0) -> Observed:
         """One row per channel along `axis` (1 for a transposed conv's output channels), or one row."""
         weight = weight.detach().float()
-        rows = weight.movedim(axis, 0).reshape(weight.shape[axis], -1) if per_channel else weight.reshape(1, -1)
+        rows = (
+            weight.movedim(axis, 0).reshape(weight.shape[axis], -1) if per_channel else weight.reshape(1, -1)
+        )
         return cls(rows, rows.min(dim=1).values, rows.max(dim=1).values)
 
 
@@ -70,15 +72,28 @@ class RangeEstimator:
 
 
 RANGE_ESTIMATORS: Registry[RangeEstimator] = Registry(
-    "range estimator", error=JobError,
-    missing=lambda name, hint: f"no range estimator named {name!r}; {hint}")
+    "range estimator", error=JobError, missing=lambda name, hint: f"no range estimator named {name!r}; {hint}"
+)
 
 
-def register_range_estimator(name: str, *, tensors: tuple[str, ...] = ("weight", "activation"),
-                             applies: Callable[[Observed], bool] | None = None, description: str = "") -> Callable:
+def register_range_estimator(
+    name: str,
+    *,
+    tensors: tuple[str, ...] = ("weight", "activation"),
+    applies: Callable[[Observed], bool] | None = None,
+    description: str = "",
+) -> Callable:
     def decorator(fn: Estimator) -> Estimator:
-        RANGE_ESTIMATORS.add(name, RangeEstimator(name, fn, tensors, applies or (lambda obs: True),
-                                                  description or (fn.__doc__ or "").strip().split("\n")[0]))
+        RANGE_ESTIMATORS.add(
+            name,
+            RangeEstimator(
+                name,
+                fn,
+                tensors,
+                applies or (lambda obs: True),
+                description or (fn.__doc__ or "").strip().split("\n")[0],
+            ),
+        )
         return fn
 
     return decorator
@@ -92,7 +107,9 @@ def list_range_estimators(tensor: str | None = None) -> list[RangeEstimator]:
     return [e for e in RANGE_ESTIMATORS.entries() if tensor is None or tensor in e.tensors]
 
 
-def estimate(name: str, obs: Observed, grid: Grid, percentile: float = 99.99) -> tuple[torch.Tensor, torch.Tensor]:
+def estimate(
+    name: str, obs: Observed, grid: Grid, percentile: float = 99.99
+) -> tuple[torch.Tensor, torch.Tensor]:
     estimator = get_range_estimator(name)
     if not estimator.applies(obs):
         raise JobError(f"range estimator {name!r} does not apply to this tensor")
@@ -103,10 +120,17 @@ def estimate(name: str, obs: Observed, grid: Grid, percentile: float = 99.99) ->
 # --- the search both mse and cross_entropy use --------------------------------------------------------------
 
 
-def grid_search(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], lo: torch.Tensor, hi: torch.Tensor,
-                coarse: int = COARSE_STEPS, fine: int = FINE_STEPS, top: int = REFINED, chunk: int = 1,
-                check_stop: Callable[[], None] | None = None,
-                finest: int = FINEST_STEPS) -> tuple[torch.Tensor, torch.Tensor]:
+def grid_search(
+    objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    lo: torch.Tensor,
+    hi: torch.Tensor,
+    coarse: int = COARSE_STEPS,
+    fine: int = FINE_STEPS,
+    top: int = REFINED,
+    chunk: int = 1,
+    check_stop: Callable[[], None] | None = None,
+    finest: int = FINEST_STEPS,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The clipping range alpha * (lo, hi) per row that minimises `objective(lo, hi) -> error`, where lo and
     hi are (K, C): K candidates for each of the C rows at once, `chunk` candidates per call.
 
@@ -123,7 +147,7 @@ def grid_search(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         for start in range(0, alphas.shape[0], chunk):
             if check_stop is not None:
                 check_stop()
-            alpha = alphas[start:start + chunk]
+            alpha = alphas[start : start + chunk]
             errors.append(objective(alpha * lo, alpha * hi))
         return torch.cat(errors)
 
@@ -163,7 +187,7 @@ def _best_minima(errors: torch.Tensor, top: int) -> torch.Tensor:
     # Candidates that are not minima rank after every minimum, among themselves by error.
     spread = (errors.max(dim=0).values - errors.min(dim=0).values).clamp(min=0) + 1
     ranked = torch.where(minimum, errors, errors + spread.nan_to_num(posinf=0.0) + 1)
-    return ranked.argsort(dim=0)[:min(top, errors.shape[0])]
+    return ranked.argsort(dim=0)[: min(top, errors.shape[0])]
 
 
 CHUNK_VALUES = 2**22  # values per objective call: candidates are batched up to this many (16 MB as float32)
@@ -200,8 +224,9 @@ def _residual(values: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, grid: Gr
     return q.mul_(scale).sub_(values)
 
 
-def binned_squared_error(centroids: torch.Tensor, counts: torch.Tensor,
-                         grid: Grid) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+def binned_squared_error(
+    centroids: torch.Tensor, counts: torch.Tensor, grid: Grid
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """objective(lo, hi) -> sum over the bins of count * (centroid - q(centroid))^2: the squared error of
     every value the histogram holds, less a constant (each bin's spread about its centroid), in float64."""
 
@@ -219,12 +244,15 @@ def minmax_range(obs: Observed, grid: Grid, percentile: float) -> tuple[torch.Te
     return obs.lo.clone(), obs.hi.clone()
 
 
-@register_range_estimator("mse", description="The range with the least squared quantization error (grid search).")
+@register_range_estimator(
+    "mse", description="The range with the least squared quantization error (grid search)."
+)
 def mse_range(obs: Observed, grid: Grid, percentile: float) -> tuple[torch.Tensor, torch.Tensor]:
     if obs.histogram is not None:  # an activation: every calibration value, binned
         centroids, counts = obs.histogram
-        return grid_search(binned_squared_error(centroids, counts, grid), obs.lo, obs.hi,
-                           chunk=_chunk(centroids, 2))
+        return grid_search(
+            binned_squared_error(centroids, counts, grid), obs.lo, obs.hi, chunk=_chunk(centroids, 2)
+        )
     return grid_search(squared_error(obs.values, grid), obs.lo, obs.hi, chunk=_chunk(obs.values))
 
 
@@ -240,7 +268,9 @@ def percentile_range(obs: Observed, grid: Grid, percentile: float) -> tuple[torc
     return torch.minimum(lo, obs.hi), torch.maximum(hi, obs.lo)
 
 
-def _softmax_cross_entropy(logits: torch.Tensor, grid: Grid) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+def _softmax_cross_entropy(
+    logits: torch.Tensor, grid: Grid
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """objective(lo, hi) -> (K, 1): the mean cross-entropy between the FP32 softmax and the quantized one."""
     target = F.softmax(logits, dim=1)
 
@@ -254,16 +284,24 @@ def _softmax_cross_entropy(logits: torch.Tensor, grid: Grid) -> Callable[[torch.
     return objective
 
 
-@register_range_estimator("cross_entropy", tensors=("activation",), applies=lambda obs: obs.logits is not None,
-                          description="For logits: the range whose quantized softmax best matches the FP32 softmax.")
+@register_range_estimator(
+    "cross_entropy",
+    tensors=("activation",),
+    applies=lambda obs: obs.logits is not None,
+    description="For logits: the range whose quantized softmax best matches the FP32 softmax.",
+)
 def cross_entropy_range(obs: Observed, grid: Grid, percentile: float) -> tuple[torch.Tensor, torch.Tensor]:
     logits = obs.logits
     lo, hi = logits.min().reshape(1), logits.max().reshape(1)
     return grid_search(_softmax_cross_entropy(logits, grid), lo, hi)
 
 
-@register_range_estimator("bn", tensors=("activation",), applies=lambda obs: obs.bn is not None,
-                          description="From the BatchNorm before the tensor: beta +- 6 gamma, clipped at 0 by a ReLU.")
+@register_range_estimator(
+    "bn",
+    tensors=("activation",),
+    applies=lambda obs: obs.bn is not None,
+    description="From the BatchNorm before the tensor: beta +- 6 gamma, clipped at 0 by a ReLU.",
+)
 def bn_range(obs: Observed, grid: Grid, percentile: float) -> tuple[torch.Tensor, torch.Tensor]:
     mean, std = obs.bn
     lo, hi = (mean - BN_SIGMAS * std.abs()).min(), (mean + BN_SIGMAS * std.abs()).max()

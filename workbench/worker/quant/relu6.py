@@ -1,6 +1,7 @@
-"""ReLU6 to ReLU before cross-layer equalisation (the white paper's section 4.1, as AIMET does): a clipping activation
-between two layers keeps CLE from rescaling them, so the graph being quantized gets a ReLU there instead. This
-changes the float function where an activation exceeded 6; the caller measures by how much. Worker side; no Qt.
+"""ReLU6 to ReLU before cross-layer equalisation (the white paper's section 4.1, as AIMET does): a clipping
+activation between two layers keeps CLE from rescaling them, so the graph being quantized gets a ReLU there
+instead. This changes the float function where an activation exceeded 6; the caller measures by how much.
+Worker side; no Qt.
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ def _bounds(gm: fx.GraphModule, node: fx.Node) -> tuple[float, float] | None:
     if node.op == "call_function" and node.target is F.hardtanh:
         low = node.kwargs.get("min_val", node.args[1] if len(node.args) > 1 else -1.0)
         high = node.kwargs.get("max_val", node.args[2] if len(node.args) > 2 else 1.0)
-        return (float(low), float(high)) if isinstance(low, int | float) and isinstance(high, int | float) else None
+        return (
+            (float(low), float(high))
+            if isinstance(low, int | float) and isinstance(high, int | float)
+            else None
+        )
     return None
 
 
@@ -36,8 +41,8 @@ def is_relu6(gm: fx.GraphModule, node: fx.Node) -> bool:
 
 
 def replace_node(gm: fx.GraphModule, node: fx.Node) -> str:
-    """Make `node` a ReLU; returns its name (the module's path, or the call's node name). A module that only this
-    node calls is swapped in place, keeping its name; a shared one is left to its other calls."""
+    """Make `node` a ReLU; returns its name (the module's path, or the call's node name). A module that only
+    this node calls is swapped in place, keeping its name; a shared one is left to its other calls."""
     if node.op == "call_module":
         calls = sum(1 for n in gm.graph.nodes if n.op == "call_module" and n.target == node.target)
         if calls == 1:
@@ -54,8 +59,8 @@ def replace_node(gm: fx.GraphModule, node: fx.Node) -> str:
 
 
 def relu6_to_relu(gm: fx.GraphModule, structure: Structure | None = None) -> list[str]:
-    """Replace every ReLU6 (or Hardtanh(0, 6)) that stands between two layers CLE could otherwise pair by a ReLU,
-    in place; returns the names replaced, in graph order. Clipping ops with other bounds stay."""
+    """Replace every ReLU6 (or Hardtanh(0, 6)) that stands between two layers CLE could otherwise pair by a
+    ReLU, in place; returns the names replaced, in graph order. Clipping ops with other bounds stay."""
     replaced: list[str] = []
     while True:  # a second clipping op behind the first is only seen once the first is gone
         clipped: list = []

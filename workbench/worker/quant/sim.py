@@ -1,6 +1,6 @@
-"""QuantSim: the quantization-simulation model. A traced copy of the network with an activation quantizer module
-after each activation point and a weight quantizer per conv/linear layer, each switched on or off per group
-(a layer's weights and its output, or a lone activation point), so one model serves the whole pipeline,
+"""QuantSim: the quantization-simulation model. A traced copy of the network with an activation quantizer
+module after each activation point and a weight quantizer per conv/linear layer, each switched on or off per
+group (a layer's weights and its output, or a lone activation point), so one model serves the whole pipeline,
 the per-layer analysis and the sensitivity sweeps. Worker side; never imports Qt.
 """
 
@@ -45,9 +45,10 @@ from workbench.worker.quant.ranges import Observed, estimate, get_range_estimato
 
 @contextlib.contextmanager
 def one_thread(device) -> Iterator[None]:
-    """Run torch's CPU ops on one thread inside: range searches and error measures are thousands of memory-bound
-    element-wise ops, and on a loaded 2-core machine each multi-threaded op waited for a descheduled partner thread
-    (measured: a per-channel MSE search of a 512x4608 weight took 7.9 s on two threads, 0.6 s on one)."""
+    """Run torch's CPU ops on one thread inside: range searches and error measures are thousands of
+    memory-bound element-wise ops, and on a loaded 2-core machine each multi-threaded op waited for a
+    descheduled partner thread (measured: a per-channel MSE search of a 512x4608 weight took 7.9 s on two
+    threads, 0.6 s on one)."""
     if torch.device(device).type != "cpu":
         yield
         return
@@ -60,9 +61,9 @@ def one_thread(device) -> Iterator[None]:
 
 
 def parallel_map(fn: Callable, items: Iterable, device, check_stop: Callable[[], None] | None = None) -> list:
-    """[fn(item) for item in items], spread over as many Python threads as torch has CPU threads, each running its
-    torch ops on one thread (one_thread): tensors are searched side by side instead of each op splitting across
-    cores, so a busy core delays one tensor, not every op. Off the CPU it runs in order."""
+    """[fn(item) for item in items], spread over as many Python threads as torch has CPU threads, each running
+    its torch ops on one thread (one_thread): tensors are searched side by side instead of each op splitting
+    across cores, so a busy core delays one tensor, not every op. Off the CPU it runs in order."""
     items = list(items)
     workers = torch.get_num_threads() if torch.device(device).type == "cpu" else 1
     with one_thread(device):
@@ -92,14 +93,21 @@ SAMPLE_CAP = 2**17  # activation values kept per tensor (a random sample) for ra
 
 
 class Observer:
-    """Running extremes and a seeded random sample of the values of one tensor over the calibration batches (for
-    the histograms and errors the analysis shows, and the percentile range); with `histogram`, every value in a
-    fine streaming histogram (the MSE range searches all of them); all rows as well for logits (the
-    cross-entropy range needs whole samples). With `channels` (the dimension holding a layer output's channels),
-    each channel's extremes too."""
+    """Running extremes and a seeded random sample of the values of one tensor over the calibration batches
+    (for the histograms and errors the analysis shows, and the percentile range); with `histogram`, every
+    value in a fine streaming histogram (the MSE range searches all of them); all rows as well for logits (the
+    cross-entropy range needs whole samples). With `channels` (the dimension holding a layer output's
+    channels), each channel's extremes too."""
 
-    def __init__(self, batches: int, seed: int, keep_rows: bool, cap: int = SAMPLE_CAP, histogram: bool = False,
-                 channels: int | None = None):
+    def __init__(
+        self,
+        batches: int,
+        seed: int,
+        keep_rows: bool,
+        cap: int = SAMPLE_CAP,
+        histogram: bool = False,
+        channels: int | None = None,
+    ):
         self.per_batch = max(1, math.ceil(cap / max(batches, 1)))
         self.generator = torch.Generator().manual_seed(seed)
         self.keep_rows = keep_rows
@@ -124,7 +132,9 @@ class Observer:
         if self.histogram is not None:
             self.histogram.update(flat, (float(low), float(high)))
         if flat.numel() > self.per_batch:
-            index = torch.randint(0, flat.numel(), (self.per_batch,), generator=self.generator).to(flat.device)
+            index = torch.randint(0, flat.numel(), (self.per_batch,), generator=self.generator).to(
+                flat.device
+            )
             flat = flat[index]
         self.samples.append(flat.cpu())
         if self.keep_rows and x.dim() == 2:
@@ -140,7 +150,9 @@ class Observer:
         if self.histogram is not None:
             centroids, counts = self.histogram.centroids()
             histogram = (centroids.reshape(1, -1), counts.reshape(1, -1))
-        observed = Observed(values, lo, hi, logits=torch.cat(self.rows) if self.rows else None, histogram=histogram)
+        observed = Observed(
+            values, lo, hi, logits=torch.cat(self.rows) if self.rows else None, histogram=histogram
+        )
         if self.channels is not None and self.channels.lo is not None:
             observed.channel_lo, observed.channel_hi = self.channels.lo.cpu(), self.channels.hi.cpu()
         return observed
@@ -175,8 +187,8 @@ class ActQuant(nn.Module):
 
 @dataclass
 class WeightQuant:
-    """A layer's weight quantizer: the FP32 weights it started from, its grid and range, the integer codes (nearest
-    rounding or AdaRound's), and the bias used when quantized (bias correction moves it)."""
+    """A layer's weight quantizer: the FP32 weights it started from, its grid and range, the integer codes
+    (nearest rounding or AdaRound's), and the bias used when quantized (bias correction moves it)."""
 
     layer: str
     module: nn.Module
@@ -219,8 +231,8 @@ class WeightQuant:
         return dequantize(self.codes, self.qp)
 
     def output_scale(self) -> torch.Tensor:
-        """The weight scale of each output channel (0-d per tensor): a grouped transposed conv's per-channel scales
-        run along out / groups, and group g's output channel g * (out / groups) + j uses scale j."""
+        """The weight scale of each output channel (0-d per tensor): a grouped transposed conv's per-channel
+        scales run along out / groups, and group g's output channel g * (out / groups) + j uses scale j."""
         scale = self.qp.scale
         groups = getattr(self.module, "groups", 1)
         if scale.dim() and isinstance(self.module, TRANSPOSED) and groups > 1:
@@ -251,8 +263,16 @@ class PointState:
 class QuantSim:
     """The simulation model over a folded (and perhaps equalised) traced network."""
 
-    def __init__(self, gm: fx.GraphModule | nn.Module, structure: Structure, folded: dict[str, dict], *, weights, activations,
-                 bits: dict[str, int] | None = None):
+    def __init__(
+        self,
+        gm: fx.GraphModule | nn.Module,
+        structure: Structure,
+        folded: dict[str, dict],
+        *,
+        weights,
+        activations,
+        bits: dict[str, int] | None = None,
+    ):
         self.gm = gm
         self.structure = structure
         self.folded = folded
@@ -261,21 +281,35 @@ class QuantSim:
         self.bits = dict(bits or {})
         unknown = sorted(set(self.bits) - set(structure.groups))
         if unknown:
-            raise JobError(f"mixed_precision.layers: {', '.join(map(repr, unknown))} is not a layer of this model; "
-                           f"the layers are: {', '.join(structure.groups)}")
+            raise JobError(
+                f"mixed_precision.layers: {', '.join(map(repr, unknown))} is not a layer of this model; "
+                f"the layers are: {', '.join(structure.groups)}"
+            )
         self.weights: dict[str, WeightQuant] = {}
         for name, layer in structure.layers.items():
             module = layer.module
             grid = Grid.for_weights(self.bits.get(name, weights.bits), weights.symmetric, weights.restricted)
             bias = getattr(module, "bias", None)  # an embedding has none
             self.weights[name] = WeightQuant(
-                name, module, module.weight.detach().clone(),
-                None if bias is None else bias.detach().clone(), grid,
-                weights.granularity == "per_channel", weights.range, weights.percentile, axis=weight_axis(module))
+                name,
+                module,
+                module.weight.detach().clone(),
+                None if bias is None else bias.detach().clone(),
+                grid,
+                weights.granularity == "per_channel",
+                weights.range,
+                weights.percentile,
+                axis=weight_axis(module),
+            )
         self.points: dict[str, PointState] = {}
         for name, point in structure.points.items():
-            state = PointState(name, ActQuant(name), self.bits.get(name, activations.bits), relu=point.relu,
-                               logits=point.logits)
+            state = PointState(
+                name,
+                ActQuant(name),
+                self.bits.get(name, activations.bits),
+                relu=point.relu,
+                logits=point.logits,
+            )
             layer = structure.layers.get(point.layer) if point.layer else None
             if layer is not None and self._bn_then_relu(layer):
                 state.bn = bn_stats(gm, layer, folded)
@@ -284,10 +318,14 @@ class QuantSim:
         if structure.traced:
             self._insert(quantizers)
             # layer -> the point whose quantizer feeds it: with both quantized, its bias is int32 as deployed.
-            self.bias_inputs = {name: point for name, layer in structure.layers.items()
-                                if (point := quantized_input(gm, layer.node)) is not None}
+            self.bias_inputs = {
+                name: point
+                for name, layer in structure.layers.items()
+                if (point := quantized_input(gm, layer.node)) is not None
+            }
         else:
-            # Hooks on each layer; with no graph, no layer is known to take quantized input, so biases stay float.
+            # Hooks on each layer; with no graph, no layer is known to take quantized input, so biases stay
+            # float.
             module_level.attach(gm, structure, quantizers)
             self.bias_inputs = {}
         self._weights_on: set[str] = set()
@@ -309,10 +347,12 @@ class QuantSim:
 
     def _bn_then_relu(self, layer) -> bool:
         # BN-based ranges hold for a BatchNorm's output and its ReLU, not after other activation functions.
-        return all(isinstance(module_of(self.gm, node), BATCHNORMS) or is_plain_relu(self.gm, node)
-                   for node in layer.tail)
+        return all(
+            isinstance(module_of(self.gm, node), BATCHNORMS) or is_plain_relu(self.gm, node)
+            for node in layer.tail
+        )
 
-    # -- what is quantized ----------------------------------------------------------------------------------------
+    # -- what is quantized -----------------------------------------------------------------------------------
     @property
     def groups(self) -> list[str]:
         return self.structure.groups
@@ -330,7 +370,8 @@ class QuantSim:
             state.module.enabled = name in self._acts_on and state.module.qp is not None
 
     def bias_input_scale(self, name: str) -> torch.Tensor | None:
-        """The scale of the quantizer that feeds layer `name`, where it is on (the layer's bias is then int32)."""
+        """The scale of the quantizer that feeds layer `name`, where it is on (the layer's bias is then
+        int32)."""
         point = self.bias_inputs.get(name)
         state = self.points.get(point) if point is not None else None
         if state is None or point not in self._acts_on or state.module.qp is None:
@@ -348,8 +389,9 @@ class QuantSim:
         return bias_codes(bias, scale, wq.output_scale())
 
     def bias_in_use(self, name: str) -> torch.Tensor | None:
-        """Layer `name`'s bias with its weights quantized: the corrected one if bias correction ran, on the int32
-        grid of input scale x weight scale where quantized input feeds it (an int8 kernel adds no other)."""
+        """Layer `name`'s bias with its weights quantized: the corrected one if bias correction ran, on the
+        int32 grid of input scale x weight scale where quantized input feeds it (an int8 kernel adds no
+        other)."""
         found = self.int32_bias_codes(name)
         if found is None:
             wq = self.weights[name]
@@ -359,13 +401,18 @@ class QuantSim:
 
     def saturated_biases(self) -> list[str]:
         """The layers whose int32 bias saturates as things are now quantized."""
-        return [name for name in self.weights
-                if name in self._weights_on and (found := self.int32_bias_codes(name)) is not None and found[2]]
+        return [
+            name
+            for name in self.weights
+            if name in self._weights_on and (found := self.int32_bias_codes(name)) is not None and found[2]
+        ]
 
     def set_groups(self, groups: Iterable[str], *, weights: bool = True, activations: bool = True) -> None:
         groups = set(groups)
-        self.set([g for g in groups if g in self.weights] if weights else [],
-                 [g for g in groups if g in self.points] if activations else [])
+        self.set(
+            [g for g in groups if g in self.weights] if weights else [],
+            [g for g in groups if g in self.points] if activations else [],
+        )
 
     def all(self, *, weights: bool = True, activations: bool = True) -> None:
         self.set_groups(self.groups, weights=weights, activations=activations)
@@ -395,7 +442,7 @@ class QuantSim:
             wq.b_fp = None if wq.b_fp is None else wq.b_fp.to(device)
         return self
 
-    # -- ranges -----------------------------------------------------------------------------------------------------
+    # -- ranges ----------------------------------------------------------------------------------------------
     @property
     def device(self) -> torch.device:
         return next(iter(self.weights.values())).w_fp.device
@@ -405,7 +452,8 @@ class QuantSim:
         self.refresh()
 
     def act_method(self, state: PointState) -> str:
-        """The estimator a point gets: cross_entropy only for logits and bn only after a BatchNorm, else mse."""
+        """The estimator a point gets: cross_entropy only for logits and bn only after a BatchNorm, else
+        mse."""
         method = self.act_spec.range
         if method in ("cross_entropy", "bn") and not get_range_estimator(method).applies(state.observed):
             return "mse"
@@ -416,16 +464,28 @@ class QuantSim:
         return Grid.for_activations(bits or state.bits, self.act_spec.symmetric, nonnegative)
 
     @torch.no_grad()
-    def calibrate(self, batches, *, seed: int, check_stop: Callable[[], None] | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> None:
+    def calibrate(
+        self,
+        batches,
+        *,
+        seed: int,
+        check_stop: Callable[[], None] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
         """Observe every activation point on the calibration batches (weights quantized as they now are, no
         activation quantized), then set each point's range."""
         count = len(batches)
-        # minmax and percentile read the extremes and the sample; every other method may end in the MSE search.
+        # minmax and percentile read the extremes and the sample; every other method may end in the MSE
+        # search.
         histogram = self.act_spec.range not in ("minmax", "percentile")
         for i, state in enumerate(self.points.values()):
-            state.module.observer = Observer(count, seed + i, keep_rows=state.logits, histogram=histogram,
-                                             channels=self._channel_dim(state.name))
+            state.module.observer = Observer(
+                count,
+                seed + i,
+                keep_rows=state.logits,
+                histogram=histogram,
+                channels=self._channel_dim(state.name),
+            )
         try:
             with self.keeping():
                 self.all(activations=False)
@@ -443,13 +503,16 @@ class QuantSim:
                     state.observed.bn, state.observed.relu = state.bn, state.relu
         unseen = [name for name, state in self.points.items() if state.observed is None]
         if unseen:
-            raise JobError(f"no floating-point values reached the activation quantizer(s) {', '.join(unseen)} during "
-                           "calibration (integer tensors are never quantized); the model's inputs may not reach them")
+            raise JobError(
+                f"no floating-point values reached the activation quantizer(s) {', '.join(unseen)} during "
+                "calibration (integer tensors are never quantized); the model's inputs may not reach them"
+            )
         parallel_map(self.set_point_range, self.points.values(), self.device, check_stop)
         self.refresh()
 
     def _channel_dim(self, point: str) -> int | None:
-        """Where a layer's output point keeps its channels (for the channel-range ratio); None for other points."""
+        """Where a layer's output point keeps its channels (for the channel-range ratio); None for other
+        points."""
         layer = self.structure.points[point].layer
         return channel_dim(self.structure.layers[layer].module) if layer in self.structure.layers else None
 

@@ -27,9 +27,17 @@ def channel_mean(t: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def collect(run: Callable[[torch.Tensor], object], module: nn.Module, batches, *, inputs: bool, stop: bool = True,
-            check_stop: Callable[[], None] | None = None) -> list[torch.Tensor]:
-    """The module's input (or output) tensor for each batch, running `run` on each; stops the pass at the module."""
+def collect(
+    run: Callable[[torch.Tensor], object],
+    module: nn.Module,
+    batches,
+    *,
+    inputs: bool,
+    stop: bool = True,
+    check_stop: Callable[[], None] | None = None,
+) -> list[torch.Tensor]:
+    """The module's input (or output) tensor for each batch, running `run` on each; stops the pass at the
+    module."""
     found: list[torch.Tensor] = []
 
     def pre_hook(mod, args):
@@ -57,8 +65,14 @@ def collect(run: Callable[[torch.Tensor], object], module: nn.Module, batches, *
 
 
 @torch.no_grad()
-def means(run: Callable[[torch.Tensor], object], modules: dict[str, nn.Module], batches, *, inputs: bool,
-          check_stop: Callable[[], None] | None = None) -> dict[str, torch.Tensor]:
+def means(
+    run: Callable[[torch.Tensor], object],
+    modules: dict[str, nn.Module],
+    batches,
+    *,
+    inputs: bool,
+    check_stop: Callable[[], None] | None = None,
+) -> dict[str, torch.Tensor]:
     """Per-channel means of every module's input (or output) over all batches, in one pass."""
     sums: dict[str, torch.Tensor] = {}
     counts: dict[str, int] = {}
@@ -91,7 +105,8 @@ def means(run: Callable[[torch.Tensor], object], modules: dict[str, nn.Module], 
 
 
 def tail_function(gm: fx.GraphModule, layer: Layer) -> Callable[[torch.Tensor], torch.Tensor]:
-    """What the graph does to a layer's output before its activation point (BatchNorm, activation), as a function."""
+    """What the graph does to a layer's output before its activation point (BatchNorm, activation), as a
+    function."""
     steps = []
     for node in layer.tail:
         rest, kwargs = node.args[1:], dict(node.kwargs)

@@ -1,5 +1,5 @@
-"""`bench.latency`: latency, throughput and peak memory of a model on one or more backends and batch sizes (the
-engine is workbench.worker.bench). torch loads inside the task, not at import. Never imports Qt.
+"""`bench.latency`: latency, throughput and peak memory of a model on one or more backends and batch sizes
+(the engine is workbench.worker.bench). torch loads inside the task, not at import. Never imports Qt.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Dataset queries for the GUI and `workbench data info`: `data.info`, `data.page` (thumbnails) and `data.sample`.
+"""Dataset queries for the GUI and `workbench data info`: `data.info`, `data.page` (thumbnails) and
+`data.sample`.
 
 The result shapes are a contract with the GUI's dataset panel. torch loads inside the tasks, not at import,
 so listing the worker's tasks stays cheap.
@@ -28,8 +29,9 @@ def _int_field(spec: dict, key: str, default: int, low: int | None = None, high:
     if isinstance(value, bool) or not isinstance(value, int):
         raise JobError(f"{key}: {value!r} is not an integer")
     if (low is not None and value < low) or (high is not None and value > high):
-        bounds = " and ".join(b for b in (f">= {low}" if low is not None else "",
-                                          f"<= {high}" if high is not None else "") if b)
+        bounds = " and ".join(
+            b for b in (f">= {low}" if low is not None else "", f"<= {high}" if high is not None else "") if b
+        )
         raise JobError(f"{key}: {value!r} is out of range; must be {bounds}")
     return value
 
@@ -53,7 +55,8 @@ def _dataset_field(spec: dict) -> DataSpec:
 @register_task("data.info", kind="query", spec=DataInfoSpec, creates_run=False)
 def info(spec: DataInfoSpec, ctx):
     """Sizes, classes, class counts, shape and mean/std of a dataset; image folders are decoded in full. Every
-    dataset also gets "tasks" (what task=auto picks, why, and the tasks it cannot serve) and "target_histogram"."""
+    dataset also gets "tasks" (what task=auto picks, why, and the tasks it cannot serve) and
+    "target_histogram"."""
     from workbench.worker.data import load_dataset
     from workbench.worker.data.registry import is_user_dataset
     from workbench.worker.data.user_views import class_histogram
@@ -65,7 +68,9 @@ def info(spec: DataInfoSpec, ctx):
             return _user_info(dataset, ctx)
         finally:
             dataset.release()
-    dataset.decode_all(progress=lambda done, total, text: ctx.progress(done, total, text), check_stop=ctx.check_stop)
+    dataset.decode_all(
+        progress=lambda done, total, text: ctx.progress(done, total, text), check_stop=ctx.check_stop
+    )
     mean, std = dataset.statistics(progress=lambda done, total, text: ctx.progress(done, total, text))
     counts = {name: split.class_counts() for name, split in dataset.splits.items()}
     train = sum(counts["train"])
@@ -111,16 +116,22 @@ def _user_info(dataset, ctx) -> dict:
     train = dataset.splits["train"]
     stats = InputStats(getattr(train, "source", None))
     result["target_histogram"] = target_histogram(
-        train, result["tasks"]["auto"], result["classes"], HISTOGRAM_SAMPLES,
-        progress=lambda done, total, text: ctx.progress(done, total, text), check_stop=ctx.check_stop,
-        inputs=stats.add)
+        train,
+        result["tasks"]["auto"],
+        result["classes"],
+        HISTOGRAM_SAMPLES,
+        progress=lambda done, total, text: ctx.progress(done, total, text),
+        check_stop=ctx.check_stop,
+        inputs=stats.add,
+    )
     result["input_histogram"] = stats.result(min(HISTOGRAM_SAMPLES, len(train)), len(train))
     return result
 
 
 @register_task("data.page", kind="query", creates_run=False)
 def page(spec: dict, ctx):
-    """A page of thumbnails of one split, optionally of one class: uint8 (n,H,W,C) and their indices and labels."""
+    """A page of thumbnails of one split, optionally of one class: uint8 (n,H,W,C) and their indices and
+    labels."""
     _check_keys(spec, ("dataset", "split", "offset", "count", "label", "thumb_size", "request_id"))
     dataset_spec = _dataset_field(spec)
     split_name = _split_field(spec)
@@ -142,14 +153,16 @@ def page(spec: dict, ctx):
         finally:
             dataset.release()
     if label >= len(dataset.classes):
-        raise JobError(f"label: {label} is out of range; {dataset.name} has {len(dataset.classes)} classes "
-                       f"(0..{len(dataset.classes) - 1}), or use -1 for all")
+        raise JobError(
+            f"label: {label} is out of range; {dataset.name} has {len(dataset.classes)} classes "
+            f"(0..{len(dataset.classes) - 1}), or use -1 for all"
+        )
     split = dataset.splits[split_name]
     keep = split.good()  # files already known not to decode are not listed
     if label >= 0:
         keep &= split.labels == label
     listed = torch.nonzero(keep).flatten() if not bool(keep.all()) else torch.arange(len(split))
-    chosen = listed[offset:offset + count]
+    chosen = listed[offset : offset + count]
     channels, height, width = dataset.sample_shape
     if chosen.numel():
         images = thumbnails(split.images(chosen), thumb_size)
@@ -189,12 +202,16 @@ def sample(spec: dict, ctx):
             dataset.release()
     split = dataset.splits[split_name]
     if index >= len(split):
-        raise JobError(f"index: {index} is out of range; the {split_name} split of {dataset.name} has "
-                       f"{len(split)} samples (0..{len(split) - 1})")
+        raise JobError(
+            f"index: {index} is out of range; the {split_name} split of {dataset.name} has "
+            f"{len(split)} samples (0..{len(split) - 1})"
+        )
     images, ok = split.fetch([index])
     path = split.path(index)
     if not bool(ok[0]):
-        reason = next((s["reason"] for s in dataset.skipped_files if s["path"] == path), "it cannot be decoded")
+        reason = next(
+            (s["reason"] for s in dataset.skipped_files if s["path"] == path), "it cannot be decoded"
+        )
         raise JobError(f"{path}: {reason}; this file is skipped in training. Replace or remove it.")
     augmented = augment_uint8(dataset.augment, images, seed)
     mean, std = dataset.normalization()
@@ -214,10 +231,12 @@ def sample(spec: dict, ctx):
     }
 
 
-def _user_page(dataset, split_name: str, offset: int, count: int, label: int, thumb_size: int, request_id: int,
-               ctx) -> dict:
-    """A page of a user's Dataset, read through its own __getitem__ in this process: thumbnails (masks blended in)
-    when the input is image-like ("view": "images"), else one row of tensor summaries per sample ("table")."""
+def _user_page(
+    dataset, split_name: str, offset: int, count: int, label: int, thumb_size: int, request_id: int, ctx
+) -> dict:
+    """A page of a user's Dataset, read through its own __getitem__ in this process: thumbnails (masks blended
+    in) when the input is image-like ("view": "images"), else one row of tensor summaries per sample
+    ("table")."""
     from workbench.worker.data.user_views import (
         label_of,
         names_of,
@@ -228,14 +247,17 @@ def _user_page(dataset, split_name: str, offset: int, count: int, label: int, th
     )
 
     if label >= 0:  # a class filter would read every sample of the split to find its members
-        raise JobError(f"label: {dataset.name} is your own Dataset; its samples are not filtered by class, use -1")
+        raise JobError(
+            f"label: {dataset.name} is your own Dataset; its samples are not filtered by class, use -1"
+        )
     split = dataset.splits[split_name]
     total = len(split)
     chosen = list(range(min(offset, total), min(offset + count, total)))
     samples = []
     for done, index in enumerate(chosen):
         ctx.check_stop()
-        samples.append(split.sample(index))  # a failing __getitem__ is a JobError naming the sample, file and line
+        # a failing __getitem__ is a JobError naming the sample, file and line
+        samples.append(split.sample(index))
         ctx.progress(done + 1, len(chosen), f"reading {split_name} samples {done + 1}/{len(chosen)}")
     from workbench.worker.data.sequence_views import Describer, input_kind
 
@@ -257,7 +279,9 @@ def _user_page(dataset, split_name: str, offset: int, count: int, label: int, th
         result.update(thumbnail_page(samples, thumb_size))
     else:
         describer = Describer(split.source)  # the user's decode / vocab, found once for the page
-        result["rows"] = [table_row(i, x, y, describer, names) for i, (x, y) in zip(chosen, samples, strict=True)]
+        result["rows"] = [
+            table_row(i, x, y, describer, names) for i, (x, y) in zip(chosen, samples, strict=True)
+        ]
     return result
 
 
@@ -269,8 +293,10 @@ def _user_sample(dataset, split_name: str, index: int) -> dict:
 
     split = dataset.splits[split_name]
     if index >= len(split):
-        raise JobError(f"index: {index} is out of range; the {split_name} split of {dataset.name} has "
-                       f"{len(split)} samples (0..{len(split) - 1})")
+        raise JobError(
+            f"index: {index} is out of range; the {split_name} split of {dataset.name} has "
+            f"{len(split)} samples (0..{len(split) - 1})"
+        )
     x, y = split.sample(index)
     classes = names_of(split.source)
     view = sample_view(x, y, classes, Describer(split.source))

@@ -1,4 +1,5 @@
-"""`devices.list`: every device torch can use here, with memory and what each can do (AMP, compile, ORT, TensorRT)."""
+"""`devices.list`: every device torch can use here, with memory and what each can do (AMP, compile, ORT,
+TensorRT)."""
 
 from __future__ import annotations
 
@@ -58,34 +59,56 @@ def describe_devices() -> list[dict]:
     providers = _onnxruntime_providers()
     has_cuda = torch.cuda.is_available()
     tensorrt = tensorrt_availability(has_cuda)
-    devices = [{
-        "id": "cpu", "type": "cpu", "name": platform.processor() or platform.machine() or "CPU",
-        "memory_total": _cpu_memory(), "threads": torch.get_num_threads(),
-        "capabilities": {
-            "autocast_bf16": _autocast_works("cpu", "bfloat16"), "autocast_fp16": _autocast_works("cpu", "float16"),
-            "compile": _compile_status("cpu"), "onnxruntime_providers": providers,
-            "tensorrt": {"available": False, "reason": "TensorRT runs on CUDA devices only"},
-        },
-    }]
-    for index in range(torch.cuda.device_count() if has_cuda else 0):
-        props = torch.cuda.get_device_properties(index)
-        devices.append({
-            "id": f"cuda:{index}", "type": "cuda", "name": props.name, "memory_total": props.total_memory,
-            "compute_capability": f"{props.major}.{props.minor}",
+    devices = [
+        {
+            "id": "cpu",
+            "type": "cpu",
+            "name": platform.processor() or platform.machine() or "CPU",
+            "memory_total": _cpu_memory(),
+            "threads": torch.get_num_threads(),
             "capabilities": {
-                "autocast_bf16": torch.cuda.is_bf16_supported(), "autocast_fp16": True,
-                "compile": _compile_status("cuda"), "onnxruntime_providers": providers, "tensorrt": tensorrt,
-            },
-        })
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        devices.append({
-            "id": "mps", "type": "mps", "name": "Apple Metal (MPS)", "memory_total": _cpu_memory(),
-            "capabilities": {
-                "autocast_bf16": _autocast_works("mps", "bfloat16"), "autocast_fp16": _autocast_works("mps", "float16"),
-                "compile": _compile_status("mps"), "onnxruntime_providers": providers,
+                "autocast_bf16": _autocast_works("cpu", "bfloat16"),
+                "autocast_fp16": _autocast_works("cpu", "float16"),
+                "compile": _compile_status("cpu"),
+                "onnxruntime_providers": providers,
                 "tensorrt": {"available": False, "reason": "TensorRT runs on CUDA devices only"},
             },
-        })
+        }
+    ]
+    for index in range(torch.cuda.device_count() if has_cuda else 0):
+        props = torch.cuda.get_device_properties(index)
+        devices.append(
+            {
+                "id": f"cuda:{index}",
+                "type": "cuda",
+                "name": props.name,
+                "memory_total": props.total_memory,
+                "compute_capability": f"{props.major}.{props.minor}",
+                "capabilities": {
+                    "autocast_bf16": torch.cuda.is_bf16_supported(),
+                    "autocast_fp16": True,
+                    "compile": _compile_status("cuda"),
+                    "onnxruntime_providers": providers,
+                    "tensorrt": tensorrt,
+                },
+            }
+        )
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        devices.append(
+            {
+                "id": "mps",
+                "type": "mps",
+                "name": "Apple Metal (MPS)",
+                "memory_total": _cpu_memory(),
+                "capabilities": {
+                    "autocast_bf16": _autocast_works("mps", "bfloat16"),
+                    "autocast_fp16": _autocast_works("mps", "float16"),
+                    "compile": _compile_status("mps"),
+                    "onnxruntime_providers": providers,
+                    "tensorrt": {"available": False, "reason": "TensorRT runs on CUDA devices only"},
+                },
+            }
+        )
     return devices
 
 

@@ -39,7 +39,9 @@ def count(spec: dict, ctx):
     for step in range(steps):
         if step == crash_at:
             if crash_mode == "hang":  # said first, so a test (or a person) knows the cancel cannot land now
-                ctx.progress(step, steps, f"hanging at step {step} (a diagnostic: it ignores cancel)", force=True)
+                ctx.progress(
+                    step, steps, f"hanging at step {step} (a diagnostic: it ignores cancel)", force=True
+                )
             _crash(crash_mode, step)
         ctx.metrics(step, {"value": step, "sine": math.sin(step / 10)})
         ctx.progress(step + 1, steps, f"step {step + 1}/{steps}")
@@ -71,7 +73,9 @@ def selftest(spec: dict, ctx):
     A "query" so that it runs in the worker's query pool beside a long training job instead of queueing
     behind it: it checks that the worker answers now, which is the point of a self-test.
     """
-    result = yield from count({"steps": _field(spec, "steps", 200, int), "delay": _field(spec, "delay", 0.01, float)}, ctx)
+    result = yield from count(
+        {"steps": _field(spec, "steps", 200, int), "delay": _field(spec, "delay", 0.01, float)}, ctx
+    )
     return {**result, "selftest": "passed"}
 
 

@@ -1,6 +1,6 @@
-"""`export.model`: a model written as TorchScript, torch.export, ONNX, ONNX QDQ or TensorRT, checked against eager
-PyTorch (the engine is workbench.worker.export). torch loads inside the task, not at import, so listing tasks stays
-cheap. Never imports Qt.
+"""`export.model`: a model written as TorchScript, torch.export, ONNX, ONNX QDQ or TensorRT, checked against
+eager PyTorch (the engine is workbench.worker.export). torch loads inside the task, not at import, so listing
+tasks stays cheap. Never imports Qt.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """`quant.analyze`: post-training quantization and its analysis from a QuantSpec (the engine is
-workbench.worker.quant). torch loads inside the task, not at import, so listing tasks stays cheap. Never imports Qt.
+workbench.worker.quant). torch loads inside the task, not at import, so listing tasks stays cheap. Never
+imports Qt.
 """
 
 from __future__ import annotations

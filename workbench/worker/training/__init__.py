@@ -5,9 +5,9 @@ Imports torch; never Qt. The task module imports this lazily, so listing tasks d
 """
 
 from workbench.worker.devices import autocast, check_amp, resolve_device
+from workbench.worker.objectives.losses import build_loss
 from workbench.worker.training.evaluate import evaluate_sums, evaluate_test
 from workbench.worker.training.loop import Reporter, Trainer, TrainSetup
-from workbench.worker.objectives.losses import build_loss
 from workbench.worker.training.optim import build_optimizer, build_scheduler, param_groups
 from workbench.worker.training.plan import EpochPlan, plan_epoch, shard_bounds
 from workbench.worker.training.session import run_training

@@ -1,5 +1,5 @@
-"""A batch's input as the engine meets it: one tensor (every built-in set), or a tuple or dict of tensors (a user
-Dataset for a model with several inputs). Calling the model, slicing a rank's shard and the memory layout
+"""A batch's input as the engine meets it: one tensor (every built-in set), or a tuple or dict of tensors (a
+user Dataset for a model with several inputs). Calling the model, slicing a rank's shard and the memory layout
 treat all three alike. Worker side; never imports Qt.
 """
 

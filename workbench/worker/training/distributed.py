@@ -1,8 +1,9 @@
 """Multi-process training with torch.distributed (DDP): launching `nproc` ranks the torchrun way
 (torch.multiprocessing.start_processes with a module-level entrypoint and a TCP rendezvous on 127.0.0.1),
 gloo on the CPU and nccl on CUDA. Each rank trains its shard of every global batch with the same Trainer as a
-single process; rank 0 writes checkpoints and relays logs, metrics and progress to the parent task over a queue.
-Under torchrun (several machines) the workbench launches nothing: torchrun.py joins torchrun's group instead.
+single process; rank 0 writes checkpoints and relays logs, metrics and progress to the parent task over a
+queue. Under torchrun (several machines) the workbench launches nothing: torchrun.py joins torchrun's group
+instead.
 
 Worker side; never imports Qt.
 """
@@ -67,8 +68,9 @@ class SilentReporter:
 class DistributedStop:
     """Agreement on when to stop: rank 0 sees the parent's stop event and names a step all ranks stop after.
 
-    DDP's gradient all-reduce keeps ranks within one optimiser step of each other, so a rank that checks before
-    rank 0 has named the step can only have finished the step before it; naming "one step on" is reached by all.
+    DDP's gradient all-reduce keeps ranks within one optimiser step of each other, so a rank that checks
+    before rank 0 has named the step can only have finished the step before it; naming "one step on" is
+    reached by all.
     """
 
     def __init__(self, stop_event, stop_at, rank: int):
@@ -114,18 +116,28 @@ def _rank_main(rank: int, payload: RankPayload, queue, stop_event, stop_at) -> N
         backend = "gloo"
     report = QueueReporter(queue, stop_event) if rank == 0 else SilentReporter()
     try:
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{payload.port}", rank=rank,
-                                world_size=payload.nproc)
+        dist.init_process_group(
+            backend, init_method=f"tcp://127.0.0.1:{payload.port}", rank=rank, world_size=payload.nproc
+        )
         try:
             spec = TrainSpec.from_dict(payload.spec)
             with deterministic_mode(spec.deterministic):
-                trainer = build_for_rank(spec, device=device, workspace=payload.workspace,
-                                         checkpoints_dir=payload.checkpoints_dir, artifacts_dir=payload.artifacts_dir,
-                                         resuming=payload.resuming, report=report, rank=rank, world=payload.nproc,
-                                         stop_check=DistributedStop(stop_event, stop_at, rank))
+                trainer = build_for_rank(
+                    spec,
+                    device=device,
+                    workspace=payload.workspace,
+                    checkpoints_dir=payload.checkpoints_dir,
+                    artifacts_dir=payload.artifacts_dir,
+                    resuming=payload.resuming,
+                    report=report,
+                    rank=rank,
+                    world=payload.nproc,
+                    stop_check=DistributedStop(stop_event, stop_at, rank),
+                )
                 summary = trainer.fit()
-            # Ranks tear down together: one that destroys its group and exits while a peer is still writing its
-            # checkpoint and report leaves gloo's connections half-closed (a CI run saw a rank abort in teardown).
+            # Ranks tear down together: one that destroys its group and exits while a peer is still writing
+            # its checkpoint and report leaves gloo's connections half-closed (a CI run saw a rank abort in
+            # teardown).
             dist.barrier()
             if rank == 0:
                 queue.put(("done", summary))
@@ -138,8 +150,14 @@ def _rank_main(rank: int, payload: RankPayload, queue, stop_event, stop_at) -> N
         queue.put(("error", rank, exc.to_dict(), ""))
         raise SystemExit(1) from None  # a non-zero exit makes the launcher stop the other ranks
     except Exception as exc:
-        queue.put(("error", rank, {"type": type(exc).__name__, "message": str(exc) or repr(exc)},
-                   traceback.format_exc()))
+        queue.put(
+            (
+                "error",
+                rank,
+                {"type": type(exc).__name__, "message": str(exc) or repr(exc)},
+                traceback.format_exc(),
+            )
+        )
         raise SystemExit(1) from None
 
 
@@ -185,14 +203,28 @@ def launch(spec, ctx, *, device: torch.device, checkpoints_dir, artifacts_dir, r
     queue = mp_ctx.Queue()
     stop_event = mp_ctx.Event()
     stop_at = mp_ctx.RawValue("q", -1)
-    payload = RankPayload(spec=spec.to_dict(), device=str(device), nproc=spec.nproc, port=free_port(),
-                          workspace=str(ctx.workspace or ""), checkpoints_dir=str(checkpoints_dir),
-                          artifacts_dir=str(artifacts_dir), resuming=resuming)
-    ctx.log(f"starting {spec.nproc} DDP processes ({'nccl' if device.type == 'cuda' else 'gloo'}), "
-            f"{spec.batch_size // spec.nproc} samples each per batch")
+    payload = RankPayload(
+        spec=spec.to_dict(),
+        device=str(device),
+        nproc=spec.nproc,
+        port=free_port(),
+        workspace=str(ctx.workspace or ""),
+        checkpoints_dir=str(checkpoints_dir),
+        artifacts_dir=str(artifacts_dir),
+        resuming=resuming,
+    )
+    ctx.log(
+        f"starting {spec.nproc} DDP processes ({'nccl' if device.type == 'cuda' else 'gloo'}), "
+        f"{spec.batch_size // spec.nproc} samples each per batch"
+    )
     relay = _Relay(ctx)
-    processes = mp.start_processes(_rank_main, args=(payload, queue, stop_event, stop_at), nprocs=spec.nproc,
-                                   join=False, start_method="spawn")
+    processes = mp.start_processes(
+        _rank_main,
+        args=(payload, queue, stop_event, stop_at),
+        nprocs=spec.nproc,
+        join=False,
+        start_method="spawn",
+    )
     failure: Exception | None = None
     try:
         while True:
@@ -202,7 +234,8 @@ def launch(spec, ctx, *, device: torch.device, checkpoints_dir, artifacts_dir, r
             try:
                 if processes.join(timeout=POLL_S):
                     break
-            except Exception as exc:  # ProcessExitedException / ProcessRaisedException: the others are stopped
+            # ProcessExitedException / ProcessRaisedException: the others are stopped
+            except Exception as exc:
                 failure = exc
                 break
     finally:

@@ -17,14 +17,15 @@ from torch import nn
 from workbench.runs import atomic_write_json
 from workbench.worker.devices import autocast
 from workbench.worker.models import logits_of
+from workbench.worker.objectives.losses import LossFn
 from workbench.worker.training.batch import call_model
 from workbench.worker.training.batch import channels_last as to_channels_last
 from workbench.worker.training.guards import OutputCheck
-from workbench.worker.objectives.losses import LossFn
 
 
-def indexed_batches(split, batch_size: int, device: torch.device, *, rank: int = 0,
-                    world: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def indexed_batches(
+    split, batch_size: int, device: torch.device, *, rank: int = 0, world: int = 1
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(indices within the split (host), normalised x, y) in split order, no augmentation; with world > 1,
     this rank's share of the batches. Gathered where the dataset keeps its batches for `device` (on it,
     staged, host)."""
@@ -39,10 +40,21 @@ def _forward(model: nn.Module, x, amp: str, device: torch.device, channels_last:
 
 
 @torch.no_grad()
-def evaluate_sums(model: nn.Module, split, loss_fn: LossFn, *, device: torch.device, amp: str = "none",
-                  channels_last: bool = False, batch_size: int = 256, rank: int = 0, world: int = 1,
-                  check_stop: Callable[[], None] | None = None,
-                  output_check: OutputCheck | None = None, objective=None) -> torch.Tensor:
+def evaluate_sums(
+    model: nn.Module,
+    split,
+    loss_fn: LossFn,
+    *,
+    device: torch.device,
+    amp: str = "none",
+    channels_last: bool = False,
+    batch_size: int = 256,
+    rank: int = 0,
+    world: int = 1,
+    check_stop: Callable[[], None] | None = None,
+    output_check: OutputCheck | None = None,
+    objective=None,
+) -> torch.Tensor:
     """[loss summed over samples, the objective's statistics (without one: the correct count), sample count]
     as one float64 device tensor (for all_reduce)."""
     was_training = model.training
@@ -69,24 +81,51 @@ def evaluate_sums(model: nn.Module, split, loss_fn: LossFn, *, device: torch.dev
     return sums
 
 
-def evaluate_test(model: nn.Module, split, classes: list[str], *, device: torch.device, amp: str = "none",
-                  channels_last: bool = False, batch_size: int = 256,
-                  check_stop: Callable[[], None] | None = None,
-                  output_check: OutputCheck | None = None) -> dict:
+def evaluate_test(
+    model: nn.Module,
+    split,
+    classes: list[str],
+    *,
+    device: torch.device,
+    amp: str = "none",
+    channels_last: bool = False,
+    batch_size: int = 256,
+    check_stop: Callable[[], None] | None = None,
+    output_check: OutputCheck | None = None,
+) -> dict:
     """Classification's evaluation.json content for `split`: classes, confusion matrix (rows: true class),
     per-class accuracy (None for a class with no samples), accuracy, the most confidently wrong samples."""
     from workbench.worker.objectives import build_objective
 
     objective = build_objective("classification", num_outputs=len(classes))
-    return evaluate_split(model, split, objective, classes, device=device, amp=amp,
-                          channels_last=channels_last,
-                          batch_size=batch_size, check_stop=check_stop, output_check=output_check)
+    return evaluate_split(
+        model,
+        split,
+        objective,
+        classes,
+        device=device,
+        amp=amp,
+        channels_last=channels_last,
+        batch_size=batch_size,
+        check_stop=check_stop,
+        output_check=output_check,
+    )
 
 
 @torch.no_grad()
-def evaluate_split(model: nn.Module, split, objective, classes: list[str], *, device: torch.device,
-                   amp: str = "none", channels_last: bool = False, batch_size: int = 256,
-                   check_stop: Callable[[], None] | None = None, output_check=None) -> dict:
+def evaluate_split(
+    model: nn.Module,
+    split,
+    objective,
+    classes: list[str],
+    *,
+    device: torch.device,
+    amp: str = "none",
+    channels_last: bool = False,
+    batch_size: int = 256,
+    check_stop: Callable[[], None] | None = None,
+    output_check=None,
+) -> dict:
     """The evaluation.json content for `split` under any task: the objective's test evaluator fed every batch
     in split order (classification: the confusion matrix, per-class accuracy and worst samples)."""
     evaluator = objective.test_evaluator(split.name, list(classes))

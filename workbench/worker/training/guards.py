@@ -38,7 +38,7 @@ def divergence_limit(first_loss: float | None) -> float:
 def model_title(name: str) -> str:
     """How a message names a model: `file:dir/net.py:Net` becomes "model Net from dir/net.py"."""
     if name.startswith("file:"):
-        path, _, attr = name[len("file:"):].rpartition(":")
+        path, _, attr = name[len("file:") :].rpartition(":")
         return f"model {attr} from {path}"
     return f"model {name}"
 
@@ -69,10 +69,12 @@ class OutputCheck:
                 f"{where} batch of {batch} samples; expected {_shape(self.expected(batch))}, i.e. (batch, "
                 "model.num_classes). Check the model's forward(): its output must keep the batch dimension "
                 "first for every batch size (the last batch of an epoch is often smaller) and end in "
-                f"{self.num_classes} scores.")
+                f"{self.num_classes} scores."
+            )
 
-    def loss(self, loss_fn: LossFn, scores: torch.Tensor, y: torch.Tensor, *,
-             where: str = "training") -> torch.Tensor:
+    def loss(
+        self, loss_fn: LossFn, scores: torch.Tensor, y: torch.Tensor, *, where: str = "training"
+    ) -> torch.Tensor:
         """loss_fn(scores, y), with torch's terse failures (e.g. "Target 8 is out of bounds") explained."""
         try:
             return loss_fn(scores, y)
@@ -86,7 +88,8 @@ class OutputCheck:
                 f"{type(exc).__name__}: {first}. The model returned shape {_shape(scores.shape)} for a batch "
                 f"of {int(y.shape[0])} samples; the loss needs {_shape(self.expected(int(y.shape[0])))}, "
                 "i.e. (batch, model.num_classes), and labels below "
-                f"model.num_classes={self.num_classes}.") from exc
+                f"model.num_classes={self.num_classes}."
+            ) from exc
 
     def _bad_label(self, scores: torch.Tensor, y: torch.Tensor, where: str, torch_said: str, exc) -> None:
         """A JobError naming the label outside 0..num_classes-1 that made the loss fail, and its place in the
@@ -103,7 +106,8 @@ class OutputCheck:
             f"batch), outside {classes_text(self.num_classes)} (model.num_classes={self.num_classes}), so "
             f"the loss cannot use it ({torch_said}); fix the dataset's labels or model.num_classes. The "
             f"class scores of {model_title(self.model_name)} had the expected shape {_shape(scores.shape)} "
-            f"for a batch of {batch} samples.") from exc
+            f"for a batch of {batch} samples."
+        ) from exc
 
 
 class ObjectiveCheck:
@@ -117,8 +121,9 @@ class ObjectiveCheck:
     def scores(self, scores: torch.Tensor, y: torch.Tensor, *, where: str = "training") -> None:
         self.objective.check_output(scores, y, where)
 
-    def loss(self, loss_fn: LossFn, scores: torch.Tensor, y: torch.Tensor, *,
-             where: str = "training") -> torch.Tensor:
+    def loss(
+        self, loss_fn: LossFn, scores: torch.Tensor, y: torch.Tensor, *, where: str = "training"
+    ) -> torch.Tensor:
         try:
             return loss_fn(scores, y)
         except torch.OutOfMemoryError:
@@ -129,7 +134,8 @@ class ObjectiveCheck:
                 f"the {self.objective.loss_name} loss of task {self.objective.task} cannot be computed from "
                 f"the output of {model_title(self.model_name)}: {type(exc).__name__}: {first}. The model "
                 f"returned shape {_shape(scores.shape)}; the targets are {y.dtype} of shape "
-                f"{_shape(y.shape)}.") from exc
+                f"{_shape(y.shape)}."
+            ) from exc
 
 
 def expect_labels(dataset, count: int) -> None:

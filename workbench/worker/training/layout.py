@@ -1,6 +1,7 @@
-"""channels_last=auto: which memory layout (channels-last or contiguous) trains a model faster on a device, found
-by a short timed trial once per model, batch, precision and device, and remembered in <workspace>/cache/ as the
-dataset statistics are. A layout changes no precision: the same arithmetic, in a different order in memory.
+"""channels_last=auto: which memory layout (channels-last or contiguous) trains a model faster on a device,
+found by a short timed trial once per model, batch, precision and device, and remembered in <workspace>/cache/
+as the dataset statistics are. A layout changes no precision: the same arithmetic, in a different order in
+memory.
 
 Worker side; never imports Qt.
 """
@@ -29,9 +30,9 @@ log = logging.getLogger(__name__)
 
 LAYOUT_VERSION = 2  # 2: medians and a 10 % margin; choices remembered by version 1 are timed again
 TRIAL_ROUNDS = 7  # timed steps per layout, interleaved so a noisy neighbour slows both alike
-# channels-last must win by this much at the median: a tie keeps the plain layout, which needs no conversion of
-# inputs. With 3 % and the fastest round, noise on a 2-core machine picked channels-last where full training steps
-# then ran 9 % slower (resnet18, 32x32, batch 128).
+# channels-last must win by this much at the median: a tie keeps the plain layout, which needs no conversion
+# of inputs. With 3 % and the fastest round, noise on a 2-core machine picked channels-last where full
+# training steps then ran 9 % slower (resnet18, 32x32, batch 128).
 MARGIN = 0.10
 
 # (model, input batch shape, device, amp) -> {"contiguous": seconds a step, "channels_last": seconds a step}
@@ -48,15 +49,23 @@ def device_name(device: torch.device) -> str:
 
 
 def model_fingerprint(model: nn.Module) -> str:
-    """The architecture (module tree and parameter shapes), not the weights: a retrained model keeps its layout."""
+    """The architecture (module tree and parameter shapes), not the weights: a retrained model keeps its
+    layout."""
     shapes = [(name, tuple(p.shape), str(p.dtype)) for name, p in model.named_parameters()]
     text = repr(model) + json.dumps(shapes)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
 def layout_key(model: nn.Module, batch_shape: tuple, device: torch.device, amp: str) -> dict:
-    return {"version": LAYOUT_VERSION, "model": model_fingerprint(model), "input": list(batch_shape),
-            "device": device.type, "device_name": device_name(device), "amp": amp, "torch": torch.__version__}
+    return {
+        "version": LAYOUT_VERSION,
+        "model": model_fingerprint(model),
+        "input": list(batch_shape),
+        "device": device.type,
+        "device_name": device_name(device),
+        "amp": amp,
+        "torch": torch.__version__,
+    }
 
 
 def cache_path(workspace: Path, key: dict) -> Path:
@@ -94,11 +103,12 @@ def _sync(device: torch.device) -> None:
 
 
 def timed_trial(model: nn.Module, batch_shape: tuple, device: torch.device, amp: str) -> dict:
-    """Seconds per forward and backward pass of a copy of `model` in each layout: the median of TRIAL_ROUNDS (the
-    fastest round flattered one layout by luck as often as not; the median is what a run of many steps sees).
+    """Seconds per forward and backward pass of a copy of `model` in each layout: the median of TRIAL_ROUNDS
+    (the fastest round flattered one layout by luck as often as not; the median is what a run of many steps
+    sees).
 
-    A copy, under a forked RNG and on random inputs from a private generator: the model's weights, buffers (batch
-    norm statistics) and every random stream the run uses are as they were.
+    A copy, under a forked RNG and on random inputs from a private generator: the model's weights, buffers
+    (batch norm statistics) and every random stream the run uses are as they were.
     """
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(batch_shape, generator=generator).to(device)
@@ -107,8 +117,11 @@ def timed_trial(model: nn.Module, batch_shape: tuple, device: torch.device, amp:
     layouts = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
     inputs = {name: x.contiguous(memory_format=fmt) for name, fmt in layouts.items()}
     times: dict[str, list[float]] = {name: [] for name in layouts}
-    devices = [device.index if device.index is not None else torch.cuda.current_device()] \
-        if device.type == "cuda" else []
+    devices = (
+        [device.index if device.index is not None else torch.cuda.current_device()]
+        if device.type == "cuda"
+        else []
+    )
 
     def step(name: str) -> float:
         trial.to(memory_format=layouts[name])
@@ -126,20 +139,31 @@ def timed_trial(model: nn.Module, batch_shape: tuple, device: torch.device, amp:
         for name in layouts:  # the first pass allocates and picks kernels: not timed
             step(name)
         for round_ in range(TRIAL_ROUNDS):
-            for name in (layouts if round_ % 2 == 0 else reversed(list(layouts))):
+            for name in layouts if round_ % 2 == 0 else reversed(list(layouts)):
                 times[name].append(step(name))
     return {name: statistics.median(values) for name, values in times.items()}
 
 
 def has_conv2d(model: nn.Module) -> bool:
-    return any(isinstance(m, nn.modules.conv._ConvNd) and m.weight is not None and m.weight.dim() == 4
-               for m in model.modules())
+    return any(
+        isinstance(m, nn.modules.conv._ConvNd) and m.weight is not None and m.weight.dim() == 4
+        for m in model.modules()
+    )
 
 
-def resolve_channels_last(setting, *, model: nn.Module, sample_shape: tuple, batch_size: int,
-                          device: torch.device, amp: str = "none", workspace: Path | None = None,
-                          deterministic: bool = False, compiled: bool = False,
-                          measure: Measure | None = None) -> tuple[bool, str]:
+def resolve_channels_last(
+    setting,
+    *,
+    model: nn.Module,
+    sample_shape: tuple,
+    batch_size: int,
+    device: torch.device,
+    amp: str = "none",
+    workspace: Path | None = None,
+    deterministic: bool = False,
+    compiled: bool = False,
+    measure: Measure | None = None,
+) -> tuple[bool, str]:
     """(channels_last, why) for the spec's channels_last (True, False or "auto")."""
     if setting is True or setting is False:
         return setting, f"channels_last={'true' if setting else 'false'}"
@@ -155,17 +179,25 @@ def resolve_channels_last(setting, *, model: nn.Module, sample_shape: tuple, bat
     cached = read_choice(path, key) if path is not None else None
     if cached is not None:
         choice = cached["channels_last"]
-        return choice, f"{_name(choice)} (channels_last=auto, remembered from an earlier trial on {key['device_name']})"
+        return (
+            choice,
+            f"{_name(choice)} (channels_last=auto, remembered from an earlier trial on {key['device_name']})",
+        )
     try:
         times = (measure or timed_trial)(model, batch_shape, device, amp)
     except Exception as exc:  # a model the trial cannot copy or run as it is: the plain layout always works
         first = (str(exc).strip().splitlines() or [""])[0][:200]
-        return False, f"contiguous (channels_last=auto: the timed trial failed: {type(exc).__name__}: {first})"
+        return (
+            False,
+            f"contiguous (channels_last=auto: the timed trial failed: {type(exc).__name__}: {first})",
+        )
     choice = times["channels_last"] < (1 - MARGIN) * times["contiguous"]
     if path is not None:
         write_choice(path, key, choice, times)
-    return choice, (f"{_name(choice)} (channels_last=auto: a step took {times['channels_last'] * 1e3:.1f} ms "
-                    f"channels-last, {times['contiguous'] * 1e3:.1f} ms contiguous on {key['device_name']})")
+    return choice, (
+        f"{_name(choice)} (channels_last=auto: a step took {times['channels_last'] * 1e3:.1f} ms "
+        f"channels-last, {times['contiguous'] * 1e3:.1f} ms contiguous on {key['device_name']})"
+    )
 
 
 def _name(channels_last: bool) -> str:

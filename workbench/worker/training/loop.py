@@ -147,8 +147,9 @@ class Trainer:
             raise JobError("the training split is empty; lower dataset.val_fraction / dataset.test_fraction")
         self.plan = plan_epoch(len(self.train_split), spec.batch_size, spec.grad_accum_steps, self.world)
         if self.plan.steps == 0:
-            raise JobError(f"the training split has {len(self.train_split)} samples: too few for "
-                           f"{self.world} processes")
+            raise JobError(
+                f"the training split has {len(self.train_split)} samples: too few for {self.world} processes"
+            )
         self.total_steps = spec.epochs * self.plan.steps
         self.ckpt_last = setup.checkpoints_dir / LAST
         self.ckpt_best = setup.checkpoints_dir / BEST
@@ -166,16 +167,25 @@ class Trainer:
         spec = self.spec
         model = setup.model.to(self.device)
         self.channels_last, layout = resolve_channels_last(
-            spec.channels_last, model=model, sample_shape=tuple(setup.dataset.sample_shape),
-            batch_size=max(1, spec.batch_size // self.world), device=self.device, amp=spec.amp,
-            workspace=setup.workspace, deterministic=spec.deterministic, compiled=spec.compile != "off")
+            spec.channels_last,
+            model=model,
+            sample_shape=tuple(setup.dataset.sample_shape),
+            batch_size=max(1, spec.batch_size // self.world),
+            device=self.device,
+            amp=spec.amp,
+            workspace=setup.workspace,
+            deterministic=spec.deterministic,
+            compiled=spec.compile != "off",
+        )
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.model = model
         # DDP ranks must agree on when to stop: they only ever check at step starts.
         self.placement, where = setup.dataset.prepare(
-            self.device, progress=self._progress,
-            check_stop=self._stop_before_training if self._check_every_batch else None)
+            self.device,
+            progress=self._progress,
+            check_stop=self._stop_before_training if self._check_every_batch else None,
+        )
         if self.is_main:
             self.report.log(f"memory layout: {layout}")
             self.report.log(f"batches: {where}")
@@ -188,9 +198,11 @@ class Trainer:
             model.load_state_dict(resume["model"])
         except RuntimeError as exc:
             first = (str(exc).splitlines() or [""])[0]
-            raise JobError(f"cannot resume: {self.ckpt_last} holds weights of another model than "
-                           f"{spec.model.name} as this spec builds it ({first}); was the model "
-                           "changed?") from None
+            raise JobError(
+                f"cannot resume: {self.ckpt_last} holds weights of another model than "
+                f"{spec.model.name} as this spec builds it ({first}); was the model "
+                "changed?"
+            ) from None
         self.state = TrainState.from_dict(resume["state"])
 
     def _forward_model(self, model: nn.Module) -> nn.Module:
@@ -201,10 +213,12 @@ class Trainer:
             from torch.nn.parallel import DistributedDataParallel
 
             forward_model = DistributedDataParallel(
-                model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+                model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
         if spec.compile != "off":
-            forward_model = torch.compile(forward_model,
-                                          mode=None if spec.compile == "default" else spec.compile)
+            forward_model = torch.compile(
+                forward_model, mode=None if spec.compile == "default" else spec.compile
+            )
         return forward_model
 
     def _build_step(self, setup: TrainSetup, model: nn.Module, forward_model: nn.Module) -> None:
@@ -219,11 +233,20 @@ class Trainer:
         # 0 (auto) is the dataset's class count: the task resolves it first, a Trainer built directly may not
         # have.
         self.output_check = output_check_for(spec, objective, setup.dataset)
-        self.step_fn = TrainStep(model, self.optimizer, self.loss_fn, device=self.device, amp=spec.amp,
-                                 clip_grad_norm=spec.clip_grad_norm, clip_grad_value=spec.clip_grad_value,
-                                 channels_last=self.channels_last, forward_model=forward_model,
-                                 compiled=spec.compile != "off", output_check=self.output_check,
-                                 objective=objective)
+        self.step_fn = TrainStep(
+            model,
+            self.optimizer,
+            self.loss_fn,
+            device=self.device,
+            amp=spec.amp,
+            clip_grad_norm=spec.clip_grad_norm,
+            clip_grad_value=spec.clip_grad_value,
+            channels_last=self.channels_last,
+            forward_model=forward_model,
+            compiled=spec.compile != "off",
+            output_check=self.output_check,
+            objective=objective,
+        )
 
     def _init_counters(self, setup: TrainSetup, model: nn.Module) -> None:
         """The epoch's running sums, layer statistics, timing and throughput counters, the checkpoint
@@ -237,8 +260,9 @@ class Trainer:
         # there. A cancelled epoch's part comes back on resume.
         width = objective.stat_count() + 2
         partial = self.state.partial_epoch_sums
-        self.epoch_sums = torch.tensor(partial if len(partial) == width else [0.0] * width,
-                                       dtype=torch.float64)
+        self.epoch_sums = torch.tensor(
+            partial if len(partial) == width else [0.0] * width, dtype=torch.float64
+        )
         self.reader = HostReader()
         # Rank 0 records the layers (every rank's gradients are the same after DDP's all-reduce). Under
         # torch.compile only weights and gradients: a forward hook added for one step would recompile the
@@ -276,12 +300,17 @@ class Trainer:
             try:
                 load_optimizer_state(self.optimizer, resume["optimizer"])
             except (ValueError, KeyError) as exc:
-                raise JobError(f"cannot resume: the optimizer state in {self.ckpt_last} does not fit this "
-                               f"model and optimizer ({exc}); was model.freeze or no_decay_bias_norm "
-                               "changed?") from None
+                raise JobError(
+                    f"cannot resume: the optimizer state in {self.ckpt_last} does not fit this "
+                    f"model and optimizer ({exc}); was model.freeze or no_decay_bias_norm "
+                    "changed?"
+                ) from None
         elif self.is_main:
-            self.report.log(f"the optimizer changed from {resume.get('optimizer_name')} to "
-                            f"{self.spec.optimizer}: its state starts afresh", "warning")
+            self.report.log(
+                f"the optimizer changed from {resume.get('optimizer_name')} to "
+                f"{self.spec.optimizer}: its state starts afresh",
+                "warning",
+            )
         fast_forward(self.scheduler, self.state.global_step)
         if self.step_fn.scaler is not None and resume.get("scaler"):
             self.step_fn.scaler.load_state_dict(resume["scaler"])
@@ -293,9 +322,13 @@ class Trainer:
         """Train up to spec.epochs (from where a resumed state left off); returns a summary for the result."""
         spec, state = self.spec, self.state
         remaining = max(0, self.total_steps - state.global_step)
-        profiler = StepProfiler(spec.profile_steps if self.is_main else 0, self.device,
-                                self.setup.artifacts_dir,
-                                self.report, remaining)
+        profiler = StepProfiler(
+            spec.profile_steps if self.is_main else 0,
+            self.device,
+            self.setup.artifacts_dir,
+            self.report,
+            remaining,
+        )
         self.profiler = profiler
         warmup = max(WARMUP_STEPS, profiler.warmup + spec.profile_steps if self.is_main else 0)
         if spec.compile != "off":
@@ -334,22 +367,28 @@ class Trainer:
         skip = plan.group_start[skip_steps] if skip_steps < plan.steps else len(plan.batch_sizes)
         state.step_in_epoch = skip_steps
         if self.is_main and self._last_loss is not None:
-            self.report.progress(state.global_step, self.total_steps,
-                                 f"epoch {epoch + 1}/{spec.epochs} · loss {self._last_loss:.4f}")
+            self.report.progress(
+                state.global_step,
+                self.total_steps,
+                f"epoch {epoch + 1}/{spec.epochs} · loss {self._last_loss:.4f}",
+            )
         self._since = time.perf_counter()  # training time runs from here to each read-back
         self.interval = _Interval()
         first_compiled_step = self.step_fn.compiled and self.compile_s is None
         compile_started = None
         pending = 0
-        batches = self.train_split.batches(spec.batch_size, shuffle=True, seed=spec.seed, epoch=epoch,
-                                           device=self.device)
+        batches = self.train_split.batches(
+            spec.batch_size, shuffle=True, seed=spec.seed, epoch=epoch, device=self.device
+        )
         for index, (x, y) in enumerate(batches):
             if index < skip:  # resuming inside an epoch: the same order, minus what was already trained
                 continue
             if index >= len(plan.group_of):
                 break  # a dropped last batch (too small to shard)
             group = plan.group_of[index]
-            if (self._check_every_batch or index == plan.group_start[group]) and self._stop_check(state.global_step):  # noqa: E501
+            if (self._check_every_batch or index == plan.group_start[group]) and self._stop_check(
+                state.global_step
+            ):  # noqa: E501
                 self._cancel(epoch)
             self.interval.batch_samples.append(y.shape[0])
             if self.world > 1:
@@ -359,8 +398,11 @@ class Trainer:
             # Each micro-batch adds its share of the step's mean: n_local * world / n_step (DDP averages
             # ranks).
             weight = y.shape[0] * self.world / plan.group_total[group]
-            if self.layer_stats is not None and index == plan.group_start[group] \
-                    and self.layer_stats.wants(state.global_step + 1):
+            if (
+                self.layer_stats is not None
+                and index == plan.group_start[group]
+                and self.layer_stats.wants(state.global_step + 1)
+            ):
                 self.layer_stats.begin(state.global_step + 1)
             if first_compiled_step and compile_started is None:  # from the first micro-batch, which compiles
                 compile_started = time.perf_counter()
@@ -445,12 +487,19 @@ class Trainer:
         else:
             step_losses = torch.stack([losses[a:b].sum() for a, b in segments])
             step_stats = torch.stack([stats[a:b].sum(dim=0) for a, b in segments])
-        sums = torch.cat([losses.sum().reshape(1), stats.sum(dim=0), samples.reshape(1),
-                          step_losses, step_stats.reshape(-1)])
+        sums = torch.cat(
+            [
+                losses.sum().reshape(1),
+                stats.sum(dim=0),
+                samples.reshape(1),
+                step_losses,
+                step_stats.reshape(-1),
+            ]
+        )
         self._reduce(sums)
         read = self.reader.read(sums)
         width = stats.shape[1]
-        host, per_step = read[:width + 2], read[width + 2:]
+        host, per_step = read[: width + 2], read[width + 2 :]
         self._clock(int(host[-1]))
         if not math.isfinite(float(host[0])):
             self._fail_nonfinite(float(host[0]))
@@ -465,8 +514,9 @@ class Trainer:
         self.interval = _Interval()
         return host
 
-    def _report_steps(self, interval: _Interval, segments: list[tuple[int, int]], per_step: torch.Tensor,
-                      width: int) -> None:
+    def _report_steps(
+        self, interval: _Interval, segments: list[tuple[int, int]], per_step: torch.Tensor, width: int
+    ) -> None:
         """Every completed step's loss, the task's metrics and lr, at its own step (a curve point per
         step)."""
         count = len(segments)
@@ -478,9 +528,14 @@ class Trainer:
                 continue
             samples = max(float(sum(interval.batch_samples[start:end])), 1.0)
             measured = self.objective.metrics(stats, samples)
-            self.report.metrics(step, {"train/loss": loss_sum / samples,
-                                       **{f"train/{name}": value for name, value in measured.items()},
-                                       "lr": interval.lrs[step]})
+            self.report.metrics(
+                step,
+                {
+                    "train/loss": loss_sum / samples,
+                    **{f"train/{name}": value for name, value in measured.items()},
+                    "lr": interval.lrs[step],
+                },
+            )
 
     def _clock(self, samples: int) -> None:
         """Count training time and samples up to this read-back (the device has caught up: the clock is
@@ -504,8 +559,11 @@ class Trainer:
         # the steps' own values went out with the read-back; the interval adds its throughput
         if self.is_main:
             self.report.metrics(self.state.global_step, {"train/samples_per_s": samples / elapsed})
-            self.report.progress(self.state.global_step, self.total_steps,
-                                 f"epoch {epoch + 1}/{self.spec.epochs} · loss {loss:.4f}")
+            self.report.progress(
+                self.state.global_step,
+                self.total_steps,
+                f"epoch {epoch + 1}/{self.spec.epochs} · loss {loss:.4f}",
+            )
 
     def _fail_nonfinite(self, value: float) -> None:
         local = torch.stack(self.interval.losses)
@@ -517,18 +575,22 @@ class Trainer:
             (epoch, first), (_, last) = self.interval.steps[0], self.interval.steps[-1]
             where = f"at epoch {epoch + 1}, between steps {first} and {last}"
         what = "NaN" if math.isnan(value) else "infinite"
-        raise JobError(f"the training loss became {what} {where}; training stopped and "
-                       f"{self._kept_checkpoint()}. Try a lower lr (now {self.spec.lr:g}), amp=none, or "
-                       "gradient clipping (e.g. clip_grad_norm=1.0).")
+        raise JobError(
+            f"the training loss became {what} {where}; training stopped and "
+            f"{self._kept_checkpoint()}. Try a lower lr (now {self.spec.lr:g}), amp=none, or "
+            "gradient clipping (e.g. clip_grad_norm=1.0)."
+        )
 
     def _fail_diverged(self, mean: float) -> None:
         limit = divergence_limit(self._first_loss)
         why = f"over the limit of {limit:.3g}"
         if self._first_loss is not None and limit == DIVERGED_FACTOR * self._first_loss:
             why += f", a million times the first loss read back ({self._first_loss:.3g})"
-        raise JobError(f"the training loss diverged ({mean:.2g} at step {self.state.global_step}, {why}); "
-                       f"training stopped and {self._kept_checkpoint()}. Try a lower lr (now "
-                       f"{self.spec.lr:g}) or gradient clipping (e.g. clip_grad_norm=1.0).")
+        raise JobError(
+            f"the training loss diverged ({mean:.2g} at step {self.state.global_step}, {why}); "
+            f"training stopped and {self._kept_checkpoint()}. Try a lower lr (now "
+            f"{self.spec.lr:g}) or gradient clipping (e.g. clip_grad_norm=1.0)."
+        )
 
     def _kept_checkpoint(self) -> str:
         self.writer.wait()  # a last.pt still being written counts (and a write error is the one to report)
@@ -545,16 +607,32 @@ class Trainer:
         train_loss = sums[0] / samples
         train = objective.metrics(sums[1:-1], samples)
         self._last_loss = train_loss
-        values: dict = {"epoch": epoch + 1, "epoch/train_loss": train_loss,
-                        **{f"epoch/train_{name}": value for name, value in train.items()}}
+        values: dict = {
+            "epoch": epoch + 1,
+            "epoch/train_loss": train_loss,
+            **{f"epoch/train_{name}": value for name, value in train.items()},
+        }
         val_loss, val = None, {}
         if len(self.val_split):
             check = self._cancel_if_requested(epoch) if self._check_every_batch else None
-            read = self.reader.read(self._reduce(evaluate_sums(
-                self.model, self.val_split, self.loss_fn, device=self.device, amp=spec.amp,
-                channels_last=self.channels_last, batch_size=self.eval_batch_size, rank=self.rank,
-                world=self.world, check_stop=check, output_check=self.output_check,
-                                                               objective=objective))).tolist()
+            read = self.reader.read(
+                self._reduce(
+                    evaluate_sums(
+                        self.model,
+                        self.val_split,
+                        self.loss_fn,
+                        device=self.device,
+                        amp=spec.amp,
+                        channels_last=self.channels_last,
+                        batch_size=self.eval_batch_size,
+                        rank=self.rank,
+                        world=self.world,
+                        check_stop=check,
+                        output_check=self.output_check,
+                        objective=objective,
+                    )
+                )
+            ).tolist()
             if read[-1]:
                 val_loss, val = read[0] / read[-1], objective.metrics(read[1:-1], read[-1])
                 values.update({"val/loss": val_loss, **{f"val/{name}": value for name, value in val.items()}})
@@ -563,9 +641,12 @@ class Trainer:
         monitored = val.get(objective.monitor)
         if monitored is not None and not math.isfinite(monitored):
             monitored = None
-        state.last_epoch_metrics = {"train_loss": train_loss, "val_loss": val_loss,
-                                    **{f"train_{name}": value for name, value in train.items()},
-                                    **{f"val_{name}": value for name, value in val.items()}}
+        state.last_epoch_metrics = {
+            "train_loss": train_loss,
+            "val_loss": val_loss,
+            **{f"train_{name}": value for name, value in train.items()},
+            **{f"val_{name}": value for name, value in val.items()},
+        }
         state.last_epoch_metrics.setdefault("train_acc", None)  # the result's keys, whatever the task
         state.last_epoch_metrics.setdefault("val_acc", None)
         if monitored is not None:
@@ -578,14 +659,22 @@ class Trainer:
         if self.is_main:
             self.report.metrics(state.global_step, values)
             train_text = " ".join(f"{name} {format_metric(name, value)}" for name, value in train.items())
-            val_text = (f" · val loss {_fmt(val_loss)} "
-                        + " ".join(f"{name} {format_metric(name, value)}" for name,
-                                   value in val.items())) if val else ""
+            val_text = (
+                (
+                    f" · val loss {_fmt(val_loss)} "
+                    + " ".join(f"{name} {format_metric(name, value)}" for name, value in val.items())
+                )
+                if val
+                else ""
+            )
             self.report.log(
                 f"epoch {epoch + 1}/{spec.epochs}: train loss {_fmt(train_loss)} {train_text}{val_text}"
             )
-            self.report.progress(state.global_step, self.total_steps,
-                                 f"epoch {epoch + 1}/{spec.epochs} · loss {train_loss:.4f}")
+            self.report.progress(
+                state.global_step,
+                self.total_steps,
+                f"epoch {epoch + 1}/{spec.epochs} · loss {train_loss:.4f}",
+            )
             if spec.checkpoint_every and (epoch + 1) % spec.checkpoint_every == 0:
                 self._save_last()
         patience = spec.early_stop_patience
@@ -593,9 +682,11 @@ class Trainer:
             self.early_stopped = True
             if self.is_main:
                 best = format_metric(objective.monitor, state.best_metric)
-                self.report.log(f"early stop after epoch {epoch + 1}: validation {objective.monitor_label} "
-                                f"has not improved for {patience} epoch(s) (best {best} at epoch "
-                                f"{state.best_epoch})")
+                self.report.log(
+                    f"early stop after epoch {epoch + 1}: validation {objective.monitor_label} "
+                    f"has not improved for {patience} epoch(s) (best {best} at epoch "
+                    f"{state.best_epoch})"
+                )
             return True
         return False
 
@@ -608,9 +699,17 @@ class Trainer:
 
     # -- checkpoints and cancel ----------------------------------------------------------------------
     def _save_last(self) -> None:
-        self.writer.submit(last_checkpoint(model=self.model, optimizer=self.optimizer,
-                                           optimizer_name=self.spec.optimizer, scheduler=self.scheduler,
-                                           scaler=self.step_fn.scaler, state=self.state), self.ckpt_last)
+        self.writer.submit(
+            last_checkpoint(
+                model=self.model,
+                optimizer=self.optimizer,
+                optimizer_name=self.spec.optimizer,
+                scheduler=self.scheduler,
+                scaler=self.step_fn.scaler,
+                state=self.state,
+            ),
+            self.ckpt_last,
+        )
 
     def _cancel_if_requested(self, epoch: int) -> Callable[[], None]:
         def check() -> None:
@@ -632,8 +731,10 @@ class Trainer:
             self._save_last()
             self.writer.wait()
         where = "after" if during_validation else "in"
-        raise JobCancelled(f"cancelled by the user {where} epoch {epoch + 1}/{self.spec.epochs} at step "
-                           f"{state.global_step}; {self.ckpt_last} is saved, so the run can be resumed")
+        raise JobCancelled(
+            f"cancelled by the user {where} epoch {epoch + 1}/{self.spec.epochs} at step "
+            f"{state.global_step}; {self.ckpt_last} is saved, so the run can be resumed"
+        )
 
     def throughput(self) -> dict:
         """Training samples/s after the warm-up, and the warm-up apart (the whole run when it never ended)."""
@@ -652,8 +753,11 @@ class Trainer:
             "epochs_completed": state.epoch,
             "global_steps": state.global_step,
             "early_stopped": self.early_stopped,
-            "best_val_accuracy": (state.best_metric if state.best_epoch and self.objective.task == "classification"  # noqa: E501
-                                  else None),
+            "best_val_accuracy": (
+                state.best_metric
+                if state.best_epoch and self.objective.task == "classification"  # noqa: E501
+                else None
+            ),
             "best_val_monitor": state.best_metric if state.best_epoch else None,
             "best_epoch": state.best_epoch or None,
             "last_epoch": dict(state.last_epoch_metrics),

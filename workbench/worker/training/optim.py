@@ -1,7 +1,8 @@
 """Optimisers, weight-decay groups and learning-rate schedules from a TrainSpec.
 
-Schedules step once per optimiser step and compute the rate from the step number alone (LambdaLR, OneCycleLR), so
-a resumed run whose spec gained epochs re-plans the schedule and jumps to its step. Worker side; never imports Qt.
+Schedules step once per optimiser step and compute the rate from the step number alone (LambdaLR, OneCycleLR),
+so a resumed run whose spec gained epochs re-plans the schedule and jumps to its step. Worker side; never
+imports Qt.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from workbench.specs import TrainSpec
 NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm)
 HYPERPARAMETERS_FROM_SPEC = ("lr", "initial_lr", "max_lr", "min_lr", "weight_decay", "momentum", "betas")
 
-# Expected here, not a mistake: fp16 skips an optimiser step when its gradients overflow, and a resumed run puts
-# its schedule at the right step before any optimiser step. A filter, not catch_warnings: that is not thread-safe.
-warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`")
+# Expected here, not a mistake: fp16 skips an optimiser step when its gradients overflow, and a resumed run
+# puts its schedule at the right step before any optimiser step. A filter, not catch_warnings: that is not
+# thread-safe.
+warnings.filterwarnings(
+    "ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`"
+)
 
 
 def param_groups(model: nn.Module, weight_decay: float, no_decay_bias_norm: bool) -> list[dict]:
@@ -35,20 +39,25 @@ def param_groups(model: nn.Module, weight_decay: float, no_decay_bias_norm: bool
             (no_decay if exempt else decay).append(param)
     if weight_decay == 0 or not no_decay_bias_norm:
         return [{"params": decay + no_decay, "weight_decay": weight_decay}]
-    return [g for g in ({"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0})
-            if g["params"]]
+    return [
+        g
+        for g in ({"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0})
+        if g["params"]
+    ]
 
 
 FUSED = ("sgd", "adam", "adamw")  # the optimisers torch has one fused kernel for
 
 
 def implementation(name: str, device: torch.device) -> dict:
-    """How the update runs: fused (one kernel for every parameter) for sgd, adam and adamw, else foreach on CUDA.
+    """How the update runs: fused (one kernel for every parameter) for sgd, adam and adamw, else foreach on
+    CUDA.
 
-    Fused kernels launch once per step instead of a few times per parameter (on CPU too, where they measured 2-3x
-    faster than the per-parameter loop), and under a GradScaler they take the inf check as a device tensor, so an
-    fp16 step does not wait on the device to learn whether to skip. Same update rule; only float rounding order
-    differs. RMSprop has no fused kernel: foreach where that is torch's fast path (CUDA), torch's default elsewhere.
+    Fused kernels launch once per step instead of a few times per parameter (on CPU too, where they measured
+    2-3x faster than the per-parameter loop), and under a GradScaler they take the inf check as a device
+    tensor, so an fp16 step does not wait on the device to learn whether to skip. Same update rule; only float
+    rounding order differs. RMSprop has no fused kernel: foreach where that is torch's fast path (CUDA),
+    torch's default elsewhere.
     """
     if name in FUSED and device.type in ("cuda", "cpu"):
         return {"fused": True}
@@ -67,8 +76,11 @@ def _make(name: str, groups: list[dict], spec: TrainSpec, impl: dict) -> torch.o
     return torch.optim.RMSprop(groups, lr=spec.lr, momentum=spec.momentum, **impl)
 
 
-def build_optimizer(model: nn.Module, spec: TrainSpec, device: torch.device | str | None = None) -> torch.optim.Optimizer:
-    """The spec's optimiser over the model's trainable parameters, on the kernels fastest for `device` (default:
+def build_optimizer(
+    model: nn.Module, spec: TrainSpec, device: torch.device | str | None = None
+) -> torch.optim.Optimizer:
+    """The spec's optimiser over the model's trainable parameters, on the kernels fastest for `device`
+    (default:
     where the parameters are)."""
     groups = param_groups(model, spec.weight_decay, spec.no_decay_bias_norm)
     if device is None:
@@ -78,13 +90,16 @@ def build_optimizer(model: nn.Module, spec: TrainSpec, device: torch.device | st
     if impl:
         try:
             return _make(spec.optimizer, groups, spec, impl)
-        except (RuntimeError, ValueError):  # e.g. parameters of a dtype or device the fused kernel does not take
+        # e.g. parameters of a dtype or device the fused kernel does not take
+        except (RuntimeError, ValueError):
             # The failed optimiser wrote its defaults into the group dicts: start from fresh ones.
             groups = param_groups(model, spec.weight_decay, spec.no_decay_bias_norm)
     return _make(spec.optimizer, groups, spec, {})
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, spec: TrainSpec, steps_per_epoch: int, total_steps: int):
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, spec: TrainSpec, steps_per_epoch: int, total_steps: int
+):
     """The schedule stepped after every optimiser step; None for a constant rate."""
     if spec.scheduler == "none":
         return None
@@ -95,10 +110,13 @@ def build_scheduler(optimizer: torch.optim.Optimizer, spec: TrainSpec, steps_per
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: gamma ** (step // every))
     if spec.scheduler == "cosine":
         return torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total) / total)))
+            optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total) / total))
+        )
     # Cycling momentum would quietly give momentum to an SGD/RMSprop run that asked for none.
     cycle = spec.optimizer in ("adam", "adamw") or spec.momentum > 0
-    return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=spec.lr, total_steps=total, cycle_momentum=cycle)
+    return torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=spec.lr, total_steps=total, cycle_momentum=cycle
+    )
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:

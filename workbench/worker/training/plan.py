@@ -1,5 +1,6 @@
 """The batch plan of an epoch: global batch sizes, which optimiser step each batch belongs to, and each rank's
-shard of a global batch. Host arithmetic only, known before the epoch starts, so the loop never asks the device.
+shard of a global batch. Host arithmetic only, known before the epoch starts, so the loop never asks the
+device.
 
 Worker side; never imports Qt.
 """

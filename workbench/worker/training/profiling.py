@@ -24,17 +24,22 @@ def top_ops(prof, count: int = TOP_OPS) -> list[dict]:
         device_total = getattr(event, "device_time_total", None)
         if device_total is None:  # older torch names it after CUDA
             device_total = getattr(event, "cuda_time_total", 0)
-        rows.append({"name": event.key, "calls": int(event.count),
-                     "cpu_time_total_us": float(event.cpu_time_total),
-                     "self_cpu_time_total_us": float(event.self_cpu_time_total),
-                     "device_time_total_us": float(device_total or 0)})
+        rows.append(
+            {
+                "name": event.key,
+                "calls": int(event.count),
+                "cpu_time_total_us": float(event.cpu_time_total),
+                "self_cpu_time_total_us": float(event.self_cpu_time_total),
+                "device_time_total_us": float(device_total or 0),
+            }
+        )
     rows.sort(key=lambda r: r["self_cpu_time_total_us"], reverse=True)
     return rows[:count]
 
 
 class StepProfiler:
-    """Call `step_done()` after every optimiser step; the profiler runs for `steps` steps after the warm-up and
-    then writes its artifacts and announces them through `report.artifact`."""
+    """Call `step_done()` after every optimiser step; the profiler runs for `steps` steps after the warm-up
+    and then writes its artifacts and announces them through `report.artifact`."""
 
     def __init__(self, steps: int, device: torch.device, artifacts_dir: Path, report, remaining_steps: int):
         self.steps = steps

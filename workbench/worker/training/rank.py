@@ -19,16 +19,44 @@ from workbench.worker.training.reproducibility import seed_everything
 from workbench.worker.training.state import LAST, load_last
 
 
-def build_for_rank(spec: TrainSpec, *, device: torch.device, workspace: str, checkpoints_dir: str,
-                   artifacts_dir: str, resuming: bool, report: Reporter, rank: int, world: int,
-                   stop_check) -> Trainer:
+def build_for_rank(
+    spec: TrainSpec,
+    *,
+    device: torch.device,
+    workspace: str,
+    checkpoints_dir: str,
+    artifacts_dir: str,
+    resuming: bool,
+    report: Reporter,
+    rank: int,
+    world: int,
+    stop_check,
+) -> Trainer:
     """A DDP rank's Trainer: the same data, seed and model as the parent task built."""
     dataset = load_dataset(spec.dataset, workspace=workspace or None)
     resume = load_last(Path(checkpoints_dir) / LAST) if resuming else None
     seed_everything(spec.seed)
-    model = build_model(spec.model, input_shape=dataset.sample_shape, pretrained=resume is None,
-                        checkpoint=resume is None, task=spec.task, example=first_input(dataset))
-    return Trainer(TrainSetup(spec=spec, dataset=dataset, model=model, device=device,
-                              checkpoints_dir=Path(checkpoints_dir), artifacts_dir=Path(artifacts_dir),
-                              report=report, rank=rank, world=world, resume=resume, stop_check=stop_check,
-                              workspace=Path(workspace) if workspace else None))
+    model = build_model(
+        spec.model,
+        input_shape=dataset.sample_shape,
+        pretrained=resume is None,
+        checkpoint=resume is None,
+        task=spec.task,
+        example=first_input(dataset),
+    )
+    return Trainer(
+        TrainSetup(
+            spec=spec,
+            dataset=dataset,
+            model=model,
+            device=device,
+            checkpoints_dir=Path(checkpoints_dir),
+            artifacts_dir=Path(artifacts_dir),
+            report=report,
+            rank=rank,
+            world=world,
+            resume=resume,
+            stop_check=stop_check,
+            workspace=Path(workspace) if workspace else None,
+        )
+    )

@@ -1,4 +1,5 @@
-"""Seeds, deterministic mode and the RNG states a checkpoint carries (as plain lists, for weights_only loading).
+"""Seeds, deterministic mode and the RNG states a checkpoint carries (as plain lists, for weights_only
+loading).
 
 Worker side; never imports Qt.
 """
@@ -29,8 +30,12 @@ def deterministic_mode(enabled: bool):
     if not enabled:
         yield
         return
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+    )
     # cuBLAS needs a fixed workspace to be deterministic; it reads this when it first initialises.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -69,4 +74,4 @@ def restore_rng_state(state: dict) -> None:
     if "cuda" in state and torch.cuda.is_available():
         cuda = state["cuda"]
         # A checkpoint from a machine with more GPUs restores what this one has.
-        torch.cuda.set_rng_state_all([s.cpu() for s in cuda[:torch.cuda.device_count()]])
+        torch.cuda.set_rng_state_all([s.cpu() for s in cuda[: torch.cuda.device_count()]])

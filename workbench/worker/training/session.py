@@ -40,28 +40,38 @@ def check_data_fits(spec: TrainSpec, dataset) -> None:
     classes = len(dataset.classes) if spec.task in ("auto", "classification") else spec.model.num_classes
     if spec.model.num_classes != classes:
         expect_labels(dataset, spec.model.num_classes)  # a user's label past num_classes: named by its sample
-        raise JobError(f"model.num_classes is {spec.model.num_classes}, but {dataset.name} has {classes} "
-                       f"classes; set model.num_classes={classes}")
+        raise JobError(
+            f"model.num_classes is {spec.model.num_classes}, but {dataset.name} has {classes} "
+            f"classes; set model.num_classes={classes}"
+        )
     wanted = tuple(spec.model.input_shape)
     if wanted and wanted != tuple(dataset.sample_shape):
-        raise JobError(f"model.input_shape is {_shape(wanted)}, but the images of {dataset.name} are "
-                       f"{_shape(dataset.sample_shape)}; leave model.input_shape empty"
-                       + ("" if is_user_data(dataset) else ", or resize them with dataset.image_size"))
+        raise JobError(
+            f"model.input_shape is {_shape(wanted)}, but the images of {dataset.name} are "
+            f"{_shape(dataset.sample_shape)}; leave model.input_shape empty"
+            + ("" if is_user_data(dataset) else ", or resize them with dataset.image_size")
+        )
 
 
 def check_distributed(spec: TrainSpec, device: torch.device) -> None:
     if spec.distributed != "ddp":
         return
     if device.type not in ("cpu", "cuda"):
-        raise JobError(f"distributed: ddp runs on cpu (gloo) or cuda (nccl), not {device.type}; use "
-                       "device=cpu or distributed=none")
+        raise JobError(
+            f"distributed: ddp runs on cpu (gloo) or cuda (nccl), not {device.type}; use "
+            "device=cpu or distributed=none"
+        )
     if spec.batch_size % spec.nproc:
         fitting = spec.nproc * max(1, round(spec.batch_size / spec.nproc))
-        raise JobError(f"batch_size: {spec.batch_size} is not divisible by nproc={spec.nproc}; each process "
-                       f"takes batch_size // nproc samples of every batch, so use e.g. batch_size={fitting}")
+        raise JobError(
+            f"batch_size: {spec.batch_size} is not divisible by nproc={spec.nproc}; each process "
+            f"takes batch_size // nproc samples of every batch, so use e.g. batch_size={fitting}"
+        )
     if device.type == "cuda" and spec.nproc > torch.cuda.device_count():
-        raise JobError(f"nproc: {spec.nproc} processes need {spec.nproc} CUDA devices; this machine has "
-                       f"{torch.cuda.device_count()}")
+        raise JobError(
+            f"nproc: {spec.nproc} processes need {spec.nproc} CUDA devices; this machine has "
+            f"{torch.cuda.device_count()}"
+        )
 
 
 def _number(value):
@@ -99,8 +109,15 @@ def _train(spec: TrainSpec, ctx, device: torch.device, group, lead, board=None) 
     del resume
     with deterministic_mode(spec.deterministic):
         seed_everything(spec.seed)
-        model = build_model(spec.model, input_shape=dataset.sample_shape, log=ctx.log,
-                            pretrained=fresh, checkpoint=fresh, task=spec.task, example=first_input(dataset))
+        model = build_model(
+            spec.model,
+            input_shape=dataset.sample_shape,
+            log=ctx.log,
+            pretrained=fresh,
+            checkpoint=fresh,
+            task=spec.task,
+            example=first_input(dataset),
+        )
         parameters = _log_start(spec, ctx, dataset, model, device)
         _to_tensorboard(board, spec, model, dataset)
         try:
@@ -146,9 +163,14 @@ def _check_setup(spec: TrainSpec, ctx, device: torch.device, group) -> None:
         torchrun.check_batch(spec, group)
         # Under torchrun it is DDP across the group whatever spec.distributed says (the Trainer needs only the
         # world size); the run's spec stays as written.
-        ctx.log(f"running under torchrun as rank 0 of {group.world_size}: DDP across the group"
-                + (f"; nproc={spec.nproc} is ignored (torchrun's --nnodes and --nproc-per-node decide)"
-                   if spec.distributed == "ddp" and spec.nproc != group.world_size else ""))
+        ctx.log(
+            f"running under torchrun as rank 0 of {group.world_size}: DDP across the group"
+            + (
+                f"; nproc={spec.nproc} is ignored (torchrun's --nnodes and --nproc-per-node decide)"
+                if spec.distributed == "ddp" and spec.nproc != group.world_size
+                else ""
+            )
+        )
     check_amp(spec.amp, device)
     check_compile(spec.compile, device)
     if group is None:
@@ -196,10 +218,12 @@ def _task_of(spec: TrainSpec, dataset) -> tuple[str, str, object]:
         return "custom", "set in the spec", dataset.first_sample()[1] if is_user_data(dataset) else None
     if not is_user_data(dataset):
         if spec.task not in ("auto", "classification"):
-            raise JobError(f"task: {spec.task} needs targets of its own kind, but {dataset.name} is a "
-                           "built-in image classification set (a class label per image); set task=auto or "
-                           "task=classification, or train on your own Dataset with "
-                           "dataset.name=file:<path.py>:<Name>")
+            raise JobError(
+                f"task: {spec.task} needs targets of its own kind, but {dataset.name} is a "
+                "built-in image classification set (a class label per image); set task=auto or "
+                "task=classification, or train on your own Dataset with "
+                "dataset.name=file:<path.py>:<Name>"
+            )
         return "classification", f"{dataset.name} is an image classification set", None
     x, y = dataset.first_sample()
     if spec.task == "auto":
@@ -216,8 +240,9 @@ def _output_count(task: str, dataset, target, model) -> tuple[int, str]:
     # the user's loss reads the outputs: the dataset's classes if it has them, else one a value
     if task == "custom":
         classes = len(getattr(dataset, "classes", None) or [])
-        return classes or target_num_outputs("regression", target), \
-            "the dataset's classes" if classes else "the target's values"
+        return classes or target_num_outputs(
+            "regression", target
+        ), "the dataset's classes" if classes else "the target's values"
     classes = len(dataset.classes)
     if classes:
         source = getattr(dataset, "classes_source", None)  # a user's Dataset may have counted its labels
@@ -229,8 +254,10 @@ def _output_count(task: str, dataset, target, model) -> tuple[int, str]:
         if count:
             return count, f"{source}: {dataset.name} has no `classes`"
         why += f", and {source}"
-    raise JobError(f"model.num_classes: 0 (auto) needs the number of classes, and {dataset.name} does not "
-                   f"say it ({why}); set model.num_classes")
+    raise JobError(
+        f"model.num_classes: 0 (auto) needs the number of classes, and {dataset.name} does not "
+        f"say it ({why}); set model.num_classes"
+    )
 
 
 def _prepare_run_folder(spec: TrainSpec, dataset, ctx) -> tuple[dict | None, int | None]:
@@ -238,8 +265,9 @@ def _prepare_run_folder(spec: TrainSpec, dataset, ctx) -> tuple[dict | None, int
     epoch)."""
     run = ctx.run
     if not len(dataset.splits["val"]):
-        ctx.log("no validation split (dataset.val_fraction is 0): no best.pt and no early stopping",
-                "warning")
+        ctx.log(
+            "no validation split (dataset.val_fraction is 0): no best.pt and no early stopping", "warning"
+        )
     run.checkpoints_dir.mkdir(parents=True, exist_ok=True)
     run.artifacts_dir.mkdir(parents=True, exist_ok=True)
     resume = load_last(run.checkpoints_dir / LAST) if ctx.resuming else None
@@ -256,22 +284,25 @@ def _log_start(spec: TrainSpec, ctx, dataset, model, device: torch.device) -> di
     parameters = count_parameters(model)
     usable = sum(dataset.splits["train"].class_counts())  # without files known not to decode
     skipped = len(dataset.splits["train"]) - usable
-    ctx.log(f"training {spec.model.name} ({parameters['trainable']:,} of {parameters['total']:,} parameters "
-            f"trainable) on {describe(device)}, amp={spec.amp}, {usable:,} training samples"
-            + (f" ({skipped:,} unreadable file(s) skipped)" if skipped else ""))
+    ctx.log(
+        f"training {spec.model.name} ({parameters['trainable']:,} of {parameters['total']:,} parameters "
+        f"trainable) on {describe(device)}, amp={spec.amp}, {usable:,} training samples"
+        + (f" ({skipped:,} unreadable file(s) skipped)" if skipped else "")
+    )
     return parameters
 
 
-def _fit(spec: TrainSpec, ctx, device: torch.device, group, lead, *, dataset, model,
-         pending: list) -> _Fitted:
+def _fit(
+    spec: TrainSpec, ctx, device: torch.device, group, lead, *, dataset, model, pending: list
+) -> _Fitted:
     """Train in this process, as rank 0 of a torchrun group, or in spawned DDP ranks; `pending` holds what a
     resume continues from (or None), taken out here so that no caller keeps it alive."""
     run = ctx.run
     resume = pending.pop()
     if group is not None:
-        summary, model, channels_last, spec = _lead_group(spec, ctx, group, lead, dataset=dataset,
-                                                          model=model,
-                                                          device=device, resume=resume)
+        summary, model, channels_last, spec = _lead_group(
+            spec, ctx, group, lead, dataset=dataset, model=model, device=device, resume=resume
+        )
         return _Fitted(spec, summary, model, channels_last)
     if spec.distributed == "ddp":
         from workbench.worker.training.distributed import launch
@@ -279,22 +310,44 @@ def _fit(spec: TrainSpec, ctx, device: torch.device, group, lead, *, dataset, mo
         del resume  # the ranks read last.pt themselves
         # Decided once here, not by every rank (whose timings would race each other), and sent as a value.
         channels_last, layout = resolve_channels_last(
-            spec.channels_last, model=model, sample_shape=tuple(dataset.sample_shape),
-            batch_size=max(1, spec.batch_size // spec.nproc), device=device, amp=spec.amp,
-            workspace=dataset.core.workspace, deterministic=spec.deterministic,
-                                                      compiled=spec.compile != "off")
+            spec.channels_last,
+            model=model,
+            sample_shape=tuple(dataset.sample_shape),
+            batch_size=max(1, spec.batch_size // spec.nproc),
+            device=device,
+            amp=spec.amp,
+            workspace=dataset.core.workspace,
+            deterministic=spec.deterministic,
+            compiled=spec.compile != "off",
+        )
         ctx.log(f"memory layout: {layout}")
         spec = dataclasses.replace(spec, channels_last=channels_last)
-        summary = launch(spec, ctx, device=device, checkpoints_dir=run.checkpoints_dir,
-                         artifacts_dir=run.artifacts_dir, resuming=ctx.resuming)
+        summary = launch(
+            spec,
+            ctx,
+            device=device,
+            checkpoints_dir=run.checkpoints_dir,
+            artifacts_dir=run.artifacts_dir,
+            resuming=ctx.resuming,
+        )
         model.load_state_dict(load_state_dict(run.checkpoints_dir / FINAL))
         model.to(device)
         if channels_last:
             model = model.to(memory_format=torch.channels_last)
         return _Fitted(spec, summary, model, channels_last)
-    trainer = Trainer(TrainSetup(spec=spec, dataset=dataset, model=model, device=device,
-                                 checkpoints_dir=run.checkpoints_dir, artifacts_dir=run.artifacts_dir,
-                                 report=ctx, resume=resume, workspace=dataset.core.workspace))
+    trainer = Trainer(
+        TrainSetup(
+            spec=spec,
+            dataset=dataset,
+            model=model,
+            device=device,
+            checkpoints_dir=run.checkpoints_dir,
+            artifacts_dir=run.artifacts_dir,
+            report=ctx,
+            resume=resume,
+            workspace=dataset.core.workspace,
+        )
+    )
     del resume
     summary = trainer.fit()
     return _Fitted(spec, summary, trainer.model, trainer.channels_last)
@@ -311,10 +364,18 @@ def _evaluate_on_test(fitted: _Fitted, ctx, dataset, device: torch.device) -> _T
     ctx.progress(0, len(test_split), "evaluating on the test split", force=True)
     objective = objective_for(spec, dataset)
     classes = dataset.classes if objective.task == "classification" else _label_names(spec, dataset)
-    evaluation = evaluate_split(fitted.model, test_split, objective, classes, device=device, amp=spec.amp,
-                                channels_last=fitted.channels_last, batch_size=spec.batch_size,
-                                check_stop=ctx.check_stop, output_check=output_check_for(spec, objective,
-                                                                                         dataset))
+    evaluation = evaluate_split(
+        fitted.model,
+        test_split,
+        objective,
+        classes,
+        device=device,
+        amp=spec.amp,
+        channels_last=fitted.channels_last,
+        batch_size=spec.batch_size,
+        check_stop=ctx.check_stop,
+        output_check=output_check_for(spec, objective, dataset),
+    )
     evaluation["checkpoint"] = checkpoint
     path = run.artifacts_dir / "evaluation.json"
     write_evaluation(path, evaluation)
@@ -325,10 +386,11 @@ def _evaluate_on_test(fitted: _Fitted, ctx, dataset, device: torch.device) -> _T
     else:
         accuracy = None
         monitor = _number(Evaluation.from_dict(evaluation).monitor.value)
-        text = ((
-            f"test {objective.monitor_label} {format_metric(objective.monitor, monitor)}"
-        ) if monitor is not None
-                else "no test samples evaluated")
+        text = (
+            (f"test {objective.monitor_label} {format_metric(objective.monitor, monitor)}")
+            if monitor is not None
+            else "no test samples evaluated"
+        )
     text += f" with {checkpoint_text(checkpoint)}"
     ctx.progress(len(test_split), len(test_split), text, force=True)
     ctx.log(text)
@@ -350,7 +412,7 @@ def _load_test_checkpoint(fitted: _Fitted, ctx) -> dict:
 
 
 def checkpoint_text(checkpoint: dict | None) -> str:
-    """"best.pt (epoch 3)": the checkpoint a test evaluation used."""
+    """ "best.pt (epoch 3)": the checkpoint a test evaluation used."""
     if not checkpoint:
         return ""
     epoch = checkpoint.get("epoch")
@@ -364,8 +426,16 @@ def _label_names(spec: TrainSpec, dataset) -> list[str]:
     return names if len(names) == spec.model.num_classes else [str(i) for i in range(spec.model.num_classes)]
 
 
-def _result(fitted: _Fitted, ctx, device: torch.device, group, *, parameters: dict, test: _TestEvaluation,
-            resumed_from: int | None) -> dict:
+def _result(
+    fitted: _Fitted,
+    ctx,
+    device: torch.device,
+    group,
+    *,
+    parameters: dict,
+    test: _TestEvaluation,
+    resumed_from: int | None,
+) -> dict:
     """The result the runner writes as report.json (its keys are a contract: the GUI, the report and tests
     read them)."""
     spec, summary, run = fitted.spec, fitted.summary, ctx.run
@@ -373,13 +443,19 @@ def _result(fitted: _Fitted, ctx, device: torch.device, group, *, parameters: di
     best = run.checkpoints_dir / BEST
     result = {
         "epochs_completed": summary["epochs_completed"],
-        "final": {"train_loss": _number(last.get("train_loss")), "val_loss": _number(last.get("val_loss")),
-                  "val_accuracy": _number(last.get("val_acc")), "test_accuracy": test.accuracy},
+        "final": {
+            "train_loss": _number(last.get("train_loss")),
+            "val_loss": _number(last.get("val_loss")),
+            "val_accuracy": _number(last.get("val_acc")),
+            "test_accuracy": test.accuracy,
+        },
         # Samples/s after the warm-up; the warm-up (first steps, profiling, compilation) is reported apart.
-        "throughput": {"train_samples_per_s": _number(summary.get("train_samples_per_s")),
-                       "warmup_s": _number(summary.get("warmup_s")),
-                       "warmup_steps": summary.get("warmup_steps"),
-                       "compile_s": _number(summary.get("compile_s"))},
+        "throughput": {
+            "train_samples_per_s": _number(summary.get("train_samples_per_s")),
+            "warmup_s": _number(summary.get("warmup_s")),
+            "warmup_steps": summary.get("warmup_steps"),
+            "compile_s": _number(summary.get("compile_s")),
+        },
         "checkpoint": str(run.checkpoints_dir / FINAL),
         "best_checkpoint": str(best) if spec.keep_best and best.exists() else None,
         "device": str(device),
@@ -401,13 +477,21 @@ def _result(fitted: _Fitted, ctx, device: torch.device, group, *, parameters: di
     if resumed_from is not None:
         result["resumed_from_epoch"] = resumed_from
     if group is not None:
-        result["distributed"] = {"backend": torchrun.backend_for(device), "nproc": group.world_size,
-                                 "cpu_count": os.cpu_count(),
-                                 "torchrun": {**group.describe(torchrun.backend_for(device)),
-                                              "restart_count": group.restart_count}}
+        result["distributed"] = {
+            "backend": torchrun.backend_for(device),
+            "nproc": group.world_size,
+            "cpu_count": os.cpu_count(),
+            "torchrun": {
+                **group.describe(torchrun.backend_for(device)),
+                "restart_count": group.restart_count,
+            },
+        }
     elif spec.distributed == "ddp":
-        result["distributed"] = {"backend": "nccl" if device.type == "cuda" else "gloo", "nproc": spec.nproc,
-                                 "cpu_count": os.cpu_count()}
+        result["distributed"] = {
+            "backend": "nccl" if device.type == "cuda" else "gloo",
+            "nproc": spec.nproc,
+            "cpu_count": os.cpu_count(),
+        }
     return result
 
 
@@ -415,10 +499,13 @@ def _monitor_result(spec: TrainSpec, summary: dict, test: _TestEvaluation) -> di
     """The task's monitor metric: its name, label and direction, its best validation value and its test
     value."""
     objective = objective_for(spec, None)  # the spec is resolved: it names the task and its output count
-    return {"name": objective.monitor, "label": objective.monitor_label,
-            "higher_is_better": objective.higher_is_better,
-            "best_val": _number(summary.get("best_val_monitor")),
-            "test": _number(Evaluation.from_dict(test.content).monitor.value)}
+    return {
+        "name": objective.monitor,
+        "label": objective.monitor_label,
+        "higher_is_better": objective.higher_is_better,
+        "best_val": _number(summary.get("best_val_monitor")),
+        "test": _number(Evaluation.from_dict(test.content).monitor.value),
+    }
 
 
 def _prefixed(prefix: str, metrics: dict) -> dict:
@@ -431,21 +518,41 @@ def _lead_group(spec: TrainSpec, ctx, group, lead, *, dataset, model, device, re
     (the run's one writer). Returns (summary, model, channels_last, spec)."""
     # Decided once here, not by every rank (whose timings would race each other), and sent as a value.
     channels_last, layout = resolve_channels_last(
-        spec.channels_last, model=model, sample_shape=tuple(dataset.sample_shape),
-        batch_size=max(1, spec.batch_size // group.world_size), device=device, amp=spec.amp,
-        workspace=dataset.core.workspace, deterministic=spec.deterministic, compiled=spec.compile != "off")
+        spec.channels_last,
+        model=model,
+        sample_shape=tuple(dataset.sample_shape),
+        batch_size=max(1, spec.batch_size // group.world_size),
+        device=device,
+        amp=spec.amp,
+        workspace=dataset.core.workspace,
+        deterministic=spec.deterministic,
+        compiled=spec.compile != "off",
+    )
     spec = dataclasses.replace(spec, channels_last=channels_last)
     backend = torchrun.backend_for(device)
-    ctx.log(f"torchrun group at {group.master_addr}:{group.master_port} ({backend}, {group.world_size} "
-            f"ranks, restart {group.restart_count}), {spec.batch_size // group.world_size} samples each per "
-            f"batch; memory layout: {layout}")
+    ctx.log(
+        f"torchrun group at {group.master_addr}:{group.master_port} ({backend}, {group.world_size} "
+        f"ranks, restart {group.restart_count}), {spec.batch_size // group.world_size} samples each per "
+        f"batch; memory layout: {layout}"
+    )
     run = ctx.run
     lead.share({"spec": spec.to_dict(), "run_id": run.dir.name, "resuming": resume is not None})
-    trainer = Trainer(TrainSetup(spec=spec, dataset=dataset, model=model, device=device,
-                                 checkpoints_dir=run.checkpoints_dir, artifacts_dir=run.artifacts_dir,
-                                 report=ctx, resume=resume, workspace=dataset.core.workspace, rank=0,
-                                 world=group.world_size, stop_check=torchrun.GroupStop(ctx.should_stop,
-                                                                                       device, 0)))
+    trainer = Trainer(
+        TrainSetup(
+            spec=spec,
+            dataset=dataset,
+            model=model,
+            device=device,
+            checkpoints_dir=run.checkpoints_dir,
+            artifacts_dir=run.artifacts_dir,
+            report=ctx,
+            resume=resume,
+            workspace=dataset.core.workspace,
+            rank=0,
+            world=group.world_size,
+            stop_check=torchrun.GroupStop(ctx.should_stop, device, 0),
+        )
+    )
     del resume
     summary = trainer.fit()
     return summary, trainer.model, trainer.channels_last, spec

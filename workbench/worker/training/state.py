@@ -23,11 +23,13 @@ class TrainState:
     epoch: int = 0  # epochs completed
     global_step: int = 0  # optimiser steps taken
     step_in_epoch: int = 0  # optimiser steps into the unfinished epoch (non-zero only after a cancel)
-    best_metric: float = -1.0  # best validation monitor value (classification: accuracy); unset while best_epoch is 0
+    # best validation monitor value (classification: accuracy); unset while best_epoch is 0
+    best_metric: float = -1.0
     best_epoch: int = 0
     bad_epochs: int = 0  # epochs since the validation accuracy last improved (early stopping)
     last_epoch_metrics: dict = field(default_factory=dict)  # epoch/train_loss etc. of the last finished epoch
-    partial_epoch_sums: list = field(default_factory=list)  # [loss sum, task statistics..., samples] of an unfinished epoch
+    # [loss sum, task statistics..., samples] of an unfinished epoch
+    partial_epoch_sums: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -60,8 +62,10 @@ def save_last(path: Path, **parts) -> None:
 def load_last(path: Path) -> dict:
     """Read a last.pt for resuming; a missing or foreign file is a JobError that says what to do."""
     if not path.exists():
-        raise JobError(f"cannot resume: {path} does not exist (the run never finished an epoch or a checkpoint); "
-                       "start a new run instead")
+        raise JobError(
+            f"cannot resume: {path} does not exist (the run never finished an epoch or a checkpoint); "
+            "start a new run instead"
+        )
     try:
         data = load_state_dict(path)
     except CheckpointError as exc:

@@ -15,9 +15,9 @@ from torch import nn
 from workbench.errors import JobError
 from workbench.worker.devices import autocast
 from workbench.worker.models import logits_of
+from workbench.worker.objectives.losses import LossFn
 from workbench.worker.training.batch import call_model, channels_last
 from workbench.worker.training.guards import OutputCheck
-from workbench.worker.objectives.losses import LossFn
 
 
 def _is_compile_error(exc: BaseException) -> bool:
@@ -47,10 +47,22 @@ class TrainStep:
     optimiser step (n_micro / n_step: gradients then equal those of one batch of n_step samples), then `step`.
     """
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, *,
-                 device: torch.device | str = "cpu", amp: str = "none", clip_grad_norm: float = 0.0,
-                 clip_grad_value: float = 0.0, channels_last: bool = False, forward_model: nn.Module | None = None,
-                 compiled: bool = False, output_check: OutputCheck | None = None, objective=None):
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        loss_fn: LossFn,
+        *,
+        device: torch.device | str = "cpu",
+        amp: str = "none",
+        clip_grad_norm: float = 0.0,
+        clip_grad_value: float = 0.0,
+        channels_last: bool = False,
+        forward_model: nn.Module | None = None,
+        compiled: bool = False,
+        output_check: OutputCheck | None = None,
+        objective=None,
+    ):
         self.model = model
         self.forward_model = forward_model if forward_model is not None else model
         self.optimizer = optimizer
@@ -63,15 +75,18 @@ class TrainStep:
         self.clip_grad_value = clip_grad_value
         self.channels_last = channels_last
         self.compiled = compiled
-        self.output_check = output_check  # None: scores go to the loss unchecked (callers without a ModelSpec)
+        # None: scores go to the loss unchecked (callers without a ModelSpec)
+        self.output_check = output_check
         # The task's batch statistics (workbench.worker.objectives); None: the correct count of class scores.
         self.objective = objective
         self._params = [p for p in model.parameters() if p.requires_grad]
 
-    def accumulate(self, x, y: torch.Tensor, weight: float = 1.0,
-                   sync: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        """Forward and backward one micro-batch; returns (loss summed over its samples, the task's batch statistics,
-        or the correct count without an objective) on the device. `x` is a tensor, or a tuple or dict of them.
+    def accumulate(
+        self, x, y: torch.Tensor, weight: float = 1.0, sync: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward and backward one micro-batch; returns (loss summed over its samples, the task's batch
+        statistics, or the correct count without an objective) on the device. `x` is a tensor, or a tuple or
+        dict of them.
 
         `sync=False` skips DDP's gradient all-reduce (for all but the last micro-batch of a step).
         """
@@ -94,8 +109,10 @@ class TrainStep:
                 scaled.backward()
         except Exception as exc:
             if self.compiled and _is_compile_error(exc):
-                raise JobError(f"compile: torch.compile failed ({type(exc).__name__}: {_compile_reason(exc)}); "
-                               "set compile=off to train without it") from None
+                raise JobError(
+                    f"compile: torch.compile failed ({type(exc).__name__}: {_compile_reason(exc)}); "
+                    "set compile=off to train without it"
+                ) from None
             raise
         scores = scores.detach()
         if self.objective is not None:

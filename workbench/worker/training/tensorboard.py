@@ -1,6 +1,6 @@
-"""TensorBoard event files of a training run: written live (`tensorboard = true`: a sink on the job's metrics and layer
-statistics, plus the spec and the model graph) or afterwards from the run's database and files (`workbench runs
-export-tensorboard`). Worker side (torch's SummaryWriter, imported lazily); never imports Qt.
+"""TensorBoard event files of a training run: written live (`tensorboard = true`: a sink on the job's metrics
+and layer statistics, plus the spec and the model graph) or afterwards from the run's database and files
+(`workbench runs export-tensorboard`). Worker side (torch's SummaryWriter, imported lazily); never imports Qt.
 """
 
 from __future__ import annotations
@@ -35,14 +35,18 @@ def tensorboard_available() -> bool:
 def require_tensorboard() -> None:
     """Refuse tensorboard = true up front, before any data is read, where the package is missing."""
     if not tensorboard_available():
-        raise JobError(f"tensorboard: writing TensorBoard files needs the tensorboard package, which is not installed "
-                       f"here; install it with {INSTALL_HINT} (or pip install tensorboard), or train with "
-                       "tensorboard = false")
+        raise JobError(
+            f"tensorboard: writing TensorBoard files needs the tensorboard package, which is not installed "
+            f"here; install it with {INSTALL_HINT} (or pip install tensorboard), or train with "
+            "tensorboard = false"
+        )
     try:
         import torch.utils.tensorboard  # noqa: F401  (installed is not enough: a protobuf it cannot use fails here)
     except Exception as exc:
-        raise JobError(f"tensorboard: torch cannot load the installed tensorboard package ({type(exc).__name__}: {exc}); "
-                       f"reinstall it with {INSTALL_HINT}, or train with tensorboard = false") from None
+        raise JobError(
+            f"tensorboard: torch cannot load the installed tensorboard package ({type(exc).__name__}: "
+            f"{exc}); reinstall it with {INSTALL_HINT}, or train with tensorboard = false"
+        ) from None
 
 
 def logdir_command(log_dir: str | Path) -> str:
@@ -50,8 +54,9 @@ def logdir_command(log_dir: str | Path) -> str:
 
 
 def histogram_raw(counts, edges) -> dict:
-    """SummaryWriter.add_histogram_raw's arguments for bin `counts` (n) between `edges` (n + 1), so a histogram
-    computed elsewhere (layer statistics) is written as it is, not re-binned. Sums use the bin centres."""
+    """SummaryWriter.add_histogram_raw's arguments for bin `counts` (n) between `edges` (n + 1), so a
+    histogram computed elsewhere (layer statistics) is written as it is, not re-binned. Sums use the bin
+    centres."""
     counts = [float(c) for c in counts]
     edges = [float(e) for e in edges]
     if len(edges) != len(counts) + 1 or not counts:
@@ -60,11 +65,16 @@ def histogram_raw(counts, edges) -> dict:
     filled = [i for i, c in enumerate(counts) if c > 0]
     low = edges[filled[0]] if filled else edges[0]
     high = edges[filled[-1] + 1] if filled else edges[-1]
-    return {"min": low, "max": high, "num": sum(counts),
-            "sum": sum(c * x for c, x in zip(counts, centres)),
-            "sum_squares": sum(c * x * x for c, x in zip(counts, centres)),
-            # TensorBoard's buckets are named by their right edge.
-            "bucket_limits": edges[1:], "bucket_counts": counts}
+    return {
+        "min": low,
+        "max": high,
+        "num": sum(counts),
+        "sum": sum(c * x for c, x in zip(counts, centres)),
+        "sum_squares": sum(c * x * x for c, x in zip(counts, centres)),
+        # TensorBoard's buckets are named by their right edge.
+        "bucket_limits": edges[1:],
+        "bucket_counts": counts,
+    }
 
 
 def spec_markdown(toml_text: str) -> str:
@@ -75,12 +85,17 @@ def spec_markdown(toml_text: str) -> str:
 class Board:
     """One run's TensorBoard folder, written through torch's SummaryWriter.
 
-    Also a TaskContext sink (`scalars`, `histogram`, `artifact`). Nothing here may fail a training run: a write error
-    is logged once as a warning through `warn` and the board stops writing (`broken`).
+    Also a TaskContext sink (`scalars`, `histogram`, `artifact`). Nothing here may fail a training run: a
+    write error is logged once as a warning through `warn` and the board stops writing (`broken`).
     """
 
-    def __init__(self, log_dir: str | Path, *, warn: Callable[[str], None] | None = None,
-                 purge_step: Callable[[], int | None] | None = None):
+    def __init__(
+        self,
+        log_dir: str | Path,
+        *,
+        warn: Callable[[str], None] | None = None,
+        purge_step: Callable[[], int | None] | None = None,
+    ):
         self.log_dir = Path(log_dir)
         self._warn = warn or (lambda text: log.warning("%s", text))
         self._purge_step = purge_step  # asked when the writer opens: a resumed run's first redone step
@@ -114,13 +129,17 @@ class Board:
                 return True
             except Exception as exc:
                 self._broken = True
-                self._warn(f"tensorboard: writing {what} into {self.log_dir} failed ({type(exc).__name__}: {exc}); "
-                           "nothing more is written there")
+                self._warn(
+                    f"tensorboard: writing {what} into {self.log_dir} failed ({type(exc).__name__}: {exc}); "
+                    "nothing more is written there"
+                )
                 return False
 
     # -- the TaskContext sink ----------------------------------------------------------------------
     def scalars(self, columns: dict) -> None:
-        """{name: (steps, values, times)}: one scalar per value, at its step and wall time, under the run's names."""
+        """{name: (steps, values, times)}: one scalar per value, at its step and wall time, under the run's
+        names."""
+
         def write(writer) -> None:
             from tensorboard.compat.proto.summary_pb2 import Summary
 
@@ -134,6 +153,7 @@ class Board:
             file_writer = writer._get_file_writer()
             for (step, t), values in sorted(events.items(), key=lambda item: item[0][0]):
                 file_writer.add_summary(Summary(value=values), step, t)
+
         self._write("scalars", write)
 
     def histogram(self, name: str, step: int, counts, edges, walltime: float | None = None) -> None:
@@ -143,11 +163,14 @@ class Board:
         except ValueError as exc:
             self._warn(f"tensorboard: histogram {name} skipped: {exc}")
             return
-        self._write(f"histogram {name}", lambda writer: writer.add_histogram_raw(
-            name, global_step=int(step), walltime=walltime, **raw))
+        self._write(
+            f"histogram {name}",
+            lambda writer: writer.add_histogram_raw(name, global_step=int(step), walltime=walltime, **raw),
+        )
 
     def artifact(self, name: str, path, kind: str) -> None:
-        """A recorded step of layer statistics (the loop's `layer_stats` artifact) becomes histograms and scalars."""
+        """A recorded step of layer statistics (the loop's `layer_stats` artifact) becomes histograms and
+        scalars."""
         if kind != "layer_stats" or self._broken:
             return
         from workbench.layer_records import read_record
@@ -161,7 +184,8 @@ class Board:
 
     def layer_record(self, record: dict, walltime: float | None = None) -> None:
         """One recorded step of workbench.layer_records: per layer a histogram of its weights, gradients and
-        activations (tags weights/<layer>, ...) and its statistics (grad_norm/<layer>, ...), at the record's step."""
+        activations (tags weights/<layer>, ...) and its statistics (grad_norm/<layer>, ...), at the record's
+        step."""
         step = record["step"]
         columns: dict[str, tuple[list, list, list]] = {}
         for tag, value in layer_scalars(record):
@@ -173,13 +197,15 @@ class Board:
     # -- once a run ---------------------------------------------------------------------------------
     def spec_text(self, toml_text: str) -> None:
         """The spec at step 0, or a resumed run's at the step it resumes from (it may train more epochs)."""
+
         def write(writer) -> None:
             writer.add_text(SPEC_TAG, spec_markdown(toml_text), self._purged_from or 0)
+
         self._write("the spec", write)
 
     def graph(self, model, example) -> bool:
-        """The model's graph, traced with `example` (a batch of one); a model the tracer cannot follow (data-dependent
-        control flow, dict inputs) gets a warning and no graph, never a failed run."""
+        """The model's graph, traced with `example` (a batch of one); a model the tracer cannot follow
+        (data-dependent control flow, dict inputs) gets a warning and no graph, never a failed run."""
         if self._broken or self._continues:
             return False
         if example is None:
@@ -190,8 +216,10 @@ class Board:
                 writer = self._open()
             except Exception as exc:
                 self._broken = True
-                self._warn(f"tensorboard: writing into {self.log_dir} failed ({type(exc).__name__}: {exc}); nothing "
-                           "more is written there")
+                self._warn(
+                    f"tensorboard: writing into {self.log_dir} failed ({type(exc).__name__}: {exc}); nothing "
+                    "more is written there"
+                )
                 return False
             try:
                 with _quiet_tracer(), _unchecked_trace():
@@ -199,8 +227,10 @@ class Board:
                 return True
             except Exception as exc:
                 first = (str(exc).strip().splitlines() or [""])[0][:300]
-                self._warn(f"tensorboard: no model graph: tracing {type(model).__name__} failed ({type(exc).__name__}: "
-                           f"{first}); the scalars are still written")
+                self._warn(
+                    f"tensorboard: no model graph: tracing {type(model).__name__} failed "
+                    f"({type(exc).__name__}: {first}); the scalars are still written"
+                )
                 return False
 
     def close(self) -> None:
@@ -216,8 +246,8 @@ class Board:
 @contextlib.contextmanager
 def _unchecked_trace():
     """add_graph's torch.jit.trace without its check pass: the check runs the model again and compares, and
-    nn.TransformerEncoder's eval fast path (nested tensors) takes another kernel than the trace recorded, which the
-    check reads as a divergence (TracingCheckError) though the graph drawn is the model's."""
+    nn.TransformerEncoder's eval fast path (nested tensors) takes another kernel than the trace recorded,
+    which the check reads as a divergence (TracingCheckError) though the graph drawn is the model's."""
     import torch
 
     real = torch.jit.trace
@@ -251,7 +281,11 @@ def layer_histograms(record: dict):
         for which, kind in enumerate(KINDS):
             low, high = (float(v) for v in record["ranges"][index, which])
             counts = record["counts"][index, which]
-            if not (math.isfinite(low) and math.isfinite(high)) or not np.isfinite(counts).all() or not counts.sum():
+            if (
+                not (math.isfinite(low) and math.isfinite(high))
+                or not np.isfinite(counts).all()
+                or not counts.sum()
+            ):
                 continue
             if high <= low:  # one value throughout (a bias still at zero): a sliver, so the bins have a width
                 pad = max(abs(low), 1.0) * 1e-6
@@ -276,8 +310,9 @@ def _quiet_tracer():
 
 
 def example_batch(model, sample_shape=(), example=None):
-    """A batch of one for tracing: `example` (a user dataset's first input: a tensor or a tuple of them) with a batch
-    dimension, else zeros of `sample_shape`; on the model's device. None where neither fits (a dict input)."""
+    """A batch of one for tracing: `example` (a user dataset's first input: a tensor or a tuple of them) with
+    a batch dimension, else zeros of `sample_shape`; on the model's device. None where neither fits (a dict
+    input)."""
     import torch
 
     try:
@@ -297,16 +332,19 @@ def example_batch(model, sample_shape=(), example=None):
 # -- live: a training job with tensorboard = true ------------------------------------------------------
 @contextlib.contextmanager
 def live(spec, ctx):
-    """A Board on the run's tensorboard/ folder fed by every metrics flush of `ctx` while the block runs, or None
-    when spec.tensorboard is off. On the way out (done, cancelled or failed) it flushes the context first, so the
-    board has every value the database has, then closes the event file."""
+    """A Board on the run's tensorboard/ folder fed by every metrics flush of `ctx` while the block runs, or
+    None when spec.tensorboard is off. On the way out (done, cancelled or failed) it flushes the context
+    first, so the board has every value the database has, then closes the event file."""
     if not spec.tensorboard:
         yield None
         return
     require_tensorboard()
     run = ctx.run
-    board = Board(run.dir / TENSORBOARD_DIR, warn=lambda text: ctx.log(text, "warning"),
-                  purge_step=(lambda: _resumed_step(run)) if ctx.resuming else None)
+    board = Board(
+        run.dir / TENSORBOARD_DIR,
+        warn=lambda text: ctx.log(text, "warning"),
+        purge_step=(lambda: _resumed_step(run)) if ctx.resuming else None,
+    )
     ctx.add_sink(board)
     try:
         yield board
@@ -344,15 +382,31 @@ class ExportResult:
         return logdir_command(self.log_dir)
 
     def to_dict(self) -> dict:
-        return {"run_dir": str(self.run_dir), "status": "done", "log_dir": str(self.log_dir), "scalars": self.scalars,
-                "tags": self.tags, "spec": self.spec, "graph": self.graph, "layer_stats_steps": self.layer_steps,
-                "replaced_event_files": self.replaced, "warnings": self.warnings, "command": self.command}
+        return {
+            "run_dir": str(self.run_dir),
+            "status": "done",
+            "log_dir": str(self.log_dir),
+            "scalars": self.scalars,
+            "tags": self.tags,
+            "spec": self.spec,
+            "graph": self.graph,
+            "layer_stats_steps": self.layer_steps,
+            "replaced_event_files": self.replaced,
+            "warnings": self.warnings,
+            "command": self.command,
+        }
 
 
-def export_run(run_dir: str | Path, out_dir: str | Path | None = None, *, workspace: str | Path | None = None,
-               graph: bool = True) -> ExportResult:
-    """Write what a live `tensorboard = true` run writes (every recorded metric at its step and wall time, the spec,
-    the model graph) for a run trained before, from its database, into `<run>/tensorboard/` or `out_dir`."""
+def export_run(
+    run_dir: str | Path,
+    out_dir: str | Path | None = None,
+    *,
+    workspace: str | Path | None = None,
+    graph: bool = True,
+) -> ExportResult:
+    """Write what a live `tensorboard = true` run writes (every recorded metric at its step and wall time, the
+    spec, the model graph) for a run trained before, from its database, into `<run>/tensorboard/` or
+    `out_dir`."""
     from workbench.runs import Run, run_owner
 
     require_tensorboard()
@@ -361,14 +415,20 @@ def export_run(run_dir: str | Path, out_dir: str | Path | None = None, *, worksp
     log_dir = run_dir / TENSORBOARD_DIR if own else Path(out_dir).expanduser().absolute()
     earlier = sorted(log_dir.glob(EVENT_PREFIX + "*")) if log_dir.is_dir() else []
     if own and run_owner(run_dir) is not None:
-        raise JobError(f"{run_dir.name} is still running (and may be writing {log_dir} itself); export it when it has "
-                       "ended, or pass --out DIR")
+        raise JobError(
+            f"{run_dir.name} is still running (and may be writing {log_dir} itself); export it when it has "
+            "ended, or pass --out DIR"
+        )
     if not own and earlier:
-        raise JobError(f"--out {log_dir} already holds TensorBoard event files ({earlier[0].name}, ...): TensorBoard "
-                       "would draw both; choose an empty folder")
+        raise JobError(
+            f"--out {log_dir} already holds TensorBoard event files ({earlier[0].name}, ...): TensorBoard "
+            "would draw both; choose an empty folder"
+        )
     with Run(run_dir, readonly=True) as run:
         if not run.task.startswith("train."):
-            raise JobError(f"{run_dir.name} is a {run.task or 'unknown'} run; export-tensorboard takes a training run")
+            raise JobError(
+                f"{run_dir.name} is a {run.task or 'unknown'} run; export-tensorboard takes a training run"
+            )
         rows = _current_rows(run.read_metric_rows(), run.events("resume"))
         spec_text = run.spec_path.read_text(encoding="utf-8") if run.spec_path.is_file() else ""
         if graph:  # the graph rebuilds the model from the run's code: only the code it trained with
@@ -404,13 +464,23 @@ def export_run(run_dir: str | Path, out_dir: str | Path | None = None, *, worksp
         raise JobError(next((text for text in warnings if "nothing more is written" in text), warnings[-1]))
     if not any(log_dir.glob(EVENT_PREFIX + "*")):  # an empty run still gets a folder TensorBoard can open
         log_dir.mkdir(parents=True, exist_ok=True)
-    return ExportResult(run_dir, log_dir, len(rows), sorted({name for _, name, _, _ in rows}), bool(spec_text),
-                        bool(drawn), len(earlier), warnings, len(layer_files))
+    return ExportResult(
+        run_dir,
+        log_dir,
+        len(rows),
+        sorted({name for _, name, _, _ in rows}),
+        bool(spec_text),
+        bool(drawn),
+        len(earlier),
+        warnings,
+        len(layer_files),
+    )
 
 
 def _current_rows(rows: list, resumes: list[dict]) -> list:
-    """The rows a live board would still show: at each resume (at global step T), what was written after step T
-    before it is dropped, since the resumed run writes those steps again (a live board purges them likewise)."""
+    """The rows a live board would still show: at each resume (at global step T), what was written after step
+    T before it is dropped, since the resumed run writes those steps again (a live board purges them
+    likewise)."""
     cuts = sorted((event["time"], int(event["content"].get("global_step", 0))) for event in resumes)
     kept: list = []
     for step, name, value, t in rows:
@@ -421,9 +491,11 @@ def _current_rows(rows: list, resumes: list[dict]) -> list:
     return kept
 
 
-def _export_graph(board: Board, spec_text: str, run_dir: Path, workspace, warn: Callable[[str], None]) -> bool:
-    """The run's model as its spec builds it (fresh weights: a graph is structure), traced with a zero batch of the
-    data's sample shape; a warning and no graph where it cannot be built or traced."""
+def _export_graph(
+    board: Board, spec_text: str, run_dir: Path, workspace, warn: Callable[[str], None]
+) -> bool:
+    """The run's model as its spec builds it (fresh weights: a graph is structure), traced with a zero batch
+    of the data's sample shape; a warning and no graph where it cannot be built or traced."""
     from workbench.specs import TrainSpec
 
     try:
@@ -459,10 +531,19 @@ def _rebuild(spec, run_dir: Path, workspace):
             example = first_input(dataset)
         finally:
             dataset.release()
-    model = build_model(model_spec, input_shape=shape, pretrained=False, checkpoint=False, task=spec.task,
-                        example=example)
+    model = build_model(
+        model_spec, input_shape=shape, pretrained=False, checkpoint=False, task=spec.task, example=example
+    )
     return model, example_batch(model, shape, example)
 
 
-__all__ = ["Board", "ExportResult", "example_batch", "export_run", "histogram_raw", "live", "require_tensorboard",
-           "tensorboard_available"]
+__all__ = [
+    "Board",
+    "ExportResult",
+    "example_batch",
+    "export_run",
+    "histogram_raw",
+    "live",
+    "require_tensorboard",
+    "tensorboard_available",
+]

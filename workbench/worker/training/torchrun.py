@@ -1,7 +1,7 @@
-"""`workbench train` as one rank of a torchrun group: reading torchrun's environment, the run id every rank and
-every elastic restart agrees on, joining the group (env://, or a store of each attempt's own where torchrun shares
-its rendezvous store), and the side of the ranks other than global rank 0, which owns the run folder (they write
-only their own log, <run>/logs/rank-<N>.log).
+"""`workbench train` as one rank of a torchrun group: reading torchrun's environment, the run id every rank
+and every elastic restart agrees on, joining the group (env://, or a store of each attempt's own where
+torchrun shares its rendezvous store), and the side of the ranks other than global rank 0, which owns the run
+folder (they write only their own log, <run>/logs/rank-<N>.log).
 
 Worker side (torch); never imports Qt. `environment()` and `run_id_for()` read only os.environ.
 """
@@ -21,11 +21,16 @@ from pathlib import Path
 
 from workbench.errors import JobCancelled, JobError, UsageError
 
-# Set only by tests: the rank WORKBENCH_TEST_KILL_RANK SIGKILLs itself at step WORKBENCH_TEST_KILL_AT_STEP unless
-# WORKBENCH_TEST_KILL_MARKER exists (it creates it first), so an elastic restart can be tested once.
-KILL_RANK, KILL_AT_STEP, KILL_MARKER = "WORKBENCH_TEST_KILL_RANK", "WORKBENCH_TEST_KILL_AT_STEP", "WORKBENCH_TEST_KILL_MARKER"
+# Set only by tests: the rank WORKBENCH_TEST_KILL_RANK SIGKILLs itself at step WORKBENCH_TEST_KILL_AT_STEP
+# unless WORKBENCH_TEST_KILL_MARKER exists (it creates it first), so an elastic restart can be tested once.
+KILL_RANK, KILL_AT_STEP, KILL_MARKER = (
+    "WORKBENCH_TEST_KILL_RANK",
+    "WORKBENCH_TEST_KILL_AT_STEP",
+    "WORKBENCH_TEST_KILL_MARKER",
+)
 STOP_EVERY_STEPS = 10  # how often the ranks agree on a cancel (one all-reduce of one number)
-GROUP_STORE_TIMEOUT_S = 600.0  # how long ranks wait for each other to form the group (torchrun's join timeout)
+# how long ranks wait for each other to form the group (torchrun's join timeout)
+GROUP_STORE_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -39,8 +44,13 @@ class TorchrunEnv:
     restart_count: int
 
     def describe(self, backend: str) -> dict:
-        return {"rank": self.rank, "local_rank": self.local_rank, "world_size": self.world_size, "backend": backend,
-                "master": f"{self.master_addr}:{self.master_port}"}
+        return {
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "world_size": self.world_size,
+            "backend": backend,
+            "master": f"{self.master_addr}:{self.master_port}",
+        }
 
 
 def environment(environ=None) -> TorchrunEnv | None:
@@ -49,26 +59,36 @@ def environment(environ=None) -> TorchrunEnv | None:
     if not all(env.get(key) for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
         return None
     try:
-        return TorchrunEnv(rank=int(env["RANK"]), local_rank=int(env.get("LOCAL_RANK") or 0),
-                           world_size=int(env["WORLD_SIZE"]), master_addr=env["MASTER_ADDR"],
-                           master_port=int(env["MASTER_PORT"]), rdzv_id=env.get("TORCHELASTIC_RUN_ID", ""),
-                           restart_count=int(env.get("TORCHELASTIC_RESTART_COUNT") or 0))
+        return TorchrunEnv(
+            rank=int(env["RANK"]),
+            local_rank=int(env.get("LOCAL_RANK") or 0),
+            world_size=int(env["WORLD_SIZE"]),
+            master_addr=env["MASTER_ADDR"],
+            master_port=int(env["MASTER_PORT"]),
+            rdzv_id=env.get("TORCHELASTIC_RUN_ID", ""),
+            restart_count=int(env.get("TORCHELASTIC_RESTART_COUNT") or 0),
+        )
     except ValueError as exc:
-        raise UsageError(f"the torchrun environment is malformed (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_PORT must "
-                         f"be integers): {exc}") from None
+        raise UsageError(
+            f"the torchrun environment is malformed (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_PORT must "
+            f"be integers): {exc}"
+        ) from None
 
 
 def run_id_for(env: TorchrunEnv) -> str:
     """The run id all ranks and restarts of one torchrun job agree on: torchrun-<rendezvous id>."""
     rdzv = env.rdzv_id.strip()
     if not rdzv or rdzv == "none":  # torchrun's default --rdzv-id: every job would share (and resume) one run
-        raise UsageError("under torchrun, a run needs an id that every rank and every restart agrees on: pass "
-                         "--rdzv-id=NAME to torchrun (or use --standalone), or --run-id NAME to workbench train")
+        raise UsageError(
+            "under torchrun, a run needs an id that every rank and every restart agrees on: pass "
+            "--rdzv-id=NAME to torchrun (or use --standalone), or --run-id NAME to workbench train"
+        )
     return "torchrun-" + (re.sub(r"[^A-Za-z0-9._-]+", "_", rdzv).strip("._-")[:90] or "job")
 
 
-# The group this process joined through the command line (`workbench train` under torchrun); None otherwise, so
-# a job run anywhere else (the GUI's worker, a test) never tries to join a group because of stray variables.
+# The group this process joined through the command line (`workbench train` under torchrun); None otherwise,
+# so a job run anywhere else (the GUI's worker, a test) never tries to join a group because of stray
+# variables.
 _ACTIVE: TorchrunEnv | None = None
 
 
@@ -84,8 +104,8 @@ def active() -> TorchrunEnv | None:
 def plan_run(workspace: Path, run_id: str) -> tuple[str | None, str | None]:
     """(resume: the run folder to continue, or None; create: the id of a new run, or None) for `--run-id`.
 
-    An existing run with a last.pt is resumed. One without (its first life died before the first checkpoint) is
-    started again under the same id: there is nothing in it to keep.
+    An existing run with a last.pt is resumed. One without (its first life died before the first checkpoint)
+    is started again under the same id: there is nothing in it to keep.
     """
     from workbench.runs import RunStore
     from workbench.worker.training.state import LAST
@@ -99,8 +119,9 @@ def plan_run(workspace: Path, run_id: str) -> tuple[str | None, str | None]:
     with store.open_run(str(run_dir)) as run:
         task = run._meta().get("task") or ""
     if not task.startswith("train"):
-        raise UsageError(f"run {run_id} exists and is a {task or 'unknown'} run, not a training run; pick another "
-                         "--run-id")
+        raise UsageError(
+            f"run {run_id} exists and is a {task or 'unknown'} run, not a training run; pick another --run-id"
+        )
     print(f"workbench: run {run_id} has no checkpoint yet: starting it again", file=sys.stderr, flush=True)
     store.delete_run(str(run_dir))  # refused while its owner lives
     return None, run_id
@@ -116,13 +137,15 @@ def rank_device(env: TorchrunEnv, device):
 
     if device.type == "cuda":
         if env.local_rank >= torch.cuda.device_count():
-            raise JobError(f"torchrun LOCAL_RANK {env.local_rank} needs CUDA device {env.local_rank}; this machine "
-                           f"has {torch.cuda.device_count()}; use --nproc-per-node={torch.cuda.device_count()} or less")
+            raise JobError(
+                f"torchrun LOCAL_RANK {env.local_rank} needs CUDA device {env.local_rank}; this machine "
+                f"has {torch.cuda.device_count()}; use --nproc-per-node={torch.cuda.device_count()} or less"
+            )
         device = torch.device("cuda", env.local_rank)
         torch.cuda.set_device(device)
     elif device.type == "cpu":
-        # OMP_NUM_THREADS, when set (torchrun sets 1 for --nproc-per-node > 1), is the user's word and torch has
-        # read it already; otherwise each of this node's ranks gets its share of the cores.
+        # OMP_NUM_THREADS, when set (torchrun sets 1 for --nproc-per-node > 1), is the user's word and torch
+        # has read it already; otherwise each of this node's ranks gets its share of the cores.
         if not os.environ.get("OMP_NUM_THREADS"):
             local = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(local, 1)))
@@ -134,9 +157,11 @@ def rank_device(env: TorchrunEnv, device):
 def check_batch(spec, env: TorchrunEnv) -> None:
     if spec.batch_size % env.world_size:
         fitting = env.world_size * max(1, round(spec.batch_size / env.world_size))
-        raise JobError(f"batch_size: {spec.batch_size} is not divisible by the torchrun world size "
-                       f"{env.world_size}; each rank takes batch_size // world_size samples of every batch, so use "
-                       f"e.g. batch_size={fitting}")
+        raise JobError(
+            f"batch_size: {spec.batch_size} is not divisible by the torchrun world size "
+            f"{env.world_size}; each rank takes batch_size // world_size samples of every batch, so use "
+            f"e.g. batch_size={fitting}"
+        )
 
 
 def join(env: TorchrunEnv, device) -> None:
@@ -146,30 +171,34 @@ def join(env: TorchrunEnv, device) -> None:
     if dist.is_initialized():
         return
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        # torchrun shares its rendezvous TCP store with the ranks by default, and that store outlives an elastic
-        # restart: the previous attempt's gloo/nccl addresses are still in it, so a restarted rank would read a dead
-        # peer's address. The group gets a store of its own for each attempt instead (fresh_group_store).
+        # torchrun shares its rendezvous TCP store with the ranks by default, and that store outlives an
+        # elastic restart: the previous attempt's gloo/nccl addresses are still in it, so a restarted rank
+        # would read a dead peer's address. The group gets a store of its own for each attempt instead
+        # (fresh_group_store).
         agent_store, _, _ = next(dist.rendezvous("env://", rank=env.rank, world_size=env.world_size))
         store = fresh_group_store(env, agent_store)
         dist.init_process_group(backend_for(device), store=store, rank=env.rank, world_size=env.world_size)
     else:
-        dist.init_process_group(backend_for(device), init_method="env://", rank=env.rank,
-                                world_size=env.world_size)
+        dist.init_process_group(
+            backend_for(device), init_method="env://", rank=env.rank, world_size=env.world_size
+        )
 
 
-GROUP_STORE_KEY = "workbench/group_store"  # in torchrun's shared store: "<port> <nonce>" of this attempt's store
+# in torchrun's shared store: "<port> <nonce>" of this attempt's store
+GROUP_STORE_KEY = "workbench/group_store"
 NONCE_KEY = "workbench/nonce"
 
 
-def fresh_group_store(env: TorchrunEnv, agent_store, *, timeout_s: float = GROUP_STORE_TIMEOUT_S,
-                      connect_s: float = 3.0):
+def fresh_group_store(
+    env: TorchrunEnv, agent_store, *, timeout_s: float = GROUP_STORE_TIMEOUT_S, connect_s: float = 3.0
+):
     """A TCP store for this attempt alone, hosted by global rank 0 on MASTER_ADDR (its node) and announced in
     torchrun's shared store with a random nonce.
 
-    Every rank agrees on it whatever its node's TORCHELASTIC_RESTART_COUNT says (nodes count restarts apart: one
-    restarted for a peer's new membership does not count one), which a key prefix by restart count could not
-    promise across nodes. A rank that reads a stale announcement, one left by the previous attempt, finds its store
-    gone or holding another nonce, and reads again until rank 0's new one is there.
+    Every rank agrees on it whatever its node's TORCHELASTIC_RESTART_COUNT says (nodes count restarts apart:
+    one restarted for a peer's new membership does not count one), which a key prefix by restart count could
+    not promise across nodes. A rank that reads a stale announcement, one left by the previous attempt, finds
+    its store gone or holding another nonce, and reads again until rank 0's new one is there.
     """
     import secrets
     from datetime import timedelta
@@ -178,8 +207,14 @@ def fresh_group_store(env: TorchrunEnv, agent_store, *, timeout_s: float = GROUP
 
     if env.rank == 0:
         nonce = secrets.token_hex(8)
-        store = dist.TCPStore(env.master_addr, 0, env.world_size, True, timeout=timedelta(seconds=timeout_s),
-                              wait_for_workers=False)
+        store = dist.TCPStore(
+            env.master_addr,
+            0,
+            env.world_size,
+            True,
+            timeout=timedelta(seconds=timeout_s),
+            wait_for_workers=False,
+        )
         store.set(NONCE_KEY, nonce)
         agent_store.set(GROUP_STORE_KEY, f"{store.port} {nonce}")
         return store
@@ -188,17 +223,21 @@ def fresh_group_store(env: TorchrunEnv, agent_store, *, timeout_s: float = GROUP
         try:
             agent_store.wait([GROUP_STORE_KEY], timedelta(seconds=connect_s))
             port, nonce = agent_store.get(GROUP_STORE_KEY).decode().split()
-            store = dist.TCPStore(env.master_addr, int(port), env.world_size, False,
-                                  timeout=timedelta(seconds=connect_s))
+            store = dist.TCPStore(
+                env.master_addr, int(port), env.world_size, False, timeout=timedelta(seconds=connect_s)
+            )
             if store.get(NONCE_KEY).decode() == nonce:
                 store.set_timeout(timedelta(seconds=timeout_s))
                 return store
-        except (RuntimeError, ValueError):  # not announced yet, a dead store, or another attempt's: read again
+        # not announced yet, a dead store, or another attempt's: read again
+        except (RuntimeError, ValueError):
             pass
         if time.monotonic() > deadline:
-            raise JobError(f"rank {env.rank} found no store of this attempt's rank 0 at {env.master_addr} within "
-                           f"{timeout_s:.0f} s (rank 0 hosts it on a free port of MASTER_ADDR's node: is that port "
-                           "reachable from this node?)")
+            raise JobError(
+                f"rank {env.rank} found no store of this attempt's rank 0 at {env.master_addr} within "
+                f"{timeout_s:.0f} s (rank 0 hosts it on a free port of MASTER_ADDR's node: is that port "
+                "reachable from this node?)"
+            )
         time.sleep(0.2)
 
 
@@ -238,8 +277,8 @@ class Lead:
 
 @contextlib.contextmanager
 def leading(env: TorchrunEnv, device) -> Iterator[Lead]:
-    """Rank 0 in the group for the length of the job: joined on entry, left on exit; a failure before the run was
-    shared is sent to the other ranks, which then stop with it instead of waiting for a timeout."""
+    """Rank 0 in the group for the length of the job: joined on entry, left on exit; a failure before the run
+    was shared is sent to the other ranks, which then stop with it instead of waiting for a timeout."""
     join(env, device)
     lead = Lead()
     try:
@@ -254,9 +293,9 @@ def leading(env: TorchrunEnv, device) -> Iterator[Lead]:
 
 
 class GroupStop:
-    """Agreement on when to stop across nodes: every STOP_EVERY_STEPS steps the ranks all-reduce (max) their own
-    stop flag, so a cancel seen by rank 0 stops every rank after the same step. The Trainer calls it at the same
-    step starts on every rank."""
+    """Agreement on when to stop across nodes: every STOP_EVERY_STEPS steps the ranks all-reduce (max) their
+    own stop flag, so a cancel seen by rank 0 stops every rank after the same step. The Trainer calls it at
+    the same step starts on every rank."""
 
     def __init__(self, local_stop, device, rank: int):
         self.local_stop = local_stop
@@ -318,8 +357,8 @@ class RankLog:
 
 
 def follow(spec, *, env: TorchrunEnv, workspace: Path) -> dict:
-    """A rank other than 0: join the group, learn the run from rank 0, train its shard, write nothing but its own
-    log. Returns a small result (status, rank, run_dir); errors come back as a failed result, logged."""
+    """A rank other than 0: join the group, learn the run from rank 0, train its shard, write nothing but its
+    own log. Returns a small result (status, rank, run_dir); errors come back as a failed result, logged."""
     from workbench.runs import RunStore
     from workbench.specs import TrainSpec
     from workbench.worker.devices import resolve_device
@@ -336,19 +375,29 @@ def follow(spec, *, env: TorchrunEnv, workspace: Path) -> dict:
         run_dir = RunStore(workspace).runs_dir / payload["run_id"]
         result["run_dir"] = str(run_dir)
         report = RankLog(run_dir / "logs" / f"rank-{env.rank}.log", env.rank)
-        report.log(f"joined run {payload['run_id']} as rank {env.rank} of {env.world_size} "
-                   f"(local rank {env.local_rank}, {backend_for(device)}, restart {env.restart_count})"
-                   + (", resuming from its last checkpoint" if payload["resuming"] else ""))
+        report.log(
+            f"joined run {payload['run_id']} as rank {env.rank} of {env.world_size} "
+            f"(local rank {env.local_rank}, {backend_for(device)}, restart {env.restart_count})"
+            + (", resuming from its last checkpoint" if payload["resuming"] else "")
+        )
         with deterministic_mode(spec.deterministic):
-            trainer = build_for_rank(spec, device=device, workspace=str(workspace),
-                                     checkpoints_dir=str(run_dir / "checkpoints"),
-                                     artifacts_dir=str(run_dir / "artifacts"), resuming=payload["resuming"],
-                                     report=report, rank=env.rank, world=env.world_size,
-                                     stop_check=GroupStop(lambda: False, device, env.rank))
+            trainer = build_for_rank(
+                spec,
+                device=device,
+                workspace=str(workspace),
+                checkpoints_dir=str(run_dir / "checkpoints"),
+                artifacts_dir=str(run_dir / "artifacts"),
+                resuming=payload["resuming"],
+                report=report,
+                rank=env.rank,
+                world=env.world_size,
+                stop_check=GroupStop(lambda: False, device, env.rank),
+            )
             summary = trainer.fit()
         report.log(f"done: {summary['epochs_completed']} epochs, {summary['global_steps']} steps")
-        result.update(status="done", epochs_completed=summary["epochs_completed"],
-                      global_steps=summary["global_steps"])
+        result.update(
+            status="done", epochs_completed=summary["epochs_completed"], global_steps=summary["global_steps"]
+        )
     except JobCancelled as exc:
         report.log(str(exc))
         result.update(status="cancelled", error=exc.to_dict())

@@ -1,8 +1,8 @@
 """Checkpoint writes on a background thread: the loop hands over a CPU copy of the state and goes on training.
 
-Why: an fsync'd write blocks for milliseconds, and on small epochs the wait (and the idle cores it leaves) costs
-more than the copy. Writes keep their order; `wait()` returns once everything handed over is on disk and raises
-the first write error. Worker side; never imports Qt.
+Why: an fsync'd write blocks for milliseconds, and on small epochs the wait (and the idle cores it leaves)
+costs more than the copy. Writes keep their order; `wait()` returns once everything handed over is on disk and
+raises the first write error. Worker side; never imports Qt.
 """
 
 from __future__ import annotations

@@ -39,8 +39,14 @@ class ClassChart(QWidget):
             counts = info["class_counts"].get(split) or []
             if not counts:
                 continue
-            bar = pg.BarGraphItem(x=x + (i - 1) * width, height=np.asarray(counts, dtype=float), width=width,
-                                  brush=SERIES_COLOURS[i], pen=None, name=f"{split} ({sum(counts):,})")
+            bar = pg.BarGraphItem(
+                x=x + (i - 1) * width,
+                height=np.asarray(counts, dtype=float),
+                width=width,
+                brush=SERIES_COLOURS[i],
+                pen=None,
+                name=f"{split} ({sum(counts):,})",
+            )
             self.plot.addItem(bar)
             self.bars[split] = bar
         tallest = max((max(c) for c in info["class_counts"].values() if c), default=0)
@@ -48,14 +54,18 @@ class ClassChart(QWidget):
             self.plot.setYRange(0, tallest * HEADROOM, padding=0)
         # Names under the bars when they fit; with many classes every k-th one, so they stay readable.
         step = max(1, len(classes) // 25)
-        self.plot.getAxis("bottom").setTicks([[(float(i), str(classes[i])) for i in range(0, len(classes), step)]])
+        self.plot.getAxis("bottom").setTicks(
+            [[(float(i), str(classes[i])) for i in range(0, len(classes), step)]]
+        )
         n = info["num_samples"]
         mean = ", ".join(f"{v:.4f}" for v in info["mean"])
         std = ", ".join(f"{v:.4f}" for v in info["std"])
         shape = "×".join(str(s) for s in info["sample_shape"])
-        text = (f"<b>{info['dataset']}</b> · {len(classes)} classes · samples {shape} · "
-                f"train {n.get('train', 0):,} / val {n.get('val', 0):,} / test {n.get('test', 0):,}<br>"
-                f"mean [{mean}] · std [{std}] (train split, 0–1 scale)")
+        text = (
+            f"<b>{info['dataset']}</b> · {len(classes)} classes · samples {shape} · "
+            f"train {n.get('train', 0):,} / val {n.get('val', 0):,} / test {n.get('test', 0):,}<br>"
+            f"mean [{mean}] · std [{std}] (train split, 0–1 scale)"
+        )
         skipped = info.get("skipped_files") or []
         if skipped:
             text += f"<br><span style='color:#c77700'>{len(skipped)} file(s) skipped as unreadable</span>"

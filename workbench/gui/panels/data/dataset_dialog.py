@@ -1,4 +1,5 @@
-"""The dataset picker: registry choice, root folder, splits, resize, normalisation and augmentation, validated inline.
+"""The dataset picker: registry choice, root folder, splits, resize, normalisation and augmentation, validated
+inline.
 
 It builds a `DataSpec` through `DataSpec.from_dict`, so the dialog and the command line reject the same
 values with the same words, and checks the root folder exists; OK is enabled only while both pass.
@@ -55,8 +56,8 @@ DATASET_NOTES = {
     "svhn": "torchvision SVHN: root/train_32x32.mat and test_32x32.mat (or tick Download).",
     "imagefolder": "Your images: root holds one folder per class.",
     "fake": "Random images (torchvision FakeData), for trying things out.",
-    USER_FILE: "Your own torch Dataset class (or a function returning one) from a Python file. The file's code "
-               "runs with your permissions, in the worker: open only files you trust.",
+    USER_FILE: "Your own torch Dataset class (or a function returning one) from a Python file. The file's "
+    "code runs with your permissions, in the worker: open only files you trust.",
 }
 
 
@@ -66,12 +67,18 @@ def inapplicable_fields(name: str) -> dict[str, str]:
     if name.startswith(USER_FILE):
         reasons["root"] = reasons["download"] = "Not used: your Dataset reads its own files."
     elif name in ("digits", "fake"):
-        what = "digits ships inside scikit-learn" if name == "digits" else "fake makes random images in memory"
-        reasons["root"] = reasons["download"] = f"Not used: {what}, so there is no folder to read and nothing to download."
+        what = (
+            "digits ships inside scikit-learn" if name == "digits" else "fake makes random images in memory"
+        )
+        reasons["root"] = reasons["download"] = (
+            f"Not used: {what}, so there is no folder to read and nothing to download."
+        )
     elif name == "imagefolder":
         reasons["download"] = "Not used: imagefolder reads your own images, so there is nothing to download."
     if name != "fake":
-        reasons["size"] = reasons["num_classes"] = "Only the fake dataset generates samples; the others have their own."
+        reasons["size"] = reasons["num_classes"] = (
+            "Only the fake dataset generates samples; the others have their own."
+        )
     return reasons
 
 
@@ -87,11 +94,16 @@ def root_problem(name: str, root: str, download: bool, default_root: str = "") -
         return ""  # the worker's message says which files belong under the workspace's data folder
     if not (root or default_root):
         return ""
-    shown = repr(root) if root else f"empty, which means the workspace's data folder {default_root!r}, but that"
+    shown = (
+        repr(root) if root else f"empty, which means the workspace's data folder {default_root!r}, but that"
+    )
     path = Path(root or default_root).expanduser()
     if not path.exists():
-        wanted = ("choose the folder that holds one folder per class" if name == "imagefolder"
-                  else "choose the folder that holds the dataset's files, or tick Download")
+        wanted = (
+            "choose the folder that holds one folder per class"
+            if name == "imagefolder"
+            else "choose the folder that holds the dataset's files, or tick Download"
+        )
         return f"root: {shown} does not exist; {wanted}"
     if not path.is_dir():
         return f"root: {shown} is a file, not a folder"
@@ -102,12 +114,15 @@ def root_problem(name: str, root: str, download: bool, default_root: str = "") -
         except OSError as exc:
             return f"root: {shown} cannot be read ({exc.strerror or exc})"
         if not has_class:
-            return f"root: {shown} has no class folders; imagefolder needs one folder per class, e.g. cat/1.jpg"
+            return (
+                f"root: {shown} has no class folders; imagefolder needs one folder per class, e.g. cat/1.jpg"
+            )
     return ""
 
 
 class _NumberEdit(QLineEdit):
-    """A number typed as text: unlike a spin box it never clamps 1.5 into range, so the spec can say why not."""
+    """A number typed as text: unlike a spin box it never clamps 1.5 into range, so the spec can say why
+    not."""
 
     def setValue(self, value: float) -> None:  # noqa: N802 (reads like the spin boxes beside it)
         self.setText(f"{value:g}")
@@ -146,7 +161,8 @@ def parse_args(text: str) -> dict:
 
 
 def user_file_problem(path: str, attr: str) -> str:
-    """Why a Python file and name cannot be a file: dataset, checked before the worker runs anything; "" if fine."""
+    """Why a Python file and name cannot be a file: dataset, checked before the worker runs anything; "" if
+    fine."""
     if not path:
         return "file: choose the Python file that defines your Dataset"
     file = Path(path).expanduser()
@@ -155,8 +171,11 @@ def user_file_problem(path: str, attr: str) -> str:
     if not file.is_file():
         return f"file: {path!r} does not exist"
     if not attr.isidentifier():
-        return (f"name: {attr!r} is not a Python name; give the Dataset class or function the file defines"
-                if attr else "name: give the Dataset class or function the file defines")
+        return (
+            f"name: {attr!r} is not a Python name; give the Dataset class or function the file defines"
+            if attr
+            else "name: give the Dataset class or function the file defines"
+        )
     return ""
 
 
@@ -165,9 +184,9 @@ def _format_params(step: dict) -> str:
 
 
 class FittedNote(QLabel):
-    """A wrapped note whose minimum height fits its text at its width. A top-level dialog sizes itself once from
-    its layout's minimum, which counts a wrapped label as the height of its first text; a longer text set later
-    (the permission note of a Python file) was cut off to that height."""
+    """A wrapped note whose minimum height fits its text at its width. A top-level dialog sizes itself once
+    from its layout's minimum, which counts a wrapped label as the height of its first text; a longer text set
+    later (the permission note of a Python file) was cut off to that height."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -207,7 +226,8 @@ class DatasetDialog(QDialog):
         self._revalidate()
 
     def _build_source_widgets(self) -> tuple[QHBoxLayout, QHBoxLayout]:
-        """The dataset's name, your own Python file's fields, the root folder; returns the file's and root's rows."""
+        """The dataset's name, your own Python file's fields, the root folder; returns the file's and root's
+        rows."""
         self.name = QComboBox()
         for name in DATASETS:
             self.name.addItem(name, name)
@@ -223,11 +243,15 @@ class DatasetDialog(QDialog):
         self.user_attr.setPlaceholderText("the Dataset class or function, e.g. MyDataset")
         self.user_args = QLineEdit()
         self.user_args.setPlaceholderText('keyword arguments: size=500, kind=train  or  {"size": 500}')
-        self.user_path.setToolTip("The Python file that defines your torch Dataset; its code runs with your "
-                                  "permissions when the worker loads it.")
-        self.user_attr.setToolTip("A torch.utils.data.Dataset subclass, or a function returning one (or a dict "
-                                   "of 'train', 'val', 'test' datasets). It is called with split='train', 'val', "
-                                   "'test' if it takes a split argument.")
+        self.user_path.setToolTip(
+            "The Python file that defines your torch Dataset; its code runs with your "
+            "permissions when the worker loads it."
+        )
+        self.user_attr.setToolTip(
+            "A torch.utils.data.Dataset subclass, or a function returning one (or a dict "
+            "of 'train', 'val', 'test' datasets). It is called with split='train', 'val', "
+            "'test' if it takes a split argument."
+        )
         self.user_args.setToolTip(DataSpec.field_help("args"))
         self.note = FittedNote()
         self.note.setStyleSheet("color: palette(placeholder-text)")
@@ -285,7 +309,8 @@ class DatasetDialog(QDialog):
         self.buttons.rejected.connect(self.reject)
 
     def _build_layout(self, user_row: QHBoxLayout, root_row: QHBoxLayout) -> tuple[QFormLayout, QFormLayout]:
-        """The Source and Splits and preprocessing boxes, the augmentations and the buttons; returns both forms."""
+        """The Source and Splits and preprocessing boxes, the augmentations and the buttons; returns both
+        forms."""
         source = QGroupBox("Source")
         form = QFormLayout(source)
         form.addRow("Dataset", self.name)
@@ -316,27 +341,55 @@ class DatasetDialog(QDialog):
         layout.addWidget(self.buttons)
         return form, form2
 
-    def _index_field_labels(self, form: QFormLayout, form2: QFormLayout, user_row: QHBoxLayout,
-                            root_row: QHBoxLayout) -> None:
+    def _index_field_labels(
+        self, form: QFormLayout, form2: QFormLayout, user_row: QHBoxLayout, root_row: QHBoxLayout
+    ) -> None:
         # The label of the field an error names turns red too, so the message below points somewhere.
         self._field_labels = {}
         self._source_form, self._user_rows = form, (user_row, self.user_attr, self.user_args)
-        for form_layout, rows in ((form, {"name": self.name, "root": root_row, "size": self.size,
-                                          "num_classes": self.num_classes, "file": user_row,
-                                          "args": self.user_args}),
-                                  (form2, {"val_fraction": self.val_fraction, "test_fraction": self.test_fraction,
-                                           "seed": self.seed, "image_size": self.image_size,
-                                           "normalize": self.normalize, "normalize.mean": self.mean,
-                                           "normalize.std": self.std, "num_workers": self.num_workers})):
+        for form_layout, rows in (
+            (
+                form,
+                {
+                    "name": self.name,
+                    "root": root_row,
+                    "size": self.size,
+                    "num_classes": self.num_classes,
+                    "file": user_row,
+                    "args": self.user_args,
+                },
+            ),
+            (
+                form2,
+                {
+                    "val_fraction": self.val_fraction,
+                    "test_fraction": self.test_fraction,
+                    "seed": self.seed,
+                    "image_size": self.image_size,
+                    "normalize": self.normalize,
+                    "normalize.mean": self.mean,
+                    "normalize.std": self.std,
+                    "num_workers": self.num_workers,
+                },
+            ),
+        ):
             for field, field_widget in rows.items():
                 self._field_labels[field] = form_layout.labelForField(field_widget)
 
     def _connect_revalidation(self) -> None:
-        self.name.currentIndexChanged.connect(self._on_name_changed)  # before _revalidate: it resets fields first
+        # before _revalidate: it resets fields first
+        self.name.currentIndexChanged.connect(self._on_name_changed)
         for widget in (self.name, self.normalize):
             widget.currentIndexChanged.connect(self._revalidate)
-        for widget in (self.root, self.image_size, self.mean, self.std, self.user_path, self.user_attr,
-                       self.user_args):
+        for widget in (
+            self.root,
+            self.image_size,
+            self.mean,
+            self.std,
+            self.user_path,
+            self.user_attr,
+            self.user_args,
+        ):
             widget.textChanged.connect(self._revalidate)
         for widget in (self.val_fraction, self.test_fraction):
             widget.textChanged.connect(self._revalidate)
@@ -354,18 +407,28 @@ class DatasetDialog(QDialog):
 
     def _set_tooltips(self) -> None:
         self._help = {}
-        for widget, field in [(self.name, "name"), (self.root, "root"), (self.download, "download"),
-                              (self.val_fraction, "val_fraction"), (self.test_fraction, "test_fraction"),
-                              (self.seed, "seed"), (self.image_size, "image_size"), (self.normalize, "normalize"),
-                              (self.size, "size"), (self.num_classes, "num_classes"),
-                              (self.num_workers, "num_workers"), (self.pin_memory, "pin_memory"),
-                              (self.augment, "augment")]:
+        for widget, field in [
+            (self.name, "name"),
+            (self.root, "root"),
+            (self.download, "download"),
+            (self.val_fraction, "val_fraction"),
+            (self.test_fraction, "test_fraction"),
+            (self.seed, "seed"),
+            (self.image_size, "image_size"),
+            (self.normalize, "normalize"),
+            (self.size, "size"),
+            (self.num_classes, "num_classes"),
+            (self.num_workers, "num_workers"),
+            (self.pin_memory, "pin_memory"),
+            (self.augment, "augment"),
+        ]:
             self._help[widget] = DataSpec.field_help(field)
             widget.setToolTip(self._help[widget])
 
     def _load(self, spec: DataSpec) -> None:
         if spec.name.startswith(USER_FILE):
-            path, _, attr = spec.name[len(USER_FILE):].rpartition(":")  # rpartition: a Windows path has a colon
+            # rpartition: a Windows path has a colon
+            path, _, attr = spec.name[len(USER_FILE) :].rpartition(":")
             self.name.setCurrentIndex(self.name.findData(USER_FILE))
             self.user_path.setText(path)
             self.user_attr.setText(attr)
@@ -394,20 +457,22 @@ class DatasetDialog(QDialog):
         chosen = {step["name"]: step for step in steps}
         for row, name in enumerate(AUGMENTATIONS):
             self.augment.item(row, 0).setCheckState(Qt.Checked if name in chosen else Qt.Unchecked)
-            self.augment.item(row, 1).setText(_format_params(chosen[name]) if name in chosen
-                                              else AUGMENT_DEFAULTS[name])
+            self.augment.item(row, 1).setText(
+                _format_params(chosen[name]) if name in chosen else AUGMENT_DEFAULTS[name]
+            )
 
     def _on_name_changed(self, *args) -> None:
         """Another dataset: its augmentation starts from none, and an image folder's root is not another
-        dataset's (an MNIST folder may hold FashionMNIST too, so torchvision roots stay). Back to the dataset the
-        dialog opened on, its own settings return."""
+        dataset's (an MNIST folder may hold FashionMNIST too, so torchvision roots stay). Back to the dataset
+        the dialog opened on, its own settings return."""
         old, new = self._name_shown, self.name.currentData()
         self._name_shown = new
         if old == new:
             return
         opened = USER_FILE if self._opened.name.startswith(USER_FILE) else self._opened.name
         if new == opened:
-            if "root" not in inapplicable_fields(self._opened.name):  # digits' greyed root keeps what was typed
+            # digits' greyed root keeps what was typed
+            if "root" not in inapplicable_fields(self._opened.name):
                 self.root.setText(self._opened.root)
             self._set_augment(self._opened.augment)
             return
@@ -421,11 +486,17 @@ class DatasetDialog(QDialog):
         if name == USER_FILE:
             name = f"{USER_FILE}{self.user_path.text().strip()}:{self.user_attr.text().strip()}"
         data: dict = {
-            "name": name, "root": self.root.text().strip(), "download": self.download.isChecked(),
-            "val_fraction": self.val_fraction.text().strip(), "test_fraction": self.test_fraction.text().strip(),
-            "seed": self.seed.value(), "image_size": self.image_size.text().strip(),
-            "size": self.size.value(), "num_classes": self.num_classes.value(),
-            "num_workers": self.num_workers.spec_value(), "pin_memory": self.pin_memory.isChecked(),
+            "name": name,
+            "root": self.root.text().strip(),
+            "download": self.download.isChecked(),
+            "val_fraction": self.val_fraction.text().strip(),
+            "test_fraction": self.test_fraction.text().strip(),
+            "seed": self.seed.value(),
+            "image_size": self.image_size.text().strip(),
+            "size": self.size.value(),
+            "num_classes": self.num_classes.value(),
+            "num_workers": self.num_workers.spec_value(),
+            "pin_memory": self.pin_memory.isChecked(),
         }
         # What the dataset does not use stays out of its spec (and so of the TOML and the run comparison); the
         # greyed-out field keeps its text in case the user switches back.
@@ -449,16 +520,23 @@ class DatasetDialog(QDialog):
 
     def _update_applicability(self, name: str) -> None:
         reasons = inapplicable_fields(name)
-        for field, widgets in (("root", (self.root, self.browse)), ("download", (self.download,)),
-                               ("size", (self.size,)), ("num_classes", (self.num_classes,))):
+        for field, widgets in (
+            ("root", (self.root, self.browse)),
+            ("download", (self.download,)),
+            ("size", (self.size,)),
+            ("num_classes", (self.num_classes,)),
+        ):
             reason = reasons.get(field)
             for widget in widgets:
                 widget.setEnabled(reason is None)
                 help_text = self._help.get(widget, "Choose the dataset's folder")
                 widget.setToolTip(help_text if reason is None else f"{reason}\n\n{help_text}")
         shown = "your Dataset" if name == USER_FILE else name
-        self.root.setPlaceholderText(f"not used by {shown}" if "root" in reasons
-                                     else self.workspace_data_dir or "the workspace's data folder")
+        self.root.setPlaceholderText(
+            f"not used by {shown}"
+            if "root" in reasons
+            else self.workspace_data_dir or "the workspace's data folder"
+        )
 
     def _revalidate(self, *args) -> None:
         name = self.name.currentData()
@@ -477,8 +555,11 @@ class DatasetDialog(QDialog):
             help_text = self._help.get(widget, "")
             widget.setToolTip(f"{USER_TRANSFORMS}\n\n{help_text}" if user else help_text)
         try:
-            problem = user_file_problem(self.user_path.text().strip(), self.user_attr.text().strip()) \
-                if name == USER_FILE else ""
+            problem = (
+                user_file_problem(self.user_path.text().strip(), self.user_attr.text().strip())
+                if name == USER_FILE
+                else ""
+            )
             spec = None
             if not problem:
                 spec = DataSpec.from_dict(self.spec_data())
@@ -500,8 +581,9 @@ class DatasetDialog(QDialog):
             super().accept()
 
     def _on_user_browse_clicked(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Python file with your Dataset", self.user_path.text() or "",
-                                              "Python files (*.py)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Python file with your Dataset", self.user_path.text() or "", "Python files (*.py)"
+        )
         if path:
             self.user_path.setText(path)
 
@@ -509,5 +591,3 @@ class DatasetDialog(QDialog):
         path = QFileDialog.getExistingDirectory(self, "Dataset root folder", self.root.text() or "")
         if path:
             self.root.setText(path)
-
-

@@ -1,9 +1,10 @@
 """The dataset browser panel: a virtual thumbnail grid with split and class filters and zoom, a sample view,
 class distribution charts, and the dataset picker. All data comes from the worker's data.* queries.
-A user's own Dataset (file:) shows as thumbnails with masks overlaid, or as a table of tensor summaries when its
-inputs are not images, with a histogram of its targets.
+A user's own Dataset (file:) shows as thumbnails with masks overlaid, or as a table of tensor summaries when
+its inputs are not images, with a histogram of its targets.
 
-A newly chosen dataset that fails to load is taken back: the last one that loaded stays, and the panel says so.
+A newly chosen dataset that fails to load is taken back: the last one that loaded stays, and the panel says
+so.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ class DatasetPanel(QWidget):
         self._selecting = False
         self._loaded_spec = None
         self._good_spec: DataSpec | None = None  # the last spec whose data.info succeeded
-        self._notice: tuple[str, str] | None = None  # (summary, details) the next reload shows: why it put one back
+        # (summary, details) the next reload shows: why it put one back
+        self._notice: tuple[str, str] | None = None
         self._kept_after: str | None = None  # the dataset that failed, while the previous one loads again
         self._summary_prefix = ""
         self.model = ThumbnailItemModel(queries, self)
@@ -88,11 +90,14 @@ class DatasetPanel(QWidget):
         self._connect()
 
     def _build_top(self) -> QHBoxLayout:
-        """The summary line and the row on top: Choose dataset, split, class, zoom and the calibration subset."""
+        """The summary line and the row on top: Choose dataset, split, class, zoom and the calibration
+        subset."""
         self.summary = QLabel("No dataset loaded yet.")
         self.summary.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.choose_button = QPushButton("Choose dataset…")
-        self.choose_button.setToolTip("Pick the dataset, its folder, splits, normalisation and augmentation (Ctrl+D)")
+        self.choose_button.setToolTip(
+            "Pick the dataset, its folder, splits, normalisation and augmentation (Ctrl+D)"
+        )
         # Ctrl+D is the Data menu's action, window-wide (a button shortcut here would make it ambiguous).
         self.choose_button.clicked.connect(self.choose_dataset)
         self.split_combo = QComboBox()
@@ -135,8 +140,10 @@ class DatasetPanel(QWidget):
         self.error = QLabel()
         self.error.setWordWrap(True)
         self.error.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.error.setStyleSheet("QLabel { background: #fbe3e1; color: #5c1410; border: 1px solid #d0342c;"
-                                 " border-radius: 4px; padding: 6px; }")
+        self.error.setStyleSheet(
+            "QLabel { background: #fbe3e1; color: #5c1410; border: 1px solid #d0342c;"
+            " border-radius: 4px; padding: 6px; }"
+        )
         self.error.hide()
 
     def _build_views(self) -> None:
@@ -172,20 +179,24 @@ class DatasetPanel(QWidget):
         self.target_chart = TargetChart()
         self.input_chart = InputChart()  # a user's inputs that are not images: lengths, columns, values
         self.side_tabs = QTabWidget()
-        # In a scroll area: a title or note that wraps onto more lines scrolls the sample view, where its minimum
-        # height used to pass up to the window, which grew by itself.
+        # In a scroll area: a title or note that wraps onto more lines scrolls the sample view, where its
+        # minimum height used to pass up to the window, which grew by itself.
         self.sample_scroll = QScrollArea()
         self.sample_scroll.setWidget(self.sample_view)
         self.sample_scroll.setWidgetResizable(True)
         self.sample_scroll.setFrameShape(QScrollArea.NoFrame)
         self.sample_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
-        self.sample_scroll.setMinimumHeight(460)  # about the room it had (the docks below would take it otherwise)
+        # about the room it had (the docks below would take it otherwise)
+        self.sample_scroll.setMinimumHeight(460)
         self.side_tabs.addTab(self.sample_scroll, "Sample")
         self.side_tabs.addTab(self.class_chart, "Classes")
         self.side_tabs.addTab(self.target_chart, "Targets")
         self.side_tabs.addTab(self.input_chart, "Inputs")
-        self.side_tabs.setTabToolTip(3, "Histograms of the inputs: token sequence lengths, each feature column's "
-                                        "values, a signal's values")
+        self.side_tabs.setTabToolTip(
+            3,
+            "Histograms of the inputs: token sequence lengths, each feature column's "
+            "values, a signal's values",
+        )
         self.side_tabs.setTabVisible(2, False)  # the built-in sets' class chart says it all
         self.side_tabs.setTabVisible(3, False)  # shown once data.info says the inputs are not images
 
@@ -244,9 +255,12 @@ class DatasetPanel(QWidget):
         self.class_combo.blockSignals(False)
         if self._info_job:
             self.queries.forget(self._info_job)
-        self._info_job = self.queries.query("data.info", {"dataset": spec.to_dict()},
-                                            functools.partial(self._on_info, spec=spec),
-                                            functools.partial(self._on_info_error, spec=spec))
+        self._info_job = self.queries.query(
+            "data.info",
+            {"dataset": spec.to_dict()},
+            functools.partial(self._on_info, spec=spec),
+            functools.partial(self._on_info_error, spec=spec),
+        )
         self._reconfigure_grid()
 
     def _reconfigure_grid(self, *args) -> None:
@@ -261,7 +275,9 @@ class DatasetPanel(QWidget):
             return
         self.table_model.configure(None)
         label = self.class_combo.currentData()
-        self.model.configure(self.state.spec.to_dict(), self.current_split(), -1 if label is None else int(label))
+        self.model.configure(
+            self.state.spec.to_dict(), self.current_split(), -1 if label is None else int(label)
+        )
         self.sample_view.clear()
 
     def is_user_dataset(self) -> bool:
@@ -290,14 +306,17 @@ class DatasetPanel(QWidget):
         n = info["num_samples"]
         shape = "×".join(str(s) for s in info["sample_shape"])
         where = f" · {info['root']}" if info.get("root") else ""
-        self.summary.setText(f"{self._summary_prefix}<b>{info['dataset']}</b> · {len(info['classes'])} classes · "
-                             f"{shape} · train {n['train']:,} · val {n['val']:,} · test {n['test']:,}{where}")
+        self.summary.setText(
+            f"{self._summary_prefix}<b>{info['dataset']}</b> · {len(info['classes'])} classes · "
+            f"{shape} · train {n['train']:,} · val {n['val']:,} · test {n['test']:,}{where}"
+        )
         skipped = info.get("skipped_files") or []
         if skipped:
             listed = "\n".join(f"{s['path']}: {s['reason']}" for s in skipped[:10])
             more = f"\n… and {len(skipped) - 10} more" if len(skipped) > 10 else ""
-            self._show_error(f"{len(skipped)} file(s) could not be read and are skipped:\n{listed}{more}",
-                             warning=True)
+            self._show_error(
+                f"{len(skipped)} file(s) could not be read and are skipped:\n{listed}{more}", warning=True
+            )
         self.status_message.emit(self._loaded_message(info["dataset"]))
 
     def _loaded_message(self, name: str) -> str:
@@ -308,20 +327,26 @@ class DatasetPanel(QWidget):
         return f"Dataset {name} loaded"
 
     def _on_user_info(self, info: dict) -> None:
-        """A user's Dataset: its shape, target and task in the summary, thumbnails or a table, the targets' chart."""
+        """A user's Dataset: its shape, target and task in the summary, thumbnails or a table, the targets'
+        chart."""
         self.model.set_classes(info["classes"])
         n = info["num_samples"]
         shape = "×".join(str(s) for s in info["sample_shape"])
         tasks = info.get("tasks") or {}
         auto = tasks.get("auto")
         task = f"task=auto: <b>{auto}</b>" if auto else "task=auto cannot tell the task"
-        kind = {"tokens": " token ids", "signal": " signal", "tabular": " features"}.get(info.get("input_kind"), "")
-        self.summary.setText(f"{self._summary_prefix}<b>{info['dataset']}</b> · your Dataset · input {shape} "
-                             f"{info.get('input_dtype', '')}{kind} · target {info.get('target', '')} · {task} · "
-                             f"train {n['train']:,} · val {n['val']:,} · test {n['test']:,}")
+        kind = {"tokens": " token ids", "signal": " signal", "tabular": " features"}.get(
+            info.get("input_kind"), ""
+        )
+        self.summary.setText(
+            f"{self._summary_prefix}<b>{info['dataset']}</b> · your Dataset · input {shape} "
+            f"{info.get('input_dtype', '')}{kind} · target {info.get('target', '')} · {task} · "
+            f"train {n['train']:,} · val {n['val']:,} · test {n['test']:,}"
+        )
         self.summary.setToolTip(tasks.get("why", ""))
-        self.target_chart.show_histogram(info.get("target_histogram"),
-                                         "" if info.get("target_histogram") else tasks.get("why", ""))
+        self.target_chart.show_histogram(
+            info.get("target_histogram"), "" if info.get("target_histogram") else tasks.get("why", "")
+        )
         inputs = info.get("input_histogram")
         self.side_tabs.setTabVisible(3, bool(inputs))
         if inputs:
@@ -332,7 +357,8 @@ class DatasetPanel(QWidget):
     def _fit_table_columns(self) -> None:
         """Room for what people read: a token sequence's text and ids on one line each, numbers narrow."""
         token = self.table_model.kind == "tokens"
-        self.table.setWordWrap(not token)  # a wrapped sequence shows two cut lines of a row; the tooltip has it all
+        # a wrapped sequence shows two cut lines of a row; the tooltip has it all
+        self.table.setWordWrap(not token)
         widths = {"#": 48, "text": 340, "ids": 220, "length": 60, "min id": 60, "max id": 60}
         signal = self.table_model.kind == "signal"
         if signal:  # the signal's line and its rows tall enough to read it
@@ -357,14 +383,25 @@ class DatasetPanel(QWidget):
         previous = self._good_spec
         # A new choice that fails is taken back rather than left half-applied (an empty grid, stale charts, a
         # broken spec for the next run). Not when the worker was merely unavailable: the spec is not at fault.
-        if (previous is not None and failed != previous and self.state.spec == failed
-                and error.get("type") != "WorkerUnavailable"):
-            kept = (f"<b>{previous.name}</b> is still the dataset" if previous.name != failed.name
-                    else f"the previous <b>{previous.name}</b> settings stay")
-            self._notice = (f"<b>{failed.name}</b> could not be loaded, so {kept} (the reason is below).",
-                            f"{failed.name} could not be loaded: {message}")
+        if (
+            previous is not None
+            and failed != previous
+            and self.state.spec == failed
+            and error.get("type") != "WorkerUnavailable"
+        ):
+            kept = (
+                f"<b>{previous.name}</b> is still the dataset"
+                if previous.name != failed.name
+                else f"the previous <b>{previous.name}</b> settings stay"
+            )
+            self._notice = (
+                f"<b>{failed.name}</b> could not be loaded, so {kept} (the reason is below).",
+                f"{failed.name} could not be loaded: {message}",
+            )
             self._kept_after = failed.name  # the reload of the previous one says so, not "loaded" alone
-            self.status_message.emit(f"Dataset {failed.name} could not be loaded; still showing {previous.name}")
+            self.status_message.emit(
+                f"Dataset {failed.name} could not be loaded; still showing {previous.name}"
+            )
             self.state.refused.emit(failed.name, message)
             self.state.set_spec(previous)  # reloads, showing the notice
             return
@@ -377,8 +414,10 @@ class DatasetPanel(QWidget):
 
     def _show_error(self, text: str, warning: bool = False) -> None:
         colours = ("#fff4e0", "#5c3b00", "#c77700") if warning else ("#fbe3e1", "#5c1410", "#d0342c")
-        self.error.setStyleSheet(f"QLabel {{ background: {colours[0]}; color: {colours[1]}; border: 1px solid "
-                                 f"{colours[2]}; border-radius: 4px; padding: 6px; }}")
+        self.error.setStyleSheet(
+            f"QLabel {{ background: {colours[0]}; color: {colours[1]}; border: 1px solid "
+            f"{colours[2]}; border-radius: 4px; padding: 6px; }}"
+        )
         self.error.setText(text)
         self.error.show()
 
@@ -388,7 +427,8 @@ class DatasetPanel(QWidget):
 
     def _on_model_page_loaded(self, page: int) -> None:
         if self._pending_select is not None:
-            self._select_pending()  # a sample asked for by name (the evaluation's mistakes) wins over the first
+            # a sample asked for by name (the evaluation's mistakes) wins over the first
+            self._select_pending()
             return
         # Something worth looking at straight away: the first sample, until the user picks another.
         if page == 0 and not self.grid.currentIndex().isValid() and self.model.total:
@@ -434,10 +474,18 @@ class DatasetPanel(QWidget):
         if self._sample_job:
             self.queries.forget(self._sample_job)  # only the latest click matters
         self.sample_view.show_loading(f"Loading {split} #{index}…")
-        spec = {"dataset": self.state.spec.to_dict(), "split": split, "index": index,
-                "augment_seed": self._augment_seed}
-        self._sample_job = self.queries.query("data.sample", spec, self._on_sample,
-                                              lambda e: self.sample_view.clear(f"Could not load it: {e['message']}"))
+        spec = {
+            "dataset": self.state.spec.to_dict(),
+            "split": split,
+            "index": index,
+            "augment_seed": self._augment_seed,
+        }
+        self._sample_job = self.queries.query(
+            "data.sample",
+            spec,
+            self._on_sample,
+            lambda e: self.sample_view.clear(f"Could not load it: {e['message']}"),
+        )
 
     def _on_sample(self, result: dict) -> None:
         self._sample_job = None
@@ -451,8 +499,8 @@ class DatasetPanel(QWidget):
             self.request_sample(result["split"], int(result["index"]))
 
     def show_sample(self, split: str, index: int, note: str = "") -> None:
-        """Open one sample (e.g. from the training evaluation's gallery of mistakes, with `note` saying what the
-        model predicted) and highlight its thumbnail in the grid once the grid has that many rows."""
+        """Open one sample (e.g. from the training evaluation's gallery of mistakes, with `note` saying what
+        the model predicted) and highlight its thumbnail in the grid once the grid has that many rows."""
         if self.class_combo.currentData() not in (-1, None):
             self.class_combo.setCurrentIndex(0)  # with a class filter, grid rows are not split indices
         self.split_combo.setCurrentIndex(max(0, self.split_combo.findData(split)))

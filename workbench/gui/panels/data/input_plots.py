@@ -1,6 +1,7 @@
-"""Inputs that are not images, drawn: one sample's token ids by position, a signal as lines, a tabular row as bars
-(`draw_sample`, on the sample view's plot), and data.info's `input_histogram` as the Data tab's "Inputs" side tab
-(`InputChart`): token sequences' lengths and id range, a histogram per tabular column, a signal's values.
+"""Inputs that are not images, drawn: one sample's token ids by position, a signal as lines, a tabular row as
+bars (`draw_sample`, on the sample view's plot), and data.info's `input_histogram` as the Data tab's "Inputs"
+side tab (`InputChart`): token sequences' lengths and id range, a histogram per tabular column, a signal's
+values.
 
 GUI side: Qt, pyqtgraph and numpy, never torch. The worker's sequence_views.py makes what is drawn here.
 """
@@ -29,7 +30,8 @@ SAMPLE_PLOTS = {
 
 
 def sample_lines(sample: dict) -> list[str]:
-    """HTML lines of what one input is: a token sequence's text, ids and length; a signal's or a row's size."""
+    """HTML lines of what one input is: a token sequence's text, ids and length; a signal's or a row's
+    size."""
     kind = sample.get("kind")
     lines = []
     if kind == "tokens":
@@ -41,19 +43,26 @@ def sample_lines(sample: dict) -> list[str]:
         more = sample.get("total", len(ids)) - len(ids)
         lines.append("<b>ids</b>: " + " ".join(str(i) for i in ids) + (f" … (+{more})" if more > 0 else ""))
         pad = " non-padding" if sample.get("pad") else ""
-        lines.append(f"{sample.get('length', len(ids))}{pad} tokens of {sample.get('total', len(ids))}, "
-                     f"ids {sample.get('min')} … {sample.get('max')}")
+        lines.append(
+            f"{sample.get('length', len(ids))}{pad} tokens of {sample.get('total', len(ids))}, "
+            f"ids {sample.get('min')} … {sample.get('max')}"
+        )
     elif kind == "signal":
         channels = len(sample.get("values") or [])
         stride = sample.get("stride", 1)
-        lines.append(f"a signal of {sample.get('length')} steps" + (f", {channels} channels" if channels > 1 else "")
-                     + (f" (every {stride}th step drawn)" if stride > 1 else ""))
+        lines.append(
+            f"a signal of {sample.get('length')} steps"
+            + (f", {channels} channels" if channels > 1 else "")
+            + (f" (every {stride}th step drawn)" if stride > 1 else "")
+        )
     elif kind == "tabular":
         values = sample.get("values") or []
         names = sample.get("names") or [str(i) for i in range(len(values))]
         lines.append(f"a row of {len(values)} features")
         shown = [f"{html.escape(str(n))} = {v:.4g}" for n, v in zip(names, values[:MAX_LISTED], strict=False)]
-        lines.append(" · ".join(shown) + (f" … (+{len(values) - MAX_LISTED})" if len(values) > MAX_LISTED else ""))
+        lines.append(
+            " · ".join(shown) + (f" … (+{len(values) - MAX_LISTED})" if len(values) > MAX_LISTED else "")
+        )
     return lines
 
 
@@ -81,7 +90,9 @@ def draw_sample(plot: pg.PlotWidget, sample: dict) -> bool:
     else:
         values = np.asarray(sample.get("values") or [], dtype=float)
         names = sample.get("names") or [str(i) for i in range(len(values))]
-        plot.addItem(pg.BarGraphItem(x=np.arange(len(values)), height=values, width=0.8, brush=brush, pen=None))
+        plot.addItem(
+            pg.BarGraphItem(x=np.arange(len(values)), height=values, width=0.8, brush=brush, pen=None)
+        )
         step = max(1, len(names) // 16)
         plot.getAxis("bottom").setTicks([[(float(i), str(n)) for i, n in enumerate(names)][::step]])
     plot.enableAutoRange()
@@ -94,10 +105,19 @@ def _bars(plot: pg.PlotWidget, counts, edges) -> None:
         return
     if np.allclose(np.diff(edges), 1.0) and np.allclose(edges, np.round(edges)):
         # One bin per integer (a sequence length): a bar centred on its number, so the tick names the bar.
-        plot.addItem(pg.BarGraphItem(x=edges[:-1], height=counts, width=0.8, brush=SERIES_COLOURS[0], pen=None))
+        plot.addItem(
+            pg.BarGraphItem(x=edges[:-1], height=counts, width=0.8, brush=SERIES_COLOURS[0], pen=None)
+        )
     else:
-        plot.addItem(pg.BarGraphItem(x0=edges[:-1], x1=edges[1:], height=counts, brush=SERIES_COLOURS[0],
-                                     pen=pg.mkPen(SERIES_COLOURS[0])))
+        plot.addItem(
+            pg.BarGraphItem(
+                x0=edges[:-1],
+                x1=edges[1:],
+                height=counts,
+                brush=SERIES_COLOURS[0],
+                pen=pg.mkPen(SERIES_COLOURS[0]),
+            )
+        )
     plot.setYRange(0, max(1.0, counts.max()) * 1.1, padding=0)
 
 
@@ -106,8 +126,8 @@ def _number(value) -> str:
 
 
 class InputChart(QWidget):
-    """data.info's input_histogram: sequence lengths (tokens), one small histogram per column (tabular), or the
-    values of the first signals; a line above says what was read and the value range."""
+    """data.info's input_histogram: sequence lengths (tokens), one small histogram per column (tabular), or
+    the values of the first signals; a line above says what was read and the value range."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -115,7 +135,9 @@ class InputChart(QWidget):
         self.summary = QLabel("")
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.plot = make_plot("", "samples", "", empty="The inputs' histogram appears here once a dataset loads.")
+        self.plot = make_plot(
+            "", "samples", "", empty="The inputs' histogram appears here once a dataset loads."
+        )
         # One themed plot per column in a grid that scrolls: a dataset of forty columns stays readable.
         self.columns = QWidget()
         self.columns.setToolTip("Each column's values over the first training samples")
@@ -147,8 +169,10 @@ class InputChart(QWidget):
     def show_histogram(self, histogram: dict | None) -> None:
         self.clear()
         if not histogram:
-            self.summary.setText("This dataset's inputs have no histogram here (they are images or tensors of "
-                                 "another shape; the table lists their ranges).")
+            self.summary.setText(
+                "This dataset's inputs have no histogram here (they are images or tensors of "
+                "another shape; the table lists their ranges)."
+            )
             return
         self.histogram = histogram
         kind = histogram.get("kind")
@@ -158,13 +182,21 @@ class InputChart(QWidget):
         if kind == "tokens":
             vocab = histogram.get("vocab_size")
             self.summary.setText(
-                f"Token ids {value_range}" + (f" (a vocabulary of {vocab:,})" if vocab else "")
-                + f"; sequence lengths of {read}" + ("" if histogram.get("decodes") else
-                                                     "; the Dataset has no decode(ids) or vocab, so no text"))
+                f"Token ids {value_range}"
+                + (f" (a vocabulary of {vocab:,})" if vocab else "")
+                + f"; sequence lengths of {read}"
+                + (
+                    ""
+                    if histogram.get("decodes")
+                    else "; the Dataset has no decode(ids) or vocab, so no text"
+                )
+            )
             self.plot.setTitle("Sequence lengths (non-padding tokens)", size="10pt")
             self.plot.setLabel("bottom", "tokens")
-            self.plot.setToolTip("How many samples have each length: tokens other than the padding id 0 when the "
-                                 "sequences are padded, else the sequence length")
+            self.plot.setToolTip(
+                "How many samples have each length: tokens other than the padding id 0 when the "
+                "sequences are padded, else the sequence length"
+            )
             _bars(self.plot, histogram.get("counts"), histogram.get("edges"))
         elif kind == "signal":
             self.summary.setText(f"Signal values {value_range}, from {read}")
@@ -183,8 +215,9 @@ class InputChart(QWidget):
         self.plot.hide()
         self.columns_scroll.show()
         for i, column in enumerate(shown):
-            plot = make_plot(f"{html.escape(column['name'])}: {_number(column.get('min'))} … "
-                             f"{_number(column.get('max'))}")
+            plot = make_plot(
+                f"{html.escape(column['name'])}: {_number(column.get('min'))} … {_number(column.get('max'))}"
+            )
             plot.setMinimumHeight(COLUMN_PLOT_HEIGHT)
             plot.setMouseEnabled(x=False, y=False)
             plot.getAxis("left").setWidth(40)

@@ -1,4 +1,5 @@
-"""One sample at full size: label, index, shape, per-channel value histogram, and the augmentation before/after."""
+"""One sample at full size: label, index, shape, per-channel value histogram, and the augmentation
+before/after."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ def _image_label(size: int) -> QLabel:
     label = QLabel()
     label.setAlignment(Qt.AlignCenter)
     label.setMinimumSize(size, size)
-    # Ignored, not Expanding: a pixmap's size is the label's size hint, and the sample view sits in a scroll area
-    # that sizes it by its hints, so each picture scaled to its label would make the label grow again.
+    # Ignored, not Expanding: a pixmap's size is the label's size hint, and the sample view sits in a scroll
+    # area that sizes it by its hints, so each picture scaled to its label would make the label grow again.
     label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Ignored)
     # Palette roles, not a style sheet: Qt reads palette() in a sheet once, so a sheet kept the light theme's
     # white behind the images after a switch to dark.
@@ -88,14 +89,18 @@ class SampleView(QWidget):
         self.clear()
 
     def heightForWidth(self, width: int) -> int:  # noqa: N802 (Qt override)
-        """The least height at `width`: the layout's minimum plus the lines the wrapped texts add. The scroll area
-        around the view sizes it by this, so the view fills what is shown and scrolls only when its texts wrap
-        past that (the layout's own answer is its preferred height, which a scaled picture keeps raising)."""
+        """The least height at `width`: the layout's minimum plus the lines the wrapped texts add. The scroll
+        area around the view sizes it by this, so the view fills what is shown and scrolls only when its texts
+        wrap past that (the layout's own answer is its preferred height, which a scaled picture keeps
+        raising)."""
         layout = self.layout()
         margins = layout.contentsMargins()
         inner = width - margins.left() - margins.right()
-        extra = sum(max(0, label.heightForWidth(inner) - label.minimumSizeHint().height())
-                    for label in (self.title, self.details) if label.isVisible() and label.text())
+        extra = sum(
+            max(0, label.heightForWidth(inner) - label.minimumSizeHint().height())
+            for label in (self.title, self.details)
+            if label.isVisible() and label.text()
+        )
         return layout.totalMinimumSize().height() + extra
 
     def clear(self, message: str = "Click a thumbnail to inspect it.") -> None:
@@ -149,13 +154,19 @@ class SampleView(QWidget):
         colours = CHANNEL_COLOURS.get(counts.shape[0], CHANNEL_COLOURS[3])
         for channel, row in enumerate(counts):
             colour = colours[channel % len(colours)]
-            self.histogram.plot(edges, row, stepMode="center", pen=pg.mkPen(colour, width=2),
-                                fillLevel=0, fillBrush=pg.mkColor(colour + "40"))
+            self.histogram.plot(
+                edges,
+                row,
+                stepMode="center",
+                pen=pg.mkPen(colour, width=2),
+                fillLevel=0,
+                fillBrush=pg.mkColor(colour + "40"),
+            )
 
     def show_user_sample(self, result: dict, note: str = "") -> None:
         """A sample of the user's own Dataset: the image with its mask blended in (and which colour is which
-        class), or, for inputs that are not images, the input as its kind reads (a token sequence's text and ids, a
-        signal's line, a row's features) over the shapes, dtypes and value ranges of its tensors."""
+        class), or, for inputs that are not images, the input as its kind reads (a token sequence's text and
+        ids, a signal's line, a row's features) over the shapes, dtypes and value ranges of its tensors."""
         self.result = result
         target = result["target"]
         title = f"{result['split']} #{result['index']} — target {target['text']}"
@@ -164,8 +175,11 @@ class SampleView(QWidget):
         lines.append(f"target: {_tensor_text(target)}")
         legend = result.get("mask_classes") or []
         if legend:
-            swatches = " ".join(f"<span style='color:rgb({c[0]},{c[1]},{c[2]})'>■</span> {item['id']}: {item['name']}"
-                                for item in legend for c in [item["colour"]])
+            swatches = " ".join(
+                f"<span style='color:rgb({c[0]},{c[1]},{c[2]})'>■</span> {item['id']}: {item['name']}"
+                for item in legend
+                for c in [item["colour"]]
+            )
             lines.append(f"mask overlay: {swatches}")
         sample = result.get("sample") or {}
         lines[:0] = sample_lines(sample)  # the input itself first (its text, ids), its tensor summary after
@@ -180,12 +194,13 @@ class SampleView(QWidget):
         else:
             self.image.clear()
             self.image.hide()
-            # A plot of what this input is (ids by position, a signal, a row's features); none for other tensors,
-            # where an empty "Pixel values" histogram said nothing true.
+            # A plot of what this input is (ids by position, a signal, a row's features); none for other
+            # tensors, where an empty "Pixel values" histogram said nothing true.
             self.histogram.setVisible(draw_sample(self.histogram, sample))
 
     def _pixel_axes(self) -> None:
-        """The plot back to an image's pixel histogram (after a token sequence or a signal was drawn on it)."""
+        """The plot back to an image's pixel histogram (after a token sequence or a signal was drawn on
+        it)."""
         self.histogram.show()
         self.histogram.setTitle(PIXELS[0], size="10pt")
         self.histogram.setLabel("left", PIXELS[1])
@@ -197,5 +212,6 @@ def _tensor_text(summary: dict) -> str:
     shape = "×".join(str(n) for n in summary["shape"]) or "scalar"
     if summary.get("min") is None:
         return f"{shape} {summary['dtype']}"
-    return (f"{shape} {summary['dtype']}, {summary['min']:.4g} … {summary['max']:.4g}, "
-            f"mean {summary['mean']:.4g}")
+    return (
+        f"{shape} {summary['dtype']}, {summary['min']:.4g} … {summary['max']:.4g}, mean {summary['mean']:.4g}"
+    )

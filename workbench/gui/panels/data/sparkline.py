@@ -1,5 +1,5 @@
-"""A signal drawn small: a pixmap of its first channel as a line, for a table cell (the Data tab's rows of signals),
-so a sine reads as a sine before a row is opened. GUI side; never imports torch.
+"""A signal drawn small: a pixmap of its first channel as a line, for a table cell (the Data tab's rows of
+signals), so a sine reads as a sine before a row is opened. GUI side; never imports torch.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ HEIGHT = 28
 
 
 def sparkline(values, colour: str, width: int = WIDTH, height: int = HEIGHT) -> QPixmap | None:
-    """The values as a line across a transparent width×height pixmap, scaled to their own range; None when there
-    is nothing finite to draw."""
+    """The values as a line across a transparent width×height pixmap, scaled to their own range; None when
+    there is nothing finite to draw."""
     data = np.asarray(values, dtype=float).reshape(-1)
     data = data[np.isfinite(data)]
     if data.size < 2:

@@ -53,8 +53,13 @@ class TargetChart(QWidget):
             edges = np.asarray(histogram.get("edges") or [], dtype=float)
             if len(edges) != len(counts) + 1 or not len(counts):
                 return
-            self.bars = pg.BarGraphItem(x0=edges[:-1], x1=edges[1:], height=counts, brush=SERIES_COLOURS[0],
-                                        pen=pg.mkPen(SERIES_COLOURS[0]))
+            self.bars = pg.BarGraphItem(
+                x0=edges[:-1],
+                x1=edges[1:],
+                height=counts,
+                brush=SERIES_COLOURS[0],
+                pen=pg.mkPen(SERIES_COLOURS[0]),
+            )
             self.plot.addItem(self.bars)
             self.plot.getAxis("bottom").setTicks(None)
         else:
@@ -62,9 +67,11 @@ class TargetChart(QWidget):
             x = np.arange(len(counts), dtype=float)
             self.bars = pg.BarGraphItem(x=x, height=counts, width=0.8, brush=SERIES_COLOURS[0], pen=None)
             self.plot.addItem(self.bars)
-            step = max(1, len(counts) // MAX_TICKS)  # every k-th name when there are many, so they stay readable
-            self.plot.getAxis("bottom").setTicks([[(float(i), names[i] if i < len(names) else str(i))
-                                                   for i in range(0, len(counts), step)]])
+            # every k-th name when there are many, so they stay readable
+            step = max(1, len(counts) // MAX_TICKS)
+            self.plot.getAxis("bottom").setTicks(
+                [[(float(i), names[i] if i < len(names) else str(i)) for i in range(0, len(counts), step)]]
+            )
         if counts.size and counts.max() > 0:
             self.plot.setYRange(0, counts.max() * 1.1, padding=0)
             # Room for the widest count label, set now: drawn on a hidden tab, the axis would not grow to fit
@@ -74,10 +81,14 @@ class TargetChart(QWidget):
         sampled, total = histogram.get("sampled"), histogram.get("total")
         read = ""
         if sampled is not None:
-            read = f"from the first {sampled:,} train samples" if total and sampled < total \
+            read = (
+                f"from the first {sampled:,} train samples"
+                if total and sampled < total
                 else f"from all {sampled:,} train samples"
-        self.summary.setText(f"{title}, {read}: {int(counts.sum()):,} {unit} in all."
-                             + (f"<br>{note}" if note else ""))
+            )
+        self.summary.setText(
+            f"{title}, {read}: {int(counts.sum()):,} {unit} in all." + (f"<br>{note}" if note else "")
+        )
 
     def clear(self, message: str = "") -> None:
         self.plot.clear()

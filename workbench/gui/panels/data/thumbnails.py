@@ -1,4 +1,5 @@
-"""ThumbnailItemModel: a virtual list of a whole split that fetches pages of thumbnails only for what is visible.
+"""ThumbnailItemModel: a virtual list of a whole split that fetches pages of thumbnails only for what is
+visible.
 
 Pages come from the worker's `data.page` query; a reply for an older filter (generation) or a page that has
 scrolled out of view before it was asked for is dropped. Fetched pages are kept in a bounded LRU cache.
@@ -61,7 +62,9 @@ class ThumbnailItemModel(QAbstractListModel):
         self._fetch_timer.timeout.connect(self._fetch_wanted)
 
     # -- configuration ---------------------------------------------------------------------------
-    def configure(self, dataset: dict, split: str = "train", label: int = -1, classes: list[str] | None = None) -> None:
+    def configure(
+        self, dataset: dict, split: str = "train", label: int = -1, classes: list[str] | None = None
+    ) -> None:
         """Show another dataset, split or class filter: everything cached or in flight becomes stale."""
         self.beginResetModel()
         self.dataset, self.split, self.label = dataset, split, label
@@ -81,7 +84,9 @@ class ThumbnailItemModel(QAbstractListModel):
     def set_classes(self, classes: list[str]) -> None:
         self.classes = classes
         if self._total:
-            self.dataChanged.emit(self.index(0), self.index(self._total - 1), [Qt.DisplayRole, Qt.ToolTipRole])
+            self.dataChanged.emit(
+                self.index(0), self.index(self._total - 1), [Qt.DisplayRole, Qt.ToolTipRole]
+            )
 
     def set_icon_size(self, size: int) -> None:
         self.icon_size = size
@@ -121,7 +126,10 @@ class ThumbnailItemModel(QAbstractListModel):
             return self._caption(page, offset)
         if role == Qt.ToolTipRole:
             img = page.images[offset]
-            return f"{self.split} #{page.indices[offset]} · {self._caption(page, offset)} · {img.width()}×{img.height()}"
+            return (
+                f"{self.split} #{page.indices[offset]} · {self._caption(page, offset)} · "
+                f"{img.width()}×{img.height()}"
+            )
         if role == INDEX_ROLE:
             return page.indices[offset]
         if role == LABEL_ROLE:
@@ -176,12 +184,21 @@ class ThumbnailItemModel(QAbstractListModel):
         if self.dataset is None or page_no in self._in_flight or page_no in self._pages:
             return
         generation = self._generation
-        spec = {"dataset": self.dataset, "split": self.split, "offset": page_no * PAGE_SIZE, "count": PAGE_SIZE,
-                "label": self.label, "thumb_size": self.thumb_size, "request_id": generation}
+        spec = {
+            "dataset": self.dataset,
+            "split": self.split,
+            "offset": page_no * PAGE_SIZE,
+            "count": PAGE_SIZE,
+            "label": self.label,
+            "thumb_size": self.thumb_size,
+            "request_id": generation,
+        }
         job_id = self.queries.query(
-            "data.page", spec,
+            "data.page",
+            spec,
             lambda result: self._on_page(generation, page_no, result),
-            lambda error: self._on_page_error(generation, page_no, error))
+            lambda error: self._on_page_error(generation, page_no, error),
+        )
         if job_id is not None:
             self._in_flight[page_no] = job_id
 

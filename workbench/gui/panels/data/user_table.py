@@ -1,6 +1,7 @@
 """SampleTableItemModel: the samples of a user's Dataset whose inputs are not images, as table rows: token
-sequences as their ids and decoded text, tabular rows as their target then one column per feature, signals as a
-small line of their values beside their target, anything else as shapes, dtypes and value ranges. Rows arrive a page at a time from `data.page` as the view scrolls (Qt's fetchMore)."""
+sequences as their ids and decoded text, tabular rows as their target then one column per feature, signals as
+a small line of their values beside their target, anything else as shapes, dtypes and value ranges. Rows
+arrive a page at a time from `data.page` as the view scrolls (Qt's fetchMore)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ NUMERIC = {"#", "min", "max", "mean", "length", "min id", "max id"}
 
 
 def columns_for(kind: str, rows: list[dict]) -> tuple[str, ...]:
-    """The columns a page of this input kind reads best in: tokens' text and ids, one per tabular feature, or the
-    tensor summaries (with the input column only when a sample has several, named inputs)."""
+    """The columns a page of this input kind reads best in: tokens' text and ids, one per tabular feature, or
+    the tensor summaries (with the input column only when a sample has several, named inputs)."""
     first = (rows[0].get("sample") or {}) if rows else {}
     if kind == "tokens":
         return TOKEN_COLUMNS if "text" in first else tuple(c for c in TOKEN_COLUMNS if c != "text")
@@ -106,8 +107,9 @@ class SampleTableItemModel(QAbstractTableModel):
             return row["index"]
         column = self.columns[index.column()]
         sample = row.get("sample") or {}
-        if role == Qt.TextAlignmentRole and (column in NUMERIC or sample.get("kind") == "tabular"
-                                             and column not in ("target",)):
+        if role == Qt.TextAlignmentRole and (
+            column in NUMERIC or sample.get("kind") == "tabular" and column not in ("target",)
+        ):
             return int(Qt.AlignRight | Qt.AlignVCenter)
         if column == "signal":
             return self._signal_cell(row, sample, role)
@@ -148,8 +150,11 @@ class SampleTableItemModel(QAbstractTableModel):
             return row["_sparkline"]
         if role == Qt.ToolTipRole:
             channels = len(sample.get("values") or [])
-            return (f"{sample.get('length', '')} steps" + (f", {channels} channels (the first drawn)"
-                                                         if channels > 1 else "") + "; open the row for its plot")
+            return (
+                f"{sample.get('length', '')} steps"
+                + (f", {channels} channels (the first drawn)" if channels > 1 else "")
+                + "; open the row for its plot"
+            )
         return None
 
     # -- fetching --------------------------------------------------------------------------------
@@ -162,10 +167,19 @@ class SampleTableItemModel(QAbstractTableModel):
 
     def _request(self) -> None:
         generation = self._generation
-        spec = {"dataset": self.dataset, "split": self.split, "offset": len(self.rows), "count": PAGE_SIZE,
-                "request_id": generation}
-        self._in_flight = self.queries.query("data.page", spec, lambda r: self._on_page(generation, r),
-                                             lambda e: self._on_page_error(generation, e))
+        spec = {
+            "dataset": self.dataset,
+            "split": self.split,
+            "offset": len(self.rows),
+            "count": PAGE_SIZE,
+            "request_id": generation,
+        }
+        self._in_flight = self.queries.query(
+            "data.page",
+            spec,
+            lambda r: self._on_page(generation, r),
+            lambda e: self._on_page_error(generation, e),
+        )
 
     def _on_page(self, generation: int, result: dict) -> None:
         if generation != self._generation:
@@ -209,7 +223,7 @@ def _token_cell(column: str, sample: dict, target: dict, tooltip: bool) -> str:
         return text + (f" … (+{more})" if more > 0 else "")
     if column == "length":
         if tooltip:
-            return ("tokens other than the padding id 0" if sample.get("pad") else "tokens in the sequence")
+            return "tokens other than the padding id 0" if sample.get("pad") else "tokens in the sequence"
         return str(sample.get("length", len(ids)))
     if column == "min id":
         return str(sample.get("min", ""))

@@ -1,7 +1,8 @@
 """The benchmark's plots: latency against batch size per backend on log-log axes (p50 with its p10–p90 band),
-one row's latency distribution as a histogram and a CDF with p50/p90/p99 marked, throughput bars per backend and
-batch size, and earlier runs overlaid as dashed lines. Built on the shared plot helpers (workbench.gui.plots via
-the quantization tab's PlotPanel), so they follow the light and dark themes; one hue per backend in every plot."""
+one row's latency distribution as a histogram and a CDF with p50/p90/p99 marked, throughput bars per backend
+and batch size, and earlier runs overlaid as dashed lines. Built on the shared plot helpers
+(workbench.gui.plots via the quantization tab's PlotPanel), so they follow the light and dark themes; one hue
+per backend in every plot."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def backend_colour(backend: str) -> str:
 
 
 def short_run_label(run_id: str) -> str:
-    """"20250301-142233-bench-3fa2c1" -> "03-01 14:22:33"; anything else -> its last six characters."""
+    """ "20250301-142233-bench-3fa2c1" -> "03-01 14:22:33"; anything else -> its last six characters."""
     match = re.match(r"^\d{4}(\d{2})(\d{2})-(\d{2})(\d{2})(\d{2})-", run_id or "")
     if match:
         month, day, hour, minute, second = match.groups()
@@ -58,7 +59,10 @@ def curves_by_backend(rows: list[dict]) -> dict[str, list[dict]]:
     for row in rows:
         if measured(row) and _latency(row, "p50") is not None:
             grouped.setdefault(str(row.get("backend", "")), []).append(row)
-    return {backend: sorted(group, key=lambda r: int(r.get("batch_size", 0))) for backend, group in grouped.items()}
+    return {
+        backend: sorted(group, key=lambda r: int(r.get("batch_size", 0)))
+        for backend, group in grouped.items()
+    }
 
 
 class LatencyPlot(PlotPanel):
@@ -87,8 +91,9 @@ class LatencyPlot(PlotPanel):
         self.overlay_curves.clear()
         self.data_range = None
 
-    def set_results(self, results: BenchResults | None, overlays: list[BenchResults] = (), *,
-                    band: bool = True) -> None:
+    def set_results(
+        self, results: BenchResults | None, overlays: list[BenchResults] = (), *, band: bool = True
+    ) -> None:
         self.clear()
         groups = curves_by_backend(results.rows()) if results is not None else {}
         earlier = [(other, curves_by_backend(other.rows())) for other in overlays]
@@ -102,8 +107,16 @@ class LatencyPlot(PlotPanel):
             y = np.array([_latency(r, "p50") for r in rows])
             if band:
                 self._add_band(backend, results, rows, x, colour)
-            curve = pg.PlotDataItem(x, y, pen=pen(colour, 2.0), symbol="o", symbolSize=7, symbolPen=None,
-                                    symbolBrush=brush(colour), name=f"{backend}{suffix}")
+            curve = pg.PlotDataItem(
+                x,
+                y,
+                pen=pen(colour, 2.0),
+                symbol="o",
+                symbolSize=7,
+                symbolPen=None,
+                symbolBrush=brush(colour),
+                name=f"{backend}{suffix}",
+            )
             self.plot.addItem(curve)
             self.curves[backend] = curve
         for index, (other, other_groups) in enumerate(earlier):
@@ -112,23 +125,37 @@ class LatencyPlot(PlotPanel):
                 colour = backend_colour(backend)
                 x = np.array([float(r["batch_size"]) for r in rows])
                 y = np.array([_latency(r, "p50") for r in rows])
-                curve = pg.PlotDataItem(x, y, pen=pen(colour, 1.6, style),
-                                        symbol=OVERLAY_SYMBOLS[index % len(OVERLAY_SYMBOLS)], symbolSize=7,
-                                        symbolPen=pen(colour, 1.2), symbolBrush=None,
-                                        name=f"{backend} · {short_run_label(other.run_id)}")
+                curve = pg.PlotDataItem(
+                    x,
+                    y,
+                    pen=pen(colour, 1.6, style),
+                    symbol=OVERLAY_SYMBOLS[index % len(OVERLAY_SYMBOLS)],
+                    symbolSize=7,
+                    symbolPen=pen(colour, 1.2),
+                    symbolBrush=None,
+                    name=f"{backend} · {short_run_label(other.run_id)}",
+                )
                 self.plot.addItem(curve)
                 self.overlay_curves.append((other.run_id, backend, curve))
-        batches = sorted({float(r["batch_size"]) for group in [groups, *[g for _, g in earlier]]
-                          for rows in group.values() for r in rows})
+        batches = sorted(
+            {
+                float(r["batch_size"])
+                for group in [groups, *[g for _, g in earlier]]
+                for rows in group.values()
+                for r in rows
+            }
+        )
         # Ticks at the batch sizes measured (1, 8, 64), not at 1-2-5 marks between them.
         self.plot.getAxis("bottom").setTicks([[(np.log10(b), f"{b:g}") for b in batches]])
         what = "p50 latency, p10–p90 band" if band and groups else "p50 latency"
         self.set_title(f"{what} by batch size" + (" (dashed: earlier runs)" if earlier else ""))
-        # A wide, short legend (a row of backends) leaves the lines most of the height; runs' longer names get two
-        # columns.
+        # A wide, short legend (a row of backends) leaves the lines most of the height; runs' longer names get
+        # two columns.
         self.legend.setColumnCount(2 if earlier else max(1, min(len(self.legend.items), 4)))
         self.finish()
-        drawn = finite([v for item in self.plot.listDataItems() for v in (item.yData if item.yData is not None else [])])
+        drawn = finite(
+            [v for item in self.plot.listDataItems() for v in (item.yData if item.yData is not None else [])]
+        )
         drawn = drawn[drawn > 0]
         self.data_range = (float(np.log10(drawn.min())), float(np.log10(drawn.max()))) if drawn.size else None
         self._fit_under_legend()
@@ -148,7 +175,9 @@ class LatencyPlot(PlotPanel):
     def _stop_fitting(self, *args) -> None:
         self.data_range = None
 
-    def _add_band(self, backend: str, results: BenchResults, rows: list[dict], x: np.ndarray, colour: str) -> None:
+    def _add_band(
+        self, backend: str, results: BenchResults, rows: list[dict], x: np.ndarray, colour: str
+    ) -> None:
         low, high = [], []
         for row in rows:
             samples = results.samples_of(row)
@@ -193,8 +222,16 @@ class HistogramPlot(PlotPanel):
         if high <= low:
             low, high = low * 0.99, high * 1.01 + 1e-9
         self.counts, self.edges = np.histogram(values, bins=bins, range=(low, high))
-        self.plot.addItem(pg.PlotDataItem(self.edges, self.counts, stepMode="center", fillLevel=0,
-                                          brush=brush(colour, 110), pen=pen(colour, 1.2)))
+        self.plot.addItem(
+            pg.PlotDataItem(
+                self.edges,
+                self.counts,
+                stepMode="center",
+                fillLevel=0,
+                brush=brush(colour, 110),
+                pen=pen(colour, 1.2),
+            )
+        )
         top = float(self.counts.max())
         for name, level in PERCENTILE_LEVELS.items():
             value = float(np.percentile(values, level * 100))
@@ -208,11 +245,13 @@ class HistogramPlot(PlotPanel):
 
 
 class CdfPlot(PlotPanel):
-    """One row's samples as a cumulative distribution, p50, p90 and p99 marked where the curve crosses them."""
+    """One row's samples as a cumulative distribution, p50, p90 and p99 marked where the curve crosses
+    them."""
 
     def __init__(self, parent=None):
-        super().__init__("share of iterations", "latency (ms)", empty=DISTRIBUTION_EMPTY, y_format="percent",
-                         parent=parent)
+        super().__init__(
+            "share of iterations", "latency (ms)", empty=DISTRIBUTION_EMPTY, y_format="percent", parent=parent
+        )
         self.legend.setOffset((-8, -8))  # bottom right: the curve climbs through the top left
         self.cdf_x = np.zeros(0)
         self.cdf_y = np.zeros(0)
@@ -237,8 +276,9 @@ class CdfPlot(PlotPanel):
             colour_ = PERCENTILE_COLOURS[name]
             line_pen = pen(colour_, 1.2, Qt.DashLine)
             self.plot.addItem(pg.InfiniteLine(value, angle=90, pen=line_pen))
-            self.plot.addItem(pg.ScatterPlotItem([value], [level], size=9, pen=pen(colour_, 1.5),
-                                                 brush=brush(colour_)))
+            self.plot.addItem(
+                pg.ScatterPlotItem([value], [level], size=9, pen=pen(colour_, 1.5), brush=brush(colour_))
+            )
             self.add_legend_line(f"{name} {format_ms(value)} ms", line_pen)
         self.plot.setYRange(0, 1.02, padding=0)
         self.set_title(f"Cumulative distribution of {title}")
@@ -274,7 +314,9 @@ class DistributionView(QWidget):
             self.clear(f"{title} was not measured: {reason}")
             return
         if samples is None:
-            self.clear(f"The per-iteration samples of {title} are not in this run (no artifacts/samples.npz).")
+            self.clear(
+                f"The per-iteration samples of {title} are not in this run (no artifacts/samples.npz)."
+            )
             return
         self.row = row
         colour = backend_colour(str(row.get("backend", "")))
@@ -297,8 +339,13 @@ class ThroughputPlot(PlotPanel):
 
     def set_results(self, results: BenchResults | None) -> None:
         self.clear()
-        rows = [r for r in (results.rows() if results else []) if measured(r)
-                and isinstance(r.get("throughput_per_s"), (int, float)) and np.isfinite(r["throughput_per_s"])]
+        rows = [
+            r
+            for r in (results.rows() if results else [])
+            if measured(r)
+            and isinstance(r.get("throughput_per_s"), (int, float))
+            and np.isfinite(r["throughput_per_s"])
+        ]
         if not rows:
             self.clear(THROUGHPUT_EMPTY)
             return
@@ -313,8 +360,9 @@ class ThroughputPlot(PlotPanel):
             x = np.array([position[int(r["batch_size"])] + offset for r in mine])
             heights = np.array([float(r["throughput_per_s"]) for r in mine])
             colour = backend_colour(backend)
-            bar = pg.BarGraphItem(x=x, height=heights, width=width * 0.9, brush=brush(colour, 220), pen=None,
-                                  name=backend)
+            bar = pg.BarGraphItem(
+                x=x, height=heights, width=width * 0.9, brush=brush(colour, 220), pen=None, name=backend
+            )
             self.plot.addItem(bar)
             self.bars[backend] = bar
             top = max(top, float(heights.max()))
@@ -325,7 +373,9 @@ class ThroughputPlot(PlotPanel):
         self.finish()
 
 
-PARITY_EMPTY = "The largest differences between the export's outputs and PyTorch's appear here after the check."
+PARITY_EMPTY = (
+    "The largest differences between the export's outputs and PyTorch's appear here after the check."
+)
 PARITY_ROWS = (("max_rel_diff", "max rel diff"), ("max_abs_diff", "max abs diff"))  # bottom to top
 
 
@@ -347,8 +397,11 @@ class ParityPlot(PlotPanel):
     def set_parity(self, parity: dict | None, passed_colour: str, failed_colour: str) -> None:
         self.clear()
         parity = parity or {}
-        values = {key: float(parity[key]) for key, _ in PARITY_ROWS
-                  if isinstance(parity.get(key), (int, float)) and np.isfinite(parity[key])}
+        values = {
+            key: float(parity[key])
+            for key, _ in PARITY_ROWS
+            if isinstance(parity.get(key), (int, float)) and np.isfinite(parity[key])
+        }
         if not values:
             self.clear(PARITY_EMPTY)
             return
@@ -363,8 +416,17 @@ class ParityPlot(PlotPanel):
             within = tolerance is None or values[key] <= tolerance
             colour = passed_colour if within else failed_colour
             self.plot.addItem(pg.PlotDataItem([floor, value], [row, row], pen=pen(colour, 3.0)))
-            self.plot.addItem(pg.PlotDataItem([value], [row], pen=None, symbol="o", symbolSize=11, symbolPen=None,
-                                              symbolBrush=brush(colour)))
+            self.plot.addItem(
+                pg.PlotDataItem(
+                    [value],
+                    [row],
+                    pen=None,
+                    symbol="o",
+                    symbolSize=11,
+                    symbolPen=None,
+                    symbolBrush=brush(colour),
+                )
+            )
         self.values = values
         if tolerance:
             self.tolerance = tolerance

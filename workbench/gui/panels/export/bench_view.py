@@ -46,13 +46,16 @@ def bench_summary(spec: dict, report: dict) -> dict:
     smallest batch size measured."""
     backends = spec.get("backends") or []
     batches = spec.get("batch_sizes")
-    summary = {"what": f"bench · {len(backends)} × {len(batches or [])}",
-               "what_details": f"\nbackends {', '.join(backends)}\nbatch sizes {join_batches(batches)}"}
+    summary = {
+        "what": f"bench · {len(backends)} × {len(batches or [])}",
+        "what_details": f"\nbackends {', '.join(backends)}\nbatch sizes {join_batches(batches)}",
+    }
     rows = [row.raw for row in BenchResult.from_dict(report).rows if row.measured and row.p50 is not None]
     if rows:
         batch = min(int(r.get("batch_size", 0)) for r in rows)
-        best = min((r for r in rows if int(r.get("batch_size", 0)) == batch),
-                   key=lambda r: r["latency_ms"]["p50"])
+        best = min(
+            (r for r in rows if int(r.get("batch_size", 0)) == batch), key=lambda r: r["latency_ms"]["p50"]
+        )
         summary["result"] = f"{best['backend']} {format_ms(best['latency_ms']['p50'])} ms @{batch}"
     return summary
 
@@ -74,8 +77,9 @@ class BenchView(QWidget):
         self.distribution = DistributionView()
         self.throughput_plot = ThroughputPlot()
         self.plots = QTabWidget()
-        for widget, title in zip((self.latency_plot, self.distribution, self.throughput_plot,
-                                  self._build_history()), PLOT_TABS):
+        for widget, title in zip(
+            (self.latency_plot, self.distribution, self.throughput_plot, self._build_history()), PLOT_TABS
+        ):
             self.plots.addTab(widget, title)
         splitter = QSplitter(Qt.Vertical)
         splitter.addWidget(self.results_table)
@@ -114,10 +118,13 @@ class BenchView(QWidget):
         self.results = results
         spec = results.spec
         source = escape(results.source_text() or "a model", quote=False)
-        parts = [f"<b>{results.run_id or 'Starting…'}</b>", source,
-                 f"{', '.join(results.backends)} × batch {join_batches(results.batch_sizes)}",
-                 f"{spec.get('dtype', 'float32')} on {spec.get('device', 'cpu')}",
-                 f"{spec.get('iters', '?')} iterations after {spec.get('warmup', '?')} warm-up"]
+        parts = [
+            f"<b>{results.run_id or 'Starting…'}</b>",
+            source,
+            f"{', '.join(results.backends)} × batch {join_batches(results.batch_sizes)}",
+            f"{spec.get('dtype', 'float32')} on {spec.get('device', 'cpu')}",
+            f"{spec.get('iters', '?')} iterations after {spec.get('warmup', '?')} warm-up",
+        ]
         if results.error:
             parts.append(f"<span style='color:{FAILED}'>{escape(results.error, quote=False)}</span>")
         self.bench_summary.setText(" · ".join(parts))
@@ -210,8 +217,9 @@ class BenchView(QWidget):
         if bench is None:
             return
         default = str(Path.home() / f"{bench.run_id or 'benchmark'}.csv")
-        path, chosen = QFileDialog.getSaveFileName(self, "Save benchmark results", default,
-                                                   "CSV (*.csv);;JSON (*.json)")
+        path, chosen = QFileDialog.getSaveFileName(
+            self, "Save benchmark results", default, "CSV (*.csv);;JSON (*.json)"
+        )
         if not path:
             return
         if not Path(path).suffix:

@@ -1,6 +1,6 @@
-"""The benchmark wizard: source (a training run, a quantize run, or an exported file) → backends × batch sizes ×
-dtype, with warm-up, iterations, minimum time, threads and device → Run. Every field comes from BenchSpec and is
-checked by it (field_errors), so the wizard and `workbench bench` agree."""
+"""The benchmark wizard: source (a training run, a quantize run, or an exported file) → backends × batch sizes
+× dtype, with warm-up, iterations, minimum time, threads and device → Run. Every field comes from BenchSpec
+and is checked by it (field_errors), so the wizard and `workbench bench` agree."""
 
 from __future__ import annotations
 
@@ -49,8 +49,10 @@ class BenchSourcePage(QWizardPage):
     def __init__(self, runs: list[dict], data: dict):
         super().__init__()
         self.setTitle("Source")
-        self.setSubTitle("The model to measure: a run of this workspace (its model and checkpoint; a quantize run "
-                         "also gives its int8 QDQ model), or an exported file.")
+        self.setSubTitle(
+            "The model to measure: a run of this workspace (its model and checkpoint; a quantize run "
+            "also gives its int8 QDQ model), or an exported file."
+        )
         source = data.get("source") or {}
         self.from_run = QRadioButton("A run of this workspace")
         self.from_file = QRadioButton("An exported file (.onnx, .pt2 or TorchScript .pt)")
@@ -81,8 +83,10 @@ class BenchSourcePage(QWizardPage):
         self.error_label = QLabel()
         self.error_label.setWordWrap(True)
         self.error_label.setStyleSheet(f"color: {ERROR_COLOUR}")
-        self.empty = QLabel("No finished run in this workspace yet: measure an exported file, or train a model "
-                            "first (Ctrl+T).")
+        self.empty = QLabel(
+            "No finished run in this workspace yet: measure an exported file, or train a model "
+            "first (Ctrl+T)."
+        )
         self.empty.setWordWrap(True)
         self.empty.setVisible(not runs)
         layout = QVBoxLayout(self)
@@ -95,8 +99,12 @@ class BenchSourcePage(QWizardPage):
         self.from_run.setEnabled(bool(runs))
         self._show_choice()
         self.from_run.toggled.connect(self._show_choice)
-        for signal in (self.run.currentIndexChanged, self.artifact.textChanged, self.file.textChanged,
-                       self.from_run.toggled):
+        for signal in (
+            self.run.currentIndexChanged,
+            self.artifact.textChanged,
+            self.file.textChanged,
+            self.from_run.toggled,
+        ):
             signal.connect(self.completeChanged)
 
     def _show_choice(self) -> None:
@@ -126,7 +134,9 @@ def _with_browse(edit: QLineEdit, parent: QWidget) -> QWidget:
     button = QPushButton("Browse…")
 
     def browse() -> None:
-        path, _ = QFileDialog.getOpenFileName(parent, "Exported model", edit.text() or str(Path.home()), FILE_FILTER)
+        path, _ = QFileDialog.getOpenFileName(
+            parent, "Exported model", edit.text() or str(Path.home()), FILE_FILTER
+        )
         if path:
             edit.setText(path)
 
@@ -139,8 +149,10 @@ class BackendsPage(CheckedPage):
     def __init__(self, data: dict):
         super().__init__()
         self.setTitle("Backends, batch sizes and timing")
-        self.setSubTitle("Each backend is measured at each batch size. A backend that cannot run here (no CUDA, no "
-                         "onnxruntime) is reported as unavailable with the reason, not as a failure.")
+        self.setSubTitle(
+            "Each backend is measured at each batch size. A backend that cannot run here (no CUDA, no "
+            "onnxruntime) is reported as unavailable with the reason, not as a failure."
+        )
         chosen = set(data.get("backends") or [])
         self.backends: dict[str, QCheckBox] = {}
         grid = QGridLayout()
@@ -182,11 +194,11 @@ class BackendsPage(CheckedPage):
         return data
 
 
-
 class BenchWizard(QWizard):
-    """`runs`: finished training and quantize runs ({id, task, model, scheme}); `start`: BenchSpec data to open on
-    (a source, an artifact, "Benchmark again"). `spec` holds the validated BenchSpec (None while something is
-    wrong, `error` says what), kept up to date as fields change, so it can be read without exec()."""
+    """`runs`: finished training and quantize runs ({id, task, model, scheme}); `start`: BenchSpec data to
+    open on (a source, an artifact, "Benchmark again"). `spec` holds the validated BenchSpec (None while
+    something is wrong, `error` says what), kept up to date as fields change, so it can be read without
+    exec()."""
 
     def __init__(self, runs: list[dict], *, start: dict | None = None, device: str = "", parent=None):
         super().__init__(parent)
@@ -213,8 +225,12 @@ class BenchWizard(QWizard):
         self.backends_page.form.changed.connect(self.rebuild)
         page = self.source_page
         page.file_form.changed.connect(self.rebuild)
-        for signal in (page.run.currentIndexChanged, page.artifact.textChanged, page.file.textChanged,
-                       page.from_run.toggled):
+        for signal in (
+            page.run.currentIndexChanged,
+            page.artifact.textChanged,
+            page.file.textChanged,
+            page.from_run.toggled,
+        ):
             signal.connect(self.rebuild)
         self.rebuild()
 
@@ -236,7 +252,9 @@ class BenchWizard(QWizard):
             backend_error = "Tick at least one backend to measure."
         page.backend_error.setText(backend_error)
         page.backend_error.setVisible(bool(backend_error))
-        source_errors = [errors[f] for f in ("source.run", "source.file", "artifact", *FILE_FIELDS) if f in errors]
+        source_errors = [
+            errors[f] for f in ("source.run", "source.file", "artifact", *FILE_FIELDS) if f in errors
+        ]
         self.source_page.error_label.setText(source_errors[0] if source_errors else "")
         self.source_page.completeChanged.emit()
         page.set_has_errors(bool(backend_error) or any(f in errors for f in MEASURE_FIELDS))

@@ -17,15 +17,27 @@ from PySide6.QtWidgets import (
 
 COLUMNS = (
     ("Module", "The PyTorch module whose output the quantizers quantize (the model's input: (input))"),
-    ("Codes off", "Codes that differ from the simulation's, fed the same input, out of all the module's "
-                  "codes compared (ties included)"),
-    ("Ties", "Codes one step off where the value before rounding lay on a rounding tie (within a hundredth "
-             "of a step of a half step): another kernel's float sum lands it on the other side, so one code "
-             "apart is expected there"),
-    ("Worst step", "The largest difference between the two codes, in steps of the module's quantizer: 1 at "
-                   "a tie is rounding; 2 or more means the backend computes something else there"),
-    ("Configuration", "Where the module differs most: onnxruntime as deployed (graph optimizations on, fused "
-                      "int8 kernels), as written (optimizations off), or TensorRT"),
+    (
+        "Codes off",
+        "Codes that differ from the simulation's, fed the same input, out of all the module's "
+        "codes compared (ties included)",
+    ),
+    (
+        "Ties",
+        "Codes one step off where the value before rounding lay on a rounding tie (within a hundredth "
+        "of a step of a half step): another kernel's float sum lands it on the other side, so one code "
+        "apart is expected there",
+    ),
+    (
+        "Worst step",
+        "The largest difference between the two codes, in steps of the module's quantizer: 1 at "
+        "a tie is rounding; 2 or more means the backend computes something else there",
+    ),
+    (
+        "Configuration",
+        "Where the module differs most: onnxruntime as deployed (graph optimizations on, fused "
+        "int8 kernels), as written (optimizations off), or TensorRT",
+    ),
 )
 
 
@@ -49,8 +61,9 @@ class ByModuleTable(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.title = QLabel("<b>By module</b>: each module's quantizer codes in the backend against the "
-                            "simulation's")
+        self.title = QLabel(
+            "<b>By module</b>: each module's quantizer codes in the backend against the simulation's"
+        )
         self.title.setTextFormat(Qt.RichText)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels([name for name, _ in COLUMNS])
@@ -81,8 +94,9 @@ class ByModuleTable(QWidget):
             return
         tensorrt = report.get("tensorrt_by_module")
         tensorrt = tensorrt if isinstance(tensorrt, dict) else {}
-        shown = [r for r in rows if isinstance(r, dict)] + [r for r in tensorrt.get("rows") or []
-                                                             if isinstance(r, dict)]
+        shown = [r for r in rows if isinstance(r, dict)] + [
+            r for r in tensorrt.get("rows") or [] if isinstance(r, dict)
+        ]
         self.table.setSortingEnabled(False)  # rows fill in place; sorting resumes on the filled table
         self.table.setRowCount(len(shown))
         for index, row in enumerate(shown):
@@ -101,21 +115,31 @@ def _cells(row: dict) -> list[QTableWidgetItem]:
     codes, off, ties, worst = row.get("codes"), row.get("codes_off"), row.get("ties"), row.get("worst_step")
     module = _Item(str(row.get("module", "")))
     quantizers = row.get("quantizers") or []
-    module.setToolTip(f"quantizers: {', '.join(map(str, quantizers))}" if quantizers else
-                      str(row.get("error") or ""))
+    module.setToolTip(
+        f"quantizers: {', '.join(map(str, quantizers))}" if quantizers else str(row.get("error") or "")
+    )
     counted = isinstance(off, int)
     beyond = off - ties if counted and isinstance(ties, int) else (off if counted else -1)
-    off_item = _Item(f"{off:,} of {codes:,}" if isinstance(off, int) and isinstance(codes, int) else
-                     ("error" if row.get("error") else "—"), (beyond, off if isinstance(off, int) else -1))
+    off_item = _Item(
+        f"{off:,} of {codes:,}"
+        if isinstance(off, int) and isinstance(codes, int)
+        else ("error" if row.get("error") else "—"),
+        (beyond, off if isinstance(off, int) else -1),
+    )
     if row.get("error"):
         off_item.setToolTip(str(row["error"]))
     elif isinstance(off, int) and isinstance(ties, int) and off > ties:
         off_item.setToolTip(f"{off - ties:,} code(s) off away from a rounding tie: not rounding")
     ties_item = _Item(f"{ties:,}" if isinstance(ties, int) else "—", (ties if isinstance(ties, int) else -1,))
-    ties_item.setToolTip(COLUMNS[2][1] if isinstance(ties, int) else "not measured: TensorRT's outputs are "
-                         "compared with the free-running simulation, not fed the same input")
-    worst_item = _Item(str(worst) if isinstance(worst, int) else "—",
-                       (worst if isinstance(worst, int) else -1,))
+    ties_item.setToolTip(
+        COLUMNS[2][1]
+        if isinstance(ties, int)
+        else "not measured: TensorRT's outputs are "
+        "compared with the free-running simulation, not fed the same input"
+    )
+    worst_item = _Item(
+        str(worst) if isinstance(worst, int) else "—", (worst if isinstance(worst, int) else -1,)
+    )
     items = [module, off_item, ties_item, worst_item, _Item(str(row.get("configuration") or ""))]
     for item in items[1:4]:
         item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)

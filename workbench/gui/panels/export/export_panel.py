@@ -44,8 +44,13 @@ TASKS = (EXPORT_TASK, BENCH_TASK)
 RUN_COLUMNS = ("Run", "Status", "What", "Result")
 KIND_NAMES = {EXPORT_TASK: "Export", BENCH_TASK: "Benchmark"}
 # The benchmark backend that measures each export format's file.
-FORMAT_BACKENDS = {"torchscript": "torchscript", "exported_program": "exported_program", "onnx": "onnxruntime",
-                   "onnx_qdq": "onnxruntime", "tensorrt": "tensorrt"}
+FORMAT_BACKENDS = {
+    "torchscript": "torchscript",
+    "exported_program": "exported_program",
+    "onnx": "onnxruntime",
+    "onnx_qdq": "onnxruntime",
+    "tensorrt": "tensorrt",
+}
 Submit = Callable[[str, dict], "JobRecord | None"]
 
 
@@ -93,26 +98,41 @@ class ExportPanel(RunTab):
     def _build_buttons(self) -> tuple[QPushButton, ...]:
         """The buttons above the runs, in the order they are laid out."""
         self.export_button = QPushButton("New export…")
-        self.export_button.setToolTip("Export a trained or quantized model to TorchScript, torch.export, ONNX or "
-                                      "TensorRT and check its outputs against PyTorch")
+        self.export_button.setToolTip(
+            "Export a trained or quantized model to TorchScript, torch.export, ONNX or "
+            "TensorRT and check its outputs against PyTorch"
+        )
         self.bench_button = QPushButton("New benchmark…")
-        self.bench_button.setToolTip("Measure latency percentiles, throughput and peak memory across backends and "
-                                     "batch sizes")
+        self.bench_button.setToolTip(
+            "Measure latency percentiles, throughput and peak memory across backends and batch sizes"
+        )
         self.stop_button = QPushButton("Stop")
         self.stop_button.setToolTip("Cancel the selected export or benchmark")
         self.save_button = QPushButton("Save results…")
         self.save_button.setToolTip("Save the selected benchmark's rows as CSV or JSON")
         self.open_button = QPushButton("Open folder")
         self.report_button = QPushButton("Report…")
-        self.report_button.setToolTip("Open the HTML report of the training run this export or benchmark came from")
-        # The report written last time, opened again without rewriting it (Report… opened it once, in a browser
-        # a person may have closed, or that did not come to the front).
+        self.report_button.setToolTip(
+            "Open the HTML report of the training run this export or benchmark came from"
+        )
+        # The report written last time, opened again without rewriting it (Report… opened it once, in a
+        # browser a person may have closed, or that did not come to the front).
         self.open_report_button = QPushButton("Open report")
-        self.open_report_button.setToolTip("Open the HTML report already written for the selected run's training "
-                                           "run in the web browser (Report… writes it afresh)")
+        self.open_report_button.setToolTip(
+            "Open the HTML report already written for the selected run's training "
+            "run in the web browser (Report… writes it afresh)"
+        )
         self.delete_button = QPushButton("Delete…")
-        return (self.export_button, self.bench_button, self.stop_button, self.save_button, self.open_button,
-                self.report_button, self.open_report_button, self.delete_button)
+        return (
+            self.export_button,
+            self.bench_button,
+            self.stop_button,
+            self.save_button,
+            self.open_button,
+            self.report_button,
+            self.open_report_button,
+            self.delete_button,
+        )
 
     def _build_detail(self) -> QWidget:
         """The run shown under its job's progress: nothing picked, the export view or the benchmark view."""
@@ -186,7 +206,8 @@ class ExportPanel(RunTab):
         for entry in self.store.list_runs():
             if entry.get("task") not in (*TRAIN_TASKS, QUANT_TASK) or entry.get("status") != "done":
                 continue
-            identity = identities.of(entry)  # the combos' label (model · dataset · key metric · date) and tooltip
+            # the combos' label (model · dataset · key metric · date) and tooltip
+            identity = identities.of(entry)
             entry["label"], entry["tooltip"] = identity.label, identity.tooltip
             try:
                 with self.store.open_run(entry["id"]) as run:
@@ -204,17 +225,27 @@ class ExportPanel(RunTab):
     def refresh(self) -> None:
         selected = self.selected_run_id()
         entries, listed = self.list_runs()
-        run_table.set_rows(self.table, [[run_table.id_item(entry), run_table.status_item(entry),
-                                         *self._what_and_result_items(entry)] for entry in entries])
+        run_table.set_rows(
+            self.table,
+            [
+                [run_table.id_item(entry), run_table.status_item(entry), *self._what_and_result_items(entry)]
+                for entry in entries
+            ],
+        )
         self._fill_history()
-        has_sources = any(e.get("task") in (*TRAIN_TASKS, QUANT_TASK) and e.get("status") == "done" for e in listed)
+        has_sources = any(
+            e.get("task") in (*TRAIN_TASKS, QUANT_TASK) and e.get("status") == "done" for e in listed
+        )
         self.empty_state.set_text(
-            "Export a trained model to TorchScript, torch.export, ONNX (int8 QDQ from a quantize run) or TensorRT: "
-            "its outputs are checked against PyTorch and, when they differ, the first diverging layer is named. "
-            "Then benchmark it: latency percentiles, throughput and memory per backend and batch size."
-            if has_sources else
-            "Exports and benchmarks start from a trained model: train one in the Training tab first (Ctrl+T), then "
-            "come back here. An exported file (.onnx, .pt2, .pt) can be benchmarked right away.")
+            "Export a trained model to TorchScript, torch.export, ONNX (int8 QDQ from a quantize run) or "
+            "TensorRT: its outputs are checked against PyTorch and, when they differ, the first diverging "
+            "layer is named. Then benchmark it: latency percentiles, throughput and memory per backend and "
+            "batch size."
+            if has_sources
+            else "Exports and benchmarks start from a trained model: train one in the Training tab first "
+            "(Ctrl+T), then come back here. An exported file (.onnx, .pt2, .pt) can be benchmarked right "
+            "away."
+        )
         self.empty_export_button.setEnabled(has_sources)
         self.pages.setCurrentIndex(0 if not entries and not self.live else 1)
         self.keep_selection(selected, entries, pick_first=self.current is None)
@@ -236,8 +267,11 @@ class ExportPanel(RunTab):
             return {}
         spec, report = read
         source = dig(spec, "source", "run", default="") or dig(spec, "source", "file", default="")
-        summary = {"spec": spec, "source_run": dig(spec, "source", "run", default=""),
-                   "what_tooltip": f"{KIND_NAMES[entry['task']]} of {source or 'a model'}"}
+        summary = {
+            "spec": spec,
+            "source_run": dig(spec, "source", "run", default=""),
+            "what_tooltip": f"{KIND_NAMES[entry['task']]} of {source or 'a model'}",
+        }
         if entry["task"] == EXPORT_TASK:
             summary.update(export_summary(spec, report))
         else:
@@ -326,19 +360,25 @@ class ExportPanel(RunTab):
 
     # -- starting jobs ---------------------------------------------------------------------------
     def export_wizard(self, source_run: str = "", start: dict | None = None) -> ExportWizard:
-        """The export wizard on a training or quantize run (or, for an export run, on its spec: export again), or
-        filled from `start`, a whole spec (File ▸ Open spec)."""
+        """The export wizard on a training or quantize run (or, for an export run, on its spec: export again),
+        or filled from `start`, a whole spec (File ▸ Open spec)."""
         entry = self.runs.get(source_run)
         if start is not None:
             start = copy.deepcopy(start)
         elif entry and entry["task"] == EXPORT_TASK and entry.get("spec"):
             start = copy.deepcopy(entry["spec"])
-        return ExportWizard(self.source_runs(), source_run="" if start else source_run, start=start,
-                            device=self.default_device, parent=self)
+        return ExportWizard(
+            self.source_runs(),
+            source_run="" if start else source_run,
+            start=start,
+            device=self.default_device,
+            parent=self,
+        )
 
     def benchmark_wizard(self, source_run: str = "", start: dict | None = None) -> BenchWizard:
-        """The benchmark wizard on a run: a training or quantize run is measured eagerly; an export run's file is
-        measured beside its PyTorch model; a benchmark run's spec opens again; `start`, a whole spec, fills it."""
+        """The benchmark wizard on a run: a training or quantize run is measured eagerly; an export run's file
+        is measured beside its PyTorch model; a benchmark run's spec opens again; `start`, a whole spec, fills
+        it."""
         entry = self.runs.get(source_run)
         if start is not None:
             start = copy.deepcopy(start)
@@ -359,8 +399,10 @@ class ExportPanel(RunTab):
         except WorkbenchError:
             report = {}
         fmt = spec.get("format", "onnx")
-        start: dict = {"backends": ["eager", FORMAT_BACKENDS.get(fmt, "onnxruntime")],
-                       "device": spec.get("device", "cpu")}
+        start: dict = {
+            "backends": ["eager", FORMAT_BACKENDS.get(fmt, "onnxruntime")],
+            "device": spec.get("device", "cpu"),
+        }
         source_run = dig(spec, "source", "run", default="")
         artifact = str(report.get("artifact") or "")
         if source_run:
@@ -490,7 +532,9 @@ class ExportPanel(RunTab):
     def _update_buttons(self) -> None:
         run_id = self.selected_run_id()
         entry = self.runs.get(run_id or "")
-        live = bool(run_id and run_id in self.job_of_run) or (self.current is not None and self._live(self.current))
+        live = bool(run_id and run_id in self.job_of_run) or (
+            self.current is not None and self._live(self.current)
+        )
         self.stop_button.setEnabled(live)
         bench = self.current if isinstance(self.current, BenchResults) else None
         self.save_button.setEnabled(bench is not None and bool(bench.rows()))
@@ -498,8 +542,11 @@ class ExportPanel(RunTab):
         self.report_button.setEnabled(bool(entry) and bool(self.training_run_of(run_id)))
         report = self.report_path(run_id or "") if entry else None
         self.open_report_button.setEnabled(report is not None)
-        self.open_report_button.setToolTip(str(report) if report is not None else
-                                           "No report yet for this run's training run: Report… writes and opens it")
+        self.open_report_button.setToolTip(
+            str(report)
+            if report is not None
+            else "No report yet for this run's training run: Report… writes and opens it"
+        )
         self.delete_button.setEnabled(bool(entry) and not live)
 
     def job_to_stop(self) -> str | None:
@@ -519,7 +566,8 @@ class ExportPanel(RunTab):
         self._update_buttons()  # the report now exists: Open report
 
     def report_path(self, run_id: str) -> Path | None:
-        """The HTML report written for `run_id`'s training run (its artifacts/report.html), if there is one."""
+        """The HTML report written for `run_id`'s training run (its artifacts/report.html), if there is
+        one."""
         from workbench.report import REPORT_NAME  # no torch: the report module renders stored runs only
 
         training = self.training_run_of(run_id)

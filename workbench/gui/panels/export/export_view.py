@@ -119,8 +119,10 @@ class ExportView(QWidget):
         self.results = results
         spec = results.spec
         source = results.source_run or dig(spec, "model", "name", default="a model")
-        self.export_title.setText(f"<b>{results.run_id or 'Starting…'}</b> · {results.format} export of "
-                                  f"{source} on {spec.get('device', 'cpu')}")
+        self.export_title.setText(
+            f"<b>{results.run_id or 'Starting…'}</b> · {results.format} export of "
+            f"{source} on {spec.get('device', 'cpu')}"
+        )
         parity, typed = results.parity, results.result.parity
         self.diverging_box.hide()
         checked = typed is not None and typed.checked
@@ -128,17 +130,22 @@ class ExportView(QWidget):
         self.parity_plot.setVisible(checked and not self.parity_plot.is_empty)
         if live:
             self._set_verdict("Exporting…", RUNNING)
-            self.verdict_detail.setText("The verdict appears when the export has been checked against "
-                                        "PyTorch.")
+            self.verdict_detail.setText(
+                "The verdict appears when the export has been checked against PyTorch."
+            )
         elif results.error:
-            self._set_verdict("Export failed" if "cancel" not in results.error.lower() else "Export stopped",
-                              FAILED)
+            self._set_verdict(
+                "Export failed" if "cancel" not in results.error.lower() else "Export stopped", FAILED
+            )
             self.verdict_detail.setText(escape(results.error, quote=False))
         elif not checked:
             self._set_verdict("Exported, not verified", NEUTRAL)
             reason = typed.reason if typed is not None else ""
-            self.verdict_detail.setText("The parity check was off (“verify” in the wizard)." if not reason or
-                                        reason == "verify=false" else escape(reason, quote=False))
+            self.verdict_detail.setText(
+                "The parity check was off (“verify” in the wizard)."
+                if not reason or reason == "verify=false"
+                else escape(reason, quote=False)
+            )
         else:
             self._show_parity(results, parity)
         self._show_artifact(results, checked and bool(typed.passed), live)
@@ -152,7 +159,8 @@ class ExportView(QWidget):
             f"max abs diff <b>{_diff_text(parity, 'max_abs_diff')}</b> · max rel diff "
             f"<b>{_diff_text(parity, 'max_rel_diff')}</b> · tolerance {format_diff(parity.get('tolerance'))}"
             f"<br>checked on {_count_text(parity.get('samples'))} samples at batch sizes "
-            f"{_count_text(parity.get('batches'))}" + _steps_text(parity))
+            f"{_count_text(parity.get('batches'))}" + _steps_text(parity)
+        )
         self.verdict_detail.setToolTip(str(parity.get("explanation") or ""))
         layer = parity.get("first_divergent_layer")
         if layer:
@@ -163,8 +171,9 @@ class ExportView(QWidget):
             self.diverging_button.show()
             self.diverging_box.show()
         elif not passed and parity.get("first_divergent_layer_reason"):
-            self.diverging_label.setText(f"No diverging layer named: "
-                                         f"{escape(parity['first_divergent_layer_reason'], quote=False)}")
+            self.diverging_label.setText(
+                f"No diverging layer named: {escape(parity['first_divergent_layer_reason'], quote=False)}"
+            )
             self.diverging_button.hide()
             self.diverging_box.show()
 
@@ -178,11 +187,13 @@ class ExportView(QWidget):
         if report.get("fallback_reason"):
             exporter += f" (fallback: {report['fallback_reason']})"
         labels["Exporter"].setText(exporter)
-        # A tracing exporter froze forward()'s Python branches to the example's: said where the exporter is named.
+        # A tracing exporter froze forward()'s Python branches to the example's: said where the exporter is
+        # named.
         labels["Exporter"].setToolTip(str(report.get("frozen_control_flow") or ""))
         if report.get("frozen_control_flow") and report.get("exporter") == "torchscript":
-            labels["Exporter"].setText(f"{exporter}. Control flow on tensor values was frozen by tracing (see the "
-                                       "tooltip)")
+            labels["Exporter"].setText(
+                f"{exporter}. Control flow on tensor values was frozen by tracing (see the tooltip)"
+            )
         labels["Accuracy"].setText(_accuracy_text(results.format, report, parity_passed))
         self.bench_export_button.setEnabled(bool(report.get("artifact")) and not live)
         self.artifact_box.setVisible(bool(report.get("artifact")))
@@ -214,8 +225,8 @@ def _diff_text(parity: dict, key: str) -> str:
 
 
 def _steps_text(parity: dict) -> str:
-    """For a QDQ export: each onnxruntime configuration's output difference in steps against its derived tolerance,
-    and how many quantizer codes differed from the simulation's (the tooltip explains)."""
+    """For a QDQ export: each onnxruntime configuration's output difference in steps against its derived
+    tolerance, and how many quantizer codes differed from the simulation's (the tooltip explains)."""
     steps = parity.get("steps")
     if not isinstance(steps, dict):
         return ""
@@ -227,9 +238,11 @@ def _steps_text(parity: dict) -> str:
         q = analysis.get("quantizers") or {}
         flips = int(q.get("one_step_at_a_tie") or 0)
         other = int(q.get("one_step_elsewhere") or 0) + int(q.get("two_or_more") or 0)
-        parts.append(f"{label}: {analysis['max_steps']:.0f} of {analysis.get('tolerance_steps')} steps, "
-                     f"{flips:,} rounding flip{'s' if flips != 1 else ''}"
-                     + (f", <b>{other:,} codes off</b>" if other else ""))
+        parts.append(
+            f"{label}: {analysis['max_steps']:.0f} of {analysis.get('tolerance_steps')} steps, "
+            f"{flips:,} rounding flip{'s' if flips != 1 else ''}"
+            + (f", <b>{other:,} codes off</b>" if other else "")
+        )
     return "<br>" + " · ".join(parts) if parts else ""
 
 
@@ -240,12 +253,16 @@ def _count_text(value) -> str:
 
 
 def _accuracy_text(fmt: str, report: dict, parity_passed: bool) -> str:
-    """What the export's accuracy is: measured in onnxruntime for an int8 export, else what parity says of it (a
-    float export computes what PyTorch does, so it is measured only where quantization could change it)."""
+    """What the export's accuracy is: measured in onnxruntime for an int8 export, else what parity says of it
+    (a float export computes what PyTorch does, so it is measured only where quantization could change it)."""
     accuracy = report.get("accuracy") if isinstance(report.get("accuracy"), dict) else None
-    if accuracy and isinstance(accuracy.get("onnxruntime"), (int, float)) and isinstance(accuracy.get("metric"), dict):
-        # Another task's monitor (val MAE, mIoU, mean AP) under the same keys: in its own units, as the Quantization
-        # tab shows it, not as a percentage of accuracy.
+    if (
+        accuracy
+        and isinstance(accuracy.get("onnxruntime"), (int, float))
+        and isinstance(accuracy.get("metric"), dict)
+    ):
+        # Another task's monitor (val MAE, mIoU, mean AP) under the same keys: in its own units, as the
+        # Quantization tab shows it, not as a percentage of accuracy.
         measure = Measure.of(accuracy["metric"], accuracy.get("split"))
         text = f"{measure.axis}: onnxruntime {measure.text(accuracy['onnxruntime'])}"
         if isinstance(accuracy.get("simulated"), (int, float)):

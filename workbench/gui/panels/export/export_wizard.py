@@ -1,6 +1,6 @@
-"""The export wizard: source run (a finished training run, or for onnx_qdq a quantize run) → format and options →
-Export. Every field comes from ExportSpec and is checked by it (field_errors), so the wizard and `workbench export`
-agree; fields that do not apply to the chosen format are greyed out with the reason."""
+"""The export wizard: source run (a finished training run, or for onnx_qdq a quantize run) → format and
+options → Export. Every field comes from ExportSpec and is checked by it (field_errors), so the wizard and
+`workbench export` agree; fields that do not apply to the chosen format are greyed out with the reason."""
 
 from __future__ import annotations
 
@@ -15,24 +15,41 @@ from workbench.results import dig
 from workbench.specs import ExportSpec
 from workbench.task_ids import QUANT_TASK, is_training
 
-FORMAT_FIELDS = ["format", "script", "opset", "precision", "dynamic_batch", "verify", "parity_samples", "output",
-                 "device"]
+FORMAT_FIELDS = [
+    "format",
+    "script",
+    "opset",
+    "precision",
+    "dynamic_batch",
+    "verify",
+    "parity_samples",
+    "output",
+    "device",
+]
 FORMAT_ABOUT = {
-    "torchscript": "TorchScript (.pt): runs without the model's Python code, in C++ or mobile runtimes. Traced by "
-                   "default; tick “script” to keep data-dependent control flow.",
+    "torchscript": "TorchScript (.pt): runs without the model's Python code, in C++ or mobile runtimes. "
+    "Traced by default; tick “script” to keep data-dependent control flow.",
     "exported_program": "torch.export (.pt2): the full graph with its shapes, the input to AOTInductor and "
-                        "ExecuTorch.",
+    "ExecuTorch.",
     "onnx": "ONNX (.onnx): runs in onnxruntime and most inference engines.",
-    "onnx_qdq": "ONNX with QuantizeLinear/DequantizeLinear nodes from a quantize run's scales and zero points: "
-                "int8 inference in onnxruntime; its accuracy is compared with the quantize run's simulation.",
+    "onnx_qdq": "ONNX with QuantizeLinear/DequantizeLinear nodes from a quantize run's scales and zero "
+    "points: int8 inference in onnxruntime; its accuracy is compared with the quantize run's simulation.",
     "tensorrt": "A TensorRT engine via torch_tensorrt: the fastest on NVIDIA GPUs; needs CUDA and TensorRT.",
 }
 
 
 # Where SpecForm's label from the field's name reads poorly.
-LABELS = {"parity_samples": "Parity samples", "dynamic_batch": "Dynamic batch size", "output": "Output file",
-          "min_time_s": "Minimum time (s)", "iters": "Iterations", "warmup": "Warm-up iterations",
-          "threads": "CPU threads", "batch_sizes": "Batch sizes", "dtype": "Data type"}
+LABELS = {
+    "parity_samples": "Parity samples",
+    "dynamic_batch": "Dynamic batch size",
+    "output": "Output file",
+    "min_time_s": "Minimum time (s)",
+    "iters": "Iterations",
+    "warmup": "Warm-up iterations",
+    "threads": "CPU threads",
+    "batch_sizes": "Batch sizes",
+    "dtype": "Data type",
+}
 
 
 def relabel(form: SpecForm) -> None:
@@ -53,8 +70,11 @@ def run_text(entry: dict) -> str:
     quantize run, that it is one; id · what it is · model where no label was read."""
     if entry.get("label"):
         return entry["label"] + ("  ·  quantize run" if entry.get("task") == QUANT_TASK else "")
-    what = "quantized " + entry["scheme"] if entry.get("task") == QUANT_TASK and entry.get("scheme") else (
-        "quantize run" if entry.get("task") == QUANT_TASK else "training run")
+    what = (
+        "quantized " + entry["scheme"]
+        if entry.get("task") == QUANT_TASK and entry.get("scheme")
+        else ("quantize run" if entry.get("task") == QUANT_TASK else "training run")
+    )
     return "  ·  ".join(p for p in (entry["id"], what, entry.get("model", "")) if p)
 
 
@@ -124,8 +144,15 @@ class ExportWizard(QWizard):
     ExportSpec (None while something is wrong, `error` says what), kept up to date as fields change, so the
     wizard can be read without exec()."""
 
-    def __init__(self, runs: list[dict], *, source_run: str = "", start: dict | None = None, device: str = "",
-                 parent=None):
+    def __init__(
+        self,
+        runs: list[dict],
+        *,
+        source_run: str = "",
+        start: dict | None = None,
+        device: str = "",
+        parent=None,
+    ):
         super().__init__(parent)
         self.setWindowTitle("New export")
         self.setWizardStyle(QWizard.ModernStyle)
@@ -140,10 +167,13 @@ class ExportWizard(QWizard):
         self.start_data = data
         source_run = source_run or dig(data, "source", "run", default="")
         self.source_page = SourceRunPage(
-            runs, source_run, title="Source",
+            runs,
+            source_run,
+            title="Source",
             subtitle="The model to export: a finished training run (its best, else last, checkpoint), or a "
-                     "quantize run for an int8 ONNX model with QuantizeLinear/DequantizeLinear nodes.",
-            empty="No finished training run in this workspace yet: train one first (Ctrl+T).")
+            "quantize run for an int8 ONNX model with QuantizeLinear/DequantizeLinear nodes.",
+            empty="No finished training run in this workspace yet: train one first (Ctrl+T).",
+        )
         self.form = SpecForm(ExportSpec, FORMAT_FIELDS, data)
         relabel(self.form)
         self.form.widgets["output"].setPlaceholderText("empty: into the run's artifacts folder")
@@ -178,8 +208,12 @@ class ExportWizard(QWizard):
         fmt = self.form.value("format")
         self.form.set_applicable("script", fmt == "torchscript", "Only TorchScript is traced or scripted.")
         self.form.set_applicable("opset", fmt in ("onnx", "onnx_qdq"), "Only ONNX formats have an opset.")
-        self.form.set_applicable("precision", fmt == "tensorrt", "Only a TensorRT engine is built at a precision.")
-        self.form.set_applicable("parity_samples", self.form.value("verify"), "No parity check: “verify” is off.")
+        self.form.set_applicable(
+            "precision", fmt == "tensorrt", "Only a TensorRT engine is built at a precision."
+        )
+        self.form.set_applicable(
+            "parity_samples", self.form.value("verify"), "No parity check: “verify” is off."
+        )
         self.options_page.about.setText(FORMAT_ABOUT.get(fmt, ""))
 
     def rebuild(self, *args) -> ExportSpec | None:
@@ -188,11 +222,15 @@ class ExportWizard(QWizard):
         errors, general = field_errors(ExportSpec, data, [*FORMAT_FIELDS, "source.run"])
         task, fmt = self.source_page.task(), data.get("format")
         if "format" not in errors and is_training(task) and fmt == "onnx_qdq":
-            errors["format"] = ("format: onnx_qdq takes its scales and zero points from a quantize run; pick one "
-                                "on the Source page, or another format")
+            errors["format"] = (
+                "format: onnx_qdq takes its scales and zero points from a quantize run; pick one "
+                "on the Source page, or another format"
+            )
         elif "format" not in errors and task == QUANT_TASK and fmt != "onnx_qdq":
-            errors["format"] = (f"format: a quantize run exports as onnx_qdq; to export as {fmt}, pick its "
-                                "training run on the Source page")
+            errors["format"] = (
+                f"format: a quantize run exports as onnx_qdq; to export as {fmt}, pick its "
+                "training run on the Source page"
+            )
         self.form.set_errors(errors)
         self.options_page.set_has_errors(bool(errors))
         first = next(iter(errors.values()), general)

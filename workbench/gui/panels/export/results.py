@@ -1,6 +1,7 @@
 """Export and benchmark runs as the Export & Benchmark tab holds them: the report (its contract in
-workbench/specs/jobs.py's ExportSpec and BenchSpec) and, for a benchmark, each row's latency samples, filled live from
-the job's `bench/<backend>/<batch>:samples` arrays or read back from a finished run. No Qt, no torch."""
+workbench/specs/jobs.py's ExportSpec and BenchSpec) and, for a benchmark, each row's latency samples, filled
+live from the job's `bench/<backend>/<batch>:samples` arrays or read back from a finished run. No Qt, no
+torch."""
 
 from __future__ import annotations
 
@@ -29,8 +30,23 @@ RESULTS_ARRAY = "bench/results"  # the table so far, its rows (every status) in 
 RESULTS_FILE = "results.json"  # artifacts/results.json: the rows so far, kept by a cancelled job too
 MEASURED = ("done", "ok")  # a row's status when it was measured (the worker's engine says "ok")
 PERCENTILES = ("p50", "p90", "p99")
-CSV_COLUMNS = ("backend", "batch_size", "device", "dtype", "status", "reason", "p50_ms", "p90_ms", "p99_ms",
-               "mean_ms", "std_ms", "min_ms", "throughput_per_s", "peak_memory_bytes", "transfer_ms")
+CSV_COLUMNS = (
+    "backend",
+    "batch_size",
+    "device",
+    "dtype",
+    "status",
+    "reason",
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "mean_ms",
+    "std_ms",
+    "min_ms",
+    "throughput_per_s",
+    "peak_memory_bytes",
+    "transfer_ms",
+)
 
 
 def measured(row: dict) -> bool:
@@ -78,10 +94,18 @@ def sample_stats(samples: np.ndarray, batch_size: int) -> dict:
     if not samples.size:
         return {"latency_ms": {}, "throughput_per_s": None}
     p50, p90, p99 = np.percentile(samples, [50, 90, 99])
-    return {"latency_ms": {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(samples.mean()),
-                           "std": float(samples.std()), "min": float(samples.min())},
-            # at the median, as the worker reports it: one slow iteration does not move it
-            "throughput_per_s": batch_size * 1000.0 / float(p50) if p50 > 0 else None}
+    return {
+        "latency_ms": {
+            "p50": float(p50),
+            "p90": float(p90),
+            "p99": float(p99),
+            "mean": float(samples.mean()),
+            "std": float(samples.std()),
+            "min": float(samples.min()),
+        },
+        # at the median, as the worker reports it: one slow iteration does not move it
+        "throughput_per_s": batch_size * 1000.0 / float(p50) if p50 > 0 else None,
+    }
 
 
 def row_key(row: dict) -> str:
@@ -161,7 +185,7 @@ class BenchResults:
     live_rows: dict[str, dict] = field(default_factory=dict)  # rows measured so far, from the arrays
     error: str = ""
 
-    # -- filling in ----------------------------------------------------------------------------------------------
+    # -- filling in ------------------------------------------------------------------------------------------
     def add_array(self, name: str, array: np.ndarray, meta: dict) -> str | None:
         """Keep what the job sent: a `bench/<backend>/<batch>:samples` array (its row in `meta["row"]`, else
         computed from the samples), or `bench/results` (every row so far in `meta["rows"]`, unavailable ones
@@ -173,7 +197,7 @@ class BenchResults:
             return ""
         if not name.startswith(SAMPLES_PREFIX) or not name.endswith(SAMPLES_SUFFIX):
             return None
-        key = name[len(SAMPLES_PREFIX):-len(SAMPLES_SUFFIX)]
+        key = name[len(SAMPLES_PREFIX) : -len(SAMPLES_SUFFIX)]
         backend, _, batch = key.rpartition("/")
         given = meta.get("row") if isinstance(meta.get("row"), dict) else {}
         try:
@@ -182,16 +206,22 @@ class BenchResults:
             return None
         samples = np.asarray(array, dtype=np.float64).ravel()
         self.samples[key] = samples
-        row = {"backend": meta.get("backend", backend), "batch_size": batch_size,
-               "device": meta.get("device", self.spec.get("device", "")),
-               "dtype": meta.get("dtype", self.spec.get("dtype", "float32")), "status": "done", "reason": "",
-               "peak_memory_bytes": meta.get("peak_memory_bytes"), "transfer_ms": meta.get("transfer_ms")}
+        row = {
+            "backend": meta.get("backend", backend),
+            "batch_size": batch_size,
+            "device": meta.get("device", self.spec.get("device", "")),
+            "dtype": meta.get("dtype", self.spec.get("dtype", "float32")),
+            "status": "done",
+            "reason": "",
+            "peak_memory_bytes": meta.get("peak_memory_bytes"),
+            "transfer_ms": meta.get("transfer_ms"),
+        }
         row.update(sample_stats(samples, batch_size))
         row.update(given)
         self.live_rows[key] = row
         return key
 
-    # -- reading -------------------------------------------------------------------------------------------------
+    # -- reading ---------------------------------------------------------------------------------------------
     @property
     def backends(self) -> list[str]:
         return [str(b) for b in (self.spec.get("backends") or ["eager"])]
@@ -216,10 +246,18 @@ class BenchResults:
         for backend in self.backends:
             for batch in self.batch_sizes:
                 key = f"{backend}/{batch}"
-                rows.append(self.live_rows.get(key) or {
-                    "backend": backend, "batch_size": batch, "device": self.spec.get("device", ""),
-                    "dtype": self.spec.get("dtype", "float32"), "status": "pending",
-                    "reason": "Not measured yet", "latency_ms": {}})
+                rows.append(
+                    self.live_rows.get(key)
+                    or {
+                        "backend": backend,
+                        "batch_size": batch,
+                        "device": self.spec.get("device", ""),
+                        "dtype": self.spec.get("dtype", "float32"),
+                        "status": "pending",
+                        "reason": "Not measured yet",
+                        "latency_ms": {},
+                    }
+                )
         rows += [row for key, row in self.live_rows.items() if row not in rows]
         return rows
 
@@ -236,10 +274,14 @@ class BenchResults:
 
     def source_text(self) -> str:
         source = self.spec.get("source") or {}
-        return str(source.get("run") or source.get("file") or self.spec.get("artifact") or
-                   dig(self.spec, "model", "name", default=""))
+        return str(
+            source.get("run")
+            or source.get("file")
+            or self.spec.get("artifact")
+            or dig(self.spec, "model", "name", default="")
+        )
 
-    # -- from disk and out again ---------------------------------------------------------------------------------
+    # -- from disk and out again -----------------------------------------------------------------------------
     @classmethod
     def from_run(cls, run_dir: str | Path) -> BenchResults:
         """A benchmark run read back: report.json, spec.toml and artifacts/samples.npz (when present)."""
@@ -260,9 +302,13 @@ class BenchResults:
                         elif not name.startswith("__"):
                             results.samples[name] = np.asarray(data[name], dtype=np.float64)
             except (OSError, ValueError, KeyError) as exc:
-                raise WorkbenchError(f"Cannot read the latency samples of run {run_dir.name} ({path}): {exc}") from exc
+                raise WorkbenchError(
+                    f"Cannot read the latency samples of run {run_dir.name} ({path}): {exc}"
+                ) from exc
         if not results.reported_rows:  # a cancelled or failed job: the rows it finished, if it kept them
-            results.live_rows = {row_key(r): r for r in _saved_rows(run_dir / "artifacts" / RESULTS_FILE, rows_text)}
+            results.live_rows = {
+                row_key(r): r for r in _saved_rows(run_dir / "artifacts" / RESULTS_FILE, rows_text)
+            }
         return results
 
     def csv_text(self) -> str:
@@ -271,20 +317,34 @@ class BenchResults:
         writer.writerow(CSV_COLUMNS)
         for row in self.rows():
             latency = row.get("latency_ms") or {}
-            writer.writerow([row.get("backend", ""), row.get("batch_size", ""), row.get("device", ""),
-                             row.get("dtype", ""), row.get("status", ""), row.get("reason", "") or "",
-                             *(_csv_number(latency.get(k)) for k in ("p50", "p90", "p99", "mean", "std", "min")),
-                             _csv_number(row.get("throughput_per_s")), _csv_number(row.get("peak_memory_bytes")),
-                             _csv_number(row.get("transfer_ms"))])
+            writer.writerow(
+                [
+                    row.get("backend", ""),
+                    row.get("batch_size", ""),
+                    row.get("device", ""),
+                    row.get("dtype", ""),
+                    row.get("status", ""),
+                    row.get("reason", "") or "",
+                    *(_csv_number(latency.get(k)) for k in ("p50", "p90", "p99", "mean", "std", "min")),
+                    _csv_number(row.get("throughput_per_s")),
+                    _csv_number(row.get("peak_memory_bytes")),
+                    _csv_number(row.get("transfer_ms")),
+                ]
+            )
         return out.getvalue()
 
     def json_data(self) -> dict:
         return {"run_id": self.run_id, "run_dir": self.run_dir, "spec": self.spec, "results": self.rows()}
 
     def save(self, path: str | Path) -> Path:
-        """Write the rows as CSV (a .csv path) or JSON (anything else); raises WorkbenchError when it cannot."""
+        """Write the rows as CSV (a .csv path) or JSON (anything else); raises WorkbenchError when it
+        cannot."""
         path = Path(path)
-        text = self.csv_text() if path.suffix.lower() == ".csv" else json.dumps(self.json_data(), indent=2) + "\n"
+        text = (
+            self.csv_text()
+            if path.suffix.lower() == ".csv"
+            else json.dumps(self.json_data(), indent=2) + "\n"
+        )
         try:
             path.write_text(text, encoding="utf-8")
         except OSError as exc:

@@ -41,13 +41,19 @@ STATUS_COLUMN = 3
 BEST = QColor(46, 157, 74, 90)
 WORST = QColor(208, 52, 44, 90)
 GREYED = QColor("#8a8f98")
-STATUS_COLOURS = {"done": "#2e9d4a", "ok": "#2e9d4a", "failed": "#d0342c", "unavailable": "#8a8f98", "pending": "#8a8f98"}
+STATUS_COLOURS = {
+    "done": "#2e9d4a",
+    "ok": "#2e9d4a",
+    "failed": "#d0342c",
+    "unavailable": "#8a8f98",
+    "pending": "#8a8f98",
+}
 KEY_ROLE = Qt.UserRole + 1
 
 
 def best_and_worst(rows: list[dict]) -> dict[tuple[int, int], str]:
-    """{(row index, column): "best" | "worst"} for every numeric column: among the measured rows of one batch size
-    when some batch size has two or more of them, else across the column. Nothing is marked between equal
+    """{(row index, column): "best" | "worst"} for every numeric column: among the measured rows of one batch
+    size when some batch size has two or more of them, else across the column. Nothing is marked between equal
     values or in a column with fewer than two numbers."""
     done = [i for i, r in enumerate(rows) if measured(r)]
     by_batch: dict[object, list[int]] = {}
@@ -71,23 +77,31 @@ def best_and_worst(rows: list[dict]) -> dict[tuple[int, int], str]:
 
 
 def memory_unmeasured_reason(row: dict) -> str:
-    """Why a measured row has no peak memory (None, or 0 B: a probe that saw nothing), or "" when it has one."""
+    """Why a measured row has no peak memory (None, or 0 B: a probe that saw nothing), or "" when it has
+    one."""
     if not measured(row) or (finite_number(row.get("peak_memory_bytes")) and row["peak_memory_bytes"] > 0):
         return ""
     device = str(row.get("device") or "")
     if row.get("peak_memory_bytes") is None:
         return "this platform has no probe of the process's memory"
     if device.startswith("cuda"):
-        return (f"torch's counter of device memory saw nothing: {row.get('backend', 'this backend')} allocates with "
-                "its own allocator, which it does not count")
-    return ("the process's resident memory did not grow while this row ran: what it needed was already held (freed "
-            "by an earlier row, or kept by its runtime's own allocator), which this probe cannot tell apart")
+        return (
+            f"torch's counter of device memory saw nothing: {row.get('backend', 'this backend')} allocates "
+            "with its own allocator, which it does not count"
+        )
+    return (
+        "the process's resident memory did not grow while this row ran: what it needed was already held "
+        "(freed by an earlier row, or kept by its runtime's own allocator), which this probe cannot tell "
+        "apart"
+    )
 
 
 def row_tooltip(row: dict) -> str:
     latency = row.get("latency_ms") or {}
-    lines = [f"{row.get('backend', '?')}, batch {row.get('batch_size', '?')}, {row.get('dtype', '')} on "
-             f"{row.get('device', '') or '?'}"]
+    lines = [
+        f"{row.get('backend', '?')}, batch {row.get('batch_size', '?')}, {row.get('dtype', '')} on "
+        f"{row.get('device', '') or '?'}"
+    ]
     if not measured(row):
         lines.append(f"{row.get('status', '')}: {row.get('reason') or 'no reason given'}")
         return "\n".join(lines)
@@ -116,8 +130,10 @@ class BenchResultsTable(QTableWidget):
         header.setSectionResizeMode(QHeaderView.ResizeToContents)
         for column in (0, *range(FIRST_NUMERIC, len(COLUMNS))):  # the room left goes to the names and numbers
             header.setSectionResizeMode(column, QHeaderView.Stretch)
-        self.setToolTip("Green: the best value of its column among the backends at that batch size; red: the "
-                        "worst. Click a row to see its latency distribution.")
+        self.setToolTip(
+            "Green: the best value of its column among the backends at that batch size; red: the "
+            "worst. Click a row to see its latency distribution."
+        )
         self.itemSelectionChanged.connect(self._on_selection)
 
     def set_rows(self, rows: list[dict]) -> None:
@@ -136,20 +152,31 @@ class BenchResultsTable(QTableWidget):
     def _fill(self, index: int, row: dict) -> None:
         status = str(row.get("status", ""))
         tooltip = row_tooltip(row)
-        texts = [str(row.get("backend", "")), str(row.get("batch_size", "")), str(row.get("dtype", "")),
-                 "waiting…" if status == "pending" else status]
+        texts = [
+            str(row.get("backend", "")),
+            str(row.get("batch_size", "")),
+            str(row.get("dtype", "")),
+            "waiting…" if status == "pending" else status,
+        ]
         unmeasured = memory_unmeasured_reason(row)
-        texts += [(NOT_MEASURED if header == MEMORY_COLUMN and unmeasured else show(read(row))) if measured(row)
-                  else "—" for header, read, _, show in NUMERIC_COLUMNS]
+        texts += [
+            (NOT_MEASURED if header == MEMORY_COLUMN and unmeasured else show(read(row)))
+            if measured(row)
+            else "—"
+            for header, read, _, show in NUMERIC_COLUMNS
+        ]
         for column, text in enumerate(texts):
             item = QTableWidgetItem(text)
             item.setToolTip(tooltip)
-            if text == NOT_MEASURED and COLUMNS[column] == MEMORY_COLUMN:  # said in the cell, the reason on hover
+            # said in the cell, the reason on hover
+            if text == NOT_MEASURED and COLUMNS[column] == MEMORY_COLUMN:
                 item.setForeground(QBrush(GREYED))
                 font = QFont(item.font())
                 font.setItalic(True)
                 item.setFont(font)
-                item.setToolTip(f"{textwrap.fill(f'Peak memory not measured: {unmeasured}.', 72)}\n\n{tooltip}")
+                item.setToolTip(
+                    f"{textwrap.fill(f'Peak memory not measured: {unmeasured}.', 72)}\n\n{tooltip}"
+                )
             if column == 0:
                 item.setData(KEY_ROLE, row_key(row))
             if column >= FIRST_NUMERIC or column == 1:
@@ -167,8 +194,10 @@ class BenchResultsTable(QTableWidget):
                 font = QFont(item.font())
                 font.setBold(True)
                 item.setFont(font)
-                item.setToolTip(f"{'Best' if mark == 'best' else 'Worst'} {COLUMNS[column]} "
-                                f"{'at this batch size' if self._grouped() else 'of the run'}\n\n{tooltip}")
+                item.setToolTip(
+                    f"{'Best' if mark == 'best' else 'Worst'} {COLUMNS[column]} "
+                    f"{'at this batch size' if self._grouped() else 'of the run'}\n\n{tooltip}"
+                )
             self.setItem(index, column, item)
 
     def _grouped(self) -> bool:
@@ -176,7 +205,7 @@ class BenchResultsTable(QTableWidget):
         return len(batches) != len(set(batches))
 
     def mark(self, row: int, column: int) -> str:
-        """"best", "worst" or "" for a cell (what its colour means)."""
+        """ "best", "worst" or "" for a cell (what its colour means)."""
         return self.marks.get((row, column), "")
 
     def selected_key(self) -> str | None:

@@ -1,10 +1,11 @@
-"""The Graph tab: build a model's graph (`graph.build` on the worker) from a training run or a saved file, show
-it in Model Explorer (its own server process, started the first time the tab is shown), with the module table
-beside it, overlays with a legend, selection that follows between the two, and exports. A quantize run's per-layer
-SQNR is painted the same way (`show_quant_run`); a module picked while it shows asks for that layer's histogram.
+"""The Graph tab: build a model's graph (`graph.build` on the worker) from a training run or a saved file,
+show it in Model Explorer (its own server process, started the first time the tab is shown), with the module
+table beside it, overlays with a legend, selection that follows between the two, and exports. A quantize run's
+per-layer SQNR is painted the same way (`show_quant_run`); a module picked while it shows asks for that
+layer's histogram.
 
-A thin view: graphs come from the worker as run folders; jobs go out through the `submit` callable it is given.
-Never imports torch or model_explorer.
+A thin view: graphs come from the worker as run folders; jobs go out through the `submit` callable it is
+given. Never imports torch or model_explorer.
 """
 
 from __future__ import annotations
@@ -53,12 +54,16 @@ NO_OVERLAY = "none"
 # graph.build's overlays of a quantize run (`quant_run`), the one "Show on graph" colours by first
 QUANT_OVERLAYS = ("quant_weight_sqnr", "quant_activation_sqnr", "quant_doctor")
 DOCTOR_OVERLAY = "quant_doctor"  # a quantize run's doctor findings by severity: a click opens the finding
-CAPTURE_WORDS = {"export": "torch.export (strict)", "non_strict": "torch.export",
-                 "modules": "the module hierarchy (torch.export could not capture it)"}
+CAPTURE_WORDS = {
+    "export": "torch.export (strict)",
+    "non_strict": "torch.export",
+    "modules": "the module hierarchy (torch.export could not capture it)",
+}
 
 
 def read_graph_run(run_dir: str | Path) -> dict:
-    """The result a graph run wrote (its report.json), with the paths of its files fixed to where the run is now."""
+    """The result a graph run wrote (its report.json), with the paths of its files fixed to where the run is
+    now."""
     run_dir = Path(run_dir)
     report = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
     if report.get("status") != "done" or "modules" not in report:
@@ -75,16 +80,22 @@ def read_graph_run(run_dir: str | Path) -> dict:
 
 class GraphPanel(QWidget):
     status_message = Signal(str)
-    # (quantize run id, module name, "weight" or "activation"): a module was picked in the graph or the table while
-    # the graph is coloured by that run's SQNR; the Quantize tab opens that layer's histogram.
+    # (quantize run id, module name, "weight" or "activation"): a module was picked in the graph or the table
+    # while the graph is coloured by that run's SQNR; the Quantize tab opens that layer's histogram.
     quant_layer_requested = Signal(str, str, str)
     # (quantize run id, module name): a module picked while the graph shows that run's doctor findings; the
     # Quantize tab opens its finding.
     doctor_finding_requested = Signal(str, str)
 
-    def __init__(self, workspace, submit: Callable[[str, dict], object], parent=None, *,
-                 server_factory: Callable[[list], GraphServer] = GraphServer,
-                 view_factory: Callable[[], QWidget] = GraphView):
+    def __init__(
+        self,
+        workspace,
+        submit: Callable[[str, dict], object],
+        parent=None,
+        *,
+        server_factory: Callable[[list], GraphServer] = GraphServer,
+        view_factory: Callable[[], QWidget] = GraphView,
+    ):
         super().__init__(parent)
         self.store = RunStore(workspace)
         self.workspace = Path(workspace)
@@ -97,7 +108,8 @@ class GraphPanel(QWidget):
         self.node_module: dict[str, str] = {}  # graph node id -> module name
         self.module_node: dict[str, str] = {}  # module name -> the node selecting it shows
         self.jobs: set[str] = set()  # graph.build jobs this panel started
-        self.job_overlays: dict[str, tuple[str, ...]] = {}  # job id -> the overlays its graph is first coloured by
+        # job id -> the overlays its graph is first coloured by
+        self.job_overlays: dict[str, tuple[str, ...]] = {}
         self.job_sources: dict[str, str] = {}  # job id -> what it builds, in words: named again if it fails
         self._shown_once = False
         self._page_url = ""
@@ -118,8 +130,10 @@ class GraphPanel(QWidget):
         side = self._build_side()
         self._build_layout(bar, side)
         self._connect()
-        self._show_message("No graph yet: pick a training run under “Build from” and press Build graph, or open "
-                           "a saved .pt2 or .onnx file.")
+        self._show_message(
+            "No graph yet: pick a training run under “Build from” and press Build graph, or open "
+            "a saved .pt2 or .onnx file."
+        )
         self._update_buttons()
 
     def _build_bar(self) -> QHBoxLayout:
@@ -131,14 +145,17 @@ class GraphPanel(QWidget):
         self.source_combo.setMinimumContentsLength(24)
         self.source_combo.setToolTip("A training run: its model with its best (else last) checkpoint")
         self.build_button = QPushButton("Build graph")
-        self.build_button.setToolTip("Capture the chosen run's model with torch.export, count its parameters and "
-                                     "FLOPs, and show it")
+        self.build_button.setToolTip(
+            "Capture the chosen run's model with torch.export, count its parameters and FLOPs, and show it"
+        )
         self.file_button = QPushButton("Open file…")
         self.file_button.setToolTip("Show a saved ExportedProgram (.pt2) or an ONNX file")
         self.beside_combo = QComboBox()
         self.beside_combo.setMinimumContentsLength(20)
-        self.beside_combo.setToolTip("Another graph to show side by side with this one in Model Explorer's split "
-                                     "pane (FP32 beside quantized, before beside after a change)")
+        self.beside_combo.setToolTip(
+            "Another graph to show side by side with this one in Model Explorer's split "
+            "pane (FP32 beside quantized, before beside after a change)"
+        )
         self.export_json_button = QPushButton("Export graph JSON…")
         self.export_csv_button = QPushButton("Export table CSV…")
         bar = QHBoxLayout()
@@ -177,7 +194,9 @@ class GraphPanel(QWidget):
         self.search.setClearButtonEnabled(True)
         self.leaves_only = QCheckBox("Layers only")
         self.leaves_only.setChecked(True)
-        self.leaves_only.setToolTip("Hide modules that only contain others (their counts include their children's)")
+        self.leaves_only.setToolTip(
+            "Hide modules that only contain others (their counts include their children's)"
+        )
         self.model = ModuleTableItemModel(self)
         self.proxy = ModuleFilterProxy(self)
         self.proxy.setSourceModel(self.model)
@@ -190,7 +209,8 @@ class GraphPanel(QWidget):
         self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
         self.table.verticalHeader().hide()
         self.table.setAlternatingRowColors(True)
-        self.table.setTextElideMode(Qt.ElideMiddle)  # module paths differ at their ends: layer4.0.downsample.0
+        # module paths differ at their ends: layer4.0.downsample.0
+        self.table.setTextElideMode(Qt.ElideMiddle)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.Stretch)
         for column in range(1, 5):
@@ -198,7 +218,8 @@ class GraphPanel(QWidget):
         self.overlay_combo = QComboBox()
         self.overlay_combo.setToolTip("Colour the graph's nodes by a per-layer value")
         self.legend = OverlayLegend()
-        self.selection_value = QLabel()  # the picked module's value in the overlay shown (both SQNRs of a quant run)
+        # the picked module's value in the overlay shown (both SQNRs of a quant run)
+        self.selection_value = QLabel()
         self.selection_value.setWordWrap(True)
         self.selection_value.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.selection_value.hide()
@@ -224,7 +245,8 @@ class GraphPanel(QWidget):
         self.splitter.addWidget(side)
         self.splitter.setStretchFactor(0, 2)
         self.splitter.setStretchFactor(1, 1)
-        self.splitter.setSizes([900, 560])  # Model Explorer brings its own side panel: the page needs the room
+        # Model Explorer brings its own side panel: the page needs the room
+        self.splitter.setSizes([900, 560])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
         layout.addLayout(bar)
@@ -302,7 +324,8 @@ class GraphPanel(QWidget):
 
     # -- building --------------------------------------------------------------------------------
     def build_graph(self, spec: dict):
-        """Start `graph.build` on the worker; its graph shows when it is done. Returns the job record, or None."""
+        """Start `graph.build` on the worker; its graph shows when it is done. Returns the job record, or
+        None."""
         record = self.submit(GRAPH_TASK, spec)
         if record is None:
             self.info.setText("The worker cannot take the job now (see the log).")
@@ -310,12 +333,14 @@ class GraphPanel(QWidget):
         self.jobs.add(record.job_id)
         what = self._source_words(spec)
         self.job_sources[record.job_id] = what
-        self.info.setText(f"Building the graph of {what}… (capturing with torch.export, counting "
-                          "parameters and FLOPs)")
+        self.info.setText(
+            f"Building the graph of {what}… (capturing with torch.export, counting parameters and FLOPs)"
+        )
         return record
 
     def _source_words(self, spec: dict) -> str:
-        """What a graph.build spec builds, as the person picked it: the run as Build from names it, a file's name."""
+        """What a graph.build spec builds, as the person picked it: the run as Build from names it, a file's
+        name."""
         source = spec.get("source") or {}
         if source.get("run"):
             index = self.source_combo.findData(str(source["run"]))
@@ -330,7 +355,10 @@ class GraphPanel(QWidget):
         """After a build that failed, which graph the panel still shows: not the one just asked for."""
         if not self.graph:
             return ""
-        return f" The graph shown is still the earlier one of {short_model(self.graph.get('model') or '') or 'another model'}."
+        return (
+            " The graph shown is still the earlier one of "
+            f"{short_model(self.graph.get('model') or '') or 'another model'}."
+        )
 
     def build_graph_of_run(self, run: str, overlays: tuple[str, ...] = ()):
         """The graph of a training run (its id or folder): what the Training and Runs tabs' "Show graph" call;
@@ -344,17 +372,20 @@ class GraphPanel(QWidget):
         return record
 
     def show_quant_run(self, quant_run_id: str, source_run_id: str, first: tuple[str, ...] = ()):
-        """A quantize run's per-layer SQNR on the graph of the training run it quantized (the Quantize tab's "Show on
-        graph"): builds that graph with `quant_run` and, once it is shown, colours it by the weight SQNR (or by the
-        first overlay of `first` it has, such as DOCTOR_OVERLAY). Returns the job record, or None."""
+        """A quantize run's per-layer SQNR on the graph of the training run it quantized (the Quantize tab's
+        "Show on graph"): builds that graph with `quant_run` and, once it is shown, colours it by the weight
+        SQNR (or by the first overlay of `first` it has, such as DOCTOR_OVERLAY). Returns the job record, or
+        None."""
         spec: dict = {"quant_run": str(quant_run_id)}
         if source_run_id:
             spec["source"] = {"run": str(source_run_id)}
         record = self.build_graph(spec)
         if record is not None:
             self.job_overlays[record.job_id] = tuple(first) + QUANT_OVERLAYS
-            self.info.setText(f"Building the graph of {source_run_id or 'the quantized model'} with the per-layer "
-                              f"SQNR of {quant_run_id}…")
+            self.info.setText(
+                f"Building the graph of {source_run_id or 'the quantized model'} with the per-layer "
+                f"SQNR of {quant_run_id}…"
+            )
         return record
 
     def on_job_changed(self, record) -> None:
@@ -378,8 +409,9 @@ class GraphPanel(QWidget):
             self.build_graph_of_run(run)
 
     def _on_file_clicked(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open a saved model", str(self.workspace),
-                                              "Saved models (*.pt2 *.onnx);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open a saved model", str(self.workspace), "Saved models (*.pt2 *.onnx);;All files (*)"
+        )
         if path:
             self.build_graph({"source": {"file": path}})
 
@@ -390,8 +422,8 @@ class GraphPanel(QWidget):
             self.show_graph_run(run_dir)
 
     def show_graph_run(self, run_dir: str | Path, overlays: tuple[str, ...] = ()) -> bool:
-        """Show the graph a finished graph.build run wrote, coloured by the first of `overlays` it has (else the
-        overlay chosen before); False (and the reason, in the panel) if it cannot."""
+        """Show the graph a finished graph.build run wrote, coloured by the first of `overlays` it has (else
+        the overlay chosen before); False (and the reason, in the panel) if it cannot."""
         try:
             graph = read_graph_run(run_dir)
             nodes = json.loads(Path(graph["graph_json"]).read_text(encoding="utf-8"))["graphs"][0]["nodes"]
@@ -406,8 +438,10 @@ class GraphPanel(QWidget):
                 self.node_module[node["id"]] = module
                 self.module_node.setdefault(module, node["id"])  # a module's first op: where its work starts
         self.model.set_modules(graph["modules"])
-        self.table.sortByColumn(self.table.horizontalHeader().sortIndicatorSection(),
-                                self.table.horizontalHeader().sortIndicatorOrder())
+        self.table.sortByColumn(
+            self.table.horizontalHeader().sortIndicatorSection(),
+            self.table.horizontalHeader().sortIndicatorOrder(),
+        )
         index = self.graph_combo.findData(str(run_dir))
         if index >= 0:
             self.graph_combo.setCurrentIndex(index)
@@ -420,11 +454,15 @@ class GraphPanel(QWidget):
 
     def _describe(self, graph: dict) -> str:
         total, trainable = graph["params_total"], graph["params_trainable"]
-        params = f"{total:,} parameters" + (" (all trainable)" if total == trainable else f" ({trainable:,} trainable)")
+        params = f"{total:,} parameters" + (
+            " (all trainable)" if total == trainable else f" ({trainable:,} trainable)"
+        )
         capture = CAPTURE_WORDS.get(graph["capture"], graph["capture"])
         shape = "×".join(map(str, graph.get("input_shape") or [])) or "its saved input"
-        text = (f"<b>{graph.get('model', '')}</b> · {graph['nodes']} nodes · {params} · "
-                f"{flops_text(graph['flops'])}FLOPs per sample at {shape} · captured by {capture}")
+        text = (
+            f"<b>{graph.get('model', '')}</b> · {graph['nodes']} nodes · {params} · "
+            f"{flops_text(graph['flops'])}FLOPs per sample at {shape} · captured by {capture}"
+        )
         if graph["capture"] == "modules":
             text += f"<br><span style='color:#b35900'>{graph.get('capture_reason', '')}</span>"
         return text
@@ -498,8 +536,10 @@ class GraphPanel(QWidget):
             self.view = self.view_factory()
         except WebEngineUnavailable as exc:
             self.view = None
-            self.web_problem = (f"The graph cannot be drawn here: {exc}. Install PySide6-Addons (and, on Linux, "
-                                "libnss3) to see it. The module table, overlays' values and exports work without it.")
+            self.web_problem = (
+                f"The graph cannot be drawn here: {exc}. Install PySide6-Addons (and, on Linux, "
+                "libnss3) to see it. The module table, overlays' values and exports work without it."
+            )
             self._show_message(self.web_problem)
             return
         self.web_problem = ""
@@ -529,7 +569,9 @@ class GraphPanel(QWidget):
         if state == "ready":
             self._load_page()
         else:
-            self._show_message(f"The graph server stopped: {self.server.error}. The module table still works.")
+            self._show_message(
+                f"The graph server stopped: {self.server.error}. The module table still works."
+            )
 
     def _load_page(self) -> None:
         if not self.graph:
@@ -612,7 +654,8 @@ class GraphPanel(QWidget):
             self._select_in_graph(self.selected_module())
 
     def shutdown(self) -> None:
-        """Stop the graph server (the window calls this as it closes; the server also exits with the window)."""
+        """Stop the graph server (the window calls this as it closes; the server also exits with the
+        window)."""
         self._poll.stop()
         if self.server is not None:
             self.server.stop()
@@ -628,8 +671,9 @@ class GraphPanel(QWidget):
         for row in range(self.proxy.rowCount()):
             index = self.proxy.index(row, 0)
             if index.data(NAME_ROLE) == name:
-                self.table.selectionModel().select(index, QItemSelectionModel.ClearAndSelect |
-                                                   QItemSelectionModel.Rows)
+                self.table.selectionModel().select(
+                    index, QItemSelectionModel.ClearAndSelect | QItemSelectionModel.Rows
+                )
                 self.table.scrollTo(index)
                 return True
         return False
@@ -643,11 +687,14 @@ class GraphPanel(QWidget):
         self._select_in_graph(name)
 
     def _select_in_graph(self, name: str | None) -> None:
-        """Select the module's node in Model Explorer (its first op's, for a module without a node of its own)."""
+        """Select the module's node in Model Explorer (its first op's, for a module without a node of its
+        own)."""
         if self.view is None or name is None:
             return
         node = self.module_node.get(name) or next(
-            (node for node, module in self.node_module.items() if module.startswith(name + ".") or not name), None)
+            (node for node, module in self.node_module.items() if module.startswith(name + ".") or not name),
+            None,
+        )
         if node:
             self.view.select_node(node)
 
@@ -675,8 +722,9 @@ class GraphPanel(QWidget):
         if overlay.get("doctor"):
             self.doctor_finding_requested.emit(str(overlay["quant_run"]), module)
             return
-        tensor = overlay.get("tensor") or ("activation" if "activation" in self.overlay_combo.currentData()
-                                           else "weight")
+        tensor = overlay.get("tensor") or (
+            "activation" if "activation" in self.overlay_combo.currentData() else "weight"
+        )
         self.quant_layer_requested.emit(str(overlay["quant_run"]), module, tensor)
 
     def _show_selection_value(self, module: str | None = None) -> None:
@@ -692,7 +740,9 @@ class GraphPanel(QWidget):
         run = overlay.get("quant_run")
         if run:
             overlays = self.graph.get("overlay_index", {}).get("overlays", {})
-            entries = [overlays[m] for m in QUANT_OVERLAYS if overlays.get(m, {}).get("quant_run") == run] or entries
+            entries = [
+                overlays[m] for m in QUANT_OVERLAYS if overlays.get(m, {}).get("quant_run") == run
+            ] or entries
         parts = []
         for entry in entries:
             value = entry.get("values", {}).get(module)
@@ -720,14 +770,16 @@ class GraphPanel(QWidget):
         return str(self.workspace / f"{Path(self.graph['run_dir']).name}{suffix}")
 
     def _on_export_json_clicked(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export graph JSON", self._default_name("-graph.json"),
-                                              "Model Explorer graph (*.json)")
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export graph JSON", self._default_name("-graph.json"), "Model Explorer graph (*.json)"
+        )
         if path:
             self._export(self.export_graph_json, path)
 
     def _on_export_csv_clicked(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export module table", self._default_name("-modules.csv"),
-                                              "CSV (*.csv)")
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export module table", self._default_name("-modules.csv"), "CSV (*.csv)"
+        )
         if path:
             self._export(self.export_table_csv, path)
 

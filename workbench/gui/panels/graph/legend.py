@@ -1,4 +1,5 @@
-"""The overlay legend: the colour ramp of the metric the graph is coloured by, with its range and scale. No torch."""
+"""The overlay legend: the colour ramp of the metric the graph is coloured by, with its range and scale. No
+torch."""
 
 from __future__ import annotations
 

@@ -61,8 +61,13 @@ class ModuleTableItemModel(QAbstractTableModel):
                 return _volume(row["output_shape"]) if row["output_shape"] else -1
             return (row["name"], row["type"], None, row["params"], row["flops"])[column]
         if role == Qt.DisplayRole:
-            return (row["name"] or ROOT_LABEL, row["type"], shape_text(row["output_shape"]), f"{row['params']:,}",
-                    flops_text(row["flops"]))[column]
+            return (
+                row["name"] or ROOT_LABEL,
+                row["type"],
+                shape_text(row["output_shape"]),
+                f"{row['params']:,}",
+                flops_text(row["flops"]),
+            )[column]
         if role == Qt.ToolTipRole:
             if column == 0:  # the full path, which a narrow column elides
                 return row["name"] or ROOT_LABEL

@@ -29,11 +29,11 @@ BRIDGE_SCRIPT = """
   }, true);
 })();
 """
-# Model Explorer's side panel (node attributes, node-data statistics) takes half of the tab's graph area, and the
-# module table beside it already lists each layer, so each page opens with it folded (its own toggle), unless the
-# user opened it this session. The page counts as shown once it has folded (a 150 ms animation); then each pane
-# fits its graph to the wider area, as Model Explorer's own Zoom to fit (Space) does, unless a node is to be selected
-# (Model Explorer then zooms to that node).
+# Model Explorer's side panel (node attributes, node-data statistics) takes half of the tab's graph area, and
+# the module table beside it already lists each layer, so each page opens with it folded (its own toggle),
+# unless the user opened it this session. The page counts as shown once it has folded (a 150 ms animation);
+# then each pane fits its graph to the wider area, as Model Explorer's own Zoom to fit (Space) does, unless a
+# node is to be selected (Model Explorer then zooms to that node).
 FOLD_INFO_PANELS = """
 (function () {
   var toggles = document.querySelectorAll('info-panel .hide-toggle');
@@ -49,17 +49,21 @@ Object.values((window.me_test && window.me_test.renderers) || {}).forEach(functi
 });
 """
 SELECT_NODE = "model-explorer-select-node-by-node-id"
-# Model Explorer registers a pane's renderer under window.me_test (its own test hook) once the graph is laid out;
-# before that its postMessage commands find no graph and are dropped.
+# Model Explorer registers a pane's renderer under window.me_test (its own test hook) once the graph is laid
+# out; before that its postMessage commands find no graph and are dropped.
 GRAPH_SHOWN_CHECK = "!!(window.me_test && window.me_test.renderers && window.me_test.renderers[0])"
 GRAPH_POLL_MS = 250
 GRAPH_POLL_LIMIT = 240  # a minute: a large graph on a software renderer lays out slowly
-WEBGL_CHECK = ("(function () { var c = document.createElement('canvas');"
-               " return !!(c.getContext('webgl2') || c.getContext('webgl')); })()")
-NO_WEBGL = ("WebGL is unavailable in this window, so Model Explorer cannot draw the graph (no GPU driver, and the "
-            "software renderer is off). Start the workbench with QTWEBENGINE_CHROMIUM_FLAGS=\"--ignore-gpu-blocklist "
-            "--enable-unsafe-swiftshader --use-gl=angle --use-angle=swiftshader-webgl\". The module table works "
-            "without it.")
+WEBGL_CHECK = (
+    "(function () { var c = document.createElement('canvas');"
+    " return !!(c.getContext('webgl2') || c.getContext('webgl')); })()"
+)
+NO_WEBGL = (
+    "WebGL is unavailable in this window, so Model Explorer cannot draw the graph (no GPU driver, and the "
+    'software renderer is off). Start the workbench with QTWEBENGINE_CHROMIUM_FLAGS="--ignore-gpu-blocklist '
+    '--enable-unsafe-swiftshader --use-gl=angle --use-angle=swiftshader-webgl". The module table works '
+    "without it."
+)
 
 
 class WebEngineUnavailable(RuntimeError):
@@ -69,7 +73,8 @@ class WebEngineUnavailable(RuntimeError):
 def load_web_engine():
     """(QWebEngineView, QWebEnginePage, QWebEngineScript) classes, or WebEngineUnavailable saying why not."""
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        # Chromium aborts the whole process when it runs as root with its sandbox on; read when the engine starts.
+        # Chromium aborts the whole process when it runs as root with its sandbox on; read when the engine
+        # starts.
         os.environ.setdefault("QTWEBENGINE_DISABLE_SANDBOX", "1")
     try:
         from PySide6.QtWebEngineCore import QWebEnginePage, QWebEngineScript
@@ -110,7 +115,8 @@ class GraphView(QWidget):
         layout.addWidget(self.view)
         self.state = "empty"
         self.ready = False  # Model Explorer shows the graph (it takes postMessage commands now)
-        self.info_panel_shown = False  # Model Explorer's side panel: folded on each page until the user opens it
+        # Model Explorer's side panel: folded on each page until the user opens it
+        self.info_panel_shown = False
         self._selecting = ""  # a selection we asked for: its echo is not a user's click
         self._pending: list[dict] = []  # commands asked for before the graph was shown
         self._polls = 0
@@ -161,8 +167,10 @@ class GraphView(QWidget):
         self._folding.start()
 
     def _show_ready(self, fit: bool) -> None:
-        """The graph is shown: say so, then send what was asked for meanwhile (listeners of "ready" included)."""
-        self._set_state("ready", "")  # what listeners ask for now still queues: it is sent with the rest below
+        """The graph is shown: say so, then send what was asked for meanwhile (listeners of "ready"
+        included)."""
+        # what listeners ask for now still queues: it is sent with the rest below
+        self._set_state("ready", "")
         self.ready = True
         pending, self._pending = self._pending, []
         if fit and not any(message.get("cmd") == SELECT_NODE for message in pending):
@@ -190,12 +198,12 @@ class GraphView(QWidget):
     def _on_page_console(self, message: str) -> None:
         if not message.startswith(BRIDGE_PREFIX):
             return
-        event = message[len(BRIDGE_PREFIX):]
+        event = message[len(BRIDGE_PREFIX) :]
         if event == "info-panel-toggled":
             self.info_panel_shown = not self.info_panel_shown
             return
         if event.startswith("selected:"):
-            node_id = event[len("selected:"):]
+            node_id = event[len("selected:") :]
             if node_id == self._selecting:
                 self._selecting = ""
                 return

@@ -1,6 +1,6 @@
 """Per output channel, the weight range as a bar from min to max: before and after cross-layer equalization
-side by side (the CLE paper's Figure 6), or else each channel's quantization range. The legend stands beside the
-plot, so the bars take its whole height and none hides under it."""
+side by side (the CLE paper's Figure 6), or else each channel's quantization range. The legend stands beside
+the plot, so the bars take its whole height and none hides under it."""
 
 from __future__ import annotations
 
@@ -21,10 +21,12 @@ EMPTY = "Each output channel's weight range appears here, before and after cross
 NO_CHANNELS = "per-tensor weights: no per-channel ranges"
 BEFORE, AFTER = "#e8710a", IN_USE
 TICK_PIXELS = 36  # at least this far apart, channel numbers never run into each other
-TIPS = {"before CLE": "Each channel's weights from their min to their max, before cross-layer equalization",
-        "after CLE": "Each channel's weights from their min to their max after cross-layer equalization rescaled "
-                     "the channels, which evens their ranges out",
-        "quantizer range": "Each channel's clipping range as the quantizer uses it"}
+TIPS = {
+    "before CLE": "Each channel's weights from their min to their max, before cross-layer equalization",
+    "after CLE": "Each channel's weights from their min to their max after cross-layer equalization rescaled "
+    "the channels, which evens their ranges out",
+    "quantizer range": "Each channel's clipping range as the quantizer uses it",
+}
 MARGIN = 0.04  # of the values' span, above the highest bar and under the lowest (the legend stands beside)
 
 
@@ -49,10 +51,18 @@ class ChannelRangesPlot(PlotPanel):
     def set_ranges(self, arrays: TensorArrays) -> None:
         self.clear()
         if arrays.cle_ranges is not None and np.ndim(arrays.cle_ranges) == 3 and len(arrays.cle_ranges) >= 2:
-            series = [("before CLE", np.asarray(arrays.cle_ranges[0], dtype=float), BEFORE),
-                      ("after CLE", np.asarray(arrays.cle_ranges[1], dtype=float), AFTER)]
-            title = f"{arrays.layer} weight range per output channel, before and after cross-layer equalization"
-        elif arrays.channel_ranges is not None and np.ndim(arrays.channel_ranges) == 3 and len(arrays.channel_ranges):
+            series = [
+                ("before CLE", np.asarray(arrays.cle_ranges[0], dtype=float), BEFORE),
+                ("after CLE", np.asarray(arrays.cle_ranges[1], dtype=float), AFTER),
+            ]
+            title = (
+                f"{arrays.layer} weight range per output channel, before and after cross-layer equalization"
+            )
+        elif (
+            arrays.channel_ranges is not None
+            and np.ndim(arrays.channel_ranges) == 3
+            and len(arrays.channel_ranges)
+        ):
             method = f" ({arrays.chosen})" if arrays.chosen else ""
             series = [(f"quantizer range{method}", np.asarray(arrays.channel_ranges[0], dtype=float), IN_USE)]
             title = f"{arrays.layer} quantization range per output channel"
@@ -66,8 +76,9 @@ class ChannelRangesPlot(PlotPanel):
         for i, (name, ranges, colour) in enumerate(series):
             low, high = ranges[:, 0], ranges[:, 1]
             offset = (i - (len(series) - 1) / 2) * width  # side by side, centred on the channel
-            bar = pg.BarGraphItem(x=x + offset, y0=low, height=high - low, width=width * 0.9,
-                                  brush=brush(colour, 200), pen=None)
+            bar = pg.BarGraphItem(
+                x=x + offset, y0=low, height=high - low, width=width * 0.9, brush=brush(colour, 200), pen=None
+            )
             self.plot.addItem(bar)
             self.bars[name] = bar
             self.add_legend_bars(name, brush(colour, 200), tooltip=TIPS.get(name.split(" (")[0], ""))
@@ -96,7 +107,7 @@ class ChannelRangesPlot(PlotPanel):
         x0, x1 = view.viewRange()[0]
         per_channel = view.width() / max(x1 - x0, 1e-9)
         needed = TICK_PIXELS / per_channel if per_channel > 0 else self.channels
-        step = next(m * 10 ** e for e in range(7) for m in (1, 2, 5) if m * 10 ** e >= needed)
+        step = next(m * 10**e for e in range(7) for m in (1, 2, 5) if m * 10**e >= needed)
         self.plot.getAxis("bottom").setTicks([[(float(c), str(c)) for c in range(0, self.channels, step)]])
 
     def _mark_quantizer_range(self, arrays: TensorArrays, x: np.ndarray) -> None:
@@ -106,9 +117,21 @@ class ChannelRangesPlot(PlotPanel):
         if ranges.shape[0] != len(x):
             return
         tick = pen(CLIPPING, 1.6)
-        points = pg.ScatterPlotItem(x=np.concatenate([x, x]), y=np.concatenate([ranges[:, 0], ranges[:, 1]]),
-                                    symbol="_", size=10, pen=tick, brush=brush(CLIPPING))
+        points = pg.ScatterPlotItem(
+            x=np.concatenate([x, x]),
+            y=np.concatenate([ranges[:, 0], ranges[:, 1]]),
+            symbol="_",
+            size=10,
+            pen=tick,
+            brush=brush(CLIPPING),
+        )
         self.plot.addItem(points)
         self.marks = points
-        self.add_legend_marker(f"quantizer range ({arrays.chosen or 'in use'})", "_", 10, tick, brush(CLIPPING),
-                               "Where the quantizer clips each channel: its range's lo and hi")
+        self.add_legend_marker(
+            f"quantizer range ({arrays.chosen or 'in use'})",
+            "_",
+            10,
+            tick,
+            brush(CLIPPING),
+            "Where the quantizer clips each channel: its range's lo and hi",
+        )

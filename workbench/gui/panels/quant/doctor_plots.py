@@ -1,6 +1,6 @@
-"""A doctor finding's evidence, drawn by its cause: per-channel range bars with the widest picked out, the concat
-inputs' ranges as horizontal bars, a histogram with its clip lines, per-channel bias error; any other cause as a
-small table of its numbers. Plots zoom and pan as every plot of the tab does."""
+"""A doctor finding's evidence, drawn by its cause: per-channel range bars with the widest picked out, the
+concat inputs' ranges as horizontal bars, a histogram with its clip lines, per-channel bias error; any other
+cause as a small table of its numbers. Plots zoom and pan as every plot of the tab does."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from PySide6.QtWidgets import QHeaderView, QStackedWidget, QTableWidget, QTableW
 
 from workbench.gui.panels.quant.plot_panel import CLIPPING, IN_USE, NEUTRAL, PlotPanel, brush, pen
 
-EMPTY = "Pick a finding: its evidence (channel ranges, the concat inputs' ranges, the histogram) appears here."
+EMPTY = (
+    "Pick a finding: its evidence (channel ranges, the concat inputs' ranges, the histogram) appears here."
+)
 HIGHLIGHT = CLIPPING  # the channels or the input the finding is about, in the tab's "this hurts" red
 HISTOGRAM_CAUSES = ("clipping", "weight_outliers")
 
@@ -27,8 +29,11 @@ def _numbers(values) -> np.ndarray:
 
 
 def _number(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value) else None
+    return (
+        float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        else None
+    )
 
 
 class EvidencePlot(PlotPanel):
@@ -48,20 +53,39 @@ class EvidencePlot(PlotPanel):
         self.plot.getAxis("left").setTicks(None)
         self.plot.getAxis("bottom").setTicks(None)
 
-    def _bars(self, x: np.ndarray, heights: np.ndarray, highlighted: list[int], names: tuple[str, str],
-              tips: tuple[str, str], y0=0.0) -> None:
+    def _bars(
+        self,
+        x: np.ndarray,
+        heights: np.ndarray,
+        highlighted: list[int],
+        names: tuple[str, str],
+        tips: tuple[str, str],
+        y0=0.0,
+    ) -> None:
         """Bars at `x`, the `highlighted` ones in red, each group with its legend row."""
         mask = np.zeros(len(x), dtype=bool)
         mask[[i for i in highlighted if 0 <= i < len(x)]] = True
-        for chosen, colour, name, tip in ((~mask, IN_USE, names[0], tips[0]), (mask, HIGHLIGHT, names[1], tips[1])):
+        for chosen, colour, name, tip in (
+            (~mask, IN_USE, names[0], tips[0]),
+            (mask, HIGHLIGHT, names[1], tips[1]),
+        ):
             if chosen.any():
                 base = y0[chosen] if isinstance(y0, np.ndarray) else y0
-                self.plot.addItem(pg.BarGraphItem(x=x[chosen], y0=base, height=heights[chosen], width=0.8,
-                                                  brush=brush(colour, 210), pen=None))
+                self.plot.addItem(
+                    pg.BarGraphItem(
+                        x=x[chosen],
+                        y0=base,
+                        height=heights[chosen],
+                        width=0.8,
+                        brush=brush(colour, 210),
+                        pen=None,
+                    )
+                )
                 self.add_legend_bars(name, brush(colour, 210), tooltip=tip)
 
     def show_channels(self, layer: str, evidence: dict) -> bool:
-        """outlier_channels: a bar per channel's range, the widest in red, the max/median ratio in the title."""
+        """outlier_channels: a bar per channel's range, the widest in red, the max/median ratio in the
+        title."""
         ranges = _numbers(evidence.get("ranges"))
         if not ranges.size:
             return False
@@ -69,20 +93,32 @@ class EvidencePlot(PlotPanel):
         widest = [int(i) for i in evidence.get("channels") or [] if isinstance(i, (int, float))]
         ratio = _number(evidence.get("ratio"))
         axis = "input" if evidence.get("axis") == 1 else "output"
-        self._bars(np.arange(len(ranges), dtype=float), ranges, widest, ("channel range", "widest channels"),
-                   ("Each channel's range (max |x|, or hi − lo)",
-                    "The channels that set the per-tensor range: every other channel gets few of its codes"))
+        self._bars(
+            np.arange(len(ranges), dtype=float),
+            ranges,
+            widest,
+            ("channel range", "widest channels"),
+            (
+                "Each channel's range (max |x|, or hi − lo)",
+                "The channels that set the per-tensor range: every other channel gets few of its codes",
+            ),
+        )
         self.set_axis("left", "range", "plain")
         self.set_axis("bottom", f"{axis} channel", "plain")
-        self.set_title(f"{layer}: range per {axis} channel" + (f" · widest / median {ratio:.1f}×" if ratio else ""))
+        self.set_title(
+            f"{layer}: range per {axis} channel" + (f" · widest / median {ratio:.1f}×" if ratio else "")
+        )
         self.kind, self.values, self.highlighted = "channels", ranges, widest
         self.finish()
         return True
 
     def show_inputs(self, layer: str, evidence: dict) -> bool:
         """mixed_range_concat: one horizontal bar per input over [lo, hi]; the narrowest in red."""
-        inputs = [i for i in evidence.get("inputs") or [] if isinstance(i, dict)
-                  and _number(i.get("lo")) is not None and _number(i.get("hi")) is not None]
+        inputs = [
+            i
+            for i in evidence.get("inputs") or []
+            if isinstance(i, dict) and _number(i.get("lo")) is not None and _number(i.get("hi")) is not None
+        ]
         if not inputs:
             return False
         self.clear()
@@ -91,16 +127,31 @@ class EvidencePlot(PlotPanel):
         narrow = int(np.argmin(hi - lo))
         y = np.arange(len(inputs), dtype=float)
         for chosen, colour, name, tip in (
-                (y != narrow, IN_USE, "input range", "An input's range [lo, hi] as calibration saw it"),
-                (y == narrow, HIGHLIGHT, "narrowest input",
-                 "Shares one grid with the wider input, so it gets only a few of its codes")):
+            (y != narrow, IN_USE, "input range", "An input's range [lo, hi] as calibration saw it"),
+            (
+                y == narrow,
+                HIGHLIGHT,
+                "narrowest input",
+                "Shares one grid with the wider input, so it gets only a few of its codes",
+            ),
+        ):
             if chosen.any():
-                self.plot.addItem(pg.BarGraphItem(x0=lo[chosen], width=(hi - lo)[chosen], y=y[chosen], height=0.6,
-                                                  brush=brush(colour, 210), pen=None))
+                self.plot.addItem(
+                    pg.BarGraphItem(
+                        x0=lo[chosen],
+                        width=(hi - lo)[chosen],
+                        y=y[chosen],
+                        height=0.6,
+                        brush=brush(colour, 210),
+                        pen=None,
+                    )
+                )
                 self.add_legend_bars(name, brush(colour, 210), tooltip=tip)
         names = [str(i.get("name") or f"input {n}") for n, i in enumerate(inputs)]
         self.plot.getAxis("left").setTicks([[(float(n), name) for n, name in enumerate(names)]])
-        self.plot.addItem(pg.InfiniteLine(0.0, angle=90, movable=False, pen=pen(NEUTRAL, 1.0)), ignoreBounds=True)
+        self.plot.addItem(
+            pg.InfiniteLine(0.0, angle=90, movable=False, pen=pen(NEUTRAL, 1.0)), ignoreBounds=True
+        )
         self.set_axis("left", "input", "plain")
         self.set_axis("bottom", "value", "plain")
         op = str(evidence.get("op") or "cat")
@@ -117,25 +168,38 @@ class EvidencePlot(PlotPanel):
         return True
 
     def show_histogram(self, layer: str, cause: str, evidence: dict) -> bool:
-        """clipping / weight_outliers: the values' histogram (when sent) with the clip lines, or the max and the
-        99.9th percentile of |w| as two bars."""
+        """clipping / weight_outliers: the values' histogram (when sent) with the clip lines, or the max and
+        the 99.9th percentile of |w| as two bars."""
         histogram = evidence.get("histogram") or {}
         edges, counts = _numbers(histogram.get("edges")), _numbers(histogram.get("counts"))
         if len(counts) and len(edges) > len(counts) + 1:
             # Bins merged by a stride can repeat the last edge: the first len(counts) edges and the last one.
-            edges = np.append(edges[:len(counts)], edges[-1])
+            edges = np.append(edges[: len(counts)], edges[-1])
         self.clear()
         if len(edges) == len(counts) + 1 and len(counts):
-            self.plot.addItem(pg.PlotDataItem(edges, counts, stepMode="center", fillLevel=0,
-                                              brush=brush(IN_USE, 120), pen=pen(IN_USE, 1.2)))
+            self.plot.addItem(
+                pg.PlotDataItem(
+                    edges,
+                    counts,
+                    stepMode="center",
+                    fillLevel=0,
+                    brush=brush(IN_USE, 120),
+                    pen=pen(IN_USE, 1.2),
+                )
+            )
             self.add_legend_bars("values", brush(IN_USE, 120), tooltip="How many values fall in each bin")
             self.set_axis("left", "count", "plain")
             self.set_axis("bottom", "value", "plain")
             self.values = counts
         elif cause == "weight_outliers" and _number(evidence.get("max")) is not None:
             heights = np.array([_number(evidence.get("p999")) or 0.0, float(evidence["max"])])
-            self._bars(np.arange(2, dtype=float), heights, [1], ("99.9th percentile |w|", "largest |w|"),
-                       ("All but one weight in a thousand are within this", "The outlier that stretches the grid"))
+            self._bars(
+                np.arange(2, dtype=float),
+                heights,
+                [1],
+                ("99.9th percentile |w|", "largest |w|"),
+                ("All but one weight in a thousand are within this", "The outlier that stretches the grid"),
+            )
             self.plot.getAxis("bottom").setTicks([[(0.0, "p99.9 |w|"), (1.0, "max |w|")]])
             self.set_axis("left", "|w|", "plain")
             self.set_axis("bottom", "", "plain")
@@ -143,18 +207,28 @@ class EvidencePlot(PlotPanel):
         else:
             return False
         # The clip lines on a histogram of values; on the two |w| bars they would stand at meaningless x.
-        lines = [v for v in (_number(evidence.get("lo")), _number(evidence.get("hi"))) if v is not None] \
-            if len(counts) else []
+        lines = (
+            [v for v in (_number(evidence.get("lo")), _number(evidence.get("hi"))) if v is not None]
+            if len(counts)
+            else []
+        )
         for value in lines:
-            self.plot.addItem(pg.InfiniteLine(value, angle=90, movable=False, pen=pen(CLIPPING, 1.8, Qt.DashLine)))
+            self.plot.addItem(
+                pg.InfiniteLine(value, angle=90, movable=False, pen=pen(CLIPPING, 1.8, Qt.DashLine))
+            )
         if lines:
-            self.add_legend_line("clipping range", pen(CLIPPING, 1.8, Qt.DashLine),
-                                 "Values beyond these lines are clipped to them")
+            self.add_legend_line(
+                "clipping range",
+                pen(CLIPPING, 1.8, Qt.DashLine),
+                "Values beyond these lines are clipped to them",
+            )
         words = [f"{layer}: {'clipping' if cause == 'clipping' else 'weight outliers'}"]
         clip, rounding = _number(evidence.get("clip_share")), _number(evidence.get("round_share"))
         if clip is not None:
-            words.append(f"clipping {clip:.0%} of the error" + (f", rounding {rounding:.0%}" if rounding is not None
-                                                                 else ""))
+            words.append(
+                f"clipping {clip:.0%} of the error"
+                + (f", rounding {rounding:.0%}" if rounding is not None else "")
+            )
         ratio = _number(evidence.get("ratio"))
         if cause == "weight_outliers" and ratio:
             words.append(f"max / p99.9 {ratio:.1f}×")
@@ -171,10 +245,19 @@ class EvidencePlot(PlotPanel):
         self.clear()
         worst = evidence.get("worst_channel")
         worst = [int(worst)] if isinstance(worst, (int, float)) else [int(np.argmax(np.abs(errors)))]
-        self._bars(np.arange(len(errors), dtype=float), errors, worst, ("mean error", "worst channel"),
-                   ("A channel's mean quantized − float output: a shift bias correction removes",
-                    "The channel whose output moved most"))
-        self.plot.addItem(pg.InfiniteLine(0.0, angle=0, movable=False, pen=pen(NEUTRAL, 1.0)), ignoreBounds=True)
+        self._bars(
+            np.arange(len(errors), dtype=float),
+            errors,
+            worst,
+            ("mean error", "worst channel"),
+            (
+                "A channel's mean quantized − float output: a shift bias correction removes",
+                "The channel whose output moved most",
+            ),
+        )
+        self.plot.addItem(
+            pg.InfiniteLine(0.0, angle=0, movable=False, pen=pen(NEUTRAL, 1.0)), ignoreBounds=True
+        )
         self.set_axis("left", "mean error", "plain")
         self.set_axis("bottom", "output channel", "plain")
         self.set_title(f"{layer}: mean output error per channel (quantized − float)")
@@ -187,7 +270,9 @@ def _cell(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, list):
-        text = ", ".join(_cell(v) if not isinstance(v, list) else " – ".join(map(_cell, v)) for v in value[:12])
+        text = ", ".join(
+            _cell(v) if not isinstance(v, list) else " – ".join(map(_cell, v)) for v in value[:12]
+        )
         return text + (" …" if len(value) > 12 else "")
     return str(value)
 

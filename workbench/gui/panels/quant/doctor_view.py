@@ -1,6 +1,6 @@
-"""The Quantization tab's Doctor view: a quantize run's findings, worst first, each with its evidence plot, the fixes
-tried and their measured gain; "Try fix" and "Apply all" ask for a new quantize run with the doctor applying fixes,
-and a run that applied some shows each layer's SQNR and the monitor before and after."""
+"""The Quantization tab's Doctor view: a quantize run's findings, worst first, each with its evidence plot,
+the fixes tried and their measured gain; "Try fix" and "Apply all" ask for a new quantize run with the doctor
+applying fixes, and a run that applied some shows each layer's SQNR and the monitor before and after."""
 
 from __future__ import annotations
 
@@ -29,21 +29,33 @@ from workbench.gui.panels.quant.metric import Measure
 from workbench.specs.jobs import DOCTOR_FIXES
 
 COLUMNS = ("Severity", "Layer", "Tensor", "Cause", "Fix", "Gain", "Monitor gain")
-COLUMN_TIPS = ("How much this layer costs: dB of logit SQNR (or the monitor's drop) it takes away",
-               "The layer (module name) the finding is about", "Its weight or its output activation",
-               "Why it loses precision", "The fix that measured best for it",
-               "Logit SQNR the best fix gained, measured by applying it and quantizing again",
-               "What the best fix did to the run's monitor (accuracy, mIoU, …), measured the same way")
+COLUMN_TIPS = (
+    "How much this layer costs: dB of logit SQNR (or the monitor's drop) it takes away",
+    "The layer (module name) the finding is about",
+    "Its weight or its output activation",
+    "Why it loses precision",
+    "The fix that measured best for it",
+    "Logit SQNR the best fix gained, measured by applying it and quantizing again",
+    "What the best fix did to the run's monitor (accuracy, mIoU, …), measured the same way",
+)
 FINDING_ROLE = Qt.UserRole + 1
 FINDING_ROWS = 5  # findings in view above the evidence at first; a person drags the splitter for more
-CAUSES = {"outlier_channels": "outlier channels", "mixed_range_concat": "mixed-range concat",
-          "weight_outliers": "weight outliers", "clipping": "clipping", "bias_shift": "bias shift",
-          "low_bits_sensitive": "sensitive at low bits", "relu6_blocks_cle": "ReLU6 blocks CLE",
-          "backend_mismatch": "backend mismatch"}
-EMPTY_TEXT = ("<h3>No doctor findings in this run</h3><p>The doctor diagnoses each layer after the ladder: why it "
-              "loses precision, the fixes for it, each tried by quantizing again and measured.</p><p>Turn it on in "
-              "the quantization wizard (Pipeline steps: <b>Doctor: diagnose after the ladder</b>), or on the command "
-              "line with <code>workbench quantize … --set doctor.enabled=true</code>; then quantize again.</p>")
+CAUSES = {
+    "outlier_channels": "outlier channels",
+    "mixed_range_concat": "mixed-range concat",
+    "weight_outliers": "weight outliers",
+    "clipping": "clipping",
+    "bias_shift": "bias shift",
+    "low_bits_sensitive": "sensitive at low bits",
+    "relu6_blocks_cle": "ReLU6 blocks CLE",
+    "backend_mismatch": "backend mismatch",
+}
+EMPTY_TEXT = (
+    "<h3>No doctor findings in this run</h3><p>The doctor diagnoses each layer after the ladder: why it "
+    "loses precision, the fixes for it, each tried by quantizing again and measured.</p><p>Turn it on in "
+    "the quantization wizard (Pipeline steps: <b>Doctor: diagnose after the ladder</b>), or on the command "
+    "line with <code>workbench quantize … --set doctor.enabled=true</code>; then quantize again.</p>"
+)
 SEVERE = "#d93a3a"  # the worst finding's severity cell; lighter ones fade towards the table's own background
 
 
@@ -63,8 +75,8 @@ def can_try(finding: dict) -> bool:
 
 
 def doctor_spec(spec: dict, fixes: list[str]) -> dict:
-    """`spec` (a quantize run's) to run again with the doctor on and applying `fixes` (empty: every finding whose
-    measured gain is positive)."""
+    """`spec` (a quantize run's) to run again with the doctor on and applying `fixes` (empty: every finding
+    whose measured gain is positive)."""
     data = copy.deepcopy(spec)
     data["doctor"] = {**(data.get("doctor") or {}), "enabled": True, "apply": True, "fixes": list(fixes)}
     return data
@@ -82,8 +94,8 @@ def db_text(value, signed: bool = True) -> str:
 
 
 class DoctorView(QWidget):
-    """`set_doctor(doctor, metric, done)` shows a run's `doctor` block (None: the empty state); `findings` holds
-    them in the table's order. Try fix emits the finding, Apply all asks for every verified fix."""
+    """`set_doctor(doctor, metric, done)` shows a run's `doctor` block (None: the empty state); `findings`
+    holds them in the table's order. Try fix emits the finding, Apply all asks for every verified fix."""
 
     try_fix_requested = Signal(dict)  # the finding whose fix to run as a job
     apply_all_requested = Signal()
@@ -102,7 +114,8 @@ class DoctorView(QWidget):
         self.empty.setToolTip("The doctor is off for this run")
         self.pages.addWidget(self.empty)
         content = self._build_content()
-        # No minimum of its own: a short tab squeezes the evidence rather than taking height from the layer table.
+        # No minimum of its own: a short tab squeezes the evidence rather than taking height from the layer
+        # table.
         content.setMinimumSize(1, 1)
         self.pages.addWidget(content)
         layout = QVBoxLayout(self)
@@ -115,16 +128,21 @@ class DoctorView(QWidget):
         self.header = QLabel()
         self.header.setWordWrap(True)
         self.header.setTextFormat(Qt.RichText)
-        self.header.setToolTip("The run's logit SQNR and monitor as quantized, and after the fixes it applied")
+        self.header.setToolTip(
+            "The run's logit SQNR and monitor as quantized, and after the fixes it applied"
+        )
         self.apply_button = QPushButton("Apply all")
-        self.apply_button.setToolTip("Quantize again with the doctor applying every fix that measurably helped: a "
-                                     "new run with a doctor rung on its ladder")
+        self.apply_button.setToolTip(
+            "Quantize again with the doctor applying every fix that measurably helped: a "
+            "new run with a doctor rung on its ladder"
+        )
         top = QHBoxLayout()
         top.addWidget(self.header, 1)
         top.addWidget(self.apply_button, 0, Qt.AlignTop)
-        self.applied_table = self._table(("Layer", "Fix", "What it changed", "Logit SQNR before → after"),
-                                         "The fixes this run applied, in order, and the model's logit SQNR before "
-                                         "and after each")
+        self.applied_table = self._table(
+            ("Layer", "Fix", "What it changed", "Logit SQNR before → after"),
+            "The fixes this run applied, in order, and the model's logit SQNR before and after each",
+        )
         self.table = self._table(COLUMNS, "The findings, worst first: click one for its evidence and fixes")
         for column, tip in enumerate(COLUMN_TIPS):
             self.table.horizontalHeaderItem(column).setToolTip(tip)
@@ -133,14 +151,17 @@ class DoctorView(QWidget):
         self.summary.setTextFormat(Qt.RichText)
         self.summary.setToolTip("What the doctor found for the selected layer, and what its fix does")
         self.evidence = EvidenceView()
-        self.tried = self._table(("Fix tried", "Logit SQNR", "Monitor"),
-                                 "Every fix tried for this finding, with what it measured after quantizing again")
+        self.tried = self._table(
+            ("Fix tried", "Logit SQNR", "Monitor"),
+            "Every fix tried for this finding, with what it measured after quantizing again",
+        )
         # The fix's name takes the width the numbers leave: no horizontal scroll bar in a narrow column.
         self.tried.horizontalHeader().setStretchLastSection(False)
         self.tried.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
         self.try_button = QPushButton("Try fix")
-        self.try_button.setToolTip("Quantize again with only this finding's fix applied, to see its before and "
-                                   "after (a new run)")
+        self.try_button.setToolTip(
+            "Quantize again with only this finding's fix applied, to see its before and after (a new run)"
+        )
         self.result = QLabel()
         self.result.setWordWrap(True)
         self.result.setTextFormat(Qt.RichText)
@@ -161,7 +182,8 @@ class DoctorView(QWidget):
         self.splitter = QSplitter(Qt.Vertical)
         self.splitter.addWidget(self.table)
         self.splitter.addWidget(detail)
-        # The findings take the rows they need (up to FINDING_ROWS); the evidence takes the rest and never collapses.
+        # The findings take the rows they need (up to FINDING_ROWS); the evidence takes the rest and never
+        # collapses.
         self.splitter.setCollapsible(1, False)
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
@@ -229,22 +251,33 @@ class DoctorView(QWidget):
         name = html.escape(self._monitor_name())
         parts = [f"<b>{len(self.findings)} finding{'s' if len(self.findings) != 1 else ''}</b>"]
         if self.doctor.get("skipped"):
-            parts.append(f"<span style='color:#b9770e'>the doctor tried nothing: "
-                         f"{html.escape(str(self.doctor['skipped']))}</span>")
+            parts.append(
+                f"<span style='color:#b9770e'>the doctor tried nothing: "
+                f"{html.escape(str(self.doctor['skipped']))}</span>"
+            )
         if baseline:
-            parts.append(f"baseline: logit SQNR {db_text(baseline.get('sqnr_db'), False)}, {name} "
-                         f"{self.monitor_text(baseline.get('monitor'))}")
+            parts.append(
+                f"baseline: logit SQNR {db_text(baseline.get('sqnr_db'), False)}, {name} "
+                f"{self.monitor_text(baseline.get('monitor'))}"
+            )
         if after:
-            parts.append(f"after the fixes: logit SQNR <b>{db_text(after.get('sqnr_db'), False)}</b>, {name} "
-                         f"<b>{self.monitor_text(after.get('monitor'))}</b>")
+            parts.append(
+                f"after the fixes: logit SQNR <b>{db_text(after.get('sqnr_db'), False)}</b>, {name} "
+                f"<b>{self.monitor_text(after.get('monitor'))}</b>"
+            )
         return " · ".join(parts)
 
     def _fill_applied(self) -> None:
         applied = [a for a in self.doctor.get("applied") or [] if isinstance(a, dict)]
         self.applied_table.setRowCount(len(applied))
         for row, entry in enumerate(applied):
-            cells = (entry.get("layer", ""), entry.get("fix", ""), entry.get("changed", ""),
-                     f"{db_text(entry.get('sqnr_db_before'), False)} → {db_text(entry.get('sqnr_db_after'), False)}")
+            cells = (
+                entry.get("layer", ""),
+                entry.get("fix", ""),
+                entry.get("changed", ""),
+                f"{db_text(entry.get('sqnr_db_before'), False)} → "
+                f"{db_text(entry.get('sqnr_db_after'), False)}",
+            )
             for column, text in enumerate(cells):
                 self.applied_table.setItem(row, column, QTableWidgetItem(str(text)))
         self.applied_table.setVisible(bool(applied))
@@ -259,10 +292,15 @@ class DoctorView(QWidget):
         for row, finding in enumerate(self.findings):
             gain = finding.get("gain") or {}
             severity = _num(finding.get("severity"))
-            cells = ("—" if severity is None else f"{severity:.1f}", finding.get("layer", ""),
-                     finding.get("tensor", ""), CAUSES.get(finding.get("cause"), str(finding.get("cause", ""))),
-                     str(finding.get("fix", "")).replace("_", " "), db_text(gain.get("sqnr_db")),
-                     self.monitor_text(gain.get("monitor"), signed=True))
+            cells = (
+                "—" if severity is None else f"{severity:.1f}",
+                finding.get("layer", ""),
+                finding.get("tensor", ""),
+                CAUSES.get(finding.get("cause"), str(finding.get("cause", ""))),
+                str(finding.get("fix", "")).replace("_", " "),
+                db_text(gain.get("sqnr_db")),
+                self.monitor_text(gain.get("monitor"), signed=True),
+            )
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(str(text))
                 item.setData(FINDING_ROLE, finding.get("id"))
@@ -277,11 +315,16 @@ class DoctorView(QWidget):
         self._fit_findings()
 
     def _fit_findings(self) -> None:
-        """The findings table as tall as its rows (FINDING_ROWS at most), the evidence below taking the rest."""
+        """The findings table as tall as its rows (FINDING_ROWS at most), the evidence below taking the
+        rest."""
         table = self.table
         rows = max(1, min(len(self.findings), FINDING_ROWS))
-        height = (table.horizontalHeader().sizeHint().height() + rows * table.verticalHeader().defaultSectionSize()
-                  + 2 * table.frameWidth() + 2)
+        height = (
+            table.horizontalHeader().sizeHint().height()
+            + rows * table.verticalHeader().defaultSectionSize()
+            + 2 * table.frameWidth()
+            + 2
+        )
         total = sum(self.splitter.sizes()) or 480
         self.splitter.setSizes([height, max(total - height, 200)])
 
@@ -308,10 +351,12 @@ class DoctorView(QWidget):
             self.try_button.setEnabled(False)
             return
         fix_text = finding.get("fix_text") or str(finding.get("fix", "")).replace("_", " ")
-        self.summary.setText(f"<b>{html.escape(str(finding.get('layer', '')))}</b> "
-                             f"({html.escape(str(finding.get('tensor', '')))}): "
-                             f"{html.escape(str(finding.get('summary', '')))}<br>"
-                             f"<span style='color:gray'>Fix: {html.escape(str(fix_text))}</span>")
+        self.summary.setText(
+            f"<b>{html.escape(str(finding.get('layer', '')))}</b> "
+            f"({html.escape(str(finding.get('tensor', '')))}): "
+            f"{html.escape(str(finding.get('summary', '')))}<br>"
+            f"<span style='color:gray'>Fix: {html.escape(str(fix_text))}</span>"
+        )
         self.evidence.show_finding(finding)
         self._fill_tried(finding)
         self.result.setText(self._result_text(finding))
@@ -322,8 +367,11 @@ class DoctorView(QWidget):
         tried = [t for t in finding.get("tried") or [] if isinstance(t, dict)]
         self.tried.setRowCount(len(tried))
         for row, entry in enumerate(tried):
-            cells = (str(entry.get("fix", "")).replace("_", " "), db_text(entry.get("sqnr_db"), False),
-                     self.monitor_text(entry.get("monitor")))
+            cells = (
+                str(entry.get("fix", "")).replace("_", " "),
+                db_text(entry.get("sqnr_db"), False),
+                self.monitor_text(entry.get("monitor")),
+            )
             for column, text in enumerate(cells):
                 self.tried.setItem(row, column, QTableWidgetItem(text))
 
@@ -332,28 +380,42 @@ class DoctorView(QWidget):
             return "Available on a finished quantize run"
         if not can_try(finding):
             return f"No fix to try for this finding ({finding.get('fix') or 'none proposed'})"
-        return (f"Quantize again applying only {fix_of(finding)}: the new run shows this layer's SQNR and the "
-                f"{self._monitor_name()} before and after")
+        return (
+            f"Quantize again applying only {fix_of(finding)}: the new run shows this layer's SQNR and the "
+            f"{self._monitor_name()} before and after"
+        )
 
     def _result_text(self, finding: dict) -> str:
         """Before and after for the finding's layer when this run applied its fix; else the measured gain."""
-        applied = next((a for a in self.doctor.get("applied") or [] if isinstance(a, dict)
-                        and a.get("layer") == finding.get("layer")), None)
+        applied = next(
+            (
+                a
+                for a in self.doctor.get("applied") or []
+                if isinstance(a, dict) and a.get("layer") == finding.get("layer")
+            ),
+            None,
+        )
         baseline, after = self.doctor.get("baseline") or {}, self.doctor.get("after") or {}
         name = html.escape(self._monitor_name())
         if applied is not None:
-            text = (f"Applied here ({html.escape(str(applied.get('fix', '')))}): logit SQNR "
-                    f"{db_text(applied.get('sqnr_db_before'), False)} → "
-                    f"<b>{db_text(applied.get('sqnr_db_after'), False)}</b>")
+            text = (
+                f"Applied here ({html.escape(str(applied.get('fix', '')))}): logit SQNR "
+                f"{db_text(applied.get('sqnr_db_before'), False)} → "
+                f"<b>{db_text(applied.get('sqnr_db_after'), False)}</b>"
+            )
             if after:
-                text += (f" · {name} {self.monitor_text(baseline.get('monitor'))} → "
-                         f"<b>{self.monitor_text(after.get('monitor'))}</b>")
+                text += (
+                    f" · {name} {self.monitor_text(baseline.get('monitor'))} → "
+                    f"<b>{self.monitor_text(after.get('monitor'))}</b>"
+                )
             return text
         gain = finding.get("gain") or {}
         if not gain:
             return "No fix measured a gain for this finding."
-        return (f"Best fix measured: logit SQNR <b>{db_text(gain.get('sqnr_db'))}</b>, {name} "
-                f"<b>{self.monitor_text(gain.get('monitor'), signed=True)}</b>")
+        return (
+            f"Best fix measured: logit SQNR <b>{db_text(gain.get('sqnr_db'))}</b>, {name} "
+            f"<b>{self.monitor_text(gain.get('monitor'), signed=True)}</b>"
+        )
 
     def _on_try_clicked(self) -> None:
         finding = self.current_finding()

@@ -1,6 +1,6 @@
-"""The quantization error q(x) − x of one quantizer against x: a sawtooth within ±scale/2 inside the range, and
-the clipping error growing linearly outside it. Computed here from the report's scale and zero point. The legend
-stands beside the plot, so it hides none of the sawtooth."""
+"""The quantization error q(x) − x of one quantizer against x: a sawtooth within ±scale/2 inside the range,
+and the clipping error growing linearly outside it. Computed here from the report's scale and zero point. The
+legend stands beside the plot, so it hides none of the sawtooth."""
 
 from __future__ import annotations
 
@@ -56,8 +56,9 @@ def channel_values(entry: dict, channel: int | None) -> tuple[float, float, floa
     return s, z, low, high, None
 
 
-def error_curve(scale: float, zero_point: float, qmin: int, qmax: int, low: float, high: float,
-                margin: float) -> tuple[np.ndarray, np.ndarray]:
+def error_curve(
+    scale: float, zero_point: float, qmin: int, qmax: int, low: float, high: float, margin: float
+) -> tuple[np.ndarray, np.ndarray]:
     """x over [low − margin, high + margin] and q(x) − x there, with each rounding jump drawn vertical."""
     x0, x1 = low - margin, high + margin
     n = int(np.clip((x1 - x0) / scale * TEETH_POINTS, 2000, MAX_POINTS))
@@ -100,21 +101,30 @@ class ErrorPlot(PlotPanel):
         x, y = error_curve(scale, zero_point, qmin, qmax, low, high, margin)
         self.set_title(self._title(entry, scale, zero_point))
         for start, stop in ((x[0], low), (high, x[-1])):
-            region = pg.LinearRegionItem((start, stop), movable=False, brush=brush(CLIPPING, 28),
-                                         pen=pen(CLIPPING, 0.0, Qt.NoPen))
+            region = pg.LinearRegionItem(
+                (start, stop), movable=False, brush=brush(CLIPPING, 28), pen=pen(CLIPPING, 0.0, Qt.NoPen)
+            )
             region.setZValue(-10)
             self.plot.addItem(region, ignoreBounds=True)
         decimals = decimals_for(high - low)
         edge_pen = pen(CLIPPING, 1.6, Qt.DashLine)
-        self.edges = (pg.InfiniteLine(low, angle=90, movable=False, pen=edge_pen),
-                      pg.InfiniteLine(high, angle=90, movable=False, pen=edge_pen))
+        self.edges = (
+            pg.InfiniteLine(low, angle=90, movable=False, pen=edge_pen),
+            pg.InfiniteLine(high, angle=90, movable=False, pen=edge_pen),
+        )
         half_pen = pen(NEUTRAL, 1.0, Qt.DotLine)
-        for line in (*self.edges, pg.InfiniteLine(scale / 2, angle=0, movable=False, pen=half_pen),
-                     pg.InfiniteLine(-scale / 2, angle=0, movable=False, pen=half_pen)):
+        for line in (
+            *self.edges,
+            pg.InfiniteLine(scale / 2, angle=0, movable=False, pen=half_pen),
+            pg.InfiniteLine(-scale / 2, angle=0, movable=False, pen=half_pen),
+        ):
             self.plot.addItem(line, ignoreBounds=True)
         self.curve = self.plot.plot(x, y, pen=pen(IN_USE, 1.4))
-        self.add_legend_line("q(x) − x", pen(IN_USE, 1.4),
-                             "The quantization error: within ±scale/2 inside the range, growing beyond it")
+        self.add_legend_line(
+            "q(x) − x",
+            pen(IN_USE, 1.4),
+            "The quantization error: within ±scale/2 inside the range, growing beyond it",
+        )
         self.add_legend_line(f"clipping range [{low:.{decimals}f}, {high:.{decimals}f}]", edge_pen)
         self.add_legend_line(f"±scale/2 = ±{scale / 2:.3g}", half_pen)
         self.plot.setXRange(x[0], x[-1], padding=0.02)

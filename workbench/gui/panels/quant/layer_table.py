@@ -1,6 +1,6 @@
-"""The per-layer table of a quantize run: one row per quantizer (a layer's weights or its output activation) with
-SQNR, MSE, clipping and rounding error, range and scale, and for a layer's output how unevenly its channels spread
-(the channel-range ratio); sorts by value, and the worst quantizers are marked."""
+"""The per-layer table of a quantize run: one row per quantizer (a layer's weights or its output activation)
+with SQNR, MSE, clipping and rounding error, range and scale, and for a layer's output how unevenly its
+channels spread (the channel-range ratio); sorts by value, and the worst quantizers are marked."""
 
 from __future__ import annotations
 
@@ -11,24 +11,39 @@ from PySide6.QtGui import QColor
 
 from workbench.results import dig
 
-COLUMNS = ("Layer", "Tensor", "Bits", "Range", "SQNR (dB)", "MSE", "Clipping MSE", "Rounding MSE", "Min", "Max",
-           "Data min", "Data max", "Scale", "Net SQNR (dB)", "Ch. range ratio")
+COLUMNS = (
+    "Layer",
+    "Tensor",
+    "Bits",
+    "Range",
+    "SQNR (dB)",
+    "MSE",
+    "Clipping MSE",
+    "Rounding MSE",
+    "Min",
+    "Max",
+    "Data min",
+    "Data max",
+    "Scale",
+    "Net SQNR (dB)",
+    "Ch. range ratio",
+)
 TOOLTIPS = {
     "SQNR (dB)": "Signal-to-quantization-noise ratio of this tensor alone: 10·log10(Σx² / Σ(x − q(x))²). "
-                 "About 6 dB per bit; higher is better",
+    "About 6 dB per bit; higher is better",
     "Clipping MSE": "Mean squared error from values outside the clipping range",
     "Rounding MSE": "Mean squared error from rounding values inside the range to the grid",
-    "Net SQNR (dB)": "Activations: SQNR of this layer's output in the fully quantized network against FP32, on "
-                     "held-out data — low here but high in SQNR means the layer inherits harm from earlier ones",
+    "Net SQNR (dB)": "Activations: SQNR of this layer's output in the fully quantized network against FP32, "
+    "on held-out data — low here but high in SQNR means the layer inherits harm from earlier ones",
     "Min": "Low end of the clipping range in use: the smallest value the grid represents",
     "Max": "High end of the clipping range in use: the largest value the grid represents",
     "Data min": "The smallest value seen (the weights, or the activations over the calibration set)",
     "Data max": "The largest value seen: beyond Max, values are clipped",
     "Scale": "Step of the quantization grid (per-channel weights: the smallest and largest channel's)",
-    "Ch. range ratio": "A layer's output: the widest channel's range over the median channel's (max / median of "
-                       "the per-channel ranges on the calibration set). One activation scale covers every channel, "
-                       "so a large value means outlier channels squeeze the others onto few levels (common in "
-                       "transformers); near 1, the channels are alike. Hover a value for its widest channels",
+    "Ch. range ratio": "A layer's output: the widest channel's range over the median channel's (max / median "
+    "of the per-channel ranges on the calibration set). One activation scale covers every channel, so a "
+    "large value means outlier channels squeeze the others onto few levels (common in transformers); near 1, "
+    "the channels are alike. Hover a value for its widest channels",
 }
 RATIO = "Ch. range ratio"
 SORT_ROLE = Qt.UserRole + 1
@@ -73,8 +88,11 @@ class LayerTableModel(QAbstractTableModel):
         self.rows = [dict(entry) for entry in layers]
         self.worst = set()
         for tensor in ("weight", "activation"):
-            scored = [(e["sqnr_db"], e["name"]) for e in self.rows
-                      if e.get("tensor") == tensor and _number(e.get("sqnr_db")) is not None]
+            scored = [
+                (e["sqnr_db"], e["name"])
+                for e in self.rows
+                if e.get("tensor") == tensor and _number(e.get("sqnr_db")) is not None
+            ]
             marked = min(WORST, max(1, len(scored) // 4))  # a mark means something only when few have it
             self.worst |= {(name, tensor) for _, name in sorted(scored)[:marked]}
         self.endResetModel()
@@ -84,7 +102,9 @@ class LayerTableModel(QAbstractTableModel):
         return entry.get("name", ""), entry.get("tensor", "")
 
     def row_of(self, layer: str, tensor: str) -> int:
-        return next((i for i, e in enumerate(self.rows) if (e.get("name"), e.get("tensor")) == (layer, tensor)), -1)
+        return next(
+            (i for i, e in enumerate(self.rows) if (e.get("name"), e.get("tensor")) == (layer, tensor)), -1
+        )
 
     def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802 (Qt override)
         return 0 if parent.isValid() else len(self.rows)
@@ -122,8 +142,16 @@ class LayerTableModel(QAbstractTableModel):
         if column == "Net SQNR (dB)":
             value = net_sqnr(entry) if entry.get("tensor") == "activation" else None
             return ("—" if value is None else f"{value:.1f}"), value
-        key = {"SQNR (dB)": "sqnr_db", "MSE": "mse", "Clipping MSE": "clipping_mse", "Rounding MSE": "rounding_mse",
-               "Min": "min", "Max": "max", "Data min": "data_min", "Data max": "data_max"}[column]
+        key = {
+            "SQNR (dB)": "sqnr_db",
+            "MSE": "mse",
+            "Clipping MSE": "clipping_mse",
+            "Rounding MSE": "rounding_mse",
+            "Min": "min",
+            "Max": "max",
+            "Data min": "data_min",
+            "Data max": "data_max",
+        }[column]
         raw = entry.get(key)
         if isinstance(raw, list):  # per-channel: the widest extent over the channels
             values = [v for v in (_number(x) for x in raw) if v is not None]

@@ -1,6 +1,6 @@
 """What the Quantization tab's plots share: a themed plot (workbench.gui.plots) in a widget that clears to a
-message, a title that follows the theme, a legend beside or above the plot that hides none of its data (SideLegend),
-and the colours and number formats their legends use."""
+message, a title that follows the theme, a legend beside or above the plot that hides none of its data
+(SideLegend), and the colours and number formats their legends use."""
 
 from __future__ import annotations
 
@@ -15,16 +15,21 @@ from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWi
 
 from workbench.gui.plots import PlotWidget, add_legend, make_plot
 
-# Mid-tone colours (like plots.RUN_HUES) that read on the light and the dark background alike, so nothing drawn
-# here has to be recoloured on a theme switch. Red is kept for clipping, in every plot of the tab.
+# Mid-tone colours (like plots.RUN_HUES) that read on the light and the dark background alike, so nothing
+# drawn here has to be recoloured on a theme switch. Red is kept for clipping, in every plot of the tab.
 IN_USE = "#3b78d8"
 CLIPPING = "#d93a3a"
 ROUNDING = "#12a4b6"
 NEUTRAL = "#8a8f98"
 FP32 = "#2e9d4a"
 # One colour per range estimator, by name, so "mse" is the same green in every layer's histogram.
-ESTIMATOR_COLOURS = {"minmax": "#e8710a", "mse": "#2e9d4a", "percentile": "#9c5bd0", "cross_entropy": "#c49a00",
-                     "bn": "#e05aa8"}
+ESTIMATOR_COLOURS = {
+    "minmax": "#e8710a",
+    "mse": "#2e9d4a",
+    "percentile": "#9c5bd0",
+    "cross_entropy": "#c49a00",
+    "bn": "#e05aa8",
+}
 OTHER_COLOURS = ("#8d6e4b", "#6f8f1f", "#12a4b6")
 
 
@@ -65,14 +70,25 @@ LEGEND_PLACES = ("over", "beside", "above")
 
 
 class PlotPanel(QWidget):
-    """A QWidget holding one plot with a legend; `clear(message)` empties it and shows the message in its place.
+    """A QWidget holding one plot with a legend; `clear(message)` empties it and shows the message in its
+    place.
 
-    `legend` says where the legend stands: "over" the plot (a pyqtgraph LegendItem in its top-right corner, which
-    fills itself from the named items), or "beside" (to the right) or "above" it (a SideLegend, which hides no data
-    whatever the plot's height: rows come from add_legend_bars, add_legend_line and add_legend_marker)."""
+    `legend` says where the legend stands: "over" the plot (a pyqtgraph LegendItem in its top-right corner,
+    which fills itself from the named items), or "beside" (to the right) or "above" it (a SideLegend, which
+    hides no data whatever the plot's height: rows come from add_legend_bars, add_legend_line and
+    add_legend_marker)."""
 
-    def __init__(self, left: str, bottom: str, *, empty: str, y_format: str = "plain", x_format: str = "plain",
-                 legend: str = "over", parent=None):
+    def __init__(
+        self,
+        left: str,
+        bottom: str,
+        *,
+        empty: str,
+        y_format: str = "plain",
+        x_format: str = "plain",
+        legend: str = "over",
+        parent=None,
+    ):
         super().__init__(parent)
         if legend not in LEGEND_PLACES:
             raise ValueError(f"legend {legend!r}: expected one of {', '.join(LEGEND_PLACES)}")
@@ -132,8 +148,8 @@ class PlotPanel(QWidget):
         self.plot.set_empty_text(message or self.empty)
 
     def set_axis(self, side: str, label: str, fmt: str) -> None:
-        """Rename an axis and change its tick format ("percent", "plain"): a chart that shows accuracy for one run
-        and another task's metric (metric.Measure) for the next."""
+        """Rename an axis and change its tick format ("percent", "plain"): a chart that shows accuracy for one
+        run and another task's metric (metric.Measure) for the next."""
         axis = self.plot.getAxis(side)
         if axis.fmt != fmt:
             axis.fmt = fmt
@@ -162,16 +178,18 @@ class PlotPanel(QWidget):
         if isinstance(self.legend, SideLegend):
             self.legend.add_bars(text, fill, line, tooltip)
 
-    def add_legend_marker(self, text: str, symbol: str, size: float, marker_pen, fill, tooltip: str = "") -> None:
-        """A legend row for a scatter's markers, drawn as the plot draws them (a legend over the plot samples named
-        scatters itself)."""
+    def add_legend_marker(
+        self, text: str, symbol: str, size: float, marker_pen, fill, tooltip: str = ""
+    ) -> None:
+        """A legend row for a scatter's markers, drawn as the plot draws them (a legend over the plot samples
+        named scatters itself)."""
         if isinstance(self.legend, SideLegend):
             self.legend.add_marker(text, symbol, size, marker_pen, fill, tooltip)
 
     def height_under_legend(self, least_share: float) -> tuple[float, float] | None:
-        """(the view's height, the pixels of it below the legend), or None before the view has a size; at least
-        `least_share` of the height, so that a tall legend in a short panel may cover the top rather than crowd
-        the data into nothing. For plots that fit their data under a legend drawn over them."""
+        """(the view's height, the pixels of it below the legend), or None before the view has a size; at
+        least `least_share` of the height, so that a tall legend in a short panel may cover the top rather
+        than crowd the data into nothing. For plots that fit their data under a legend drawn over them."""
         height = self.plot.getViewBox().height()
         if height <= 0:
             return None
@@ -182,15 +200,23 @@ class PlotPanel(QWidget):
 
 def rich_tip(*paragraphs: str) -> str:
     """A tooltip as rich text, which Qt wraps (a plain one runs on as one line as wide as the text)."""
-    return "".join(f"<p>{html.escape(p, quote=False).replace(chr(10), '</p><p>')}</p>" for p in paragraphs if p)
+    return "".join(
+        f"<p>{html.escape(p, quote=False).replace(chr(10), '</p><p>')}</p>" for p in paragraphs if p
+    )
 
 
 class Swatch(QWidget):
-    """A legend row's sample: the line's own pen (colour, width, dashes), a filled box for bars, or a scatter's
-    marker (`symbol`, as pyqtgraph draws it, at most the swatch's height)."""
+    """A legend row's sample: the line's own pen (colour, width, dashes), a filled box for bars, or a
+    scatter's marker (`symbol`, as pyqtgraph draws it, at most the swatch's height)."""
 
-    def __init__(self, line: QPen | None = None, fill: QBrush | None = None, symbol: str | None = None,
-                 size: float = 10.0, parent=None):
+    def __init__(
+        self,
+        line: QPen | None = None,
+        fill: QBrush | None = None,
+        symbol: str | None = None,
+        size: float = 10.0,
+        parent=None,
+    ):
         super().__init__(parent)
         self.line, self.fill, self.symbol, self.size = line, fill, symbol, size
         self.setFixedSize(26, 12)
@@ -200,9 +226,13 @@ class Swatch(QWidget):
         painter.setRenderHint(QPainter.Antialiasing)
         if self.symbol is not None:
             painter.translate(self.width() / 2, self.height() / 2)
-            pg.graphicsItems.ScatterPlotItem.drawSymbol(painter, self.symbol, min(self.size, self.height()),
-                                                        self.line if self.line is not None else Qt.NoPen,
-                                                        self.fill if self.fill is not None else Qt.NoBrush)
+            pg.graphicsItems.ScatterPlotItem.drawSymbol(
+                painter,
+                self.symbol,
+                min(self.size, self.height()),
+                self.line if self.line is not None else Qt.NoPen,
+                self.fill if self.fill is not None else Qt.NoBrush,
+            )
         elif self.fill is not None:
             painter.setPen(self.line if self.line is not None else Qt.NoPen)
             painter.setBrush(self.fill)
@@ -215,14 +245,19 @@ class Swatch(QWidget):
 
 
 class SideLegend(QWidget):
-    """A legend that stands beside (or above) a plot rather than over it, so it hides none of its data: a row a
-    series, each a Swatch and its text, on the plot's background. `header` names columns 2 and up (a subclass fills
-    them, as the range histogram's RangeLegend does with each range and its SQNR) and `header_tip` explains them,
-    in every row's tooltip too. `texts` gives each row as one line ("only this layer quantized"); a text may break
-    onto more lines with "\n" where the legend must stay narrow."""
+    """A legend that stands beside (or above) a plot rather than over it, so it hides none of its data: a row
+    a series, each a Swatch and its text, on the plot's background. `header` names columns 2 and up (a
+    subclass fills them, as the range histogram's RangeLegend does with each range and its SQNR) and
+    `header_tip` explains them, in every row's tooltip too. `texts` gives each row as one line ("only this
+    layer quantized"); a text may break onto more lines with "\n" where the legend must stay narrow."""
 
-    def __init__(self, header: tuple[str, ...] | None = None, header_tip: str = "",
-                 margins: tuple[int, int, int, int] = (6, 4, 8, 4), parent=None):
+    def __init__(
+        self,
+        header: tuple[str, ...] | None = None,
+        header_tip: str = "",
+        margins: tuple[int, int, int, int] = (6, 4, 8, 4),
+        parent=None,
+    ):
         super().__init__(parent)
         self.setBackgroundRole(QPalette.Base)  # the plot's background: legend and plot read as one panel
         self.setAutoFillBackground(True)
@@ -239,7 +274,9 @@ class SideLegend(QWidget):
             label = QLabel(text)
             label.setForegroundRole(QPalette.PlaceholderText)
             label.setToolTip(rich_tip(header_tip))
-            label.setAlignment(Qt.AlignRight | Qt.AlignVCenter if column == 3 else Qt.AlignLeft | Qt.AlignVCenter)
+            label.setAlignment(
+                Qt.AlignRight | Qt.AlignVCenter if column == 3 else Qt.AlignLeft | Qt.AlignVCenter
+            )
             self.grid.addWidget(label, 0, column)
             self.header.append(label)
         self.grid.setColumnStretch(1, 1)
@@ -275,8 +312,9 @@ class SideLegend(QWidget):
         """A row for a line (a reference line, a curve): a stroke of its pen and a text."""
         self.add_row(Swatch(line), text, tooltip)
 
-    def add_marker(self, text: str, symbol: str, size: float, line: QPen | None, fill: QBrush | None,
-                   tooltip: str = "") -> None:
+    def add_marker(
+        self, text: str, symbol: str, size: float, line: QPen | None, fill: QBrush | None, tooltip: str = ""
+    ) -> None:
         """A row for a scatter's markers: one marker as the plot draws it and a text."""
         self.add_row(Swatch(line, fill, symbol=symbol, size=size), text, tooltip)
 
@@ -299,8 +337,8 @@ class SideLegend(QWidget):
 
 
 def legend_column(top: QWidget, bottom: QWidget | None = None) -> QWidget:
-    """A column to stand beside plots, on their background: `top` at its top and `bottom` (the lower plot's legend,
-    if any) at its bottom."""
+    """A column to stand beside plots, on their background: `top` at its top and `bottom` (the lower plot's
+    legend, if any) at its bottom."""
     column = QWidget()
     column.setBackgroundRole(QPalette.Base)
     column.setAutoFillBackground(True)
@@ -314,8 +352,9 @@ def legend_column(top: QWidget, bottom: QWidget | None = None) -> QWidget:
 
 
 class TitleLabel(QLabel):
-    """A plot's title above it, wrapping onto a second line in a narrow panel. The plot's own title (a pyqtgraph
-    LabelItem) cannot wrap and makes the plot as wide as the text: titles here name layers and channels, long."""
+    """A plot's title above it, wrapping onto a second line in a narrow panel. The plot's own title (a
+    pyqtgraph LabelItem) cannot wrap and makes the plot as wide as the text: titles here name layers and
+    channels, long."""
 
     def __init__(self, parent=None):
         super().__init__(parent)

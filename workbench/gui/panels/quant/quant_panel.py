@@ -1,7 +1,8 @@
-"""The Quantization tab: start a quantization with the wizard, watch its accuracy ladder fill in rung by rung, then
-find the layer that hurts in the per-layer table and see why on its range histogram, error plot, per-channel
-ranges and the sensitivity sweep; compare two runs' ladders, show SQNR on the graph, apply a mixed-precision
-proposal in one click. Live runs stream over the protocol; finished ones are read from their run folder."""
+"""The Quantization tab: start a quantization with the wizard, watch its accuracy ladder fill in rung by rung,
+then find the layer that hurts in the per-layer table and see why on its range histogram, error plot,
+per-channel ranges and the sensitivity sweep; compare two runs' ladders, show SQNR on the graph, apply a
+mixed-precision proposal in one click. Live runs stream over the protocol; finished ones are read from their
+run folder."""
 
 from __future__ import annotations
 
@@ -70,9 +71,16 @@ def _value(value: float, measure: Measure) -> str:
 def scheme_of(spec: dict) -> str:
     if not spec.get("weights") and not spec.get("activations"):
         return ""
-    steps = [name for name, on in (("CLE", spec.get("cle")), ("AdaRound", dig(spec, "adaround", "enabled")),
-                                   ("BC", spec.get("bias_correction", "none") != "none"),
-                                   ("QAT", dig(spec, "qat", "epochs"))) if on]
+    steps = [
+        name
+        for name, on in (
+            ("CLE", spec.get("cle")),
+            ("AdaRound", dig(spec, "adaround", "enabled")),
+            ("BC", spec.get("bias_correction", "none") != "none"),
+            ("QAT", dig(spec, "qat", "epochs")),
+        )
+        if on
+    ]
     return (bit_widths(spec) or "W?A?") + (f" +{'+'.join(steps)}" if steps else "")
 
 
@@ -80,10 +88,14 @@ def _apply_tooltip(done: bool, results, proposal: dict) -> str:
     """What Apply mixed precision does, or why it is greyed out."""
     if not done:
         return "Available on a finished quantize run"
-    if results is None or not (results.report.get("mixed_precision") or (results.spec.get("mixed_precision") or {})
-                               .get("target_drop")):
-        return ("This run made no mixed-precision proposal: set “Mixed precision: allowed drop” on the wizard's "
-                "pipeline page (the sensitivity sweep runs with it)")
+    if results is None or not (
+        results.report.get("mixed_precision")
+        or (results.spec.get("mixed_precision") or {}).get("target_drop")
+    ):
+        return (
+            "This run made no mixed-precision proposal: set “Mixed precision: allowed drop” on the wizard's "
+            "pipeline page (the sensitivity sweep runs with it)"
+        )
     if not proposal.get("layers"):
         return "The proposal keeps no layer wider: the quantized model already stays within the allowed drop"
     return "Quantize again with the proposal's per-layer bit widths (one click)"
@@ -92,13 +104,15 @@ def _apply_tooltip(done: bool, results, proposal: dict) -> str:
 class QuantPanel(RunTab):
     TASKS = (QUANT_TASK,)
     EARLY_PREFIX = "quant/"  # ladder and layer arrays that came before the run folder
-    new_run_requested = Signal(str, dict)  # the training run and spec the wizard opens on ("", {}: its own choice)
+    # the training run and spec the wizard opens on ("", {}: its own choice)
+    new_run_requested = Signal(str, dict)
     start_requested = Signal(dict)  # a QuantSpec's data to start as it is (Apply mixed precision)
     graph_requested = Signal(str, str)  # quant run id, its training run id: SQNR painted on the graph
     try_it_requested = Signal(str)  # quant run id: Try it, FP32 beside quantized on an image file or a sample
 
     def __init__(self, workspace, parent=None):
-        super().__init__(workspace, parent)  # runs: the quantize runs; live: job id -> the QuantResults filling in
+        # runs: the quantize runs; live: job id -> the QuantResults filling in
+        super().__init__(workspace, parent)
         self.results: QuantResults | None = None  # the run shown
         self.compared: QuantResults | None = None  # the run whose ladder stands beside it
         self._build()
@@ -126,19 +140,31 @@ class QuantPanel(RunTab):
         self.stop_button = QPushButton("Stop")
         self.stop_button.setToolTip("Cancel the running quantization of the selected run")
         self.graph_button = QPushButton("Show on graph")
-        self.graph_button.setToolTip("Paint each layer's SQNR on the model's graph in the Graph tab; a click on a "
-                                     "node there opens its histogram here")
+        self.graph_button.setToolTip(
+            "Paint each layer's SQNR on the model's graph in the Graph tab; a click on a "
+            "node there opens its histogram here"
+        )
         self.try_it_button = QPushButton("Try it…")
-        self.try_it_button.setToolTip("Try the selected finished run on an image file (drop one) or a dataset sample: "
-                                      "the FP32 and the quantized model's top classes side by side")
+        self.try_it_button.setToolTip(
+            "Try the selected finished run on an image file (drop one) or a dataset sample: "
+            "the FP32 and the quantized model's top classes side by side"
+        )
         self.apply_button = QPushButton("Apply mixed precision")
         self.apply_button.setToolTip("Quantize again with the proposed layers kept at a higher bit width")
         self.again_button = QPushButton("Quantize again…")
         self.again_button.setToolTip("Open the wizard on the selected run's spec")
         self.open_button = QPushButton("Open folder")
         self.delete_button = QPushButton("Delete…")
-        buttons = (self.new_button, self.stop_button, self.again_button, self.graph_button, self.try_it_button,
-                   self.apply_button, self.open_button, self.delete_button)
+        buttons = (
+            self.new_button,
+            self.stop_button,
+            self.again_button,
+            self.graph_button,
+            self.try_it_button,
+            self.apply_button,
+            self.open_button,
+            self.delete_button,
+        )
         return buttons
 
     def _build_runs_side(self) -> QSplitter:
@@ -179,18 +205,23 @@ class QuantPanel(RunTab):
         self.sensitivity = SensitivityChart()
         self.mixed = MixedPrecisionPlot()
         self.plots = QTabWidget()
-        for widget, title in zip((self.histogram, self.error_plot, self.channel_plot, self.sensitivity, self.mixed),
-                                 PLOT_TABS):
+        for widget, title in zip(
+            (self.histogram, self.error_plot, self.channel_plot, self.sensitivity, self.mixed), PLOT_TABS
+        ):
             self.plots.addTab(widget, title)
         self.doctor = DoctorView()
         self.plots.addTab(self.doctor, DOCTOR_TAB)
-        self.plots.setTabToolTip(self.plots.count() - 1, "The doctor's findings: why each layer loses precision, "
-                                 "its evidence, the fixes tried and their measured gain")
+        self.plots.setTabToolTip(
+            self.plots.count() - 1,
+            "The doctor's findings: why each layer loses precision, "
+            "its evidence, the fixes tried and their measured gain",
+        )
         right = QSplitter(Qt.Vertical)
         right.addWidget(layer_box)
         right.addWidget(self.plots)
-        # TABLE_ROWS layers above the plots, whatever the font; the table keeps that height as the window grows or
-        # shrinks (stretch 0) and the plots take the rest. A position the person dragged to (restore_splitters) wins.
+        # TABLE_ROWS layers above the plots, whatever the font; the table keeps that height as the window
+        # grows or shrinks (stretch 0) and the plots take the rest. A position the person dragged to
+        # (restore_splitters) wins.
         right.setSizes([self._layer_box_height(layer_layout, filter_row), 470])
         right.setStretchFactor(0, 0)
         right.setStretchFactor(1, 1)
@@ -214,8 +245,8 @@ class QuantPanel(RunTab):
         self.layer_view.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.layer_view.setSelectionMode(QAbstractItemView.SingleSelection)
         self.layer_view.verticalHeader().hide()
-        # Rows as tall as a line of text and a little air (the style's default is half as tall again): more layers
-        # in view above the plots.
+        # Rows as tall as a line of text and a little air (the style's default is half as tall again): more
+        # layers in view above the plots.
         self.layer_view.verticalHeader().setDefaultSectionSize(self.layer_view.fontMetrics().height() + 6)
         self.layer_view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
         self.layer_view.horizontalHeader().setStretchLastSection(True)
@@ -224,7 +255,11 @@ class QuantPanel(RunTab):
         self.filter_edit.setPlaceholderText("Filter layers…")
         self.filter_edit.setClearButtonEnabled(True)
         self.tensor_combo = QComboBox()
-        for text, value in (("Weights and activations", ""), ("Weights", "weight"), ("Activations", "activation")):
+        for text, value in (
+            ("Weights and activations", ""),
+            ("Weights", "weight"),
+            ("Activations", "activation"),
+        ):
             self.tensor_combo.addItem(text, value)
         filter_row = QHBoxLayout()
         filter_row.addWidget(self.filter_edit, 1)
@@ -252,7 +287,9 @@ class QuantPanel(RunTab):
         self.compare_combo.currentIndexChanged.connect(self._on_compare_changed)
         self.layer_view.selectionModel().currentRowChanged.connect(self._on_layer_selected)
         self.filter_edit.textChanged.connect(self.layer_proxy.setFilterFixedString)
-        self.tensor_combo.currentIndexChanged.connect(lambda: self.layer_proxy.set_tensor(self.tensor_combo.currentData()))
+        self.tensor_combo.currentIndexChanged.connect(
+            lambda: self.layer_proxy.set_tensor(self.tensor_combo.currentData())
+        )
 
     # -- the runs list ---------------------------------------------------------------------------
     def forget(self, run_id: str | None) -> None:
@@ -273,7 +310,8 @@ class QuantPanel(RunTab):
                 with self.store.open_run(entry["id"]) as run:
                     spec = run.read_spec()
                     entry["model"] = dig(spec, "model", "name", default="")
-                    # What it learned (its spec's task, not the job's): the wizard enters a share's drop in points.
+                    # What it learned (its spec's task, not the job's): the wizard enters a share's drop in
+                    # points.
                     entry["learned"] = spec.get("task", "")
             except WorkbenchError:
                 continue
@@ -285,20 +323,34 @@ class QuantPanel(RunTab):
     def refresh(self) -> None:
         selected = self.selected_run_id()
         entries, listed = self.list_runs()
-        run_table.set_rows(self.table, [
-            [run_table.id_item(entry), run_table.status_item(entry),
-             *(QTableWidgetItem(text) for text in (entry.get("scheme", ""),
-                                                   _percent(entry.get("fp32"), entry.get("metric")),
-                                                   _percent(entry.get("quantized"), entry.get("metric"))))]
-            for entry in entries])
+        run_table.set_rows(
+            self.table,
+            [
+                [
+                    run_table.id_item(entry),
+                    run_table.status_item(entry),
+                    *(
+                        QTableWidgetItem(text)
+                        for text in (
+                            entry.get("scheme", ""),
+                            _percent(entry.get("fp32"), entry.get("metric")),
+                            _percent(entry.get("quantized"), entry.get("metric")),
+                        )
+                    ),
+                ]
+                for entry in entries
+            ],
+        )
         self._fill_compare_combo()
         has_training = any(e.get("task") in TRAIN_TASKS for e in listed)
         self.empty_state.set_text(
-            "Quantize a trained model with the white paper's post-training pipeline (Nagel et al., 2021): the "
-            "accuracy ladder fills in step by step, then each layer's SQNR, range histogram and error show which "
-            "layer hurts and why." if has_training else
-            "Quantization starts from a trained model: train one in the Training tab first (Ctrl+T), then come "
-            "back here.")
+            "Quantize a trained model with the white paper's post-training pipeline (Nagel et al., 2021): "
+            "the accuracy ladder fills in step by step, then each layer's SQNR, range histogram and error "
+            "show which layer hurts and why."
+            if has_training
+            else "Quantization starts from a trained model: train one in the Training tab first (Ctrl+T), "
+            "then come back here."
+        )
         self.empty_button.setEnabled(has_training)
         self.pages.setCurrentIndex(0 if not entries and not self.live else 1)
         self.keep_selection(selected, entries)
@@ -310,8 +362,14 @@ class QuantPanel(RunTab):
             return {}
         spec, report = read
         result = QuantResult.from_dict(report)
-        return {"spec": spec, "scheme": scheme_of(spec), "source_run": dig(spec, "source", "run", default=""),
-                "fp32": result.fp32.accuracy, "quantized": result.quantized.accuracy, "metric": result.metric}
+        return {
+            "spec": spec,
+            "scheme": scheme_of(spec),
+            "source_run": dig(spec, "source", "run", default=""),
+            "fp32": result.fp32.accuracy,
+            "quantized": result.quantized.accuracy,
+            "metric": result.metric,
+        }
 
     def _fill_compare_combo(self) -> None:
         current = self.compare_combo.currentData()
@@ -337,7 +395,8 @@ class QuantPanel(RunTab):
         self.open_run(run_id)
 
     def open_run(self, run_id: str) -> bool:
-        """Show a finished quantize run (from the Runs tab too); False with a message when it cannot be read."""
+        """Show a finished quantize run (from the Runs tab too); False with a message when it cannot be
+        read."""
         entry = self.runs.get(run_id)
         if entry is None:
             self.refresh()
@@ -366,21 +425,32 @@ class QuantPanel(RunTab):
         report = results.report if results else {}
         sensitivity = report.get("sensitivity")
         if sensitivity:
-            self.sensitivity.set_rows(sensitivity, results.fp32_accuracy,
-                                      QuantResult.from_dict(report).quantized.accuracy, results.metric)
+            self.sensitivity.set_rows(
+                sensitivity,
+                results.fp32_accuracy,
+                QuantResult.from_dict(report).quantized.accuracy,
+                results.metric,
+            )
         else:
-            self.sensitivity.clear("No sensitivity sweep in this run: tick “sensitivity” in the wizard's pipeline "
-                                   "page to measure each layer alone and all but it.")
+            self.sensitivity.clear(
+                "No sensitivity sweep in this run: tick “sensitivity” in the wizard's pipeline "
+                "page to measure each layer alone and all but it."
+            )
         if report.get("mixed_precision"):
             self.mixed.set_proposal(report["mixed_precision"], results.metric)
         else:
-            self.mixed.clear("No mixed-precision proposal: set a target accuracy drop in the wizard's pipeline "
-                             "page to get one.")
+            self.mixed.clear(
+                "No mixed-precision proposal: set a target accuracy drop in the wizard's pipeline "
+                "page to get one."
+            )
         if results and results.layers:
             self.select_layer(*self._worst_layer())
         else:
-            waiting = "The per-layer analysis arrives when the pipeline has run." if results else \
-                "Pick a quantize run, or start one with New quantization…"
+            waiting = (
+                "The per-layer analysis arrives when the pipeline has run."
+                if results
+                else "Pick a quantize run, or start one with New quantization…"
+            )
             for plot in (self.histogram, self.error_plot, self.channel_plot):
                 plot.clear(waiting)
         self._update_buttons()
@@ -402,12 +472,15 @@ class QuantPanel(RunTab):
         # Empty slots for the rungs still to come belong to a run in progress, shown alone.
         live = self.results is not None and self.results.run_id in self.job_of_run and len(ladders) == 1
         if any(steps for _, steps in ladders) or live and self.results.planned:
-            # Bars of one measure: the run shown gives it (a compared run of another task would not share an axis).
+            # Bars of one measure: the run shown gives it (a compared run of another task would not share an
+            # axis).
             metric = self.results.metric if self.results is not None else None
             notes = self.results.notes if self.results is not None else None
             self.ladder.set_ladders(ladders, self.results.planned if live else None, metric, notes)
         else:
-            self.ladder.clear("The accuracy ladder: one bar per pipeline step, filled in as each step finishes.")
+            self.ladder.clear(
+                "The accuracy ladder: one bar per pipeline step, filled in as each step finishes."
+            )
 
     def _show_summary(self, message: str = "") -> None:
         results = self.results
@@ -423,7 +496,10 @@ class QuantPanel(RunTab):
         if quantized is not None:
             if measure.accuracy:
                 drop = (fp32 - quantized) * 100 if fp32 is not None else None
-                parts.append(f"quantized <b>{quantized:.2%}</b>" + (f" ({drop:+.2f} pt drop)" if drop is not None else ""))
+                parts.append(
+                    f"quantized <b>{quantized:.2%}</b>"
+                    + (f" ({drop:+.2f} pt drop)" if drop is not None else "")
+                )
             else:
                 parts.append(f"quantized <b>{_value(quantized, measure)}</b>")
         sqnr = QuantResult.from_dict(report).quantized.logit_sqnr_db
@@ -440,12 +516,16 @@ class QuantPanel(RunTab):
         fallback = report.get("module_level")
         if isinstance(fallback, dict):  # torch.fx could not trace the model: layers quantized through hooks
             ops = ", ".join(f"{e.get('op')} ×{e.get('calls')}" for e in (fallback.get("float_ops") or [])[:5])
-            parts.append("<span style='color:#b9770e'>module-level quantization (torch.fx cannot trace the model): "
-                         f"float ops {ops or 'none seen'}</span>")
+            parts.append(
+                "<span style='color:#b9770e'>module-level quantization (torch.fx cannot trace the model): "
+                f"float ops {ops or 'none seen'}</span>"
+            )
         if results.ladder and not report:
             last = results.ladder[-1]
-            parts.append(f"step {len(results.ladder)}/{len(results.planned) or '?'}: {last['step']} "
-                         f"{_value(last['accuracy'], measure)}")
+            parts.append(
+                f"step {len(results.ladder)}/{len(results.planned) or '?'}: {last['step']} "
+                f"{_value(last['accuracy'], measure)}"
+            )
         if report.get("error"):
             parts.append(f"<span style='color:#c0392b'>{report['error']}</span>")
         if message:
@@ -465,7 +545,8 @@ class QuantPanel(RunTab):
             self.tensor_combo.setCurrentIndex(0)
             index = self.layer_proxy.mapFromSource(self.layer_model.index(row, 0))
         self.layer_view.selectionModel().setCurrentIndex(
-            index, QItemSelectionModel.ClearAndSelect | QItemSelectionModel.Rows)
+            index, QItemSelectionModel.ClearAndSelect | QItemSelectionModel.Rows
+        )
         self.layer_view.scrollTo(index)
         self._show_layer(layer, tensor)
         return True
@@ -492,8 +573,10 @@ class QuantPanel(RunTab):
         if weights is not None and (weights.cle_ranges is not None or weights.channel_ranges is not None):
             self.channel_plot.set_ranges(weights)
         else:
-            self.channel_plot.clear(f"{layer or 'The input'} has no per-channel weight ranges (per-tensor weights, "
-                                    "or no weights at all).")
+            self.channel_plot.clear(
+                f"{layer or 'The input'} has no per-channel weight ranges (per-tensor weights, "
+                "or no weights at all)."
+            )
 
     # -- compare ---------------------------------------------------------------------------------
     def _on_compare_changed(self) -> None:
@@ -554,12 +637,17 @@ class QuantPanel(RunTab):
 
     # -- layout that persists -------------------------------------------------------------------
     def _layer_box_height(self, box: QVBoxLayout, filter_row: QHBoxLayout) -> int:
-        """The height that shows TABLE_ROWS rows of the layer table under its filter row: the header, the rows, the
-        horizontal scroll bar (its many columns are wider than the tab) and the frame."""
+        """The height that shows TABLE_ROWS rows of the layer table under its filter row: the header, the
+        rows, the horizontal scroll bar (its many columns are wider than the tab) and the frame."""
         view = self.layer_view
-        table = (view.horizontalHeader().sizeHint().height() + TABLE_ROWS * view.verticalHeader().defaultSectionSize()
-                 + view.style().pixelMetric(QStyle.PM_ScrollBarExtent, None, view) + 2 * view.frameWidth())
-        return filter_row.sizeHint().height() + max(0, box.spacing()) + table + 2  # 2: so the eighth row is whole
+        table = (
+            view.horizontalHeader().sizeHint().height()
+            + TABLE_ROWS * view.verticalHeader().defaultSectionSize()
+            + view.style().pixelMetric(QStyle.PM_ScrollBarExtent, None, view)
+            + 2 * view.frameWidth()
+        )
+        # 2: so the eighth row is whole
+        return filter_row.sizeHint().height() + max(0, box.spacing()) + table + 2
 
     def splitter_states(self) -> dict:
         """{name: QSplitter.saveState()} of the tab's three splitters, for the window's settings."""
@@ -594,7 +682,9 @@ class QuantPanel(RunTab):
     def _on_again_clicked(self) -> None:
         entry = self.runs.get(self.selected_run_id() or "")
         if entry and entry.get("spec"):
-            self.new_run_requested.emit(dig(entry["spec"], "source", "run", default=""), copy.deepcopy(entry["spec"]))
+            self.new_run_requested.emit(
+                dig(entry["spec"], "source", "run", default=""), copy.deepcopy(entry["spec"])
+            )
 
     def _on_graph_clicked(self) -> None:
         entry = self.runs.get(self.selected_run_id() or "")
@@ -608,7 +698,10 @@ class QuantPanel(RunTab):
         if not entry or not entry.get("spec") or not proposal.get("layers"):
             return None
         spec = copy.deepcopy(entry["spec"])
-        spec["mixed_precision"] = {"target_drop": 0.0, "layers": [dict(layer) for layer in proposal["layers"]]}
+        spec["mixed_precision"] = {
+            "target_drop": 0.0,
+            "layers": [dict(layer) for layer in proposal["layers"]],
+        }
         return spec
 
     def _on_apply_clicked(self) -> None:
@@ -619,8 +712,13 @@ class QuantPanel(RunTab):
     # -- the doctor --------------------------------------------------------------------------------
     def _show_doctor(self) -> None:
         entry = self.runs.get(self.selected_run_id() or "")
-        done = bool(entry) and entry["status"] == "done" and entry["id"] not in self.job_of_run \
-            and self.results is not None and self.results.run_id == entry["id"]
+        done = (
+            bool(entry)
+            and entry["status"] == "done"
+            and entry["id"] not in self.job_of_run
+            and self.results is not None
+            and self.results.run_id == entry["id"]
+        )
         report = self.results.report if self.results else {}
         self.doctor.set_doctor(report.get("doctor"), self.results.metric if self.results else None, done)
 
@@ -636,7 +734,8 @@ class QuantPanel(RunTab):
         return True
 
     def doctor_spec(self, fixes: list[str]) -> dict | None:
-        """The shown run's spec to quantize again with the doctor applying `fixes` (empty: every verified one)."""
+        """The shown run's spec to quantize again with the doctor applying `fixes` (empty: every verified
+        one)."""
         entry = self.runs.get(self.selected_run_id() or "")
         if not entry or not entry.get("spec"):
             return None

@@ -1,6 +1,7 @@
-"""One quantizer's values as a histogram, with the range in use and every estimator's alternative drawn over it,
-the clipped tails shaded, and below it how much each bin adds to the clipping and the rounding error. The legend
-stands beside the plots, so it never hides a bar: a row per estimator with its clipping range and SQNR."""
+"""One quantizer's values as a histogram, with the range in use and every estimator's alternative drawn over
+it, the clipped tails shaded, and below it how much each bin adds to the clipping and the rounding error. The
+legend stands beside the plots, so it never hides a bar: a row per estimator with its clipping range and
+SQNR."""
 
 from __future__ import annotations
 
@@ -30,24 +31,31 @@ from workbench.gui.panels.quant.plot_panel import (
 from workbench.gui.panels.quant.results import TensorArrays
 from workbench.gui.plots import make_plot, stack_plots
 
-EMPTY = "The values of the selected layer's weight or activation appear here, with the range each estimator picks."
+EMPTY = (
+    "The values of the selected layer's weight or activation appear here, with the range each estimator "
+    "picks."
+)
 ERROR_EMPTY = "How much each bin adds to the clipping and the rounding error appears here."
-# Room above the tallest bar (the legend stands beside the plot), in linear counts and in decades on a log axis.
+# Room above the tallest bar (the legend stands beside the plot), in linear counts and in decades on a log
+# axis.
 HEADROOM = 1.08
 ERROR_HEADROOM = 1.08
-ERROR_TIPS = {"rounding": "Per bin: its share of the MSE from rounding the values inside the range to the grid",
-              "clipping": "Per bin: its share of the MSE from clipping the values beyond the range to its ends"}
+ERROR_TIPS = {
+    "rounding": "Per bin: its share of the MSE from rounding the values inside the range to the grid",
+    "clipping": "Per bin: its share of the MSE from clipping the values beyond the range to its ends",
+}
 LOG_FLOOR = 0.5  # on a log axis empty bins sit here, under a bin of one value, instead of at log(0)
 MIN_SCALE = 1e-12  # as the worker's quantizer: an all-zero range still gets a positive scale
 LEGEND_HEADER = ("clipping range", "SQNR")
 LEGEND_TIP = (
-    "Each row: the clipping range [lo, hi] an estimator gives on this quantizer's grid (widened to hold 0, then "
-    "symmetric about 0 or with its zero point on a whole step, as the range in use is), and the SQNR of these values "
-    "quantized with that range, rounding to nearest. Values beyond the range are clipped to it.\n"
-    "The in-use row is the quantizer as the run left it: an estimator row of the same method gives the same range, "
-    "and the same SQNR unless the weights' rounding was learned (AdaRound rounds each weight up or down for the "
-    "layer's output, not for the weights themselves, so their own SQNR is lower) or QAT trained the weights after "
-    "the range was fixed (the estimators measure the trained weights afresh).")
+    "Each row: the clipping range [lo, hi] an estimator gives on this quantizer's grid (widened to hold 0, "
+    "then symmetric about 0 or with its zero point on a whole step, as the range in use is), and the SQNR of "
+    "these values quantized with that range, rounding to nearest. Values beyond the range are clipped to "
+    "it.\nThe in-use row is the quantizer as the run left it: an estimator row of the same method gives the "
+    "same range, and the same SQNR unless the weights' rounding was learned (AdaRound rounds each weight up "
+    "or down for the layer's output, not for the weights themselves, so their own SQNR is lower) or QAT "
+    "trained the weights after the range was fixed (the estimators measure the trained weights afresh)."
+)
 
 
 def range_label(name: str, lo: float, hi: float, sqnr_db: float, decimals: int) -> str:
@@ -64,9 +72,10 @@ def sqnr_text(sqnr_db: float) -> str:
 
 
 def grid_extent(lo, hi, qmin: int, qmax: int, symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
-    """What the clipping range [lo, hi] becomes on a grid of codes qmin..qmax, as the worker's qparams_from_range and
-    QParams.extent make it: widened to hold 0, then symmetric about 0 (a signed grid's bound is the larger of -lo
-    and hi) or with the zero point rounded to a whole code. So an estimator's range reads as the range in use does."""
+    """What the clipping range [lo, hi] becomes on a grid of codes qmin..qmax, as the worker's
+    qparams_from_range and QParams.extent make it: widened to hold 0, then symmetric about 0 (a signed grid's
+    bound is the larger of -lo and hi) or with the zero point rounded to a whole code. So an estimator's range
+    reads as the range in use does."""
     lo = np.minimum(np.asarray(lo, dtype=float), 0.0)
     hi = np.maximum(np.asarray(hi, dtype=float), 0.0)
     if symmetric:
@@ -80,21 +89,23 @@ def grid_extent(lo, hi, qmin: int, qmax: int, symmetric: bool) -> tuple[np.ndarr
 
 
 def in_use_name(method: str, rounding: str) -> str:
-    """The in-use row's name, saying what makes its SQNR differ from its method's estimator row, if anything."""
+    """The in-use row's name, saying what makes its SQNR differ from its method's estimator row, if
+    anything."""
     why = {"nearest": "", "qat": "range fixed before QAT"}.get(rounding, f"{rounding} rounding")
     inside = ", ".join(part for part in (method, why) if part)
     return f"in use ({inside})" if inside else "in use"
 
 
 class RangeLegend(SideLegend):
-    """The legend beside the histogram (its bars, then a row per range with its clipping range and SQNR in columns
-    under a header that names them) or, with `header` None, beside the error plot (its curves)."""
+    """The legend beside the histogram (its bars, then a row per range with its clipping range and SQNR in
+    columns under a header that names them) or, with `header` None, beside the error plot (its curves)."""
 
     def __init__(self, header: tuple[str, str] | None = LEGEND_HEADER, parent=None):
         super().__init__(header, LEGEND_TIP if header else "", parent=parent)
 
-    def add_range(self, name: str, lo: float, hi: float, sqnr_db: float, decimals: int, line: QPen,
-                  tooltip: str = "") -> None:
+    def add_range(
+        self, name: str, lo: float, hi: float, sqnr_db: float, decimals: int, line: QPen, tooltip: str = ""
+    ) -> None:
         """A row for a range's line pair: its name, clipping range and SQNR, each in its column."""
         cells = [Swatch(line), QLabel(name), QLabel(range_text(lo, hi, decimals)), QLabel(sqnr_text(sqnr_db))]
         cells[3].setAlignment(Qt.AlignRight | Qt.AlignVCenter)
@@ -123,9 +134,9 @@ def histogram_title(arrays: TensorArrays, entry: dict | None) -> str:
 class RangeHistogram(QWidget):
     """`set_tensor(arrays, entry)` draws one quantizer; `set_log_counts(bool)` switches the count axis to log.
 
-    `lines` holds each estimator's (lo, hi) InfiniteLine pair by name ("chosen" is the range in use), each at the
-    clipping range it gives on the quantizer's grid; the legend beside the plot names each with that range and its
-    SQNR.
+    `lines` holds each estimator's (lo, hi) InfiniteLine pair by name ("chosen" is the range in use), each at
+    the clipping range it gives on the quantizer's grid; the legend beside the plot names each with that range
+    and its SQNR.
     """
 
     def __init__(self, parent=None):
@@ -157,8 +168,8 @@ class RangeHistogram(QWidget):
         plots.setSpacing(0)
         plots.addWidget(self.plot, 3)
         plots.addWidget(self.error_plot, 2)
-        # The legends beside the plots, each by its own: over a plot they hid its bars and curves, however much
-        # room the y range left above them; one column beside both keeps the two plots' x axes lined up.
+        # The legends beside the plots, each by its own: over a plot they hid its bars and curves, however
+        # much room the y range left above them; one column beside both keeps the two plots' x axes lined up.
         body = QHBoxLayout()
         body.setSpacing(0)
         body.addLayout(plots, 1)
@@ -185,10 +196,17 @@ class RangeHistogram(QWidget):
         self.histogram = pg.PlotDataItem(pen=pen(NEUTRAL, 1.0), brush=brush(NEUTRAL, 110))
         # The clipped bins again in red, so the tails that lose their values stand out (also on a log axis).
         self.clipped = pg.PlotDataItem(pen=None, brush=brush(CLIPPING, 150))
-        self.legend.add_bars(f"values ({int(counts.sum()):,})", brush(NEUTRAL, 110), pen(NEUTRAL, 1.0),
-                             "How many of the values fall in each bin")
-        self.legend.add_bars(self._clipped_label(), brush(CLIPPING, 150),
-                             tooltip="The values outside the range in use: quantized to its nearer end")
+        self.legend.add_bars(
+            f"values ({int(counts.sum()):,})",
+            brush(NEUTRAL, 110),
+            pen(NEUTRAL, 1.0),
+            "How many of the values fall in each bin",
+        )
+        self.legend.add_bars(
+            self._clipped_label(),
+            brush(CLIPPING, 150),
+            tooltip="The values outside the range in use: quantized to its nearer end",
+        )
         self._set_counts()
         self.plot.addItem(self.histogram)
         self.plot.addItem(self.clipped)
@@ -238,8 +256,9 @@ class RangeHistogram(QWidget):
             if stop <= start:
                 continue  # nothing of the data lies beyond this side of the range
             for plot in (self.plot, self.error_plot):
-                region = pg.LinearRegionItem((start, stop), movable=False, brush=brush(CLIPPING, 28),
-                                             pen=pen(CLIPPING, 0.0, Qt.NoPen))
+                region = pg.LinearRegionItem(
+                    (start, stop), movable=False, brush=brush(CLIPPING, 28), pen=pen(CLIPPING, 0.0, Qt.NoPen)
+                )
                 region.setZValue(-10)  # under the bars
                 plot.addItem(region, ignoreBounds=True)
                 self.regions.append(region)
@@ -247,8 +266,9 @@ class RangeHistogram(QWidget):
     def _draw_ranges(self, names: list[str], ranges: np.ndarray, edges: np.ndarray, entry: dict) -> None:
         decimals = decimals_for(float(edges[-1] - edges[0]))
         arrays = self.arrays
-        # The same range as an estimator's row below, but learned rounding (a lower SQNR of the weights themselves,
-        # rounded for the layer's output) or a range kept from before QAT trained the weights: the name says which.
+        # The same range as an estimator's row below, but learned rounding (a lower SQNR of the weights
+        # themselves, rounded for the layer's output) or a range kept from before QAT trained the weights: the
+        # name says which.
         in_use = in_use_name(arrays.chosen, arrays.rounding)
         for index, row in enumerate(ranges):
             name = names[index] if index < len(names) else f"range {index}"
@@ -266,13 +286,18 @@ class RangeHistogram(QWidget):
             self.legend.add_range(label, lo, hi, sqnr, decimals, line_pen, tooltip)
             if index == 0:  # the error plot shows where the range in use ends, for reading its clipping
                 for value in (lo, hi):
-                    self.error_plot.addItem(pg.InfiniteLine(value, angle=90, movable=False,
-                                                            pen=pen(IN_USE, 1.2)), ignoreBounds=True)
+                    self.error_plot.addItem(
+                        pg.InfiniteLine(value, angle=90, movable=False, pen=pen(IN_USE, 1.2)),
+                        ignoreBounds=True,
+                    )
 
-    def _on_grid(self, index: int, lo: float, hi: float, entry: dict, decimals: int) -> tuple[float, float, str]:
-        """An estimator's range as the quantizer's grid would hold it, as the range in use is shown (the worker
-        gives the estimator's own lo and hi: a symmetric grid widens the smaller side, an asymmetric one moves both
-        ends by up to half a step to put the zero point on a whole code), with a tooltip naming both."""
+    def _on_grid(
+        self, index: int, lo: float, hi: float, entry: dict, decimals: int
+    ) -> tuple[float, float, str]:
+        """An estimator's range as the quantizer's grid would hold it, as the range in use is shown (the
+        worker gives the estimator's own lo and hi: a symmetric grid widens the smaller side, an asymmetric
+        one moves both ends by up to half a step to put the zero point on a whole code), with a tooltip naming
+        both."""
         qmin, qmax, symmetric = entry.get("qmin"), entry.get("qmax"), entry.get("symmetric")
         if not isinstance(qmin, int) or not isinstance(qmax, int) or qmax <= qmin or symmetric is None:
             return lo, hi, ""  # no grid known (an old report): the estimator's own range
@@ -287,20 +312,26 @@ class RangeHistogram(QWidget):
             return lo, hi, ""
         tooltip = f"The estimator picked {range_text(lo, hi, decimals + 1)}"
         if range_text(lo, hi, decimals) != range_text(grid_lo, grid_hi, decimals):
-            tooltip += (f"; on this {'symmetric' if symmetric else 'asymmetric'} grid that clips at "
-                        f"{range_text(grid_lo, grid_hi, decimals + 1)}")
+            tooltip += (
+                f"; on this {'symmetric' if symmetric else 'asymmetric'} grid that clips at "
+                f"{range_text(grid_lo, grid_hi, decimals + 1)}"
+            )
         return grid_lo, grid_hi, tooltip + "."
 
     def _in_use_tooltip(self) -> str:
         rounding = self.arrays.rounding
         if rounding == "qat":
-            return ("The range was estimated before quantization-aware training and kept fixed while the weights "
-                    "trained; the estimator rows measure the trained weights afresh, so their ranges and SQNRs can "
-                    "differ from it.")
+            return (
+                "The range was estimated before quantization-aware training and kept fixed while the weights "
+                "trained; the estimator rows measure the trained weights afresh, so their ranges and SQNRs "
+                "can differ from it."
+            )
         if rounding != "nearest":
-            return (f"The weights round with {rounding}: each weight goes up or down so that the layer's output, not "
-                    "the weight itself, stays close to FP32. The same range rounded to nearest (the estimator row of "
-                    "the same method) has a higher SQNR of the weights alone.")
+            return (
+                f"The weights round with {rounding}: each weight goes up or down so that the layer's output, "
+                "not the weight itself, stays close to FP32. The same range rounded to nearest (the "
+                "estimator row of the same method) has a higher SQNR of the weights alone."
+            )
         return "The quantizer as the run left it; the estimator row of the same method reads the same."
 
     def _draw_error(self, arrays: TensorArrays, edges: np.ndarray) -> None:
@@ -308,25 +339,40 @@ class RangeHistogram(QWidget):
         if error is None or error.shape != (2, len(edges) - 1):
             self.error_plot.set_empty_text("No per-bin error was recorded for this quantizer.")
             return
-        # Summed squared errors over the values counted: per bin, its share of the MSE (the bins add up to it).
+        # Summed squared errors over the values counted: per bin, its share of the MSE (the bins add up to
+        # it).
         share = error / arrays.values if arrays.values else error
-        for row, (name, colour, alpha) in enumerate((("rounding", ROUNDING, 90), ("clipping", CLIPPING, 120))):
+        for row, (name, colour, alpha) in enumerate(
+            (("rounding", ROUNDING, 90), ("clipping", CLIPPING, 120))
+        ):
             values = share[1 if name == "rounding" else 0]
-            curve = pg.PlotDataItem(edges, values, stepMode="center", fillLevel=0, pen=pen(colour, 1.2),
-                                    brush=brush(colour, alpha))
-            self.error_legend.add_bars(f"{name} error  (MSE {values.sum():.3g})", brush(colour, alpha),
-                                       pen(colour, 1.2), ERROR_TIPS[name])
+            curve = pg.PlotDataItem(
+                edges,
+                values,
+                stepMode="center",
+                fillLevel=0,
+                pen=pen(colour, 1.2),
+                brush=brush(colour, alpha),
+            )
+            self.error_legend.add_bars(
+                f"{name} error  (MSE {values.sum():.3g})",
+                brush(colour, alpha),
+                pen(colour, 1.2),
+                ERROR_TIPS[name],
+            )
             curve.setZValue(row)  # clipping over rounding: it is the thinner one, out in the tails
             self.error_plot.addItem(curve)
             self.error_curves[name] = curve
 
     def _fit_view(self) -> None:
-        """x: the data and every estimator's lines (a range wider than the data is worth seeing); y: the counts with
-        room for the legend."""
+        """x: the data and every estimator's lines (a range wider than the data is worth seeing); y: the
+        counts with room for the legend."""
         if self.arrays is None or self.histogram is None:
             return
         edges = np.asarray(self.arrays.edges, dtype=float)
-        ends = [v for pair in self.lines.values() for v in (pair[0].value(), pair[1].value()) if math.isfinite(v)]
+        ends = [
+            v for pair in self.lines.values() for v in (pair[0].value(), pair[1].value()) if math.isfinite(v)
+        ]
         x0, x1 = min([edges[0], *ends]), max([edges[-1], *ends])
         self.plot.setXRange(x0, x1, padding=0.03)
         counts = np.asarray(self.arrays.counts, dtype=float)
@@ -338,8 +384,11 @@ class RangeHistogram(QWidget):
             self.plot.setYRange(low, high + (high - low) * (HEADROOM - 1), padding=0)
         else:
             self.plot.setYRange(0, top * HEADROOM, padding=0)
-        shares = [float(np.nanmax(curve.yData)) for curve in self.error_curves.values()
-                  if curve.yData is not None and len(curve.yData)]
+        shares = [
+            float(np.nanmax(curve.yData))
+            for curve in self.error_curves.values()
+            if curve.yData is not None and len(curve.yData)
+        ]
         if shares and max(shares) > 0:
             self.error_plot.setYRange(0, max(shares) * ERROR_HEADROOM, padding=0)
 
@@ -357,8 +406,8 @@ class RangeHistogram(QWidget):
         return (centres < lo) | (centres > hi)
 
     def _set_counts(self) -> None:
-        """The bars' data for the count axis in use: log10(0) has no place on a log axis, so there empty bins go
-        to a floor under one value and the bars grow up from it."""
+        """The bars' data for the count axis in use: log10(0) has no place on a log axis, so there empty bins
+        go to a floor under one value and the bars grow up from it."""
         counts = np.asarray(self.arrays.counts, dtype=float)
         edges = np.asarray(self.arrays.edges, dtype=float)
         clipped = np.where(self._outside(), counts, 0.0)

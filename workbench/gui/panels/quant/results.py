@@ -1,5 +1,6 @@
-"""One quantize run's results as the Quantization tab holds them: the report (its contract in workbench/specs/jobs.py's
-QuantSpec) and the arrays, filled live from the job's messages or read back from a finished run. No Qt, no torch."""
+"""One quantize run's results as the Quantization tab holds them: the report (its contract in
+workbench/specs/jobs.py's QuantSpec) and the arrays, filled live from the job's messages or read back from a
+finished run. No Qt, no torch."""
 
 from __future__ import annotations
 
@@ -30,15 +31,18 @@ class TensorArrays:
     tensor: str  # "weight" or "activation"
     counts: np.ndarray  # (bins,) int64
     edges: np.ndarray  # (bins + 1,) float64, uniform
-    ranges: np.ndarray  # (E, 5): lo, hi, sqnr_db, clipping_mse, rounding_mse per estimator; row 0 is the one in use
+    # (E, 5): lo, hi, sqnr_db, clipping_mse, rounding_mse per estimator; row 0 is the one in use
+    ranges: np.ndarray
     estimators: list[str]  # E names: "chosen", then "minmax", "mse", "percentile", "cross_entropy", "bn", ...
     error: np.ndarray | None = None  # (2, bins): summed squared clipping error, summed squared rounding error
-    channel_ranges: np.ndarray | None = None  # (E, C, 2) per-channel lo, hi per estimator (per-channel weights)
+    # (E, C, 2) per-channel lo, hi per estimator (per-channel weights)
+    channel_ranges: np.ndarray | None = None
     cle_ranges: np.ndarray | None = None  # (2, C, 2) per-channel min, max before and after CLE
     chosen: str = ""  # the range method in use ("mse", ...)
     sampled: bool = False  # activations are a sample of the calibration set's values
     values: int = 0  # how many values the histogram counts
-    rounding: str = "nearest"  # the weights' rounding in use ("adaround": learned, so its SQNR is not nearest's)
+    # the weights' rounding in use ("adaround": learned, so its SQNR is not nearest's)
+    rounding: str = "nearest"
 
 
 def bit_widths(spec: dict) -> str:
@@ -47,8 +51,11 @@ def bit_widths(spec: dict) -> str:
     weights, activations = spec.get("weights") or {}, spec.get("activations") or {}
     if not weights.get("bits") or not activations.get("bits"):
         return ""
-    layers = [int(item["bits"]) for item in dig(spec, "mixed_precision", "layers", default=[])
-              if isinstance(item, dict) and isinstance(item.get("bits"), int)]
+    layers = [
+        int(item["bits"])
+        for item in dig(spec, "mixed_precision", "layers", default=[])
+        if isinstance(item, dict) and isinstance(item.get("bits"), int)
+    ]
     w = sorted({int(weights["bits"]), *layers})
     a = sorted({int(activations["bits"]), *layers})
     mixed = " mixed " if len(w) > 1 or len(a) > 1 else ""
@@ -67,21 +74,23 @@ class QuantResults:
     arrays: dict[str, tuple[np.ndarray, dict]] = field(default_factory=dict)
     ladder: list[dict] = field(default_factory=list)  # {step, accuracy, loss}, rung by rung
     planned: list[str] = field(default_factory=list)  # the rungs the job will make
-    # What "accuracy" holds for a task other than classification, {name, label, higher_is_better}, from the live
-    # ladder's metadata until the report brings its own; None: accuracy.
+    # What "accuracy" holds for a task other than classification, {name, label, higher_is_better}, from the
+    # live ladder's metadata until the report brings its own; None: accuracy.
     live_metric: dict | None = None
     notes: list[str] = field(default_factory=list)  # what the ladder says under its title (module-level, ...)
 
-    # -- filling in --------------------------------------------------------------------------------------------
+    # -- filling in ------------------------------------------------------------------------------------------
     def add_array(self, name: str, array: np.ndarray, meta: dict) -> bool:
         """Keep an array the job sent (names start "quant/"); True when it was one of ours."""
         if not name.startswith(ARRAY_PREFIX):
             return False
-        name = name[len(ARRAY_PREFIX):]
+        name = name[len(ARRAY_PREFIX) :]
         if name == "ladder":
             steps = list(meta.get("steps") or [])
-            self.ladder = [{"step": step, "accuracy": float(row[0]), "loss": float(row[1])}
-                           for step, row in zip(steps, np.asarray(array).reshape(-1, 2))]
+            self.ladder = [
+                {"step": step, "accuracy": float(row[0]), "loss": float(row[1])}
+                for step, row in zip(steps, np.asarray(array).reshape(-1, 2))
+            ]
             self.planned = list(meta.get("planned") or self.planned)
             if isinstance(meta.get("metric"), dict):
                 self.live_metric = dict(meta["metric"])
@@ -98,7 +107,7 @@ class QuantResults:
         if isinstance(report.get("module_level"), dict) and not self.notes:
             self.notes = ["module-level: functional ops stay float"]
 
-    # -- reading ------------------------------------------------------------------------------------------------
+    # -- reading ---------------------------------------------------------------------------------------------
     @property
     def result(self) -> QuantResult:
         """The report as the typed quantize result."""
@@ -114,19 +123,28 @@ class QuantResults:
     def tensor(self, layer: str, tensor: str) -> TensorArrays | None:
         """The arrays of one quantizer, or None while they have not come (they come after the ladder)."""
         key = f"{layer}:{tensor}"
-        parts = {part: self.arrays.get(f"{key}:{part}") for part in
-                 ("counts", "edges", "ranges", "error", "channel_ranges", "cle_ranges")}
+        parts = {
+            part: self.arrays.get(f"{key}:{part}")
+            for part in ("counts", "edges", "ranges", "error", "channel_ranges", "cle_ranges")
+        }
         if parts["counts"] is None or parts["edges"] is None or parts["ranges"] is None:
             return None
         ranges, meta = parts["ranges"]
         return TensorArrays(
-            layer=layer, tensor=tensor, counts=parts["counts"][0], edges=parts["edges"][0], ranges=ranges,
+            layer=layer,
+            tensor=tensor,
+            counts=parts["counts"][0],
+            edges=parts["edges"][0],
+            ranges=ranges,
             estimators=list(meta.get("estimators") or [f"range {i}" for i in range(len(ranges))]),
             error=parts["error"][0] if parts["error"] else None,
             channel_ranges=parts["channel_ranges"][0] if parts["channel_ranges"] else None,
             cle_ranges=parts["cle_ranges"][0] if parts["cle_ranges"] else None,
-            chosen=str(meta.get("chosen", "")), sampled=bool(meta.get("sampled", False)),
-            values=int(meta.get("values", 0)), rounding=str(meta.get("rounding") or "nearest"))
+            chosen=str(meta.get("chosen", "")),
+            sampled=bool(meta.get("sampled", False)),
+            values=int(meta.get("values", 0)),
+            rounding=str(meta.get("rounding") or "nearest"),
+        )
 
     @property
     def metric(self) -> dict | None:
@@ -156,7 +174,7 @@ class QuantResults:
         scheme = bit_widths(self.spec)
         return f"{scheme} {self.run_id}".strip()
 
-    # -- from disk ----------------------------------------------------------------------------------------------
+    # -- from disk -------------------------------------------------------------------------------------------
     @classmethod
     def from_run(cls, run_dir: str | Path) -> QuantResults:
         """A finished quantize run read back: report.json, spec.toml and artifacts/histograms.npz. Raises
@@ -172,8 +190,9 @@ class QuantResults:
         if "layers" not in report:
             error = report.get("error") or {}
             why = f": {error.get('message')}" if isinstance(error, dict) and error.get("message") else ""
-            raise WorkbenchError(f"Run {run_dir.name} holds no quantization result "
-                                 f"({report.get('status', 'unfinished')}{why})")
+            raise WorkbenchError(
+                f"Run {run_dir.name} holds no quantization result ({report.get('status', 'unfinished')}{why})"
+            )
         results = cls(run_id=run_dir.name, run_dir=str(run_dir))
         try:
             results.spec = tomllib.loads((run_dir / "spec.toml").read_text(encoding="utf-8"))
@@ -189,5 +208,7 @@ class QuantResults:
                         if name != META_KEY:
                             results.arrays[name] = (data[name], meta.get(name, {}))
             except (OSError, ValueError, KeyError) as exc:
-                raise WorkbenchError(f"Cannot read the histograms of run {run_dir.name} ({path}): {exc}") from exc
+                raise WorkbenchError(
+                    f"Cannot read the histograms of run {run_dir.name} ({path}): {exc}"
+                ) from exc
         return results

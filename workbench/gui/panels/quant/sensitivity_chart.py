@@ -1,6 +1,7 @@
-"""Which layer hurts: per layer, the accuracy (or a task's monitor, "val mIoU ↑") with only that layer quantized and
-with every layer but it quantized, as horizontal bars against the FP32 and the fully quantized values. The legend
-stands beside the chart, so the layers' rows take its whole height and no bar or value hides under it."""
+"""Which layer hurts: per layer, the accuracy (or a task's monitor, "val mIoU ↑") with only that layer
+quantized and with every layer but it quantized, as horizontal bars against the FP32 and the fully quantized
+values. The legend stands beside the chart, so the layers' rows take its whole height and no bar or value
+hides under it."""
 
 from __future__ import annotations
 
@@ -15,12 +16,17 @@ from workbench.gui.panels.quant.metric import Measure
 from workbench.gui.panels.quant.plot_panel import FP32, PlotPanel, brush, finite, pen
 from workbench.gui.plots import SERIES_COLOURS
 
-EMPTY = "How much each layer costs when quantized alone, and what is left when every other layer is, appears here."
-SERIES = (("only_this", "only this layer quantized", SERIES_COLOURS[0]),
-          ("all_but_this", "all but this layer quantized", SERIES_COLOURS[1]))
+EMPTY = (
+    "How much each layer costs when quantized alone, and what is left when every other layer is, appears "
+    "here."
+)
+SERIES = (
+    ("only_this", "only this layer quantized", SERIES_COLOURS[0]),
+    ("all_but_this", "all but this layer quantized", SERIES_COLOURS[1]),
+)
 QUANTIZED = "#9c5bd0"
-# The value labels' font: the largest of these whose text fits inside a bar (a rendered line may overrun the bar by
-# a pixel or so); with none, the labels hide and the axis reads the values.
+# The value labels' font: the largest of these whose text fits inside a bar (a rendered line may overrun the
+# bar by a pixel or so); with none, the labels hide and the axis reads the values.
 LABEL_SIZES = (8.0, 7.0)
 LABEL_FONTS = tuple(QFont() for _ in LABEL_SIZES)
 for _font, _size in zip(LABEL_FONTS, LABEL_SIZES):
@@ -32,9 +38,9 @@ BAR = GROUP / len(SERIES) * 0.9
 
 
 class SensitivityChart(PlotPanel):
-    """`set_rows(rows, fp32_accuracy, quantized_accuracy, metric)` draws one bar per layer per series (`bars` by series
-    key: "only_this", "all_but_this"); layers run top to bottom in the order given, named on the left axis.
-    `metric` (a result's metric block; None: accuracy) names what the values are."""
+    """`set_rows(rows, fp32_accuracy, quantized_accuracy, metric)` draws one bar per layer per series (`bars`
+    by series key: "only_this", "all_but_this"); layers run top to bottom in the order given, named on the
+    left axis. `metric` (a result's metric block; None: accuracy) names what the values are."""
 
     def __init__(self, parent=None):
         super().__init__("", "accuracy", empty=EMPTY, x_format="percent", legend="beside", parent=parent)
@@ -58,8 +64,13 @@ class SensitivityChart(PlotPanel):
         self._fitting = False
         self.plot.getAxis("left").setWidth(None)
 
-    def set_rows(self, rows: list[dict], fp32_accuracy: float | None, quantized_accuracy: float | None,
-                 metric: dict | None = None) -> None:
+    def set_rows(
+        self,
+        rows: list[dict],
+        fp32_accuracy: float | None,
+        quantized_accuracy: float | None,
+        metric: dict | None = None,
+    ) -> None:
         self.clear()
         self.measure = measure = Measure.of(metric)
         self.set_axis("bottom", measure.axis, measure.fmt)
@@ -76,8 +87,14 @@ class SensitivityChart(PlotPanel):
             if not shown.any():
                 continue
             offset = (i - (len(SERIES) - 1) / 2) * thickness
-            bar = pg.BarGraphItem(x0=0.0, width=values[shown], y=y[shown] + offset, height=BAR,
-                                  brush=brush(colour, 220), pen=None)
+            bar = pg.BarGraphItem(
+                x0=0.0,
+                width=values[shown],
+                y=y[shown] + offset,
+                height=BAR,
+                brush=brush(colour, 220),
+                pen=None,
+            )
             self.plot.addItem(bar)
             self.bars[key] = bar
             self.add_legend_bars(name, brush(colour, 220))
@@ -89,8 +106,9 @@ class SensitivityChart(PlotPanel):
                 self.plot.addItem(label)
                 self.labels.append(label)
         for key, value, colour, style, text in (
-                ("fp32", fp32_accuracy, FP32, Qt.DashLine, "FP32"),
-                ("quantized", quantized_accuracy, QUANTIZED, Qt.DotLine, "quantized")):
+            ("fp32", fp32_accuracy, FP32, Qt.DashLine, "FP32"),
+            ("quantized", quantized_accuracy, QUANTIZED, Qt.DotLine, "quantized"),
+        ):
             if value is None or not math.isfinite(value):
                 continue
             line_pen = pen(colour, 1.8, style)
@@ -108,14 +126,17 @@ class SensitivityChart(PlotPanel):
         self.setMinimumHeight(min(600, 90 + ROW_PIXELS * len(rows)))
 
     def _fit_view(self, rows: list[dict], references: list[float | None]) -> None:
-        """Accuracies of quantized layers differ by tenths of a percent: bars from 0 would all look alike, so the
-        axis starts just under the lowest value (the bars run off its left edge)."""
-        values = finite([_number(r.get(key)) for r in rows for key, _, _ in SERIES]
-                        + [_number(v) for v in references])
+        """Accuracies of quantized layers differ by tenths of a percent: bars from 0 would all look alike, so
+        the axis starts just under the lowest value (the bars run off its left edge)."""
+        values = finite(
+            [_number(r.get(key)) for r in rows for key, _, _ in SERIES] + [_number(v) for v in references]
+        )
         low, high = float(values.min()), float(values.max())
         if self.measure.accuracy:
             span = max(high - low, 0.01)
-            self.plot.setXRange(max(0.0, low - span * 0.25), min(1.0, high + span * 0.1) + span * 0.02, padding=0)
+            self.plot.setXRange(
+                max(0.0, low - span * 0.25), min(1.0, high + span * 0.1) + span * 0.02, padding=0
+            )
         else:  # another metric has its own scale: a floor for the span relative to it, no 100 % ceiling
             span = max(high - low, abs(high) * 0.02, 1e-12)
             left = low - span * 0.25
@@ -124,9 +145,9 @@ class SensitivityChart(PlotPanel):
         self._fit_rows()
 
     def _fit_rows(self, *args) -> None:
-        """The layer rows fill the view's height (the legend stands beside it); the value labels take the largest
-        font a bar is tall enough for, or hide where none fits, measured in pixels, since a row's height in pixels
-        changes with the panel's."""
+        """The layer rows fill the view's height (the legend stands beside it); the value labels take the
+        largest font a bar is tall enough for, or hide where none fits, measured in pixels, since a row's
+        height in pixels changes with the panel's."""
         if not self._fitting or not self.rows:
             return
         height = self.plot.getViewBox().height()

@@ -38,9 +38,12 @@ from workbench.cluster import (
 from workbench.gui.widgets.spec_form import ERROR_COLOUR
 from workbench.specs import TrainSpec
 
-INTRO = ("Run the command below on each node, the same line on every one, with <code>HEAD_NODE</code> set to the "
-         "first node's address (or submit the batch script with <code>sbatch</code>: it finds that node). With the workspace on a filesystem all nodes share, the Training tab follows the "
-         "run live from its metrics database, like any run in the workspace.")
+INTRO = (
+    "Run the command below on each node, the same line on every one, with <code>HEAD_NODE</code> set to the "
+    "first node's address (or submit the batch script with <code>sbatch</code>: it finds that node). With "
+    "the workspace on a filesystem all nodes share, the Training tab follows the run live from its metrics "
+    "database, like any run in the workspace."
+)
 
 
 def _monospace() -> QFont:
@@ -81,7 +84,8 @@ class ClusterPage(QDialog):
         self.refresh()
 
     def _build_fields(self, spec: TrainSpec, workspace: str | Path, run_id: str) -> None:
-        """The cluster's settings: nodes, processes, head node, restarts, SLURM limits, workspace, run id, folder."""
+        """The cluster's settings: nodes, processes, head node, restarts, SLURM limits, workspace, run id,
+        folder."""
         self.nodes = QSpinBox()
         self.nodes.setRange(1, 4096)
         self.nodes.setValue(2)
@@ -89,17 +93,23 @@ class ClusterPage(QDialog):
         self.nproc = QSpinBox()
         self.nproc.setRange(1, 1024)
         self.nproc.setValue(spec.nproc if spec.distributed == "ddp" else 1)
-        self.nproc.setToolTip("Training processes on each node, usually one per GPU "
-                              "(torchrun --nproc-per-node, #SBATCH --gpus-per-node).")
+        self.nproc.setToolTip(
+            "Training processes on each node, usually one per GPU "
+            "(torchrun --nproc-per-node, #SBATCH --gpus-per-node)."
+        )
         self.endpoint = QLineEdit(HEAD_NODE_ENDPOINT)
-        self.endpoint.setToolTip("HOST:PORT of the node that hosts the rendezvous, reachable from every node. "
-                                 "$HEAD_NODE is left for the shell to expand: set it on each node, or type the "
-                                 "address. The batch script finds the head node itself.")
+        self.endpoint.setToolTip(
+            "HOST:PORT of the node that hosts the rendezvous, reachable from every node. "
+            "$HEAD_NODE is left for the shell to expand: set it on each node, or type the "
+            "address. The batch script finds the head node itself."
+        )
         self.restarts = QSpinBox()
         self.restarts.setRange(0, 1000)
         self.restarts.setValue(3)
-        self.restarts.setToolTip("How often torchrun restarts the whole group after a process fails "
-                                 "(each restart resumes from the last checkpoint).")
+        self.restarts.setToolTip(
+            "How often torchrun restarts the whole group after a process fails "
+            "(each restart resumes from the last checkpoint)."
+        )
         self.time = QLineEdit("04:00:00")
         self.time.setToolTip("SLURM time limit, HH:MM:SS or D-HH:MM:SS.")
         self.partition = QLineEdit()
@@ -110,8 +120,10 @@ class ClusterPage(QDialog):
         self.run_id = QLineEdit(run_id or default_run_id(spec))
         self.run_id.setToolTip("The run's id: its folder in the workspace and torchrun's rendezvous id.")
         self.folder = QLineEdit()
-        self.folder.setToolTip(f"Where {SPEC_NAME} and {SCRIPT_NAME} are saved; every node reads the spec from "
-                               "here, so it must be on the shared filesystem too.")
+        self.folder.setToolTip(
+            f"Where {SPEC_NAME} and {SCRIPT_NAME} are saved; every node reads the spec from "
+            "here, so it must be on the shared filesystem too."
+        )
         self._folder_auto = True  # follows the workspace and run id until the user edits it
         self._set_auto_folder()
 
@@ -139,7 +151,9 @@ class ClusterPage(QDialog):
         form.addRow("Time limit (SLURM)", slurm)
         form.addRow("Shared workspace", self._with_browse(self.workspace, "Shared workspace"))
         form.addRow("Run id", self.run_id)
-        form.addRow("Save spec and script in", self._with_browse(self.folder, "Folder for the spec and script"))
+        form.addRow(
+            "Save spec and script in", self._with_browse(self.folder, "Folder for the spec and script")
+        )
         return settings
 
     def _build_messages(self) -> None:
@@ -204,7 +218,7 @@ class ClusterPage(QDialog):
             line.textChanged.connect(self._on_location_changed)
         self.folder.textEdited.connect(self._on_folder_edited)
 
-    # -- building blocks -------------------------------------------------------------------------------------------
+    # -- building blocks -------------------------------------------------------------------------------------
 
     def _with_browse(self, line: QLineEdit, title: str) -> QWidget:
         row = QWidget()
@@ -244,23 +258,36 @@ class ClusterPage(QDialog):
     def _on_folder_edited(self, *args) -> None:
         self._folder_auto = False
 
-    # -- what the page shows ---------------------------------------------------------------------------------------
+    # -- what the page shows ---------------------------------------------------------------------------------
 
     def spec_path(self) -> str:
         return str(Path(self.folder.text().strip()) / SPEC_NAME) if self.folder.text().strip() else ""
 
     def refresh(self, *args) -> None:
         """Rebuild the command and the script from the fields; a bad field empties them and says why."""
-        common = dict(run_id=self.run_id.text().strip(), workspace=self.workspace.text().strip(),
-                      max_restarts=self.restarts.value())
+        common = dict(
+            run_id=self.run_id.text().strip(),
+            workspace=self.workspace.text().strip(),
+            max_restarts=self.restarts.value(),
+        )
         try:
             if not self.folder.text().strip():
                 raise ValueError("folder: choose where to save the spec and the script")
-            self.command = torchrun_command(self.spec_path(), nnodes=self.nodes.value(),
-                                            nproc_per_node=self.nproc.value(),
-                                            rdzv_endpoint=self.endpoint.text().strip(), **common)
-            self.script = sbatch_script(self.spec_path(), nodes=self.nodes.value(), gpus_per_node=self.nproc.value(),
-                                        time=self.time.text(), partition=self.partition.text(), **common)
+            self.command = torchrun_command(
+                self.spec_path(),
+                nnodes=self.nodes.value(),
+                nproc_per_node=self.nproc.value(),
+                rdzv_endpoint=self.endpoint.text().strip(),
+                **common,
+            )
+            self.script = sbatch_script(
+                self.spec_path(),
+                nodes=self.nodes.value(),
+                gpus_per_node=self.nproc.value(),
+                time=self.time.text(),
+                partition=self.partition.text(),
+                **common,
+            )
             error = ""
         except ValueError as exc:
             self.command, self.script, error = "", "", f"Fix this first: {exc}"
@@ -271,16 +298,19 @@ class ClusterPage(QDialog):
         for button in (self.copy_command, self.copy_script, self.save_button):
             button.setEnabled(not error)
         device = self.spec.device
-        self.note.setText(f"This spec trains on device {device}: every process would use the CPU. Choose auto or "
-                          "cuda on the wizard's device page to train on the nodes' GPUs."
-                          if device == "cpu" or device == "mps" else "")
+        self.note.setText(
+            f"This spec trains on device {device}: every process would use the CPU. Choose auto or "
+            "cuda on the wizard's device page to train on the nodes' GPUs."
+            if device == "cpu" or device == "mps"
+            else ""
+        )
         self.note.setVisible(bool(self.note.text()))
 
     def _copy(self, text: str) -> None:
         QGuiApplication.clipboard().setText(text)
         self.saved.setText("Copied to the clipboard.")
 
-    # -- saving ----------------------------------------------------------------------------------------------------
+    # -- saving ----------------------------------------------------------------------------------------------
 
     def save_to(self, folder: Path) -> list[Path]:
         """Write the spec and the batch script into `folder` (made if missing); the command and script then

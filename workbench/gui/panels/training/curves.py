@@ -1,5 +1,6 @@
-"""Live training curves: loss, accuracy and learning rate for one or more runs, redrawn on a timer from buffers;
-any other metric a run logs (a task's MAE or mIoU, a custom task's own metrics) gets a plot of its own.
+"""Live training curves: loss, accuracy and learning rate for one or more runs, redrawn on a timer from
+buffers; any other metric a run logs (a task's MAE or mIoU, a custom task's own metrics) gets a plot of its
+own.
 
 Full resolution is kept in the buffers. What is drawn is the visible window, peak down-sampled to about two
 buckets per pixel from a min/max pyramid that, like the EMA smoothing, is extended as points arrive rather
@@ -63,25 +64,54 @@ class PlotSpec:
     series: tuple[tuple[str, str, bool], ...]  # (metric name, role, smoothed)
 
 
-# The training engine's metric names (x is the global step; epoch metrics are logged at the epoch's last step).
+# The training engine's metric names (x is the global step; epoch metrics are logged at the epoch's last
+# step).
 PLOTS = {
-    "loss": PlotSpec("Loss", "loss", "plain",
-                     "The loss of each step appears here: start a run with New training… or tick runs in the list.",
-                     (("train/loss", "train", True), ("epoch/train_loss", "train (epoch)", False),
-                      ("val/loss", "validation", False))),
-    "accuracy": PlotSpec("Accuracy", "accuracy", "percent", "Training and validation accuracy appear here.",
-                         (("train/acc", "train", True), ("epoch/train_acc", "train (epoch)", False),
-                          ("val/acc", "validation", False))),
-    "lr": PlotSpec("Learning rate", "learning rate", "scientific", "The learning-rate schedule appears here.",
-                   (("lr", "train", False),)),
+    "loss": PlotSpec(
+        "Loss",
+        "loss",
+        "plain",
+        "The loss of each step appears here: start a run with New training… or tick runs in the list.",
+        (
+            ("train/loss", "train", True),
+            ("epoch/train_loss", "train (epoch)", False),
+            ("val/loss", "validation", False),
+        ),
+    ),
+    "accuracy": PlotSpec(
+        "Accuracy",
+        "accuracy",
+        "percent",
+        "Training and validation accuracy appear here.",
+        (
+            ("train/acc", "train", True),
+            ("epoch/train_acc", "train (epoch)", False),
+            ("val/acc", "validation", False),
+        ),
+    ),
+    "lr": PlotSpec(
+        "Learning rate",
+        "learning rate",
+        "scientific",
+        "The learning-rate schedule appears here.",
+        (("lr", "train", False),),
+    ),
 }
-READOUT = (("train/loss", "plain"), ("val/loss", "plain"), ("train/acc", "percent"), ("val/acc", "percent"),
-           ("lr", "scientific"))
+READOUT = (
+    ("train/loss", "plain"),
+    ("val/loss", "plain"),
+    ("train/acc", "percent"),
+    ("val/acc", "percent"),
+    ("lr", "scientific"),
+)
 READOUT_HINT = "Move the mouse over a plot to read every shown run's values at that step."
 # The engine logs a metric <m> as train/<m> (per interval), epoch/train_<m> and val/<m>; names the fixed plots
 # show, and the throughput, are not metrics of their own plot.
-_SERIES_OF_METRIC = (("train/{}", "train", True), ("epoch/train_{}", "train (epoch)", False),
-                     ("val/{}", "validation", False))
+_SERIES_OF_METRIC = (
+    ("train/{}", "train", True),
+    ("epoch/train_{}", "train (epoch)", False),
+    ("val/{}", "validation", False),
+)
 _PLOTTED = {name for spec in PLOTS.values() for name, _role, _smooth in spec.series} | {"train/samples_per_s"}
 
 
@@ -93,7 +123,7 @@ def metric_names(series_names) -> list[str]:
             continue
         for prefix in ("val/", "epoch/train_", "train/"):
             if name.startswith(prefix) and len(name) > len(prefix):
-                found.setdefault(name[len(prefix):])
+                found.setdefault(name[len(prefix) :])
                 break
     return list(found)
 
@@ -113,9 +143,12 @@ class CurvesWidget(QWidget):
         self._items: dict[tuple[str, str], pg.PlotDataItem] = {}
         self._curves: dict[tuple[str, str], _Curve] = {}
         self._dirty = False
-        # No titles: the left labels name the plots, and three title rows would cost the learning rate its room.
-        self.plots = {key: make_plot("", spec.axis, "step" if key == "lr" else "", y_format=spec.fmt,
-                                     empty=spec.empty) for key, spec in PLOTS.items()}
+        # No titles: the left labels name the plots, and three title rows would cost the learning rate its
+        # room.
+        self.plots = {
+            key: make_plot("", spec.axis, "step" if key == "lr" else "", y_format=spec.fmt, empty=spec.empty)
+            for key, spec in PLOTS.items()
+        }
         stack_plots(list(self.plots.values()), left_width=72)
         self.plots["lr"].setMinimumHeight(110)
         self.legend = RunLegend()
@@ -141,8 +174,9 @@ class CurvesWidget(QWidget):
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addLayout(controls)
         outer.addWidget(self.legend)
-        # The plots scroll when the tab is shorter than they need: a task that logs four metrics (regression: MAE,
-        # MSE, RMSE, R²) adds four plots, whose minimum heights made the window taller than a 900-pixel screen.
+        # The plots scroll when the tab is shorter than they need: a task that logs four metrics (regression:
+        # MAE, MSE, RMSE, R²) adds four plots, whose minimum heights made the window taller than a 900-pixel
+        # screen.
         plots_box = QWidget()
         self._layout = layout = QVBoxLayout(plots_box)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -157,7 +191,8 @@ class CurvesWidget(QWidget):
         outer.addWidget(self.plots_area, 1)
         outer.addWidget(self.readout)
         self.crosshairs = {}
-        self.specs: dict[str, PlotSpec] = dict(PLOTS)  # the fixed plots, then one per other metric as runs log it
+        # the fixed plots, then one per other metric as runs log it
+        self.specs: dict[str, PlotSpec] = dict(PLOTS)
         self.readout_series: list[tuple[str, str]] = list(READOUT)
         for key, plot in self.plots.items():
             self._wire_crosshair(key, plot)
@@ -195,13 +230,15 @@ class CurvesWidget(QWidget):
         plot.plotItem.vb.sigStateChanged.connect(self._window_timer.start)
 
     def _add_metric_plots(self, run: RunMetrics) -> None:
-        """A plot for each metric of `run` that no plot shows yet (e.g. val/mae, a custom task's val/dice), above
-        the learning rate, its x axis linked to the loss plot's like the others."""
+        """A plot for each metric of `run` that no plot shows yet (e.g. val/mae, a custom task's val/dice),
+        above the learning rate, its x axis linked to the loss plot's like the others."""
         for metric in metric_names(run.series):
             key = f"metric:{metric}"
             if key in self.plots:
                 continue
-            series = tuple((pattern.format(metric), role, smooth) for pattern, role, smooth in _SERIES_OF_METRIC)
+            series = tuple(
+                (pattern.format(metric), role, smooth) for pattern, role, smooth in _SERIES_OF_METRIC
+            )
             spec = PlotSpec(metric, metric, "plain", f"The {metric} of each run appears here.", series)
             plot = make_plot("", metric, "", y_format="plain", empty=spec.empty)
             plot.getAxis("left").setWidth(72)
@@ -228,9 +265,9 @@ class CurvesWidget(QWidget):
         return self.runs[run_id]
 
     def _assign_hue(self, run_id: str) -> None:
-        # The lowest palette index no drawn run holds: the palette's first colours differ the most, and a drawn
-        # run's hue stays put while others come and go. Given at the first point drawn, so a ticked run with no
-        # points (failed before its first step) takes no colour from the runs that are drawn.
+        # The lowest palette index no drawn run holds: the palette's first colours differ the most, and a
+        # drawn run's hue stays put while others come and go. Given at the first point drawn, so a ticked run
+        # with no points (failed before its first step) takes no colour from the runs that are drawn.
         if run_id in self._hidden or run_id in self._hues:
             return
         used = set(self._hues.values())
@@ -291,8 +328,9 @@ class CurvesWidget(QWidget):
 
     def label(self, run_id: str) -> str:
         spec = (self.spec_of(run_id) if self.spec_of is not None else None) or {}
-        return run_label(run_id, dig(spec, "model", "name", default=""),
-                         dig(spec, "dataset", "name", default=""))
+        return run_label(
+            run_id, dig(spec, "model", "name", default=""), dig(spec, "dataset", "name", default="")
+        )
 
     # -- drawing ---------------------------------------------------------------------------------
     def redraw_if_needed(self) -> None:
@@ -324,7 +362,7 @@ class CurvesWidget(QWidget):
                             curve.smoother = IncrementalEma(weight, capacity=len(series))
                             curve.pyramid.reset()  # it holds the old weight's curve
                             curve.window = None
-                        curve.smoother.extend(series.y[len(curve.smoother):])
+                        curve.smoother.extend(series.y[len(curve.smoother) :])
                         y = curve.smoother.values
                     elif curve.smoother is not None:  # smoothing was turned off: back to the raw points
                         curve.smoother = None
@@ -337,11 +375,14 @@ class CurvesWidget(QWidget):
         self._update_accuracy_plot()
 
     def _update_accuracy_plot(self) -> None:
-        """Hide the accuracy plot while every shown run with points logs no accuracy (segmentation, regression:
+        """Hide the accuracy plot while every shown run with points logs no accuracy (segmentation,
+        regression:
         their own metrics get plots of their own), rather than leave an empty plot titled accuracy."""
         names = [name for name, _role, _smooth in PLOTS["accuracy"].series]
         shown = [run for run_id, run in self.runs.items() if run_id not in self._hidden and run.series]
-        needed = not shown or any(run.get(name) is not None and len(run.get(name)) for run in shown for name in names)
+        needed = not shown or any(
+            run.get(name) is not None and len(run.get(name)) for run in shown for name in names
+        )
         self.plots["accuracy"].setVisible(needed)
 
     def redraw_windows(self) -> None:
@@ -354,7 +395,8 @@ class CurvesWidget(QWidget):
                 self._draw(curve, series.x, y)
 
     def _draw(self, curve: _Curve, x, y) -> None:
-        # Only what the pyramid holds: a zoom can come between new points arriving and the redraw that takes them.
+        # Only what the pyramid holds: a zoom can come between new points arriving and the redraw that takes
+        # them.
         n = len(curve.pyramid)
         x, y = x[:n], y[:n]
         i0, i1, buckets = self._visible(curve.plot, x)
@@ -375,7 +417,7 @@ class CurvesWidget(QWidget):
             return 0, len(x), buckets  # following the data: all of it is in view
         x0, x1 = view.viewRange()[0]
         if self.log_x.isChecked():
-            x0, x1 = 10.0 ** x0, 10.0 ** x1
+            x0, x1 = 10.0**x0, 10.0**x1
         return int(np.searchsorted(x, x0)) - 1, int(np.searchsorted(x, x1, side="right")) + 1, buckets
 
     def _curve(self, run_id: str, key: str, name: str, role: str) -> _Curve:
@@ -387,18 +429,25 @@ class CurvesWidget(QWidget):
             # Per-step series are drawn 1 px wide: the raster engine draws wider lines as separate segments,
             # several times slower (and a wide dashed line over thousands of points takes a second).
             per_step = role == "train"
-            item = self.plots[key].plot(pen=series_pen(colour, role, width=1.0 if per_step else 1.6),
-                                        symbol=symbol, symbolSize=5,
-                                        symbolBrush=colour, symbolPen=None)
+            item = self.plots[key].plot(
+                pen=series_pen(colour, role, width=1.0 if per_step else 1.6),
+                symbol=symbol,
+                symbolSize=5,
+                symbolBrush=colour,
+                symbolPen=None,
+            )
             curve = self._curves[(run_id, name)] = _Curve(item, key, PeakPyramid())
             self._items[(run_id, name)] = item
         return curve
 
     def _update_legend(self) -> None:
-        # Only the runs drawn: a hidden run, or a shown one with no point yet (it failed before its first step),
-        # would name a line that is not there.
-        entries = [LegendEntry(self.label(run_id), self.hue(run_id), "train", tooltip=run_id, width=3)
-                   for run_id in self.shown_run_ids() if self.runs[run_id].series]
+        # Only the runs drawn: a hidden run, or a shown one with no point yet (it failed before its first
+        # step), would name a line that is not there.
+        entries = [
+            LegendEntry(self.label(run_id), self.hue(run_id), "train", tooltip=run_id, width=3)
+            for run_id in self.shown_run_ids()
+            if self.runs[run_id].series
+        ]
         if entries:
             entries += [LegendEntry(role, None, role) for role in SERIES_STYLES]
         self.legend.set_entries(entries)
@@ -409,7 +458,8 @@ class CurvesWidget(QWidget):
         self.redraw_if_needed()
 
     def _on_log_option_changed(self, *args) -> None:
-        # Only on a change: setLogMode re-enables auto-range, which would undo the user's zoom at every redraw.
+        # Only on a change: setLogMode re-enables auto-range, which would undo the user's zoom at every
+        # redraw.
         for key, plot in self.plots.items():
             plot.setLogMode(x=self.log_x.isChecked(), y=self.log_y.isChecked() and key == "loss")
         self.clear_readout()
@@ -430,7 +480,7 @@ class CurvesWidget(QWidget):
             return
         x = view.mapSceneToView(pos).x()
         if self.log_x.isChecked():
-            x = 10 ** x
+            x = 10**x
         self.show_readout(x)
 
     def show_readout(self, step: float) -> str:
@@ -440,8 +490,12 @@ class CurvesWidget(QWidget):
             line.setPos(np.log10(step) if self.log_x.isChecked() and step > 0 else step)
         lines = [f"step {step:,.0f}"]
         cell = "<td style='padding: 0 10px 0 0' align='{}'>{}</td>"
-        rows = ["<tr>" + cell.format("left", f"<b>step {step:,.0f}</b>")
-                + "".join(cell.format("right", f"<b>{escape(name)}</b>") for name, _ in self.readout_series) + "</tr>"]
+        rows = [
+            "<tr>"
+            + cell.format("left", f"<b>step {step:,.0f}</b>")
+            + "".join(cell.format("right", f"<b>{escape(name)}</b>") for name, _ in self.readout_series)
+            + "</tr>"
+        ]
         for run_id in self.shown_run_ids():
             run = self.runs[run_id]
             values, texts = [], []
@@ -455,9 +509,12 @@ class CurvesWidget(QWidget):
             if values:
                 label = self.label(run_id)
                 lines.append(f"{label}: " + "  ".join(values))
-                rows.append("<tr>" + cell.format("left", f"<span style='color:{self.hue(run_id)}'>■</span> "
-                                                         f"{escape(label)}")
-                            + "".join(cell.format("right", t or "–") for t in texts) + "</tr>")
+                rows.append(
+                    "<tr>"
+                    + cell.format("left", f"<span style='color:{self.hue(run_id)}'>■</span> {escape(label)}")
+                    + "".join(cell.format("right", t or "–") for t in texts)
+                    + "</tr>"
+                )
         self.readout.setText("<table cellspacing='0'>" + "".join(rows) + "</table>")
         return "\n".join(lines)
 

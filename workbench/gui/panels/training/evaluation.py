@@ -2,8 +2,9 @@
 the most confidently wrong test samples (click one to open it in the Data tab); runs of another task get that
 task's view (evaluation_<task>.py), chosen by evaluation.json's "task" (absent in runs from before tasks).
 
-It reads the run's artifacts/evaluation.json; classification's images come from the worker's data.sample query,
-and inputs that are not images (token sequences, signals, rows) from evaluation.json itself, shown as rows.
+It reads the run's artifacts/evaluation.json; classification's images come from the worker's data.sample
+query, and inputs that are not images (token sequences, signals, rows) from evaluation.json itself, shown as
+rows.
 """
 
 from __future__ import annotations
@@ -35,9 +36,13 @@ from workbench.gui.panels.training.evaluation_segmentation import SegmentationEv
 from workbench.gui.plots import SERIES_COLOURS, make_plot, update_empty_state
 from workbench.results import Evaluation
 
-# The view of each task; a task not named here (custom, or one this window does not know) gets the metrics table.
-TASK_VIEWS = {"regression": RegressionEvaluationView, "multilabel": MultilabelEvaluationView,
-              "segmentation": SegmentationEvaluationView}
+# The view of each task; a task not named here (custom, or one this window does not know) gets the metrics
+# table.
+TASK_VIEWS = {
+    "regression": RegressionEvaluationView,
+    "multilabel": MultilabelEvaluationView,
+    "segmentation": SegmentationEvaluationView,
+}
 
 
 def load_evaluation(run_dir: str | Path) -> dict | None:
@@ -60,17 +65,28 @@ class EvaluationView(QWidget):
         self.task_views: dict[str, QWidget] = {}  # made when a run of that task is first shown
         self.title = QLabel("Select a finished training run to see how it does on the test split.")
         self.title.setWordWrap(True)
-        self.confusion = make_plot("Confusion matrix (rows: true class, columns: predicted)", "true", "predicted",
-                                   empty="The confusion matrix on the test split appears when a run finishes.",
-                                   grid=False, categories=True)
+        self.confusion = make_plot(
+            "Confusion matrix (rows: true class, columns: predicted)",
+            "true",
+            "predicted",
+            empty="The confusion matrix on the test split appears when a run finishes.",
+            grid=False,
+            categories=True,
+        )
         self.confusion.getPlotItem().invertY(True)
         self.confusion.setAspectLocked(True)
         self.confusion_image = pg.ImageItem()
         self.confusion.addItem(self.confusion_image)
         self.colour_bar = None
         self.cell_labels: list[pg.TextItem] = []
-        self.per_class = make_plot("Per-class accuracy", "accuracy", "class", y_format="percent", categories=True,
-                                   empty="Each class's test accuracy appears when a run finishes.")
+        self.per_class = make_plot(
+            "Per-class accuracy",
+            "accuracy",
+            "class",
+            y_format="percent",
+            categories=True,
+            empty="Each class's test accuracy appears when a run finishes.",
+        )
         self.per_class.setYRange(0, 1)
         self.gallery = QListWidget()
         self.gallery.setViewMode(QListWidget.IconMode)
@@ -80,7 +96,9 @@ class EvaluationView(QWidget):
         self.gallery.setMinimumHeight(130)
         self.gallery.setResizeMode(QListWidget.Adjust)
         self.gallery.setMovement(QListWidget.Static)
-        self.gallery.setToolTip("The most confidently wrong test samples; double-click to open one in the Data tab")
+        self.gallery.setToolTip(
+            "The most confidently wrong test samples; double-click to open one in the Data tab"
+        )
         self.gallery.itemActivated.connect(self._on_gallery_activated)
         self.worst_rows = WorstRows()  # the same samples when they are not images: text, ids or values
         self.worst_rows.sample_activated.connect(self._on_task_sample_requested)
@@ -144,8 +162,10 @@ class EvaluationView(QWidget):
         classes = evaluation["classes"]
         matrix = np.asarray(evaluation["confusion_matrix"], dtype=float)
         checkpoint = checkpoint_text(evaluation)
-        self.title.setText(f"<b>{run_id}</b> · test accuracy <b>{evaluation['test_accuracy']:.2%}</b> on "
-                           f"{int(matrix.sum()):,} samples" + (f" · {checkpoint}" if checkpoint else ""))
+        self.title.setText(
+            f"<b>{run_id}</b> · test accuracy <b>{evaluation['test_accuracy']:.2%}</b> on "
+            f"{int(matrix.sum()):,} samples" + (f" · {checkpoint}" if checkpoint else "")
+        )
         # Row-normalised colours (recall per class) with the raw counts written in the cells.
         rows = matrix.sum(axis=1, keepdims=True)
         normalised = np.divide(matrix, rows, out=np.zeros_like(matrix), where=rows > 0)
@@ -165,8 +185,11 @@ class EvaluationView(QWidget):
                         self.confusion.addItem(label)
                         self.cell_labels.append(label)
         accuracy = np.asarray(evaluation["per_class_accuracy"], dtype=float)
-        self.per_class.addItem(pg.BarGraphItem(x=np.arange(len(classes)), height=accuracy, width=0.7,
-                                               brush=SERIES_COLOURS[0], pen=None))
+        self.per_class.addItem(
+            pg.BarGraphItem(
+                x=np.arange(len(classes)), height=accuracy, width=0.7, brush=SERIES_COLOURS[0], pen=None
+            )
+        )
         self.per_class.getAxis("bottom").setTicks([[(i, str(c)) for i, c in enumerate(classes)][::step]])
         self._fill_gallery(evaluation.get("worst", []), classes)
 
@@ -178,8 +201,10 @@ class EvaluationView(QWidget):
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             # A damaged or foreign evaluation.json: say so in one line rather than leave a half-drawn view.
             view.clear()
-            self.title.setText(f"<b>{run_id}</b> · the run's evaluation.json could not be read as a {task} "
-                               f"evaluation ({type(exc).__name__}: {exc})")
+            self.title.setText(
+                f"<b>{run_id}</b> · the run's evaluation.json could not be read as a {task} "
+                f"evaluation ({type(exc).__name__}: {exc})"
+            )
             return
         self.title.setText(header_html(evaluation, run_id))
 
@@ -200,12 +225,20 @@ class EvaluationView(QWidget):
             true, predicted = classes[item_info["label"]], classes[item_info["predicted"]]
             item = QListWidgetItem(f"{true} → {predicted}\n{item_info['confidence']:.0%}")
             item.setData(Qt.UserRole, item_info)
-            item.setToolTip(f"{item_info['split']} #{item_info['index']}: true {true}, predicted {predicted} "
-                            f"with confidence {item_info['confidence']:.3f}")
+            item.setToolTip(
+                f"{item_info['split']} #{item_info['index']}: true {true}, predicted {predicted} "
+                f"with confidence {item_info['confidence']:.3f}"
+            )
             self.gallery.addItem(item)
-            spec = {"dataset": self.dataset, "split": item_info["split"], "index": item_info["index"],
-                    "augment_seed": 0}
-            job = self.queries.query("data.sample", spec, lambda result, row=row: self._on_gallery_image(row, result))
+            spec = {
+                "dataset": self.dataset,
+                "split": item_info["split"],
+                "index": item_info["index"],
+                "augment_seed": 0,
+            }
+            job = self.queries.query(
+                "data.sample", spec, lambda result, row=row: self._on_gallery_image(row, result)
+            )
             if job:
                 self._gallery_jobs.append(job)
 
@@ -226,6 +259,8 @@ class EvaluationView(QWidget):
             def name(label: int) -> str:
                 return str(classes[label]) if 0 <= label < len(classes) else str(label)
 
-            note = (f"predicted {name(int(info['predicted']))} with {info['confidence']:.0%} confidence "
-                    f"(true class {name(int(info['label']))})")
+            note = (
+                f"predicted {name(int(info['predicted']))} with {info['confidence']:.0%} confidence "
+                f"(true class {name(int(info['label']))})"
+            )
             self.sample_requested.emit(self.dataset, info["split"], int(info["index"]), note)

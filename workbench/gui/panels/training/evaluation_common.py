@@ -17,8 +17,16 @@ from workbench.results import Evaluation
 
 # How each objective's metric keys read on screen (evaluation.json stores the keys).
 METRIC_LABELS = {
-    "acc": "accuracy", "top5": "top-5 accuracy", "mae": "MAE", "rmse": "RMSE", "mse": "MSE", "r2": "R²",
-    "map": "mean AP", "f1": "F1 (mean over labels)", "f1_micro": "F1 (micro)", "miou": "mIoU",
+    "acc": "accuracy",
+    "top5": "top-5 accuracy",
+    "mae": "MAE",
+    "rmse": "RMSE",
+    "mse": "MSE",
+    "r2": "R²",
+    "map": "mean AP",
+    "f1": "F1 (mean over labels)",
+    "f1_micro": "F1 (micro)",
+    "miou": "mIoU",
     "pixel_acc": "pixel accuracy",
 }
 
@@ -40,7 +48,7 @@ def number(value) -> str:
 
 
 def monitor_text(evaluation: dict) -> str:
-    """"test mIoU ↑ 0.93": the split, the monitor metric, which way is better, its value."""
+    """ "test mIoU ↑ 0.93": the split, the monitor metric, which way is better, its value."""
     read = Evaluation.from_dict(evaluation)
     monitor = read.monitor
     name = monitor.label or metric_label(monitor.name)
@@ -51,8 +59,8 @@ def monitor_text(evaluation: dict) -> str:
 
 
 def checkpoint_text(evaluation: dict) -> str:
-    """"with best.pt (epoch 3)": the weights the test split was evaluated with (quantize, export and Try it load
-    the same file); empty for an evaluation.json that does not say."""
+    """ "with best.pt (epoch 3)": the weights the test split was evaluated with (quantize, export and Try it
+    load the same file); empty for an evaluation.json that does not say."""
     checkpoint = evaluation.get("checkpoint") or {}
     if not isinstance(checkpoint, dict) or not checkpoint.get("file"):
         return ""
@@ -127,7 +135,9 @@ class WorstTable(QTableWidget):
         self.itemActivated.connect(self._on_item_activated)
         self.cellDoubleClicked.connect(lambda row, _column: self._emit(row))
 
-    def set_rows(self, rows: list[list], samples: list[tuple[str, int, str]], tooltips: list[str] | None = None):
+    def set_rows(
+        self, rows: list[list], samples: list[tuple[str, int, str]], tooltips: list[str] | None = None
+    ):
         """rows: the cells; samples: (split, index, note) per row, what a double-click opens."""
         self.setRowCount(0)
         self._notes = list(samples)
@@ -138,8 +148,12 @@ class WorstTable(QTableWidget):
         # Wide enough for its columns (a splitter gives a table only its small size hint), within reason.
         self.resizeColumnsToContents()
         width = sum(self.columnWidth(c) for c in range(self.columnCount()))
-        self.setMinimumWidth(min(width + self.verticalScrollBar().sizeHint().width() + 2 * self.frameWidth() + 4,
-                                 MAX_TABLE_WIDTH))
+        self.setMinimumWidth(
+            min(
+                width + self.verticalScrollBar().sizeHint().width() + 2 * self.frameWidth() + 4,
+                MAX_TABLE_WIDTH,
+            )
+        )
 
     def _on_item_activated(self, item: QTableWidgetItem) -> None:
         self._emit(item.row())

@@ -1,5 +1,6 @@
-"""The evaluation view of a custom task (and of any task this window has no picture for): the test metrics as a
-table; a custom task's views are its metrics' curves, which the Curves tab draws. GUI side; never imports torch."""
+"""The evaluation view of a custom task (and of any task this window has no picture for): the test metrics as
+a table; a custom task's views are its metrics' curves, which the Curves tab draws. GUI side; never imports
+torch."""
 
 from __future__ import annotations
 
@@ -28,6 +29,11 @@ class MetricsEvaluationView(QWidget):
         fill_metrics_table(self.table, metrics)
         split = evaluation.get("split") or "test"
         task = evaluation.get("task") or "this task"
-        table = f"The metrics on the {split} split are below. " if metrics else \
-            f"This run's evaluation has no metrics table for the {split} split. "
-        self.note.setText(f"{table}The curves of a {task} task's metrics, epoch by epoch, are in the Curves tab.")
+        table = (
+            f"The metrics on the {split} split are below. "
+            if metrics
+            else f"This run's evaluation has no metrics table for the {split} split. "
+        )
+        self.note.setText(
+            f"{table}The curves of a {task} task's metrics, epoch by epoch, are in the Curves tab."
+        )

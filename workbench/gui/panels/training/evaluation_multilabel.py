@@ -23,19 +23,29 @@ class MultilabelEvaluationView(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.bars_plot = make_plot("Per-label average precision and F1", "AP, F1", "label", categories=True,
-                                   empty="Each label's average precision and F1 on the test split appear here.")
+        self.bars_plot = make_plot(
+            "Per-label average precision and F1",
+            "AP, F1",
+            "label",
+            categories=True,
+            empty="Each label's average precision and F1 on the test split appear here.",
+        )
         self.bars_plot.setYRange(0, 1)
         self.legend = add_legend(self.bars_plot, columns=2)
-        self.ap_bars = pg.BarGraphItem(x=[], height=[], width=BAR_WIDTH, brush=SERIES_COLOURS[0], pen=None, name="AP")
-        self.f1_bars = pg.BarGraphItem(x=[], height=[], width=BAR_WIDTH, brush=SERIES_COLOURS[1], pen=None,
-                                       name="F1 at 0.5")
+        self.ap_bars = pg.BarGraphItem(
+            x=[], height=[], width=BAR_WIDTH, brush=SERIES_COLOURS[0], pen=None, name="AP"
+        )
+        self.f1_bars = pg.BarGraphItem(
+            x=[], height=[], width=BAR_WIDTH, brush=SERIES_COLOURS[1], pen=None, name="F1 at 0.5"
+        )
         self.bars_plot.addItem(self.ap_bars)
         self.bars_plot.addItem(self.f1_bars)
         self.tooltips = BarTooltips(self.bars_plot)
-        self.worst = WorstTable(["split", "index", "true labels", "predicted labels", "wrong", "loss"],
-                                "The test samples with the most wrong labels (ties: the larger loss); "
-                                "double-click one to open it in the Data tab")
+        self.worst = WorstTable(
+            ["split", "index", "true labels", "predicted labels", "wrong", "loss"],
+            "The test samples with the most wrong labels (ties: the larger loss); "
+            "double-click one to open it in the Data tab",
+        )
         self.worst.sample_activated.connect(self.sample_requested)
         worst_box = QWidget()
         box = QVBoxLayout(worst_box)
@@ -67,9 +77,11 @@ class MultilabelEvaluationView(QWidget):
         self.ap_bars.setOpts(x=x - BAR_WIDTH / 2, height=np.nan_to_num(ap), width=BAR_WIDTH)
         self.f1_bars.setOpts(x=x + BAR_WIDTH / 2, height=np.nan_to_num(f1), width=BAR_WIDTH)
         self.tooltips.texts = [
-            f"{name}: AP {number(r.get('ap'))}, F1 {number(r.get('f1'))}, {int(r.get('positives') or 0):,} positive "
-            f"samples" + ("" if r.get("ap") is not None else " (no positives in the split: AP undefined)")
-            for name, r in zip(names, per_label)]
+            f"{name}: AP {number(r.get('ap'))}, F1 {number(r.get('f1'))}, {int(r.get('positives') or 0):,} "
+            "positive "
+            "samples" + ("" if r.get("ap") is not None else " (no positives in the split: AP undefined)")
+            for name, r in zip(names, per_label)
+        ]
         category_ticks(self.bars_plot, names)
         self.bars_plot.setXRange(-0.6, max(len(names), 1) - 0.4, padding=0)
         self.bars_plot.setYRange(0, 1.05, padding=0)
@@ -80,11 +92,27 @@ class MultilabelEvaluationView(QWidget):
         for info in evaluation.get("worst") or []:
             target, predicted = info.get("target") or [], info.get("predicted") or []
             wrong = info.get("errors", len(set(target) ^ set(predicted)))
-            rows.append([info.get("split", split), int(info["index"]), _names(target), _names(predicted), int(wrong),
-                         info.get("loss")])
-            samples.append((info.get("split", split), int(info["index"]),
-                            f"predicted labels {_names(predicted)} (true {_names(target)})"))
+            rows.append(
+                [
+                    info.get("split", split),
+                    int(info["index"]),
+                    _names(target),
+                    _names(predicted),
+                    int(wrong),
+                    info.get("loss"),
+                ]
+            )
+            samples.append(
+                (
+                    info.get("split", split),
+                    int(info["index"]),
+                    f"predicted labels {_names(predicted)} (true {_names(target)})",
+                )
+            )
             probabilities = info.get("probabilities") or []
-            tips.append("Probabilities: " + ", ".join(f"{n} {number(p)}" for n, p in zip(labels, probabilities))
-                        if probabilities else "")
+            tips.append(
+                "Probabilities: " + ", ".join(f"{n} {number(p)}" for n, p in zip(labels, probabilities))
+                if probabilities
+                else ""
+            )
         self.worst.set_rows(rows, samples, tips)

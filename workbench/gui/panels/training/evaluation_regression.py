@@ -1,6 +1,6 @@
 """The regression evaluation view: predicted against true on the test split (a scatter with the y = x line a
-perfect model lies on) and the samples with the largest residuals, with their input's values when it is a row of
-features, a signal or a token sequence. GUI side; never imports torch."""
+perfect model lies on) and the samples with the largest residuals, with their input's values when it is a row
+of features, a signal or a token sequence. GUI side; never imports torch."""
 
 from __future__ import annotations
 
@@ -32,20 +32,37 @@ class RegressionEvaluationView(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.scatter_plot = make_plot("Predicted against true", "predicted", "true",
-                                      empty="Each test sample's prediction against its true value appears here.")
+        self.scatter_plot = make_plot(
+            "Predicted against true",
+            "predicted",
+            "true",
+            empty="Each test sample's prediction against its true value appears here.",
+        )
         self.scatter_plot.setAspectLocked(False)
-        self.scatter = pg.ScatterPlotItem(size=6, pen=None, brush=pg.mkBrush(SERIES_COLOURS[0] + "a0"),
-                                          hoverable=True, hoverSize=9, tip=self._tip)
+        self.scatter = pg.ScatterPlotItem(
+            size=6,
+            pen=None,
+            brush=pg.mkBrush(SERIES_COLOURS[0] + "a0"),
+            hoverable=True,
+            hoverSize=9,
+            tip=self._tip,
+        )
         self.scatter_plot.addItem(self.scatter)
         # y = x: where a perfect model's points lie; infinite, so it never stretches the auto range.
-        self.identity = pg.InfiniteLine(pos=(0, 0), angle=45, movable=False,
-                                        pen=pg.mkPen(SERIES_COLOURS[1], width=1.4, style=Qt.DashLine),
-                                        label="y = x", labelOpts={"position": 0.92, "color": SERIES_COLOURS[1]})
+        self.identity = pg.InfiniteLine(
+            pos=(0, 0),
+            angle=45,
+            movable=False,
+            pen=pg.mkPen(SERIES_COLOURS[1], width=1.4, style=Qt.DashLine),
+            label="y = x",
+            labelOpts={"position": 0.92, "color": SERIES_COLOURS[1]},
+        )
         self.scatter_plot.addItem(self.identity)
-        self.worst = WorstTable(HEADERS,
-                                "The test samples with the largest absolute residual (predicted − true); "
-                                "double-click one to open it in the Data tab")
+        self.worst = WorstTable(
+            HEADERS,
+            "The test samples with the largest absolute residual (predicted − true); "
+            "double-click one to open it in the Data tab",
+        )
         self.worst.sample_activated.connect(self.sample_requested)
         self.worst_title = QLabel("Worst residuals (predicted − true)")
         worst_box = QWidget()
@@ -76,13 +93,15 @@ class RegressionEvaluationView(QWidget):
         indices = evaluation.get("scatter_index") or [None] * len(points)
         # NaN predictions cannot be drawn (the table below still lists them).
         finite = np.isfinite(points).all(axis=1)
-        self.scatter.setData(x=points[finite, 0], y=points[finite, 1],
-                             data=[i for i, keep in zip(indices, finite) if keep])
+        self.scatter.setData(
+            x=points[finite, 0], y=points[finite, 1], data=[i for i, keep in zip(indices, finite) if keep]
+        )
         outputs = int(evaluation.get("outputs") or 1)
         split = evaluation.get("split") or "test"
         which = f" (the first of {outputs} outputs)" if outputs > 1 else ""
-        self.scatter_plot.setTitle(f"Predicted against true on the {split} split{which}: "
-                                   f"{len(points):,} samples", size="10pt")
+        self.scatter_plot.setTitle(
+            f"Predicted against true on the {split} split{which}: {len(points):,} samples", size="10pt"
+        )
         self.scatter_plot.getPlotItem().vb.autoRange()
         rows, samples, tooltips = [], [], []
         worst = evaluation.get("worst") or []
@@ -91,17 +110,29 @@ class RegressionEvaluationView(QWidget):
         with_inputs = has_rows(worst)
         read_only_table([*HEADERS, "input"] if with_inputs else HEADERS, self.worst)
         for info in worst:
-            rows.append([info.get("split", split), int(info["index"]), _cell(info.get("target")),
-                         _cell(info.get("predicted")), _cell(info.get("residual"))])
+            rows.append(
+                [
+                    info.get("split", split),
+                    int(info["index"]),
+                    _cell(info.get("target")),
+                    _cell(info.get("predicted")),
+                    _cell(info.get("residual")),
+                ]
+            )
             text = input_text(info.get("sample") or {}) if with_inputs else ""
             if with_inputs:
-                rows[-1].append(text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…")
+                rows[-1].append(text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…")
             tooltips.append(text)
-            samples.append((info.get("split", split), int(info["index"]),
-                            f"predicted {_cell_text(info.get('predicted'))} (true {_cell_text(info.get('target'))})"))
+            samples.append(
+                (
+                    info.get("split", split),
+                    int(info["index"]),
+                    f"predicted {_cell_text(info.get('predicted'))} (true {_cell_text(info.get('target'))})",
+                )
+            )
         self.worst.set_rows(rows, samples, tooltips if with_inputs else None)
-        # One line per sample (the tooltip has the whole input), and the scatter keeps its room: the input column
-        # is as wide as the splitter leaves it, not as wide as its text.
+        # One line per sample (the tooltip has the whole input), and the scatter keeps its room: the input
+        # column is as wide as the splitter leaves it, not as wide as its text.
         self.worst.setWordWrap(not with_inputs)
         if with_inputs:
             self.worst.resizeRowsToContents()

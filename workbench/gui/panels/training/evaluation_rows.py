@@ -1,7 +1,7 @@
-"""The most confidently wrong test samples of a classification run whose inputs are not images, as table rows: the
-decoded text (or the ids) of a token sequence, a signal's line and first values, or a row of features, with the true
-and predicted class and the confidence. The inputs come from evaluation.json (the worker wrote them there), so
-showing them asks nothing of the worker or the user's Dataset.
+"""The most confidently wrong test samples of a classification run whose inputs are not images, as table rows:
+the decoded text (or the ids) of a token sequence, a signal's line and first values, or a row of features,
+with the true and predicted class and the confidence. The inputs come from evaluation.json (the worker wrote
+them there), so showing them asks nothing of the worker or the user's Dataset.
 
 GUI side: Qt only, never torch.
 """
@@ -38,13 +38,15 @@ def input_text(sample: dict) -> str:
     values = sample.get("values") or []
     if kind == "signal":
         first = values[0] if values else []
-        return f"signal of {sample.get('length', len(first))} steps: " + ", ".join(f"{v:.3g}" for v in first[:12])
+        return f"signal of {sample.get('length', len(first))} steps: " + ", ".join(
+            f"{v:.3g}" for v in first[:12]
+        )
     names = sample.get("names") or []
     return ", ".join(f"{n}={v:.3g}" for n, v in zip(names, values, strict=False))
 
 
 def _short(text: str) -> str:
-    return text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…"
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
 
 
 class WorstRows(WorstTable):
@@ -67,15 +69,18 @@ class WorstRows(WorstTable):
             note = f"predicted {predicted} with {w['confidence']:.0%} confidence (true class {true})"
             samples.append((w["split"], int(w["index"]), note))
             ids = " ".join(str(i) for i in sample.get("ids") or [])
-            tooltips.append(f"{w['split']} #{w['index']}: true {true}, predicted {predicted} with confidence "
-                            f"{w['confidence']:.3f}\n{text}" + (f"\nids: {ids}" if ids and "text" in sample else ""))
+            tooltips.append(
+                f"{w['split']} #{w['index']}: true {true}, predicted {predicted} with confidence "
+                f"{w['confidence']:.3f}\n{text}" + (f"\nids: {ids}" if ids and "text" in sample else "")
+            )
         self.set_rows(rows, samples, tooltips)
         self._draw_signals(worst)
         # The input column takes what is left: it is the one people read.
         self.horizontalHeader().setStretchLastSection(True)
 
     def _draw_signals(self, worst: list[dict]) -> None:
-        """A signal's line in its input cell, before its first values: its shape says more than the numbers."""
+        """A signal's line in its input cell, before its first values: its shape says more than the
+        numbers."""
         drawn = False
         for r, w in enumerate(worst):
             sample = w.get("sample") or {}

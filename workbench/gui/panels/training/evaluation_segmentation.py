@@ -1,6 +1,6 @@
 """The segmentation evaluation view: each class's IoU on the test split, the worst images with their predicted
-mask over them, and the selected one large three ways (the image, the true mask over it, the predicted mask over
-it), zoomed together. The pictures come from evaluation.json's thumbnails, never from the dataset again.
+mask over them, and the selected one large three ways (the image, the true mask over it, the predicted mask
+over it), zoomed together. The pictures come from evaluation.json's thumbnails, never from the dataset again.
 
 GUI side; never imports torch.
 """
@@ -27,8 +27,10 @@ BACKGROUND_NAMES = {"background", "bg", "_background_", "void", "none", "unlabel
 
 def class_colours(count: int) -> np.ndarray:
     """(count, 3) uint8: the plots' hues first, then evenly spread hues for more classes."""
-    colours = [pg.mkColor(RUN_HUES[k]) if k < len(RUN_HUES) else pg.intColor(k, hues=max(count, 1))
-               for k in range(count)]
+    colours = [
+        pg.mkColor(RUN_HUES[k]) if k < len(RUN_HUES) else pg.intColor(k, hues=max(count, 1))
+        for k in range(count)
+    ]
     return np.array([[c.red(), c.green(), c.blue()] for c in colours], dtype=np.uint8).reshape(-1, 3)
 
 
@@ -45,10 +47,16 @@ def decode(text: str, shape: tuple[int, ...]) -> np.ndarray | None:
         return None
 
 
-def overlay(image: np.ndarray | None, mask: np.ndarray | None, colours: np.ndarray, clear: set[int],
-            alpha: float = ALPHA) -> np.ndarray:
-    """(h, w, 3) uint8: the image (grey when it has one channel; mid grey when there is none) with each pixel's
-    class colour blended over it; ignored pixels (255), clear classes and classes without a colour stay as they are."""
+def overlay(
+    image: np.ndarray | None,
+    mask: np.ndarray | None,
+    colours: np.ndarray,
+    clear: set[int],
+    alpha: float = ALPHA,
+) -> np.ndarray:
+    """(h, w, 3) uint8: the image (grey when it has one channel; mid grey when there is none) with each
+    pixel's class colour blended over it; ignored pixels (255), clear classes and classes without a colour
+    stay as they are."""
     if image is None:
         h, w = mask.shape if mask is not None else (1, 1)
         base = np.full((h, w, 3), 96, dtype=np.float32)
@@ -78,7 +86,11 @@ def thumbnail_arrays(info: dict) -> tuple[np.ndarray | None, np.ndarray | None, 
         return image, true, predicted
     if isinstance(info.get("predicted_mask"), list):  # a run from before thumbnails: its predicted mask alone
         try:
-            return None, None, np.asarray(info["predicted_mask"], dtype=np.int64).clip(0, IGNORE_INDEX).astype(np.uint8)
+            return (
+                None,
+                None,
+                np.asarray(info["predicted_mask"], dtype=np.int64).clip(0, IGNORE_INDEX).astype(np.uint8),
+            )
         except ValueError:
             pass
     return None, None, None
@@ -103,8 +115,13 @@ class SegmentationEvaluationView(QWidget):
         self.colours = class_colours(0)
         self.clear_set: set[int] = set()
         self.worst: list[dict] = []
-        self.iou_plot = make_plot("Per-class IoU", "IoU", "class", categories=True,
-                                  empty="Each class's IoU on the test split appears here.")
+        self.iou_plot = make_plot(
+            "Per-class IoU",
+            "IoU",
+            "class",
+            categories=True,
+            empty="Each class's IoU on the test split appears here.",
+        )
         self.iou_plot.setYRange(0, 1)
         self.iou_bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=SERIES_COLOURS[0], pen=None)
         self.iou_plot.addItem(self.iou_bars)
@@ -134,8 +151,10 @@ class SegmentationEvaluationView(QWidget):
         self.gallery.setMinimumHeight(130)
         self.gallery.setResizeMode(QListWidget.Adjust)
         self.gallery.setMovement(QListWidget.Static)
-        self.gallery.setToolTip("The test images with the lowest mIoU of their own, with the predicted mask over "
-                                "them; select one to see it large, double-click to open it in the Data tab")
+        self.gallery.setToolTip(
+            "The test images with the lowest mIoU of their own, with the predicted mask over "
+            "them; select one to see it large, double-click to open it in the Data tab"
+        )
         self.gallery.currentRowChanged.connect(self.show_image)
         self.gallery.itemActivated.connect(self._on_gallery_activated)
         top = QSplitter(Qt.Horizontal)
@@ -176,34 +195,53 @@ class SegmentationEvaluationView(QWidget):
     def show_evaluation(self, evaluation: dict) -> None:
         self.clear()
         per_class = evaluation.get("per_class") or []
-        self.classes = [str(c) for c in evaluation.get("classes") or [r.get("class", i) for i, r in
-                                                                        enumerate(per_class)]]
+        self.classes = [
+            str(c) for c in evaluation.get("classes") or [r.get("class", i) for i, r in enumerate(per_class)]
+        ]
         self.colours = class_colours(len(self.classes))
         self.clear_set = clear_classes(self.classes)
         iou = np.array([r.get("iou") if r.get("iou") is not None else np.nan for r in per_class], dtype=float)
-        self.iou_bars.setOpts(x=np.arange(len(per_class)), height=np.nan_to_num(iou), width=0.7,
-                              brushes=[pg.mkBrush(*self.colours[k]) if k not in self.clear_set
-                                       else pg.mkBrush(SERIES_COLOURS[0]) for k in range(len(per_class))])
-        self.tooltips.texts = [f"{self.classes[k] if k < len(self.classes) else k}: IoU {number(r.get('iou'))}, "
-                               f"{int(r.get('pixels') or 0):,} pixels" for k, r in enumerate(per_class)]
+        self.iou_bars.setOpts(
+            x=np.arange(len(per_class)),
+            height=np.nan_to_num(iou),
+            width=0.7,
+            brushes=[
+                pg.mkBrush(*self.colours[k]) if k not in self.clear_set else pg.mkBrush(SERIES_COLOURS[0])
+                for k in range(len(per_class))
+            ],
+        )
+        self.tooltips.texts = [
+            f"{self.classes[k] if k < len(self.classes) else k}: IoU {number(r.get('iou'))}, "
+            f"{int(r.get('pixels') or 0):,} pixels"
+            for k, r in enumerate(per_class)
+        ]
         category_ticks(self.iou_plot, self.classes)
         self.iou_plot.setXRange(-0.6, max(len(per_class), 1) - 0.4, padding=0)
         self.iou_plot.setYRange(0, 1.05, padding=0)
         self.iou_plot.getPlotItem().update_empty_state()
-        self.legend.setText(" ".join(
-            f"<span style='color: rgb({r},{g},{b})'>■</span> {name}" + (" (clear)" if k in self.clear_set else "")
-            for k, (name, (r, g, b)) in enumerate(zip(self.classes, self.colours.tolist()))))
+        self.legend.setText(
+            " ".join(
+                f"<span style='color: rgb({r},{g},{b})'>■</span> {name}"
+                + (" (clear)" if k in self.clear_set else "")
+                for k, (name, (r, g, b)) in enumerate(zip(self.classes, self.colours.tolist()))
+            )
+        )
         worst = evaluation.get("worst") or []
-        # The worst few carry thumbnails; the rest (and a run from before thumbnails: all) only a predicted mask.
+        # The worst few carry thumbnails; the rest (and a run from before thumbnails: all) only a predicted
+        # mask.
         if any("thumbnail" in w for w in worst):
             worst = [w for w in worst if "thumbnail" in w]
         self.worst = [w for w in worst if any(a is not None for a in thumbnail_arrays(w))]
         for info in self.worst:
             image, _true, predicted = thumbnail_arrays(info)
             item = QListWidgetItem(f"#{info['index']}\nmIoU {number(info.get('miou'))}")
-            item.setToolTip(f"{info.get('split', 'test')} #{info['index']}: mIoU {number(info.get('miou'))}, "
-                            f"pixel accuracy {number(info.get('pixel_acc'))}")
-            item.setIcon(QIcon(scaled_pixmap(to_qimage(overlay(image, predicted, self.colours, self.clear_set)), 72)))
+            item.setToolTip(
+                f"{info.get('split', 'test')} #{info['index']}: mIoU {number(info.get('miou'))}, "
+                f"pixel accuracy {number(info.get('pixel_acc'))}"
+            )
+            item.setIcon(
+                QIcon(scaled_pixmap(to_qimage(overlay(image, predicted, self.colours, self.clear_set)), 72))
+            )
             self.gallery.addItem(item)
         if self.worst:
             self.gallery.setCurrentRow(0)
@@ -215,9 +253,11 @@ class SegmentationEvaluationView(QWidget):
             return
         info = self.worst[row]
         image, true, predicted = thumbnail_arrays(info)
-        pictures = [overlay(image, None, self.colours, self.clear_set) if image is not None else None,
-                    overlay(image, true, self.colours, self.clear_set) if true is not None else None,
-                    overlay(image, predicted, self.colours, self.clear_set) if predicted is not None else None]
+        pictures = [
+            overlay(image, None, self.colours, self.clear_set) if image is not None else None,
+            overlay(image, true, self.colours, self.clear_set) if true is not None else None,
+            overlay(image, predicted, self.colours, self.clear_set) if predicted is not None else None,
+        ]
         for plot, item, picture in zip(self.image_plots, self.image_items, pictures):
             if picture is None:
                 item.clear()
@@ -226,17 +266,23 @@ class SegmentationEvaluationView(QWidget):
             plot.getPlotItem().update_empty_state()
         shown = next((picture for picture in pictures if picture is not None), None)
         if shown is not None:
-            # Each plot to the image's own bounds. They are not linked: aspect-locked views linked to each other
-            # widen each other's range in turn at every resize, which left the image a third of its plot.
+            # Each plot to the image's own bounds. They are not linked: aspect-locked views linked to each
+            # other widen each other's range in turn at every resize, which left the image a third of its
+            # plot.
             height, width = shown.shape[:2]
             for plot in self.image_plots:
                 plot.getPlotItem().vb.setRange(xRange=(0, width), yRange=(0, height), padding=0.02)
-        self.detail_title.setText(f"{info.get('split', 'test')} #{info['index']} · mIoU {number(info.get('miou'))} · "
-                                  f"pixel accuracy {number(info.get('pixel_acc'))}")
+        self.detail_title.setText(
+            f"{info.get('split', 'test')} #{info['index']} · mIoU {number(info.get('miou'))} · "
+            f"pixel accuracy {number(info.get('pixel_acc'))}"
+        )
 
     def _on_gallery_activated(self, item: QListWidgetItem) -> None:
         row = self.gallery.row(item)
         if 0 <= row < len(self.worst):
             info = self.worst[row]
-            self.sample_requested.emit(str(info.get("split", "test")), int(info["index"]),
-                                       f"mIoU {number(info.get('miou'))} on this image")
+            self.sample_requested.emit(
+                str(info.get("split", "test")),
+                int(info["index"]),
+                f"mIoU {number(info.get('miou'))} on this image",
+            )

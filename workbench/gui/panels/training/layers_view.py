@@ -1,6 +1,7 @@
-"""The Training tab's Layers view: a layers x steps heatmap of one recorded layer statistic (log colours), a click
-on a cell shows that layer's weight, gradient and activation histograms at that step against its first step, and
-what looks wrong (vanishing gradients, far-off update ratios, dead layers) is said above it. GUI side; numpy only.
+"""The Training tab's Layers view: a layers x steps heatmap of one recorded layer statistic (log colours), a
+click on a cell shows that layer's weight, gradient and activation histograms at that step against its first
+step, and what looks wrong (vanishing gradients, far-off update ratios, dead layers) is said above it. GUI
+side; numpy only.
 """
 
 from __future__ import annotations
@@ -26,16 +27,20 @@ from workbench.gui.plots import SERIES_COLOURS, make_plot, update_empty_state
 from workbench.layer_records import KINDS, SCALARS, findings, read_record, read_records
 
 # statistic, label, log colours by default, the Graph tab's overlay of it
-STATISTICS = (("grad_norm", "Gradient norm", True, "layers_grad_norm"),
-              ("update_ratio", "Update-to-weight ratio", True, "layers_update_ratio"),
-              ("weight_norm", "Weight norm", True, "layers_weight_norm"),
-              ("act_std", "Activation std", True, "layers_act_std"),
-              ("act_mean", "Activation mean", False, ""),
-              ("dead_fraction", "Dead units (share)", False, "layers_dead_fraction"))
+STATISTICS = (
+    ("grad_norm", "Gradient norm", True, "layers_grad_norm"),
+    ("update_ratio", "Update-to-weight ratio", True, "layers_update_ratio"),
+    ("weight_norm", "Weight norm", True, "layers_weight_norm"),
+    ("act_std", "Activation std", True, "layers_act_std"),
+    ("act_mean", "Activation mean", False, ""),
+    ("dead_fraction", "Dead units (share)", False, "layers_dead_fraction"),
+)
 FIRST_COLOUR = "#9a9a9a"  # the first recorded step, drawn under the one clicked
 KIND_TITLES = {"weights": "Weights", "gradients": "Gradients", "activations": "Activations"}
-EMPTY = ("Layer statistics appear here as a run trains (every layer_stats_every steps, 50 by default, and its first "
-         "step).")
+EMPTY = (
+    "Layer statistics appear here as a run trains (every layer_stats_every steps, 50 by default, and its "
+    "first step)."
+)
 
 
 class LayersView(QWidget):
@@ -53,13 +58,18 @@ class LayersView(QWidget):
         self.statistic = QComboBox()
         for key, label, _, _ in STATISTICS:
             self.statistic.addItem(label, key)
-        self.statistic.setToolTip("The per-layer value the heatmap colours (rows: layers, columns: recorded steps)")
+        self.statistic.setToolTip(
+            "The per-layer value the heatmap colours (rows: layers, columns: recorded steps)"
+        )
         self.log_colours = QCheckBox("Log colours")
         self.log_colours.setChecked(True)
-        self.log_colours.setToolTip("Colour by the value's order of magnitude (log10): norms and ratios span decades")
+        self.log_colours.setToolTip(
+            "Colour by the value's order of magnitude (log10): norms and ratios span decades"
+        )
         self.graph_button = QPushButton("Show on graph")
-        self.graph_button.setToolTip("Paint the latest recorded value of this statistic on the model's graph in the "
-                                     "Graph tab")
+        self.graph_button.setToolTip(
+            "Paint the latest recorded value of this statistic on the model's graph in the Graph tab"
+        )
         self.graph_button.setEnabled(False)
         self.findings = QLabel()
         self.findings.setWordWrap(True)
@@ -80,8 +90,10 @@ class LayersView(QWidget):
         self.heatmap.addItem(self.marker)
         self.readout = QLabel("Click a cell to see that layer's histograms at that step.")
         self.readout.setWordWrap(True)
-        self.histograms = {kind: make_plot(KIND_TITLES[kind], "count", "value",
-                                           empty="Click a cell of the heatmap.") for kind in KINDS}
+        self.histograms = {
+            kind: make_plot(KIND_TITLES[kind], "count", "value", empty="Click a cell of the heatmap.")
+            for kind in KINDS
+        }
         for plot in self.histograms.values():
             plot.setMinimumHeight(150)
         bar = QHBoxLayout()
@@ -125,7 +137,8 @@ class LayersView(QWidget):
         self._refresh()
 
     def add_record_file(self, run_dir: str | Path, path: str | Path) -> bool:
-        """A step the run being shown just recorded (the live artifact event); False when it is not shown here."""
+        """A step the run being shown just recorded (the live artifact event); False when it is not shown
+        here."""
         if self.run_dir is None or Path(run_dir) != self.run_dir:
             return False
         try:
@@ -170,8 +183,10 @@ class LayersView(QWidget):
             update_empty_state(self.heatmap)
             return
         latest = self.records[-1]
-        self.title.setText(f"<b>{self.run_dir.name}</b> · {len(latest['layers'])} layers · {len(self.records)} "
-                           f"recorded steps (the last at step {latest['step']:,})")
+        self.title.setText(
+            f"<b>{self.run_dir.name}</b> · {len(latest['layers'])} layers · {len(self.records)} "
+            f"recorded steps (the last at step {latest['step']:,})"
+        )
         said = self.current_findings()
         self.findings.setText("⚠ " + "<br>⚠ ".join(said) if said else "")
         self.findings.setVisible(bool(said))
@@ -228,7 +243,8 @@ class LayersView(QWidget):
             self.show_cell(row, column)
 
     def show_cell(self, row: int, column: int) -> None:
-        """Layer `row`'s histograms at recorded step `column`, each against the layer's first recorded step."""
+        """Layer `row`'s histograms at recorded step `column`, each against the layer's first recorded
+        step."""
         self.selected = (row, column)
         self.marker.setRect(column, row, 1, 1)
         self.marker.setVisible(True)
@@ -236,8 +252,12 @@ class LayersView(QWidget):
         layer = record["layers"][row]
         values = dict(zip(SCALARS, record["scalars"][row]))
         shown = " · ".join(f"{label} {_fmt(values[key])}" for key, label, _, _ in STATISTICS)
-        against = (f" · histograms: <span style='color:{SERIES_COLOURS[0]}'>■ step {record['step']:,}</span> "
-                   f"against <span style='color:{FIRST_COLOUR}'>■ step {first['step']:,}</span>" if column else "")
+        against = (
+            f" · histograms: <span style='color:{SERIES_COLOURS[0]}'>■ step {record['step']:,}</span> "
+            f"against <span style='color:{FIRST_COLOUR}'>■ step {first['step']:,}</span>"
+            if column
+            else ""
+        )
         self.readout.setText(f"<b>{layer}</b> at step {record['step']:,}: {shown}{against}")
         for index, kind in enumerate(KINDS):
             plot = self.histograms[kind]

@@ -1,6 +1,6 @@
 """The learning-rate finder dialog of the training wizard: runs `lr.find` through the window's query runner
-with progress and Cancel, then plots the smoothed loss against the rate (log axis) with the suggestion marked, and
-"Use this rate" hands the rate back. Never imports torch.
+with progress and Cancel, then plots the smoothed loss against the rate (log axis) with the suggestion marked,
+and "Use this rate" hands the rate back. Never imports torch.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ def rounded(lr: float) -> float:
 
 
 class LrFinderDialog(QDialog):
-    """Runs one range test for a spec (an LrFindSpec's plain data) and shows its curve; `rate_chosen` carries the
-    rate "Use this rate" picked. Closing it while the test runs cancels the job."""
+    """Runs one range test for a spec (an LrFindSpec's plain data) and shows its curve; `rate_chosen` carries
+    the rate "Use this rate" picked. Closing it while the test runs cancels the job."""
 
     rate_chosen = Signal(float)
 
@@ -62,11 +62,17 @@ class LrFinderDialog(QDialog):
     # -- pages ---------------------------------------------------------------------------------------
     def _running_page(self) -> QWidget:
         page = QWidget()
-        steps, low, high = self.spec.get("steps", 100), self.spec.get("min_lr", 1e-7), self.spec.get("max_lr", 10)
+        steps, low, high = (
+            self.spec.get("steps", 100),
+            self.spec.get("min_lr", 1e-7),
+            self.spec.get("max_lr", 10),
+        )
         model = dig(self.spec, "model", "name", default="cnn")
         dataset = dig(self.spec, "dataset", "name", default="digits")
-        self.heading = QLabel(f"Training a copy of {model} on {dataset} for up to {steps} steps while the learning "
-                              f"rate grows from {low:g} to {high:g}. It stops early once the loss blows up.")
+        self.heading = QLabel(
+            f"Training a copy of {model} on {dataset} for up to {steps} steps while the learning "
+            f"rate grows from {low:g} to {high:g}. It stops early once the loss blows up."
+        )
         self.heading.setWordWrap(True)
         self.progress = JobProgress(CANCEL_TIP)
         self.progress.cancel_button.clicked.connect(self._on_cancel_clicked)
@@ -91,7 +97,8 @@ class LrFinderDialog(QDialog):
         page = QWidget()
         self.plot = make_plot("", "loss", "learning rate", empty="The loss at each rate appears here.")
         self.plot.setLogMode(x=True, y=False)
-        add_legend(self.plot, offset=(8, -8))  # bottom left, which the curve (flat, high, at low rates) leaves free
+        # bottom left, which the curve (flat, high, at low rates) leaves free
+        add_legend(self.plot, offset=(8, -8))
         self.summary = QLabel()
         self.summary.setWordWrap(True)
         self.summary.setTextFormat(Qt.RichText)
@@ -126,7 +133,9 @@ class LrFinderDialog(QDialog):
             self.progress.show_record(record)
             self.status.setText("")
         else:  # submitted or queued: jobs run one at a time on the worker
-            self.status.setText("Waiting for the job before it to finish (the worker runs one job at a time)…")
+            self.status.setText(
+                "Waiting for the job before it to finish (the worker runs one job at a time)…"
+            )
 
     def _on_cancel_clicked(self) -> None:
         if self.job is None:
@@ -151,7 +160,8 @@ class LrFinderDialog(QDialog):
         self.show_result(result)
 
     def done(self, code: int) -> None:
-        # Closed (Esc, the title bar, Cancel) while the job runs: stop it, and let no late reply reach this dialog.
+        # Closed (Esc, the title bar, Cancel) while the job runs: stop it, and let no late reply reach this
+        # dialog.
         if self.job is not None:
             self.queries.bridge.manager.cancel(self.job)
             self.queries.forget(self.job)
@@ -178,24 +188,38 @@ class LrFinderDialog(QDialog):
             self.plot.plot(lrs, raw, pen=faint, name="loss of each step", connect="finite")
         self.plot.plot(lrs, losses, pen=series_pen(SERIES_COLOURS[0], width=2.2), name="smoothed loss")
         if len(losses):
-            # From the lowest loss to a little over the start: the diverged tail (often 10x higher) would flatten the
-            # part of the curve that matters.
+            # From the lowest loss to a little over the start: the diverged tail (often 10x higher) would
+            # flatten the part of the curve that matters.
             finite = np.concatenate([losses, raw[np.isfinite(raw)]]) if len(raw) == len(lrs) else losses
             top = float(np.nanmax(losses[: max(1, len(losses) // 3)])) * 1.1
             self.plot.setYRange(max(0.0, float(np.nanmin(finite)) * 0.9), top, padding=0.02)
         suggested = result.get("suggested_lr")
         start = suggested or (math.sqrt(lrs[0] * lrs[-1]) if len(lrs) else self.spec.get("min_lr", 1e-3))
-        self.marker = pg.InfiniteLine(math.log10(start), angle=90, movable=True,
-                                      pen=pg.mkPen(SERIES_COLOURS[1], width=2), hoverPen=pg.mkPen(SERIES_COLOURS[1], width=3),
-                                      label="", labelOpts={"position": 0.92, "color": SERIES_COLOURS[1]})
+        self.marker = pg.InfiniteLine(
+            math.log10(start),
+            angle=90,
+            movable=True,
+            pen=pg.mkPen(SERIES_COLOURS[1], width=2),
+            hoverPen=pg.mkPen(SERIES_COLOURS[1], width=3),
+            label="",
+            labelOpts={"position": 0.92, "color": SERIES_COLOURS[1]},
+        )
         if len(lrs):
             self.marker.setBounds((math.log10(lrs[0]), math.log10(lrs[-1])))
         self.marker.sigPositionChanged.connect(self._on_marker_moved)
         self.plot.addItem(self.marker)
         if suggested and len(lrs):
             at = float(np.interp(math.log10(suggested), np.log10(lrs), losses))
-            self.plot.plot([suggested], [at], pen=None, symbol="o", symbolSize=9, symbolBrush=SERIES_COLOURS[1],
-                           symbolPen=None, name="suggested")
+            self.plot.plot(
+                [suggested],
+                [at],
+                pen=None,
+                symbol="o",
+                symbolSize=9,
+                symbolBrush=SERIES_COLOURS[1],
+                symbolPen=None,
+                name="suggested",
+            )
         self._show_choice(start)
         self.pages.setCurrentIndex(1)
 
@@ -209,15 +233,19 @@ class LrFinderDialog(QDialog):
         suggested = result.get("suggested_lr")
         lines = []
         if suggested:
-            lines.append(f"<b>Suggested learning rate: {rounded(suggested):g}</b>, where the smoothed loss falls "
-                         "fastest.")
+            lines.append(
+                f"<b>Suggested learning rate: {rounded(suggested):g}</b>, where the smoothed loss falls "
+                "fastest."
+            )
         else:
             lines.append(f"<b>No suggestion</b>: {result.get('suggestion') or 'the sweep was too short'}.")
         if suggested is None or rounded(suggested) != self.chosen_lr:
             lines.append(f"Marked: {self.chosen_lr:g}.")
         if result.get("min_loss_lr"):
-            lines.append(f"The loss was lowest at {rounded(result['min_loss_lr']):g}; a rate there is usually too "
-                         "high to train with.")
+            lines.append(
+                f"The loss was lowest at {rounded(result['min_loss_lr']):g}; a rate there is usually too "
+                "high to train with."
+            )
         if result.get("stopped_early"):
             lines.append(f"Stopped early: {result.get('stop_reason')}.")
         if self.current_lr is not None:

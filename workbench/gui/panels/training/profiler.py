@@ -19,8 +19,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-COLUMNS = (("name", "Operator"), ("calls", "Calls"), ("self_cpu_time_total_us", "Self CPU (µs)"),
-           ("cpu_time_total_us", "CPU total (µs)"), ("device_time_total_us", "Device total (µs)"))
+COLUMNS = (
+    ("name", "Operator"),
+    ("calls", "Calls"),
+    ("self_cpu_time_total_us", "Self CPU (µs)"),
+    ("cpu_time_total_us", "CPU total (µs)"),
+    ("device_time_total_us", "Device total (µs)"),
+)
 SORT_KEY = "self_cpu_time_total_us"  # what the title promises: the top operators by self CPU time
 DEVICE_KEY = "device_time_total_us"
 
@@ -70,8 +75,10 @@ class ProfilerView(QWidget):
         trace = self.run_dir / "artifacts" / "trace.json" if self.run_dir else None
         self.save_button.setEnabled(bool(trace and trace.exists()))
         if not rows:
-            self.title.setText("This run has no profile. Set profile_steps in the training wizard "
-                               "(Device and speed page) to record one.")
+            self.title.setText(
+                "This run has no profile. Set profile_steps in the training wizard "
+                "(Device and speed page) to record one."
+            )
             self.table.setSortingEnabled(True)
             return False
         self.title.setText(f"Top {len(rows)} operators by self CPU time in {self.run_dir.name}")
@@ -79,19 +86,28 @@ class ProfilerView(QWidget):
         for r, row in enumerate(rows):
             for c, (key, _) in enumerate(COLUMNS):
                 value = row.get(key, "")
-                item = QTableWidgetItem(str(value)) if key == "name" else _NumberItem(
-                    f"{value:,.0f}" if isinstance(value, (int, float)) else str(value))
+                item = (
+                    QTableWidgetItem(str(value))
+                    if key == "name"
+                    else _NumberItem(f"{value:,.0f}" if isinstance(value, (int, float)) else str(value))
+                )
                 self.table.setItem(r, c, item)
         # Sorted as the title says; a device column of zeros (a CPU run) says nothing, so it is hidden.
-        self.table.sortItems(next(i for i, (key, _) in enumerate(COLUMNS) if key == SORT_KEY), Qt.DescendingOrder)
+        self.table.sortItems(
+            next(i for i, (key, _) in enumerate(COLUMNS) if key == SORT_KEY), Qt.DescendingOrder
+        )
         self.table.setSortingEnabled(True)
-        has_device_time = any(isinstance(row.get(DEVICE_KEY), (int, float)) and row[DEVICE_KEY] > 0 for row in rows)
+        has_device_time = any(
+            isinstance(row.get(DEVICE_KEY), (int, float)) and row[DEVICE_KEY] > 0 for row in rows
+        )
         self.table.setColumnHidden(len(COLUMNS) - 1, not has_device_time)
         return True
 
     def _on_save_clicked(self) -> None:
         if self.run_dir is None:
             return
-        path, _ = QFileDialog.getSaveFileName(self, "Save trace", f"{self.run_dir.name}-trace.json", "JSON (*.json)")
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Save trace", f"{self.run_dir.name}-trace.json", "JSON (*.json)"
+        )
         if path:
             shutil.copyfile(self.run_dir / "artifacts" / "trace.json", path)

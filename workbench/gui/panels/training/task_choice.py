@@ -1,5 +1,5 @@
-"""The wizard's Task choice (TrainSpec.task): what `auto` would pick for the dataset, and the tasks the data cannot
-serve greyed out with the worker's reason, as a tooltip and as a line under the choice.
+"""The wizard's Task choice (TrainSpec.task): what `auto` would pick for the dataset, and the tasks the data
+cannot serve greyed out with the worker's reason, as a tooltip and as a line under the choice.
 
 It only shows what the worker's `data.info` reply says under "tasks"; it never judges the data itself.
 """
@@ -32,7 +32,8 @@ def _clip(text: str, limit: int) -> str:
 
 
 class TaskChoice(QWidget):
-    """A combo of TASKS and a line that says what auto picks, what is greyed out and why, or that it is asking."""
+    """A combo of TASKS and a line that says what auto picks, what is greyed out and why, or that it is
+    asking."""
 
     changed = Signal()  # the chosen task changed
 
@@ -88,12 +89,14 @@ class TaskChoice(QWidget):
         return ""
 
     # -- what the worker said --------------------------------------------------------------------
-    def set_busy(self, text: str = "Reading the dataset's first sample to see which tasks it can serve…") -> None:
+    def set_busy(
+        self, text: str = "Reading the dataset's first sample to see which tasks it can serve…"
+    ) -> None:
         self.line.setText(html.escape(text))
 
     def set_tasks(self, tasks: dict | None, note: str = "") -> None:
-        """Fill the choice from data.info's "tasks" ({"auto", "why", "unavailable"}); None (an older worker, no
-        reply, a failed one) leaves every task enabled and `note` says why nothing is known."""
+        """Fill the choice from data.info's "tasks" ({"auto", "why", "unavailable"}); None (an older worker,
+        no reply, a failed one) leaves every task enabled and `note` says why nothing is known."""
         model = self.combo.model()
         tasks = tasks if isinstance(tasks, dict) else None
         unavailable = dict(dig(tasks, "unavailable", default={}))
@@ -101,7 +104,8 @@ class TaskChoice(QWidget):
         self.auto = dig(tasks, "auto")
         why = str(dig(tasks, "why", default=""))
         if tasks is not None and self.auto is None and "auto" not in self.unavailable:
-            # auto cannot decide for this data: a run with task=auto would fail, so it is one more greyed choice.
+            # auto cannot decide for this data: a run with task=auto would fail, so it is one more greyed
+            # choice.
             self.unavailable["auto"] = why or "auto cannot tell the task from the first sample"
         for index in range(self.combo.count()):
             name = self.combo.itemData(index)
@@ -113,8 +117,10 @@ class TaskChoice(QWidget):
             if name == "auto":
                 text = f"auto ({self.auto}: {_clip(why, SHORT_WHY)})" if self.auto else "auto"
                 item.setText(text)
-                item.setToolTip(reason or (f"auto picks {self.auto}: {why}" if self.auto
-                                           else TrainSpec.field_help("task")))
+                item.setToolTip(
+                    reason
+                    or (f"auto picks {self.auto}: {why}" if self.auto else TrainSpec.field_help("task"))
+                )
             else:
                 item.setToolTip(reason or TASK_TEXT[name])
         self.line.setText(self._summary(why, note))

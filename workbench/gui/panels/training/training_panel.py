@@ -44,11 +44,15 @@ QUICK_START_SPEC = {"dataset": {"name": "digits"}, "model": {"name": "cnn"}, "ep
 QUICK_START_LABEL = "Train a CNN on the bundled digits (about 10 s)"
 QUICK_START_SUMMARY = "model cnn · dataset digits · 5 epochs · the device picked in the toolbar"
 RESUME_TIP = "Continue the selected stopped run from its last checkpoint"
-RETRY_TIP = ("The selected run failed before it wrote a checkpoint, so there is nothing to resume: open the wizard "
-             "on its spec to fix what failed (a model file, a setting) and start it again as a new run")
+RETRY_TIP = (
+    "The selected run failed before it wrote a checkpoint, so there is nothing to resume: open the wizard "
+    "on its spec to fix what failed (a model file, a setting) and start it again as a new run"
+)
 RUN_COLUMNS = ("Show", "Run", "Status", "Model · dataset", "Epochs", "Val metric")
-VAL_METRIC_TIP = ("The last validation accuracy, or for another task its monitor (MAE, mIoU, mean AP, or a "
-                  "LightningModule's own)")
+VAL_METRIC_TIP = (
+    "The last validation accuracy, or for another task its monitor (MAE, mIoU, mean AP, or a "
+    "LightningModule's own)"
+)
 
 
 def _flatten(data: dict, prefix: str = "") -> dict:
@@ -62,12 +66,16 @@ def _flatten(data: dict, prefix: str = "") -> dict:
     return flat
 
 
-TRY_IT_TASKS = ("classification", "multilabel", "regression", "segmentation")  # what workbench.worker.predict answers
-TRY_IT_TIP = ("Try the selected finished run's model on an image file (drop one) or a sample of its dataset: its "
-              "most likely classes with their probabilities, or its predicted mask over the image")
+# what workbench.worker.predict answers
+TRY_IT_TASKS = ("classification", "multilabel", "regression", "segmentation")
+TRY_IT_TIP = (
+    "Try the selected finished run's model on an image file (drop one) or a sample of its dataset: its "
+    "most likely classes with their probabilities, or its predicted mask over the image"
+)
+
 
 def _monitor_text(report: dict, last: dict) -> str:
-    """"MAE 0.5237", "mIoU 92.4 %": a finished run's monitor, its last validation value (else its best)."""
+    """ "MAE 0.5237", "mIoU 92.4 %": a finished run's monitor, its last validation value (else its best)."""
     monitor = report.get("monitor") if isinstance(report.get("monitor"), dict) else {}
     name = str(monitor.get("name") or "")
     if not name:
@@ -75,7 +83,7 @@ def _monitor_text(report: dict, last: dict) -> str:
     point = last.get(f"val/{name}")
     text = format_metric(name, point[1] if point else monitor.get("best_val"))
     label = str(monitor.get("label") or name)
-    return f"{label}{text[len(name):]}" if text.startswith(name) else f"{label} {text}" if text else ""
+    return f"{label}{text[len(name) :]}" if text.startswith(name) else f"{label} {text}" if text else ""
 
 
 def _has_checkpoint(entry: dict) -> bool:
@@ -97,7 +105,8 @@ class TrainingPanel(RunTab):
     sample_requested = Signal(dict, str, int, str)  # dataset spec, split, index, a note (the prediction)
 
     def __init__(self, workspace, queries, parent=None):
-        super().__init__(workspace, parent)  # live: job id -> the run id it trains (the curves hold its points)
+        # live: job id -> the run id it trains (the curves hold its points)
+        super().__init__(workspace, parent)
         self.queries = queries
         self._build()
         self.refresh()
@@ -120,16 +129,20 @@ class TrainingPanel(RunTab):
         # only fires while the button is visible, and the two together would be an ambiguous shortcut).
         self.new_button.setToolTip("Open the training wizard (Ctrl+T)")
         self.stop_button = QPushButton("Stop")
-        self.stop_button.setToolTip("Stop the selected run at its next step; a checkpoint is written so it can resume")
+        self.stop_button.setToolTip(
+            "Stop the selected run at its next step; a checkpoint is written so it can resume"
+        )
         self.resume_button = QPushButton("Resume")
         self.resume_button.setToolTip(RESUME_TIP)
         self.open_button = QPushButton("Open folder")
         self.again_button = QPushButton("Train again…")
-        self.again_button.setToolTip("Open the wizard on the selected run's spec, to change what you like and "
-                                     "start a new run")
+        self.again_button.setToolTip(
+            "Open the wizard on the selected run's spec, to change what you like and start a new run"
+        )
         self.graph_button = QPushButton("Graph")
-        self.graph_button.setToolTip("Show the selected run's model graph, with parameters and FLOPs per layer, "
-                                     "in the Graph tab")
+        self.graph_button.setToolTip(
+            "Show the selected run's model graph, with parameters and FLOPs per layer, in the Graph tab"
+        )
         self.quantize_button = QPushButton("Quantize…")
         self.quantize_button.setToolTip("Open the quantization wizard on the selected finished run")
         self.try_it_button = QPushButton("Try it…")
@@ -137,17 +150,28 @@ class TrainingPanel(RunTab):
         self.delete_button = QPushButton("Delete…")
         self.only_differences = QCheckBox("Only differences")
         self.only_differences.setChecked(True)
-        self.only_differences.setToolTip("In the spec comparison, hide fields that are the same in every shown run")
-        buttons = (self.new_button, self.stop_button, self.resume_button, self.again_button, self.graph_button,
-                   self.quantize_button, self.try_it_button, self.open_button, self.delete_button)
+        self.only_differences.setToolTip(
+            "In the spec comparison, hide fields that are the same in every shown run"
+        )
+        buttons = (
+            self.new_button,
+            self.stop_button,
+            self.resume_button,
+            self.again_button,
+            self.graph_button,
+            self.quantize_button,
+            self.try_it_button,
+            self.open_button,
+            self.delete_button,
+        )
         return buttons
 
     def _build_runs_table(self) -> None:
         self.table = run_table.make_run_table(RUN_COLUMNS)
         header = self.table.horizontalHeader()
         # The id is sized to its text and never wrapped (a stretched Run column lost to a long model name, and
-        # wrapped or truncated ids after a relaunch). The model is shown last, taking what is left, elided in the
-        # middle; moved on screen only, so the columns keep their indexes.
+        # wrapped or truncated ids after a relaunch). The model is shown last, taking what is left, elided in
+        # the middle; moved on screen only, so the columns keep their indexes.
         self.table.setWordWrap(False)
         self.table.setTextElideMode(Qt.ElideMiddle)
         for column in (0, 1, 2, 4, 5):
@@ -160,7 +184,9 @@ class TrainingPanel(RunTab):
         # Ctrl+click and Shift+click tick and untick runs: the Show ticks are the one selection that overlays
         # curves and compares specs; a plain click selects the run whose details the other tabs show.
         self.table.setSelectionMode(QTableWidget.ExtendedSelection)
-        self.table.setToolTip("Tick runs (or Ctrl+click them) to overlay their curves and compare their specs")
+        self.table.setToolTip(
+            "Tick runs (or Ctrl+click them) to overlay their curves and compare their specs"
+        )
         self._click_modifiers = Qt.NoModifier
         self.table.viewport().installEventFilter(self)
 
@@ -185,8 +211,11 @@ class TrainingPanel(RunTab):
         self.tabs.addTab(self.curves, "Curves")
         self.tabs.addTab(self.evaluation, "Evaluation")
         self.tabs.addTab(self.layers, "Layers")
-        self.tabs.setTabToolTip(self.tabs.count() - 1, "Per-layer weight, gradient and activation statistics as the "
-                                                       "run trains: a heatmap over steps and histograms per step")
+        self.tabs.setTabToolTip(
+            self.tabs.count() - 1,
+            "Per-layer weight, gradient and activation statistics as the "
+            "run trains: a heatmap over steps and histograms per step",
+        )
         self.tabs.addTab(self.profiler, "Profiler")
         self.tabs.addTab(spec_box, "Compare specs")
         # Why the selected run failed, above every pane: a run that failed before its first step has no curve,
@@ -212,10 +241,13 @@ class TrainingPanel(RunTab):
         wizard_button = QPushButton("Open the training wizard…")
         wizard_button.clicked.connect(self.new_run_requested)
         self.empty_state = EmptyState(
-            "No training runs yet", [self.quick_start_button, wizard_button], width=600,
-            text="Train a small CNN on scikit-learn's bundled digits (1,797 images of 8×8, ten classes): live loss and "
-                 "accuracy curves appear here as it trains, and the run is kept in your workspace. Or open the wizard "
-                 "(Ctrl+T) to pick your own dataset and model.")
+            "No training runs yet",
+            [self.quick_start_button, wizard_button],
+            width=600,
+            text="Train a small CNN on scikit-learn's bundled digits (1,797 images of 8×8, ten classes): "
+            "live loss and accuracy curves appear here as it trains, and the run is kept in your workspace. "
+            "Or open the wizard (Ctrl+T) to pick your own dataset and model.",
+        )
 
     def _connect(self) -> None:
         self.quick_start_button.clicked.connect(self.quick_start_requested)
@@ -224,7 +256,9 @@ class TrainingPanel(RunTab):
         self.resume_button.clicked.connect(self._on_resume_clicked)
         self.again_button.clicked.connect(self._on_again_clicked)
         self.graph_button.clicked.connect(lambda: self.graph_requested.emit(self.selected_run_id() or ""))
-        self.quantize_button.clicked.connect(lambda: self.quantize_requested.emit(self.selected_run_id() or ""))
+        self.quantize_button.clicked.connect(
+            lambda: self.quantize_requested.emit(self.selected_run_id() or "")
+        )
         self.try_it_button.clicked.connect(lambda: self.try_it_requested.emit(self.selected_run_id() or ""))
         self.open_button.clicked.connect(self.open_selected_folder)
         self.delete_button.clicked.connect(self.delete_selected)
@@ -246,12 +280,22 @@ class TrainingPanel(RunTab):
         shown = set(self.shown_runs())
         selected = self.selected_run_id()
         entries, _ = self.list_runs()
-        run_table.set_rows(self.table, [
-            [self._show_item(entry["id"], entry["id"] in shown), run_table.id_item(entry), run_table.status_item(entry),
-             self._model_item(entry), *(QTableWidgetItem(str(entry.get(key, ""))) for key in ("epochs", "val_acc"))]
-            for entry in entries])
+        run_table.set_rows(
+            self.table,
+            [
+                [
+                    self._show_item(entry["id"], entry["id"] in shown),
+                    run_table.id_item(entry),
+                    run_table.status_item(entry),
+                    self._model_item(entry),
+                    *(QTableWidgetItem(str(entry.get(key, ""))) for key in ("epochs", "val_acc")),
+                ]
+                for entry in entries
+            ],
+        )
         self._show_page()
-        for run_id in list(self.curves.runs):  # the rows were set with signals blocked: draw what is ticked now
+        # the rows were set with signals blocked: draw what is ticked now
+        for run_id in list(self.curves.runs):
             if run_id not in self.runs and run_id not in self.job_of_run:
                 self.curves.remove_run(run_id)
             else:
@@ -262,17 +306,22 @@ class TrainingPanel(RunTab):
 
     @staticmethod
     def _model_item(entry: dict) -> QTableWidgetItem:
-        """The model's short name (Net, not file:/long/path/net.py:Net) and dataset; the full names as tooltip."""
+        """The model's short name (Net, not file:/long/path/net.py:Net) and dataset; the full names as
+        tooltip."""
         dataset = dig(entry, "spec", "dataset", "name", default="")
         model = entry.get("model", "")
         item = QTableWidgetItem(" · ".join(short_model(p) for p in (model, dataset) if p))
-        item.setToolTip("\n".join(p for p in (f"model {model}" if model else "",
-                                                f"dataset {dataset}" if dataset else "") if p))
+        item.setToolTip(
+            "\n".join(
+                p for p in (f"model {model}" if model else "", f"dataset {dataset}" if dataset else "") if p
+            )
+        )
         return item
 
     @staticmethod
     def _show_item(run_id: str, shown: bool) -> QTableWidgetItem:
-        """The Show tick that overlays the run's curves; it holds the run id, as column 0 does in every runs table."""
+        """The Show tick that overlays the run's curves; it holds the run id, as column 0 does in every runs
+        table."""
         check = QTableWidgetItem()
         check.setFlags(Qt.ItemIsUserCheckable | Qt.ItemIsEnabled | Qt.ItemIsSelectable)
         check.setCheckState(Qt.Checked if shown else Qt.Unchecked)
@@ -280,8 +329,9 @@ class TrainingPanel(RunTab):
         return check
 
     def _show_page(self) -> None:
-        self.pages.setCurrentWidget(self.empty_state if not self.runs and not self.job_of_run
-                                    else self.pages.widget(1))
+        self.pages.setCurrentWidget(
+            self.empty_state if not self.runs and not self.job_of_run else self.pages.widget(1)
+        )
 
     @property
     def showing_empty_state(self) -> bool:
@@ -305,7 +355,8 @@ class TrainingPanel(RunTab):
         summary["objective_task"] = report.get("task") or spec.get("task") or ""
         if "val/acc" in last:
             summary["val_acc"] = f"{last['val/acc'][1]:.2%}"
-        else:  # regression, segmentation, multi-label: the monitor the report names, as the run logged it last
+        # regression, segmentation, multi-label: the monitor the report names, as the run logged it last
+        else:
             summary["val_acc"] = _monitor_text(report, last)
         return summary
 
@@ -331,7 +382,8 @@ class TrainingPanel(RunTab):
             self._load_stored_metrics(run_id)
             self.curves.set_shown(run_id, True)
         elif run_id in self.job_of_run:
-            self.curves.set_shown(run_id, False)  # still streaming: keep its points for when it is ticked again
+            # still streaming: keep its points for when it is ticked again
+            self.curves.set_shown(run_id, False)
         else:
             self.curves.remove_run(run_id)
         self.update_spec_comparison()
@@ -344,7 +396,8 @@ class TrainingPanel(RunTab):
         return super().eventFilter(watched, event)
 
     def _on_table_rows_selected(self, selected, deselected) -> None:
-        """Ctrl+click or Shift+click: the rows it selects are ticked, the rows Ctrl+click deselects unticked."""
+        """Ctrl+click or Shift+click: the rows it selects are ticked, the rows Ctrl+click deselects
+        unticked."""
         modifiers, self._click_modifiers = self._click_modifiers, Qt.NoModifier
         if not modifiers & (Qt.ControlModifier | Qt.ShiftModifier):
             return
@@ -387,34 +440,48 @@ class TrainingPanel(RunTab):
         if evaluation is not None:
             self.evaluation.show_evaluation(evaluation, dig(entry, "spec", "dataset", default={}), run_id)
         elif entry.get("status") == "done":
-            self.evaluation.clear("No evaluation: the run finished without a test evaluation (a LightningModule "
-                                  "without test_step or test data, say). Its curves are in the Curves tab.")
+            self.evaluation.clear(
+                "No evaluation: the run finished without a test evaluation (a LightningModule "
+                "without test_step or test data, say). Its curves are in the Curves tab."
+            )
         else:
-            self.evaluation.clear("No evaluation: the run failed (the reason is above)." if failed
-                                  else "No evaluation yet: it is written when the run finishes.")
+            self.evaluation.clear(
+                "No evaluation: the run failed (the reason is above)."
+                if failed
+                else "No evaluation yet: it is written when the run finishes."
+            )
         self._show_failure(entry)
         self.profiler.show_run(entry["run_dir"])
         self.layers.show_run(entry["run_dir"])
 
     def _evaluation_from_report(self, run_id: str) -> dict | None:
-        """A finished run with no evaluation.json but test metrics in its report (a LightningModule's run: Lightning's
-        own trainer.test gives them) as the metrics view reads an evaluation: its monitor's test value first."""
+        """A finished run with no evaluation.json but test metrics in its report (a LightningModule's run:
+        Lightning's own trainer.test gives them) as the metrics view reads an evaluation: its monitor's test
+        value first."""
         read = run_table.read_spec_and_report(self.store, run_id)
         report = read[1] if read else {}
         metrics = TrainResult.from_dict(report).final.test_metrics
         if not isinstance(metrics, dict) or not metrics:
             return None
         task = report.get("task") or "custom"
-        # A task with a view of its own needs what only its evaluation.json holds: these metrics go in a table.
-        evaluation = {"task": "custom" if task == "classification" or task in TASK_VIEWS else task, "split": "test",
-                      "metrics": dict(metrics)}
+        # A task with a view of its own needs what only its evaluation.json holds: these metrics go in a
+        # table.
+        evaluation = {
+            "task": "custom" if task == "classification" or task in TASK_VIEWS else task,
+            "split": "test",
+            "metrics": dict(metrics),
+        }
         monitor = report.get("monitor") if isinstance(report.get("monitor"), dict) else {}
         name = str(monitor.get("name") or "")
         stem = name.removeprefix("val_")
         test_name = next((n for n in (f"test_{stem}", name) if n and n in metrics), None)
         if test_name is not None:
-            evaluation["monitor"] = {"name": test_name, "label": test_name.removeprefix("test_"),
-                                     "higher_is_better": monitor.get("higher_is_better"), "value": metrics[test_name]}
+            evaluation["monitor"] = {
+                "name": test_name,
+                "label": test_name.removeprefix("test_"),
+                "higher_is_better": monitor.get("higher_is_better"),
+                "value": metrics[test_name],
+            }
         return evaluation
 
     def update_spec_comparison(self, *args) -> None:
@@ -462,8 +529,9 @@ class TrainingPanel(RunTab):
         live = run_id in self.job_of_run
         self.stop_button.setEnabled(live)
         # "interrupted": the store found its owner gone (killed, crashed), so its last checkpoint can go on.
-        self.resume_button.setEnabled(bool(entry) and not live and entry["status"] in ("cancelled", "failed",
-                                                                                          "interrupted"))
+        self.resume_button.setEnabled(
+            bool(entry) and not live and entry["status"] in ("cancelled", "failed", "interrupted")
+        )
         retry = self._retry_only(entry) and not live
         self.resume_button.setText("Edit and retry…" if retry else "Resume")
         self.resume_button.setToolTip(RETRY_TIP if retry else RESUME_TIP)
@@ -473,15 +541,18 @@ class TrainingPanel(RunTab):
         self.again_button.setEnabled(bool(entry and entry.get("spec")))
         self.graph_button.setEnabled(bool(entry))
         self.quantize_button.setEnabled(bool(entry) and not live and entry["status"] == "done")
-        # Try it predicts classes, labels, values and masks; a run of another task (a custom objective's) would only
-        # be refused by the worker, so the button says so rather than inviting the click.
+        # Try it predicts classes, labels, values and masks; a run of another task (a custom objective's)
+        # would only be refused by the worker, so the button says so rather than inviting the click.
         task = dig(entry, "objective_task", default="")
         tried = task in TRY_IT_TASKS or task in ("", "auto")
         self.try_it_button.setEnabled(bool(entry) and not live and entry["status"] == "done" and tried)
-        self.try_it_button.setToolTip(TRY_IT_TIP if tried else
-                                      f"Try it shows classification, multilabel, regression and segmentation "
-                                      f"predictions; this "
-                                      f"{task} run's predictions are in its Evaluation view")
+        self.try_it_button.setToolTip(
+            TRY_IT_TIP
+            if tried
+            else f"Try it shows classification, multilabel, regression and segmentation "
+            f"predictions; this "
+            f"{task} run's predictions are in its Evaluation view"
+        )
         self.delete_button.setEnabled(bool(entry) and not live)
 
     # -- live runs -------------------------------------------------------------------------------
@@ -505,8 +576,8 @@ class TrainingPanel(RunTab):
         if not run_id:
             return
         if kept is None and run_id not in self.curves.runs:
-            # A short job on a busy machine can end before its start reached this tab: it was never tracked, so
-            # its run is shown and ticked from the store, as a live one would have been.
+            # A short job on a busy machine can end before its start reached this tab: it was never tracked,
+            # so its run is shown and ticked from the store, as a live one would have been.
             self.set_shown(run_id, True)
             self._load_stored_metrics(run_id, force=True)
         elif run_id in self.curves.runs:
@@ -524,9 +595,13 @@ class TrainingPanel(RunTab):
             return
         if msg.msg_type == "artifact":
             entry = self.runs.get(run_id)
-            if msg.content.get("kind") == "layer_stats" and entry is not None \
-                    and isinstance(msg.content.get("path"), str):
-                self.layers.add_record_file(entry["run_dir"], msg.content["path"])  # shown only if it is this run
+            if (
+                msg.content.get("kind") == "layer_stats"
+                and entry is not None
+                and isinstance(msg.content.get("path"), str)
+            ):
+                # shown only if it is this run
+                self.layers.add_record_file(entry["run_dir"], msg.content["path"])
             return
         try:
             columns = decode_metrics(msg.content, msg.buffers)
@@ -561,7 +636,9 @@ class TrainingPanel(RunTab):
             self.resume_requested.emit(entry["run_dir"], entry.get("spec") or {})
 
     def resume_selected(self) -> bool:
-        if not self.resume_button.isEnabled() or self._retry_only(self.runs.get(self.selected_run_id() or "")):
+        if not self.resume_button.isEnabled() or self._retry_only(
+            self.runs.get(self.selected_run_id() or "")
+        ):
             return False
         self._on_resume_clicked()
         return True

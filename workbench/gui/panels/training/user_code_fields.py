@@ -1,6 +1,7 @@
-"""The wizard's fields for the user's own Python code: a `.py` file, the class or function in it, and its keyword
-arguments, with the note that the file runs with the user's permissions. Also the `<scheme>:<path.py>:<Name>`
-names they make and the arguments' text forms (a JSON object, a TOML inline table or key=value pairs)."""
+"""The wizard's fields for the user's own Python code: a `.py` file, the class or function in it, and its
+keyword arguments, with the note that the file runs with the user's permissions. Also the
+`<scheme>:<path.py>:<Name>` names they make and the arguments' text forms (a JSON object, a TOML inline table
+or key=value pairs)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from workbench.gui.user_args import ARGS_EXAMPLES, args_or_message, format_args,
 from workbench.gui.widgets.spec_form import ERROR_COLOUR
 
 WARNING_COLOUR = "#c77700"
-PERMISSION_NOTE = ("This runs the Python code in that file inside the worker process, with your permissions. "
-                   "Only use files you trust.")
+PERMISSION_NOTE = (
+    "This runs the Python code in that file inside the worker process, with your permissions. "
+    "Only use files you trust."
+)
 
 
 def split_user_name(name: str) -> tuple[str, str, str]:
@@ -33,15 +36,23 @@ class UserCodeFields(QObject):
     """File, class-or-function name and (optionally) arguments of the user's code, as rows of the page's form
     (so every label on the page lines up in one column), shown or hidden together.
 
-    It judges only what the GUI alone can know (the arguments' text, a file missing on this machine); the spec's
-    own check names the rest, and the page shows it in `name_error`.
+    It judges only what the GUI alone can know (the arguments' text, a file missing on this machine); the
+    spec's own check names the rest, and the page shows it in `name_error`.
     """
 
     changed = Signal()
 
-    def __init__(self, what: str, name_label: str, name_placeholder: str, with_args: bool = False,
-                 args_field: str = "dataset.args", file_label: str = "Python file", with_note: bool = True,
-                 parent=None):
+    def __init__(
+        self,
+        what: str,
+        name_label: str,
+        name_placeholder: str,
+        with_args: bool = False,
+        args_field: str = "dataset.args",
+        file_label: str = "Python file",
+        with_note: bool = True,
+        parent=None,
+    ):
         super().__init__(parent)
         self.what = what
         self.name_label = name_label
@@ -70,7 +81,9 @@ class UserCodeFields(QObject):
         self.args_error = _message(ERROR_COLOUR)
         if self.args is not None:
             self.args.setPlaceholderText('none, e.g. size=500, name="shapes" or {"size": 500}')
-            self.args.setToolTip(f"Keyword arguments passed to the {what}: {ARGS_EXAMPLES}. Empty passes none.")
+            self.args.setToolTip(
+                f"Keyword arguments passed to the {what}: {ARGS_EXAMPLES}. Empty passes none."
+            )
         self.note = QLabel(PERMISSION_NOTE)
         self.note.setWordWrap(True)
         self.note.setStyleSheet(f"color: {WARNING_COLOUR}")
@@ -82,8 +95,12 @@ class UserCodeFields(QObject):
     def add_to(self, form: QFormLayout, row: int) -> int:
         """Insert the rows into `form` from `row` on; returns the row after them."""
         self.form = form
-        rows = [(self.file_label, self.file_row), ("", self.path_warning), (self.name_label, self.attr),
-                ("", self.name_error)]
+        rows = [
+            (self.file_label, self.file_row),
+            ("", self.path_warning),
+            (self.name_label, self.attr),
+            ("", self.name_error),
+        ]
         if self.args is not None:
             rows += [("Arguments", self.args), ("", self.args_error)]
         if self.with_note:
@@ -139,14 +156,22 @@ class UserCodeFields(QObject):
         path = self.path.text().strip()
         # Only a warning: a remote worker reads its own disk, so a path this machine lacks may still be right.
         missing = bool(path) and not Path(path).expanduser().is_file()
-        self._show(self.path_warning, f"{path} is not a file on this machine; the worker looks for it where it "
-                                      "runs." if missing else "")
+        self._show(
+            self.path_warning,
+            f"{path} is not a file on this machine; the worker looks for it where it runs."
+            if missing
+            else "",
+        )
         self._show(self.args_error, self.args_value()[1])
         self.changed.emit()
 
     def _on_browse_clicked(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.browse.window(), f"Python file with the {self.what}",
-                                              self.path.text().strip(), "Python files (*.py)")
+        path, _ = QFileDialog.getOpenFileName(
+            self.browse.window(),
+            f"Python file with the {self.what}",
+            self.path.text().strip(),
+            "Python files (*.py)",
+        )
         if path:
             self.path.setText(path)
             self.attr.setFocus()  # the name is the next thing to type

@@ -43,49 +43,114 @@ from workbench.gui.widgets.spec_form import ERROR_COLOUR, SpecForm, field_errors
 from workbench.results import dig
 from workbench.specs import DataSpec, LrFindSpec, TrainSpec
 
-MODEL_CHOICES = ("cnn", "mlp", "torchvision:resnet18", "torchvision:mobilenet_v3_small", "torchvision:efficientnet_b0")
-HYPER_FIELDS = ["epochs", "batch_size", "lr", "optimizer", "momentum", "weight_decay", "no_decay_bias_norm",
-                "scheduler", "step_size", "gamma", "loss", "label_smoothing", "grad_accum_steps", "clip_grad_norm",
-                "clip_grad_value", "seed", "deterministic", "checkpoint_every", "keep_best", "early_stop_patience",
-                "log_every_steps", "tensorboard"]
+MODEL_CHOICES = (
+    "cnn",
+    "mlp",
+    "torchvision:resnet18",
+    "torchvision:mobilenet_v3_small",
+    "torchvision:efficientnet_b0",
+)
+HYPER_FIELDS = [
+    "epochs",
+    "batch_size",
+    "lr",
+    "optimizer",
+    "momentum",
+    "weight_decay",
+    "no_decay_bias_norm",
+    "scheduler",
+    "step_size",
+    "gamma",
+    "loss",
+    "label_smoothing",
+    "grad_accum_steps",
+    "clip_grad_norm",
+    "clip_grad_value",
+    "seed",
+    "deterministic",
+    "checkpoint_every",
+    "keep_best",
+    "early_stop_patience",
+    "log_every_steps",
+    "tensorboard",
+]
 # layer_stats_every sits with the profiler: both record what the run does, at a cost in speed.
-SPEED_FIELDS = ["channels_last", "dataset.num_workers", "dataset.pin_memory", "distributed", "nproc", "profile_steps",
-                "layer_stats_every"]
-MODEL_FIELDS = ["model.num_classes", "model.input_shape", "model.checkpoint", "model.weights", "model.replace_head",
-                "model.freeze"]
+SPEED_FIELDS = [
+    "channels_last",
+    "dataset.num_workers",
+    "dataset.pin_memory",
+    "distributed",
+    "nproc",
+    "profile_steps",
+    "layer_stats_every",
+]
+MODEL_FIELDS = [
+    "model.num_classes",
+    "model.input_shape",
+    "model.checkpoint",
+    "model.weights",
+    "model.replace_head",
+    "model.freeze",
+]
 # Where the dataset comes from (the Dataset page's Source): a registered dataset, or the user's own code.
-DATA_SOURCES = (("builtin", "Built-in dataset"), ("file", "Python file…"), ("lightning", "LightningDataModule…"))
+DATA_SOURCES = (
+    ("builtin", "Built-in dataset"),
+    ("file", "Python file…"),
+    ("lightning", "LightningDataModule…"),
+)
 USER_SPLIT_FIELDS = ["dataset.val_fraction", "dataset.test_fraction", "dataset.seed"]
 USER_UNUSED = ("root", "download", "image_size", "normalize", "augment", "size", "num_classes")
 LOADER_FIELDS = ("num_workers", "pin_memory", "on_device")  # how batches load, not what the data is
-# The model page's entries for the user's own code; the bare words are what earlier versions (and tests) typed.
+# The model page's entries for the user's own code; the bare words are what earlier versions (and tests)
+# typed.
 USER_MODEL_TEXT = {"file": "Python file…", "lightning": "LightningModule…"}
 USER_MODEL_CHOICES = tuple(USER_MODEL_TEXT.values())
 USER_MODEL_KINDS = {kind: (text, kind) for kind, text in USER_MODEL_TEXT.items()}
-LIGHTNING_NOTE = ("A LightningModule is trained by Lightning's own Trainer: its configure_optimizers and "
-                  "training_step decide the optimiser, schedule and loss, so those fields are greyed out.")
+LIGHTNING_NOTE = (
+    "A LightningModule is trained by Lightning's own Trainer: its configure_optimizers and "
+    "training_step decide the optimiser, schedule and loss, so those fields are greyed out."
+)
 # Hyperparameters a LightningModule decides itself; the spec maps only epochs, device, amp, accumulation,
 # gradient-norm clipping and the seed onto Lightning's Trainer.
-LIGHTNING_DECIDES = ("lr", "optimizer", "momentum", "weight_decay", "no_decay_bias_norm", "scheduler", "step_size",
-                     "gamma", "loss", "label_smoothing", "clip_grad_value")
-# A LightningDataModule splits its data itself (its train, val and test dataloaders): the fractions do not apply.
-LIGHTNING_SPLITS_NOTE = ("Not used: a LightningDataModule makes its own train, val and test dataloaders, so it "
-                         "splits its data itself.")
+LIGHTNING_DECIDES = (
+    "lr",
+    "optimizer",
+    "momentum",
+    "weight_decay",
+    "no_decay_bias_norm",
+    "scheduler",
+    "step_size",
+    "gamma",
+    "loss",
+    "label_smoothing",
+    "clip_grad_value",
+)
+# A LightningDataModule splits its data itself (its train, val and test dataloaders): the fractions do not
+# apply.
+LIGHTNING_SPLITS_NOTE = (
+    "Not used: a LightningDataModule makes its own train, val and test dataloaders, so it "
+    "splits its data itself."
+)
 MONITOR_FIELDS = ["monitor", "monitor_mode"]  # task=custom's, on the Dataset and task page
 ASK_DELAY_MS = 350
 NO_WORKER_NOTE = "auto decides from the first sample when the run starts."
-OLD_WORKER_NOTE = "This worker does not say which tasks fit the data, so every task is offered; the run checks."
+OLD_WORKER_NOTE = (
+    "This worker does not say which tasks fit the data, so every task is offered; the run checks."
+)
 CLUSTER_TIP = "The torchrun command and a SLURM batch script that run this spec on several machines"
-LR_FIND_TIP = ("Run a learning-rate range test on this spec: up to a hundred training steps on a copy of the model "
-               "while the rate grows exponentially from 1e-7 to 10, with the loss plotted against the rate. The rate "
-               "where the loss falls fastest is suggested, and \"Use this rate\" puts it here. No run is created or "
-               "changed.")
+LR_FIND_TIP = (
+    "Run a learning-rate range test on this spec: up to a hundred training steps on a copy of the model "
+    "while the rate grows exponentially from 1e-7 to 10, with the loss plotted against the rate. The rate "
+    'where the loss falls fastest is suggested, and "Use this rate" puts it here. No run is created or '
+    "changed."
+)
 LR_FIND_NO_WORKER = "The learning-rate finder runs on the worker, and this wizard has none."
 LAST_SPEC_KEY = "train_spec"  # the last spec the wizard started, as JSON
 
 
 def load_last_spec(settings) -> TrainSpec | None:
-    """The spec the wizard last started, from the window's Settings; None when there is none or it is stale."""
+    """The spec the wizard last started, from the window's Settings; None when there is none or it is
+    stale."""
     if settings is None:
         return None
     text = settings.get(LAST_SPEC_KEY)
@@ -126,22 +191,34 @@ class _FormPage(CheckedPage):
 
 
 class DatasetPage(CheckedPage):
-    """The data and the task: a built-in dataset (the Data tab's, or another), or the user's own Python file, and
-    the Task choice, filled from the worker's data.info about that data (asked in the background)."""
+    """The data and the task: a built-in dataset (the Data tab's, or another), or the user's own Python file,
+    and the Task choice, filled from the worker's data.info about that data (asked in the background)."""
 
     changed = Signal()  # the dataset this run starts from changed (the Data tab's, or the dialog's)
-    edited = Signal()  # a field on the page changed: its source, the user's file fields, the splits or the task
+    # a field on the page changed: its source, the user's file fields, the splits or the task
+    edited = Signal()
     classes_known = Signal(int)  # data.info counted the page's dataset's classes
-    def __init__(self, state: DatasetState, data_dir: str, spec: DataSpec | None = None, note: str = "",
-                 task: str = "auto", queries=None, start_data: dict | None = None):
+
+    def __init__(
+        self,
+        state: DatasetState,
+        data_dir: str,
+        spec: DataSpec | None = None,
+        note: str = "",
+        task: str = "auto",
+        queries=None,
+        start_data: dict | None = None,
+    ):
         super().__init__()
         self.state = state
         self.data_dir = data_dir
         self.spec = spec or state.spec
         self.queries = queries
         self.setTitle("Dataset and task")
-        self.setSubTitle("The data to train on (the dataset chosen in the Data tab, another one, or your own "
-                         "Python file) and what the model learns from it.")
+        self.setSubTitle(
+            "The data to train on (the dataset chosen in the Data tab, another one, or your own "
+            "Python file) and what the model learns from it."
+        )
         self._build_source_fields(note)
         self._build_task_fields(task)
         self._build_form(start_data)
@@ -153,7 +230,8 @@ class DatasetPage(CheckedPage):
         self.task_choice.set_tasks(None, "" if queries is not None else NO_WORKER_NOTE)
 
     def _build_source_fields(self, note: str) -> None:
-        """The note, the Source choice and the built-in dataset's row: its summary, a refusal, Change dataset…"""
+        """The note, the Source choice and the built-in dataset's row: its summary, a refusal, Change
+        dataset…"""
         self.summary = QLabel()
         self.summary.setWordWrap(True)
         self.summary.setTextFormat(Qt.RichText)
@@ -165,9 +243,11 @@ class DatasetPage(CheckedPage):
         self.source = QComboBox()
         for key, text in DATA_SOURCES:
             self.source.addItem(text, key)
-        self.source.setToolTip("Built-in: a registered dataset (digits, MNIST, CIFAR, an image folder…). Python "
-                               "file: your own torch Dataset class, or a function returning one. "
-                               "LightningDataModule: the data module of a Lightning project.")
+        self.source.setToolTip(
+            "Built-in: a registered dataset (digits, MNIST, CIFAR, an image folder…). Python "
+            "file: your own torch Dataset class, or a function returning one. "
+            "LightningDataModule: the data module of a Lightning project."
+        )
         change = QPushButton("Change dataset…")
         change.setToolTip("Choose a built-in dataset, its folder, splits and augmentation")
         change.clicked.connect(self._on_change_clicked)
@@ -175,8 +255,8 @@ class DatasetPage(CheckedPage):
         builtin_layout = QVBoxLayout(self.builtin_row)
         builtin_layout.setContentsMargins(0, 0, 0, 0)
         builtin_layout.addWidget(self.summary)
-        # Why a dataset chosen with Change dataset… did not stay (its files are missing, say): said here, as the
-        # Data tab that found it out sits behind the wizard.
+        # Why a dataset chosen with Change dataset… did not stay (its files are missing, say): said here, as
+        # the Data tab that found it out sits behind the wizard.
         self.refusal = QLabel()
         self.refusal.setWordWrap(True)
         self.refusal.setTextFormat(Qt.RichText)
@@ -187,16 +267,24 @@ class DatasetPage(CheckedPage):
         builtin_layout.addWidget(change, 0, Qt.AlignLeft)
 
     def _build_task_fields(self, task: str) -> None:
-        """Your own Dataset's fields, the Task choice, a custom task's loss and metrics fields, the info line."""
-        self.user = UserCodeFields("Dataset class or function", "Class or function", "MyDataset", with_args=True,
-                                   parent=self)
+        """Your own Dataset's fields, the Task choice, a custom task's loss and metrics fields, the info
+        line."""
+        self.user = UserCodeFields(
+            "Dataset class or function", "Class or function", "MyDataset", with_args=True, parent=self
+        )
         self.task_choice = TaskChoice(task)
         # task=custom: the user's loss and metrics functions, and the metric that picks the best epoch.
-        self.loss_fields = UserCodeFields("loss function", "Loss function", "my_loss(outputs, target)",
-                                          file_label="Loss file", parent=self)
-        self.metrics_fields = UserCodeFields("metrics function", "Metrics function",
-                                             "optional: my_metrics(outputs, target) -> {name: value}",
-                                             file_label="Metrics file", with_note=False, parent=self)
+        self.loss_fields = UserCodeFields(
+            "loss function", "Loss function", "my_loss(outputs, target)", file_label="Loss file", parent=self
+        )
+        self.metrics_fields = UserCodeFields(
+            "metrics function",
+            "Metrics function",
+            "optional: my_metrics(outputs, target) -> {name: value}",
+            file_label="Metrics file",
+            with_note=False,
+            parent=self,
+        )
         self.info_line = QLabel()
         self.info_line.setWordWrap(True)
         self.info_line.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -204,8 +292,11 @@ class DatasetPage(CheckedPage):
     def _build_form(self, start_data: dict | None) -> None:
         # The split fields as a spec form, so their messages are the spec's; the other rows join its layout so
         # every label on the page lines up in one column.
-        self.splits = SpecForm(TrainSpec, [*USER_SPLIT_FIELDS, *MONITOR_FIELDS],
-                               {**(start_data or {}), "dataset": self.spec.to_dict()})
+        self.splits = SpecForm(
+            TrainSpec,
+            [*USER_SPLIT_FIELDS, *MONITOR_FIELDS],
+            {**(start_data or {}), "dataset": self.spec.to_dict()},
+        )
         form = self.splits.layout_
         form.insertRow(0, "Source", self.source)
         form.insertRow(1, "Dataset", self.builtin_row)
@@ -256,8 +347,8 @@ class DatasetPage(CheckedPage):
         return self.task_choice.task() == "custom"
 
     def apply_objective(self, data: dict) -> dict:
-        """task=custom: the user's loss, metrics and monitor into a TrainSpec's plain data; any other task has its
-        own, so a custom run's fields (train again) do not travel on."""
+        """task=custom: the user's loss, metrics and monitor into a TrainSpec's plain data; any other task has
+        its own, so a custom run's fields (train again) do not travel on."""
         if self.is_custom():
             data["loss"] = self.loss_fields.name("file")
             data["metrics"] = "" if self.metrics_fields.is_empty() else self.metrics_fields.name("file")
@@ -278,7 +369,7 @@ class DatasetPage(CheckedPage):
 
     # -- what the page edits ---------------------------------------------------------------------
     def source_kind(self) -> str:
-        """"builtin", "file" or "lightning"."""
+        """ "builtin", "file" or "lightning"."""
         return self.source.currentData()
 
     def apply_to(self, data: dict) -> dict:
@@ -286,8 +377,8 @@ class DatasetPage(CheckedPage):
         dataset = self.spec.to_dict()
         kind = self.source_kind()
         if kind != "builtin":
-            # The user's code reads and transforms its own data: the built-in set's folder, resize, normalisation
-            # and augmentation would not be used, so they do not travel into the spec.
+            # The user's code reads and transforms its own data: the built-in set's folder, resize,
+            # normalisation and augmentation would not be used, so they do not travel into the spec.
             dataset = {key: value for key, value in dataset.items() if key not in USER_UNUSED}
             dataset["name"] = self.user.name(kind)
             dataset["args"] = self.user.args_value()[0]
@@ -336,9 +427,10 @@ class DatasetPage(CheckedPage):
         size = "×".join(map(str, spec.image_size)) or "native"
         normalise = spec.normalize if isinstance(spec.normalize, str) else "custom"
         self.summary.setText(
-            f"<b>{html.escape(spec.name)}</b> · {source}<br>"
-            f"validation {spec.val_fraction:.0%} · test {spec.test_fraction:.0%} (where the dataset has no test "
-            f"split) · split seed {spec.seed}<br>size {size} · normalise {normalise} · augmentation: {augment}")
+            f"<b>{html.escape(spec.name)}</b> · {source}<br>validation {spec.val_fraction:.0%} · test "
+            f"{spec.test_fraction:.0%} (where the dataset has no test split) · split seed "
+            f"{spec.seed}<br>size {size} · normalise {normalise} · augmentation: {augment}"
+        )
 
     def _load(self, spec: DataSpec) -> None:
         kind, _, _ = split_user_name(spec.name)
@@ -385,8 +477,10 @@ class DatasetPage(CheckedPage):
     def _on_state_refused(self, name: str, message: str) -> None:
         if name != self.spec.name:
             return  # not this page's choice
-        self.refusal.setText(f"<b>{html.escape(name)}</b> could not be loaded, so the dataset above stays: "
-                             f"{html.escape(message)}")
+        self.refusal.setText(
+            f"<b>{html.escape(name)}</b> could not be loaded, so the dataset above stays: "
+            f"{html.escape(message)}"
+        )
         self.refusal.show()
 
     def _on_change_clicked(self) -> None:
@@ -426,9 +520,14 @@ class DatasetPage(CheckedPage):
             return
         # data.info loads the data; its loader workers are not needed to read the first sample.
         dataset = {**dataset, "num_workers": 0}
-        job_box: list[str | None] = [None]  # the reply's own job id, to tell a stale reply from the current one
-        job = self.queries.query("data.info", {"dataset": dataset}, lambda info: self._on_info(job_box[0], info),
-                                 lambda error: self._on_info_error(job_box[0], error))
+        # the reply's own job id, to tell a stale reply from the current one
+        job_box: list[str | None] = [None]
+        job = self.queries.query(
+            "data.info",
+            {"dataset": dataset},
+            lambda info: self._on_info(job_box[0], info),
+            lambda error: self._on_info_error(job_box[0], error),
+        )
         job_box[0] = self._info_job = job
 
     def _on_info(self, job: str | None, info: dict) -> None:
@@ -451,15 +550,19 @@ class DatasetPage(CheckedPage):
         message = str(error.get("message") or error.get("type") or "the query failed")
         self.task_choice.set_tasks(None, "Which tasks fit is not known, so every task is offered.")
         if error.get("type") == UNTRUSTED:  # not asked at all: the data's code was not trusted
-            self._set_info_line(f"The worker was not asked about this dataset, since that would run its code: "
-                                f"{message}", error=True)
+            self._set_info_line(
+                f"The worker was not asked about this dataset, since that would run its code: {message}",
+                error=True,
+            )
         else:
             self._set_info_line(f"The worker could not read this dataset: {message}", error=True)
         self.edited.emit()
 
     def _set_info_line(self, text: str, error: bool) -> None:
         self.info_line.setText(text)
-        self.info_line.setStyleSheet(f"color: {ERROR_COLOUR}" if error else "color: palette(placeholder-text)")
+        self.info_line.setStyleSheet(
+            f"color: {ERROR_COLOUR}" if error else "color: palette(placeholder-text)"
+        )
         self.info_line.setVisible(bool(text))
 
     def _forget_query(self) -> None:
@@ -500,8 +603,10 @@ class ModelPage(_FormPage):
         self.name.setEditable(True)
         self.name.addItems(MODEL_CHOICES)
         self.name.addItems(list(USER_MODEL_CHOICES))
-        self.name.setToolTip(TrainSpec.field_help("model.name") + " lightning:<path.py>:<LightningModule> is a "
-                             "LightningModule, trained by Lightning's own Trainer.")
+        self.name.setToolTip(
+            TrainSpec.field_help("model.name") + " lightning:<path.py>:<LightningModule> is a "
+            "LightningModule, trained by Lightning's own Trainer."
+        )
         kind, path, cls = split_user_name(spec.model.name)
         self.name.setCurrentText(USER_MODEL_TEXT[kind] if kind else spec.model.name)
         self.file_path = QLineEdit()
@@ -548,7 +653,8 @@ class ModelPage(_FormPage):
         self._update_file_row()
 
     def kind(self) -> str:
-        """"file" (a Python file), "lightning" (a LightningModule) or "" (a built-in or torchvision model)."""
+        """ "file" (a Python file), "lightning" (a LightningModule) or "" (a built-in or torchvision
+        model)."""
         text = self.name.currentText().strip()
         return next((kind for kind, names in USER_MODEL_KINDS.items() if text in names), "")
 
@@ -559,7 +665,8 @@ class ModelPage(_FormPage):
         return self.name.currentText().strip()
 
     def args_value(self) -> tuple[dict, str]:
-        """(model.args as typed, "") or ({}, the message); a built-in model takes none, whatever the field says."""
+        """(model.args as typed, "") or ({}, the message); a built-in model takes none, whatever the field
+        says."""
         return args_or_message(self.args.text(), "model.args") if self.kind() else ({}, "")
 
     def local_errors(self) -> dict[str, str]:
@@ -582,7 +689,9 @@ class ModelPage(_FormPage):
         self.lightning_note.setVisible(kind == "lightning")
 
     def _on_browse_clicked(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Model file", self.file_path.text(), "Python files (*.py)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Model file", self.file_path.text(), "Python files (*.py)"
+        )
         if path:
             self.file_path.setText(path)
             self.file_class.setFocus()  # the class name is the next thing to type
@@ -596,7 +705,8 @@ class HyperparametersPage(_FormPage):
         self.setTitle("Hyperparameters")
         self.setSubTitle("Defaults that train the built-in models well; hover a field to see what it does.")
         self.form = SpecForm(TrainSpec, HYPER_FIELDS, spec.to_dict())
-        # The learning-rate finder sits beside the field it fills; its message (a spec it cannot run) under it.
+        # The learning-rate finder sits beside the field it fills; its message (a spec it cannot run) under
+        # it.
         self.find_lr = QPushButton("Find learning rate…")
         self.find_lr.setToolTip(LR_FIND_TIP)
         self.finder_note = _error_label()
@@ -621,33 +731,52 @@ class HyperparametersPage(_FormPage):
         self.form.set_errors(errors)
 
     def update_applicability(self, *args, lightning: bool = False, custom: bool = False) -> None:
-        """Grey out what the chosen optimiser, schedule and loss do not use (the training loop ignores it), and
-        with a LightningModule what its own configure_optimizers and training_step decide."""
+        """Grey out what the chosen optimiser, schedule and loss do not use (the training loop ignores it),
+        and with a LightningModule what its own configure_optimizers and training_step decide."""
         form = self.form
         for field in LIGHTNING_DECIDES:  # the rules below grey out again what still does not apply
             form.set_applicable(field, True)
         optimizer, scheduler, loss = form.value("optimizer"), form.value("scheduler"), form.value("loss")
-        form.set_applicable("momentum", optimizer in ("sgd", "rmsprop"),
-                            f"Not used by {optimizer}: only sgd and rmsprop take a momentum.")
+        form.set_applicable(
+            "momentum",
+            optimizer in ("sgd", "rmsprop"),
+            f"Not used by {optimizer}: only sgd and rmsprop take a momentum.",
+        )
         for field in ("step_size", "gamma"):
-            form.set_applicable(field, scheduler == "step",
-                                f"Not used with scheduler {scheduler}: only the step schedule uses it.")
-        form.set_applicable("label_smoothing", loss in ("auto", "cross_entropy"),
-                            f"Not used by the {loss} loss: only cross_entropy smooths labels.")
+            form.set_applicable(
+                field,
+                scheduler == "step",
+                f"Not used with scheduler {scheduler}: only the step schedule uses it.",
+            )
+        form.set_applicable(
+            "label_smoothing",
+            loss in ("auto", "cross_entropy"),
+            f"Not used by the {loss} loss: only cross_entropy smooths labels.",
+        )
         if custom:
             for field in ("loss", "label_smoothing"):
-                form.set_applicable(field, False, "Not used with task=custom: the loss is your own function, set "
-                                                  "on the Dataset and task page.")
+                form.set_applicable(
+                    field,
+                    False,
+                    "Not used with task=custom: the loss is your own function, set "
+                    "on the Dataset and task page.",
+                )
         if lightning:
             for field in LIGHTNING_DECIDES:
-                form.set_applicable(field, False, "Not used with a LightningModule: its configure_optimizers "
-                                                  "and training_step decide this.")
+                form.set_applicable(
+                    field,
+                    False,
+                    "Not used with a LightningModule: its configure_optimizers "
+                    "and training_step decide this.",
+                )
         self.find_lr.setEnabled(self.finder_available and not lightning)
         if not self.finder_available:
             self.find_lr.setToolTip(LR_FIND_NO_WORKER)
         elif lightning:
-            self.find_lr.setToolTip("Not with a LightningModule: its configure_optimizers sets its own rate (Lightning's "
-                                    "Tuner.lr_find sweeps it).")
+            self.find_lr.setToolTip(
+                "Not with a LightningModule: its configure_optimizers sets its own rate (Lightning's "
+                "Tuner.lr_find sweeps it)."
+            )
         else:
             self.find_lr.setToolTip(LR_FIND_TIP)
 
@@ -749,13 +878,17 @@ class ReviewPage(QWizardPage):
         super().__init__()
         self.wizard_ = wizard
         self.setTitle("Review")
-        self.setSubTitle("The spec this run will use; edit it here if you like (it is checked as you type). "
-                         "`workbench train spec.toml` runs the same thing headless.")
+        self.setSubTitle(
+            "The spec this run will use; edit it here if you like (it is checked as you type). "
+            "`workbench train spec.toml` runs the same thing headless."
+        )
         self.text = QPlainTextEdit()
         self.text.setFont(QFont("monospace"))
         self.text.setPlaceholderText("No spec while a field is invalid: go back to the field named below.")
-        self.text.setToolTip("The spec as TOML. Edits are checked as you type and Start uses the edited text; going "
-                             "Back rebuilds the spec from the pages and drops them.")
+        self.text.setToolTip(
+            "The spec as TOML. Edits are checked as you type and Start uses the edited text; going "
+            "Back rebuilds the spec from the pages and drops them."
+        )
         self.generated = ""  # the text the pages made: what an edit is told apart from
         self.edited: TrainSpec | None = None  # the spec of a valid edit
         self.edit_error = ""
@@ -821,11 +954,17 @@ class ReviewPage(QWizardPage):
         self.error.setText(error)
         self.error.setVisible(bool(error))
         self.save.setEnabled(spec is not None)
-        self.save.setToolTip("Save this spec as TOML to run or share later" if spec is not None
-                             else "There is no valid spec to save yet: fix the field named below.")
+        self.save.setToolTip(
+            "Save this spec as TOML to run or share later"
+            if spec is not None
+            else "There is no valid spec to save yet: fix the field named below."
+        )
         self.cluster.setEnabled(spec is not None)
-        self.cluster.setToolTip(CLUSTER_TIP if spec is not None
-                                else "There is no valid spec to run yet: fix the field named below.")
+        self.cluster.setToolTip(
+            CLUSTER_TIP
+            if spec is not None
+            else "There is no valid spec to run yet: fix the field named below."
+        )
         self.completeChanged.emit()
 
     def isComplete(self) -> bool:  # noqa: N802
@@ -841,25 +980,38 @@ class ReviewPage(QWizardPage):
 class TrainingWizard(QWizard):
     """Builds a TrainSpec. It starts from `start` (a TrainSpec or its plain dict: "train again with changes",
     dataset included), else from the last spec started with `settings`, else from the defaults; in the last
-    two cases the dataset is the Data tab's and `num_classes` (from the loaded dataset) sets the model's outputs.
+    two cases the dataset is the Data tab's and `num_classes` (from the loaded dataset) sets the model's
+    outputs.
     """
 
-    def __init__(self, state: DatasetState, devices: list[dict], preferred_device: str = "cpu",
-                 start: TrainSpec | dict | None = None, num_classes: int | None = None, data_dir: str = "",
-                 parent=None, settings=None, workspace: str | Path | None = None, queries=None):
+    def __init__(
+        self,
+        state: DatasetState,
+        devices: list[dict],
+        preferred_device: str = "cpu",
+        start: TrainSpec | dict | None = None,
+        num_classes: int | None = None,
+        data_dir: str = "",
+        parent=None,
+        settings=None,
+        workspace: str | Path | None = None,
+        queries=None,
+    ):
         super().__init__(parent)
         self.setWindowTitle("New training run")
-        # The cluster page's default shared workspace: given, else the window's, else the data folder's parent.
-        self.workspace = str(workspace or getattr(parent, "workspace", "") or (Path(data_dir).parent if data_dir
-                                                                              else ""))
+        # The cluster page's default shared workspace: given, else the window's, else the data folder's
+        # parent.
+        self.workspace = str(
+            workspace or getattr(parent, "workspace", "") or (Path(data_dir).parent if data_dir else "")
+        )
         self.cluster_page = None
         self.setWizardStyle(QWizard.ClassicStyle)
         self.setMinimumSize(720, 640)
         self.state = state
         self.settings = settings
         start_spec, explicit, note = self._starting_spec(start)
-        # The class count the wizard filled in itself (from the Data tab's dataset): it follows the dataset chosen
-        # on the first page until the person types another. None: the spec given keeps its own.
+        # The class count the wizard filled in itself (from the Data tab's dataset): it follows the dataset
+        # chosen on the first page until the person types another. None: the spec given keeps its own.
         self._filled_classes: int | None = None
         if not explicit:
             start_spec.dataset = copy.deepcopy(state.spec)
@@ -871,8 +1023,9 @@ class TrainingWizard(QWizard):
         self.invalid_fields: dict[str, str] = {}  # field -> its message, as shown under it
         # The worker's data.info says which tasks the data can serve; the window's query runner asks it.
         self.queries = queries if queries is not None else getattr(parent, "queries", None)
-        self.dataset_page = DatasetPage(state, data_dir, start_spec.dataset, note, start_spec.task, self.queries,
-                                        self.start_data)
+        self.dataset_page = DatasetPage(
+            state, data_dir, start_spec.dataset, note, start_spec.task, self.queries, self.start_data
+        )
         self.model_page = ModelPage(start_spec)
         self.hyper_page = HyperparametersPage(start_spec)
         self.speed_page = SpeedPage(start_spec, devices, preferred_device)
@@ -905,12 +1058,15 @@ class TrainingWizard(QWizard):
             try:
                 return TrainSpec.from_dict(start), True, note
             except SpecError as exc:
-                note = f"The run's spec cannot be used as it is ({exc}); starting from the last values instead."
+                note = (
+                    f"The run's spec cannot be used as it is ({exc}); starting from the last values instead."
+                )
         return load_last_spec(self.settings) or TrainSpec(), False, note
 
     def _on_classes_known(self, count: int) -> None:
-        """Another dataset on the first page: the model's class count follows it, where the wizard filled it in and
-        the person has not changed it since (a digits head on cifar100 would fail the run's class check)."""
+        """Another dataset on the first page: the model's class count follows it, where the wizard filled it
+        in and the person has not changed it since (a digits head on cifar100 would fail the run's class
+        check)."""
         form = self.model_page.form
         if self._filled_classes is None or count == self._filled_classes:
             return
@@ -942,8 +1098,9 @@ class TrainingWizard(QWizard):
 
     def rebuild(self, *args) -> TrainSpec | None:
         """Validate the whole spec now: messages under the fields they name, Next and Save follow."""
-        self.hyper_page.update_applicability(lightning=self.model_page.kind() == "lightning",
-                                             custom=self.dataset_page.is_custom())
+        self.hyper_page.update_applicability(
+            lightning=self.model_page.kind() == "lightning", custom=self.dataset_page.is_custom()
+        )
         data = self.spec_data()
         fields = [field for page in self.checked_pages for field in page.fields]
         errors, general = field_errors(TrainSpec, data, fields)
@@ -951,13 +1108,16 @@ class TrainingWizard(QWizard):
             errors.setdefault(field, message)
         self.invalid_fields = errors
         for page in self.checked_pages:
-            # A field greyed out on one page (loss, with task=custom) is edited, and its message shown, on another.
+            # A field greyed out on one page (loss, with task=custom) is edited, and its message shown, on
+            # another.
             greyed = page.form.inapplicable if isinstance(page, _FormPage) else {}
             mine = {field: message for field, message in errors.items() if field not in greyed}
             page.set_errors(mine)
             page.set_has_errors(any(field in mine for field in page.fields))
         # Only the dataset's own fields decide whether it can be asked about (a custom loss is not the data).
-        dataset_ok = not any(field in errors for field in self.dataset_page.fields if field.startswith("dataset."))
+        dataset_ok = not any(
+            field in errors for field in self.dataset_page.fields if field.startswith("dataset.")
+        )
         self.dataset_page.ask_info(data["dataset"] if dataset_ok else None)
         first = next(iter(errors.values()), general)
         if first:
@@ -969,8 +1129,8 @@ class TrainingWizard(QWizard):
         return self.spec
 
     def find_learning_rate(self):
-        """Run the learning-rate finder on the spec as the pages hold it now; "Use this rate" fills the lr field.
-        Returns its dialog, or None (with the reason under the button) when the spec cannot run."""
+        """Run the learning-rate finder on the spec as the pages hold it now; "Use this rate" fills the lr
+        field. Returns its dialog, or None (with the reason under the button) when the spec cannot run."""
         # Its module (and pyqtgraph) loads when the finder is first used, as the cluster page's does.
         from workbench.gui.panels.training.lr_finder import LrFinderDialog
 
@@ -1004,7 +1164,8 @@ class TrainingWizard(QWizard):
         from workbench.gui.panels.training.cluster_page import ClusterPage
 
         on_review = self.currentPage() is self.review_page
-        spec = self.review_page.final_spec() if on_review else self.rebuild()  # an edited review text included
+        # an edited review text included
+        spec = self.review_page.final_spec() if on_review else self.rebuild()
         if spec is None:
             return
         if self.cluster_page is not None:

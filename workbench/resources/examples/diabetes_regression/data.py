@@ -1,5 +1,6 @@
-"""Regression on scikit-learn's bundled diabetes data (442 patients, 10 features, offline): predict the disease
-progression a year later. Features and target are standardised, so a loss of 1.0 is guessing the mean."""
+"""Regression on scikit-learn's bundled diabetes data (442 patients, 10 features, offline): predict the
+disease progression a year later. Features and target are standardised, so a loss of 1.0 is guessing the
+mean."""
 
 import torch
 from sklearn.datasets import load_diabetes

@@ -17,9 +17,15 @@ class DigitsClassifier(L.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         self.net = nn.Sequential(
-            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(32 * 2 * 2, 10))
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(32 * 2 * 2, 10),
+        )
         self.example_input_array = torch.zeros(1, 1, 8, 8)
 
     def forward(self, x):
@@ -65,7 +71,8 @@ class DigitsData(L.LightningDataModule):
         images = torch.tensor(x, dtype=torch.float32).view(-1, 1, 8, 8) / 16.0
         data = TensorDataset(images, torch.tensor(y))
         self.train_set, self.val_set, self.test_set = random_split(
-            data, [0.7, 0.15, 0.15], generator=torch.Generator().manual_seed(self.seed))
+            data, [0.7, 0.15, 0.15], generator=torch.Generator().manual_seed(self.seed)
+        )
 
     def train_dataloader(self):
         return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True)
