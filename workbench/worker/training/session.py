@@ -335,7 +335,16 @@ def _fit(
         if channels_last:
             model = model.to(memory_format=torch.channels_last)
         return _Fitted(spec, summary, model, channels_last)
-    trainer = Trainer(
+    trainer = _trainer(spec, ctx, dataset, model, device, resume)
+    del resume
+    summary = trainer.fit()
+    return _Fitted(spec, summary, trainer.model, trainer.channels_last)
+
+
+def _trainer(spec, ctx, dataset, model, device, resume, **rank) -> Trainer:
+    """The built-in loop on the run's folders; `rank` (rank, world, stop_check) for torchrun's rank 0."""
+    run = ctx.run
+    return Trainer(
         TrainSetup(
             spec=spec,
             dataset=dataset,
@@ -346,11 +355,9 @@ def _fit(
             report=ctx,
             resume=resume,
             workspace=dataset.core.workspace,
+            **rank,
         )
     )
-    del resume
-    summary = trainer.fit()
-    return _Fitted(spec, summary, trainer.model, trainer.channels_last)
 
 
 def _evaluate_on_test(fitted: _Fitted, ctx, dataset, device: torch.device) -> _TestEvaluation:
@@ -537,21 +544,9 @@ def _lead_group(spec: TrainSpec, ctx, group, lead, *, dataset, model, device, re
     )
     run = ctx.run
     lead.share({"spec": spec.to_dict(), "run_id": run.dir.name, "resuming": resume is not None})
-    trainer = Trainer(
-        TrainSetup(
-            spec=spec,
-            dataset=dataset,
-            model=model,
-            device=device,
-            checkpoints_dir=run.checkpoints_dir,
-            artifacts_dir=run.artifacts_dir,
-            report=ctx,
-            resume=resume,
-            workspace=dataset.core.workspace,
-            rank=0,
-            world=group.world_size,
-            stop_check=torchrun.GroupStop(ctx.should_stop, device, 0),
-        )
+    stop_check = torchrun.GroupStop(ctx.should_stop, device, 0)
+    trainer = _trainer(
+        spec, ctx, dataset, model, device, resume, rank=0, world=group.world_size, stop_check=stop_check
     )
     del resume
     summary = trainer.fit()
