@@ -328,7 +328,7 @@ def main() -> int:
             folder = Path(workbench.__file__).parent / "resources" / "examples" / "shapes_segmentation"
             start = {**TrainSpec.load(folder / "train.toml").to_dict(), "task": "auto"}
             wizard = TrainingWizard(
-                window.dataset_state, window.device_picker.devices, "cpu", start=start, parent=window
+                window.dataset_state, window.chrome.device_picker.devices, "cpu", start=start, parent=window
             )
             wizard.resize(900, 780)
             wizard.show()
@@ -348,7 +348,7 @@ def main() -> int:
 
             wizard = TrainingWizard(
                 window.dataset_state,
-                window.device_picker.devices,
+                window.chrome.device_picker.devices,
                 "cpu",
                 start={"device": "cpu"},
                 parent=window,
@@ -486,8 +486,8 @@ def main() -> int:
                 if training.job_of_run or not training.runs or graph_busy():
                     QTimer.singleShot(500, next_graph)
                     return
-                if not window.graph_tab.is_built or window.graph_panel.graph is None:
-                    if not window.graph_tab.is_built:
+                if not window.navigation.graph_tab.is_built or window.graph_panel.graph is None:
+                    if not window.navigation.graph_tab.is_built:
                         window.show_graph_of_run(next(iter(training.runs)))
                     QTimer.singleShot(500, next_graph)
                     return
@@ -577,7 +577,7 @@ def main() -> int:
             pending = ["W8A8 (safe)", "W4A8 (paper's flow)"]
 
             def next_job() -> None:
-                training, quant = window.training_panel, window.quant_tab
+                training, quant = window.training_panel, window.navigation.quant_tab
                 busy = training.job_of_run or (quant.is_built and window.quant_panel.job_of_run)
                 if busy or not training.runs:
                     QTimer.singleShot(500, next_job)
