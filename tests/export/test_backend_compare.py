@@ -13,6 +13,7 @@ import torch
 from export_helpers import done, export
 from test_qdq_structures import _quantize_and_export, zoo  # noqa: F401, F811 (zoo: the fixture)
 
+from workbench.quant_findings import backend_findings
 from workbench.specs import ModelSpec
 from workbench.worker.export import backend_compare
 from workbench.worker.models import build_model
@@ -90,7 +91,7 @@ def _row(module: str, codes: int, codes_off: int, ties: int, worst: int) -> dict
 
 def test_backend_findings_come_from_codes_off_beyond_ties_only():
     rows = [_row("features.3", 1000, 40, 2, 3), _row("head", 500, 7, 1, 1), _row("features.0", 800, 5, 5, 1)]
-    findings = backend_compare.backend_findings(rows)
+    findings = backend_findings(rows)
     assert [f["layer"] for f in findings] == ["features.3", "head"]  # ties alone are expected: no finding
     first, second = findings
     assert first["cause"] == "backend_mismatch" and first["tensor"] == "activation"
@@ -98,6 +99,8 @@ def test_backend_findings_come_from_codes_off_beyond_ties_only():
     assert first["evidence"]["codes_off"] == 40 and first["evidence"]["ties"] == 2
     assert first["evidence"]["worst_step"] == 3 and first["evidence"]["module"] == "features.3"
     assert first["fix"] == "keep_float" and second["fix"] == "requantize_step"
+    # An error row, a row without a module and a non-dict (a file from another build) are no findings.
+    assert backend_findings([{"module": "x", "error": "failed"}, {"codes_off": 9}, "junk"]) == []
     assert all(f["gain"] is None and "step analysis" in f["fix_text"] and f["summary"] for f in findings)
 
 

@@ -12,6 +12,7 @@ from test_quant_panel import _quantize, _trained_run
 
 from workbench.gui.panels.quant.doctor_view import COLUMNS, DoctorView
 from workbench.gui.panels.quant.wizard import QuantWizard
+from workbench.runs import RunStore
 
 
 @pytest.fixture
@@ -230,3 +231,66 @@ def test_a_histogram_whose_merged_bins_repeat_the_last_edge_still_draws(qtbot):
     assert plot.kind == "histogram" and len(plot.values) == 64 and plot.clip_lines == [-0.5, 0.5]
     assert "module-level quantization" in view.header.text()
     assert _row(view.table, 0)[5:] == ["—", "—"] and "No fix measured a gain" in view.result.text()
+
+
+def _qdq_export_run(workspace, quant_run: str, rows: list[dict], status: str = "done") -> str:
+    """An ONNX QDQ export of `quant_run` on disk, as the export job writes it (format, quant_run, rows)."""
+    with RunStore(workspace).create_run(
+        "export", {"format": "onnx_qdq", "source": {"run": quant_run}}, task="export.model"
+    ) as run:
+        run.write_report({"format": "onnx_qdq", "quant_run": quant_run, "opset": 17, "by_module": rows})
+        run.set_status(status)
+        return run.id
+
+
+BY_MODULE = [
+    {
+        "module": "features.3",
+        "quantizers": ["features.3"],
+        "codes": 4096,
+        "codes_off": 300,
+        "ties": 100,
+        "worst_step": 3,
+        "configuration": "deployed",
+    },
+    {
+        "module": "classifier",
+        "quantizers": ["classifier"],
+        "codes": 640,
+        "codes_off": 12,
+        "ties": 12,
+        "worst_step": 1,
+        "configuration": "as written",
+    },
+]
+
+
+def test_a_qdq_export_of_the_run_adds_its_backend_mismatches_and_table(fake_window, qtbot, trained):
+    run_id, panel, view = _doctor_run(fake_window, qtbot, trained)
+    assert view.table.rowCount() == 3
+    assert "No ONNX QDQ export of this run yet" in view.backends_note.text()
+    assert view.detail_tabs.tabText(1) == "Backends"
+    # An export of another quant run, and a failed one of this run, are not this run's comparison.
+    _qdq_export_run(fake_window.workspace, "some-other-run", BY_MODULE)
+    _qdq_export_run(fake_window.workspace, run_id, BY_MODULE, status="failed")
+    assert panel.open_run(run_id)
+    assert view.table.rowCount() == 3
+    export_id = _qdq_export_run(fake_window.workspace, run_id, BY_MODULE)
+    assert panel.open_run(run_id)
+    panel.plots.setCurrentWidget(view)
+    # Only the module whose codes are off beyond rounding ties is a finding; it follows the dB-ranked ones.
+    assert view.table.rowCount() == 4
+    last = _row(view.table, 3)
+    assert last[:4] == ["4.9 %", "features.3", "activation", "backend mismatch"]
+    assert last[4] == "keep float"
+    assert export_id in view.backends_note.text() and "<b>1</b>" in view.backends_note.text()
+    table = view.backends_table.table
+    view.detail_tabs.setCurrentIndex(1)
+    assert view.backends_table.isVisibleTo(view) and table.rowCount() == 2
+    modules = {table.item(r, 0).text(): table.item(r, 1).text() for r in range(2)}
+    assert modules == {"features.3": "300 of 4,096", "classifier": "12 of 640"}
+    view.table.setCurrentCell(3, 0)
+    assert "features.3" in view.summary.text() and "onnxruntime" in view.summary.text()
+    evidence = view.evidence.table
+    shown = {evidence.item(r, 0).text(): evidence.item(r, 1).text() for r in range(evidence.rowCount())}
+    assert shown["codes off"] == "300" and shown["worst step"] == "3"

@@ -10,6 +10,7 @@ import re
 
 import torch
 
+from workbench.quant_findings import beyond_ties as _beyond_ties
 from workbench.worker.export import qdq_steps
 from workbench.worker.export.common import reason as reason_of
 
@@ -117,65 +118,6 @@ def codes_by_module(configurations: dict[str, dict[str, dict]], owners: dict[str
         )
     rows.sort(key=lambda r: (-_beyond_ties(r), -r["worst_step"], -r["codes_off"], r["module"]))
     return rows
-
-
-def _beyond_ties(numbers: dict) -> int:
-    return int(numbers["codes_off"]) - int(numbers["ties"])
-
-
-def backend_findings(rows: list[dict]) -> list[dict]:
-    """The doctor's `backend_mismatch` findings: one per module whose codes differ from the simulation's
-    beyond rounding ties. Their gain is not measured (it needs another export), so `gain` is None; severity is
-    the share of the module's codes off beyond ties, in percent (not dB: no re-quantization measured it)."""
-    findings = []
-    for row in rows:
-        beyond = _beyond_ties(row)
-        if beyond <= 0:
-            continue
-        module, worst = row["module"], int(row["worst_step"])
-        requantize = worst <= 1  # one step away from a tie: the backend rounds (requantizes) at another step
-        share = beyond / row["codes"] if row["codes"] else 0.0
-        findings.append(
-            {
-                "id": f"{module}:activation:backend_mismatch",
-                "layer": module,
-                "tensor": "activation",
-                "cause": "backend_mismatch",
-                "summary": (
-                    f"onnxruntime ({row['configuration']}) computes {beyond:,} of {row['codes']:,} codes "
-                    f"of {module} differently from the simulation, away from rounding ties, up to "
-                    f"{worst} step(s) apart"
-                ),
-                "evidence": {
-                    "codes_off": int(row["codes_off"]),
-                    "ties": int(row["ties"]),
-                    "worst_step": worst,
-                    "module": module,
-                    "codes": int(row["codes"]),
-                    "configuration": row["configuration"],
-                },
-                "fix": "requantize_step" if requantize else "keep_float",
-                "fix_text": _fix_text(module, worst, requantize),
-                "tried": [],
-                "gain": None,
-                "severity": round(100.0 * share, 4),
-            }
-        )
-    return findings
-
-
-def _fix_text(module: str, worst: int, requantize: bool) -> str:
-    lead = f"The step analysis (each quantizer fed onnxruntime's own input) finds {module}'s codes "
-    if requantize:
-        return lead + (
-            "one step off where no tie explains it: the fused int8 kernel requantizes with its "
-            "own multiplier at another step; add a requantization step (a QuantizeLinear) at "
-            f"{module}'s output so both round in the same place"
-        )
-    return lead + (
-        f"{worst} steps off: the file does not compute what the simulation does there; keep "
-        f"{module} in float in the export"
-    )
 
 
 # --- TensorRT, one module's output at a time

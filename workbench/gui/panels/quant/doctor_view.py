@@ -20,12 +20,15 @@ from PySide6.QtWidgets import (
     QStackedWidget,
     QTableWidget,
     QTableWidgetItem,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
+from workbench.gui.panels.export.by_module_table import ByModuleTable
 from workbench.gui.panels.quant.doctor_plots import EvidenceView
 from workbench.gui.panels.quant.metric import Measure
+from workbench.quant_findings import backend_findings
 from workbench.specs.jobs import DOCTOR_FIXES
 
 COLUMNS = ("Severity", "Layer", "Tensor", "Cause", "Fix", "Gain", "Monitor gain")
@@ -56,13 +59,37 @@ EMPTY_TEXT = (
     "the quantization wizard (Pipeline steps: <b>Doctor: diagnose after the ladder</b>), or on the command "
     "line with <code>workbench quantize … --set doctor.enabled=true</code>; then quantize again.</p>"
 )
+NO_BACKENDS_TEXT = (
+    "No ONNX QDQ export of this run yet. Export it as <b>ONNX QDQ</b> (Export tab, this run as the source) "
+    "to compare each module's quantizer codes in onnxruntime with the simulation; its mismatches then appear "
+    "here as findings."
+)
 SEVERE = "#d93a3a"  # the worst finding's severity cell; lighter ones fade towards the table's own background
 
 
-def ordered_findings(doctor: dict | None) -> list[dict]:
-    """The findings worst first (highest severity), those without a number last."""
+def ordered_findings(doctor: dict | None, backends: dict | None = None) -> list[dict]:
+    """The findings worst first (highest severity), those without a number last; then the backend mismatches
+    of the run's newest QDQ export (`backends`: {"run", "report"}), worst first, whose severity is a share of
+    codes, not dB, so they do not rank among the others. A mismatch the doctor already lists is not
+    repeated."""
     findings = [f for f in (doctor or {}).get("findings") or [] if isinstance(f, dict)]
-    return sorted(findings, key=lambda f: -_num(f.get("severity"), -math.inf))
+    own = sorted(
+        (f for f in findings if f.get("cause") != "backend_mismatch"),
+        key=lambda f: -_num(f.get("severity"), -math.inf),
+    )
+    mismatches = [f for f in findings if f.get("cause") == "backend_mismatch"]
+    report = (backends or {}).get("report") or {}
+    seen = {f.get("id") for f in mismatches}
+    mismatches += [f for f in backend_findings(report.get("by_module") or []) if f.get("id") not in seen]
+    return own + sorted(mismatches, key=lambda f: -_num(f.get("severity"), -math.inf))
+
+
+def severity_text(finding: dict) -> str:
+    """dB for the doctor's own findings; a backend mismatch's share of codes off, in percent."""
+    severity = _num(finding.get("severity"))
+    if severity is None:
+        return "—"
+    return f"{severity:.1f} %" if finding.get("cause") == "backend_mismatch" else f"{severity:.1f}"
 
 
 def fix_of(finding: dict) -> str:
@@ -103,6 +130,7 @@ class DoctorView(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.doctor: dict = {}
+        self.backends: dict | None = None  # {"run", "report"}: the run's newest ONNX QDQ export
         self.findings: list[dict] = []
         self.measure = Measure()
         self.done = False
@@ -179,9 +207,19 @@ class DoctorView(QWidget):
         body.setSizes([640, 260])
         detail_layout.addWidget(body, 1)
         detail_layout.addLayout(buttons)
+        self.detail_tabs = QTabWidget()
+        self.detail_tabs.setDocumentMode(True)
+        self.detail_tabs.addTab(detail, "Finding")
+        self.detail_tabs.addTab(self._build_backends(), "Backends")
+        self.detail_tabs.setTabToolTip(0, "The selected finding: its evidence and the fixes tried")
+        self.detail_tabs.setTabToolTip(
+            1,
+            "Each PyTorch module's quantizer codes in onnxruntime against the simulation's, from this "
+            "run's newest ONNX QDQ export",
+        )
         self.splitter = QSplitter(Qt.Vertical)
         self.splitter.addWidget(self.table)
-        self.splitter.addWidget(detail)
+        self.splitter.addWidget(self.detail_tabs)
         # The findings take the rows they need (up to FINDING_ROWS); the evidence takes the rest and never
         # collapses.
         self.splitter.setCollapsible(1, False)
@@ -198,6 +236,19 @@ class DoctorView(QWidget):
         self.apply_button.clicked.connect(self.apply_all_requested)
         return content
 
+    def _build_backends(self) -> QWidget:
+        self.backends_note = QLabel(NO_BACKENDS_TEXT)
+        self.backends_note.setWordWrap(True)
+        self.backends_note.setTextFormat(Qt.RichText)
+        self.backends_note.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.backends_table = ByModuleTable()
+        page = QWidget()
+        layout = QVBoxLayout(page)
+        layout.setContentsMargins(0, 4, 0, 0)
+        layout.addWidget(self.backends_note)
+        layout.addWidget(self.backends_table, 1)
+        return page
+
     @staticmethod
     def _table(columns: tuple[str, ...], tip: str) -> QTableWidget:
         table = QTableWidget(0, len(columns))
@@ -213,13 +264,22 @@ class DoctorView(QWidget):
         return table
 
     # -- showing ---------------------------------------------------------------------------------
-    def set_doctor(self, doctor: dict | None, metric: dict | None = None, done: bool = False) -> None:
+    def set_doctor(
+        self,
+        doctor: dict | None,
+        metric: dict | None = None,
+        done: bool = False,
+        backends: dict | None = None,
+    ) -> None:
         """Show a run's doctor block; `metric` is the run's metric block (accuracy when None); `done`: the run
-        finished, so its spec can be quantized again."""
+        finished, so its spec can be quantized again; `backends`: {"run", "report"} of its newest ONNX QDQ
+        export (None: it has none)."""
         self.doctor = doctor if isinstance(doctor, dict) else {}
         self.measure = Measure.of(metric)
         self.done = done
-        self.findings = ordered_findings(self.doctor)
+        self.backends = backends if isinstance(backends, dict) else None
+        self._fill_backends()
+        self.findings = ordered_findings(self.doctor, self.backends)
         if not self.doctor:
             self.pages.setCurrentWidget(self.empty)
             self.apply_button.setEnabled(False)
@@ -267,6 +327,20 @@ class DoctorView(QWidget):
             )
         return " · ".join(parts)
 
+    def _fill_backends(self) -> None:
+        report = (self.backends or {}).get("report") or {}
+        self.backends_table.show_report("onnx_qdq", report)
+        if not self.backends:
+            self.backends_note.setText(NO_BACKENDS_TEXT)
+            return
+        rows = [r for r in report.get("by_module") or [] if isinstance(r, dict)]
+        off = sum(1 for f in backend_findings(rows))
+        self.backends_note.setText(
+            f"From export run <b>{html.escape(str(self.backends.get('run', '')))}</b> (ONNX QDQ, opset "
+            f"{html.escape(str(report.get('opset', '?')))}): {len(rows)} module(s) compared, "
+            f"<b>{off}</b> with codes off beyond rounding ties."
+        )
+
     def _fill_applied(self) -> None:
         applied = [a for a in self.doctor.get("applied") or [] if isinstance(a, dict)]
         self.applied_table.setRowCount(len(applied))
@@ -288,12 +362,18 @@ class DoctorView(QWidget):
     def _fill_findings(self) -> None:
         self.table.blockSignals(True)
         self.table.setRowCount(len(self.findings))
-        worst = max((_num(f.get("severity"), 0.0) for f in self.findings), default=0.0) or 1.0
+        worst = (
+            max(
+                (_num(f.get("severity"), 0.0) for f in self.findings if f.get("cause") != "backend_mismatch"),
+                default=0.0,
+            )
+            or 1.0
+        )
         for row, finding in enumerate(self.findings):
             gain = finding.get("gain") or {}
             severity = _num(finding.get("severity"))
             cells = (
-                "—" if severity is None else f"{severity:.1f}",
+                severity_text(finding),
                 finding.get("layer", ""),
                 finding.get("tensor", ""),
                 CAUSES.get(finding.get("cause"), str(finding.get("cause", ""))),
@@ -309,7 +389,9 @@ class DoctorView(QWidget):
                 item.setToolTip(str(finding.get("summary", "")))
                 self.table.setItem(row, column, item)
             shade = QColor(SEVERE)
-            shade.setAlpha(int(40 + 170 * max(0.0, min(1.0, (severity or 0.0) / worst))))
+            # A mismatch's share of codes is not in dB: shaded by itself, in percent of all codes.
+            scale = 100.0 if finding.get("cause") == "backend_mismatch" else worst
+            shade.setAlpha(int(40 + 170 * max(0.0, min(1.0, (severity or 0.0) / scale))))
             self.table.item(row, 0).setBackground(shade)
         self.table.blockSignals(False)
         self._fit_findings()

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from workbench.client import JobRecord
 from workbench.errors import WorkbenchError
+from workbench.gui.panels.quant.backend_runs import newest_qdq_export
 from workbench.gui.panels.quant.channel_ranges_plot import ChannelRangesPlot
 from workbench.gui.panels.quant.doctor_view import DoctorView, doctor_spec, fix_of
 from workbench.gui.panels.quant.error_plot import ErrorPlot
@@ -45,7 +46,7 @@ from workbench.gui.widgets.empty_state import EmptyState
 from workbench.gui.widgets.job_progress import JobProgress
 from workbench.protocol import Message, named_array
 from workbench.results import QuantResult, dig
-from workbench.task_ids import QUANT_TASK, TRAIN_TASKS
+from workbench.task_ids import EXPORT_TASK, QUANT_TASK, TRAIN_TASKS
 
 COVERAGE_WARN = 0.95  # as the worker's quant/coverage.WARN_BELOW: under it the share shows red
 
@@ -720,7 +721,16 @@ class QuantPanel(RunTab):
             and self.results.run_id == entry["id"]
         )
         report = self.results.report if self.results else {}
-        self.doctor.set_doctor(report.get("doctor"), self.results.metric if self.results else None, done)
+        backends = newest_qdq_export(self.store, entry["id"]) if entry else None
+        self.doctor.set_doctor(
+            report.get("doctor"), self.results.metric if self.results else None, done, backends
+        )
+
+    def on_job_changed(self, record: JobRecord) -> None:
+        super().on_job_changed(record)
+        # A QDQ export of the run in view that just finished brings its backend comparison to the doctor.
+        if record.task == EXPORT_TASK and not record.active and self.results is not None:
+            self._show_doctor()
 
     def doctor_shown(self) -> bool:
         """The Doctor view is the plot in front and has findings ("Show on graph" colours by them then)."""

@@ -51,7 +51,7 @@ class Finding:
 
     @classmethod
     def from_dict(cls, item: dict) -> Finding:
-        """A finding another check wrote in the result's shape (export/backend_compare's backend_findings),
+        """A finding another check wrote in the result's shape (workbench.quant_findings' backend_findings),
         for diagnose.BACKEND_CHECKS to hand in; nothing is tried for it here."""
         return cls(
             item["layer"],
