@@ -410,3 +410,25 @@ def test_an_evidence_histogram_has_one_edge_more_than_its_bins():
         hist = diagnose._histogram(job, "t")
         assert len(hist["edges"]) == len(hist["counts"]) + 1
         assert hist["edges"][0] == -1.0 and hist["edges"][-1] == 1.0 and sum(hist["counts"]) == bins
+
+
+def test_with_cle_on_the_doctor_still_names_the_outlier_cle_fixed(doctored):
+    """CLE in the ladder equalises conv1 with conv2 before the doctor looks: the outlier is found on the
+    ranges kept from before CLE, its fix is the ladder's own CLE and its gain is measured by quantizing the
+    graph as it was before CLE; the concat is still found and fixed, and the SQNR comes back."""
+    clean, _, _, quantize = doctored
+    planted = quantize("planted.pt", cle=True, doctor={"enabled": True, "apply": True})
+    block = planted["doctor"]
+    outlier = next(f for f in block["findings"] if f["layer"] == "conv1" and f["cause"] == "outlier_channels")
+    assert outlier["fix"] == "cle" and outlier["evidence"]["fixed_by"] == "cle"
+    assert outlier["evidence"]["ratio"] > 20 and len(outlier["evidence"]["ranges"]) == 16
+    assert "already equalised it with conv2" in outlier["summary"]
+    before, after = outlier["tried"]
+    assert before["fix"] == "none (before CLE)" and after["sqnr_db"] == block["after"]["sqnr_db"]
+    assert before["with"] == [f"{a['layer']}:{a['fix']}" for a in block["applied"]]
+    assert outlier["gain"]["sqnr_db"] == pytest.approx(after["sqnr_db"] - before["sqnr_db"])
+    assert outlier["gain"]["sqnr_db"] > 3  # measured: CLE is what keeps conv1's channels apart from harm
+    assert outlier["severity"] == pytest.approx(outlier["gain"]["sqnr_db"], abs=1e-3)
+    assert any(f["cause"] == "mixed_range_concat" for f in block["findings"])
+    assert block["applied"] and all(a["fix"] != "cle" for a in block["applied"])
+    assert block["after"]["sqnr_db"] > clean["quantized"]["logit_sqnr_db"] - 1.5

@@ -5,6 +5,7 @@ per step, then the per-layer analysis, sensitivity, mixed precision and the arti
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -278,6 +279,9 @@ class QuantJob:
     coverage: dict = field(default_factory=dict)  # how much of the model is quantized (quant/coverage.py)
     module_level: dict | None = None  # {"reason", "float_ops"} where torch.fx could not trace the model
     doctor: dict | None = None  # the doctor's findings, fixes tried and applied (quant/doctor/)
+    # With the doctor on, the float graph just before CLE and each equalised layer's weight output ranges
+    # then: CLE removes outlier channels before the doctor looks, and the doctor still names them.
+    pre_cle: dict | None = None
 
     @classmethod
     def open(cls, spec: QuantSpec, ctx) -> QuantJob:
@@ -491,6 +495,12 @@ class QuantJob:
         pairs = cle_pairs(self.gm, structure, clipped)
         touched = {p.first for p in pairs} | {p.second for p in pairs}
         before = {name: cle.output_ranges(modules[name]).cpu() for name in touched}
+        if self.spec.doctor.enabled and pairs:
+            self.pre_cle = {
+                "gm": copy.deepcopy(self.gm),
+                "ranges": before,
+                "pairs": [(p.first, p.second) for p in pairs],
+            }
         scales = cle.equalize(modules, pairs, self.folded, check_stop=self.ctx.check_stop)
         absorbed = cle.absorb_biases(modules, pairs, self.folded)
         for name in sorted(touched, key=list(structure.layers).index):

@@ -121,6 +121,40 @@ def outlier_channels(job) -> list[Finding]:
     return found
 
 
+def outliers_cle_fixed(job, found: list[Finding]) -> list[Finding]:
+    """Outlier channels the ladder's CLE already equalised (their ranges before CLE lie far apart): with CLE
+    on they are gone before the other checks look, so they are found on the ranges kept from before it. A
+    layer another finding already names is left to that one. Their gain is measured by the run (run.py)."""
+    pre = job.pre_cle or {}
+    named = {(f.layer, f.cause) for f in found}
+    cle_fixed = []
+    for first, second in pre.get("pairs", []):
+        ranges = pre["ranges"].get(first)
+        if ranges is None or (first, "outlier_channels") in named:
+            continue
+        spans = (ranges[:, 1] - ranges[:, 0]).abs().float()
+        median = float(spans.median())
+        ratio = float(spans.max()) / median if median > 0 else 0.0
+        if ratio < OUTLIER_RATIO:
+            continue
+        widest = [int(i) for i in torch.argsort(spans, descending=True)[:8]]
+        named.add((first, "outlier_channels"))
+        cle_fixed.append(
+            Finding(
+                first,
+                "weight",
+                "outlier_channels",
+                f"{first}'s output channels spanned ranges {ratio:.0f}x apart (widest {widest[0]}) before "
+                f"cross-layer equalisation; this run's CLE already equalised it with {second}",
+                {"ratio": ratio, "channels": widest, "ranges": _short(spans), "axis": 0, "fixed_by": "cle"},
+                [],
+                [],
+                fix="cle",
+            )
+        )
+    return cle_fixed
+
+
 def _point_behind(gm: fx.GraphModule, node) -> str | None:
     """The activation point whose quantizer `node`'s value comes from (through pass-through ops)."""
     current = node
@@ -451,6 +485,7 @@ def diagnose(job, float_gm: fx.GraphModule) -> list[Finding]:
     known)."""
     found = outlier_channels(job) + mixed_range_concat(job) + weight_outliers(job) + clipping(job)
     found += bias_shift(job) + relu6_blocks_cle(job, float_gm)
+    found += outliers_cle_fixed(job, found)
     for check in BACKEND_CHECKS:
         found += check(job)
     return found

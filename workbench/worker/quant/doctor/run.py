@@ -40,6 +40,7 @@ class Doctor:
         self.monitor_name = "accuracy" if metric is None else metric.get("label", metric["name"])
         self.float_gm = trial.float_graph(job.sim)
         self.trials: dict[str, dict | None] = {}
+        self.kept: list[trial.Change] = []  # the fixes apply() took, in order
         self.baseline = trial.quantize(job, [], self.float_gm)
 
     def better(self, new: dict, old: dict, min_db: float = MIN_GAIN_DB) -> bool:
@@ -159,9 +160,39 @@ class Doctor:
                 f"{_sqnr(current['sqnr_db']):.1f} -> {_sqnr(result['sqnr_db']):.1f} dB"
             )
             kept.append(change)
+            self.kept = list(kept)
             current = result
             pool = [f for f in pool if f is not finding and f.best is not None and f.best.key != change.key]
         return current, applied
+
+
+def measure_cle_fixed(
+    doctor: Doctor, findings: list[Finding], kept: list[trial.Change] = (), base: dict | None = None
+) -> None:
+    """The gain of the ladder's CLE for outliers it already equalised: the same recipe (with the fixes
+    `kept`) quantized from the graph as it was before CLE, measured against `base` (the same with CLE; the
+    baseline by default). Nothing is applied again; the severity is what the layer would cost without it."""
+    if not findings:
+        return
+    base = base or doctor.baseline
+    try:
+        without = trial.quantize(doctor.job, list(kept), doctor.job.pre_cle["gm"])
+    except NotApplicable:  # a kept fix does not fit the graph before CLE: measured on the baseline alone
+        without, base = trial.quantize(doctor.job, [], doctor.job.pre_cle["gm"]), doctor.baseline
+    gain = _sqnr(base["sqnr_db"]) - _sqnr(without["sqnr_db"])
+    for finding in findings:
+        finding.tried = [
+            {"fix": "none (before CLE)", "sqnr_db": without["sqnr_db"], "monitor": without["monitor"]},
+            {"fix": "cle (this run's ladder)", "sqnr_db": base["sqnr_db"], "monitor": base["monitor"]},
+        ]
+        if kept:  # measured on top of the fixes applied
+            for row in finding.tried:
+                row["with"] = [c.key for c in kept]
+        finding.gain = {
+            "sqnr_db": gain if math.isfinite(gain) else None,
+            "monitor": base["monitor"] - without["monitor"],
+        }
+        finding.severity = max(gain, 0.0) if math.isfinite(gain) else 0.0
 
 
 def run_doctor(job) -> dict:
@@ -191,6 +222,9 @@ def run_doctor(job) -> dict:
     for finding in findings:
         if finding.groups:  # a finding handed in by another check keeps its own severity
             finding.severity = max(costs.get(g, 0.0) for g in finding.groups)
+    cle_fixed = [f for f in findings if f.evidence.get("fixed_by") == "cle"]
+    if not spec.apply:
+        measure_cle_fixed(doctor, cle_fixed)
     findings.sort(key=lambda f: f.severity, reverse=True)
     wanted = set(spec.fixes) or None
     tried = (
@@ -226,6 +260,9 @@ def run_doctor(job) -> dict:
         after, block["applied"] = doctor.apply(tried, wanted)
         block["after"] = {"sqnr_db": after["sqnr_db"], "monitor": after["monitor"]}
         job.ladder.add("doctor", after["result"])
+        # On top of the fixes applied: another cause (a concat) can hide what CLE is worth until it is fixed.
+        measure_cle_fixed(doctor, cle_fixed, doctor.kept, after)
+        findings.sort(key=lambda f: f.severity, reverse=True)
         log(
             f"doctor: {len(block['applied'])} fix(es) applied, logit SQNR {_sqnr(base['sqnr_db']):.1f} -> "
             f"{_sqnr(after['sqnr_db']):.1f} dB (the doctor rung); the saved quantized model and the layer "
