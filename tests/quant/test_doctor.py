@@ -432,3 +432,36 @@ def test_with_cle_on_the_doctor_still_names_the_outlier_cle_fixed(doctored):
     assert any(f["cause"] == "mixed_range_concat" for f in block["findings"])
     assert block["applied"] and all(a["fix"] != "cle" for a in block["applied"])
     assert block["after"]["sqnr_db"] > clean["quantized"]["logit_sqnr_db"] - 1.5
+
+
+def _saved_sqnr(result: dict, root: Path) -> float:
+    """Logit SQNR of the quantized model a run saved, loaded back as the QDQ export loads it (a fresh model,
+    load_quantized), against the float planted model, on digits images."""
+    from sklearn.datasets import load_digits
+
+    from workbench.specs import ModelSpec
+    from workbench.worker.models import build_model
+    from workbench.worker.quant.artifacts import load_quantized
+
+    spec = ModelSpec.from_dict({"name": f"file:{root / 'branchy.py'}:Branchy", "num_classes": 10})
+    fresh = build_model(spec, input_shape=(1, 8, 8), pretrained=False, checkpoint=False).eval()
+    planted = build_model(spec, input_shape=(1, 8, 8), pretrained=False, checkpoint=False).eval()
+    planted.load_state_dict(torch.load(root / "planted.pt", weights_only=True))
+    sim = load_quantized(fresh, Path(result["artifacts"]["weights"]).parent)
+    images = torch.tensor(load_digits().images[:256], dtype=torch.float32).unsqueeze(1)
+    mean, std = images.mean(), images.std()
+    x = (images - mean) / std
+    with torch.no_grad():
+        reference, quantized = planted(x), sim(x)
+    return float(10 * torch.log10(reference.pow(2).sum() / (quantized - reference).pow(2).sum()))
+
+
+def test_the_saved_quantized_model_is_the_doctored_one(doctored):
+    """With doctor.apply, later jobs (the QDQ export, bench) load the model the doctor rung measured, not the
+    ladder's collapsed one."""
+    _, planted, _, quantize = doctored
+    root = Path(planted["artifacts"]["weights"]).parents[4]
+    assert planted["doctor"]["saved_model"] == "doctor"
+    plain = quantize("planted.pt")
+    doctored_db, plain_db = _saved_sqnr(planted, root), _saved_sqnr(plain, root)
+    assert doctored_db > plain_db + 15

@@ -282,6 +282,7 @@ class QuantJob:
     # With the doctor on, the float graph just before CLE and each equalised layer's weight output ranges
     # then: CLE removes outlier channels before the doctor looks, and the doctor still names them.
     pre_cle: dict | None = None
+    doctored_sim: QuantSim | None = None  # the doctor rung's simulation, saved in place of the ladder's
 
     @classmethod
     def open(cls, spec: QuantSpec, ctx) -> QuantJob:
@@ -793,7 +794,10 @@ class QuantJob:
         folder = self.run.artifacts_dir
         folder.mkdir(parents=True, exist_ok=True)
         weights_path, params_path = artifacts.save_quantized(
-            self.sim, folder, model_spec=self.origin.model.to_dict(), checkpoint=str(self.origin.checkpoint)
+            self.doctored_sim or self.sim,
+            folder,
+            model_spec=self.origin.model.to_dict(),
+            checkpoint=str(self.origin.checkpoint),
         )
         histograms_path = folder / artifacts.HISTOGRAMS_FILE
         artifacts.save_arrays(histograms_path, self.arrays)

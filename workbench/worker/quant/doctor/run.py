@@ -195,6 +195,24 @@ def measure_cle_fixed(
         finding.severity = max(gain, 0.0) if math.isfinite(gain) else 0.0
 
 
+def _keep_doctored(job, doctor: Doctor, after: dict) -> str:
+    """Which model the run saves: the doctor's where it applied fixes (later jobs, export and bench, then
+    take the model the doctor rung measured), else the ladder's. A fix that leaves a layer in float cannot
+    be saved in the quantized artifact, which quantizes every layer it lists: then the ladder's, said."""
+    if not doctor.kept:
+        return "ladder"
+    floating = sorted(set().union(*(c.floating for c in doctor.kept)))
+    if floating:
+        job.ctx.log(
+            f"doctor: the fixes leave {', '.join(floating)} in float, which the saved quantized model cannot "
+            "hold: it is the ladder's; quantize again with those layers in mixed_precision to save them",
+            "warning",
+        )
+        return "ladder"
+    job.doctored_sim = after["sim"]
+    return "doctor"
+
+
 def run_doctor(job) -> dict:
     """The `doctor` block of the quantize result; with doctor.apply, the ladder's `doctor` rung too."""
     spec, log = job.spec.doctor, job.ctx.log
@@ -260,13 +278,14 @@ def run_doctor(job) -> dict:
         after, block["applied"] = doctor.apply(tried, wanted)
         block["after"] = {"sqnr_db": after["sqnr_db"], "monitor": after["monitor"]}
         job.ladder.add("doctor", after["result"])
+        block["saved_model"] = _keep_doctored(job, doctor, after)
         # On top of the fixes applied: another cause (a concat) can hide what CLE is worth until it is fixed.
         measure_cle_fixed(doctor, cle_fixed, doctor.kept, after)
         findings.sort(key=lambda f: f.severity, reverse=True)
         log(
             f"doctor: {len(block['applied'])} fix(es) applied, logit SQNR {_sqnr(base['sqnr_db']):.1f} -> "
-            f"{_sqnr(after['sqnr_db']):.1f} dB (the doctor rung); the saved quantized model and the layer "
-            "analysis are the ladder's"
+            f"{_sqnr(after['sqnr_db']):.1f} dB (the doctor rung); the saved quantized model is the "
+            f"{block['saved_model']}'s, the layer analysis the ladder's"
         )
     block["findings"] = [f.to_dict() for f in findings]
     return json_safe(block)
