@@ -379,6 +379,11 @@ def test_a_target_drop_in_a_monitors_own_units_is_not_a_fraction():
     check_target_drop(0.5, None)
     with pytest.raises(SpecError, match=r"^mixed_precision.target_drop: 0.6 is a fraction of mIoU"):
         check_target_drop(0.6, SimpleNamespace(monitor="miou"))
+    # A LightningModule's own monitor decides: its val_loss rises in its own units, its val_acc is a share.
+    check_target_drop(2.0, None, {"name": "val_loss", "higher_is_better": False})
+    check_target_drop(0.8, None, {"name": "val_bleu", "higher_is_better": True})
+    with pytest.raises(SpecError, match=r"is a fraction of accuracy"):
+        check_target_drop(0.8, None, {"name": "val_acc", "higher_is_better": True})
 
 
 def test_the_result_says_where_the_time_went(quantize):

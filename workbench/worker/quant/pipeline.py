@@ -21,6 +21,7 @@ from workbench.worker.data import load_dataset
 from workbench.worker.devices import resolve_device
 from workbench.worker.models import build_model
 from workbench.worker.models.build import resolve_num_classes
+from workbench.worker.models.registry import LIGHTNING, model_trainer
 from workbench.worker.objectives.base import json_safe
 from workbench.worker.objectives.of_run import first_input, measured_task, objective_for
 from workbench.worker.quant import adaround as adaround_mod
@@ -52,11 +53,18 @@ from workbench.worker.source import Source, trained_source
 SHARE_MONITORS = {"acc": "accuracy", "miou": "mIoU", "map": "mean AP", "f1": "F1"}  # measured from 0 to 1
 
 
-def check_target_drop(target_drop: float, objective) -> None:
+def check_target_drop(target_drop: float, objective, metric: dict | None = None) -> None:
     """A drop of a share (accuracy, mIoU, mean AP) is a fraction: 1 meant as 1 % would allow a drop of 100
     points. Above half, it is refused with the unit it takes; another monitor's drop is in its own units (an
-    MAE)."""
+    MAE). `metric`: a LightningModule's own monitor block, which decides instead of the objective: a loss
+    (lower is better) rises in its own units; a name holding acc, miou, map or f1 is a share."""
     monitor = "acc" if objective is None else objective.monitor
+    if metric is not None:
+        name = str(metric.get("name", "")).lower()
+        shares = [key for key in SHARE_MONITORS if key in name]
+        if not metric.get("higher_is_better") or not shares:
+            return
+        monitor = shares[0]
     if target_drop <= 0.5 or monitor not in SHARE_MONITORS:
         return
     raise SpecError(
@@ -350,13 +358,18 @@ class QuantJob:
         """The run's task (recorded in its spec) decides what every rung measures: accuracy for classification
         (and for a model with no run), else the task's monitor metric, e.g. mIoU or MAE."""
         trained = self.origin.train
+        # A LightningModule's target_drop is in its own monitor's unit, known after its first validation
+        # (measure_fp32 checks it then).
+        own = trained is not None and model_trainer(trained.model.name) == LIGHTNING
         # A LightningModule's run keeps task=auto (its own loss decided); its data's first sample says the
         # task.
         if trained is None or measured_task(trained, self.dataset) == "classification":
-            check_target_drop(self.spec.mixed_precision.target_drop, None)
+            if not own:
+                check_target_drop(self.spec.mixed_precision.target_drop, None)
             return
         self.objective = objective_for(trained, self.dataset)
-        check_target_drop(self.spec.mixed_precision.target_drop, self.objective)
+        if not own:
+            check_target_drop(self.spec.mixed_precision.target_drop, self.objective)
         self.ladder.metric = metric = metric_block(self.objective, held_out_split(self.dataset))
         direction = "higher" if metric["higher_is_better"] else "lower"
         self.ctx.log(
@@ -423,6 +436,12 @@ class QuantJob:
         SQNR."""
         self.stages.start("fp32", "measuring the FP32 model")
         self.fp32 = self.rung("fp32", self.model)
+        if self.own is not None:  # a LightningModule's own monitor is known now: it gives target_drop's unit
+            check_target_drop(
+                self.spec.mixed_precision.target_drop,
+                self.objective,
+                self.own.metric if self.own.active else None,
+            )
 
     def trace_graph(self) -> None:
         """Trace the model into the graph that every later step rewrites or simulates; a model torch.fx cannot
