@@ -197,6 +197,26 @@ def test_the_graph_colours_the_findings_and_a_click_opens_one(fake_window, qtbot
     assert "Doctor findings (severity): 3.1" in graph.selection_value.text()
 
 
+def test_a_click_on_a_concat_node_opens_its_finding(fake_window, qtbot, trained):
+    """A finding about no module (a concat the doctor names by its trace) is painted on its op's node, and
+    the overlay's index maps that node to the finding (node_findings, written by the worker's
+    write_quant_overlays): Model Explorer's click on the node opens it."""
+    run_id, panel, view = _doctor_run(fake_window, qtbot, trained)
+    qtbot.mouseClick(panel.graph_button, Qt.LeftButton)
+    graph = fake_window.graph_panel
+    qtbot.waitUntil(
+        lambda: graph.graph is not None and graph.graph.get("quant_run") == run_id, timeout=15_000
+    )
+    overlay = graph.graph["overlay_index"]["overlays"]["quant_doctor"]
+    node = next(iter(graph.node_module))
+    overlay["node_findings"] = {node: "classifier"}
+    view.table.setCurrentCell(0, 0)
+    with qtbot.waitSignal(graph.doctor_finding_requested, timeout=2_000) as request:
+        graph.view.node_selected.emit(node)  # what Model Explorer's page sends on a click
+    assert request.args == [run_id, "classifier"]
+    assert view.current_finding()["id"] == "classifier:activation:mixed_range_concat"
+
+
 def test_a_histogram_whose_merged_bins_repeat_the_last_edge_still_draws(qtbot):
     view = DoctorView()
     qtbot.addWidget(view)

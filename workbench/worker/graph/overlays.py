@@ -121,11 +121,18 @@ def _colour(t: float, colors: tuple[str, ...]) -> str:
 
 
 def node_data(
-    graph: Mapping, values: Mapping[str, float], *, label: str, additive: bool, higher_is_better: bool = False
+    graph: Mapping,
+    values: Mapping[str, float],
+    *,
+    label: str,
+    additive: bool,
+    higher_is_better: bool = False,
+    nodes: Mapping[str, float] | None = None,
 ) -> tuple[dict, dict]:
-    """Model Explorer's GraphNodeData JSON for per-module `values`, and its legend {min, max, scale,
-    colors}."""
-    placed = place(graph, values, additive=additive)
+    """Model Explorer's GraphNodeData JSON for per-module `values` (and `nodes`: values for graph node ids
+    directly, for what belongs to no module of its own, such as a concatenation), and its legend {min, max,
+    scale, colors}."""
+    placed = {**place(graph, values, additive=additive), **{n: float(v) for n, v in (nodes or {}).items()}}
     numbers = [v for v in placed.values() if math.isfinite(v)]
     low, high = (min(numbers), max(numbers)) if numbers else (0.0, 0.0)
     log = low >= 0 and high > 0 and high / max(low, high / 1e9, 1e-300) > LOG_RANGE
@@ -162,6 +169,7 @@ def write_overlay(
     additive: bool,
     higher_is_better: bool = False,
     info: Mapping[str, object] | None = None,
+    nodes: Mapping[str, float] | None = None,
 ) -> Overlay:
     """Paint per-module `values` on `graph` (its JSON, or the path of graph.json) and write the result into
     `directory`: overlays/<metric>.json in Model Explorer's node-data format, and an entry of overlays.json
@@ -172,7 +180,9 @@ def write_overlay(
     directory = Path(directory)
     if not isinstance(graph, Mapping):
         graph = json.loads(Path(graph).read_text(encoding="utf-8"))
-    data, legend = node_data(graph, values, label=label, additive=additive, higher_is_better=higher_is_better)
+    data, legend = node_data(
+        graph, values, label=label, additive=additive, higher_is_better=higher_is_better, nodes=nodes
+    )
     path = directory / OVERLAY_DIR / f"{metric}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, data)
@@ -246,6 +256,80 @@ def doctor_values(doctor, names) -> dict[str, float]:
     return values
 
 
+# The graph ops a concat or add finding names (its evidence's "op"), as torch.export's ATen nodes read.
+FINDING_OPS = {
+    "cat": ("aten.cat", "aten.concat", "aten.concatenate"),
+    "add": ("aten.add", "aten.add_", "aten.add.Tensor"),
+}
+UPSTREAM_HOPS = 6  # how far back from an op's input to look for the module that produced it
+
+
+def _producers(source: str, by_id: Mapping[str, dict], module_of: Mapping[str, str]) -> set[str]:
+    """The modules that produced the value entering through node `source`: walking back through nodes of no
+    module (a functional relu between the layer and the op) up to UPSTREAM_HOPS."""
+    found, frontier = set(), [source]
+    for _ in range(UPSTREAM_HOPS):
+        following = []
+        for node_id in frontier:
+            module = module_of.get(node_id, "")
+            if module:
+                found.add(module)
+                continue
+            node = by_id.get(node_id) or {}
+            following += [
+                e.get("sourceNodeId") for e in node.get("incomingEdges", []) if e.get("sourceNodeId")
+            ]
+        frontier = following
+        if not frontier:
+            break
+    return found
+
+
+def finding_node(finding: Mapping, graph: Mapping) -> str | None:
+    """The graph node of a finding about an op that is no module (a concatenation or an add the quantizer's
+    trace names `cat`, `add_1`): the op of the finding's kind whose inputs come from the finding's input
+    modules (`evidence.inputs`), the one with the finding's name first; else the node of that id; else None.
+    """
+    nodes = _graph_nodes(graph)
+    by_id = {node["id"]: node for node in nodes}
+    module_of = dict(node_modules(graph))
+    evidence = finding.get("evidence") if isinstance(finding.get("evidence"), Mapping) else {}
+    layer = str(finding.get("layer", ""))
+    inputs = {str(i.get("name")) for i in evidence.get("inputs") or [] if isinstance(i, Mapping)}
+    ops = FINDING_OPS.get(str(evidence.get("op", "")), FINDING_OPS["cat"] + FINDING_OPS["add"])
+    matches = []
+    for node in nodes:
+        if node.get("label") not in ops or not inputs:
+            continue
+        sources = [e.get("sourceNodeId") for e in node.get("incomingEdges", []) if e.get("sourceNodeId")]
+        made = set().union(*(_producers(s, by_id, module_of) for s in sources)) if sources else set()
+        # an input named by a module inside it ("layer1.0.conv2" for "layer1.0") counts too
+        if all(any(_inside(m, name) for m in made) for name in inputs):
+            matches.append(node["id"])
+    if matches:
+        return layer if layer in matches else matches[0]
+    return layer if layer in by_id else None
+
+
+def doctor_nodes(doctor, graph: Mapping, names) -> dict[str, tuple[str, float]]:
+    """Graph node id -> (finding layer, severity of its worst finding) for findings about no module in
+    `names` (a concat, an add), placed on their op's node (finding_node)."""
+    placed: dict[str, tuple[str, float]] = {}
+    findings = doctor.get("findings") if isinstance(doctor, Mapping) else None
+    for finding in findings or []:
+        if not isinstance(finding, Mapping) or not finding.get("layer") or finding.get("layer") in names:
+            continue
+        node = finding_node(finding, graph)
+        if node is None:
+            continue
+        severity = finding.get("severity")
+        ok = isinstance(severity, (int, float)) and not isinstance(severity, bool) and math.isfinite(severity)
+        value = float(severity) if ok else 0.0
+        previous = placed.get(node, ("", -math.inf))[1]
+        placed[node] = (str(finding["layer"]), max(previous, value))
+    return placed
+
+
 def write_quant_overlays(
     directory: str | Path, graph: Mapping, layers, *, quant_run: str, names=(), doctor=None
 ) -> dict[str, Overlay]:
@@ -270,8 +354,9 @@ def write_quant_overlays(
                 info={"quant_run": quant_run, "tensor": tensor},
             )
     findings = doctor_values(doctor, known)
+    on_nodes = doctor_nodes(doctor, graph, known)
     # beside the SQNR, never instead of it: a run whose layers match no module has none
-    if findings and written:
+    if (findings or on_nodes) and written:
         metric, label = DOCTOR_OVERLAY
         written[metric] = write_overlay(
             directory,
@@ -280,6 +365,12 @@ def write_quant_overlays(
             graph=graph,
             label=label,
             additive=False,
-            info={"quant_run": quant_run, "doctor": True},
+            # node -> the finding's layer: a click on a concat's node opens its finding
+            info={
+                "quant_run": quant_run,
+                "doctor": True,
+                "node_findings": {node: layer for node, (layer, _) in on_nodes.items()},
+            },
+            nodes={node: value for node, (_, value) in on_nodes.items()},
         )
     return written

@@ -699,6 +699,8 @@ class GraphPanel(QWidget):
             self.view.select_node(node)
 
     def _on_view_node_selected(self, node_id: str) -> None:
+        if self._request_node_finding(node_id):
+            return
         module = self.node_module.get(node_id)
         if module is None:
             return
@@ -714,6 +716,17 @@ class GraphPanel(QWidget):
             self.status_message.emit(f"{module or 'the model'} is hidden by the table's filters")
 
     # -- a quantize run's overlays ---------------------------------------------------------------
+    def _request_node_finding(self, node_id: str) -> bool:
+        """A node the doctor overlay painted for a finding about no module (a concat, an add): open that
+        finding. False where the node carries none."""
+        overlay = self._overlay()
+        nodes = (overlay or {}).get("node_findings") if overlay and overlay.get("doctor") else None
+        layer = nodes.get(node_id) if isinstance(nodes, dict) else None
+        if not layer or not overlay.get("quant_run"):
+            return False
+        self.doctor_finding_requested.emit(str(overlay["quant_run"]), str(layer))
+        return True
+
     def _request_quant_layer(self, module: str) -> None:
         """Ask for a layer's histogram when the graph shows a quantize run's SQNR and `module` has one."""
         overlay = self._overlay()
