@@ -23,7 +23,7 @@ from workbench.specs.schema import Spec, _check_normalize, option
 # fmt: off
 
 DATASETS = ("digits", "mnist", "fashion_mnist", "kmnist", "cifar10", "cifar100", "svhn", "imagefolder",
-            "fake")
+            "fake", "coco")
 AUGMENTATIONS = ("random_crop", "hflip", "vflip", "rotation", "color_jitter", "random_erasing")
 BENCH_BACKENDS = ("eager", "compile", "torchscript", "exported_program", "onnxruntime", "onnxruntime_int8",
                   "tensorrt")
@@ -37,7 +37,7 @@ USER_FUNCTION_PATTERN = USER_DATASET_PATTERN  # loss=, metrics= (task=custom): a
 # a LightningModule or LightningDataModule class
 LIGHTNING_PATTERN = r"lightning:.+\.py:[A-Za-z_][A-Za-z0-9_]*"
 TASKS = ("auto", "classification", "multilabel", "regression", "segmentation", "custom")
-Task = Literal["auto", "classification", "multilabel", "regression", "segmentation", "custom"]
+Task = Literal["auto", "classification", "multilabel", "regression", "segmentation", "detection", "custom"]
 LOSSES = ("auto", "cross_entropy", "nll", "mse", "l1", "smooth_l1", "bce")
 
 Amp = Literal["none", "bf16", "fp16"]
@@ -76,6 +76,9 @@ class DataSpec(Spec):
         "file:<path.py>:<DatasetClassOrFunction> or lightning:<path.py>:<LightningDataModule>"
     ))
     root: str = option("", "Folder holding the dataset files; empty means the workspace's data folder.")
+    annotations: str = option("", (
+        "name = \"coco\": the COCO instances JSON describing root's images (a path, or a name under root)."
+    ))
     download: bool = option(False, "Download the dataset when it is not already under root.")
     val_fraction: float = option(0.1, "Fraction of the training split held out for validation.", min=0, max=1,
                                  max_exclusive=True)
@@ -210,9 +213,9 @@ class ModelSpec(Spec):
     ))
 
     def validate(self) -> None:
-        if self.args and not self.name.startswith(("file:", "lightning:", "hf:", "timm:")):
+        if self.args and not self.name.startswith(("file:", "lightning:", "hf:", "timm:", "torchvision:")):
             raise SpecError(f"args: {self.name} is a built-in model and takes no arguments; only file:, "
-                            "lightning:, hf: and timm: models do")
+                            "lightning:, hf:, timm: and torchvision: (detector) models do")
         _check_input_spec(self.input_spec)
         values = math.prod(self.input_shape)
         if values > MAX_SAMPLE_VALUES:

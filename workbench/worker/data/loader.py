@@ -124,7 +124,7 @@ def load_dataset(spec: DataSpec, workspace=None, ctx=None) -> LoadedDataset | Us
         spec = DataSpec.from_dict(spec, path="dataset")
     workspace = resolve_workspace(workspace, ctx)
     family = find_dataset(spec.name)
-    if family is not None and family.family:
+    if family is not None and (family.family or family.opens):
         # The user's own Dataset or LightningDataModule: opened afresh for every job (their file may have
         # changed), never split or cached here.
         return family.load(spec, workspace, ctx)

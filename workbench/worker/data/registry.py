@@ -24,6 +24,7 @@ BUILTIN_MODULES = (
     "workbench.worker.data.imagefolder",
     "workbench.worker.data.user_family",
     "workbench.worker.lightning.data",
+    "workbench.worker.data.detection.dataset",
 )
 
 
@@ -62,6 +63,9 @@ class DatasetEntry:
     family: bool = False
     usage: str = ""  # how the name is written, e.g. "file:<path.py>:<Name>"
     user_code: bool = False  # the name names a user's Python file: it is code, run only where trusted
+    # True: a plain name whose loader opens the dataset itself, `(spec, workspace, ctx)`, as a family does
+    # (a detection set: images of many sizes and box targets, which are no ImageStore).
+    opens: bool = False
 
 
 def _missing(name: str, hint: str) -> str:
@@ -89,6 +93,17 @@ def register_dataset_family(
     def decorator(fn: Callable) -> Callable:
         doc = description or (fn.__doc__ or "").strip().split("\n")[0]
         DATASETS.add(name, DatasetEntry(name, fn, False, doc, family=True, usage=usage, user_code=user_code))
+        return fn
+
+    return decorator
+
+
+def register_dataset_opener(name: str, *, description: str = "") -> Callable:
+    """Register a plain `name` whose `fn(spec, workspace, ctx)` opens the dataset itself (see `opens`)."""
+
+    def decorator(fn: Callable) -> Callable:
+        doc = description or (fn.__doc__ or "").strip().split("\n")[0]
+        DATASETS.add(name, DatasetEntry(name, fn, False, doc, opens=True))
         return fn
 
     return decorator

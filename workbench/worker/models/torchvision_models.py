@@ -23,6 +23,40 @@ def classification_models() -> list[str]:
     return tvm.list_models(module=tvm)
 
 
+def detection_models() -> list[str]:
+    """Names torchvision builds as object detectors (torchvision.models.detection)."""
+    import torchvision.models as tvm
+
+    return tvm.list_models(module=tvm.detection)
+
+
+def is_detector(name: str) -> bool:
+    """Whether a model name (`torchvision:<arch>`) names one of torchvision's detectors."""
+    from workbench.worker.models.registry import find_model
+
+    found = find_model(name)
+    return found is not None and found[0].name == "torchvision" and found[1] in detection_models()
+
+
+def build_detector(arch: str, *, num_classes: int, weights: str, log, args: dict) -> nn.Module:
+    """A torchvision detector with `num_classes` (background included) and model.args passed to its builder;
+    no backbone weights unless args name them (weights_backbone), so nothing downloads unasked."""
+    import torchvision.models as tvm
+
+    kwargs = {"weights_backbone": None, **args}
+    if weights:
+        resolved = _resolve_weights(arch, weights)
+        _fetch(resolved)
+        log(f"loading pretrained weights {resolved} for {arch}")
+        kwargs["weights"] = resolved
+    else:
+        kwargs["num_classes"] = num_classes
+    try:
+        return tvm.get_model(arch, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise JobError(f"model.args: torchvision cannot build {arch} with {kwargs}: {exc}") from None
+
+
 def _resolve_weights(arch: str, weights: str):
     import torchvision.models as tvm
 
@@ -66,13 +100,21 @@ def _fetch(weights) -> None:
     "torchvision",
     family=True,
     usage="torchvision:<arch>",
-    description="Any torchvision classification model, e.g. torchvision:resnet18.",
+    description="Any torchvision classification model, e.g. torchvision:resnet18, or detector, e.g. "
+    "torchvision:fasterrcnn_mobilenet_v3_large_320_fpn.",
 )
 def build_torchvision(
-    arch: str, *, num_classes: int, input_shape: tuple[int, ...], weights: str, log
+    arch: str, *, num_classes: int, input_shape: tuple[int, ...], weights: str, log, args: dict | None = None
 ) -> nn.Module:
     import torchvision.models as tvm
 
+    if arch in detection_models():
+        return build_detector(arch, num_classes=num_classes, weights=weights, log=log, args=args or {})
+    if args:
+        raise JobError(
+            f"model.args: {', '.join(sorted(args))}: torchvision's classification models take no arguments "
+            "here (a detector's builder does, e.g. min_size)"
+        )
     known = classification_models()
     if arch not in known:
         close = difflib.get_close_matches(arch, known, n=5, cutoff=0.5)

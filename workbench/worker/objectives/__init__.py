@@ -62,6 +62,10 @@ def build_objective(
             monitor=monitor,
             monitor_mode=monitor_mode,
         )
+    if task == "detection":  # the detector's own losses: only the monitor and its direction live here
+        from workbench.worker.objectives.detection import DetectionObjective
+
+        return DetectionObjective(num_outputs=num_outputs)
     if task == "auto":
         raise JobError("task=auto must be decided from a sample (detect_task) before the objective is built")
     if task not in _KINDS:

@@ -11,7 +11,12 @@ import torch
 
 from workbench.errors import JobError
 
-TASKS = ("classification", "multilabel", "regression", "segmentation")
+TASKS = ("classification", "multilabel", "regression", "segmentation", "detection")
+
+
+def is_detection_target(target) -> bool:
+    """torchvision's detection target: a dict with "boxes" and "labels"."""
+    return isinstance(target, dict) and "boxes" in target and "labels" in target
 
 
 def _first_tensor(value):
@@ -126,7 +131,10 @@ def _classify(input, target) -> tuple[str | None, str]:
 
 def detect_task(input, target) -> tuple[str, str]:
     """(task, reason for people) from one sample: an integer scalar is classification, a 0/1 vector of 2 or
-    more values multilabel, an integer map the size of the input segmentation, any float target regression."""
+    more values multilabel, an integer map the size of the input segmentation, any float target regression,
+    a dict of boxes and labels detection."""
+    if is_detection_target(target):
+        return "detection", "the target is a dict of boxes and labels (torchvision's detection target)"
     task, reason = _classify(input, target)
     if task is None:
         raise JobError(
@@ -137,6 +145,8 @@ def detect_task(input, target) -> tuple[str, str]:
 
 
 def _fits(task: str, input, target) -> bool:
+    if task == "detection" or is_detection_target(target):
+        return task == "detection" and is_detection_target(target)
     t = _as_tensor(target)
     if t is None:
         return False
@@ -158,6 +168,9 @@ _NEEDS = {
     "multilabel": "a vector of 0/1 per sample, one value per label",
     "regression": "float values per sample",
     "segmentation": "an integer class map per sample, of the input's height and width",
+    "detection": (
+        'a dict {"boxes": [N, 4] x1, y1, x2, y2 in pixels, "labels": [N]} per image (torchvision\'s)'
+    ),
 }
 
 
@@ -169,6 +182,10 @@ def check_target(task: str, input, target) -> None:
         return
     if task not in _NEEDS or _fits(task, input, target):
         return
+    if is_detection_target(target):
+        raise JobError(
+            f"task={task}, but the target is a dict of boxes and labels: set task=detection or task=auto"
+        )
     found, reason = _classify(input, target)
     head = f"task={task}, but the target is {describe_target(target)}"
     if found is not None:

@@ -99,6 +99,10 @@ def _train(spec: TrainSpec, ctx, device: torch.device, group, lead, board=None) 
     """The route of one training job, in the order a reader would explain it."""
     _check_setup(spec, ctx, device, group)
     dataset = load_training_data(spec, ctx)
+    if getattr(dataset, "is_detection", False):  # images of many sizes, boxes: the detection route
+        from workbench.worker.training.detection import run_detection_training
+
+        return run_detection_training(spec, ctx, dataset, device)
     spec = _resolve_task(spec, dataset, ctx)
     check_data_fits(spec, dataset)
     dataset.normalization(progress=ctx.progress)  # computed (and cached) once here, not in every DDP rank

@@ -1,0 +1,141 @@
+"""A detection set as the detection route reads it: train/val/test splits of (image, target) samples, the
+class names and category ids, batches of lists for torchvision's detectors, and the COCO ground truth of a
+split. Registered in the dataset registry as "coco"; a `file:` Dataset returning (image, target dict) is
+wrapped the same way (from_user)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from workbench.errors import JobError
+from workbench.specs import DataSpec
+from workbench.worker.data.detection.collate import detection_collate
+from workbench.worker.data.detection.records import Item, Records
+from workbench.worker.data.registry import register_dataset_opener
+from workbench.worker.data.splits import split_whole
+
+SPLITS = ("train", "val", "test")
+
+
+def read_image(path: Path) -> torch.Tensor:
+    """float32 [3, H, W] in 0..1 (grey and RGBA images become RGB)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        pixels = np.asarray(image.convert("RGB"), dtype=np.uint8)
+    return torch.from_numpy(pixels.copy()).permute(2, 0, 1).float().div_(255)
+
+
+def as_target(item: Item) -> dict:
+    return {
+        "boxes": torch.tensor(item.boxes, dtype=torch.float32).reshape(-1, 4),
+        "labels": torch.tensor(item.labels, dtype=torch.int64),
+        "image_id": int(item.image_id),
+    }
+
+
+class RecordSplit(Dataset):
+    """One split of a read detection set: sample i is (image, target) of its i-th item."""
+
+    def __init__(self, items: list[Item]):
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int):
+        item = self.items[index]
+        return read_image(item.file), as_target(item)
+
+
+class DetectionDataset:
+    """name, spec, classes (K names), category_ids, splits {train, val, test} (torch Datasets of (image,
+    target)), first_sample(), loader(split, ...), ground_truth(split)."""
+
+    is_detection = True
+    in_memory = False
+
+    def __init__(
+        self, spec: DataSpec, splits: dict, classes: list[str], category_ids: list[int], root: str = ""
+    ):
+        self.spec = spec
+        self.name = spec.name
+        self.label = f"dataset {spec.name}"
+        self.splits = splits
+        self.classes = list(classes)
+        self.category_ids = list(category_ids)
+        self.root = root
+
+    def first_sample(self):
+        image, target = self.splits["train"][0]
+        check_sample(image, target, f"{self.label}: sample 0 of the train split")
+        return image, target
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return tuple(self.first_sample()[0].shape)
+
+    def loader(
+        self, split: str, batch_size: int, *, shuffle: bool, seed: int = 0, workers: int = 0
+    ) -> DataLoader:
+        return DataLoader(
+            self.splits[split],
+            batch_size=batch_size,
+            shuffle=shuffle,
+            num_workers=workers,
+            collate_fn=detection_collate,
+            generator=torch.Generator().manual_seed(seed),
+            persistent_workers=False,
+        )
+
+    def normalization(self, progress=None):  # the detectors normalise inside (GeneralizedRCNNTransform)
+        return None
+
+    def release(self) -> None:
+        pass
+
+
+def check_sample(image, target, where: str) -> None:
+    """A detection sample is (float image [3, H, W], {"boxes": [N, 4], "labels": [N]}): else say what is
+    wrong."""
+    if not isinstance(image, torch.Tensor) or image.dim() != 3:
+        raise JobError(f"{where}: the image must be a tensor [3, H, W], not {type(image).__name__}")
+    if not isinstance(target, dict) or "boxes" not in target or "labels" not in target:
+        raise JobError(f'{where}: the target must be a dict with "boxes" and "labels" (torchvision\'s)')
+    boxes = torch.as_tensor(target["boxes"])
+    if boxes.numel() and (boxes.dim() != 2 or boxes.shape[1] != 4):
+        raise JobError(f"{where}: boxes must be [N, 4] (x1, y1, x2, y2 in pixels), not {list(boxes.shape)}")
+
+
+def carve(records: Records, spec: DataSpec, label: str) -> dict:
+    parts = split_whole(len(records.items), spec.val_fraction, spec.test_fraction, spec.seed, label)
+    return {name: RecordSplit([records.items[int(i)] for i in parts[name]]) for name in SPLITS}
+
+
+@register_dataset_opener(
+    "coco", description="A COCO detection set: dataset.root (images), dataset.annotations."
+)
+def open_coco(spec: DataSpec, workspace: Path, ctx=None) -> DetectionDataset:
+    from workbench.worker.data.detection.coco import read_coco
+    from workbench.worker.data.loader import resolve_root
+
+    if not spec.annotations:
+        raise JobError("dataset.annotations: empty; name the COCO instances JSON of dataset.root's images")
+    root = resolve_root(spec, workspace)
+    annotations = Path(spec.annotations).expanduser()
+    if not annotations.is_absolute():
+        annotations = (root / annotations) if (root / annotations).exists() else annotations.absolute()
+    log = ctx.log if ctx is not None else (lambda text, level="info": None)
+    records = read_coco(root, annotations, log)
+    splits = carve(records, spec, f"dataset coco ({annotations.name})")
+    counts = ", ".join(f"{len(splits[name]):,} {name}" for name in SPLITS)
+    boxes = sum(len(item.boxes) for item in records.items)
+    log(
+        f"dataset coco: {len(records.items):,} images ({counts}), {boxes:,} boxes, {len(records.classes)} "
+        "classes"
+    )
+    return DetectionDataset(spec, splits, records.classes, records.category_ids, str(root))
