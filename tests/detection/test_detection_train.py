@@ -94,3 +94,65 @@ def test_the_spec_and_the_curves_say_what_was_trained(trained):
     first = evaluation["images"][0]
     assert {"true", "pred", "missed", "false_positives", "width", "height"} <= set(first)
     assert set(evaluation["worst_missed"]) <= set(range(len(evaluation["images"])))
+
+
+def test_the_run_exports_to_onnx_with_its_nms_and_passes_parity_box_by_box(trained, tmp_path):
+    import onnx
+
+    result, _ = trained
+    run = Path(result["run_dir"])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    argv = [
+        "export",
+        "--set",
+        f"source.run={run}",
+        "--set",
+        "format=onnx",
+        "--workspace",
+        str(run.parents[1]),
+    ]
+    done = run_cli([*argv, "--json"], cwd=ROOT, env=env, timeout=400)
+    assert done.returncode == 0, done.stderr
+    exported = json.loads(done.stdout)
+    parity = exported["parity"]
+    assert exported["status"] == "done" and parity["passed"] and parity["method"] == "boxes"
+    assert parity["worst_iou"] >= 0.99 and parity["max_score_diff"] <= 1e-3
+    assert all(row["boxes"] == row["boxes_onnxruntime"] for row in parity["images"])
+    assert exported["artifact"].endswith("model.onnx")
+
+    def ops(graph):  # the NMS sits in the subgraphs of a Loop or an If
+        for node in graph.node:
+            yield node.op_type
+            for attribute in node.attribute:
+                for sub in [attribute.g, *attribute.graphs]:
+                    yield from ops(sub)
+
+    assert "NonMaxSuppression" in set(ops(onnx.load(exported["artifact"]).graph))  # post-processing inside
+
+
+def test_a_box_that_moved_or_appeared_fails_parity_and_is_named():
+    import torch
+
+    from workbench.worker.export.detection import match_boxes
+
+    eager = {
+        "boxes": torch.tensor([[10.0, 10, 50, 50], [60, 60, 90, 90]]),
+        "labels": torch.tensor([1, 2]),
+        "scores": torch.tensor([0.9, 0.6]),
+    }
+    same = match_boxes(eager, {k: v.clone() for k, v in eager.items()}, 0.05)
+    assert same["passed"] and same["worst_iou"] == 1.0 and same["extra"] == []
+    moved = {k: v.clone() for k, v in eager.items()}
+    moved["boxes"][1] += 5  # IoU well under 0.99
+    moved["boxes"] = torch.cat([moved["boxes"], torch.tensor([[0.0, 0, 5, 5]])])
+    moved["labels"] = torch.cat([moved["labels"], torch.tensor([3])])
+    moved["scores"] = torch.cat([moved["scores"], torch.tensor([0.4])])
+    found = match_boxes(eager, moved, 0.05)
+    assert not found["passed"] and found["worst_iou"] < 0.99
+    named = {(b["side"], b["label"]) for b in found["extra"]}
+    assert named == {("eager", 2), ("onnxruntime", 2), ("onnxruntime", 3)}
+    edge = {k: v.clone() for k, v in eager.items()}
+    edge["boxes"] = torch.cat([edge["boxes"], torch.tensor([[0.0, 0, 5, 5]])])
+    edge["labels"] = torch.cat([edge["labels"], torch.tensor([3])])
+    edge["scores"] = torch.cat([edge["scores"], torch.tensor([0.0505])])  # at the threshold: either side
+    assert match_boxes(eager, edge, 0.05)["passed"]

@@ -67,6 +67,10 @@ def run_export(spec: ExportSpec, ctx) -> dict:
         from workbench.worker.export.qdq_job import run_qdq
 
         return run_qdq(spec, ctx)
+    from workbench.worker.export.detection import is_detection_source, run_detection_export
+
+    if is_detection_source(spec, ctx.workspace):  # a list of images in, boxes out: matched box by box
+        return run_detection_export(spec, ctx)
     from workbench.worker.export.source import resolve_source
 
     device = _device(spec, ctx)
