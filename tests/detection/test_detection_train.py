@@ -156,3 +156,21 @@ def test_a_box_that_moved_or_appeared_fails_parity_and_is_named():
     edge["labels"] = torch.cat([edge["labels"], torch.tensor([3])])
     edge["scores"] = torch.cat([edge["scores"], torch.tensor([0.0505])])  # at the threshold: either side
     assert match_boxes(eager, edge, 0.05)["passed"]
+
+
+def test_quantize_measures_map_on_its_ladder_and_keeps_the_post_processing_float(trained):
+    result, _ = trained
+    run = Path(result["run_dir"])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    argv = ["quantize", "--set", f"source.run={run}", "--workspace", str(run.parents[1]), "--json"]
+    done = run_cli(argv, cwd=ROOT, env=env, timeout=400)
+    assert done.returncode == 0, done.stderr
+    quantized = json.loads(done.stdout)
+    assert quantized["status"] == "done" and quantized["task"] == "detection"
+    assert quantized["metric"]["name"] == "map" and quantized["metric"]["label"] == "test mAP"
+    assert [s["step"] for s in quantized["steps"]] == ["fp32", "weight_ranges", "activation_ranges"]
+    assert quantized["fp32"]["accuracy"] == pytest.approx(result["monitor"]["test"], abs=1e-6)
+    assert "test mAP" in done.stderr
+    floating = " ".join(quantized["coverage"]["float"])
+    assert "NMS" in floating and "anchor generation" in floating and "box decode" in floating
+    assert 0.9 < quantized["coverage"]["parameters"] <= 1.0

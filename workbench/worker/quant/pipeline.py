@@ -211,6 +211,17 @@ def _emit_arrays(ctx, arrays: dict, store: dict) -> None:
 def run_quantization(spec: QuantSpec, ctx) -> dict:
     """The quant.analyze job as its route of steps; each step is a QuantJob method that sends its own rung,
     progress, arrays and log lines."""
+    if spec.source.run:
+        from workbench.worker.quant.detection import is_detection_run, run_detection_quantization
+        from workbench.worker.source import read_training_run
+
+        train_dir, trained = read_training_run(
+            spec.source.run, ctx.workspace, refusal="quantize takes a training run (train.model)"
+        )
+        if is_detection_run(trained):  # a list of images in, boxes out: measured by mAP, module by module
+            if ctx.run is None:
+                raise JobError("quantize needs a run folder for its report: run it with a workspace")
+            return run_detection_quantization(spec, ctx, trained, train_dir)
     job = QuantJob.open(spec, ctx)
     job.load_source_and_data()
     job.choose_objective()

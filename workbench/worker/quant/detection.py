@@ -1,0 +1,162 @@
+"""Quantizing a detector, detection-aware: its backbone, neck and head convolutions and linear layers are
+quantized (weights and outputs, each its own quantizer, so the box-regression and class outputs never share a
+range), while anchor generation, box decode and NMS stay float (module by module: no functional op is
+quantized). The ladder measures COCO mAP (pycocotools) on the held-out split. Worker side; never imports
+Qt."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from workbench.worker.objectives import detection as coco
+from workbench.worker.quant import module_level
+from workbench.worker.quant.pipeline import Ladder
+from workbench.worker.quant.sim import QuantSim
+
+CALIBRATION_IMAGES = 32  # a detector's forward on a CPU is slow: at most this many calibration images
+HELD_OUT_IMAGES = 64  # and at most this many held-out images per rung
+BATCH = 4
+FLOAT_PARTS = {
+    "anchor_generator": "anchor generation",
+    "box_coder": "box decode",
+    "nms": "NMS",
+    "transform": "resize and normalise (GeneralizedRCNNTransform)",
+}
+
+
+def is_detection_run(trained) -> bool:
+    return trained is not None and trained.task == "detection"
+
+
+def _images(split, count: int) -> list[tuple[torch.Tensor, dict]]:
+    return [split[i] for i in range(min(count, len(split)))]
+
+
+@torch.no_grad()
+def measure_map(model, samples, dataset, check_stop, device) -> dict:
+    """COCO mAP of `model` (the detector or its simulation) on (image, target) samples."""
+    ids, outputs = [], []
+    for start in range(0, len(samples), BATCH):
+        check_stop()
+        chunk = samples[start : start + BATCH]
+        out = model([image.to(device) for image, _ in chunk])
+        outputs += [{k: v.detach().cpu() for k, v in o.items()} for o in out]
+        ids += [int(target["image_id"]) for _, target in chunk]
+    by_id = {item.image_id: item for split in dataset.splits.values() for item in split.items}
+    gt = coco.ground_truth([by_id[i] for i in ids], dataset.classes, dataset.category_ids)
+    found = coco.evaluate(gt, coco.predictions(ids, outputs, dataset.category_ids), dataset.classes)
+    return {"accuracy": found["metrics"]["map"], "loss": math.nan, "metrics": found["metrics"]}
+
+
+def float_parts(model) -> list[str]:
+    """What of the detector stays float, named: its anchor generator, box coder, transform, NMS."""
+    names = []
+    for name, module in model.named_modules():
+        for key, said in FLOAT_PARTS.items():
+            if name.endswith(key) and said not in (n.split(" (")[0] for n in names):
+                names.append(f"{said} ({name})")
+        coder = getattr(module, "box_coder", None)
+        if coder is not None and not any(n.startswith("box decode") for n in names):
+            names.append(f"box decode ({name}.box_coder)" if name else "box decode (box_coder)")
+    names.append("NMS (torchvision.ops.batched_nms)")
+    return names
+
+
+def run_detection_quantization(spec, ctx, trained, train_dir) -> dict:
+    """The quant.analyze job for a detection run: fp32, weights-only and W8A8 rungs, each measured by mAP."""
+    from workbench.worker.checkpoints import load_state_dict
+    from workbench.worker.data.loader import load_dataset
+    from workbench.worker.devices import resolve_device
+    from workbench.worker.source import run_checkpoint
+    from workbench.worker.training.detection import build_detection_model
+
+    started = time.perf_counter()
+    device = resolve_device(spec.device)
+    dataset = load_dataset(trained.dataset, ctx=ctx)
+    model = build_detection_model(trained, dataset, ctx.log)
+    checkpoint = run_checkpoint(train_dir)
+    model.load_state_dict(load_state_dict(checkpoint))
+    model = model.eval().to(device)
+    held_split = "test" if len(dataset.splits["test"]) else "val"
+    held_out = _images(dataset.splits[held_split], HELD_OUT_IMAGES)
+    calibration = _images(dataset.splits["train"], min(spec.calibration.samples, CALIBRATION_IMAGES))
+    metric = {
+        "name": coco.MONITOR,
+        "label": f"{held_split} mAP",
+        "split": held_split,
+        "higher_is_better": True,
+    }
+    steps = ["fp32", "weight_ranges", "activation_ranges"]
+    ladder = Ladder(ctx, steps, metric)
+    ctx.log(
+        f"quantizing the detector {trained.model.name} module by module: its convolutions and linear layers "
+        f"(each output its own quantizer, so box and class outputs never share a range); measuring "
+        f"{metric['label']} ↑ on {len(held_out)} image(s), calibrating on {len(calibration)}"
+    )
+
+    def check_stop():
+        ctx.check_stop()
+
+    def rung(step: str, network, k: int) -> dict:
+        ctx.progress(k, len(steps) + 1, f"measuring {step}", force=True)
+        result = measure_map(network, held_out, dataset, check_stop, device)
+        ladder.add(step, result)
+        return result
+
+    fp32 = rung("fp32", model, 0)
+    gm = module_level.prepare(model)
+    example = ([image.to(device) for image, _ in calibration[:2]],)
+    structure, ops = module_level.find_structure(gm, example)
+    sim = QuantSim(gm, structure, {}, weights=spec.weights, activations=spec.activations)
+    sim.to(device)
+    sim.set_weight_ranges(check_stop)
+    sim.all(activations=False)
+    rung("weight_ranges", sim, 1)
+    batches = [
+        (([image.to(device) for image, _ in calibration[s : s + BATCH]],), None)
+        for s in range(0, len(calibration), BATCH)
+    ]
+    sim.calibrate(batches, seed=spec.calibration.seed, check_stop=check_stop)
+    sim.all()
+    quantized = rung("activation_ranges", sim, 2)
+    kept_float = float_parts(model)
+    quantized_params = sum(layer.module.weight.numel() for layer in structure.layers.values())
+    total = sum(p.numel() for p in model.parameters())
+    coverage = {
+        "parameters": quantized_params / total if total else 0.0,
+        "layers": len(structure.layers),
+        "float": kept_float,
+        "float_ops": [{"op": op, "calls": n} for op, n in ops[:12]],
+    }
+    ctx.log(
+        f"{coverage['parameters']:.1%} of the detector's parameters are quantized ({len(structure.layers)} "
+        f"layers); float: {', '.join(kept_float)}"
+    )
+    ctx.progress(len(steps) + 1, len(steps) + 1, "done", force=True)
+    return {
+        "fp32": {"accuracy": fp32["accuracy"], "loss": None, "metrics": fp32["metrics"]},
+        "quantized": {
+            "accuracy": quantized["accuracy"],
+            "loss": None,
+            "logit_sqnr_db": None,
+            "metrics": quantized["metrics"],
+        },
+        "steps": [{**s, "loss": None} for s in ladder.steps],
+        "layers": [],
+        "coverage": coverage,
+        "module_level": {
+            "reason": "a detector: its post-processing stays float",
+            "float_ops": coverage["float_ops"],
+        },
+        "metric": metric,
+        "task": "detection",
+        "source": {"run": str(train_dir), "checkpoint": str(checkpoint), "model": trained.model.name},
+        "device": str(device),
+        "calibration": {"samples": len(calibration), "seed": spec.calibration.seed},
+        "held_out": {"samples": len(held_out), "split": f"{held_split} split"},
+        "artifacts": {},
+        "elapsed_analysis_s": round(time.perf_counter() - started, 3),
+    }
