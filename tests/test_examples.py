@@ -51,3 +51,19 @@ def test_the_lightning_example_trains_with_lightnings_trainer(tmp_path, monkeypa
     assert result["status"] == "done", result.get("error")
     assert result["monitor"]["name"] == "val_acc" and result["monitor"]["higher_is_better"] is True
     assert result["monitor"]["test"] is not None
+
+
+def test_the_detection_example_trains_and_reports_map(tmp_path, monkeypatch):
+    """The bundled detection example writes its synthetic COCO set at first use into the workspace's data
+    folder and trains torchvision's Faster R-CNN on it (one short epoch here)."""
+    monkeypatch.chdir(tmp_path)
+    spec = TrainSpec.load(EXAMPLES / "shapes_detection" / "train.toml")
+    assert spec.dataset.name == "shapes_detection" and spec.task == "detection"
+    spec = dataclasses.replace(spec, epochs=1, dataset=dataclasses.replace(spec.dataset, size=24))
+    result = run_task(
+        get_task("train.model"), spec.to_dict(), emit=lambda *a: None, workspace=tmp_path / "ws"
+    )
+    assert result["status"] == "done", result.get("error")
+    assert result["task"] == "detection" and result["monitor"]["name"] == "map"
+    assert result["monitor"]["test"] is not None
+    assert (tmp_path / "ws" / "data" / "shapes_detection" / "24" / "instances.json").is_file()

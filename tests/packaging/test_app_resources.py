@@ -116,6 +116,7 @@ def test_the_bundled_examples_are_offered_and_read_as_train_specs_with_their_fil
         "digit_attributes",
         "digits_lightning",
         "names_transformer",
+        "shapes_detection",
         "shapes_segmentation",
     ]
     for path in examples:

@@ -23,7 +23,7 @@ from workbench.specs.schema import Spec, _check_normalize, option
 # fmt: off
 
 DATASETS = ("digits", "mnist", "fashion_mnist", "kmnist", "cifar10", "cifar100", "svhn", "imagefolder",
-            "fake", "coco")
+            "fake", "coco", "shapes_detection")
 AUGMENTATIONS = ("random_crop", "hflip", "vflip", "rotation", "color_jitter", "random_erasing")
 BENCH_BACKENDS = ("eager", "compile", "torchscript", "exported_program", "onnxruntime", "onnxruntime_int8",
                   "tensorrt")

@@ -139,3 +139,27 @@ def open_coco(spec: DataSpec, workspace: Path, ctx=None) -> DetectionDataset:
         "classes"
     )
     return DetectionDataset(spec, splits, records.classes, records.category_ids, str(root))
+
+
+@register_dataset_opener(
+    "shapes_detection",
+    description="Synthetic squares, circles and triangles on noise with their boxes (COCO files written at "
+    "first use into the data folder; dataset.size images).",
+)
+def open_shapes(spec: DataSpec, workspace: Path, ctx=None) -> DetectionDataset:
+    """The bundled offline detection set: written once as PNGs and a COCO JSON, then read as any COCO set."""
+    from workbench.worker.data.detection.coco import read_coco
+    from workbench.worker.data.detection.synthetic import write_shapes_coco
+    from workbench.worker.data.loader import resolve_root
+
+    log = ctx.log if ctx is not None else (lambda text, level="info": None)
+    folder = resolve_root(spec, workspace) / "shapes_detection" / f"{spec.size}"
+    annotations = folder / "instances.json"
+    if not annotations.is_file():
+        log(f"writing {spec.size:,} synthetic shape images with their boxes into {folder} (once)")
+        write_shapes_coco(folder, spec.size, seed=0)
+    records = read_coco(folder / "images", annotations, log)
+    splits = carve(records, spec, "dataset shapes_detection")
+    counts = ", ".join(f"{len(splits[name]):,} {name}" for name in SPLITS)
+    log(f"dataset shapes_detection: {len(records.items):,} images ({counts}), {len(records.classes)} classes")
+    return DetectionDataset(spec, splits, records.classes, records.category_ids, str(folder))
