@@ -209,7 +209,7 @@ class DetectionTraining:
         ctx.artifact("test predictions (COCO)", predictions_path, kind="json")
         ctx.artifact("test ground truth (COCO)", truth_path, kind="json")
         evaluation = self._evaluation(found)
-        path = run.dir / "evaluation.json"
+        path = run.artifacts_dir / "evaluation.json"
         atomic_write_json(path, evaluation)
         metrics = found["metrics"]
         ctx.log(

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from workbench.gui.images import scaled_pixmap, to_qimage
 from workbench.gui.panels.training.evaluation_common import checkpoint_text, header_html
+from workbench.gui.panels.training.evaluation_detection import DetectionEvaluationView
 from workbench.gui.panels.training.evaluation_metrics import MetricsEvaluationView
 from workbench.gui.panels.training.evaluation_multilabel import MultilabelEvaluationView
 from workbench.gui.panels.training.evaluation_regression import RegressionEvaluationView
@@ -42,6 +43,7 @@ TASK_VIEWS = {
     "regression": RegressionEvaluationView,
     "multilabel": MultilabelEvaluationView,
     "segmentation": SegmentationEvaluationView,
+    "detection": DetectionEvaluationView,
 }
 
 
