@@ -121,7 +121,7 @@ def test_segmentation_sample_info_tasks_and_pixel_histogram(tmp_path):
     info = run(tmp_path, "data.info", {"dataset": dataset(path, "Squares")})
     tasks = info["tasks"]
     assert tasks["auto"] == "segmentation" and "16×16" in tasks["why"]
-    assert set(tasks["unavailable"]) == {"classification", "multilabel", "regression"}
+    assert set(tasks["unavailable"]) == {"classification", "multilabel", "regression", "detection"}
     assert "task=classification" in tasks["unavailable"]["classification"]
     histogram = info["target_histogram"]
     assert histogram["kind"] == "pixels" and histogram["names"] == ["background", "square", "bar"]
@@ -159,7 +159,7 @@ def test_regression_values_histogram_is_bounded_and_reports_progress(tmp_path):
     )
     assert info["status"] == "done", info.get("error")
     assert info["tasks"]["auto"] == "regression" and "float" in info["tasks"]["why"]
-    assert set(info["tasks"]["unavailable"]) == {"classification", "multilabel", "segmentation"}
+    assert set(info["tasks"]["unavailable"]) == {"classification", "multilabel", "segmentation", "detection"}
     histogram = info["target_histogram"]
     assert histogram["kind"] == "values" and histogram["sampled"] == 40 and sum(histogram["counts"]) == 40
     assert histogram["edges"][0] == 0.0 and histogram["edges"][-1] == pytest.approx(3.9)
@@ -170,7 +170,7 @@ def test_regression_values_histogram_is_bounded_and_reports_progress(tmp_path):
 def test_builtin_set_gets_tasks_and_class_histogram(tmp_path):
     info = run(tmp_path, "data.info", {"dataset": {"name": "digits"}})
     assert info["tasks"]["auto"] == "classification"
-    assert set(info["tasks"]["unavailable"]) == {"multilabel", "regression", "segmentation"}
+    assert set(info["tasks"]["unavailable"]) == {"multilabel", "regression", "segmentation", "detection"}
     assert all(reason for reason in info["tasks"]["unavailable"].values())
     histogram = info["target_histogram"]
     assert histogram["kind"] == "classes" and histogram["counts"] == info["class_counts"]["train"]

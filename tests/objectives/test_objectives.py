@@ -81,7 +81,7 @@ def test_build_objective_refusals():
     with pytest.raises(JobError, match="task=auto"):
         build_objective("auto")
     with pytest.raises(JobError, match="unknown task"):
-        build_objective("detection")
+        build_objective("keypoints")
     with pytest.raises(JobError) as info:
         build_objective("regression", loss="cross_entropy")
     assert (

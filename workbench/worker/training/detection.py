@@ -341,4 +341,3 @@ def run_detection_training(spec, ctx, dataset, device: torch.device) -> dict:
         },
         "metrics": {f"test_{k}": v for k, v in metrics.items()},
     }
-
