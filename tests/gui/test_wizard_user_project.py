@@ -25,6 +25,7 @@ UNAVAILABLE = {
     "classification": "the target is a 16×16 map, not one label per sample",
     "regression": "the target is int64; regression needs float targets",
     "multilabel": "the target holds 3 values, not only 0 and 1",
+    "detection": "task=detection, but the target is an int64 tensor of shape [16, 16]",
 }
 
 

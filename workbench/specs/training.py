@@ -36,7 +36,7 @@ USER_DATASET_PATTERN = r"file:.+\.py:[A-Za-z_][A-Za-z0-9_]*"
 USER_FUNCTION_PATTERN = USER_DATASET_PATTERN  # loss=, metrics= (task=custom): a function in the user's file
 # a LightningModule or LightningDataModule class
 LIGHTNING_PATTERN = r"lightning:.+\.py:[A-Za-z_][A-Za-z0-9_]*"
-TASKS = ("auto", "classification", "multilabel", "regression", "segmentation", "custom")
+TASKS = ("auto", "classification", "multilabel", "regression", "segmentation", "detection", "custom")
 Task = Literal["auto", "classification", "multilabel", "regression", "segmentation", "detection", "custom"]
 LOSSES = ("auto", "cross_entropy", "nll", "mse", "l1", "smooth_l1", "bce")
 

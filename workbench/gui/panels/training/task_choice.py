@@ -22,6 +22,7 @@ TASK_TEXT = {
     "multilabel": "multilabel: a 0/1 vector per sample",
     "regression": "regression: float targets",
     "segmentation": "segmentation: a label per pixel",
+    "detection": "detection: boxes and labels per image",
     "custom": "custom: your own loss and metrics",
 }
 SHORT_WHY = 60  # characters of auto's reason shown inside the choice; the line below has all of it
