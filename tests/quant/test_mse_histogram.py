@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from workbench.worker.quant.histogram import StreamingHistogram
@@ -134,6 +134,16 @@ def test_a_lumpy_activation_gets_within_half_a_percent_of_the_exhaustive_best(se
 
 
 @settings(max_examples=30, derandomize=True)
+# A dip 0.0045 below the max that the 1/1000 fine grid stepped over (1.37 % above the exhaustive best).
+@example(
+    seed=269962144,
+    bits=8,
+    zeros=0.37490984016458984,
+    clusters=39,
+    width=0.012448322858140773,
+    floor=0.7533301951125683,
+    signed=False,
+)
 @given(
     seed=st.integers(0, 2**31 - 1),
     bits=st.sampled_from([4, 6, 8]),
