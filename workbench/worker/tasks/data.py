@@ -62,6 +62,10 @@ def info(spec: DataInfoSpec, ctx):
     from workbench.worker.data.user_views import class_histogram
 
     dataset = load_dataset(spec.dataset, ctx=ctx)
+    if getattr(dataset, "is_detection", False):  # boxes per image: its own summary and histograms
+        from workbench.worker.data.detection.views import summary
+
+        return summary(dataset)
     # The user's own Dataset or LightningDataModule: counts, shapes and target, no statistics.
     if is_user_dataset(spec.dataset.name):
         try:
@@ -147,6 +151,10 @@ def page(spec: dict, ctx):
     from workbench.worker.data.imageops import thumbnail_size, thumbnails
 
     dataset = load_dataset(dataset_spec, ctx=ctx)
+    if getattr(dataset, "is_detection", False):  # thumbnails with their boxes drawn
+        from workbench.worker.data.detection.views import page as detection_page
+
+        return detection_page(dataset, split_name, offset, count, thumb_size, request_id, ctx)
     if dataset_spec.name.startswith("file:"):
         try:
             return _user_page(dataset, split_name, offset, count, label, thumb_size, request_id, ctx)
@@ -195,6 +203,10 @@ def sample(spec: dict, ctx):
     from workbench.worker.data.imageops import histogram, to_hwc
 
     dataset = load_dataset(dataset_spec, ctx=ctx)
+    if getattr(dataset, "is_detection", False):  # the image with its boxes and class names
+        from workbench.worker.data.detection.views import sample as detection_sample
+
+        return detection_sample(dataset, split_name, index)
     if dataset_spec.name.startswith("file:"):
         try:
             return _user_sample(dataset, split_name, index)
