@@ -139,7 +139,9 @@ class DetectionTraining:
                     {f"train/{k}": v for k, v in values.items()} | {"lr": current_lr(self.optimizer)},
                 )
             self.ctx.progress(
-                self.step, self.total_steps, f"epoch {epoch + 1}/{self.spec.epochs} · loss {float(loss):.4f}"
+                self.step,
+                self.total_steps,
+                (f"epoch {epoch + 1}/{self.spec.epochs} · loss {values['loss']:.4f}"),
             )
         self.train_s += time.perf_counter() - started
         return {k: v / max(count, 1) for k, v in sums.items()}
