@@ -23,7 +23,7 @@ from workbench.specs.schema import Spec, _check_normalize, option
 # fmt: off
 
 DATASETS = ("digits", "mnist", "fashion_mnist", "kmnist", "cifar10", "cifar100", "svhn", "imagefolder",
-            "fake", "coco", "shapes_detection")
+            "fake", "coco", "voc", "yolo", "shapes_detection")
 AUGMENTATIONS = ("random_crop", "hflip", "vflip", "rotation", "color_jitter", "random_erasing")
 BENCH_BACKENDS = ("eager", "compile", "torchscript", "exported_program", "onnxruntime", "onnxruntime_int8",
                   "tensorrt")
@@ -77,7 +77,8 @@ class DataSpec(Spec):
     ))
     root: str = option("", "Folder holding the dataset files; empty means the workspace's data folder.")
     annotations: str = option("", (
-        "name = \"coco\": the COCO instances JSON describing root's images (a path, or a name under root)."
+        "name = \"coco\": the COCO instances JSON describing root's images (a path, or a name under root); "
+        "name = \"yolo\": the class names file (data.yaml or classes.txt; empty: found in root)."
     ))
     download: bool = option(False, "Download the dataset when it is not already under root.")
     val_fraction: float = option(0.1, "Fraction of the training split held out for validation.", min=0, max=1,

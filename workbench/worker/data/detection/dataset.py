@@ -163,3 +163,65 @@ def open_shapes(spec: DataSpec, workspace: Path, ctx=None) -> DetectionDataset:
     counts = ", ".join(f"{len(splits[name]):,} {name}" for name in SPLITS)
     log(f"dataset shapes_detection: {len(records.items):,} images ({counts}), {len(records.classes)} classes")
     return DetectionDataset(spec, splits, records.classes, records.category_ids, str(folder))
+
+
+def defined_splits(records: Records, defined: dict[str, list[int]], spec: DataSpec, label: str) -> dict:
+    """The splits the files define (item indices), the missing ones carved by the seeded splitter: no split
+    defined is split_whole; train alone gives val and test out of it; train and val give test out of train."""
+    if not defined.get("train"):
+        return carve(records, spec, label)
+    train = [records.items[i] for i in defined["train"]]
+    parts = {name: [records.items[i] for i in defined.get(name, [])] for name in SPLITS}
+    missing = [name for name in ("val", "test") if not parts[name]]
+    if missing:
+        fractions = {
+            "val": spec.val_fraction if "val" in missing else 0.0,
+            "test": spec.test_fraction if "test" in missing else 0.0,
+        }
+        cut = split_whole(
+            len(train), fractions["val"], fractions["test"], spec.seed, f"the train split of {label}"
+        )
+        for name in missing:
+            parts[name] = [train[int(i)] for i in cut[name]]
+        parts["train"] = [train[int(i)] for i in cut["train"]]
+    return {name: RecordSplit(parts[name]) for name in SPLITS}
+
+
+def _opened(name: str, records: Records, splits: dict, root: str, spec: DataSpec, log) -> DetectionDataset:
+    counts = ", ".join(f"{len(splits[split]):,} {split}" for split in SPLITS)
+    boxes = sum(len(item.boxes) for item in records.items)
+    log(
+        f"dataset {name}: {len(records.items):,} images ({counts}), {boxes:,} boxes, {len(records.classes)} "
+        "classes"
+    )
+    return DetectionDataset(spec, splits, records.classes, records.category_ids, root)
+
+
+@register_dataset_opener(
+    "voc", description="A Pascal VOC folder: Annotations/, JPEGImages/, ImageSets/Main/."
+)
+def open_voc(spec: DataSpec, workspace: Path, ctx=None) -> DetectionDataset:
+    from workbench.worker.data.detection.voc import read_voc
+    from workbench.worker.data.loader import resolve_root
+
+    log = ctx.log if ctx is not None else (lambda text, level="info": None)
+    root = resolve_root(spec, workspace)
+    records, ids = read_voc(root, log)
+    index = {item.file.stem: k for k, item in enumerate(records.items)}
+    defined = {split: [index[i] for i in names if i in index] for split, names in ids.items()}
+    return _opened(
+        "voc", records, defined_splits(records, defined, spec, "dataset voc"), str(root), spec, log
+    )
+
+
+@register_dataset_opener("yolo", description="A YOLO folder: images/ and labels/ (class cx cy w h), names.")
+def open_yolo(spec: DataSpec, workspace: Path, ctx=None) -> DetectionDataset:
+    from workbench.worker.data.detection.yolo import read_yolo
+    from workbench.worker.data.loader import resolve_root
+
+    log = ctx.log if ctx is not None else (lambda text, level="info": None)
+    root = resolve_root(spec, workspace)
+    records, defined = read_yolo(root, spec.annotations, log)
+    return _opened(
+        "yolo", records, defined_splits(records, defined, spec, "dataset yolo"), str(root), spec, log
+    )
