@@ -87,7 +87,8 @@ def test_the_spec_and_the_curves_say_what_was_trained(trained):
     spec = (run / "spec.toml").read_text()
     assert 'task = "detection"' in spec and "num_classes = 4" in spec  # 3 shapes and the background
     assert "loss_classifier" in err and "loss_rpn_box_reg" in err and "val mAP" in err
-    evaluation = json.loads((run / "evaluation.json").read_text())
+    assert result["evaluation"] == str(run / "artifacts" / "evaluation.json")
+    evaluation = json.loads((run / "artifacts" / "evaluation.json").read_text())
     assert evaluation["task"] == "detection" and evaluation["monitor"]["name"] == "map"
     assert [row["class"] for row in evaluation["per_class"]] == ["square", "circle", "triangle"]
     assert len(evaluation["pr"]["circle"]["recall"]) == 101 == len(evaluation["pr"]["circle"]["precision"])

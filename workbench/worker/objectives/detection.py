@@ -5,7 +5,6 @@ per class and each class's precision-recall curve at IoU .5. Worker side; never 
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import math
 
@@ -90,7 +89,8 @@ def _coco(dataset: dict):
 
     with contextlib.redirect_stdout(io.StringIO()):  # it prints; the CLI's stdout carries only JSON
         coco = COCO()
-        coco.dataset = copy.deepcopy(dataset)
+        # pycocotools marks the annotations it reads ("ignore"): its own copies of them, ours stay as written
+        coco.dataset = {**dataset, "annotations": [dict(a) for a in dataset["annotations"]]}
         coco.createIndex()
     return coco
 
@@ -114,7 +114,7 @@ def evaluate(gt: dict, results: list[dict], classes: list[str]) -> dict:
         return {"metrics": metrics, "per_class": per_class, "pr": pr}
     coco = _coco(gt)
     with contextlib.redirect_stdout(io.StringIO()):
-        detections = coco.loadRes(copy.deepcopy(results))
+        detections = coco.loadRes([dict(r) for r in results])  # it adds area and id to each
         run = COCOeval(coco, detections, "bbox")
         run.evaluate()
         run.accumulate()
