@@ -716,6 +716,24 @@ def describe_samples(
     }
 
 
+def _as_detection(spec: DataSpec, splits: dict, label: str):
+    """The user's splits as a DetectionDataset when the first train sample is (image, a dict with "boxes"
+    and "labels"), else None (a sample that fails is left to the usual checks, which name it)."""
+    from workbench.worker.objectives.detect import is_detection_target
+
+    try:
+        first = splits["train"][0]
+    except Exception:  # the user's own __getitem__: whatever it raises is reported by first_sample() below
+        return None
+    if not (isinstance(first, (tuple, list)) and len(first) == 2 and is_detection_target(first[1])):
+        return None
+    from workbench.worker.data.detection.dataset import from_user
+
+    train = splits["train"]
+    source = getattr(train, "dataset", train)  # a carved Subset's own dataset holds the class names
+    return from_user(spec, splits, label, getattr(source, "classes", None))
+
+
 def load_user_dataset(spec: DataSpec, workspace: Path, ctx=None) -> UserDataset:
     """Import the user's file, call `Name` for the splits, carve the missing ones and read sample 0 of
     train."""
@@ -747,6 +765,10 @@ def load_user_dataset(spec: DataSpec, workspace: Path, ctx=None) -> UserDataset:
         )
     maker = _Maker(target, attr, path, spec.args, label)
     splits = _carve(_make_splits(maker), spec, label)
+    detection = _as_detection(spec, splits, label)
+    if detection is not None:  # (image, {"boxes", "labels"}) samples: a detection set, with its own batches
+        say(f"{label}: detection samples (images and torchvision targets), {len(detection.classes)} classes")
+        return detection
     dataset = UserDataset(spec, workspace, path, attr, splits, progress)
     # a sample that fails, or is not (input, target), says so now, before any worker starts
     dataset.first_sample()

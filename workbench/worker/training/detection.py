@@ -275,7 +275,7 @@ def _image_rows(items, outputs: list[dict]) -> list[dict]:
             {
                 "index": index,
                 "image_id": int(item.image_id),
-                "file": str(item.file),
+                "file": str(item.file) if item.file.name else "",
                 "width": item.width,
                 "height": item.height,
                 "true": {"boxes": item.boxes, "labels": item.labels},

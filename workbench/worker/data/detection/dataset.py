@@ -225,3 +225,57 @@ def open_yolo(spec: DataSpec, workspace: Path, ctx=None) -> DetectionDataset:
     return _opened(
         "yolo", records, defined_splits(records, defined, spec, "dataset yolo"), str(root), spec, log
     )
+
+
+class UserDetectionSplit(Dataset):
+    """A split of a user's `file:` Dataset whose samples are (image, torchvision target): images as float
+    [3, H, W] in 0..1 (uint8 divided by 255), boxes float32 [N, 4], labels int64, image_id the sample's place
+    when the target has none. `items` reads every sample once, for the ground truth."""
+
+    def __init__(self, source, label: str, split: str):
+        self.source, self.label, self.split = source, label, split
+        self._items: list[Item] | None = None
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, index: int):
+        image, target = self.source[index]
+        image = torch.as_tensor(image)
+        image = image.float().div(255) if image.dtype == torch.uint8 else image.float()
+        where = f"{self.label}: sample {index} of the {self.split} split"
+        check_sample(image, target, where)
+        return image, {
+            "boxes": torch.as_tensor(target["boxes"], dtype=torch.float32).reshape(-1, 4),
+            "labels": torch.as_tensor(target["labels"], dtype=torch.int64).reshape(-1),
+            "image_id": int(target.get("image_id", index + 1)),
+        }
+
+    @property
+    def items(self) -> list[Item]:
+        if self._items is None:
+            items = []
+            for index in range(len(self)):
+                image, target = self[index]
+                items.append(
+                    Item(
+                        target["image_id"],
+                        Path(""),
+                        float(image.shape[2]),
+                        float(image.shape[1]),
+                        target["boxes"].tolist(),
+                        target["labels"].tolist(),
+                    )
+                )
+            self._items = items
+        return self._items
+
+
+def from_user(spec: DataSpec, splits: dict, label: str, classes) -> DetectionDataset:
+    """A user's Dataset of (image, target dict) samples as a detection set; its `classes` name labels 1..K
+    (else they are counted from the largest label in the train split)."""
+    wrapped = {name: UserDetectionSplit(splits[name], label, name) for name in SPLITS}
+    if not classes:
+        largest = max((max(item.labels, default=0) for item in wrapped["train"].items), default=0)
+        classes = [str(k) for k in range(1, largest + 1)]
+    return DetectionDataset(spec, wrapped, [str(c) for c in classes], list(range(1, len(classes) + 1)))
