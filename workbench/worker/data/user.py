@@ -765,13 +765,18 @@ def load_user_dataset(spec: DataSpec, workspace: Path, ctx=None) -> UserDataset:
         )
     maker = _Maker(target, attr, path, spec.args, label)
     splits = _carve(_make_splits(maker), spec, label)
-    detection = _as_detection(spec, splits, label)
-    if detection is not None:  # (image, {"boxes", "labels"}) samples: a detection set, with its own batches
-        say(f"{label}: detection samples (images and torchvision targets), {len(detection.classes)} classes")
-        return detection
     dataset = UserDataset(spec, workspace, path, attr, splits, progress)
     # a sample that fails, or is not (input, target), says so now, before any worker starts
-    dataset.first_sample()
+    try:
+        dataset.first_sample()
+    except JobError:
+        # A dict target is no tensor the usual samples take; (image, {"boxes", "labels"}) is a detection set
+        detection = _as_detection(spec, splits, label)
+        if detection is None:
+            raise
+        dataset.release()
+        say(f"{label}: detection samples (images and torchvision targets), {len(detection.classes)} classes")
+        return detection
     counts = ", ".join(f"{len(dataset.splits[name]):,} {name}" for name in SPLITS)
     say(f"{label}: {counts} samples, input {list(dataset.sample_shape)}")
     return dataset
