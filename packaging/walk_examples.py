@@ -637,7 +637,16 @@ def main() -> int:
     unknown = [n for n in args.examples if n not in names]
     if unknown:
         parser.error(f"no example {', '.join(unknown)}: choose from {', '.join(names)}")
-    examples = [names[n] for n in (args.examples or names)]
+    # The detection example's later stages (onnx_qdq of its quantize run, the bench) do not take detectors
+    # yet:
+    # walked only when named.
+    walked = args.examples or [n for n in names if n != "shapes_detection"]
+    if not args.examples:
+        print(
+            "shapes_detection is left out of the default walk (its onnx_qdq and bench stages need a "
+            "classifier); name it to walk it"
+        )
+    examples = [names[n] for n in walked]
     out = Path(args.out).absolute()
     out.mkdir(parents=True, exist_ok=True)
 
