@@ -175,3 +175,25 @@ def test_quantize_measures_map_on_its_ladder_and_keeps_the_post_processing_float
     floating = " ".join(quantized["coverage"]["float"])
     assert "NMS" in floating and "anchor generation" in floating and "box decode" in floating
     assert 0.9 < quantized["coverage"]["parameters"] <= 1.0
+
+
+def test_bench_times_the_whole_detector_and_its_network_alone(trained):
+    result, _ = trained
+    run = Path(result["run_dir"])
+    exported = next((run.parents[0]).glob("*export*/artifacts/model.onnx"), None)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    argv = ["bench", "--set", f"source.run={run}", "--set", "batch_sizes=1,2", "--set", "iters=3"]
+    argv += ["--set", "warmup=1", "--workspace", str(run.parents[1]), "--json"]
+    if exported is not None:
+        argv[-3:-3] = ["--set", f"artifact={exported}"]
+    done = run_cli(argv, cwd=ROOT, env=env, timeout=400)
+    assert done.returncode == 0, done.stderr
+    bench = json.loads(done.stdout)
+    rows = {(r["backend"], r["batch_size"]): r for r in bench["results"]}
+    assert {("eager", 1), ("eager", 2), ("eager (network alone)", 1), ("eager (network alone)", 2)} <= set(
+        rows
+    )
+    assert all(r["status"] == "ok" and r["latency_ms"]["p50"] > 0 for r in rows.values())
+    assert rows[("eager", 1)]["part"] == "whole detector" and bench["task"] == "detection"
+    if exported is not None:
+        assert rows[("onnxruntime", 1)]["part"] == "whole detector"

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workbench.errors import JobCancelled
+from workbench.errors import JobCancelled, JobError
 from workbench.runs import atomic_write_bytes, atomic_write_json
 from workbench.specs import BenchSpec
 from workbench.worker.bench.backends import BUILDERS, BuildContext, Unavailable, first_line, new_tmp, prepare
@@ -221,6 +221,18 @@ def measure_row(
 
 def run_bench(spec: BenchSpec, ctx) -> dict:
     """The `bench.latency` task: measure every backend at every batch size; returns the result contract."""
+    if spec.source.run:
+        from workbench.worker.quant.detection import is_detection_run
+        from workbench.worker.source import read_training_run
+
+        try:
+            train_dir, trained = read_training_run(spec.source.run, ctx.workspace, refusal="")
+        except JobError:
+            trained = None  # a quantize run, say: the usual source resolution says what it is
+        if is_detection_run(trained):  # the whole detector and its network alone
+            from workbench.worker.bench.detection import run_detection_bench
+
+            return run_detection_bench(spec, ctx, trained, train_dir)
     device = resolve_device(spec.device)
     backends = list(dict.fromkeys(spec.backends))
     batch_sizes = list(dict.fromkeys(spec.batch_sizes))
