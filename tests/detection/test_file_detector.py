@@ -1,0 +1,110 @@
+"""A user's own `file:` detector that follows torchvision's detection API (train mode: losses dict; eval:
+boxes, labels, scores per image) trains through the detection route on a user's `file:` Dataset, is handed
+num_classes = K + 1, and its test mAP is pycocotools' on the files the run saves."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from workbench.worker.registry import get_task
+from workbench.worker.runner import run_task
+
+pytestmark = pytest.mark.slow
+
+DATA = """
+import torch
+from torch.utils.data import Dataset
+
+
+class Boxes(Dataset):
+    classes = ["bright square"]
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        image = torch.rand(3, 64, 64, generator=g) * 0.3
+        x, y = (int(v) for v in torch.randint(0, 40, (2,), generator=g))
+        image[:, y : y + 20, x : x + 20] = 1.0
+        box = torch.tensor([[x, y, x + 20, y + 20]], dtype=torch.float32)
+        return image, {"boxes": box, "labels": torch.tensor([1])}
+"""
+
+# A tiny Faster R-CNN: two convolutions as its backbone, one anchor size; torchvision's API as is.
+MODEL = """
+import torch
+from torch import nn
+from torchvision.models.detection import FasterRCNN
+from torchvision.models.detection.anchor_utils import AnchorGenerator
+
+SEEN = {}
+
+
+def tiny(num_classes):
+    SEEN["num_classes"] = num_classes
+    backbone = nn.Sequential(
+        nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.ReLU()
+    )
+    backbone.out_channels = 8
+    anchors = AnchorGenerator(sizes=((16, 32),), aspect_ratios=((1.0,),))
+    return FasterRCNN(
+        backbone, num_classes=num_classes, rpn_anchor_generator=anchors, min_size=64, max_size=64,
+        box_detections_per_img=10, rpn_pre_nms_top_n_test=50, rpn_post_nms_top_n_test=20,
+    )
+"""
+
+
+def _pycocotools_map(folder: Path) -> float:
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        truth = COCO(str(folder / "ground_truth_test.json"))
+        found = truth.loadRes(str(folder / "predictions_test.json"))
+        run = COCOeval(truth, found, "bbox")
+        run.evaluate()
+        run.accumulate()
+        run.summarize()
+    return float(run.stats[0])
+
+
+def test_a_users_file_detector_trains_and_its_map_is_pycocotools(tmp_path):
+    (tmp_path / "data.py").write_text(textwrap.dedent(DATA))
+    (tmp_path / "net.py").write_text(textwrap.dedent(MODEL))
+    spec = {
+        "epochs": 2,
+        "batch_size": 4,
+        "optimizer": "sgd",
+        "lr": 0.01,
+        "momentum": 0.9,
+        "dataset": {"name": f"file:{tmp_path / 'data.py'}:Boxes", "test_fraction": 0.25, "num_workers": 0},
+        "model": {"name": f"file:{tmp_path / 'net.py'}:tiny"},
+    }
+    logs: list = []
+    result = run_task(
+        get_task("train.model"), spec, emit=lambda *a: logs.append(a), workspace=tmp_path / "ws"
+    )
+    assert result["status"] == "done", result.get("error")
+    assert result["task"] == "detection" and result["monitor"]["name"] == "map"
+    run = Path(result["run_dir"])
+    assert "num_classes = 2" in (run / "spec.toml").read_text()  # one class and the background
+    assert (run / "checkpoints" / "model.pt").is_file() and (run / "checkpoints" / "best.pt").is_file()
+    folder = run / "artifacts"
+    truth = json.loads((folder / "ground_truth_test.json").read_text())
+    assert len(truth["images"]) == 4 and truth["categories"] == [{"id": 1, "name": "bright square"}]
+    predictions = json.loads((folder / "predictions_test.json").read_text())
+    if predictions:  # two epochs of a tiny net may find nothing; then both sides say 0
+        assert result["monitor"]["test"] == pytest.approx(_pycocotools_map(folder), abs=1e-3)
+    else:
+        assert result["monitor"]["test"] == pytest.approx(0.0, abs=1e-3)
+    evaluation = json.loads((folder / "evaluation.json").read_text())
+    assert evaluation["task"] == "detection" and [r["class"] for r in evaluation["per_class"]] == [
+        "bright square"
+    ]
