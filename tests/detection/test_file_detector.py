@@ -1,6 +1,7 @@
 """A user's own `file:` detector that follows torchvision's detection API (train mode: losses dict; eval:
 boxes, labels, scores per image) trains through the detection route on a user's `file:` Dataset, is handed
-num_classes = K + 1, and its test mAP is pycocotools' on the files the run saves."""
+num_classes = K + 1, and its test mAP is pycocotools' on the files the run saves; cancel stops it in
+training and in evaluation."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import contextlib
 import io
 import json
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -108,3 +110,27 @@ def test_a_users_file_detector_trains_and_its_map_is_pycocotools(tmp_path):
     assert evaluation["task"] == "detection" and [r["class"] for r in evaluation["per_class"]] == [
         "bright square"
     ]
+
+
+@pytest.mark.parametrize("during", ["epoch 1/", "validating"])
+def test_cancel_stops_a_detection_run_in_training_and_in_evaluation(tmp_path, during):
+    (tmp_path / "data.py").write_text(textwrap.dedent(DATA))
+    (tmp_path / "net.py").write_text(textwrap.dedent(MODEL))
+    spec = {
+        "epochs": 3,
+        "batch_size": 2,
+        "optimizer": "sgd",
+        "lr": 0.01,
+        "dataset": {"name": f"file:{tmp_path / 'data.py'}:Boxes", "val_fraction": 0.25, "num_workers": 0},
+        "model": {"name": f"file:{tmp_path / 'net.py'}:tiny"},
+    }
+    stop = threading.Event()
+    seen: list[str] = []
+
+    def emit(kind, payload, *rest):
+        if kind == "progress" and str(payload.get("text", "")).startswith(during):
+            seen.append(payload["text"])
+            stop.set()
+
+    result = run_task(get_task("train.model"), spec, emit=emit, stop_event=stop, workspace=tmp_path / "ws")
+    assert seen and result["status"] == "cancelled", result
