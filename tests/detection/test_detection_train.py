@@ -172,7 +172,7 @@ def test_quantize_measures_map_on_its_ladder_and_keeps_the_post_processing_float
     assert [s["step"] for s in quantized["steps"]] == ["fp32", "weight_ranges", "activation_ranges"]
     assert quantized["fp32"]["accuracy"] == pytest.approx(result["monitor"]["test"], abs=1e-6)
     assert "test mAP" in done.stderr
-    floating = " ".join(quantized["coverage"]["float"])
+    floating = " ".join(entry["type"] for entry in quantized["coverage"]["float"])
     assert "NMS" in floating and "anchor generation" in floating and "box decode" in floating
     assert 0.9 < quantized["coverage"]["parameters"] <= 1.0
 

@@ -51,18 +51,26 @@ def measure_map(model, samples, dataset, check_stop, device) -> dict:
     return {"accuracy": found["metrics"]["map"], "loss": math.nan, "metrics": found["metrics"]}
 
 
-def float_parts(model) -> list[str]:
-    """What of the detector stays float, named: its anchor generator, box coder, transform, NMS."""
-    names = []
+def float_parts(model) -> list[dict]:
+    """What of the detector stays float, as the coverage's "float" entries ({type, modules, parameters,
+    reason}): its transform, anchor generator, box coders and NMS."""
+    found: dict[str, list[str]] = {}
     for name, module in model.named_modules():
         for key, said in FLOAT_PARTS.items():
-            if name.endswith(key) and said not in (n.split(" (")[0] for n in names):
-                names.append(f"{said} ({name})")
-        coder = getattr(module, "box_coder", None)
-        if coder is not None and not any(n.startswith("box decode") for n in names):
-            names.append(f"box decode ({name}.box_coder)" if name else "box decode (box_coder)")
-    names.append("NMS (torchvision.ops.batched_nms)")
-    return names
+            if name.endswith(key):
+                found.setdefault(said, []).append(name)
+        if getattr(module, "box_coder", None) is not None:
+            found.setdefault("box decode", []).append(f"{name}.box_coder" if name else "box_coder")
+    found.setdefault("NMS", []).append("torchvision.ops.batched_nms")
+    return [
+        {
+            "type": said,
+            "modules": ", ".join(names),
+            "parameters": 0,
+            "reason": "detection-aware: the post-processing stays float",
+        }
+        for said, names in found.items()
+    ]
 
 
 def run_detection_quantization(spec, ctx, trained, train_dir) -> dict:
@@ -131,9 +139,10 @@ def run_detection_quantization(spec, ctx, trained, train_dir) -> dict:
         "float": kept_float,
         "float_ops": [{"op": op, "calls": n} for op, n in ops[:12]],
     }
+    floating = ", ".join(f"{entry['type']} ({entry['modules']})" for entry in kept_float)
     ctx.log(
         f"{coverage['parameters']:.1%} of the detector's parameters are quantized ({len(structure.layers)} "
-        f"layers); float: {', '.join(kept_float)}"
+        f"layers); float: {floating}"
     )
     ctx.progress(len(steps) + 1, len(steps) + 1, "done", force=True)
     return {
