@@ -197,3 +197,26 @@ def test_bench_times_the_whole_detector_and_its_network_alone(trained):
     assert rows[("eager", 1)]["part"] == "whole detector" and bench["task"] == "detection"
     if exported is not None:
         assert rows[("onnxruntime", 1)]["part"] == "whole detector"
+
+
+def test_try_it_gives_the_detectors_boxes_for_a_sample_and_for_a_file(trained, tmp_path):
+    from workbench.worker.registry import get_task
+    from workbench.worker.runner import run_task
+
+    result, _ = trained
+    run = Path(result["run_dir"])
+    workspace = run.parents[1]
+    for part in (
+        {"sample": {"split": "test", "index": 0}},
+        {"input": str(next(run.parents[2].glob("data/images/*.png")))},
+    ):
+        spec = {"source": {"run": str(run)}, "preview": True, **part}
+        answer = run_task(get_task("predict.model"), spec, emit=lambda *a: None, workspace=workspace)
+        assert answer["status"] == "done", answer.get("error")
+        assert answer["task"] == "detection" and answer["predictions"]
+        first = answer["predictions"][0]
+        assert first["label"] in ("square", "circle", "triangle") and len(first["box"]) == 4
+        scores = [row["probability"] for row in answer["predictions"]]
+        assert scores == sorted(scores, reverse=True)
+        assert answer["preview"].shape == (128, 128, 3)
+    assert "truth" not in answer  # a file has no true boxes; the sample had them

@@ -141,6 +141,9 @@ def _percent(value) -> str:
     return f"{value:.1%}" if value >= 0.001 or value == 0 else f"{value * 100:.2g}%"
 
 
+DETECTION_ROWS = 20  # a detector's boxes listed, best first (it may give a hundred)
+
+
 def _cell_text(row: dict | None) -> tuple[str, str]:
     """(class or output, probability or value) of one row of a prediction list."""
     if row is None:
@@ -507,6 +510,9 @@ class TryItView(QWidget):
         series = self.series(result)
         notes = list(result.get("notes") or [])
         self._say(" ".join(notes), error=False)
+        if result.get("task") == "detection":
+            self._show_boxes(result)
+            return
         segmentation = result.get("task") == "segmentation"
         self.masks.setVisible(segmentation)
         # Every class of a mask, every value of a regression is listed: no top k to choose.
@@ -528,6 +534,32 @@ class TryItView(QWidget):
             self._draw_bars(series)
             self.verdict.setText(self._verdict(result, series))
         self._show_input(result)
+
+    def _show_boxes(self, result: dict) -> None:
+        """A detector's answer: the image with its boxes above the score drawn, and the boxes as rows (class,
+        score, box), best first."""
+        self.masks.setVisible(False)
+        self.top_k_spin.setVisible(False)
+        self.chart.setVisible(False)
+        rows = list(result.get("predictions") or [])[:DETECTION_ROWS]
+        self._fill_table([("FP32", rows)], "detection")
+        self.table.setColumnCount(4)
+        self.table.setHorizontalHeaderLabels(["#", "Class", "Score", "Box (x1, y1, x2, y2)"])
+        for i, row in enumerate(rows):
+            self.table.setItem(i, 3, QTableWidgetItem(", ".join(f"{v:.0f}" for v in row.get("box", []))))
+        self._show_input(result)
+        preview = result.get("preview")
+        if isinstance(preview, np.ndarray) and preview.ndim == 3:
+            size = max(32, min(self.image.width(), self.image.height()) - 4)
+            self.image.setPixmap(scaled_pixmap(to_qimage(preview), size))
+        threshold = result.get("score_threshold", 0.5)
+        shown = [r for r in rows if r.get("probability", 0) >= threshold]
+        named = ", ".join(f"{r['label']} {r['probability']:.2f}" for r in shown[:6])
+        self.verdict.setText(
+            f"{len(shown)} box(es) score {threshold:g} or more"
+            + (f": {named}" if named else "")
+            + f" · {len(result.get('predictions') or [])} in all"
+        )
 
     @staticmethod
     def mismatched_rows(series) -> list[int]:
