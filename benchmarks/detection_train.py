@@ -23,8 +23,9 @@ import torch
 
 from workbench.specs import DataSpec, TrainSpec
 from workbench.worker.data.loader import load_dataset
+from workbench.worker.detection_source import build_detection_model
 from workbench.worker.objectives import detection as coco
-from workbench.worker.training.detection import DetectionTraining, build_detection_model
+from workbench.worker.training.detection import DetectionTraining
 
 MODEL = {
     "name": "torchvision:fasterrcnn_mobilenet_v3_large_320_fpn",

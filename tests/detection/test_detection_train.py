@@ -5,14 +5,13 @@ saves. Real torch, torchvision and pycocotools; the real CLI."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 from pathlib import Path
 
 import pytest
 from cli_runner import run_cli
+from coco_check import pycocotools_map
 
 from workbench.worker.data.detection.synthetic import write_shapes_coco
 
@@ -51,20 +50,6 @@ def trained(tmp_path_factory):
     return json.loads(done.stdout), done.stderr
 
 
-def _pycocotools_map(folder: Path) -> float:
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        truth = COCO(str(folder / "ground_truth_test.json"))
-        found = truth.loadRes(str(folder / "predictions_test.json"))
-        run = COCOeval(truth, found, "bbox")
-        run.evaluate()
-        run.accumulate()
-        run.summarize()
-    return float(run.stats[0])
-
-
 def test_the_reported_test_map_is_what_pycocotools_computes_from_the_saved_files(trained):
     result, _ = trained
     assert result["status"] == "done" and result["task"] == "detection"
@@ -77,7 +62,7 @@ def test_the_reported_test_map_is_what_pycocotools_computes_from_the_saved_files
     assert len(truth["images"]) == 10 and all(
         a["iscrowd"] == 0 and a["area"] > 0 for a in truth["annotations"]
     )
-    assert result["monitor"]["test"] == pytest.approx(_pycocotools_map(folder), abs=1e-3)
+    assert result["monitor"]["test"] == pytest.approx(pycocotools_map(folder), abs=1e-3)
     assert set(result["final"]["test_metrics"]) == {"map", "map_50", "map_75", "mar_100"}
 
 

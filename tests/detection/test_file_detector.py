@@ -5,14 +5,13 @@ training and in evaluation."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import textwrap
 import threading
 from pathlib import Path
 
 import pytest
+from coco_check import pycocotools_map
 
 from workbench.worker.registry import get_task
 from workbench.worker.runner import run_task
@@ -63,20 +62,6 @@ def tiny(num_classes):
 """
 
 
-def _pycocotools_map(folder: Path) -> float:
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        truth = COCO(str(folder / "ground_truth_test.json"))
-        found = truth.loadRes(str(folder / "predictions_test.json"))
-        run = COCOeval(truth, found, "bbox")
-        run.evaluate()
-        run.accumulate()
-        run.summarize()
-    return float(run.stats[0])
-
-
 def test_a_users_file_detector_trains_and_its_map_is_pycocotools(tmp_path):
     (tmp_path / "data.py").write_text(textwrap.dedent(DATA))
     (tmp_path / "net.py").write_text(textwrap.dedent(MODEL))
@@ -103,7 +88,7 @@ def test_a_users_file_detector_trains_and_its_map_is_pycocotools(tmp_path):
     assert len(truth["images"]) == 4 and truth["categories"] == [{"id": 1, "name": "bright square"}]
     predictions = json.loads((folder / "predictions_test.json").read_text())
     if predictions:  # two epochs of a tiny net may find nothing; then both sides say 0
-        assert result["monitor"]["test"] == pytest.approx(_pycocotools_map(folder), abs=1e-3)
+        assert result["monitor"]["test"] == pytest.approx(pycocotools_map(folder), abs=1e-3)
     else:
         assert result["monitor"]["test"] == pytest.approx(0.0, abs=1e-3)
     evaluation = json.loads((folder / "evaluation.json").read_text())

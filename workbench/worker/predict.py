@@ -15,7 +15,7 @@ import torch
 
 from workbench.errors import JobError, WorkbenchError
 from workbench.specs import DataSpec, ModelSpec, PredictSpec
-from workbench.task_ids import is_training
+from workbench.worker.detection_source import detection_run
 
 # More pixels than a camera's photo needs to say what it shows, and about 150 MB decoded as RGB: the image is
 # shrunk to the model's input anyway. The header says the size, so a bigger file is refused before a pixel is
@@ -59,11 +59,12 @@ def run_predict(spec: PredictSpec, ctx) -> dict:
             "input: name an image file (input=<path.png>), or a sample of the run's dataset "
             "(sample.split=test and sample.index=0)"
         )
-    detection = _detection_run(spec, ctx)
+    detection = detection_run(spec.source.run, ctx.workspace)
     if detection is not None:  # boxes, not classes: the detector on the image
         from workbench.worker.predict_boxes import run_detection_predict
 
-        return run_detection_predict(spec, ctx, *detection)
+        run_dir, trained = detection
+        return run_detection_predict(spec, ctx, trained, run_dir)
     device = resolve_device(spec.device)
     ctx.progress(0, STEPS, "reading the run", force=True)
     loaded = _load_run(spec, ctx)
@@ -107,16 +108,6 @@ def run_predict(spec: PredictSpec, ctx) -> dict:
 
 
 # --- the run ------------------------------------------------------------------------------------------------
-
-
-def _detection_run(spec: PredictSpec, ctx):
-    """(the training spec, its folder) when the run is a detection training run, else None."""
-    from workbench.worker.source import read_training_run
-
-    if not is_training(_run_task_of(spec.source.run, ctx.workspace)):
-        return None
-    run_dir, trained = read_training_run(spec.source.run, ctx.workspace, refusal="")
-    return (trained, run_dir) if trained.task == "detection" else None
 
 
 def _run_task_of(ref: str, workspace) -> str:

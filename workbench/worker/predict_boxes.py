@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 
 from workbench.errors import JobError
-from workbench.worker.data.detection.views import _drawn
+from workbench.worker.data.detection.views import draw_boxes
 
 SCORE = 0.5  # boxes drawn on the preview; every box above the model's own threshold is listed
 
@@ -57,18 +57,12 @@ def _image(spec, dataset) -> tuple[torch.Tensor, dict, dict | None]:
 
 def run_detection_predict(spec, ctx, trained, run_dir) -> dict:
     """The predict.model query for a detection training run."""
-    from workbench.worker.checkpoints import load_state_dict
-    from workbench.worker.data.loader import load_dataset
+    from workbench.worker.detection_source import load_detection_run
     from workbench.worker.devices import resolve_device
-    from workbench.worker.source import run_checkpoint
-    from workbench.worker.training.detection import build_detection_model
 
     device = resolve_device(spec.device)
-    dataset = load_dataset(trained.dataset, ctx=ctx)
-    model = build_detection_model(trained, dataset, ctx.log)
-    checkpoint = run_checkpoint(run_dir)
-    model.load_state_dict(load_state_dict(checkpoint))
-    model = model.eval().to(device)
+    source = load_detection_run(run_dir, trained, ctx, device)
+    model, dataset, checkpoint = source.model, source.dataset, source.checkpoint
     image, info, truth = _image(spec, dataset)
     with torch.no_grad():
         out = model([image.to(device)])[0]
@@ -80,7 +74,7 @@ def run_detection_predict(spec, ctx, trained, run_dir) -> dict:
     pixels = (image.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).cpu().numpy()
     shown = [r for r in rows if r["probability"] >= SCORE]
     preview = np.asarray(
-        _drawn(
+        draw_boxes(
             Image.fromarray(pixels),
             [r["box"] for r in shown],
             [r["class"] for r in shown],

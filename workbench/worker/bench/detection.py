@@ -47,17 +47,12 @@ def _row(backend: str, batch: int, device, part: str, samples: np.ndarray) -> di
 def run_detection_bench(spec, ctx, trained, train_dir) -> dict:
     """The bench.latency job of a detection run: eager whole and network alone per batch size, and
     onnxruntime whole from an ONNX export (`artifact`) at batch 1."""
-    from workbench.worker.checkpoints import load_state_dict
-    from workbench.worker.data.loader import load_dataset
+    from workbench.worker.detection_source import load_detection_run
     from workbench.worker.devices import resolve_device
-    from workbench.worker.source import run_checkpoint
-    from workbench.worker.training.detection import build_detection_model
 
     device = resolve_device(spec.device)
-    dataset = load_dataset(trained.dataset, ctx=ctx)
-    model = build_detection_model(trained, dataset, ctx.log)
-    model.load_state_dict(load_state_dict(run_checkpoint(train_dir)))
-    model = model.eval().to(device)
+    source = load_detection_run(train_dir, trained, ctx, device)
+    model, dataset = source.model, source.dataset
     split = next(s for s in ("test", "val", "train") if len(dataset.splits[s]))
     image = dataset.splits[split][0][0].to(device)
     splits = hasattr(model, "transform") and hasattr(model, "backbone")

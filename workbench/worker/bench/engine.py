@@ -16,13 +16,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workbench.errors import JobCancelled, JobError
+from workbench.errors import JobCancelled
 from workbench.runs import atomic_write_bytes, atomic_write_json
 from workbench.specs import BenchSpec
 from workbench.worker.bench.backends import BUILDERS, BuildContext, Unavailable, first_line, new_tmp, prepare
 from workbench.worker.bench.source import resolve
 from workbench.worker.bench.stats import MemoryProbe, summarize, throughput_per_s
 from workbench.worker.bench.timing import measure
+from workbench.worker.detection_source import detection_run
 from workbench.worker.devices import describe, resolve_device
 
 SAMPLES_FILE = "samples.npz"
@@ -221,18 +222,12 @@ def measure_row(
 
 def run_bench(spec: BenchSpec, ctx) -> dict:
     """The `bench.latency` task: measure every backend at every batch size; returns the result contract."""
-    if spec.source.run:
-        from workbench.worker.quant.detection import is_detection_run
-        from workbench.worker.source import read_training_run
+    detection = detection_run(spec.source.run, ctx.workspace)
+    if detection is not None:  # the whole detector and its network alone
+        from workbench.worker.bench.detection import run_detection_bench
 
-        try:
-            train_dir, trained = read_training_run(spec.source.run, ctx.workspace, refusal="")
-        except JobError:
-            trained = None  # a quantize run, say: the usual source resolution says what it is
-        if is_detection_run(trained):  # the whole detector and its network alone
-            from workbench.worker.bench.detection import run_detection_bench
-
-            return run_detection_bench(spec, ctx, trained, train_dir)
+        train_dir, trained = detection
+        return run_detection_bench(spec, ctx, trained, train_dir)
     device = resolve_device(spec.device)
     backends = list(dict.fromkeys(spec.backends))
     batch_sizes = list(dict.fromkeys(spec.batch_sizes))

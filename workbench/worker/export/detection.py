@@ -23,36 +23,16 @@ PARITY_IMAGES = 4
 MAX_LISTED = 8  # mismatched boxes named in the result, per image
 
 
-def is_detection_source(spec, workspace) -> bool:
-    """Whether the export's source is a detector: a detection training run, or model.name one of
-    torchvision's detectors."""
-    from workbench.worker.models.torchvision_models import is_detector
-
-    if spec.source.run:
-        from workbench.worker.source import read_training_run
-
-        _, trained = read_training_run(spec.source.run, workspace, refusal="export takes a training run")
-        return trained.task == "detection" or is_detector(trained.model.name)
-    return bool(spec.model.name) and is_detector(spec.model.name)
-
-
-def _source(spec, ctx):
-    """(model in eval, example images, threshold, description) of the export's source."""
-    from workbench.worker.data.loader import load_dataset
+def _source(spec, ctx, run):
+    """(model in eval, example images, threshold, description) of the export's source: `run` (a detection
+    training run's folder and spec), else the detector model.name names."""
+    from workbench.worker.detection_source import load_detection_run
     from workbench.worker.models.registry import get_model
-    from workbench.worker.source import read_training_run, run_checkpoint
-    from workbench.worker.training.detection import build_detection_model
 
-    if spec.source.run:
-        run_dir, trained = read_training_run(
-            spec.source.run, ctx.workspace, refusal="export takes a training run"
-        )
-        dataset = load_dataset(trained.dataset, ctx=ctx)
-        model = build_detection_model(trained, dataset, ctx.log)
-        checkpoint = run_checkpoint(run_dir)
-        from workbench.worker.checkpoints import load_state_dict
-
-        model.load_state_dict(load_state_dict(checkpoint))
+    if run is not None:
+        run_dir, trained = run
+        source = load_detection_run(run_dir, trained, ctx)
+        model, dataset, checkpoint = source.model, source.dataset, source.checkpoint
         split = next(s for s in ("test", "val", "train") if len(dataset.splits[s]))
         count = min(PARITY_IMAGES, len(dataset.splits[split]))
         images = [dataset.splits[split][i][0] for i in range(count)]
@@ -153,9 +133,9 @@ def _named(side: str, box, label, score, iou) -> dict:
     return named
 
 
-def run_detection_export(spec, ctx) -> dict:
-    """The `export.model` task for a detector: ONNX only (with its post-processing), parity by matching
-    boxes."""
+def run_detection_export(spec, ctx, run=None) -> dict:
+    """The `export.model` task for a detector (`run`: a detection training run's folder and spec; None: the
+    detector model.name names): ONNX only (with its post-processing), parity by matching boxes."""
     if spec.format != "onnx":
         raise JobError(
             f"format: {spec.format} does not take a detector here yet; use format=onnx (the detector with "
@@ -164,7 +144,7 @@ def run_detection_export(spec, ctx) -> dict:
     import onnxruntime as ort
 
     ctx.progress(0, 3, "loading the detector", force=True)
-    model, images, threshold, origin, described = _source(spec, ctx)
+    model, images, threshold, origin, described = _source(spec, ctx, run)
     opset = max(spec.opset, MIN_OPSET)
     if opset != spec.opset:
         ctx.log(f"opset {spec.opset} cannot hold the detector's NMS: exporting at opset {opset}")

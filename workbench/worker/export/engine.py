@@ -67,10 +67,13 @@ def run_export(spec: ExportSpec, ctx) -> dict:
         from workbench.worker.export.qdq_job import run_qdq
 
         return run_qdq(spec, ctx)
-    from workbench.worker.export.detection import is_detection_source, run_detection_export
+    from workbench.worker.detection_source import detection_run
+    from workbench.worker.export.detection import run_detection_export
+    from workbench.worker.models.torchvision_models import is_detector
 
-    if is_detection_source(spec, ctx.workspace):  # a list of images in, boxes out: matched box by box
-        return run_detection_export(spec, ctx)
+    detection = detection_run(spec.source.run, ctx.workspace)
+    if detection is not None or (not spec.source.run and is_detector(spec.model.name)):
+        return run_detection_export(spec, ctx, detection)  # images in, boxes out: matched box by box
     from workbench.worker.export.source import resolve_source
 
     device = _device(spec, ctx)

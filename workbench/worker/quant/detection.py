@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 import torch
 
+from workbench.worker.data.detection.records import Item
 from workbench.worker.objectives import detection as coco
 from workbench.worker.quant import module_level
 from workbench.worker.quant.pipeline import Ladder
@@ -27,17 +29,30 @@ FLOAT_PARTS = {
 }
 
 
-def is_detection_run(trained) -> bool:
-    return trained is not None and trained.task == "detection"
-
-
 def _images(split, count: int) -> list[tuple[torch.Tensor, dict]]:
     return [split[i] for i in range(min(count, len(split)))]
 
 
+def ground_truth_of(samples, dataset) -> dict:
+    """The COCO ground truth of (image, target) samples, from the samples themselves (read once)."""
+    items = [
+        Item(
+            int(t["image_id"]),
+            Path(""),
+            float(image.shape[2]),
+            float(image.shape[1]),
+            t["boxes"].tolist(),
+            t["labels"].tolist(),
+        )
+        for image, t in samples
+    ]
+    return coco.ground_truth(items, dataset.classes, dataset.category_ids)
+
+
 @torch.no_grad()
-def measure_map(model, samples, dataset, check_stop, device) -> dict:
-    """COCO mAP of `model` (the detector or its simulation) on (image, target) samples."""
+def measure_map(model, samples, gt: dict, dataset, check_stop, device) -> dict:
+    """COCO mAP of `model` (the detector or its simulation) on (image, target) samples whose ground truth is
+    `gt`."""
     ids, outputs = [], []
     for start in range(0, len(samples), BATCH):
         check_stop()
@@ -45,8 +60,6 @@ def measure_map(model, samples, dataset, check_stop, device) -> dict:
         out = model([image.to(device) for image, _ in chunk])
         outputs += [{k: v.detach().cpu() for k, v in o.items()} for o in out]
         ids += [int(target["image_id"]) for _, target in chunk]
-    by_id = {item.image_id: item for split in dataset.splits.values() for item in split.items}
-    gt = coco.ground_truth([by_id[i] for i in ids], dataset.classes, dataset.category_ids)
     found = coco.evaluate(gt, coco.predictions(ids, outputs, dataset.category_ids), dataset.classes)
     return {"accuracy": found["metrics"]["map"], "loss": math.nan, "metrics": found["metrics"]}
 
@@ -75,21 +88,16 @@ def float_parts(model) -> list[dict]:
 
 def run_detection_quantization(spec, ctx, trained, train_dir) -> dict:
     """The quant.analyze job for a detection run: fp32, weights-only and W8A8 rungs, each measured by mAP."""
-    from workbench.worker.checkpoints import load_state_dict
-    from workbench.worker.data.loader import load_dataset
+    from workbench.worker.detection_source import load_detection_run
     from workbench.worker.devices import resolve_device
-    from workbench.worker.source import run_checkpoint
-    from workbench.worker.training.detection import build_detection_model
 
     started = time.perf_counter()
     device = resolve_device(spec.device)
-    dataset = load_dataset(trained.dataset, ctx=ctx)
-    model = build_detection_model(trained, dataset, ctx.log)
-    checkpoint = run_checkpoint(train_dir)
-    model.load_state_dict(load_state_dict(checkpoint))
-    model = model.eval().to(device)
+    source = load_detection_run(train_dir, trained, ctx, device)
+    model, dataset, checkpoint = source.model, source.dataset, source.checkpoint
     held_split = "test" if len(dataset.splits["test"]) else "val"
     held_out = _images(dataset.splits[held_split], HELD_OUT_IMAGES)
+    truth = ground_truth_of(held_out, dataset)
     calibration = _images(dataset.splits["train"], min(spec.calibration.samples, CALIBRATION_IMAGES))
     metric = {
         "name": coco.MONITOR,
@@ -110,7 +118,7 @@ def run_detection_quantization(spec, ctx, trained, train_dir) -> dict:
 
     def rung(step: str, network, k: int) -> dict:
         ctx.progress(k, len(steps) + 1, f"measuring {step}", force=True)
-        result = measure_map(network, held_out, dataset, check_stop, device)
+        result = measure_map(network, held_out, truth, dataset, check_stop, device)
         ladder.add(step, result)
         return result
 

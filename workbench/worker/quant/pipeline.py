@@ -18,6 +18,7 @@ from torch.func import functional_call
 from workbench.errors import JobError, SpecError
 from workbench.specs import QuantSpec
 from workbench.worker.data import load_dataset
+from workbench.worker.detection_source import detection_run
 from workbench.worker.devices import resolve_device
 from workbench.worker.models import build_model
 from workbench.worker.models.build import resolve_num_classes
@@ -211,17 +212,14 @@ def _emit_arrays(ctx, arrays: dict, store: dict) -> None:
 def run_quantization(spec: QuantSpec, ctx) -> dict:
     """The quant.analyze job as its route of steps; each step is a QuantJob method that sends its own rung,
     progress, arrays and log lines."""
-    if spec.source.run:
-        from workbench.worker.quant.detection import is_detection_run, run_detection_quantization
-        from workbench.worker.source import read_training_run
+    detection = detection_run(spec.source.run, ctx.workspace)
+    if detection is not None:  # a list of images in, boxes out: measured by mAP, module by module
+        from workbench.worker.quant.detection import run_detection_quantization
 
-        train_dir, trained = read_training_run(
-            spec.source.run, ctx.workspace, refusal="quantize takes a training run (train.model)"
-        )
-        if is_detection_run(trained):  # a list of images in, boxes out: measured by mAP, module by module
-            if ctx.run is None:
-                raise JobError("quantize needs a run folder for its report: run it with a workspace")
-            return run_detection_quantization(spec, ctx, trained, train_dir)
+        if ctx.run is None:
+            raise JobError("quantize needs a run folder for its report: run it with a workspace")
+        train_dir, trained = detection
+        return run_detection_quantization(spec, ctx, trained, train_dir)
     job = QuantJob.open(spec, ctx)
     job.load_source_and_data()
     job.choose_objective()

@@ -14,6 +14,7 @@ import torch
 from workbench.errors import JobError
 from workbench.runs.atomic import atomic_write_json
 from workbench.worker.checkpoints import check_final_checkpoint, load_state_dict, save_state_dict
+from workbench.worker.detection_source import build_detection_model
 from workbench.worker.objectives import detection as coco
 from workbench.worker.training.optim import build_optimizer, build_scheduler, current_lr
 from workbench.worker.training.reproducibility import seed_everything
@@ -26,25 +27,6 @@ METRIC_EVERY = 5  # steps between the live loss metrics
 
 def _to(targets: list[dict], device: torch.device) -> list[dict]:
     return [{k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in t.items()} for t in targets]
-
-
-def build_detection_model(spec, dataset, log) -> torch.nn.Module:
-    """The detector the spec names, with K + 1 classes (the background counted) when num_classes is auto;
-    its checkpoint loaded when it names one."""
-    from workbench.worker.models.registry import get_model
-
-    num_classes = spec.model.num_classes or len(dataset.classes) + 1
-    model = get_model(
-        spec.model.name,
-        num_classes=num_classes,
-        input_shape=tuple(dataset.sample_shape),
-        weights=spec.model.weights,
-        log=log,
-        args=spec.model.args,
-    )
-    if spec.model.checkpoint:
-        model.load_state_dict(load_state_dict(spec.model.checkpoint))
-    return model
 
 
 def resolve_detection(spec, dataset, ctx):

@@ -76,7 +76,11 @@ def _rgb(path) -> np.ndarray:
         return np.asarray(image.convert("RGB"), dtype=np.uint8)
 
 
-def _drawn(image: Image.Image, boxes, labels, classes: list[str], scale: float, names: bool) -> Image.Image:
+def draw_boxes(
+    image: Image.Image, boxes, labels, classes: list[str], scale: float, names: bool
+) -> Image.Image:
+    """`image` with each box (scaled by `scale`) outlined in its class colour, and with `names` its class
+    name at its corner."""
     draw = ImageDraw.Draw(image)
     width = max(1, round(2 * scale)) if names else 1
     for (x1, y1, x2, y2), label in zip(boxes, labels):
@@ -102,7 +106,7 @@ def page(dataset, split_name: str, offset: int, count: int, thumb_size: int, req
         scale = thumb_size / max(image.size)
         image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))
         canvas = Image.new("RGB", (thumb_size, thumb_size))
-        canvas.paste(_drawn(image, item.boxes, item.labels, dataset.classes, scale, names=False), (0, 0))
+        canvas.paste(draw_boxes(image, item.boxes, item.labels, dataset.classes, scale, names=False), (0, 0))
         images.append(np.asarray(canvas, dtype=np.uint8))
         most = np.bincount(np.asarray(item.labels, dtype=np.int64)).argmax() - 1 if item.labels else -1
         labels.append(int(most))
@@ -145,7 +149,7 @@ def sample(dataset, split_name: str, index: int) -> dict:
     scale = max(1.0, 256 / max(raw.size))  # small images drawn larger, so class names stay readable
     image = raw.resize((round(raw.width * scale), round(raw.height * scale)), Image.NEAREST)
     drawn = np.asarray(
-        _drawn(image, item.boxes, item.labels, dataset.classes, scale, names=True), dtype=np.uint8
+        draw_boxes(image, item.boxes, item.labels, dataset.classes, scale, names=True), dtype=np.uint8
     )
     counts = {}
     for label in item.labels:
