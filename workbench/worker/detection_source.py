@@ -1,7 +1,7 @@
 """Where a detection job's detector comes from: a detection training run (its spec says task = "detection"),
-the detector rebuilt from that spec with the checkpoint its later jobs load, and the run's data. Quantize,
-export, bench and Try it take a detector here, as every other model comes through source.py. Worker side;
-never imports Qt."""
+the detector rebuilt from that spec with the checkpoint its later jobs load, and the run's data; and a
+detection quantize run's quantized detector beside its FP32 one. Quantize, export, bench and Try it take a
+detector here, as every other model comes through source.py. Worker side; never imports Qt."""
 
 from __future__ import annotations
 
@@ -73,3 +73,58 @@ def load_detection_run(run_dir: Path, trained: TrainSpec, ctx, device="cpu") -> 
     checkpoint = run_checkpoint(run_dir)
     model.load_state_dict(load_state_dict(checkpoint))
     return DetectionSource(run_dir, trained, model.eval().to(device), dataset, checkpoint)
+
+
+@dataclass
+class QuantizedDetector:
+    """A detection quantize run's detectors on the CPU: its simulated quantized one (a QuantSim, everything
+    quantized) and the FP32 one it started from (None where that checkpoint is gone), with the run's data."""
+
+    sim: object
+    fp32: torch.nn.Module | None
+    dataset: object
+    checkpoint: Path | None
+
+
+def is_detection_quant(run) -> bool:
+    """Whether a QuantRun (export/onnx_qdq.read_quant_run) quantized a detector."""
+    return run.train is not None and getattr(run.train, "task", "") == "detection"
+
+
+def load_detection_quant(run, ctx) -> QuantizedDetector:
+    """Rebuild a detection quantize run's detector from its artifacts (load_quantized, module by module) and
+    the FP32 detector from the checkpoint it quantized."""
+    import copy
+    import dataclasses
+
+    from workbench.errors import JobError
+    from workbench.worker.data.loader import load_dataset
+    from workbench.worker.quant.artifacts import load_quantized
+    from workbench.worker.source import run_checkpoint
+
+    dataset = load_dataset(run.dataset, ctx=ctx)
+    # Every weight comes from the artifacts or the checkpoint: no pretrained download, no starting checkpoint.
+    bare = dataclasses.replace(run.train.model, checkpoint="", weights="")
+    model = build_detection_model(dataclasses.replace(run.train, model=bare), dataset, ctx.log).eval()
+    try:
+        sim = load_quantized(copy.deepcopy(model), run.artifacts, params=run.params)
+    except JobError:
+        raise
+    except (KeyError, RuntimeError, ValueError) as exc:  # a quantized.pt that does not fit this detector
+        raise JobError(
+            f"{run.artifacts}: the saved quantized detector does not fit {run.train.model.name} "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); run the "
+            "quantization again"
+        ) from None
+    recorded = Path(str(run.params.get("checkpoint") or "")).expanduser()
+    checkpoint = recorded if str(recorded) not in ("", ".") and recorded.is_file() else None
+    if checkpoint is None and run.train_dir is not None:
+        try:
+            checkpoint = run_checkpoint(run.train_dir)
+        except JobError:
+            checkpoint = None
+    fp32 = None
+    if checkpoint is not None:
+        model.load_state_dict(load_state_dict(checkpoint))
+        fp32 = model
+    return QuantizedDetector(sim, fp32, dataset, checkpoint)

@@ -1,6 +1,6 @@
 """Try it on a detection run: the detector's boxes for one image file or dataset sample, as rows a table reads
-(class, score, box) and as the image with the boxes above the score drawn in their class colours. Worker side;
-never imports Qt."""
+(class, score, box) and as the image with the boxes above the score drawn in their class colours; for a
+detection quantize run the quantized detector's beside the FP32 one's. Worker side; never imports Qt."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from workbench.errors import JobError
 from workbench.worker.data.detection.views import draw_boxes
 
 SCORE = 0.5  # boxes drawn on the preview; every box above the model's own threshold is listed
+MATCH_IOU = 0.5  # an FP32 box and a quantized one of the same class overlapping this much are the same box
 
 
 def _image(spec, dataset) -> tuple[torch.Tensor, dict, dict | None]:
@@ -55,25 +56,22 @@ def _image(spec, dataset) -> tuple[torch.Tensor, dict, dict | None]:
     return image, info, truth
 
 
-def run_detection_predict(spec, ctx, trained, run_dir) -> dict:
-    """The predict.model query for a detection training run."""
-    from workbench.worker.detection_source import load_detection_run
-    from workbench.worker.devices import resolve_device
-
-    device = resolve_device(spec.device)
-    source = load_detection_run(run_dir, trained, ctx, device)
-    model, dataset, checkpoint = source.model, source.dataset, source.checkpoint
-    image, info, truth = _image(spec, dataset)
+def _rows(model, image: torch.Tensor, device, classes: list[str]) -> list[dict]:
+    """The detector's boxes for one image, best first: {class, label, probability, box}."""
     with torch.no_grad():
         out = model([image.to(device)])[0]
-    classes = list(dataset.classes)
     rows = []
     for box, label, score in zip(out["boxes"].tolist(), out["labels"].tolist(), out["scores"].tolist()):
         name = classes[label - 1] if 1 <= label <= len(classes) else str(label)
         rows.append({"class": label, "label": name, "probability": score, "box": [round(v, 1) for v in box]})
+    return rows
+
+
+def _drawn(image: torch.Tensor, rows: list[dict], classes: list[str]) -> np.ndarray:
+    """The image (uint8 H x W x 3) with the boxes scoring SCORE or more drawn in their class colours."""
     pixels = (image.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).cpu().numpy()
     shown = [r for r in rows if r["probability"] >= SCORE]
-    preview = np.asarray(
+    return np.asarray(
         draw_boxes(
             Image.fromarray(pixels),
             [r["box"] for r in shown],
@@ -83,6 +81,57 @@ def run_detection_predict(spec, ctx, trained, run_dir) -> dict:
             True,
         )
     )
+
+
+def agreement(fp32: list[dict], quantized: list[dict], iou_min: float = MATCH_IOU) -> dict:
+    """How far two detectors' boxes scoring SCORE or more agree: each FP32 box matched to the unmatched
+    quantized box of its class with the highest IoU (at least `iou_min`), best scores first."""
+    from torchvision.ops import box_iou
+
+    a = [r for r in fp32 if r["probability"] >= SCORE]
+    b = [r for r in quantized if r["probability"] >= SCORE]
+    iou = (
+        box_iou(torch.tensor([r["box"] for r in a]), torch.tensor([r["box"] for r in b]))
+        if a and b
+        else torch.zeros(len(a), len(b))
+    )
+    taken: set[int] = set()
+    matched: list[float] = []
+    for i, row in enumerate(a):
+        same = [
+            (float(iou[i, j]), j) for j in range(len(b)) if j not in taken and b[j]["class"] == row["class"]
+        ]
+        best, j = max(same, default=(0.0, None))
+        if j is not None and best >= iou_min:
+            taken.add(j)
+            matched.append(best)
+    return {
+        "fp32": len(a),
+        "quantized": len(b),
+        "matched": len(matched),
+        "iou_min": iou_min,
+        "mean_iou": round(sum(matched) / len(matched), 4) if matched else None,
+    }
+
+
+def _said(rows: list[dict]) -> str:
+    shown = [r for r in rows if r["probability"] >= SCORE]
+    return f"{len(rows)} box(es), {len(shown)} scoring {SCORE:g} or more" + (
+        ": " + ", ".join(f"{r['label']} {r['probability']:.2f}" for r in shown[:5]) if shown else ""
+    )
+
+
+def run_detection_predict(spec, ctx, trained, run_dir) -> dict:
+    """The predict.model query for a detection training run."""
+    from workbench.worker.detection_source import load_detection_run
+    from workbench.worker.devices import resolve_device
+
+    device = resolve_device(spec.device)
+    source = load_detection_run(run_dir, trained, ctx, device)
+    model, dataset, checkpoint = source.model, source.dataset, source.checkpoint
+    image, info, truth = _image(spec, dataset)
+    classes = list(dataset.classes)
+    rows = _rows(model, image, device, classes)
     result = {
         "run": run_dir.name,
         "run_kind": "training",
@@ -99,9 +148,70 @@ def run_detection_predict(spec, ctx, trained, run_dir) -> dict:
     if truth is not None:
         result["truth"] = truth
     if spec.preview:
-        result["preview"] = preview
-    ctx.log(
-        f"{len(rows)} box(es), {len(shown)} scoring {SCORE:g} or more"
-        + (": " + ", ".join(f"{r['label']} {r['probability']:.2f}" for r in shown[:5]) if shown else "")
-    )
+        result["preview"] = _drawn(image, rows, classes)
+    ctx.log(_said(rows))
     return result
+
+
+def run_detection_quant_predict(spec, ctx, run) -> dict:
+    """The predict.model query for a detection quantize run (a QuantRun): the quantized detector's boxes
+    beside the FP32 one's, on the CPU where the run's simulation runs, and how far they agree."""
+    from workbench.worker.detection_source import load_detection_quant
+
+    ctx.progress(0, 3, "rebuilding the quantized detector", force=True)
+    loaded = load_detection_quant(run, ctx)
+    image, info, truth = _image(spec, loaded.dataset)
+    classes = list(loaded.dataset.classes)
+    ctx.check_stop()
+    ctx.progress(1, 3, "predicting with the quantized detector", force=True)
+    quantized = _rows(loaded.sim, image, "cpu", classes)
+    notes = [f"boxes scoring {SCORE:g} or more are drawn"]
+    fp32 = None
+    if loaded.fp32 is not None:
+        ctx.check_stop()
+        ctx.progress(2, 3, "predicting with the FP32 detector", force=True)
+        fp32 = _rows(loaded.fp32, image, "cpu", classes)
+    else:
+        notes.append(
+            f"the FP32 checkpoint that quantize run {run.id} started from is gone, so only the quantized "
+            "detector's boxes are shown"
+        )
+        ctx.log(notes[-1], "warning")
+    result = {
+        "run": run.id,
+        "run_kind": "quantize",
+        "model": run.train.model.name,
+        "dataset": run.dataset.name,
+        "task": "detection",
+        "device": "cpu",
+        "input": info,
+        "notes": notes,
+        "predictions": quantized,
+        "quantized": quantized,
+        "fp32": fp32,
+        "score_threshold": SCORE,
+    }
+    if loaded.checkpoint is not None:
+        result["checkpoint"] = str(loaded.checkpoint)
+    if fp32 is not None:
+        result["agreement"] = agreement(fp32, quantized)
+    if truth is not None:
+        result["truth"] = truth
+    if spec.preview:
+        result["preview"] = _drawn(image, quantized, classes)
+        result["previews"] = {"quantized": result["preview"]}
+        if fp32 is not None:
+            result["previews"]["fp32"] = _drawn(image, fp32, classes)
+    ctx.log(
+        f"quantized: {_said(quantized)}"
+        + (f"; FP32: {_said(fp32)}; {_agreement_text(result['agreement'])}" if fp32 is not None else "")
+    )
+    ctx.progress(3, 3, "done", force=True)
+    return result
+
+
+def _agreement_text(found: dict) -> str:
+    return (
+        f"{found['matched']} of {found['fp32']} FP32 box(es) matched by a quantized box of the same class at "
+        f"IoU >= {found['iou_min']:g}"
+    )

@@ -13,6 +13,7 @@ import torch
 from workbench.errors import JobError
 from workbench.results import QuantResult
 from workbench.specs import ExportSpec
+from workbench.worker.detection_source import is_detection_quant
 from workbench.worker.devices import resolve_device
 from workbench.worker.export import backend_compare, formats, parity, qdq_steps
 from workbench.worker.export.checks import EVAL_BATCH, FILE_NAMES, STEPS, log_parity, parity_inputs, skipped
@@ -30,6 +31,10 @@ def run_qdq(spec: ExportSpec, ctx) -> dict:
     device = resolve_device(spec.device)
     ctx.progress(0, STEPS, "loading the quantize run", force=True)
     run = onnx_qdq.read_quant_run(spec.source.run, ctx.workspace, say=ctx.log)
+    if is_detection_quant(run):  # images in, boxes out: the post-processing float, parity box by box
+        from workbench.worker.export.detection_qdq import run_detection_qdq
+
+        return run_detection_qdq(spec, ctx, run)
     data = merge_dataset(run.dataset, spec.dataset)
     dataset = None
     try:

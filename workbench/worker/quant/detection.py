@@ -1,8 +1,8 @@
 """Quantizing a detector, detection-aware: its backbone, neck and head convolutions and linear layers are
 quantized (weights and outputs, each its own quantizer, so the box-regression and class outputs never share a
 range), while anchor generation, box decode and NMS stay float (module by module: no functional op is
-quantized). The ladder measures COCO mAP (pycocotools) on the held-out split. Worker side; never imports
-Qt."""
+quantized). The ladder measures COCO mAP (pycocotools) on the held-out split; the quantized detector is saved
+as every quantize run's is. Worker side; never imports Qt."""
 
 from __future__ import annotations
 
@@ -86,6 +86,21 @@ def float_parts(model) -> list[dict]:
     ]
 
 
+def _save(sim, ctx, trained, checkpoint) -> dict:
+    """The quantized detector (its weights, scales and zero points) in the run's artifacts/, as every quantize
+    run keeps it: Try it shows it beside the FP32 one and the onnx_qdq export writes it."""
+    from workbench.worker.quant import artifacts
+
+    folder = ctx.run.artifacts_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    weights, params = artifacts.save_quantized(
+        sim, folder, model_spec=trained.model.to_dict(), checkpoint=str(checkpoint)
+    )
+    ctx.artifact("quantized weights", weights, kind="state_dict")
+    ctx.artifact("quantization parameters", params, kind="quant_params")
+    return {"weights": str(weights), "params": str(params)}
+
+
 def run_detection_quantization(spec, ctx, trained, train_dir) -> dict:
     """The quant.analyze job for a detection run: fp32, weights-only and W8A8 rungs, each measured by mAP."""
     from workbench.worker.detection_source import load_detection_run
@@ -152,6 +167,7 @@ def run_detection_quantization(spec, ctx, trained, train_dir) -> dict:
         f"{coverage['parameters']:.1%} of the detector's parameters are quantized ({len(structure.layers)} "
         f"layers); float: {floating}"
     )
+    saved = _save(sim, ctx, trained, checkpoint)
     ctx.progress(len(steps) + 1, len(steps) + 1, "done", force=True)
     return {
         "fp32": {"accuracy": fp32["accuracy"], "loss": None, "metrics": fp32["metrics"]},
@@ -174,6 +190,6 @@ def run_detection_quantization(spec, ctx, trained, train_dir) -> dict:
         "device": str(device),
         "calibration": {"samples": len(calibration), "seed": spec.calibration.seed},
         "held_out": {"samples": len(held_out), "split": f"{held_split} split"},
-        "artifacts": {},
+        "artifacts": saved,
         "elapsed_analysis_s": round(time.perf_counter() - started, 3),
     }
