@@ -266,7 +266,12 @@ class Navigation(QObject):
             return None
         main = self.main
         dialog = TryItDialog(
-            main.queries, main.workspace, run_id, data_sample=self.data_tab_sample, parent=main
+            main.queries,
+            main.workspace,
+            run_id,
+            data_sample=self.data_tab_sample,
+            parent=main,
+            settings=main.settings.qsettings,
         )
         dialog.setAttribute(Qt.WA_DeleteOnClose)
         dialog.show()

@@ -10,11 +10,11 @@ import numpy as np
 import torch
 from PIL import Image
 
+from workbench.box_agreement import agreement
 from workbench.errors import JobError
 from workbench.worker.data.detection.views import draw_boxes
 
 SCORE = 0.5  # boxes drawn on the preview; every box above the model's own threshold is listed
-MATCH_IOU = 0.5  # an FP32 box and a quantized one of the same class overlapping this much are the same box
 
 
 def _image(spec, dataset) -> tuple[torch.Tensor, dict, dict | None]:
@@ -67,9 +67,14 @@ def _rows(model, image: torch.Tensor, device, classes: list[str]) -> list[dict]:
     return rows
 
 
+def _pixels(image: torch.Tensor) -> np.ndarray:
+    """A float [3, H, W] image in 0..1 as uint8 H x W x 3."""
+    return (image.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).cpu().numpy()
+
+
 def _drawn(image: torch.Tensor, rows: list[dict], classes: list[str]) -> np.ndarray:
     """The image (uint8 H x W x 3) with the boxes scoring SCORE or more drawn in their class colours."""
-    pixels = (image.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).cpu().numpy()
+    pixels = _pixels(image)
     shown = [r for r in rows if r["probability"] >= SCORE]
     return np.asarray(
         draw_boxes(
@@ -81,37 +86,6 @@ def _drawn(image: torch.Tensor, rows: list[dict], classes: list[str]) -> np.ndar
             True,
         )
     )
-
-
-def agreement(fp32: list[dict], quantized: list[dict], iou_min: float = MATCH_IOU) -> dict:
-    """How far two detectors' boxes scoring SCORE or more agree: each FP32 box matched to the unmatched
-    quantized box of its class with the highest IoU (at least `iou_min`), best scores first."""
-    from torchvision.ops import box_iou
-
-    a = [r for r in fp32 if r["probability"] >= SCORE]
-    b = [r for r in quantized if r["probability"] >= SCORE]
-    iou = (
-        box_iou(torch.tensor([r["box"] for r in a]), torch.tensor([r["box"] for r in b]))
-        if a and b
-        else torch.zeros(len(a), len(b))
-    )
-    taken: set[int] = set()
-    matched: list[float] = []
-    for i, row in enumerate(a):
-        same = [
-            (float(iou[i, j]), j) for j in range(len(b)) if j not in taken and b[j]["class"] == row["class"]
-        ]
-        best, j = max(same, default=(0.0, None))
-        if j is not None and best >= iou_min:
-            taken.add(j)
-            matched.append(best)
-    return {
-        "fp32": len(a),
-        "quantized": len(b),
-        "matched": len(matched),
-        "iou_min": iou_min,
-        "mean_iou": round(sum(matched) / len(matched), 4) if matched else None,
-    }
 
 
 def _said(rows: list[dict]) -> str:
@@ -140,7 +114,7 @@ def run_detection_predict(spec, ctx, trained, run_dir) -> dict:
         "task": "detection",
         "device": str(device),
         "input": info,
-        "notes": [f"{len(rows)} box(es); those scoring {SCORE:g} or more are drawn"],
+        "notes": [f"{len(rows)} box(es) above the detector's own score threshold"],
         "checkpoint": str(checkpoint),
         "predictions": rows,
         "score_threshold": SCORE,
@@ -149,6 +123,7 @@ def run_detection_predict(spec, ctx, trained, run_dir) -> dict:
         result["truth"] = truth
     if spec.preview:
         result["preview"] = _drawn(image, rows, classes)
+        result["image"] = _pixels(image)  # the window draws the boxes over it at its own score threshold
     ctx.log(_said(rows))
     return result
 
@@ -165,7 +140,7 @@ def run_detection_quant_predict(spec, ctx, run) -> dict:
     ctx.check_stop()
     ctx.progress(1, 3, "predicting with the quantized detector", force=True)
     quantized = _rows(loaded.sim, image, "cpu", classes)
-    notes = [f"boxes scoring {SCORE:g} or more are drawn"]
+    notes: list[str] = []
     fp32 = None
     if loaded.fp32 is not None:
         ctx.check_stop()
@@ -194,10 +169,11 @@ def run_detection_quant_predict(spec, ctx, run) -> dict:
     if loaded.checkpoint is not None:
         result["checkpoint"] = str(loaded.checkpoint)
     if fp32 is not None:
-        result["agreement"] = agreement(fp32, quantized)
+        result["agreement"] = agreement(fp32, quantized, SCORE)
     if truth is not None:
         result["truth"] = truth
     if spec.preview:
+        result["image"] = _pixels(image)
         result["preview"] = _drawn(image, quantized, classes)
         result["previews"] = {"quantized": result["preview"]}
         if fp32 is not None:

@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 from workbench.errors import WorkbenchError
 from workbench.gui.images import scaled_pixmap, to_qimage
 from workbench.gui.panels.data.input_plots import draw_sample, sample_lines
+from workbench.gui.panels.try_it_boxes import BoxPictures, shown_count
 from workbench.gui.panels.try_it_masks import MaskPanel, fill_share_table
 from workbench.gui.panels.try_it_masks import verdict as mask_verdict
 from workbench.gui.plots import SERIES_COLOURS, add_legend, make_plot
@@ -165,9 +166,11 @@ class TryItView(QWidget):
         run_id: str,
         data_sample: Callable[[], dict | None] | None = None,
         parent=None,
+        settings=None,
     ):
         super().__init__(parent)
         self.queries = queries
+        self.settings = settings  # a QSettings (the window's): where the box score threshold is kept
         self.run = describe_run(workspace, run_id)
         self.data_sample = data_sample  # the Data tab's shown sample: {"dataset", "split", "index"} or None
         self.job: str | None = None
@@ -333,6 +336,10 @@ class TryItView(QWidget):
             + "; the true mask beside it for a dataset sample"
         )
         self.masks.hide()
+        # A detector's answer: its boxes over the image (FP32 beside quantized for a quantize run).
+        self.boxes = BoxPictures(settings=self.settings)
+        self.boxes.threshold_changed.connect(self._box_verdict)
+        self.boxes.hide()
 
     def _build_answer_side(self) -> QWidget:
         right = QWidget()
@@ -344,6 +351,7 @@ class TryItView(QWidget):
         right_layout.addWidget(self.table, 2)
         right_layout.addWidget(self.chart, 3)
         right_layout.addWidget(self.masks, 3)
+        right_layout.addWidget(self.boxes, 3)
         return right
 
     def _build_layout(self, left: QWidget, right: QWidget) -> None:
@@ -492,6 +500,9 @@ class TryItView(QWidget):
         self.legend.clear()
         self.chart.getAxis("left").setTicks(None)
         self.masks.clear()
+        self.boxes.clear()
+        self.boxes.hide()
+        self.table.setMinimumHeight(0)
         self.seen.clear()
         self.input_note.setText("")
         self.sample_plot.hide()
@@ -536,29 +547,55 @@ class TryItView(QWidget):
         self._show_input(result)
 
     def _show_boxes(self, result: dict) -> None:
-        """A detector's answer: the image with its boxes above the score drawn, and the boxes as rows (class,
-        score, box), best first."""
+        """A detector's answer: the image with its boxes above the score threshold drawn (FP32 beside the
+        quantized detector's for a quantize run), and the boxes as rows (class, score, box), best first."""
         self.masks.setVisible(False)
         self.top_k_spin.setVisible(False)
         self.chart.setVisible(False)
-        rows = list(result.get("predictions") or [])[:DETECTION_ROWS]
-        self._fill_table([("FP32", rows)], "detection")
-        self.table.setColumnCount(4)
-        self.table.setHorizontalHeaderLabels(["#", "Class", "Score", "Box (x1, y1, x2, y2)"])
-        for i, row in enumerate(rows):
-            self.table.setItem(i, 3, QTableWidgetItem(", ".join(f"{v:.0f}" for v in row.get("box", []))))
+        # the best boxes readable above the pictures: about six rows
+        self.table.setMinimumHeight(7 * self.table.verticalHeader().defaultSectionSize())
+        if result.get("run_kind") == "quantize":
+            series = [(name, rows[:DETECTION_ROWS]) for name, rows in self.series(result)]
+            self._fill_table(series, "detection")
+        else:
+            rows = list(result.get("predictions") or [])[:DETECTION_ROWS]
+            self._fill_table([("FP32", rows)], "detection")
+            self.table.setColumnCount(4)
+            self.table.setHorizontalHeaderLabels(["#", "Class", "Score", "Box (x1, y1, x2, y2)"])
+            for i, row in enumerate(rows):
+                self.table.setItem(i, 3, QTableWidgetItem(", ".join(f"{v:.0f}" for v in row.get("box", []))))
         self._show_input(result)
-        preview = result.get("preview")
-        if isinstance(preview, np.ndarray) and preview.ndim == 3:
+        shown = result.get("image")
+        if not isinstance(shown, np.ndarray):
+            shown = result.get("preview")
+        if isinstance(shown, np.ndarray) and shown.ndim == 3:
             size = max(32, min(self.image.width(), self.image.height()) - 4)
-            self.image.setPixmap(scaled_pixmap(to_qimage(preview), size))
-        threshold = result.get("score_threshold", 0.5)
+            self.image.setPixmap(scaled_pixmap(to_qimage(shown), size))
+        self.boxes.show_result(result, self.run.quantized_name)
+        self.boxes.setVisible(True)
+        self._box_verdict(self.boxes.value())
+
+    def _box_verdict(self, threshold: float) -> None:
+        """How many boxes score `threshold` or more (each model's for a quantize run), the best named."""
+        result = self.result or {}
+        if result.get("task") != "detection":
+            return
+        if result.get("run_kind") == "quantize":
+            self.verdict.setText(
+                " · ".join(
+                    f"{name}: {shown_count(result.get(key), threshold)} box(es) score {threshold:g} or more"
+                    for name, key in (("FP32", "fp32"), (self.run.quantized_name, "quantized"))
+                    if result.get(key) is not None
+                )
+            )
+            return
+        rows = list(result.get("predictions") or [])
         shown = [r for r in rows if r.get("probability", 0) >= threshold]
         named = ", ".join(f"{r['label']} {r['probability']:.2f}" for r in shown[:6])
         self.verdict.setText(
             f"{len(shown)} box(es) score {threshold:g} or more"
             + (f": {named}" if named else "")
-            + f" · {len(result.get('predictions') or [])} in all"
+            + f" · {len(rows)} in all"
         )
 
     @staticmethod
@@ -575,7 +612,7 @@ class TryItView(QWidget):
         return [i for i in range(max(len(a), len(b))) if cls(a, i) != cls(b, i)]
 
     def _fill_table(self, series, task: str) -> None:
-        value = "value" if task == "regression" else "probability"
+        value = {"regression": "value", "detection": "score"}.get(task, "probability")
         first = "output" if task == "regression" else "label" if task == "multilabel" else "class"
         headers = ["#"]
         for name, _ in series:
@@ -762,9 +799,10 @@ class TryItDialog(QDialog):
         run_id: str,
         data_sample: Callable[[], dict | None] | None = None,
         parent=None,
+        settings=None,
     ):
         super().__init__(parent)
-        self.view = TryItView(queries, workspace, run_id, data_sample, self)
+        self.view = TryItView(queries, workspace, run_id, data_sample, self, settings=settings)
         self.setWindowTitle(f"Try it: {self.view.run.label}")
         self.resize(1000, 640)
         close = QPushButton("Close")

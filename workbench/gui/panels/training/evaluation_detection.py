@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QSettings, Qt
-from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -20,11 +19,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from workbench.gui.panels.boxes_plot import BoxesPlot, class_colour
 from workbench.gui.panels.training.evaluation_common import BarTooltips, category_ticks, number
-from workbench.gui.plots import RUN_HUES, SERIES_COLOURS, make_plot
+from workbench.gui.plots import SERIES_COLOURS, make_plot
 
 THRESHOLD_KEY = "evaluation/detection_score_threshold"
-TRUE_COLOUR = "#ffd700"  # the true boxes: gold, dashed (clear of the class colours)
 
 
 def _read_rgb(path: str) -> np.ndarray | None:
@@ -38,11 +37,6 @@ def _read_rgb(path: str) -> np.ndarray | None:
         return None
 
 
-def class_colour(label: int) -> QColor:
-    """One colour per class label (1..K), the window's run hues in turn."""
-    return QColor(RUN_HUES[(max(label, 1) - 1) % len(RUN_HUES)])
-
-
 class DetectionEvaluationView(QWidget):
     """show_evaluation(evaluation.json of a detection run); clear()."""
 
@@ -52,7 +46,6 @@ class DetectionEvaluationView(QWidget):
         self.evaluation: dict = {}
         self.classes: list[str] = []
         self.images: list[dict] = []
-        self.overlays: list[pg.GraphicsObject] = []
         self.ap_plot = make_plot(
             "AP per class", "AP", "class", categories=True, empty="AP per class appears here."
         )
@@ -70,14 +63,8 @@ class DetectionEvaluationView(QWidget):
         self.pr_plot.setXRange(0, 1)
         self.pr_plot.setYRange(0, 1.02)
         self.pr_plot.addLegend(offset=(-10, 10))
-        self.image_plot = make_plot("", empty="Select a test image on the left.", grid=False)
-        self.image_plot.getPlotItem().invertY(True)
-        self.image_plot.setAspectLocked(True)
-        for axis in ("left", "bottom"):
-            self.image_plot.getAxis(axis).setStyle(showValues=False)
-            self.image_plot.getAxis(axis).values_wanted = False
-        self.image_item = pg.ImageItem()
-        self.image_plot.addItem(self.image_item)
+        self.picture = BoxesPlot(empty="Select a test image on the left.")
+        self.image_plot, self.image_item = self.picture.plot, self.picture.image_item
         self.order = QComboBox()
         self.order.addItems(["most missed objects first", "most false positives first", "test split order"])
         self.order.setToolTip(
@@ -186,62 +173,35 @@ class DetectionEvaluationView(QWidget):
             self.show_image(0)
 
     def _clear_image(self) -> None:
-        for overlay in self.overlays:
-            self.image_plot.removeItem(overlay)
-        self.overlays = []
-        self.image_item.clear()
+        self.picture.clear()
         self.caption.setText("")
 
+    @property
+    def overlays(self) -> list:
+        return self.picture.overlays
+
     def show_image(self, row: int) -> None:
-        """The row-th image of the list, its true boxes dashed green, its predictions above the threshold in
+        """The row-th image of the list, its true boxes dashed gold, its predictions above the threshold in
         their class colour with the class name and score."""
         self._clear_image()
         if not 0 <= row < len(getattr(self, "ordered", [])):
-            self.image_plot.getPlotItem().update_empty_state()
             return
         info = self.ordered[row]
-        pixels = _read_rgb(str(info.get("file", "")))
-        if pixels is not None:
-            self.image_item.setImage(pixels.transpose(1, 0, 2), levels=(0, 255))
         threshold = self.threshold.value() / 100
         true = info.get("true") or {}
-        for box in true.get("boxes") or []:
-            self._box(box, QColor(TRUE_COLOUR), dashed=True, text="")
-        pred = info.get("pred") or {}
-        shown = 0
-        for box, label, score in zip(
-            pred.get("boxes") or [], pred.get("labels") or [], pred.get("scores") or []
-        ):
-            if score < threshold:
-                continue
-            shown += 1
-            name = self.classes[label - 1] if 1 <= label <= len(self.classes) else str(label)
-            self._box(box, class_colour(label), dashed=False, text=f"{name} {score:.2f}")
-        shape = pixels.shape if pixels is not None else (0, 0)
-        width, height = info.get("width") or shape[1], info.get("height") or shape[0]
-        self.image_plot.setRange(xRange=(0, width), yRange=(0, height), padding=0.02)
-        self.image_plot.getPlotItem().update_empty_state()
+        shown = self.picture.show(
+            _read_rgb(str(info.get("file", ""))),
+            (info.get("width") or 0, info.get("height") or 0),
+            true,
+            info.get("pred") or {},
+            self.classes,
+            threshold,
+        )
         self.caption.setText(
             f"<b>test #{info['index']}</b> · {len(true.get('boxes') or [])} true box(es) (gold, dashed) · "
             f"{shown} prediction(s) with score ≥ {threshold:.2f} · {info.get('missed', 0)} missed, "
             f"{info.get('false_positives', 0)} false positive(s) at 0.50"
         )
-
-    def _box(self, box, colour: QColor, *, dashed: bool, text: str) -> None:
-        x1, y1, x2, y2 = map(float, box)
-        pen = QPen(colour, 2)
-        pen.setCosmetic(True)
-        if dashed:
-            pen.setStyle(Qt.DashLine)
-        rect = pg.QtWidgets.QGraphicsRectItem(x1, y1, x2 - x1, y2 - y1)
-        rect.setPen(pen)
-        self.image_plot.addItem(rect)
-        self.overlays.append(rect)
-        if text:
-            label = pg.TextItem(text, color=colour, anchor=(0, 1), fill=pg.mkBrush(255, 255, 255, 200))
-            label.setPos(x1, y1)
-            self.image_plot.addItem(label)
-            self.overlays.append(label)
 
     def _on_threshold(self, value: int, save: bool = True) -> None:
         self.threshold_label.setText(f"{value / 100:.2f}")
