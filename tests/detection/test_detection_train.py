@@ -321,3 +321,25 @@ def test_try_it_gives_the_detectors_boxes_for_a_sample_and_for_a_file(trained, t
         assert scores == sorted(scores, reverse=True)
         assert answer["preview"].shape == (128, 128, 3)
     assert "truth" not in answer  # a file has no true boxes; the sample had them
+
+
+def test_bench_of_the_quantize_run_times_the_fp32_and_the_int8_detector_in_onnxruntime(quantized):
+    report, _ = quantized
+    folder = Path(report["run_dir"])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    argv = [
+        "bench",
+        "--set",
+        f"source.run={folder.name}",
+        "--set",
+        "backends=eager,onnxruntime,onnxruntime_int8",
+    ]
+    argv += ["--set", "batch_sizes=1", "--set", "iters=2", "--set", "warmup=1"]
+    done = run_cli([*argv, "--workspace", str(folder.parents[1]), "--json"], cwd=ROOT, env=env, timeout=400)
+    assert done.returncode == 0, done.stderr
+    bench = json.loads(done.stdout)
+    rows = {r["backend"]: r for r in bench["results"]}
+    assert set(rows) == {"eager", "eager (network alone)", "onnxruntime", "onnxruntime_int8"}
+    assert all(r["status"] == "ok" and r["latency_ms"]["p50"] > 0 for r in rows.values())
+    assert rows["onnxruntime_int8"]["part"] == "whole detector" and bench["source"]["run"] == str(folder)
+    assert "writing quantize run" in done.stderr  # the QDQ detector written from the run for the row

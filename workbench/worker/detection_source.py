@@ -128,3 +128,24 @@ def load_detection_quant(run, ctx) -> QuantizedDetector:
         model.load_state_dict(load_state_dict(checkpoint))
         fp32 = model
     return QuantizedDetector(sim, fp32, dataset, checkpoint)
+
+
+def detection_quant_run(ref: str, workspace):
+    """The QuantRun (export/onnx_qdq.read_quant_run) of quantize run `ref` when it quantized a detector; None
+    for any other run, or a ref that names none."""
+    from workbench.task_ids import QUANT_TASK
+    from workbench.workspace import default_workspace
+
+    if not ref:
+        return None
+    try:
+        with RunStore(workspace if workspace is not None else default_workspace()).open_run(ref) as run:
+            task, data = run.task, run.read_spec()
+    except WorkbenchError:
+        return None
+    source = (data.get("source") or {}).get("run") if isinstance(data.get("source"), dict) else None
+    if task != QUANT_TASK or not source or detection_run(str(source), workspace) is None:
+        return None
+    from workbench.worker.export.onnx_qdq import read_quant_run
+
+    return read_quant_run(ref, workspace)

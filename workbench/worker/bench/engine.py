@@ -16,14 +16,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workbench.errors import JobCancelled
+from workbench.errors import JobCancelled, JobError
 from workbench.runs import atomic_write_bytes, atomic_write_json
 from workbench.specs import BenchSpec
 from workbench.worker.bench.backends import BUILDERS, BuildContext, Unavailable, first_line, new_tmp, prepare
 from workbench.worker.bench.source import resolve
 from workbench.worker.bench.stats import MemoryProbe, summarize, throughput_per_s
 from workbench.worker.bench.timing import measure
-from workbench.worker.detection_source import detection_run
+from workbench.worker.detection_source import detection_quant_run, detection_run
 from workbench.worker.devices import describe, resolve_device
 
 SAMPLES_FILE = "samples.npz"
@@ -228,6 +228,16 @@ def run_bench(spec: BenchSpec, ctx) -> dict:
 
         train_dir, trained = detection
         return run_detection_bench(spec, ctx, trained, train_dir)
+    quantized = detection_quant_run(spec.source.run, ctx.workspace)
+    if quantized is not None:  # a quantized detector: its FP32 one in eager, both in onnxruntime
+        from workbench.worker.bench.detection import run_detection_bench
+
+        if quantized.train_dir is None:
+            raise JobError(
+                f"source.run: the training run quantize run {quantized.id} started from is gone; its "
+                "detector and data come from there"
+            )
+        return run_detection_bench(spec, ctx, quantized.train, quantized.train_dir, quantized)
     device = resolve_device(spec.device)
     backends = list(dict.fromkeys(spec.backends))
     batch_sizes = list(dict.fromkeys(spec.batch_sizes))

@@ -41,7 +41,7 @@ def _ops(graph) -> list[str]:
     return found
 
 
-def _counted(path) -> dict:
+def counted_ops(path) -> dict:
     """The file's Q/DQ nodes and whether its NMS is in it."""
     import onnx
 
@@ -83,7 +83,7 @@ def run_detection_qdq(spec, ctx, run) -> dict:
     started = time.perf_counter()
     with staged_output(out) as staged:
         info = write_detector_onnx(module, images[0], staged, opset)
-        found = _counted(staged)
+        found = counted_ops(staged)
     export_s = time.perf_counter() - started
     expected = len(layers["activations"]["qdq"])
     if found["quantize_linear"] < expected:
