@@ -179,6 +179,7 @@ def test_fp16_is_greyed_out_on_the_cpu_even_where_autocast_takes_it(qtbot):
     [
         ({"name": "fake", "size": 50}, "50 random images in 10 classes", "root"),
         ({"name": "digits"}, "bundled with scikit-learn", "root"),
+        ({"name": "shapes_detection", "size": 160}, "160 synthetic shape images", "random"),
         (
             {"name": "mnist", "root": "/data/m", "download": True},
             "root /data/m · downloads what is missing",
@@ -290,3 +291,14 @@ def test_the_model_pages_class_count_reads_auto_for_zero(wizard):
     assert box.text() == "auto" and wizard.model_page.form.value("model.num_classes") == 0
     box.setValue(3)
     assert box.text() == "3"
+
+
+def test_a_generated_datasets_image_count_travels_into_the_spec(qtbot):
+    """shapes_detection writes `size` images: the wizard keeps the example's count (it once fell back to
+    1000); a dataset with its own files leaves `size` out."""
+    for name, kept in (("shapes_detection", True), ("fake", True), ("mnist", False)):
+        spec = DataSpec.from_dict({"name": name, "size": 160})
+        wizard = TrainingWizard(DatasetState(spec), FAKE_DEVICES, "cpu", data_dir="/ws/data")
+        qtbot.addWidget(wizard)
+        dataset = wizard.spec_data()["dataset"]
+        assert ("size" in dataset and dataset["size"] == 160) == kept, (name, dataset)

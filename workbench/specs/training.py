@@ -108,7 +108,7 @@ class DataSpec(Spec):
         "there: auto does so on CUDA when it fits in a quarter of the free device memory; false stages each "
         "batch through host memory."
     ))
-    size: int = option(1000, "Number of samples the 'fake' dataset generates.", min=1, max=MAX_SAMPLES)
+    size: int = option(1000, "Samples 'fake' (images 'shapes_detection') generates.", min=1, max=MAX_SAMPLES)
     num_classes: int = option(10, "Number of classes the 'fake' dataset generates.", min=2, max=MAX_CLASSES)
     args: dict = option({}, "Keyword arguments for a file: dataset's class or function, e.g. {size=500}.")
     stratify: bool = option(True, (

@@ -61,6 +61,11 @@ DATASET_NOTES = {
 }
 
 
+# The datasets that generate their samples, `size` of them: fake in memory, shapes_detection as files written
+# at first use.
+GENERATED = ("fake", "shapes_detection")
+
+
 def inapplicable_fields(name: str) -> dict[str, str]:
     """Source fields of DataSpec that dataset `name` does not use, each with the reason (for tooltips)."""
     reasons: dict[str, str] = {}
@@ -75,10 +80,12 @@ def inapplicable_fields(name: str) -> dict[str, str]:
         )
     elif name == "imagefolder":
         reasons["download"] = "Not used: imagefolder reads your own images, so there is nothing to download."
-    if name != "fake":
-        reasons["size"] = reasons["num_classes"] = (
-            "Only the fake dataset generates samples; the others have their own."
+    if name not in GENERATED:
+        reasons["size"] = (
+            "Only the fake dataset and shapes_detection generate their samples; the others have their own."
         )
+    if name != "fake":
+        reasons["num_classes"] = "Only the fake dataset chooses its classes; the others have their own."
     return reasons
 
 

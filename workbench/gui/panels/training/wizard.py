@@ -417,6 +417,8 @@ class DatasetPage(CheckedPage):
         unused = inapplicable_fields(spec.name)
         if spec.name == "fake":
             source = f"{spec.size:,} random images in {spec.num_classes} classes"
+        elif spec.name == "shapes_detection":
+            source = f"{spec.size:,} synthetic shape images with their boxes, written at first use"
         elif "root" in unused:
             source = "bundled with scikit-learn, works offline"
         else:
