@@ -21,7 +21,7 @@ with a table of example × stage and exits non-zero if any stage failed.
 Run under a virtual screen, one example at a time on a small machine:
 
     xvfb-run -a -s "-screen 0 1600x900x24" .venv/bin/python packaging/walk_examples.py [--out DIR] [--epochs N] \
-        [shapes_segmentation diabetes_regression digit_attributes digits_lightning names_transformer]
+        [shapes_segmentation diabetes_regression digit_attributes digits_lightning names_transformer shapes_detection]
 
 `--epochs N` types N into the wizard's Epochs field where the example asks for more (the output says so);
 without it the example's own epochs are kept. The workspace is a new temporary folder, kept for inspection
@@ -45,6 +45,7 @@ from workbench.app_resources import example_specs
 from workbench.client import WorkerManager
 from workbench.gui.main_window import MainWindow
 from workbench.gui.settings import Settings
+from workbench.task_ids import TRAIN_TASK
 from workbench.workspace import resolve_workspace
 
 STAGES = ("train", "quantize", "export onnx", "export qdq", "bench")
@@ -310,7 +311,7 @@ class Walk:
             lambda w: self._walk_training(w, stage),
             action.trigger,
             "training",
-            "train.classifier",
+            TRAIN_TASK,
             "Start training",
             "the training run",
         )
@@ -360,10 +361,10 @@ class Walk:
         metric = result.get("metric") or {}
         label = metric.get("label") or metric.get("name") or "accuracy"
         stage.figure = (
-            f"{label} FP32 {_num(result['fp32']['accuracy'])} → W8A8 "
-            f"{_num(result['quantized']['accuracy'])}, logit SQNR "
-            f"{_num(result['quantized'].get('logit_sqnr_db'))} dB"
+            f"{label} FP32 {_num(result['fp32']['accuracy'])} → W8A8 {_num(result['quantized']['accuracy'])}"
         )
+        if result.get("task") != "detection":  # a detector's boxes have no one logit tensor
+            stage.figure += f", logit SQNR {_num(result['quantized'].get('logit_sqnr_db'))} dB"
         print(f"    quantize {quant_id}: {stage.figure}", flush=True)
         window.show_tab(quant)
         quant.refresh()
@@ -409,11 +410,18 @@ class Walk:
                 stage.problems.append(
                     f"the tab's verdict {verdict!r} disagrees with the report ({expected!r})"
                 )
-            stage.figure = (
-                f"{verdict or '(no verdict)'}, max abs diff {_num(parity.get('max_abs_diff'))} "
-                f"(tol {_num(parity.get('tolerance'))})"
-            )
-            if fmt == "onnx_qdq":
+            if parity.get("method") == "boxes":  # a detector: matched box by box
+                stage.figure = (
+                    f"{verdict or '(no verdict)'}, boxes matched with worst IoU "
+                    f"{_num(parity.get('worst_iou'))}, scores within {_num(parity.get('max_score_diff'))}, "
+                    f"{parity.get('ties', 0)} tie(s) named"
+                )
+            else:
+                stage.figure = (
+                    f"{verdict or '(no verdict)'}, max abs diff {_num(parity.get('max_abs_diff'))} "
+                    f"(tol {_num(parity.get('tolerance'))})"
+                )
+            if fmt == "onnx_qdq" and parity.get("method") != "boxes":
                 stage.figure += f"; the tab's Accuracy: {accuracy}"
                 measured = result.get("accuracy") or {}
                 if measured.get("equal") is False:
@@ -461,7 +469,13 @@ class Walk:
             if r.get("batch_size") == 1 and r.get("status") == "ok"
         }
         stage.figure = "p50 @1: " + ", ".join(f"{b} {_num(at_one.get(b))} ms" for b in BENCH_BACKENDS)
-        if bad or len(rows) != len(BENCH_BACKENDS) * len(BENCH_FIELDS["batch_sizes"]):
+        # A detector's onnxruntime rows are one image a call (as exported), and it adds its network alone.
+        expected = (
+            set(BENCH_BACKENDS) <= {r.get("backend") for r in rows}
+            if (record.result or {}).get("task") == "detection"
+            else len(rows) == len(BENCH_BACKENDS) * len(BENCH_FIELDS["batch_sizes"])
+        )
+        if bad or not expected:
             stage.status = "failed"
             raise StageFailed(f"benchmark rows not ok: {'; '.join(bad) or f'{len(rows)} rows'}")
         print(f"    bench: {stage.figure}", flush=True)
@@ -637,16 +651,7 @@ def main() -> int:
     unknown = [n for n in args.examples if n not in names]
     if unknown:
         parser.error(f"no example {', '.join(unknown)}: choose from {', '.join(names)}")
-    # The detection example's later stages (onnx_qdq of its quantize run, the bench) do not take detectors
-    # yet:
-    # walked only when named.
-    walked = args.examples or [n for n in names if n != "shapes_detection"]
-    if not args.examples:
-        print(
-            "shapes_detection is left out of the default walk (its onnx_qdq and bench stages need a "
-            "classifier); name it to walk it"
-        )
-    examples = [names[n] for n in walked]
+    examples = [names[n] for n in (args.examples or names)]
     out = Path(args.out).absolute()
     out.mkdir(parents=True, exist_ok=True)
 

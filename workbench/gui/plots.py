@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.gui.run_identity import short_model
+from workbench.gui.widgets.layouts import clear_layout
 
 # One hue per run, in the order runs are shown. Mid-tone colours that read on white and on near-black alike;
 # ten of them, because comparing more than ten runs in one plot is a table's job. Tableau's categorical
@@ -705,10 +706,7 @@ class RunLegend(QWidget):
     def set_entries(self, entries: list[LegendEntry]) -> None:
         if entries == self.entries:
             return
-        while self._layout.count():
-            item = self._layout.takeAt(0)
-            if item.widget() is not None:
-                item.widget().deleteLater()
+        clear_layout(self._layout)
         self.entries, self.labels = list(entries), []
         for entry in entries:
             box = QWidget(self)

@@ -26,19 +26,28 @@ class DetectionSource:
     checkpoint: Path
 
 
-def detection_run(ref: str, workspace) -> tuple[Path, TrainSpec] | None:
-    """(folder, spec) of training run `ref` when it trained a detector; None for any other run, or for a ref
-    that names none (the job's usual source resolution then says what it is)."""
-    from workbench.worker.source import read_training_run
+def _task_and_spec(ref: str, workspace) -> tuple[str, dict] | None:
+    """(task, spec as data) of run `ref`, read without writing to it; None when it names no readable run."""
     from workbench.workspace import default_workspace
 
     if not ref:
         return None
     try:
         with RunStore(workspace if workspace is not None else default_workspace()).open_run(ref) as run:
-            task, data = run.task, run.read_spec()
+            return run.task, run.read_spec()
     except WorkbenchError:
         return None
+
+
+def detection_run(ref: str, workspace) -> tuple[Path, TrainSpec] | None:
+    """(folder, spec) of training run `ref` when it trained a detector; None for any other run, or for a ref
+    that names none (the job's usual source resolution then says what it is)."""
+    from workbench.worker.source import read_training_run
+
+    found = _task_and_spec(ref, workspace)
+    if found is None:
+        return None
+    task, data = found
     if not is_training(task) or data.get("task") != "detection":
         return None
     return read_training_run(ref, workspace, refusal="")  # its user code checked as for every later job
@@ -100,7 +109,6 @@ def load_detection_quant(run, ctx) -> QuantizedDetector:
     from workbench.errors import JobError
     from workbench.worker.data.loader import load_dataset
     from workbench.worker.quant.artifacts import load_quantized
-    from workbench.worker.source import run_checkpoint
 
     dataset = load_dataset(run.dataset, ctx=ctx)
     # Every weight comes from the artifacts or the checkpoint: no pretrained download, no starting checkpoint.
@@ -116,13 +124,7 @@ def load_detection_quant(run, ctx) -> QuantizedDetector:
             f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); run the "
             "quantization again"
         ) from None
-    recorded = Path(str(run.params.get("checkpoint") or "")).expanduser()
-    checkpoint = recorded if str(recorded) not in ("", ".") and recorded.is_file() else None
-    if checkpoint is None and run.train_dir is not None:
-        try:
-            checkpoint = run_checkpoint(run.train_dir)
-        except JobError:
-            checkpoint = None
+    checkpoint = run.fp32_checkpoint()
     fp32 = None
     if checkpoint is not None:
         model.load_state_dict(load_state_dict(checkpoint))
@@ -134,15 +136,11 @@ def detection_quant_run(ref: str, workspace):
     """The QuantRun (export/onnx_qdq.read_quant_run) of quantize run `ref` when it quantized a detector; None
     for any other run, or a ref that names none."""
     from workbench.task_ids import QUANT_TASK
-    from workbench.workspace import default_workspace
 
-    if not ref:
+    found = _task_and_spec(ref, workspace)
+    if found is None:
         return None
-    try:
-        with RunStore(workspace if workspace is not None else default_workspace()).open_run(ref) as run:
-            task, data = run.task, run.read_spec()
-    except WorkbenchError:
-        return None
+    task, data = found
     source = (data.get("source") or {}).get("run") if isinstance(data.get("source"), dict) else None
     if task != QUANT_TASK or not source or detection_run(str(source), workspace) is None:
         return None

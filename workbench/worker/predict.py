@@ -231,24 +231,17 @@ def _build_models(loaded: Loaded, x, ctx) -> None:
         loaded.fp32 = fp32_from(loaded.checkpoint, "source.run")
         return
     from workbench.worker.export.onnx_qdq import load_sim
-    from workbench.worker.source import run_checkpoint
 
     run = loaded.quant_run
     loaded.quantized = load_sim(run, say=ctx.log, input_shape=shape, example=example)
     # The float weights the quantize run started from (its params name the file): the FP32 side of the
     # comparison. A quantize run keeps only its quantized weights, so without that file there is no FP32 model
     # to show.
-    recorded = Path(str(run.params.get("checkpoint") or "")).expanduser()
-    checkpoint = recorded if str(recorded) not in ("", ".") and recorded.is_file() else None
-    if checkpoint is None and run.train_dir is not None:
-        try:
-            checkpoint = run_checkpoint(run.train_dir)
-        except JobError:
-            checkpoint = None
+    checkpoint = run.fp32_checkpoint()
     if checkpoint is None:
         loaded.notes.append(
-            f"the FP32 checkpoint that quantize run {run.id} started from ({recorded}) is gone, so "
-            "only the quantized model's predictions are shown"
+            f"the FP32 checkpoint that quantize run {run.id} started from ({run.recorded_checkpoint}) is "
+            "gone, so only the quantized model's predictions are shown"
         )
         ctx.log(loaded.notes[-1], "warning")
         return

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
 
 from workbench.box_agreement import agreement
 from workbench.gui.panels.boxes_plot import BoxesPlot
+from workbench.gui.widgets.layouts import clear_layout
 
 THRESHOLD_KEY = "try_it/detection_score_threshold"
 
@@ -89,10 +90,7 @@ class BoxPictures(QWidget):
         return self.threshold.value() / 100
 
     def clear(self) -> None:
-        while self.row.count():
-            item = self.row.takeAt(0)
-            if item.widget() is not None:
-                item.widget().deleteLater()
+        clear_layout(self.row)
         self.pictures = {}
         self.result = None
         self.caption.setText("")

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 
 from workbench.gui.images import scaled_pixmap, to_qimage
 from workbench.gui.panels.training.evaluation_segmentation import class_colours, clear_classes, overlay
+from workbench.gui.widgets.layouts import clear_layout
 from workbench.results import dig
 
 MASK_BOX = 240
@@ -77,10 +78,7 @@ class MaskPanel(QWidget):
         self.pictures: dict[str, QLabel] = {}
 
     def clear(self) -> None:
-        while self.row.count():
-            item = self.row.takeAt(0)
-            if item.widget() is not None:
-                item.widget().deleteLater()
+        clear_layout(self.row)
         self.pictures = {}
         self.legend.setText("")
 

@@ -18,7 +18,7 @@ from workbench.worker.export.detection import (
 )
 from workbench.worker.export.qdq_ops import SYMBOLIC_OPSET, register_torchscript_symbolics
 
-STEPS = 4
+STEPS = 4  # rebuild, export, parity, mAP in onnxruntime
 
 
 def _parity_images(dataset) -> tuple[list, str]:
@@ -50,6 +50,53 @@ def counted_ops(path) -> dict:
         "nms": "NonMaxSuppression" in ops,
         "quantize_linear": ops.count("QuantizeLinear"),
         "dequantize_linear": ops.count("DequantizeLinear"),
+    }
+
+
+def onnxruntime_map(path, run, dataset, ctx) -> dict:
+    """The exported detector's COCO mAP in onnxruntime on the held-out images the quantize run measured,
+    beside the mAP its simulation had there (the export's accuracy, as an onnx_qdq export of a classifier
+    reports)."""
+    import onnxruntime as ort
+    import torch
+
+    from workbench.worker.quant.detection import HELD_OUT_IMAGES, first_images, ground_truth_of, measure_map
+
+    split = "test" if len(dataset.splits["test"]) else "val"
+    held_out = first_images(dataset.splits[split], HELD_OUT_IMAGES)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+    def detector(images):
+        outputs = []
+        for image in images:
+            boxes, labels, scores = session.run(None, {"image": image.cpu().numpy()})
+            outputs.append(
+                {
+                    "boxes": torch.from_numpy(boxes),
+                    "labels": torch.from_numpy(labels),
+                    "scores": torch.from_numpy(scores),
+                }
+            )
+        return outputs
+
+    found = measure_map(
+        detector, held_out, ground_truth_of(held_out, dataset), dataset, ctx.check_stop, "cpu"
+    )
+    report = run.report or {}
+    simulated = (report.get("quantized") or {}).get("accuracy")
+    metric = report.get("metric") or {"name": "map", "label": f"{split} mAP", "higher_is_better": True}
+    ctx.log(
+        f"{metric.get('label', 'mAP')} in onnxruntime {found['accuracy']:.4f}"
+        + (f", simulated by the quantize run {simulated:.4f}" if isinstance(simulated, (int, float)) else "")
+        + f" on {len(held_out)} image(s) of the {split} split"
+    )
+    return {
+        "onnxruntime": found["accuracy"],
+        "simulated": simulated,
+        "metric": metric,
+        "split": f"{split} split",
+        "samples": len(held_out),
+        "metrics": found["metrics"],
     }
 
 
@@ -121,6 +168,9 @@ def run_detection_qdq(spec, ctx, run) -> dict:
         ctx.progress(2, STEPS, "parity: the simulation against onnxruntime, box by box", force=True)
         result["parity"] = box_parity(loaded.sim, out, images, threshold, f"{origin} of run {run.id}", ctx)
         log_box_parity(ctx, result["parity"], "the quantize run's simulation")
+        ctx.check_stop()
+        ctx.progress(3, STEPS, "measuring mAP in onnxruntime", force=True)
+        result["accuracy"] = onnxruntime_map(out, run, loaded.dataset, ctx)
     else:
         result["parity"] = {"passed": None, "method": "boxes", "skipped": "verify = false"}
     ctx.progress(STEPS, STEPS, "done", force=True)

@@ -63,6 +63,26 @@ class QuantRun:
     def artifacts(self) -> Path:
         return self.dir / "artifacts"
 
+    @property
+    def recorded_checkpoint(self) -> Path:
+        """The float checkpoint the run's params say it quantized."""
+        return Path(str(self.params.get("checkpoint") or "")).expanduser()
+
+    def fp32_checkpoint(self) -> Path | None:
+        """The float weights the run started from: the file its params name, else its training run's
+        checkpoint; None when both are gone (a quantize run keeps only its quantized weights)."""
+        from workbench.worker.source import run_checkpoint
+
+        recorded = self.recorded_checkpoint
+        if str(recorded) not in ("", ".") and recorded.is_file():
+            return recorded
+        if self.train_dir is not None:
+            try:
+                return run_checkpoint(self.train_dir)
+            except JobError:
+                return None
+        return None
+
 
 def read_quant_run(
     ref: str | Path, workspace: str | Path | None, *, field: str = "source.run", say: Say | None = None

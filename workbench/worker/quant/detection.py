@@ -29,7 +29,7 @@ FLOAT_PARTS = {
 }
 
 
-def _images(split, count: int) -> list[tuple[torch.Tensor, dict]]:
+def first_images(split, count: int) -> list[tuple[torch.Tensor, dict]]:
     return [split[i] for i in range(min(count, len(split)))]
 
 
@@ -111,9 +111,9 @@ def run_detection_quantization(spec, ctx, trained, train_dir) -> dict:
     source = load_detection_run(train_dir, trained, ctx, device)
     model, dataset, checkpoint = source.model, source.dataset, source.checkpoint
     held_split = "test" if len(dataset.splits["test"]) else "val"
-    held_out = _images(dataset.splits[held_split], HELD_OUT_IMAGES)
+    held_out = first_images(dataset.splits[held_split], HELD_OUT_IMAGES)
     truth = ground_truth_of(held_out, dataset)
-    calibration = _images(dataset.splits["train"], min(spec.calibration.samples, CALIBRATION_IMAGES))
+    calibration = first_images(dataset.splits["train"], min(spec.calibration.samples, CALIBRATION_IMAGES))
     metric = {
         "name": coco.MONITOR,
         "label": f"{held_split} mAP",

@@ -28,7 +28,9 @@ def export_summary(spec: dict, report: dict) -> dict:
     parity = result.parity
     if parity is not None and parity.checked:
         verdict = "✓ parity" if parity.passed else "✗ parity"
-        summary["result"] = f"{verdict} {format_diff(parity.max_abs_diff)}"
+        boxes = parity.raw.get("method") == "boxes"  # a detector's: its worst box IoU, not a difference
+        shown = f"IoU {iou_text(parity.raw.get('worst_iou'))}" if boxes else format_diff(parity.max_abs_diff)
+        summary["result"] = f"{verdict} {shown}"
         summary["result_colour"] = PASSED if parity.passed else FAILED
     elif result.artifact:
         summary["result"] = f"{format_bytes(report.get('size_bytes'))}, not verified"
@@ -155,6 +157,15 @@ class ExportView(QWidget):
         """A checked export's verdict, its differences and, when one diverged, its first diverging layer."""
         passed = bool(parity.get("passed"))
         self._set_verdict("Parity passed ✓" if passed else "Parity failed ✗", PASSED if passed else FAILED)
+        if parity.get("method") == "boxes":  # a detector: matched box by box, no tensor difference to show
+            self.verdict_detail.setText(box_parity_text(parity))
+            self.verdict_detail.setToolTip(
+                f"Each box scoring {parity.get('score_threshold')} or more matched to the other side's box "
+                f"of the same class with the highest IoU; parity needs IoU ≥ {parity.get('iou_min')} and "
+                f"scores within {parity.get('score_tol')}. A box one side's NMS kept and the other's dropped "
+                "for a neighbour scoring within tolerance is named as a tie"
+            )
+            return
         self.verdict_detail.setText(
             f"max abs diff <b>{_diff_text(parity, 'max_abs_diff')}</b> · max rel diff "
             f"<b>{_diff_text(parity, 'max_rel_diff')}</b> · tolerance {format_diff(parity.get('tolerance'))}"
@@ -282,3 +293,30 @@ def _accuracy_text(fmt: str, report: dict, parity_passed: bool) -> str:
     if parity_passed:
         return "the PyTorch model's: its outputs match within the tolerance (measured only for onnx_qdq)"
     return "not measured: only onnx_qdq exports are (a float export computes what PyTorch does)"
+
+
+def iou_text(value) -> str:
+    """An IoU to four places: parity's bar is 0.99, so three significant figures would round across it."""
+    return f"{value:.4f}" if isinstance(value, (int, float)) else "—"
+
+
+def box_parity_text(parity: dict) -> str:
+    """A detector's box-by-box parity in one or two lines: worst IoU, score difference, ties and what
+    failed."""
+    images = parity.get("images") or []
+    ties = int(parity.get("ties") or 0)
+    text = (
+        f"boxes matched with worst IoU <b>{iou_text(parity.get('worst_iou'))}</b> · scores within "
+        f"<b>{format_diff(parity.get('max_score_diff'))}</b><br>checked on {len(images)} image(s), "
+        f"{sum(int(row.get('boxes') or 0) for row in images)} box(es) scoring "
+        f"{parity.get('score_threshold')} or more" + (f" · {ties} tie(s) named" if ties else "")
+    )
+    failing = [box for row in images for box in row.get("extra") or [] if "why" not in box]
+    if failing:
+        first = failing[0]
+        text += escape(
+            f"; {len(failing)} box(es) unmatched, e.g. class {first['label']} at {first['box']} "
+            f"(score {first['score']}) on {first['side']}'s side only",
+            quote=False,
+        )
+    return text
