@@ -79,6 +79,7 @@ def run_lightning_training(spec: TrainSpec, ctx, board=None) -> dict:
         warnings = _skipped_steps(ctx, parts)
         _save_last(ctx, parts)
         test = _test(ctx, parts)
+        detection = _detection(spec, ctx, parts)
     save_state_dict(parts.module.state_dict(), run.checkpoints_dir / FINAL, name=f"checkpoints/{FINAL}")
     # done only if it loads
     check_final_checkpoint(run.checkpoints_dir, parts.module.state_dict(), (BEST, FINAL))
@@ -89,6 +90,8 @@ def run_lightning_training(spec: TrainSpec, ctx, board=None) -> dict:
         board.spec_text(spec.to_toml())
         board.graph(parts.module, example_batch(parts.module, tuple(parts.callback.input_shape or ())))
     result = _result(spec, ctx, device, parts, parameters=parameters, test=test, resumed=resume is not None)
+    if detection is not None:
+        _detection_result(result, spec, ctx, detection)
     if warnings:
         result["warnings"] = warnings
     return result
@@ -317,6 +320,44 @@ def _test(ctx, parts: _Parts) -> _Test:
     # The job's last progress says what the test gave (the Jobs panel kept "testing" after the run had ended).
     ctx.progress(1, 1, text if metrics else "tested", force=True)
     return _Test(metrics)
+
+
+def _detection(spec: TrainSpec, ctx, parts: _Parts) -> dict | None:
+    """A detecting module's test mAP by pycocotools and its COCO files (lightning/detection.py): with
+    task=detection, or task=auto when its training batches were (images, targets of boxes and labels)."""
+    if spec.task != "detection" and not (spec.task == "auto" and parts.callback.detection_batches):
+        return None
+    from workbench.worker.lightning.detection import evaluate_detection
+
+    if spec.task == "auto":
+        ctx.log(
+            "task: detection (the batches are images and targets of boxes and labels); scored by COCO mAP"
+        )
+    return evaluate_detection(spec, ctx, parts)
+
+
+def _detection_result(result: dict, spec: TrainSpec, ctx, detection: dict) -> None:
+    """The result's task, monitor and metrics for a detecting module, in the built-in detection route's keys;
+    task=detection written into the run's spec, so later jobs know what it is."""
+    from workbench.worker.objectives import detection as coco
+
+    metrics = detection["metrics"]
+    result["task"] = "detection"
+    result["evaluation"] = detection["path"]
+    result["final"]["test_metrics"] = {**(result["final"].get("test_metrics") or {}), **metrics}
+    result["metrics"] = {f"test_{k}": v for k, v in metrics.items()}
+    own = result["monitor"]
+    result["monitor"] = {
+        "name": coco.MONITOR,
+        "label": coco.MONITOR_LABEL,
+        "higher_is_better": True,
+        # the module's own validation monitor where it logs mAP under that name; else none to report
+        "best_val": own.get("best_val") if own.get("name") in ("val_map", "val_mAP") else None,
+        "test": metrics.get("map"),
+        "module_monitor": own.get("name"),
+    }
+    if spec.task != "detection":
+        atomic_write_text(ctx.run.spec_path, dataclasses.replace(spec, task="detection").to_toml())
 
 
 def _number(value):

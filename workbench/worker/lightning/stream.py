@@ -123,6 +123,7 @@ class WorkbenchCallback(Callback):
         self.saved_epoch = 0  # epochs that checkpoints/last.ckpt holds
         self.resumed_from: int | None = None
         self.input_shape: tuple[int, ...] | None = None  # one sample's input, from the first training batch
+        self.detection_batches = False  # the first training batch is (images, targets of boxes and labels)
         # batches whose training_step returned None: Lightning skips them with a warning
         self.skipped_steps = 0
         self.steps_seen = 0
@@ -193,8 +194,11 @@ class WorkbenchCallback(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._check_stop(trainer)
         if self.input_shape is None:
+            from workbench.worker.lightning.detection import is_detection_batch
+
             first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
             self.input_shape = tuple(first.shape[1:]) if isinstance(first, torch.Tensor) else ()
+            self.detection_batches = is_detection_batch(batch)
 
     def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
         self._check_stop(trainer)

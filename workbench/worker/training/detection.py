@@ -167,13 +167,9 @@ class DetectionTraining:
         gt = coco.ground_truth(
             self.dataset.splits[split].items, self.dataset.classes, self.dataset.category_ids
         )
-        found = coco.predictions(ids, outputs, self.dataset.category_ids)
-        return {
-            **coco.evaluate(gt, found, self.dataset.classes),
-            "gt": gt,
-            "results": found,
-            "outputs": outputs,
-        }
+        return coco.evaluate(
+            gt, coco.predictions(ids, outputs, self.dataset.category_ids), self.dataset.classes
+        )
 
     def test(self) -> dict:
         """Evaluate the kept checkpoint (best.pt, else the final weights) on the test split: the COCO files
@@ -185,50 +181,59 @@ class DetectionTraining:
         if not len(self.dataset.splits["test"]):
             ctx.log("no test split (dataset.test_fraction is 0): no test mAP", "warning")
             return {"metrics": {}, "path": None, "checkpoint": checkpoint.name}
-        found = self.evaluate("test", "evaluating the test split")
-        folder = run.artifacts_dir
-        predictions_path, truth_path = folder / "predictions_test.json", folder / "ground_truth_test.json"
-        atomic_write_json(predictions_path, found["results"])
-        atomic_write_json(truth_path, found["gt"])
-        ctx.artifact("test predictions (COCO)", predictions_path, kind="json")
-        ctx.artifact("test ground truth (COCO)", truth_path, kind="json")
-        evaluation = self._evaluation(found)
-        path = run.artifacts_dir / "evaluation.json"
-        atomic_write_json(path, evaluation)
-        metrics = found["metrics"]
-        ctx.log(
-            f"test ({checkpoint.name}): mAP {metrics['map']:.4f}, mAP@.5 {metrics['map_50']:.4f}, "
-            f"mAP@.75 {metrics['map_75']:.4f}, AR@100 {metrics['mar_100']:.4f} (pycocotools, "
-            f"{len(found['results']):,} predictions)"
+        ids, outputs = self.predict("test", "evaluating the test split")
+        split = self.dataset.splits["test"]
+        saved = save_test_evaluation(
+            ctx, split.items, ids, outputs, self.dataset.classes, self.dataset.category_ids, checkpoint.name
         )
-        return {"metrics": metrics, "path": str(path), "checkpoint": checkpoint.name}
+        return {**saved, "checkpoint": checkpoint.name}
 
-    def _evaluation(self, found: dict) -> dict:
-        """evaluation.json: the monitor, metrics, AP per class, PR curves and the worst images."""
-        metrics = found["metrics"]
-        images = _image_rows(self.dataset.splits["test"].items, found["outputs"])
-        return {
-            "task": "detection",
-            "split": "test",
-            "monitor": {
-                "name": coco.MONITOR,
-                "label": coco.MONITOR_LABEL,
-                "higher_is_better": True,
-                "value": metrics["map"],
-            },
-            "metrics": metrics,
-            "classes": list(self.dataset.classes),
-            "per_class": found["per_class"],
-            "pr": found["pr"],
-            "score_threshold": SCORE,
-            "images": images,
-            "worst_missed": [r["index"] for r in sorted(images, key=lambda r: -r["missed"])[:WORST_IMAGES]],
-            "worst_fp": [
-                r["index"] for r in sorted(images, key=lambda r: -r["false_positives"])[:WORST_IMAGES]
-            ],
-            "predictions": "artifacts/predictions_test.json",
-            "ground_truth": "artifacts/ground_truth_test.json",
-        }
+
+def save_test_evaluation(ctx, items, ids, outputs, classes, category_ids, what: str) -> dict:
+    """COCO mAP (pycocotools) of a detector's test outputs, saved as the run's two COCO files and
+    evaluation.json (the monitor, metrics, AP per class, PR curves and the worst images); `items`: the test
+    images' records (records.Item), in the order of `outputs`. Returns {"metrics", "path"}."""
+    run = ctx.run
+    gt = coco.ground_truth(items, classes, category_ids)
+    results = coco.predictions(ids, outputs, category_ids)
+    found = coco.evaluate(gt, results, classes)
+    folder = run.artifacts_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    predictions_path, truth_path = folder / "predictions_test.json", folder / "ground_truth_test.json"
+    atomic_write_json(predictions_path, results)
+    atomic_write_json(truth_path, gt)
+    ctx.artifact("test predictions (COCO)", predictions_path, kind="json")
+    ctx.artifact("test ground truth (COCO)", truth_path, kind="json")
+    metrics = found["metrics"]
+    images = _image_rows(items, outputs)
+    evaluation = {
+        "task": "detection",
+        "split": "test",
+        "monitor": {
+            "name": coco.MONITOR,
+            "label": coco.MONITOR_LABEL,
+            "higher_is_better": True,
+            "value": metrics["map"],
+        },
+        "metrics": metrics,
+        "classes": list(classes),
+        "per_class": found["per_class"],
+        "pr": found["pr"],
+        "score_threshold": SCORE,
+        "images": images,
+        "worst_missed": [r["index"] for r in sorted(images, key=lambda r: -r["missed"])[:WORST_IMAGES]],
+        "worst_fp": [r["index"] for r in sorted(images, key=lambda r: -r["false_positives"])[:WORST_IMAGES]],
+        "predictions": "artifacts/predictions_test.json",
+        "ground_truth": "artifacts/ground_truth_test.json",
+    }
+    path = folder / "evaluation.json"
+    atomic_write_json(path, evaluation)
+    ctx.log(
+        f"test ({what}): mAP {metrics['map']:.4f}, mAP@.5 {metrics['map_50']:.4f}, "
+        f"mAP@.75 {metrics['map_75']:.4f}, AR@100 {metrics['mar_100']:.4f} (pycocotools, "
+        f"{len(results):,} predictions)"
+    )
+    return {"metrics": metrics, "path": str(path)}
 
 
 def _image_rows(items, outputs: list[dict]) -> list[dict]:
