@@ -134,8 +134,8 @@ def test_a_box_that_moved_or_appeared_fails_parity_and_is_named():
     edge["labels"] = torch.cat([edge["labels"], torch.tensor([3])])
     edge["scores"] = torch.cat([edge["scores"], torch.tensor([0.0505])])  # at the threshold: either side
     assert match_boxes(eager, edge, 0.05)["passed"]
-    # Before its NMS the eager detector also had a neighbour of box 2 scoring 0.6002, which onnxruntime's NMS
-    # kept instead: a tie, named and passed. A box no eager candidate explains still fails.
+    # Before their NMS both sides had box 2 and a neighbour scoring 0.6002; eager's NMS kept box 2 and
+    # onnxruntime's the neighbour: a tie, named and passed. A box the other side never had still fails.
     neighbour = torch.tensor([[62.0, 62, 92, 92]])
     candidates = {
         "boxes": torch.cat([eager["boxes"], neighbour]),
@@ -147,9 +147,10 @@ def test_a_box_that_moved_or_appeared_fails_parity_and_is_named():
         "labels": torch.tensor([1, 2]),
         "scores": torch.tensor([0.9, 0.6002]),
     }
-    tied = match_boxes(eager, kept, 0.05, candidates=candidates, nms_iou=0.5, limit=100)
+    tied = match_boxes(eager, kept, 0.05, candidates=candidates, other_candidates=candidates)
     assert tied["passed"] and tied["ties"] == 2 and all(b["why"].startswith("tie") for b in tied["extra"])
-    assert not match_boxes(eager, moved, 0.05, candidates=candidates, nms_iou=0.5, limit=100)["passed"]
+    assert not match_boxes(eager, moved, 0.05, candidates=candidates, other_candidates=moved)["passed"]
+    assert not match_boxes(eager, kept, 0.05)["passed"]  # without the candidates nothing is called a tie
 
 
 @pytest.fixture(scope="module")

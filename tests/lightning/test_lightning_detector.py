@@ -136,8 +136,13 @@ def _spec(path: Path, module: str = "Detector", **changes) -> dict:
     return spec
 
 
-def test_a_detecting_lightning_module_reports_the_map_pycocotools_computes_from_its_files(project, tmp_path):
-    result = done(train(tmp_path / "ws", _spec(project)))
+@pytest.fixture(scope="module")
+def trained(project, tmp_path_factory):
+    return done(train(tmp_path_factory.mktemp("ws"), _spec(project)))
+
+
+def test_a_detecting_lightning_module_reports_the_map_pycocotools_computes_from_its_files(trained):
+    result = trained
     assert result["task"] == "detection"  # task auto, picked from the (images, targets) batches
     assert result["monitor"]["name"] == "map" and result["monitor"]["label"] == "mAP"
     folder = Path(result["run_dir"]) / "artifacts"
@@ -157,3 +162,27 @@ def test_a_detecting_lightning_module_reports_the_map_pycocotools_computes_from_
 def test_a_module_that_does_not_answer_with_boxes_is_told_what_to_return(project, tmp_path):
     message = failed(train(tmp_path / "ws", _spec(project, "Classifies", task="detection", epochs=1)))
     assert "must return one {boxes, labels, scores} dict per image" in message, message
+
+
+def test_its_run_quantizes_exports_and_answers_try_it_as_a_detection_run_does(trained):
+    """The jobs after training read the DataModule's batches as a detection set's splits and the module as the
+    detector: quantize by mAP, the QDQ export with parity box by box, Try it with FP32 beside INT8 boxes."""
+    from workbench.worker.registry import get_task
+    from workbench.worker.runner import run_task
+
+    workspace = Path(trained["run_dir"]).parents[1]
+
+    def job(task: str, spec: dict) -> dict:
+        return done(run_task(get_task(task), spec, emit=lambda *a: None, workspace=workspace))
+
+    quantized = job("quant.analyze", {"source": {"run": trained["run_dir"]}})
+    assert quantized["task"] == "detection" and quantized["metric"]["name"] == "map"
+    assert quantized["fp32"]["accuracy"] == pytest.approx(trained["monitor"]["test"], abs=1e-6)
+    exported = job("export.model", {"source": {"run": quantized["run_dir"]}, "format": "onnx_qdq"})
+    assert exported["task"] == "detection" and exported["parity"]["passed"], exported["parity"]
+    assert all("why" in box for row in exported["parity"]["images"] for box in row["extra"])
+    answer = job(
+        "predict.model", {"source": {"run": quantized["run_dir"]}, "sample": {"split": "test", "index": 0}}
+    )
+    assert answer["run_kind"] == "quantize" and answer["fp32"] and answer["quantized"]
+    assert {row["label"] for row in answer["fp32"]} <= {"red", "blue"}  # the DataModule's class names

@@ -71,13 +71,23 @@ def build_detection_model(spec: TrainSpec, dataset, log) -> torch.nn.Module:
     return model
 
 
+def load_detection_data(data, ctx):
+    """A detection run's data: its dataset, or for a Lightning run its DataModule's batches as splits."""
+    from workbench.worker.data.loader import load_dataset
+
+    if data.name.startswith("lightning:"):
+        from workbench.worker.lightning.detection_data import open_lightning_detection
+
+        return open_lightning_detection(data, ctx)
+    return load_dataset(data, ctx=ctx)
+
+
 def load_detection_run(run_dir: Path, trained: TrainSpec, ctx, device="cpu") -> DetectionSource:
     """The run's data and its detector with the checkpoint later jobs load (best.pt, else model.pt), in eval
     mode on `device`."""
-    from workbench.worker.data.loader import load_dataset
     from workbench.worker.source import run_checkpoint
 
-    dataset = load_dataset(trained.dataset, ctx=ctx)
+    dataset = load_detection_data(trained.dataset, ctx)
     model = build_detection_model(trained, dataset, ctx.log)
     checkpoint = run_checkpoint(run_dir)
     model.load_state_dict(load_state_dict(checkpoint))
@@ -107,10 +117,9 @@ def load_detection_quant(run, ctx) -> QuantizedDetector:
     import dataclasses
 
     from workbench.errors import JobError
-    from workbench.worker.data.loader import load_dataset
     from workbench.worker.quant.artifacts import load_quantized
 
-    dataset = load_dataset(run.dataset, ctx=ctx)
+    dataset = load_detection_data(run.dataset, ctx)
     # Every weight comes from the artifacts or the checkpoint: no pretrained download, no starting checkpoint.
     bare = dataclasses.replace(run.train.model, checkpoint="", weights="")
     model = build_detection_model(dataclasses.replace(run.train, model=bare), dataset, ctx.log).eval()

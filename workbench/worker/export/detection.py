@@ -110,27 +110,20 @@ def without_suppression(model) -> Iterator[None]:
             setattr(module, name, value)
 
 
-def nms_settings(model) -> tuple[float, int]:
-    """(the IoU above which NMS suppresses a box, the most boxes an image keeps) of a torchvision detector."""
-    for module in _modules(model):
-        if hasattr(module, "detections_per_img") and isinstance(getattr(module, "nms_thresh", None), float):
-            return float(module.nms_thresh), int(getattr(module, "detections_per_img", 100))
-    return 0.5, 100
-
-
 def match_boxes(
     eager: dict,
     other: dict,
     threshold: float,
     *,
     candidates: dict | None = None,
-    nms_iou: float = 0.5,
-    limit: int = 100,
+    other_candidates: dict | None = None,
 ) -> dict:
     """One image's parity: eager and onnxruntime outputs (boxes, labels, scores as tensors) compared box by
-    box above `threshold` (see the module's docstring). `candidates`: the eager detector's boxes before NMS
-    (without_suppression); with them, a box one side's NMS or box limit kept and the other's dropped because
-    two scores were tied within tolerance is named as a tie, not failed."""
+    box above `threshold` (see the module's docstring). `candidates` and `other_candidates`: each side's boxes
+    before its NMS and box limit (without_suppression). NMS is deterministic on its candidates, so where the
+    other side had a box before its NMS (same class, IoU >= IOU_MIN, score within SCORE_TOL) and only its NMS
+    or box limit dropped it, the two sides differ in a near-tie's order, not in what they computed: named as
+    a tie, not failed."""
     from torchvision.ops import box_iou
 
     keep_e, keep_o = eager["scores"] >= threshold, other["scores"] >= threshold
@@ -162,15 +155,14 @@ def match_boxes(
         # failed.
         if abs(named["score"] - threshold) <= SCORE_TOL:
             named["why"] = "at the score threshold"
-    if candidates is not None:
+    if candidates is not None and other_candidates is not None:
         _name_ties(
             unmatched,
             extra,
             (boxes_e, labels_e, scores_e),
             (boxes_o, labels_o, scores_o),
             candidates,
-            nms_iou,
-            limit,
+            other_candidates,
         )
     failing = [named for _, named in unmatched + extra if "why" not in named]
     for _, named in unmatched:
@@ -192,68 +184,28 @@ def _iou(box_iou, a, b) -> torch.Tensor:
     return box_iou(a, b) if len(a) and len(b) else torch.zeros(len(a), len(b))
 
 
-def _name_ties(unmatched, extra, eager, other, candidates, nms_iou: float, limit: int) -> None:
-    """Name the unmatched boxes a near-tie explains. NMS keeps the better of two overlapping boxes, so two
-    scores within tolerance can keep one box on one side and its neighbour on the other, and a box the kept
-    neighbour then suppresses differs too. An unmatched box is a tie when an unmatched box of the other side
-    (same class, overlapping it past NMS's IoU) scores within tolerance of it, or scores higher and is itself
-    a tie (the chain), or when its side is at the box limit and it scores within tolerance of that side's
-    lowest. An onnxruntime box counts only if the eager detector had it before its NMS (`candidates`)."""
+def _name_ties(unmatched, extra, eager, other, candidates, other_candidates) -> None:
+    """Name as a tie each unmatched box that the other side had before its NMS (match_boxes)."""
     from torchvision.ops import box_iou
 
-    sides = {"eager": (unmatched, *eager), "onnxruntime": (extra, *other)}
-    seen = _iou(box_iou, other[0], candidates["boxes"])
-    boxes = {
-        (side, i): (named, boxes[i], int(labels[i]), float(scores[i]))
-        for side, (found, boxes, labels, scores) in sides.items()
-        for i, named in found
-        if "why" not in named
-    }
-    eligible = {
-        key
-        for key, (_, _, label, score) in boxes.items()
-        if key[0] == "eager"
-        or bool(
-            (
-                (candidates["labels"] == label)
-                & (seen[key[1]] >= IOU_MIN)
-                & ((candidates["scores"] - score).abs() <= SCORE_TOL)
-            ).any()
-        )
-    }
-    for side, (_, _, _, scores) in sides.items():
-        lowest = float(scores.min()) if len(scores) else 0.0
-        for key in eligible:
-            if key[0] == side and len(scores) >= limit and boxes[key][3] - lowest <= SCORE_TOL:
-                boxes[key][0]["why"] = (
-                    "tie: at the box limit, a neighbour scoring within tolerance took its place"
-                )
-
-    def overlaps(a, b) -> bool:
-        return (
-            boxes[a][2] == boxes[b][2]
-            and float(box_iou(boxes[a][1][None], boxes[b][1][None])[0, 0]) > nms_iou
-        )
-
-    changed = True
-    while changed:  # to a fixed point: each round names the boxes the last round's ties explain
-        changed = False
-        for key in eligible:
-            named, _, _, score = boxes[key]
+    for found, (boxes, labels, scores), before, side in (
+        (unmatched, eager, other_candidates, "onnxruntime"),
+        (extra, other, candidates, "eager"),
+    ):
+        iou = _iou(box_iou, boxes, before["boxes"])
+        for i, named in found:
             if "why" in named:
                 continue
-            for other_key in eligible:
-                if other_key[0] == key[0] or not overlaps(key, other_key):
-                    continue
-                other_named, _, _, other_score = boxes[other_key]
-                if abs(other_score - score) <= SCORE_TOL:
-                    named["why"] = f"tie: {other_key[0]}'s NMS kept a neighbour scoring within tolerance"
-                elif other_score > score and "why" in other_named:
-                    named["why"] = f"tie: suppressed on {other_key[0]}'s side by a box a tie kept there"
-                else:
-                    continue
-                changed = True
-                break
+            had = (
+                (before["labels"] == labels[i])
+                & (iou[i] >= IOU_MIN)
+                & ((before["scores"] - scores[i]).abs() <= SCORE_TOL)
+            )
+            if bool(had.any()):
+                named["why"] = (
+                    f"tie: {side} had this box before its NMS, which kept a neighbour scoring within "
+                    "tolerance or reached its box limit"
+                )
 
 
 def _named(side: str, box, label, score, iou) -> dict:
@@ -268,27 +220,47 @@ def _named(side: str, box, label, score, iou) -> dict:
     return named
 
 
-def box_parity(reference, path: Path, images: list, threshold: float, origin: str, ctx) -> dict:
+def box_parity(
+    reference, path: Path, images: list, threshold: float, origin: str, ctx, *, exported, opset: int
+) -> dict:
     """`reference` (the eager detector, or a quantize run's simulation) against onnxruntime running the file
-    at `path`, image by image, box by box (match_boxes)."""
+    at `path`, image by image, box by box (match_boxes). `exported` (the module written to `path`) is written
+    once more without its NMS and box limit, so onnxruntime's candidates can be read as the reference's
+    are."""
+    import tempfile
+
     import onnxruntime as ort
 
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    nms_iou, limit = nms_settings(reference)
+    def session_of(file) -> object:
+        return ort.InferenceSession(str(file), providers=["CPUExecutionProvider"])
+
+    def run(session, image) -> dict:
+        boxes, labels, scores = session.run(None, {"image": image.numpy()})
+        return {
+            "boxes": torch.from_numpy(boxes),
+            "labels": torch.from_numpy(labels),
+            "scores": torch.from_numpy(scores),
+        }
+
+    session = session_of(path)
     per_image = []
-    with torch.no_grad():
+    with tempfile.TemporaryDirectory(prefix="wb-parity-") as tmp, torch.no_grad():
+        unsuppressed = Path(tmp) / "candidates.onnx"
+        with without_suppression(exported):
+            write_detector_onnx(exported, images[0], unsuppressed, opset)
+        before = session_of(unsuppressed)
         for k, image in enumerate(images):
             ctx.check_stop()
             eager = reference([image])[0]
             with without_suppression(reference):
                 candidates = reference([image])[0]
-            boxes, labels, scores = session.run(None, {"image": image.numpy()})
-            other = {
-                "boxes": torch.from_numpy(boxes),
-                "labels": torch.from_numpy(labels),
-                "scores": torch.from_numpy(scores),
-            }
-            found = match_boxes(eager, other, threshold, candidates=candidates, nms_iou=nms_iou, limit=limit)
+            found = match_boxes(
+                eager,
+                run(session, image),
+                threshold,
+                candidates=candidates,
+                other_candidates=run(before, image),
+            )
             per_image.append({"image": k, **found})
     return {
         "passed": all(row["passed"] for row in per_image),
@@ -348,7 +320,7 @@ def run_detection_export(spec, ctx, run=None) -> dict:
     export_s = time.perf_counter() - started
     ctx.check_stop()
     ctx.progress(2, 3, "parity: eager against onnxruntime, box by box", force=True)
-    parity = box_parity(model, out, images, threshold, origin, ctx)
+    parity = box_parity(model, out, images, threshold, origin, ctx, exported=model, opset=opset)
     log_box_parity(ctx, parity, "eager")
     ctx.artifact("ONNX model (with post-processing)", out, kind="onnx")
     ctx.progress(3, 3, "done", force=True)

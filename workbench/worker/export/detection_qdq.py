@@ -166,7 +166,9 @@ def run_detection_qdq(spec, ctx, run) -> dict:
     ctx.check_stop()
     if spec.verify:
         ctx.progress(2, STEPS, "parity: the simulation against onnxruntime, box by box", force=True)
-        result["parity"] = box_parity(loaded.sim, out, images, threshold, f"{origin} of run {run.id}", ctx)
+        result["parity"] = box_parity(
+            loaded.sim, out, images, threshold, f"{origin} of run {run.id}", ctx, exported=module, opset=opset
+        )
         log_box_parity(ctx, result["parity"], "the quantize run's simulation")
         ctx.check_stop()
         ctx.progress(3, STEPS, "measuring mAP in onnxruntime", force=True)

@@ -10,9 +10,11 @@ from pathlib import Path
 import torch
 
 from workbench.errors import JobError
+from workbench.worker.checkpoints import load_state_dict
 from workbench.worker.data.detection.records import Item
 from workbench.worker.lightning import require_lightning
 from workbench.worker.lightning.user_classes import overrides
+from workbench.worker.source import first_checkpoint
 from workbench.worker.training.detection import save_test_evaluation
 
 
@@ -26,6 +28,89 @@ def is_detection_batch(batch) -> bool:
         and len(targets) > 0
         and all(isinstance(t, dict) and "boxes" in t and "labels" in t for t in targets)
     )
+
+
+COLLATE = "collate detection samples into lists, e.g. collate_fn=lambda b: tuple(zip(*b))"
+
+
+def _kind(value) -> str:
+    """A short description of what a batch part is: a Tensor with its shape, a list with its length."""
+    if isinstance(value, torch.Tensor):
+        return f"a Tensor of shape {list(value.shape)}"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)}"
+    if isinstance(value, dict):
+        return f"a dict of {', '.join(map(str, value)) or 'nothing'}"
+    return f"a {type(value).__name__}"
+
+
+def check_detection_batch(batch, where: str) -> None:
+    """A JobError in one line naming what is wrong unless `batch` is (images, targets): a list of [C, H, W]
+    images and one {"boxes": float [N, 4] x1, y1, x2, y2, "labels": integer [N], 1..K} dict per image."""
+    prefix = f"task=detection: {where}"
+    if not isinstance(batch, (list, tuple)) or len(batch) < 2:
+        raise JobError(
+            f"{prefix} is not (images, targets) but {_kind(batch)}; a detection batch is a list of [C, H, W] "
+            f"images and a list of one {{boxes, labels}} dict per image: {COLLATE}"
+        )
+    images, targets = batch[0], batch[1]
+    if not isinstance(targets, (list, tuple)) or not all(isinstance(t, dict) for t in targets):
+        raise JobError(
+            f"{prefix} is not (images, targets) with a list of one {{boxes, labels}} dict per image: its "
+            f"targets are {_kind(targets)}; {COLLATE}"
+        )
+    if isinstance(images, torch.Tensor) and images.dim() == 4:
+        images = list(images)
+    if not isinstance(images, (list, tuple)) or not all(
+        isinstance(image, torch.Tensor) and image.dim() == 3 for image in images
+    ):
+        shown = _kind(images[0]) if isinstance(images, (list, tuple)) and images else _kind(images)
+        raise JobError(f"{prefix}: its images are not [C, H, W] tensors (the first is {shown}); {COLLATE}")
+    if len(images) != len(targets):
+        raise JobError(f"{prefix} has {len(images)} images but {len(targets)} targets; one target per image")
+    for k, target in enumerate(targets):
+        missing = [key for key in ("boxes", "labels") if key not in target]
+        if missing:
+            raise JobError(
+                f"{prefix}: target {k} has no {' or '.join(repr(m) for m in missing)} (its keys: "
+                f"{', '.join(map(str, target)) or 'none'}); each target is {{boxes, labels}}"
+            )
+        boxes, labels = target["boxes"], target["labels"]
+        if not isinstance(boxes, torch.Tensor) or boxes.dim() != 2 or boxes.shape[-1] != 4:
+            raise JobError(
+                f"{prefix}: target {k}'s boxes are {_kind(boxes)}; each target's boxes are a float "
+                "tensor [N, 4] of x1, y1, x2, y2 in pixels"
+            )
+        if not boxes.is_floating_point():
+            raise JobError(
+                f"{prefix}: target {k}'s boxes are {boxes.dtype}; they are a float tensor [N, 4] of x1, y1, "
+                "x2, y2 in pixels"
+            )
+        count = boxes.shape[0]
+        if (
+            not isinstance(labels, torch.Tensor)
+            or labels.dim() != 1
+            or labels.shape[0] != count
+            or labels.is_floating_point()
+            or labels.dtype == torch.bool
+        ):
+            what = f"{_kind(labels)} of {labels.dtype}" if isinstance(labels, torch.Tensor) else _kind(labels)
+            raise JobError(
+                f"{prefix}: target {k}'s labels are {what} for {count} boxes; labels are an int64 tensor "
+                "[N], one class 1..K per box"
+            )
+        if count and int(labels.min()) < 1:
+            raise JobError(
+                f"{prefix}: target {k} has label {int(labels.min())}; labels start at 1 (0 is the "
+                "background in torchvision's detectors), so class k of K is label k"
+            )
+        bad = ~(torch.isfinite(boxes).all(1) & (boxes[:, 2] >= boxes[:, 0]) & (boxes[:, 3] >= boxes[:, 1]))
+        if count and bool(bad.any()):
+            j = int(bad.nonzero()[0, 0])
+            raise JobError(
+                f"{prefix}: target {k}'s box {j} is {[round(float(v), 2) for v in boxes[j]]}, not x1, y1, "
+                "x2, y2 with x2 >= x1 and y2 >= y1; boxes are corners in pixels, not x, y, w, h"
+            )
 
 
 def _loader(parts):
@@ -72,18 +157,27 @@ def evaluate_detection(spec, ctx, parts) -> dict | None:
         return None
     module = parts.module
     device = next((p.device for p in module.parameters()), torch.device("cpu"))
+    # Scored with the weights the run's later jobs load (best.pt, else the final ones), as the built-in route
+    # tests its kept checkpoint; the module's own weights are put back after.
+    kept = first_checkpoint(ctx.run.dir)
+    own = {k: v.detach().clone() for k, v in module.state_dict().items()} if kept is not None else None
+    if kept is not None:
+        module.load_state_dict(load_state_dict(kept))
+    try:
+        return _score(ctx, parts, module, device, loader, split, kept.name if kept else "the final weights")
+    finally:
+        if own is not None:
+            module.load_state_dict(own)
+
+
+def _score(ctx, parts, module, device, loader, split: str, weights: str) -> dict | None:
     module.eval()
     items, ids, outputs = [], [], []
     highest = 0
     ctx.progress(0, None, f"scoring the {split} batches by COCO mAP", force=True)
     for k, batch in enumerate(loader):
         ctx.check_stop()
-        if not is_detection_batch(batch):
-            raise JobError(
-                f"task=detection: {split} batch {k} is not (images, targets) with each target a dict of "
-                f"boxes and labels (it is a {type(batch).__name__}); collate detection samples into lists, "
-                "e.g. collate_fn=lambda b: tuple(zip(*b))"
-            )
+        check_detection_batch(batch, f"{split} batch {k}")
         images, targets = list(batch[0]), list(batch[1])
         try:
             out = module([image.to(device) for image in images])
@@ -118,6 +212,6 @@ def evaluate_detection(spec, ctx, parts) -> dict | None:
         return None
     classes = _classes(parts, highest)
     saved = save_test_evaluation(
-        ctx, items, ids, outputs, classes, list(range(1, len(classes) + 1)), f"the {split} batches"
+        ctx, items, ids, outputs, classes, list(range(1, len(classes) + 1)), f"{weights}, the {split} batches"
     )
     return {**saved, "split": split}
