@@ -209,6 +209,7 @@ def _build_trainer(spec: TrainSpec, ctx, device: torch.device, parts: _Parts) ->
         best_path=run.checkpoints_dir / BEST if spec.keep_best else None,
         patience=spec.early_stop_patience,
         own_checkpoint=parts.own_checkpoint,
+        task=spec.task,
     )
     holder: list = []
     parts.trainer = lightning.Trainer(

@@ -105,8 +105,11 @@ class MetricsLogger(Logger):
 class WorkbenchCallback(Callback):
     """Progress, cancel, the epoch log line, the monitor and its best checkpoint, early stopping."""
 
-    def __init__(self, ctx, *, epochs: int, best_path: Path | None, patience: int, own_checkpoint):
+    def __init__(
+        self, ctx, *, epochs: int, best_path: Path | None, patience: int, own_checkpoint, task: str = "auto"
+    ):
         self.ctx = ctx
+        self.task = task  # the spec's: detection checks the first training batch's boxes and labels
         self.epochs = epochs
         self.best_path = best_path  # None: keep_best is off
         self.patience = patience
@@ -194,11 +197,14 @@ class WorkbenchCallback(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._check_stop(trainer)
         if self.input_shape is None:
-            from workbench.worker.lightning.detection import is_detection_batch
+            from workbench.worker.lightning.detection import check_detection_batch, is_detection_batch
 
             first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
             self.input_shape = tuple(first.shape[1:]) if isinstance(first, torch.Tensor) else ()
             self.detection_batches = is_detection_batch(batch)
+            if self.task == "detection" or (self.task == "auto" and self.detection_batches):
+                # before the module's own step sees it: what is wrong with the batch, in one line
+                check_detection_batch(batch, f"training batch {batch_idx}")
 
     def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
         self._check_stop(trainer)
