@@ -36,6 +36,18 @@ args = {{min_size = 128, max_size = 128}}
 """
 
 
+def _workbench(verb: str, run: Path, *settings: str) -> tuple[dict, str]:
+    """`workbench <verb> --set source.run=<run> --set <setting>... --json` in the run's workspace: (its JSON
+    result, its log); the command must succeed."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    argv = [verb, "--set", f"source.run={run}"]
+    for setting in settings:
+        argv += ["--set", setting]
+    done = run_cli([*argv, "--workspace", str(run.parents[1]), "--json"], cwd=ROOT, env=env, timeout=400)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), done.stderr
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("det")
@@ -86,20 +98,7 @@ def test_the_run_exports_to_onnx_with_its_nms_and_passes_parity_box_by_box(train
     import onnx
 
     result, _ = trained
-    run = Path(result["run_dir"])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    argv = [
-        "export",
-        "--set",
-        f"source.run={run}",
-        "--set",
-        "format=onnx",
-        "--workspace",
-        str(run.parents[1]),
-    ]
-    done = run_cli([*argv, "--json"], cwd=ROOT, env=env, timeout=400)
-    assert done.returncode == 0, done.stderr
-    exported = json.loads(done.stdout)
+    exported, _ = _workbench("export", Path(result["run_dir"]), "format=onnx")
     parity = exported["parity"]
     assert exported["status"] == "done" and parity["passed"] and parity["method"] == "boxes"
     assert parity["worst_iou"] >= 0.99 and parity["max_score_diff"] <= 1e-3
@@ -156,12 +155,7 @@ def test_a_box_that_moved_or_appeared_fails_parity_and_is_named():
 @pytest.fixture(scope="module")
 def quantized(trained):
     result, _ = trained
-    run = Path(result["run_dir"])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    argv = ["quantize", "--set", f"source.run={run}", "--workspace", str(run.parents[1]), "--json"]
-    done = run_cli(argv, cwd=ROOT, env=env, timeout=400)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout), done.stderr
+    return _workbench("quantize", Path(result["run_dir"]))
 
 
 def test_quantize_measures_map_on_its_ladder_and_keeps_the_post_processing_float(trained, quantized):
@@ -241,12 +235,7 @@ def test_the_quantize_run_exports_to_onnx_qdq_with_float_nms_and_box_parity(quan
     import onnx
 
     report, _ = quantized
-    folder = Path(report["run_dir"])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    argv = ["export", "--set", f"source.run={folder.name}", "--set", "format=onnx_qdq"]
-    done = run_cli([*argv, "--workspace", str(folder.parents[1]), "--json"], cwd=ROOT, env=env, timeout=400)
-    assert done.returncode == 0, done.stderr
-    exported = json.loads(done.stdout)
+    exported, _ = _workbench("export", Path(report["run_dir"]), "format=onnx_qdq")
     parity = exported["parity"]
     assert (
         exported["status"] == "done" and exported["task"] == "detection" and exported["format"] == "onnx_qdq"
@@ -325,20 +314,10 @@ def test_try_it_gives_the_detectors_boxes_for_a_sample_and_for_a_file(trained, t
 def test_bench_of_the_quantize_run_times_the_fp32_and_the_int8_detector_in_onnxruntime(quantized):
     report, _ = quantized
     folder = Path(report["run_dir"])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    argv = [
-        "bench",
-        "--set",
-        f"source.run={folder.name}",
-        "--set",
-        "backends=eager,onnxruntime,onnxruntime_int8",
-    ]
-    argv += ["--set", "batch_sizes=1", "--set", "iters=2", "--set", "warmup=1"]
-    done = run_cli([*argv, "--workspace", str(folder.parents[1]), "--json"], cwd=ROOT, env=env, timeout=400)
-    assert done.returncode == 0, done.stderr
-    bench = json.loads(done.stdout)
+    settings = ("backends=eager,onnxruntime,onnxruntime_int8", "batch_sizes=1", "iters=2", "warmup=1")
+    bench, err = _workbench("bench", folder, *settings)
     rows = {r["backend"]: r for r in bench["results"]}
     assert set(rows) == {"eager", "eager (network alone)", "onnxruntime", "onnxruntime_int8"}
     assert all(r["status"] == "ok" and r["latency_ms"]["p50"] > 0 for r in rows.values())
     assert rows["onnxruntime_int8"]["part"] == "whole detector" and bench["source"]["run"] == str(folder)
-    assert "writing quantize run" in done.stderr  # the QDQ detector written from the run for the row
+    assert "writing quantize run" in err  # the QDQ detector written from the run for the row
