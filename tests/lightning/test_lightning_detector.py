@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,112 +15,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "detection"))
 from coco_check import pycocotools_map  # noqa: E402
+from lightning_helpers import DETECTION_PROJECT  # noqa: E402
 from training_helpers import done, failed, train  # noqa: E402
 
 pytest.importorskip("lightning")
-
-PROJECT = '''
-import torch
-from torch import nn
-from torch.utils.data import DataLoader, Dataset
-import lightning as L
-from torchvision.models.detection import FasterRCNN
-from torchvision.models.detection.anchor_utils import AnchorGenerator
-from torchvision.ops import MultiScaleRoIAlign
-
-
-class Boxes(Dataset):
-    """64 x 64 images of noise with one or two filled rectangles: red is class 1, blue class 2."""
-
-    def __init__(self, n, seed):
-        g = torch.Generator().manual_seed(seed)
-        self.samples = []
-        for _ in range(n):
-            image = torch.rand(3, 64, 64, generator=g) * 0.3
-            boxes, labels = [], []
-            for k in range(1 + int(torch.randint(0, 2, (1,), generator=g))):
-                x, y = (int(v) for v in torch.randint(0, 40, (2,), generator=g))
-                w, h = (int(v) for v in torch.randint(12, 24, (2,), generator=g))
-                label = 1 + (k + int(torch.randint(0, 2, (1,), generator=g))) % 2
-                image[label - 1, y : y + h, x : x + w] = 1.0
-                boxes.append([x, y, min(x + w, 64), min(y + h, 64)])
-                labels.append(label)
-            self.samples.append((image, {"boxes": torch.tensor(boxes, dtype=torch.float32),
-                                         "labels": torch.tensor(labels, dtype=torch.int64)}))
-
-    def __len__(self):
-        return len(self.samples)
-
-    def __getitem__(self, i):
-        return self.samples[i]
-
-
-def collate(batch):
-    return tuple(zip(*batch))
-
-
-class Rectangles(L.LightningDataModule):
-    classes = ["red", "blue"]
-
-    def setup(self, stage=None):
-        self.train_set, self.val_set, self.test_set = Boxes(16, 0), Boxes(6, 1), Boxes(6, 2)
-
-    def train_dataloader(self):
-        return DataLoader(self.train_set, batch_size=4, shuffle=True, collate_fn=collate)
-
-    def val_dataloader(self):
-        return DataLoader(self.val_set, batch_size=3, collate_fn=collate)
-
-    def test_dataloader(self):
-        return DataLoader(self.test_set, batch_size=3, collate_fn=collate)
-
-
-class Detector(L.LightningModule):
-    def __init__(self):
-        super().__init__()
-        backbone = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.ReLU(), nn.Conv2d(8, 16, 3, 2, 1), nn.ReLU())
-        backbone.out_channels = 16
-        self.model = FasterRCNN(
-            backbone, num_classes=3, min_size=64, max_size=64,
-            rpn_anchor_generator=AnchorGenerator(sizes=((16, 24),), aspect_ratios=((1.0,),)),
-            box_roi_pool=MultiScaleRoIAlign(featmap_names=["0"], output_size=5, sampling_ratio=2),
-        )
-
-    def forward(self, images):
-        return self.model(images)
-
-    def training_step(self, batch, batch_idx):
-        images, targets = batch
-        losses = self.model(list(images), list(targets))
-        loss = sum(losses.values())
-        self.log("train_loss", loss, batch_size=len(images))
-        return loss
-
-    def validation_step(self, batch, batch_idx):
-        images, targets = batch
-        found = self.model(list(images))
-        self.log("val_boxes", float(sum(len(o["boxes"]) for o in found)), batch_size=len(images))
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
-
-
-class Classifies(Detector):
-    """Returns logits in eval mode: not a detector's answer."""
-
-    def forward(self, images):
-        return torch.zeros(len(images), 3)
-
-    def validation_step(self, batch, batch_idx):
-        pass
-'''
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     folder = tmp_path_factory.mktemp("detector")
     path = folder / "project.py"
-    path.write_text(textwrap.dedent(PROJECT))
+    path.write_text(DETECTION_PROJECT)
     return path
 
 
@@ -147,13 +51,13 @@ def test_a_detecting_lightning_module_reports_the_map_pycocotools_computes_from_
     assert result["monitor"]["name"] == "map" and result["monitor"]["label"] == "mAP"
     folder = Path(result["run_dir"]) / "artifacts"
     truth = json.loads((folder / "ground_truth_test.json").read_text())
-    assert len(truth["images"]) == 6 and [c["name"] for c in truth["categories"]] == ["red", "blue"]
+    assert len(truth["images"]) == 6 and [c["name"] for c in truth["categories"]] == ["red", "green"]
     assert result["monitor"]["test"] == pytest.approx(pycocotools_map(folder), abs=1e-3)
     assert set(result["final"]["test_metrics"]) >= {"map", "map_50", "map_75", "mar_100"}
     evaluation = json.loads(Path(result["evaluation"]).read_text())
     assert evaluation["task"] == "detection" and [r["class"] for r in evaluation["per_class"]] == [
         "red",
-        "blue",
+        "green",
     ]
     assert 'task = "detection"' in (Path(result["run_dir"]) / "spec.toml").read_text()
     assert (Path(result["run_dir"]) / "checkpoints" / "model.pt").is_file()
@@ -185,4 +89,4 @@ def test_its_run_quantizes_exports_and_answers_try_it_as_a_detection_run_does(tr
         "predict.model", {"source": {"run": quantized["run_dir"]}, "sample": {"split": "test", "index": 0}}
     )
     assert answer["run_kind"] == "quantize" and answer["fp32"] and answer["quantized"]
-    assert {row["label"] for row in answer["fp32"]} <= {"red", "blue"}  # the DataModule's class names
+    assert {row["label"] for row in answer["fp32"]} <= {"red", "green"}  # the DataModule's class names

@@ -12,7 +12,7 @@ import torch
 from workbench.errors import JobError, WorkbenchError
 from workbench.specs import DataSpec
 from workbench.worker.lightning import require_lightning
-from workbench.worker.lightning.detection import is_detection_batch
+from workbench.worker.lightning.detection import check_detection_batch
 from workbench.worker.lightning.user_classes import load_datamodule, overrides
 from workbench.worker.models.user_code import _describe
 
@@ -38,11 +38,7 @@ class LightningDetectionData:
 def _samples(loader, split: str, start: int) -> list:
     samples = []
     for k, batch in enumerate(loader):
-        if not is_detection_batch(batch):
-            raise JobError(
-                f"dataset.name: {split} batch {k} of the DataModule is not (images, targets) with each "
-                "target a dict of boxes and labels; a detection run's DataModule gives such batches"
-            )
+        check_detection_batch(batch, f"{split} batch {k} of the DataModule")
         for image, target in zip(batch[0], batch[1]):
             samples.append((image, {**target, "image_id": start + len(samples) + 1}))
             if len(samples) >= MAX_SAMPLES:
