@@ -119,3 +119,59 @@ def test_cancel_stops_a_detection_run_in_training_and_in_evaluation(tmp_path, du
 
     result = run_task(get_task("train.model"), spec, emit=emit, stop_event=stop, workspace=tmp_path / "ws")
     assert seen and result["status"] == "cancelled", result
+
+
+def _tiny_spec(tmp_path, **changes) -> dict:
+    (tmp_path / "data.py").write_text(textwrap.dedent(DATA))
+    (tmp_path / "net.py").write_text(textwrap.dedent(MODEL))
+    return {
+        "epochs": 1,
+        "batch_size": 4,
+        "optimizer": "sgd",
+        "lr": 0.01,
+        "momentum": 0.9,
+        "dataset": {"name": f"file:{tmp_path / 'data.py'}:Boxes", "test_fraction": 0.25, "num_workers": 0},
+        "model": {"name": f"file:{tmp_path / 'net.py'}:tiny"},
+        **changes,
+    }
+
+
+def test_a_detection_run_resumes_after_its_last_epoch(tmp_path):
+    """last.pt at each epoch's end: a resume with more epochs goes on from there (the step count and the
+    weights carried on), and one asking for no more epochs than were done says so and trains nothing."""
+    logs: list = []
+    first = run_task(
+        get_task("train.model"), _tiny_spec(tmp_path), emit=lambda *a: None, workspace=tmp_path / "ws"
+    )
+    assert first["status"] == "done", first.get("error")
+    run = Path(first["run_dir"])
+    assert (run / "checkpoints" / "last.pt").is_file()
+    weights = (run / "checkpoints" / "model.pt").read_bytes()
+    refused = run_task(
+        get_task("train.model"),
+        {**_tiny_spec(tmp_path), "epochs": 1},
+        emit=lambda *a: None,
+        workspace=tmp_path / "ws",
+        resume=run,
+    )
+    assert refused["status"] == "failed"
+    assert refused["error"]["message"].startswith("epochs: 1 is not above the 1 epoch(s) this run has done")
+    assert (run / "checkpoints" / "model.pt").read_bytes() == weights  # nothing trained, nothing lost
+    again = run_task(
+        get_task("train.model"),
+        {**_tiny_spec(tmp_path), "epochs": 3},
+        emit=lambda *a: logs.append(a),
+        workspace=tmp_path / "ws",
+        resume=run,
+    )
+    assert again["status"] == "done", again.get("error")
+    assert again["epochs_completed"] == 3 and again["run_dir"] == str(run)
+    assert again["global_steps"] == 3 * first["global_steps"]  # the first epoch's steps counted, not redone
+    assert any("resuming after epoch 1" in str(event) for event in logs)
+
+
+def test_early_stop_patience_ends_a_detection_run_when_val_map_stops_improving(tmp_path):
+    spec = _tiny_spec(tmp_path, epochs=6, early_stop_patience=1, lr=1e-12)  # val mAP cannot improve
+    result = run_task(get_task("train.model"), spec, emit=lambda *a: None, workspace=tmp_path / "ws")
+    assert result["status"] == "done", result.get("error")
+    assert result["early_stopped"] and result["epochs_completed"] == 2 and result["best_epoch"] == 1

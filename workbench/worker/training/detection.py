@@ -16,9 +16,15 @@ from workbench.runs.atomic import atomic_write_json
 from workbench.worker.checkpoints import check_final_checkpoint, load_state_dict, save_state_dict
 from workbench.worker.detection_source import build_detection_model
 from workbench.worker.objectives import detection as coco
-from workbench.worker.training.optim import build_optimizer, build_scheduler, current_lr
+from workbench.worker.training.optim import (
+    build_optimizer,
+    build_scheduler,
+    current_lr,
+    fast_forward,
+    load_optimizer_state,
+)
 from workbench.worker.training.reproducibility import seed_everything
-from workbench.worker.training.state import BEST, FINAL
+from workbench.worker.training.state import BEST, FINAL, LAST, TrainState, load_last, save_last
 
 WORST_IMAGES = 24  # the evaluation's worst images by missed objects and by false positives
 SCORE = 0.5  # the score above which a prediction counts as a detection for missed / false positives
@@ -61,11 +67,53 @@ class DetectionTraining:
         self.scheduler = build_scheduler(self.optimizer, spec, self.steps_per_epoch, self.total_steps)
         self.step = 0
         self.best, self.best_epoch, self.last_epoch = -math.inf, 0, {}
+        self.early_stopped = False
         self.samples, self.train_s = 0, 0.0
         folder = ctx.run.checkpoints_dir
         folder.mkdir(parents=True, exist_ok=True)
         ctx.run.artifacts_dir.mkdir(parents=True, exist_ok=True)
-        self.ckpt_best, self.ckpt_final = folder / BEST, folder / FINAL
+        self.ckpt_best, self.ckpt_final, self.ckpt_last = folder / BEST, folder / FINAL, folder / LAST
+        self.start_epoch = self._resume() if ctx.resuming else 0
+
+    def _resume(self) -> int:
+        """Go on from last.pt (the end of the last finished epoch): the weights, optimizer, schedule, step and
+        best so far; returns the epochs done. An epoch a cancel cut short is trained again from its start."""
+        saved = load_last(self.ckpt_last)
+        state = TrainState.from_dict(saved["state"])
+        if state.epoch >= self.spec.epochs:
+            raise JobError(
+                f"epochs: {self.spec.epochs} is not above the {state.epoch} epoch(s) this run has done; "
+                f"resume with more, e.g. --set epochs={state.epoch + max(1, self.spec.epochs)}"
+            )
+        self.model.load_state_dict(saved["model"])
+        load_optimizer_state(self.optimizer, saved["optimizer"])
+        self.step, self.best_epoch = state.global_step, state.best_epoch
+        # the schedule over this spec's epochs (a resume may add some), at the step reached, as the loop does
+        fast_forward(self.scheduler, self.step)
+        self.best = state.best_metric if state.best_epoch else -math.inf
+        self.last_epoch = dict(state.last_epoch_metrics)
+        self.ctx.run.log_event("resume", {"epoch": state.epoch, "global_step": state.global_step})
+        self.ctx.log(f"resuming after epoch {state.epoch} (step {state.global_step}) of {self.spec.epochs}")
+        return state.epoch
+
+    def _save_last(self, epochs_done: int) -> None:
+        """last.pt at the end of an epoch: what a resume goes on from."""
+        state = TrainState(
+            epoch=epochs_done,
+            global_step=self.step,
+            best_metric=self.best if math.isfinite(self.best) else -1.0,
+            best_epoch=self.best_epoch,
+            last_epoch_metrics=dict(self.last_epoch),
+        )
+        save_last(
+            self.ckpt_last,
+            model=self.model,
+            optimizer=self.optimizer,
+            optimizer_name=self.spec.optimizer,
+            scheduler=self.scheduler,
+            scaler=None,
+            state=state,
+        )
 
     # -- training --------------------------------------------------------------------------------
     def fit(self) -> int:
@@ -76,11 +124,33 @@ class DetectionTraining:
             f"training {spec.model.name} ({params:,} parameters) on {self.device}: "
             f"{len(self.dataset.splits['train']):,} training images, {self.steps_per_epoch} steps an epoch"
         )
-        for epoch in range(spec.epochs):
+        done = self.start_epoch
+        for epoch in range(self.start_epoch, spec.epochs):
             sums = self._train_epoch(epoch)
             self._end_epoch(epoch, sums)
+            done = epoch + 1
+            self._save_last(done)
+            if self._patience_ran_out(done):
+                break
         save_state_dict(self.model.state_dict(), self.ckpt_final, name=f"checkpoints/{FINAL}")
-        return spec.epochs
+        return done
+
+    def _patience_ran_out(self, done: int) -> bool:
+        """early_stop_patience: stop when val mAP has not improved for that many epochs (0: never)."""
+        patience = self.spec.early_stop_patience
+        if (
+            not patience
+            or not self.best_epoch
+            or done >= self.spec.epochs
+            or done - self.best_epoch < patience
+        ):
+            return False
+        self.early_stopped = True
+        self.ctx.log(
+            f"early stop after epoch {done}: val mAP has not improved for {done - self.best_epoch} epoch(s) "
+            f"since epoch {self.best_epoch} ({self.best:.4f}; early_stop_patience = {patience})"
+        )
+        return True
 
     def _train_epoch(self, epoch: int) -> dict:
         self.model.train()
@@ -315,7 +385,7 @@ def run_detection_training(spec, ctx, dataset, device: torch.device) -> dict:
             "trainable": sum(p.numel() for p in training.model.parameters() if p.requires_grad),
         },
         "global_steps": training.step,
-        "early_stopped": False,
+        "early_stopped": training.early_stopped,
         "best_val_accuracy": None,
         "best_epoch": training.best_epoch or None,
         "evaluation": test["path"],
