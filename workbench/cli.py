@@ -450,12 +450,16 @@ def _cmd_job(args, verb: str, task_name: str) -> int:
 
 
 def _check_lightning_resume(verb: str, spec, run_dir: Path) -> None:
-    """A Lightning run resumed with fewer epochs than it has done is a bad spec, refused before the run is
-    touched."""
+    """A Lightning run resumed with fewer epochs than it has done, or a detection run with no more, is a bad
+    spec, refused before the run is touched."""
     from workbench.worker.lightning import is_lightning_name
 
     if verb == "train" and is_lightning_name(spec.model.name):
         from workbench.worker.lightning.route import check_resume_epochs
+
+        check_resume_epochs(spec, run_dir)
+    elif verb == "train" and spec.task == "detection":
+        from workbench.worker.training.detection import check_resume_epochs
 
         check_resume_epochs(spec, run_dir)
 

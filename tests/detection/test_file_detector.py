@@ -175,3 +175,27 @@ def test_early_stop_patience_ends_a_detection_run_when_val_map_stops_improving(t
     result = run_task(get_task("train.model"), spec, emit=lambda *a: None, workspace=tmp_path / "ws")
     assert result["status"] == "done", result.get("error")
     assert result["early_stopped"] and result["epochs_completed"] == 2 and result["best_epoch"] == 1
+
+
+def test_a_resume_asking_for_no_more_epochs_is_refused_before_the_run_is_touched(tmp_path):
+    """`workbench train --resume` of a detection run with epochs not above those done: exit 2, one line, and
+    the run still reads done."""
+    import os
+
+    from cli_runner import run_cli
+
+    from workbench.runs import Run
+
+    first = run_task(
+        get_task("train.model"), _tiny_spec(tmp_path), emit=lambda *a: None, workspace=tmp_path / "ws"
+    )
+    assert first["status"] == "done", first.get("error")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
+    argv = ["train", "--resume", first["run_dir"], "--workspace", str(tmp_path / "ws"), "--trust", "--json"]
+    done = run_cli(argv, cwd=tmp_path, env=env, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    message = json.loads(done.stdout)["error"]["message"]
+    assert message.startswith("epochs: 1 is not above the 1 epoch(s) this run has done"), message
+    with Run(first["run_dir"], readonly=True) as run:
+        assert run.summary()["status"] == "done"

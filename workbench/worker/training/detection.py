@@ -35,6 +35,27 @@ def _to(targets: list[dict], device: torch.device) -> list[dict]:
     return [{k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in t.items()} for t in targets]
 
 
+def check_resume_epochs(spec, run_dir) -> None:
+    """Before a resumed detection run is touched: a SpecError when `epochs` is not above the epochs its
+    last.pt has done (the job would refuse only once the run was running again, and the run then failed)."""
+    from pathlib import Path
+
+    from workbench.errors import SpecError
+
+    path = Path(run_dir) / "checkpoints" / LAST
+    if spec.task != "detection" or not path.is_file():
+        return  # the job itself says there is nothing to resume from
+    try:
+        done = TrainState.from_dict(load_last(path)["state"]).epoch
+    except JobError:
+        return  # the job itself says why it cannot be read
+    if spec.epochs <= done:
+        raise SpecError(
+            f"epochs: {spec.epochs} is not above the {done} epoch(s) this run has done; resume with more, "
+            f"e.g. --set epochs={done + max(1, spec.epochs)}"
+        )
+
+
 def resolve_detection(spec, dataset, ctx):
     """task=detection and num_classes (K + 1) written into the run's spec, so later jobs rebuild the same
     detector without reading the data."""
