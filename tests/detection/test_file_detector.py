@@ -62,18 +62,23 @@ def tiny(num_classes):
 """
 
 
-def test_a_users_file_detector_trains_and_its_map_is_pycocotools(tmp_path):
+def _tiny_spec(tmp_path, **changes) -> dict:
     (tmp_path / "data.py").write_text(textwrap.dedent(DATA))
     (tmp_path / "net.py").write_text(textwrap.dedent(MODEL))
-    spec = {
-        "epochs": 2,
+    return {
+        "epochs": 1,
         "batch_size": 4,
         "optimizer": "sgd",
         "lr": 0.01,
         "momentum": 0.9,
         "dataset": {"name": f"file:{tmp_path / 'data.py'}:Boxes", "test_fraction": 0.25, "num_workers": 0},
         "model": {"name": f"file:{tmp_path / 'net.py'}:tiny"},
+        **changes,
     }
+
+
+def test_a_users_file_detector_trains_and_its_map_is_pycocotools(tmp_path):
+    spec = _tiny_spec(tmp_path, epochs=2)
     logs: list = []
     result = run_task(
         get_task("train.model"), spec, emit=lambda *a: logs.append(a), workspace=tmp_path / "ws"
@@ -119,21 +124,6 @@ def test_cancel_stops_a_detection_run_in_training_and_in_evaluation(tmp_path, du
 
     result = run_task(get_task("train.model"), spec, emit=emit, stop_event=stop, workspace=tmp_path / "ws")
     assert seen and result["status"] == "cancelled", result
-
-
-def _tiny_spec(tmp_path, **changes) -> dict:
-    (tmp_path / "data.py").write_text(textwrap.dedent(DATA))
-    (tmp_path / "net.py").write_text(textwrap.dedent(MODEL))
-    return {
-        "epochs": 1,
-        "batch_size": 4,
-        "optimizer": "sgd",
-        "lr": 0.01,
-        "momentum": 0.9,
-        "dataset": {"name": f"file:{tmp_path / 'data.py'}:Boxes", "test_fraction": 0.25, "num_workers": 0},
-        "model": {"name": f"file:{tmp_path / 'net.py'}:tiny"},
-        **changes,
-    }
 
 
 def test_a_detection_run_resumes_after_its_last_epoch(tmp_path):

@@ -39,18 +39,31 @@ def _task_and_spec(ref: str, workspace) -> tuple[str, dict] | None:
         return None
 
 
+def _trained_a_detector(ref: str, workspace) -> bool:
+    """Whether run `ref` is a training run whose spec says task = "detection" (its spec read, nothing
+    more)."""
+    found = _task_and_spec(ref, workspace)
+    return found is not None and is_training(found[0]) and found[1].get("task") == "detection"
+
+
 def detection_run(ref: str, workspace) -> tuple[Path, TrainSpec] | None:
     """(folder, spec) of training run `ref` when it trained a detector; None for any other run, or for a ref
     that names none (the job's usual source resolution then says what it is)."""
     from workbench.worker.source import read_training_run
 
-    found = _task_and_spec(ref, workspace)
-    if found is None:
-        return None
-    task, data = found
-    if not is_training(task) or data.get("task") != "detection":
+    if not _trained_a_detector(ref, workspace):
         return None
     return read_training_run(ref, workspace, refusal="")  # its user code checked as for every later job
+
+
+def first_split(dataset) -> str:
+    """The split a job reads its example images from: test, else val, else train."""
+    return next(s for s in ("test", "val", "train") if len(dataset.splits[s]))
+
+
+def held_out_split(dataset) -> str:
+    """The split quantize measures mAP on, and the QDQ export again: test, else val."""
+    return "test" if len(dataset.splits["test"]) else "val"
 
 
 def build_detection_model(spec: TrainSpec, dataset, log) -> torch.nn.Module:
@@ -110,16 +123,17 @@ def is_detection_quant(run) -> bool:
     return run.train is not None and getattr(run.train, "task", "") == "detection"
 
 
-def load_detection_quant(run, ctx) -> QuantizedDetector:
+def load_detection_quant(run, ctx, dataset=None) -> QuantizedDetector:
     """Rebuild a detection quantize run's detector from its artifacts (load_quantized, module by module) and
-    the FP32 detector from the checkpoint it quantized."""
+    the FP32 detector from the checkpoint it quantized; `dataset`: the run's data where the job has read
+    it."""
     import copy
     import dataclasses
 
     from workbench.errors import JobError
     from workbench.worker.quant.artifacts import load_quantized
 
-    dataset = load_detection_data(run.dataset, ctx)
+    dataset = dataset if dataset is not None else load_detection_data(run.dataset, ctx)
     # Every weight comes from the artifacts or the checkpoint: no pretrained download, no starting checkpoint.
     bare = dataclasses.replace(run.train.model, checkpoint="", weights="")
     model = build_detection_model(dataclasses.replace(run.train, model=bare), dataset, ctx.log).eval()
@@ -151,7 +165,7 @@ def detection_quant_run(ref: str, workspace):
         return None
     task, data = found
     source = (data.get("source") or {}).get("run") if isinstance(data.get("source"), dict) else None
-    if task != QUANT_TASK or not source or detection_run(str(source), workspace) is None:
+    if task != QUANT_TASK or not source or not _trained_a_detector(str(source), workspace):
         return None
     from workbench.worker.export.onnx_qdq import read_quant_run
 

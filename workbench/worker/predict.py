@@ -15,7 +15,7 @@ import torch
 
 from workbench.errors import JobError, WorkbenchError
 from workbench.specs import DataSpec, ModelSpec, PredictSpec
-from workbench.worker.detection_source import detection_run, is_detection_quant
+from workbench.worker.detection_source import detection_quant_run, detection_run
 
 # More pixels than a camera's photo needs to say what it shows, and about 150 MB decoded as RGB: the image is
 # shrunk to the model's input anyway. The header says the size, so a bigger file is refused before a pixel is
@@ -65,13 +65,14 @@ def run_predict(spec: PredictSpec, ctx) -> dict:
 
         run_dir, trained = detection
         return run_detection_predict(spec, ctx, trained, run_dir)
+    quantized = detection_quant_run(spec.source.run, ctx.workspace)
+    if quantized is not None:  # a detection quantize run: FP32 boxes beside quantized ones
+        from workbench.worker.predict_boxes import run_detection_quant_predict
+
+        return run_detection_quant_predict(spec, ctx, quantized)
     device = resolve_device(spec.device)
     ctx.progress(0, STEPS, "reading the run", force=True)
     loaded = _load_run(spec, ctx)
-    if loaded.task == "detection":  # a detection quantize run: FP32 boxes beside quantized ones
-        from workbench.worker.predict_boxes import run_detection_quant_predict
-
-        return run_detection_quant_predict(spec, ctx, loaded.quant_run)
     try:
         ctx.check_stop()
         ctx.progress(1, STEPS, "reading the input", force=True)
@@ -193,8 +194,6 @@ def _load_quant_run(spec: PredictSpec, ctx) -> Loaded:
         ctx.log(text, level)
 
     run = read_quant_run(spec.source.run, ctx.workspace, say=say)
-    if is_detection_quant(run):  # its boxes: predict_boxes reads its data and detectors
-        return Loaded("quantize", run.dir, run.model, run.dataset, "detection", quant_run=run, notes=notes)
     dataset = _load_data(run.dataset, run.dir, ctx)
     task = measured_task(run.train, dataset) if run.train is not None else "classification"
     loaded = Loaded("quantize", run.dir, run.model, run.dataset, task, dataset, quant_run=run, notes=notes)

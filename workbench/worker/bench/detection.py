@@ -52,26 +52,25 @@ def _unavailable(backend: str, batch: int, device, reason: str) -> dict:
 
 
 def _is_qdq(path: str) -> bool:
+    """Whether the .onnx file at `path` holds QuantizeLinear nodes (a QDQ model)."""
     from workbench.worker.export.detection_qdq import counted_ops
 
     return counted_ops(path)["quantize_linear"] > 0
 
 
-def _onnx_files(spec, ctx, model, image, quant_run, tmp: Path) -> dict[str, str | None]:
-    """{backend: the .onnx file it runs, or None with the reason logged} for onnxruntime (the float detector)
-    and onnxruntime_int8 (the quantized one, QDQ): `artifact` where it is that kind, else written here from
-    the run (the quantize run's for int8)."""
+def _onnx_files(spec, ctx, model, image, quant_run, dataset, tmp: Path) -> dict[str, str | None]:
+    """{backend: the .onnx file it runs, or None where there is none to run} for onnxruntime (the float
+    detector) and onnxruntime_int8 (the quantized one, QDQ): `artifact` where it is that kind, else written
+    here from the run (the quantize run's for int8)."""
     from workbench.worker.export.detection import MIN_OPSET, write_detector_onnx
 
     wanted = [b for b in ("onnxruntime", "onnxruntime_int8") if b in spec.backends]
-    if spec.artifact and "onnxruntime" not in wanted and not _is_qdq(spec.artifact):
-        wanted.insert(0, "onnxruntime")  # the export named for it: measured as it always was
-    files: dict[str, str | None] = {}
     artifact_kind = None
-    if spec.artifact:
+    if spec.artifact:  # the file named is measured as the kind it is, asked for or not, as it always was
         artifact_kind = "onnxruntime_int8" if _is_qdq(spec.artifact) else "onnxruntime"
-        if artifact_kind == "onnxruntime_int8" and "onnxruntime_int8" not in wanted:
-            wanted.append("onnxruntime_int8")
+        if artifact_kind not in wanted:
+            wanted.insert(0 if artifact_kind == "onnxruntime" else len(wanted), artifact_kind)
+    files: dict[str, str | None] = {}
     for backend in wanted:
         if backend == artifact_kind:
             files[backend] = spec.artifact
@@ -86,7 +85,7 @@ def _onnx_files(spec, ctx, model, image, quant_run, tmp: Path) -> dict[str, str 
             from workbench.worker.export.qdq_ops import register_torchscript_symbolics
 
             ctx.log(f"writing quantize run {quant_run.id}'s detector to ONNX QDQ for onnxruntime_int8")
-            loaded = load_detection_quant(quant_run, ctx)
+            loaded = load_detection_quant(quant_run, ctx, dataset)
             module, _ = qdq_module(loaded.sim, quant_run.spec, ctx.log)
             register_torchscript_symbolics()
             path = tmp / "detector_qdq.onnx"
@@ -103,21 +102,20 @@ def run_detection_bench(spec, ctx, trained, train_dir, quant_run=None) -> dict:
     onnxruntime (float) and onnxruntime_int8 (QDQ), from `artifact` or written from the run."""
     import tempfile
 
-    from workbench.worker.detection_source import load_detection_run
+    from workbench.worker.detection_source import first_split, load_detection_run
     from workbench.worker.devices import resolve_device
 
     device = resolve_device(spec.device)
     source = load_detection_run(train_dir, trained, ctx, device)
     model, dataset = source.model, source.dataset
-    split = next(s for s in ("test", "val", "train") if len(dataset.splits[s]))
-    image = dataset.splits[split][0][0].to(device)
+    image = dataset.splits[first_split(dataset)][0][0].to(device)
     splits = hasattr(model, "transform") and hasattr(model, "backbone")
     plan = []
     if "eager" in spec.backends:
         plan += [("eager", b, "whole detector") for b in spec.batch_sizes]
         plan += [("eager", b, "network alone (backbone)") for b in spec.batch_sizes if splits]
     with tempfile.TemporaryDirectory(prefix="wb-detect-bench-") as tmp:
-        files = _onnx_files(spec, ctx, model, image, quant_run, Path(tmp))
+        files = _onnx_files(spec, ctx, model, image, quant_run, dataset, Path(tmp))
         plan += [(backend, 1, "whole detector") for backend in files]
         unknown = [b for b in spec.backends if b not in ("eager", "onnxruntime", "onnxruntime_int8")]
         publisher = Publisher(ctx, len(plan) + len(unknown))

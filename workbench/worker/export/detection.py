@@ -39,10 +39,8 @@ def _source(spec, ctx, run):
         run_dir, trained = run
         source = load_detection_run(run_dir, trained, ctx)
         model, dataset, checkpoint = source.model, source.dataset, source.checkpoint
-        split = next(s for s in ("test", "val", "train") if len(dataset.splits[s]))
-        count = min(PARITY_IMAGES, len(dataset.splits[split]))
-        images = [dataset.splits[split][i][0] for i in range(count)]
-        origin = f"{count} image(s) of the {split} split of run {run_dir.name} ({checkpoint.name})"
+        images, origin = parity_images(dataset)
+        origin += f" of run {run_dir.name} ({checkpoint.name})"
         described = {"run": str(run_dir), "checkpoint": str(checkpoint), "model": trained.model.name}
     else:
         shape = tuple(spec.model.input_shape) or (3, 320, 320)
@@ -58,8 +56,45 @@ def _source(spec, ctx, run):
         images = [torch.rand(*shape, generator=generator) for _ in range(2)]
         origin = f"2 random images of {list(shape)}"
         described = {"model": spec.model.name}
-    threshold = float(getattr(getattr(model, "roi_heads", None), "score_thresh", 0.05) or 0.05)
-    return model.eval(), images, threshold, origin, described
+    return model.eval(), images, score_threshold(model), origin, described
+
+
+def parity_images(dataset) -> tuple[list, str]:
+    """(the first PARITY_IMAGES images of the first split that has any, what they are)."""
+    from workbench.worker.detection_source import first_split
+
+    split = first_split(dataset)
+    count = min(PARITY_IMAGES, len(dataset.splits[split]))
+    return [dataset.splits[split][i][0] for i in range(count)], f"{count} image(s) of the {split} split"
+
+
+def score_threshold(model) -> float:
+    """The score below which the detector (or its simulation) drops a box: its RoIHeads' (0.05 otherwise)."""
+    heads = getattr(getattr(model, "gm", model), "roi_heads", None)
+    return float(getattr(heads, "score_thresh", 0.05) or 0.05)
+
+
+def onnx_detector(path: Path):
+    """The detector file at `path` in onnxruntime as a detector is called: a list of [3, H, W] images in, one
+    {boxes, labels, scores} dict of tensors per image out (one image a call, as exported)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+    def detect(images) -> list[dict]:
+        outputs = []
+        for image in images:
+            boxes, labels, scores = session.run(None, {"image": image.cpu().numpy()})
+            outputs.append(
+                {
+                    "boxes": torch.from_numpy(boxes),
+                    "labels": torch.from_numpy(labels),
+                    "scores": torch.from_numpy(scores),
+                }
+            )
+        return outputs
+
+    return detect
 
 
 def write_detector_onnx(model, image: torch.Tensor, path: Path, opset: int) -> dict:
@@ -233,26 +268,13 @@ def box_parity(
     are."""
     import tempfile
 
-    import onnxruntime as ort
-
-    def session_of(file) -> object:
-        return ort.InferenceSession(str(file), providers=["CPUExecutionProvider"])
-
-    def run(session, image) -> dict:
-        boxes, labels, scores = session.run(None, {"image": image.numpy()})
-        return {
-            "boxes": torch.from_numpy(boxes),
-            "labels": torch.from_numpy(labels),
-            "scores": torch.from_numpy(scores),
-        }
-
-    session = session_of(path)
+    detector = onnx_detector(path)
     per_image = []
     with tempfile.TemporaryDirectory(prefix="wb-parity-") as tmp, torch.no_grad():
         unsuppressed = Path(tmp) / "candidates.onnx"
         with without_suppression(exported):
             write_detector_onnx(exported, images[0], unsuppressed, opset)
-        before = session_of(unsuppressed)
+        before = onnx_detector(unsuppressed)
         for k, image in enumerate(images):
             ctx.check_stop()
             eager = reference([image])[0]
@@ -260,10 +282,10 @@ def box_parity(
                 candidates = reference([image])[0]
             found = match_boxes(
                 eager,
-                run(session, image),
+                detector([image])[0],
                 threshold,
                 candidates=candidates,
-                other_candidates=run(before, image),
+                other_candidates=before([image])[0],
             )
             per_image.append({"image": k, **found})
     return {
@@ -287,8 +309,8 @@ def log_box_parity(ctx, parity: dict, reference: str) -> None:
         f"{len(parity['images'])} image(s), boxes above score {parity['score_threshold']:g} matched with "
         f"worst IoU {parity['worst_iou']:.4f}, scores within {parity['max_score_diff']:.2e}"
         + (
-            f"; {parity['ties']} box(es) one side's NMS kept and the other's dropped for a neighbour scoring "
-            "within tolerance (named as ties)"
+            f"; {parity['ties']} box(es) on one side only that the other side had before its NMS (named as "
+            "ties)"
             if parity.get("ties")
             else ""
         )

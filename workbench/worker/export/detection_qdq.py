@@ -11,20 +11,16 @@ from workbench.worker.export.checks import FILE_NAMES
 from workbench.worker.export.common import file_size, output_path, staged_output
 from workbench.worker.export.detection import (
     MIN_OPSET,
-    PARITY_IMAGES,
     box_parity,
     log_box_parity,
+    onnx_detector,
+    parity_images,
+    score_threshold,
     write_detector_onnx,
 )
 from workbench.worker.export.qdq_ops import SYMBOLIC_OPSET, register_torchscript_symbolics
 
 STEPS = 4  # rebuild, export, parity, mAP in onnxruntime
-
-
-def _parity_images(dataset) -> tuple[list, str]:
-    split = next(s for s in ("test", "val", "train") if len(dataset.splits[s]))
-    count = min(PARITY_IMAGES, len(dataset.splits[split]))
-    return [dataset.splits[split][i][0] for i in range(count)], f"{count} image(s) of the {split} split"
 
 
 def _ops(graph) -> list[str]:
@@ -57,30 +53,13 @@ def onnxruntime_map(path, run, dataset, ctx) -> dict:
     """The exported detector's COCO mAP in onnxruntime on the held-out images the quantize run measured,
     beside the mAP its simulation had there (the export's accuracy, as an onnx_qdq export of a classifier
     reports)."""
-    import onnxruntime as ort
-    import torch
-
+    from workbench.worker.detection_source import held_out_split
     from workbench.worker.quant.detection import HELD_OUT_IMAGES, first_images, ground_truth_of, measure_map
 
-    split = "test" if len(dataset.splits["test"]) else "val"
+    split = held_out_split(dataset)
     held_out = first_images(dataset.splits[split], HELD_OUT_IMAGES)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-
-    def detector(images):
-        outputs = []
-        for image in images:
-            boxes, labels, scores = session.run(None, {"image": image.cpu().numpy()})
-            outputs.append(
-                {
-                    "boxes": torch.from_numpy(boxes),
-                    "labels": torch.from_numpy(labels),
-                    "scores": torch.from_numpy(scores),
-                }
-            )
-        return outputs
-
     found = measure_map(
-        detector, held_out, ground_truth_of(held_out, dataset), dataset, ctx.check_stop, "cpu"
+        onnx_detector(path), held_out, ground_truth_of(held_out, dataset), dataset, ctx.check_stop, "cpu"
     )
     report = run.report or {}
     simulated = (report.get("quantized") or {}).get("accuracy")
@@ -115,7 +94,7 @@ def run_detection_qdq(spec, ctx, run) -> dict:
     ctx.progress(0, STEPS, "rebuilding the quantized detector", force=True)
     loaded = load_detection_quant(run, ctx)
     module, layers = qdq_module(loaded.sim, run.spec, say)
-    images, origin = _parity_images(loaded.dataset)
+    images, origin = parity_images(loaded.dataset)
     opset = max(spec.opset, MIN_OPSET, SYMBOLIC_OPSET)
     if opset != spec.opset:
         ctx.log(
@@ -144,7 +123,7 @@ def run_detection_qdq(spec, ctx, run) -> dict:
         f"{found['dequantize_linear']} DequantizeLinear; NMS {'in the file' if found['nms'] else 'MISSING'}) "
         f"in {export_s:.1f} s"
     )
-    threshold = float(getattr(getattr(loaded.sim.gm, "roi_heads", None), "score_thresh", 0.05) or 0.05)
+    threshold = score_threshold(loaded.sim)
     result = {
         "artifact": str(out),
         "format": "onnx_qdq",

@@ -5,8 +5,6 @@ them. Worker side; never imports Qt."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from workbench.errors import JobError
@@ -133,10 +131,10 @@ def _loader(parts):
     return None, ""
 
 
-def _classes(parts, count: int) -> list[str]:
-    """The class names the DataModule or the module names (a `classes` list, label k naming classes[k-1]),
-    else "1".."K" for the highest label seen."""
-    for owner in (parts.datamodule, parts.module):
+def class_names(owners, count: int) -> list[str]:
+    """The class names the first of `owners` (the DataModule, the module) gives as a `classes` list of at
+    least `count` strings (label k names classes[k-1]), else "1".."K" for the highest label seen."""
+    for owner in owners:
         names = getattr(owner, "classes", None)
         if (
             isinstance(names, (list, tuple))
@@ -148,7 +146,7 @@ def _classes(parts, count: int) -> list[str]:
 
 
 @torch.no_grad()
-def evaluate_detection(spec, ctx, parts) -> dict | None:
+def evaluate_detection(ctx, parts) -> dict | None:
     """Test mAP of a detecting LightningModule on its test (else validation) batches, the COCO files and
     evaluation.json saved; {"metrics", "path", "split"}, or None where there are no batches to score."""
     loader, split = _loader(parts)
@@ -198,19 +196,15 @@ def _score(ctx, parts, module, device, loader, split: str, weights: str) -> dict
                 f"{type(out).__name__}"
             )
         for image, target, found in zip(images, targets, out):
-            image_id = len(items) + 1
-            labels = [int(v) for v in torch.as_tensor(target["labels"]).reshape(-1).tolist()]
-            boxes = torch.as_tensor(target["boxes"], dtype=torch.float32).reshape(-1, 4).tolist()
-            items.append(
-                Item(image_id, Path(""), float(image.shape[-1]), float(image.shape[-2]), boxes, labels)
-            )
-            ids.append(image_id)
+            item = Item.of_sample(len(items) + 1, image, target)
+            items.append(item)
+            ids.append(item.image_id)
             outputs.append({key: value.detach().cpu() for key, value in found.items()})
-            highest = max([highest, *labels, *(int(v) for v in found["labels"].tolist())])
+            highest = max([highest, *item.labels, *(int(v) for v in found["labels"].tolist())])
     if not items:
         ctx.log(f"no test mAP: the {split} dataloader gave no batch", "warning")
         return None
-    classes = _classes(parts, highest)
+    classes = class_names((parts.datamodule, parts.module), highest)
     saved = save_test_evaluation(
         ctx, items, ids, outputs, classes, list(range(1, len(classes) + 1)), f"{weights}, the {split} batches"
     )

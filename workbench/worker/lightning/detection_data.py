@@ -12,7 +12,7 @@ import torch
 from workbench.errors import JobError, WorkbenchError
 from workbench.specs import DataSpec
 from workbench.worker.lightning import require_lightning
-from workbench.worker.lightning.detection import check_detection_batch
+from workbench.worker.lightning.detection import check_detection_batch, class_names
 from workbench.worker.lightning.user_classes import load_datamodule, overrides
 from workbench.worker.models.user_code import _describe
 
@@ -77,11 +77,7 @@ def open_lightning_detection(spec: DataSpec, ctx) -> LightningDetectionData:
         ),
         default=0,
     )
-    names = getattr(module, "classes", None)
-    if isinstance(names, (list, tuple)) and len(names) >= highest and all(isinstance(n, str) for n in names):
-        classes = list(names)
-    else:
-        classes = [str(k) for k in range(1, highest + 1)]
+    classes = class_names((module,), highest)
     counts = ", ".join(f"{len(v):,} {k}" for k, v in splits.items())
     ctx.log(f"dataset {spec.name}: {counts} images from the DataModule's batches, {len(classes)} classes")
     return LightningDetectionData(splits, classes, list(range(1, len(classes) + 1)))

@@ -334,7 +334,7 @@ def _detection(spec: TrainSpec, ctx, parts: _Parts) -> dict | None:
         ctx.log(
             "task: detection (the batches are images and targets of boxes and labels); scored by COCO mAP"
         )
-    return evaluate_detection(spec, ctx, parts)
+    return evaluate_detection(ctx, parts)
 
 
 def _detection_result(result: dict, spec: TrainSpec, ctx, detection: dict) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 
 import torch
 
@@ -35,17 +34,7 @@ def first_images(split, count: int) -> list[tuple[torch.Tensor, dict]]:
 
 def ground_truth_of(samples, dataset) -> dict:
     """The COCO ground truth of (image, target) samples, from the samples themselves (read once)."""
-    items = [
-        Item(
-            int(t["image_id"]),
-            Path(""),
-            float(image.shape[2]),
-            float(image.shape[1]),
-            t["boxes"].tolist(),
-            t["labels"].tolist(),
-        )
-        for image, t in samples
-    ]
+    items = [Item.of_sample(t["image_id"], image, t) for image, t in samples]
     return coco.ground_truth(items, dataset.classes, dataset.category_ids)
 
 
@@ -103,14 +92,14 @@ def _save(sim, ctx, trained, checkpoint) -> dict:
 
 def run_detection_quantization(spec, ctx, trained, train_dir) -> dict:
     """The quant.analyze job for a detection run: fp32, weights-only and W8A8 rungs, each measured by mAP."""
-    from workbench.worker.detection_source import load_detection_run
+    from workbench.worker.detection_source import held_out_split, load_detection_run
     from workbench.worker.devices import resolve_device
 
     started = time.perf_counter()
     device = resolve_device(spec.device)
     source = load_detection_run(train_dir, trained, ctx, device)
     model, dataset, checkpoint = source.model, source.dataset, source.checkpoint
-    held_split = "test" if len(dataset.splits["test"]) else "val"
+    held_split = held_out_split(dataset)
     held_out = first_images(dataset.splits[held_split], HELD_OUT_IMAGES)
     truth = ground_truth_of(held_out, dataset)
     calibration = first_images(dataset.splits["train"], min(spec.calibration.samples, CALIBRATION_IMAGES))

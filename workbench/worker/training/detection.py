@@ -35,6 +35,13 @@ def _to(targets: list[dict], device: torch.device) -> list[dict]:
     return [{k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in t.items()} for t in targets]
 
 
+def _no_more_epochs(epochs: int, done: int) -> str:
+    return (
+        f"epochs: {epochs} is not above the {done} epoch(s) this run has done; resume with more, e.g. "
+        f"--set epochs={done + max(1, epochs)}"
+    )
+
+
 def check_resume_epochs(spec, run_dir) -> None:
     """Before a resumed detection run is touched: a SpecError when `epochs` is not above the epochs its
     last.pt has done (the job would refuse only once the run was running again, and the run then failed)."""
@@ -50,10 +57,7 @@ def check_resume_epochs(spec, run_dir) -> None:
     except JobError:
         return  # the job itself says why it cannot be read
     if spec.epochs <= done:
-        raise SpecError(
-            f"epochs: {spec.epochs} is not above the {done} epoch(s) this run has done; resume with more, "
-            f"e.g. --set epochs={done + max(1, spec.epochs)}"
-        )
+        raise SpecError(_no_more_epochs(spec.epochs, done))
 
 
 def resolve_detection(spec, dataset, ctx):
@@ -102,10 +106,7 @@ class DetectionTraining:
         saved = load_last(self.ckpt_last)
         state = TrainState.from_dict(saved["state"])
         if state.epoch >= self.spec.epochs:
-            raise JobError(
-                f"epochs: {self.spec.epochs} is not above the {state.epoch} epoch(s) this run has done; "
-                f"resume with more, e.g. --set epochs={state.epoch + max(1, self.spec.epochs)}"
-            )
+            raise JobError(_no_more_epochs(self.spec.epochs, state.epoch))
         self.model.load_state_dict(saved["model"])
         load_optimizer_state(self.optimizer, saved["optimizer"])
         self.step, self.best_epoch = state.global_step, state.best_epoch

@@ -162,8 +162,8 @@ class ExportView(QWidget):
             self.verdict_detail.setToolTip(
                 f"Each box scoring {parity.get('score_threshold')} or more matched to the other side's box "
                 f"of the same class with the highest IoU; parity needs IoU ≥ {parity.get('iou_min')} and "
-                f"scores within {parity.get('score_tol')}. A box one side's NMS kept and the other's dropped "
-                "for a neighbour scoring within tolerance is named as a tie"
+                f"scores within {parity.get('score_tol')}. A box on one side only that the other side had "
+                "before its NMS (which dropped it there for a near-tie) is named as a tie"
             )
             return
         self.verdict_detail.setText(

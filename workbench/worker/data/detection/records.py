@@ -16,6 +16,15 @@ class Item:
     boxes: list[list[float]]
     labels: list[int]
 
+    @classmethod
+    def of_sample(cls, image_id: int, image, target: dict) -> Item:
+        """The record of an (image [C, H, W], target {boxes, labels}) sample already in memory (no file)."""
+        import torch
+
+        boxes = torch.as_tensor(target["boxes"], dtype=torch.float32).reshape(-1, 4).tolist()
+        labels = [int(v) for v in torch.as_tensor(target["labels"]).reshape(-1).tolist()]
+        return cls(int(image_id), Path(""), float(image.shape[-1]), float(image.shape[-2]), boxes, labels)
+
 
 @dataclass
 class Records:
